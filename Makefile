@@ -1,0 +1,36 @@
+# fieldmem: the two commands a newcomer needs are `make demo` and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast golden bench clean
+
+$(STAMP): pyproject.toml requirements-test.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-test.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# Check the bundled examples: the table, then the Field example in detail.
+demo: $(STAMP)
+	$(BIN)/fieldmem check examples/field.py examples/sparse_row.py examples/stencil_scan.py examples/optimizer.py; \
+	  status=$$?; [ $$status -le 1 ] || exit $$status
+	$(BIN)/fieldmem check examples/field.py -v
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+# Pure parsing and option tests only (no XLA compile).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not compile"
+
+# Regenerate the golden HLO texts from real compiles (jax as pinned above).
+golden: $(STAMP)
+	$(BIN)/python tests/golden/regenerate.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info

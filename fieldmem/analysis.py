@@ -1,0 +1,477 @@
+"""Two compiled variants -> one :class:`~fieldmem.report.TargetResult`.
+
+This is where the findings are decided: which donated leaf an output reuses,
+why a donation is unusable, what kind each copy is and where it comes from,
+and the verdict in words. It reads only what :mod:`fieldmem.compile` returns
+and the parsed HLO; it never imports jax and never prints.
+
+What is reported is what XLA did, not what the code seems to say: XLA pairs
+donors with outputs by byte size and position, not by dataflow, so an alias
+``a -> out[1]`` is reported as such even when ``out[1]`` was computed from
+``b``.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from fieldmem import hlo
+from fieldmem.compile import CompiledVariant, InputLeaf, OutputLeaf
+from fieldmem.report import (
+    MEMORY_FIGURES,
+    Alias,
+    Check,
+    Copy,
+    Finding,
+    InputInfo,
+    MemoryFigures,
+    OutputInfo,
+    TargetResult,
+    UnusableDonation,
+    Variant,
+    Verdict,
+)
+from fieldmem.spec import format_bytes
+
+__all__ = ["analyze_target", "analyze_variant"]
+
+
+def _display_source(location: hlo.SourceLocation | None) -> str | None:
+    if location is None:
+        return None
+    from fieldmem.target import _display_path
+
+    return f"{_display_path(location.file)}:{location.line}"
+
+
+def _memory(variant: CompiledVariant) -> MemoryFigures:
+    m = variant.memory
+    unavailable = dict(variant.memory_unavailable)
+    parts = [m.get("argument_bytes"), m.get("output_bytes"), m.get("temp_bytes"), m.get("alias_bytes")]
+    footprint: int | None
+    if any(p is None for p in parts):
+        footprint = None
+        missing = [n for n, p in zip(("argument", "output", "temp", "alias"), parts) if p is None]
+        unavailable["footprint_bytes"] = f"needs XLA's {', '.join(missing)} figure(s), which this backend does not give"
+    else:
+        argument, output, temp, alias = (int(p) for p in parts)  # type: ignore[arg-type]
+        footprint = argument + output + temp - alias
+    return MemoryFigures(
+        argument_bytes=m.get("argument_bytes"),
+        output_bytes=m.get("output_bytes"),
+        alias_bytes=m.get("alias_bytes"),
+        temp_bytes=m.get("temp_bytes"),
+        generated_code_bytes=m.get("generated_code_bytes"),
+        peak_bytes=m.get("peak_bytes"),
+        footprint_bytes=footprint,
+        host_argument_bytes=m.get("host_argument_bytes"),
+        host_output_bytes=m.get("host_output_bytes"),
+        host_alias_bytes=m.get("host_alias_bytes"),
+        host_temp_bytes=m.get("host_temp_bytes"),
+        unavailable=unavailable,
+    )
+
+
+class _Program:
+    """The compiled program's view of the leaves: per-device bytes, HLO mapping."""
+
+    def __init__(self, variant: CompiledVariant, module: hlo.HloModule) -> None:
+        self.variant = variant
+        self.module = module
+        self.by_parameter: dict[int, InputLeaf] = {
+            leaf.hlo_parameter: leaf for leaf in variant.inputs if leaf.hlo_parameter is not None
+        }
+        # per-device sizes from the compiled program (they differ from the
+        # global ones when inputs are sharded)
+        self.input_bytes: dict[int, int] = {}
+        shapes = module.entry_parameter_shapes
+        for leaf in variant.inputs:
+            if leaf.hlo_parameter is None:
+                self.input_bytes[leaf.index] = leaf.bytes
+            elif variant.tuple_args and len(shapes) == 1:
+                elements = hlo._tuple_elements(shapes[0])
+                self.input_bytes[leaf.index] = (
+                    hlo.shape_bytes(elements[leaf.hlo_parameter])
+                    if leaf.hlo_parameter < len(elements)
+                    else leaf.bytes
+                )
+            elif leaf.hlo_parameter < len(shapes):
+                self.input_bytes[leaf.index] = hlo.shape_bytes(shapes[leaf.hlo_parameter])
+            else:
+                self.input_bytes[leaf.index] = leaf.bytes
+        result_shapes = hlo._tuple_elements(module.entry_result_shape) if module.entry_result_shape else []
+        if len(variant.outputs) == 1 and result_shapes and module.entry_result_shape and not module.entry_result_shape.startswith("("):
+            result_shapes = [module.entry_result_shape]
+        self.output_bytes: dict[int, int] = {}
+        for out in variant.outputs:
+            if len(result_shapes) == len(variant.outputs):
+                self.output_bytes[out.index] = hlo.shape_bytes(result_shapes[out.index])
+            else:
+                self.output_bytes[out.index] = out.bytes
+        self.output_producers = hlo.output_values(module)
+
+    def leaf_of(self, parameter_number: int, parameter_index: tuple[int, ...]) -> InputLeaf | None:
+        if self.variant.tuple_args:
+            if parameter_number == 0 and parameter_index:
+                return self.by_parameter.get(parameter_index[0])
+            return None
+        return self.by_parameter.get(parameter_number)
+
+    def output_of(self, output_index: tuple[int, ...]) -> OutputLeaf | None:
+        outputs = self.variant.outputs
+        if not output_index:
+            return outputs[0] if len(outputs) == 1 else None
+        return outputs[output_index[0]] if output_index[0] < len(outputs) else None
+
+    def output_source(self, index: int) -> str | None:
+        if index >= len(self.output_producers):
+            return None
+        return _display_source(hlo.value_source(self.module, self.output_producers[index]))
+
+
+def _shape_text(shape: Sequence[int], dtype: str) -> str:
+    return f"{dtype}[{','.join(str(d) for d in shape)}]"
+
+
+def _aliases(program: _Program) -> tuple[Alias, ...]:
+    aliases = []
+    for entry in program.module.aliases:
+        leaf = program.leaf_of(entry.parameter_number, entry.parameter_index)
+        out = program.output_of(entry.output_index)
+        if leaf is None or out is None:
+            continue
+        aliases.append(
+            Alias(
+                input=leaf.path,
+                input_index=leaf.index,
+                output=out.path,
+                output_index=out.index,
+                bytes=program.input_bytes[leaf.index],
+            )
+        )
+    return tuple(sorted(aliases, key=lambda a: a.input_index))
+
+
+def _unusable(program: _Program, aliases: tuple[Alias, ...]) -> tuple[UnusableDonation, ...]:
+    aliased_inputs = {a.input_index: a for a in aliases}
+    taken_outputs = {a.output_index: a for a in aliases}
+    result = []
+    for leaf in program.variant.inputs:
+        if not leaf.donated or leaf.index in aliased_inputs:
+            continue
+        size = program.input_bytes[leaf.index]
+        if leaf.hlo_parameter is None:
+            code = "unused"
+            reason = (
+                "the function never reads it, so jit drops it from the program and no output can "
+                "reuse it (JAX gives no warning for this): stop passing it or stop donating it"
+            )
+        else:
+            same_size = [o for o in program.variant.outputs if program.output_bytes[o.index] == size]
+            free = [o for o in same_size if o.index not in taken_outputs]
+            if not same_size:
+                code = "no-output-of-size"
+                reason = f"no output has its size ({format_bytes(size)})"
+                same_shape = [o for o in program.variant.outputs if o.shape == leaf.shape and o.dtype != leaf.dtype]
+                if same_shape:
+                    o = same_shape[0]
+                    reason += (
+                        f"; {o.path} has its shape but dtype {o.dtype} ({format_bytes(program.output_bytes[o.index])}): "
+                        "the dtype change prevents reuse"
+                    )
+            elif not free:
+                code = "outputs-taken"
+                owners = ", ".join(f"{o.path} (reuses {taken_outputs[o.index].input})" for o in same_size)
+                reason = f"every output of its size is already taken by another donated input: {owners}"
+            else:
+                code = "not-reused"
+                reason = (
+                    f"XLA did not reuse it although {', '.join(o.path for o in free)} has its size "
+                    "(a different sharding or layout, or the output is written while the input is still read)"
+                )
+        result.append(UnusableDonation(input=leaf.path, input_index=leaf.index, bytes=size, reason=reason, code=code))
+    return tuple(result)
+
+
+def _copies(program: _Program, definition: str | None) -> tuple[Copy, ...]:
+    copies = []
+    for site in hlo.find_copies(program.module):
+        leaf = program.leaf_of(site.parameter_number, site.parameter_index) if site.parameter_number is not None else None
+        if site.loop is not None:
+            kind = "loop"
+        elif leaf is not None:
+            kind = "parameter"
+        elif site.layout_change:
+            kind = "layout"
+        else:
+            kind = "other"
+        source = _display_source(site.source)
+        role = site.source_role
+        output = None
+        if site.output_indices:
+            out = program.output_of(site.output_indices[0])
+            output = out.path if out is not None else None
+        if source is None and site.feeds_output and definition is not None:
+            source, role = definition, "definition"
+        trip = site.loop.trip_count if site.loop is not None else None
+        copies.append(
+            Copy(
+                bytes=site.bytes,
+                shape=site.shape,
+                kind=kind,
+                of_parameter=leaf.path if leaf is not None else None,
+                input_index=leaf.index if leaf is not None else None,
+                computation=site.computation,
+                instruction=site.instruction,
+                source=source,
+                source_role=role,
+                output=output,
+                trip_count=trip,
+                bytes_per_call=site.bytes * trip if trip is not None else None,
+            )
+        )
+    return tuple(sorted(copies, key=lambda c: (-(c.bytes_per_call or c.bytes), c.instruction)))
+
+
+def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, _Program]:
+    """Findings of one compiled variant (aliases, unusable donations, copies, memory)."""
+    module = hlo.parse_hlo_module(variant.hlo_text)
+    program = _Program(variant, module)
+    aliases = _aliases(program)
+    return (
+        Variant(
+            name=variant.name,
+            donated_arguments=variant.donated_arguments,
+            memory=_memory(variant),
+            aliases=aliases,
+            unusable_donations=_unusable(program, aliases),
+            copies=_copies(program, definition),
+            jax_warnings=variant.lowering_warnings,
+            lower_seconds=round(variant.lower_seconds, 4),
+            compile_seconds=round(variant.compile_seconds, 4),
+        ),
+        program,
+    )
+
+
+# ----------------------------------------------------------------------------
+# Verdict
+
+
+def _at(source: str | None) -> str:
+    return f" at {source}" if source else ""
+
+
+def _copy_finding(copy: Copy, donated_arguments: tuple[str, ...], inputs: dict[int, InputLeaf]) -> Finding:
+    size = format_bytes(copy.bytes)
+    if copy.kind == "loop":
+        per_call = (
+            f" x{copy.trip_count} iterations = {format_bytes(copy.bytes_per_call)} per call"
+            if copy.trip_count is not None
+            else " (trip count unknown)"
+        )
+        message = (
+            f"a {copy.shape} loop value ({size}) is copied every iteration{per_call}{_at(copy.source)}: "
+            "the carry is read after it is updated in the loop body"
+        )
+        return Finding("error", "loop-copy", message, source=copy.source)
+    name = copy.of_parameter or copy.shape
+    leaf = inputs.get(copy.input_index) if copy.input_index is not None else None
+    if leaf is not None and not leaf.donated:
+        tail = "donate it or stop returning it" if copy.output else "donate it"
+        message = f"{name} is not donated and is copied ({size}){_at(copy.source)}: {tail}"
+    else:
+        message = (
+            f"{name} is donated but still copied ({size}){_at(copy.source)}: its old value is read "
+            "after the update writes it (or it is returned twice); read it before updating"
+        )
+    return Finding("error", "parameter-copy", message, input=copy.of_parameter, output=copy.output, source=copy.source)
+
+
+def _new_buffer_finding(
+    out: OutputLeaf,
+    size: int,
+    program: _Program,
+    aliases: tuple[Alias, ...],
+    unusable: tuple[UnusableDonation, ...],
+) -> Finding:
+    variant = program.variant
+    owners = {a.input_index: a for a in aliases}
+    candidates = [leaf for leaf in variant.inputs if program.input_bytes[leaf.index] == size]
+    # prefer the input that looks like this output's previous value: same path suffix, same shape
+    suffix = out.path[len("out"):]
+    candidates.sort(key=lambda leaf: (not leaf.path.endswith(suffix) if suffix else True, leaf.shape != out.shape))
+    unusable_by_index = {u.input_index: u for u in unusable}
+    source = program.output_source(out.index)
+    head = f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer{_at(source)}"
+    if not candidates:
+        reason = "no input has its size, so it cannot reuse one"
+    else:
+        leaf = candidates[0]
+        if not leaf.donated:
+            reason = f"{leaf.path} has its size but is not donated: donate {leaf.argument}"
+        elif leaf.index in owners:
+            reason = f"{leaf.path}, the donated input of its size, is already reused by {owners[leaf.index].output}"
+        elif leaf.index in unusable_by_index:
+            reason = f"{leaf.path} is donated but {unusable_by_index[leaf.index].reason}"
+        else:
+            reason = f"XLA did not reuse {leaf.path}"
+    return Finding("error", "new-buffer", f"{head}: {reason}", output=out.path, source=source)
+
+
+def _verdict(
+    plain: Variant, donated: Variant, program: _Program, min_bytes: int
+) -> Verdict:
+    inputs = {leaf.index: leaf for leaf in program.variant.inputs}
+    findings: list[Finding] = []
+    aliased_outputs = {a.output_index for a in donated.aliases}
+    for out in program.variant.outputs:
+        size = program.output_bytes[out.index]
+        if size >= max(min_bytes, 1) and out.index not in aliased_outputs:
+            findings.append(_new_buffer_finding(out, size, program, donated.aliases, donated.unusable_donations))
+    for copy in donated.copies:
+        if copy.kind in ("parameter", "loop") and copy.bytes >= min_bytes:
+            findings.append(_copy_finding(copy, donated.donated_arguments, inputs))
+    for unusable in donated.unusable_donations:
+        if unusable.bytes >= min_bytes:
+            findings.append(
+                Finding(
+                    "warning",
+                    "unusable-donation",
+                    f"{unusable.input} is donated but unusable: {unusable.reason}",
+                    input=unusable.input,
+                )
+            )
+    for copy in donated.copies:
+        if copy.kind in ("layout", "other") and copy.bytes >= min_bytes:
+            findings.append(
+                Finding(
+                    "warning",
+                    f"{copy.kind}-copy",
+                    f"a {copy.shape} value ({format_bytes(copy.bytes)}) is copied{_at(copy.source)}"
+                    + (" to change its layout" if copy.kind == "layout" else ""),
+                    source=copy.source,
+                )
+            )
+    plain_inputs = {leaf.index: leaf for leaf in program.variant.inputs}
+    for copy in plain.copies:
+        if copy.kind == "parameter" and copy.bytes >= min_bytes and copy.of_parameter:
+            why = "it is returned" if copy.output else "it is updated in place"
+            findings.append(
+                Finding(
+                    "info",
+                    "plain-copy",
+                    f"without donation, {copy.of_parameter} is copied ({format_bytes(copy.bytes)}){_at(copy.source)} "
+                    f"because {why} and its buffer must stay intact",
+                    input=copy.of_parameter,
+                    output=copy.output,
+                    source=copy.source,
+                )
+            )
+    del plain_inputs
+
+    errors = [f for f in findings if f.severity == "error"]
+    in_place = not errors
+    if in_place:
+        reused = sum(a.bytes for a in donated.aliases)
+        if donated.aliases:
+            summary = (
+                f"in place with donation: {len(donated.aliases)} output(s) reuse donated input buffers "
+                f"({format_bytes(reused)})"
+            )
+        else:
+            summary = "in place: no output of at least the size threshold needs a buffer of its own"
+        plain_copies = [f for f in findings if f.code == "plain-copy"]
+        if plain_copies:
+            summary += f"; without donation {len(plain_copies)} input(s) are copied"
+    else:
+        summary = "not in place: " + errors[0].message
+        if len(errors) > 1:
+            summary += f" (and {len(errors) - 1} more)"
+    return Verdict(in_place=in_place, summary=summary, findings=tuple(findings))
+
+
+def _savings(plain: Variant, donated: Variant) -> dict[str, int | None]:
+    result: dict[str, int | None] = {}
+    for name in MEMORY_FIGURES:
+        a = getattr(plain.memory, name)
+        b = getattr(donated.memory, name)
+        result[name] = a - b if a is not None and b is not None else None
+    return result
+
+
+def _checks(expect: str, max_peak: int | None, verdict: Verdict, donated: Variant) -> tuple[Check, ...]:
+    checks = []
+    if expect == "in-place":
+        checks.append(
+            Check(
+                name="expect-in-place",
+                passed=verdict.in_place,
+                message="in place with donation" if verdict.in_place else verdict.summary,
+            )
+        )
+    if max_peak is not None:
+        value = donated.memory.footprint_bytes
+        if value is None:
+            checks.append(
+                Check("max-peak", False, "the footprint is unavailable on this backend, so the budget cannot be checked", limit=max_peak)
+            )
+        else:
+            passed = value <= max_peak
+            relation = "within" if passed else "exceeds"
+            checks.append(
+                Check(
+                    name="max-peak",
+                    passed=passed,
+                    message=f"donated footprint {format_bytes(value)} {relation} the budget {format_bytes(max_peak)}",
+                    limit=max_peak,
+                    value=value,
+                )
+            )
+    return tuple(checks)
+
+
+def analyze_target(
+    *,
+    target: str,
+    name: str,
+    definition: str | None,
+    donate: str,
+    expect: str,
+    max_peak: int | None,
+    plain: CompiledVariant,
+    donated: CompiledVariant,
+    min_bytes: int,
+) -> TargetResult:
+    """The full result for one target from its two compiles."""
+    plain_variant, _ = analyze_variant(plain, definition)
+    donated_variant, program = analyze_variant(donated, definition)
+    verdict = _verdict(plain_variant, donated_variant, program, min_bytes)
+    return TargetResult(
+        target=target,
+        name=name,
+        status="ok",
+        definition=definition,
+        donate=donate,
+        expect=expect,
+        inputs=tuple(
+            InputInfo(
+                index=leaf.index,
+                path=leaf.path,
+                shape=leaf.shape,
+                dtype=leaf.dtype,
+                bytes=leaf.bytes,
+                donated=leaf.donated,
+                used=leaf.hlo_parameter is not None,
+            )
+            for leaf in donated.inputs
+        ),
+        outputs=tuple(
+            OutputInfo(index=o.index, path=o.path, shape=o.shape, dtype=o.dtype, bytes=o.bytes)
+            for o in donated.outputs
+        ),
+        variants={"plain": plain_variant, "donated": donated_variant},
+        verdict=verdict,
+        savings=_savings(plain_variant, donated_variant),
+        checks=_checks(expect, max_peak, verdict, donated_variant),
+    )

@@ -1,0 +1,119 @@
+"""Check targets end to end: resolve, load arguments, compile twice, analyse.
+
+:func:`check` is the core entry point behind ``fieldmem check`` and the Python
+API. It never prints and never exits: every target yields a
+:class:`~fieldmem.report.TargetResult` (a failure to load, call the factory or
+compile becomes an ``error`` result), so one broken target never hides the
+results of the others. Progress is reported through a callback.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from fieldmem import __version__
+from fieldmem.errors import FieldmemError
+from fieldmem.report import DeviceInfo, ErrorInfo, Report, TargetResult
+from fieldmem.target import Target, TargetOptions, resolve_target
+
+__all__ = ["CheckOptions", "check", "check_targets"]
+
+ProgressCallback = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """How to check: thresholds and speed levers, shared by the CLI and the API."""
+
+    min_bytes: int = 1024
+    jobs: int = 1
+
+
+def _error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:
+    return TargetResult(
+        target=spec,
+        name=name,
+        status="error",
+        definition=definition,
+        error=ErrorInfo(kind=error.kind, message=error.message),
+    )
+
+
+def _check_one(target: Target, options: CheckOptions) -> TargetResult:
+    from fieldmem.analysis import analyze_target
+    from fieldmem.compile import compile_variants, prepare_call
+
+    try:
+        args, kwargs = target.example_arguments()
+        call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
+        plain, donated = compile_variants(call, jobs=options.jobs)
+    except FieldmemError as exc:
+        return _error_result(target.spec, target.name, exc, target.definition)
+    return analyze_target(
+        target=target.spec,
+        name=target.name,
+        definition=target.definition,
+        donate=target.donate.describe() if call.donation_source == "spec" else "jit",
+        expect=target.expect,
+        max_peak=target.max_peak,
+        plain=plain,
+        donated=donated,
+        min_bytes=options.min_bytes,
+    )
+
+
+def check_targets(
+    targets: Iterable[Target | tuple[str, FieldmemError]],
+    options: CheckOptions = CheckOptions(),
+    progress: ProgressCallback | None = None,
+) -> Report:
+    """Analyse already-resolved targets (a pair ``(spec, error)`` stands for one that failed to load)."""
+    from fieldmem.compile import environment
+
+    items = list(targets)
+    results: list[TargetResult] = []
+    for n, item in enumerate(items):
+        if isinstance(item, tuple):
+            spec, error = item
+            results.append(_error_result(spec, spec, error))
+            continue
+        if progress is not None:
+            progress(item.name, n, len(items))
+        results.append(_check_one(item, options))
+    if progress is not None:
+        progress("", len(items), len(items))
+    env = environment()
+    return Report(
+        fieldmem_version=__version__,
+        jax_version=env.jax_version,
+        jaxlib_version=env.jaxlib_version,
+        backend=env.backend,
+        platform_version=env.platform_version,
+        devices=tuple(DeviceInfo(id=d["id"], platform=d["platform"], kind=d["kind"]) for d in env.devices),
+        results=tuple(results),
+        min_bytes=options.min_bytes,
+        created=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+    )
+
+
+def resolve_all(specs: Iterable[str], target_options: TargetOptions) -> list[Target | tuple[str, FieldmemError]]:
+    """Resolve every spec; a spec that fails becomes ``(spec, error)`` instead of stopping the run."""
+    resolved: list[Target | tuple[str, FieldmemError]] = []
+    for spec in specs:
+        try:
+            resolved.extend(resolve_target(spec, target_options))
+        except FieldmemError as exc:
+            resolved.append((spec, exc))
+    return resolved
+
+
+def check(
+    specs: Iterable[str],
+    target_options: TargetOptions = TargetOptions(),
+    options: CheckOptions = CheckOptions(),
+    progress: ProgressCallback | None = None,
+) -> Report:
+    """Check every target named by ``specs`` (``module:fn``, ``file.py:fn``, a module or a file)."""
+    return check_targets(resolve_all(specs, target_options), options, progress)

@@ -1,0 +1,605 @@
+"""The only module that drives jax: argument flattening, lowering, compiling.
+
+Everything else in fieldmem works on what this module returns: plain data
+(:class:`CompiledVariant`, :class:`InputLeaf`, :class:`OutputLeaf`) holding the
+optimized HLO text, XLA's memory figures and the mapping between HLO
+parameters and the user's pytree leaves. jax is imported lazily so that
+``fieldmem --help`` stays instant.
+
+JAX internals read here, each in one place and tolerated when missing:
+``Lowered._lowering.compile_args["kept_var_idx"]`` (which arguments jit kept),
+``PjitFunction._jit_info`` (a user's own jit options) and
+``Compiled.memory_analysis()`` (documented as unstable).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from fieldmem.errors import ArgumentsError, CompileError, DonationError
+from fieldmem.spec import DonateSpec, StaticSpec
+
+__all__ = [
+    "CompiledVariant",
+    "Environment",
+    "InputLeaf",
+    "OutputLeaf",
+    "PreparedCall",
+    "compile_variants",
+    "environment",
+    "prepare_call",
+]
+
+# The memory_analysis() attributes fieldmem reports, under their report names.
+MEMORY_FIELDS: dict[str, str] = {
+    "argument_bytes": "argument_size_in_bytes",
+    "output_bytes": "output_size_in_bytes",
+    "alias_bytes": "alias_size_in_bytes",
+    "temp_bytes": "temp_size_in_bytes",
+    "generated_code_bytes": "generated_code_size_in_bytes",
+    "peak_bytes": "peak_memory_in_bytes",
+    "host_argument_bytes": "host_argument_size_in_bytes",
+    "host_output_bytes": "host_output_size_in_bytes",
+    "host_alias_bytes": "host_alias_size_in_bytes",
+    "host_temp_bytes": "host_temp_size_in_bytes",
+}
+
+
+@dataclass(frozen=True)
+class InputLeaf:
+    """One array leaf of the arguments, numbered as the report numbers it."""
+
+    index: int
+    path: str
+    argument: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    donated: bool
+    hlo_parameter: int | None  # None: jit dropped it as unused
+    abstract: bool  # a ShapeDtypeStruct: nothing allocated
+
+
+@dataclass(frozen=True)
+class OutputLeaf:
+    index: int
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class CompiledVariant:
+    """What one compile produced, before any analysis."""
+
+    name: str
+    donated_arguments: tuple[str, ...]
+    inputs: tuple[InputLeaf, ...]
+    outputs: tuple[OutputLeaf, ...]
+    hlo_text: str
+    memory: dict[str, int | None]
+    memory_unavailable: dict[str, str]
+    lowering_warnings: tuple[str, ...]
+    tuple_args: bool
+    lower_seconds: float
+    compile_seconds: float
+
+
+@dataclass(frozen=True)
+class Environment:
+    jax_version: str
+    jaxlib_version: str
+    backend: str
+    platform_version: str | None
+    devices: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class PreparedCall:
+    """A function with its example arguments, ready to lower twice."""
+
+    function: Callable[..., Any]
+    user_jit: Any | None  # the user's own jax.jit object, when the target is one
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    signature: inspect.Signature | None
+    static_positions: frozenset[int]
+    static_names: frozenset[str]
+    donated_positions: frozenset[int]
+    donated_names: frozenset[str]
+    donation_source: str  # "spec" or "jit"
+    jit_options: dict[str, Any]
+
+
+def _jax() -> Any:
+    import jax
+
+    return jax
+
+
+# ----------------------------------------------------------------------------
+# Environment
+
+
+def environment() -> Environment:
+    """Versions, backend and devices of the jax this process runs."""
+    jax = _jax()
+    try:
+        import jaxlib
+
+        jaxlib_version = getattr(jaxlib, "__version__", None) or jax.lib.__version__
+    except Exception:  # pragma: no cover - jaxlib always importable with jax
+        jaxlib_version = "unknown"
+    devices = jax.devices()
+    try:
+        platform_version: str | None = devices[0].client.platform_version
+    except Exception:
+        platform_version = None
+    return Environment(
+        jax_version=jax.__version__,
+        jaxlib_version=str(jaxlib_version),
+        backend=jax.default_backend(),
+        platform_version=platform_version,
+        devices=tuple(
+            {"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", None)}
+            for d in devices
+        ),
+    )
+
+
+# ----------------------------------------------------------------------------
+# Preparing a call
+
+
+def _is_array_like(value: Any) -> bool:
+    """Arrays, array specs and Python floats/complex (traced as scalars, not static)."""
+    jax = _jax()
+    import numpy as np
+
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct, float, complex))
+
+
+def _has_array_leaves(value: Any) -> bool:
+    jax = _jax()
+    return any(_is_array_like(leaf) for leaf in jax.tree_util.tree_leaves(value))
+
+
+def _signature(fn: Callable[..., Any]) -> inspect.Signature | None:
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def _positional_names(signature: inspect.Signature | None, count: int) -> list[str]:
+    """Display names of positional arguments 0..count-1 (``args[k]`` for ``*args``)."""
+    names: list[str] = []
+    params = list(signature.parameters.values()) if signature else []
+    var_positional = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+    positional = [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    for i in range(count):
+        if i < len(positional):
+            names.append(positional[i])
+        elif var_positional:
+            names.append(f"{var_positional}[{i - len(positional)}]")
+        else:
+            names.append(f"arg{i}")
+    return names
+
+
+def _user_jit_info(fn: Any) -> Any | None:
+    """The ``PjitInfo`` of a ``jax.jit`` object, or None for a plain function."""
+    info = getattr(fn, "_jit_info", None)
+    if info is None or not hasattr(fn, "lower"):
+        return None
+    return info
+
+
+def _resolve_positions(
+    spec_items: Sequence[int | str],
+    what: str,
+    names: list[str],
+    kwargs: dict[str, Any],
+    signature: inspect.Signature | None,
+) -> tuple[set[int], set[str]]:
+    positions: set[int] = set()
+    keyword: set[str] = set()
+    for item in spec_items:
+        if isinstance(item, int):
+            if not 0 <= item < len(names):
+                raise DonationError(
+                    f"{what} names argument {item}, but the call has {len(names)} positional "
+                    f"argument(s) (0..{len(names) - 1})"
+                )
+            positions.add(item)
+        elif item in names:
+            positions.add(names.index(item))
+        elif item in kwargs:
+            keyword.add(item)
+        else:
+            known = names + list(kwargs)
+            raise DonationError(
+                f"{what} names argument {item!r}, which the call does not pass; "
+                f"arguments are: {', '.join(known) or '(none)'}"
+            )
+    return positions, keyword
+
+
+def prepare_call(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    donate: DonateSpec,
+    static: StaticSpec,
+) -> PreparedCall:
+    """Decide static and donated arguments for ``fn(*args, **kwargs)``.
+
+    Arguments that hold no array (Python ints, strings, callables, ``None``)
+    are made static automatically unless the target is a user's jit object,
+    whose own static arguments are kept. ``donate`` "auto" means the jit
+    object's own donation, or every array argument for a plain function.
+    """
+    info = _user_jit_info(fn)
+    underlying = getattr(fn, "_fun", fn) if info is not None else fn
+    signature = _signature(underlying)
+    names = _positional_names(signature, len(args))
+
+    if info is not None:
+        static_positions = set(getattr(info, "static_argnums", ()) or ())
+        static_names = set(getattr(info, "static_argnames", ()) or ()) & set(kwargs)
+        explicit_pos, explicit_names = _resolve_positions(static.items, "--static", names, kwargs, signature)
+        static_positions |= explicit_pos
+        static_names |= explicit_names
+    else:
+        static_positions, static_names = _resolve_positions(static.items, "--static", names, kwargs, signature)
+        for i, value in enumerate(args):
+            if not _has_array_leaves(value):
+                static_positions.add(i)
+        for key, value in kwargs.items():
+            if not _has_array_leaves(value):
+                static_names.add(key)
+    for i in static_positions:
+        if i < len(args):
+            _check_hashable(args[i], names[i])
+    for key in static_names:
+        _check_hashable(kwargs[key], key)
+
+    donation_source = "spec"
+    if donate.mode == "auto" and info is not None:
+        donation_source = "jit"
+        donated_positions = set(getattr(info, "donate_argnums", ()) or ())
+        donated_names = set(getattr(info, "donate_argnames", ()) or ()) & set(kwargs)
+    elif donate.mode in ("all", "auto"):
+        donated_positions = {i for i in range(len(args)) if i not in static_positions}
+        donated_names = {k for k in kwargs if k not in static_names}
+    elif donate.mode == "none":
+        donated_positions, donated_names = set(), set()
+    else:
+        donated_positions, donated_names = _resolve_positions(donate.items, "--donate", names, kwargs, signature)
+        clash = sorted(names[i] for i in donated_positions & static_positions) + sorted(donated_names & static_names)
+        if clash:
+            raise DonationError(
+                f"--donate names {', '.join(clash)}, which is static (not an array): "
+                "only array arguments can be donated"
+            )
+    # donation only matters for arguments with arrays in them
+    donated_positions = {i for i in donated_positions if i not in static_positions}
+    donated_names = {k for k in donated_names if k not in static_names}
+
+    jit_options: dict[str, Any] = {}
+    if info is not None:
+        jit_options = _jit_options_of(info)
+    return PreparedCall(
+        function=underlying,
+        user_jit=fn if info is not None else None,
+        args=args,
+        kwargs=kwargs,
+        signature=signature,
+        static_positions=frozenset(static_positions),
+        static_names=frozenset(static_names),
+        donated_positions=frozenset(donated_positions),
+        donated_names=frozenset(donated_names),
+        donation_source=donation_source,
+        jit_options=jit_options,
+    )
+
+
+def _check_hashable(value: Any, name: str) -> None:
+    try:
+        hash(value)
+    except TypeError:
+        raise ArgumentsError(
+            f"argument {name!r} holds no array, so it must be static, but a static argument must be "
+            f"hashable and {type(value).__name__} is not: pass a tuple instead of a list, or arrays"
+        ) from None
+
+
+def _jit_options_of(info: Any) -> dict[str, Any]:
+    """The options of a user's jit object other than donation, to rebuild it."""
+    jax = _jax()
+    options: dict[str, Any] = {}
+    for key in ("keep_unused", "inline", "device", "backend"):
+        value = getattr(info, key, None)
+        if value not in (None, False):
+            options[key] = value
+    if getattr(info, "user_specified_in_shardings", False):
+        try:
+            options["in_shardings"] = jax.tree_util.tree_unflatten(
+                info.in_shardings_treedef, info.in_shardings_leaves
+            )
+        except Exception:
+            pass
+    try:
+        leaves = info.out_shardings_leaves
+        if any(type(leaf).__name__ != "UnspecifiedValue" for leaf in leaves):
+            options["out_shardings"] = jax.tree_util.tree_unflatten(info.out_shardings_treedef, leaves)
+    except Exception:
+        pass
+    kvs = getattr(info, "compiler_options_kvs", ()) or ()
+    if kvs:
+        options["compiler_options"] = dict(kvs)
+    return options
+
+
+# ----------------------------------------------------------------------------
+# Lowering and compiling
+
+
+def _jit(call: PreparedCall, donated: bool) -> Any:
+    jax = _jax()
+    if call.user_jit is not None and donated and call.donation_source == "jit":
+        return call.user_jit  # exactly the user's program
+    positions = sorted(call.donated_positions) if donated else []
+    names = sorted(call.donated_names) if donated else []
+    return jax.jit(
+        call.function,
+        static_argnums=tuple(sorted(call.static_positions)),
+        static_argnames=tuple(sorted(call.static_names)),
+        donate_argnums=tuple(positions),
+        donate_argnames=tuple(names),
+        **call.jit_options,
+    )
+
+
+def _dtype_name(dtype: Any) -> str:
+    import numpy as np
+
+    return np.dtype(dtype).name
+
+
+def _leaves(call: PreparedCall, args_info: Any, kept: set[int] | None) -> tuple[InputLeaf, ...]:
+    """Number the array leaves as the report does and map them to HLO parameters.
+
+    Report order: positional arguments, then keyword arguments in the order
+    given. jax's order: dynamic positional arguments, then dynamic keyword
+    arguments sorted by name. ``args_info`` (jax's order) tells which leaf is
+    donated; ``kept`` (jax's order) which ones the HLO still has.
+    """
+    jax = _jax()
+    tree = jax.tree_util
+    names = _positional_names(call.signature, len(call.args))
+    dyn_positional = [i for i in range(len(call.args)) if i not in call.static_positions]
+    dyn_keywords = [k for k in call.kwargs if k not in call.static_names]
+
+    info_leaves = tree.tree_leaves(args_info, is_leaf=lambda x: hasattr(x, "donated") and hasattr(x, "_aval"))
+    jax_order: list[tuple[Any, tuple[Any, ...]]] = []
+    for i in dyn_positional:
+        for path, _ in tree.tree_flatten_with_path(call.args[i])[0]:
+            jax_order.append((i, path))
+    for key in sorted(dyn_keywords):
+        for path, _ in tree.tree_flatten_with_path(call.kwargs[key])[0]:
+            jax_order.append((key, path))
+    if len(info_leaves) != len(jax_order):
+        raise CompileError(
+            f"fieldmem could not match the {len(jax_order)} argument leaves it sees to the "
+            f"{len(info_leaves)} jax lowered (jax {jax.__version__}); please report this"
+        )
+    kept_sorted = sorted(kept) if kept is not None else list(range(len(jax_order)))
+    hlo_number = {jax_index: number for number, jax_index in enumerate(kept_sorted)}
+    position_in_jax = {(slot, tree.keystr(path)): n for n, (slot, path) in enumerate(jax_order)}
+
+    result: list[InputLeaf] = []
+    slots: list[tuple[Any, str]] = [(i, names[i]) for i in dyn_positional] + [(k, k) for k in dyn_keywords]
+    for slot, display in slots:
+        value = call.args[slot] if isinstance(slot, int) else call.kwargs[slot]
+        for path, leaf in tree.tree_flatten_with_path(value)[0]:
+            jax_index = position_in_jax[(slot, tree.keystr(path))]
+            info = info_leaves[jax_index]
+            aval = getattr(info, "_aval", None)
+            shape = tuple(getattr(aval, "shape", ()) or ())
+            dtype = _dtype_name(aval.dtype) if aval is not None else "unknown"
+            count = 1
+            for dim in shape:
+                count *= int(dim)
+            import numpy as np
+
+            itemsize = np.dtype(aval.dtype).itemsize if aval is not None else 0
+            result.append(
+                InputLeaf(
+                    index=len(result),
+                    path=display + tree.keystr(path),
+                    argument=display,
+                    shape=shape,
+                    dtype=dtype,
+                    bytes=count * itemsize,
+                    donated=bool(getattr(info, "donated", False)),
+                    hlo_parameter=hlo_number.get(jax_index),
+                    abstract=isinstance(leaf, jax.ShapeDtypeStruct),
+                )
+            )
+    return tuple(result)
+
+
+def _outputs(lowered: Any) -> tuple[OutputLeaf, ...]:
+    jax = _jax()
+    import numpy as np
+
+    out_info = lowered.out_info
+    flat = jax.tree_util.tree_flatten_with_path(out_info)[0]
+    outputs = []
+    for n, (path, leaf) in enumerate(flat):
+        shape = tuple(getattr(leaf, "shape", ()) or ())
+        dtype = np.dtype(leaf.dtype)
+        count = 1
+        for dim in shape:
+            count *= int(dim)
+        outputs.append(
+            OutputLeaf(
+                index=n,
+                path="out" + jax.tree_util.keystr(path),
+                shape=shape,
+                dtype=dtype.name,
+                bytes=count * dtype.itemsize,
+            )
+        )
+    return tuple(outputs)
+
+
+def _memory(compiled: Any) -> tuple[dict[str, int | None], dict[str, str]]:
+    """``memory_analysis()`` read in one place; a missing figure is None with a reason."""
+    figures: dict[str, int | None] = {}
+    unavailable: dict[str, str] = {}
+    try:
+        analysis = compiled.memory_analysis()
+    except Exception as exc:  # some backends raise instead of returning None
+        analysis = None
+        reason = f"memory_analysis() failed on this backend: {type(exc).__name__}: {exc}"
+    else:
+        reason = "memory_analysis() returned nothing on this backend"
+    for name, attribute in MEMORY_FIELDS.items():
+        value = getattr(analysis, attribute, None) if analysis is not None else None
+        if value is None:
+            figures[name] = None
+            unavailable[name] = (
+                reason if analysis is None else f"memory_analysis() has no {attribute} in this jaxlib"
+            )
+        else:
+            figures[name] = int(value)
+    return figures, unavailable
+
+
+def _kept_var_idx(lowered: Any) -> tuple[set[int] | None, bool]:
+    try:
+        compile_args = lowered._lowering.compile_args
+    except AttributeError:
+        return None, False
+    kept = compile_args.get("kept_var_idx")
+    return (set(kept) if kept is not None else None), bool(compile_args.get("tuple_args", False))
+
+
+def _donated_argument_names(call: PreparedCall, lowered: Any) -> tuple[str, ...]:
+    names = _positional_names(call.signature, len(call.args))
+    jax = _jax()
+    # read what jax actually donates (the user's jit object may donate by name)
+    donated: list[str] = []
+    positional_info, keyword_info = lowered.args_info
+    dyn_positional = [i for i in range(len(call.args)) if i not in call.static_positions]
+    for i, info in zip(dyn_positional, positional_info):
+        leaves = jax.tree_util.tree_leaves(info, is_leaf=lambda x: hasattr(x, "donated"))
+        if leaves and any(getattr(leaf, "donated", False) for leaf in leaves):
+            donated.append(names[i])
+    for key in call.kwargs:
+        if key in keyword_info:
+            leaves = jax.tree_util.tree_leaves(keyword_info[key], is_leaf=lambda x: hasattr(x, "donated"))
+            if leaves and any(getattr(leaf, "donated", False) for leaf in leaves):
+                donated.append(key)
+    return tuple(donated)
+
+
+def _lower(call: PreparedCall, donated: bool) -> tuple[Any, tuple[str, ...], float]:
+    jitted = _jit(call, donated)
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            lowered = jitted.lower(*call.args, **call.kwargs)
+        except Exception as exc:
+            raise CompileError(f"tracing/lowering failed: {_first_line(exc)}") from exc
+    messages = tuple(str(w.message) for w in caught)
+    return lowered, messages, time.perf_counter() - start
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    head = text[0] if text else ""
+    return f"{type(exc).__name__}: {head}" if head else type(exc).__name__
+
+
+def _compile(lowered: Any) -> tuple[Any, float]:
+    start = time.perf_counter()
+    try:
+        compiled = lowered.compile()
+    except Exception as exc:
+        raise CompileError(f"XLA compilation failed: {_first_line(exc)}") from exc
+    return compiled, time.perf_counter() - start
+
+
+def compile_variants(call: PreparedCall, *, jobs: int = 1) -> tuple[CompiledVariant, CompiledVariant]:
+    """Lower and compile ``call`` without donation (plain) and with it (donated).
+
+    Lowering (tracing, Python-bound) runs in this thread, so jax's warnings
+    are captured reliably; the two XLA compiles run concurrently when
+    ``jobs`` > 1 (XLA:CPU already compiles on several threads, so this pays
+    only with cores to spare).
+    """
+    lowered_plain, warnings_plain, lower_plain_s = _lower(call, donated=False)
+    lowered_donated, warnings_donated, lower_donated_s = _lower(call, donated=True)
+    if jobs > 1:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            futures = [pool.submit(_compile, lowered_plain), pool.submit(_compile, lowered_donated)]
+            (compiled_plain, plain_s), (compiled_donated, donated_s) = [f.result() for f in futures]
+    else:
+        compiled_plain, plain_s = _compile(lowered_plain)
+        compiled_donated, donated_s = _compile(lowered_donated)
+    return (
+        _variant("plain", call, lowered_plain, compiled_plain, warnings_plain, lower_plain_s, plain_s),
+        _variant("donated", call, lowered_donated, compiled_donated, warnings_donated, lower_donated_s, donated_s),
+    )
+
+
+def _variant(
+    name: str,
+    call: PreparedCall,
+    lowered: Any,
+    compiled: Any,
+    lowering_warnings: tuple[str, ...],
+    lower_seconds: float,
+    compile_seconds: float,
+) -> CompiledVariant:
+    kept, tuple_args = _kept_var_idx(lowered)
+    memory, unavailable = _memory(compiled)
+    return CompiledVariant(
+        name=name,
+        donated_arguments=_donated_argument_names(call, lowered),
+        inputs=_leaves(call, lowered.args_info, kept),
+        outputs=_outputs(lowered),
+        hlo_text=compiled.as_text(),
+        memory=memory,
+        memory_unavailable=unavailable,
+        lowering_warnings=lowering_warnings,
+        tuple_args=tuple_args,
+        lower_seconds=lower_seconds,
+        compile_seconds=compile_seconds,
+    )
+
+
+# ----------------------------------------------------------------------------
+# Example arguments from --shapes
+
+
+def shape_structs(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> tuple[Any, ...]:
+    """``jax.ShapeDtypeStruct`` for each parsed ``--shapes`` entry (nothing allocated)."""
+    jax = _jax()
+    import numpy as np
+
+    return tuple(jax.ShapeDtypeStruct(shape, np.dtype(dtype) if dtype != "bfloat16" else jax.numpy.bfloat16)
+                 for dtype, shape in shapes)

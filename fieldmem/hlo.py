@@ -1,0 +1,814 @@
+"""Optimized HLO text -> aliases, copies, source locations, loops.
+
+This module reads the text that ``Compiled.as_text()`` returns (XLA's optimized,
+scheduled HLO module) and nothing else. It never imports jax, so every function
+here is tested on golden text without compiling anything. The layout of the
+text shifts between XLA versions; everything that reads it lives here, and a
+field that is missing is reported as missing rather than guessed.
+
+Two generations of source metadata are understood: the older inline
+``source_file="..." source_line=N`` and the newer ``stack_frame_id=N`` that
+points into the ``FileNames``/``FunctionNames``/``FileLocations``/``StackFrames``
+tables printed after the module header.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+__all__ = [
+    "AliasEntry",
+    "CopySite",
+    "HloInstruction",
+    "HloComputation",
+    "HloModule",
+    "HloParseError",
+    "SourceLocation",
+    "find_copies",
+    "parse_hlo_module",
+    "shape_bytes",
+]
+
+# Bytes per element of XLA's primitive types. Sub-byte types are rounded up
+# per element, which is how XLA:CPU stores them unless packed.
+_ELEMENT_BYTES: dict[str, int] = {
+    "pred": 1,
+    "s2": 1, "u2": 1, "s4": 1, "u4": 1,
+    "s8": 1, "u8": 1,
+    "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+    "s32": 4, "u32": 4, "f32": 4,
+    "s64": 8, "u64": 8, "f64": 8, "c64": 8,
+    "c128": 16,
+    "token": 0,
+}
+_F8 = re.compile(r"^f8e\w+$|^f4e\w+$|^f6e\w+$")
+
+_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?")
+
+
+class HloParseError(ValueError):
+    """The text is not an HLO module this parser understands."""
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A line of user code that an HLO instruction came from."""
+
+    file: str
+    line: int
+    function: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class HloInstruction:
+    """One instruction of a computation, as printed."""
+
+    name: str
+    opcode: str
+    shape: str
+    operands: tuple[str, ...]
+    called: tuple[str, ...] = ()
+    is_root: bool = False
+    op_name: str | None = None
+    source: SourceLocation | None = None
+    parameter_number: int | None = None
+    tuple_index: int | None = None
+    backend_config: str | None = None
+
+    @property
+    def bytes(self) -> int:
+        return shape_bytes(self.shape)
+
+
+@dataclass(frozen=True)
+class HloComputation:
+    name: str
+    is_entry: bool
+    instructions: tuple[HloInstruction, ...]
+
+    def by_name(self) -> dict[str, HloInstruction]:
+        return {i.name: i for i in self.instructions}
+
+    @property
+    def root(self) -> HloInstruction | None:
+        for instruction in self.instructions:
+            if instruction.is_root:
+                return instruction
+        return self.instructions[-1] if self.instructions else None
+
+
+@dataclass(frozen=True)
+class AliasEntry:
+    """One ``input_output_alias`` entry: output ``output_index`` reuses a parameter."""
+
+    output_index: tuple[int, ...]
+    parameter_number: int
+    parameter_index: tuple[int, ...]
+    kind: str
+
+
+@dataclass(frozen=True)
+class HloModule:
+    name: str
+    computations: tuple[HloComputation, ...]
+    aliases: tuple[AliasEntry, ...]
+    buffer_donors: tuple[tuple[int, tuple[int, ...]], ...]
+    is_scheduled: bool
+    entry_parameter_shapes: tuple[str, ...] = ()
+    entry_result_shape: str | None = None
+
+    @property
+    def entry(self) -> HloComputation:
+        for computation in self.computations:
+            if computation.is_entry:
+                return computation
+        raise HloParseError("the HLO module has no ENTRY computation")
+
+    def computation(self, name: str) -> HloComputation | None:
+        for computation in self.computations:
+            if computation.name == name:
+                return computation
+        return None
+
+    def loop_bodies(self) -> dict[str, LoopInfo]:
+        """Computations run once per iteration of a while loop, with that loop's facts.
+
+        A computation called (directly or through fusions, calls and nested
+        loops) from a while body or condition is counted as in the loop; the
+        innermost loop wins for the trip count.
+        """
+        by_name = {c.name: c for c in self.computations}
+        result: dict[str, LoopInfo] = {}
+
+        def visit(name: str, loop: LoopInfo, seen: set[str]) -> None:
+            if name in seen or name not in by_name:
+                return
+            seen.add(name)
+            result.setdefault(name, loop)
+            for instruction in by_name[name].instructions:
+                if instruction.opcode == "while":
+                    inner = _loop_info(instruction, name)
+                    for callee in instruction.called:
+                        visit(callee, inner, set())
+                else:
+                    for callee in instruction.called:
+                        visit(callee, loop, seen)
+
+        for computation in self.computations:
+            for instruction in computation.instructions:
+                if instruction.opcode == "while" and computation.name not in result:
+                    info = _loop_info(instruction, computation.name)
+                    for callee in instruction.called:
+                        visit(callee, info, set())
+        return result
+
+
+@dataclass(frozen=True)
+class LoopInfo:
+    """A while loop: its instruction, the computation holding it, its trip count."""
+
+    instruction: str
+    computation: str
+    trip_count: int | None
+    source: SourceLocation | None
+
+
+@dataclass(frozen=True)
+class CopySite:
+    """A ``copy`` (or ``copy-start``) that XLA kept in the optimized program."""
+
+    instruction: str
+    computation: str
+    shape: str
+    bytes: int
+    operand: str | None
+    parameter_number: int | None
+    parameter_index: tuple[int, ...]
+    layout_change: bool
+    loop: LoopInfo | None
+    source: SourceLocation | None
+    source_role: str | None  # "copy", "operand", "user" or None
+    feeds_output: bool = False
+    output_indices: tuple[tuple[int, ...], ...] = field(default_factory=tuple)
+
+
+# ----------------------------------------------------------------------------
+# Shapes
+
+
+def _element_bytes(dtype: str) -> int:
+    if dtype in _ELEMENT_BYTES:
+        return _ELEMENT_BYTES[dtype]
+    if _F8.match(dtype):
+        return 1
+    raise HloParseError(f"unknown HLO element type {dtype!r}")
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO shape string such as ``f32[64,128]{1,0}`` or a tuple of them.
+
+    Dynamic dimensions (``<=8``) count at their bound, as XLA allocates them.
+    """
+    total = 0
+    for dtype, dims, _layout in _ARRAY_SHAPE.findall(shape):
+        count = 1
+        for dim in dims.split(","):
+            dim = dim.strip().lstrip("<=")
+            if dim:
+                count *= int(dim)
+        total += count * _element_bytes(dtype)
+    return total
+
+
+def _layout(shape: str) -> str | None:
+    match = _ARRAY_SHAPE.fullmatch(shape.strip())
+    if not match or not match.group(3):
+        return None
+    return match.group(3)
+
+
+def _tuple_elements(shape: str) -> list[str]:
+    shape = shape.strip()
+    if not shape.startswith("("):
+        return [shape]
+    return [part.strip() for part in _split_top_level(shape[1:-1]) if part.strip()]
+
+
+# ----------------------------------------------------------------------------
+# Low-level scanning
+
+
+def _matching(text: str, start: int) -> int:
+    """Index just past the bracket that closes ``text[start]``, honouring quotes."""
+    pairs = {"(": ")", "{": "}", "[": "]"}
+    stack = [pairs[text[start]]]
+    i = start + 1
+    in_string = False
+    while i < len(text):
+        char = text[i]
+        if in_string:
+            if char == "\\":
+                i += 2
+                continue
+            if char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in pairs:
+            stack.append(pairs[char])
+        elif char in ")}]":
+            if not stack or char != stack[-1]:
+                raise HloParseError(f"unbalanced {char!r} in {text[:120]!r}")
+            stack.pop()
+            if not stack:
+                return i + 1
+        i += 1
+    raise HloParseError(f"unclosed bracket in {text[:120]!r}")
+
+
+def _split_top_level(text: str, sep: str = ",") -> list[str]:
+    parts: list[str] = []
+    depth = 0
+    in_string = False
+    current: list[str] = []
+    i = 0
+    while i < len(text):
+        char = text[i]
+        if in_string:
+            current.append(char)
+            if char == "\\" and i + 1 < len(text):
+                current.append(text[i + 1])
+                i += 2
+                continue
+            if char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+            current.append(char)
+        elif char in "({[":
+            depth += 1
+            current.append(char)
+        elif char in ")}]":
+            depth -= 1
+            current.append(char)
+        elif char == sep and depth == 0:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(char)
+        i += 1
+    parts.append("".join(current))
+    return parts
+
+
+def _attributes(text: str) -> dict[str, str]:
+    """``key=value`` pairs of the attribute tail of an instruction or header."""
+    result: dict[str, str] = {}
+    for part in _split_top_level(text):
+        key, sep, value = part.strip().partition("=")
+        if sep:
+            result[key.strip()] = value.strip()
+    return result
+
+
+def _index_tuple(text: str) -> tuple[int, ...]:
+    text = text.strip().strip("{}").strip()
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+# ----------------------------------------------------------------------------
+# Header and source tables
+
+_ALIAS_ENTRY = re.compile(
+    r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*(?:,\s*([\w-]+))?\s*\)"
+)
+_DONOR_ENTRY = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
+_TABLE_HEADERS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_TABLE_ROW = re.compile(r"^\s*(\d+)\s+(.*)$")
+
+
+def _header_value(header: str, key: str) -> str | None:
+    marker = f"{key}="
+    at = header.find(marker)
+    if at < 0:
+        return None
+    start = at + len(marker)
+    if start < len(header) and header[start] in "{(":
+        return header[start:_matching(header, start)]
+    end = header.find(",", start)
+    return header[start:end if end >= 0 else len(header)]
+
+
+def _parse_header(header: str) -> tuple[str, dict[str, str | None]]:
+    body = header[len("HloModule"):].strip()
+    name = body.split(",", 1)[0].strip()
+    keys = ("input_output_alias", "buffer_donor", "is_scheduled", "entry_computation_layout")
+    return name, {key: _header_value(body, key) for key in keys}
+
+
+@dataclass
+class _SourceTables:
+    file_names: dict[int, str] = field(default_factory=dict)
+    function_names: dict[int, str] = field(default_factory=dict)
+    file_locations: dict[int, dict[str, str]] = field(default_factory=dict)
+    stack_frames: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    def location(self, frame_id: int) -> SourceLocation | None:
+        frame = self.stack_frames.get(frame_id)
+        if frame is None:
+            return None
+        loc = self.file_locations.get(int(frame.get("file_location_id", -1)))
+        if loc is None:
+            return None
+        file_name = self.file_names.get(int(loc.get("file_name_id", -1)))
+        line = loc.get("line")
+        if file_name is None or line is None:
+            return None
+        function = self.function_names.get(int(loc.get("function_name_id", -1)))
+        return SourceLocation(file=file_name, line=int(line), function=function)
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text[1:-1]
+    return text
+
+
+def _parse_tables(lines: list[str]) -> _SourceTables:
+    tables = _SourceTables()
+    current: str | None = None
+    for line in lines:
+        stripped = line.strip()
+        if stripped in _TABLE_HEADERS:
+            current = stripped
+            continue
+        if not stripped:
+            current = None
+            continue
+        if current is None:
+            continue
+        row = _TABLE_ROW.match(stripped)
+        if not row:
+            continue
+        index, rest = int(row.group(1)), row.group(2).strip()
+        if current == "FileNames":
+            tables.file_names[index] = _unquote(rest)
+        elif current == "FunctionNames":
+            tables.function_names[index] = _unquote(rest)
+        else:
+            fields = {m.group(1): m.group(2) for m in _METADATA_FIELD.finditer(rest)}
+            target = tables.file_locations if current == "FileLocations" else tables.stack_frames
+            target[index] = fields
+    return tables
+
+
+# ----------------------------------------------------------------------------
+# Instructions
+
+_COMPUTATION_START = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)?\{\s*$")
+_INSTRUCTION_START = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+_OPERAND_NAME = re.compile(r"%?([\w.\-]+)\s*$")
+_CALL_KEYS = (
+    "calls", "to_apply", "condition", "body", "true_computation",
+    "false_computation", "branch_computations", "called_computations",
+    "async_execution_thread",
+)
+_COMPUTATION_REF = re.compile(r"%?([\w.\-]+)")
+
+
+_METADATA_FIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
+
+
+def _parse_metadata(text: str, tables: _SourceTables) -> tuple[str | None, SourceLocation | None]:
+    # metadata fields are separated by spaces, not commas: {op_name="a b" stack_frame_id=2}
+    fields = {m.group(1): m.group(2) for m in _METADATA_FIELD.finditer(text)}
+    op_name = _unquote(fields["op_name"]) if "op_name" in fields else None
+    source: SourceLocation | None = None
+    if "stack_frame_id" in fields:
+        try:
+            source = tables.location(int(fields["stack_frame_id"]))
+        except ValueError:
+            source = None
+    if source is None and "source_file" in fields and "source_line" in fields:
+        try:
+            source = SourceLocation(_unquote(fields["source_file"]), int(fields["source_line"]))
+        except ValueError:
+            source = None
+    return op_name, source
+
+
+def _parse_instruction(line: str, tables: _SourceTables) -> HloInstruction:
+    match = _INSTRUCTION_START.match(line)
+    if not match:
+        raise HloParseError(f"cannot read HLO instruction: {line.strip()[:160]!r}")
+    is_root, name, rest = bool(match.group(1)), match.group(2), match.group(3)
+    # shape: a tuple "( ... )" or one token
+    if rest.startswith("("):
+        end = _matching(rest, 0)
+        shape, rest = rest[:end], rest[end:].lstrip()
+    else:
+        shape, _, rest = rest.partition(" ")
+        rest = rest.lstrip()
+        # a layout may be printed with spaces inside braces in rare cases
+        while shape.count("{") > shape.count("}") and rest:
+            more, _, rest = rest.partition(" ")
+            shape += " " + more
+    paren = rest.find("(")
+    if paren < 0:
+        raise HloParseError(f"HLO instruction without operands: {line.strip()[:160]!r}")
+    opcode = rest[:paren].strip()
+    close = _matching(rest, paren)
+    operand_text = rest[paren + 1:close - 1]
+    tail = rest[close:]
+    operands: list[str] = []
+    parameter_number: int | None = None
+    if opcode == "parameter":
+        try:
+            parameter_number = int(operand_text.strip())
+        except ValueError:
+            parameter_number = None
+    elif opcode != "constant":
+        for part in _split_top_level(operand_text):
+            part = part.strip()
+            if not part:
+                continue
+            found = _OPERAND_NAME.search(part)
+            if found:
+                operands.append(found.group(1))
+    attrs = _attributes(tail.lstrip(", "))
+    called: list[str] = []
+    for key in _CALL_KEYS:
+        if key in attrs and key != "async_execution_thread":
+            for ref in _COMPUTATION_REF.findall(attrs[key].strip("{}")):
+                called.append(ref)
+    op_name, source = (None, None)
+    if "metadata" in attrs:
+        op_name, source = _parse_metadata(attrs["metadata"], tables)
+    tuple_index = None
+    if opcode == "get-tuple-element" and "index" in attrs:
+        try:
+            tuple_index = int(attrs["index"])
+        except ValueError:
+            tuple_index = None
+    return HloInstruction(
+        name=name,
+        opcode=opcode,
+        shape=shape.strip(),
+        operands=tuple(operands),
+        called=tuple(called),
+        is_root=is_root,
+        op_name=op_name,
+        source=source,
+        parameter_number=parameter_number,
+        tuple_index=tuple_index,
+        backend_config=attrs.get("backend_config"),
+    )
+
+
+def _loop_info(instruction: HloInstruction, computation: str) -> LoopInfo:
+    trip_count: int | None = None
+    config = instruction.backend_config
+    if config:
+        text = config
+        if text.startswith('"'):
+            text = _unquote(text)
+        try:
+            data = json.loads(text)
+            trip_count = int(data["known_trip_count"]["n"])
+        except (ValueError, KeyError, TypeError):
+            found = re.search(r'known_trip_count[^0-9]*?"?n"?\s*[:=]\s*"?(\d+)', text)
+            trip_count = int(found.group(1)) if found else None
+    return LoopInfo(
+        instruction=instruction.name,
+        computation=computation,
+        trip_count=trip_count,
+        source=instruction.source,
+    )
+
+
+# ----------------------------------------------------------------------------
+# Module
+
+
+def parse_hlo_module(text: str) -> HloModule:
+    """Parse the optimized HLO text of one module.
+
+    Arguments:
+        text: what ``jax.stages.Compiled.as_text()`` returns (the first module
+            when several are printed).
+
+    Returns:
+        An :class:`HloModule` with every computation and instruction, the
+        ``input_output_alias`` and ``buffer_donor`` entries of the header, and
+        a source location for each instruction whose metadata names one.
+
+    Raises:
+        HloParseError: the text has no ``HloModule`` header or cannot be read.
+    """
+    lines = text.splitlines()
+    header_at = next((i for i, line in enumerate(lines) if line.startswith("HloModule")), None)
+    if header_at is None:
+        raise HloParseError("no 'HloModule' header: this is not HLO text")
+    name, header = _parse_header(lines[header_at])
+    tables = _parse_tables(lines[header_at + 1:])
+
+    computations: list[HloComputation] = []
+    current_name: str | None = None
+    current_entry = False
+    current: list[HloInstruction] = []
+    pending = ""
+    for raw in lines[header_at + 1:]:
+        if current_name is None:
+            start = _COMPUTATION_START.match(raw)
+            if start and not raw.startswith(" "):
+                current_name = start.group(2)
+                current_entry = bool(start.group(1))
+                current = []
+            continue
+        if raw.strip() == "}":
+            computations.append(HloComputation(current_name, current_entry, tuple(current)))
+            current_name = None
+            if pending:
+                raise HloParseError(f"truncated HLO instruction: {pending[:160]!r}")
+            continue
+        if not raw.strip():
+            continue
+        line = pending + raw if pending else raw
+        try:
+            current.append(_parse_instruction(line, tables))
+            pending = ""
+        except HloParseError:
+            # an instruction printed over several lines: keep reading
+            if line.count("(") + line.count("{") > line.count(")") + line.count("}"):
+                pending = line + " "
+                continue
+            raise
+    if current_name is not None:
+        raise HloParseError(f"computation {current_name!r} is not closed")
+    if not computations:
+        raise HloParseError("the HLO module has no computations")
+
+    aliases = tuple(
+        AliasEntry(
+            output_index=_index_tuple(m.group(1)),
+            parameter_number=int(m.group(2)),
+            parameter_index=_index_tuple(m.group(3)),
+            kind=m.group(4) or "may-alias",
+        )
+        for m in _ALIAS_ENTRY.finditer(header["input_output_alias"] or "")
+    )
+    donors = tuple(
+        (int(m.group(1)), _index_tuple(m.group(2)))
+        for m in _DONOR_ENTRY.finditer(header["buffer_donor"] or "")
+    )
+    params: tuple[str, ...] = ()
+    result: str | None = None
+    layout = header["entry_computation_layout"]
+    if layout:
+        inner = layout.strip()[1:-1] if layout.strip().startswith("{") else layout
+        arrow = _split_top_level(inner, ">")
+        if len(arrow) == 2 and arrow[0].endswith("-"):
+            params_text = arrow[0][:-1].strip()
+            if params_text.startswith("("):
+                params = tuple(p.strip() for p in _split_top_level(params_text[1:-1]) if p.strip())
+            result = arrow[1].strip()
+    return HloModule(
+        name=name,
+        computations=tuple(computations),
+        aliases=aliases,
+        buffer_donors=donors,
+        is_scheduled=(header["is_scheduled"] or "").strip() == "true",
+        entry_parameter_shapes=params,
+        entry_result_shape=result,
+    )
+
+
+# ----------------------------------------------------------------------------
+# Copies
+
+_TRANSPARENT = ("bitcast", "get-tuple-element", "copy")
+
+
+def _trace_parameter(
+    name: str, by_name: dict[str, HloInstruction]
+) -> tuple[int | None, tuple[int, ...]]:
+    """The entry parameter (number, tuple index) a value is a view of, if any."""
+    index: list[int] = []
+    seen = 0
+    while name in by_name and seen < 64:
+        seen += 1
+        instruction = by_name[name]
+        if instruction.opcode == "parameter":
+            return instruction.parameter_number, tuple(reversed(index))
+        if instruction.opcode not in _TRANSPARENT or not instruction.operands:
+            return None, ()
+        if instruction.opcode == "get-tuple-element" and instruction.tuple_index is not None:
+            index.append(instruction.tuple_index)
+        name = instruction.operands[0]
+    return None, ()
+
+
+def _output_positions(
+    name: str, computation: HloComputation, by_name: dict[str, HloInstruction]
+) -> tuple[tuple[int, ...], ...]:
+    """Output tuple indices at which the value ``name`` is returned directly."""
+    root = computation.root
+    if root is None:
+        return ()
+    if root.name == name:
+        return ((),)
+    positions: list[tuple[int, ...]] = []
+
+    def walk(instr: HloInstruction, prefix: tuple[int, ...]) -> None:
+        if instr.opcode != "tuple":
+            return
+        for i, operand in enumerate(instr.operands):
+            if operand == name:
+                positions.append(prefix + (i,))
+            elif operand in by_name:
+                walk(by_name[operand], prefix + (i,))
+
+    walk(root, ())
+    return tuple(positions)
+
+
+def find_copies(module: HloModule) -> list[CopySite]:
+    """Every ``copy``/``copy-start`` XLA kept, with what it copies and where.
+
+    The source line is the copy's own metadata when it has one; XLA usually
+    inserts copies without metadata, so it falls back to the instruction that
+    produced the copied value, then to the first instruction that reads the
+    copy (for a copied input that is the update which needed it). A copy that
+    is returned as an output is marked ``feeds_output``.
+    """
+    loops = module.loop_bodies()
+    entry_name = module.entry.name
+    # inside a fusion a copy is a register move, not a buffer of its own
+    fusion_bodies = _fusion_bodies(module)
+    copies: list[CopySite] = []
+    for computation in module.computations:
+        if computation.name in fusion_bodies:
+            continue
+        by_name = computation.by_name()
+        users: dict[str, list[HloInstruction]] = {}
+        for instruction in computation.instructions:
+            for operand in instruction.operands:
+                users.setdefault(operand, []).append(instruction)
+        for instruction in computation.instructions:
+            if instruction.opcode not in ("copy", "copy-start"):
+                continue
+            operand = instruction.operands[0] if instruction.operands else None
+            parameter_number: int | None = None
+            parameter_index: tuple[int, ...] = ()
+            if operand is not None and computation.name == entry_name:
+                parameter_number, parameter_index = _trace_parameter(operand, by_name)
+            shape = instruction.shape
+            if instruction.opcode == "copy-start":
+                # copy-start returns (destination, source, context): the copied array is element 0
+                elements = _tuple_elements(shape)
+                shape = elements[0] if elements else shape
+            operand_shape = by_name[operand].shape if operand in by_name else None
+            layout_change = bool(
+                operand_shape is not None
+                and _layout(operand_shape) is not None
+                and _layout(shape) is not None
+                and _layout(operand_shape) != _layout(shape)
+            )
+            source, role = instruction.source, "copy" if instruction.source else None
+            if source is None and operand in by_name and by_name[operand].opcode != "parameter":
+                source, role = by_name[operand].source, "operand" if by_name[operand].source else None
+            if source is None:
+                source = _first_user_source(instruction.name, users)
+                role = "user" if source is not None else None
+            outputs = (
+                _output_positions(instruction.name, computation, by_name)
+                if computation.name == entry_name
+                else ()
+            )
+            copies.append(
+                CopySite(
+                    instruction=instruction.name,
+                    computation=computation.name,
+                    shape=shape,
+                    bytes=shape_bytes(shape),
+                    operand=operand,
+                    parameter_number=parameter_number,
+                    parameter_index=parameter_index,
+                    layout_change=layout_change,
+                    loop=loops.get(computation.name),
+                    source=source,
+                    source_role=role,
+                    feeds_output=bool(outputs),
+                    output_indices=outputs,
+                )
+            )
+    return copies
+
+
+def _first_user_source(
+    name: str, users: dict[str, list[HloInstruction]]
+) -> SourceLocation | None:
+    """Source of the nearest reader of ``name``, looking through tuples and views."""
+    frontier = [name]
+    seen = {name}
+    for _depth in range(4):
+        following: list[str] = []
+        for value in frontier:
+            for user in users.get(value, []):
+                if user.source is not None:
+                    return user.source
+                if user.opcode in ("tuple", "bitcast", "get-tuple-element") and user.name not in seen:
+                    seen.add(user.name)
+                    following.append(user.name)
+        frontier = following
+    return None
+
+
+def _fusion_bodies(module: HloModule) -> set[str]:
+    """Computations that are the inside of a fusion (no buffers of their own)."""
+    bodies: set[str] = set()
+    for computation in module.computations:
+        for instruction in computation.instructions:
+            if instruction.opcode == "fusion":
+                bodies.update(instruction.called)
+    return bodies
+
+
+def output_values(module: HloModule) -> list[HloInstruction | None]:
+    """The entry instruction that produces each output leaf, in output order.
+
+    jax returns a flat tuple of leaves; a non-tuple root is a single output.
+    """
+    entry = module.entry
+    by_name = entry.by_name()
+    root = entry.root
+    if root is None:
+        return []
+    if root.opcode != "tuple":
+        return [root]
+    return [by_name.get(operand) for operand in root.operands]
+
+
+def value_source(module: HloModule, instruction: HloInstruction | None) -> SourceLocation | None:
+    """Source line of a value: its own metadata, else that of what it views or copies."""
+    if instruction is None:
+        return None
+    by_name = module.entry.by_name()
+    seen = 0
+    while instruction is not None and seen < 16:
+        seen += 1
+        if instruction.source is not None:
+            return instruction.source
+        if instruction.opcode not in _TRANSPARENT or not instruction.operands:
+            return None
+        instruction = by_name.get(instruction.operands[0])
+    return None

@@ -1,0 +1,106 @@
+"""The registration API: ``fieldmem.case(...)`` names a function and its example arguments.
+
+A module registers its cases at import time; ``fieldmem check pkg.model``
+then checks every case registered by ``pkg.model``. Registering imports no
+jax and allocates nothing: the args factory runs only when fieldmem checks.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fieldmem.errors import OptionError
+from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes
+
+__all__ = ["Case", "case", "registered_cases"]
+
+EXPECTATIONS = ("in-place", "any")
+
+_REGISTRY: dict[str, list["Case"]] = {}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A function to check, with where its example arguments come from."""
+
+    function: Callable[..., Any]
+    args: Callable[[], Any] | None
+    name: str | None
+    donate: DonateSpec
+    static: StaticSpec
+    expect: str | None
+    max_peak: int | None
+    module: str
+
+
+def _check_expect(expect: str | None) -> str | None:
+    if expect is not None and expect not in EXPECTATIONS:
+        raise OptionError(f"expect={expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
+    return expect
+
+
+def case(
+    function: Callable[..., Any] | None = None,
+    *,
+    args: Callable[[], Any] | None = None,
+    name: str | None = None,
+    donate: "str | int | tuple | list | None" = None,
+    static: "str | int | tuple | list | None" = None,
+    expect: str | None = None,
+    max_peak: "str | int | None" = None,
+) -> Any:
+    """Register ``function`` to be checked by ``fieldmem check <this module>``.
+
+    Arguments:
+        function: the update function, a plain function or a ``jax.jit`` object.
+        args: a callable returning the positional arguments tuple, or a pair
+            ``(args, kwargs)``. It may return ``jax.ShapeDtypeStruct``s, in
+            which case nothing is allocated.
+        name: display name (default ``module:function``).
+        donate: ``"all"``, ``"none"``, argument numbers or names; default: the
+            jit object's own donation, or every array argument.
+        static: extra static arguments (numbers or names).
+        expect: ``"in-place"`` to fail the check when the donated variant is
+            not in place; ``"any"`` (default) only reports.
+        max_peak: a budget such as ``"64MiB"`` for the donated footprint.
+
+    Returns:
+        ``function`` unchanged, so ``case`` also works as a decorator::
+
+            @fieldmem.case(args=lambda: (jnp.zeros((1024, 1024)),), expect="in-place")
+            @jax.jit
+            def update(u):
+                return u.at[0].set(1.0)
+    """
+    module = sys._getframe(1).f_globals.get("__name__", "__main__")
+    settings = dict(
+        args=args,
+        name=name,
+        donate=DonateSpec.parse(donate),
+        static=StaticSpec.parse(static),
+        expect=_check_expect(expect),
+        max_peak=parse_bytes(max_peak) if max_peak is not None else None,
+        module=module,
+    )
+    if args is not None and not callable(args):
+        raise OptionError(
+            f"fieldmem.case(args=...) must be a callable returning the arguments, got {type(args).__name__}: "
+            "wrap it, e.g. args=lambda: (x, y)"
+        )
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(fn):
+            raise OptionError(f"fieldmem.case() registers a function, got {type(fn).__name__}")
+        _REGISTRY.setdefault(module, []).append(Case(function=fn, **settings))  # type: ignore[arg-type]
+        return fn
+
+    if function is None:
+        return register
+    return register(function)
+
+
+def registered_cases(module: str) -> list[Case]:
+    """The cases registered while importing ``module``, in registration order."""
+    return list(_REGISTRY.get(module, []))

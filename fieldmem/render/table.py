@@ -1,0 +1,182 @@
+"""Terminal renderer: one row per target, plain vs donated, then the verdicts.
+
+It formats what the report holds and decides nothing: which copies are shown
+is the ``min_bytes`` threshold (the report keeps them all), everything else is
+layout. ``verbose`` adds, per target, every memory figure, alias, unusable
+donation, copy and finding.
+"""
+
+from __future__ import annotations
+
+import io
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from fieldmem.render import RenderOptions
+from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Variant
+from fieldmem.spec import format_bytes
+
+_TOP_COPIES = 3
+_STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
+
+
+def _pair(plain: int | None, donated: int | None) -> str:
+    return f"{format_bytes(plain)} → {format_bytes(donated)}"
+
+
+def _copies_shown(variant: Variant, min_bytes: int) -> list:
+    return [c for c in variant.copies if c.bytes >= min_bytes]
+
+
+def _verdict_cell(result: TargetResult) -> Text:
+    if result.status == "error" or result.verdict is None:
+        return Text("error", style="bold red")
+    failed = result.failed_checks
+    if result.verdict.in_place:
+        text = Text("in place", style="bold green")
+    else:
+        text = Text("not in place", style="bold red")
+    if failed:
+        text.append(f" ✗ {', '.join(c.name for c in failed)}", style="red")
+    return text
+
+
+def _summary_table(report: Report, options: RenderOptions) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("target", overflow="fold")
+    table.add_column("donated")
+    table.add_column("verdict")
+    table.add_column("footprint plain → donated", justify="right")
+    table.add_column("saved", justify="right")
+    table.add_column("XLA peak plain → donated", justify="right")
+    table.add_column("copies plain/donated", justify="right")
+    for result in report.results:
+        if result.status == "error":
+            table.add_row(result.name, "", _verdict_cell(result), "", "", "", "")
+            continue
+        plain, donated = result.variants["plain"], result.variants["donated"]
+        table.add_row(
+            result.name,
+            ", ".join(donated.donated_arguments) or "(none)",
+            _verdict_cell(result),
+            _pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes),
+            format_bytes(result.savings.get("footprint_bytes")),
+            _pair(plain.memory.peak_bytes, donated.memory.peak_bytes),
+            f"{len(_copies_shown(plain, options.min_bytes))}/{len(_copies_shown(donated, options.min_bytes))}",
+        )
+    return table
+
+
+def _details(console: Console, result: TargetResult, options: RenderOptions) -> None:
+    console.print(Text(result.name, style="bold"), end="")
+    if result.definition:
+        console.print(Text(f"  ({result.definition})", style="dim"), end="")
+    console.print()
+    if result.status == "error" or result.verdict is None:
+        message = result.error.message if result.error else "unknown error"
+        console.print(Text(f"  error: {message}", style="red"))
+        return
+    console.print(Text(f"  {result.verdict.summary}"))
+    for check in result.checks:
+        mark, style = ("✓", "green") if check.passed else ("✗", "red")
+        console.print(Text(f"  {mark} {check.name}: {check.message}", style=style))
+    findings = result.verdict.findings if options.verbose else [
+        f for f in result.verdict.findings if f.severity != "info" or f.code == "plain-copy"
+    ]
+    for finding in findings[: None if options.verbose else 6]:
+        console.print(Text(f"  • {finding.message}", style=_STYLE.get(finding.severity, "")))
+    hidden = len(findings) - 6
+    if not options.verbose and hidden > 0:
+        console.print(Text(f"  … {hidden} more (use -v)", style="dim"))
+    if not options.verbose:
+        shown = [
+            (name, c)
+            for name in ("plain", "donated")
+            for c in _copies_shown(result.variants[name], options.min_bytes)[:_TOP_COPIES]
+        ]
+        for name, c in shown:
+            what = c.of_parameter or c.shape
+            where = f" at {c.source}" if c.source else ""
+            console.print(Text(f"  {name} copy: {what} {format_bytes(c.bytes)} [{c.kind}]{where}", style="dim"))
+        return
+    _verbose(console, result, options)
+
+
+def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> None:
+    plain, donated = result.variants["plain"], result.variants["donated"]
+    figures = Table(box=box.SIMPLE, title="memory (XLA memory_analysis; footprint = argument + output + temp − alias)")
+    figures.add_column("figure")
+    figures.add_column("plain", justify="right")
+    figures.add_column("donated", justify="right")
+    figures.add_column("saved", justify="right")
+    for name in MEMORY_FIGURES:
+        figures.add_row(
+            name,
+            format_bytes(getattr(plain.memory, name)),
+            format_bytes(getattr(donated.memory, name)),
+            format_bytes(result.savings.get(name)),
+        )
+    console.print(figures)
+    for name, reason in sorted(donated.memory.unavailable.items()):
+        console.print(Text(f"  {name} unavailable: {reason}", style="dim"))
+
+    if donated.aliases:
+        aliases = Table(box=box.SIMPLE, title="aliases (donated input → output reusing its buffer)")
+        for column in ("input", "#", "output", "#", "bytes"):
+            aliases.add_column(column, justify="right" if column in ("#", "bytes") else "left")
+        for a in donated.aliases:
+            aliases.add_row(a.input, str(a.input_index), a.output, str(a.output_index), format_bytes(a.bytes))
+        console.print(aliases)
+    if donated.unusable_donations:
+        unusable = Table(box=box.SIMPLE, title="unusable donations")
+        for column in ("input", "#", "bytes", "reason"):
+            unusable.add_column(column, overflow="fold")
+        for u in donated.unusable_donations:
+            unusable.add_row(u.input, str(u.input_index), format_bytes(u.bytes), u.reason)
+        console.print(unusable)
+    for variant in (plain, donated):
+        copies = _copies_shown(variant, options.min_bytes)
+        if not copies:
+            continue
+        table = Table(box=box.SIMPLE, title=f"copies in the {variant.name} variant (≥ {format_bytes(options.min_bytes)})")
+        for column in ("kind", "of", "shape", "bytes", "per call", "source", "computation"):
+            table.add_column(column, overflow="fold")
+        for c in copies:
+            per_call = format_bytes(c.bytes_per_call) + f" (×{c.trip_count})" if c.bytes_per_call is not None else ""
+            table.add_row(
+                c.kind, c.of_parameter or "", c.shape, format_bytes(c.bytes), per_call, c.source or "?", c.computation
+            )
+        console.print(table)
+    for variant in (plain, donated):
+        for warning in variant.jax_warnings:
+            console.print(Text(f"  jax warning ({variant.name}): {warning.splitlines()[0]}", style="yellow"))
+
+
+def render(report: Report, options: RenderOptions) -> str:
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=options.width,
+        force_terminal=options.color,
+        color_system="auto" if options.color else None,
+        highlight=False,
+        soft_wrap=False,
+    )
+    devices = len(report.devices)
+    console.print(
+        Text(
+            f"fieldmem {report.fieldmem_version} · jax {report.jax_version} · {report.backend}"
+            f" · {devices} device{'s' if devices != 1 else ''} (figures are per device)",
+            style="dim",
+        )
+    )
+    if not report.results:
+        console.print("no targets were checked")
+        return buffer.getvalue()
+    console.print(_summary_table(report, options))
+    for result in report.results:
+        _details(console, result, options)
+    return buffer.getvalue()

@@ -1,0 +1,315 @@
+"""The report: frozen dataclasses, and their JSON form ``fieldmem.report/1``.
+
+Everything a user sees is rendered from a :class:`Report`; nothing is computed
+in a renderer. ``Report.to_dict()`` is the JSON contract documented in
+``docs/report-schema.md``; ``Report.from_dict()`` reads it back (unknown keys
+are ignored, missing optional keys take their defaults) so later versions of
+fieldmem can compare against reports saved by earlier ones.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+__all__ = [
+    "SCHEMA",
+    "Alias",
+    "Check",
+    "Copy",
+    "DeviceInfo",
+    "ErrorInfo",
+    "Finding",
+    "InputInfo",
+    "MemoryFigures",
+    "OutputInfo",
+    "Report",
+    "ReportError",
+    "TargetResult",
+    "UnusableDonation",
+    "Variant",
+    "Verdict",
+]
+
+SCHEMA = "fieldmem.report/1"
+SUPPORTED_SCHEMAS = ("fieldmem.report/1",)
+
+MEMORY_FIGURES = (
+    "argument_bytes",
+    "output_bytes",
+    "alias_bytes",
+    "temp_bytes",
+    "generated_code_bytes",
+    "peak_bytes",
+    "footprint_bytes",
+)
+
+
+class ReportError(ValueError):
+    """A JSON document is not a fieldmem report this version can read."""
+
+
+@dataclass(frozen=True)
+class MemoryFigures:
+    """XLA's figures verbatim (``memory_analysis()``), plus ``footprint_bytes``.
+
+    ``footprint_bytes`` = argument + output + temp - alias: what the executable
+    holds at once. A figure the backend does not give is None, and
+    ``unavailable`` says why.
+    """
+
+    argument_bytes: int | None = None
+    output_bytes: int | None = None
+    alias_bytes: int | None = None
+    temp_bytes: int | None = None
+    generated_code_bytes: int | None = None
+    peak_bytes: int | None = None
+    footprint_bytes: int | None = None
+    host_argument_bytes: int | None = None
+    host_output_bytes: int | None = None
+    host_alias_bytes: int | None = None
+    host_temp_bytes: int | None = None
+    unavailable: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Alias:
+    """A donated input leaf whose buffer an output reuses."""
+
+    input: str
+    input_index: int
+    output: str
+    output_index: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class UnusableDonation:
+    """A donated input leaf that no output reuses."""
+
+    input: str
+    input_index: int
+    bytes: int
+    reason: str
+    code: str  # unused | no-output-of-size | outputs-taken | not-reused
+
+
+@dataclass(frozen=True)
+class Copy:
+    """A ``copy`` XLA kept in the compiled program."""
+
+    bytes: int
+    shape: str
+    kind: str  # parameter | loop | layout | other
+    of_parameter: str | None
+    input_index: int | None
+    computation: str
+    instruction: str
+    source: str | None
+    source_role: str | None  # copy | operand | user | definition
+    output: str | None = None  # the output this copy is returned as, if any
+    trip_count: int | None = None  # loop copies: iterations per call, when known
+    bytes_per_call: int | None = None  # bytes x trip count, when known
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One compile of the target: ``plain`` (no donation) or ``donated``."""
+
+    name: str
+    donated_arguments: tuple[str, ...]
+    memory: MemoryFigures
+    aliases: tuple[Alias, ...] = ()
+    unusable_donations: tuple[UnusableDonation, ...] = ()
+    copies: tuple[Copy, ...] = ()
+    jax_warnings: tuple[str, ...] = ()
+    lower_seconds: float | None = None
+    compile_seconds: float | None = None
+
+    @property
+    def copied_bytes(self) -> int:
+        return sum(c.bytes for c in self.copies)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One reason behind a verdict, in words a user can act on."""
+
+    severity: str  # error | warning | info
+    code: str
+    message: str
+    input: str | None = None
+    output: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    in_place: bool
+    summary: str
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass(frozen=True)
+class Check:
+    """An expectation or budget evaluated on the donated variant."""
+
+    name: str  # expect-in-place | max-peak
+    passed: bool
+    message: str
+    limit: int | None = None
+    value: int | None = None
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    index: int
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    donated: bool
+    used: bool  # False: jit dropped it as unused
+
+
+@dataclass(frozen=True)
+class OutputInfo:
+    index: int
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class ErrorInfo:
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """Everything fieldmem found for one target, or why it could not look."""
+
+    target: str
+    name: str
+    status: str  # ok | error
+    definition: str | None = None
+    error: ErrorInfo | None = None
+    donate: str | None = None
+    expect: str | None = None
+    inputs: tuple[InputInfo, ...] = ()
+    outputs: tuple[OutputInfo, ...] = ()
+    variants: dict[str, Variant] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    savings: dict[str, int | None] = field(default_factory=dict)
+    checks: tuple[Check, ...] = ()
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    id: int
+    platform: str
+    kind: str | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    fieldmem_version: str
+    jax_version: str
+    jaxlib_version: str
+    backend: str
+    platform_version: str | None
+    devices: tuple[DeviceInfo, ...]
+    results: tuple[TargetResult, ...]
+    min_bytes: int = 0
+    created: str | None = None
+    schema: str = SCHEMA
+
+    @property
+    def exit_code(self) -> int:
+        """2 when a target could not be checked, else 1 when a check failed, else 0."""
+        if any(r.status == "error" for r in self.results):
+            return 2
+        if any(r.failed_checks for r in self.results):
+            return 1
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return _encode(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Report":
+        if not isinstance(data, dict):
+            raise ReportError("a fieldmem report is a JSON object")
+        schema = data.get("schema")
+        if schema not in SUPPORTED_SCHEMAS:
+            raise ReportError(
+                f"schema {schema!r} is not one this fieldmem reads ({', '.join(SUPPORTED_SCHEMAS)})"
+            )
+        try:
+            return _decode(cls, data)
+        except (TypeError, ValueError, KeyError) as exc:
+            raise ReportError(f"the report does not match {schema}: {exc}") from exc
+
+
+# ----------------------------------------------------------------------------
+# A small codec: dataclasses <-> JSON-ready dicts, driven by the type hints.
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _encode(v) for k, v in value.items()}
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _decode(hint: Any, data: Any) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        if data is None:
+            return None
+        return _decode(options[0], data) if len(options) == 1 else data
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(data, dict):
+            raise TypeError(f"{hint.__name__} must be an object, got {type(data).__name__}")
+        hints = _hints(hint)
+        kwargs = {}
+        for f in dataclasses.fields(hint):
+            if f.name in data:
+                kwargs[f.name] = _decode(hints[f.name], data[f.name])
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise KeyError(f"{hint.__name__}.{f.name} is missing")
+        return hint(**kwargs)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if not isinstance(data, list):
+            raise TypeError(f"expected a list, got {type(data).__name__}")
+        item = args[0] if args else Any
+        return tuple(_decode(item, v) for v in data)
+    if origin is dict:
+        _key, item = typing.get_args(hint)
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object, got {type(data).__name__}")
+        return {k: _decode(item, v) for k, v in data.items()}
+    return data

@@ -1,0 +1,183 @@
+"""Small option values parsed once from strings: donation, static args, shapes, sizes.
+
+Pure Python, no jax: the CLI, the registration API and the config share these
+parsers, and each rejects a bad value with a message listing what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from fieldmem.errors import OptionError
+
+__all__ = [
+    "DonateSpec",
+    "StaticSpec",
+    "format_bytes",
+    "parse_bytes",
+    "parse_shapes",
+]
+
+_DONATE_MODES = ("auto", "all", "none")
+
+
+def _items(text: str) -> tuple[int | str, ...]:
+    items: list[int | str] = []
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        if item.lstrip("-").isdigit():
+            items.append(int(item))
+        elif item.isidentifier():
+            items.append(item)
+        else:
+            raise OptionError(
+                f"{item!r} is neither an argument number nor an argument name "
+                "(use e.g. 0,2 or params,opt_state)"
+            )
+    return tuple(items)
+
+
+@dataclass(frozen=True)
+class DonateSpec:
+    """Which arguments the donated variant donates.
+
+    ``auto`` (the default) is the target's own jit donation when it is a
+    ``jax.jit`` object, else ``all``: every argument that holds arrays.
+    """
+
+    mode: str = "auto"  # auto | all | none | list
+    items: tuple[int | str, ...] = ()
+
+    @classmethod
+    def parse(cls, value: "str | int | tuple | list | DonateSpec | None") -> "DonateSpec":
+        if value is None:
+            return cls()
+        if isinstance(value, DonateSpec):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cls("list", (value,))
+        if isinstance(value, (tuple, list)):
+            joined = ",".join(str(v) for v in value)
+            return cls("list", _items(joined)) if joined else cls("none")
+        if not isinstance(value, str):
+            raise OptionError(f"donate={value!r} is not understood: use 'all', 'none', numbers or names")
+        text = value.strip()
+        if text.lower() in _DONATE_MODES:
+            return cls(text.lower())
+        items = _items(text)
+        if not items:
+            raise OptionError(
+                f"--donate {value!r} is empty: use one of {', '.join(_DONATE_MODES)}, "
+                "argument numbers (0,2) or names (params,opt_state)"
+            )
+        if any(isinstance(i, int) and i < 0 for i in items):
+            raise OptionError(f"--donate {value!r}: argument numbers start at 0")
+        return cls("list", items)
+
+    def describe(self) -> str:
+        return self.mode if self.mode != "list" else ",".join(str(i) for i in self.items)
+
+
+@dataclass(frozen=True)
+class StaticSpec:
+    """Arguments to treat as static in addition to those holding no array."""
+
+    items: tuple[int | str, ...] = ()
+
+    @classmethod
+    def parse(cls, value: "str | int | tuple | list | StaticSpec | None") -> "StaticSpec":
+        if value is None:
+            return cls()
+        if isinstance(value, StaticSpec):
+            return value
+        if isinstance(value, int) and not isinstance(value, bool):
+            return cls((value,))
+        if isinstance(value, (tuple, list)):
+            return cls(_items(",".join(str(v) for v in value)))
+        if not isinstance(value, str):
+            raise OptionError(f"static={value!r} is not understood: use numbers or names, e.g. 2,3 or n_steps")
+        items = _items(value)
+        if any(isinstance(i, int) and i < 0 for i in items):
+            raise OptionError(f"--static {value!r}: argument numbers start at 0")
+        return cls(items)
+
+
+# ----------------------------------------------------------------------------
+# Shapes
+
+_DTYPES = {
+    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
+    "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "pred": "bool", "bool": "bool", "c64": "complex64", "c128": "complex128",
+}
+_NUMPY_NAMES = set(_DTYPES.values())
+_SHAPE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\[([0-9,\s]*)\]$")
+
+
+def parse_shapes(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``"f32[4096,4096] f32[4096]"`` -> ``(("float32", (4096, 4096)), ("float32", (4096,)))``."""
+    entries = text.replace(";", " ").split()
+    if not entries:
+        raise OptionError("--shapes is empty: give one array per argument, e.g. --shapes 'f32[4096,4096] f32[4096]'")
+    result = []
+    for entry in entries:
+        match = _SHAPE.match(entry)
+        if not match:
+            raise OptionError(
+                f"--shapes entry {entry!r} is not DTYPE[DIMS]: write e.g. f32[4096,4096], bf16[8], s32[]"
+            )
+        dtype = match.group(1).lower()
+        dtype = _DTYPES.get(dtype, dtype)
+        if dtype not in _NUMPY_NAMES:
+            raise OptionError(
+                f"--shapes entry {entry!r} has unknown dtype {match.group(1)!r}; "
+                f"known: {', '.join(sorted(_DTYPES))}"
+            )
+        dims = tuple(int(d) for d in match.group(2).replace(" ", "").split(",") if d)
+        result.append((dtype, dims))
+    return tuple(result)
+
+
+# ----------------------------------------------------------------------------
+# Sizes
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
+    "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3,
+    "ti": 1024**4, "tib": 1024**4,
+}
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
+
+
+def parse_bytes(text: str | int) -> int:
+    """``"64MiB"`` -> 67108864; ``"1.5GB"`` -> 1500000000; a bare number is bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text < 0:
+            raise OptionError(f"size {text} is negative")
+        return text
+    match = _SIZE.match(str(text))
+    unit = match.group(2).lower() if match else None
+    if not match or unit not in _UNITS:
+        raise OptionError(f"size {text!r} is not understood: write e.g. 64MiB, 512KiB, 2GB or 1048576")
+    return int(float(match.group(1)) * _UNITS[unit])
+
+
+def format_bytes(value: int | None) -> str:
+    """Human size in binary units: 1536 -> '1.5 KiB'; None -> 'n/a'."""
+    if value is None:
+        return "n/a"
+    sign = "-" if value < 0 else ""
+    size = float(abs(value))
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{sign}{int(size)} B"
+            return f"{sign}{size:.1f} {unit}"
+        size /= 1024
+    return f"{sign}{size:.1f} TiB"  # pragma: no cover

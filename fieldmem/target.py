@@ -1,0 +1,296 @@
+"""Turn ``pkg.module:fn``, ``path/to/file.py:fn`` or a bare module into targets.
+
+A :class:`Target` remembers what the user typed, the function found, where its
+example arguments come from and the options that apply to it. Loading never
+prints; a spec that cannot be loaded raises :class:`TargetError` with a
+suggestion. The args factory is *not* called here: it runs per target in the
+checker, so one broken factory does not hide the other targets.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable
+
+from fieldmem.errors import ArgumentsError, TargetError
+from fieldmem.registry import Case, registered_cases
+from fieldmem.spec import DonateSpec, StaticSpec
+
+__all__ = ["Target", "TargetOptions", "load_module", "resolve_object", "resolve_target"]
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    """Options given on the command line (None: not given, the case decides)."""
+
+    args: str | None = None
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+    donate: DonateSpec | None = None
+    static: StaticSpec | None = None
+    expect: str | None = None
+    max_peak: int | None = None
+
+
+@dataclass(frozen=True)
+class Target:
+    """One function to check and everything needed to call it."""
+
+    spec: str
+    name: str
+    function: Callable[..., Any]
+    args_factory: Callable[[], Any] | None
+    args_origin: str | None
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] | None
+    donate: DonateSpec
+    static: StaticSpec
+    expect: str
+    max_peak: int | None
+    definition: str | None  # file.py:LINE of the function's def
+
+    def example_arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Call the args factory and check what it returns: ``args`` or ``(args, kwargs)``."""
+        if self.args_factory is None:
+            raise ArgumentsError(
+                f"no example arguments for {self.name}: pass --args MODULE:FACTORY or "
+                "--shapes 'f32[...] ...', or register it with fieldmem.case(fn, args=...)"
+            )
+        origin = self.args_origin or getattr(self.args_factory, "__qualname__", "the args factory")
+        try:
+            value = self.args_factory()
+        except Exception as exc:
+            text = str(exc).strip().splitlines()
+            raise ArgumentsError(
+                f"args factory {origin} raised {type(exc).__name__}"
+                + (f": {text[0]}" if text else "")
+            ) from exc
+        return _split_arguments(value, origin)
+
+
+def _split_arguments(value: Any, origin: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    if (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and type(value) is tuple
+        and isinstance(value[0], (tuple, list))
+        and isinstance(value[1], dict)
+        and all(isinstance(k, str) for k in value[1])
+    ):
+        return tuple(value[0]), dict(value[1])
+    if isinstance(value, list):
+        value = tuple(value)
+    if type(value) is not tuple:
+        raise ArgumentsError(
+            f"args factory {origin} returned {type(value).__name__}, not an argument tuple: "
+            "return (arg0, arg1, ...) or ((args...), {kwargs...}); for one argument write (x,)"
+        )
+    return value, {}
+
+
+def _definition(fn: Any) -> str | None:
+    target = inspect.unwrap(getattr(fn, "_fun", fn)) if callable(fn) else fn
+    try:
+        file = inspect.getsourcefile(target)
+        _, line = inspect.getsourcelines(target)
+    except (TypeError, OSError):
+        return None
+    if file is None:
+        return None
+    return f"{_display_path(file)}:{line}"
+
+
+def _display_path(file: str) -> str:
+    try:
+        relative = os.path.relpath(file)
+    except ValueError:
+        return file
+    return relative if not relative.startswith("..") else file
+
+
+def _is_file_spec(module_part: str) -> bool:
+    return module_part.endswith(".py") or "/" in module_part or os.sep in module_part
+
+
+def load_module(module_part: str) -> ModuleType:
+    """Import ``pkg.module`` or load ``path/to/file.py`` (its folder goes on sys.path)."""
+    if _is_file_spec(module_part):
+        path = Path(module_part)
+        if not path.is_file():
+            hint = " (a module is written pkg.module, a file path/to/file.py)" if not path.suffix else ""
+            raise TargetError(f"file {module_part!r} does not exist{hint}")
+        path = path.resolve()
+        folder = str(path.parent)
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        name = path.stem
+        existing = sys.modules.get(name)
+        if existing is not None:
+            if getattr(existing, "__file__", None) and Path(existing.__file__).resolve() == path:
+                return existing
+            name = f"_fieldmem_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+            if name in sys.modules:
+                return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise TargetError(f"file {module_part!r} cannot be loaded as a Python module")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            del sys.modules[name]
+            raise TargetError(f"loading {module_part!r} raised {_describe(exc)}") from exc
+        return module
+
+    if not all(part.isidentifier() for part in module_part.split(".")):
+        raise TargetError(
+            f"{module_part!r} is not a module name: use the form pkg.module:function or path/to/file.py:function"
+        )
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(module_part)
+    except ModuleNotFoundError as exc:
+        missing = exc.name or ""
+        if missing and (module_part == missing or module_part.startswith(missing + ".")):
+            raise TargetError(
+                f"module {module_part!r} not found: is it installed or under the current directory? "
+                "(a file also works: path/to/model.py:function)"
+            ) from exc
+        raise TargetError(f"importing {module_part!r} raised {_describe(exc)}") from exc
+    except Exception as exc:
+        raise TargetError(f"importing {module_part!r} raised {_describe(exc)}") from exc
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def resolve_object(module: ModuleType, module_part: str, attr_path: str) -> Any:
+    """``obj.attr`` inside ``module``, with a close-name suggestion when missing."""
+    obj: Any = module
+    walked = module_part
+    for part in attr_path.split("."):
+        if not part.isidentifier():
+            raise TargetError(f"{attr_path!r} is not an attribute path: use function or obj.method")
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("__")]
+            close = difflib.get_close_matches(part, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            what = "module" if isinstance(obj, ModuleType) else type(obj).__name__
+            raise TargetError(f"{what} {walked!r} has no {part!r}{hint}")
+        obj = getattr(obj, part)
+        walked = f"{walked}:{part}" if walked == module_part else f"{walked}.{part}"
+    return obj
+
+
+def _load_factory(spec: str) -> tuple[Callable[[], Any], str]:
+    module_part, sep, attr = spec.rpartition(":")
+    if not sep or not module_part or not attr:
+        raise ArgumentsError(f"--args {spec!r} is not MODULE:FACTORY (e.g. --args pkg.model:make_args)")
+    try:
+        factory = resolve_object(load_module(module_part), module_part, attr)
+    except TargetError as exc:
+        raise ArgumentsError(f"--args {spec!r}: {exc.message}") from exc
+    if not callable(factory):
+        raise ArgumentsError(f"--args {spec!r} is a {type(factory).__name__}, not a callable returning the arguments")
+    return factory, spec
+
+
+def _shapes_factory(
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]
+) -> Callable[[], tuple[Any, ...]]:
+    def make() -> tuple[Any, ...]:
+        from fieldmem.compile import shape_structs
+
+        return shape_structs(shapes)
+
+    return make
+
+
+def _from_case(spec: str, case: Case, options: TargetOptions, module_name: str) -> Target:
+    factory: Callable[[], Any] | None = case.args
+    origin = None
+    if case.args is not None:
+        origin = f"{module_name}:{getattr(case.args, '__qualname__', 'args')}"
+    shapes = None
+    if options.args is not None:
+        factory, origin = _load_factory(options.args)
+    elif options.shapes is not None:
+        shapes = options.shapes
+        factory, origin = _shapes_factory(shapes), "--shapes"
+    fn_name = getattr(case.function, "__qualname__", None) or getattr(
+        getattr(case.function, "_fun", None), "__qualname__", "function"
+    )
+    return Target(
+        spec=spec,
+        name=case.name or f"{module_name}:{fn_name}",
+        function=case.function,
+        args_factory=factory,
+        args_origin=origin,
+        shapes=shapes,
+        donate=options.donate or case.donate,
+        static=options.static or case.static,
+        expect=options.expect or case.expect or "any",
+        max_peak=options.max_peak if options.max_peak is not None else case.max_peak,
+        definition=_definition(case.function),
+    )
+
+
+def resolve_target(spec: str, options: TargetOptions) -> list[Target]:
+    """All targets named by ``spec``.
+
+    ``module:fn`` gives that function (with its registered cases' settings
+    when it has any); a bare module or file gives every case it registers.
+
+    Raises:
+        TargetError: the module, file or attribute cannot be found, the object
+            is not callable, or a bare module registers no case.
+    """
+    spec = spec.strip()
+    if not spec:
+        raise TargetError("an empty target was given: use pkg.module:function or path/to/file.py:function")
+    module_part, sep, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    if sep and not attr:
+        raise TargetError(f"target {spec!r} ends with ':': name the function, e.g. {module_part}:update")
+    module = load_module(module_part)
+    cases = registered_cases(module.__name__)
+    # names shown to the user: the path as typed for a file, the dotted name otherwise
+    module_name = module_part if _is_file_spec(module_part) else module.__name__
+    if not sep:
+        if not cases:
+            public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+            example = f" (e.g. {module_part}:{public[0]})" if public else ""
+            raise TargetError(
+                f"{module_part!r} registers no fieldmem.case(...): name a function instead{example}, "
+                "or register cases in the module"
+            )
+        return [_from_case(spec, case, options, module_name) for case in cases]
+
+    obj = resolve_object(module, module_part, attr)
+    if not callable(obj):
+        raise TargetError(f"{spec!r} is a {type(obj).__name__}, not a function: point at the update function")
+    matching = [c for c in cases if c.function is obj]
+    if matching:
+        return [_from_case(spec, case, options, module_name) for case in matching]
+    bare = Case(
+        function=obj,
+        args=None,
+        name=f"{module_name}:{attr}",
+        donate=DonateSpec(),
+        static=StaticSpec(),
+        expect=None,
+        max_peak=None,
+        module=module_name,
+    )
+    return [_from_case(spec, bare, options, module_name)]
