@@ -193,6 +193,23 @@ def _unusable(program: _Program, aliases: tuple[Alias, ...]) -> tuple[UnusableDo
     return tuple(result)
 
 
+def _cause(module: hlo.HloModule, site: hlo.CopySite, kind: str) -> str | None:
+    """Why XLA kept a copy, read from the program's structure (see the report schema)."""
+    if kind == "parameter":
+        return "input-kept-intact"
+    if kind == "layout":
+        return "layout-change"
+    if kind == "loop":
+        computation = module.computation(site.computation)
+        operand = computation.by_name().get(site.operand or "") if computation else None
+        if operand is not None and operand.opcode in ("get-tuple-element", "parameter"):
+            return "old-carry-read-after-update"
+        return "new-value-via-temporary"
+    if site.feeds_output:
+        return "output-via-temporary"
+    return None
+
+
 def _copies(program: _Program, definition: str | None) -> tuple[Copy, ...]:
     copies = []
     for site in hlo.find_copies(program.module):
@@ -226,6 +243,7 @@ def _copies(program: _Program, definition: str | None) -> tuple[Copy, ...]:
                 source=source,
                 source_role=role,
                 output=output,
+                cause=_cause(program.module, site, kind),
                 trip_count=trip,
                 bytes_per_call=site.bytes * trip if trip is not None else None,
             )
@@ -266,15 +284,26 @@ def _copy_finding(copy: Copy, donated_arguments: tuple[str, ...], inputs: dict[i
     size = format_bytes(copy.bytes)
     if copy.kind == "loop":
         per_call = (
-            f" x{copy.trip_count} iterations = {format_bytes(copy.bytes_per_call)} per call"
+            f" (x{copy.trip_count} = {format_bytes(copy.bytes_per_call)} per call)"
             if copy.trip_count is not None
             else " (trip count unknown)"
         )
+        if copy.cause == "old-carry-read-after-update":
+            what = f"the loop carry {copy.shape} ({size}) is copied every iteration{per_call}{_at(copy.source)}"
+            why = "its old value is still read after the body updates it; read it before the update"
+        else:
+            what = f"a loop value {copy.shape} ({size}) is copied every iteration{per_call}{_at(copy.source)}"
+            why = (
+                "the body computes the new carry while still reading the old one, so XLA writes it "
+                "to a temporary and copies it into the carry buffer"
+            )
+        return Finding("error", "loop-copy", f"{what}: {why}", source=copy.source)
+    if copy.kind != "parameter" and copy.output is not None:
         message = (
-            f"a {copy.shape} loop value ({size}) is copied every iteration{per_call}{_at(copy.source)}: "
-            "the carry is read after it is updated in the loop body"
+            f"{copy.output} is not written in place: XLA computes it into a {size} temporary and "
+            f"copies it into the output buffer{_at(copy.source)}"
         )
-        return Finding("error", "loop-copy", message, source=copy.source)
+        return Finding("error", "output-copy", message, output=copy.output, source=copy.source)
     name = copy.of_parameter or copy.shape
     leaf = inputs.get(copy.input_index) if copy.input_index is not None else None
     if leaf is not None and not leaf.donated:
@@ -330,7 +359,7 @@ def _verdict(
         if size >= max(min_bytes, 1) and out.index not in aliased_outputs:
             findings.append(_new_buffer_finding(out, size, program, donated.aliases, donated.unusable_donations))
     for copy in donated.copies:
-        if copy.kind in ("parameter", "loop") and copy.bytes >= min_bytes:
+        if copy.bytes >= min_bytes and (copy.kind in ("parameter", "loop") or copy.output is not None):
             findings.append(_copy_finding(copy, donated.donated_arguments, inputs))
     for unusable in donated.unusable_donations:
         if unusable.bytes >= min_bytes:
@@ -343,7 +372,7 @@ def _verdict(
                 )
             )
     for copy in donated.copies:
-        if copy.kind in ("layout", "other") and copy.bytes >= min_bytes:
+        if copy.kind in ("layout", "other") and copy.output is None and copy.bytes >= min_bytes:
             findings.append(
                 Finding(
                     "warning",
@@ -353,7 +382,6 @@ def _verdict(
                     source=copy.source,
                 )
             )
-    plain_inputs = {leaf.index: leaf for leaf in program.variant.inputs}
     for copy in plain.copies:
         if copy.kind == "parameter" and copy.bytes >= min_bytes and copy.of_parameter:
             why = "it is returned" if copy.output else "it is updated in place"
@@ -368,7 +396,6 @@ def _verdict(
                     source=copy.source,
                 )
             )
-    del plain_inputs
 
     errors = [f for f in findings if f.severity == "error"]
     in_place = not errors
@@ -407,7 +434,9 @@ def _checks(expect: str, max_peak: int | None, verdict: Verdict, donated: Varian
             Check(
                 name="expect-in-place",
                 passed=verdict.in_place,
-                message="in place with donation" if verdict.in_place else verdict.summary,
+                message="in place with donation"
+                if verdict.in_place
+                else "expected in place with donation, but it is not (see the findings)",
             )
         )
     if max_peak is not None:

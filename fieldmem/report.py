@@ -111,6 +111,7 @@ class Copy:
     source: str | None
     source_role: str | None  # copy | operand | user | definition
     output: str | None = None  # the output this copy is returned as, if any
+    cause: str | None = None  # see docs/report-schema.md: why XLA kept this copy
     trip_count: int | None = None  # loop copies: iterations per call, when known
     bytes_per_call: int | None = None  # bytes x trip count, when known
 

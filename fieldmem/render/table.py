@@ -86,6 +86,8 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
     findings = result.verdict.findings if options.verbose else [
         f for f in result.verdict.findings if f.severity != "info" or f.code == "plain-copy"
     ]
+    # the summary already quotes the first problem
+    findings = [f for f in findings if f.message not in result.verdict.summary]
     for finding in findings[: None if options.verbose else 6]:
         console.print(Text(f"  • {finding.message}", style=_STYLE.get(finding.severity, "")))
     hidden = len(findings) - 6

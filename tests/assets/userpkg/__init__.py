@@ -1,0 +1,1 @@
+"""A user's package: ``userpkg.model`` registers cases with the decorator form."""
