@@ -25,10 +25,13 @@ __all__ = [
     "HloComputation",
     "HloModule",
     "HloParseError",
+    "LoopInfo",
     "SourceLocation",
     "find_copies",
+    "output_values",
     "parse_hlo_module",
     "shape_bytes",
+    "value_source",
 ]
 
 # Bytes per element of XLA's primitive types. Sub-byte types are rounded up
@@ -144,27 +147,32 @@ class HloModule:
         """
         by_name = {c.name: c for c in self.computations}
         result: dict[str, LoopInfo] = {}
+        visited: set[tuple[str, int]] = set()
+        loops: dict[tuple[str, str, int], LoopInfo] = {}
 
-        def visit(name: str, loop: LoopInfo, seen: set[str]) -> None:
-            if name in seen or name not in by_name:
+        def visit(name: str, loop: LoopInfo | None) -> None:
+            key = (name, id(loop))
+            if key in visited or name not in by_name:
                 return
-            seen.add(name)
-            result.setdefault(name, loop)
+            visited.add(key)
+            if loop is not None and (name not in result or loop.depth > result[name].depth):
+                result[name] = loop
             for instruction in by_name[name].instructions:
+                inner = loop
                 if instruction.opcode == "while":
-                    inner = _loop_info(instruction, name)
-                    for callee in instruction.called:
-                        visit(callee, inner, set())
-                else:
-                    for callee in instruction.called:
-                        visit(callee, loop, seen)
+                    # one LoopInfo per (while, enclosing loop), so repeated visits are cut off
+                    loop_key = (name, instruction.name, id(loop))
+                    if loop_key not in loops:
+                        loops[loop_key] = _loop_info(instruction, name, loop)
+                    inner = loops[loop_key]
+                for callee in instruction.called:
+                    visit(callee, inner)
 
-        for computation in self.computations:
-            for instruction in computation.instructions:
-                if instruction.opcode == "while" and computation.name not in result:
-                    info = _loop_info(instruction, computation.name)
-                    for callee in instruction.called:
-                        visit(callee, info, set())
+        # from the entry first (so nested loops see their outer loop), then anything
+        # the entry does not reach
+        computations = sorted(self.computations, key=lambda c: not c.is_entry)
+        for computation in computations:
+            visit(computation.name, None)
         return result
 
 
@@ -176,6 +184,25 @@ class LoopInfo:
     computation: str
     trip_count: int | None
     source: SourceLocation | None
+    outer: LoopInfo | None = None  # the loop this one runs inside, if any
+
+    @property
+    def depth(self) -> int:
+        """1 for an outermost loop, 2 for a loop inside it, and so on."""
+        return 1 + (self.outer.depth if self.outer is not None else 0)
+
+    @property
+    def total_trip_count(self) -> int | None:
+        """Iterations of this loop's body per call of the module (all enclosing loops
+        multiplied), or None when any of the trip counts is unknown."""
+        total = 1
+        loop: LoopInfo | None = self
+        while loop is not None:
+            if loop.trip_count is None:
+                return None
+            total *= loop.trip_count
+            loop = loop.outer
+        return total
 
 
 @dataclass(frozen=True)
@@ -514,7 +541,9 @@ def _parse_instruction(line: str, tables: _SourceTables) -> HloInstruction:
     )
 
 
-def _loop_info(instruction: HloInstruction, computation: str) -> LoopInfo:
+def _loop_info(
+    instruction: HloInstruction, computation: str, outer: LoopInfo | None = None
+) -> LoopInfo:
     trip_count: int | None = None
     config = instruction.backend_config
     if config:
@@ -532,6 +561,7 @@ def _loop_info(instruction: HloInstruction, computation: str) -> LoopInfo:
         computation=computation,
         trip_count=trip_count,
         source=instruction.source,
+        outer=outer,
     )
 
 

@@ -7,6 +7,7 @@ parsers, and each rejects a bad value with a message listing what is allowed.
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from dataclasses import dataclass
 
 from fieldmem.errors import OptionError
@@ -22,22 +23,36 @@ __all__ = [
 _DONATE_MODES = ("auto", "all", "none")
 
 
-def _items(text: str) -> tuple[int | str, ...]:
+def _items(text: str, option: str) -> tuple[int | str, ...]:
     items: list[int | str] = []
     for raw in text.split(","):
         item = raw.strip()
         if not item:
             continue
         if item.lstrip("-").isdigit():
-            items.append(int(item))
+            number = int(item)
+            if number < 0:
+                raise OptionError(f"{_show(option, text)}: argument numbers start at 0, {number} is not one")
+            items.append(number)
         elif item.isidentifier():
             items.append(item)
         else:
             raise OptionError(
-                f"{item!r} is neither an argument number nor an argument name "
+                f"{_show(option, text)}: {item!r} is neither an argument number nor an argument name "
                 "(use e.g. 0,2 or params,opt_state)"
             )
     return tuple(items)
+
+
+def _join(value: "tuple | list", option: str) -> str:
+    """A tuple/list of numbers and names as the comma-separated text the parsers read."""
+    for v in value:
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise OptionError(
+                f"{_show(option, value)}: {v!r} is neither an argument number nor an argument name "
+                "(use e.g. (0, 2) or ('params', 'opt_state'))"
+            )
+    return ",".join(str(v) for v in value)
 
 
 @dataclass(frozen=True)
@@ -52,29 +67,41 @@ class DonateSpec:
     items: tuple[int | str, ...] = ()
 
     @classmethod
-    def parse(cls, value: "str | int | tuple | list | DonateSpec | None") -> "DonateSpec":
+    def parse(
+        cls, value: "str | int | tuple | list | DonateSpec | None", option: str = "--donate"
+    ) -> "DonateSpec":
+        """Read ``"all"``, ``"none"``, ``"0,2"``, ``"params,opt_state"``, an int or a sequence.
+
+        ``option`` names the setting in messages (``--donate`` or ``donate=``).
+
+        Raises:
+            OptionError: the value is none of these, or an argument number is negative.
+        """
         if value is None:
             return cls()
         if isinstance(value, DonateSpec):
             return value
         if isinstance(value, int) and not isinstance(value, bool):
+            if value < 0:
+                raise OptionError(f"{_show(option, value)}: argument numbers start at 0")
             return cls("list", (value,))
         if isinstance(value, (tuple, list)):
-            joined = ",".join(str(v) for v in value)
-            return cls("list", _items(joined)) if joined else cls("none")
+            joined = _join(value, option)
+            return cls("list", _items(joined, option)) if joined else cls("none")
         if not isinstance(value, str):
-            raise OptionError(f"donate={value!r} is not understood: use 'all', 'none', numbers or names")
+            raise OptionError(
+                f"{_show(option, value)} is not understood: use 'all', 'none', argument numbers (0,2) "
+                "or names (params,opt_state)"
+            )
         text = value.strip()
         if text.lower() in _DONATE_MODES:
             return cls(text.lower())
-        items = _items(text)
+        items = _items(text, option)
         if not items:
             raise OptionError(
-                f"--donate {value!r} is empty: use one of {', '.join(_DONATE_MODES)}, "
+                f"{_show(option, value)} is empty: use one of {', '.join(_DONATE_MODES)}, "
                 "argument numbers (0,2) or names (params,opt_state)"
             )
-        if any(isinstance(i, int) and i < 0 for i in items):
-            raise OptionError(f"--donate {value!r}: argument numbers start at 0")
         return cls("list", items)
 
     def describe(self) -> str:
@@ -88,21 +115,34 @@ class StaticSpec:
     items: tuple[int | str, ...] = ()
 
     @classmethod
-    def parse(cls, value: "str | int | tuple | list | StaticSpec | None") -> "StaticSpec":
+    def parse(
+        cls, value: "str | int | tuple | list | StaticSpec | None", option: str = "--static"
+    ) -> "StaticSpec":
+        """Read ``"2,3"``, ``"n_steps"``, an int or a sequence of numbers and names.
+
+        Raises:
+            OptionError: the value is none of these, or an argument number is negative.
+        """
         if value is None:
             return cls()
         if isinstance(value, StaticSpec):
             return value
         if isinstance(value, int) and not isinstance(value, bool):
+            if value < 0:
+                raise OptionError(f"{_show(option, value)}: argument numbers start at 0")
             return cls((value,))
         if isinstance(value, (tuple, list)):
-            return cls(_items(",".join(str(v) for v in value)))
+            return cls(_items(_join(value, option), option))
         if not isinstance(value, str):
-            raise OptionError(f"static={value!r} is not understood: use numbers or names, e.g. 2,3 or n_steps")
-        items = _items(value)
-        if any(isinstance(i, int) and i < 0 for i in items):
-            raise OptionError(f"--static {value!r}: argument numbers start at 0")
-        return cls(items)
+            raise OptionError(
+                f"{_show(option, value)} is not understood: use argument numbers or names, e.g. 2,3 or n_steps"
+            )
+        return cls(_items(value, option))
+
+
+def _show(option: str, value: object) -> str:
+    """``--donate '0,x'`` for a command-line option, ``donate=(0, 'x')`` for an API argument."""
+    return f"{option}{value!r}" if option.endswith("=") else f"{option} {value!r}"
 
 
 # ----------------------------------------------------------------------------
@@ -116,12 +156,22 @@ _DTYPES = {
     "pred": "bool", "bool": "bool", "c64": "complex64", "c128": "complex128",
 }
 _NUMPY_NAMES = set(_DTYPES.values())
-_SHAPE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\[([0-9,\s]*)\]$")
+_SHAPE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\]$")
 
 
 def parse_shapes(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    """``"f32[4096,4096] f32[4096]"`` -> ``(("float32", (4096, 4096)), ("float32", (4096,)))``."""
-    entries = text.replace(";", " ").split()
+    """``"f32[4096,4096] f32[4096]"`` -> ``(("float32", (4096, 4096)), ("float32", (4096,)))``.
+
+    Entries are separated by spaces or ``;``; spaces inside the brackets are
+    allowed (``f32[2, 3]``). ``s32[]`` is a scalar.
+
+    Raises:
+        OptionError: an entry is not ``DTYPE[DIMS]`` or names an unknown dtype.
+    """
+    # glue "f32 [2, 3]" into "f32[2,3]" before splitting on spaces
+    compact = re.sub(r"\s*([\[,])\s*", r"\1", text.replace(";", " "))
+    compact = re.sub(r"\s+\]", "]", compact)
+    entries = compact.split()
     if not entries:
         raise OptionError("--shapes is empty: give one array per argument, e.g. --shapes 'f32[4096,4096] f32[4096]'")
     result = []
@@ -138,7 +188,7 @@ def parse_shapes(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
                 f"--shapes entry {entry!r} has unknown dtype {match.group(1)!r}; "
                 f"known: {', '.join(sorted(_DTYPES))}"
             )
-        dims = tuple(int(d) for d in match.group(2).replace(" ", "").split(",") if d)
+        dims = tuple(int(d) for d in match.group(2).split(",")) if match.group(2) else ()
         result.append((dtype, dims))
     return tuple(result)
 
@@ -155,17 +205,28 @@ _UNITS = {
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
 
 
-def parse_bytes(text: str | int) -> int:
-    """``"64MiB"`` -> 67108864; ``"1.5GB"`` -> 1500000000; a bare number is bytes."""
-    if isinstance(text, int) and not isinstance(text, bool):
+def parse_bytes(text: str | int, option: str | None = None) -> int:
+    """``"64MiB"`` -> 67108864; ``"1.5GB"`` -> 1500000000; a bare number is bytes.
+
+    ``option`` (``--max-peak``, ``max_peak=``) names the setting in messages.
+    Fractions are exact (``"4.1MB"`` is 4100000) and rounded down to whole bytes.
+
+    Raises:
+        OptionError: the text is not a non-negative size with a known unit.
+    """
+    label = _show(option, text) if option else f"size {text!r}"
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise OptionError(f"{label} is not understood: write e.g. 64MiB, 512KiB, 2GB or 1048576")
+    if isinstance(text, int):
         if text < 0:
-            raise OptionError(f"size {text} is negative")
+            raise OptionError(f"{label} is negative: a size is 0 or more bytes")
         return text
-    match = _SIZE.match(str(text))
+    match = _SIZE.match(text)
     unit = match.group(2).lower() if match else None
     if not match or unit not in _UNITS:
-        raise OptionError(f"size {text!r} is not understood: write e.g. 64MiB, 512KiB, 2GB or 1048576")
-    return int(float(match.group(1)) * _UNITS[unit])
+        hint = " (a size is 0 or more bytes)" if text.strip().startswith("-") else ""
+        raise OptionError(f"{label} is not understood{hint}: write e.g. 64MiB, 512KiB, 2GB or 1048576")
+    return int(Decimal(match.group(1)) * _UNITS[unit])
 
 
 def format_bytes(value: int | None) -> str:

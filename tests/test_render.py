@@ -1,0 +1,154 @@
+"""Every renderer, on an empty report and on a hand-made one (no compile)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from fieldmem.render import RENDERERS, RenderOptions, get_renderer
+from fieldmem.errors import OptionError
+from fieldmem.report import (
+    Alias,
+    Check,
+    Copy,
+    DeviceInfo,
+    ErrorInfo,
+    Finding,
+    MemoryFigures,
+    Report,
+    TargetResult,
+    UnusableDonation,
+    Variant,
+    Verdict,
+)
+
+
+def _report(results: tuple[TargetResult, ...]) -> Report:
+    return Report(
+        fieldmem_version="0.1.0",
+        jax_version="0.10.2",
+        jaxlib_version="0.10.2",
+        backend="cpu",
+        platform_version="cpu",
+        devices=(DeviceInfo(id=0, platform="cpu", kind="cpu"),),
+        results=results,
+        min_bytes=1024,
+    )
+
+
+def _memory(argument: int, output: int, alias: int, temp: int) -> MemoryFigures:
+    return MemoryFigures(
+        argument_bytes=argument,
+        output_bytes=output,
+        alias_bytes=alias,
+        temp_bytes=temp,
+        generated_code_bytes=0,
+        peak_bytes=argument + output - alias,
+        footprint_bytes=argument + output + temp - alias,
+    )
+
+
+MIB = 1024 * 1024
+COPY_V = Copy(
+    bytes=MIB, shape="f32[512,512]{1,0}", kind="parameter", of_parameter="field.v", input_index=1,
+    computation="main.2", instruction="copy", source="model.py:14", source_role="definition",
+    output="out.v", cause="input-kept-intact",
+)
+TINY = Copy(
+    bytes=4, shape="s32[]", kind="other", of_parameter=None, input_index=None,
+    computation="main.2", instruction="copy.8", source=None, source_role=None,
+)
+GOOD = TargetResult(
+    target="model.py",
+    name="model:update",
+    status="ok",
+    definition="model.py:12",
+    donate="auto",
+    expect="in-place",
+    variants={
+        "plain": Variant("plain", (), _memory(2 * MIB, 2 * MIB, 0, 0), copies=(COPY_V, TINY)),
+        "donated": Variant(
+            "donated",
+            ("field",),
+            _memory(2 * MIB, 2 * MIB, 2 * MIB, 0),
+            aliases=(
+                Alias("field.u", 0, "out.u", 0, MIB),
+                Alias("field.v", 1, "out.v", 1, MIB),
+            ),
+            unusable_donations=(UnusableDonation("f", 2, 4, "no output has its size (4 B)", "no-output-of-size"),),
+            copies=(TINY,),
+        ),
+    },
+    verdict=Verdict(
+        in_place=True,
+        summary="in place with donation: 2 output(s) reuse donated input buffers (2.0 MiB)",
+        findings=(Finding("info", "plain-copy", "without donation, field.v is copied (1.0 MiB) at model.py:14", source="model.py:14"),),
+    ),
+    savings={"footprint_bytes": 2 * MIB, "peak_bytes": 2 * MIB},
+    checks=(Check("expect-in-place", True, "in place with donation"),),
+)
+BAD = TargetResult(
+    target="model.py:stepp", name="model.py:stepp", status="error",
+    error=ErrorInfo("target", "module 'model' has no 'stepp'; did you mean 'step'?"),
+)
+FAILED = TargetResult(
+    target="model.py", name="model:cast", status="ok", definition="model.py:30", donate="auto", expect="in-place",
+    variants={
+        "plain": Variant("plain", (), _memory(MIB, MIB // 2, 0, 0)),
+        "donated": Variant("donated", ("x",), _memory(MIB, MIB // 2, 0, 0)),
+    },
+    verdict=Verdict(
+        in_place=False,
+        summary="not in place: out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31: no input has its size",
+        findings=(Finding("error", "new-buffer", "out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31: no input has its size"),),
+    ),
+    savings={"footprint_bytes": 0},
+    checks=(Check("expect-in-place", False, "expected in place with donation, but it is not (see the findings)"),),
+)
+
+
+@pytest.mark.parametrize("name", sorted(RENDERERS))
+@pytest.mark.parametrize("results", [(), (GOOD, BAD, FAILED)], ids=["empty", "mixed"])
+@pytest.mark.parametrize("verbose", [False, True], ids=["compact", "verbose"])
+def test_every_renderer_renders(name: str, results: tuple[TargetResult, ...], verbose: bool) -> None:
+    text = RENDERERS[name].render(_report(results), RenderOptions(verbose=verbose, width=120))
+    assert isinstance(text, str) and text.endswith("\n")
+    for result in results:
+        assert result.name in text
+
+
+def test_json_renderer_is_the_report_dict() -> None:
+    report = _report((GOOD, BAD))
+    assert json.loads(get_renderer("json").render(report, RenderOptions())) == report.to_dict()
+
+
+def test_table_shows_verdicts_sizes_and_sources() -> None:
+    text = get_renderer("table").render(_report((GOOD, BAD, FAILED)), RenderOptions(width=160))
+    assert "in place" in text and "not in place" in text
+    assert "4.0 MiB → 2.0 MiB" in text  # footprint plain -> donated
+    assert "field.v 1.0 MiB [parameter] at model.py:14" in text
+    assert "did you mean 'step'?" in text
+    assert "✗ expect-in-place" in text
+    # the 4-byte copy stays out of the table (below --min-bytes) but counts in JSON
+    assert "s32[]" not in text
+    assert "1 devices" not in text and "1 device " in text
+
+
+def test_verbose_table_lists_aliases_and_unusable_donations() -> None:
+    text = get_renderer("table").render(_report((GOOD,)), RenderOptions(verbose=True, width=160))
+    assert "field.u" in text and "out.u" in text
+    assert "no output has its size (4 B)" in text
+    assert "footprint_bytes" in text
+
+
+def test_table_has_no_color_codes_unless_asked() -> None:
+    plain = get_renderer("table").render(_report((GOOD,)), RenderOptions(color=False))
+    colored = get_renderer("table").render(_report((GOOD,)), RenderOptions(color=True))
+    assert "\x1b[" not in plain
+    assert "\x1b[" in colored
+
+
+def test_unknown_renderer_lists_the_known_ones() -> None:
+    with pytest.raises(OptionError, match="use one of table, json"):
+        get_renderer("yaml")
