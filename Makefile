@@ -34,3 +34,6 @@ golden: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_examples.py

@@ -65,6 +65,15 @@ def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
     return progress
 
 
+def _check_writable(output: Path) -> None:
+    """Fail before compiling anything when ``-o FILE`` cannot be written."""
+    folder = output.parent if str(output.parent) else Path(".")
+    if output.is_dir():
+        raise OptionError(f"--output {str(output)!r} is a folder: name a file, e.g. {str(output / 'report.json')!r}")
+    if not folder.is_dir():
+        raise OptionError(f"--output {str(output)!r}: the folder {str(folder)!r} does not exist")
+
+
 @app.command()
 def check(
     targets: Annotated[
@@ -137,16 +146,18 @@ def check(
         if jobs is not None and jobs < 1:
             raise OptionError(f"--jobs {jobs} must be at least 1")
         renderer = get_renderer(output_format)
+        if output is not None:
+            _check_writable(output)
         target_options = TargetOptions(
             args=args,
             shapes=parse_shapes(shapes) if shapes is not None else None,
             donate=DonateSpec.parse(donate) if donate is not None else None,
             static=StaticSpec.parse(static) if static is not None else None,
             expect=expect,
-            max_peak=parse_bytes(max_peak) if max_peak is not None else None,
+            max_peak=parse_bytes(max_peak, "--max-peak") if max_peak is not None else None,
         )
         options = CheckOptions(
-            min_bytes=parse_bytes(min_bytes),
+            min_bytes=parse_bytes(min_bytes, "--min-bytes"),
             jobs=jobs if jobs is not None else max(1, (os.cpu_count() or 2) // 2),
         )
     except FieldmemError as exc:
@@ -156,7 +167,9 @@ def check(
 
     for result in report.results:
         if result.status == "error" and result.error is not None:
-            typer.echo(f"fieldmem: error: {result.target}: {result.error.message}", err=True)
+            # a case of a bare module or file has its own name: show both
+            label = result.target if result.name == result.target else f"{result.target} ({result.name})"
+            typer.echo(f"fieldmem: error: {label}: {result.error.message}", err=True)
 
     width = shutil.get_terminal_size((120, 24)).columns
     render_options = RenderOptions(

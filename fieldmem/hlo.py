@@ -9,7 +9,14 @@ field that is missing is reported as missing rather than guessed.
 Two generations of source metadata are understood: the older inline
 ``source_file="..." source_line=N`` and the newer ``stack_frame_id=N`` that
 points into the ``FileNames``/``FunctionNames``/``FileLocations``/``StackFrames``
-tables printed after the module header.
+tables printed after the module header. A stack frame's own file location is
+its source; the ``parent_frame_id`` chain is not followed (XLA 0.10.2 prints
+those ids off by one, often as the frame's own id).
+
+Only the first module is read when the text holds several. Instruction and
+computation names are read with or without the ``%`` prefix, and operands
+may carry their shape inline (``f32[3]{0} %x``). Text that is cut off or is
+not HLO raises :class:`HloParseError`.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ __all__ = [
 # per element, which is how XLA:CPU stores them unless packed.
 _ELEMENT_BYTES: dict[str, int] = {
     "pred": 1,
+    "s1": 1, "u1": 1,
     "s2": 1, "u2": 1, "s4": 1, "u4": 1,
     "s8": 1, "u8": 1,
     "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
@@ -245,18 +253,35 @@ def shape_bytes(shape: str) -> int:
     for dtype, dims, _layout in _ARRAY_SHAPE.findall(shape):
         count = 1
         for dim in dims.split(","):
-            dim = dim.strip().lstrip("<=")
-            if dim:
-                count *= int(dim)
+            dim = dim.strip()
+            if dim.startswith("<="):
+                dim = dim[2:].strip()
+            if not dim:
+                continue
+            if not dim.isdigit():
+                # "?" (unbounded dynamic) has no size XLA could allocate up front
+                raise HloParseError(f"cannot size dimension {dim!r} of HLO shape {shape!r}")
+            count *= int(dim)
         total += count * _element_bytes(dtype)
     return total
 
 
+_MEMORY_SPACE = re.compile(r"S\(\d+\)")
+
+
 def _layout(shape: str) -> str | None:
+    """The physical layout of an array shape (minor-to-major order and tiling).
+
+    The memory space (``S(1)``) is left out: a copy between memory spaces
+    moves the array, it does not re-lay it out.
+    """
     match = _ARRAY_SHAPE.fullmatch(shape.strip())
     if not match or not match.group(3):
         return None
-    return match.group(3)
+    layout = _MEMORY_SPACE.sub("", match.group(3)[1:-1])
+    minor_to_major, colon, rest = layout.partition(":")
+    rest = rest.strip()
+    return "{" + minor_to_major.replace(" ", "") + (":" + rest if rest else "") + "}"
 
 
 def _tuple_elements(shape: str) -> list[str]:
@@ -298,7 +323,12 @@ def _matching(text: str, start: int) -> int:
     raise HloParseError(f"unclosed bracket in {text[:120]!r}")
 
 
-def _split_top_level(text: str, sep: str = ",") -> list[str]:
+def _split_top_level(text: str, sep: str = ",", strict: bool = False) -> list[str]:
+    """``text`` split at ``sep`` outside brackets and strings.
+
+    With ``strict``, unbalanced brackets or an unterminated string raise
+    :class:`HloParseError` (the text was cut off).
+    """
     parts: list[str] = []
     depth = 0
     in_string = False
@@ -322,6 +352,8 @@ def _split_top_level(text: str, sep: str = ",") -> list[str]:
             current.append(char)
         elif char in ")}]":
             depth -= 1
+            if depth < 0 and strict:
+                raise HloParseError(f"unbalanced {char!r} in {text[:120]!r}")
             current.append(char)
         elif char == sep and depth == 0:
             parts.append("".join(current))
@@ -329,6 +361,8 @@ def _split_top_level(text: str, sep: str = ",") -> list[str]:
         else:
             current.append(char)
         i += 1
+    if strict and (depth != 0 or in_string):
+        raise HloParseError(f"unclosed bracket or string in {text[:120]!r}")
     parts.append("".join(current))
     return parts
 
@@ -336,7 +370,7 @@ def _split_top_level(text: str, sep: str = ",") -> list[str]:
 def _attributes(text: str) -> dict[str, str]:
     """``key=value`` pairs of the attribute tail of an instruction or header."""
     result: dict[str, str] = {}
-    for part in _split_top_level(text):
+    for part in _split_top_level(text, strict=True):
         key, sep, value = part.strip().partition("=")
         if sep:
             result[key.strip()] = value.strip()
@@ -589,14 +623,20 @@ def parse_hlo_module(text: str) -> HloModule:
     if header_at is None:
         raise HloParseError("no 'HloModule' header: this is not HLO text")
     name, header = _parse_header(lines[header_at])
-    tables = _parse_tables(lines[header_at + 1:])
+    # only the first module: another "HloModule" line starts the next one
+    end_at = next(
+        (i for i in range(header_at + 1, len(lines)) if lines[i].startswith("HloModule")),
+        len(lines),
+    )
+    body = lines[header_at + 1:end_at]
+    tables = _parse_tables(body)
 
     computations: list[HloComputation] = []
     current_name: str | None = None
     current_entry = False
     current: list[HloInstruction] = []
     pending = ""
-    for raw in lines[header_at + 1:]:
+    for raw in body:
         if current_name is None:
             start = _COMPUTATION_START.match(raw)
             if start and not raw.startswith(" "):
@@ -604,7 +644,9 @@ def parse_hlo_module(text: str) -> HloModule:
                 current_entry = bool(start.group(1))
                 current = []
             continue
-        if raw.strip() == "}":
+        # "}" ends a computation; one run on another thread prints
+        # '}, execution_thread="host"'
+        if raw.strip() == "}" or (raw.startswith("}") and raw[1:].lstrip().startswith(",")):
             computations.append(HloComputation(current_name, current_entry, tuple(current)))
             current_name = None
             if pending:
@@ -626,6 +668,8 @@ def parse_hlo_module(text: str) -> HloModule:
         raise HloParseError(f"computation {current_name!r} is not closed")
     if not computations:
         raise HloParseError("the HLO module has no computations")
+    if not any(c.is_entry for c in computations):
+        raise HloParseError("the HLO module has no ENTRY computation")
 
     aliases = tuple(
         AliasEntry(
@@ -717,8 +761,13 @@ def find_copies(module: HloModule) -> list[CopySite]:
     The source line is the copy's own metadata when it has one; XLA usually
     inserts copies without metadata, so it falls back to the instruction that
     produced the copied value, then to the first instruction that reads the
-    copy (for a copied input that is the update which needed it). A copy that
-    is returned as an output is marked ``feeds_output``.
+    copy (for a copied input that is the update which needed it);
+    ``source_role`` says which ("copy", "operand", "user"). A copy that is
+    returned as an output is marked ``feeds_output``. An async copy is
+    reported once, at its ``copy-start``; what reads or returns it is its
+    ``copy-done``. Copies inside fusion bodies are register moves, not
+    buffers, and are left out. A copy in a while body or condition (or in
+    anything they call) has ``loop`` set, for the innermost loop.
     """
     loops = module.loop_bodies()
     entry_name = module.entry.name
@@ -759,8 +808,16 @@ def find_copies(module: HloModule) -> list[CopySite]:
             if source is None:
                 source = _first_user_source(instruction.name, users)
                 role = "user" if source is not None else None
+            # an async copy's value is its copy-done: that is what is read and returned
+            copied = instruction.name
+            if instruction.opcode == "copy-start":
+                done = [u for u in users.get(instruction.name, []) if u.opcode == "copy-done"]
+                copied = done[0].name if done else copied
+            if source is None and copied != instruction.name:
+                source = _first_user_source(copied, users)
+                role = "user" if source is not None else None
             outputs = (
-                _output_positions(instruction.name, computation, by_name)
+                _output_positions(copied, computation, by_name)
                 if computation.name == entry_name
                 else ()
             )
@@ -805,11 +862,20 @@ def _first_user_source(
 
 def _fusion_bodies(module: HloModule) -> set[str]:
     """Computations that are the inside of a fusion (no buffers of their own)."""
-    bodies: set[str] = set()
+    by_name = {c.name: c for c in module.computations}
+    frontier: list[str] = []
     for computation in module.computations:
         for instruction in computation.instructions:
             if instruction.opcode == "fusion":
-                bodies.update(instruction.called)
+                frontier.extend(instruction.called)
+    bodies: set[str] = set()
+    while frontier:
+        name = frontier.pop()
+        if name in bodies or name not in by_name:
+            continue
+        bodies.add(name)
+        for instruction in by_name[name].instructions:
+            frontier.extend(instruction.called)
     return bodies
 
 

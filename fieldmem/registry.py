@@ -18,7 +18,11 @@ __all__ = ["Case", "case", "registered_cases"]
 
 EXPECTATIONS = ("in-place", "any")
 
-_REGISTRY: dict[str, list["Case"]] = {}
+# module name -> (the module's globals at registration, its cases). A module
+# imported again (reloaded, or re-imported after its sys.modules entry was
+# dropped) has a fresh globals dict, and its earlier cases are replaced rather
+# than registered twice.
+_REGISTRY: dict[str, tuple[dict[str, Any], list["Case"]]] = {}
 
 
 @dataclass(frozen=True)
@@ -74,14 +78,17 @@ def case(
             def update(u):
                 return u.at[0].set(1.0)
     """
-    module = sys._getframe(1).f_globals.get("__name__", "__main__")
+    module_globals = sys._getframe(1).f_globals
+    module = module_globals.get("__name__", "__main__")
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise OptionError(f"fieldmem.case(name={name!r}) must be a non-empty string")
     settings = dict(
         args=args,
         name=name,
-        donate=DonateSpec.parse(donate),
-        static=StaticSpec.parse(static),
+        donate=DonateSpec.parse(donate, "donate="),
+        static=StaticSpec.parse(static, "static="),
         expect=_check_expect(expect),
-        max_peak=parse_bytes(max_peak) if max_peak is not None else None,
+        max_peak=parse_bytes(max_peak, "max_peak=") if max_peak is not None else None,
         module=module,
     )
     if args is not None and not callable(args):
@@ -93,7 +100,11 @@ def case(
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(fn):
             raise OptionError(f"fieldmem.case() registers a function, got {type(fn).__name__}")
-        _REGISTRY.setdefault(module, []).append(Case(function=fn, **settings))  # type: ignore[arg-type]
+        owner, cases = _REGISTRY.get(module, (module_globals, []))
+        if owner is not module_globals:  # the module was imported again
+            cases = []
+        cases.append(Case(function=fn, **settings))  # type: ignore[arg-type]
+        _REGISTRY[module] = (module_globals, cases)
         return fn
 
     if function is None:
@@ -103,4 +114,4 @@ def case(
 
 def registered_cases(module: str) -> list[Case]:
     """The cases registered while importing ``module``, in registration order."""
-    return list(_REGISTRY.get(module, []))
+    return list(_REGISTRY.get(module, (None, []))[1])

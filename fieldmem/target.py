@@ -66,7 +66,7 @@ class Target:
         origin = self.args_origin or getattr(self.args_factory, "__qualname__", "the args factory")
         try:
             value = self.args_factory()
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             text = str(exc).strip().splitlines()
             raise ArgumentsError(
                 f"args factory {origin} raised {type(exc).__name__}"
@@ -89,7 +89,7 @@ def _split_arguments(value: Any, origin: str) -> tuple[tuple[Any, ...], dict[str
         value = tuple(value)
     if type(value) is not tuple:
         raise ArgumentsError(
-            f"args factory {origin} returned {type(value).__name__}, not an argument tuple: "
+            f"args factory {origin} returned {_a(type(value).__name__)}, not an argument tuple: "
             "return (arg0, arg1, ...) or ((args...), {kwargs...}); for one argument write (x,)"
         )
     return value, {}
@@ -145,7 +145,7 @@ def load_module(module_part: str) -> ModuleType:
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
             del sys.modules[name]
             raise TargetError(f"loading {module_part!r} raised {_describe(exc)}") from exc
         return module
@@ -167,13 +167,20 @@ def load_module(module_part: str) -> ModuleType:
                 "(a file also works: path/to/model.py:function)"
             ) from exc
         raise TargetError(f"importing {module_part!r} raised {_describe(exc)}") from exc
-    except Exception as exc:
+    except (Exception, SystemExit) as exc:
         raise TargetError(f"importing {module_part!r} raised {_describe(exc)}") from exc
 
 
 def _describe(exc: BaseException) -> str:
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}) (it calls sys.exit() at import: guard it with if __name__ == '__main__')"
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _a(noun: str) -> str:
+    """``int`` -> ``an int``, ``tuple`` -> ``a tuple``."""
+    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
 
 def resolve_object(module: ModuleType, module_part: str, attr_path: str) -> Any:
@@ -183,13 +190,17 @@ def resolve_object(module: ModuleType, module_part: str, attr_path: str) -> Any:
     for part in attr_path.split("."):
         if not part.isidentifier():
             raise TargetError(f"{attr_path!r} is not an attribute path: use function or obj.method")
-        if not hasattr(obj, part):
+        try:
+            value = getattr(obj, part)
+        except AttributeError:
             names = [n for n in dir(obj) if not n.startswith("__")]
             close = difflib.get_close_matches(part, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             what = "module" if isinstance(obj, ModuleType) else type(obj).__name__
-            raise TargetError(f"{what} {walked!r} has no {part!r}{hint}")
-        obj = getattr(obj, part)
+            raise TargetError(f"{what} {walked!r} has no {part!r}{hint}") from None
+        except Exception as exc:
+            raise TargetError(f"reading {part!r} of {walked!r} raised {_describe(exc)}") from exc
+        obj = value
         walked = f"{walked}:{part}" if walked == module_part else f"{walked}.{part}"
     return obj
 
@@ -203,7 +214,9 @@ def _load_factory(spec: str) -> tuple[Callable[[], Any], str]:
     except TargetError as exc:
         raise ArgumentsError(f"--args {spec!r}: {exc.message}") from exc
     if not callable(factory):
-        raise ArgumentsError(f"--args {spec!r} is a {type(factory).__name__}, not a callable returning the arguments")
+        raise ArgumentsError(
+            f"--args {spec!r} is {_a(type(factory).__name__)}, not a callable returning the arguments"
+        )
     return factory, spec
 
 
@@ -279,7 +292,7 @@ def resolve_target(spec: str, options: TargetOptions) -> list[Target]:
 
     obj = resolve_object(module, module_part, attr)
     if not callable(obj):
-        raise TargetError(f"{spec!r} is a {type(obj).__name__}, not a function: point at the update function")
+        raise TargetError(f"{spec!r} is {_a(type(obj).__name__)}, not a function: point at the update function")
     matching = [c for c in cases if c.function is obj]
     if matching:
         return [_from_case(spec, case, options, module_name) for case in matching]

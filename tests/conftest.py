@@ -1,0 +1,62 @@
+"""Shared fixtures: the little user packages in tests/assets, and isolation.
+
+Loading a target puts folders on ``sys.path``, imports user modules and
+registers their cases; every test gets all three back as they were, so that
+no test sees a module or a path another test left behind.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from fieldmem import registry
+
+ASSETS = Path(__file__).parent / "assets"
+
+
+def _is_asset_module(name: str, module: object) -> bool:
+    if name.startswith("_fieldmem_"):
+        return True
+    file = getattr(module, "__file__", None)
+    try:
+        return file is not None and Path(file).resolve().is_relative_to(ASSETS.resolve())
+    except OSError:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Restore sys.path, drop user modules imported by the test, restore the case registry.
+
+    Library modules a test happened to import first (jax and friends) stay
+    imported: importing jax twice in one process does not work.
+    """
+    monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("LINES", "40")
+    saved_path = list(sys.path)
+    saved_modules = set(sys.modules)
+    saved_registry = dict(registry._REGISTRY)
+    yield
+    sys.path[:] = saved_path
+    for name in set(sys.modules) - saved_modules:
+        if _is_asset_module(name, sys.modules[name]):
+            del sys.modules[name]
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(saved_registry)
+
+
+@pytest.fixture
+def assets() -> Path:
+    """The folder of little user modules and packages."""
+    return ASSETS
+
+
+@pytest.fixture
+def in_assets(monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Run from tests/assets, as a user runs fieldmem from their project folder."""
+    monkeypatch.chdir(ASSETS)
+    return ASSETS
