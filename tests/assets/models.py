@@ -106,3 +106,12 @@ NOT_A_FACTORY = (1, 2)
 
 fieldmem.case(step, args=make_args, expect="in-place")
 fieldmem.case(cast, args=make_u, name="models:cast")
+
+
+def shift(u, row, n):
+    """``n`` is a Python int: static without being told."""
+    return u.at[n].set(row)
+
+
+def make_shift_args():
+    return (jnp.zeros((N, N), jnp.float32), jnp.ones((N,), jnp.float32), 3)

@@ -1,0 +1,392 @@
+"""The ``fieldmem check`` command: options, exit codes, and one clear line per mistake.
+
+In-process through typer's CliRunner (stdout and stderr apart), and a few
+runs as real subprocesses (``fieldmem`` and ``python -m fieldmem``). Every
+array is 32x32 float32, so each compile takes milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fieldmem import __version__
+from fieldmem.cli import app
+
+pytestmark = pytest.mark.compile
+
+runner = CliRunner()
+GOOD = "models:step"  # in place with donation; registered with its args and expect="in-place"
+VENV_BIN = Path(sys.executable).parent
+
+
+def invoke(*args: str) -> Any:
+    return runner.invoke(app, ["check", *args], env={"COLUMNS": "120"})
+
+
+def error_lines(result: Any) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+def assert_user_error(result: Any, *expected: str) -> list[str]:
+    """Exit 2, no traceback, and each stderr line one ``fieldmem: error:`` line."""
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    lines = error_lines(result)
+    assert lines and all(line.startswith("fieldmem: error: ") for line in lines), result.stderr
+    for text in expected:
+        assert any(text in line for line in lines), (text, result.stderr)
+    return lines
+
+
+def results_by_target(result: Any) -> dict[str, dict[str, Any]]:
+    document = json.loads(result.stdout)
+    assert document["schema"] == "fieldmem.report/1"
+    return {r["name"]: r for r in document["results"]}
+
+
+def check_json(*args: str, code: int = 0) -> dict[str, dict[str, Any]]:
+    result = invoke(*args, "--min-bytes", "0", "--format", "json")
+    assert result.exit_code == code, result.output
+    return results_by_target(result)
+
+
+# ---- good runs ----------------------------------------------------------------
+
+
+def test_table_for_a_good_target(in_assets: Path) -> None:
+    result = invoke(GOOD, "--min-bytes", "0")
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    assert "models:step" in result.stdout
+    assert "in place" in result.stdout
+    assert "✓ expect-in-place" in result.stdout
+    assert all(len(line) <= 120 for line in result.stdout.splitlines()), result.stdout
+
+
+def test_json_for_a_good_target(in_assets: Path) -> None:
+    result = check_json(GOOD)["models:step"]
+    assert result["status"] == "ok"
+    assert result["verdict"]["in_place"] is True
+    assert result["expect"] == "in-place"
+    assert [c["name"] for c in result["checks"]] == ["expect-in-place"]
+    assert set(result["variants"]) == {"plain", "donated"}
+    assert result["variants"]["donated"]["aliases"][0]["input"] == "u"
+
+
+def test_file_target(assets: Path) -> None:
+    results = check_json(f"{assets}/models.py:step")
+    assert results[f"{assets}/models.py:step"]["verdict"]["in_place"] is True
+
+
+def test_bare_module_checks_every_case(in_assets: Path) -> None:
+    results = check_json("userpkg.model")
+    assert list(results) == ["userpkg:set_row", "userpkg:jit_row"]
+    assert results["userpkg:set_row"]["donate"] == "u"
+    assert results["userpkg:jit_row"]["donate"] == "jit"  # its own jit donates nothing
+    assert results["userpkg:jit_row"]["verdict"]["in_place"] is False
+
+
+def test_bare_file_checks_every_case(in_assets: Path) -> None:
+    results = check_json("userpkg/model.py")
+    assert list(results) == ["userpkg:set_row", "userpkg:jit_row"]
+
+
+def test_attribute_path_target(in_assets: Path) -> None:
+    results = check_json("models:model.update", "--args", "models:make_args")
+    assert results["models:model.update"]["verdict"]["in_place"] is True
+
+
+@pytest.mark.parametrize(
+    ("target", "options", "donate", "in_place"),
+    [
+        ("models:jitted_donating", [], "jit", True),  # the jit object's own donate_argnums=0
+        ("models:jitted_nodonate", [], "jit", False),  # its own jit donates nothing
+        ("models:jitted_nodonate", ["--donate", "all"], "all", True),  # --donate overrides it
+        ("models:jitted_donating", ["--donate", "none"], "none", False),
+    ],
+)
+def test_jit_object_target(in_assets: Path, target: str, options: list[str], donate: str, in_place: bool) -> None:
+    result = check_json(target, "--args", "models:make_args", *options)[target]
+    assert result["donate"] == donate
+    assert result["verdict"]["in_place"] is in_place
+
+
+@pytest.mark.parametrize(
+    ("donate", "donated"),
+    [("all", ["u", "row"]), ("0", ["u"]), ("u", ["u"]), ("0,1", ["u", "row"]), ("row,u", ["u", "row"]), ("none", [])],
+)
+def test_donate_option(in_assets: Path, donate: str, donated: list[str]) -> None:
+    result = check_json(GOOD, "--donate", donate, "--expect", "any")[GOOD]
+    assert result["donate"] == donate
+    assert result["variants"]["donated"]["donated_arguments"] == donated
+    assert result["variants"]["plain"]["donated_arguments"] == []
+    assert result["verdict"]["in_place"] is ("u" in donated)
+
+
+def test_args_factory_with_kwargs(in_assets: Path) -> None:
+    result = check_json(GOOD, "--args", "models:make_args_kwargs", "--donate", "u")[GOOD]
+    assert [i["path"] for i in result["inputs"]] == ["u", "row"]
+    assert result["verdict"]["in_place"] is True
+
+
+def test_args_factory_of_shape_structs(in_assets: Path) -> None:
+    result = check_json(GOOD, "--args", "models:make_abstract")[GOOD]
+    assert result["verdict"]["in_place"] is True
+
+
+def test_shapes_option(in_assets: Path) -> None:
+    result = check_json("models:step", "--shapes", "f32[32,32] f32[32]")[GOOD]
+    assert [(i["shape"], i["dtype"]) for i in result["inputs"]] == [([32, 32], "float32"), ([32], "float32")]
+    assert result["verdict"]["in_place"] is True
+
+
+@pytest.mark.parametrize("static", [None, "2", "n"])
+def test_static_option(in_assets: Path, static: str | None) -> None:
+    options = ["--static", static] if static else []
+    result = check_json("models:shift", "--args", "models:make_shift_args", *options)["models:shift"]
+    assert [i["path"] for i in result["inputs"]] == ["u", "row"]  # n is static: not a leaf
+    assert result["verdict"]["in_place"] is True
+
+
+def test_output_file_and_verbose(in_assets: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    result = invoke(GOOD, "--min-bytes", "0", "-f", "json", "-o", str(out), "-v")
+    assert result.exit_code == 0, result.output
+    document = json.loads(out.read_text())
+    assert [r["name"] for r in document["results"]] == [GOOD]
+    assert "models:step" in result.stdout and not result.stdout.lstrip().startswith("{")  # the table
+    quiet = invoke(GOOD, "--min-bytes", "0")
+    assert len(result.stdout) > len(quiet.stdout)
+
+
+def test_output_file_in_a_missing_folder(in_assets: Path, tmp_path: Path) -> None:
+    result = invoke(GOOD, "-o", str(tmp_path / "nope" / "report.json"))
+    (line,) = assert_user_error(result, "--output", "does not exist")
+    assert result.stdout == ""
+
+
+def test_jobs_give_the_same_result(in_assets: Path) -> None:
+    one = check_json(GOOD, "--jobs", "1")[GOOD]
+    two = check_json(GOOD, "--jobs", "2")[GOOD]
+    assert one["variants"]["donated"]["memory"] == two["variants"]["donated"]["memory"]
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.strip() == f"fieldmem {__version__}"
+
+
+# ---- exit 1: a check failed ---------------------------------------------------
+
+
+def test_expect_in_place_fails_on_a_cast(in_assets: Path) -> None:
+    result = check_json("models:cast", "--expect", "in-place", code=1)["models:cast"]
+    assert result["verdict"]["in_place"] is False
+    (check,) = result["checks"]
+    assert (check["name"], check["passed"]) == ("expect-in-place", False)
+
+
+def test_expect_in_place_fails_without_donation(in_assets: Path) -> None:
+    result = invoke(GOOD, "--donate", "none", "--expect", "in-place", "--min-bytes", "0")
+    assert result.exit_code == 1, result.output
+    assert result.stderr == ""
+    assert "expect-in-place" in result.stdout
+
+
+def test_expect_any_only_reports(in_assets: Path) -> None:
+    result = check_json("models:cast", "--expect", "any")["models:cast"]
+    assert result["verdict"]["in_place"] is False and result["checks"] == []
+
+
+def test_max_peak_on_both_sides_of_the_limit(in_assets: Path) -> None:
+    footprint = check_json(GOOD)[GOOD]["variants"]["donated"]["memory"]["footprint_bytes"]
+    assert isinstance(footprint, int) and footprint > 0
+    for budget, code in [(footprint - 1, 1), (footprint, 0), (footprint + 1, 0)]:
+        result = check_json(GOOD, "--max-peak", str(budget), code=code)[GOOD]
+        (check,) = [c for c in result["checks"] if c["name"] == "max-peak"]
+        assert (check["passed"], check["limit"], check["value"]) == (code == 0, budget, footprint)
+
+
+def test_max_peak_with_units(in_assets: Path) -> None:
+    assert invoke(GOOD, "--max-peak", "1KiB", "--min-bytes", "0").exit_code == 1
+    assert invoke(GOOD, "--max-peak", "64MiB", "--min-bytes", "0").exit_code == 0
+
+
+# ---- exit 2: bad input, and the good target of the same run still reported ----
+
+
+@pytest.mark.parametrize(
+    ("bad", "options", "message"),
+    [
+        ("nosuchmod:step", [], "nosuchmod:step: module 'nosuchmod' not found"),
+        ("models:stepp", [], "models:stepp: module 'models' has no 'stepp'; did you mean 'step'?"),
+        ("models:NOT_A_FUNCTION", [], "is an int, not a function"),
+        ("missing.py:step", [], "file 'missing.py' does not exist"),
+        ("broken_import:step", [], "importing 'broken_import' raised ValueError: config.yaml not found"),
+        ("broken_import.py", [], "loading 'broken_import.py' raised ValueError: config.yaml not found"),
+        ("exits_at_import.py:step", [], "raised SystemExit(3)"),
+        ("userpkg.broken:step", [], "No module named 'fieldmem_no_such_dependency'"),
+        ("no_cases", [], "'no_cases' registers no fieldmem.case(...)"),
+        ("bad_cases:raising", [], "args factory bad_cases:_factory_raises raised RuntimeError: no data file here"),
+        ("bad_cases:not_a_tuple", [], "returned an ArrayImpl, not an argument tuple"),
+        ("bad_cases:bad_leaf", [], "u['meta']"),
+        ("bad_cases:mismatch", [], "float32[33]"),
+        ("bad_cases:donate_missing", [], "--donate names argument 'nosuch', which the call does not pass"),
+        ("models:scale", [], "no example arguments for models:scale: pass --args"),
+        ("models:shift", ["--args", "models:make_args"], "models:shift: "),
+    ],
+)
+def test_bad_target_next_to_a_good_one(in_assets: Path, bad: str, options: list[str], message: str) -> None:
+    result = invoke(bad, GOOD, "--min-bytes", "0", "--format", "json", *options)
+    (line,) = assert_user_error(result, message)
+    assert line.startswith(f"fieldmem: error: {bad}"), line
+    results = results_by_target(result)
+    assert results[GOOD]["status"] == "ok"
+    assert results[GOOD]["verdict"]["in_place"] is True
+    (bad_result,) = [r for name, r in results.items() if name != GOOD]
+    assert bad_result["status"] == "error"
+    assert bad_result["target"] == bad
+    assert bad_result["error"]["message"] in line
+
+
+def test_bad_target_in_the_table(in_assets: Path) -> None:
+    result = invoke("models:stepp", GOOD, "--min-bytes", "0")
+    assert_user_error(result, "did you mean 'step'?")
+    assert "models:stepp" in result.stdout and "error" in result.stdout
+    assert "in place" in result.stdout
+
+
+def test_a_bare_file_names_its_failing_case(in_assets: Path) -> None:
+    result = invoke("bad_cases.py", GOOD, "--min-bytes", "0", "-f", "json")
+    lines = assert_user_error(result)
+    assert len(lines) == 6, result.stderr  # one per broken case
+    assert any(line.startswith("fieldmem: error: bad_cases.py (bad_cases.py:raising): ") for line in lines), lines
+    assert results_by_target(result)[GOOD]["status"] == "ok"
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--donate", "nosuch"], "--donate names argument 'nosuch'"),
+        (["--donate", "5"], "--donate names argument 5, but the call has 2 positional argument(s)"),
+        (["--static", "nosuch"], "--static names argument 'nosuch'"),
+        (["--args", "models:factory_raises"], "raised RuntimeError: no data file here"),
+        (["--args", "models:factory_returns_none"], "returned a NoneType, not an argument tuple"),
+        (["--args", "models:factory_bad_leaf"], "tracing/lowering failed: TypeError"),
+        (["--args", "models:factory_mismatch"], "tracing/lowering failed"),
+        (["--args", "models:NOT_A_FACTORY"], "--args 'models:NOT_A_FACTORY' is a tuple, not a callable"),
+        (["--args", "models:make_arg"], "did you mean 'make_args'?"),
+        (["--args", "nomodule:f"], "module 'nomodule' not found"),
+        (["--args", "models"], "--args 'models' is not MODULE:FACTORY"),
+        (["--shapes", "f32[32,32] f32[7]"], "tracing/lowering failed"),
+    ],
+)
+def test_per_target_option_errors(in_assets: Path, options: list[str], message: str) -> None:
+    """An option that applies to every target fails each of them, each on its own line."""
+    result = invoke(GOOD, "models.py:step", "--format", "json", *options)
+    lines = assert_user_error(result, message)
+    assert len(lines) == 2, result.stderr
+    assert [r["status"] for r in results_by_target(result).values()] == ["error", "error"]
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--shapes", "f32[32,32"], "--shapes entry 'f32[32,32' is not DTYPE[DIMS]"),
+        (["--shapes", "q7[4]"], "unknown dtype 'q7'"),
+        (["--shapes", ""], "--shapes is empty"),
+        (["--format", "xml"], "--format 'xml' is not known: use one of table, json"),
+        (["-f", "yaml"], "--format 'yaml' is not known"),
+        (["--expect", "sometimes"], "--expect 'sometimes' is not known: use one of in-place, any"),
+        (["--max-peak", "lots"], "--max-peak 'lots' is not understood: write e.g. 64MiB"),
+        (["--max-peak", "-1"], "--max-peak '-1' is not understood (a size is 0 or more bytes)"),
+        (["--min-bytes", "1 parsec"], "--min-bytes '1 parsec' is not understood"),
+        (["--donate", ""], "--donate '' is empty: use one of auto, all, none"),
+        (["--donate", "a b"], "'a b' is neither an argument number nor an argument name"),
+        (["--donate", "-1"], "argument numbers start at 0"),
+        (["--static", "2;3"], "neither an argument number nor an argument name"),
+        (["--jobs", "0"], "--jobs 0 must be at least 1"),
+        (["--args", "models:make_args", "--shapes", "f32[3]"], "--args and --shapes both give example arguments"),
+    ],
+)
+def test_bad_options_stop_before_compiling(in_assets: Path, options: list[str], message: str) -> None:
+    result = invoke(GOOD, *options)
+    (line,) = assert_user_error(result, message)
+    assert result.stdout == ""
+    assert "\n" not in line
+
+
+@pytest.mark.parametrize("args", [[], ["--bogus", GOOD], ["--jobs", "many", GOOD]])
+def test_usage_errors_exit_2(in_assets: Path, args: list[str]) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+
+
+# ---- as a real command --------------------------------------------------------
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, COLUMNS="120", PYTHONWARNINGS="error")
+    env.pop("FORCE_COLOR", None)
+    return env
+
+
+@pytest.mark.parametrize(
+    "command",
+    [[str(VENV_BIN / "fieldmem")], [sys.executable, "-m", "fieldmem"]],
+    ids=["fieldmem", "python -m fieldmem"],
+)
+def test_subprocess(in_assets: Path, command: list[str]) -> None:
+    if not Path(command[0]).exists():
+        pytest.skip(f"{command[0]} is not installed")
+    done = subprocess.run(
+        [*command, "check", "models:stepp", GOOD, "--min-bytes", "0", "-f", "json"],
+        capture_output=True, text=True, cwd=in_assets, env=_env(), timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "fieldmem: error: models:stepp: module 'models' has no 'stepp'; did you mean 'step'?"
+    ]
+    names = {r["name"]: r["status"] for r in json.loads(done.stdout)["results"]}
+    assert names == {"models:stepp": "error", GOOD: "ok"}
+
+
+def test_subprocess_exit_1(in_assets: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", "models:cast", "--expect", "in-place", "--min-bytes", "0"],
+        capture_output=True, text=True, cwd=in_assets, env=_env(), timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr == ""
+    assert "Traceback" not in done.stdout
+
+
+def test_help_does_not_import_jax() -> None:
+    code = (
+        "import sys\n"
+        "from fieldmem.cli import main\n"
+        "codes = [main(['--help']), main(['check', '--help']), main(['--version'])]\n"
+        "print(codes, 'jax' in sys.modules, file=sys.stderr)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1] == "[0, 0, 0] False", done.stderr
+    assert "--max-peak" in done.stdout and "--donate" in done.stdout
+
+
+def test_main_returns_the_exit_code(in_assets: Path) -> None:
+    from fieldmem.cli import main
+
+    assert main(["check", "models:stepp"]) == 2
+    assert main(["check", GOOD, "--min-bytes", "0"]) == 0
