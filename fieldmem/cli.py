@@ -189,10 +189,29 @@ def check(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code (``python -m fieldmem`` and the console script)."""
+    """Run the CLI and return its exit code (``python -m fieldmem`` and the console script).
+
+    Usage mistakes caught by click (a missing target, an unknown option, a
+    non-integer ``--jobs``) get the same one-line ``fieldmem: error:`` form
+    and exit code 2 as fieldmem's own errors.
+    """
+    # typer re-exports BadParameter but not its base class, click's UsageError
+    # (vendored inside typer in recent releases): find it through the MRO.
+    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    command = typer.main.get_command(app)
     try:
-        app(args=argv, prog_name="fieldmem", standalone_mode=True)
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    return 0
+        result = command.main(args=argv, prog_name="fieldmem", standalone_mode=False)
+    except usage_error as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # bare `fieldmem`: the help, as click prints it
+            typer.echo(exc.format_message(), err=True)
+            return 2
+        ctx = getattr(exc, "ctx", None)
+        where = f"fieldmem {ctx.info_name} --help" if ctx is not None and ctx.parent is not None else "fieldmem --help"
+        typer.echo(f"fieldmem: error: {exc.format_message()} (see {where})", err=True)
+        return 2
+    except typer.Exit as exc:
+        return exc.exit_code
+    except (typer.Abort, KeyboardInterrupt):
+        typer.echo("fieldmem: interrupted", err=True)
+        return 130
+    return result if isinstance(result, int) else 0

@@ -390,3 +390,24 @@ def test_main_returns_the_exit_code(in_assets: Path) -> None:
 
     assert main(["check", "models:stepp"]) == 2
     assert main(["check", GOOD, "--min-bytes", "0"]) == 0
+
+
+@pytest.mark.parametrize(
+    "argv, fragment",
+    [
+        (["check"], "Missing argument"),
+        (["check", "x.py:f", "--bogus"], "No such option: --bogus"),
+        (["check", "x.py:f", "--jobs", "many"], "--jobs"),
+        (["chek", "x.py:f"], "No such command"),
+    ],
+    ids=["missing-target", "unknown-option", "bad-int", "unknown-command"],
+)
+def test_usage_errors_are_one_line_with_exit_2(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from fieldmem.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("fieldmem: error:") and fragment in lines[0], err
+    assert "Traceback" not in err
