@@ -10,8 +10,9 @@ Two generations of source metadata are understood: the older inline
 ``source_file="..." source_line=N`` and the newer ``stack_frame_id=N`` that
 points into the ``FileNames``/``FunctionNames``/``FileLocations``/``StackFrames``
 tables printed after the module header. A stack frame's own file location is
-its source; the ``parent_frame_id`` chain is not followed (XLA 0.10.2 prints
-those ids off by one, often as the frame's own id).
+its source; the ``parent_frame_id`` chain is not followed (as printed with
+jax 0.10.2 those ids look shifted by one: a root frame prints 1, and many
+frames print their own id).
 
 Only the first module is read when the text holds several. Instruction and
 computation names are read with or without the ``%`` prefix, and operands
@@ -151,7 +152,8 @@ class HloModule:
 
         A computation called (directly or through fusions, calls and nested
         loops) from a while body or condition is counted as in the loop; the
-        innermost loop wins for the trip count.
+        innermost loop wins. A nested loop's :class:`LoopInfo` names the loop
+        around it in ``outer``, and ``total_trip_count`` multiplies them out.
         """
         by_name = {c.name: c for c in self.computations}
         result: dict[str, LoopInfo] = {}
@@ -709,7 +711,8 @@ def parse_hlo_module(text: str) -> HloModule:
 # ----------------------------------------------------------------------------
 # Copies
 
-_TRANSPARENT = ("bitcast", "get-tuple-element", "copy")
+# views and copies of a value: what they hold comes from their first operand
+_TRANSPARENT = ("bitcast", "get-tuple-element", "copy", "copy-start", "copy-done")
 
 
 def _trace_parameter(

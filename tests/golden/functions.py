@@ -36,10 +36,10 @@ def sparse_row_args():
 # -- a lax.scan stepper (diffusion-like stencil) ---------------------------
 def scan_stepper(u):
     def step(c, _):
-        lap = jnp.roll(c, 1, axis=0) + jnp.roll(c, -1, axis=0) - 2.0 * c  # golden: stencil
-        return c + 0.1 * lap, None
+        lap = jnp.roll(c, 1, axis=0) + jnp.roll(c, -1, axis=0) - 2.0 * c
+        return c + 0.1 * lap, None  # golden: scan_stepper carry
 
-    out, _ = lax.scan(step, u, None, length=8)
+    out, _ = lax.scan(step, u, None, length=8)  # golden: scan_stepper scan
     return out
 
 
@@ -71,7 +71,7 @@ def while_loop(u, tol):
         c, n = state
         return c * 0.5, n + 1  # golden: while body
 
-    out, n = lax.while_loop(cond, body, (u, jnp.int32(0)))
+    out, n = lax.while_loop(cond, body, (u, jnp.int32(0)))  # golden: while_loop call
     return out, n
 
 
@@ -82,7 +82,7 @@ def while_loop_args():
 # -- several outputs of different shapes -----------------------------------
 def several_outputs(a, b):
     total = jnp.sum(a)  # golden: several total
-    return a + 1.0, b * 2.0, total, (a > 0.0)
+    return a + 1.0, b * 2.0, total, (a > 0.0)  # golden: several return
 
 
 def several_outputs_args():
