@@ -2,8 +2,9 @@
 
 :func:`check` is the core entry point behind ``fieldmem check`` and the Python
 API. It never prints and never exits: every target yields a
-:class:`~fieldmem.report.TargetResult` (a failure to load, call the factory or
-compile becomes an ``error`` result), so one broken target never hides the
+:class:`~fieldmem.report.TargetResult` (a failure to load, call the factory,
+compile or read the compiled HLO becomes an ``error`` result), so one broken
+target never hides the
 results of the others. Progress is reported through a callback.
 """
 
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from fieldmem import __version__
-from fieldmem.errors import FieldmemError
+from fieldmem.errors import CompileError, FieldmemError
+from fieldmem.hlo import HloParseError
 from fieldmem.report import DeviceInfo, ErrorInfo, Report, TargetResult
 from fieldmem.target import Target, TargetOptions, resolve_target
 
@@ -51,17 +53,26 @@ def _check_one(target: Target, options: CheckOptions) -> TargetResult:
         plain, donated = compile_variants(call, jobs=options.jobs)
     except FieldmemError as exc:
         return _error_result(target.spec, target.name, exc, target.definition)
-    return analyze_target(
-        target=target.spec,
-        name=target.name,
-        definition=target.definition,
-        donate=target.donate.describe() if call.donation_source == "spec" else "jit",
-        expect=target.expect,
-        max_peak=target.max_peak,
-        plain=plain,
-        donated=donated,
-        min_bytes=options.min_bytes,
-    )
+    try:
+        return analyze_target(
+            target=target.spec,
+            name=target.name,
+            definition=target.definition,
+            donate=target.donate.describe() if call.donation_source == "spec" else "jit",
+            expect=target.expect,
+            max_peak=target.max_peak,
+            plain=plain,
+            donated=donated,
+            min_bytes=options.min_bytes,
+        )
+    except HloParseError as exc:
+        # XLA printed something this parser does not know: this target cannot be
+        # analysed, the others still can
+        error = CompileError(
+            f"fieldmem could not read the optimized HLO of this target: {exc}; "
+            "please report this with the output of jax.jit(fn).lower(...).compile().as_text()"
+        )
+        return _error_result(target.spec, target.name, error, target.definition)
 
 
 def check_targets(

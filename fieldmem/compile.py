@@ -291,8 +291,9 @@ def prepare_call(
                 f"--donate names {', '.join(clash)}, which is static (not an array): "
                 "only array arguments can be donated"
             )
-    # donation only matters for arguments with arrays in them
-    donated_positions = {i for i in donated_positions if i not in static_positions}
+    # donation only matters for arguments with arrays in them (and passed
+    # positionally: a jit's donate_argnums may name a parameter left at its default)
+    donated_positions = {i for i in donated_positions if i not in static_positions and i < len(args)}
     donated_names = {k for k in donated_names if k not in static_names}
 
     jit_options: dict[str, Any] = {}
@@ -354,20 +355,50 @@ def _jit_options_of(info: Any) -> dict[str, Any]:
 # Lowering and compiling
 
 
-def _jit(call: PreparedCall, donated: bool) -> Any:
+def _fresh(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A new function object that calls ``function``: jax traces and lowers it anew.
+
+    jax caches traces by function object and lowerings by jaxpr, and a cached
+    lowering does not repeat the "donated buffers were not usable" warning:
+    checking the same function twice in one process would lose it.
+    """
+    import functools
+
+    @functools.wraps(function)
+    def fresh(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    return fresh
+
+
+def _jit(call: PreparedCall, donated: bool, function: Callable[..., Any] | None = None) -> Any:
     jax = _jax()
-    if call.user_jit is not None and donated and call.donation_source == "jit":
-        return call.user_jit  # exactly the user's program
+    if call.user_jit is not None and donated and call.donation_source == "jit" and _own_statics(call):
+        # exactly the user's program (a lowering jax cached from an earlier
+        # lower of this jit object comes without jax's warnings)
+        return call.user_jit
+    # otherwise rebuilt: without donation, with a donation of fieldmem's, or
+    # with static arguments added to the jit's own (then with its donation)
     positions = sorted(call.donated_positions) if donated else []
     names = sorted(call.donated_names) if donated else []
     return jax.jit(
-        call.function,
+        function if function is not None else call.function,
         static_argnums=tuple(sorted(call.static_positions)),
         static_argnames=tuple(sorted(call.static_names)),
         donate_argnums=tuple(positions),
         donate_argnames=tuple(names),
         **call.jit_options,
     )
+
+
+def _own_statics(call: PreparedCall) -> bool:
+    """Whether the call's static arguments are exactly those of the user's jit object."""
+    info = _user_jit_info(call.user_jit)
+    if info is None:
+        return False
+    positions = set(getattr(info, "static_argnums", ()) or ())
+    names = set(getattr(info, "static_argnames", ()) or ()) & set(call.kwargs)
+    return positions == set(call.static_positions) and names == set(call.static_names)
 
 
 def _dtype_name(dtype: Any) -> str:
@@ -515,8 +546,10 @@ def _donated_argument_names(call: PreparedCall, lowered: Any) -> tuple[str, ...]
     return tuple(donated)
 
 
-def _lower(call: PreparedCall, donated: bool) -> tuple[Any, tuple[str, ...], float]:
-    jitted = _jit(call, donated)
+def _lower(
+    call: PreparedCall, donated: bool, function: Callable[..., Any] | None = None
+) -> tuple[Any, tuple[str, ...], float]:
+    jitted = _jit(call, donated, function)
     start = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -551,8 +584,9 @@ def compile_variants(call: PreparedCall, *, jobs: int = 1) -> tuple[CompiledVari
     ``jobs`` > 1 (XLA:CPU already compiles on several threads, so this pays
     only with cores to spare).
     """
-    lowered_plain, warnings_plain, lower_plain_s = _lower(call, donated=False)
-    lowered_donated, warnings_donated, lower_donated_s = _lower(call, donated=True)
+    function = _fresh(call.function)  # one trace for both variants, none from an earlier check
+    lowered_plain, warnings_plain, lower_plain_s = _lower(call, donated=False, function=function)
+    lowered_donated, warnings_donated, lower_donated_s = _lower(call, donated=True, function=function)
     if jobs > 1:
         with ThreadPoolExecutor(max_workers=2) as pool:
             futures = [pool.submit(_compile, lowered_plain), pool.submit(_compile, lowered_donated)]

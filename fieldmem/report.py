@@ -4,7 +4,9 @@ Everything a user sees is rendered from a :class:`Report`; nothing is computed
 in a renderer. ``Report.to_dict()`` is the JSON contract documented in
 ``docs/report-schema.md``; ``Report.from_dict()`` reads it back (unknown keys
 are ignored, missing optional keys take their defaults) so later versions of
-fieldmem can compare against reports saved by earlier ones.
+fieldmem can compare against reports saved by earlier ones. A document that
+is not such a report (another schema, a required key missing, a value of the
+wrong JSON type) raises :class:`ReportError`.
 """
 
 from __future__ import annotations
@@ -284,13 +286,29 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
+_SCALARS: dict[type, tuple[type, ...]] = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
+
+
 def _decode(hint: Any, data: Any) -> Any:
     origin = typing.get_origin(hint)
     if origin in (Union, types.UnionType):
         options = [a for a in typing.get_args(hint) if a is not type(None)]
         if data is None:
             return None
-        return _decode(options[0], data) if len(options) == 1 else data
+        errors = []
+        for option in options:
+            try:
+                return _decode(option, data)
+            except (TypeError, ValueError, KeyError) as exc:
+                errors.append(exc)
+        raise errors[0] if len(errors) == 1 else TypeError(
+            f"{data!r} is none of {', '.join(getattr(o, '__name__', str(o)) for o in options)}"
+        )
+    if hint in _SCALARS:
+        # JSON has no int/bool distinction in Python's eyes: True is an int, so refuse it by hand
+        if not isinstance(data, _SCALARS[hint]) or (hint is not bool and isinstance(data, bool)):
+            raise TypeError(f"expected {hint.__name__}, got {type(data).__name__} {data!r}")
+        return float(data) if hint is float else data
     if dataclasses.is_dataclass(hint):
         if not isinstance(data, dict):
             raise TypeError(f"{hint.__name__} must be an object, got {type(data).__name__}")

@@ -1,0 +1,139 @@
+"""Helpers for the integration tests that compile real functions.
+
+They build :class:`fieldmem.target.Target`s straight from a function and an
+args factory (no module to import), run the checker on them, and check what
+a report claims against jax itself: an independent compile's
+``memory_analysis()`` and, at run time, the buffer pointers of donated inputs
+and the outputs said to reuse them.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable, Iterable
+
+import jax
+import jax.numpy as jnp
+
+from fieldmem.checker import CheckOptions, check_targets
+from fieldmem.compile import MEMORY_FIELDS
+from fieldmem.report import Report, TargetResult
+from fieldmem.spec import DonateSpec, StaticSpec
+from fieldmem.target import Target
+
+UNUSABLE_WARNING = "Some donated buffers were not usable"
+
+
+def make_target(
+    fn: Callable[..., Any],
+    factory: Callable[[], Any],
+    *,
+    donate: Any = None,
+    static: Any = None,
+    name: str = "test:fn",
+    expect: str = "any",
+    definition: str | None = None,
+) -> Target:
+    """A target for ``fn`` whose example arguments come from ``factory``."""
+    return Target(
+        spec=name,
+        name=name,
+        function=fn,
+        args_factory=factory,
+        args_origin=None,
+        shapes=None,
+        donate=DonateSpec.parse(donate, "donate=") if donate is not None else DonateSpec(),
+        static=StaticSpec.parse(static, "static=") if static is not None else StaticSpec(),
+        expect=expect,
+        max_peak=None,
+        definition=definition,
+    )
+
+
+def check_reports(targets: Iterable[Target], min_bytes: int = 1024) -> Report:
+    return check_targets(list(targets), CheckOptions(min_bytes=min_bytes))
+
+
+def check_one(target: Target, min_bytes: int = 1024) -> TargetResult:
+    """The checked result of one target, which must have compiled."""
+    result = check_reports([target], min_bytes).results[0]
+    assert result.status == "ok", result.error
+    return result
+
+
+def materialize(tree: Any) -> Any:
+    """Concrete zeros for every ``ShapeDtypeStruct`` leaf; other leaves as they are."""
+    return jax.tree_util.tree_map(
+        lambda leaf: jnp.zeros(leaf.shape, leaf.dtype) if isinstance(leaf, jax.ShapeDtypeStruct) else leaf,
+        tree,
+    )
+
+
+def report_leaves(
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    names: list[str],
+    static: Iterable[int | str] = (),
+) -> list[tuple[str, Any]]:
+    """(path, leaf) in the report's numbering: positional leaves, then kwargs in the order given."""
+    static = set(static)
+    slots = [(names[i], value) for i, value in enumerate(args) if i not in static]
+    slots += [(key, value) for key, value in kwargs.items() if key not in static]
+    leaves = []
+    for display, value in slots:
+        for path, leaf in jax.tree_util.tree_flatten_with_path(value)[0]:
+            leaves.append((display + jax.tree_util.keystr(path), leaf))
+    return leaves
+
+
+def output_leaves(out: Any) -> list[tuple[str, Any]]:
+    return [("out" + jax.tree_util.keystr(p), leaf) for p, leaf in jax.tree_util.tree_flatten_with_path(out)[0]]
+
+
+def xla_memory(compiled: Any) -> dict[str, int]:
+    """``memory_analysis()`` under the report's names (the figures the report copies verbatim)."""
+    analysis = compiled.memory_analysis()
+    return {name: int(getattr(analysis, attribute)) for name, attribute in MEMORY_FIELDS.items()}
+
+
+def compile_quietly(jitted: Any, *args: Any, **kwargs: Any) -> Any:
+    """``jitted.lower(...).compile()``, with jax's unusable-donation warning silenced."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=UNUSABLE_WARNING)
+        return jitted.lower(*args, **kwargs).compile()
+
+
+def run_and_check_aliases(
+    compiled: Any,
+    result: TargetResult,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    names: list[str],
+    static: Iterable[int | str] = (),
+) -> Any:
+    """Run ``compiled`` on ``args`` and check every alias of the donated variant at run time.
+
+    For each claimed alias the output leaf's buffer pointer must equal the
+    input leaf's pointer taken before the call, and the input must be
+    deleted afterwards (it was donated). Returns the outputs.
+    """
+    static = set(static)
+    inputs = report_leaves(args, kwargs, names, static)
+    assert [path for path, _ in inputs] == [i.path for i in result.inputs]
+    pointers = {n: leaf.unsafe_buffer_pointer() for n, (_, leaf) in enumerate(inputs)}
+    dynamic_args = [a for i, a in enumerate(args) if i not in static]
+    dynamic_kwargs = {k: v for k, v in kwargs.items() if k not in static}
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=UNUSABLE_WARNING)
+        out = compiled(*dynamic_args, **dynamic_kwargs)
+    outputs = output_leaves(out)
+    assert [path for path, _ in outputs] == [o.path for o in result.outputs]
+    aliases = result.variants["donated"].aliases
+    assert aliases, "nothing to check at run time"
+    for alias in aliases:
+        in_path, in_leaf = inputs[alias.input_index]
+        out_path, out_leaf = outputs[alias.output_index]
+        assert (in_path, out_path) == (alias.input, alias.output)
+        assert out_leaf.unsafe_buffer_pointer() == pointers[alias.input_index], alias
+        assert in_leaf.is_deleted(), alias
+    return out

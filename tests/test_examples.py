@@ -1,0 +1,187 @@
+"""The bundled examples, checked against jax itself (real compiles and runs).
+
+For every case registered in ``examples/*.py`` the report's memory figures
+must equal ``memory_analysis()`` of the same program compiled here with
+plain ``jax.jit``, and every alias the report claims must happen at run time:
+the output leaf's buffer is the donated input's buffer, and the input is
+deleted. The examples are at most a few tens of MiB, so they run as they are.
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import jax
+import pytest
+
+from fieldmem.checker import CheckOptions, check_targets
+from fieldmem.spec import DonateSpec
+from fieldmem.target import TargetOptions, resolve_target
+
+from helpers_compile import compile_quietly, materialize, run_and_check_aliases, xla_memory
+
+pytestmark = pytest.mark.compile
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+# How each registered case is jitted, written out independently of fieldmem:
+# donated argument numbers and static argument numbers; "jit": the target is
+# a jax.jit object and its own donation is the donated variant.
+JIT_OF: dict[str, Any] = {
+    "field:update": {"donate_argnums": (0, 1), "static_argnums": ()},
+    "sparse_row:set_row": {"donate_argnums": (0,), "static_argnums": ()},
+    "sparse_row:write_kv": {"donate_argnums": (0,), "static_argnums": ()},
+    "stencil_scan:diffuse": {"donate_argnums": (0,), "static_argnums": (1,)},
+    "optimizer:sgd_step": "jit",
+}
+
+
+def _line_of(path: Path, text: str) -> int:
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if text in line:
+            return number
+    raise AssertionError(f"{text!r} not in {path}")
+
+
+@pytest.fixture(scope="module")
+def example_targets() -> dict[str, Any]:
+    targets = {}
+    for file in sorted(EXAMPLES.glob("*.py")):
+        for target in resolve_target(str(file), TargetOptions()):
+            targets[target.name] = target
+    return targets
+
+
+@pytest.fixture(scope="module")
+def example_results(example_targets: dict[str, Any]) -> dict[str, Any]:
+    report = check_targets(list(example_targets.values()), CheckOptions(min_bytes=1024))
+    return {result.name: result for result in report.results}
+
+
+def test_every_example_case_is_covered(example_targets: dict[str, Any]) -> None:
+    assert set(example_targets) == set(JIT_OF)
+
+
+@pytest.fixture(scope="module", params=sorted(JIT_OF))
+def compiled_case(request: pytest.FixtureRequest, example_targets: dict[str, Any]) -> dict[str, Any]:
+    """One example compiled here, plain and donated, with plain jax."""
+    target = example_targets[request.param]
+    args, kwargs = target.example_arguments()
+    how = JIT_OF[request.param]
+    if how == "jit":
+        user_jit = target.function
+        static = set(user_jit._jit_info.static_argnums)
+        plain_jit = jax.jit(inspect.unwrap(user_jit), static_argnums=tuple(sorted(static)))
+        donated_jit = user_jit
+    else:
+        static = set(how["static_argnums"])
+        plain_jit = jax.jit(target.function, static_argnums=how["static_argnums"])
+        donated_jit = jax.jit(target.function, **how)
+    return {
+        "name": request.param,
+        "target": target,
+        "args": args,
+        "kwargs": kwargs,
+        "static": static,
+        "plain": compile_quietly(plain_jit, *args, **kwargs),
+        "donated": compile_quietly(donated_jit, *args, **kwargs),
+    }
+
+
+def test_memory_figures_are_xla_verbatim(compiled_case: dict[str, Any], example_results: dict[str, Any]) -> None:
+    result = example_results[compiled_case["name"]]
+    assert result.status == "ok", result.error
+    for variant in ("plain", "donated"):
+        expected = xla_memory(compiled_case[variant])
+        memory = result.variants[variant].memory
+        for name, value in expected.items():
+            assert getattr(memory, name) == value, (variant, name)
+        assert memory.footprint_bytes == (
+            expected["argument_bytes"] + expected["output_bytes"] + expected["temp_bytes"] - expected["alias_bytes"]
+        )
+        assert memory.unavailable == {}
+    for name, saved in result.savings.items():
+        plain = getattr(result.variants["plain"].memory, name)
+        donated = getattr(result.variants["donated"].memory, name)
+        assert saved == plain - donated
+
+
+def test_claimed_aliases_happen_at_run_time(compiled_case: dict[str, Any], example_results: dict[str, Any]) -> None:
+    result = example_results[compiled_case["name"]]
+    target = compiled_case["target"]
+    # fresh arguments: the donated call deletes them
+    args, kwargs = target.example_arguments()
+    args, kwargs = materialize(args), materialize(kwargs)
+    function = inspect.unwrap(target.function)
+    names = list(inspect.signature(function).parameters)[: len(args)]
+    run_and_check_aliases(compiled_case["donated"], result, args, kwargs, names, compiled_case["static"])
+    # the aliased bytes add up to XLA's own alias figure (one device here)
+    donated = result.variants["donated"]
+    assert sum(a.bytes for a in donated.aliases) == donated.memory.alias_bytes
+
+
+def test_sparse_row_plain_copies_u_at_the_update_line(example_results: dict[str, Any]) -> None:
+    result = example_results["sparse_row:set_row"]
+    line = _line_of(EXAMPLES / "sparse_row.py", "return u.at[idx].set(row)")
+    copies = [c for c in result.variants["plain"].copies if c.kind == "parameter"]
+    assert len(copies) == 1
+    copy = copies[0]
+    assert copy.of_parameter == "u" and copy.input_index == 0
+    assert copy.bytes == 4096 * 1024 * 4
+    assert copy.source is not None and copy.source.endswith(f"sparse_row.py:{line}")
+    # with donation the copy is gone and u is reused
+    donated = result.variants["donated"]
+    assert not [c for c in donated.copies if c.kind == "parameter"]
+    assert [(a.input, a.output) for a in donated.aliases] == [("u", "out")]
+    assert result.verdict.in_place
+    assert result.savings["peak_bytes"] == copy.bytes
+
+
+def test_field_example_aliases_both_fields_and_copies_v_without_donation(example_results: dict[str, Any]) -> None:
+    result = example_results["field:update"]
+    donated = result.variants["donated"]
+    assert [(a.input, a.input_index, a.output, a.output_index) for a in donated.aliases] == [
+        ("field.u", 0, "out.u", 0),
+        ("field.v", 1, "out.v", 1),
+    ]
+    assert all(a.bytes == 512 * 512 * 4 for a in donated.aliases)
+    plain = result.variants["plain"]
+    v_copies = [c for c in plain.copies if c.of_parameter == "field.v"]
+    assert len(v_copies) == 1
+    assert v_copies[0].kind == "parameter" and v_copies[0].output == "out.v"
+    assert v_copies[0].bytes == 512 * 512 * 4
+    assert not plain.aliases
+    assert result.verdict.in_place
+    assert result.savings["alias_bytes"] == -2 * 512 * 512 * 4
+    assert result.savings["footprint_bytes"] is not None and result.savings["footprint_bytes"] > 0
+    assert [c.name for c in result.checks] == ["expect-in-place"] and result.checks[0].passed
+
+
+def test_field_verdict_names_the_copied_field_and_line() -> None:
+    """Donating only ``f``: field.v is copied in the donated variant, and the verdict says where."""
+    target = resolve_target(str(EXAMPLES / "field.py"), TargetOptions(donate=DonateSpec.parse("f")))[0]
+    result = check_targets([target], CheckOptions(min_bytes=1024)).results[0]
+    assert result.status == "ok", result.error
+    assert not result.verdict.in_place
+    line = _line_of(EXAMPLES / "field.py", "def update(field, f)")
+    copy_findings = [f for f in result.verdict.findings if f.code == "parameter-copy"]
+    assert len(copy_findings) == 1
+    message = copy_findings[0].message
+    assert message.startswith("field.v is not donated and is copied")
+    assert f"field.py:{line}" in message and "donate it or stop returning it" in message
+    assert copy_findings[0].input == "field.v" and copy_findings[0].output == "out.v"
+    new_buffers = {f.output: f.message for f in result.verdict.findings if f.code == "new-buffer"}
+    assert set(new_buffers) == {"out.u", "out.v"}
+    assert "donate field" in new_buffers["out.u"]
+    assert result.checks[0].name == "expect-in-place" and not result.checks[0].passed
+
+
+def test_stencil_scan_reports_the_loop_copy(example_results: dict[str, Any]) -> None:
+    result = example_results["stencil_scan:diffuse"]
+    loops = [c for c in result.variants["donated"].copies if c.kind == "loop" and c.bytes >= 1024]
+    assert loops
+    assert all(c.trip_count == 40 and c.bytes_per_call == 40 * c.bytes for c in loops)
+    assert not result.verdict.in_place
+    assert "every iteration (x40" in result.verdict.summary
