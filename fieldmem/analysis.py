@@ -230,7 +230,8 @@ def _copies(program: _Program, definition: str | None) -> tuple[Copy, ...]:
             output = out.path if out is not None else None
         if source is None and site.feeds_output and definition is not None:
             source, role = definition, "definition"
-        trip = site.loop.trip_count if site.loop is not None else None
+        # a copy in a nested loop runs (outer x inner) times per call
+        trip = site.loop.total_trip_count if site.loop is not None else None
         copies.append(
             Copy(
                 bytes=site.bytes,

@@ -58,7 +58,10 @@ def _check_one(target: Target, options: CheckOptions) -> TargetResult:
             target=target.spec,
             name=target.name,
             definition=target.definition,
-            donate=target.donate.describe() if call.donation_source == "spec" else "jit",
+            # "auto" means the jit's own donation for a jit object, else every array argument
+            donate="jit" if call.donation_source == "jit" else (
+                "all" if target.donate.mode == "auto" else target.donate.describe()
+            ),
             expect=target.expect,
             max_peak=target.max_peak,
             plain=plain,

@@ -267,11 +267,12 @@ def prepare_call(
         for key, value in kwargs.items():
             if not _has_array_leaves(value):
                 static_names.add(key)
+    explicit = set(static.items)
     for i in static_positions:
         if i < len(args):
-            _check_hashable(args[i], names[i])
+            _check_hashable(args[i], names[i], explicit=i in explicit or names[i] in explicit)
     for key in static_names:
-        _check_hashable(kwargs[key], key)
+        _check_hashable(kwargs[key], key, explicit=key in explicit)
 
     donation_source = "spec"
     if donate.mode == "auto" and info is not None:
@@ -314,10 +315,16 @@ def prepare_call(
     )
 
 
-def _check_hashable(value: Any, name: str) -> None:
+def _check_hashable(value: Any, name: str, *, explicit: bool = False) -> None:
     try:
         hash(value)
     except TypeError:
+        if explicit:
+            what = "an array" if _has_array_leaves(value) else f"a {type(value).__name__}"
+            raise ArgumentsError(
+                f"--static names {name!r}, but a static argument must be hashable and {name!r} is {what}: "
+                "leave it out of --static (arrays are traced)"
+            ) from None
         raise ArgumentsError(
             f"argument {name!r} holds no array, so it must be static, but a static argument must be "
             f"hashable and {type(value).__name__} is not: pass a tuple instead of a list, or arrays"

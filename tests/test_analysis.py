@@ -604,3 +604,26 @@ def test_unreadable_hlo_is_an_error_result_not_a_crash(monkeypatch: pytest.Monke
     assert missing.status == "error" and missing.error.kind == "target"
     assert good.status == "ok" and good.verdict.in_place
     assert report.exit_code == 2
+
+
+@pytest.mark.compile
+def test_explicit_static_on_an_array_says_arrays_are_traced() -> None:
+    from fieldmem.compile import prepare_call
+    from fieldmem.errors import ArgumentsError
+
+    def f(u, row):
+        return u.at[0].set(row)
+
+    args = (jnp.zeros((4, 4)), jnp.ones((4,)))
+    with pytest.raises(ArgumentsError, match=r"--static names 'row'.*is an array.*leave it out of --static"):
+        prepare_call(f, args, {}, donate=DonateSpec(), static=StaticSpec.parse("row"))
+
+
+@pytest.mark.compile
+def test_default_donation_of_a_plain_function_is_reported_as_all() -> None:
+    def f(u):
+        return u + 1.0
+
+    result = check_one(make_target(f, lambda: (jnp.zeros((32, 32)),)))
+    assert result.donate == "all"
+    assert result.variants["donated"].donated_arguments == ("u",)
