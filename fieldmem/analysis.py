@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fieldmem import hlo
+from fieldmem import buffers, hlo
 from fieldmem.compile import CompiledVariant, InputLeaf, OutputLeaf
 from fieldmem.report import (
     MEMORY_FIGURES,
@@ -24,6 +24,7 @@ from fieldmem.report import (
     Copy,
     Finding,
     InputInfo,
+    LiveBuffer,
     MemoryFigures,
     OutputInfo,
     TargetResult,
@@ -44,9 +45,11 @@ def _display_source(location: hlo.SourceLocation | None) -> str | None:
     return f"{_display_path(location.file)}:{location.line}"
 
 
-def _memory(variant: CompiledVariant) -> MemoryFigures:
+def _memory(variant: CompiledVariant, live_peak: int | None, live_reason: str | None) -> MemoryFigures:
     m = variant.memory
     unavailable = dict(variant.memory_unavailable)
+    if live_peak is None:
+        unavailable["live_peak_bytes"] = live_reason or "the live-range analysis did not run"
     parts = [m.get("argument_bytes"), m.get("output_bytes"), m.get("temp_bytes"), m.get("alias_bytes")]
     footprint: int | None
     if any(p is None for p in parts):
@@ -64,6 +67,7 @@ def _memory(variant: CompiledVariant) -> MemoryFigures:
         generated_code_bytes=m.get("generated_code_bytes"),
         peak_bytes=m.get("peak_bytes"),
         footprint_bytes=footprint,
+        live_peak_bytes=live_peak,
         host_argument_bytes=m.get("host_argument_bytes"),
         host_output_bytes=m.get("host_output_bytes"),
         host_alias_bytes=m.get("host_alias_bytes"),
@@ -252,19 +256,62 @@ def _copies(program: _Program, definition: str | None) -> tuple[Copy, ...]:
     return tuple(sorted(copies, key=lambda c: (-(c.bytes_per_call or c.bytes), c.instruction)))
 
 
+_LIVE_AT_PEAK = 10  # buffers kept per variant, largest first
+
+
+def _liveness(
+    program: _Program, copied_inputs: dict[str, str]
+) -> tuple[int | None, str | None, tuple[LiveBuffer, ...]]:
+    """``live_peak_bytes`` and the buffers live at that peak, or why they are unavailable."""
+    variant = program.variant
+    if variant.buffer_assignment is None:
+        return None, variant.buffers_unavailable or "no buffer assignment from this backend", ()
+    try:
+        assignment = buffers.decode_buffer_assignment(variant.buffer_assignment, variant.hlo_module_proto)
+        live = buffers.analyze_liveness(assignment, program.module)
+    except buffers.BufferAssignmentError as exc:
+        return None, f"the buffer assignment could not be analysed: {exc}", ()
+    parameters = {
+        i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"
+    }
+    top: list[LiveBuffer] = []
+    for live_slice in live.live_at_peak[:_LIVE_AT_PEAK]:
+        value = live_slice.value
+        leaf = None
+        number = parameters.get(value.instruction or "")
+        if number is not None:
+            leaf = program.leaf_of(number, value.shape_index)
+        copied = copied_inputs.get(value.instruction or "")
+        top.append(
+            LiveBuffer(
+                bytes=live_slice.bytes,
+                kind=live_slice.kind,
+                instruction=value.instruction,
+                shape=value.shape,
+                source=_display_source(value.source),
+                input=leaf.path if leaf is not None else copied,
+            )
+        )
+    return live.live_peak_bytes, None, tuple(top)
+
+
 def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, _Program]:
     """Findings of one compiled variant (aliases, unusable donations, copies, memory)."""
     module = hlo.parse_hlo_module(variant.hlo_text)
     program = _Program(variant, module)
     aliases = _aliases(program)
+    copies = _copies(program, definition)
+    copied_inputs = {c.instruction: c.of_parameter for c in copies if c.of_parameter is not None}
+    live_peak, live_reason, live_at_peak = _liveness(program, copied_inputs)
     return (
         Variant(
             name=variant.name,
             donated_arguments=variant.donated_arguments,
-            memory=_memory(variant),
+            memory=_memory(variant, live_peak, live_reason),
+            live_at_peak=live_at_peak,
             aliases=aliases,
             unusable_donations=_unusable(program, aliases),
-            copies=_copies(program, definition),
+            copies=copies,
             jax_warnings=variant.lowering_warnings,
             lower_seconds=round(variant.lower_seconds, 4),
             compile_seconds=round(variant.compile_seconds, 4),

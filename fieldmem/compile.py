@@ -89,6 +89,10 @@ class CompiledVariant:
     tuple_args: bool
     lower_seconds: float
     compile_seconds: float
+    # inputs of the live-range analysis (fieldmem.buffers); None with a reason when absent
+    buffer_assignment: bytes | None = None
+    hlo_module_proto: bytes | None = None
+    buffers_unavailable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -502,6 +506,25 @@ def _outputs(lowered: Any) -> tuple[OutputLeaf, ...]:
     return tuple(outputs)
 
 
+def _buffer_inputs(compiled: Any) -> tuple[bytes | None, bytes | None, str | None]:
+    """The serialized buffer assignment and HLO module proto, read in one place.
+
+    Recent XLA names a logical buffer's instruction only by id; the module
+    proto maps ids to names (see fieldmem.buffers).
+    """
+    try:
+        assignment = compiled.memory_analysis().serialized_buffer_assignment_proto
+    except Exception as exc:
+        return None, None, f"no serialized buffer assignment on this backend ({type(exc).__name__})"
+    if not assignment:
+        return None, None, "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
+    try:
+        module_proto = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+    except Exception:
+        module_proto = None  # older XLA still names instructions in the assignment itself
+    return bytes(assignment), module_proto, None
+
+
 def _memory(compiled: Any) -> tuple[dict[str, int | None], dict[str, str]]:
     """``memory_analysis()`` read in one place; a missing figure is None with a reason."""
     figures: dict[str, int | None] = {}
@@ -618,6 +641,7 @@ def _variant(
 ) -> CompiledVariant:
     kept, tuple_args = _kept_var_idx(lowered)
     memory, unavailable = _memory(compiled)
+    assignment, module_proto, buffers_unavailable = _buffer_inputs(compiled)
     return CompiledVariant(
         name=name,
         donated_arguments=_donated_argument_names(call, lowered),
@@ -630,6 +654,9 @@ def _variant(
         tuple_args=tuple_args,
         lower_seconds=lower_seconds,
         compile_seconds=compile_seconds,
+        buffer_assignment=assignment,
+        hlo_module_proto=module_proto,
+        buffers_unavailable=buffers_unavailable,
     )
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "ErrorInfo",
     "Finding",
     "InputInfo",
+    "LiveBuffer",
     "MemoryFigures",
     "OutputInfo",
     "Report",
@@ -47,6 +48,7 @@ MEMORY_FIGURES = (
     "generated_code_bytes",
     "peak_bytes",
     "footprint_bytes",
+    "live_peak_bytes",
 )
 
 
@@ -59,7 +61,8 @@ class MemoryFigures:
     """XLA's figures verbatim (``memory_analysis()``), plus ``footprint_bytes``.
 
     ``footprint_bytes`` = argument + output + temp - alias: what the executable
-    holds at once. A figure the backend does not give is None, and
+    holds at once. ``live_peak_bytes``: the maximum over the schedule of the
+    bytes of distinct allocation slices live at one point (fieldmem.buffers). A figure the backend does not give is None, and
     ``unavailable`` says why.
     """
 
@@ -70,6 +73,7 @@ class MemoryFigures:
     generated_code_bytes: int | None = None
     peak_bytes: int | None = None
     footprint_bytes: int | None = None
+    live_peak_bytes: int | None = None
     host_argument_bytes: int | None = None
     host_output_bytes: int | None = None
     host_alias_bytes: int | None = None
@@ -119,6 +123,18 @@ class Copy:
 
 
 @dataclass(frozen=True)
+class LiveBuffer:
+    """An allocation slice live at the live peak, with the value that took it."""
+
+    bytes: int
+    kind: str  # parameter | aliased | output | temporary
+    instruction: str | None
+    shape: str | None
+    source: str | None
+    input: str | None = None  # the input leaf, for parameter and aliased slices
+
+
+@dataclass(frozen=True)
 class Variant:
     """One compile of the target: ``plain`` (no donation) or ``donated``."""
 
@@ -129,6 +145,7 @@ class Variant:
     unusable_donations: tuple[UnusableDonation, ...] = ()
     copies: tuple[Copy, ...] = ()
     jax_warnings: tuple[str, ...] = ()
+    live_at_peak: tuple[LiveBuffer, ...] = ()  # largest first
     lower_seconds: float | None = None
     compile_seconds: float | None = None
 

@@ -185,3 +185,38 @@ def test_stencil_scan_reports_the_loop_copy(example_results: dict[str, Any]) -> 
     assert all(c.trip_count == 40 and c.bytes_per_call == 40 * c.bytes for c in loops)
     assert not result.verdict.in_place
     assert "every iteration (x40" in result.verdict.summary
+
+
+def test_live_peak_is_at_most_the_footprint_on_every_example(example_results: dict[str, Any]) -> None:
+    for name, result in example_results.items():
+        for variant in result.variants.values():
+            memory = variant.memory
+            assert memory.live_peak_bytes is not None, (name, memory.unavailable)
+            assert 0 < memory.live_peak_bytes <= memory.footprint_bytes, (name, variant.name)
+            sizes = [b.bytes for b in variant.live_at_peak]
+            assert sizes == sorted(sizes, reverse=True), (name, variant.name)
+
+
+@pytest.mark.parametrize(
+    "name, field, needle",
+    [("sparse_row:set_row", "u", "return u.at[idx].set(row)")],
+)
+def test_live_set_at_the_plain_peak_names_the_copied_input(
+    example_results: dict[str, Any], name: str, field: str, needle: str
+) -> None:
+    result = example_results[name]
+    plain, donated = result.variants["plain"], result.variants["donated"]
+    line = _line_of(EXAMPLES / "sparse_row.py", needle)
+    copied = [b for b in plain.live_at_peak if b.instruction and b.instruction.startswith("copy")]
+    assert copied and copied[0].input == field
+    assert copied[0].source is not None and copied[0].source.endswith(f"sparse_row.py:{line}")
+    # donation removes exactly that copy from the live peak
+    assert plain.memory.live_peak_bytes - donated.memory.live_peak_bytes == copied[0].bytes
+
+
+def test_field_example_live_peak_drops_by_both_fields_with_donation(example_results: dict[str, Any]) -> None:
+    result = example_results["field:update"]
+    plain, donated = result.variants["plain"], result.variants["donated"]
+    field_bytes = 512 * 512 * 4
+    assert plain.memory.live_peak_bytes - donated.memory.live_peak_bytes == 2 * field_bytes
+    assert {b.input for b in donated.live_at_peak if b.kind == "aliased"} == {"field.u", "field.v"}

@@ -51,7 +51,7 @@ def _summary_table(report: Report, options: RenderOptions) -> Table:
     table.add_column("verdict")
     table.add_column("footprint plain → donated", justify="right")
     table.add_column("saved", justify="right")
-    table.add_column("XLA peak plain → donated", justify="right")
+    table.add_column("live peak plain → donated", justify="right")
     table.add_column("copies plain/donated", justify="right")
     for result in report.results:
         if result.status == "error":
@@ -64,7 +64,7 @@ def _summary_table(report: Report, options: RenderOptions) -> Table:
             _verdict_cell(result),
             _pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes),
             format_bytes(result.savings.get("footprint_bytes")),
-            _pair(plain.memory.peak_bytes, donated.memory.peak_bytes),
+            _pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes),
             f"{len(_copies_shown(plain, options.min_bytes))}/{len(_copies_shown(donated, options.min_bytes))}",
         )
     return table
@@ -109,7 +109,7 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
 
 def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> None:
     plain, donated = result.variants["plain"], result.variants["donated"]
-    figures = Table(box=box.SIMPLE, title="memory (XLA memory_analysis; footprint = argument + output + temp − alias)")
+    figures = Table(box=box.SIMPLE, title="memory (XLA memory_analysis; footprint = argument + output + temp − alias; live peak = distinct slices live at once)")
     figures.add_column("figure")
     figures.add_column("plain", justify="right")
     figures.add_column("donated", justify="right")
@@ -125,6 +125,15 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     for name, reason in sorted(donated.memory.unavailable.items()):
         console.print(Text(f"  {name} unavailable: {reason}", style="dim"))
 
+    for variant in (plain, donated):
+        if not variant.live_at_peak:
+            continue
+        live = Table(box=box.SIMPLE, title=f"live at the {variant.name} live peak ({format_bytes(variant.memory.live_peak_bytes)})")
+        for column in ("bytes", "kind", "value", "input", "shape", "source"):
+            live.add_column(column, overflow="fold", justify="right" if column == "bytes" else "left")
+        for b in variant.live_at_peak:
+            live.add_row(format_bytes(b.bytes), b.kind, b.instruction or "?", b.input or "", b.shape or "", b.source or "")
+        console.print(live)
     if donated.aliases:
         aliases = Table(box=box.SIMPLE, title="aliases (donated input → output reusing its buffer)")
         for column in ("input", "#", "output", "#", "bytes"):
