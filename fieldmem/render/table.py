@@ -49,9 +49,9 @@ def _summary_table(report: Report, options: RenderOptions) -> Table:
     table.add_column("target", overflow="fold")
     table.add_column("donated")
     table.add_column("verdict")
-    table.add_column("footprint plain → donated", justify="right")
-    table.add_column("saved", justify="right")
-    table.add_column("live peak plain → donated", justify="right")
+    table.add_column("footprint plain → donated", justify="right", no_wrap=True)
+    table.add_column("saved", justify="right", no_wrap=True)
+    table.add_column("live peak plain → donated", justify="right", no_wrap=True)
     table.add_column("copies plain/donated", justify="right")
     for result in report.results:
         if result.status == "error":
