@@ -71,6 +71,7 @@ from fieldmem.hlo import (
     HloModule,
     HloParseError,
     SourceLocation,
+    view_source,
 )
 
 __all__ = [
@@ -472,16 +473,7 @@ _VIEWS = ("bitcast", "get-tuple-element", "copy", "copy-start", "copy-done", "tu
 
 
 def _source(instruction: HloInstruction, by_name: dict[str, HloInstruction]) -> SourceLocation | None:
-    seen = 0
-    current: HloInstruction | None = instruction
-    while current is not None and seen < 16:
-        seen += 1
-        if current.source is not None:
-            return current.source
-        if current.opcode not in _VIEWS or not current.operands:
-            return None
-        current = by_name.get(current.operands[0])
-    return None
+    return view_source(instruction, by_name, _VIEWS)
 
 
 class _Holdings:

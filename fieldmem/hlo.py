@@ -40,6 +40,7 @@ __all__ = [
     "parse_hlo_module",
     "shape_bytes",
     "value_source",
+    "view_source",
 ]
 
 # Bytes per element of XLA's primitive types. Sub-byte types are rounded up
@@ -898,16 +899,22 @@ def output_values(module: HloModule) -> list[HloInstruction | None]:
 
 
 def value_source(module: HloModule, instruction: HloInstruction | None) -> SourceLocation | None:
-    """Source line of a value: its own metadata, else that of what it views or copies."""
-    if instruction is None:
-        return None
-    by_name = module.entry.by_name()
+    """Source line of an entry value: its own metadata, else that of what it views or copies."""
+    return view_source(instruction, module.entry.by_name())
+
+
+def view_source(
+    instruction: HloInstruction | None,
+    by_name: dict[str, HloInstruction],
+    views: tuple[str, ...] = _TRANSPARENT,
+) -> SourceLocation | None:
+    """Source line of a value in one computation, looking through the ``views`` opcodes."""
     seen = 0
     while instruction is not None and seen < 16:
         seen += 1
         if instruction.source is not None:
             return instruction.source
-        if instruction.opcode not in _TRANSPARENT or not instruction.operands:
+        if instruction.opcode not in views or not instruction.operands:
             return None
         instruction = by_name.get(instruction.operands[0])
     return None
