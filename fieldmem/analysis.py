@@ -33,6 +33,7 @@ from fieldmem.report import (
     Verdict,
 )
 from fieldmem.spec import format_bytes
+from fieldmem.target import display_path
 
 __all__ = ["analyze_target", "analyze_variant"]
 
@@ -40,9 +41,7 @@ __all__ = ["analyze_target", "analyze_variant"]
 def _display_source(location: hlo.SourceLocation | None) -> str | None:
     if location is None:
         return None
-    from fieldmem.target import _display_path
-
-    return f"{_display_path(location.file)}:{location.line}"
+    return f"{display_path(location.file)}:{location.line}"
 
 
 def _memory(variant: CompiledVariant, live_peak: int | None, live_reason: str | None) -> MemoryFigures:

@@ -25,7 +25,7 @@ from fieldmem.errors import ArgumentsError, TargetError
 from fieldmem.registry import Case, registered_cases
 from fieldmem.spec import DonateSpec, StaticSpec
 
-__all__ = ["Target", "TargetOptions", "load_module", "resolve_object", "resolve_target"]
+__all__ = ["Target", "TargetOptions", "display_path", "load_module", "resolve_object", "resolve_target"]
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,11 @@ def _definition(fn: Any) -> str | None:
         return None
     if file is None:
         return None
-    return f"{_display_path(file)}:{line}"
+    return f"{display_path(file)}:{line}"
 
 
-def _display_path(file: str) -> str:
+def display_path(file: str) -> str:
+    """``file`` relative to the working directory when it lies below it, else as given."""
     try:
         relative = os.path.relpath(file)
     except ValueError:
