@@ -112,7 +112,7 @@ class PreparedCall:
     user_jit: Any | None  # the user's own jax.jit object, when the target is one
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
-    signature: inspect.Signature | None
+    positional_names: tuple[str, ...]  # display name of each positional argument
     static_positions: frozenset[int]
     static_names: frozenset[str]
     donated_positions: frozenset[int]
@@ -212,7 +212,6 @@ def _resolve_positions(
     what: str,
     names: list[str],
     kwargs: dict[str, Any],
-    signature: inspect.Signature | None,
 ) -> tuple[set[int], set[str]]:
     positions: set[int] = set()
     keyword: set[str] = set()
@@ -254,17 +253,16 @@ def prepare_call(
     """
     info = _user_jit_info(fn)
     underlying = getattr(fn, "_fun", fn) if info is not None else fn
-    signature = _signature(underlying)
-    names = _positional_names(signature, len(args))
+    names = _positional_names(_signature(underlying), len(args))
 
     if info is not None:
         static_positions = set(getattr(info, "static_argnums", ()) or ())
         static_names = set(getattr(info, "static_argnames", ()) or ()) & set(kwargs)
-        explicit_pos, explicit_names = _resolve_positions(static.items, "--static", names, kwargs, signature)
+        explicit_pos, explicit_names = _resolve_positions(static.items, "--static", names, kwargs)
         static_positions |= explicit_pos
         static_names |= explicit_names
     else:
-        static_positions, static_names = _resolve_positions(static.items, "--static", names, kwargs, signature)
+        static_positions, static_names = _resolve_positions(static.items, "--static", names, kwargs)
         for i, value in enumerate(args):
             if not _has_array_leaves(value):
                 static_positions.add(i)
@@ -289,7 +287,7 @@ def prepare_call(
     elif donate.mode == "none":
         donated_positions, donated_names = set(), set()
     else:
-        donated_positions, donated_names = _resolve_positions(donate.items, "--donate", names, kwargs, signature)
+        donated_positions, donated_names = _resolve_positions(donate.items, "--donate", names, kwargs)
         clash = sorted(names[i] for i in donated_positions & static_positions) + sorted(donated_names & static_names)
         if clash:
             raise DonationError(
@@ -309,7 +307,7 @@ def prepare_call(
         user_jit=fn if info is not None else None,
         args=args,
         kwargs=kwargs,
-        signature=signature,
+        positional_names=tuple(names),
         static_positions=frozenset(static_positions),
         static_names=frozenset(static_names),
         donated_positions=frozenset(donated_positions),
@@ -412,10 +410,10 @@ def _own_statics(call: PreparedCall) -> bool:
     return positions == set(call.static_positions) and names == set(call.static_names)
 
 
-def _dtype_name(dtype: Any) -> str:
+def _shape_bytes(shape: tuple[int, ...], dtype: Any) -> int:
     import numpy as np
 
-    return np.dtype(dtype).name
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
 def _leaves(call: PreparedCall, args_info: Any, kept: set[int] | None) -> tuple[InputLeaf, ...]:
@@ -426,9 +424,11 @@ def _leaves(call: PreparedCall, args_info: Any, kept: set[int] | None) -> tuple[
     arguments sorted by name. ``args_info`` (jax's order) tells which leaf is
     donated; ``kept`` (jax's order) which ones the HLO still has.
     """
+    import numpy as np
+
     jax = _jax()
     tree = jax.tree_util
-    names = _positional_names(call.signature, len(call.args))
+    names = call.positional_names
     dyn_positional = [i for i in range(len(call.args)) if i not in call.static_positions]
     dyn_keywords = [k for k in call.kwargs if k not in call.static_names]
 
@@ -458,21 +458,14 @@ def _leaves(call: PreparedCall, args_info: Any, kept: set[int] | None) -> tuple[
             info = info_leaves[jax_index]
             aval = getattr(info, "_aval", None)
             shape = tuple(getattr(aval, "shape", ()) or ())
-            dtype = _dtype_name(aval.dtype) if aval is not None else "unknown"
-            count = 1
-            for dim in shape:
-                count *= int(dim)
-            import numpy as np
-
-            itemsize = np.dtype(aval.dtype).itemsize if aval is not None else 0
             result.append(
                 InputLeaf(
                     index=len(result),
                     path=display + tree.keystr(path),
                     argument=display,
                     shape=shape,
-                    dtype=dtype,
-                    bytes=count * itemsize,
+                    dtype=np.dtype(aval.dtype).name if aval is not None else "unknown",
+                    bytes=_shape_bytes(shape, aval.dtype) if aval is not None else 0,
                     donated=bool(getattr(info, "donated", False)),
                     hlo_parameter=hlo_number.get(jax_index),
                     abstract=isinstance(leaf, jax.ShapeDtypeStruct),
@@ -485,48 +478,38 @@ def _outputs(lowered: Any) -> tuple[OutputLeaf, ...]:
     jax = _jax()
     import numpy as np
 
-    out_info = lowered.out_info
-    flat = jax.tree_util.tree_flatten_with_path(out_info)[0]
+    flat = jax.tree_util.tree_flatten_with_path(lowered.out_info)[0]
     outputs = []
     for n, (path, leaf) in enumerate(flat):
         shape = tuple(getattr(leaf, "shape", ()) or ())
-        dtype = np.dtype(leaf.dtype)
-        count = 1
-        for dim in shape:
-            count *= int(dim)
         outputs.append(
             OutputLeaf(
                 index=n,
                 path="out" + jax.tree_util.keystr(path),
                 shape=shape,
-                dtype=dtype.name,
-                bytes=count * dtype.itemsize,
+                dtype=np.dtype(leaf.dtype).name,
+                bytes=_shape_bytes(shape, leaf.dtype),
             )
         )
     return tuple(outputs)
 
 
-def _buffer_inputs(compiled: Any) -> tuple[bytes | None, bytes | None, str | None]:
-    """The serialized buffer assignment and HLO module proto, read in one place.
+@dataclass(frozen=True)
+class _MemoryReading:
+    figures: dict[str, int | None]
+    unavailable: dict[str, str]
+    buffer_assignment: bytes | None
+    hlo_module_proto: bytes | None
+    buffers_unavailable: str | None
 
-    Recent XLA names a logical buffer's instruction only by id; the module
-    proto maps ids to names (see fieldmem.buffers).
+
+def _read_memory(compiled: Any) -> _MemoryReading:
+    """``memory_analysis()`` read in one place, once per compile.
+
+    A missing figure is None with a reason. The serialized buffer assignment
+    and the HLO module proto feed fieldmem.buffers (recent XLA names a logical
+    buffer's instruction only by id; the module proto maps ids to names).
     """
-    try:
-        assignment = compiled.memory_analysis().serialized_buffer_assignment_proto
-    except Exception as exc:
-        return None, None, f"no serialized buffer assignment on this backend ({type(exc).__name__})"
-    if not assignment:
-        return None, None, "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
-    try:
-        module_proto = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
-    except Exception:
-        module_proto = None  # older XLA still names instructions in the assignment itself
-    return bytes(assignment), module_proto, None
-
-
-def _memory(compiled: Any) -> tuple[dict[str, int | None], dict[str, str]]:
-    """``memory_analysis()`` read in one place; a missing figure is None with a reason."""
     figures: dict[str, int | None] = {}
     unavailable: dict[str, str] = {}
     try:
@@ -545,7 +528,16 @@ def _memory(compiled: Any) -> tuple[dict[str, int | None], dict[str, str]]:
             )
         else:
             figures[name] = int(value)
-    return figures, unavailable
+
+    assignment = getattr(analysis, "serialized_buffer_assignment_proto", None) if analysis is not None else None
+    if not assignment:
+        missing = reason if analysis is None else "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
+        return _MemoryReading(figures, unavailable, None, None, missing)
+    try:
+        module_proto = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+    except Exception:
+        module_proto = None  # older XLA still names instructions in the assignment itself
+    return _MemoryReading(figures, unavailable, bytes(assignment), module_proto, None)
 
 
 def _kept_var_idx(lowered: Any) -> tuple[set[int] | None, bool]:
@@ -558,7 +550,7 @@ def _kept_var_idx(lowered: Any) -> tuple[set[int] | None, bool]:
 
 
 def _donated_argument_names(call: PreparedCall, lowered: Any) -> tuple[str, ...]:
-    names = _positional_names(call.signature, len(call.args))
+    names = call.positional_names
     jax = _jax()
     # read what jax actually donates (the user's jit object may donate by name)
     donated: list[str] = []
@@ -640,23 +632,22 @@ def _variant(
     compile_seconds: float,
 ) -> CompiledVariant:
     kept, tuple_args = _kept_var_idx(lowered)
-    memory, unavailable = _memory(compiled)
-    assignment, module_proto, buffers_unavailable = _buffer_inputs(compiled)
+    memory = _read_memory(compiled)
     return CompiledVariant(
         name=name,
         donated_arguments=_donated_argument_names(call, lowered),
         inputs=_leaves(call, lowered.args_info, kept),
         outputs=_outputs(lowered),
         hlo_text=compiled.as_text(),
-        memory=memory,
-        memory_unavailable=unavailable,
+        memory=memory.figures,
+        memory_unavailable=memory.unavailable,
         lowering_warnings=lowering_warnings,
         tuple_args=tuple_args,
         lower_seconds=lower_seconds,
         compile_seconds=compile_seconds,
-        buffer_assignment=assignment,
-        hlo_module_proto=module_proto,
-        buffers_unavailable=buffers_unavailable,
+        buffer_assignment=memory.buffer_assignment,
+        hlo_module_proto=memory.hlo_module_proto,
+        buffers_unavailable=memory.buffers_unavailable,
     )
 
 
@@ -667,7 +658,5 @@ def _variant(
 def shape_structs(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> tuple[Any, ...]:
     """``jax.ShapeDtypeStruct`` for each parsed ``--shapes`` entry (nothing allocated)."""
     jax = _jax()
-    import numpy as np
-
-    return tuple(jax.ShapeDtypeStruct(shape, np.dtype(dtype) if dtype != "bfloat16" else jax.numpy.bfloat16)
-                 for dtype, shape in shapes)
+    # jnp.dtype knows bfloat16 and the other ml_dtypes by name; numpy does not
+    return tuple(jax.ShapeDtypeStruct(shape, jax.numpy.dtype(dtype)) for dtype, shape in shapes)
