@@ -92,7 +92,7 @@ class _Program:
             if leaf.hlo_parameter is None:
                 self.input_bytes[leaf.index] = leaf.bytes
             elif variant.tuple_args and len(shapes) == 1:
-                elements = hlo._tuple_elements(shapes[0])
+                elements = hlo.tuple_elements(shapes[0])
                 self.input_bytes[leaf.index] = (
                     hlo.shape_bytes(elements[leaf.hlo_parameter])
                     if leaf.hlo_parameter < len(elements)
@@ -102,9 +102,7 @@ class _Program:
                 self.input_bytes[leaf.index] = hlo.shape_bytes(shapes[leaf.hlo_parameter])
             else:
                 self.input_bytes[leaf.index] = leaf.bytes
-        result_shapes = hlo._tuple_elements(module.entry_result_shape) if module.entry_result_shape else []
-        if len(variant.outputs) == 1 and result_shapes and module.entry_result_shape and not module.entry_result_shape.startswith("("):
-            result_shapes = [module.entry_result_shape]
+        result_shapes = hlo.tuple_elements(module.entry_result_shape) if module.entry_result_shape else []
         self.output_bytes: dict[int, int] = {}
         for out in variant.outputs:
             if len(result_shapes) == len(variant.outputs):

@@ -71,6 +71,8 @@ from fieldmem.hlo import (
     HloModule,
     HloParseError,
     SourceLocation,
+    reader_source,
+    sub_shape,
     view_source,
 )
 
@@ -440,35 +442,6 @@ def _flatten(module: HloModule) -> list[tuple[HloComputation, HloInstruction, st
     return points
 
 
-def _sub_shape(shape: str, index: tuple[int, ...]) -> str | None:
-    for i in index:
-        shape = shape.strip()
-        if not shape.startswith("("):
-            return None
-        parts = _split_tuple(shape[1:-1])
-        if i >= len(parts):
-            return None
-        shape = parts[i]
-    return shape.strip()
-
-
-def _split_tuple(text: str) -> list[str]:
-    parts, depth, current = [], 0, []
-    for char in text:
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        if char == "," and depth == 0:
-            parts.append("".join(current).strip())
-            current = []
-        else:
-            current.append(char)
-    if "".join(current).strip():
-        parts.append("".join(current).strip())
-    return parts
-
-
 _VIEWS = ("bitcast", "get-tuple-element", "copy", "copy-start", "copy-done", "tuple")
 
 
@@ -557,29 +530,12 @@ class _Holdings:
         return ids
 
 
-def _first_reader_source(
-    name: str, computation: HloComputation, depth: int = 0
-) -> SourceLocation | None:
-    """Source of the first instruction reading ``name``, looking through views."""
-    if depth > 4:
-        return None
-    for instruction in computation.instructions:
-        if name in instruction.operands:
-            if instruction.source is not None:
-                return instruction.source
-            if instruction.opcode in ("bitcast", "tuple", "get-tuple-element"):
-                found = _first_reader_source(instruction.name, computation, depth + 1)
-                if found is not None:
-                    return found
-    return None
-
-
 def _value_infos(
     assignment: BufferAssignment, module: HloModule
 ) -> tuple[list[ValueInfo], dict[tuple[str, str], dict[tuple[int, ...], set[int]]]]:
     placement = assignment.placement()
     by_name = {c.name: c.by_name() for c in module.computations}
-    computations = {c.name: c for c in module.computations}
+    users = {c.name: c.users() for c in module.computations}
     # instruction name -> computation (names are unique in a module)
     home = {i.name: c.name for c in module.computations for i in c.instructions}
     infos: list[ValueInfo] = []
@@ -591,13 +547,13 @@ def _value_infos(
             if computation and buffer.instruction
             else None
         )
-        shape = _sub_shape(instruction.shape, buffer.shape_index) if instruction else None
+        shape = sub_shape(instruction.shape, buffer.shape_index) if instruction else None
         source, role = None, None
         if instruction is not None and computation:
             source = _source(instruction, by_name[computation])
             role = "own" if source is not None else None
             if source is None and instruction.opcode != "parameter":
-                source = _first_reader_source(instruction.name, computations[computation])
+                source = reader_source(instruction.name, users[computation])
                 role = "user" if source is not None else None
         placed = placement.get(buffer.id)
         if placed is None:

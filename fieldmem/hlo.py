@@ -39,6 +39,9 @@ __all__ = [
     "output_values",
     "parse_hlo_module",
     "shape_bytes",
+    "reader_source",
+    "sub_shape",
+    "tuple_elements",
     "value_source",
     "view_source",
 ]
@@ -106,6 +109,14 @@ class HloComputation:
 
     def by_name(self) -> dict[str, HloInstruction]:
         return {i.name: i for i in self.instructions}
+
+    def users(self) -> dict[str, list[HloInstruction]]:
+        """For each value, the instructions that read it, in schedule order."""
+        users: dict[str, list[HloInstruction]] = {}
+        for instruction in self.instructions:
+            for operand in instruction.operands:
+                users.setdefault(operand, []).append(instruction)
+        return users
 
     @property
     def root(self) -> HloInstruction | None:
@@ -287,11 +298,25 @@ def _layout(shape: str) -> str | None:
     return "{" + minor_to_major.replace(" ", "") + (":" + rest if rest else "") + "}"
 
 
-def _tuple_elements(shape: str) -> list[str]:
+def tuple_elements(shape: str) -> list[str]:
+    """The element shapes of a tuple shape; a non-tuple shape is its own single element."""
     shape = shape.strip()
     if not shape.startswith("("):
         return [shape]
     return [part.strip() for part in _split_top_level(shape[1:-1]) if part.strip()]
+
+
+def sub_shape(shape: str, index: tuple[int, ...]) -> str | None:
+    """The shape at tuple index ``index`` of ``shape`` (``()`` is the shape itself)."""
+    shape = shape.strip()
+    for i in index:
+        if not shape.startswith("("):
+            return None
+        elements = tuple_elements(shape)
+        if i >= len(elements):
+            return None
+        shape = elements[i]
+    return shape
 
 
 # ----------------------------------------------------------------------------
@@ -782,10 +807,7 @@ def find_copies(module: HloModule) -> list[CopySite]:
         if computation.name in fusion_bodies:
             continue
         by_name = computation.by_name()
-        users: dict[str, list[HloInstruction]] = {}
-        for instruction in computation.instructions:
-            for operand in instruction.operands:
-                users.setdefault(operand, []).append(instruction)
+        users = computation.users()
         for instruction in computation.instructions:
             if instruction.opcode not in ("copy", "copy-start"):
                 continue
@@ -797,7 +819,7 @@ def find_copies(module: HloModule) -> list[CopySite]:
             shape = instruction.shape
             if instruction.opcode == "copy-start":
                 # copy-start returns (destination, source, context): the copied array is element 0
-                elements = _tuple_elements(shape)
+                elements = tuple_elements(shape)
                 shape = elements[0] if elements else shape
             operand_shape = by_name[operand].shape if operand in by_name else None
             layout_change = bool(
@@ -810,7 +832,7 @@ def find_copies(module: HloModule) -> list[CopySite]:
             if source is None and operand in by_name and by_name[operand].opcode != "parameter":
                 source, role = by_name[operand].source, "operand" if by_name[operand].source else None
             if source is None:
-                source = _first_user_source(instruction.name, users)
+                source = reader_source(instruction.name, users)
                 role = "user" if source is not None else None
             # an async copy's value is its copy-done: that is what is read and returned
             copied = instruction.name
@@ -818,7 +840,7 @@ def find_copies(module: HloModule) -> list[CopySite]:
                 done = [u for u in users.get(instruction.name, []) if u.opcode == "copy-done"]
                 copied = done[0].name if done else copied
             if source is None and copied != instruction.name:
-                source = _first_user_source(copied, users)
+                source = reader_source(copied, users)
                 role = "user" if source is not None else None
             outputs = (
                 _output_positions(copied, computation, by_name)
@@ -845,10 +867,15 @@ def find_copies(module: HloModule) -> list[CopySite]:
     return copies
 
 
-def _first_user_source(
+def reader_source(
     name: str, users: dict[str, list[HloInstruction]]
 ) -> SourceLocation | None:
-    """Source of the nearest reader of ``name``, looking through tuples and views."""
+    """Source of the nearest reader of ``name``, looking through tuples and views.
+
+    ``users`` is :meth:`HloComputation.users` of the computation holding ``name``.
+    XLA inserts copies without metadata; the line of the update that reads one
+    is what the user can act on.
+    """
     frontier = [name]
     seen = {name}
     for _depth in range(4):

@@ -349,7 +349,7 @@ def test_several_outputs_shapes_and_sources() -> None:
     m = module("several_outputs.plain")
     assert m.entry_result_shape == f"({FIELD}, {FIELD}, f32[], pred[64,128]{{1,0}})"
     assert shape_bytes(m.entry_result_shape) == 2 * FIELD_BYTES + 4 + 64 * 128
-    assert hlo._tuple_elements(m.entry_result_shape) == [FIELD, FIELD, "f32[]", "pred[64,128]{1,0}"]
+    assert hlo.tuple_elements(m.entry_result_shape) == [FIELD, FIELD, "f32[]", "pred[64,128]{1,0}"]
     outputs = output_values(m)
     assert [(o.name, o.shape) for o in outputs if o] == [
         ("broadcast_add_fusion", FIELD),
@@ -415,7 +415,7 @@ def test_tuple_parameter_aliases_and_donors() -> None:
     )
     assert m.buffer_donors == ((1, ()),)
     assert m.entry_parameter_shapes == (f"({FIELD}, {FIELD})", FIELD)
-    assert hlo._tuple_elements(m.entry_parameter_shapes[0]) == [FIELD, FIELD]
+    assert hlo.tuple_elements(m.entry_parameter_shapes[0]) == [FIELD, FIELD]
     assert m.entry_result_shape == f"({FIELD}, {FIELD}, f32[64,128]{{0,1}})"
 
 
@@ -595,9 +595,9 @@ def test_shape_bytes_rejects_what_it_cannot_size(shape: str) -> None:
 
 
 def test_tuple_elements() -> None:
-    assert hlo._tuple_elements(FIELD) == [FIELD]
-    assert hlo._tuple_elements("()") == []
-    assert hlo._tuple_elements("(f32[], (s32[], pred[]))") == ["f32[]", "(s32[], pred[])"]
+    assert hlo.tuple_elements(FIELD) == [FIELD]
+    assert hlo.tuple_elements("()") == []
+    assert hlo.tuple_elements("(f32[], (s32[], pred[]))") == ["f32[]", "(s32[], pred[])"]
 
 
 # ----------------------------------------------------------------------------
@@ -656,3 +656,12 @@ def test_instruction_printed_over_several_lines() -> None:
 def test_leading_text_before_the_header_is_skipped() -> None:
     m = parse_hlo_module("# compiled by jax\n" + text("unused_arg.donated"))
     assert m == module("unused_arg.donated")
+
+
+def test_sub_shape() -> None:
+    nested = "(f32[], (s32[2]{0}, pred[]))"
+    assert hlo.sub_shape(nested, ()) == nested
+    assert hlo.sub_shape(nested, (0,)) == "f32[]"
+    assert hlo.sub_shape(nested, (1, 0)) == "s32[2]{0}"
+    assert hlo.sub_shape(nested, (2,)) is None  # no such element
+    assert hlo.sub_shape("f32[4]{0}", (0,)) is None  # not a tuple
