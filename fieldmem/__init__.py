@@ -7,10 +7,15 @@ when they run.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
 from fieldmem.errors import FieldmemError
 from fieldmem.registry import Case, case
+
+if TYPE_CHECKING:
+    from fieldmem.report import Report
 
 __all__ = [
     "Case",
@@ -21,8 +26,15 @@ __all__ = [
 ]
 
 
-def check(*specs: str, **kwargs: object) -> "object":
-    """Check targets from Python; see :func:`fieldmem.checker.check`. Returns a Report."""
+def check(*specs: str, **kwargs: Any) -> "Report":
+    """Check targets from Python, as ``fieldmem check`` does, and return the Report.
+
+    Keyword arguments are those of :func:`fieldmem.checker.check`
+    (``target_options``, ``options``, ``progress``)::
+
+        report = fieldmem.check("examples/field.py")
+        assert report.results[0].verdict.in_place
+    """
     from fieldmem.checker import check as _check
 
-    return _check(specs, **kwargs)  # type: ignore[arg-type]
+    return _check(specs, **kwargs)

@@ -325,7 +325,7 @@ def _at(source: str | None) -> str:
     return f" at {source}" if source else ""
 
 
-def _copy_finding(copy: Copy, donated_arguments: tuple[str, ...], inputs: dict[int, InputLeaf]) -> Finding:
+def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf]) -> Finding:
     size = format_bytes(copy.bytes)
     if copy.kind == "loop":
         per_call = (
@@ -405,7 +405,7 @@ def _verdict(
             findings.append(_new_buffer_finding(out, size, program, donated.aliases, donated.unusable_donations))
     for copy in donated.copies:
         if copy.bytes >= min_bytes and (copy.kind in ("parameter", "loop") or copy.output is not None):
-            findings.append(_copy_finding(copy, donated.donated_arguments, inputs))
+            findings.append(_copy_finding(copy, inputs))
     for unusable in donated.unusable_donations:
         if unusable.bytes >= min_bytes:
             findings.append(

@@ -149,10 +149,6 @@ class Variant:
     lower_seconds: float | None = None
     compile_seconds: float | None = None
 
-    @property
-    def copied_bytes(self) -> int:
-        return sum(c.bytes for c in self.copies)
-
 
 @dataclass(frozen=True)
 class Finding:

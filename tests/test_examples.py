@@ -220,3 +220,12 @@ def test_field_example_live_peak_drops_by_both_fields_with_donation(example_resu
     field_bytes = 512 * 512 * 4
     assert plain.memory.live_peak_bytes - donated.memory.live_peak_bytes == 2 * field_bytes
     assert {b.input for b in donated.live_at_peak if b.kind == "aliased"} == {"field.u", "field.v"}
+
+
+def test_python_api_check_returns_the_report() -> None:
+    import fieldmem
+
+    report = fieldmem.check(str(EXAMPLES / "field.py"))
+    assert [r.name for r in report.results] == ["field:update"]
+    assert report.results[0].verdict is not None and report.results[0].verdict.in_place
+    assert report.exit_code == 0
