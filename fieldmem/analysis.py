@@ -110,6 +110,7 @@ class _Program:
             else:
                 self.output_bytes[out.index] = out.bytes
         self.output_producers = hlo.output_values(module)
+        self.entry_by_name = module.entry.by_name()
 
     def leaf_of(self, parameter_number: int, parameter_index: tuple[int, ...]) -> InputLeaf | None:
         if self.variant.tuple_args:
@@ -127,7 +128,7 @@ class _Program:
     def output_source(self, index: int) -> str | None:
         if index >= len(self.output_producers):
             return None
-        return _display_source(hlo.value_source(self.module, self.output_producers[index]))
+        return _display_source(hlo.view_source(self.output_producers[index], self.entry_by_name))
 
 
 def _shape_text(shape: Sequence[int], dtype: str) -> str:
