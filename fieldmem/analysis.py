@@ -28,6 +28,7 @@ from fieldmem.report import (
     MemoryFigures,
     OutputInfo,
     TargetResult,
+    Timeline,
     UnusableDonation,
     Variant,
     Verdict,
@@ -35,7 +36,7 @@ from fieldmem.report import (
 from fieldmem.spec import format_bytes
 from fieldmem.target import display_path
 
-__all__ = ["analyze_target", "analyze_variant"]
+__all__ = ["analyze_target", "analyze_variant", "decimate"]
 
 
 def _display_source(location: hlo.SourceLocation | None) -> str | None:
@@ -257,18 +258,63 @@ def _copies(program: _Program, definition: str | None) -> tuple[Copy, ...]:
 _LIVE_AT_PEAK = 10  # buffers kept per variant, largest first
 
 
+TIMELINE_BUCKETS = 400  # a timeline keeps at most two points per bucket
+
+
+def decimate(curve: Sequence[int], buckets: int = TIMELINE_BUCKETS) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Positions and values of ``curve`` thinned to at most ``2 * buckets + 2`` points.
+
+    Each bucket of consecutive points keeps its lowest and its highest point
+    (in schedule order), so the envelope of the curve survives and the global
+    peak is kept exactly; the first and last points are always kept.
+    """
+    n = len(curve)
+    if n <= 2 * buckets:
+        return tuple(range(n)), tuple(curve)
+    keep: set[int] = {0, n - 1}
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        if lo >= hi:
+            continue
+        window = range(lo, hi)
+        keep.add(min(window, key=curve.__getitem__))
+        keep.add(max(window, key=curve.__getitem__))
+    positions = tuple(sorted(keep))
+    return positions, tuple(curve[i] for i in positions)
+
+
+def _timeline(live: buffers.LiveAnalysis, module: hlo.HloModule) -> Timeline:
+    positions, values = decimate(live.curve)
+    point = live.peak_point
+    source = None
+    if point is not None:
+        computation = next((c for c in module.computations if c.name == point.computation), None)
+        instruction = next(
+            (i for i in computation.instructions if i.name == point.instruction), None
+        ) if computation is not None else None
+        source = _display_source(instruction.source) if instruction is not None else None
+    return Timeline(
+        length=len(live.curve),
+        positions=positions,
+        live_bytes=values,
+        peak_position=live.peak_index,
+        peak_instruction=point.instruction if point is not None else None,
+        peak_source=source,
+    )
+
+
 def _liveness(
     program: _Program, copied_inputs: dict[str, str]
-) -> tuple[int | None, str | None, tuple[LiveBuffer, ...]]:
-    """``live_peak_bytes`` and the buffers live at that peak, or why they are unavailable."""
+) -> tuple[int | None, str | None, tuple[LiveBuffer, ...], Timeline | None]:
+    """``live_peak_bytes``, the buffers live at that peak and the timeline, or why they are unavailable."""
     variant = program.variant
     if variant.buffer_assignment is None:
-        return None, variant.buffers_unavailable or "no buffer assignment from this backend", ()
+        return None, variant.buffers_unavailable or "no buffer assignment from this backend", (), None
     try:
         assignment = buffers.decode_buffer_assignment(variant.buffer_assignment, variant.hlo_module_proto)
         live = buffers.analyze_liveness(assignment, program.module)
     except buffers.BufferAssignmentError as exc:
-        return None, f"the buffer assignment could not be analysed: {exc}", ()
+        return None, f"the buffer assignment could not be analysed: {exc}", (), None
     parameters = {
         i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"
     }
@@ -290,7 +336,7 @@ def _liveness(
                 input=leaf.path if leaf is not None else copied,
             )
         )
-    return live.live_peak_bytes, None, tuple(top)
+    return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module)
 
 
 def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, _Program]:
@@ -300,13 +346,14 @@ def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> 
     aliases = _aliases(program)
     copies = _copies(program, definition)
     copied_inputs = {c.instruction: c.of_parameter for c in copies if c.of_parameter is not None}
-    live_peak, live_reason, live_at_peak = _liveness(program, copied_inputs)
+    live_peak, live_reason, live_at_peak, timeline = _liveness(program, copied_inputs)
     return (
         Variant(
             name=variant.name,
             donated_arguments=variant.donated_arguments,
             memory=_memory(variant, live_peak, live_reason),
             live_at_peak=live_at_peak,
+            timeline=timeline,
             aliases=aliases,
             unusable_donations=_unusable(program, aliases),
             copies=copies,

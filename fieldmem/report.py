@@ -20,6 +20,7 @@ from typing import Any, Union
 __all__ = [
     "SCHEMA",
     "Alias",
+    "BaselineComparison",
     "Check",
     "Copy",
     "DeviceInfo",
@@ -29,9 +30,11 @@ __all__ = [
     "LiveBuffer",
     "MemoryFigures",
     "OutputInfo",
+    "Regression",
     "Report",
     "ReportError",
     "TargetResult",
+    "Timeline",
     "UnusableDonation",
     "Variant",
     "Verdict",
@@ -135,6 +138,25 @@ class LiveBuffer:
 
 
 @dataclass(frozen=True)
+class Timeline:
+    """Bytes of distinct live allocation slices over the schedule, decimated for display.
+
+    ``positions`` are indices into the flattened schedule (0 .. ``length`` - 1,
+    a loop body's instructions inline at their ``while``), ascending;
+    ``live_bytes`` the bytes live at each. At most a few hundred buckets are
+    kept, each by its lowest and highest point, so the envelope of the curve
+    and its peak survive decimation exactly.
+    """
+
+    length: int
+    positions: tuple[int, ...]
+    live_bytes: tuple[int, ...]
+    peak_position: int | None = None
+    peak_instruction: str | None = None
+    peak_source: str | None = None
+
+
+@dataclass(frozen=True)
 class Variant:
     """One compile of the target: ``plain`` (no donation) or ``donated``."""
 
@@ -146,6 +168,7 @@ class Variant:
     copies: tuple[Copy, ...] = ()
     jax_warnings: tuple[str, ...] = ()
     live_at_peak: tuple[LiveBuffer, ...] = ()  # largest first
+    timeline: Timeline | None = None
     lower_seconds: float | None = None
     compile_seconds: float | None = None
 
@@ -237,6 +260,30 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
+class Regression:
+    """One difference from a saved baseline: a regression, or an improvement."""
+
+    target: str
+    kind: str  # figure | copy | alias | donation | verdict | status
+    subject: str  # what changed: a figure name, a copy, an alias, an input leaf
+    message: str  # the whole change in words: subject, before -> after, where
+    before: int | str | None = None
+    after: int | str | None = None
+    source: str | None = None  # file.py:LINE of the copy or function concerned
+
+
+@dataclass(frozen=True)
+class BaselineComparison:
+    """This run against a saved baseline (``--baseline``)."""
+
+    path: str
+    regressions: tuple[Regression, ...] = ()
+    improvements: tuple[Regression, ...] = ()
+    notes: tuple[str, ...] = ()  # flagged mismatches: another backend, an older jax, new or missing targets
+    tolerance: str | None = None
+
+
+@dataclass(frozen=True)
 class Report:
     fieldmem_version: str
     jax_version: str
@@ -247,14 +294,18 @@ class Report:
     results: tuple[TargetResult, ...]
     min_bytes: int = 0
     created: str | None = None
+    baseline: BaselineComparison | None = None
     schema: str = SCHEMA
 
     @property
     def exit_code(self) -> int:
-        """2 when a target could not be checked, else 1 when a check failed, else 0."""
+        """2 when a target could not be checked, else 1 when a check failed or a
+        baseline regressed, else 0."""
         if any(r.status == "error" for r in self.results):
             return 2
         if any(r.failed_checks for r in self.results):
+            return 1
+        if self.baseline is not None and self.baseline.regressions:
             return 1
         return 0
 

@@ -627,3 +627,14 @@ def test_default_donation_of_a_plain_function_is_reported_as_all() -> None:
     result = check_one(make_target(f, lambda: (jnp.zeros((32, 32)),)))
     assert result.donate == "all"
     assert result.variants["donated"].donated_arguments == ("u",)
+
+
+
+def test_timeline_peak_matches_live_peak(scan_result: Any) -> None:
+    for variant in scan_result.variants.values():
+        timeline = variant.timeline
+        assert timeline is not None
+        assert max(timeline.live_bytes) == variant.memory.live_peak_bytes
+        assert timeline.live_bytes[timeline.positions.index(timeline.peak_position)] == variant.memory.live_peak_bytes
+        assert timeline.length == len(timeline.positions)  # a short program is kept whole
+        assert timeline.peak_instruction

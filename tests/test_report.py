@@ -174,3 +174,33 @@ def test_a_malformed_document_is_refused(document: dict[str, Any], case: str) ->
     _set(broken, path, value)
     with pytest.raises(ReportError, match="does not match fieldmem.report/1"):
         Report.from_dict(broken)
+
+
+# ----------------------------------------------------------------------------
+# Timeline decimation (fieldmem.analysis.decimate: pure, no compile)
+
+
+def test_decimate_keeps_short_curves_whole():
+    from fieldmem.analysis import decimate
+
+    assert decimate([3, 1, 2], buckets=4) == ((0, 1, 2), (3, 1, 2))
+
+
+def test_decimate_keeps_peak_envelope_and_ends():
+    import random
+
+    from fieldmem.analysis import decimate
+
+    rng = random.Random(7)
+    curve = [rng.randrange(1000) for _ in range(50_000)]
+    curve[31_337] = 5000  # the one peak
+    curve[123] = -1  # the one trough
+    positions, values = decimate(curve, buckets=100)
+    assert len(positions) <= 2 * 100 + 2  # two per bucket, and both ends
+    assert positions[0] == 0 and positions[-1] == len(curve) - 1
+    assert list(positions) == sorted(set(positions))
+    assert all(curve[p] == v for p, v in zip(positions, values))
+    assert 31_337 in positions and max(values) == 5000
+    assert 123 in positions and min(values) == -1
+
+
