@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast golden bench clean
+.PHONY: setup demo test test-fast golden bench bench-quick clean
 
 $(STAMP): pyproject.toml requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -35,5 +35,13 @@ golden: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
 
+# fieldmem vs the naive baseline (examples, synthetic modules, HLO parsing):
+# writes benchmarks/results/*.md; under ~10 minutes on 2 cores.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_examples.py
+	$(BIN)/python benchmarks/bench_suite.py
+	$(BIN)/python benchmarks/bench_parse.py
+
+# A smoke run of the synthetic suite (a minute): results go to benchmarks/results/suite-quick.*
+bench-quick: $(STAMP)
+	$(BIN)/python benchmarks/bench_suite.py --quick
