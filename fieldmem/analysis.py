@@ -36,7 +36,7 @@ from fieldmem.report import (
 from fieldmem.spec import format_bytes
 from fieldmem.target import display_path
 
-__all__ = ["analyze_target", "analyze_variant", "decimate"]
+__all__ = ["Program", "analyze_target", "analyze_variant", "decimate", "donation_obstacle", "savings"]
 
 
 def _display_source(location: hlo.SourceLocation | None) -> str | None:
@@ -76,8 +76,12 @@ def _memory(variant: CompiledVariant, live_peak: int | None, live_reason: str | 
     )
 
 
-class _Program:
-    """The compiled program's view of the leaves: per-device bytes, HLO mapping."""
+class Program:
+    """The compiled program's view of the leaves: per-device bytes, HLO mapping.
+
+    Public for :mod:`fieldmem.advisor`, which asks it which outputs a leaf
+    could reuse before compiling a donation.
+    """
 
     def __init__(self, variant: CompiledVariant, module: hlo.HloModule) -> None:
         self.variant = variant
@@ -136,7 +140,7 @@ def _shape_text(shape: Sequence[int], dtype: str) -> str:
     return f"{dtype}[{','.join(str(d) for d in shape)}]"
 
 
-def _aliases(program: _Program) -> tuple[Alias, ...]:
+def _aliases(program: Program) -> tuple[Alias, ...]:
     aliases = []
     for entry in program.module.aliases:
         leaf = program.leaf_of(entry.parameter_number, entry.parameter_index)
@@ -155,44 +159,59 @@ def _aliases(program: _Program) -> tuple[Alias, ...]:
     return tuple(sorted(aliases, key=lambda a: a.input_index))
 
 
-def _unusable(program: _Program, aliases: tuple[Alias, ...]) -> tuple[UnusableDonation, ...]:
-    aliased_inputs = {a.input_index: a for a in aliases}
-    taken_outputs = {a.output_index: a for a in aliases}
+def donation_obstacle(
+    leaf: InputLeaf, program: Program, taken: dict[int, str]
+) -> tuple[str, str]:
+    """Why no output reuses the donated ``leaf``: an UnusableDonation code and reason.
+
+    ``taken`` maps the index of each output already reusing a donated input to
+    that input's path. The advisor asks the same question of donations it has
+    not compiled yet (with the outputs its other suggestions take), so both
+    give the same reasons in the same words.
+    """
+    size = program.input_bytes[leaf.index]
+    if leaf.hlo_parameter is None:
+        return "unused", (
+            "the function never reads it, so jit drops it from the program and no output can "
+            "reuse it (JAX gives no warning for this): stop passing it or stop donating it"
+        )
+    same_size = [o for o in program.variant.outputs if program.output_bytes[o.index] == size]
+    free = [o for o in same_size if o.index not in taken]
+    # an output of its shape in another dtype: the likely update of this leaf, cast
+    same_shape = [o for o in program.variant.outputs if o.shape == leaf.shape and o.dtype != leaf.dtype]
+    dtype_change = ""
+    if same_shape:
+        o = same_shape[0]
+        dtype_change = (
+            f"; {o.path} has its shape but dtype {o.dtype} ({format_bytes(program.output_bytes[o.index])}): "
+            "the dtype change prevents reuse"
+        )
+    if not same_size:
+        return "no-output-of-size", f"no output has its size ({format_bytes(size)}){dtype_change}"
+    if not free:
+        owners = ", ".join(f"{o.path} (reuses {taken[o.index]})" for o in same_size)
+        return "outputs-taken", (
+            f"every output of its size is already taken by another donated input: {owners}{dtype_change}"
+        )
+    return "not-reused", (
+        f"XLA did not reuse it although {', '.join(o.path for o in free)} has its size "
+        "(a different sharding or layout, or the output is written while the input is still read)"
+    )
+
+
+def _unusable(program: Program, aliases: tuple[Alias, ...]) -> tuple[UnusableDonation, ...]:
+    aliased_inputs = {a.input_index for a in aliases}
+    taken = {a.output_index: a.input for a in aliases}
     result = []
     for leaf in program.variant.inputs:
         if not leaf.donated or leaf.index in aliased_inputs:
             continue
-        size = program.input_bytes[leaf.index]
-        if leaf.hlo_parameter is None:
-            code = "unused"
-            reason = (
-                "the function never reads it, so jit drops it from the program and no output can "
-                "reuse it (JAX gives no warning for this): stop passing it or stop donating it"
+        code, reason = donation_obstacle(leaf, program, taken)
+        result.append(
+            UnusableDonation(
+                input=leaf.path, input_index=leaf.index, bytes=program.input_bytes[leaf.index], reason=reason, code=code
             )
-        else:
-            same_size = [o for o in program.variant.outputs if program.output_bytes[o.index] == size]
-            free = [o for o in same_size if o.index not in taken_outputs]
-            if not same_size:
-                code = "no-output-of-size"
-                reason = f"no output has its size ({format_bytes(size)})"
-                same_shape = [o for o in program.variant.outputs if o.shape == leaf.shape and o.dtype != leaf.dtype]
-                if same_shape:
-                    o = same_shape[0]
-                    reason += (
-                        f"; {o.path} has its shape but dtype {o.dtype} ({format_bytes(program.output_bytes[o.index])}): "
-                        "the dtype change prevents reuse"
-                    )
-            elif not free:
-                code = "outputs-taken"
-                owners = ", ".join(f"{o.path} (reuses {taken_outputs[o.index].input})" for o in same_size)
-                reason = f"every output of its size is already taken by another donated input: {owners}"
-            else:
-                code = "not-reused"
-                reason = (
-                    f"XLA did not reuse it although {', '.join(o.path for o in free)} has its size "
-                    "(a different sharding or layout, or the output is written while the input is still read)"
-                )
-        result.append(UnusableDonation(input=leaf.path, input_index=leaf.index, bytes=size, reason=reason, code=code))
+        )
     return tuple(result)
 
 
@@ -213,7 +232,7 @@ def _cause(module: hlo.HloModule, site: hlo.CopySite, kind: str) -> str | None:
     return None
 
 
-def _copies(program: _Program, definition: str | None) -> tuple[Copy, ...]:
+def _copies(program: Program, definition: str | None) -> tuple[Copy, ...]:
     copies = []
     for site in hlo.find_copies(program.module):
         leaf = program.leaf_of(site.parameter_number, site.parameter_index) if site.parameter_number is not None else None
@@ -304,7 +323,7 @@ def _timeline(live: buffers.LiveAnalysis, module: hlo.HloModule) -> Timeline:
 
 
 def _liveness(
-    program: _Program, copied_inputs: dict[str, str]
+    program: Program, copied_inputs: dict[str, Copy]
 ) -> tuple[int | None, str | None, tuple[LiveBuffer, ...], Timeline | None]:
     """``live_peak_bytes``, the buffers live at that peak and the timeline, or why they are unavailable."""
     variant = program.variant
@@ -325,27 +344,32 @@ def _liveness(
         number = parameters.get(value.instruction or "")
         if number is not None:
             leaf = program.leaf_of(number, value.shape_index)
+        # a copy of an input is named by the input it copies, and placed at the
+        # copy's own source line (or the function's, when XLA kept none for it)
         copied = copied_inputs.get(value.instruction or "")
+        source = _display_source(value.source)
+        if source is None and copied is not None:
+            source = copied.source
         top.append(
             LiveBuffer(
                 bytes=live_slice.bytes,
                 kind=live_slice.kind,
                 instruction=value.instruction,
                 shape=value.shape,
-                source=_display_source(value.source),
-                input=leaf.path if leaf is not None else copied,
+                source=source,
+                input=leaf.path if leaf is not None else (copied.of_parameter if copied is not None else None),
             )
         )
     return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module)
 
 
-def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, _Program]:
+def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, Program]:
     """Findings of one compiled variant (aliases, unusable donations, copies, memory)."""
     module = hlo.parse_hlo_module(variant.hlo_text)
-    program = _Program(variant, module)
+    program = Program(variant, module)
     aliases = _aliases(program)
     copies = _copies(program, definition)
-    copied_inputs = {c.instruction: c.of_parameter for c in copies if c.of_parameter is not None}
+    copied_inputs = {c.instruction: c for c in copies if c.of_parameter is not None}
     live_peak, live_reason, live_at_peak, timeline = _liveness(program, copied_inputs)
     return (
         Variant(
@@ -373,7 +397,9 @@ def _at(source: str | None) -> str:
     return f" at {source}" if source else ""
 
 
-def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf]) -> Finding:
+def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "") -> Finding:
+    """The finding for one copy; ``once`` (" once per call" in a program with a loop) sets
+    one-off copies apart from the loop copies paid every iteration."""
     size = format_bytes(copy.bytes)
     if copy.kind == "loop":
         per_call = (
@@ -394,17 +420,17 @@ def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf]) -> Finding:
     if copy.kind != "parameter" and copy.output is not None:
         message = (
             f"{copy.output} is not written in place: XLA computes it into a {size} temporary and "
-            f"copies it into the output buffer{_at(copy.source)}"
+            f"copies it into the output buffer{once}{_at(copy.source)}"
         )
         return Finding("error", "output-copy", message, output=copy.output, source=copy.source)
     name = copy.of_parameter or copy.shape
     leaf = inputs.get(copy.input_index) if copy.input_index is not None else None
     if leaf is not None and not leaf.donated:
         tail = "donate it or stop returning it" if copy.output else "donate it"
-        message = f"{name} is not donated and is copied ({size}){_at(copy.source)}: {tail}"
+        message = f"{name} is not donated and is copied{once} ({size}){_at(copy.source)}: {tail}"
     else:
         message = (
-            f"{name} is donated but still copied ({size}){_at(copy.source)}: its old value is read "
+            f"{name} is donated but still copied{once} ({size}){_at(copy.source)}: its old value is read "
             "after the update writes it (or it is returned twice); read it before updating"
         )
     return Finding("error", "parameter-copy", message, input=copy.of_parameter, output=copy.output, source=copy.source)
@@ -413,7 +439,7 @@ def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf]) -> Finding:
 def _new_buffer_finding(
     out: OutputLeaf,
     size: int,
-    program: _Program,
+    program: Program,
     aliases: tuple[Alias, ...],
     unusable: tuple[UnusableDonation, ...],
 ) -> Finding:
@@ -441,10 +467,16 @@ def _new_buffer_finding(
     return Finding("error", "new-buffer", f"{head}: {reason}", output=out.path, source=source)
 
 
+def _has_loop(module: hlo.HloModule) -> bool:
+    return any(i.opcode == "while" for c in module.computations for i in c.instructions)
+
+
 def _verdict(
-    plain: Variant, donated: Variant, program: _Program, min_bytes: int
+    plain: Variant, donated: Variant, program: Program, min_bytes: int
 ) -> Verdict:
     inputs = {leaf.index: leaf for leaf in program.variant.inputs}
+    # where a loop may copy every iteration, say so of the copies that happen once
+    once = " once per call" if _has_loop(program.module) else ""
     findings: list[Finding] = []
     aliased_outputs = {a.output_index for a in donated.aliases}
     for out in program.variant.outputs:
@@ -453,7 +485,7 @@ def _verdict(
             findings.append(_new_buffer_finding(out, size, program, donated.aliases, donated.unusable_donations))
     for copy in donated.copies:
         if copy.bytes >= min_bytes and (copy.kind in ("parameter", "loop") or copy.output is not None):
-            findings.append(_copy_finding(copy, inputs))
+            findings.append(_copy_finding(copy, inputs, once))
     for unusable in donated.unusable_donations:
         if unusable.bytes >= min_bytes:
             findings.append(
@@ -470,7 +502,7 @@ def _verdict(
                 Finding(
                     "warning",
                     f"{copy.kind}-copy",
-                    f"a {copy.shape} value ({format_bytes(copy.bytes)}) is copied{_at(copy.source)}"
+                    f"a {copy.shape} value ({format_bytes(copy.bytes)}) is copied{once}{_at(copy.source)}"
                     + (" to change its layout" if copy.kind == "layout" else ""),
                     source=copy.source,
                 )
@@ -482,7 +514,7 @@ def _verdict(
                 Finding(
                     "info",
                     "plain-copy",
-                    f"without donation, {copy.of_parameter} is copied ({format_bytes(copy.bytes)}){_at(copy.source)} "
+                    f"without donation, {copy.of_parameter} is copied{once} ({format_bytes(copy.bytes)}){_at(copy.source)} "
                     f"because {why} and its buffer must stay intact",
                     input=copy.of_parameter,
                     output=copy.output,
@@ -511,7 +543,8 @@ def _verdict(
     return Verdict(in_place=in_place, summary=summary, findings=tuple(findings))
 
 
-def _savings(plain: Variant, donated: Variant) -> dict[str, int | None]:
+def savings(plain: Variant, donated: Variant) -> dict[str, int | None]:
+    """Plain minus donated for each memory figure (None where either is unavailable)."""
     result: dict[str, int | None] = {}
     for name in MEMORY_FIGURES:
         a = getattr(plain.memory, name)
@@ -594,6 +627,6 @@ def analyze_target(
         ),
         variants={"plain": plain_variant, "donated": donated_variant},
         verdict=verdict,
-        savings=_savings(plain_variant, donated_variant),
+        savings=savings(plain_variant, donated_variant),
         checks=_checks(expect, max_peak, verdict, donated_variant),
     )

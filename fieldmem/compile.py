@@ -19,7 +19,7 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from fieldmem.errors import ArgumentsError, CompileError, DonationError
 from fieldmem.spec import DonateSpec, StaticSpec
@@ -30,6 +30,7 @@ __all__ = [
     "InputLeaf",
     "OutputLeaf",
     "PreparedCall",
+    "compile_donation",
     "compile_variants",
     "environment",
     "prepare_call",
@@ -620,6 +621,38 @@ def compile_variants(call: PreparedCall, *, jobs: int = 1) -> tuple[CompiledVari
         _variant("plain", call, lowered_plain, compiled_plain, warnings_plain, lower_plain_s, plain_s),
         _variant("donated", call, lowered_donated, compiled_donated, warnings_donated, lower_donated_s, donated_s),
     )
+
+
+def compile_donation(
+    call: PreparedCall,
+    positions: Iterable[int],
+    names: Iterable[str] = (),
+    *,
+    name: str = "suggested",
+) -> CompiledVariant:
+    """Lower and compile ``call`` donating exactly ``positions`` and ``names``.
+
+    The advisor's verification compile: the same program as the check's two
+    variants (static arguments, the user's jit options, a fresh trace so jax's
+    warnings are not lost to its cache), with another donation. Positions are
+    positional argument numbers, names keyword arguments of the call.
+    """
+    import dataclasses
+
+    positions = frozenset(positions)
+    names = frozenset(names)
+    bad = sorted(p for p in positions if not 0 <= p < len(call.args) or p in call.static_positions)
+    bad_names = sorted(n for n in names if n not in call.kwargs or n in call.static_names)
+    if bad or bad_names:
+        raise DonationError(
+            f"cannot donate {', '.join([*map(str, bad), *bad_names])}: not an array argument of this call"
+        )
+    variant_call = dataclasses.replace(
+        call, donated_positions=positions, donated_names=names, donation_source="spec"
+    )
+    lowered, lowering_warnings, lower_s = _lower(variant_call, donated=True, function=_fresh(call.function))
+    compiled, compile_s = _compile(lowered)
+    return _variant(name, variant_call, lowered, compiled, lowering_warnings, lower_s, compile_s)
 
 
 def _variant(

@@ -36,6 +36,7 @@ __all__ = [
     "LoopInfo",
     "SourceLocation",
     "find_copies",
+    "output_parameters",
     "output_values",
     "parse_hlo_module",
     "shape_bytes",
@@ -923,6 +924,47 @@ def output_values(module: HloModule) -> list[HloInstruction | None]:
     if root.opcode != "tuple":
         return [root]
     return [by_name.get(operand) for operand in root.operands]
+
+
+def output_parameters(module: HloModule) -> list[frozenset[tuple[int, tuple[int, ...]]]]:
+    """For each output leaf, the entry parameters its value is computed from.
+
+    Each is ``(parameter_number, index)``: ``index`` is ``()`` for an array
+    parameter and ``(k,)`` for element ``k`` of a tuple parameter read through
+    ``get-tuple-element``. The walk follows operands inside the entry
+    computation only, so a fusion, call or loop counts as reading everything
+    passed to it (a superset, never a miss). The donation advisor prefers to
+    pair an output with an input it is computed from.
+    """
+    entry = module.entry
+    by_name = entry.by_name()
+    memo: dict[str, frozenset[tuple[int, tuple[int, ...]]]] = {}
+
+    def reads(start: HloInstruction) -> frozenset[tuple[int, tuple[int, ...]]]:
+        found: set[tuple[int, tuple[int, ...]]] = set()
+        stack, seen = [start], set()
+        while stack:
+            instruction = stack.pop()
+            if instruction.name in seen:
+                continue
+            seen.add(instruction.name)
+            if instruction.name in memo:
+                found |= memo[instruction.name]
+                continue
+            if instruction.opcode == "parameter" and instruction.parameter_number is not None:
+                found.add((instruction.parameter_number, ()))
+                continue
+            if instruction.opcode == "get-tuple-element" and instruction.tuple_index is not None:
+                operand = by_name.get(instruction.operands[0]) if instruction.operands else None
+                if operand is not None and operand.opcode == "parameter" and operand.parameter_number is not None:
+                    found.add((operand.parameter_number, (instruction.tuple_index,)))
+                    continue
+            stack.extend(by_name[o] for o in instruction.operands if o in by_name)
+        result = frozenset(found)
+        memo[start.name] = result
+        return result
+
+    return [reads(value) if value is not None else frozenset() for value in output_values(module)]
 
 
 def value_source(module: HloModule, instruction: HloInstruction | None) -> SourceLocation | None:

@@ -20,6 +20,7 @@ from typing import Any, Union
 __all__ = [
     "SCHEMA",
     "Alias",
+    "ArgumentAdvice",
     "BaselineComparison",
     "Check",
     "Copy",
@@ -27,12 +28,14 @@ __all__ = [
     "ErrorInfo",
     "Finding",
     "InputInfo",
+    "LeafAdvice",
     "LiveBuffer",
     "MemoryFigures",
     "OutputInfo",
     "Regression",
     "Report",
     "ReportError",
+    "Suggestion",
     "TargetResult",
     "Timeline",
     "UnusableDonation",
@@ -230,6 +233,66 @@ class ErrorInfo:
 
 
 @dataclass(frozen=True)
+class LeafAdvice:
+    """What donating one array leaf does, as the advisor found it (``--suggest``).
+
+    ``code`` (see docs/report-schema.md): ``reused`` (an output reuses its
+    buffer in the verification compile), ``unused``, ``no-output-of-size``,
+    ``outputs-taken``, ``not-reused``, ``copied`` (reused, but XLA still copies
+    the input: it is read after the output is written), ``via-temporary``
+    (reused, but the output is computed into a temporary and copied back).
+    """
+
+    input: str
+    input_index: int
+    bytes: int  # per device
+    code: str
+    reason: str
+    output: str | None = None  # the output reusing its buffer, when one does
+    saved_bytes: int = 0  # buffer reused minus the copies donation adds; <= 0: it does not pay
+
+
+@dataclass(frozen=True)
+class ArgumentAdvice:
+    """Donate one argument or not, and why: JAX donates whole arguments, so this is the unit."""
+
+    argument: str
+    position: int | None  # positional index; None for an argument passed by keyword
+    donate: bool
+    code: str  # donate | a leaf code shared by its leaves | too-small | no-saving | mixed
+    reason: str
+    bytes: int  # per device, every leaf
+    saved_bytes: int  # what donating it saves (sum over its leaves); 0 or less: it does not pay
+    leaves: tuple[LeafAdvice, ...] = ()
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """The donation spec that saves the most, verified by compiling it (``--suggest``).
+
+    ``savings`` and ``memory`` are measured: plain minus the verification
+    compile, and that compile's figures. ``compiles`` counts the compiles the
+    advisor added to the two of the check (0 when the donated variant or the
+    plain one already is the suggestion); ``tried`` lists the specs it
+    compiled, in order.
+    """
+
+    summary: str
+    spec: str  # for --donate: "params,opt_state", or "none"
+    donate_argnums: tuple[int, ...] = ()
+    donate_argnames: tuple[str, ...] = ()
+    code: str | None = None  # jax.jit(fn, donate_argnums=(0, 1)); None when nothing is worth donating
+    alternative_code: str | None = None  # the same donation in the other form, when expressible
+    arguments: tuple[ArgumentAdvice, ...] = ()
+    verified_by: str = "none"  # suggested | donated | plain | none (the verification failed)
+    compiles: int = 0
+    tried: tuple[str, ...] = ()
+    memory: MemoryFigures | None = None
+    savings: dict[str, int | None] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class TargetResult:
     """Everything fieldmem found for one target, or why it could not look."""
 
@@ -246,6 +309,7 @@ class TargetResult:
     verdict: Verdict | None = None
     savings: dict[str, int | None] = field(default_factory=dict)
     checks: tuple[Check, ...] = ()
+    suggestion: Suggestion | None = None  # only with --suggest
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:

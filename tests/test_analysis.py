@@ -187,6 +187,42 @@ def test_scan_carry_copied_every_iteration_is_a_loop_copy(scan_result: Any) -> N
     assert [(c.of_parameter, c.bytes) for c in plain] == [("u", KIB16)]
 
 
+def fori_stepper(u):
+    return lax.fori_loop(0, 5, lambda i, c: c + 0.1 * (jnp.roll(c, 1, axis=0) - c), u)  # fori body
+
+
+def while_stepper(u, n):
+    def body(state):
+        c, i = state
+        return c + 0.1 * (jnp.roll(c, 1, axis=0) - c), i + 1  # while body
+
+    return lax.while_loop(lambda state: state[1] < n, body, (u, jnp.int32(0)))[0]
+
+
+@pytest.mark.parametrize(
+    ("fn", "args", "marker", "trip", "per_call"),
+    [
+        (fori_stepper, lambda: (zeros(),), "# fori body", 5, "(x5 = 80.0 KiB per call)"),
+        # the bound is a traced value: the trip count is only known at run time
+        (while_stepper, lambda: (zeros(), jnp.int32(5)), "# while body", None, "(trip count unknown)"),
+    ],
+    ids=["fori_loop", "while_loop"],
+)
+def test_loop_carry_copies_are_per_iteration_and_one_off_copies_say_once(
+    fn: Any, args: Any, marker: str, trip: int | None, per_call: str
+) -> None:
+    result = check_one(make_target(fn, args))
+    source = f"{_display(__file__)}:{line_of(fn, marker)}"
+    [loop] = [c for c in result.variants["donated"].copies if c.kind == "loop" and c.bytes == KIB16]
+    assert (loop.trip_count, loop.bytes_per_call, loop.source) == (trip, trip * KIB16 if trip else None, source)
+    [finding] = [f for f in result.verdict.findings if f.code == "loop-copy"]
+    assert f"is copied every iteration {per_call} at {source}" in finding.message
+    # the copy of u before the loop (without donation) happens once, and says so
+    [once] = [f for f in result.verdict.findings if f.code == "plain-copy"]
+    assert once.input == "u" and once.message.startswith("without donation, u is copied once per call (16.0 KiB)")
+    assert [c.kind for c in result.variants["plain"].copies if c.bytes == KIB16] == ["loop", "parameter"]
+
+
 def _display(file: str) -> str:
     relative = os.path.relpath(file)
     return relative if not relative.startswith("..") else file

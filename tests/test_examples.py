@@ -35,6 +35,7 @@ JIT_OF: dict[str, Any] = {
     "sparse_row:write_kv": {"donate_argnums": (0,), "static_argnums": ()},
     "stencil_scan:diffuse": {"donate_argnums": (0,), "static_argnums": (1,)},
     "optimizer:sgd_step": "jit",
+    "advisor:adam_step": {"donate_argnums": (0, 1, 2), "static_argnums": ()},
 }
 
 
@@ -198,20 +199,25 @@ def test_live_peak_is_at_most_the_footprint_on_every_example(example_results: di
 
 
 @pytest.mark.parametrize(
-    "name, field, needle",
-    [("sparse_row:set_row", "u", "return u.at[idx].set(row)")],
+    "name, file, field, needle, saved",
+    [
+        # the sparse update copies u whole before writing one row; donation removes that copy
+        ("sparse_row:set_row", "sparse_row.py", "u", "return u.at[idx].set(row)", 4096 * 1024 * 4),
+        # the Field update copies v (returned unchanged; XLA keeps no line for it, so the def); donation
+        # removes that copy and u's new buffer
+        ("field:update", "field.py", "field.v", "def update(field, f):", 2 * 512 * 512 * 4),
+    ],
 )
 def test_live_set_at_the_plain_peak_names_the_copied_input(
-    example_results: dict[str, Any], name: str, field: str, needle: str
+    example_results: dict[str, Any], name: str, file: str, field: str, needle: str, saved: int
 ) -> None:
     result = example_results[name]
     plain, donated = result.variants["plain"], result.variants["donated"]
-    line = _line_of(EXAMPLES / "sparse_row.py", needle)
+    line = _line_of(EXAMPLES / file, needle)
     copied = [b for b in plain.live_at_peak if b.instruction and b.instruction.startswith("copy")]
     assert copied and copied[0].input == field
-    assert copied[0].source is not None and copied[0].source.endswith(f"sparse_row.py:{line}")
-    # donation removes exactly that copy from the live peak
-    assert plain.memory.live_peak_bytes - donated.memory.live_peak_bytes == copied[0].bytes
+    assert copied[0].source is not None and copied[0].source.endswith(f"{file}:{line}")
+    assert plain.memory.live_peak_bytes - donated.memory.live_peak_bytes == saved
 
 
 def test_field_example_live_peak_drops_by_both_fields_with_donation(example_results: dict[str, Any]) -> None:

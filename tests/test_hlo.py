@@ -665,3 +665,36 @@ def test_sub_shape() -> None:
     assert hlo.sub_shape(nested, (1, 0)) == "s32[2]{0}"
     assert hlo.sub_shape(nested, (2,)) is None  # no such element
     assert hlo.sub_shape("f32[4]{0}", (0,)) is None  # not a tuple
+
+
+# ----------------------------------------------------------------------------
+# Which parameters each output is computed from (the advisor's preferred pairing)
+
+
+def test_output_parameters_follow_operands_in_the_entry() -> None:
+    # sparse_row(u, v, idx, row): out[0] = u.at[idx].set(row), out[1] = v
+    assert hlo.output_parameters(module("sparse_row.plain")) == [
+        frozenset({(0, ()), (2, ()), (3, ())}),
+        frozenset({(1, ())}),
+    ]
+    # several_outputs(a, b): a + 1, b * 2, sum(a), a > 0
+    assert hlo.output_parameters(module("several_outputs.donated")) == [
+        frozenset({(0, ())}),
+        frozenset({(1, ())}),
+        frozenset({(0, ())}),
+        frozenset({(0, ())}),
+    ]
+
+
+def test_output_parameters_of_a_loop_count_everything_passed_to_it() -> None:
+    # while_loop(u, tol): both outputs come out of one while, which reads u and tol
+    assert hlo.output_parameters(module("while_loop.plain")) == [frozenset({(0, ()), (1, ())})] * 2
+
+
+def test_output_parameters_name_tuple_elements() -> None:
+    # hand_tuple_param: add(state[0], w), multiply(copy(state[1])), copy(w)
+    assert hlo.output_parameters(module("hand_tuple_param")) == [
+        frozenset({(0, (0,)), (1, ())}),
+        frozenset({(0, (1,))}),
+        frozenset({(1, ())}),
+    ]

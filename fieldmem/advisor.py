@@ -1,0 +1,599 @@
+"""The donation advisor behind ``--suggest``: what to donate, verified by compiling it.
+
+The check's two compiles already say most of it. The plain one gives, per
+array leaf, whether jit kept it and which outputs have its per-device size;
+the donated one gives, for the leaves it donated, what XLA really did: an
+output reuses the buffer, the donation is unusable (and why), or the buffer is
+reused but XLA adds a copy that cancels the saving. From these the advisor
+picks the arguments whose donation pays, predicts the rest by size, then
+**compiles that spec** to verify it (through :mod:`fieldmem.compile`, the only
+module that drives jax). Only when the verification shows an argument that
+does not pay does it drop it and compile the smaller spec; when the spec is
+exactly the donated variant's (or empty: the plain one) no compile is added.
+
+JAX donates whole arguments (``donate_argnums`` / ``donate_argnames``), so the
+suggestion is per argument; the leaves are the detail that explains it. The
+savings reported are measured (plain minus the verification compile); each
+argument's ``saved_bytes`` is the buffer bytes its leaves lend to outputs,
+minus the copies the donation makes XLA add.
+
+This module never prints and never imports jax.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from fieldmem import hlo
+from fieldmem.analysis import Program, analyze_variant, donation_obstacle, savings
+from fieldmem.compile import CompiledVariant, InputLeaf, PreparedCall, compile_donation
+from fieldmem.errors import FieldmemError
+from fieldmem.report import ArgumentAdvice, Copy, LeafAdvice, Suggestion, TargetResult, Variant
+from fieldmem.spec import format_bytes
+
+__all__ = ["suggest"]
+
+@dataclass(frozen=True)
+class _Argument:
+    """One dynamic argument of the call and its array leaves, in report order."""
+
+    name: str
+    position: int | None  # None: passed by keyword
+    leaves: tuple[InputLeaf, ...]
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What donating one leaf does: observed in a compile, or predicted by size."""
+
+    code: str
+    reason: str
+    output: int | None = None  # index of the output reusing the buffer
+    saved: int = 0
+
+
+def suggest(
+    call: PreparedCall,
+    plain: CompiledVariant,
+    donated: CompiledVariant,
+    *,
+    result: TargetResult | None = None,
+    min_bytes: int = 1024,
+) -> Suggestion:
+    """The donation spec that saves the most for ``call``, verified by compiling it.
+
+    Arguments:
+        call: the prepared call both variants were compiled from.
+        plain, donated: the check's two compiles (reused: no compile repeats them).
+        result: the check's analysed result of those compiles, if at hand
+            (saves analysing them again).
+        min_bytes: an argument saving less than this is not worth donating.
+
+    Returns:
+        A :class:`~fieldmem.report.Suggestion`; ``compiles`` says how many
+        verification compiles it took (usually 1, 0 when a compile of the
+        check already is the suggestion). A verification compile that fails
+        gives a suggestion of nothing, with the reason in ``notes``.
+    """
+    plain_variant, donated_variant = _analysed(plain, donated, result)
+    program = Program(plain, hlo.parse_hlo_module(plain.hlo_text))
+    arguments = _arguments(call, plain.inputs)
+    outputs = {o.index: o.path for o in plain.outputs}
+    observed = _observed(donated, donated_variant, plain_variant, program)
+    outcomes = _predict(arguments, observed, program, outputs)
+    chosen = _paying(arguments, outcomes, min_bytes)
+    already = {a.name for a in arguments if any(leaf.donated for leaf in _leaves_of(a, donated))}
+
+    check = _verify(call, chosen, already, outcomes, plain_variant, donated_variant, program, min_bytes)
+    chosen, verification, verified_by = check.chosen, check.variant, check.verified_by
+    tried, notes = check.tried, check.notes
+    measured = savings(plain_variant, verification) if verification is not None else {}
+    if chosen and _saves_nothing(measured):
+        notes.append(
+            f"the verification compile of {_spec_text(chosen)} saves neither footprint nor live peak "
+            f"({_change(plain_variant, verification, 'footprint_bytes')}), so nothing is suggested"
+        )
+        chosen, verification, verified_by = [], plain_variant, "plain"
+        measured = savings(plain_variant, verification)
+
+    advice = tuple(_advice(a, outcomes, program, outputs, a in chosen, min_bytes) for a in arguments)
+    code, alternative = _code(call, chosen)
+    nameable = all(_is_named(call, a) for a in chosen)
+    return Suggestion(
+        summary=_summary(chosen, advice, plain_variant, verification, measured, len(tried), verified_by, notes),
+        spec=_spec_text(chosen),
+        donate_argnums=tuple(a.position for a in chosen if a.position is not None),
+        donate_argnames=tuple(a.name for a in chosen if nameable or a.position is None),
+        code=code,
+        alternative_code=alternative,
+        arguments=advice,
+        verified_by=verified_by,
+        compiles=len(tried),
+        tried=tuple(tried),
+        memory=verification.memory if verification is not None else None,
+        savings=measured,
+        notes=tuple(notes),
+    )
+
+
+@dataclass
+class _Verification:
+    """Where the verification loop ended: the spec kept and the compile that shows it."""
+
+    chosen: list[_Argument]
+    variant: Variant | None  # None: the verification compile failed
+    verified_by: str
+    tried: list[str]
+    notes: list[str]
+
+
+def _verify(
+    call: PreparedCall,
+    chosen: list[_Argument],
+    already: set[str],
+    outcomes: dict[int, _Outcome],
+    plain: Variant,
+    donated: Variant,
+    program: Program,
+    min_bytes: int,
+) -> _Verification:
+    """Compile ``chosen`` and keep what pays; compile again only when an argument was dropped.
+
+    No compile is added when the spec is empty (the plain compile shows it) or
+    exactly the donated variant's. ``outcomes`` is updated with what each
+    compile shows about the leaves it donated.
+    """
+    tried: list[str] = []
+    notes: list[str] = []
+    while chosen:
+        if {a.name for a in chosen} == already:
+            if call.donation_source == "jit":
+                notes.append("the target's own jit donation already is this spec")
+            return _Verification(chosen, donated, "donated", tried, notes)
+        spec = _spec_text(chosen)
+        tried.append(spec)
+        try:
+            compiled = compile_donation(
+                call,
+                [a.position for a in chosen if a.position is not None],
+                [a.name for a in chosen if a.position is None],
+            )
+            checked, _ = analyze_variant(compiled)
+        except (FieldmemError, hlo.HloParseError) as exc:
+            # the check's own result stands; only the suggestion is lost
+            notes.append(f"the verification compile of {spec} failed ({exc}), so nothing is suggested")
+            return _Verification([], None, "none", tried, notes)
+        outcomes.update(_observed(compiled, checked, plain, program))
+        kept = _paying(chosen, outcomes, min_bytes)
+        if len(kept) == len(chosen):
+            return _Verification(chosen, checked, "suggested", tried, notes)
+        dropped = ", ".join(a.name for a in chosen if a not in kept)
+        notes.append(f"the compile of {spec} showed that donating {dropped} does not pay: left out")
+        chosen = kept
+    return _Verification([], plain, "plain", tried, notes)
+
+
+def _analysed(
+    plain: CompiledVariant, donated: CompiledVariant, result: TargetResult | None
+) -> tuple[Variant, Variant]:
+    if result is not None and {"plain", "donated"} <= set(result.variants):
+        return result.variants["plain"], result.variants["donated"]
+    return analyze_variant(plain)[0], analyze_variant(donated)[0]
+
+
+def _arguments(call: PreparedCall, leaves: Sequence[InputLeaf]) -> list[_Argument]:
+    """Dynamic arguments in report order (positional, then keywords as given), with their leaves."""
+    by_argument: dict[str, list[InputLeaf]] = {}
+    for leaf in leaves:
+        by_argument.setdefault(leaf.argument, []).append(leaf)
+    result = []
+    for position, name in enumerate(call.positional_names):
+        if position not in call.static_positions and name in by_argument:
+            result.append(_Argument(name, position, tuple(by_argument[name])))
+    for key in call.kwargs:
+        if key not in call.static_names and key in by_argument:
+            result.append(_Argument(key, None, tuple(by_argument[key])))
+    return result
+
+
+def _leaves_of(argument: _Argument, variant: CompiledVariant) -> list[InputLeaf]:
+    indices = {leaf.index for leaf in argument.leaves}
+    return [leaf for leaf in variant.inputs if leaf.index in indices]
+
+
+# ----------------------------------------------------------------------------
+# What a compile shows about its donated leaves
+
+
+def _copy_key(copy: Copy) -> tuple[object, ...]:
+    return (copy.kind, copy.of_parameter, copy.output, copy.shape, copy.bytes)
+
+
+def _added_copies(plain: Variant, variant: Variant) -> list[Copy]:
+    """Copies of ``variant`` that the plain compile does not have: what the donation added."""
+    remaining = Counter(_copy_key(c) for c in plain.copies)
+    added = []
+    for copy in variant.copies:
+        key = _copy_key(copy)
+        if remaining[key] > 0:
+            remaining[key] -= 1
+        else:
+            added.append(copy)
+    return added
+
+
+def _at(source: str | None) -> str:
+    return f" at {source}" if source else ""
+
+
+def _observed(
+    compiled: CompiledVariant,
+    variant: Variant,
+    plain: Variant,
+    program: Program,
+) -> dict[int, _Outcome]:
+    """The outcome of every leaf ``compiled`` donated, as that compile shows it.
+
+    A reused buffer saves its bytes minus the copies the donation added for it:
+    a copy of the input itself (it is still read after the output is written)
+    or of a temporary into the reused output (the output is not written in place).
+    """
+    added = _added_copies(plain, variant)
+    aliases = {a.input_index: a for a in variant.aliases}
+    unusable = {u.input_index: u for u in variant.unusable_donations}
+    result: dict[int, _Outcome] = {}
+    for leaf in compiled.inputs:
+        if not leaf.donated:
+            continue
+        alias = aliases.get(leaf.index)
+        if alias is None:
+            found = unusable.get(leaf.index)
+            if found is not None:
+                result[leaf.index] = _Outcome(found.code, found.reason)
+            else:  # pragma: no cover - analysis lists every donated leaf that is not aliased
+                code, reason = donation_obstacle(leaf, program, {})
+                result[leaf.index] = _Outcome(code, reason)
+            continue
+        of_input = [c for c in added if c.kind == "parameter" and c.input_index == leaf.index]
+        into_output = [c for c in added if c.kind != "parameter" and c.output == alias.output]
+        saved = alias.bytes - sum(c.bytes for c in of_input + into_output)
+        if saved > 0:
+            outcome = _Outcome("reused", f"{alias.output} reuses its buffer", alias.output_index, saved)
+        elif of_input:
+            copy = of_input[0]
+            outcome = _Outcome(
+                "copied",
+                f"it is read after the output is written: XLA would copy it ({format_bytes(copy.bytes)}"
+                f"{_at(copy.source)}), so donating it saves nothing",
+                alias.output_index,
+                saved,
+            )
+        else:
+            copy = into_output[0]
+            outcome = _Outcome(
+                "via-temporary",
+                f"XLA would compute {alias.output} into a {format_bytes(copy.bytes)} temporary and copy it "
+                f"into the donated buffer{_at(copy.source)}, so donating it saves nothing",
+                alias.output_index,
+                saved,
+            )
+        result[leaf.index] = outcome
+    return result
+
+
+# ----------------------------------------------------------------------------
+# Choosing
+
+
+def _sources(program: Program) -> dict[int, frozenset[int]]:
+    """For each output index, the input leaves it is computed from (from the HLO's operands)."""
+    result: dict[int, frozenset[int]] = {}
+    for index, parameters in enumerate(hlo.output_parameters(program.module)):
+        leaves = (program.leaf_of(number, tuple_index) for number, tuple_index in parameters)
+        result[index] = frozenset(leaf.index for leaf in leaves if leaf is not None)
+    return result
+
+
+# observed outcomes that hold whatever else is donated
+_FIRM = ("unused", "no-output-of-size", "not-reused")
+
+
+def _predict(
+    arguments: Sequence[_Argument],
+    observed: dict[int, _Outcome],
+    program: Program,
+    outputs: dict[int, str],
+) -> dict[int, _Outcome]:
+    """An outcome for every leaf: observed where the donated compile settles it, else by size.
+
+    XLA pairs a donated buffer with any output of its size, so which argument
+    gets an output is partly a choice: the advisor pairs each output with a
+    leaf it is computed from first (``params`` with the new ``params``, not
+    ``grads``), and only then gives the free outputs to any leaf of their
+    size. A reuse the donated compile showed is kept when it is such a
+    pairing; a pairing it showed with an output computed from other inputs,
+    or an output already taken, is decided again here. The verification
+    compile has the last word.
+    """
+    sources = _sources(program)
+    paths = {leaf.index: leaf.path for a in arguments for leaf in a.leaves}
+    taken: dict[int, str] = {}
+    outcomes: dict[int, _Outcome] = {}
+
+    def computed_from(leaf: InputLeaf, out: int | None) -> bool:
+        return out is not None and leaf.index in sources.get(out, frozenset())
+
+    leaves = [leaf for a in arguments for leaf in a.leaves]
+    for leaf in leaves:
+        seen = observed.get(leaf.index)
+        if seen is None:
+            continue
+        natural = computed_from(leaf, seen.output)
+        if seen.code == "reused" and natural and seen.output not in taken:
+            taken[seen.output] = paths[leaf.index]  # type: ignore[index]
+            outcomes[leaf.index] = seen
+        elif seen.code in _FIRM or (seen.code in ("copied", "via-temporary") and natural):
+            outcomes[leaf.index] = seen
+    for natural_only in (True, False):
+        for leaf in leaves:
+            if leaf.index in outcomes:
+                continue
+            out = _free_output(leaf, program, taken, sources if natural_only else None)
+            if out is not None:
+                taken[out] = leaf.path
+                size = program.input_bytes[leaf.index]
+                seen = observed.get(leaf.index)
+                outcomes[leaf.index] = (
+                    seen if seen is not None and seen.output == out
+                    else _Outcome("reused", f"{outputs[out]} can reuse its buffer", out, size)
+                )
+    for leaf in leaves:
+        if leaf.index not in outcomes:
+            code, reason = donation_obstacle(leaf, program, taken)
+            outcomes[leaf.index] = _Outcome(code, reason)
+    return outcomes
+
+
+def _free_output(
+    leaf: InputLeaf,
+    program: Program,
+    taken: dict[int, str],
+    sources: dict[int, frozenset[int]] | None,
+) -> int | None:
+    """A free output of the leaf's size (computed from it, when ``sources`` is given).
+
+    Among several: one of its shape and dtype, then one whose path ends like
+    the leaf's (``out[0]['w']`` for ``params['w']``), then the first.
+    """
+    if leaf.hlo_parameter is None:
+        return None
+    size = program.input_bytes[leaf.index]
+    free = [
+        o for o in program.variant.outputs
+        if o.index not in taken
+        and program.output_bytes[o.index] == size
+        and (sources is None or leaf.index in sources.get(o.index, frozenset()))
+    ]
+    if not free:
+        return None
+    suffix = leaf.path[len(leaf.argument):]
+    free.sort(
+        key=lambda o: (o.shape != leaf.shape or o.dtype != leaf.dtype, not (suffix and o.path.endswith(suffix)), o.index)
+    )
+    return free[0].index
+
+
+def _saved(argument: _Argument, outcomes: dict[int, _Outcome]) -> int:
+    return sum(outcomes[leaf.index].saved for leaf in argument.leaves if leaf.index in outcomes)
+
+
+def _paying(arguments: Iterable[_Argument], outcomes: dict[int, _Outcome], min_bytes: int) -> list[_Argument]:
+    """The arguments whose donation saves at least ``min_bytes`` (and more than nothing)."""
+    return [a for a in arguments if _saved(a, outcomes) >= max(min_bytes, 1)]
+
+
+def _saves_nothing(measured: dict[str, int | None]) -> bool:
+    figures = [measured.get("footprint_bytes"), measured.get("live_peak_bytes")]
+    known = [f for f in figures if f is not None]
+    return bool(known) and all(f <= 0 for f in known)
+
+
+# ----------------------------------------------------------------------------
+# Reporting
+
+
+_ARGUMENT_REASONS = {
+    "unused": "unused: the function never reads it, so jit drops it and no output can reuse it",
+    "no-output-of-size": "no output of its leaves' shape/dtype",
+    "outputs-taken": "every output of its leaves' sizes already reuses another donated argument",
+    "not-reused": "XLA did not reuse its leaves although outputs have their sizes",
+    "copied": "read after the output is written: XLA would copy its leaves",
+    "via-temporary": "XLA would write the outputs into temporaries and copy them back: donating saves nothing",
+}
+
+
+def _advice(
+    argument: _Argument,
+    outcomes: dict[int, _Outcome],
+    program: Program,
+    outputs: dict[int, str],
+    donate: bool,
+    min_bytes: int,
+) -> ArgumentAdvice:
+    leaves = tuple(
+        LeafAdvice(
+            input=leaf.path,
+            input_index=leaf.index,
+            bytes=program.input_bytes[leaf.index],
+            code=outcomes[leaf.index].code,
+            reason=outcomes[leaf.index].reason,
+            output=outputs.get(outcomes[leaf.index].output) if outcomes[leaf.index].output is not None else None,
+            saved_bytes=outcomes[leaf.index].saved,
+        )
+        for leaf in argument.leaves
+    )
+    total = sum(leaf.bytes for leaf in leaves)
+    saved = sum(leaf.saved_bytes for leaf in leaves)
+    reused = [leaf for leaf in leaves if leaf.code == "reused"]
+    if donate:
+        code = "donate"
+        if len(leaves) == 1 and reused:
+            reason = f"{reused[0].output} reuses its buffer ({format_bytes(saved)})"
+        else:
+            share = f"its {len(leaves)} leaves all" if len(reused) == len(leaves) else f"{len(reused)} of its {len(leaves)} leaves"
+            reason = f"{share} lend their buffers to outputs ({format_bytes(saved)})"
+        # leaves below the threshold would only clutter the reason; the leaves list keeps them
+        others = [leaf for leaf in leaves if leaf.code != "reused" and leaf.bytes >= min_bytes]
+        if others:
+            reason += f"; {len(others)} cannot: {_first_reason(others)}"
+    elif 0 < saved < max(min_bytes, 1):
+        code = "too-small"
+        reason = f"saves only {format_bytes(saved)}, less than the --min-bytes threshold ({format_bytes(min_bytes)})"
+    elif reused and saved > 0:
+        # the leaves pay but the measured totals did not: the notes say why
+        code = "no-saving"
+        reason = "the verification compile shows no saving in footprint or live peak"
+    else:
+        blocked = [leaf for leaf in leaves if leaf.code != "reused"] or list(leaves)
+        codes = {leaf.code for leaf in blocked}
+        code = codes.pop() if len(codes) == 1 else "mixed"
+        reason = _blocked_reason(code, blocked)
+    return ArgumentAdvice(
+        argument=argument.name,
+        position=argument.position,
+        donate=donate,
+        code=code,
+        reason=reason,
+        bytes=total,
+        saved_bytes=saved,
+        leaves=leaves,
+    )
+
+
+def _first_reason(leaves: Sequence[LeafAdvice]) -> str:
+    """The reason of the largest leaf, naming it when the argument has several."""
+    largest = max(leaves, key=lambda leaf: leaf.bytes)
+    if len(leaves) == 1:
+        return largest.reason
+    return f"{largest.input}: {largest.reason} (and {len(leaves) - 1} more leaves)"
+
+
+def _blocked_reason(code: str, leaves: Sequence[LeafAdvice]) -> str:
+    """Why an argument is not worth donating: its one leaf's reason, or a summary and the largest leaf's."""
+    if code == "unused":
+        return _ARGUMENT_REASONS["unused"]
+    if len(leaves) == 1:
+        return leaves[0].reason
+    largest = max(leaves, key=lambda leaf: leaf.bytes)
+    head = _ARGUMENT_REASONS.get(code, "none of its leaves can lend its buffer to an output")
+    return f"{head} ({len(leaves)} leaves, e.g. {largest.input}; each leaf says why)"
+
+
+def _spec_text(arguments: Sequence[_Argument]) -> str:
+    """The ``--donate`` value for these arguments: names, or numbers for unnamed positions."""
+    if not arguments:
+        return "none"
+    return ",".join(a.name if a.name.isidentifier() else str(a.position) for a in arguments)
+
+
+def _change(plain: Variant, other: Variant | None, figure: str) -> str:
+    after = getattr(other.memory, figure) if other is not None else None
+    return f"{figure} {format_bytes(getattr(plain.memory, figure))} → {format_bytes(after)}"
+
+
+def _summary(
+    chosen: Sequence[_Argument],
+    advice: Sequence[ArgumentAdvice],
+    plain: Variant,
+    verification: Variant | None,
+    measured: dict[str, int | None],
+    compiles: int,
+    verified_by: str,
+    notes: Sequence[str],
+) -> str:
+    if verification is None:
+        return "nothing suggested: " + (notes[-1] if notes else "the verification failed")
+    if not chosen:
+        if not advice:
+            return "donate nothing: the call has no array argument"
+        largest = max(advice, key=lambda a: a.bytes)
+        return f"donate nothing: no argument's donation pays ({largest.argument}: {largest.reason})"
+    how = {
+        "suggested": f"verified by {compiles} compile{'s' if compiles != 1 else ''}",
+        "donated": "verified by the donated variant, which donates exactly this",
+    }.get(verified_by, "verified")
+    saved = measured.get("footprint_bytes")
+    peak = measured.get("live_peak_bytes")
+    return (
+        f"donate {', '.join(a.name for a in chosen)}: saves {format_bytes(saved)} of footprint "
+        f"({format_bytes(plain.memory.footprint_bytes)} → {format_bytes(verification.memory.footprint_bytes)}) "
+        f"and {format_bytes(peak)} of live peak, {how}"
+    )
+
+
+def _parameter_names(call: PreparedCall) -> set[str]:
+    try:
+        return set(inspect.signature(call.function).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def _is_named(call: PreparedCall, argument: _Argument) -> bool:
+    """Whether ``donate_argnames`` can name this argument (a real parameter name, not ``args[1]``)."""
+    return argument.position is None or argument.name in _parameter_names(call)
+
+
+def _tuple(items: Sequence[object]) -> str:
+    parts = [f'"{i}"' if isinstance(i, str) else str(i) for i in items]
+    return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+
+
+def _code(call: PreparedCall, chosen: Sequence[_Argument]) -> tuple[str | None, str | None]:
+    """``jax.jit(fn, ...)`` with the suggested donation, by numbers and by names.
+
+    jax keeps no trace of which form a jit object was written with (it fills
+    both), so a jit object gets the names form first, robust to reordering;
+    a plain function gets the numbers form first. Keyword arguments can only
+    be donated by name. The static arguments the check used are written too:
+    the donation alone does not make a jit of a function with Python-int
+    arguments work.
+    """
+    if not chosen:
+        return None, None
+    function = getattr(call.function, "__name__", "fn")
+    named = _parameter_names(call)
+    static_positions = sorted(call.static_positions)
+    static_keywords = sorted(call.static_names)
+
+    def by_numbers() -> str:
+        parts = [function]
+        if static_positions:
+            parts.append(f"static_argnums={_tuple(static_positions)}")
+        if static_keywords:
+            parts.append(f"static_argnames={_tuple(static_keywords)}")
+        positions = [a.position for a in chosen if a.position is not None]
+        keywords = [a.name for a in chosen if a.position is None]
+        if positions:
+            parts.append(f"donate_argnums={_tuple(positions)}")
+        if keywords:
+            parts.append(f"donate_argnames={_tuple(keywords)}")
+        return f"jax.jit({', '.join(parts)})"
+
+    def by_names() -> str | None:
+        static_names = [call.positional_names[i] for i in static_positions] + static_keywords
+        names = [a.name for a in chosen]
+        if any(n not in named for n in names) or any(n not in named for n in static_names):
+            return None
+        parts = [function]
+        if static_names:
+            parts.append(f"static_argnames={_tuple(static_names)}")
+        parts.append(f"donate_argnames={_tuple(names)}")
+        return f"jax.jit({', '.join(parts)})"
+
+    numbers, names_form = by_numbers(), by_names()
+    if call.user_jit is not None and names_form is not None:
+        return names_form, numbers if numbers != names_form else None
+    return numbers, names_form if names_form != numbers else None
