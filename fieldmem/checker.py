@@ -10,9 +10,10 @@ results of the others. Progress is reported through a callback.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping
 
 from fieldmem import __version__
 from fieldmem.errors import CompileError, FieldmemError
@@ -31,6 +32,7 @@ class CheckOptions:
 
     min_bytes: int = 1024
     jobs: int = 1
+    suggest: bool = False  # also find (and verify by compiling) the donation that saves the most
 
 
 def _error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:
@@ -54,7 +56,7 @@ def _check_one(target: Target, options: CheckOptions) -> TargetResult:
     except FieldmemError as exc:
         return _error_result(target.spec, target.name, exc, target.definition)
     try:
-        return analyze_target(
+        result = analyze_target(
             target=target.spec,
             name=target.name,
             definition=target.definition,
@@ -68,6 +70,13 @@ def _check_one(target: Target, options: CheckOptions) -> TargetResult:
             donated=donated,
             min_bytes=options.min_bytes,
         )
+        if options.suggest:
+            from fieldmem.advisor import suggest
+
+            result = dataclasses.replace(
+                result, suggestion=suggest(call, plain, donated, result=result, min_bytes=options.min_bytes)
+            )
+        return result
     except HloParseError as exc:
         # XLA printed something this parser does not know: this target cannot be
         # analysed, the others still can
@@ -112,12 +121,22 @@ def check_targets(
     )
 
 
-def resolve_all(specs: Iterable[str], target_options: TargetOptions) -> list[Target | tuple[str, FieldmemError]]:
-    """Resolve every spec; a spec that fails becomes ``(spec, error)`` instead of stopping the run."""
+def resolve_all(
+    specs: Iterable[str],
+    target_options: TargetOptions,
+    per_target: Mapping[str, TargetOptions] | None = None,
+) -> list[Target | tuple[str, FieldmemError]]:
+    """Resolve every spec; a spec that fails becomes ``(spec, error)`` instead of stopping the run.
+
+    ``per_target`` maps a spec, exactly as given, to the options for it
+    (already stacked over ``target_options`` by the caller); other specs get
+    ``target_options``.
+    """
     resolved: list[Target | tuple[str, FieldmemError]] = []
+    per_target = per_target or {}
     for spec in specs:
         try:
-            resolved.extend(resolve_target(spec, target_options))
+            resolved.extend(resolve_target(spec, per_target.get(spec, target_options)))
         except FieldmemError as exc:
             resolved.append((spec, exc))
     return resolved
@@ -128,6 +147,11 @@ def check(
     target_options: TargetOptions = TargetOptions(),
     options: CheckOptions = CheckOptions(),
     progress: ProgressCallback | None = None,
+    per_target: Mapping[str, TargetOptions] | None = None,
 ) -> Report:
-    """Check every target named by ``specs`` (``module:fn``, ``file.py:fn``, a module or a file)."""
-    return check_targets(resolve_all(specs, target_options), options, progress)
+    """Check every target named by ``specs`` (``module:fn``, ``file.py:fn``, a module or a file).
+
+    ``target_options`` apply to every spec, except those ``per_target`` maps
+    to options of their own (``[[tool.fieldmem.target]]`` tables).
+    """
+    return check_targets(resolve_all(specs, target_options, per_target), options, progress)

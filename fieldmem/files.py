@@ -3,24 +3,43 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 __all__ = ["write_atomic"]
 
 
+def _mode_for(target: Path) -> int:
+    """The permission bits the file should end with: the old file's, else what ``open()`` would give.
+
+    ``mkstemp`` creates its file 0600; renamed into place as is, a baseline
+    or report that was 0644 (or a new one) would become private to its owner.
+    """
+    try:
+        return stat.S_IMODE(target.stat().st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 def write_atomic(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
 
-    A failure or an interruption leaves the previous file untouched.
+    A failure or an interruption leaves the previous file untouched (same
+    bytes, same permissions) and no temporary file behind.
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
+    mode = _mode_for(target)
     fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
+            if hasattr(os, "fchmod"):  # not on Windows before Python 3.13
+                os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
         os.replace(temporary, target)
     except BaseException:

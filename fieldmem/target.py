@@ -25,12 +25,26 @@ from fieldmem.errors import ArgumentsError, TargetError
 from fieldmem.registry import Case, registered_cases
 from fieldmem.spec import DonateSpec, StaticSpec
 
-__all__ = ["Target", "TargetOptions", "display_path", "load_module", "resolve_object", "resolve_target"]
+__all__ = [
+    "Target",
+    "TargetOptions",
+    "definition_of",
+    "display_path",
+    "is_file_spec",
+    "load_module",
+    "resolve_object",
+    "resolve_target",
+]
 
 
 @dataclass(frozen=True)
 class TargetOptions:
-    """Options given on the command line (None: not given, the case decides)."""
+    """Options for one target or a whole run (None: not given, the next layer down decides).
+
+    Layers, strongest first: the command line, a ``[[tool.fieldmem.target]]``
+    table, ``[tool.fieldmem]``, the registered case. :meth:`overridden_by`
+    stacks two layers.
+    """
 
     args: str | None = None
     shapes: tuple[tuple[str, tuple[int, ...]], ...] | None = None
@@ -38,6 +52,23 @@ class TargetOptions:
     static: StaticSpec | None = None
     expect: str | None = None
     max_peak: int | None = None
+
+    def overridden_by(self, other: "TargetOptions") -> "TargetOptions":
+        """These options with every setting ``other`` gives put in their place.
+
+        ``args`` and ``shapes`` are one setting (where the example arguments
+        come from): when ``other`` gives either, both come from ``other``, so a
+        ``--shapes`` on the command line beats ``args`` from the config.
+        """
+        arguments_given = other.args is not None or other.shapes is not None
+        return TargetOptions(
+            args=other.args if arguments_given else self.args,
+            shapes=other.shapes if arguments_given else self.shapes,
+            donate=other.donate if other.donate is not None else self.donate,
+            static=other.static if other.static is not None else self.static,
+            expect=other.expect if other.expect is not None else self.expect,
+            max_peak=other.max_peak if other.max_peak is not None else self.max_peak,
+        )
 
 
 @dataclass(frozen=True)
@@ -95,7 +126,8 @@ def _split_arguments(value: Any, origin: str) -> tuple[tuple[Any, ...], dict[str
     return value, {}
 
 
-def _definition(fn: Any) -> str | None:
+def definition_of(fn: Any) -> str | None:
+    """``file.py:LINE`` of the ``def`` behind ``fn`` (a jit wrapper is unwrapped), or None."""
     target = inspect.unwrap(getattr(fn, "_fun", fn)) if callable(fn) else fn
     try:
         file = inspect.getsourcefile(target)
@@ -116,13 +148,14 @@ def display_path(file: str) -> str:
     return relative if not relative.startswith("..") else file
 
 
-def _is_file_spec(module_part: str) -> bool:
+def is_file_spec(module_part: str) -> bool:
+    """``path/to/file.py`` (or any path with a separator) rather than ``pkg.module``."""
     return module_part.endswith(".py") or "/" in module_part or os.sep in module_part
 
 
 def load_module(module_part: str) -> ModuleType:
     """Import ``pkg.module`` or load ``path/to/file.py`` (its folder goes on sys.path)."""
-    if _is_file_spec(module_part):
+    if is_file_spec(module_part):
         path = Path(module_part)
         if not path.is_file():
             hint = " (a module is written pkg.module, a file path/to/file.py)" if not path.suffix else ""
@@ -257,7 +290,7 @@ def _from_case(spec: str, case: Case, options: TargetOptions, module_name: str) 
         static=options.static or case.static,
         expect=options.expect or case.expect or "any",
         max_peak=options.max_peak if options.max_peak is not None else case.max_peak,
-        definition=_definition(case.function),
+        definition=definition_of(case.function),
     )
 
 
@@ -280,7 +313,7 @@ def resolve_target(spec: str, options: TargetOptions) -> list[Target]:
     module = load_module(module_part)
     cases = registered_cases(module.__name__)
     # names shown to the user: the path as typed for a file, the dotted name otherwise
-    module_name = module_part if _is_file_spec(module_part) else module.__name__
+    module_name = module_part if is_file_spec(module_part) else module.__name__
     if not sep:
         if not cases:
             public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]

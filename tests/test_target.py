@@ -360,3 +360,30 @@ def test_registration_imports_nothing_heavy() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# ---- options in layers, and per target ------------------------------------------
+
+
+def test_options_stack_strongest_last() -> None:
+    config = TargetOptions(args="pkg:make", donate=DonateSpec("all"), expect="in-place", max_peak=10)
+    command_line = TargetOptions(shapes=(("float32", (2,)),), max_peak=20)
+    stacked = config.overridden_by(command_line)
+    # args and shapes are one setting: the stronger layer gives both
+    assert (stacked.args, stacked.shapes) == (None, (("float32", (2,)),))
+    assert (stacked.donate, stacked.expect, stacked.max_peak) == (DonateSpec("all"), "in-place", 20)
+    assert config.overridden_by(TargetOptions()) == config
+    assert TargetOptions().overridden_by(config) == config
+
+
+def test_each_spec_gets_its_own_options(in_assets: Path) -> None:
+    from fieldmem.checker import resolve_all
+
+    run = TargetOptions(expect="any")
+    resolved = resolve_all(
+        ["models:step", "models.py:step"], run, {"models.py:step": TargetOptions(donate=DonateSpec("none"))}
+    )
+    by_spec = {t.spec: t for t in resolved if isinstance(t, Target)}
+    assert by_spec["models:step"].expect == "any" and by_spec["models:step"].donate == DonateSpec()
+    assert by_spec["models.py:step"].donate == DonateSpec("none")
+    assert by_spec["models.py:step"].expect == "in-place"  # not given for it: the case's own

@@ -1,0 +1,760 @@
+"""Baselines: save a run's findings, and compare a later run against them.
+
+A baseline file (``fieldmem.baseline/1``, documented in ``docs/baselines.md``)
+holds one entry per target name, backend and device kind: the memory figures
+of both variants, the aliases, unusable donations and copies of the donated
+variant, the verdict, and the versions that produced them. It records only
+what is stable from one run of the same code to the next (no timings, no HLO
+instruction names), so a refreshed baseline changes in git exactly when the
+findings change.
+
+:func:`compare_to_baseline` collects *every* regression and improvement into
+the report's :class:`~fieldmem.report.BaselineComparison`; the exit code
+(``Report.exit_code``) then fails once. Nothing here prints; files are
+written only through :func:`fieldmem.files.write_atomic`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from fieldmem.errors import FieldmemError
+from fieldmem.files import write_atomic
+from fieldmem.report import BaselineComparison, Copy, Regression, Report, TargetResult, Variant
+from fieldmem.spec import format_bytes
+from fieldmem.tolerance import COPIES, FIGURES, Tolerance, Tolerances
+
+__all__ = [
+    "SCHEMA",
+    "AliasRecord",
+    "Baseline",
+    "BaselineEntry",
+    "BaselineError",
+    "CopyRecord",
+    "DonationRecord",
+    "SavedBaseline",
+    "VariantRecord",
+    "compare_to_baseline",
+    "load_baseline",
+    "save_baseline",
+]
+
+SCHEMA = "fieldmem.baseline/1"
+SUPPORTED_SCHEMAS = (SCHEMA,)
+VARIANTS = ("plain", "donated")
+
+
+class BaselineError(FieldmemError):
+    """A baseline file cannot be read, or this run must not be saved as one. Exit code 2."""
+
+    kind = "baseline"
+
+
+# ----------------------------------------------------------------------------
+# The records
+
+
+@dataclass(frozen=True)
+class AliasRecord:
+    """A donated input leaf whose buffer an output reuses."""
+
+    input: str
+    output: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class DonationRecord:
+    """A donated input leaf no output reuses, with the analysis' code and reason."""
+
+    input: str
+    bytes: int
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CopyRecord:
+    """A copy XLA kept, without its HLO instruction name (which changes between runs)."""
+
+    kind: str
+    bytes: int
+    shape: str
+    input: str | None  # the input leaf it copies (``of_parameter``)
+    source: str | None
+    bytes_per_call: int | None = None
+    trip_count: int | None = None
+    output: str | None = None
+    cause: str | None = None
+
+    @property
+    def per_call(self) -> int:
+        """Bytes copied per call: ``bytes_per_call`` for a loop copy with a known trip count, else ``bytes``."""
+        return self.bytes_per_call if self.bytes_per_call is not None else self.bytes
+
+
+@dataclass(frozen=True)
+class VariantRecord:
+    memory: dict[str, int | None]
+    aliases: tuple[AliasRecord, ...] = ()
+    unusable_donations: tuple[DonationRecord, ...] = ()
+    copies: tuple[CopyRecord, ...] = ()
+
+
+@dataclass(frozen=True)
+class BaselineEntry:
+    """One target's findings on one backend and device kind."""
+
+    name: str
+    target: str  # the spec as typed: an entry whose spec ran but whose name is gone has disappeared
+    backend: str
+    device_kind: str | None
+    status: str
+    in_place: bool | None
+    verdict: str | None
+    definition: str | None
+    donate: str | None
+    expect: str | None
+    min_bytes: int
+    fieldmem_version: str
+    jax_version: str
+    jaxlib_version: str
+    variants: dict[str, VariantRecord] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.name, self.backend, self.device_kind or "")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A baseline file as read (``path``) or as written."""
+
+    path: str
+    fieldmem_version: str
+    jax_version: str
+    jaxlib_version: str
+    backend: str
+    platform_version: str | None
+    device_kinds: tuple[str, ...]
+    entries: tuple[BaselineEntry, ...]
+    schema: str = SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        data = _encode(self)
+        del data["path"]
+        return {"schema": data.pop("schema"), **data}
+
+
+@dataclass(frozen=True)
+class SavedBaseline:
+    """What :func:`save_baseline` wrote: the entries of this run, those kept, those pruned."""
+
+    baseline: Baseline
+    written: tuple[str, ...]
+    kept: tuple[str, ...]
+    pruned: tuple[str, ...]
+
+
+# ----------------------------------------------------------------------------
+# From a report
+
+
+def _device_kind(report: Report) -> str | None:
+    """The kind of the run's first device (``cpu``, ``NVIDIA H100 80GB HBM3``, ``TPU v5 lite``)."""
+    if not report.devices:
+        return None
+    first = report.devices[0]
+    return first.kind or first.platform
+
+
+def _copy_record(copy: Copy) -> CopyRecord:
+    return CopyRecord(
+        kind=copy.kind,
+        bytes=copy.bytes,
+        shape=copy.shape,
+        input=copy.of_parameter,
+        source=copy.source,
+        bytes_per_call=copy.bytes_per_call,
+        trip_count=copy.trip_count,
+        output=copy.output,
+        cause=copy.cause,
+    )
+
+
+def _variant_record(variant: Variant) -> VariantRecord:
+    memory = {name: getattr(variant.memory, name) for name in _MEMORY_FIELDS}
+    return VariantRecord(
+        memory=memory,
+        aliases=tuple(AliasRecord(a.input, a.output, a.bytes) for a in variant.aliases),
+        unusable_donations=tuple(
+            DonationRecord(d.input, d.bytes, d.code, d.reason) for d in variant.unusable_donations
+        ),
+        copies=tuple(_copy_record(c) for c in variant.copies),
+    )
+
+
+_MEMORY_FIELDS = (
+    "argument_bytes",
+    "output_bytes",
+    "alias_bytes",
+    "temp_bytes",
+    "generated_code_bytes",
+    "peak_bytes",
+    "footprint_bytes",
+    "live_peak_bytes",
+)
+
+
+def entry_from_result(result: TargetResult, report: Report) -> BaselineEntry:
+    """The baseline entry recording ``result`` (a checked target of ``report``)."""
+    return BaselineEntry(
+        name=result.name,
+        target=result.target,
+        backend=report.backend,
+        device_kind=_device_kind(report),
+        status=result.status,
+        in_place=result.verdict.in_place if result.verdict is not None else None,
+        verdict=result.verdict.summary if result.verdict is not None else None,
+        definition=result.definition,
+        donate=result.donate,
+        expect=result.expect,
+        min_bytes=report.min_bytes,
+        fieldmem_version=report.fieldmem_version,
+        jax_version=report.jax_version,
+        jaxlib_version=report.jaxlib_version,
+        variants={name: _variant_record(result.variants[name]) for name in VARIANTS},
+    )
+
+
+# ----------------------------------------------------------------------------
+# Saving and loading
+
+
+def _refuse_incomplete(report: Report, path: str) -> None:
+    """A baseline records a complete, passing run; anything else would hide a problem."""
+    where = f"not saving the baseline {path!r}"
+    if not report.results:
+        raise BaselineError(f"{where}: the run checked no target")
+    errored = [r.name for r in report.results if r.status == "error"]
+    if errored:
+        raise BaselineError(
+            f"{where}: {len(errored)} target(s) could not be checked ({', '.join(errored)}); fix them first"
+        )
+    incomplete = [r.name for r in report.results if any(v not in r.variants for v in VARIANTS)]
+    if incomplete:
+        raise BaselineError(f"{where}: {', '.join(incomplete)} lack the plain or donated variant")
+    failed = [f"{r.name} {c.name}" for r in report.results for c in r.failed_checks]
+    if failed:
+        raise BaselineError(f"{where}: the run failed ({', '.join(failed)}); a baseline records a passing run")
+    if report.baseline is not None and report.baseline.regressions:
+        raise BaselineError(
+            f"{where}: the run has {len(report.baseline.regressions)} regression(s) against "
+            f"{report.baseline.path!r}; review them, then refresh without --baseline"
+        )
+
+
+def save_baseline(path: str | os.PathLike[str], report: Report, *, prune: bool = False) -> SavedBaseline:
+    """Record ``report`` in the baseline file at ``path``, atomically.
+
+    Entries of this run replace those of the same target, backend and device
+    kind; every other entry in an existing file is kept (another backend's,
+    or targets this run did not check). ``prune=True`` drops the entries of
+    this run's backend and device kind whose target is not in this run.
+
+    Raises:
+        BaselineError: a target errored, a check failed, the run regressed
+            against a baseline, the run is empty, the existing file is not a
+            fieldmem baseline (it is never overwritten), or the file cannot be
+            written. The existing file is then left exactly as it was.
+    """
+    shown = os.fspath(path)
+    _refuse_incomplete(report, shown)
+    existing: tuple[BaselineEntry, ...] = ()
+    if Path(path).exists():
+        try:
+            existing = load_baseline(path).entries
+        except BaselineError as exc:
+            raise BaselineError(f"not overwriting {shown!r}: {exc.message}") from None
+    fresh = {entry.key: entry for entry in (entry_from_result(r, report) for r in report.results)}
+    backend, kind = report.backend, _device_kind(report) or ""
+    kept, pruned = [], []
+    merged = dict(fresh)
+    for entry in existing:
+        if entry.key in fresh:
+            continue
+        if prune and (entry.backend, entry.device_kind or "") == (backend, kind):
+            pruned.append(entry.name)
+            continue
+        kept.append(entry.name)
+        merged[entry.key] = entry
+    baseline = Baseline(
+        path=shown,
+        fieldmem_version=report.fieldmem_version,
+        jax_version=report.jax_version,
+        jaxlib_version=report.jaxlib_version,
+        backend=report.backend,
+        platform_version=report.platform_version,
+        device_kinds=tuple(dict.fromkeys(d.kind or d.platform for d in report.devices)),
+        entries=tuple(merged[key] for key in sorted(merged)),
+    )
+    try:
+        write_atomic(path, json.dumps(baseline.to_dict(), indent=2) + "\n")
+    except OSError as exc:
+        raise BaselineError(f"cannot write the baseline {shown!r}: {exc.strerror or exc}") from None
+    return SavedBaseline(
+        baseline=baseline,
+        written=tuple(e.name for e in fresh.values()),
+        kept=tuple(kept),
+        pruned=tuple(pruned),
+    )
+
+
+def load_baseline(path: str | os.PathLike[str]) -> Baseline:
+    """Read a baseline file.
+
+    Raises:
+        BaselineError: the file is missing or unreadable, is not JSON, has
+            another schema, or does not match ``fieldmem.baseline/1``; each
+            with a one-line message naming the file.
+    """
+    shown = os.fspath(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise BaselineError(
+            f"baseline {shown!r} does not exist: create it with fieldmem check ... --save-baseline {shown}"
+        ) from None
+    except IsADirectoryError:
+        raise BaselineError(f"baseline {shown!r} is a folder: name the baseline file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BaselineError(f"cannot read the baseline {shown!r}: {getattr(exc, 'strerror', None) or exc}") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BaselineError(
+            f"baseline {shown!r} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+        ) from None
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if schema not in SUPPORTED_SCHEMAS:
+        what = f"schema {schema!r}" if schema is not None else "no fieldmem schema"
+        hint = "; a fieldmem report is not a baseline: save one with --save-baseline" if schema and str(
+            schema).startswith("fieldmem.report/") else ""
+        raise BaselineError(
+            f"baseline {shown!r} has {what}, not one this fieldmem reads ({', '.join(SUPPORTED_SCHEMAS)}){hint}"
+        )
+    try:
+        fields = {k: v for k, v in data.items() if k not in ("schema", "path")}
+        return _decode(Baseline, {**fields, "path": shown, "schema": schema})
+    except (TypeError, ValueError, KeyError) as exc:
+        raise BaselineError(f"baseline {shown!r} does not match {schema}: {exc}") from None
+
+
+# A small codec for the records above, driven by their type hints; it refuses
+# a value of the wrong JSON type with the path of the offending key.
+
+
+def _encode(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_encode(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _encode(v) for k, v in value.items()}
+    return value
+
+
+_SCALARS: dict[Any, tuple[type, ...]] = {bool: (bool,), int: (int,), str: (str,)}
+
+
+def _decode(hint: Any, data: Any, where: str = "") -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        if data is None:
+            return None
+        (option,) = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _decode(option, data, where)
+    if hint in _SCALARS:
+        if not isinstance(data, _SCALARS[hint]) or (hint is not bool and isinstance(data, bool)):
+            raise TypeError(f"{where or 'value'} should be {hint.__name__}, not {type(data).__name__} {data!r}")
+        return data
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(data, dict):
+            raise TypeError(f"{where or hint.__name__} should be an object, not {type(data).__name__}")
+        hints = typing.get_type_hints(hint)
+        kwargs = {}
+        for f in dataclasses.fields(hint):
+            inner = f"{where}.{f.name}" if where else f.name
+            if f.name in data:
+                kwargs[f.name] = _decode(hints[f.name], data[f.name], inner)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise KeyError(f"{inner} is missing")
+        return hint(**kwargs)
+    if origin is tuple:
+        if not isinstance(data, list):
+            raise TypeError(f"{where} should be a list, not {type(data).__name__}")
+        (item, *_rest) = typing.get_args(hint)
+        return tuple(_decode(item, v, f"{where}[{n}]") for n, v in enumerate(data))
+    if origin is dict:
+        _key, item = typing.get_args(hint)
+        if not isinstance(data, dict):
+            raise TypeError(f"{where} should be an object, not {type(data).__name__}")
+        return {k: _decode(item, v, f"{where}.{k}") for k, v in data.items()}
+    raise TypeError(f"{where}: no decoder for {hint!r}")  # pragma: no cover - a record field of a new type
+
+
+# ----------------------------------------------------------------------------
+# Comparing
+
+
+_VERSION = re.compile(r"^(\d+)\.(\d+)")
+
+
+def _minor(version: str) -> tuple[int, int] | None:
+    match = _VERSION.match(version)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+@dataclass
+class _Collector:
+    """Regressions, improvements and notes of one comparison, in the order found."""
+
+    regressions: list[Regression] = field(default_factory=list)
+    improvements: list[Regression] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _signed(value: int) -> str:
+    return f"+{format_bytes(value)}" if value >= 0 else f"-{format_bytes(-value)}"
+
+
+def _change(before: int, after: int) -> str:
+    """``4.0 KiB → 8.0 KiB (+4.0 KiB, +100.0%)``."""
+    diff = after - before
+    percent = f", {diff / before:+.1%}" if before else ""
+    return f"{format_bytes(before)} → {format_bytes(after)} ({_signed(diff)}{percent})"
+
+
+def _at(source: str | None) -> str:
+    return f" at {source}" if source else ""
+
+
+def _compare_figures(
+    entry: BaselineEntry, result: TargetResult, tolerances: Tolerances, found: _Collector
+) -> None:
+    """Figures of the donated variant; the plain variant's where the donated one stayed within tolerance.
+
+    The donated variant is what a caller who donates runs; a growth that only
+    the plain variant shows is what every caller that does not donate pays,
+    and is reported on its own rather than twice.
+    """
+    reported: set[tuple[str, bool]] = set()  # (figure name, grew) already said of the donated variant
+    for variant in ("donated", "plain"):
+        before_variant = entry.variants.get(variant)
+        after_variant = result.variants.get(variant)
+        if before_variant is None or after_variant is None:
+            continue
+        for name, figure in FIGURES.items():
+            before = before_variant.memory.get(figure)
+            after = getattr(after_variant.memory, figure)
+            if before is None or after is None:
+                if before is not None:
+                    reason = after_variant.memory.unavailable.get(figure, "not given")
+                    found.notes.append(
+                        f"{result.name}: {variant} {name} not compared: this run has no value ({reason})"
+                    )
+                continue
+            tolerance = tolerances.for_figure(figure)
+            grew = not tolerance.allows(before, after)
+            shrank = before - after > tolerance.allowance(before)
+            if not (grew or shrank) or (variant == "plain" and (name, grew) in reported):
+                continue
+            reported.add((name, grew))
+            source = _figure_source(after_variant, figure) or result.definition
+            subject = f"{variant} {name}"
+            if grew:
+                found.regressions.append(Regression(
+                    target=result.name, kind="figure", subject=subject,
+                    message=f"{result.name}: {subject} {_change(before, after)}, beyond the tolerance "
+                    f"{_tolerance_text(tolerance)}{_at(source)}",
+                    before=before, after=after, source=source,
+                ))
+            else:
+                found.improvements.append(Regression(
+                    target=result.name, kind="figure", subject=subject,
+                    message=f"{result.name}: {subject} {_change(before, after)}",
+                    before=before, after=after, source=source,
+                ))
+
+
+def _figure_source(variant: Variant, figure: str) -> str | None:
+    """Where a figure is decided: the live peak's schedule point, when known."""
+    if figure == "live_peak_bytes" and variant.timeline is not None:
+        return variant.timeline.peak_source
+    return None
+
+
+def _tolerance_text(tolerance: Tolerance) -> str:
+    return "exact (0)" if tolerance == Tolerance() else tolerance.describe()
+
+
+def _copy_subject(copy: CopyRecord) -> str:
+    """``parameter copy of field.v`` / ``loop copy f32[64,64]{1,0}``: what the user recognises."""
+    what = f"of {copy.input}" if copy.input else (f"into {copy.output}" if copy.output else copy.shape)
+    return f"{copy.kind} copy {what}"
+
+
+def _copy_size(copy: CopyRecord) -> str:
+    if copy.bytes_per_call is not None and copy.bytes_per_call != copy.bytes:
+        return f"{format_bytes(copy.bytes)} x{copy.trip_count} = {format_bytes(copy.bytes_per_call)} per call"
+    return format_bytes(copy.bytes)
+
+
+_COPY_KEYS = (
+    # exact: the same copy
+    lambda c: (c.kind, c.input, c.output, c.shape, c.source),
+    # the same copy, grown or shrunk (its shape changed)
+    lambda c: (c.kind, c.input, c.output, c.source),
+    # the same copy, moved: lines above it were edited
+    lambda c: (c.kind, c.input, c.output, c.shape),
+)
+
+
+def _match_copies(
+    before: list[CopyRecord], after: list[CopyRecord]
+) -> tuple[list[tuple[CopyRecord, CopyRecord]], list[CopyRecord], list[CopyRecord]]:
+    """Pair copies across runs by what they copy, never by HLO instruction name.
+
+    Three passes, strictest first: kind + input/output + shape + source; then
+    without the shape (a copy that grew); then without the source (a copy
+    whose line moved). Returns the pairs, the copies gone, the copies new.
+    """
+    pairs: list[tuple[CopyRecord, CopyRecord]] = []
+    left, right = list(before), list(after)
+    for key in _COPY_KEYS:
+        still_left = []
+        pool: dict[Any, list[CopyRecord]] = {}
+        for copy in right:
+            pool.setdefault(key(copy), []).append(copy)
+        for copy in left:
+            candidates = pool.get(key(copy))
+            if candidates:
+                pairs.append((copy, candidates.pop(0)))
+            else:
+                still_left.append(copy)
+        left = still_left
+        right = [c for candidates in pool.values() for c in candidates]
+    return pairs, left, sorted(right, key=lambda c: -c.per_call)
+
+
+def _compare_copies(entry: BaselineEntry, result: TargetResult, min_bytes: int, tolerances: Tolerances,
+                    found: _Collector) -> None:
+    """The donated variant's copies of at least ``min_bytes``: a new one always regresses."""
+    before_variant = entry.variants.get("donated")
+    after_variant = result.variants.get("donated")
+    if before_variant is None or after_variant is None:
+        return
+    before = [c for c in before_variant.copies if c.bytes >= min_bytes]
+    after = [_copy_record(c) for c in after_variant.copies if c.bytes >= min_bytes]
+    pairs, gone, new = _match_copies(before, after)
+    tolerance = tolerances.for_figure(COPIES)
+    for copy in new:
+        cause = f" ({copy.cause})" if copy.cause else ""
+        found.regressions.append(Regression(
+            target=result.name, kind="copy", subject=_copy_subject(copy),
+            message=f"{result.name}: new {_copy_subject(copy)} ({_copy_size(copy)}){_at(copy.source)}{cause}",
+            before=None, after=copy.per_call, source=copy.source,
+        ))
+    for old, now in pairs:
+        subject = _copy_subject(now)
+        if not tolerance.allows(old.per_call, now.per_call):
+            found.regressions.append(Regression(
+                target=result.name, kind="copy", subject=subject,
+                message=f"{result.name}: {subject} grew {_change(old.per_call, now.per_call)} per call, "
+                f"beyond the tolerance {_tolerance_text(tolerance)}{_at(now.source)}",
+                before=old.per_call, after=now.per_call, source=now.source,
+            ))
+        elif old.per_call - now.per_call > tolerance.allowance(old.per_call):
+            found.improvements.append(Regression(
+                target=result.name, kind="copy", subject=subject,
+                message=f"{result.name}: {subject} shrank {_change(old.per_call, now.per_call)} per call"
+                f"{_at(now.source)}",
+                before=old.per_call, after=now.per_call, source=now.source,
+            ))
+    for copy in gone:
+        found.improvements.append(Regression(
+            target=result.name, kind="copy", subject=_copy_subject(copy),
+            message=f"{result.name}: {_copy_subject(copy)} ({_copy_size(copy)}) is gone"
+            f" (was{_at(copy.source) or ' without a source line'})",
+            before=copy.per_call, after=None, source=copy.source,
+        ))
+
+
+def _compare_donation(entry: BaselineEntry, result: TargetResult, found: _Collector) -> None:
+    """Aliases lost or gained, donations becoming unusable or usable (donated variant, by input leaf)."""
+    before_variant = entry.variants.get("donated")
+    after_variant = result.variants.get("donated")
+    if before_variant is None or after_variant is None:
+        return
+    before_aliases = {a.input: a for a in before_variant.aliases}
+    after_aliases = {a.input: a for a in after_variant.aliases}
+    for name, alias in before_aliases.items():
+        if name not in after_aliases:
+            found.regressions.append(Regression(
+                target=result.name, kind="alias", subject=name,
+                message=f"{result.name}: alias lost: {name} → {alias.output} ({format_bytes(alias.bytes)}) "
+                f"no longer reuses the donated buffer{_at(result.definition)}",
+                before=alias.output, after=None, source=result.definition,
+            ))
+    for name, alias in after_aliases.items():
+        if name not in before_aliases:
+            found.improvements.append(Regression(
+                target=result.name, kind="alias", subject=name,
+                message=f"{result.name}: new alias {name} → {alias.output} ({format_bytes(alias.bytes)})",
+                before=None, after=alias.output, source=result.definition,
+            ))
+    before_unusable = {d.input: d for d in before_variant.unusable_donations}
+    after_unusable = {d.input: d for d in after_variant.unusable_donations}
+    for name, donation in after_unusable.items():
+        if name not in before_unusable:
+            found.regressions.append(Regression(
+                target=result.name, kind="donation", subject=name,
+                message=f"{result.name}: donation of {name} ({format_bytes(donation.bytes)}) became unusable "
+                f"({donation.code}): {donation.reason}",
+                before=None, after=donation.code, source=result.definition,
+            ))
+    for name, donation in before_unusable.items():
+        if name not in after_unusable:
+            found.improvements.append(Regression(
+                target=result.name, kind="donation", subject=name,
+                message=f"{result.name}: donation of {name} is no longer unusable (was {donation.code})",
+                before=donation.code, after=None, source=result.definition,
+            ))
+
+
+def _verdict_source(result: TargetResult) -> str | None:
+    if result.verdict is not None:
+        for finding in result.verdict.findings:
+            if finding.severity == "error" and finding.source:
+                return finding.source
+    return result.definition
+
+
+def _compare_verdict(entry: BaselineEntry, result: TargetResult, found: _Collector) -> None:
+    if result.verdict is None or entry.in_place is None or entry.in_place == result.verdict.in_place:
+        return
+    source = _verdict_source(result)
+    if entry.in_place:
+        found.regressions.append(Regression(
+            target=result.name, kind="verdict", subject="in place",
+            message=f"{result.name}: verdict in place → {result.verdict.summary}",
+            before="in place", after="not in place", source=source,
+        ))
+    else:
+        found.improvements.append(Regression(
+            target=result.name, kind="verdict", subject="in place",
+            message=f"{result.name}: verdict not in place → in place",
+            before="not in place", after="in place", source=source,
+        ))
+
+
+def _version_notes(compared: list[BaselineEntry], report: Report, found: _Collector) -> None:
+    """A baseline from another jax minor version is compared, and said to be."""
+    now = _minor(report.jax_version)
+    versions = sorted({e.jax_version for e in compared if e.jax_version != report.jax_version})
+    for version in versions:
+        then = _minor(version)
+        names = [e.name for e in compared if e.jax_version == version]
+        if then is None or now is None or then[0] != now[0] or now[1] - then[1] >= 2:
+            found.notes.append(
+                f"the baseline of {', '.join(names)} was made with jax {version}, much older than or unlike "
+                f"this run's jax {report.jax_version}: compared, but XLA's choices may have changed for reasons "
+                "unrelated to your code; review, then refresh it with --save-baseline"
+            )
+        elif then != now:
+            found.notes.append(
+                f"the baseline of {', '.join(names)} was made with jax {version}, this run uses jax "
+                f"{report.jax_version}: compared, but figures can move between jax minor versions"
+            )
+
+
+def compare_to_baseline(report: Report, baseline: Baseline, tolerances: Tolerances = Tolerances()) -> Report:
+    """``report`` with ``baseline=BaselineComparison(...)``: every regression and improvement.
+
+    Entries are matched by target name on this run's backend and device kind;
+    entries of another backend or device kind are not compared but noted. A
+    regression: a gated figure growing beyond its tolerance, a new or grown
+    copy, an alias lost, a donation becoming unusable, a verdict turning from
+    in place to not, a target that now errors or whose spec ran but no longer
+    yields it. Targets new to the baseline, or not checked in this run, are
+    notes.
+    """
+    found = _Collector()
+    backend, kind = report.backend, _device_kind(report)
+    here = [e for e in baseline.entries if e.backend == backend and (e.device_kind or None) == kind]
+    elsewhere = [e for e in baseline.entries if e not in here]
+    by_name = {e.name: e for e in here}
+    compared: list[BaselineEntry] = []
+    for result in report.results:
+        entry = by_name.get(result.name)
+        if entry is None:
+            other = [f"{e.backend} ({e.device_kind})" for e in elsewhere if e.name == result.name]
+            if not other:
+                found.notes.append(f"{result.name}: new target, not in the baseline (--save-baseline adds it)")
+            continue
+        if result.status == "error":
+            message = result.error.message if result.error is not None else "it could not be checked"
+            found.regressions.append(Regression(
+                target=result.name, kind="status", subject="status",
+                message=f"{result.name}: now errors: {message}",
+                before=entry.status, after="error", source=result.definition,
+            ))
+            continue
+        compared.append(entry)
+        _compare_figures(entry, result, tolerances, found)
+        _compare_copies(entry, result, report.min_bytes, tolerances, found)
+        _compare_donation(entry, result, found)
+        _compare_verdict(entry, result, found)
+
+    names = {r.name for r in report.results}
+    specs = {r.target for r in report.results}
+    unchecked = []
+    for entry in here:
+        if entry.name in names:
+            continue
+        if entry.target in specs:
+            found.regressions.append(Regression(
+                target=entry.name, kind="status", subject="disappeared",
+                message=f"{entry.name}: disappeared: {entry.target} no longer yields this target "
+                "(renamed or unregistered? refresh the baseline with --save-baseline --prune-baseline)",
+                before=entry.status, after=None, source=entry.definition,
+            ))
+        else:
+            unchecked.append(entry.name)
+    if unchecked:
+        found.notes.append(f"not checked in this run, so not compared: {', '.join(unchecked)}")
+    groups: dict[tuple[str, str | None], list[str]] = {}
+    for entry in elsewhere:
+        groups.setdefault((entry.backend, entry.device_kind), []).append(entry.name)
+    for (other_backend, other_kind), entry_names in groups.items():
+        found.notes.append(
+            f"{len(entry_names)} baseline entr{'y' if len(entry_names) == 1 else 'ies'} for {other_backend} "
+            f"({other_kind}) not compared: this run is on {backend} ({kind}): {', '.join(entry_names)}"
+        )
+    _version_notes(compared, report, found)
+    comparison = BaselineComparison(
+        path=baseline.path,
+        regressions=tuple(found.regressions),
+        improvements=tuple(found.improvements),
+        notes=tuple(found.notes),
+        tolerance=tolerances.describe(),
+    )
+    return dataclasses.replace(report, baseline=comparison)

@@ -1,0 +1,317 @@
+"""``[tool.fieldmem]`` in ``pyproject.toml``: what a bare ``fieldmem check`` checks, and how.
+
+The table is read once into a frozen :class:`Config`, every value parsed by
+the same parsers as the command line (sizes, donation, shapes, tolerances),
+so a mistake in the file is reported before anything compiles, as one line
+naming the file, the key and what would work. Unknown keys are errors (with
+a did-you-mean), never ignored. Nothing here prints or imports jax.
+
+Paths in the table (file targets such as ``src/model.py:update``, a file
+``args`` factory, ``baseline``) are relative to the folder holding the
+``pyproject.toml``; they are rewritten relative to the current directory, so
+running from that folder (as CI does) keeps target names exactly as written.
+Documented in ``docs/configuration.md``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.registry import EXPECTATIONS
+from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes, parse_shapes
+from fieldmem.target import TargetOptions, display_path, is_file_spec
+from fieldmem.tolerance import Tolerances
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
+
+__all__ = ["KEYS", "TARGET_KEYS", "Config", "ConfigError", "TargetConfig", "find_config", "load_config"]
+
+# key -> what it holds, for messages
+KEYS: dict[str, str] = {
+    "targets": "a list of targets, e.g. [\"pkg.model:update\", \"src/step.py\"]",
+    "args": "MODULE:FACTORY, e.g. \"pkg.model:make_args\"",
+    "shapes": "array signatures, e.g. \"f32[4096,4096] f32[4096]\"",
+    "donate": "\"all\", \"none\", argument numbers or names",
+    "static": "argument numbers or names",
+    "expect": f"one of {', '.join(repr(e) for e in EXPECTATIONS)}",
+    "max-peak": "a size, e.g. \"64MiB\"",
+    "min-bytes": "a size, e.g. \"1KiB\"",
+    "tolerance": "e.g. \"2%\" or \"peak:5%,temp:1MiB\"",
+    "baseline": "a file path, e.g. \"fieldmem-baseline.json\"",
+    "format": "an output format, e.g. \"table\"",
+    "jobs": "a whole number, at least 1",
+    "target": "[[tool.fieldmem.target]] tables, each with target = \"pkg.model:update\"",
+}
+TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak")
+
+
+class ConfigError(FieldmemError):
+    """``[tool.fieldmem]`` cannot be read or holds a value fieldmem cannot use. Exit code 2."""
+
+    kind = "config"
+
+
+@dataclass(frozen=True)
+class TargetConfig:
+    """A ``[[tool.fieldmem.target]]`` table: one target and its own options."""
+
+    target: str
+    options: TargetOptions
+
+
+@dataclass(frozen=True)
+class Config:
+    """The parsed ``[tool.fieldmem]`` table; ``None`` (or empty) where a key is absent."""
+
+    path: Path | None = None
+    targets: tuple[str, ...] = ()
+    options: TargetOptions = TargetOptions()
+    per_target: tuple[TargetConfig, ...] = ()
+    min_bytes: int | None = None
+    tolerance: Tolerances | None = None
+    tolerance_text: str | None = None
+    baseline: str | None = None
+    format: str | None = None
+    jobs: int | None = None
+
+    @property
+    def all_targets(self) -> tuple[str, ...]:
+        """``targets``, then each per-target table's target not already among them."""
+        extra = [t.target for t in self.per_target if t.target not in self.targets]
+        return (*self.targets, *extra)
+
+    def target_options(
+        self, command_line: TargetOptions, specs: Iterable[str]
+    ) -> tuple[TargetOptions, dict[str, TargetOptions]]:
+        """Options for the whole run and for each spec with a table, stacked strongest last.
+
+        The command line beats a target's table, which beats ``[tool.fieldmem]``,
+        which beats what the registered case says.
+        """
+        run = self.options.overridden_by(command_line)
+        tables = {t.target: t.options for t in self.per_target}
+        per_target = {
+            spec: self.options.overridden_by(tables[spec]).overridden_by(command_line)
+            for spec in specs
+            if spec in tables
+        }
+        return run, per_target
+
+
+def find_config(start: str | os.PathLike[str] | None = None) -> Path | None:
+    """The nearest ``pyproject.toml`` with a ``[tool.fieldmem]`` table, from ``start`` upward.
+
+    The search stops at the repository root (a folder holding ``.git``), so a
+    project never picks up the table of a folder above it.
+
+    Raises:
+        ConfigError: a ``pyproject.toml`` met on the way is not valid TOML.
+    """
+    folder = Path(start if start is not None else os.getcwd()).resolve()
+    for candidate in (folder, *folder.parents):
+        pyproject = candidate / "pyproject.toml"
+        if pyproject.is_file() and "fieldmem" in _read_toml(pyproject).get("tool", {}):
+            return pyproject
+        if (candidate / ".git").exists():
+            return None
+    return None
+
+
+def load_config(path: str | os.PathLike[str] | None = None, *, start: str | os.PathLike[str] | None = None) -> Config:
+    """Read ``[tool.fieldmem]`` from ``path``, or from the file :func:`find_config` finds.
+
+    With no ``path`` and no such file, an empty :class:`Config` (nothing
+    configured). A ``path`` given must exist and hold the table.
+
+    Raises:
+        ConfigError: the file is missing, not TOML, lacks the table (when
+            named), or holds an unknown key or a bad value.
+    """
+    if path is None:
+        found = find_config(start)
+        if found is None:
+            return Config()
+        file = found
+    else:
+        file = Path(path)
+        if file.is_dir():
+            file = file / "pyproject.toml"
+        if not file.is_file():
+            raise ConfigError(f"--config {os.fspath(path)!r} does not exist: name a pyproject.toml")
+    data = _read_toml(file)
+    tool = data.get("tool", {})
+    table = tool.get("fieldmem") if isinstance(tool, dict) else None
+    if table is None:
+        raise ConfigError(f"{_shown(file)} has no [tool.fieldmem] table: add one, or leave --config out")
+    if not isinstance(table, dict):
+        raise ConfigError(f"{_shown(file)}: tool.fieldmem must be a table ([tool.fieldmem])")
+    return _parse(table, file)
+
+
+def _shown(file: Path) -> str:
+    return display_path(str(file))
+
+
+def _read_toml(file: Path) -> dict[str, Any]:
+    try:
+        with open(file, "rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{_shown(file)} is not valid TOML: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {_shown(file)}: {exc.strerror or exc}") from None
+
+
+# ----------------------------------------------------------------------------
+# Parsing the table
+
+
+class _Table:
+    """One TOML table being read: says where a bad value is (file, table, key)."""
+
+    def __init__(self, data: Mapping[str, Any], file: Path, name: str, allowed: Iterable[str]) -> None:
+        self.data, self.file, self.name = data, file, name
+        allowed = tuple(allowed)
+        for key in data:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.7)
+                hint = f"did you mean {close[0]!r}? " if close else ""
+                raise ConfigError(
+                    f"{self.where()} has an unknown key {key!r}: {hint}known keys: {', '.join(allowed)}"
+                )
+
+    def where(self, key: str | None = None) -> str:
+        return f"{_shown(self.file)}: {self.name}" + (f" {key}" if key else "")
+
+    def wrong_type(self, key: str, value: Any) -> ConfigError:
+        return ConfigError(
+            f"{self.where(key)} = {value!r} is {_type_name(value)}: it should be {KEYS[key]}"
+        )
+
+    def get(self, key: str, *types: type) -> Any:
+        """The value of ``key`` (None when absent), refusing a value of another TOML type."""
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            raise self.wrong_type(key, value)
+        return value
+
+    def parsed(self, key: str, parse: Any, *types: type) -> Any:
+        """``parse(value, label)`` with the parser's message re-worded to name the file and key."""
+        value = self.get(key, *types)
+        if value is None:
+            return None
+        try:
+            return parse(value, self.where(key))
+        except OptionError as exc:
+            raise ConfigError(exc.message) from None
+
+
+def _type_name(value: Any) -> str:
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array",
+             dict: "a table"}
+    return names.get(type(value), f"a {type(value).__name__}")
+
+
+def _rebase(path: str, root: Path) -> str:
+    """A config-relative path, relative to the current directory (unchanged when run from ``root``)."""
+    if os.path.isabs(path):
+        return path
+    return os.path.relpath(root / path)
+
+
+def _rebase_spec(spec: str, root: Path) -> str:
+    """``src/model.py:update`` relative to ``root`` -> relative to the current directory; modules as given."""
+    module_part, sep, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    if not is_file_spec(module_part):
+        return spec
+    return f"{_rebase(module_part, root)}{sep}{attr}"
+
+
+def _parse_shapes(text: str, label: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """``parse_shapes``, its messages naming the config key instead of ``--shapes``."""
+    try:
+        return parse_shapes(text)
+    except OptionError as exc:
+        raise OptionError(f"{label} {exc.message.removeprefix('--shapes ')}") from None
+
+
+def _target_options(table: _Table, root: Path) -> TargetOptions:
+    args = table.get("args", str)
+    shapes = table.parsed("shapes", _parse_shapes, str)
+    if args is not None and shapes is not None:
+        raise ConfigError(f"{table.where()} gives both args and shapes: keep one of them")
+    expect = table.get("expect", str)
+    if expect is not None and expect not in EXPECTATIONS:
+        raise ConfigError(f"{table.where('expect')} = {expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
+    return TargetOptions(
+        args=_rebase_spec(args, root) if args is not None else None,
+        shapes=shapes,
+        donate=table.parsed("donate", DonateSpec.parse, str, int, list),
+        static=table.parsed("static", StaticSpec.parse, str, int, list),
+        expect=expect,
+        max_peak=table.parsed("max-peak", parse_bytes, str, int),
+    )
+
+
+def _parse(data: Mapping[str, Any], file: Path) -> Config:
+    root = file.resolve().parent
+    table = _Table(data, file, "[tool.fieldmem]", KEYS)
+    targets = table.get("targets", list)
+    if targets is not None and not all(isinstance(t, str) and t.strip() for t in targets):
+        raise ConfigError(f"{table.where('targets')} = {targets!r}: every target must be a non-empty string, "
+                          "e.g. targets = [\"pkg.model:update\"]")
+    output_format = table.get("format", str)
+    if output_format is not None:
+        from fieldmem.render import RENDERERS
+
+        if output_format not in RENDERERS:
+            raise ConfigError(
+                f"{table.where('format')} = {output_format!r} is not known: use one of {', '.join(RENDERERS)}"
+            )
+    jobs = table.get("jobs", int)
+    if jobs is not None and jobs < 1:
+        raise ConfigError(f"{table.where('jobs')} = {jobs} must be at least 1")
+    tolerance_text = table.get("tolerance", str)
+    baseline = table.get("baseline", str)
+    return Config(
+        path=file,
+        targets=tuple(_rebase_spec(t.strip(), root) for t in targets or ()),
+        options=_target_options(table, root),
+        per_target=_per_target(table, root),
+        min_bytes=table.parsed("min-bytes", parse_bytes, str, int),
+        tolerance=table.parsed("tolerance", Tolerances.parse, str),
+        tolerance_text=tolerance_text,
+        baseline=_rebase(baseline, root) if baseline else None,
+        format=output_format,
+        jobs=jobs,
+    )
+
+
+def _per_target(table: _Table, root: Path) -> tuple[TargetConfig, ...]:
+    tables = table.get("target", list)
+    if tables is None:
+        return ()
+    configs: list[TargetConfig] = []
+    for n, item in enumerate(tables):
+        if not isinstance(item, dict):
+            raise table.wrong_type("target", tables)
+        inner = _Table(item, table.file, f"[[tool.fieldmem.target]] #{n + 1}", TARGET_KEYS)
+        spec = inner.get("target", str)
+        if spec is None or not spec.strip():
+            raise ConfigError(f"{inner.where()} has no target: add target = \"pkg.model:update\"")
+        spec = _rebase_spec(spec.strip(), root)
+        if any(c.target == spec for c in configs):
+            raise ConfigError(f"{inner.where()}: target {spec!r} has a table already: merge the two")
+        configs.append(TargetConfig(target=spec, options=_target_options(inner, root)))
+    return tuple(configs)

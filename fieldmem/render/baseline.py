@@ -1,0 +1,45 @@
+"""Plain text for a baseline comparison, and for what ``--save-baseline`` wrote.
+
+The table renderer ends with :func:`render_comparison`; the CLI prints
+:func:`render_saved` on stderr after ``--save-baseline``. It formats what the comparison holds and
+decides nothing: every regression, improvement and note, in the order found.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fieldmem.report import BaselineComparison
+
+if TYPE_CHECKING:
+    from fieldmem.baseline import SavedBaseline
+
+__all__ = ["render_comparison", "render_saved"]
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def render_comparison(comparison: BaselineComparison) -> str:
+    """``baseline PATH (tolerance T): N regressions, M improvements`` and one line per item."""
+    tolerance = comparison.tolerance or "exact"
+    lines = [
+        f"baseline {comparison.path} (tolerance {tolerance}): "
+        f"{_count(len(comparison.regressions), 'regression')}, "
+        f"{_count(len(comparison.improvements), 'improvement')}"
+    ]
+    lines += [f"  ✗ {r.message}" for r in comparison.regressions]
+    lines += [f"  ✓ {r.message}" for r in comparison.improvements]
+    lines += [f"  • {note}" for note in comparison.notes]
+    return "\n".join(lines) + "\n"
+
+
+def render_saved(saved: "SavedBaseline") -> str:
+    """One line: where the baseline went and which entries it holds."""
+    parts = [f"{_count(len(saved.written), 'target')} recorded"]
+    if saved.kept:
+        parts.append(f"{len(saved.kept)} kept from earlier runs ({', '.join(saved.kept)})")
+    if saved.pruned:
+        parts.append(f"{len(saved.pruned)} pruned ({', '.join(saved.pruned)})")
+    return f"fieldmem: saved the baseline {saved.baseline.path}: {'; '.join(parts)}\n"

@@ -1,0 +1,545 @@
+"""Baselines: save, load and compare, on synthetic reports (pure, fast), then the whole CI loop.
+
+The synthetic reports are built from the report dataclasses with the figures
+and copies each test needs; the last tests compile the little project in
+``examples/ci`` for real, change its update so it copies a field, and check
+what ``fieldmem check --baseline`` says — and that no failure or interruption
+ever damages a saved baseline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fieldmem.baseline import (
+    SCHEMA,
+    Baseline,
+    BaselineError,
+    compare_to_baseline,
+    entry_from_result,
+    load_baseline,
+    save_baseline,
+)
+from fieldmem.report import (
+    Alias,
+    BaselineComparison,
+    Check,
+    Copy,
+    DeviceInfo,
+    ErrorInfo,
+    MemoryFigures,
+    Regression,
+    Report,
+    TargetResult,
+    UnusableDonation,
+    Variant,
+    Verdict,
+)
+from fieldmem.tolerance import Tolerances
+
+KIB = 1024
+EXAMPLE_CI = Path(__file__).resolve().parents[1] / "examples" / "ci"
+
+
+# ---- synthetic reports --------------------------------------------------------
+
+
+def memory(live_peak: int = 32 * KIB, footprint: int = 32 * KIB, temp: int = 0, peak: int = 32 * KIB) -> MemoryFigures:
+    return MemoryFigures(
+        argument_bytes=32 * KIB, output_bytes=32 * KIB, alias_bytes=32 * KIB, temp_bytes=temp,
+        generated_code_bytes=0, peak_bytes=peak, footprint_bytes=footprint, live_peak_bytes=live_peak,
+    )
+
+
+def copy(
+    of: str | None = "state.u", source: str | None = "model.py:16", nbytes: int = 16 * KIB,
+    kind: str = "parameter", instruction: str = "copy.1", shape: str = "f32[64,64]{1,0}",
+    trip_count: int | None = None,
+) -> Copy:
+    return Copy(
+        bytes=nbytes, shape=shape, kind=kind, of_parameter=of, input_index=0 if of else None,
+        computation="main.2", instruction=instruction, source=source, source_role="user",
+        cause="input-kept-intact", trip_count=trip_count,
+        bytes_per_call=nbytes * trip_count if trip_count else None,
+    )
+
+
+ALIASES = (Alias("state.u", 0, "out.u", 0, 16 * KIB), Alias("state.v", 1, "out.v", 1, 16 * KIB))
+
+
+def result(
+    name: str = "ci:step",
+    *,
+    spec: str = "model.py",
+    donated: MemoryFigures | None = None,
+    plain: MemoryFigures | None = None,
+    copies: tuple[Copy, ...] = (),
+    aliases: tuple[Alias, ...] = ALIASES,
+    unusable: tuple[UnusableDonation, ...] = (),
+    in_place: bool = True,
+    checks: tuple[Check, ...] = (),
+    seconds: float = 0.5,
+) -> TargetResult:
+    return TargetResult(
+        target=spec,
+        name=name,
+        status="ok",
+        definition="model.py:15",
+        donate="all",
+        expect="any",
+        variants={
+            "plain": Variant(
+                name="plain", donated_arguments=(), memory=plain or memory(64 * KIB, 64 * KIB, 0, 64 * KIB),
+                copies=(copy(instruction="copy.7"),), lower_seconds=seconds,
+            ),
+            "donated": Variant(
+                name="donated", donated_arguments=("state",), memory=donated or memory(), aliases=aliases,
+                unusable_donations=unusable, copies=copies, lower_seconds=seconds, compile_seconds=seconds,
+            ),
+        },
+        verdict=Verdict(in_place=in_place, summary="in place with donation" if in_place else "not in place: out[1]"),
+        checks=checks,
+    )
+
+
+def errored(name: str = "ci:step", spec: str = "model.py") -> TargetResult:
+    return TargetResult(target=spec, name=name, status="error", error=ErrorInfo("compile", "tracing failed"))
+
+
+def report(*results: TargetResult, backend: str = "cpu", kind: str = "cpu", jax: str = "0.10.2",
+           created: str = "2025-01-01T00:00:00+00:00") -> Report:
+    return Report(
+        fieldmem_version="0.1.0", jax_version=jax, jaxlib_version=jax, backend=backend,
+        platform_version=backend, devices=(DeviceInfo(0, backend, kind),), results=results,
+        min_bytes=KIB, created=created,
+    )
+
+
+def baseline_of(*results: TargetResult, **kwargs: Any) -> Baseline:
+    """The baseline ``save_baseline`` would write for these results, without a file."""
+    run = report(*results, **kwargs)
+    return Baseline(
+        path="fieldmem-baseline.json", fieldmem_version="0.1.0", jax_version=run.jax_version,
+        jaxlib_version=run.jaxlib_version, backend=run.backend, platform_version=run.platform_version,
+        device_kinds=(run.devices[0].kind or "",), entries=tuple(entry_from_result(r, run) for r in run.results),
+    )
+
+
+def compare(before: Baseline, *results: TargetResult, tolerance: str = "0", **kwargs: Any) -> BaselineComparison:
+    compared = compare_to_baseline(report(*results, **kwargs), before, Tolerances.parse(tolerance))
+    assert compared.baseline is not None
+    return compared.baseline
+
+
+def subjects(items: tuple[Regression, ...]) -> list[tuple[str, str]]:
+    return [(r.kind, r.subject) for r in items]
+
+
+# ---- save and load ------------------------------------------------------------
+
+
+def test_save_and_load_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "fieldmem-baseline.json"
+    run = report(result(copies=(copy(),)), result("ci:other", spec="other.py"))
+    saved = save_baseline(path, run)
+    assert saved.written == ("ci:step", "ci:other") and saved.kept == () and saved.pruned == ()
+    loaded = load_baseline(path)
+    assert loaded.path == str(path)
+    assert json.loads(path.read_text())["schema"] == SCHEMA == loaded.schema
+    assert (loaded.backend, loaded.device_kinds, loaded.jax_version) == ("cpu", ("cpu",), "0.10.2")
+    assert loaded.entries == tuple(sorted((entry_from_result(r, run) for r in run.results), key=lambda e: e.key))
+    (entry,) = [e for e in loaded.entries if e.name == "ci:step"]
+    (recorded,) = entry.variants["donated"].copies
+    assert (recorded.kind, recorded.input, recorded.bytes, recorded.source) == ("parameter", "state.u", 16 * KIB,
+                                                                                "model.py:16")
+    assert entry.variants["donated"].memory["live_peak_bytes"] == 32 * KIB
+    assert (entry.backend, entry.device_kind, entry.in_place, entry.status) == ("cpu", "cpu", True, "ok")
+
+
+def test_a_saved_baseline_changes_only_when_the_findings_do(tmp_path: Path) -> None:
+    """Timings, the run's time and HLO instruction names are not recorded: a refresh is a no-op in git."""
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    save_baseline(first, report(result(copies=(copy(instruction="copy.1"),), seconds=0.1)))
+    save_baseline(second, report(result(copies=(copy(instruction="copy.42"),), seconds=9.0),
+                                 created="2030-06-06T00:00:00+00:00"))
+    assert first.read_bytes() == second.read_bytes()
+    assert "copy.1" not in first.read_text() and "seconds" not in first.read_text()
+
+
+def test_saving_keeps_other_targets_and_backends_and_prunes_on_request(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    save_baseline(path, report(result("ci:gone", spec="gone.py"), result()))
+    save_baseline(path, report(result(), backend="gpu", kind="NVIDIA H100"))
+    saved = save_baseline(path, report(result()))
+    assert saved.kept == ("ci:gone", "ci:step")  # gone.py on cpu, and ci:step on the gpu
+    keys = {(e.name, e.backend) for e in load_baseline(path).entries}
+    assert keys == {("ci:gone", "cpu"), ("ci:step", "cpu"), ("ci:step", "gpu")}
+    pruned = save_baseline(path, report(result()), prune=True)
+    assert pruned.pruned == ("ci:gone",)  # this backend's only; the gpu entry stays
+    assert {(e.name, e.backend) for e in load_baseline(path).entries} == {("ci:step", "cpu"), ("ci:step", "gpu")}
+
+
+@pytest.mark.parametrize(
+    ("run", "message"),
+    [
+        (report(), "the run checked no target"),
+        (report(result(), errored("ci:bad", "bad.py")), "1 target(s) could not be checked (ci:bad)"),
+        (report(result(checks=(Check("max-peak", False, "over budget", 1, 2),))), "the run failed (ci:step max-peak)"),
+        (dataclasses.replace(report(result()), baseline=BaselineComparison(
+            "old.json", regressions=(Regression("ci:step", "figure", "donated temp", "grew"),))),
+         "1 regression(s) against 'old.json'"),
+    ],
+    ids=["empty", "errored", "failed-check", "regressed"],
+)
+def test_an_incomplete_or_failing_run_is_never_saved(tmp_path: Path, run: Report, message: str) -> None:
+    path = tmp_path / "b.json"
+    save_baseline(path, report(result()))
+    before = path.read_bytes()
+    with pytest.raises(BaselineError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        save_baseline(path, run)
+    assert path.read_bytes() == before
+    with pytest.raises(BaselineError):
+        save_baseline(tmp_path / "new.json", run)
+    assert not (tmp_path / "new.json").exists()
+
+
+def test_a_file_that_is_not_a_baseline_is_never_overwritten(tmp_path: Path) -> None:
+    path = tmp_path / "report.json"
+    path.write_text(json.dumps(report(result()).to_dict()))
+    before = path.read_bytes()
+    with pytest.raises(BaselineError, match="not overwriting .*a fieldmem report is not a baseline"):
+        save_baseline(path, report(result()))
+    assert path.read_bytes() == before
+
+
+def test_a_failure_inside_the_write_leaves_the_old_file_and_no_temporary(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "b.json"
+    save_baseline(path, report(result()))
+    before = path.read_bytes()
+
+    def fail(*_args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(BaselineError, match="cannot write the baseline .*No space left on device"):
+        save_baseline(path, report(result(donated=memory(live_peak=64 * KIB))))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]
+
+
+def test_a_refreshed_baseline_keeps_its_permissions(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    save_baseline(path, report(result()))
+    assert stat.S_IMODE(path.stat().st_mode) & 0o044  # readable by others, like any new file (umask 022)
+    path.chmod(0o640)
+    save_baseline(path, report(result(donated=memory(live_peak=64 * KIB))))
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "does not exist: create it with fieldmem check ... --save-baseline"),
+        ("{not json", "is not JSON (line 1, column 2"),
+        ('{"schema": "fieldmem.baseline/9"}', "has schema 'fieldmem.baseline/9', not one this fieldmem reads"),
+        ("[1, 2]", "has no fieldmem schema"),
+        ('{"schema": "fieldmem.report/1"}', "a fieldmem report is not a baseline"),
+        ('{"schema": "fieldmem.baseline/1", "backend": "cpu"}', "does not match fieldmem.baseline/1: "),
+        (None, "is a folder"),
+    ],
+    ids=["missing", "bad-json", "other-schema", "not-an-object", "a-report", "missing-key", "folder"],
+)
+def test_load_errors_are_one_line(tmp_path: Path, content: str | None, message: str) -> None:
+    path = tmp_path / "b.json"
+    if content is not None:
+        path.write_text(content)
+    elif "folder" in message:
+        path.mkdir()
+    with pytest.raises(BaselineError) as error:
+        load_baseline(path)
+    assert message in error.value.message and "\n" not in error.value.message
+    assert str(path) in error.value.message
+
+
+def test_a_value_of_the_wrong_type_names_its_key(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    save_baseline(path, report(result()))
+    data = json.loads(path.read_text())
+    data["entries"][0]["variants"]["donated"]["memory"]["temp_bytes"] = "lots"
+    path.write_text(json.dumps(data))
+    with pytest.raises(BaselineError, match=r"entries\[0\]\.variants\.donated\.memory\.temp_bytes should be int"):
+        load_baseline(path)
+
+
+# ---- compare ------------------------------------------------------------------
+
+
+def test_the_same_findings_compare_clean() -> None:
+    before = baseline_of(result(copies=(copy(),)))
+    comparison = compare(before, result(copies=(copy(instruction="copy.99"),)))  # renamed instruction
+    assert (comparison.regressions, comparison.improvements, comparison.notes) == ((), (), ())
+    assert comparison.tolerance == "exact" and comparison.path == "fieldmem-baseline.json"
+
+
+@pytest.mark.parametrize(("tolerance", "limit"), [("0", 32 * KIB), ("1%", 32 * KIB + 327), ("1KiB", 33 * KIB)])
+def test_a_figure_on_both_sides_of_its_tolerance(tolerance: str, limit: int) -> None:
+    before = baseline_of(result())
+    within = compare(before, result(donated=memory(live_peak=limit)), tolerance=tolerance)
+    assert within.regressions == ()
+    beyond = compare(before, result(donated=memory(live_peak=limit + 1)), tolerance=tolerance)
+    (regression,) = beyond.regressions
+    assert (regression.kind, regression.subject, regression.before, regression.after) == (
+        "figure", "donated live-peak", 32 * KIB, limit + 1)
+    assert "ci:step: donated live-peak 32.0 KiB → " in regression.message
+    assert regression.source == "model.py:15"
+
+
+def test_every_gated_figure_and_the_named_tolerances() -> None:
+    before = baseline_of(result())
+    grown = memory(live_peak=40 * KIB, footprint=40 * KIB, temp=8 * KIB, peak=40 * KIB)
+    comparison = compare(before, result(donated=grown), tolerance="peak:25%")
+    assert subjects(comparison.regressions) == [("figure", "donated temp")]  # the peaks grew exactly 25%
+    comparison = compare(before, result(donated=grown))
+    assert [s for _, s in subjects(comparison.regressions)] == [
+        "donated live-peak", "donated footprint", "donated temp", "donated xla-peak"]
+
+
+def test_the_plain_variant_only_where_the_donated_one_says_nothing() -> None:
+    before = baseline_of(result())
+    both = compare(before, result(donated=memory(live_peak=40 * KIB), plain=memory(80 * KIB, 64 * KIB, 0, 64 * KIB)))
+    assert subjects(both.regressions) == [("figure", "donated live-peak")]
+    plain_only = compare(before, result(plain=memory(80 * KIB, 64 * KIB, 0, 64 * KIB)))
+    assert subjects(plain_only.regressions) == [("figure", "plain live-peak")]
+
+
+def test_a_new_copy_is_always_a_regression_with_its_input_and_line() -> None:
+    before = baseline_of(result())
+    comparison = compare(before, result(copies=(copy(source="model.py:31"),)), tolerance="1000%+1GiB")
+    (regression,) = comparison.regressions
+    assert (regression.kind, regression.subject, regression.after, regression.source) == (
+        "copy", "parameter copy of state.u", 16 * KIB, "model.py:31")
+    assert regression.message == (
+        "ci:step: new parameter copy of state.u (16.0 KiB) at model.py:31 (input-kept-intact)")
+    assert compare(before, result(copies=(copy(nbytes=KIB - 1),))).regressions == ()  # under --min-bytes
+
+
+def test_a_growing_copy_against_the_copies_tolerance() -> None:
+    before = baseline_of(result(copies=(copy(kind="loop", of=None, trip_count=10),)))
+    grown = result(copies=(copy(kind="loop", of=None, trip_count=11),))
+    (regression,) = compare(before, grown).regressions
+    assert (regression.kind, regression.before, regression.after) == ("copy", 160 * KIB, 176 * KIB)
+    assert "loop copy f32[64,64]{1,0} grew 160.0 KiB → 176.0 KiB" in regression.message
+    assert compare(before, grown, tolerance="copies:10%").regressions == ()
+    assert len(compare(before, grown, tolerance="copies:16KiB-1".replace("-1", "")).regressions) == 0
+    assert len(compare(before, grown, tolerance="copies:16383").regressions) == 1
+    shape_changed = result(copies=(copy(kind="loop", of=None, trip_count=10, nbytes=32 * KIB, shape="f32[128,64]"),))
+    (regression,) = compare(before, shape_changed).regressions
+    assert "grew" in regression.message  # matched by kind and source despite its new shape
+
+
+def test_copies_match_across_renames_and_moved_lines() -> None:
+    before = baseline_of(result(copies=(copy(source="model.py:16"), copy(of="state.v", source="model.py:17"))))
+    moved = result(copies=(copy(of="state.v", source="model.py:21", instruction="copy.3"),
+                           copy(source="model.py:20", instruction="copy.8")))
+    comparison = compare(before, moved)
+    assert comparison.regressions == () and comparison.improvements == ()
+
+
+def test_improvements_mirror_regressions() -> None:
+    worse = result(donated=memory(live_peak=48 * KIB), copies=(copy(),), in_place=False,
+                   aliases=ALIASES[:1], unusable=(UnusableDonation("state.v", 1, 16 * KIB, "never read", "unused"),))
+    regressions = compare(baseline_of(result()), worse).regressions
+    improvements = compare(baseline_of(worse), result()).improvements
+    expected = [("figure", "donated live-peak"), ("copy", "parameter copy of state.u"), ("alias", "state.v"),
+                ("donation", "state.v"), ("verdict", "in place")]
+    assert subjects(regressions) == expected
+    assert subjects(improvements) == expected
+    by_kind = {r.kind: r for r in regressions}
+    assert "alias lost: state.v → out.v (16.0 KiB)" in by_kind["alias"].message
+    assert "donation of state.v (16.0 KiB) became unusable (unused): never read" in by_kind["donation"].message
+    assert by_kind["verdict"].message == "ci:step: verdict in place → not in place: out[1]"
+
+
+def test_exit_code_counts_regressions() -> None:
+    before = baseline_of(result())
+    assert compare_to_baseline(report(result()), before).exit_code == 0
+    assert compare_to_baseline(report(result(copies=(copy(),))), before).exit_code == 1
+
+
+def test_targets_that_error_disappear_or_are_new() -> None:
+    before = baseline_of(result(), result("ci:other", spec="model.py"), result("lib:f", spec="lib.py"))
+    comparison = compare(before, errored(), result("ci:new", spec="model.py"))
+    assert subjects(comparison.regressions) == [("status", "status"), ("status", "disappeared")]
+    assert comparison.regressions[0].message == "ci:step: now errors: tracing failed"
+    assert comparison.regressions[1].target == "ci:other"  # model.py ran but no longer yields it
+    assert comparison.notes == (
+        "ci:new: new target, not in the baseline (--save-baseline adds it)",
+        "not checked in this run, so not compared: lib:f",  # lib.py did not run: not a regression
+    )
+
+
+def test_another_backend_is_flagged_not_compared() -> None:
+    before = baseline_of(result(), backend="gpu", kind="NVIDIA H100")
+    comparison = compare(before, result(copies=(copy(),)))
+    assert comparison.regressions == ()
+    assert comparison.notes == (
+        "1 baseline entry for gpu (NVIDIA H100) not compared: this run is on cpu (cpu): ci:step",)
+    other_kind = compare(baseline_of(result(), backend="cpu", kind="other-cpu"), result(copies=(copy(),)))
+    assert other_kind.regressions == () and "not compared" in other_kind.notes[0]
+
+
+@pytest.mark.parametrize(
+    ("then", "note"),
+    [("0.10.0", None), ("0.9.1", "figures can move between jax minor versions"), ("0.7.0", "much older"),
+     ("1.10.2", "much older than or unlike")],
+)
+def test_another_jax_version_is_compared_and_flagged(then: str, note: str | None) -> None:
+    before = baseline_of(result(), jax=then)
+    comparison = compare(before, result(copies=(copy(),)))
+    assert len(comparison.regressions) == 1  # compared all the same
+    if note is None:
+        assert comparison.notes == ()
+    else:
+        (text,) = comparison.notes
+        assert note in text and f"jax {then}" in text
+
+
+# ---- the whole loop, for real -------------------------------------------------
+
+runner = CliRunner()
+
+
+def fieldmem(*args: str) -> Any:
+    """``fieldmem check ARGS`` in-process, from the current folder; the user's module is imported afresh."""
+    from fieldmem.cli import app
+
+    sys.modules.pop("model", None)  # the test edits model.py between runs
+    return runner.invoke(app, ["check", *args], env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def ci_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    project = tmp_path / "ci"
+    shutil.copytree(EXAMPLE_CI, project, ignore=shutil.ignore_patterns("__pycache__", "fieldmem-baseline.json"))
+    monkeypatch.chdir(project)
+    yield project
+    sys.modules.pop("model", None)
+
+
+def _copy_a_field(project: Path) -> int:
+    """Make ``step`` also return the old ``state.u``; returns the line of the update that now copies it."""
+    model = project / "model.py"
+    text = model.read_text()
+    original = "    return State(u=u, v=state.v * 0.5)\n"
+    assert original in text
+    model.write_text(text.replace(original, "    return State(u=u, v=state.v * 0.5), state.u\n"))
+    lines = text.splitlines()
+    return next(n for n, line in enumerate(lines, 1) if "state.u.at[0]" in line)
+
+
+@pytest.mark.compile
+def test_the_ci_example_loop(ci_project: Path) -> None:
+    original = (ci_project / "model.py").read_text()
+    first = fieldmem()
+    assert first.exit_code == 2 and "does not exist: create it" in first.stderr  # the config names it
+    saved = fieldmem("--save-baseline", "fieldmem-baseline.json")
+    assert saved.exit_code == 0, saved.output
+    assert "saved the baseline fieldmem-baseline.json: 1 target recorded" in saved.stderr
+    clean = fieldmem()
+    assert clean.exit_code == 0, clean.output
+    assert "baseline fieldmem-baseline.json (tolerance exact): 0 regressions, 0 improvements" in clean.stdout
+
+    line = _copy_a_field(ci_project)
+    regressed = fieldmem()
+    assert regressed.exit_code == 1, regressed.output
+    section = regressed.stdout[regressed.stdout.index("baseline fieldmem-baseline.json"):]
+    assert f"new parameter copy of state.u (16.0 KiB) at model.py:{line}" in section  # field and line
+    assert "ci:step: donated live-peak 32.0 KiB → 48.0 KiB" in section  # the figure
+    assert "verdict in place → not in place" in section
+    baseline_bytes = (ci_project / "fieldmem-baseline.json").read_bytes()
+    refused = fieldmem("--save-baseline", "fieldmem-baseline.json")  # a regressed run is never saved
+    assert refused.exit_code == 1 and "not saving the baseline" in refused.stderr
+    assert (ci_project / "fieldmem-baseline.json").read_bytes() == baseline_bytes
+
+    (ci_project / "model.py").write_text(original)
+    reverted = fieldmem()
+    assert reverted.exit_code == 0, reverted.output
+    assert "0 regressions" in reverted.stdout
+
+
+@pytest.mark.compile
+def test_a_failing_target_leaves_the_baseline_byte_identical(ci_project: Path) -> None:
+    assert fieldmem("--save-baseline", "fieldmem-baseline.json").exit_code == 0
+    before = (ci_project / "fieldmem-baseline.json").read_bytes()
+    (ci_project / "broken.py").write_text("def f(x):\n    return x\n")
+    result = fieldmem("model.py", "broken.py:f", "--save-baseline", "fieldmem-baseline.json")
+    assert result.exit_code == 2, result.output
+    assert "fieldmem: error: not saving the baseline 'fieldmem-baseline.json'" in result.stderr
+    assert (ci_project / "fieldmem-baseline.json").read_bytes() == before
+    assert sorted(p.name for p in ci_project.iterdir() if p.name.startswith(".")) == []
+
+
+SLOW_MODEL = '''
+import time
+from pathlib import Path
+
+import jax.numpy as jnp
+
+import fieldmem
+
+
+def step(u):
+    return u.at[0].add(1.0)
+
+
+def make_args():
+    Path("started").write_text("")
+    time.sleep(60)  # the run is interrupted here
+    return (jnp.zeros((64, 64), jnp.float32),)
+
+
+fieldmem.case(step, args=make_args, name="slow:step")
+'''
+
+
+@pytest.mark.compile
+def test_an_interrupted_run_leaves_the_baseline_byte_identical(ci_project: Path) -> None:
+    assert fieldmem("--save-baseline", "fieldmem-baseline.json").exit_code == 0
+    before = (ci_project / "fieldmem-baseline.json").read_bytes()
+    (ci_project / "slow.py").write_text(SLOW_MODEL)
+    env = dict(os.environ, COLUMNS="120")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fieldmem", "check", "model.py", "slow.py", "--save-baseline", "fieldmem-baseline.json"],
+        cwd=ci_project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (ci_project / "started").exists():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "the run never reached the slow target"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 130, stderr
+    assert "fieldmem: interrupted" in stderr
+    assert (ci_project / "fieldmem-baseline.json").read_bytes() == before
+    assert [p.name for p in ci_project.iterdir() if p.name.endswith(".tmp")] == []
