@@ -2,10 +2,14 @@
 
 Every renderer has the same interface, ``render(report, options) -> str``,
 and a file extension, so the CLI, tests and ``-o FILE`` treat them alike.
+Each renderer's module is imported only when it renders, so importing this
+package stays cheap and a renderer that is not installed breaks nothing else.
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from dataclasses import dataclass
 from typing import Callable
 
@@ -29,21 +33,32 @@ class Renderer:
     render: Callable[[Report, RenderOptions], str]
 
 
-def _table(report: Report, options: RenderOptions) -> str:
-    from fieldmem.render.table import render
+def _lazy(module: str) -> Callable[[Report, RenderOptions], str]:
+    """``module.render``, imported on the first call rather than with this package."""
 
-    return render(report, options)
+    def render(report: Report, options: RenderOptions) -> str:
+        function: Callable[[Report, RenderOptions], str] = importlib.import_module(module).render
+        return function(report, options)
+
+    render.__qualname__ = render.__name__ = f"render_{module.rsplit('.', 1)[-1]}"
+    return render
 
 
-def _json(report: Report, options: RenderOptions) -> str:
-    from fieldmem.render.jsonout import render
+def _available(module: str) -> bool:
+    """Whether a renderer module is installed (found without importing it)."""
+    return importlib.util.find_spec(module) is not None
 
-    return render(report, options)
 
+_FORMATS = (
+    ("table", ".txt", "fieldmem.render.table"),
+    ("json", ".json", "fieldmem.render.jsonout"),
+    ("github", ".txt", "fieldmem.render.github"),
+    ("markdown", ".md", "fieldmem.render.markdown"),
+    ("html", ".html", "fieldmem.render.html"),
+)
 
 RENDERERS: dict[str, Renderer] = {
-    "table": Renderer("table", ".txt", _table),
-    "json": Renderer("json", ".json", _json),
+    name: Renderer(name, extension, _lazy(module)) for name, extension, module in _FORMATS if _available(module)
 }
 
 

@@ -1,0 +1,235 @@
+"""Renderers for ``fieldmem compare``: a Comparison as a terminal table, JSON or Markdown.
+
+Same interface as the report renderers, ``render(comparison, options) -> str``
+with a file extension, so the CLI treats them alike. They format a
+:class:`~fieldmem.compare.Comparison` and decide nothing: which cells differ
+from the reference, and whether significantly, is in its ``differences``.
+A cell that differs significantly is marked ``≠`` (red in colour), one that
+differs within the tolerance ``≈`` (yellow).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass
+from typing import Callable
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from fieldmem.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
+from fieldmem.render import RenderOptions
+from fieldmem.render.markdown import FAIL, PASS, code, escape
+from fieldmem.spec import format_bytes
+
+__all__ = ["COMPARE_RENDERERS", "CompareRenderer", "get_compare_renderer", "render_json", "render_markdown", "render_table"]
+
+SIGNIFICANT, WITHIN = "≠", "≈"
+_FIELDS: tuple[tuple[str, str], ...] = (
+    ("verdict", "verdict"),
+    *((f"{v}.{f}", f"{FIGURE_LABELS[f]} ({v})") for v in VARIANTS for f in FIGURES),
+    ("donated.aliases", "aliases (donated)"),
+    *((f"{v}.copies", f"copies ({v})") for v in VARIANTS),
+)
+
+
+def _value(cell: Cell, field_name: str, verbose: bool) -> str:
+    """The text of one cell for one field."""
+    if cell.status != "ok":  # the status row says why; one word in the verdict row is enough
+        return ("missing" if cell.status == "missing" else "error") if field_name == "verdict" else ""
+    if field_name == "verdict":
+        text = "in place" if cell.in_place else "not in place"
+        return text + (f" ✗ {', '.join(cell.failed_checks)}" if cell.failed_checks else "")
+    variant, _, what = field_name.partition(".")
+    if what == "aliases":
+        if verbose and cell.aliases:
+            return "\n".join(f"{a.input} → {a.output}" for a in cell.aliases)
+        return str(len(cell.aliases))
+    if what == "copies":
+        totals = cell.copies[variant]
+        return f"{totals.count} ({format_bytes(totals.bytes)})" if totals.count else "0"
+    return format_bytes(cell.figures[variant][what])
+
+
+def _mark(differences: tuple[Difference, ...]) -> str:
+    if not differences:
+        return ""
+    return SIGNIFICANT if any(d.significant for d in differences) else WITHIN
+
+
+def _row_fields(row: Row) -> tuple[tuple[str, str], ...]:
+    """Every field, plus ``status`` when a target is missing or failed somewhere; only
+    ``status`` when it was checked nowhere."""
+    if all(c.status != "ok" for c in row.cells):
+        return (("status", "status"),)
+    if any(c.status != "ok" for c in row.cells):
+        return (("status", "status"), *_FIELDS)
+    return _FIELDS
+
+
+def _status_text(cell: Cell) -> str:
+    return {"ok": "checked", "missing": "missing", "error": f"error: {cell.error}"}[cell.status]
+
+
+def _cell_text(row: Row, column: int, field_name: str, verbose: bool) -> tuple[str, str]:
+    """(text, mark) for one cell of the side-by-side table."""
+    cell = row.cells[column]
+    text = _status_text(cell) if field_name == "status" else _value(cell, field_name, verbose)
+    return text, _mark(row.differences_in(column, field_name)) if column else ""
+
+
+def _summary(comparison: Comparison) -> str:
+    significant = len(comparison.significant)
+    within = sum(1 for row in comparison.rows for d in row.differences if not d.significant)
+    reference = comparison.columns[0].label
+    if not significant and not within:
+        return f"no differences from {reference} (tolerance: {comparison.tolerance})"
+    parts = [f"{significant} significant difference{'s' if significant != 1 else ''}"]
+    if within:
+        parts.append(f"{within} within the tolerance")
+    return f"{', '.join(parts)} from {reference} (tolerance: {comparison.tolerance})"
+
+
+def _column_header(column: Column) -> str:
+    kind = column.device_kind or "no device"
+    count = f"{column.device_count} × " if column.device_count > 1 else ""
+    return f"{column.label}\n{column.backend} · jax {column.jax_version} · {count}{kind}"
+
+
+# ----------------------------------------------------------------------------
+# Table
+
+
+_STYLE = {SIGNIFICANT: "bold red", WITHIN: "yellow", "": ""}
+
+
+def render_table(comparison: Comparison, options: RenderOptions) -> str:
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=options.width,
+        force_terminal=options.color,
+        color_system="auto" if options.color else None,
+        highlight=False,
+        soft_wrap=False,
+    )
+    console.print(
+        Text(
+            f"fieldmem compare · reference: {comparison.columns[0].label} · tolerance: {comparison.tolerance}"
+            f" · copies ≥ {format_bytes(comparison.min_bytes)} · figures are per device",
+            style="dim",
+        )
+    )
+    if not comparison.rows:
+        console.print("no targets in these reports")
+        return buffer.getvalue()
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("target", overflow="fold")
+    table.add_column("")
+    for column in comparison.columns:
+        table.add_column(_column_header(column), justify="right", overflow="fold")
+    for row in comparison.rows:
+        fields = _row_fields(row)
+        for n, (field_name, label) in enumerate(fields):
+            cells = []
+            for column in range(len(comparison.columns)):
+                text, mark = _cell_text(row, column, field_name, options.verbose)
+                cells.append(Text(f"{text} {mark}" if mark else text, style=_STYLE[mark]))
+            table.add_row(row.name if n == 0 else "", label, *cells, end_section=n == len(fields) - 1)
+    console.print(table)
+    for row in comparison.rows:
+        if not row.differences:
+            continue
+        console.print(Text(row.name, style="bold"))
+        for d in row.differences:
+            mark = SIGNIFICANT if d.significant else WITHIN
+            console.print(Text(f"  {mark} {d.message}", style=_STYLE[mark]))
+    console.print(Text(_summary(comparison), style="bold red" if comparison.significant else "green"))
+    console.print(Text(f"{SIGNIFICANT} differs from the reference · {WITHIN} differs within the tolerance", style="dim"))
+    return buffer.getvalue()
+
+
+# ----------------------------------------------------------------------------
+# JSON
+
+
+def render_json(comparison: Comparison, options: RenderOptions) -> str:
+    return json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False) + "\n"
+
+
+# ----------------------------------------------------------------------------
+# Markdown
+
+
+def _md_cell(text: str, mark: str) -> str:
+    body = "<br>".join(escape(line) for line in text.splitlines()) if text else ""
+    return f"**{body}** {mark}" if mark and body else (mark or body)
+
+
+def _md_environment(comparison: Comparison) -> list[str]:
+    columns = comparison.columns
+    lines = [
+        "| | " + " | ".join(code(c.label) for c in columns) + " |",
+        "|:--|" + "--:|" * len(columns),
+    ]
+    rows = (
+        ("backend", lambda c: c.backend),
+        ("devices", lambda c: f"{c.device_count} × {c.device_kind or 'none'}"),
+        ("jax / jaxlib", lambda c: f"{c.jax_version} / {c.jaxlib_version}"),
+        ("fieldmem", lambda c: c.fieldmem_version),
+        ("created", lambda c: c.created or ""),
+    )
+    for label, value in rows:
+        lines.append(f"| {label} | " + " | ".join(escape(value(c)) for c in columns) + " |")
+    return lines
+
+
+def render_markdown(comparison: Comparison, options: RenderOptions) -> str:
+    mark = FAIL if comparison.significant else PASS
+    lines = [f"## {mark} fieldmem compare: {escape(_summary(comparison))}", ""]
+    lines += _md_environment(comparison)
+    if not comparison.rows:
+        lines += ["", "No targets in these reports."]
+    header = "| | " + " | ".join(code(c.label) for c in comparison.columns) + " |"
+    rule = "|:--|" + "--:|" * len(comparison.columns)
+    for row in comparison.rows:
+        lines += ["", f"### {code(row.name)}", "", header, rule]
+        for field_name, label in _row_fields(row):
+            cells = [_md_cell(*_cell_text(row, n, field_name, options.verbose)) for n in range(len(comparison.columns))]
+            lines.append(f"| {escape(label)} | " + " | ".join(cells) + " |")
+        if row.differences:
+            lines.append("")
+            for d in row.differences:
+                where = f" ({code(d.source)})" if d.source and d.source not in d.message else ""
+                lines.append(f"- {SIGNIFICANT if d.significant else WITHIN} {escape(d.message)}{where}")
+    lines += ["", f"{SIGNIFICANT} differs from the reference ({code(comparison.columns[0].label)}) · {WITHIN} differs within the tolerance"]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------
+# Registry
+
+
+@dataclass(frozen=True)
+class CompareRenderer:
+    name: str
+    extension: str
+    render: Callable[[Comparison, RenderOptions], str]
+
+
+COMPARE_RENDERERS: dict[str, CompareRenderer] = {
+    "table": CompareRenderer("table", ".txt", render_table),
+    "json": CompareRenderer("json", ".json", render_json),
+    "markdown": CompareRenderer("markdown", ".md", render_markdown),
+}
+
+
+def get_compare_renderer(name: str) -> CompareRenderer:
+    from fieldmem.errors import OptionError
+
+    if name not in COMPARE_RENDERERS:
+        raise OptionError(f"--format {name!r} is not known for compare: use one of {', '.join(COMPARE_RENDERERS)}")
+    return COMPARE_RENDERERS[name]

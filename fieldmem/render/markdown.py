@@ -1,0 +1,197 @@
+"""Markdown renderer: a job summary for ``$GITHUB_STEP_SUMMARY`` (GitHub-flavoured Markdown).
+
+A heading with the outcome, one table row per target (verdict, footprint and
+live peak plain → donated, what donation saves, copies), the findings of
+each target that is not fine with their source lines, the baseline
+regressions and improvements when the run had a baseline, and the
+environment. It formats the report and decides nothing; ``escape`` and
+``code`` make user names (which may hold ``|``, backticks or ``*``) safe in
+table cells and prose, and the compare renderer uses them too.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fieldmem.render import RenderOptions
+from fieldmem.report import BaselineComparison, Regression, Report, TargetResult, Variant
+from fieldmem.spec import format_bytes
+
+__all__ = ["FAIL", "PASS", "WARN", "code", "escape", "render", "verdict_text"]
+
+PASS, FAIL, WARN = "✅", "❌", "⚠️"
+
+_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
+_SEVERITY = {"error": FAIL, "warning": WARN, "info": "ℹ️"}
+
+
+def escape(text: str) -> str:
+    """Prose safe in a paragraph, a list item or a table cell: Markdown punctuation escaped,
+    line breaks folded (a table row is one line)."""
+    return _SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
+
+
+def code(text: str) -> str:
+    """``text`` as an inline code span, also inside a table cell.
+
+    The fence is one backtick longer than the longest run of backticks in the
+    text, padded with a space when the text starts or ends with one; ``|`` is
+    escaped because GitHub splits table cells before it reads code spans.
+    """
+    text = " ".join(text.splitlines())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
+def verdict_text(result: TargetResult) -> str:
+    """✅ in place / ❌ not in place / ❌ error, with the failed checks named."""
+    if result.status == "error" or result.verdict is None:
+        return f"{FAIL} error"
+    text = f"{PASS} in place" if result.verdict.in_place else f"{FAIL} not in place"
+    failed = result.failed_checks
+    if failed:
+        text += f"; {FAIL} " + ", ".join(escape(c.name) for c in failed)
+    return text
+
+
+def _pair(plain: int | None, donated: int | None) -> str:
+    return f"{format_bytes(plain)} → {format_bytes(donated)}"
+
+
+def _copies(variant: Variant, min_bytes: int) -> int:
+    return sum(1 for c in variant.copies if c.bytes >= min_bytes)
+
+
+def _table(report: Report, options: RenderOptions) -> list[str]:
+    lines = [
+        "| target | verdict | footprint plain → donated | live peak plain → donated | saved | copies plain/donated |",
+        "|:--|:--|--:|--:|--:|--:|",
+    ]
+    for result in report.results:
+        if result.status == "error" or "plain" not in result.variants or "donated" not in result.variants:
+            lines.append(f"| {code(result.name)} | {verdict_text(result)} | | | | |")
+            continue
+        plain, donated = result.variants["plain"], result.variants["donated"]
+        lines.append(
+            f"| {code(result.name)} | {verdict_text(result)}"
+            f" | {_pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes)}"
+            f" | {_pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes)}"
+            f" | {format_bytes(result.savings.get('footprint_bytes'))}"
+            f" | {_copies(plain, options.min_bytes)}/{_copies(donated, options.min_bytes)} |"
+        )
+    return lines
+
+
+def _needs_details(result: TargetResult, verbose: bool) -> bool:
+    if verbose or result.status == "error" or result.verdict is None or result.failed_checks:
+        return True
+    return not result.verdict.in_place or any(f.severity != "info" for f in result.verdict.findings)
+
+
+def _with_source(message: str, source: str | None) -> str:
+    text = escape(message)
+    if source and source not in message:
+        text += f" ({code(source)})"
+    return text
+
+
+def _details(result: TargetResult, verbose: bool) -> list[str]:
+    where = f" ({code(result.definition)})" if result.definition else ""
+    lines = ["", f"### {code(result.name)}: {verdict_text(result)}{where}", ""]
+    if result.status == "error" or result.verdict is None:
+        message = result.error.message if result.error is not None else "unknown error"
+        kind = f"{result.error.kind}: " if result.error is not None else ""
+        lines.append(f"- {FAIL} could not be checked: {escape(kind + message)}")
+        return lines
+    lines.append(escape(result.verdict.summary))
+    lines.append("")
+    for check in result.checks:
+        if verbose or not check.passed:
+            mark = PASS if check.passed else FAIL
+            lines.append(f"- {mark} {escape(check.name)}: {escape(check.message)}")
+    for finding in result.verdict.findings:
+        if finding.severity == "info" and not verbose:
+            continue
+        summary = result.verdict.summary
+        if finding.message in summary and (finding.source is None or finding.source in summary):
+            continue  # the summary line above already says it, with its source
+        lines.append(f"- {_SEVERITY.get(finding.severity, '-')} {_with_source(finding.message, finding.source)}")
+    return lines
+
+
+def _regression_lines(items: tuple[Regression, ...], mark: str) -> list[str]:
+    return [f"- {mark} {code(r.target)}: {_with_source(r.message, r.source)}" for r in items]
+
+
+def _baseline(baseline: BaselineComparison) -> list[str]:
+    lines = ["", f"### Against the baseline {code(baseline.path)}", ""]
+    if baseline.tolerance:
+        lines += [f"Tolerance: {escape(baseline.tolerance)}", ""]
+    count = len(baseline.regressions)
+    if count:
+        lines.append(f"**{count} regression{'s' if count != 1 else ''}**")
+        lines.append("")
+        lines += _regression_lines(baseline.regressions, FAIL)
+    else:
+        lines.append(f"{PASS} no regression")
+    if baseline.improvements:
+        lines += ["", f"**{len(baseline.improvements)} improvement{'s' if len(baseline.improvements) != 1 else ''}**", ""]
+        lines += _regression_lines(baseline.improvements, PASS)
+    if baseline.notes:
+        lines += ["", "**Notes**", ""]
+        lines += [f"- {WARN} {escape(note)}" for note in baseline.notes]
+    return lines
+
+
+def _environment(report: Report, options: RenderOptions) -> list[str]:
+    kinds: dict[str, int] = {}
+    for device in report.devices:
+        label = device.kind or device.platform
+        kinds[label] = kinds.get(label, 0) + 1
+    devices = ", ".join(f"{n} × {escape(kind)}" for kind, n in kinds.items()) or "none"
+    platform = f" ({escape(report.platform_version)})" if report.platform_version else ""
+    return [
+        "",
+        "<sub>",
+        "",
+        f"fieldmem {escape(report.fieldmem_version)} · jax {escape(report.jax_version)}"
+        f" · jaxlib {escape(report.jaxlib_version)} · backend {escape(report.backend)}{platform}"
+        f" · devices: {devices} · figures are per device · copies of at least {format_bytes(options.min_bytes)} counted"
+        + (f" · {escape(report.created)}" if report.created else ""),
+        "",
+        "</sub>",
+    ]
+
+
+def _heading(report: Report) -> str:
+    results = report.results
+    in_place = sum(1 for r in results if r.status == "ok" and r.verdict is not None and r.verdict.in_place)
+    parts = [f"{in_place} of {len(results)} target{'s' if len(results) != 1 else ''} in place"]
+    errors = sum(1 for r in results if r.status == "error")
+    if errors:
+        parts.append(f"{errors} could not be checked")
+    failed = sum(len(r.failed_checks) for r in results)
+    if failed:
+        parts.append(f"{failed} check{'s' if failed != 1 else ''} failed")
+    if report.baseline is not None and report.baseline.regressions:
+        count = len(report.baseline.regressions)
+        parts.append(f"{count} regression{'s' if count != 1 else ''}")
+    mark = PASS if report.exit_code == 0 else FAIL
+    return f"## {mark} fieldmem: " + ", ".join(parts)
+
+
+def render(report: Report, options: RenderOptions) -> str:
+    lines = [_heading(report), ""]
+    if report.results:
+        lines += _table(report, options)
+    else:
+        lines.append("No targets were checked.")
+    for result in report.results:
+        if _needs_details(result, options.verbose):
+            lines += _details(result, options.verbose)
+    if report.baseline is not None:
+        lines += _baseline(report.baseline)
+    lines += _environment(report, options)
+    return "\n".join(lines) + "\n"

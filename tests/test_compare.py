@@ -1,0 +1,501 @@
+"""``fieldmem compare``: loading saved reports, the comparison, its renderers and the command.
+
+Hand-made reports pin each kind of difference and both sides of a tolerance;
+two real reports of ``examples/field.py`` (donated by default, and with
+``--donate none``) show what the comparison finds on compiled programs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import fieldmem
+from fieldmem.compare import (
+    COMPARE_SCHEMA,
+    Comparison,
+    ReportFileError,
+    compare_files,
+    compare_reports,
+    load_report,
+)
+from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.files import write_atomic
+from fieldmem.render import RenderOptions
+from fieldmem.render.compare import COMPARE_RENDERERS, get_compare_renderer
+from fieldmem.report import (
+    Alias,
+    Copy,
+    DeviceInfo,
+    ErrorInfo,
+    MemoryFigures,
+    Report,
+    TargetResult,
+    Variant,
+    Verdict,
+)
+from fieldmem.spec import DonateSpec
+from fieldmem.target import TargetOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+MIB = 1024 * 1024
+
+
+def _memory(footprint: int, live_peak: int | None = None, temp: int = 0) -> MemoryFigures:
+    return MemoryFigures(
+        argument_bytes=footprint, output_bytes=footprint, alias_bytes=footprint, temp_bytes=temp,
+        generated_code_bytes=0, peak_bytes=footprint, footprint_bytes=footprint,
+        live_peak_bytes=live_peak if live_peak is not None else footprint,
+    )
+
+
+def _copy(source: str, nbytes: int = MIB, *, kind: str = "loop", shape: str = "f32[512,512]{1,0}") -> Copy:
+    return Copy(
+        bytes=nbytes, shape=shape, kind=kind, of_parameter=None, input_index=None, computation="body",
+        instruction="copy.1", source=source, source_role="copy",
+    )
+
+
+def _result(
+    name: str = "model:step",
+    *,
+    footprint: int = 4 * MIB,
+    live_peak: int | None = None,
+    copies: tuple[Copy, ...] = (),
+    aliases: tuple[Alias, ...] = (Alias("u", 0, "out", 0, 4 * MIB),),
+    in_place: bool = True,
+) -> TargetResult:
+    return TargetResult(
+        target="model.py", name=name, status="ok", definition="model.py:10",
+        variants={
+            "plain": Variant("plain", (), _memory(8 * MIB)),
+            "donated": Variant("donated", ("u",), _memory(footprint, live_peak), aliases=aliases, copies=copies),
+        },
+        verdict=Verdict(in_place, "in place with donation" if in_place else "not in place: a loop copies u"),
+    )
+
+
+def _report(*results: TargetResult, backend: str = "cpu", kind: str = "cpu") -> Report:
+    return Report(
+        fieldmem_version="0.1.0", jax_version="0.10.2", jaxlib_version="0.10.2", backend=backend,
+        platform_version=None, devices=(DeviceInfo(0, backend, kind),), results=results, min_bytes=1024,
+    )
+
+
+def _compare(*reports: Report, tolerance: str | None = None) -> Comparison:
+    tolerances = None
+    if tolerance is not None:
+        tolerances = pytest.importorskip("fieldmem.tolerance").Tolerances.parse(tolerance)
+    return compare_reports([(f"r{n}.json", r) for n, r in enumerate(reports)], tolerances)
+
+
+# ----------------------------------------------------------------------------
+# Differences
+
+
+def test_identical_reports_do_not_differ() -> None:
+    comparison = _compare(_report(_result()), _report(_result()))
+    assert [row.name for row in comparison.rows] == ["model:step"]
+    assert comparison.rows[0].differences == () and comparison.significant == ()
+    assert comparison.exit_code(fail_on_diff=True) == 0
+
+
+def test_one_new_copy_is_exactly_one_difference() -> None:
+    loop = _copy("model.py:14")
+    comparison = _compare(_report(_result()), _report(_result(copies=(loop,))))
+    (difference,) = comparison.rows[0].differences
+    assert (difference.column, difference.field, difference.kind) == (1, "donated.copies", "copy")
+    assert difference.message == "r1.json: new donated copy [loop] of f32[512,512] at model.py:14 (1.0 MiB)"
+    assert (difference.before, difference.after, difference.source) == (None, MIB, "model.py:14")
+    assert difference.significant
+    assert comparison.exit_code(fail_on_diff=True) == 1 and comparison.exit_code(fail_on_diff=False) == 0
+    cells = comparison.rows[0].cells
+    assert (cells[0].copies["donated"].count, cells[1].copies["donated"].count) == (0, 1)
+    assert cells[1].copies["donated"].bytes == MIB
+
+
+def test_a_vanished_copy_a_grown_copy_and_copies_below_min_bytes() -> None:
+    tiny = _copy("model.py:3", 4, kind="other", shape="s32[]")
+    before = _report(_result(copies=(_copy("model.py:14"), _copy("model.py:20"), tiny)))
+    after = _report(_result(copies=(_copy("model.py:20", 2 * MIB),)))
+    messages = [d.message for d in _compare(before, after).rows[0].differences]
+    assert messages == [
+        "r1.json: donated copy [loop] of f32[512,512] at model.py:14 is gone (1.0 MiB)",
+        "r1.json: donated copy [loop] of f32[512,512] at model.py:20: 1.0 MiB → 2.0 MiB (+1.0 MiB, +100.0%)",
+    ]  # the 4-byte copy is below min_bytes: neither counted nor compared
+
+
+def test_a_copy_whose_layout_differs_is_the_same_copy() -> None:
+    gpu_layout = _copy("model.py:14", shape="f32[512,512]{0,1:T(8,128)}")
+    assert _compare(_report(_result(copies=(_copy("model.py:14"),))), _report(_result(copies=(gpu_layout,)))).significant == ()
+
+
+def test_verdict_aliases_and_figures() -> None:
+    before = _report(_result())
+    after = _report(_result(footprint=6 * MIB, aliases=(), in_place=False))
+    differences = _compare(before, after).rows[0].differences
+    by_field = {d.field: d for d in differences}
+    assert by_field["verdict"].message == "r1.json: verdict in place → not in place (not in place: a loop copies u)"
+    assert by_field["donated.aliases"].message == "r1.json: alias lost: u → out"
+    assert by_field["donated.footprint_bytes"].message == (
+        "r1.json: donated footprint: 4.0 MiB → 6.0 MiB (+2.0 MiB, +50.0%)"
+    )
+    assert {d.field for d in differences} == {
+        "verdict", "donated.aliases", "donated.footprint_bytes", "donated.live_peak_bytes", "donated.peak_bytes",
+    }  # nothing in the plain variant changed
+    assert all(d.significant for d in differences)
+    gained = _compare(after, before).rows[0].differences
+    assert any(d.message == "r1.json: new alias: u → out" for d in gained)
+
+
+def test_a_figure_one_report_lacks_is_a_significant_difference() -> None:
+    lacking = dataclasses.replace(
+        _result(),
+        variants={**_result().variants, "donated": dataclasses.replace(
+            _result().variants["donated"], memory=dataclasses.replace(_memory(4 * MIB), live_peak_bytes=None))},
+    )
+    (difference,) = _compare(_report(_result()), _report(lacking)).rows[0].differences
+    assert difference.field == "donated.live_peak_bytes" and difference.significant
+    assert "n/a" in difference.message and "not comparable" in difference.message
+
+
+def test_missing_and_errored_targets() -> None:
+    broken = TargetResult(target="model.py:x", name="model:x", status="error", error=ErrorInfo("compile", "XLA failed"))
+    reference = _report(_result("model:a"), broken, _result("model:b"))
+    other = _report(_result("model:b"), dataclasses.replace(broken), _result("model:new"))
+    comparison = _compare(reference, other)
+    rows = {row.name: row for row in comparison.rows}
+    assert list(rows) == ["model:a", "model:x", "model:b", "model:new"]
+    assert rows["model:x"].differences == ()  # failed in both: nothing new
+    assert [c.status for c in rows["model:a"].cells] == ["ok", "missing"]
+    assert [d.message for d in rows["model:a"].differences] == ["r1.json: checked in the reference, missing here"]
+    assert [d.message for d in rows["model:new"].differences] == ["r1.json: missing in the reference, checked here"]
+    fixed = _compare(other, reference)
+    assert [d.message for d in {r.name: r for r in fixed.rows}["model:a"].differences] == [
+        "r1.json: missing in the reference, checked here"
+    ]
+    failing = _compare(_report(_result("model:x")), _report(broken))
+    assert failing.rows[0].differences[0].message == "r1.json: checked in the reference, could not be checked here: XLA failed"
+
+
+def test_three_reports_are_each_compared_with_the_first() -> None:
+    comparison = _compare(_report(_result()), _report(_result()), _report(_result(footprint=5 * MIB)))
+    assert {d.column for d in comparison.rows[0].differences} == {2}
+    assert [c.label for c in comparison.columns] == ["r0.json", "r1.json", "r2.json"]
+
+
+def test_columns_say_where_each_report_comes_from() -> None:
+    comparison = compare_reports(
+        [("main/report.json", _report(_result())), ("branch/report.json", _report(_result(), backend="gpu", kind="H100"))]
+    )
+    assert [c.label for c in comparison.columns] == ["main/report.json", "branch/report.json"]
+    gpu = comparison.columns[1]
+    assert (gpu.backend, gpu.device_kind, gpu.device_count, gpu.jax_version) == ("gpu", "H100", 1, "0.10.2")
+    same = compare_reports([("a.json", _report()), ("a.json", _report())])
+    assert [c.label for c in same.columns] == ["a.json", "a.json (2)"]
+
+
+def test_compare_needs_two_reports() -> None:
+    with pytest.raises(OptionError, match="at least two reports, got 1"):
+        compare_reports([("a.json", _report())])
+    with pytest.raises(OptionError, match="at least two reports, got 0"):
+        compare_files([])
+
+
+# ----------------------------------------------------------------------------
+# Tolerances
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "significant"),
+    [
+        (None, True),
+        ("5%", False),
+        ("4%", False),  # exactly the allowance
+        ("3.9%", True),
+        ("live-peak:5%", False),
+        ("live-peak:3%,5%", True),
+        ("4MiB", False),
+        ("4194303", True),  # one byte short of 4 MiB
+    ],
+)
+def test_figures_against_the_tolerance(tolerance: str | None, significant: bool) -> None:
+    """The live peak grows 100 MiB -> 104 MiB (4%)."""
+    before = _report(_result(footprint=4 * MIB, live_peak=100 * MIB))
+    after = _report(_result(footprint=4 * MIB, live_peak=104 * MIB))
+    comparison = _compare(before, after, tolerance=tolerance)
+    (difference,) = comparison.rows[0].differences
+    assert difference.field == "donated.live_peak_bytes"
+    assert difference.significant is significant
+    assert comparison.exit_code(fail_on_diff=True) == int(significant)
+    assert comparison.tolerance == ("exact" if tolerance is None else comparison.tolerance)
+
+
+@pytest.mark.parametrize(("tolerance", "significant"), [("5%", True), ("100%", False)])
+def test_a_shrinking_figure_is_judged_too(tolerance: str, significant: bool) -> None:
+    """Compare is about differences, not only growth: 100 MiB -> 90 MiB is 11% of the smaller."""
+    before = _report(_result(live_peak=100 * MIB))
+    after = _report(_result(live_peak=90 * MIB))
+    (difference,) = _compare(before, after, tolerance=tolerance).rows[0].differences
+    assert difference.significant is significant
+
+
+@pytest.mark.parametrize(("tolerance", "significant"), [("copies:10%", False), ("copies:5%", True), ("10%,copies:0", True)])
+def test_a_growing_copy_against_the_copies_tolerance(tolerance: str, significant: bool) -> None:
+    before = _report(_result(copies=(_copy("model.py:14", 100 * 1024),)))
+    after = _report(_result(copies=(_copy("model.py:14", 108 * 1024),)))
+    (difference,) = _compare(before, after, tolerance=tolerance).rows[0].differences
+    assert difference.kind == "copy" and difference.significant is significant
+
+
+def test_a_new_copy_is_significant_whatever_the_tolerance() -> None:
+    comparison = _compare(_report(_result()), _report(_result(copies=(_copy("model.py:14"),))), tolerance="1000%")
+    assert len(comparison.significant) == 1
+
+
+# ----------------------------------------------------------------------------
+# Loading
+
+
+def _write(path: Path, report: Report) -> Path:
+    write_atomic(path, json.dumps(report.to_dict()))
+    return path
+
+
+def test_compare_files_reads_saved_reports(tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.json", _report(_result()))
+    b = _write(tmp_path / "b.json", _report(_result(copies=(_copy("model.py:14"),))))
+    comparison = compare_files([a, b])
+    assert [c.label for c in comparison.columns] == ["a.json", "b.json"]
+    assert [c.path for c in comparison.columns] == [str(a), str(b)]
+    assert len(comparison.significant) == 1
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (None, "does not exist"),
+        ("", "is not JSON (Expecting value at line 1 column 1)"),
+        ("{\"schema\": ", "is not JSON"),
+        (b"\xff\xfe", "is not JSON (not UTF-8 text)"),
+        ("[1, 2]", "is not a fieldmem report: a fieldmem report is a JSON object"),
+        ('{"schema": "fieldmem.baseline/1"}', "is not a fieldmem report: schema 'fieldmem.baseline/1'"),
+        ('{"schema": "fieldmem.report/1", "backend": "cpu"}', "is not a fieldmem report: the report does not match"),
+    ],
+)
+def test_unreadable_reports_are_one_line_errors(tmp_path: Path, content: str | bytes | None, expected: str) -> None:
+    path = tmp_path / "r.json"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    with pytest.raises(ReportFileError) as caught:
+        load_report(path)
+    assert isinstance(caught.value, FieldmemError)
+    assert expected in caught.value.message and str(path) in caught.value.message
+    assert "\n" not in caught.value.message
+
+
+def test_a_folder_is_not_a_report(tmp_path: Path) -> None:
+    with pytest.raises(ReportFileError, match="is a folder"):
+        load_report(tmp_path)
+
+
+# ----------------------------------------------------------------------------
+# Renderers
+
+
+def _mixed() -> Comparison:
+    broken = TargetResult(target="m.py", name="model:x", status="error", error=ErrorInfo("compile", "XLA failed"))
+    before = _report(_result(live_peak=100 * MIB), _result("model:a|`b`"), broken)
+    after = _report(_result(live_peak=104 * MIB, copies=(_copy("model.py:14"),)), _result("model:a|`b`"))
+    return _compare(before, after, tolerance="5%")
+
+
+@pytest.mark.parametrize("name", sorted(COMPARE_RENDERERS))
+@pytest.mark.parametrize("verbose", [False, True], ids=["compact", "verbose"])
+def test_every_compare_renderer_renders(name: str, verbose: bool) -> None:
+    comparison = _mixed()
+    text = COMPARE_RENDERERS[name].render(comparison, RenderOptions(verbose=verbose, width=160))
+    assert text.endswith("\n")
+    for row in comparison.rows:
+        assert row.name.split("|")[0] in text
+    empty = compare_reports([("a.json", _report()), ("b.json", _report())])
+    assert COMPARE_RENDERERS[name].render(empty, RenderOptions()).endswith("\n")
+
+
+def test_table_marks_what_differs() -> None:
+    text = get_compare_renderer("table").render(_mixed(), RenderOptions(width=160))
+    lines = text.splitlines()
+    assert lines[0].startswith("fieldmem compare · reference: r0.json · tolerance: 5%")
+    live_peak = next(line for line in lines if "live peak (donated)" in line)  # model:step comes first
+    assert live_peak.rstrip().endswith("104.0 MiB ≈")  # 4% is within 5%
+    assert any(line.rstrip().endswith("1 (1.0 MiB) ≠") and "copies (donated)" in line for line in lines)
+    assert any("≠ r1.json: new donated copy [loop] of f32[512,512] at model.py:14 (1.0 MiB)" in line for line in lines)
+    assert any("≈ r1.json: donated live peak: 100.0 MiB → 104.0 MiB (+4.0 MiB, +4.0%)" in line for line in lines)
+    assert any("≠ r1.json: could not be checked in the reference, missing here" in line for line in lines)
+    assert "2 significant differences, 1 within the tolerance from r0.json (tolerance: 5%)" in text
+    assert "\x1b[" not in text
+    assert "\x1b[" in get_compare_renderer("table").render(_mixed(), RenderOptions(color=True))
+
+
+def test_verbose_table_lists_aliases() -> None:
+    compact = get_compare_renderer("table").render(_mixed(), RenderOptions(width=160))
+    verbose = get_compare_renderer("table").render(_mixed(), RenderOptions(width=160, verbose=True))
+    assert "u → out" not in compact and "u → out" in verbose
+
+
+def test_markdown_compare_escapes_and_marks() -> None:
+    text = get_compare_renderer("markdown").render(_mixed(), RenderOptions())
+    lines = text.splitlines()
+    assert lines[0] == "## ❌ fieldmem compare: 2 significant differences, 1 within the tolerance from r0.json (tolerance: 5%)"
+    assert "| | `r0.json` | `r1.json` |" in lines
+    assert "### `` model:a\\|`b` ``" in lines
+    assert "| live peak (donated) | 100.0 MiB | **104.0 MiB** ≈ |" in lines
+    assert "| copies (donated) | 0 | **1 (1.0 MiB)** ≠ |" in lines
+    assert "| status | error: XLA failed | **missing** ≠ |" in lines
+    assert "- ≠ r1.json: new donated copy \\[loop\\] of f32\\[512,512\\] at model.py:14 (1.0 MiB)" in lines
+
+
+def test_json_compare_document() -> None:
+    comparison = _mixed()
+    document = json.loads(get_compare_renderer("json").render(comparison, RenderOptions()))
+    assert document == json.loads(json.dumps(comparison.to_dict()))
+    assert document["schema"] == COMPARE_SCHEMA == "fieldmem.compare/1"
+    assert document["tolerance"] == "5%" and document["min_bytes"] == 1024
+    assert document["significant_differences"] == 2
+    assert [c["label"] for c in document["columns"]] == ["r0.json", "r1.json"]
+    row = document["rows"][0]
+    assert row["name"] == "model:step"
+    assert row["cells"][1]["figures"]["donated"]["live_peak_bytes"] == 104 * MIB
+    assert row["cells"][1]["copies"]["donated"] == {"count": 1, "bytes": MIB}
+    assert row["cells"][0]["aliases"] == [{"input": "u", "input_index": 0, "output": "out", "output_index": 0, "bytes": 4 * MIB}]
+    assert {d["field"]: d["significant"] for d in row["differences"]} == {
+        "donated.copies": True, "donated.live_peak_bytes": False,
+    }
+
+
+def test_unknown_compare_format_lists_the_known_ones() -> None:
+    with pytest.raises(OptionError, match="use one of table, json, markdown"):
+        get_compare_renderer("github")
+
+
+def test_comparing_imports_no_jax() -> None:
+    code = (
+        "import sys, fieldmem.compare, fieldmem.render.compare, fieldmem.tolerance; "
+        "assert 'jax' not in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+# ----------------------------------------------------------------------------
+# Two real reports
+
+
+@pytest.fixture(scope="module")
+def field_reports() -> tuple[Report, Report]:
+    """examples/field.py as it is (donated) and with ``--donate none``."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(ROOT)
+        donated = fieldmem.check("examples/field.py")
+        undonated = fieldmem.check("examples/field.py", target_options=TargetOptions(donate=DonateSpec.parse("none")))
+    return donated, undonated
+
+
+@pytest.mark.compile
+def test_real_reports_differ_only_in_the_donated_variant(field_reports: tuple[Report, Report]) -> None:
+    comparison = compare_reports([("donated.json", field_reports[0]), ("none.json", field_reports[1])])
+    (row,) = comparison.rows
+    assert row.name == "field:update"
+    fields = {d.field for d in row.differences}
+    assert not any(f.startswith("plain.") for f in fields), fields  # the same plain program twice
+    assert {"verdict", "checks", "donated.aliases", "donated.copies", "donated.footprint_bytes"} <= fields
+    messages = [d.message for d in row.differences]
+    assert "none.json: alias lost: field.u → out.u" in messages
+    assert "none.json: alias lost: field.v → out.v" in messages
+    assert "none.json: check expect-in-place now fails" in messages
+    (copy,) = [d for d in row.differences if d.kind == "copy"]
+    assert copy.message.startswith("none.json: new donated copy [parameter] of field.v (returned as out.v) at examples/field.py:")
+    assert all(d.significant for d in row.differences)
+    same = compare_reports([("a.json", field_reports[0]), ("b.json", field_reports[0])])
+    assert same.rows[0].differences == ()
+
+
+# ----------------------------------------------------------------------------
+# The command (wired into fieldmem.cli by the lead)
+
+
+runner = CliRunner()
+
+
+def invoke(*args: str) -> Any:
+    from fieldmem.cli import app
+
+    return runner.invoke(app, ["compare", *args], env={"COLUMNS": "120"})
+
+
+@pytest.fixture
+def saved(tmp_path: Path) -> dict[str, str]:
+    """Three saved reports: a reference, one with a new copy, one with a live peak 4% larger."""
+    return {
+        "ref": str(_write(tmp_path / "ref.json", _report(_result(live_peak=100 * MIB)))),
+        "copy": str(_write(tmp_path / "copy.json", _report(_result(live_peak=100 * MIB, copies=(_copy("model.py:14"),))))),
+        "peak": str(_write(tmp_path / "peak.json", _report(_result(live_peak=104 * MIB)))),
+    }
+
+
+def test_cli_compare_shows_the_difference_and_exits_0(saved: dict[str, str]) -> None:
+    result = invoke(saved["ref"], saved["copy"])
+    assert result.exit_code == 0, result.output
+    assert "new donated copy [loop] of f32[512,512] at model.py:14" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("other", "options", "code"),
+    [
+        ("copy", [], 1),
+        ("copy", ["--tolerance", "1000%"], 1),  # a new copy is never within a tolerance
+        ("peak", [], 1),
+        ("peak", ["--tolerance", "5%"], 0),
+        ("peak", ["--tolerance", "live-peak:3%"], 1),
+        ("ref", [], 0),
+    ],
+)
+def test_cli_fail_on_diff(saved: dict[str, str], other: str, options: list[str], code: int) -> None:
+    result = invoke(saved["ref"], saved[other], "--fail-on-diff", *options)
+    assert result.exit_code == code, result.output
+
+
+def test_cli_compare_formats_and_output(saved: dict[str, str], tmp_path: Path) -> None:
+    result = invoke(saved["ref"], saved["peak"], "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["schema"] == "fieldmem.compare/1"
+    summary = tmp_path / "compare.md"
+    result = invoke(saved["ref"], saved["peak"], "--format", "markdown", "-o", str(summary))
+    assert result.exit_code == 0, result.output
+    assert summary.read_text().startswith("## ❌ fieldmem compare")
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["missing.json", "{ref}"], "does not exist"),
+        (["{ref}"], "at least two reports"),
+        (["{ref}", "{peak}", "--tolerance", "peek:5%"], "did you mean 'peak'?"),
+        (["{ref}", "{peak}", "--format", "github"], "use one of table, json, markdown"),
+    ],
+)
+def test_cli_compare_mistakes_are_one_line(saved: dict[str, str], args: list[str], expected: str) -> None:
+    result = invoke(*(a.format(**saved) for a in args))
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("fieldmem: error: ") and expected in lines[0], result.stderr
