@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast golden bench bench-quick clean
+.PHONY: setup demo test test-fast golden bench bench-quick screenshot clean
 
 $(STAMP): pyproject.toml requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,12 @@ setup: $(STAMP)
 
 # Check the bundled examples: the table, then the Field example in detail.
 demo: $(STAMP)
-	$(BIN)/fieldmem check examples/field.py examples/sparse_row.py examples/stencil_scan.py examples/optimizer.py; \
+	$(BIN)/fieldmem check examples/field.py examples/sparse_row.py examples/stencil_scan.py examples/optimizer.py \
+	  --html fieldmem-report.html; \
 	  status=$$?; [ $$status -le 1 ] || exit $$status
 	$(BIN)/fieldmem check examples/field.py -v
+	$(BIN)/fieldmem check examples/advisor.py --suggest
+	@echo "the HTML report of the examples: fieldmem-report.html"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
@@ -29,6 +32,10 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not compile"
 
 # Regenerate the golden HLO texts from real compiles (jax as pinned above).
+# The Field example's HTML report as a PNG for the docs (needs chromium).
+screenshot: $(STAMP)
+	$(BIN)/python docs/make_screenshot.py
+
 golden: $(STAMP)
 	$(BIN)/python tests/golden/regenerate.py
 

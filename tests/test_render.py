@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from fieldmem.render import RENDERERS, RenderOptions, get_renderer
+from fieldmem.render.table import sparkline
 from fieldmem.errors import OptionError
 from fieldmem.report import (
     Alias,
@@ -18,6 +20,7 @@ from fieldmem.report import (
     MemoryFigures,
     Report,
     TargetResult,
+    Timeline,
     UnusableDonation,
     Variant,
     Verdict,
@@ -152,3 +155,62 @@ def test_table_has_no_color_codes_unless_asked() -> None:
 def test_unknown_renderer_lists_the_known_ones() -> None:
     with pytest.raises(OptionError, match="use one of table, json"):
         get_renderer("yaml")
+
+
+def _line(values: tuple[int, ...], positions: tuple[int, ...] | None = None, length: int | None = None) -> Timeline:
+    positions = positions if positions is not None else tuple(range(len(values)))
+    return Timeline(length=length or len(values), positions=positions, live_bytes=values)
+
+
+@pytest.mark.parametrize(
+    ("timeline", "scale", "width", "expected"),
+    [
+        # one column per schedule point: each value in eighths of the scale
+        (_line((1, 2, 3, 4, 5, 6, 7, 8)), 8, 8, "▁▂▃▄▅▆▇█"),
+        # fewer points than columns: each value holds over its share of the width
+        (_line((1, 2, 3, 4, 5, 6, 7, 8)), 8, 16, "▁▁▂▂▃▃▄▄▅▅▆▆▇▇██"),
+        # more points than columns: a column shows the largest value in it, so a one-point spike survives
+        (_line((1,) * 5 + (8,) + (1,) * 10), 8, 4, "▁█▁▁"),
+        # a decimated timeline: a kept sample holds until the next one; the last column takes the max of two
+        (_line((2, 8, 2, 4), positions=(0, 10, 90, 99), length=100), 8, 10, "▂████████▄"),
+        # the same scale for both variants: half the scale is half a block high; zero is blank
+        (_line((0, 4, 4, 0)), 8, 4, " ▄▄ "),
+        # anything above zero shows; 20 bytes over half of 4 MiB is still half a block
+        (_line((1, 2 * 1024 * 1024 + 20)), 4 * 1024 * 1024 + 20, 2, "▁▄"),
+    ],
+    ids=["one-per-column", "stretched", "max-per-column", "decimated", "same-scale", "rounding"],
+)
+def test_sparkline_resamples_by_max_per_column(timeline: Timeline, scale: int, width: int, expected: str) -> None:
+    assert sparkline(timeline, scale, width) == expected
+
+
+def _with_timelines(result: TargetResult) -> TargetResult:
+    """GOOD with a plain curve peaking at 4 MiB (16 points) and a donated one at 2 MiB (8 points)."""
+    plain = _line(tuple(MIB * v for v in (1, 1, 2, 2, 3, 3, 4, 4, 4, 4, 3, 3, 2, 2, 1, 1)))
+    plain = dataclasses.replace(plain, peak_position=6, peak_instruction="copy", peak_source="model.py:14")
+    donated = dataclasses.replace(_line(tuple(MIB * v for v in (1, 1, 2, 2, 2, 2, 1, 1))), peak_position=2,
+                                  peak_instruction="add")
+    variants = {
+        "plain": dataclasses.replace(result.variants["plain"], timeline=plain),
+        "donated": dataclasses.replace(result.variants["donated"], timeline=donated),
+    }
+    return dataclasses.replace(result, variants=variants)
+
+
+def test_verbose_table_shows_plain_and_donated_sparklines_on_one_scale() -> None:
+    text = get_renderer("table").render(_report((_with_timelines(GOOD), BAD)), RenderOptions(verbose=True, width=160))
+    lines = text.splitlines()
+    assert any("memory over the schedule, plain vs donated" in line and "█ = 4.0 MiB" in line for line in lines)
+    plain = "▂" * 7 + "▄" * 7 + "▆" * 7 + "█" * 14 + "▆" * 7 + "▄" * 7 + "▂" * 7
+    donated = "▂" * 14 + "▄" * 28 + "▂" * 14
+    assert len(plain) == len(donated) == 56
+    assert "    plain   " + plain + " peak 4.0 MiB at copy (model.py:14)" in lines[lines.index(next(
+        line for line in lines if "memory over the schedule" in line)) + 1]
+    assert any(line.startswith("    donated " + donated + " peak 2.0 MiB at add") for line in lines)
+
+
+def test_sparklines_are_only_in_the_verbose_view() -> None:
+    report = _report((_with_timelines(GOOD),))
+    assert "memory over the schedule" not in get_renderer("table").render(report, RenderOptions(width=160))
+    # a report without timelines (saved by an older fieldmem) has no sparkline, and no error
+    assert "memory over the schedule" not in get_renderer("table").render(_report((GOOD,)), RenderOptions(verbose=True))

@@ -3,7 +3,8 @@
 It formats what the report holds and decides nothing: which copies are shown
 is the ``min_bytes`` threshold (the report keeps them all), everything else is
 layout. ``verbose`` adds, per target, every memory figure, alias, unusable
-donation, copy and finding.
+donation, copy and finding, and a sparkline of live bytes over the schedule
+for plain vs donated (resampled from the report's decimated timeline).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldmem.render import RenderOptions
-from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Variant
+from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Timeline, Variant
 from fieldmem.spec import format_bytes
 
 _TOP_COPIES = 3
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+SPARK_WIDTH = 56
 _STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
 
 
@@ -42,6 +45,72 @@ def _verdict_cell(result: TargetResult) -> Text:
     if failed:
         text.append(f" ✗ {', '.join(c.name for c in failed)}", style="red")
     return text
+
+
+def sparkline(timeline: Timeline, scale: int, width: int = SPARK_WIDTH) -> str:
+    """Live bytes over schedule progress as ``width`` block characters, 0 .. ``scale``.
+
+    Each sample of the (decimated) timeline holds its value from its position
+    up to the next sample's; a column covers ``length / width`` schedule
+    points and shows the largest value held anywhere in it, so a short peak
+    is never averaged away. A column's block is its value in eighths of ``scale``,
+    rounded to the nearest (at least one eighth for any value above zero); zero is a blank.
+    Both variants are drawn with the same ``scale`` so their heights compare.
+    """
+    positions, values, length = timeline.positions, timeline.live_bytes, max(timeline.length, 1)
+    if not positions or scale <= 0:
+        return " " * width
+    ends = positions[1:] + (length,)
+    cells = []
+    k = 0
+    for column in range(width):
+        low, high = column * length, (column + 1) * length  # schedule range x width, in integers
+        while k < len(positions) - 1 and ends[k] * width <= low:
+            k += 1
+        value, j = values[k], k
+        while j < len(positions) and positions[j] * width < high:
+            value = max(value, values[j])
+            j += 1
+        if value <= 0:
+            cells.append(" ")
+        else:
+            # the nearest eighth, rounded half up in integers; anything above zero shows
+            level = min(len(SPARK_BLOCKS), max(1, (2 * value * len(SPARK_BLOCKS) + scale) // (2 * scale)))
+            cells.append(SPARK_BLOCKS[level - 1])
+    return "".join(cells)
+
+
+def sparkline_lines(plain: Variant, donated: Variant, width: int = SPARK_WIDTH) -> list[Text | Table]:
+    """The verbose view's "memory over the schedule": plain and donated on one scale, peaks stated.
+
+    A heading, then a borderless grid (so a long peak source wraps in its own
+    column, under itself, and never breaks the sparkline).
+    """
+    variants = [v for v in (plain, donated) if v.timeline is not None and v.timeline.live_bytes]
+    if not variants:
+        return []
+    peaks = {v.name: max(v.timeline.live_bytes) for v in variants if v.timeline is not None}
+    scale = max(peaks.values())
+    heading = Text(
+        f"  memory over the schedule, plain vs donated (each 0 → 100 % of its own schedule; █ = {format_bytes(scale)})",
+        style="bold",
+    )
+    grid = Table.grid(padding=(0, 1), pad_edge=False)
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(overflow="fold")
+    for variant in variants:
+        timeline = variant.timeline
+        assert timeline is not None
+        where = f" at {timeline.peak_instruction}" if timeline.peak_instruction else ""
+        if timeline.peak_source:
+            where += f" ({timeline.peak_source})"
+        grid.add_row(
+            f"    {variant.name:<7}",
+            Text(sparkline(timeline, scale, width), style="dark_orange" if variant.name == "plain" else "blue"),
+            f"peak {format_bytes(peaks[variant.name])}{where}",
+        )
+    return [heading, grid]
 
 
 def _summary_table(report: Report, options: RenderOptions) -> Table:
@@ -93,6 +162,11 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
     hidden = len(findings) - 6
     if not options.verbose and hidden > 0:
         console.print(Text(f"  … {hidden} more (use -v)", style="dim"))
+    if result.suggestion is not None:
+        from fieldmem.render.suggest import suggestion_renderables
+
+        for item in suggestion_renderables(result.suggestion, verbose=options.verbose, min_bytes=options.min_bytes):
+            console.print(item)
     if not options.verbose:
         shown = [
             (name, c)
@@ -124,6 +198,8 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     console.print(figures)
     for name, reason in sorted(donated.memory.unavailable.items()):
         console.print(Text(f"  {name} unavailable: {reason}", style="dim"))
+    for line in sparkline_lines(plain, donated):
+        console.print(line)
 
     for variant in (plain, donated):
         if not variant.live_at_peak:
@@ -190,4 +266,8 @@ def render(report: Report, options: RenderOptions) -> str:
     console.print(_summary_table(report, options))
     for result in report.results:
         _details(console, result, options)
+    if report.baseline is not None:
+        from fieldmem.render.baseline import render_comparison
+
+        console.print(Text(render_comparison(report.baseline).rstrip("\n")))
     return buffer.getvalue()

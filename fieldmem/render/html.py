@@ -1,0 +1,694 @@
+"""HTML renderer: one self-contained page per report, readable with JavaScript off.
+
+The page holds everything inline — CSS, an SVG chart per target drawn here
+in Python, and a few lines of JavaScript that only add a filter box and
+open/close buttons. It fetches nothing (no CDN, no fonts, no images), so it
+can be attached to a CI run or mailed and still open offline.
+
+Like every renderer it formats the Report and decides nothing: the curves
+are the report's already decimated ``Timeline`` points (never raw schedule
+data), the copies shown are those at or above ``min_bytes`` (the report keeps
+them all), and everything user-supplied (names, paths, messages, shapes) is
+escaped. To stay usable with hundreds of targets, each target is a
+``<details>`` section; when there are many, only the ones that need a look
+(not in place, a failed check, an error) start open.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import re
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from fieldmem.render import RenderOptions
+from fieldmem.report import (
+    MEMORY_FIGURES,
+    BaselineComparison,
+    Copy,
+    LiveBuffer,
+    Regression,
+    Report,
+    TargetResult,
+    Timeline,
+    Variant,
+)
+from fieldmem.spec import format_bytes
+
+__all__ = ["OPEN_ALL_UP_TO", "render"]
+
+OPEN_ALL_UP_TO = 12  # up to this many targets every section starts open; above, only those needing a look
+_MAX_ROWS = 200  # rows per copies/live table; the JSON report keeps the rest
+_VARIANTS = ("plain", "donated")
+_VARIANT_LABEL = {"plain": "plain (no donation)", "donated": "donated"}
+
+
+def _e(value: object) -> str:
+    """Escape anything that came from the user or from XLA for text and attribute use."""
+    return html.escape(str(value), quote=True)
+
+
+# ----------------------------------------------------------------------------
+# The chart: plain vs donated live bytes over schedule progress, one SVG.
+
+_VIEW_W, _VIEW_H = 960, 330
+_PLOT_X0, _PLOT_X1 = 86, 936
+_PLOT_Y0, _PLOT_Y1 = 34, 284  # top, bottom
+_MAX_Y_TICKS = 6
+
+
+@dataclass(frozen=True)
+class _Axis:
+    """The byte scale shared by both curves: 0 .. ``top`` in ``step`` increments."""
+
+    top: int
+    step: int
+
+    def y(self, value: float) -> float:
+        return _PLOT_Y1 - (value / self.top) * (_PLOT_Y1 - _PLOT_Y0)
+
+
+def _byte_axis(largest: int) -> _Axis:
+    """A power-of-two tick step (bytes read best in binary units) with at most six steps."""
+    largest = max(largest, 1)
+    step = 1
+    while math.ceil(largest / step) > _MAX_Y_TICKS:
+        step *= 2
+    return _Axis(top=step * math.ceil(largest / step), step=step)
+
+
+def _x(position: float, length: int) -> float:
+    """Schedule position -> x: each variant's own schedule spans the whole width."""
+    return _PLOT_X0 + (position / max(length, 1)) * (_PLOT_X1 - _PLOT_X0)
+
+
+def _peak_value(timeline: Timeline) -> int | None:
+    """The plotted value at the timeline's peak position (the decimation keeps it exactly)."""
+    if not timeline.live_bytes:
+        return None
+    if timeline.peak_position is not None and timeline.peak_position in timeline.positions:
+        return timeline.live_bytes[timeline.positions.index(timeline.peak_position)]
+    return max(timeline.live_bytes)
+
+
+def _peak_index(timeline: Timeline) -> int:
+    if timeline.peak_position is not None and timeline.peak_position in timeline.positions:
+        return timeline.peak_position
+    return timeline.positions[timeline.live_bytes.index(max(timeline.live_bytes))]
+
+
+def _step_path(timeline: Timeline, axis: _Axis) -> str:
+    """An SVG path of the step curve: each kept sample's value holds until the next sample.
+
+    Only ``H``/``V`` moves, integer coordinates (about a screen pixel at the
+    chart's natural size), and a move that goes nowhere is left out: a page
+    of hundreds of 800-point curves stays a few megabytes and renders fast.
+    """
+    sx = (_PLOT_X1 - _PLOT_X0) / max(timeline.length, 1)
+    sy = (_PLOT_Y1 - _PLOT_Y0) / axis.top
+    xs = [round(_PLOT_X0 + p * sx) for p in timeline.positions]
+    ys = [round(_PLOT_Y1 - v * sy) for v in timeline.live_bytes]
+    moves = [f"M{xs[0]} {ys[0]}"]
+    last_x, last_y = xs[0], ys[0]
+    for x, y in zip(xs[1:], ys[1:]):
+        if x != last_x:
+            moves.append(f"H{x}")
+            last_x = x
+        if y != last_y:
+            moves.append(f"V{y}")
+            last_y = y
+    moves.append(f"H{_PLOT_X1}")
+    return "".join(moves)
+
+
+def _peak_words(variant: Variant) -> str:
+    timeline = variant.timeline
+    if timeline is None or not timeline.live_bytes:
+        return "no timeline in this report"
+    where = f"at {timeline.peak_instruction}" if timeline.peak_instruction else ""
+    if timeline.peak_source:
+        where += f" ({timeline.peak_source})"
+    point = _peak_index(timeline)
+    return f"peak {format_bytes(_peak_value(timeline))} {where}, schedule point {point + 1} of {timeline.length}".replace(
+        "  ", " "
+    )
+
+
+def _chart(result: TargetResult, anchor: str) -> str:
+    variants = {name: result.variants[name] for name in _VARIANTS if name in result.variants}
+    timelines = {
+        name: v.timeline for name, v in variants.items() if v.timeline is not None and v.timeline.live_bytes
+    }
+    if not timelines:
+        return '<p class="muted">No memory timeline in this report (it was saved by a fieldmem without one).</p>\n'
+    peaks = {name: _peak_value(t) or 0 for name, t in timelines.items()}
+    axis = _byte_axis(max(peaks.values()))
+    parts = [
+        f'<svg class="timeline" id="{anchor}-chart" viewBox="0 0 {_VIEW_W} {_VIEW_H}" role="img" '
+        f'aria-labelledby="{anchor}-chart-title" data-ymax="{axis.top}">',
+        f'<title id="{anchor}-chart-title">live bytes over schedule progress, plain vs donated</title>',
+        f'<rect class="plot" x="{_PLOT_X0}" y="{_PLOT_Y0}" width="{_PLOT_X1 - _PLOT_X0}" height="{_PLOT_Y1 - _PLOT_Y0}"/>',
+    ]
+    for tick in range(0, axis.top + 1, axis.step):
+        y = axis.y(tick)
+        parts.append(
+            f'<g class="ytick" data-bytes="{tick}"><line x1="{_PLOT_X0}" x2="{_PLOT_X1}" y1="{y:.1f}" y2="{y:.1f}"/>'
+            f'<text x="{_PLOT_X0 - 8}" y="{y + 4:.1f}" text-anchor="end">{_e(format_bytes(tick))}</text></g>'
+        )
+    for percent in (0, 25, 50, 75, 100):
+        x = _PLOT_X0 + percent / 100 * (_PLOT_X1 - _PLOT_X0)
+        parts.append(
+            f'<g class="xtick"><line x1="{x:.1f}" x2="{x:.1f}" y1="{_PLOT_Y0}" y2="{_PLOT_Y1}"/>'
+            f'<text x="{x:.1f}" y="{_PLOT_Y1 + 18}" text-anchor="middle">{percent} %</text></g>'
+        )
+    parts.append(
+        f'<text class="axis-label" x="{(_PLOT_X0 + _PLOT_X1) / 2:.0f}" y="{_VIEW_H - 6}" text-anchor="middle">'
+        "schedule progress (each variant's own schedule, 0–100 %)</text>"
+    )
+    parts.append(
+        f'<text class="axis-label" x="{_PLOT_X0 - 8}" y="{_PLOT_Y0 - 14}" text-anchor="end">live bytes</text>'
+    )
+    for name, timeline in timelines.items():
+        parts.append(
+            f'<path class="curve {name}" data-variant="{name}" data-samples="{len(timeline.positions)}" '
+            f'd="{_step_path(timeline, axis)}"><title>{name}: {_e(_peak_words(variants[name]))}</title></path>'
+        )
+    marks = {
+        name: (_x(_peak_index(t) + 0.5, t.length), axis.y(peaks[name])) for name, t in timelines.items()
+    }
+    for name, (x, y) in marks.items():
+        other = [m for n, m in marks.items() if n != name]
+        below = name == "donated" and any(abs(oy - y) < 18 and abs(ox - x) < 160 for ox, oy in other)
+        anchor_side = "end" if x > (_PLOT_X0 + _PLOT_X1) / 2 else "start"
+        dx = -10 if anchor_side == "end" else 10
+        dy = 20 if below else -10
+        parts.append(
+            f'<g class="peak {name}" data-variant="{name}" data-bytes="{peaks[name]}">'
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5.5"><title>{name}: {_e(_peak_words(variants[name]))}</title></circle>'
+            f'<text x="{x + dx:.1f}" y="{y + dy:.1f}" text-anchor="{anchor_side}">'
+            f"{name} peak {_e(format_bytes(peaks[name]))}</text></g>"
+        )
+    parts.append("</svg>")
+    return "".join(parts) + "\n" + _chart_legend(variants, timelines)
+
+
+def _chart_legend(variants: dict[str, Variant], timelines: dict[str, Timeline]) -> str:
+    items = []
+    for name, variant in variants.items():
+        timeline = timelines.get(name)
+        if timeline is None:
+            items.append(f'<li><span class="swatch {name}"></span><b>{_VARIANT_LABEL[name]}</b>: no timeline</li>')
+            continue
+        where = ""
+        if timeline.peak_instruction:
+            where += f" at <code>{_e(timeline.peak_instruction)}</code>"
+        if timeline.peak_source:
+            where += f" <span class=\"src\">{_e(timeline.peak_source)}</span>"
+        kept = len(timeline.positions)
+        decimated = f", decimated to {kept} points" if kept < timeline.length else ""
+        items.append(
+            f'<li><span class="swatch {name}"></span><b>{_VARIANT_LABEL[name]}</b>: peak '
+            f"<b>{_e(format_bytes(_peak_value(timeline)))}</b>{where} — schedule point "
+            f"{_peak_index(timeline) + 1} of {timeline.length}{decimated}</li>"
+        )
+    lengths = [t.length for t in timelines.values()]
+    note = ""
+    if len(set(lengths)) > 1:
+        note = (
+            " The two schedules differ in length ("
+            + ", ".join(f"{n} {t.length} points" for n, t in timelines.items())
+            + "), so each is stretched to the full width: compare shapes and heights, not positions."
+        )
+    return (
+        f'<ul class="legend">{"".join(items)}</ul>\n'
+        '<p class="chart-note">x: schedule progress, 0–100 % of each variant\'s own schedule (loop bodies inline at '
+        "their <code>while</code>). y: bytes of distinct allocation slices live at each point, an instruction's "
+        f"operands included; both curves on one scale.{note}</p>\n"
+    )
+
+
+# ----------------------------------------------------------------------------
+# Tables.
+
+
+def _table(caption: str, header: Sequence[str], rows: Iterable[Sequence[str]], css: str, numeric: set[int]) -> str:
+    """A table whose cells are already escaped HTML; ``numeric`` columns align right."""
+    head = "".join(f'<th{" class=num" if i in numeric else ""}>{h}</th>' for i, h in enumerate(header))
+    body = []
+    for row in rows:
+        cells = "".join(f'<td{" class=num" if i in numeric else ""}>{c}</td>' for i, c in enumerate(row))
+        body.append(f"<tr>{cells}</tr>")
+    return (
+        f'<table class="{css}"><caption>{caption}</caption><thead><tr>{head}</tr></thead>'
+        f'<tbody>{"".join(body)}</tbody></table>\n'
+    )
+
+
+def _more(total: int, shown: int, what: str) -> str:
+    if total <= shown:
+        return ""
+    return f'<p class="muted">… {total - shown} more {what} in the JSON report.</p>\n'
+
+
+def _code(value: str | None) -> str:
+    return f"<code>{_e(value)}</code>" if value else ""
+
+
+def _src(value: str | None) -> str:
+    return f'<span class="src">{_e(value)}</span>' if value else '<span class="muted">—</span>'
+
+
+def _live_table(variant: Variant) -> str:
+    rows_all: tuple[LiveBuffer, ...] = variant.live_at_peak
+    if not rows_all:
+        return ""
+    rows = [
+        (
+            _e(format_bytes(b.bytes)),
+            f'<span class="kind {_e(b.kind)}">{_e(b.kind)}</span>',
+            _code(b.input),
+            _code(b.instruction),
+            f'<span class="shape">{_e(b.shape or "")}</span>',
+            _src(b.source),
+        )
+        for b in rows_all[:_MAX_ROWS]
+    ]
+    caption = (
+        f"live at the {_VARIANT_LABEL[variant.name]} live peak: "
+        f"<b>{_e(format_bytes(variant.memory.live_peak_bytes))}</b> "
+        f"({len(rows_all)} buffer{'s' if len(rows_all) != 1 else ''}, largest first)"
+    )
+    header = ("bytes", "kind", "input", "instruction", "shape", "source")
+    return _table(caption, header, rows, f"live {variant.name}", {0}) + _more(len(rows_all), _MAX_ROWS, "buffers")
+
+
+def _memory_table(result: TargetResult) -> str:
+    plain, donated = result.variants["plain"], result.variants["donated"]
+    rows = [
+        (
+            f"<code>{name}</code>",
+            _e(format_bytes(getattr(plain.memory, name))),
+            _e(format_bytes(getattr(donated.memory, name))),
+            _e(format_bytes(result.savings.get(name))),
+        )
+        for name in MEMORY_FIGURES
+    ]
+    text = _table(
+        "memory figures",
+        ("figure", "plain", "donated", "saved"),
+        rows,
+        "figures",
+        {1, 2, 3},
+    )
+    text += (
+        '<p class="muted">XLA\'s figures verbatim (<code>memory_analysis()</code>), plus footprint = argument + '
+        "output + temp − alias and live peak = distinct allocation slices live at once.</p>\n"
+    )
+    reasons = sorted({**plain.memory.unavailable, **donated.memory.unavailable}.items())
+    if reasons:
+        text += "".join(f'<p class="muted">{_e(k)} unavailable: {_e(v)}</p>\n' for k, v in reasons)
+    return text
+
+
+def _copies_table(variant: Variant, min_bytes: int) -> str:
+    copies: list[Copy] = [c for c in variant.copies if c.bytes >= min_bytes]
+    if not copies:
+        return ""
+    rows = [
+        (
+            _e(format_bytes(c.bytes)),
+            f'<span class="kind {_e(c.kind)}">{_e(c.kind)}</span>',
+            _code(c.of_parameter),
+            f'<span class="shape">{_e(c.shape)}</span>',
+            _e(format_bytes(c.bytes_per_call)) if c.bytes_per_call is not None else "",
+            _e(c.trip_count) if c.trip_count is not None else "",
+            _src(c.source),
+            _e(c.cause or ""),
+            f"<code>{_e(c.instruction)}</code> in <code>{_e(c.computation)}</code>",
+        )
+        for c in copies[:_MAX_ROWS]
+    ]
+    caption = f"copies in the {_VARIANT_LABEL[variant.name]} variant (≥ {_e(format_bytes(min_bytes))})"
+    header = ("bytes", "kind", "of", "shape", "per call", "trips", "source", "cause", "instruction")
+    return _table(caption, header, rows, f"copies {variant.name}", {0, 4, 5}) + _more(len(copies), _MAX_ROWS, "copies")
+
+
+def _aliases_table(variant: Variant) -> str:
+    if not variant.aliases:
+        return ""
+    rows = [
+        (_code(a.input), _e(a.input_index), "→", _code(a.output), _e(a.output_index), _e(format_bytes(a.bytes)))
+        for a in variant.aliases[:_MAX_ROWS]
+    ]
+    header = ("input", "#", "", "output", "#", "bytes")
+    return _table(
+        "aliases (donated input → the output reusing its buffer)", header, rows, "aliases", {1, 4, 5}
+    ) + _more(len(variant.aliases), _MAX_ROWS, "aliases")
+
+
+def _unusable_table(variant: Variant) -> str:
+    if not variant.unusable_donations:
+        return ""
+    rows = [
+        (_code(u.input), _e(u.input_index), _e(format_bytes(u.bytes)), _e(u.reason))
+        for u in variant.unusable_donations[:_MAX_ROWS]
+    ]
+    return _table(
+        "unusable donations (donated, but no output reuses the buffer)",
+        ("input", "#", "bytes", "reason"),
+        rows,
+        "unusable",
+        {1, 2},
+    ) + _more(len(variant.unusable_donations), _MAX_ROWS, "donations")
+
+
+# ----------------------------------------------------------------------------
+# Per target.
+
+
+def _status(result: TargetResult) -> tuple[str, str]:
+    """(css class, words) of a target's verdict, a failed check included."""
+    if result.status == "error" or result.verdict is None:
+        return "error", "error"
+    words = "in place" if result.verdict.in_place else "not in place"
+    css = "in-place" if result.verdict.in_place else "not-in-place"
+    if result.failed_checks:
+        return css + " failed", words + " ✗ " + ", ".join(c.name for c in result.failed_checks)
+    return css, words
+
+
+def _needs_a_look(result: TargetResult) -> bool:
+    return result.status == "error" or result.verdict is None or not result.verdict.in_place or bool(
+        result.failed_checks
+    )
+
+
+def _anchors(results: Sequence[TargetResult]) -> list[str]:
+    """Unique, URL-safe ids: the index keeps two targets of the same name apart."""
+    return [f"t{i}-{re.sub(r'[^A-Za-z0-9_.-]+', '-', r.name).strip('-')[:60]}" for i, r in enumerate(results)]
+
+
+def _pair(plain: int | None, donated: int | None) -> str:
+    return f"{_e(format_bytes(plain))} → {_e(format_bytes(donated))}"
+
+
+def _summary(report: Report, anchors: list[str], min_bytes: int) -> str:
+    rows = []
+    for result, anchor in zip(report.results, anchors):
+        css, words = _status(result)
+        filter_text = _e(f"{result.name} {words}".lower())
+        name = f'<a href="#{anchor}">{_e(result.name)}</a>'
+        verdict = f'<span class="verdict {css}">{_e(words)}</span>'
+        if result.status != "ok" or result.verdict is None:
+            message = result.error.message if result.error else "unknown error"
+            rows.append(
+                f'<tr data-filter="{filter_text}" data-anchor="{anchor}"><td>{name}</td><td>{verdict}</td>'
+                f'<td colspan="4" class="muted">{_e(message)}</td></tr>'
+            )
+            continue
+        plain, donated = result.variants["plain"], result.variants["donated"]
+        copies = f"{sum(c.bytes >= min_bytes for c in plain.copies)} / {sum(c.bytes >= min_bytes for c in donated.copies)}"
+        rows.append(
+            f'<tr data-filter="{filter_text}" data-anchor="{anchor}"><td>{name}</td><td>{verdict}</td>'
+            f'<td class="num">{_pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes)}</td>'
+            f'<td class="num">{_pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes)}</td>'
+            f'<td class="num">{_e(format_bytes(result.savings.get("footprint_bytes")))}</td>'
+            f'<td class="num">{copies}</td></tr>'
+        )
+    return (
+        '<table class="summary" id="summary"><thead><tr><th>target</th><th>verdict</th>'
+        '<th class="num">footprint plain → donated</th><th class="num">live peak plain → donated</th>'
+        f'<th class="num">saved</th><th class="num">copies plain / donated (≥ {_e(format_bytes(min_bytes))})</th>'
+        f'</tr></thead><tbody>{"".join(rows)}</tbody></table>\n'
+    )
+
+
+def _findings(result: TargetResult) -> str:
+    assert result.verdict is not None
+    items = [
+        f'<li class="sev-{_e(f.severity)}"><span class="sev">{_e(f.severity)}</span> {_e(f.message)}</li>'
+        for f in result.verdict.findings
+    ]
+    checks = [
+        f'<li class="check {"pass" if c.passed else "fail"}">{"✓" if c.passed else "✗"} '
+        f"<b>{_e(c.name)}</b>: {_e(c.message)}</li>"
+        for c in result.checks
+    ]
+    text = f'<ul class="checks">{"".join(checks)}</ul>\n' if checks else ""
+    if items:
+        text += f'<ul class="findings">{"".join(items)}</ul>\n'
+    return text
+
+
+def _section(result: TargetResult, anchor: str, opened: bool, min_bytes: int) -> str:
+    css, words = _status(result)
+    filter_text = _e(f"{result.name} {words}".lower())
+    head = (
+        f'<details class="target {css}" id="{anchor}" data-filter="{filter_text}"{" open" if opened else ""}>'
+        f'<summary><span class="name">{_e(result.name)}</span> <span class="verdict {css}">{_e(words)}</span>'
+    )
+    if result.definition:
+        head += f' <span class="src">{_e(result.definition)}</span>'
+    head += "</summary>\n"
+    if result.status != "ok" or result.verdict is None:
+        error = result.error
+        kind = f"{_e(error.kind)} error" if error else "error"
+        message = _e(error.message) if error else "unknown error"
+        return head + f'<p class="error-message"><b>{kind}:</b> {message}</p>\n</details>\n'
+    plain, donated = result.variants["plain"], result.variants["donated"]
+    body = [
+        f'<p class="verdict-words {css}">{_e(result.verdict.summary)}</p>\n',
+        f'<p class="muted">target <code>{_e(result.target)}</code> · donated: '
+        f'{_e(", ".join(donated.donated_arguments) or "(none)")}'
+        + (f" · expect {_e(result.expect)}" if result.expect else "")
+        + "</p>\n",
+        _findings(result),
+        '<h3>Memory over the schedule</h3>\n',
+        _chart(result, anchor),
+        _live_table(plain),
+        _live_table(donated),
+        _memory_table(result),
+        _aliases_table(donated),
+        _unusable_table(donated),
+        _copies_table(plain, min_bytes),
+        _copies_table(donated, min_bytes),
+    ]
+    warnings = [
+        f"<li>jax warning ({variant.name}): {_e(w.splitlines()[0] if w else '')}</li>"
+        for variant in (plain, donated)
+        for w in variant.jax_warnings
+    ]
+    if warnings:
+        body.append(f'<ul class="warnings">{"".join(warnings)}</ul>\n')
+    if result.suggestion is not None:
+        suggestion = result.suggestion
+        body.append(f'<p class="suggestion"><b>suggestion:</b> {_e(suggestion.summary)}</p>\n')
+        if suggestion.code:
+            body.append(f"<pre>{_e(suggestion.code)}</pre>\n")
+    return head + "".join(body) + "</details>\n"
+
+
+# ----------------------------------------------------------------------------
+# The page.
+
+
+def _baseline(comparison: BaselineComparison) -> str:
+    def items(entries: tuple[Regression, ...], css: str) -> str:
+        return "".join(
+            f'<li class="{css}">{_e(r.message)}' + (f' <span class="src">{_e(r.source)}</span>' if r.source else "") + "</li>"
+            for r in entries
+        )
+
+    tolerance = f" (tolerance {_e(comparison.tolerance)})" if comparison.tolerance else ""
+    parts = [
+        f'<section class="baseline"><h2>Against the baseline <code>{_e(comparison.path)}</code>{tolerance}</h2>\n',
+        f"<p>{len(comparison.regressions)} regression{'s' if len(comparison.regressions) != 1 else ''}, "
+        f"{len(comparison.improvements)} improvement{'s' if len(comparison.improvements) != 1 else ''}.</p>\n",
+    ]
+    if comparison.regressions:
+        parts.append(f'<ul class="regressions">{items(comparison.regressions, "regression")}</ul>\n')
+    if comparison.improvements:
+        parts.append(f'<ul class="improvements">{items(comparison.improvements, "improvement")}</ul>\n')
+    if comparison.notes:
+        parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in comparison.notes) + "</ul>\n")
+    parts.append("</section>\n")
+    return "".join(parts)
+
+
+def _header(report: Report) -> str:
+    devices = ", ".join(
+        f"{d.id}: {d.platform}" + (f" ({d.kind})" if d.kind and d.kind != d.platform else "") for d in report.devices
+    ) or "none"
+    facts = [
+        ("fieldmem", report.fieldmem_version),
+        ("jax", report.jax_version),
+        ("jaxlib", report.jaxlib_version),
+        ("backend", report.backend + (
+            f" ({report.platform_version})" if report.platform_version and report.platform_version != report.backend else ""
+        )),
+        (f"device{'s' if len(report.devices) != 1 else ''}", f"{devices} — figures are per device"),
+        ("created", report.created or "unknown"),
+        ("min bytes", format_bytes(report.min_bytes)),
+    ]
+    meta = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in facts)
+    return f'<header><h1>fieldmem report</h1><dl class="meta">{meta}</dl></header>\n'
+
+
+def _counts(results: Sequence[TargetResult]) -> str:
+    in_place = sum(1 for r in results if r.status == "ok" and r.verdict is not None and r.verdict.in_place)
+    errors = sum(1 for r in results if r.status != "ok" or r.verdict is None)
+    not_in_place = len(results) - in_place - errors
+    failed = sum(1 for r in results if r.failed_checks)
+    words = [f"{len(results)} target{'s' if len(results) != 1 else ''}", f"{in_place} in place", f"{not_in_place} not in place"]
+    if errors:
+        words.append(f"{errors} error{'s' if errors != 1 else ''}")
+    if failed:
+        words.append(f"{failed} with a failed check")
+    return f'<p class="counts">{" · ".join(words)}</p>\n'
+
+
+def _attention(results: Sequence[TargetResult], anchors: list[str], shown: int = 30) -> str:
+    """With many targets, links to those needing a look, which the long summary would bury."""
+    flagged = [(r, a) for r, a in zip(results, anchors) if _needs_a_look(r)]
+    if not flagged:
+        return f'<p class="attention ok">All {len(results)} targets are in place and pass their checks.</p>\n'
+    links = ", ".join(f'<a href="#{a}">{_e(r.name)}</a>' for r, a in flagged[:shown])
+    more = f", … {len(flagged) - shown} more" if len(flagged) > shown else ""
+    return (
+        f'<p class="attention">Needs a look ({len(flagged)}: not in place, a failed check or an error; '
+        f"these sections start open, the others closed): {links}{more}</p>\n"
+    )
+
+
+def render(report: Report, options: RenderOptions) -> str:
+    """The whole page as one string (write it with ``fieldmem.files.write_atomic``)."""
+    results = report.results
+    anchors = _anchors(results)
+    many = len(results) > OPEN_ALL_UP_TO
+    parts = [
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
+        f"<title>fieldmem report · {len(results)} target{'s' if len(results) != 1 else ''} · {_e(report.backend)}</title>\n",
+        f"<style>{_CSS}</style>\n</head>\n<body>\n",
+        _header(report),
+        "<main>\n",
+    ]
+    if not results:
+        parts.append('<p class="counts">No targets were checked.</p>\n')
+    else:
+        parts.append(_counts(results))
+        if many:
+            parts.append(_attention(results, anchors))
+        parts.append('<div id="controls"></div>\n')
+        parts.append(_summary(report, anchors, options.min_bytes))
+        if report.baseline is not None:
+            parts.append(_baseline(report.baseline))
+        parts.extend(
+            _section(result, anchor, not many or _needs_a_look(result), options.min_bytes)
+            for result, anchor in zip(results, anchors)
+        )
+    parts.append("</main>\n")
+    parts.append(f"<script>{_JS}</script>\n</body>\n</html>\n")
+    return "".join(parts)
+
+
+_CSS = """
+:root{--plain:#e8590c;--donated:#1971c2;--ok:#2b8a3e;--bad:#c92a2a;--warn:#e67700;--muted:#6b7280;
+--line:#e5e7eb;--bg:#fff;--fg:#1f2328;--code:#f6f8fa}
+*{box-sizing:border-box}
+body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
+header{background:#1f2937;color:#f9fafb;padding:14px 28px 10px}
+header h1{margin:0 0 6px;font-size:20px;font-weight:600}
+dl.meta{display:flex;flex-wrap:wrap;gap:4px 22px;margin:0;font-size:12.5px}
+dl.meta div{display:flex;gap:6px}dl.meta dt{color:#9ca3af}dl.meta dd{margin:0}
+main{max-width:1240px;margin:0 auto;padding:14px 28px 40px}
+h2{font-size:17px;margin:22px 0 8px}h3{font-size:14px;margin:16px 0 6px;color:#374151}
+code,.shape,.src,pre{font-family:ui-monospace,"SFMono-Regular","DejaVu Sans Mono",Menlo,monospace;font-size:12.5px}
+code{background:var(--code);padding:0 3px;border-radius:3px}
+.src{color:#6d28d9}.muted{color:var(--muted)}.shape{color:#374151}
+pre{background:var(--code);padding:8px 10px;border-radius:6px;overflow:auto}
+table{border-collapse:collapse;margin:8px 0 14px;width:100%}
+caption{text-align:left;font-weight:600;padding:2px 0 6px;color:#374151}
+th,td{padding:4px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
+th{font-size:12px;color:var(--muted);font-weight:600;background:#f9fafb}
+td.num,th.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+table.figures,table.aliases,table.unusable{width:auto;min-width:520px}
+table.summary td:first-child a{font-weight:600;color:var(--fg);text-decoration:none}
+table.summary td:first-child a:hover{text-decoration:underline}
+.verdict{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;white-space:nowrap;
+color:#fff;background:var(--muted)}
+.verdict.in-place{background:var(--ok)}.verdict.not-in-place{background:var(--bad)}.verdict.error{background:#4b5563}
+.verdict.failed{outline:2px solid var(--warn);outline-offset:1px}
+p.counts{font-size:15px;margin:6px 0 10px}
+p.attention{background:#fff5f5;border:1px solid #ffc9c9;border-radius:6px;padding:8px 12px;margin:8px 0}
+p.attention.ok{background:#ebfbee;border-color:#b2f2bb}p.attention a{color:var(--bad);font-weight:600}
+details.target{border:1px solid var(--line);border-left:5px solid var(--muted);border-radius:6px;margin:12px 0;padding:0 16px}
+details.target.in-place{border-left-color:var(--ok)}details.target.not-in-place{border-left-color:var(--bad)}
+details.target.error{border-left-color:#4b5563}
+details.target>summary{cursor:pointer;padding:10px 0;font-size:15px;list-style-position:outside}
+details.target>summary .name{font-weight:600}
+details.target[open]>summary{border-bottom:1px solid var(--line);margin-bottom:8px}
+p.verdict-words{font-size:15px;font-weight:600;margin:8px 0}
+p.verdict-words.in-place{color:var(--ok)}p.verdict-words.not-in-place{color:var(--bad)}
+p.error-message{color:var(--bad)}
+ul.findings,ul.checks,ul.warnings,ul.legend{list-style:none;padding:0;margin:6px 0}
+ul.findings li,ul.checks li{padding:3px 8px;margin:3px 0;border-radius:4px;background:#f9fafb;border-left:3px solid var(--muted)}
+.sev{display:inline-block;min-width:56px;font-size:11px;font-weight:700;text-transform:uppercase}
+li.sev-error{border-left-color:var(--bad)!important;background:#fff5f5!important}li.sev-error .sev{color:var(--bad)}
+li.sev-warning{border-left-color:var(--warn)!important;background:#fff9db!important}li.sev-warning .sev{color:var(--warn)}
+li.sev-info{border-left-color:#1c7ed6!important}li.sev-info .sev{color:#1c7ed6}
+li.check.pass{border-left-color:var(--ok);color:var(--ok)}li.check.fail{border-left-color:var(--bad);color:var(--bad)}
+ul.warnings li{color:var(--warn)}
+svg.timeline{display:block;width:100%;max-width:960px;height:auto;font:12px system-ui,"DejaVu Sans",sans-serif}
+svg.timeline rect.plot{fill:#fcfcfd;stroke:#d1d5db}
+svg.timeline .ytick line,svg.timeline .xtick line{stroke:#eceef1}
+svg.timeline text{fill:#4b5563}svg.timeline .axis-label{fill:#6b7280;font-style:italic}
+svg.timeline path.curve{fill:none;stroke-width:2.2;stroke-linejoin:round}
+svg.timeline path.plain{stroke:var(--plain)}svg.timeline path.donated{stroke:var(--donated)}
+svg.timeline .peak circle{stroke:#fff;stroke-width:2}
+svg.timeline .peak.plain circle{fill:var(--plain)}svg.timeline .peak.donated circle{fill:var(--donated)}
+svg.timeline .peak text{font-weight:700;font-size:12.5px;paint-order:stroke;stroke:#fff;stroke-width:3px}
+svg.timeline .peak.plain text{fill:var(--plain)}svg.timeline .peak.donated text{fill:var(--donated)}
+ul.legend li{margin:2px 0}
+.swatch{display:inline-block;width:18px;height:4px;border-radius:2px;vertical-align:middle;margin-right:6px}
+.swatch.plain{background:var(--plain)}.swatch.donated{background:var(--donated)}
+p.chart-note{font-size:12.5px;color:var(--muted);max-width:960px;margin:4px 0 10px}
+.kind{font-size:12px;padding:0 6px;border-radius:8px;background:#f1f3f5}
+.kind.parameter{background:#fff4e6;color:#9c3b00}.kind.aliased{background:#e7f5ff;color:#1864ab}
+.kind.output{background:#ebfbee;color:#2b8a3e}.kind.temporary{background:#f3f0ff;color:#5f3dc4}
+.kind.loop{background:#fff5f5;color:var(--bad)}
+section.baseline{border:1px solid var(--line);border-radius:6px;padding:4px 16px 8px;margin:12px 0}
+li.regression{color:var(--bad)}li.improvement{color:var(--ok)}
+#controls{display:flex;gap:8px;align-items:center;margin:4px 0 2px}
+#controls input{font:inherit;padding:4px 8px;width:320px;border:1px solid #d1d5db;border-radius:5px}
+#controls button{font:inherit;padding:3px 10px;border:1px solid #d1d5db;border-radius:5px;background:#f9fafb;cursor:pointer}
+[hidden]{display:none!important}
+"""
+
+# Enhancement only: the page shows everything without it. Builds the filter
+# box and the open/close buttons, so a reader with JavaScript off never sees
+# controls that do nothing; a summary link opens the section it points to.
+_JS = """
+(function(){
+var controls=document.getElementById('controls');if(!controls)return;
+var rows=[].slice.call(document.querySelectorAll('#summary tbody tr'));
+var sections=[].slice.call(document.querySelectorAll('details.target'));
+var box=document.createElement('input');box.type='search';box.id='filter';
+box.placeholder='filter: target name or verdict';
+var count=document.createElement('span');count.className='muted';
+function button(label,open){var b=document.createElement('button');b.type='button';b.textContent=label;
+b.addEventListener('click',function(){sections.forEach(function(s){if(!s.hidden)s.open=open;});});return b;}
+function apply(){var words=box.value.toLowerCase().trim();var shown=0;
+function match(el){return !words||el.getAttribute('data-filter').indexOf(words)>=0;}
+rows.forEach(function(r){r.hidden=!match(r);});
+sections.forEach(function(s){s.hidden=!match(s);if(!s.hidden)shown++;});
+count.textContent=shown+' of '+sections.length+' shown';}
+box.addEventListener('input',apply);
+controls.appendChild(box);controls.appendChild(button('open all',true));controls.appendChild(button('close all',false));
+controls.appendChild(count);apply();
+document.querySelectorAll('#summary a, p.attention a').forEach(function(a){a.addEventListener('click',function(){
+var s=document.getElementById(a.getAttribute('href').slice(1));if(s)s.open=true;});});
+if(location.hash){var s=document.getElementById(location.hash.slice(1));if(s&&s.tagName==='DETAILS')s.open=true;}
+})();
+"""
