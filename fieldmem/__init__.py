@@ -1,8 +1,8 @@
 """fieldmem: is your jitted JAX update really in place, and where does the memory go?
 
 The public API is re-exported here explicitly. Importing fieldmem imports no
-jax: ``fieldmem.case`` only registers, and the checking functions import jax
-when they run.
+jax: ``fieldmem.case`` only registers, and the checking functions
+(``check``, ``check_function``, ``assert_in_place``) import jax when they run.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+from fieldmem.api import NotInPlaceError, assert_in_place, check_function
 from fieldmem.errors import FieldmemError
 from fieldmem.registry import Case, case
 
@@ -20,9 +21,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Case",
     "FieldmemError",
+    "NotInPlaceError",
     "__version__",
+    "assert_in_place",
     "case",
     "check",
+    "check_function",
 ]
 
 

@@ -1,0 +1,276 @@
+"""Check a function object from Python: ``check_function`` and ``assert_in_place``.
+
+``fieldmem check`` starts from a target string; tests and notebooks already
+hold the function and its arguments. This module wraps them in a
+:class:`~fieldmem.target.Target` and runs the same checker
+(:func:`fieldmem.checker.check_targets`), so a verdict here is the verdict the
+CLI gives. It computes nothing of its own except the ``max-live-peak`` budget,
+which the analysis does not evaluate (it only knows ``max-peak``).
+
+It never prints. jax is imported only when a check runs (through the checker),
+so ``import fieldmem`` stays free of jax.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from typing import Any, Callable, Sequence
+
+from fieldmem import __version__
+from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.report import Check, DeviceInfo, Report, TargetResult
+from fieldmem.spec import DonateSpec, StaticSpec, format_bytes, parse_bytes
+
+__all__ = ["NotInPlaceError", "assert_in_place", "check_function", "combine_reports", "failure_message"]
+
+
+class NotInPlaceError(AssertionError):
+    """An update is not in place with donation, or exceeds a memory budget.
+
+    An ``AssertionError``, so pytest reports it as a test failure. The message
+    is the CLI's table for this one target (verdict, findings with source
+    lines, checks); ``report`` holds the whole :class:`~fieldmem.report.Report`.
+    """
+
+    __module__ = "fieldmem"  # shown as fieldmem.NotInPlaceError, where users import it from
+
+    def __init__(self, report: Report) -> None:
+        super().__init__(failure_message(report))
+        self.report = report
+
+
+def failure_message(report: Report, width: int = 160) -> str:
+    """What a failed check says: one line per failed check, then the CLI's table text.
+
+    A failed ``expect-in-place`` is told by the verdict's summary (which names
+    the field, the line and the fix), a budget by its check's message; the
+    table renderer (no color) formats the rest. Nothing here is computed.
+    """
+    from fieldmem.render import RenderOptions, get_renderer
+
+    lines = []
+    for result in report.results:
+        for check in result.failed_checks:
+            if check.name == "expect-in-place" and result.verdict is not None:
+                lines.append(f"{result.name}: {result.verdict.summary}")
+            else:
+                lines.append(f"{result.name}: {check.name}: {check.message}")
+    table = get_renderer("table").render(report, RenderOptions(min_bytes=report.min_bytes, width=width))
+    return "\n".join([*lines, table.rstrip()])
+
+
+def _function_name(fn: Callable[..., Any]) -> str:
+    """``module:qualname`` of ``fn`` (of the function inside a ``jax.jit`` object)."""
+    inner = getattr(fn, "_fun", fn)
+    qualname = getattr(inner, "__qualname__", None) or getattr(inner, "__name__", None) or type(fn).__name__
+    module = getattr(inner, "__module__", None)
+    return f"{module}:{qualname}" if module else qualname
+
+
+def _size(value: int | str | None, option: str) -> int | None:
+    return None if value is None else parse_bytes(value, option)
+
+
+def _live_peak_check(result: TargetResult, limit: int) -> Check:
+    """The ``max-live-peak`` budget on the donated variant's ``live_peak_bytes``.
+
+    Worded like the analysis's ``max-peak`` check; an unavailable live peak
+    fails the budget with the report's own reason, never passes it as 0.
+    """
+    memory = result.variants["donated"].memory
+    value = memory.live_peak_bytes
+    if value is None:
+        reason = memory.unavailable.get("live_peak_bytes", "not computed")
+        return Check(
+            "max-live-peak", False, f"the live peak is unavailable ({reason}), so the budget cannot be checked",
+            limit=limit,
+        )
+    passed = value <= limit
+    relation = "within" if passed else "exceeds"
+    return Check(
+        name="max-live-peak",
+        passed=passed,
+        message=f"donated live peak {format_bytes(value)} {relation} the budget {format_bytes(limit)}",
+        limit=limit,
+        value=value,
+    )
+
+
+def _error_class(kind: str) -> type[FieldmemError]:
+    """The FieldmemError subclass whose ``kind`` the checker recorded for a failed target."""
+    pending: list[type[FieldmemError]] = [FieldmemError]
+    while pending:
+        cls = pending.pop()
+        if cls.kind == kind:
+            return cls
+        pending.extend(cls.__subclasses__())
+    return FieldmemError
+
+
+def check_function(
+    fn: Callable[..., Any],
+    *args: Any,
+    donate: "str | int | tuple | list | None" = None,
+    static: "str | int | tuple | list | None" = None,
+    name: str | None = None,
+    expect: str = "any",
+    max_peak: int | str | None = None,
+    max_live_peak: int | str | None = None,
+    min_bytes: int | str = "1KiB",
+    **kwargs: Any,
+) -> Report:
+    """Compile ``fn(*args, **kwargs)`` with and without donation and return the Report.
+
+    The same analysis as ``fieldmem check``, for a function object in hand.
+    Nothing runs and, with ``jax.ShapeDtypeStruct`` arguments, nothing is
+    allocated.
+
+    Arguments:
+        fn: the update function, a plain function or a ``jax.jit`` object.
+        *args, **kwargs: its example arguments: arrays, ``jax.ShapeDtypeStruct``s,
+            any pytree of them, and non-array values (made static). A keyword
+            argument of ``fn`` named like one of the options below cannot be
+            passed here: pass it positionally.
+        donate: what the donated variant donates: ``"all"``, ``"none"``,
+            argument numbers or names. Default: a jit object's own donation,
+            else every array argument.
+        static: extra static arguments (numbers or names).
+        name: the name shown in the report (default ``module:qualname``).
+        expect: ``"in-place"`` adds the ``expect-in-place`` check; ``"any"``
+            only reports.
+        max_peak: a budget on the donated ``footprint_bytes`` (``"64MiB"`` or bytes).
+        max_live_peak: a budget on the donated ``live_peak_bytes``.
+        min_bytes: smaller copies and outputs do not decide the verdict.
+
+    Returns:
+        A Report with one result; ``report.exit_code`` is 1 when a check failed.
+
+    Raises:
+        OptionError: a bad ``donate``, ``static``, ``expect`` or size.
+        FieldmemError: the function does not trace or compile with these
+            arguments (the subclass the checker recorded, e.g. ``CompileError``).
+
+    Example::
+
+        report = fieldmem.check_function(update, field, 1.0, donate="field")
+        print(report.results[0].verdict.summary)
+    """
+    from fieldmem.checker import CheckOptions, check_targets
+    from fieldmem.registry import EXPECTATIONS
+    from fieldmem.target import Target, definition_of
+
+    if expect not in EXPECTATIONS:
+        raise OptionError(f"expect={expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
+    if not callable(fn):
+        raise OptionError(f"{type(fn).__name__} is not callable: pass the update function first, then its arguments")
+    live_limit = _size(max_live_peak, "max_live_peak=")
+    display = name or _function_name(fn)
+    call_args, call_kwargs = tuple(args), dict(kwargs)
+    target = Target(
+        spec=display,
+        name=display,
+        function=fn,
+        # the (args, kwargs) form, so that a single tuple argument is never unpacked
+        args_factory=lambda: (call_args, call_kwargs),
+        args_origin=f"the arguments given to {display}",
+        shapes=None,
+        donate=DonateSpec.parse(donate, "donate="),
+        static=StaticSpec.parse(static, "static="),
+        expect=expect,
+        max_peak=_size(max_peak, "max_peak="),
+        definition=definition_of(fn),
+    )
+    report = check_targets([target], CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes=")))
+    result = report.results[0]
+    if result.status == "error":
+        error = result.error
+        raise _error_class(error.kind if error else "error")(
+            f"{display}: {error.message if error else 'could not be checked'}"
+        )
+    if live_limit is not None:
+        result = dataclasses.replace(result, checks=result.checks + (_live_peak_check(result, live_limit),))
+        report = dataclasses.replace(report, results=(result,))
+    return report
+
+
+def assert_in_place(
+    fn: Callable[..., Any],
+    *args: Any,
+    donate: "str | int | tuple | list | None" = None,
+    static: "str | int | tuple | list | None" = None,
+    max_peak: int | str | None = None,
+    max_live_peak: int | str | None = None,
+    min_bytes: int | str = "1KiB",
+    name: str | None = None,
+    **kwargs: Any,
+) -> Report:
+    """Assert that ``fn(*args, **kwargs)`` is in place with donation and within its budgets.
+
+    Arguments are those of :func:`check_function` (``expect`` is
+    ``"in-place"``). Works with or without pytest.
+
+    Returns:
+        The Report, for further assertions.
+
+    Raises:
+        NotInPlaceError: the donated variant is not in place, or its footprint
+            exceeds ``max_peak``, or its live peak exceeds ``max_live_peak``;
+            the message is the CLI's verdict with the findings and source lines.
+        OptionError, FieldmemError: as :func:`check_function`.
+
+    Example::
+
+        fieldmem.assert_in_place(update, field, 1.0, donate="field", max_live_peak="64MiB")
+    """
+    __tracebackhide__ = True
+    report = check_function(
+        fn,
+        *args,
+        donate=donate,
+        static=static,
+        name=name,
+        expect="in-place",
+        max_peak=max_peak,
+        max_live_peak=max_live_peak,
+        min_bytes=min_bytes,
+        **kwargs,
+    )
+    if report.exit_code != 0:
+        raise NotInPlaceError(report)
+    return report
+
+
+def combine_reports(reports: Sequence[Report], min_bytes: int) -> Report:
+    """One Report holding the results of ``reports`` (the checks of one pytest session).
+
+    The environment (versions, backend, devices) is the first report's: the
+    reports come from one process. With no report, it is read from jax.
+    """
+    if reports:
+        first = reports[0]
+        environment = dict(
+            jax_version=first.jax_version,
+            jaxlib_version=first.jaxlib_version,
+            backend=first.backend,
+            platform_version=first.platform_version,
+            devices=first.devices,
+        )
+    else:
+        from fieldmem.compile import environment as read_environment
+
+        env = read_environment()
+        environment = dict(
+            jax_version=env.jax_version,
+            jaxlib_version=env.jaxlib_version,
+            backend=env.backend,
+            platform_version=env.platform_version,
+            devices=tuple(DeviceInfo(id=d["id"], platform=d["platform"], kind=d["kind"]) for d in env.devices),
+        )
+    return Report(
+        fieldmem_version=__version__,
+        results=tuple(result for report in reports for result in report.results),
+        min_bytes=min_bytes,
+        created=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        **environment,
+    )

@@ -1,0 +1,325 @@
+"""The pytest plugin: assert in tests that an update is in place and within budget.
+
+Registered through the ``pytest11`` entry point, so it loads in every pytest
+session of every project that has fieldmem installed, fieldmem's own suite
+included. At load it imports nothing heavy (no jax) and does nothing but
+register its options and its ``fieldmem`` marker; the work happens only when
+a test calls the ``fieldmem_check`` fixture, through
+:func:`fieldmem.api.check_function` (the same checker as ``fieldmem check``).
+
+Where a limit comes from, first match wins: the fixture call's keyword, the
+closest ``@pytest.mark.fieldmem(...)``, the command-line option, its ini twin,
+the default. Every value is parsed once (options at configure time, a marker
+when its test is set up) and a bad one is a usage error naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import pytest
+
+from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.spec import parse_bytes
+
+if TYPE_CHECKING:
+    from fieldmem.report import Report
+
+__all__ = ["FieldmemCheck", "Limits"]
+
+MARKER = "fieldmem"
+FIXTURE = "fieldmem_check"
+_MARKER_HELP = (
+    "fieldmem(in_place=True, max_peak=None, max_live_peak=None, min_bytes=None, donate=None, static=None): "
+    "limits for the fieldmem_check fixture in this test (sizes like '64MiB')"
+)
+
+
+@dataclass(frozen=True)
+class _Option:
+    """One setting: its command-line flag and its ini twin share the help text."""
+
+    dest: str
+    flag: str
+    ini: str
+    metavar: str
+    help: str
+
+
+_SIZE_OPTIONS = (
+    _Option(
+        "max_peak", "--fieldmem-max-peak", "fieldmem_max_peak", "SIZE",
+        "budget for the donated variant's footprint_bytes in every fieldmem_check, e.g. 64MiB",
+    ),
+    _Option(
+        "max_live_peak", "--fieldmem-max-live-peak", "fieldmem_max_live_peak", "SIZE",
+        "budget for the donated variant's live_peak_bytes in every fieldmem_check, e.g. 64MiB",
+    ),
+    _Option(
+        "min_bytes", "--fieldmem-min-bytes", "fieldmem_min_bytes", "SIZE",
+        "copies and outputs smaller than this do not decide the verdict (default 1KiB)",
+    ),
+)
+_REPORT_OPTION = _Option(
+    "report", "--fieldmem-report", "fieldmem_report", "PATH",
+    "write the JSON report (fieldmem.report/1) of every fieldmem_check in the session to PATH",
+)
+_DEFAULT_MIN_BYTES = 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What a fieldmem_check asserts: in place or not, the budgets, the size threshold."""
+
+    in_place: bool = True
+    max_peak: int | None = None
+    max_live_peak: int | None = None
+    min_bytes: int = _DEFAULT_MIN_BYTES
+    donate: Any = None
+    static: Any = None
+
+
+_MARKER_KEYS = tuple(f.name for f in dataclasses.fields(Limits))
+
+
+@dataclass
+class _Session:
+    """The parsed options and every report checked in this session."""
+
+    defaults: Limits
+    report_path: Path | None
+    reports: list["Report"] = field(default_factory=list)
+    targets: set[str] = field(default_factory=set)
+    written: str | None = None
+    write_error: str | None = None
+
+    def record(self, report: "Report", nodeid: str) -> None:
+        """Keep ``report`` for --fieldmem-report, its result keyed by the test's node id."""
+        result = report.results[0]
+        target = f"{nodeid}::{result.name}"
+        n = 2
+        while target in self.targets:  # one test may check the same function twice
+            target = f"{nodeid}::{result.name}#{n}"
+            n += 1
+        self.targets.add(target)
+        self.reports.append(dataclasses.replace(report, results=(dataclasses.replace(result, target=target),)))
+
+
+_SESSION = pytest.StashKey[_Session]()
+_UNSET: Any = object()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("fieldmem", "fieldmem: in-place and memory checks of jitted JAX updates")
+    for option in (*_SIZE_OPTIONS, _REPORT_OPTION):
+        group.addoption(
+            option.flag, dest=f"fieldmem_{option.dest}", metavar=option.metavar, default=None, help=option.help
+        )
+        parser.addini(option.ini, f"{option.help} (ini twin of {option.flag})", type="string", default=None)
+
+
+def _setting(config: pytest.Config, option: _Option) -> tuple[str | None, str]:
+    """The value of ``option`` from the command line, else its ini twin; and how to name it."""
+    value = config.getoption(f"fieldmem_{option.dest}")
+    if value is not None:
+        return value, option.flag
+    value = config.getini(option.ini)
+    if not isinstance(value, str) or not value.strip():
+        return None, f"ini {option.ini}"
+    return value.strip(), f"ini {option.ini}"
+
+
+def _parse_session(config: pytest.Config) -> _Session:
+    sizes: dict[str, int | None] = {}
+    for option in _SIZE_OPTIONS:
+        value, label = _setting(config, option)
+        sizes[option.dest] = parse_bytes(value, label) if value is not None else None
+    min_bytes = sizes.pop("min_bytes")
+    defaults = Limits(min_bytes=_DEFAULT_MIN_BYTES if min_bytes is None else min_bytes, **sizes)
+    value, label = _setting(config, _REPORT_OPTION)
+    report_path = None
+    if value is not None:
+        # a command-line path is relative to where pytest runs, an ini one to the ini file
+        base = config.invocation_params.dir if label == _REPORT_OPTION.flag else (
+            config.inipath.parent if config.inipath is not None else config.rootpath
+        )
+        report_path = base / value
+        if report_path.is_dir():
+            example = str(Path(value) / "fieldmem.json")
+            raise OptionError(f"{label} {value!r} is a folder: name a file, e.g. {example!r}")
+        if not report_path.parent.is_dir():
+            raise OptionError(f"{label} {value!r}: the folder {str(report_path.parent)!r} does not exist")
+        if getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "no":
+            # pytest-xdist: the checks run in the workers, and this process would write none of them
+            raise OptionError(
+                f"{label} cannot collect the checks of pytest-xdist workers: run the fieldmem tests without -n/--dist"
+            )
+    return _Session(defaults=defaults, report_path=report_path)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", _MARKER_HELP)
+    try:
+        config.stash[_SESSION] = _parse_session(config)
+    except FieldmemError as exc:
+        raise pytest.UsageError(f"fieldmem: error: {exc.message}") from None
+
+
+def _marker_limits(node: pytest.Item, defaults: Limits) -> Limits:
+    """``defaults`` overridden by every fieldmem marker on ``node``, the closest last."""
+    limits = defaults
+    for marker in reversed(list(node.iter_markers(MARKER))):
+        if marker.args:
+            raise OptionError(
+                f"@pytest.mark.fieldmem takes keywords only ({', '.join(_MARKER_KEYS)}), got {marker.args!r}"
+            )
+        unknown = sorted(set(marker.kwargs) - set(_MARKER_KEYS))
+        if unknown:
+            raise OptionError(
+                f"@pytest.mark.fieldmem has no {unknown[0]!r}: use {', '.join(_MARKER_KEYS)}"
+            )
+        limits = _override(limits, marker.kwargs, "@pytest.mark.fieldmem {}=")
+    return limits
+
+
+def _override(limits: Limits, values: dict[str, Any], label: str) -> Limits:
+    """``limits`` with ``values`` parsed in (a size may be None: no budget)."""
+    changes: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in ("max_peak", "max_live_peak"):
+            changes[key] = None if value is None else parse_bytes(value, label.format(key))
+        elif key == "min_bytes":
+            changes[key] = _DEFAULT_MIN_BYTES if value is None else parse_bytes(value, label.format(key))
+        elif key == "in_place":
+            if not isinstance(value, bool):
+                raise OptionError(f"{label.format(key)}{value!r} is not understood: use True or False")
+            changes[key] = value
+        else:
+            changes[key] = value
+    return dataclasses.replace(limits, **changes)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``fieldmem`` itself must use the fixture the marker configures."""
+    if any(m.name == MARKER for m in getattr(item, "own_markers", ())) and FIXTURE not in getattr(
+        item, "fixturenames", ()
+    ):
+        pytest.fail(
+            f"fieldmem: error: {item.name} is marked @pytest.mark.fieldmem but does not use the {FIXTURE} "
+            f"fixture, so nothing is checked: add {FIXTURE} to its arguments and call {FIXTURE}(update, *args)",
+            pytrace=False,
+        )
+
+
+class FieldmemCheck:
+    """The ``fieldmem_check`` fixture: call it with an update function and its arguments."""
+
+    def __init__(self, limits: Limits, session: _Session, nodeid: str) -> None:
+        self.limits = limits
+        self._session = session
+        self._nodeid = nodeid
+
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        *args: Any,
+        in_place: bool = _UNSET,
+        max_peak: int | str | None = _UNSET,
+        max_live_peak: int | str | None = _UNSET,
+        min_bytes: int | str = _UNSET,
+        donate: Any = _UNSET,
+        static: Any = _UNSET,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> "Report":
+        """Check ``fn(*args, **kwargs)``; fail the test when it is not in place or over budget.
+
+        Keywords left out take the marker's, the command line's, the ini's or
+        the default value; ``max_peak=None`` drops a budget set elsewhere.
+        ``in_place=False`` checks the budgets only. The remaining keyword
+        arguments go to ``fn``.
+
+        Returns:
+            The Report (one result), for further assertions.
+
+        Raises:
+            NotInPlaceError: a check failed; the message is the CLI's verdict.
+        """
+        __tracebackhide__ = True
+        from fieldmem.api import NotInPlaceError, check_function
+
+        given = {
+            "in_place": in_place, "max_peak": max_peak, "max_live_peak": max_live_peak,
+            "min_bytes": min_bytes, "donate": donate, "static": static,
+        }
+        limits = _override(self.limits, {k: v for k, v in given.items() if v is not _UNSET}, "{}=")
+        report = check_function(
+            fn,
+            *args,
+            donate=limits.donate,
+            static=limits.static,
+            name=name,
+            expect="in-place" if limits.in_place else "any",
+            max_peak=limits.max_peak,
+            max_live_peak=limits.max_live_peak,
+            min_bytes=limits.min_bytes,
+            **kwargs,
+        )
+        self._session.record(report, self._nodeid)
+        if report.exit_code != 0:
+            raise NotInPlaceError(report)
+        return report
+
+
+@pytest.fixture
+def fieldmem_check(request: pytest.FixtureRequest) -> FieldmemCheck:
+    """Assert that an update is in place with donation and within its memory budgets::
+
+        @pytest.mark.fieldmem(max_live_peak="64MiB")
+        def test_step(fieldmem_check):
+            fieldmem_check(step, params, opt_state, grads, donate="params,opt_state")
+    """
+    session = request.config.stash[_SESSION]
+    try:
+        limits = _marker_limits(request.node, session.defaults)
+    except FieldmemError as exc:
+        problem = exc.message
+    else:
+        return FieldmemCheck(limits, session, request.node.nodeid)
+    # outside the except block, so pytest shows one line, not a chained exception
+    pytest.fail(f"fieldmem: error: {problem}", pytrace=False)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Write --fieldmem-report (atomically) once every test has run."""
+    state = session.config.stash.get(_SESSION, None)
+    if state is None or state.report_path is None or hasattr(session.config, "workerinput"):
+        return
+    from fieldmem.api import combine_reports
+    from fieldmem.files import write_atomic
+    from fieldmem.render import RenderOptions, get_renderer
+
+    report = combine_reports(state.reports, state.defaults.min_bytes)
+    text = get_renderer("json").render(report, RenderOptions(min_bytes=report.min_bytes))
+    try:
+        write_atomic(state.report_path, text)
+    except OSError as exc:
+        state.write_error = f"cannot write {str(state.report_path)!r}: {exc.strerror or exc}"
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return
+    state.written = f"{len(report.results)} fieldmem check(s) written to {state.report_path}"
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(_SESSION, None)
+    if state is None:
+        return
+    if state.write_error is not None:
+        terminalreporter.write_line(f"fieldmem: error: {state.write_error}", red=True)
+    elif state.written is not None:
+        terminalreporter.write_line(f"fieldmem: {state.written}")

@@ -1,0 +1,429 @@
+"""The pytest plugin, driven through whole pytest runs in fresh ``pytester`` projects.
+
+The projects have nothing but fieldmem installed: the plugin comes in through
+its ``pytest11`` entry point. Runs that compile go through
+``runpytest_subprocess`` (jax lives in its own process) and are few, each
+carrying several tests: the fixture and marker (run 1), every size option on
+the command line and then as its ini twin, each on both sides of its limit
+(runs 2 and 3), and a session that never checks anything (run 4: no jax
+imported, and a report that cannot be written fails the run). Usage errors
+stop pytest before any test runs, so those run in process.
+
+The update's live peak and footprint are 16 KiB + 4 B on a 64x64 f32 array
+and 32 KiB + 4 B on 64x128: a 24 KiB limit lies between the two.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+UPDATES = textwrap.dedent(
+    """\
+    import jax.numpy as jnp
+
+
+    def update(u, f):
+        return u.at[0].add(f)
+
+
+    SMALL = jnp.zeros((64, 64), jnp.float32)
+    LARGE = jnp.zeros((64, 128), jnp.float32)
+    """
+)
+UPDATE_LINE = next(n for n, line in enumerate(UPDATES.splitlines(), 1) if "u.at[0].add(f)" in line)
+
+BASICS = textwrap.dedent(
+    """\
+    import pytest
+
+    import fieldmem
+    from updates import LARGE, SMALL, update
+
+
+    def test_in_place(fieldmem_check):
+        report = fieldmem_check(update, SMALL, 1.0)
+        assert report.results[0].verdict.in_place
+
+
+    def test_not_in_place(fieldmem_check):
+        fieldmem_check(update, SMALL, 1.0, donate="none")
+
+
+    @pytest.mark.fieldmem(max_live_peak="24KiB")
+    def test_marker_within(fieldmem_check):
+        fieldmem_check(update, SMALL, 1.0)
+
+
+    @pytest.mark.fieldmem(max_live_peak="24KiB")
+    def test_marker_over(fieldmem_check):
+        fieldmem_check(update, LARGE, 1.0)
+
+
+    @pytest.mark.fieldmem(in_place=False, max_peak="48KiB")
+    def test_marker_budget_only(fieldmem_check):
+        fieldmem_check(update, SMALL, 1.0, donate="none")
+
+
+    @pytest.mark.fieldmem(max_live_peak="24KiB")
+    def test_call_overrides_marker(fieldmem_check):
+        fieldmem_check(update, LARGE, 1.0, max_live_peak=None)
+
+
+    def test_api_without_the_plugin():
+        fieldmem.assert_in_place(update, SMALL, 1.0, donate="none")
+
+
+    @pytest.mark.fieldmem(max_live_peak="24KiB")
+    def test_marked_without_fixture():
+        pass
+
+
+    @pytest.mark.fieldmem(max_live_peek="24KiB")
+    def test_marker_typo(fieldmem_check):
+        pass
+
+
+    @pytest.mark.fieldmem(max_peak="lots")
+    def test_marker_bad_size(fieldmem_check):
+        pass
+    """
+)
+
+MODULE_MARKER = textwrap.dedent(
+    """\
+    import pytest
+
+    from updates import LARGE, update
+
+    pytestmark = pytest.mark.fieldmem(max_live_peak="24KiB")
+
+
+    def test_module_marker_over(fieldmem_check):
+        fieldmem_check(update, LARGE, 1.0)
+
+
+    def test_unchecked_helper():
+        assert True
+    """
+)
+
+# every size option at 24 KiB; each test switches off the budgets it is not about
+OPTIONS = textwrap.dedent(
+    """\
+    from updates import LARGE, SMALL, update
+
+
+    def test_peak_within(fieldmem_check):
+        fieldmem_check(update, SMALL, 1.0, max_live_peak=None)
+
+
+    def test_peak_over(fieldmem_check):
+        fieldmem_check(update, LARGE, 1.0, max_live_peak=None)
+
+
+    def test_live_within(fieldmem_check):
+        fieldmem_check(update, SMALL, 1.0, max_peak=None)
+
+
+    def test_live_over(fieldmem_check):
+        fieldmem_check(update, LARGE, 1.0, max_peak=None)
+
+
+    def test_min_bytes_below(fieldmem_check):
+        fieldmem_check(update, SMALL, 1.0, donate="none", max_peak=None, max_live_peak=None)
+
+
+    def test_min_bytes_above(fieldmem_check):
+        fieldmem_check(update, LARGE, 1.0, donate="none", max_peak=None, max_live_peak=None)
+    """
+)
+
+_OUTCOME = re.compile(r"^(\S+\.py::\S+) (PASSED|FAILED|ERROR)\b", re.MULTILINE)
+
+
+def outcomes(result: pytest.RunResult) -> dict[str, str]:
+    """``{test name: PASSED|FAILED|ERROR}`` from a ``-v`` run's output."""
+    found: dict[str, str] = {}
+    for nodeid, outcome in _OUTCOME.findall(result.stdout.str()):
+        name = nodeid.split("::")[-1]
+        # a test failing at setup is reported ERROR; keep the worst
+        if found.get(name) != "ERROR":
+            found[name] = outcome
+    return found
+
+
+def section(result: pytest.RunResult, test: str) -> str:
+    """The failure or error section pytest printed for ``test``."""
+    text = result.stdout.str()
+    match = re.search(rf"^_+ (?:ERROR at setup of )?{re.escape(test)} _+$", text, re.MULTILINE)
+    assert match, f"no section for {test}:\n{text}"
+    rest = text[match.end():]
+    end = re.search(r"^(?:_{3,} |={3,} )", rest, re.MULTILINE)
+    return rest[: end.start()] if end else rest
+
+
+_RUNS: dict[str, tuple[pytest.RunResult, Path]] = {}
+
+
+@pytest.fixture
+def basics_run(pytester: pytest.Pytester) -> tuple[pytest.RunResult, Path]:
+    """Run 1 (fixture, marker, API, --fieldmem-report), made once and read by several tests.
+
+    ``pytester`` is function-scoped, so the first test that needs the run
+    makes it in its own project folder; pytest keeps that folder for the
+    session, and the later tests read the same result and report.
+    """
+    if "basics" not in _RUNS:
+        pytester.makepyfile(updates=UPDATES, test_basics=BASICS, test_module_marker=MODULE_MARKER)
+        pytester.mkdir("out")
+        result = pytester.runpytest_subprocess("-v", "--strict-markers", "--fieldmem-report=out/report.json")
+        _RUNS["basics"] = (result, pytester.path)
+    return _RUNS["basics"]
+
+
+# ----------------------------------------------------------------------------
+# Run 1: fixture, marker, API
+
+
+@pytest.mark.compile
+def test_fixture_and_marker_outcomes(basics_run: tuple[pytest.RunResult, Path]) -> None:
+    result, _ = basics_run
+    assert outcomes(result) == {
+        "test_in_place": "PASSED",
+        "test_not_in_place": "FAILED",
+        "test_marker_within": "PASSED",
+        "test_marker_over": "FAILED",
+        "test_marker_budget_only": "PASSED",
+        "test_call_overrides_marker": "PASSED",
+        "test_api_without_the_plugin": "FAILED",
+        "test_marked_without_fixture": "ERROR",
+        "test_marker_typo": "ERROR",
+        "test_marker_bad_size": "ERROR",
+        "test_module_marker_over": "FAILED",
+        "test_unchecked_helper": "PASSED",
+    }, result.stdout.str()
+    # --strict-markers: the fieldmem marker is registered, the run is not a usage error
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.mark.compile
+def test_failure_shows_the_cli_verdict_and_source_line(basics_run: tuple[pytest.RunResult, Path]) -> None:
+    result, _ = basics_run
+    for test in ("test_not_in_place", "test_api_without_the_plugin"):
+        text = section(result, test)
+        assert "E       fieldmem.NotInPlaceError: updates:update: not in place" in text, text
+        assert f"u is not donated and is copied (16.0 KiB) at updates.py:{UPDATE_LINE}: donate it" in text
+        assert "✗ expect-in-place" in text
+        # the test's own line is shown, fieldmem's internals are not
+        assert ">       fieldmem" in text
+        assert "pytest_plugin.py" not in text and "fieldmem/api.py" not in text and "checker.py" not in text
+
+
+@pytest.mark.compile
+def test_budget_failures_name_the_budget(basics_run: tuple[pytest.RunResult, Path]) -> None:
+    result, _ = basics_run
+    for test in ("test_marker_over", "test_module_marker_over"):
+        text = section(result, test)
+        assert (
+            "fieldmem.NotInPlaceError: updates:update: max-live-peak: "
+            "donated live peak 32.0 KiB exceeds the budget 24.0 KiB"
+        ) in text, text
+        assert "✓ expect-in-place" in text
+
+
+@pytest.mark.compile
+def test_marker_mistakes_are_setup_errors(basics_run: tuple[pytest.RunResult, Path]) -> None:
+    result, _ = basics_run
+    typo = section(result, "test_marker_typo")
+    assert (
+        "fieldmem: error: @pytest.mark.fieldmem has no 'max_live_peek': use in_place, max_peak, max_live_peak"
+    ) in typo
+    assert "During handling" not in typo and "Traceback" not in typo
+    size = section(result, "test_marker_bad_size")
+    assert "fieldmem: error: @pytest.mark.fieldmem max_peak='lots' is not understood: write e.g. 64MiB" in size
+    unused = section(result, "test_marked_without_fixture")
+    assert "is marked @pytest.mark.fieldmem but does not use the fieldmem_check fixture" in unused
+
+
+@pytest.mark.compile
+def test_report_option_writes_every_fixture_check(basics_run: tuple[pytest.RunResult, Path]) -> None:
+    result, path = basics_run
+    document = json.loads((path / "out" / "report.json").read_text())
+    assert document["schema"] == "fieldmem.report/1"
+    targets = {r["target"]: r for r in document["results"]}
+    assert set(targets) == {
+        "test_basics.py::test_in_place::updates:update",
+        "test_basics.py::test_not_in_place::updates:update",
+        "test_basics.py::test_marker_within::updates:update",
+        "test_basics.py::test_marker_over::updates:update",
+        "test_basics.py::test_marker_budget_only::updates:update",
+        "test_basics.py::test_call_overrides_marker::updates:update",
+        "test_module_marker.py::test_module_marker_over::updates:update",
+    }
+    over = targets["test_basics.py::test_marker_over::updates:update"]
+    assert [(c["name"], c["passed"]) for c in over["checks"]] == [("expect-in-place", True), ("max-live-peak", False)]
+    assert targets["test_basics.py::test_marker_budget_only::updates:update"]["expect"] == "any"
+    result.stdout.fnmatch_lines([f"fieldmem: 7 fieldmem check(s) written to {path / 'out' / 'report.json'}"])
+
+
+# ----------------------------------------------------------------------------
+# Runs 2 and 3: every size option on the command line, then as its ini twin
+
+
+EXPECTED_OPTION_OUTCOMES = {
+    "test_peak_within": "PASSED",
+    "test_peak_over": "FAILED",
+    "test_live_within": "PASSED",
+    "test_live_over": "FAILED",
+    "test_min_bytes_below": "PASSED",
+    "test_min_bytes_above": "FAILED",
+}
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("where", ["command line", "ini"])
+def test_each_option_on_both_sides_of_its_limit(pytester: pytest.Pytester, where: str) -> None:
+    pytester.makepyfile(updates=UPDATES, test_options=OPTIONS)
+    settings = {"max_peak": "24KiB", "max_live_peak": "24KiB", "min_bytes": "24KiB", "report": "options.json"}
+    if where == "ini":
+        pytester.makeini("[pytest]\n" + "".join(f"fieldmem_{k} = {v}\n" for k, v in settings.items()))
+        result = pytester.runpytest_subprocess("-v")
+    else:
+        flags = [f"--fieldmem-{key.replace('_', '-')}={value}" for key, value in settings.items()]
+        result = pytester.runpytest_subprocess("-v", *flags)
+    assert outcomes(result) == EXPECTED_OPTION_OUTCOMES, result.stdout.str()
+    peak = section(result, "test_peak_over")
+    assert "updates:update: max-peak: donated footprint 32.0 KiB exceeds the budget 24.0 KiB" in peak
+    assert "max-live-peak" not in peak
+    live = section(result, "test_live_over")
+    assert "updates:update: max-live-peak: donated live peak 32.0 KiB exceeds the budget 24.0 KiB" in live
+    assert "max-peak" not in live
+    assert "updates:update: not in place" in section(result, "test_min_bytes_above")
+    document = json.loads((pytester.path / "options.json").read_text())
+    assert document["min_bytes"] == 24 * 1024
+    below = next(r for r in document["results"] if "test_min_bytes_below" in r["target"])
+    assert below["verdict"]["in_place"] and below["variants"]["donated"]["copies"]
+
+
+# ----------------------------------------------------------------------------
+# Run 4: a session that checks nothing
+
+
+@pytest.mark.compile
+def test_unused_plugin_imports_no_jax_and_a_lost_report_fails_the_run(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(
+        test_plain=textwrap.dedent(
+            """\
+            import shutil
+            import sys
+            from pathlib import Path
+
+
+            def test_a_plugin_loaded_without_jax():
+                assert "fieldmem.pytest_plugin" in sys.modules
+                assert "jax" not in sys.modules
+
+
+            def test_b_remove_the_report_folder():
+                shutil.rmtree(Path(__file__).parent / "gone")
+            """
+        )
+    )
+    pytester.mkdir("gone")
+    result = pytester.runpytest_subprocess("-v", "--fieldmem-report=gone/report.json")
+    assert outcomes(result) == {
+        "test_a_plugin_loaded_without_jax": "PASSED",
+        "test_b_remove_the_report_folder": "PASSED",
+    }
+    result.stdout.fnmatch_lines(["fieldmem: error: cannot write '*gone/report.json': No such file or directory"])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+# ----------------------------------------------------------------------------
+# In process: nothing here compiles or imports jax
+
+
+def test_marker_and_options_are_registered(pytester: pytest.Pytester) -> None:
+    markers = pytester.runpytest("--markers")
+    markers.stdout.fnmatch_lines(["@pytest.mark.fieldmem(in_place=True, max_peak=None, max_live_peak=None, *"])
+    help_text = pytester.runpytest("--help").stdout.str()
+    for flag, ini in [
+        ("--fieldmem-max-peak=SIZE", "fieldmem_max_peak"),
+        ("--fieldmem-max-live-peak=SIZE", "fieldmem_max_live_peak"),
+        ("--fieldmem-min-bytes=SIZE", "fieldmem_min_bytes"),
+        ("--fieldmem-report=PATH", "fieldmem_report"),
+    ]:
+        assert flag in help_text and f"{ini} (string)" in help_text
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        pytest.param("max-peak", "lots", "'lots' is not understood: write e.g. 64MiB", id="max-peak"),
+        pytest.param(
+            "max-live-peak", "-1MiB", "'-1MiB' is not understood (a size is 0 or more bytes)", id="max-live-peak"
+        ),
+        pytest.param("min-bytes", "1 parsec", "'1 parsec' is not understood", id="min-bytes"),
+        pytest.param(
+            "report", "missing/report.json", "'missing/report.json': the folder '*missing' does not exist", id="report"
+        ),
+    ],
+)
+@pytest.mark.parametrize("where", ["command line", "ini"])
+def test_bad_option_values_are_usage_errors(
+    pytester: pytest.Pytester, option: str, value: str, message: str, where: str
+) -> None:
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    if where == "ini":
+        ini = f"fieldmem_{option.replace('-', '_')}"
+        pytester.makeini(f"[pytest]\n{ini} = {value}\n")
+        result = pytester.runpytest()
+        label = f"ini {ini}"
+    else:
+        result = pytester.runpytest(f"--fieldmem-{option}={value}")
+        label = f"--fieldmem-{option}"
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: fieldmem: error: {label} {message}*"])
+
+
+def test_report_option_must_name_a_file(pytester: pytest.Pytester) -> None:
+    pytester.mkdir("reports")
+    result = pytester.runpytest("--fieldmem-report=reports")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: fieldmem: error: --fieldmem-report 'reports' is a folder: name a file, *"])
+
+
+def test_report_option_refuses_xdist_workers(pytester: pytest.Pytester) -> None:
+    # pytest-xdist is not installed here: its --numprocesses (-n) option is declared with xdist's dest
+    pytester.makeconftest(
+        "def pytest_addoption(parser):\n"
+        "    parser.addoption('--numprocesses', dest='numprocesses', default=None)\n"
+    )
+    result = pytester.runpytest("--numprocesses=2", "--fieldmem-report=report.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        ["ERROR: fieldmem: error: --fieldmem-report cannot collect the checks of pytest-xdist workers*"]
+    )
+
+
+def test_ini_report_path_is_relative_to_the_ini_file(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makeini("[pytest]\nfieldmem_report = missing/report.json\n")
+    monkeypatch.chdir(pytester.mkdir("sub"))
+    result = pytester.runpytest()
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    folder = pytester.path / "missing"
+    result.stderr.fnmatch_lines(
+        [f"ERROR: fieldmem: error: ini fieldmem_report 'missing/report.json': the folder '{folder}' does not exist"]
+    )
+    # on the command line, the same path is relative to where pytest runs
+    result = pytester.runpytest("--fieldmem-report=missing/report.json")
+    result.stderr.fnmatch_lines([f"*the folder '{pytester.path / 'sub' / 'missing'}' does not exist"])
