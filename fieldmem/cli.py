@@ -12,12 +12,15 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from fieldmem import __version__
 from fieldmem.errors import FieldmemError, OptionError
+
+if TYPE_CHECKING:
+    from fieldmem.report import Report
 
 app = typer.Typer(
     name="fieldmem",
@@ -65,25 +68,25 @@ def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
     return progress
 
 
-def _check_writable(output: Path) -> None:
-    """Fail before compiling anything when ``-o FILE`` cannot be written."""
+def _check_writable(output: Path, option: str = "--output") -> None:
+    """Fail before compiling anything when ``option FILE`` cannot be written."""
     folder = output.parent if str(output.parent) else Path(".")
     if output.is_dir():
-        raise OptionError(f"--output {str(output)!r} is a folder: name a file, e.g. {str(output / 'report.json')!r}")
+        raise OptionError(f"{option} {str(output)!r} is a folder: name a file, e.g. {str(output / 'report.json')!r}")
     if not folder.is_dir():
-        raise OptionError(f"--output {str(output)!r}: the folder {str(folder)!r} does not exist")
+        raise OptionError(f"{option} {str(output)!r}: the folder {str(folder)!r} does not exist")
 
 
 @app.command()
 def check(
     targets: Annotated[
-        list[str],
+        Optional[list[str]],
         typer.Argument(
             help="pkg.module:fn, path/to/file.py:fn, module:obj.attr, or a module/file alone "
-            "(every fieldmem.case registered in it).",
+            "(every fieldmem.case registered in it). Default: the targets of [tool.fieldmem] in pyproject.toml.",
             show_default=False,
         ),
-    ],
+    ] = None,
     args: Annotated[
         Optional[str],
         typer.Option("--args", help="MODULE:FACTORY returning the positional args tuple, or (args, kwargs)."),
@@ -113,30 +116,81 @@ def check(
         typer.Option("--max-peak", help="Budget for the donated footprint, e.g. 64MiB; exceeding it exits 1."),
     ] = None,
     min_bytes: Annotated[
-        str,
-        typer.Option("--min-bytes", help="Copies and findings smaller than this stay in JSON but out of the verdict and table."),
-    ] = "1KiB",
+        Optional[str],
+        typer.Option(
+            "--min-bytes",
+            help="Copies and findings smaller than this stay in JSON but out of the verdict, table and "
+            "baseline gate (default 1KiB).",
+        ),
+    ] = None,
     output_format: Annotated[
-        str, typer.Option("--format", "-f", help="table | json")
-    ] = "table",
+        Optional[str], typer.Option("--format", "-f", help="table (default) | json | github | markdown | html")
+    ] = None,
     output: Annotated[
         Optional[Path],
         typer.Option("--output", "-o", help="Write the report in --format to this file (the table still goes to stdout)."),
     ] = None,
+    html_output: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--html",
+            help="Also write a self-contained HTML page (memory timelines, buffers live at the peak) to this file.",
+        ),
+    ] = None,
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Per target: every figure, alias, unusable donation, copy and finding.")
+    ] = False,
+    suggest: Annotated[
+        bool,
+        typer.Option(
+            "--suggest",
+            help="Also find the donation that saves the most and verify it with one more compile per target.",
+        ),
     ] = False,
     jobs: Annotated[
         Optional[int],
         typer.Option("--jobs", "-j", help="Compile the two variants concurrently when > 1 (default: half the CPU cores)."),
     ] = None,
+    baseline: Annotated[
+        Optional[Path],
+        typer.Option("--baseline", help="Compare with this baseline file; any regression exits 1."),
+    ] = None,
+    no_baseline: Annotated[
+        bool, typer.Option("--no-baseline", help="Do not compare with the baseline named in [tool.fieldmem].")
+    ] = False,
+    save_baseline: Annotated[
+        Optional[Path],
+        typer.Option(
+            "--save-baseline",
+            help="Record this run in this baseline file, after the whole run and only when it passed "
+            "(entries of other targets and backends are kept).",
+        ),
+    ] = None,
+    prune_baseline: Annotated[
+        bool,
+        typer.Option(
+            "--prune-baseline",
+            help="With --save-baseline: drop entries of this backend whose target this run did not check.",
+        ),
+    ] = False,
+    tolerance: Annotated[
+        Optional[str],
+        typer.Option("--tolerance", help="Growth allowed against the baseline: 2%, 1MiB, 5%+1MiB, peak:5%,temp:1MiB."),
+    ] = None,
+    config: Annotated[
+        Optional[Path],
+        typer.Option("--config", help="The pyproject.toml whose [tool.fieldmem] to use (default: found upward)."),
+    ] = None,
 ) -> None:
     """Compile each target with and without donation and report whether it is in place."""
+    from fieldmem.baseline import compare_to_baseline, load_baseline
     from fieldmem.checker import CheckOptions, check as run_check
+    from fieldmem.config import load_config
     from fieldmem.registry import EXPECTATIONS
     from fieldmem.render import RenderOptions, get_renderer
     from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes, parse_shapes
     from fieldmem.target import TargetOptions
+    from fieldmem.tolerance import Tolerances
 
     try:
         if expect is not None and expect not in EXPECTATIONS:
@@ -145,10 +199,25 @@ def check(
             raise OptionError("--args and --shapes both give example arguments: use one of them")
         if jobs is not None and jobs < 1:
             raise OptionError(f"--jobs {jobs} must be at least 1")
-        renderer = get_renderer(output_format)
+        if baseline is not None and no_baseline:
+            raise OptionError("--baseline and --no-baseline contradict each other: use one of them")
+        if prune_baseline and save_baseline is None:
+            raise OptionError("--prune-baseline only applies with --save-baseline PATH")
+        settings = load_config(config)
+        specs = list(targets or settings.all_targets)
+        if not specs:
+            raise OptionError(
+                "no targets: name them (fieldmem check pkg.model:update) or list them in pyproject.toml "
+                "under [tool.fieldmem] as targets = [\"pkg.model:update\"]"
+            )
+        renderer = get_renderer(output_format or settings.format or "table")
         if output is not None:
             _check_writable(output)
-        target_options = TargetOptions(
+        if html_output is not None:
+            _check_writable(html_output, "--html")
+        if save_baseline is not None:
+            _check_writable(save_baseline, "--save-baseline")
+        command_line = TargetOptions(
             args=args,
             shapes=parse_shapes(shapes) if shapes is not None else None,
             donate=DonateSpec.parse(donate) if donate is not None else None,
@@ -156,14 +225,29 @@ def check(
             expect=expect,
             max_peak=parse_bytes(max_peak, "--max-peak") if max_peak is not None else None,
         )
+        run_options, per_target = settings.target_options(command_line, specs)
         options = CheckOptions(
-            min_bytes=parse_bytes(min_bytes, "--min-bytes"),
-            jobs=jobs if jobs is not None else max(1, (os.cpu_count() or 2) // 2),
+            min_bytes=parse_bytes(min_bytes, "--min-bytes") if min_bytes is not None else (
+                settings.min_bytes if settings.min_bytes is not None else 1024
+            ),
+            jobs=jobs or settings.jobs or max(1, (os.cpu_count() or 2) // 2),
+            suggest=suggest,
         )
+        tolerances = Tolerances.parse(tolerance) if tolerance is not None else (settings.tolerance or Tolerances())
+        # the baseline is read before anything compiles; the config's one may not exist yet
+        # when this very run is the one that creates it
+        baseline_path = None if no_baseline else (baseline or settings.baseline)
+        gate = None
+        if baseline_path is not None and (
+            baseline is not None or save_baseline is None or Path(baseline_path).exists()
+        ):
+            gate = load_baseline(baseline_path)
     except FieldmemError as exc:
         raise _fail(exc.message) from None
 
-    report = run_check(targets, target_options, options, progress=_progress_printer(sys.stderr.isatty()))
+    report = run_check(specs, run_options, options, progress=_progress_printer(sys.stderr.isatty()), per_target=per_target)
+    if gate is not None:
+        report = compare_to_baseline(report, gate, tolerances)
 
     for result in report.results:
         if result.status == "error" and result.error is not None:
@@ -175,17 +259,100 @@ def check(
     render_options = RenderOptions(
         verbose=verbose, min_bytes=options.min_bytes, width=max(width, 80), color=sys.stdout.isatty()
     )
+    file_options = RenderOptions(verbose=verbose, min_bytes=options.min_bytes)
     if output is not None:
-        from fieldmem.files import write_atomic
-
-        try:
-            write_atomic(output, renderer.render(report, RenderOptions(verbose=verbose, min_bytes=options.min_bytes)))
-        except OSError as exc:
-            raise _fail(f"cannot write {str(output)!r}: {exc.strerror or exc}") from None
-        typer.echo(get_renderer("table").render(report, render_options), nl=False)
-    else:
-        typer.echo(renderer.render(report, render_options), nl=False)
+        _write(output, renderer.render(report, file_options))
+        renderer = get_renderer("table")
+    if html_output is not None:
+        _write(html_output, get_renderer("html").render(report, file_options))
+    typer.echo(renderer.render(report, render_options), nl=False)
+    if save_baseline is not None:
+        _save(save_baseline, report, prune_baseline)
     raise typer.Exit(report.exit_code)
+
+
+def _write(path: Path, text: str) -> None:
+    from fieldmem.files import write_atomic
+
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise _fail(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+
+
+@app.command()
+def compare(
+    reports: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Two or more JSON reports (fieldmem check -f json -o FILE); the first is the reference.",
+            show_default=False,
+        ),
+    ],
+    tolerance: Annotated[
+        Optional[str],
+        typer.Option("--tolerance", help="Change allowed before a figure differs: 2%, 1MiB, peak:5%,temp:1MiB. Default: exact."),
+    ] = None,
+    fail_on_diff: Annotated[
+        bool, typer.Option("--fail-on-diff", help="Exit 1 when any significant difference is found.")
+    ] = False,
+    min_bytes: Annotated[
+        Optional[str],
+        typer.Option("--min-bytes", help="Copies smaller than this are not compared (default: the reports' own)."),
+    ] = None,
+    output_format: Annotated[
+        Optional[str], typer.Option("--format", "-f", help="table (default) | json | markdown")
+    ] = None,
+    output: Annotated[
+        Optional[Path],
+        typer.Option("--output", "-o", help="Write the comparison in --format to this file (the table still goes to stdout)."),
+    ] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also list aliases and copies per report.")] = False,
+) -> None:
+    """Show saved reports side by side per target (cpu vs gpu, jax 0.10 vs 0.11, main vs branch)."""
+    from fieldmem.compare import compare_files
+    from fieldmem.render import RenderOptions
+    from fieldmem.render.compare import get_compare_renderer
+    from fieldmem.spec import parse_bytes
+    from fieldmem.tolerance import Tolerances
+
+    try:
+        renderer = get_compare_renderer(output_format or "table")
+        if output is not None:
+            _check_writable(output)
+        comparison = compare_files(
+            reports,
+            Tolerances.parse(tolerance) if tolerance is not None else None,
+            parse_bytes(min_bytes, "--min-bytes") if min_bytes is not None else None,
+        )
+    except FieldmemError as exc:
+        raise _fail(exc.message) from None
+    width = shutil.get_terminal_size((120, 24)).columns
+    if output is not None:
+        _write(output, renderer.render(comparison, RenderOptions(verbose=verbose, min_bytes=comparison.min_bytes)))
+        renderer = get_compare_renderer("table")
+    options = RenderOptions(verbose=verbose, min_bytes=comparison.min_bytes, width=max(width, 80), color=sys.stdout.isatty())
+    typer.echo(renderer.render(comparison, options), nl=False)
+    raise typer.Exit(comparison.exit_code(fail_on_diff))
+
+
+def _save(path: Path, report: "Report", prune: bool) -> None:
+    """Write the baseline after the whole run, or say on stderr why it was not written.
+
+    A refused save keeps the run's own exit code (1 for a failed check or a
+    regression, 2 for a target that errored); a write that fails after a
+    passing run exits 2. The file on disk is never touched in either case.
+    """
+    from fieldmem.baseline import BaselineError, save_baseline
+    from fieldmem.render.baseline import render_saved
+
+    try:
+        saved = save_baseline(path, report, prune=prune)
+    except BaselineError as exc:
+        code = report.exit_code
+        typer.echo(f"fieldmem: {'error: ' if code != 1 else ''}{exc.message}", err=True)
+        raise typer.Exit(code or 2) from None
+    typer.echo(render_saved(saved), err=True, nl=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -214,4 +381,6 @@ def main(argv: list[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         typer.echo("fieldmem: interrupted", err=True)
         return 130
+    if result == 130:  # typer turns Ctrl-C into a returned 130; fieldmem itself never exits 130
+        typer.echo("fieldmem: interrupted", err=True)
     return result if isinstance(result, int) else 0

@@ -174,6 +174,34 @@ def test_output_file_in_a_missing_folder(in_assets: Path, tmp_path: Path) -> Non
     assert result.stdout == ""
 
 
+def test_html_page_next_to_the_table(in_assets: Path, tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    result = invoke(GOOD, "models:cast", "--html", str(page))
+    assert result.exit_code == 0, result.output
+    assert "models:step" in result.stdout and "models:cast" in result.stdout  # the table still prints
+    html = page.read_text(encoding="utf-8")
+    assert html.startswith("<!DOCTYPE html>") and "models:step" in html and "models:cast" in html
+    assert "http://" not in html and "https://" not in html  # self-contained: nothing fetched
+
+
+def test_html_in_a_missing_folder_stops_before_compiling(in_assets: Path, tmp_path: Path) -> None:
+    result = invoke(GOOD, "--html", str(tmp_path / "nope" / "report.html"))
+    assert_user_error(result, "--html", "does not exist")
+    assert result.stdout == ""
+
+
+def test_suggest_names_the_arguments_to_donate(in_assets: Path) -> None:
+    plain = invoke("models:cast")
+    assert "suggest:" not in plain.stdout
+    result = invoke("models:step", "--suggest", "--donate", "none", "--min-bytes", "0")
+    assert result.exit_code == 1, result.output  # expect="in-place" fails without donation
+    assert "suggest: donate u" in result.stdout and "donate_argnums=(0,)" in result.stdout
+    document = check_json("models:step", "--suggest", "--donate", "none", code=1)["models:step"]
+    suggestion = document["suggestion"]
+    assert suggestion["code"] is not None and "donate_argnums=(0,)" in suggestion["code"]
+    assert suggestion["compiles"] >= 1
+
+
 def test_jobs_give_the_same_result(in_assets: Path) -> None:
     one = check_json(GOOD, "--jobs", "1")[GOOD]
     two = check_json(GOOD, "--jobs", "2")[GOOD]
@@ -395,12 +423,11 @@ def test_main_returns_the_exit_code(in_assets: Path) -> None:
 @pytest.mark.parametrize(
     "argv, fragment",
     [
-        (["check"], "Missing argument"),
         (["check", "x.py:f", "--bogus"], "No such option: --bogus"),
         (["check", "x.py:f", "--jobs", "many"], "--jobs"),
         (["chek", "x.py:f"], "No such command"),
     ],
-    ids=["missing-target", "unknown-option", "bad-int", "unknown-command"],
+    ids=["unknown-option", "bad-int", "unknown-command"],
 )
 def test_usage_errors_are_one_line_with_exit_2(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
     from fieldmem.cli import main
@@ -411,3 +438,130 @@ def test_usage_errors_are_one_line_with_exit_2(argv: list[str], fragment: str, c
     assert len(lines) == 1, err
     assert lines[0].startswith("fieldmem: error:") and fragment in lines[0], err
     assert "Traceback" not in err
+
+
+# ---- [tool.fieldmem], baselines and tolerances --------------------------------
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty project folder (a git checkout, so no config above it is found) as the current directory."""
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def write_config(folder: Path, text: str) -> Path:
+    path = folder / "pyproject.toml"
+    path.write_text("[tool.fieldmem]\n" + text)
+    return path
+
+
+def test_no_targets_and_no_config(project: Path) -> None:
+    (line,) = assert_user_error(invoke(), "no targets: name them (fieldmem check pkg.model:update)")
+    assert "[tool.fieldmem]" in line
+
+
+def test_a_bare_check_runs_the_config(project: Path, assets: Path) -> None:
+    write_config(project, f"""
+targets = ["{assets}/models.py:step"]
+min-bytes = 0
+format = "json"
+expect = "any"
+
+[[tool.fieldmem.target]]
+target = "{assets}/models.py:scale"
+args = "{assets}/models.py:make_scale_args"
+donate = "none"
+""")
+    result = invoke()
+    assert result.exit_code == 0, result.output
+    results = results_by_target(result)
+    step, scale = results[f"{assets}/models.py:step"], results[f"{assets}/models.py:scale"]
+    assert step["expect"] == "any"  # the config beats the case's expect="in-place"
+    assert scale["donate"] == "none" and scale["status"] == "ok"  # its own table
+    assert document_min_bytes(result) == 0
+
+
+def document_min_bytes(result: Any) -> int:
+    return json.loads(result.stdout)["min_bytes"]
+
+
+def test_the_command_line_overrides_the_config(project: Path, assets: Path) -> None:
+    write_config(project, f'targets = ["{assets}/models.py:cast"]\nformat = "json"\nexpect = "in-place"\n')
+    assert invoke().exit_code == 1  # cast is not in place
+    result = invoke("--expect", "any", "--format", "table")
+    assert result.exit_code == 0, result.output
+    assert not result.stdout.lstrip().startswith("{")
+    named = invoke(f"{assets}/models.py:step", "--format", "json")  # targets given: the config's are not run
+    assert list(results_by_target(named)) == [f"{assets}/models.py:step"]
+
+
+def test_config_mistakes_stop_before_compiling(project: Path) -> None:
+    write_config(project, 'targets = ["models:step"]\nmax_peak = "1MiB"\n')
+    result = invoke()
+    (line,) = assert_user_error(result, "pyproject.toml: [tool.fieldmem] has an unknown key 'max_peak': "
+                                "did you mean 'max-peak'?")
+    assert result.stdout == ""
+
+
+def test_a_named_config(in_assets: Path, tmp_path: Path) -> None:
+    config = write_config(tmp_path, f'targets = ["{GOOD}"]\nformat = "json"\nmin-bytes = 0\n')
+    result = invoke("--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert list(results_by_target(result)) == [GOOD]
+    assert_user_error(invoke("--config", str(tmp_path / "nope.toml")), "does not exist: name a pyproject.toml")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--tolerance", "peek:5%"], "--tolerance 'peek:5%': 'peek' is not a figure: did you mean 'peak'?"),
+        (["--baseline", "missing.json"], "baseline 'missing.json' does not exist: create it with"),
+        (["--baseline", "x.json", "--no-baseline"], "--baseline and --no-baseline contradict each other"),
+        (["--prune-baseline"], "--prune-baseline only applies with --save-baseline PATH"),
+        (["--save-baseline", "nope/b.json"], "--save-baseline 'nope/b.json': the folder 'nope' does not exist"),
+    ],
+)
+def test_baseline_option_mistakes_stop_before_compiling(project: Path, options: list[str], message: str) -> None:
+    result = invoke("models.py:step", *options)
+    (line,) = assert_user_error(result, message)
+    assert result.stdout == ""
+
+
+def test_save_then_compare(in_assets: Path, tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    saved = invoke(GOOD, "--min-bytes", "0", "--save-baseline", str(path))
+    assert saved.exit_code == 0, saved.output
+    assert saved.stderr == f"fieldmem: saved the baseline {path}: 1 target recorded\n"
+    same = invoke(GOOD, "--min-bytes", "0", "--baseline", str(path))
+    assert same.exit_code == 0, same.output
+    assert f"baseline {path} (tolerance exact): 0 regressions, 0 improvements" in same.stdout
+    # no donation: every figure grows, aliases are lost, the verdict turns; all listed, exit 1 once
+    worse = invoke(GOOD, "--min-bytes", "0", "--baseline", str(path), "--donate", "none", "--expect", "any",
+                   "-f", "json")
+    assert worse.exit_code == 1, worse.output
+    comparison = json.loads(worse.stdout)["baseline"]
+    kinds = [r["kind"] for r in comparison["regressions"]]
+    assert {"figure", "copy", "alias", "verdict"} <= set(kinds), kinds
+    assert comparison["tolerance"] == "exact" and comparison["path"] == str(path)
+    loose = invoke(GOOD, "--min-bytes", "0", "--baseline", str(path), "--tolerance", "1000%", "-f", "json")
+    assert loose.exit_code == 0, loose.output
+
+
+def test_a_failed_check_is_not_saved(in_assets: Path, tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    result = invoke("models:cast", "--expect", "in-place", "--save-baseline", str(path))
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(f"fieldmem: not saving the baseline {str(path)!r}: the run failed")
+    assert not path.exists()
+
+
+def test_the_config_baseline_is_created_by_the_first_save(project: Path, assets: Path) -> None:
+    write_config(project, f'targets = ["{assets}/models.py:step"]\nbaseline = "b.json"\nmin-bytes = 0\n')
+    assert_user_error(invoke(), "baseline 'b.json' does not exist")
+    assert invoke("--save-baseline", "b.json").exit_code == 0
+    compared = invoke()
+    assert compared.exit_code == 0, compared.output
+    assert "baseline b.json (tolerance exact): 0 regressions" in compared.stdout
+    assert "baseline" not in invoke("--no-baseline").stdout.split("\n", 1)[1]
