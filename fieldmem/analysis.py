@@ -553,7 +553,26 @@ def savings(plain: Variant, donated: Variant) -> dict[str, int | None]:
     return result
 
 
-def _checks(expect: str, max_peak: int | None, verdict: Verdict, donated: Variant) -> tuple[Check, ...]:
+def _budget(name: str, figure: str, words: str, limit: int, memory: MemoryFigures) -> Check:
+    """A budget on one of the donated variant's figures; an unavailable figure fails it, never passes as 0."""
+    value = getattr(memory, figure)
+    if value is None:
+        reason = memory.unavailable.get(figure, "not given by this backend")
+        return Check(name, False, f"the {words} is unavailable ({reason}), so the budget cannot be checked", limit=limit)
+    passed = value <= limit
+    relation = "within" if passed else "exceeds"
+    return Check(
+        name=name,
+        passed=passed,
+        message=f"donated {words} {format_bytes(value)} {relation} the budget {format_bytes(limit)}",
+        limit=limit,
+        value=value,
+    )
+
+
+def _checks(
+    expect: str, max_peak: int | None, max_live_peak: int | None, verdict: Verdict, donated: Variant
+) -> tuple[Check, ...]:
     checks = []
     if expect == "in-place":
         checks.append(
@@ -566,23 +585,9 @@ def _checks(expect: str, max_peak: int | None, verdict: Verdict, donated: Varian
             )
         )
     if max_peak is not None:
-        value = donated.memory.footprint_bytes
-        if value is None:
-            checks.append(
-                Check("max-peak", False, "the footprint is unavailable on this backend, so the budget cannot be checked", limit=max_peak)
-            )
-        else:
-            passed = value <= max_peak
-            relation = "within" if passed else "exceeds"
-            checks.append(
-                Check(
-                    name="max-peak",
-                    passed=passed,
-                    message=f"donated footprint {format_bytes(value)} {relation} the budget {format_bytes(max_peak)}",
-                    limit=max_peak,
-                    value=value,
-                )
-            )
+        checks.append(_budget("max-peak", "footprint_bytes", "footprint", max_peak, donated.memory))
+    if max_live_peak is not None:
+        checks.append(_budget("max-live-peak", "live_peak_bytes", "live peak", max_live_peak, donated.memory))
     return tuple(checks)
 
 
@@ -597,6 +602,7 @@ def analyze_target(
     plain: CompiledVariant,
     donated: CompiledVariant,
     min_bytes: int,
+    max_live_peak: int | None = None,
 ) -> TargetResult:
     """The full result for one target from its two compiles."""
     plain_variant, _ = analyze_variant(plain, definition)
@@ -628,5 +634,5 @@ def analyze_target(
         variants={"plain": plain_variant, "donated": donated_variant},
         verdict=verdict,
         savings=savings(plain_variant, donated_variant),
-        checks=_checks(expect, max_peak, verdict, donated_variant),
+        checks=_checks(expect, max_peak, max_live_peak, verdict, donated_variant),
     )

@@ -4,8 +4,7 @@
 hold the function and its arguments. This module wraps them in a
 :class:`~fieldmem.target.Target` and runs the same checker
 (:func:`fieldmem.checker.check_targets`), so a verdict here is the verdict the
-CLI gives. It computes nothing of its own except the ``max-live-peak`` budget,
-which the analysis does not evaluate (it only knows ``max-peak``).
+CLI gives. It computes nothing of its own.
 
 It never prints. jax is imported only when a check runs (through the checker),
 so ``import fieldmem`` stays free of jax.
@@ -13,14 +12,13 @@ so ``import fieldmem`` stays free of jax.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 from typing import Any, Callable, Sequence
 
 from fieldmem import __version__
 from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.report import Check, DeviceInfo, Report, TargetResult
-from fieldmem.spec import DonateSpec, StaticSpec, format_bytes, parse_bytes
+from fieldmem.report import DeviceInfo, Report
+from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes
 
 __all__ = ["NotInPlaceError", "assert_in_place", "check_function", "combine_reports", "failure_message"]
 
@@ -70,31 +68,6 @@ def _function_name(fn: Callable[..., Any]) -> str:
 
 def _size(value: int | str | None, option: str) -> int | None:
     return None if value is None else parse_bytes(value, option)
-
-
-def _live_peak_check(result: TargetResult, limit: int) -> Check:
-    """The ``max-live-peak`` budget on the donated variant's ``live_peak_bytes``.
-
-    Worded like the analysis's ``max-peak`` check; an unavailable live peak
-    fails the budget with the report's own reason, never passes it as 0.
-    """
-    memory = result.variants["donated"].memory
-    value = memory.live_peak_bytes
-    if value is None:
-        reason = memory.unavailable.get("live_peak_bytes", "not computed")
-        return Check(
-            "max-live-peak", False, f"the live peak is unavailable ({reason}), so the budget cannot be checked",
-            limit=limit,
-        )
-    passed = value <= limit
-    relation = "within" if passed else "exceeds"
-    return Check(
-        name="max-live-peak",
-        passed=passed,
-        message=f"donated live peak {format_bytes(value)} {relation} the budget {format_bytes(limit)}",
-        limit=limit,
-        value=value,
-    )
 
 
 def _error_class(kind: str) -> type[FieldmemError]:
@@ -164,7 +137,6 @@ def check_function(
         raise OptionError(f"expect={expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
     if not callable(fn):
         raise OptionError(f"{type(fn).__name__} is not callable: pass the update function first, then its arguments")
-    live_limit = _size(max_live_peak, "max_live_peak=")
     display = name or _function_name(fn)
     call_args, call_kwargs = tuple(args), dict(kwargs)
     target = Target(
@@ -179,6 +151,7 @@ def check_function(
         static=StaticSpec.parse(static, "static="),
         expect=expect,
         max_peak=_size(max_peak, "max_peak="),
+        max_live_peak=_size(max_live_peak, "max_live_peak="),
         definition=definition_of(fn),
     )
     report = check_targets([target], CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes=")))
@@ -188,9 +161,6 @@ def check_function(
         raise _error_class(error.kind if error else "error")(
             f"{display}: {error.message if error else 'could not be checked'}"
         )
-    if live_limit is not None:
-        result = dataclasses.replace(result, checks=result.checks + (_live_peak_check(result, live_limit),))
-        report = dataclasses.replace(report, results=(result,))
     return report
 
 

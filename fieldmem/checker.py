@@ -66,6 +66,7 @@ def _check_one(target: Target, options: CheckOptions) -> TargetResult:
             ),
             expect=target.expect,
             max_peak=target.max_peak,
+            max_live_peak=target.max_live_peak,
             plain=plain,
             donated=donated,
             min_bytes=options.min_bytes,

@@ -115,6 +115,12 @@ def check(
         Optional[str],
         typer.Option("--max-peak", help="Budget for the donated footprint, e.g. 64MiB; exceeding it exits 1."),
     ] = None,
+    max_live_peak: Annotated[
+        Optional[str],
+        typer.Option(
+            "--max-live-peak", help="Budget for the donated live peak (distinct buffers live at once); exceeding it exits 1."
+        ),
+    ] = None,
     min_bytes: Annotated[
         Optional[str],
         typer.Option(
@@ -224,6 +230,7 @@ def check(
             static=StaticSpec.parse(static) if static is not None else None,
             expect=expect,
             max_peak=parse_bytes(max_peak, "--max-peak") if max_peak is not None else None,
+            max_live_peak=parse_bytes(max_live_peak, "--max-live-peak") if max_live_peak is not None else None,
         )
         run_options, per_target = settings.target_options(command_line, specs)
         options = CheckOptions(

@@ -44,6 +44,7 @@ KEYS: dict[str, str] = {
     "static": "argument numbers or names",
     "expect": f"one of {', '.join(repr(e) for e in EXPECTATIONS)}",
     "max-peak": "a size, e.g. \"64MiB\"",
+    "max-live-peak": "a size, e.g. \"64MiB\"",
     "min-bytes": "a size, e.g. \"1KiB\"",
     "tolerance": "e.g. \"2%\" or \"peak:5%,temp:1MiB\"",
     "baseline": "a file path, e.g. \"fieldmem-baseline.json\"",
@@ -51,7 +52,7 @@ KEYS: dict[str, str] = {
     "jobs": "a whole number, at least 1",
     "target": "[[tool.fieldmem.target]] tables, each with target = \"pkg.model:update\"",
 }
-TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak")
+TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak", "max-live-peak")
 
 
 class ConfigError(FieldmemError):
@@ -261,6 +262,7 @@ def _target_options(table: _Table, root: Path) -> TargetOptions:
         static=table.parsed("static", StaticSpec.parse, str, int, list),
         expect=expect,
         max_peak=table.parsed("max-peak", parse_bytes, str, int),
+        max_live_peak=table.parsed("max-live-peak", parse_bytes, str, int),
     )
 
 

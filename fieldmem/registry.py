@@ -37,6 +37,7 @@ class Case:
     expect: str | None
     max_peak: int | None
     module: str
+    max_live_peak: int | None = None
 
 
 def _check_expect(expect: str | None) -> str | None:
@@ -54,6 +55,7 @@ def case(
     static: "str | int | tuple | list | None" = None,
     expect: str | None = None,
     max_peak: "str | int | None" = None,
+    max_live_peak: "str | int | None" = None,
 ) -> Any:
     """Register ``function`` to be checked by ``fieldmem check <this module>``.
 
@@ -69,6 +71,8 @@ def case(
         expect: ``"in-place"`` to fail the check when the donated variant is
             not in place; ``"any"`` (default) only reports.
         max_peak: a budget such as ``"64MiB"`` for the donated footprint.
+        max_live_peak: a budget for the donated live peak (distinct buffers
+            live at once, see docs/peaks.md).
 
     Returns:
         ``function`` unchanged, so ``case`` also works as a decorator::
@@ -89,6 +93,7 @@ def case(
         static=StaticSpec.parse(static, "static="),
         expect=_check_expect(expect),
         max_peak=parse_bytes(max_peak, "max_peak=") if max_peak is not None else None,
+        max_live_peak=parse_bytes(max_live_peak, "max_live_peak=") if max_live_peak is not None else None,
         module=module,
     )
     if args is not None and not callable(args):

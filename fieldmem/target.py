@@ -52,6 +52,7 @@ class TargetOptions:
     static: StaticSpec | None = None
     expect: str | None = None
     max_peak: int | None = None
+    max_live_peak: int | None = None
 
     def overridden_by(self, other: "TargetOptions") -> "TargetOptions":
         """These options with every setting ``other`` gives put in their place.
@@ -68,6 +69,7 @@ class TargetOptions:
             static=other.static if other.static is not None else self.static,
             expect=other.expect if other.expect is not None else self.expect,
             max_peak=other.max_peak if other.max_peak is not None else self.max_peak,
+            max_live_peak=other.max_live_peak if other.max_live_peak is not None else self.max_live_peak,
         )
 
 
@@ -86,6 +88,7 @@ class Target:
     expect: str
     max_peak: int | None
     definition: str | None  # file.py:LINE of the function's def
+    max_live_peak: int | None = None
 
     def example_arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Call the args factory and check what it returns: ``args`` or ``(args, kwargs)``."""
@@ -290,6 +293,7 @@ def _from_case(spec: str, case: Case, options: TargetOptions, module_name: str) 
         static=options.static or case.static,
         expect=options.expect or case.expect or "any",
         max_peak=options.max_peak if options.max_peak is not None else case.max_peak,
+        max_live_peak=options.max_live_peak if options.max_live_peak is not None else case.max_live_peak,
         definition=definition_of(case.function),
     )
 

@@ -245,6 +245,17 @@ def test_max_peak_on_both_sides_of_the_limit(in_assets: Path) -> None:
         assert (check["passed"], check["limit"], check["value"]) == (code == 0, budget, footprint)
 
 
+def test_max_live_peak_on_both_sides_of_the_limit(in_assets: Path) -> None:
+    live_peak = check_json(GOOD)[GOOD]["variants"]["donated"]["memory"]["live_peak_bytes"]
+    assert isinstance(live_peak, int) and live_peak > 0
+    for budget, code in [(live_peak - 1, 1), (live_peak, 0)]:
+        result = check_json(GOOD, "--max-live-peak", str(budget), code=code)[GOOD]
+        (check,) = [c for c in result["checks"] if c["name"] == "max-live-peak"]
+        assert (check["passed"], check["limit"], check["value"]) == (code == 0, budget, live_peak)
+    table = invoke(GOOD, "--max-live-peak", str(live_peak - 1))
+    assert "✗ max-live-peak: donated live peak" in table.stdout
+
+
 def test_max_peak_with_units(in_assets: Path) -> None:
     assert invoke(GOOD, "--max-peak", "1KiB", "--min-bytes", "0").exit_code == 1
     assert invoke(GOOD, "--max-peak", "64MiB", "--min-bytes", "0").exit_code == 0

@@ -23,6 +23,7 @@ donate = "params,opt_state"
 static = [2, "n_steps"]
 expect = "in-place"
 max-peak = "64MiB"
+max-live-peak = "48MiB"
 min-bytes = 4096
 tolerance = "peak:5%,temp:1MiB"
 baseline = "ci/fieldmem-baseline.json"
@@ -33,6 +34,7 @@ jobs = 2
 target = "src/step.py:step"
 shapes = "f32[8,8]"
 max-peak = "1MiB"
+max-live-peak = 1000
 
 [[tool.fieldmem.target]]
 target = "pkg.model:update"
@@ -67,13 +69,14 @@ def test_every_key(project: Path) -> None:
         static=StaticSpec((2, "n_steps")),
         expect="in-place",
         max_peak=64 * 1024 * 1024,
+        max_live_peak=48 * 1024 * 1024,
     )
     assert (config.min_bytes, config.format, config.jobs) == (4096, "json", 2)
     assert config.tolerance == Tolerances.parse("peak:5%,temp:1MiB")
     assert config.baseline == os.path.join("ci", "fieldmem-baseline.json")
     step, update = config.per_target
     assert step.target == "src/step.py:step"
-    assert step.options == TargetOptions(shapes=(("float32", (8, 8)),), max_peak=1024 * 1024)
+    assert step.options == TargetOptions(shapes=(("float32", (8, 8)),), max_peak=1024 * 1024, max_live_peak=1000)
     assert update.options == TargetOptions(donate=DonateSpec("none"))
 
 

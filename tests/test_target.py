@@ -101,13 +101,14 @@ def test_cli_options_override_the_case(in_assets: Path) -> None:
         static=StaticSpec.parse("1"),
         expect="any",
         max_peak=4096,
+        max_live_peak=2048,
     )
     target = one("models:step", options)
     assert target.args_origin == "models:make_args_kwargs"
     assert target.donate.mode == "none"
     assert target.static.items == (1,)
     assert target.expect == "any"
-    assert target.max_peak == 4096
+    assert target.max_peak == 4096 and target.max_live_peak == 2048
 
 
 def test_shapes_give_the_factory(in_assets: Path) -> None:
@@ -291,13 +292,13 @@ def test_case_registers_under_the_calling_module() -> None:
 
 
 def test_case_as_a_decorator() -> None:
-    @fieldmem.case(args=_make, max_peak=2048)
+    @fieldmem.case(args=_make, max_peak=2048, max_live_peak="1KiB")
     def update(u):  # type: ignore[no-untyped-def]
         return u
 
     assert callable(update) and update.__name__ == "update"
     (case,) = [c for c in registered_cases(__name__) if c.function is update]
-    assert case.max_peak == 2048 and case.expect is None and case.donate == DonateSpec()
+    assert case.max_peak == 2048 and case.max_live_peak == 1024 and case.expect is None and case.donate == DonateSpec()
 
 
 def test_case_defaults() -> None:
