@@ -20,12 +20,11 @@ import dataclasses
 import json
 import os
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
+from fieldmem.codec import decode, encode
 from fieldmem.errors import FieldmemError
 from fieldmem.files import write_atomic
 from fieldmem.report import BaselineComparison, Copy, Regression, Report, TargetResult, Variant
@@ -149,7 +148,7 @@ class Baseline:
     schema: str = SCHEMA
 
     def to_dict(self) -> dict[str, Any]:
-        data = _encode(self)
+        data = encode(self)
         del data["path"]
         return {"schema": data.pop("schema"), **data}
 
@@ -353,62 +352,9 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
         )
     try:
         fields = {k: v for k, v in data.items() if k not in ("schema", "path")}
-        return _decode(Baseline, {**fields, "path": shown, "schema": schema})
+        return decode(Baseline, {**fields, "path": shown, "schema": schema})
     except (TypeError, ValueError, KeyError) as exc:
         raise BaselineError(f"baseline {shown!r} does not match {schema}: {exc}") from None
-
-
-# A small codec for the records above, driven by their type hints; it refuses
-# a value of the wrong JSON type with the path of the offending key.
-
-
-def _encode(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (tuple, list)):
-        return [_encode(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _encode(v) for k, v in value.items()}
-    return value
-
-
-_SCALARS: dict[Any, tuple[type, ...]] = {bool: (bool,), int: (int,), str: (str,)}
-
-
-def _decode(hint: Any, data: Any, where: str = "") -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        if data is None:
-            return None
-        (option,) = [a for a in typing.get_args(hint) if a is not type(None)]
-        return _decode(option, data, where)
-    if hint in _SCALARS:
-        if not isinstance(data, _SCALARS[hint]) or (hint is not bool and isinstance(data, bool)):
-            raise TypeError(f"{where or 'value'} should be {hint.__name__}, not {type(data).__name__} {data!r}")
-        return data
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(data, dict):
-            raise TypeError(f"{where or hint.__name__} should be an object, not {type(data).__name__}")
-        hints = typing.get_type_hints(hint)
-        kwargs = {}
-        for f in dataclasses.fields(hint):
-            inner = f"{where}.{f.name}" if where else f.name
-            if f.name in data:
-                kwargs[f.name] = _decode(hints[f.name], data[f.name], inner)
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise KeyError(f"{inner} is missing")
-        return hint(**kwargs)
-    if origin is tuple:
-        if not isinstance(data, list):
-            raise TypeError(f"{where} should be a list, not {type(data).__name__}")
-        (item, *_rest) = typing.get_args(hint)
-        return tuple(_decode(item, v, f"{where}[{n}]") for n, v in enumerate(data))
-    if origin is dict:
-        _key, item = typing.get_args(hint)
-        if not isinstance(data, dict):
-            raise TypeError(f"{where} should be an object, not {type(data).__name__}")
-        return {k: _decode(item, v, f"{where}.{k}") for k, v in data.items()}
-    raise TypeError(f"{where}: no decoder for {hint!r}")  # pragma: no cover - a record field of a new type
 
 
 # ----------------------------------------------------------------------------

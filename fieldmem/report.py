@@ -11,11 +11,10 @@ wrong JSON type) raises :class:`ReportError`.
 
 from __future__ import annotations
 
-import dataclasses
-import types
-import typing
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
+
+from fieldmem.codec import decode, encode
 
 __all__ = [
     "SCHEMA",
@@ -374,7 +373,7 @@ class Report:
         return 0
 
     def to_dict(self) -> dict[str, Any]:
-        return _encode(self)
+        return encode(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Report":
@@ -386,77 +385,6 @@ class Report:
                 f"schema {schema!r} is not one this fieldmem reads ({', '.join(SUPPORTED_SCHEMAS)})"
             )
         try:
-            return _decode(cls, data)
+            return decode(cls, data)
         except (TypeError, ValueError, KeyError) as exc:
             raise ReportError(f"the report does not match {schema}: {exc}") from exc
-
-
-# ----------------------------------------------------------------------------
-# A small codec: dataclasses <-> JSON-ready dicts, driven by the type hints.
-
-
-def _encode(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (tuple, list)):
-        return [_encode(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _encode(v) for k, v in value.items()}
-    return value
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = typing.get_type_hints(cls)
-    return _HINTS[cls]
-
-
-_SCALARS: dict[type, tuple[type, ...]] = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
-
-
-def _decode(hint: Any, data: Any) -> Any:
-    origin = typing.get_origin(hint)
-    if origin in (Union, types.UnionType):
-        options = [a for a in typing.get_args(hint) if a is not type(None)]
-        if data is None:
-            return None
-        errors = []
-        for option in options:
-            try:
-                return _decode(option, data)
-            except (TypeError, ValueError, KeyError) as exc:
-                errors.append(exc)
-        raise errors[0] if len(errors) == 1 else TypeError(
-            f"{data!r} is none of {', '.join(getattr(o, '__name__', str(o)) for o in options)}"
-        )
-    if hint in _SCALARS:
-        # JSON has no int/bool distinction in Python's eyes: True is an int, so refuse it by hand
-        if not isinstance(data, _SCALARS[hint]) or (hint is not bool and isinstance(data, bool)):
-            raise TypeError(f"expected {hint.__name__}, got {type(data).__name__} {data!r}")
-        return float(data) if hint is float else data
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(data, dict):
-            raise TypeError(f"{hint.__name__} must be an object, got {type(data).__name__}")
-        hints = _hints(hint)
-        kwargs = {}
-        for f in dataclasses.fields(hint):
-            if f.name in data:
-                kwargs[f.name] = _decode(hints[f.name], data[f.name])
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise KeyError(f"{hint.__name__}.{f.name} is missing")
-        return hint(**kwargs)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if not isinstance(data, list):
-            raise TypeError(f"expected a list, got {type(data).__name__}")
-        item = args[0] if args else Any
-        return tuple(_decode(item, v) for v in data)
-    if origin is dict:
-        _key, item = typing.get_args(hint)
-        if not isinstance(data, dict):
-            raise TypeError(f"expected an object, got {type(data).__name__}")
-        return {k: _decode(item, v) for k, v in data.items()}
-    return data

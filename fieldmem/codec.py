@@ -1,0 +1,98 @@
+"""Frozen dataclasses <-> JSON-ready values, driven by their type hints.
+
+One codec for every document fieldmem writes and reads back (the report,
+the baseline): :func:`encode` turns records into dicts and lists,
+:func:`decode` rebuilds them and refuses a value of the wrong JSON type with
+the path of the offending key (``entries[0].variants.donated.memory.temp_bytes
+should be int, not str '4'``). Unknown keys are ignored and missing fields
+with a default take it, so a newer fieldmem reads older documents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from typing import Any, Union
+
+__all__ = ["decode", "encode"]
+
+
+def encode(value: Any) -> Any:
+    """``value`` with every dataclass a dict and every tuple a list."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [encode(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): encode(v) for k, v in value.items()}
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+_SCALARS: dict[Any, tuple[type, ...]] = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
+
+
+def _type_name(data: Any) -> str:
+    return f"{type(data).__name__} {data!r}" if isinstance(data, (bool, int, float, str)) else type(data).__name__
+
+
+def decode(hint: Any, data: Any, where: str = "") -> Any:
+    """Rebuild a value of type ``hint`` from ``data``; ``where`` names it in errors.
+
+    Raises:
+        TypeError: a value of the wrong JSON type (message names its path).
+        KeyError: a required field is missing.
+    """
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        if data is None:
+            return None
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        errors: list[Exception] = []
+        for option in options:
+            try:
+                return decode(option, data, where)
+            except (TypeError, ValueError, KeyError) as exc:
+                errors.append(exc)
+        raise errors[0] if len(errors) == 1 else TypeError(
+            f"{where or 'value'} should be one of "
+            f"{', '.join(getattr(o, '__name__', str(o)) for o in options)}, not {_type_name(data)}"
+        )
+    if hint in _SCALARS:
+        # JSON has no int/bool distinction in Python's eyes: True is an int, so refuse it by hand
+        if not isinstance(data, _SCALARS[hint]) or (hint is not bool and isinstance(data, bool)):
+            raise TypeError(f"{where or 'value'} should be {hint.__name__}, not {_type_name(data)}")
+        return float(data) if hint is float else data
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(data, dict):
+            raise TypeError(f"{where or hint.__name__} should be an object, not {_type_name(data)}")
+        hints = _hints(hint)
+        kwargs = {}
+        for f in dataclasses.fields(hint):
+            inner = f"{where}.{f.name}" if where else f.name
+            if f.name in data:
+                kwargs[f.name] = decode(hints[f.name], data[f.name], inner)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise KeyError(f"{inner} is missing")
+        return hint(**kwargs)
+    if origin is tuple:
+        if not isinstance(data, list):
+            raise TypeError(f"{where or 'value'} should be a list, not {_type_name(data)}")
+        args = typing.get_args(hint)
+        item = args[0] if args else Any
+        return tuple(decode(item, v, f"{where}[{n}]") for n, v in enumerate(data))
+    if origin is dict:
+        _key, item = typing.get_args(hint)
+        if not isinstance(data, dict):
+            raise TypeError(f"{where or 'value'} should be an object, not {_type_name(data)}")
+        return {k: decode(item, v, f"{where}.{k}" if where else k) for k, v in data.items()}
+    return data
