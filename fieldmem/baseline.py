@@ -27,7 +27,7 @@ from typing import Any
 from fieldmem.codec import decode, encode
 from fieldmem.errors import FieldmemError
 from fieldmem.files import write_atomic
-from fieldmem.report import BaselineComparison, Copy, Regression, Report, TargetResult, Variant
+from fieldmem.report import MEMORY_FIGURES, BaselineComparison, Copy, Regression, Report, TargetResult, Variant
 from fieldmem.spec import format_bytes
 from fieldmem.tolerance import COPIES, FIGURES, Tolerance, Tolerances
 
@@ -190,7 +190,7 @@ def _copy_record(copy: Copy) -> CopyRecord:
 
 
 def _variant_record(variant: Variant) -> VariantRecord:
-    memory = {name: getattr(variant.memory, name) for name in _MEMORY_FIELDS}
+    memory = {name: getattr(variant.memory, name) for name in MEMORY_FIGURES}
     return VariantRecord(
         memory=memory,
         aliases=tuple(AliasRecord(a.input, a.output, a.bytes) for a in variant.aliases),
@@ -199,18 +199,6 @@ def _variant_record(variant: Variant) -> VariantRecord:
         ),
         copies=tuple(_copy_record(c) for c in variant.copies),
     )
-
-
-_MEMORY_FIELDS = (
-    "argument_bytes",
-    "output_bytes",
-    "alias_bytes",
-    "temp_bytes",
-    "generated_code_bytes",
-    "peak_bytes",
-    "footprint_bytes",
-    "live_peak_bytes",
-)
 
 
 def entry_from_result(result: TargetResult, report: Report) -> BaselineEntry:
