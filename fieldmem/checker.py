@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 from fieldmem import __version__
 from fieldmem.errors import CompileError, FieldmemError
@@ -21,7 +21,7 @@ from fieldmem.hlo import HloParseError
 from fieldmem.report import DeviceInfo, ErrorInfo, Report, TargetResult
 from fieldmem.target import Target, TargetOptions, resolve_target
 
-__all__ = ["CheckOptions", "check", "check_targets"]
+__all__ = ["CheckOptions", "check", "check_backends", "check_targets"]
 
 ProgressCallback = Callable[[str, int, int], None]
 
@@ -33,6 +33,7 @@ class CheckOptions:
     min_bytes: int = 1024
     jobs: int = 1
     suggest: bool = False  # also find (and verify by compiling) the donation that saves the most
+    backend: str | None = None  # compile for this backend (cpu, gpu, tpu); None: jax's default
 
 
 def _error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:
@@ -47,12 +48,13 @@ def _error_result(spec: str, name: str, error: FieldmemError, definition: str | 
 
 def _check_one(target: Target, options: CheckOptions) -> TargetResult:
     from fieldmem.analysis import analyze_target
-    from fieldmem.compile import compile_variants, prepare_call
+    from fieldmem.compile import backend_scope, compile_variants, prepare_call
 
     try:
-        args, kwargs = target.example_arguments()
-        call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
-        plain, donated = compile_variants(call, jobs=options.jobs)
+        with backend_scope(options.backend):
+            args, kwargs = target.example_arguments()
+            call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
+            plain, donated = compile_variants(call, jobs=options.jobs)
     except FieldmemError as exc:
         return _error_result(target.spec, target.name, exc, target.definition)
     try:
@@ -74,9 +76,9 @@ def _check_one(target: Target, options: CheckOptions) -> TargetResult:
         if options.suggest:
             from fieldmem.advisor import suggest
 
-            result = dataclasses.replace(
-                result, suggestion=suggest(call, plain, donated, result=result, min_bytes=options.min_bytes)
-            )
+            with backend_scope(options.backend):
+                suggestion = suggest(call, plain, donated, result=result, min_bytes=options.min_bytes)
+            result = dataclasses.replace(result, suggestion=suggestion)
         return result
     except HloParseError as exc:
         # XLA printed something this parser does not know: this target cannot be
@@ -108,7 +110,7 @@ def check_targets(
         results.append(_check_one(item, options))
     if progress is not None:
         progress("", len(items), len(items))
-    env = environment()
+    env = environment(options.backend)
     return Report(
         fieldmem_version=__version__,
         jax_version=env.jax_version,
@@ -156,3 +158,26 @@ def check(
     to options of their own (``[[tool.fieldmem.target]]`` tables).
     """
     return check_targets(resolve_all(specs, target_options, per_target), options, progress)
+
+
+def check_backends(
+    specs: Iterable[str],
+    backends: Sequence[str],
+    target_options: TargetOptions = TargetOptions(),
+    options: CheckOptions = CheckOptions(),
+    progress: ProgressCallback | None = None,
+    per_target: Mapping[str, TargetOptions] | None = None,
+) -> tuple[Report, ...]:
+    """One Report per backend, each checking every target (resolved once) on that backend.
+
+    Raises:
+        OptionError: a backend that is not available here (before anything compiles).
+    """
+    from fieldmem.compile import backend_devices
+
+    for backend in backends:
+        backend_devices(backend)
+    resolved = resolve_all(specs, target_options, per_target)
+    return tuple(
+        check_targets(resolved, dataclasses.replace(options, backend=backend), progress) for backend in backends
+    )

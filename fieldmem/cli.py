@@ -153,6 +153,14 @@ def check(
             help="Also find the donation that saves the most and verify it with one more compile per target.",
         ),
     ] = False,
+    backend: Annotated[
+        Optional[str],
+        typer.Option(
+            "--backend",
+            help="Compile for this backend: cpu, gpu, tpu (default: jax's). Several, e.g. cpu,gpu: each target on "
+            "each, then side by side; -o/--html then write one file per backend (report.cpu.json, report.gpu.json).",
+        ),
+    ] = None,
     jobs: Annotated[
         Optional[int],
         typer.Option("--jobs", "-j", help="Compile the two variants concurrently when > 1 (default: half the CPU cores)."),
@@ -190,7 +198,7 @@ def check(
 ) -> None:
     """Compile each target with and without donation and report whether it is in place."""
     from fieldmem.baseline import compare_to_baseline, load_baseline
-    from fieldmem.checker import CheckOptions, check as run_check
+    from fieldmem.checker import CheckOptions, check as run_check, check_backends
     from fieldmem.config import load_config
     from fieldmem.registry import EXPECTATIONS
     from fieldmem.render import RenderOptions, get_renderer
@@ -217,6 +225,12 @@ def check(
                 "under [tool.fieldmem] as targets = [\"pkg.model:update\"]"
             )
         renderer = get_renderer(output_format or settings.format or "table")
+        backends = _backends(backend) if backend is not None else None
+        if backends is not None and len(backends) > 1 and renderer.name == "json" and output is None:
+            raise OptionError(
+                "several backends give several JSON reports: write them with -o FILE "
+                "(one file per backend: FILE.cpu.json, FILE.gpu.json)"
+            )
         if output is not None:
             _check_writable(output)
         if html_output is not None:
@@ -252,30 +266,66 @@ def check(
     except FieldmemError as exc:
         raise _fail(exc.message) from None
 
-    report = run_check(specs, run_options, options, progress=_progress_printer(sys.stderr.isatty()), per_target=per_target)
+    progress = _progress_printer(sys.stderr.isatty())
+    if backends is None:
+        reports: tuple[Report, ...] = (run_check(specs, run_options, options, progress=progress, per_target=per_target),)
+    else:
+        try:
+            reports = check_backends(specs, backends, run_options, options, progress=progress, per_target=per_target)
+        except FieldmemError as exc:
+            raise _fail(exc.message) from None
     if gate is not None:
-        report = compare_to_baseline(report, gate, tolerances)
+        reports = tuple(compare_to_baseline(report, gate, tolerances) for report in reports)
 
-    for result in report.results:
-        if result.status == "error" and result.error is not None:
-            # a case of a bare module or file has its own name: show both
-            label = result.target if result.name == result.target else f"{result.target} ({result.name})"
-            typer.echo(f"fieldmem: error: {label}: {result.error.message}", err=True)
+    several = len(reports) > 1
+    for report in reports:
+        for result in report.results:
+            if result.status == "error" and result.error is not None:
+                # a case of a bare module or file has its own name: show both
+                label = result.target if result.name == result.target else f"{result.target} ({result.name})"
+                on = f" [{report.backend}]" if several else ""
+                typer.echo(f"fieldmem: error: {label}{on}: {result.error.message}", err=True)
 
     width = shutil.get_terminal_size((120, 24)).columns
     render_options = RenderOptions(
         verbose=verbose, min_bytes=options.min_bytes, width=max(width, 80), color=sys.stdout.isatty()
     )
     file_options = RenderOptions(verbose=verbose, min_bytes=options.min_bytes)
+    for report in reports:
+        # several backends: one file each, named after its backend (report.cpu.json, report.gpu.json)
+        if output is not None:
+            _write(_for_backend(output, report.backend, several), renderer.render(report, file_options))
+        if html_output is not None:
+            _write(_for_backend(html_output, report.backend, several), get_renderer("html").render(report, file_options))
     if output is not None:
-        _write(output, renderer.render(report, file_options))
         renderer = get_renderer("table")
-    if html_output is not None:
-        _write(html_output, get_renderer("html").render(report, file_options))
-    typer.echo(renderer.render(report, render_options), nl=False)
+    for report in reports:
+        typer.echo(renderer.render(report, render_options), nl=False)
+    if several and renderer.name == "table":
+        from fieldmem.compare import compare_reports
+        from fieldmem.render.compare import get_compare_renderer
+
+        side_by_side = compare_reports([(report.backend, report) for report in reports], min_bytes=options.min_bytes)
+        typer.echo(get_compare_renderer("table").render(side_by_side, render_options), nl=False)
     if save_baseline is not None:
-        _save(save_baseline, report, prune_baseline)
-    raise typer.Exit(report.exit_code)
+        # a failing backend refuses the save before any backend's entries are written
+        for report in sorted(reports, key=lambda r: r.exit_code == 0):
+            _save(save_baseline, report, prune_baseline)
+    raise typer.Exit(max(report.exit_code for report in reports))
+
+
+def _for_backend(path: Path, backend: str, several: bool) -> Path:
+    return path.with_name(f"{path.stem}.{backend}{path.suffix}") if several else path
+
+
+def _backends(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise OptionError(f"--backend {text!r}: name backends separated by commas, e.g. cpu,gpu")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise OptionError(f"--backend {text!r} names {', '.join(repeated)} twice")
+    return names
 
 
 def _write(path: Path, text: str) -> None:

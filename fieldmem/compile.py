@@ -14,14 +14,15 @@ JAX internals read here, each in one place and tolerated when missing:
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from fieldmem.errors import ArgumentsError, CompileError, DonationError
+from fieldmem.errors import ArgumentsError, CompileError, DonationError, OptionError
 from fieldmem.spec import DonateSpec, StaticSpec
 
 __all__ = [
@@ -132,8 +133,45 @@ def _jax() -> Any:
 # Environment
 
 
-def environment() -> Environment:
-    """Versions, backend and devices of the jax this process runs."""
+def backend_devices(name: str) -> list[Any]:
+    """The devices of backend ``name`` (``cpu``, ``gpu``, ``cuda``, ``tpu``...).
+
+    Raises:
+        OptionError: jax has no such backend here (not installed, no device,
+            or it failed to start), naming the backends it has.
+    """
+    jax = _jax()
+    try:
+        devices = list(jax.devices(name))
+    except RuntimeError as exc:
+        found = sorted({jax.default_backend(), "cpu"})
+        why = _first_line(exc).split(": ", 1)[-1]
+        raise OptionError(
+            f"--backend {name} is not available here ({why}); this jax has {', '.join(found)}"
+        ) from None
+    if not devices:  # pragma: no cover - jax raises rather than return no devices
+        raise OptionError(f"--backend {name} has no devices here")
+    return devices
+
+
+@contextlib.contextmanager
+def backend_scope(name: str | None) -> Iterator[None]:
+    """Make backend ``name``'s first device the default while a target is checked (None: jax's default).
+
+    The args factory runs inside it too, so the arrays it creates live on
+    that backend and the two variants are lowered and compiled for it.
+    Arrays already committed to devices (a sharded input) keep theirs.
+    """
+    if name is None:
+        yield
+        return
+    jax = _jax()
+    with jax.default_device(backend_devices(name)[0]):
+        yield
+
+
+def environment(backend: str | None = None) -> Environment:
+    """Versions, backend and devices of the jax this process runs (of ``backend``, when named)."""
     jax = _jax()
     try:
         import jaxlib
@@ -141,7 +179,7 @@ def environment() -> Environment:
         jaxlib_version = getattr(jaxlib, "__version__", None) or jax.lib.__version__
     except Exception:  # pragma: no cover - jaxlib always importable with jax
         jaxlib_version = "unknown"
-    devices = jax.devices()
+    devices = backend_devices(backend) if backend is not None else jax.devices()
     try:
         platform_version: str | None = devices[0].client.platform_version
     except Exception:
@@ -149,7 +187,7 @@ def environment() -> Environment:
     return Environment(
         jax_version=jax.__version__,
         jaxlib_version=str(jaxlib_version),
-        backend=jax.default_backend(),
+        backend=devices[0].platform if backend is not None else jax.default_backend(),
         platform_version=platform_version,
         devices=tuple(
             {"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", None)}

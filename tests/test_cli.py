@@ -576,3 +576,87 @@ def test_the_config_baseline_is_created_by_the_first_save(project: Path, assets:
     assert compared.exit_code == 0, compared.output
     assert "baseline b.json (tolerance exact): 0 regressions" in compared.stdout
     assert "baseline" not in invoke("--no-baseline").stdout.split("\n", 1)[1]
+
+
+# ---- --backend ---------------------------------------------------------------
+
+
+def test_backend_cpu(in_assets: Path) -> None:
+    result = invoke(GOOD, "--backend", "cpu", "-f", "json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["backend"] == "cpu" and document["devices"][0]["platform"] == "cpu"
+
+
+def _has_backend(name: str) -> bool:
+    import jax
+
+    try:
+        return bool(jax.devices(name))
+    except RuntimeError:
+        return False
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("cpu,cpu", "--backend 'cpu,cpu' names cpu twice"),
+        ("cpu,", "name backends separated by commas"),
+        ("nosuch", "--backend nosuch is not available here"),
+    ],
+)
+def test_backend_mistakes_stop_before_compiling(in_assets: Path, value: str, message: str) -> None:
+    result = invoke(GOOD, "--backend", value)
+    assert_user_error(result, message)
+    assert result.stdout == ""
+
+
+@pytest.mark.skipif(_has_backend("gpu"), reason="this machine has a GPU")
+def test_an_unavailable_backend_is_a_clear_error(in_assets: Path) -> None:
+    result = invoke(GOOD, "--backend", "cpu,gpu")
+    (line,) = assert_user_error(result, "--backend gpu is not available here", "this jax has cpu")
+    assert result.stdout == ""
+
+
+@pytest.fixture
+def fake_backend(monkeypatch: pytest.MonkeyPatch) -> str:
+    """A second backend named "fake" that is the CPU under another name (this machine has one backend)."""
+    import jax
+
+    from fieldmem import compile as fm_compile
+
+    real_devices, real_environment = fm_compile.backend_devices, fm_compile.environment
+
+    def backend_devices(name: str) -> list[Any]:
+        return list(jax.devices("cpu")) if name == "fake" else real_devices(name)
+
+    def environment(backend: str | None = None) -> Any:
+        import dataclasses
+
+        if backend != "fake":
+            return real_environment(backend)
+        return dataclasses.replace(real_environment("cpu"), backend="fake")
+
+    monkeypatch.setattr(fm_compile, "backend_devices", backend_devices)
+    monkeypatch.setattr(fm_compile, "environment", environment)
+    return "fake"
+
+
+def test_several_backends_side_by_side(in_assets: Path, tmp_path: Path, fake_backend: str) -> None:
+    out, page, baseline = tmp_path / "report.json", tmp_path / "report.html", tmp_path / "b.json"
+    result = invoke(GOOD, "--backend", f"cpu,{fake_backend}", "-f", "json", "-o", str(out), "--html", str(page),
+                    "--save-baseline", str(baseline))
+    assert result.exit_code == 0, result.output
+    reports = {b: json.loads((tmp_path / f"report.{b}.json").read_text()) for b in ("cpu", "fake")}
+    assert {b: r["backend"] for b, r in reports.items()} == {"cpu": "cpu", "fake": "fake"}
+    assert (tmp_path / "report.cpu.html").exists() and (tmp_path / "report.fake.html").exists()
+    assert not out.exists() and not page.exists()
+    assert result.stdout.count("fieldmem 0") == 2  # one table per backend...
+    assert "fieldmem compare · reference: cpu" in result.stdout  # ...then side by side
+    assert "no differences from cpu (tolerance: exact)" in result.stdout  # the same CPU under two names
+    entries = json.loads(baseline.read_text())["entries"]
+    assert sorted(e["backend"] for e in entries) == ["cpu", "fake"]
+
+
+def test_several_backends_need_a_file_for_json(in_assets: Path) -> None:
+    assert_user_error(invoke(GOOD, "--backend", "cpu,gpu", "-f", "json"), "write them with -o FILE")
