@@ -34,6 +34,7 @@ class CheckOptions:
     jobs: int = 1
     suggest: bool = False  # also find (and verify by compiling) the donation that saves the most
     backend: str | None = None  # compile for this backend (cpu, gpu, tpu); None: jax's default
+    cache_dir: str | None = None  # JAX's persistent compilation cache folder; None: jax's own setting
 
 
 def _error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:
@@ -96,18 +97,19 @@ def check_targets(
     progress: ProgressCallback | None = None,
 ) -> Report:
     """Analyse already-resolved targets (a pair ``(spec, error)`` stands for one that failed to load)."""
-    from fieldmem.compile import environment
+    from fieldmem.compile import compilation_cache, environment
 
     items = list(targets)
     results: list[TargetResult] = []
-    for n, item in enumerate(items):
-        if isinstance(item, tuple):
-            spec, error = item
-            results.append(_error_result(spec, spec, error))
-            continue
-        if progress is not None:
-            progress(item.name, n, len(items))
-        results.append(_check_one(item, options))
+    with compilation_cache(options.cache_dir):
+        for n, item in enumerate(items):
+            if isinstance(item, tuple):
+                spec, error = item
+                results.append(_error_result(spec, spec, error))
+                continue
+            if progress is not None:
+                progress(item.name, n, len(items))
+            results.append(_check_one(item, options))
     if progress is not None:
         progress("", len(items), len(items))
     env = environment(options.backend)

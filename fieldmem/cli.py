@@ -153,6 +153,14 @@ def check(
             help="Also find the donation that saves the most and verify it with one more compile per target.",
         ),
     ] = False,
+    cache_dir: Annotated[
+        Optional[str],
+        typer.Option(
+            "--cache-dir",
+            help="Keep JAX's persistent compilation cache in this folder: an unchanged function is loaded, "
+            "not compiled, on the next run (same findings).",
+        ),
+    ] = None,
     backend: Annotated[
         Optional[str],
         typer.Option(
@@ -199,6 +207,7 @@ def check(
     """Compile each target with and without donation and report whether it is in place."""
     from fieldmem.baseline import compare_to_baseline, load_baseline
     from fieldmem.checker import CheckOptions, check as run_check, check_backends
+    from fieldmem.compile import cache_folder
     from fieldmem.config import load_config
     from fieldmem.registry import EXPECTATIONS
     from fieldmem.render import RenderOptions, get_renderer
@@ -253,6 +262,7 @@ def check(
             ),
             jobs=jobs or settings.jobs or max(1, (os.cpu_count() or 2) // 2),
             suggest=suggest,
+            cache_dir=cache_folder(cache_dir if cache_dir is not None else settings.cache_dir),
         )
         tolerances = Tolerances.parse(tolerance) if tolerance is not None else (settings.tolerance or Tolerances())
         # the baseline is read before anything compiles; the config's one may not exist yet

@@ -170,6 +170,61 @@ def backend_scope(name: str | None) -> Iterator[None]:
         yield
 
 
+_CACHE_OPTIONS = (
+    "jax_compilation_cache_dir",
+    # every executable, however small or quick: a check compiles many small ones
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+)
+
+
+def cache_folder(path: str | None) -> str | None:
+    """Create the compilation cache folder ``path`` (None: none), so a bad one stops a run before any compile.
+
+    Raises:
+        OptionError: the folder cannot be created or written.
+    """
+    if path is None:
+        return None
+    import os
+
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise OptionError(f"--cache-dir {path!r} cannot be created: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OptionError(f"--cache-dir {path!r} is not writable")
+    return path
+
+
+@contextlib.contextmanager
+def compilation_cache(path: str | None) -> Iterator[None]:
+    """Use JAX's persistent compilation cache in folder ``path`` while checking (None: leave jax's settings).
+
+    An unchanged function is then loaded rather than compiled on the next
+    run; the executable, its HLO, memory figures and buffer assignment are
+    the same (tests/test_cli.py checks the findings are identical). The
+    previous settings are restored afterwards.
+
+    Raises:
+        OptionError: the folder cannot be created or written.
+    """
+    if cache_folder(path) is None:
+        yield
+        return
+    import os
+
+    jax = _jax()
+    previous = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
+    for name, value in zip(_CACHE_OPTIONS, (os.path.abspath(path), 0.0, 0)):
+        jax.config.update(name, value)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            jax.config.update(name, value)
+
+
 def environment(backend: str | None = None) -> Environment:
     """Versions, backend and devices of the jax this process runs (of ``backend``, when named)."""
     jax = _jax()

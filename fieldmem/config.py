@@ -50,6 +50,7 @@ KEYS: dict[str, str] = {
     "baseline": "a file path, e.g. \"fieldmem-baseline.json\"",
     "format": "an output format, e.g. \"table\"",
     "jobs": "a whole number, at least 1",
+    "cache-dir": "a folder for JAX's compilation cache, e.g. \".jax-cache\"",
     "target": "[[tool.fieldmem.target]] tables, each with target = \"pkg.model:update\"",
 }
 TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak", "max-live-peak")
@@ -83,6 +84,7 @@ class Config:
     baseline: str | None = None
     format: str | None = None
     jobs: int | None = None
+    cache_dir: str | None = None
 
     @property
     def all_targets(self) -> tuple[str, ...]:
@@ -286,6 +288,7 @@ def _parse(data: Mapping[str, Any], file: Path) -> Config:
         raise ConfigError(f"{table.where('jobs')} = {jobs} must be at least 1")
     tolerance_text = table.get("tolerance", str)
     baseline = table.get("baseline", str)
+    cache_dir = table.get("cache-dir", str)
     return Config(
         path=file,
         targets=tuple(_rebase_spec(t.strip(), root) for t in targets or ()),
@@ -297,6 +300,7 @@ def _parse(data: Mapping[str, Any], file: Path) -> Config:
         baseline=_rebase(baseline, root) if baseline else None,
         format=output_format,
         jobs=jobs,
+        cache_dir=_rebase(cache_dir, root) if cache_dir else None,
     )
 
 

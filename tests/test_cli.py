@@ -660,3 +660,48 @@ def test_several_backends_side_by_side(in_assets: Path, tmp_path: Path, fake_bac
 
 def test_several_backends_need_a_file_for_json(in_assets: Path) -> None:
     assert_user_error(invoke(GOOD, "--backend", "cpu,gpu", "-f", "json"), "write them with -o FILE")
+
+
+# ---- --cache-dir ---------------------------------------------------------------
+
+
+def _findings(document: dict[str, Any]) -> dict[str, Any]:
+    """A report without what differs between two runs of the same check (times, date)."""
+    document = json.loads(json.dumps(document))
+    document.pop("created", None)
+    for result in document["results"]:
+        for variant in result.get("variants", {}).values():
+            variant.pop("lower_seconds", None)
+            variant.pop("compile_seconds", None)
+    return document
+
+
+def test_the_compilation_cache_gives_identical_findings(tmp_path: Path) -> None:
+    """Off, then on twice (the second run loads every executable from the cache): the same report."""
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    targets = [str(examples / name) for name in ("field.py", "sparse_row.py", "stencil_scan.py")]
+    cache = tmp_path / "jax-cache"
+
+    def run(*options: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "fieldmem", "check", *targets, "-f", "json", "--min-bytes", "0", *options],
+            capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=300,
+        )
+        assert done.returncode in (0, 1), done.stderr
+        return _findings(json.loads(done.stdout))
+
+    without = run()
+    first = run("--cache-dir", str(cache))
+    entries = sorted(p.name for p in cache.iterdir())
+    assert entries, "nothing was written to the cache"
+    second = run("--cache-dir", str(cache))
+    assert sorted(p.name for p in cache.iterdir()) == entries  # every executable came from the cache
+    assert first == without and second == without
+
+
+def test_a_cache_dir_that_cannot_be_made_stops_before_compiling(in_assets: Path, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = invoke(GOOD, "--cache-dir", str(blocker / "cache"))
+    assert_user_error(result, "--cache-dir", "cannot be created")
+    assert result.stdout == ""

@@ -29,6 +29,7 @@ tolerance = "peak:5%,temp:1MiB"
 baseline = "ci/fieldmem-baseline.json"
 format = "json"
 jobs = 2
+cache-dir = ".jax-cache"
 
 [[tool.fieldmem.target]]
 target = "src/step.py:step"
@@ -71,7 +72,7 @@ def test_every_key(project: Path) -> None:
         max_peak=64 * 1024 * 1024,
         max_live_peak=48 * 1024 * 1024,
     )
-    assert (config.min_bytes, config.format, config.jobs) == (4096, "json", 2)
+    assert (config.min_bytes, config.format, config.jobs, config.cache_dir) == (4096, "json", 2, ".jax-cache")
     assert config.tolerance == Tolerances.parse("peak:5%,temp:1MiB")
     assert config.baseline == os.path.join("ci", "fieldmem-baseline.json")
     step, update = config.per_target
