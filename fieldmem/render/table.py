@@ -115,13 +115,17 @@ def sparkline_lines(plain: Variant, donated: Variant, width: int = SPARK_WIDTH) 
 
 def _summary_table(report: Report, options: RenderOptions) -> Table:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    table.add_column("target", overflow="fold")
+    # target names are what a reader scans for: they get their width before the figures
+    # do (up to 40 columns, folding beyond), and the figure headers take two lines
+    longest = max((len(r.name) for r in report.results), default=6)
+    table.add_column("target", overflow="fold", min_width=min(longest, 40 if options.width >= 110 else 20))
     table.add_column("donated")
-    table.add_column("verdict")
-    table.add_column("footprint plain → donated", justify="right", no_wrap=True)
+    table.add_column("verdict", min_width=len("not in place") if options.width >= 100 else None)
+    # on a narrow terminal a figure pair breaks after its arrow rather than leaving the screen
+    table.add_column("footprint\nplain → donated", justify="right")
     table.add_column("saved", justify="right", no_wrap=True)
-    table.add_column("live peak plain → donated", justify="right", no_wrap=True)
-    table.add_column("copies plain/donated", justify="right")
+    table.add_column("live peak\nplain → donated", justify="right")
+    table.add_column("copies\nplain/donated", justify="right", overflow="fold")
     for result in report.results:
         if result.status == "error":
             table.add_row(result.name, "", _verdict_cell(result), "", "", "", "")
