@@ -138,6 +138,20 @@ def test_table_shows_verdicts_sizes_and_sources() -> None:
     assert "1 devices" not in text and "1 device " in text
 
 
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_the_summary_fits_the_terminal(width: int) -> None:
+    """Wide when one row per target fits, else stacked; never a line past the width, no name folded."""
+    report = _report((GOOD, BAD, FAILED))
+    text = get_renderer("table").render(report, RenderOptions(width=width))
+    summary = text.split(f"\n{GOOD.name}  (")[0]  # the table, before the first target's details
+    assert all(len(line) <= width for line in summary.splitlines()), summary
+    for result in (GOOD, BAD, FAILED):
+        assert result.name in summary
+    stacked = "(saves 2.0 MiB)" in summary  # the stacked form's footprint line
+    assert stacked == (width < 120), summary
+    assert "4.0 MiB → 2.0 MiB" in summary
+
+
 def test_verbose_table_lists_aliases_and_unusable_donations() -> None:
     text = get_renderer("table").render(_report((GOOD,)), RenderOptions(verbose=True, width=160))
     assert "field.u" in text and "out.u" in text

@@ -13,6 +13,7 @@ import io
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -113,19 +114,34 @@ def sparkline_lines(plain: Variant, donated: Variant, width: int = SPARK_WIDTH) 
     return [heading, grid]
 
 
-def _summary_table(report: Report, options: RenderOptions) -> Table:
+def _copy_counts(plain: Variant, donated: Variant, min_bytes: int) -> str:
+    return f"{len(_copies_shown(plain, min_bytes))}/{len(_copies_shown(donated, min_bytes))}"
+
+
+def _summary_table(report: Report, options: RenderOptions, console: Console) -> Table:
+    """One row per target; when that does not fit the terminal, the stacked narrow form.
+
+    The wide table is used only at its natural width: squeezed, rich folds the
+    target names mid-word and can push the last column off the screen.
+    """
+    table = _wide_summary_table(report, options)
+    if Measurement.get(console, console.options.update_width(100_000), table).maximum > options.width:
+        return _narrow_summary_table(report, options)
+    return table
+
+
+def _wide_summary_table(report: Report, options: RenderOptions) -> Table:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    # target names are what a reader scans for: they get their width before the figures
-    # do (up to 40 columns, folding beyond), and the figure headers take two lines
+    # target names are what a reader scans for: they get their width before the
+    # figures do (up to 40 columns, folding beyond); figure headers take two lines
     longest = max((len(r.name) for r in report.results), default=6)
-    table.add_column("target", overflow="fold", min_width=min(longest, 40 if options.width >= 110 else 20))
+    table.add_column("target", overflow="fold", min_width=min(longest, 40))
     table.add_column("donated")
-    table.add_column("verdict", min_width=len("not in place") if options.width >= 100 else None)
-    # on a narrow terminal a figure pair breaks after its arrow rather than leaving the screen
-    table.add_column("footprint\nplain → donated", justify="right")
+    table.add_column("verdict", min_width=len("not in place"))
+    table.add_column("footprint\nplain → donated", justify="right", no_wrap=True)
     table.add_column("saved", justify="right", no_wrap=True)
-    table.add_column("live peak\nplain → donated", justify="right")
-    table.add_column("copies\nplain/donated", justify="right", overflow="fold")
+    table.add_column("live peak\nplain → donated", justify="right", no_wrap=True)
+    table.add_column("copies\nplain/donated", justify="right")
     for result in report.results:
         if result.status == "error":
             table.add_row(result.name, "", _verdict_cell(result), "", "", "", "")
@@ -138,8 +154,32 @@ def _summary_table(report: Report, options: RenderOptions) -> Table:
             _pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes),
             format_bytes(result.savings.get("footprint_bytes")),
             _pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes),
-            f"{len(_copies_shown(plain, options.min_bytes))}/{len(_copies_shown(donated, options.min_bytes))}",
+            _copy_counts(plain, donated, options.min_bytes),
         )
+    return table
+
+
+def _narrow_summary_table(report: Report, options: RenderOptions) -> Table:
+    """The same facts for a narrow terminal: target and verdict, then its figures stacked in one cell."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("target", overflow="fold", ratio=2)
+    table.add_column("verdict", ratio=2)
+    table.add_column("plain → donated", overflow="fold", ratio=5)
+    for result in report.results:
+        if result.status == "error":
+            table.add_row(result.name, _verdict_cell(result), "")
+            continue
+        plain, donated = result.variants["plain"], result.variants["donated"]
+        saved = format_bytes(result.savings.get("footprint_bytes"))
+        figures = "\n".join(
+            (
+                f"footprint {_pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes)} (saves {saved})",
+                f"live peak {_pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes)}",
+                f"copies {_copy_counts(plain, donated, options.min_bytes)}"
+                f" · donated {', '.join(donated.donated_arguments) or '(none)'}",
+            )
+        )
+        table.add_row(result.name, _verdict_cell(result), figures, end_section=True)
     return table
 
 
@@ -267,7 +307,7 @@ def render(report: Report, options: RenderOptions) -> str:
     if not report.results:
         console.print("no targets were checked")
         return buffer.getvalue()
-    console.print(_summary_table(report, options))
+    console.print(_summary_table(report, options, console))
     for result in report.results:
         _details(console, result, options)
     if report.baseline is not None:
