@@ -26,7 +26,7 @@ from typing import Any
 
 from fieldmem.codec import decode, encode
 from fieldmem.errors import FieldmemError
-from fieldmem.files import write_atomic
+from fieldmem.files import read_json, write_atomic
 from fieldmem.report import MEMORY_FIGURES, BaselineComparison, Copy, Regression, Report, TargetResult, Variant
 from fieldmem.spec import format_bytes
 from fieldmem.tolerance import COPIES, FIGURES, Tolerance, Tolerances
@@ -314,22 +314,11 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
             with a one-line message naming the file.
     """
     shown = os.fspath(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise BaselineError(
-            f"baseline {shown!r} does not exist: create it with fieldmem check ... --save-baseline {shown}"
-        ) from None
-    except IsADirectoryError:
-        raise BaselineError(f"baseline {shown!r} is a folder: name the baseline file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BaselineError(f"cannot read the baseline {shown!r}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BaselineError(
-            f"baseline {shown!r} is not JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
-        ) from None
+    data = read_json(
+        path, "baseline", BaselineError,
+        missing=f"create it with fieldmem check ... --save-baseline {shown}",
+        hint="give a baseline written by fieldmem check --save-baseline",
+    )
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in SUPPORTED_SCHEMAS:
         what = f"schema {schema!r}" if schema is not None else "no fieldmem schema"

@@ -19,7 +19,6 @@ prints, never exits and imports no jax: comparing needs no compiler.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.files import read_json
 from fieldmem.report import Alias, Copy, Report, ReportError, TargetResult
 from fieldmem.spec import format_bytes
 
@@ -182,23 +182,7 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     """
     shown = str(path)
     hint = "give a JSON report written by `fieldmem check --format json -o FILE`"
-    file = Path(path)
-    if file.is_dir():
-        raise ReportFileError(f"report {shown!r} is a folder: {hint}")
-    try:
-        text = file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReportFileError(f"report {shown!r} does not exist: {hint}") from None
-    except UnicodeDecodeError:
-        raise ReportFileError(f"report {shown!r} is not JSON (not UTF-8 text): {hint}") from None
-    except OSError as exc:
-        raise ReportFileError(f"cannot read report {shown!r}: {exc.strerror or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReportFileError(
-            f"report {shown!r} is not JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): {hint}"
-        ) from None
+    data = read_json(path, "report", ReportFileError, missing=hint, hint=hint)
     try:
         return Report.from_dict(data)
     except ReportError as exc:

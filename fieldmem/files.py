@@ -1,13 +1,42 @@
-"""Writing files without ever leaving a half-written one behind."""
+"""Reading JSON documents with one-line errors, and writing files without ever leaving a half-written one."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import Any
 
-__all__ = ["write_atomic"]
+from fieldmem.errors import FieldmemError
+
+__all__ = ["read_json", "write_atomic"]
+
+
+def read_json(path: str | os.PathLike[str], what: str, error: type[FieldmemError], missing: str, hint: str) -> Any:
+    """The JSON document in ``path``, or ``error`` with a one-line message naming the file.
+
+    ``what`` names the document in messages (``baseline``, ``report``);
+    ``missing`` ends the message for a file that does not exist, ``hint`` the
+    others (what the user should give instead).
+    """
+    shown = os.fspath(path)
+    file = Path(path)
+    if file.is_dir():
+        raise error(f"{what} {shown!r} is a folder: {hint}")
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{what} {shown!r} does not exist: {missing}") from None
+    except UnicodeDecodeError:
+        raise error(f"{what} {shown!r} is not JSON (not UTF-8 text): {hint}") from None
+    except OSError as exc:
+        raise error(f"cannot read the {what} {shown!r}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise error(f"{what} {shown!r} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): {hint}") from None
 
 
 def _mode_for(target: Path) -> int:

@@ -282,7 +282,7 @@ def test_compare_files_reads_saved_reports(tmp_path: Path) -> None:
     ("content", "expected"),
     [
         (None, "does not exist"),
-        ("", "is not JSON (Expecting value at line 1 column 1)"),
+        ("", "is not JSON (Expecting value at line 1, column 1)"),
         ("{\"schema\": ", "is not JSON"),
         (b"\xff\xfe", "is not JSON (not UTF-8 text)"),
         ("[1, 2]", "is not a fieldmem report: a fieldmem report is a JSON object"),
