@@ -676,8 +676,9 @@ def _findings(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def test_the_compilation_cache_gives_identical_findings(tmp_path: Path) -> None:
-    """Off, then on twice (the second run loads every executable from the cache): the same report."""
+def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:
+    """All levers off (one compile at a time, no cache), then all on twice: concurrent compiles and the
+    persistent cache, the second run loading every executable from it. The same report each time."""
     examples = Path(__file__).resolve().parent.parent / "examples"
     targets = [str(examples / name) for name in ("field.py", "sparse_row.py", "stencil_scan.py")]
     cache = tmp_path / "jax-cache"
@@ -690,11 +691,11 @@ def test_the_compilation_cache_gives_identical_findings(tmp_path: Path) -> None:
         assert done.returncode in (0, 1), done.stderr
         return _findings(json.loads(done.stdout))
 
-    without = run()
-    first = run("--cache-dir", str(cache))
+    without = run("--jobs", "1")
+    first = run("--jobs", "2", "--cache-dir", str(cache))
     entries = sorted(p.name for p in cache.iterdir())
     assert entries, "nothing was written to the cache"
-    second = run("--cache-dir", str(cache))
+    second = run("--jobs", "2", "--cache-dir", str(cache))
     assert sorted(p.name for p in cache.iterdir()) == entries  # every executable came from the cache
     assert first == without and second == without
 
