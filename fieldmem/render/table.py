@@ -227,7 +227,15 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
 
 def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> None:
     plain, donated = result.variants["plain"], result.variants["donated"]
-    figures = Table(box=box.SIMPLE, title="memory (XLA memory_analysis; footprint = argument + output + temp − alias; live peak = distinct slices live at once)")
+    # the legend goes on a line of its own: as a title it wraps to the narrow table's width
+    console.print(
+        Text(
+            "  memory (XLA memory_analysis; footprint = argument + output + temp − alias; "
+            "live peak = distinct slices live at once)",
+            style="dim",
+        )
+    )
+    figures = Table(box=box.SIMPLE)
     figures.add_column("figure")
     figures.add_column("plain", justify="right")
     figures.add_column("donated", justify="right")
