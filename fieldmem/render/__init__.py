@@ -11,11 +11,11 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from fieldmem.report import Report
 
-__all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer"]
+__all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer", "text_console"]
 
 
 @dataclass(frozen=True)
@@ -24,6 +24,20 @@ class RenderOptions:
     min_bytes: int = 1024
     width: int = 120
     color: bool = False
+
+
+def text_console(file: Any, options: RenderOptions) -> Any:
+    """A rich Console writing into ``file`` at the options' width, colored only when asked."""
+    from rich.console import Console
+
+    return Console(
+        file=file,
+        width=options.width,
+        force_terminal=options.color,
+        color_system="auto" if options.color else None,
+        highlight=False,
+        soft_wrap=False,
+    )
 
 
 @dataclass(frozen=True)

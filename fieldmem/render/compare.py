@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rich import box
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from fieldmem.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
-from fieldmem.render import RenderOptions
+from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.markdown import FAIL, PASS, code, escape
 from fieldmem.spec import format_bytes
 
@@ -108,14 +107,7 @@ _STYLE = {SIGNIFICANT: "bold red", WITHIN: "yellow", "": ""}
 
 def render_table(comparison: Comparison, options: RenderOptions) -> str:
     buffer = io.StringIO()
-    console = Console(
-        file=buffer,
-        width=options.width,
-        force_terminal=options.color,
-        color_system="auto" if options.color else None,
-        highlight=False,
-        soft_wrap=False,
-    )
+    console = text_console(buffer, options)
     console.print(
         Text(
             f"fieldmem compare · reference: {comparison.columns[0].label} · tolerance: {comparison.tolerance}"

@@ -17,7 +17,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from fieldmem.render import RenderOptions
+from fieldmem.render import RenderOptions, text_console
 from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Timeline, Variant
 from fieldmem.spec import format_bytes
 
@@ -296,14 +296,7 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
 
 def render(report: Report, options: RenderOptions) -> str:
     buffer = io.StringIO()
-    console = Console(
-        file=buffer,
-        width=options.width,
-        force_terminal=options.color,
-        color_system="auto" if options.color else None,
-        highlight=False,
-        soft_wrap=False,
-    )
+    console = text_console(buffer, options)
     devices = len(report.devices)
     console.print(
         Text(
