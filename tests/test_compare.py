@@ -30,6 +30,7 @@ from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.files import write_atomic
 from fieldmem.render import RenderOptions
 from fieldmem.render.compare import COMPARE_RENDERERS, get_compare_renderer
+from factories import make_report
 from fieldmem.report import (
     Alias,
     Copy,
@@ -83,10 +84,7 @@ def _result(
 
 
 def _report(*results: TargetResult, backend: str = "cpu", kind: str = "cpu") -> Report:
-    return Report(
-        fieldmem_version="0.1.0", jax_version="0.10.2", jaxlib_version="0.10.2", backend=backend,
-        platform_version=None, devices=(DeviceInfo(0, backend, kind),), results=results, min_bytes=1024,
-    )
+    return make_report(results, backend=backend, platform_version=None, devices=(DeviceInfo(0, backend, kind),))
 
 
 def _compare(*reports: Report, tolerance: str | None = None) -> Comparison:

@@ -19,6 +19,7 @@ from fieldmem.errors import OptionError
 from fieldmem.render import _FORMATS, RENDERERS, RenderOptions, _available, get_renderer
 from fieldmem.render.github import annotation, escape_data, escape_property, location
 from fieldmem.render.markdown import code, escape
+from factories import make_report
 from fieldmem.report import (
     Alias,
     BaselineComparison,
@@ -50,10 +51,10 @@ def _memory(argument: int, output: int, alias: int) -> MemoryFigures:
 
 
 def _report(results: tuple[TargetResult, ...], baseline: BaselineComparison | None = None) -> Report:
-    return Report(
-        fieldmem_version="0.1.0", jax_version="0.10.2", jaxlib_version="0.10.1", backend="cpu",
-        platform_version="cpu", devices=(DeviceInfo(0, "cpu", "cpu"), DeviceInfo(1, "cpu", "cpu")),
-        results=results, min_bytes=1024, baseline=baseline,
+    # two devices and a jaxlib apart from jax: the environment lines must show both
+    return make_report(
+        results, jaxlib_version="0.10.1", devices=(DeviceInfo(0, "cpu", "cpu"), DeviceInfo(1, "cpu", "cpu")),
+        baseline=baseline,
     )
 
 

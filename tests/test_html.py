@@ -26,12 +26,12 @@ import pytest
 import fieldmem
 from fieldmem.render import RenderOptions, get_renderer
 from fieldmem.render.html import OPEN_ALL_UP_TO
+from factories import make_report
 from fieldmem.report import (
     Alias,
     BaselineComparison,
     Check,
     Copy,
-    DeviceInfo,
     ErrorInfo,
     Finding,
     LiveBuffer,
@@ -56,18 +56,7 @@ def _html(report: Report, min_bytes: int = 1024) -> str:
 
 
 def _report(results: tuple[TargetResult, ...], baseline: BaselineComparison | None = None) -> Report:
-    return Report(
-        fieldmem_version="0.1.0",
-        jax_version="0.10.2",
-        jaxlib_version="0.10.2",
-        backend="cpu",
-        platform_version="cpu",
-        devices=(DeviceInfo(id=0, platform="cpu", kind="cpu"),),
-        results=results,
-        min_bytes=1024,
-        created="2025-01-01T00:00:00+00:00",
-        baseline=baseline,
-    )
+    return make_report(results, created="2025-01-01T00:00:00+00:00", baseline=baseline)
 
 
 # ----------------------------------------------------------------------------

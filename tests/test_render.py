@@ -10,11 +10,11 @@ import pytest
 from fieldmem.render import RENDERERS, RenderOptions, get_renderer
 from fieldmem.render.table import sparkline
 from fieldmem.errors import OptionError
+from factories import make_report
 from fieldmem.report import (
     Alias,
     Check,
     Copy,
-    DeviceInfo,
     ErrorInfo,
     Finding,
     MemoryFigures,
@@ -28,16 +28,7 @@ from fieldmem.report import (
 
 
 def _report(results: tuple[TargetResult, ...]) -> Report:
-    return Report(
-        fieldmem_version="0.1.0",
-        jax_version="0.10.2",
-        jaxlib_version="0.10.2",
-        backend="cpu",
-        platform_version="cpu",
-        devices=(DeviceInfo(id=0, platform="cpu", kind="cpu"),),
-        results=results,
-        min_bytes=1024,
-    )
+    return make_report(results)
 
 
 def _memory(argument: int, output: int, alias: int, temp: int) -> MemoryFigures:
