@@ -22,6 +22,7 @@ not HLO raises :class:`HloParseError`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from dataclasses import dataclass, field
@@ -646,6 +647,9 @@ def _loop_info(
 # Module
 
 
+# The check analyses the plain variant's text and --suggest reads it again: the
+# last few parses are kept (a module is immutable), so a text is parsed once.
+@functools.lru_cache(maxsize=4)
 def parse_hlo_module(text: str) -> HloModule:
     """Parse the optimized HLO text of one module.
 

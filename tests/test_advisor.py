@@ -361,3 +361,21 @@ def test_small_arguments_are_counted_not_listed_unless_verbose() -> None:
     assert "2 argument(s) under 1.0 KiB not donated (use -v)" in short
     verbose = render(suggestion_renderables(suggestion, verbose=True, min_bytes=1024))
     assert "✗ idx: no output has its size (4 B)" in verbose and "✗ row" in verbose
+
+
+def test_the_advisor_does_not_parse_the_plain_hlo_again() -> None:
+    """--suggest reads the plain variant the check already parsed: the parse is reused, not repeated."""
+    from fieldmem import hlo
+
+    def update(u: jax.Array, row: jax.Array) -> jax.Array:
+        return u.at[0].set(row)
+
+    call = prepare_call(update, (jnp.zeros((64, 64)), jnp.ones(64)), {}, donate=DonateSpec.parse("none"),
+                        static=StaticSpec())
+    plain, donated = compile_variants(call)
+    result = analyze_target(target="t", name="t", definition=None, donate="none", expect="any", max_peak=None,
+                            plain=plain, donated=donated, min_bytes=0)
+    before = hlo.parse_hlo_module.cache_info()
+    suggest(call, plain, donated, result=result, min_bytes=0)
+    after = hlo.parse_hlo_module.cache_info()
+    assert after.hits > before.hits
