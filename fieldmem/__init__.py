@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 from fieldmem.api import NotInPlaceError, assert_in_place, check_function
 from fieldmem.errors import FieldmemError
-from fieldmem.registry import Case, case
+from fieldmem.registry import Case, case, chain
 
 if TYPE_CHECKING:
     from fieldmem.report import Report
@@ -25,6 +25,7 @@ __all__ = [
     "__version__",
     "assert_in_place",
     "case",
+    "chain",
     "check",
     "check_function",
 ]

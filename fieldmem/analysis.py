@@ -624,11 +624,16 @@ def analyze_target(
                 bytes=leaf.bytes,
                 donated=leaf.donated,
                 used=leaf.hlo_parameter is not None,
+                sharding=leaf.sharding,
+                layout=leaf.layout,
             )
             for leaf in donated.inputs
         ),
         outputs=tuple(
-            OutputInfo(index=o.index, path=o.path, shape=o.shape, dtype=o.dtype, bytes=o.bytes)
+            OutputInfo(
+                index=o.index, path=o.path, shape=o.shape, dtype=o.dtype, bytes=o.bytes,
+                sharding=o.sharding, layout=o.layout,
+            )
             for o in donated.outputs
         ),
         variants={"plain": plain_variant, "donated": donated_variant},

@@ -13,13 +13,18 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from fieldmem import __version__
 from fieldmem.errors import CompileError, FieldmemError
 from fieldmem.hlo import HloParseError
-from fieldmem.report import DeviceInfo, ErrorInfo, Report, TargetResult
-from fieldmem.target import Target, TargetOptions, resolve_target
+from fieldmem.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
+from fieldmem.report import Chain, DeviceInfo, ErrorInfo, Report, TargetResult
+from fieldmem.spec import DonateSpec, StaticSpec
+from fieldmem.target import ChainTarget, Target, TargetOptions, resolve_target
+
+if TYPE_CHECKING:
+    from fieldmem.compile import CompiledVariant, PreparedCall
 
 __all__ = ["CheckOptions", "check", "check_backends", "check_targets"]
 
@@ -48,16 +53,38 @@ def _error_result(spec: str, name: str, error: FieldmemError, definition: str | 
 
 
 def _check_one(target: Target, options: CheckOptions) -> TargetResult:
-    from fieldmem.analysis import analyze_target
-    from fieldmem.compile import backend_scope, compile_variants, prepare_call
+    from fieldmem.compile import backend_scope
 
     try:
         with backend_scope(options.backend):
             args, kwargs = target.example_arguments()
+    except FieldmemError as exc:
+        return _error_result(target.spec, target.name, exc, target.definition)
+    return _check_call(target, args, kwargs, options)[0]
+
+
+def _check_call(
+    target: Target, args: tuple, kwargs: dict, options: CheckOptions
+) -> tuple[TargetResult, "CompiledVariant | None"]:
+    """Compile ``target.function(*args, **kwargs)`` twice and analyse it; also the donated compile
+    (None on error), whose outputs a chain passes on."""
+    from fieldmem.compile import backend_scope, compile_variants, prepare_call
+
+    try:
+        with backend_scope(options.backend):
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
             plain, donated = compile_variants(call, jobs=options.jobs)
     except FieldmemError as exc:
-        return _error_result(target.spec, target.name, exc, target.definition)
+        return _error_result(target.spec, target.name, exc, target.definition), None
+    return _analyse(target, call, plain, donated, options), donated
+
+
+def _analyse(
+    target: Target, call: "PreparedCall", plain: "CompiledVariant", donated: "CompiledVariant", options: CheckOptions
+) -> TargetResult:
+    from fieldmem.analysis import analyze_target
+    from fieldmem.compile import backend_scope
+
     try:
         result = analyze_target(
             target=target.spec,
@@ -91,8 +118,76 @@ def _check_one(target: Target, options: CheckOptions) -> TargetResult:
         return _error_result(target.spec, target.name, error, target.definition)
 
 
+def _step_donation(donate: DonateSpec) -> DonateSpec:
+    """The donation of a chain's later steps: "all" and "none" carry over; names and numbers
+    belong to the first step's arguments, so the later steps keep their default."""
+    return donate if donate.mode in ("all", "none") else DonateSpec()
+
+
+def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[TargetResult], Chain]:
+    """Every step (each with the previous step's outputs as its arguments) and the fused chain."""
+    from fieldmem.compile import backend_scope, chain_arguments, compose
+
+    first = chain.first
+    outcomes: list[StepOutcome] = []
+    results: list[TargetResult] = []
+    arguments: tuple[tuple, dict] | None = None
+    error: FieldmemError | None = None
+    try:
+        with backend_scope(options.backend):
+            arguments = first.example_arguments()
+    except FieldmemError as exc:
+        error = exc
+    previous = None
+    for index, step in enumerate(chain.steps):
+        step_target = dataclasses.replace(
+            first,
+            name=step_result_name(chain.name, index, step.name),
+            function=step.function,
+            definition=step.definition,
+            expect="any",  # the chain's expectation is checked on the chain
+            donate=first.donate if index == 0 else _step_donation(first.donate),
+            static=first.static if index == 0 else StaticSpec(),
+        )
+        if index == 0 and arguments is None:
+            result = _error_result(first.spec, step_target.name, error, step.definition)
+            donated = None
+        elif index > 0 and previous is None:
+            outcomes.append(StepOutcome(step.name, step.definition, None))
+            continue
+        else:
+            if index == 0:
+                args, kwargs = arguments
+            else:
+                with backend_scope(options.backend):
+                    args, kwargs = chain_arguments(previous, step.function), {}
+            result, donated = _check_call(step_target, args, kwargs, options)
+        results.append(result)
+        outcomes.append(StepOutcome(step.name, step.definition, result))
+        previous = donated
+
+    fused: TargetResult | None = None
+    if arguments is not None:
+        fused_target = dataclasses.replace(
+            first,
+            name=fused_result_name(chain.name),
+            function=compose([s.function for s in chain.steps], name="_".join(s.name for s in chain.steps)),
+            expect="any",
+        )
+        fused, _ = _check_call(fused_target, *arguments, options)
+        results.append(fused)
+    return results, analyze_chain(
+        target=chain.spec,
+        name=chain.name,
+        outcomes=outcomes,
+        fused=fused,
+        expect=first.expect,
+        min_bytes=options.min_bytes,
+    )
+
+
 def check_targets(
-    targets: Iterable[Target | tuple[str, FieldmemError]],
+    targets: Iterable[Target | ChainTarget | tuple[str, FieldmemError]],
     options: CheckOptions = CheckOptions(),
     progress: ProgressCallback | None = None,
 ) -> Report:
@@ -101,6 +196,7 @@ def check_targets(
 
     items = list(targets)
     results: list[TargetResult] = []
+    chains: list[Chain] = []
     with compilation_cache(options.cache_dir):
         for n, item in enumerate(items):
             if isinstance(item, tuple):
@@ -109,7 +205,12 @@ def check_targets(
                 continue
             if progress is not None:
                 progress(item.name, n, len(items))
-            results.append(_check_one(item, options))
+            if isinstance(item, ChainTarget):
+                step_results, chain = _check_chain(item, options)
+                results.extend(step_results)
+                chains.append(chain)
+            else:
+                results.append(_check_one(item, options))
     if progress is not None:
         progress("", len(items), len(items))
     env = environment(options.backend)
@@ -121,6 +222,7 @@ def check_targets(
         platform_version=env.platform_version,
         devices=tuple(DeviceInfo(id=d["id"], platform=d["platform"], kind=d["kind"]) for d in env.devices),
         results=tuple(results),
+        chains=tuple(chains),
         min_bytes=options.min_bytes,
         created=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
     )
@@ -130,14 +232,14 @@ def resolve_all(
     specs: Iterable[str],
     target_options: TargetOptions,
     per_target: Mapping[str, TargetOptions] | None = None,
-) -> list[Target | tuple[str, FieldmemError]]:
+) -> list[Target | ChainTarget | tuple[str, FieldmemError]]:
     """Resolve every spec; a spec that fails becomes ``(spec, error)`` instead of stopping the run.
 
     ``per_target`` maps a spec, exactly as given, to the options for it
     (already stacked over ``target_options`` by the caller); other specs get
     ``target_options``.
     """
-    resolved: list[Target | tuple[str, FieldmemError]] = []
+    resolved: list[Target | ChainTarget | tuple[str, FieldmemError]] = []
     per_target = per_target or {}
     for spec in specs:
         try:

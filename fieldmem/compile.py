@@ -31,8 +31,11 @@ __all__ = [
     "InputLeaf",
     "OutputLeaf",
     "PreparedCall",
+    "chain_arguments",
     "compile_donation",
     "compile_variants",
+    "compose",
+    "describe_sharding",
     "environment",
     "prepare_call",
 ]
@@ -65,6 +68,8 @@ class InputLeaf:
     donated: bool
     hlo_parameter: int | None  # None: jit dropped it as unused
     abstract: bool  # a ShapeDtypeStruct: nothing allocated
+    sharding: str | None = None  # how the compiled program expects it laid out over devices
+    layout: str | None = None  # its on-device layout, major to minor
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class OutputLeaf:
     shape: tuple[int, ...]
     dtype: str
     bytes: int
+    sharding: str | None = None
+    layout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,9 @@ class CompiledVariant:
     buffer_assignment: bytes | None = None
     hlo_module_proto: bytes | None = None
     buffers_unavailable: str | None = None
+    # the outputs as a pytree of jax.ShapeDtypeStruct with their shardings: in a
+    # chain, the next step's arguments (read only by this module)
+    output_structs: Any = None
 
 
 @dataclass(frozen=True)
@@ -510,7 +520,83 @@ def _shape_bytes(shape: tuple[int, ...], dtype: Any) -> int:
     return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
 
 
-def _leaves(call: PreparedCall, args_info: Any, kept: set[int] | None) -> tuple[InputLeaf, ...]:
+def describe_sharding(sharding: Any) -> str | None:
+    """A sharding in words that compare equal exactly when the placement is the same.
+
+    ``NamedSharding``: its partition spec (trailing unsharded dimensions
+    dropped, so ``P('x')`` equals ``P('x', None)``) over the mesh's axis sizes;
+    a single device: ``platform:id``; anything else: its repr.
+    """
+    if sharding is None:
+        return None
+    spec = getattr(sharding, "spec", None)
+    mesh = getattr(sharding, "mesh", None)
+    if spec is not None and mesh is not None:
+        parts = list(spec)
+        while parts and parts[-1] is None:
+            parts.pop()
+        axes = ", ".join(f"{name}={size}" for name, size in dict(getattr(mesh, "shape", {})).items())
+        memory = getattr(sharding, "memory_kind", None)
+        where = f" in {memory}" if memory not in (None, "device") else ""
+        return f"P({', '.join(repr(p) for p in parts)}) over mesh({axes}){where}"
+    devices = getattr(sharding, "device_set", None)
+    if devices is not None and len(devices) == 1 and type(sharding).__name__ == "SingleDeviceSharding":
+        device = next(iter(devices))
+        return f"{device.platform}:{device.id}"
+    return repr(sharding)
+
+
+def _describe_layout(layout: Any) -> str | None:
+    order = getattr(layout, "major_to_minor", None)
+    if order is None:
+        return None
+    tiling = getattr(layout, "tiling", ()) or ()
+    text = "major-to-minor (" + ",".join(str(d) for d in order) + ")"
+    return text + (f" tiled {tiling}" if tiling else "")
+
+
+def _formats(tree: Any) -> list[tuple[str | None, str | None]] | None:
+    """(sharding, layout) descriptions of a compiled program's ``input_formats``/``output_formats`` leaves.
+
+    Read in one place and tolerated when missing (older jax has
+    ``input_layouts`` or only shardings): None when unreadable.
+    """
+    jax = _jax()
+    if tree is None:
+        return None
+    try:
+        leaves = jax.tree_util.tree_leaves(
+            tree, is_leaf=lambda x: hasattr(x, "layout") and hasattr(x, "sharding") or hasattr(x, "device_set")
+        )
+    except Exception:
+        return None
+    result: list[tuple[str | None, str | None]] = []
+    for leaf in leaves:
+        if hasattr(leaf, "layout") and hasattr(leaf, "sharding"):
+            result.append((describe_sharding(leaf.sharding), _describe_layout(leaf.layout)))
+        else:
+            result.append((describe_sharding(leaf), None))
+    return result
+
+
+def _compiled_formats(compiled: Any, which: str) -> list[tuple[str | None, str | None]] | None:
+    for attribute in (f"{which}_formats", f"{which}_shardings"):
+        try:
+            value = getattr(compiled, attribute)
+        except Exception:
+            continue
+        found = _formats(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _leaves(
+    call: PreparedCall,
+    args_info: Any,
+    kept: set[int] | None,
+    formats: list[tuple[str | None, str | None]] | None = None,
+) -> tuple[InputLeaf, ...]:
     """Number the array leaves as the report does and map them to HLO parameters.
 
     Report order: positional arguments, then keyword arguments in the order
@@ -539,6 +625,8 @@ def _leaves(call: PreparedCall, args_info: Any, kept: set[int] | None) -> tuple[
             f"fieldmem could not match the {len(jax_order)} argument leaves it sees to the "
             f"{len(info_leaves)} jax lowered (jax {jax.__version__}); please report this"
         )
+    if formats is not None and len(formats) != len(jax_order):
+        formats = None  # jax grouped them another way: leave shardings and layouts unknown
     kept_sorted = sorted(kept) if kept is not None else list(range(len(jax_order)))
     hlo_number = {jax_index: number for number, jax_index in enumerate(kept_sorted)}
     position_in_jax = {(slot, tree.keystr(path)): n for n, (slot, path) in enumerate(jax_order)}
@@ -563,17 +651,30 @@ def _leaves(call: PreparedCall, args_info: Any, kept: set[int] | None) -> tuple[
                     donated=bool(getattr(info, "donated", False)),
                     hlo_parameter=hlo_number.get(jax_index),
                     abstract=isinstance(leaf, jax.ShapeDtypeStruct),
+                    sharding=formats[jax_index][0] if formats else None,
+                    layout=formats[jax_index][1] if formats else None,
                 )
             )
     return tuple(result)
 
 
-def _outputs(lowered: Any) -> tuple[OutputLeaf, ...]:
+def _outputs(lowered: Any, compiled: Any) -> tuple[tuple[OutputLeaf, ...], Any]:
+    """The output leaves, and the outputs as a pytree of ``ShapeDtypeStruct`` with the compiled shardings."""
     jax = _jax()
     import numpy as np
 
-    flat = jax.tree_util.tree_flatten_with_path(lowered.out_info)[0]
+    flat, treedef = jax.tree_util.tree_flatten_with_path(lowered.out_info)
+    formats = _compiled_formats(compiled, "output")
+    if formats is not None and len(formats) != len(flat):
+        formats = None
+    try:
+        shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
+    except Exception:
+        shardings = []
+    if len(shardings) != len(flat):
+        shardings = [None] * len(flat)
     outputs = []
+    structs = []
     for n, (path, leaf) in enumerate(flat):
         shape = tuple(getattr(leaf, "shape", ()) or ())
         outputs.append(
@@ -583,9 +684,12 @@ def _outputs(lowered: Any) -> tuple[OutputLeaf, ...]:
                 shape=shape,
                 dtype=np.dtype(leaf.dtype).name,
                 bytes=_shape_bytes(shape, leaf.dtype),
+                sharding=formats[n][0] if formats else None,
+                layout=formats[n][1] if formats else None,
             )
         )
-    return tuple(outputs)
+        structs.append(jax.ShapeDtypeStruct(shape, leaf.dtype, sharding=shardings[n]))
+    return tuple(outputs), jax.tree_util.tree_unflatten(treedef, structs)
 
 
 @dataclass(frozen=True)
@@ -759,11 +863,12 @@ def _variant(
 ) -> CompiledVariant:
     kept, tuple_args = _kept_var_idx(lowered)
     memory = _read_memory(compiled)
+    outputs, output_structs = _outputs(lowered, compiled)
     return CompiledVariant(
         name=name,
         donated_arguments=_donated_argument_names(call, lowered),
-        inputs=_leaves(call, lowered.args_info, kept),
-        outputs=_outputs(lowered),
+        inputs=_leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input")),
+        outputs=outputs,
         hlo_text=compiled.as_text(),
         memory=memory.figures,
         memory_unavailable=memory.unavailable,
@@ -774,7 +879,65 @@ def _variant(
         buffer_assignment=memory.buffer_assignment,
         hlo_module_proto=memory.hlo_module_proto,
         buffers_unavailable=memory.buffers_unavailable,
+        output_structs=output_structs,
     )
+
+
+# ----------------------------------------------------------------------------
+# Chains: one step's outputs are the next step's arguments
+
+
+def _takes_one_positional(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` takes exactly one positional argument (then a tuple is passed whole)."""
+    info = _user_jit_info(fn)
+    signature = _signature(getattr(fn, "_fun", fn) if info is not None else fn)
+    if signature is None:
+        return False
+    params = list(signature.parameters.values())
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) == 1
+
+
+def spread(outputs: Any, next_step: Callable[..., Any]) -> tuple[Any, ...]:
+    """How a chain passes a step's ``outputs`` to ``next_step``: the positional arguments.
+
+    A plain tuple is spread into positional arguments (``params, opt =
+    step(params, opt)``), unless the next step takes exactly one positional
+    argument; anything else (an array, a dataclass, a dict, a NamedTuple) is
+    the one argument.
+    """
+    if type(outputs) is tuple and not (_takes_one_positional(next_step) and len(outputs) != 1):
+        return outputs
+    return (outputs,)
+
+
+def chain_arguments(variant: CompiledVariant, next_step: Callable[..., Any]) -> tuple[Any, ...]:
+    """``next_step``'s arguments in a chain: ``variant``'s outputs, abstract (nothing is allocated),
+    each with the sharding the compiled step gives it."""
+    if variant.output_structs is None:  # pragma: no cover - every variant built here has them
+        raise CompileError(f"the outputs of {variant.name} are not known, so the chain cannot continue")
+    return spread(variant.output_structs, next_step)
+
+
+def compose(steps: Sequence[Callable[..., Any]], name: str = "chain") -> Callable[..., Any]:
+    """The chain as one function: ``steps[-1](...steps[1](*steps[0](*args, **kwargs)))``, spread as
+    :func:`spread` does. jit it to get the fused chain (a step that is a jit object is inlined)."""
+
+    def composed(*args: Any, **kwargs: Any) -> Any:
+        value = steps[0](*args, **kwargs)
+        for step in steps[1:]:
+            value = step(*spread(value, step))
+        return value
+
+    first = getattr(steps[0], "_fun", steps[0])
+    try:
+        composed.__signature__ = inspect.signature(first)  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        pass
+    composed.__name__ = composed.__qualname__ = name
+    return composed
 
 
 # ----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from typing import Any, Callable
 from fieldmem.errors import OptionError
 from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes
 
-__all__ = ["Case", "case", "registered_cases"]
+__all__ = ["Case", "case", "chain", "registered_cases"]
 
 EXPECTATIONS = ("in-place", "any")
 
@@ -38,6 +38,11 @@ class Case:
     max_peak: int | None
     module: str
     max_live_peak: int | None = None
+    steps: tuple[Callable[..., Any], ...] = ()  # a chain: every step, ``function`` being the first
+
+    @property
+    def is_chain(self) -> bool:
+        return bool(self.steps)
 
 
 def _check_expect(expect: str | None) -> str | None:
@@ -83,9 +88,71 @@ def case(
                 return u.at[0].set(1.0)
     """
     module_globals = sys._getframe(1).f_globals
+    settings = _settings("case", module_globals, args, name, donate, static, expect, max_peak, max_live_peak)
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if not callable(fn):
+            raise OptionError(f"fieldmem.case() registers a function, got {type(fn).__name__}")
+        _register(module_globals, Case(function=fn, **settings))  # type: ignore[arg-type]
+        return fn
+
+    if function is None:
+        return register
+    return register(function)
+
+
+def chain(
+    *steps: Callable[..., Any],
+    args: Callable[[], Any] | None = None,
+    name: str | None = None,
+    donate: "str | int | tuple | list | None" = None,
+    static: "str | int | tuple | list | None" = None,
+    expect: str | None = None,
+    max_peak: "str | int | None" = None,
+    max_live_peak: "str | int | None" = None,
+) -> tuple[Callable[..., Any], ...]:
+    """Register an update chain: ``steps[0]`` is called with ``args()``, each next step with the
+    previous step's outputs (a plain tuple is spread into positional arguments, unless the
+    next step takes exactly one).
+
+    fieldmem checks every step with and without donation, the hand-offs
+    between them, and the whole chain composed and jitted as one function.
+    ``donate`` and ``static`` name arguments of the first step (and of the
+    fused chain, which takes the same arguments); ``"all"`` and ``"none"``
+    apply to every step. ``expect="in-place"`` fails the check when any step
+    breaks in place; ``max_peak``/``max_live_peak`` budget every step and the
+    fused chain. Example::
+
+        fieldmem.chain(create_field, update1, update2, args=lambda: (jnp.ones(n),), expect="in-place")
+
+    Returns:
+        ``steps``, unchanged.
+    """
+    module_globals = sys._getframe(1).f_globals
+    settings = _settings("chain", module_globals, args, name, donate, static, expect, max_peak, max_live_peak)
+    if len(steps) < 2:
+        raise OptionError(f"fieldmem.chain() needs at least two steps, got {len(steps)}")
+    for n, step in enumerate(steps):
+        if not callable(step):
+            raise OptionError(f"fieldmem.chain() step {n + 1} is a {type(step).__name__}, not a function")
+    _register(module_globals, Case(function=steps[0], steps=tuple(steps), **settings))  # type: ignore[arg-type]
+    return steps
+
+
+def _settings(
+    what: str,
+    module_globals: dict[str, Any],
+    args: Any,
+    name: Any,
+    donate: Any,
+    static: Any,
+    expect: str | None,
+    max_peak: Any,
+    max_live_peak: Any,
+) -> dict[str, Any]:
     module = module_globals.get("__name__", "__main__")
     if name is not None and (not isinstance(name, str) or not name.strip()):
-        raise OptionError(f"fieldmem.case(name={name!r}) must be a non-empty string")
+        raise OptionError(f"fieldmem.{what}(name={name!r}) must be a non-empty string")
     settings = dict(
         args=args,
         name=name,
@@ -98,23 +165,19 @@ def case(
     )
     if args is not None and not callable(args):
         raise OptionError(
-            f"fieldmem.case(args=...) must be a callable returning the arguments, got {type(args).__name__}: "
+            f"fieldmem.{what}(args=...) must be a callable returning the arguments, got {type(args).__name__}: "
             "wrap it, e.g. args=lambda: (x, y)"
         )
+    return settings
 
-    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        if not callable(fn):
-            raise OptionError(f"fieldmem.case() registers a function, got {type(fn).__name__}")
-        owner, cases = _REGISTRY.get(module, (module_globals, []))
-        if owner is not module_globals:  # the module was imported again
-            cases = []
-        cases.append(Case(function=fn, **settings))  # type: ignore[arg-type]
-        _REGISTRY[module] = (module_globals, cases)
-        return fn
 
-    if function is None:
-        return register
-    return register(function)
+def _register(module_globals: dict[str, Any], registered: Case) -> None:
+    module = registered.module
+    owner, cases = _REGISTRY.get(module, (module_globals, []))
+    if owner is not module_globals:  # the module was imported again
+        cases = []
+    cases.append(registered)
+    _REGISTRY[module] = (module_globals, cases)
 
 
 def registered_cases(module: str) -> list[Case]:

@@ -21,11 +21,16 @@ __all__ = [
     "Alias",
     "ArgumentAdvice",
     "BaselineComparison",
+    "Chain",
+    "ChainBreak",
+    "ChainCost",
+    "ChainStep",
     "Check",
     "Copy",
     "DeviceInfo",
     "ErrorInfo",
     "Finding",
+    "HandOff",
     "InputInfo",
     "LeafAdvice",
     "LiveBuffer",
@@ -214,6 +219,8 @@ class InputInfo:
     bytes: int
     donated: bool
     used: bool  # False: jit dropped it as unused
+    sharding: str | None = None  # where the compiled program expects it (see docs/report-schema.md)
+    layout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,6 +230,8 @@ class OutputInfo:
     shape: tuple[int, ...]
     dtype: str
     bytes: int
+    sharding: str | None = None
+    layout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -316,6 +325,99 @@ class TargetResult:
 
 
 @dataclass(frozen=True)
+class HandOff:
+    """A leaf whose dtype, shape, sharding or layout changes on its way through a chain.
+
+    ``code``: ``dtype-change``, ``shape-change``, ``sharding-change`` or
+    ``layout-change`` (step ``step`` returns the leaf changed), or
+    ``reshard`` / ``relayout`` (step ``step`` expects its input otherwise
+    than step ``step - 1`` returns it, so jax moves it between the calls).
+    ``breaks``: the change stops the leaf's buffer from being reused.
+    """
+
+    step: int  # 0-based
+    code: str
+    leaf: str  # the step's input leaf
+    output: str | None  # the step's output leaf, for changes within a step
+    before: str
+    after: str
+    message: str
+    breaks: bool = True
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class ChainStep:
+    """One step of a chain, checked like a target (its result is in ``Report.results``).
+
+    ``status``: ``in-place`` (donated, every output reuses an input or is
+    small), ``grows`` (the only new buffers are what the state grows by),
+    ``breaks`` (an output that could reuse an input does not), ``error``
+    (it could not be checked) or ``not-checked`` (an earlier step failed, so
+    its arguments are unknown).
+    """
+
+    index: int  # 0-based
+    function: str
+    result: str  # the name of its TargetResult
+    status: str
+    summary: str
+    definition: str | None = None
+    argument_bytes: int | None = None  # per device, what the step is given
+    output_bytes: int | None = None  # per device, what it returns
+    footprint: dict[str, int | None] = field(default_factory=dict)  # plain, donated
+    live_peak: dict[str, int | None] = field(default_factory=dict)  # plain, donated
+    kept_alive: tuple[str, ...] = ()  # input leaves still held after the donated step
+    handoffs: tuple[HandOff, ...] = ()
+    grows_by: int | None = None  # donated footprint minus the previous step's (None for the first)
+
+
+@dataclass(frozen=True)
+class ChainBreak:
+    """The first step at which the chain stops being in place, and why."""
+
+    step: int
+    function: str
+    reason: str
+    leaf: str | None = None
+    source: str | None = None
+
+
+@dataclass(frozen=True)
+class ChainCost:
+    """What the chain needs at once, run one way: ``steps`` (each step its own jit, the
+    worst step counts) or ``fused`` (one jit of the whole chain)."""
+
+    layout: str  # steps | fused
+    plain_footprint: int | None = None
+    donated_footprint: int | None = None
+    plain_live_peak: int | None = None
+    donated_live_peak: int | None = None
+    worst_step: int | None = None  # steps: the step with the largest donated footprint
+
+
+@dataclass(frozen=True)
+class Chain:
+    """An update chain: each step's outputs are the next step's arguments (``pkg.mod:a,b,c``)."""
+
+    target: str
+    name: str
+    in_place: bool
+    summary: str
+    steps: tuple[ChainStep, ...] = ()
+    fused: str | None = None  # the name of the fused chain's TargetResult
+    first_break: ChainBreak | None = None
+    costs: tuple[ChainCost, ...] = ()
+    cost_summary: str | None = None  # separate steps against the fused chain, in words
+    expect: str = "any"
+    checks: tuple[Check, ...] = ()
+
+    @property
+    def failed_checks(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+
+@dataclass(frozen=True)
 class DeviceInfo:
     id: int
     platform: str
@@ -358,6 +460,7 @@ class Report:
     min_bytes: int = 0
     created: str | None = None
     baseline: BaselineComparison | None = None
+    chains: tuple[Chain, ...] = ()
     schema: str = SCHEMA
 
     @property
@@ -366,7 +469,7 @@ class Report:
         baseline regressed, else 0."""
         if any(r.status == "error" for r in self.results):
             return 2
-        if any(r.failed_checks for r in self.results):
+        if any(r.failed_checks for r in self.results) or any(c.failed_checks for c in self.chains):
             return 1
         if self.baseline is not None and self.baseline.regressions:
             return 1

@@ -9,6 +9,7 @@ checker, so one broken factory does not hide the other targets.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import hashlib
 import importlib
@@ -26,6 +27,8 @@ from fieldmem.registry import Case, registered_cases
 from fieldmem.spec import DonateSpec, StaticSpec
 
 __all__ = [
+    "ChainTarget",
+    "Step",
     "Target",
     "TargetOptions",
     "definition_of",
@@ -107,6 +110,36 @@ class Target:
                 + (f": {text[0]}" if text else "")
             ) from exc
         return _split_arguments(value, origin)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a chain: the function and how to name it."""
+
+    name: str
+    function: Callable[..., Any]
+    definition: str | None
+
+
+@dataclass(frozen=True)
+class ChainTarget:
+    """An update chain: ``steps[0]`` takes the example arguments, each next step the previous one's outputs.
+
+    ``first`` carries the chain's spec, name, arguments and options (its
+    function is the first step); the checker checks each step with it, and
+    the fused chain.
+    """
+
+    first: Target
+    steps: tuple[Step, ...]
+
+    @property
+    def spec(self) -> str:
+        return self.first.spec
+
+    @property
+    def name(self) -> str:
+        return self.first.name
 
 
 def _split_arguments(value: Any, origin: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
@@ -298,11 +331,51 @@ def _from_case(spec: str, case: Case, options: TargetOptions, module_name: str) 
     )
 
 
-def resolve_target(spec: str, options: TargetOptions) -> list[Target]:
+def _function_name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(getattr(fn, "_fun", None), "__qualname__", "function")
+
+
+def _chain_from_case(spec: str, case: Case, options: TargetOptions, module_name: str, names: list[str] | None = None) -> ChainTarget:
+    steps = tuple(
+        Step(name=names[n] if names else _function_name(fn), function=fn, definition=definition_of(fn))
+        for n, fn in enumerate(case.steps)
+    )
+    joined = ",".join(s.name for s in steps)
+    first = _from_case(spec, dataclasses.replace(case, name=case.name or f"{module_name}:{joined}"), options, module_name)
+    return ChainTarget(first=first, steps=steps)
+
+
+def _resolve_chain(spec: str, module: ModuleType, module_part: str, attr: str, options: TargetOptions, cases: list[Case], module_name: str) -> list[ChainTarget]:
+    names = [part.strip() for part in attr.split(",")]
+    if any(not n for n in names):
+        raise TargetError(
+            f"chain {spec!r} has an empty step: name each step, e.g. {module_part}:create,update1,update2"
+        )
+    functions = []
+    for part in names:
+        obj = resolve_object(module, module_part, part)
+        if not callable(obj):
+            raise TargetError(f"step {part!r} of chain {spec!r} is {_a(type(obj).__name__)}, not a function")
+        functions.append(obj)
+    registered = [c for c in cases if c.is_chain and list(c.steps) == functions]
+    if registered:
+        return [_chain_from_case(spec, c, options, module_name, names) for c in registered]
+    # the first step's own registered case lends its example arguments and options
+    first_case = next((c for c in cases if not c.is_chain and c.function is functions[0]), None)
+    base = first_case or Case(
+        function=functions[0], args=None, name=None, donate=DonateSpec(), static=StaticSpec(),
+        expect=None, max_peak=None, module=module_name,
+    )
+    chain_case = dataclasses.replace(base, name=f"{module_name}:{attr}", steps=tuple(functions))
+    return [_chain_from_case(spec, chain_case, options, module_name, names)]
+
+
+def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarget]:
     """All targets named by ``spec``.
 
     ``module:fn`` gives that function (with its registered cases' settings
-    when it has any); a bare module or file gives every case it registers.
+    when it has any); ``module:a,b,c`` the chain of those steps; a bare
+    module or file gives every case and chain it registers.
 
     Raises:
         TargetError: the module, file or attribute cannot be found, the object
@@ -326,12 +399,17 @@ def resolve_target(spec: str, options: TargetOptions) -> list[Target]:
                 f"{module_part!r} registers no fieldmem.case(...): name a function instead{example}, "
                 "or register cases in the module"
             )
-        return [_from_case(spec, case, options, module_name) for case in cases]
+        return [
+            _chain_from_case(spec, case, options, module_name) if case.is_chain else _from_case(spec, case, options, module_name)
+            for case in cases
+        ]
+    if "," in attr:
+        return _resolve_chain(spec, module, module_part, attr, options, cases, module_name)
 
     obj = resolve_object(module, module_part, attr)
     if not callable(obj):
         raise TargetError(f"{spec!r} is {_a(type(obj).__name__)}, not a function: point at the update function")
-    matching = [c for c in cases if c.function is obj]
+    matching = [c for c in cases if c.function is obj and not c.is_chain]
     if matching:
         return [_from_case(spec, case, options, module_name) for case in matching]
     bare = Case(

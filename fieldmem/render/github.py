@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from fieldmem.render import RenderOptions
-from fieldmem.report import Regression, Report, TargetResult
+from fieldmem.report import Chain, Regression, Report, TargetResult
 
 __all__ = ["annotation", "escape_data", "escape_property", "location", "render"]
 
@@ -91,6 +91,22 @@ def _target_annotations(result: TargetResult) -> list[str]:
     return lines
 
 
+def _chain_annotations(chain: Chain) -> list[str]:
+    """The chain's first break at its line: an error when the chain's expectation fails, else a warning."""
+    lines = [
+        annotation("error", check.message, title=f"fieldmem: chain {chain.name}: {check.name} failed",
+                   source=chain.first_break.source if chain.first_break else None)
+        for check in chain.failed_checks
+    ]
+    if chain.first_break is not None and not chain.failed_checks:
+        brk = chain.first_break
+        lines.append(
+            annotation("warning", chain.summary, title=f"fieldmem: chain {chain.name} breaks in place at step {brk.step + 1}",
+                       source=brk.source)
+        )
+    return lines
+
+
 def _definitions(report: Report) -> dict[str, str]:
     """Where each target is defined, by name and by target spec (regressions name either)."""
     where: dict[str, str] = {}
@@ -144,6 +160,8 @@ def render(report: Report, options: RenderOptions) -> str:
     lines: list[str] = []
     for result in report.results:
         lines.extend(_target_annotations(result))
+    for chain in report.chains:
+        lines.extend(_chain_annotations(chain))
     if report.baseline is not None:
         definitions = _definitions(report)
         lines.extend(_regression_annotation(r, definitions) for r in report.baseline.regressions)

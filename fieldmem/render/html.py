@@ -516,6 +516,65 @@ def _baseline(comparison: BaselineComparison) -> str:
     return "".join(parts)
 
 
+def _chains(report: Report, anchors: dict[str, str]) -> str:
+    """Each chain: its verdict, a row per step linking to the step's section, steps vs fused."""
+    from fieldmem.render.chains import STATUS_WORDS, footprint_curve
+
+    parts = ['<section class="chains"><h2>Chains</h2>\n']
+    for chain in report.chains:
+        css = "ok" if chain.in_place else "bad"
+        parts.append(f'<h3 class="{css}">chain <code>{_e(chain.name)}</code></h3>\n<p class="{css}">{_e(chain.summary)}</p>\n')
+        rows = []
+        for step in chain.steps:
+            words = STATUS_WORDS.get(step.status, (step.status, ""))[0]
+            anchor = anchors.get(step.result)
+            name = f'<a href="#{anchor}">{_e(step.function)}</a>' if anchor else _e(step.function)
+            rows.append(
+                (
+                    f"{step.index + 1} {name}",
+                    f'<span class="status-{_e(step.status)}">{_e(words)}</span>',
+                    _pair(step.footprint.get("plain"), step.footprint.get("donated")) if step.footprint else "",
+                    _e(format_bytes(step.grows_by)) if step.grows_by is not None else "",
+                    _pair(step.live_peak.get("plain"), step.live_peak.get("donated")) if step.live_peak else "",
+                    ", ".join(_code(k) for k in step.kept_alive),
+                )
+            )
+        for cost in chain.costs:
+            label = "one jit (fused)" if cost.layout == "fused" else "separate steps (worst step)"
+            anchor = anchors.get(chain.fused or "") if cost.layout == "fused" else None
+            rows.append(
+                (
+                    f'<a href="#{anchor}"><em>{label}</em></a>' if anchor else f"<em>{label}</em>",
+                    "",
+                    _pair(cost.plain_footprint, cost.donated_footprint),
+                    "",
+                    _pair(cost.plain_live_peak, cost.donated_live_peak),
+                    "",
+                )
+            )
+        curve = footprint_curve(chain.steps)
+        parts.append(
+            _table(
+                f"per step (donated footprint {_e(curve)})" if curve else "per step",
+                ("step", "status", "footprint plain → donated", "Δ donated", "live peak plain → donated", "kept alive"),
+                rows,
+                "chain",
+                {2, 3, 4},
+            )
+        )
+        if chain.cost_summary:
+            parts.append(f"<p>{_e(chain.cost_summary)}</p>\n")
+        breaking = [h for s in chain.steps for h in s.handoffs if h.breaks]
+        if breaking:
+            parts.append(
+                '<ul class="findings">'
+                + "".join(f'<li class="error">{_e(h.message)}</li>' for h in breaking)
+                + "</ul>\n"
+            )
+    parts.append("</section>\n")
+    return "".join(parts)
+
+
 def _header(report: Report) -> str:
     devices = ", ".join(
         f"{d.id}: {d.platform}" + (f" ({d.kind})" if d.kind and d.kind != d.platform else "") for d in report.devices
@@ -582,6 +641,8 @@ def render(report: Report, options: RenderOptions) -> str:
             parts.append(_attention(results, anchors))
         parts.append('<div id="controls"></div>\n')
         parts.append(_summary(report, anchors, options.min_bytes))
+        if report.chains:
+            parts.append(_chains(report, {r.name: a for r, a in zip(results, anchors)}))
         if report.baseline is not None:
             parts.append(_baseline(report.baseline))
         parts.extend(
@@ -596,6 +657,8 @@ def render(report: Report, options: RenderOptions) -> str:
 _CSS = """
 :root{--plain:#e8590c;--donated:#1971c2;--ok:#2b8a3e;--bad:#c92a2a;--warn:#e67700;--muted:#6b7280;
 --line:#e5e7eb;--bg:#fff;--fg:#1f2328;--code:#f6f8fa}
+.status-breaks,.status-error{color:var(--bad);font-weight:600}.status-in-place{color:var(--ok)}.status-grows{color:var(--donated)}
+h3.ok,p.ok{color:var(--ok)}h3.bad,p.bad{color:var(--bad)}
 *{box-sizing:border-box}
 body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
 header{background:#1f2937;color:#f9fafb;padding:14px 28px 10px}

@@ -172,7 +172,7 @@ def _heading(report: Report) -> str:
     errors = sum(1 for r in results if r.status == "error")
     if errors:
         parts.append(f"{errors} could not be checked")
-    failed = sum(len(r.failed_checks) for r in results)
+    failed = sum(len(r.failed_checks) for r in results) + sum(len(c.failed_checks) for c in report.chains)
     if failed:
         parts.append(f"{failed} check{'s' if failed != 1 else ''} failed")
     if report.baseline is not None and report.baseline.regressions:
@@ -191,6 +191,11 @@ def render(report: Report, options: RenderOptions) -> str:
     for result in report.results:
         if _needs_details(result, options.verbose):
             lines += _details(result, options.verbose)
+    if report.chains:
+        from fieldmem.render.chains import chain_markdown
+
+        for chain in report.chains:
+            lines += chain_markdown(chain)
     if report.baseline is not None:
         lines += _baseline(report.baseline)
     lines += _environment(report, options)

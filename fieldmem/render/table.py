@@ -311,6 +311,12 @@ def render(report: Report, options: RenderOptions) -> str:
     console.print(_summary_table(report, options, console))
     for result in report.results:
         _details(console, result, options)
+    if report.chains:
+        from fieldmem.render.chains import chain_renderables
+
+        for chain in report.chains:
+            for item in chain_renderables(chain, verbose=options.verbose):
+                console.print(item)
     if report.baseline is not None:
         from fieldmem.render.baseline import render_comparison
 

@@ -1,0 +1,154 @@
+"""The chain section of the terminal and Markdown reports: per-step curve, hand-offs, steps vs fused.
+
+Formats a :class:`~fieldmem.report.Chain` and decides nothing: the statuses,
+the first break, the growth per step and the cost comparison are all in the
+report.
+"""
+
+from __future__ import annotations
+
+from rich import box
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from fieldmem.render.markdown import FAIL, PASS, WARN, code, escape
+from fieldmem.report import Chain, ChainCost, ChainStep
+from fieldmem.spec import format_bytes
+
+__all__ = ["STATUS_WORDS", "chain_markdown", "chain_renderables", "footprint_curve"]
+
+STATUS_WORDS = {
+    "in-place": ("in place", "green"),
+    "grows": ("grows", "cyan"),
+    "breaks": ("BREAKS", "bold red"),
+    "error": ("error", "bold red"),
+    "not-checked": ("not checked", "dim"),
+}
+_BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def _pair(plain: int | None, donated: int | None) -> str:
+    return f"{format_bytes(plain)} → {format_bytes(donated)}"
+
+
+def _delta(value: int | None) -> str:
+    if value is None:
+        return ""
+    if value == 0:
+        return "±0"
+    return ("+" if value > 0 else "−") + format_bytes(abs(value))
+
+
+def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> str:
+    """One block per step: its footprint in eighths of the chain's largest (a blank: no figure)."""
+    values = [s.footprint.get(variant) for s in steps]
+    scale = max((v for v in values if v is not None), default=0)
+    if scale <= 0:
+        return ""
+    return "".join(
+        " " if v is None else _BLOCKS[min(len(_BLOCKS), max(1, (2 * v * len(_BLOCKS) + scale) // (2 * scale))) - 1]
+        for v in values
+    )
+
+
+def _cost_label(cost: ChainCost, chain: Chain) -> str:
+    if cost.layout == "fused":
+        return "one jit (fused)"
+    if cost.worst_step is not None:
+        return f"separate steps (worst: {cost.worst_step + 1} {chain.steps[cost.worst_step].function})"
+    return "separate steps (worst step)"
+
+
+def chain_renderables(chain: Chain, verbose: bool = False) -> list[RenderableType]:
+    """The chain's heading, verdict, per-step table, hand-offs and cost comparison."""
+    items: list[RenderableType] = []
+    head = Text(f"chain {chain.name}", style="bold")
+    head.append(f"  ({len(chain.steps)} steps)", style="dim")
+    items.append(head)
+    style = "green" if chain.in_place else "red"
+    items.append(Text(f"  {chain.summary}", style=style))
+    for check in chain.checks:
+        mark, check_style = ("✓", "green") if check.passed else ("✗", "red")
+        items.append(Text(f"  {mark} {check.name}: {check.message}", style=check_style))
+
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("step", overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("footprint\nplain → donated", justify="right", no_wrap=True)
+    table.add_column("Δ donated", justify="right", no_wrap=True)
+    table.add_column("live peak\nplain → donated", justify="right", no_wrap=True)
+    table.add_column("kept alive", overflow="fold")
+    for step in chain.steps:
+        words, status_style = STATUS_WORDS.get(step.status, (step.status, ""))
+        table.add_row(
+            f"{step.index + 1} {step.function}",
+            Text(words, style=status_style),
+            _pair(step.footprint.get("plain"), step.footprint.get("donated")) if step.footprint else "",
+            _delta(step.grows_by),
+            _pair(step.live_peak.get("plain"), step.live_peak.get("donated")) if step.live_peak else "",
+            ", ".join(step.kept_alive),
+        )
+    for cost in chain.costs:
+        table.add_row(
+            Text(_cost_label(cost, chain), style="italic"),
+            "",
+            _pair(cost.plain_footprint, cost.donated_footprint),
+            "",
+            _pair(cost.plain_live_peak, cost.donated_live_peak),
+            "",
+        )
+    items.append(table)
+    curve = footprint_curve(chain.steps)
+    if curve:
+        items.append(Text(f"  donated footprint per step  {curve}", style="dim"))
+    if chain.cost_summary:
+        items.append(Text(f"  {chain.cost_summary}"))
+    for step in chain.steps:
+        for handoff in step.handoffs:
+            if handoff.breaks or verbose:
+                items.append(
+                    Text(f"  • step {step.index + 1}: {handoff.message}", style="red" if handoff.breaks else "yellow")
+                )
+        if verbose or step.status in ("breaks", "error"):
+            if step.status in ("breaks", "error") and not any(h.breaks for h in step.handoffs):
+                items.append(Text(f"  • step {step.index + 1} {step.function}: {step.summary}", style="red"))
+    return items
+
+
+def chain_markdown(chain: Chain) -> list[str]:
+    """The chain as a Markdown section: verdict, a table of steps, the break, steps vs fused."""
+    mark = PASS if chain.in_place else FAIL
+    lines = [f"### {mark} chain {code(chain.name)}", "", escape(chain.summary), ""]
+    for check in chain.checks:
+        lines.append(f"- {PASS if check.passed else FAIL} {escape(check.name)}: {escape(check.message)}")
+    if chain.checks:
+        lines.append("")
+    lines += [
+        "| step | status | footprint plain → donated | Δ donated | live peak plain → donated | kept alive |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    marks = {"in-place": PASS, "grows": "📈", "breaks": FAIL, "error": FAIL, "not-checked": WARN}
+    for step in chain.steps:
+        words = STATUS_WORDS.get(step.status, (step.status, ""))[0]
+        lines.append(
+            f"| {step.index + 1} {code(step.function)} | {marks.get(step.status, '')} {escape(words)} "
+            f"| {_pair(step.footprint.get('plain'), step.footprint.get('donated')) if step.footprint else ''} "
+            f"| {escape(_delta(step.grows_by))} "
+            f"| {_pair(step.live_peak.get('plain'), step.live_peak.get('donated')) if step.live_peak else ''} "
+            f"| {', '.join(code(k) for k in step.kept_alive)} |"
+        )
+    for cost in chain.costs:
+        lines.append(
+            f"| *{escape(_cost_label(cost, chain))}* | | {_pair(cost.plain_footprint, cost.donated_footprint)} | "
+            f"| {_pair(cost.plain_live_peak, cost.donated_live_peak)} | |"
+        )
+    lines.append("")
+    if chain.cost_summary:
+        lines += [escape(chain.cost_summary), ""]
+    breaking = [(s, h) for s in chain.steps for h in s.handoffs if h.breaks]
+    for step, handoff in breaking:
+        lines.append(f"- {FAIL} step {step.index + 1}: {escape(handoff.message)}")
+    if breaking:
+        lines.append("")
+    return lines

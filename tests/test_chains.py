@@ -1,0 +1,404 @@
+"""Update chains: ``pkg.mod:a,b,c``, ``fieldmem.chain(...)``, per-step checks, hand-offs, steps vs fused.
+
+The examples are checked once per module (real compiles) and their figures
+held against plain ``jax.jit`` compiles of each step made here; the verdict
+logic (``fieldmem.chains``) is also tested on hand-built results, with no
+compile, for the cases the examples do not reach (a reshard, a failed step).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+from typer.testing import CliRunner
+
+import fieldmem
+from fieldmem.chains import StepOutcome, analyze_chain
+from fieldmem.checker import CheckOptions, check, check_targets
+from fieldmem.cli import app
+from fieldmem.compile import compose, spread
+from fieldmem.errors import OptionError
+from fieldmem.render import RenderOptions, get_renderer
+from fieldmem.report import (
+    Alias,
+    Finding,
+    InputInfo,
+    MemoryFigures,
+    OutputInfo,
+    Report,
+    TargetResult,
+    Variant,
+    Verdict,
+)
+from fieldmem.target import ChainTarget, TargetOptions, resolve_target
+
+from factories import make_report
+from helpers_compile import compile_quietly, xla_memory
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+FORWARD = str(EXAMPLES / "forward.py")
+PRECISION = str(EXAMPLES / "precision_chain.py")
+
+
+def _line_of(path: str, text: str) -> int:
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        if text in line:
+            return number
+    raise AssertionError(f"{text!r} not in {path}")
+
+
+# ---------------------------------------------------------------------------
+# The examples, compiled once
+
+
+@pytest.fixture(scope="module")
+def chain_report() -> Report:
+    return check([FORWARD, PRECISION], options=CheckOptions(min_bytes=1024))
+
+
+def _chain(report: Report, name: str) -> Any:
+    return next(c for c in report.chains if c.name == name)
+
+
+def _results(report: Report) -> dict[str, TargetResult]:
+    return {r.name: r for r in report.results}
+
+
+@pytest.mark.compile
+def test_seed_forward_chain_is_in_place_and_create_field_only_grows(chain_report: Report) -> None:
+    chain = _chain(chain_report, "forward:chain")
+    assert [s.function for s in chain.steps] == ["create_field", "update1", "update2"]
+    assert [s.status for s in chain.steps] == ["grows", "in-place", "in-place"]
+    assert chain.in_place and chain.first_break is None
+    assert chain.summary.startswith("in place along all 3 steps")
+    assert [c.name for c in chain.checks] == ["expect-in-place"] and chain.checks[0].passed
+    # each step is a result of its own, and the fused chain one more
+    results = _results(chain_report)
+    for step in chain.steps:
+        assert results[step.result].status == "ok"
+    assert chain.fused == "forward:chain[fused]" and results[chain.fused].status == "ok"
+    # create_field reuses x for u and allocates v: exactly what the state grows by
+    first = chain.steps[0]
+    aliases = results[first.result].variants["donated"].aliases
+    assert [(a.input, a.output) for a in aliases] == [("x", "out.u")]
+    assert first.output_bytes - first.argument_bytes == 512 * 512 * 4 + 16  # v, plus the tuple of two pointers
+
+
+@pytest.fixture()
+def examples_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
+@pytest.mark.compile
+def test_step_figures_are_xla_verbatim(chain_report: Report, examples_on_path: None) -> None:
+    import forward as module
+
+    chain = _chain(chain_report, "forward:chain")
+    results = _results(chain_report)
+    value: Any = module.example_x()
+    for step, fn in zip(chain.steps, (module.create_field, module.update1, module.update2)):
+        args = value if isinstance(value, tuple) else (value,)
+        compiled = {
+            "plain": compile_quietly(jax.jit(fn), *args),
+            "donated": compile_quietly(jax.jit(fn, donate_argnums=tuple(range(len(args)))), *args),
+        }
+        for variant, executable in compiled.items():
+            memory = results[step.result].variants[variant].memory
+            for name, expected in xla_memory(executable).items():
+                assert getattr(memory, name) == expected, (step.function, variant, name)
+            assert step.footprint[variant] == memory.footprint_bytes
+        value = jax.eval_shape(fn, *args)
+    # the fused chain is forward() itself
+    fused = results[chain.fused].variants["donated"].memory
+    expected = xla_memory(compile_quietly(jax.jit(module.forward.__wrapped__, donate_argnums=(0,)), *module.example_x()))
+    assert fused.temp_bytes == expected["temp_bytes"] and fused.alias_bytes == expected["alias_bytes"]
+
+
+@pytest.mark.compile
+def test_costs_are_the_worst_step_and_the_fused_compile(chain_report: Report) -> None:
+    chain = _chain(chain_report, "forward:chain")
+    results = _results(chain_report)
+    steps, fused = chain.costs
+    assert steps.layout == "steps" and fused.layout == "fused"
+    donated = [s.footprint["donated"] for s in chain.steps]
+    assert steps.donated_footprint == max(donated)
+    assert steps.plain_footprint == max(s.footprint["plain"] for s in chain.steps)
+    assert steps.worst_step == donated.index(max(donated))
+    assert fused.donated_footprint == results[chain.fused].variants["donated"].memory.footprint_bytes
+    assert fused.plain_live_peak == results[chain.fused].variants["plain"].memory.live_peak_bytes
+    difference = fused.donated_footprint - steps.donated_footprint
+    assert chain.cost_summary is not None
+    word = "more" if difference > 0 else "saves" if difference < 0 else "the same"
+    assert word in chain.cost_summary
+    # the growth per step is the change in donated footprint
+    assert chain.steps[0].grows_by is None
+    for before, after in zip(chain.steps, chain.steps[1:]):
+        assert after.grows_by == after.footprint["donated"] - before.footprint["donated"]
+
+
+@pytest.mark.compile
+def test_dtype_change_breaks_the_chain_at_that_step_leaf_and_line(chain_report: Report) -> None:
+    chain = _chain(chain_report, "precision:chain")
+    assert [s.status for s in chain.steps] == ["in-place", "breaks", "in-place"]
+    assert not chain.in_place
+    line = _line_of(PRECISION, "state.u.astype(jnp.bfloat16)")
+    brk = chain.first_break
+    assert brk is not None
+    assert (brk.step, brk.function, brk.leaf) == (1, "to_storage", "state.u")
+    assert brk.source is not None and brk.source.endswith(f"precision_chain.py:{line}")
+    assert "float32 -> bfloat16" in brk.reason
+    handoffs = chain.steps[1].handoffs
+    assert [(h.code, h.leaf, h.output, h.before, h.after, h.breaks) for h in handoffs] == [
+        ("dtype-change", "state.u", "out.u", "float32", "bfloat16", True)
+    ]
+    assert chain.steps[1].kept_alive == ("state.u",)
+    assert chain.summary.startswith("breaks in place at step 2 of 3 (to_storage)")
+    # no expectation was registered: reported, not failed
+    assert chain.checks == () and chain_report.exit_code == 0
+
+
+@pytest.mark.compile
+def test_report_round_trips_with_chains(chain_report: Report) -> None:
+    again = Report.from_dict(json.loads(json.dumps(chain_report.to_dict())))
+    assert again.chains == chain_report.chains
+    assert again == chain_report
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("fmt", ["table", "markdown", "html", "github", "json"])
+def test_every_format_shows_the_chain(chain_report: Report, fmt: str) -> None:
+    text = get_renderer(fmt).render(chain_report, RenderOptions(width=120, min_bytes=1024))
+    if fmt == "json":
+        data = json.loads(text)
+        assert [c["name"] for c in data["chains"]] == ["forward:chain", "precision:chain"]
+        assert data["chains"][1]["first_break"]["leaf"] == "state.u"
+        return
+    assert "precision:chain" in text
+    if fmt == "github":
+        line = _line_of(PRECISION, "state.u.astype(jnp.bfloat16)")
+        assert f"line={line},title=fieldmem%3A chain precision%3Achain breaks in place at step 2" in text
+        return
+    assert "to_storage" in text and "fused" in text
+    assert "breaks in place at step 2 of 3" in text
+
+
+# ---------------------------------------------------------------------------
+# The command line
+
+
+@pytest.mark.compile
+def test_cli_chain_syntax_and_expect_in_place_fails_the_broken_chain(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    result = CliRunner().invoke(
+        app,
+        ["check", f"{PRECISION}:advance,to_storage,squash", "--expect", "in-place", "-f", "json", "-o", str(out)],
+    )
+    assert result.exit_code == 1, result.output
+    data = json.loads(out.read_text())
+    (chain,) = data["chains"]
+    assert chain["checks"][0]["name"] == "expect-in-place" and not chain["checks"][0]["passed"]
+    # the registered chain's arguments were found from its steps
+    assert [r["name"] for r in data["results"]] == [
+        "precision:chain[1:advance]",
+        "precision:chain[2:to_storage]",
+        "precision:chain[3:squash]",
+        "precision:chain[fused]",
+    ]
+
+
+@pytest.mark.parametrize(
+    "spec, words",
+    [
+        ("{file}:advance,,squash", "has an empty step"),
+        ("{file}:advance,to_storag", "did you mean 'to_storage'"),
+        ("{file}:advance,N", "step 'N' of chain"),
+    ],
+)
+def test_bad_chain_specs_are_one_line_errors(spec: str, words: str) -> None:
+    result = CliRunner().invoke(app, ["check", spec.format(file=PRECISION)])
+    assert result.exit_code == 2
+    assert words in result.output
+    assert "Traceback" not in result.output
+
+
+def test_chain_needs_two_callable_steps() -> None:
+    with pytest.raises(OptionError, match="at least two steps"):
+        fieldmem.chain(lambda x: x)
+    with pytest.raises(OptionError, match="step 2 is a int"):
+        fieldmem.chain(lambda x: x, 3)
+
+
+# ---------------------------------------------------------------------------
+# Chains built in the test
+
+
+def _chain_target(tmp_path: Path, source: str, spec_tail: str) -> ChainTarget:
+    module = tmp_path / "user_chain.py"
+    module.write_text(source)
+    (target,) = resolve_target(f"{module}:{spec_tail}", TargetOptions())
+    assert isinstance(target, ChainTarget)
+    return target
+
+
+OPTIMIZER = '''
+import jax.numpy as jnp
+import fieldmem
+
+def sgd(params, momentum):
+    momentum = 0.9 * momentum + params
+    return params - 0.1 * momentum, momentum
+
+def decay(params, momentum):
+    return params * 0.99, momentum
+
+def args():
+    return (jnp.ones((256, 256)), jnp.zeros((256, 256)))
+
+fieldmem.case(sgd, args=args)
+'''
+
+
+@pytest.mark.compile
+def test_tuple_state_is_spread_and_the_first_steps_case_lends_its_arguments(tmp_path: Path) -> None:
+    target = _chain_target(tmp_path, OPTIMIZER, "sgd,decay,sgd")
+    report = check_targets([target], CheckOptions(min_bytes=1024))
+    (chain,) = report.chains
+    assert [s.status for s in chain.steps] == ["in-place"] * 3, chain.summary
+    results = _results(report)
+    second = results[chain.steps[1].result]
+    assert [i.path for i in second.inputs] == ["params", "momentum"]
+    assert [(a.input, a.output) for a in second.variants["donated"].aliases] == [
+        ("params", "out[0]"), ("momentum", "out[1]")
+    ]
+    # the later steps are compiled on abstract arguments: nothing allocated
+    assert all(i.sharding is not None for i in second.inputs)
+
+
+FAILING = '''
+import jax.numpy as jnp
+
+def first(x):
+    return x * 2
+
+def second(x):
+    raise ValueError("no such thing")
+
+def third(x):
+    return x
+
+def args():
+    return (jnp.ones((64, 64)),)
+'''
+
+
+@pytest.mark.compile
+def test_a_failing_step_is_reported_and_the_rest_are_not_checked(tmp_path: Path) -> None:
+    target = _chain_target(tmp_path, FAILING, "first,second,third")
+    target = ChainTarget(
+        first=__import__("dataclasses").replace(target.first, args_factory=lambda: (jnp.ones((64, 64)),)),
+        steps=target.steps,
+    )
+    report = check_targets([target], CheckOptions(min_bytes=1024))
+    (chain,) = report.chains
+    assert [s.status for s in chain.steps] == ["in-place", "error", "not-checked"]
+    assert chain.first_break is not None and chain.first_break.step == 1
+    assert "no such thing" in chain.first_break.reason
+    assert chain.summary.startswith("cannot be checked at step 2 of 3 (second)")
+    # the fused chain fails the same way; the first step's result still stands
+    results = _results(report)
+    assert results[chain.steps[0].result].status == "ok"
+    assert report.exit_code == 2
+
+
+def test_spread_passes_a_tuple_as_arguments_unless_the_next_step_takes_one() -> None:
+    def two(a, b):
+        return a, b
+
+    def one(state):
+        return state
+
+    def many(*xs):
+        return xs
+
+    from typing import NamedTuple
+
+    class State(NamedTuple):
+        a: int
+        b: int
+
+    assert spread((1, 2), two) == (1, 2)
+    assert spread((1, 2), one) == ((1, 2),)
+    assert spread((1, 2), many) == (1, 2)
+    assert spread(State(1, 2), two) == (State(1, 2),)
+    assert spread([1, 2], two) == ([1, 2],)
+    assert spread((5,), one) == (5,)
+    assert compose([lambda x: (x, x + 1), two, lambda a, b: a * b])(3) == 12
+
+
+# ---------------------------------------------------------------------------
+# The verdict logic on hand-built results (no compile)
+
+
+def _info(path: str, dtype: str = "float32", sharding: str | None = "cpu:0", nbytes: int = 4096) -> InputInfo:
+    return InputInfo(index=0, path=path, shape=(32, 32), dtype=dtype, bytes=nbytes, donated=True, used=True, sharding=sharding)
+
+
+def _out(path: str, dtype: str = "float32", sharding: str | None = "cpu:0") -> OutputInfo:
+    return OutputInfo(index=0, path=path, shape=(32, 32), dtype=dtype, bytes=4096, sharding=sharding)
+
+
+def _result(name: str, inputs: tuple, outputs: tuple, aliases: tuple, findings: tuple = ()) -> TargetResult:
+    memory = MemoryFigures(argument_bytes=4096, output_bytes=4096, alias_bytes=4096 * len(aliases), temp_bytes=0,
+                           footprint_bytes=8192 - 4096 * len(aliases), live_peak_bytes=4096)
+    in_place = not any(f.severity == "error" for f in findings)
+    return TargetResult(
+        target="t", name=name, status="ok", inputs=inputs, outputs=outputs,
+        variants={
+            "plain": Variant("plain", (), memory),
+            "donated": Variant("donated", ("x",), memory, aliases=aliases),
+        },
+        verdict=Verdict(in_place=in_place, summary="in place" if in_place else "not in place: " + findings[0].message,
+                        findings=findings),
+    )
+
+
+def test_a_step_compiled_for_another_sharding_is_a_reshard_between_steps() -> None:
+    alias = (Alias("x", 0, "out", 0, 4096),)
+    first = _result("c[1:a]", (_info("x"),), (_out("out", sharding="P('x') over mesh(x=4)"),), alias)
+    second_findings = (Finding("error", "new-buffer", "out is written to a new buffer", output="out", source="m.py:9"),)
+    second = _result(
+        "c[2:b]", (_info("x", sharding="P() over mesh(x=4)"),), (_out("out", sharding="P() over mesh(x=4)"),), (),
+        second_findings,
+    )
+    chain = analyze_chain(
+        target="t", name="c",
+        outcomes=[StepOutcome("a", "m.py:1", first), StepOutcome("b", "m.py:8", second)],
+        fused=None, expect="in-place", min_bytes=1024,
+    )
+    assert [s.status for s in chain.steps] == ["in-place", "breaks"]
+    (handoff,) = chain.steps[1].handoffs
+    assert handoff.code == "reshard" and handoff.before == "P('x') over mesh(x=4)" and handoff.after == "P() over mesh(x=4)"
+    assert chain.first_break is not None and chain.first_break.leaf == "x"
+    assert "jax moves it between the calls" in chain.first_break.reason
+    assert not chain.checks[0].passed
+    assert make_report((first, second), chains=(chain,)).exit_code == 1
+    # no fused result, so only the steps' cost
+    assert [c.layout for c in chain.costs] == ["steps"] and chain.cost_summary is None
+
+
+def test_a_dtype_change_xla_still_aliases_does_not_break() -> None:
+    alias = (Alias("x", 0, "out", 0, 4096),)
+    step = _result("c[1:a]", (_info("x"),), (_out("out", dtype="int32"),), alias)
+    chain = analyze_chain(
+        target="t", name="c", outcomes=[StepOutcome("a", None, step), StepOutcome("a", None, step)],
+        fused=None, expect="any", min_bytes=1024,
+    )
+    assert chain.in_place
+    handoff = chain.steps[0].handoffs[0]
+    assert handoff.code == "dtype-change" and not handoff.breaks
+    assert "XLA still reuses its buffer" in handoff.message
