@@ -22,6 +22,7 @@ demo: $(STAMP)
 	  status=$$?; [ $$status -le 1 ] || exit $$status
 	$(BIN)/fieldmem check examples/field.py -v
 	$(BIN)/fieldmem check examples/advisor.py --suggest
+	$(BIN)/fieldmem check examples/forward.py:create_field,update1,update2 examples/precision_chain.py
 	@echo "the HTML report of the examples: fieldmem-report.html"
 
 test: $(STAMP)

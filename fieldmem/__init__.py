@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-from fieldmem.api import NotInPlaceError, assert_in_place, check_function
+from fieldmem.api import NotInPlaceError, assert_in_place, check_chain, check_function
 from fieldmem.errors import FieldmemError
 from fieldmem.registry import Case, case, chain
 
@@ -27,6 +27,7 @@ __all__ = [
     "case",
     "chain",
     "check",
+    "check_chain",
     "check_function",
 ]
 

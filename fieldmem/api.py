@@ -20,7 +20,14 @@ from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Report
 from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes
 
-__all__ = ["NotInPlaceError", "assert_in_place", "check_function", "combine_reports", "failure_message"]
+__all__ = [
+    "NotInPlaceError",
+    "assert_in_place",
+    "check_chain",
+    "check_function",
+    "combine_reports",
+    "failure_message",
+]
 
 
 class NotInPlaceError(AssertionError):
@@ -54,6 +61,9 @@ def failure_message(report: Report, width: int = 160) -> str:
                 lines.append(f"{result.name}: {result.verdict.summary}")
             else:
                 lines.append(f"{result.name}: {check.name}: {check.message}")
+    for chain in report.chains:
+        for check in chain.failed_checks:
+            lines.append(f"chain {chain.name}: {chain.summary if check.name == 'expect-in-place' else check.message}")
     table = get_renderer("table").render(report, RenderOptions(min_bytes=report.min_bytes, width=width))
     return "\n".join([*lines, table.rstrip()])
 
@@ -164,6 +174,70 @@ def check_function(
     return report
 
 
+def check_chain(
+    steps: Sequence[Callable[..., Any]],
+    *args: Any,
+    donate: "str | int | tuple | list | None" = None,
+    static: "str | int | tuple | list | None" = None,
+    name: str | None = None,
+    expect: str = "any",
+    max_peak: int | str | None = None,
+    max_live_peak: int | str | None = None,
+    min_bytes: int | str = "1KiB",
+    **kwargs: Any,
+) -> Report:
+    """Check the update chain ``steps`` started on ``steps[0](*args, **kwargs)``, as ``fieldmem check mod:a,b,c``.
+
+    Every step is compiled with and without donation on the previous step's
+    outputs (a plain tuple is spread into positional arguments unless the
+    next step takes one), and the whole chain once more as one jit.
+    ``report.chains[0]`` holds the per-step verdicts, the hand-offs, the first
+    break and steps vs fused; ``report.results`` each step's result and the
+    fused one. Options are those of :func:`check_function`; ``donate`` and
+    ``static`` name arguments of the first step (``"all"``/``"none"`` apply to
+    every step); ``expect="in-place"`` fails the chain when a step breaks in place.
+
+    Raises:
+        OptionError: fewer than two steps, or a bad option.
+
+    Example::
+
+        report = fieldmem.check_chain([create_field, update1, update2], x, expect="in-place")
+        assert report.chains[0].in_place, report.chains[0].summary
+    """
+    from fieldmem.checker import CheckOptions, check_targets
+    from fieldmem.registry import EXPECTATIONS
+    from fieldmem.target import ChainTarget, Step, Target, definition_of
+
+    steps = list(steps)
+    if len(steps) < 2 or not all(callable(s) for s in steps):
+        raise OptionError("check_chain needs a sequence of at least two functions, then the first one's arguments")
+    if expect not in EXPECTATIONS:
+        raise OptionError(f"expect={expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
+    names = [_function_name(s).rpartition(":")[2] for s in steps]
+    display = name or f"{_function_name(steps[0]).rpartition(':')[0]}:{','.join(names)}"
+    call_args, call_kwargs = tuple(args), dict(kwargs)
+    first = Target(
+        spec=display,
+        name=display,
+        function=steps[0],
+        args_factory=lambda: (call_args, call_kwargs),
+        args_origin=f"the arguments given to {display}",
+        shapes=None,
+        donate=DonateSpec.parse(donate, "donate="),
+        static=StaticSpec.parse(static, "static="),
+        expect=expect,
+        max_peak=_size(max_peak, "max_peak="),
+        max_live_peak=_size(max_live_peak, "max_live_peak="),
+        definition=definition_of(steps[0]),
+    )
+    chain = ChainTarget(
+        first=first,
+        steps=tuple(Step(name=n, function=s, definition=definition_of(s)) for n, s in zip(names, steps)),
+    )
+    return check_targets([chain], CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes=")))
+
+
 def assert_in_place(
     fn: Callable[..., Any],
     *args: Any,
@@ -240,6 +314,7 @@ def combine_reports(reports: Sequence[Report], min_bytes: int) -> Report:
     return Report(
         fieldmem_version=__version__,
         results=tuple(result for report in reports for result in report.results),
+        chains=tuple(chain for report in reports for chain in report.chains),
         min_bytes=min_bytes,
         created=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         **environment,

@@ -402,3 +402,21 @@ def test_a_dtype_change_xla_still_aliases_does_not_break() -> None:
     handoff = chain.steps[0].handoffs[0]
     assert handoff.code == "dtype-change" and not handoff.breaks
     assert "XLA still reuses its buffer" in handoff.message
+
+
+@pytest.mark.compile
+def test_check_chain_api_on_functions_in_hand(examples_on_path: None) -> None:
+    import precision_chain as module
+
+    report = fieldmem.check_chain(
+        [module.advance, module.to_storage, module.squash], *module.example_state(), expect="in-place"
+    )
+    (chain,) = report.chains
+    assert chain.name == "precision_chain:advance,to_storage,squash"
+    assert chain.first_break is not None and chain.first_break.function == "to_storage"
+    assert report.exit_code == 1
+    from fieldmem.api import failure_message
+
+    assert failure_message(report).startswith(f"chain {chain.name}: breaks in place at step 2 of 3")
+    with pytest.raises(OptionError, match="at least two functions"):
+        fieldmem.check_chain([module.advance], *module.example_state())

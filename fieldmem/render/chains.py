@@ -52,12 +52,8 @@ def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> s
     )
 
 
-def _cost_label(cost: ChainCost, chain: Chain) -> str:
-    if cost.layout == "fused":
-        return "one jit (fused)"
-    if cost.worst_step is not None:
-        return f"separate steps (worst: {cost.worst_step + 1} {chain.steps[cost.worst_step].function})"
-    return "separate steps (worst step)"
+def _cost_label(cost: ChainCost) -> str:
+    return "one jit (fused)" if cost.layout == "fused" else "separate jits (max)"
 
 
 def chain_renderables(chain: Chain, verbose: bool = False) -> list[RenderableType]:
@@ -91,7 +87,7 @@ def chain_renderables(chain: Chain, verbose: bool = False) -> list[RenderableTyp
         )
     for cost in chain.costs:
         table.add_row(
-            Text(_cost_label(cost, chain), style="italic"),
+            Text(_cost_label(cost), style="italic"),
             "",
             _pair(cost.plain_footprint, cost.donated_footprint),
             "",
@@ -140,7 +136,7 @@ def chain_markdown(chain: Chain) -> list[str]:
         )
     for cost in chain.costs:
         lines.append(
-            f"| *{escape(_cost_label(cost, chain))}* | | {_pair(cost.plain_footprint, cost.donated_footprint)} | "
+            f"| *{escape(_cost_label(cost))}* | | {_pair(cost.plain_footprint, cost.donated_footprint)} | "
             f"| {_pair(cost.plain_live_peak, cost.donated_live_peak)} | |"
         )
     lines.append("")

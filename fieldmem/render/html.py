@@ -540,7 +540,7 @@ def _chains(report: Report, anchors: dict[str, str]) -> str:
                 )
             )
         for cost in chain.costs:
-            label = "one jit (fused)" if cost.layout == "fused" else "separate steps (worst step)"
+            label = "one jit (fused)" if cost.layout == "fused" else "separate jits (max)"
             anchor = anchors.get(chain.fused or "") if cost.layout == "fused" else None
             rows.append(
                 (
