@@ -478,6 +478,10 @@ def _verdict(
     # where a loop may copy every iteration, say so of the copies that happen once
     once = " once per call" if _has_loop(program.module) else ""
     findings: list[Finding] = []
+    if program.variant.donation_dropped:
+        findings.append(
+            Finding("error", "donation-dropped", f"jax dropped the donation: {program.variant.donation_dropped}")
+        )
     aliased_outputs = {a.output_index for a in donated.aliases}
     for out in program.variant.outputs:
         size = program.output_bytes[out.index]
@@ -637,6 +641,7 @@ def analyze_target(
             for o in donated.outputs
         ),
         variants={"plain": plain_variant, "donated": donated_variant},
+        devices=donated.devices,
         verdict=verdict,
         savings=savings(plain_variant, donated_variant),
         checks=_checks(expect, max_peak, max_live_peak, verdict, donated_variant),

@@ -40,6 +40,9 @@ class CheckOptions:
     suggest: bool = False  # also find (and verify by compiling) the donation that saves the most
     backend: str | None = None  # compile for this backend (cpu, gpu, tpu); None: jax's default
     cache_dir: str | None = None  # JAX's persistent compilation cache folder; None: jax's own setting
+    run: bool = False  # also run both variants and check the plan by buffer identity and device memory
+    isolate: bool = True  # with run: each target in a worker process of its own (clean peak, crash-safe)
+    timeout: float | None = None  # with run and isolate: seconds a target's worker may take
 
 
 def _error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:
@@ -73,10 +76,32 @@ def _check_call(
     try:
         with backend_scope(options.backend):
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
-            plain, donated = compile_variants(call, jobs=options.jobs)
+            plain, donated = compile_variants(call, jobs=options.jobs, keep_executables=options.run)
     except FieldmemError as exc:
         return _error_result(target.spec, target.name, exc, target.definition), None
-    return _analyse(target, call, plain, donated, options), donated
+    result = _analyse(target, call, plain, donated, options)
+    if options.run and result.status == "ok":
+        result = _run(result, call, plain, donated, options)
+    return result, dataclasses.replace(donated, executable=None)
+
+
+def _run(
+    result: TargetResult, call: "PreparedCall", plain: "CompiledVariant", donated: "CompiledVariant", options: CheckOptions
+) -> TargetResult:
+    """Run both variants (donated first: the device's high-water mark is then its own) and read them
+    against the plan; a run that fails makes the target an error that keeps the static verdict in words."""
+    from fieldmem.compile import backend_scope, run_variant
+    from fieldmem.errors import RunError
+    from fieldmem.runcheck import apply_run
+
+    try:
+        with backend_scope(options.backend):
+            readings = {"donated": run_variant(call, donated), "plain": run_variant(call, plain)}
+    except RunError as exc:
+        static = result.verdict.summary if result.verdict else "not analysed"
+        error = RunError(f"{exc.message} (static analysis: {static})", kind=exc.kind)
+        return _error_result(result.target, result.name, error, result.definition)
+    return apply_run(result, readings)
 
 
 def _analyse(
@@ -205,7 +230,14 @@ def check_targets(
                 continue
             if progress is not None:
                 progress(item.name, n, len(items))
-            if isinstance(item, ChainTarget):
+            first = item.first if isinstance(item, ChainTarget) else item
+            if options.run and options.isolate and first.options is not None:
+                from fieldmem.worker import check_isolated
+
+                worker_results, worker_chains = check_isolated(item, options)
+                results.extend(worker_results)
+                chains.extend(worker_chains)
+            elif isinstance(item, ChainTarget):
                 step_results, chain = _check_chain(item, options)
                 results.extend(step_results)
                 chains.append(chain)

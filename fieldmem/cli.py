@@ -203,6 +203,34 @@ def check(
         Optional[Path],
         typer.Option("--config", help="The pyproject.toml whose [tool.fieldmem] to use (default: found upward)."),
     ] = None,
+    run: Annotated[
+        bool,
+        typer.Option(
+            "--run",
+            help="Also run both variants: confirm every alias by buffer identity and read Device.memory_stats() "
+            "per device (each target in a worker process of its own).",
+        ),
+    ] = False,
+    isolate: Annotated[
+        bool,
+        typer.Option(
+            "--isolate/--no-isolate",
+            help="With --run: a worker process per target (a clean device peak; a crash or hang is reported). "
+            "--no-isolate runs in this process: faster, but peaks accumulate and a crash ends the run.",
+        ),
+    ] = True,
+    timeout: Annotated[
+        Optional[float],
+        typer.Option("--timeout", help="With --run: seconds a target's worker may take before it is killed."),
+    ] = None,
+    devices: Annotated[
+        Optional[int],
+        typer.Option(
+            "--devices",
+            help="Simulate N CPU devices (XLA_FLAGS --xla_force_host_platform_device_count), to check sharded "
+            "updates on a laptop.",
+        ),
+    ] = None,
 ) -> None:
     """Compile each target with and without donation and report whether it is in place."""
     from fieldmem.baseline import compare_to_baseline, load_baseline
@@ -226,6 +254,14 @@ def check(
             raise OptionError("--baseline and --no-baseline contradict each other: use one of them")
         if prune_baseline and save_baseline is None:
             raise OptionError("--prune-baseline only applies with --save-baseline PATH")
+        if timeout is not None and (timeout <= 0 or not run):
+            raise OptionError(
+                f"--timeout {timeout:g} must be positive" if timeout <= 0 else "--timeout only applies with --run"
+            )
+        if devices is not None:
+            from fieldmem.compile import simulate_cpu_devices
+
+            simulate_cpu_devices(devices)
         settings = load_config(config)
         specs = list(targets or settings.all_targets)
         if not specs:
@@ -263,6 +299,9 @@ def check(
             jobs=jobs or settings.jobs or max(1, (os.cpu_count() or 2) // 2),
             suggest=suggest,
             cache_dir=cache_folder(cache_dir if cache_dir is not None else settings.cache_dir),
+            run=run,
+            isolate=isolate,
+            timeout=timeout,
         )
         tolerances = Tolerances.parse(tolerance) if tolerance is not None else (settings.tolerance or Tolerances())
         # the baseline is read before anything compiles; the config's one may not exist yet

@@ -88,6 +88,11 @@ def decode(hint: Any, data: Any, where: str = "") -> Any:
         if not isinstance(data, list):
             raise TypeError(f"{where or 'value'} should be a list, not {_type_name(data)}")
         args = typing.get_args(hint)
+        if len(args) >= 1 and not (len(args) == 2 and args[1] is Ellipsis):
+            # a fixed-length tuple: tuple[str, tuple[int, ...]]
+            if len(args) != len(data):
+                raise TypeError(f"{where or 'value'} should have {len(args)} items, not {len(data)}")
+            return tuple(decode(item, v, f"{where}[{n}]") for n, (item, v) in enumerate(zip(args, data)))
         item = args[0] if args else Any
         return tuple(decode(item, v, f"{where}[{n}]") for n, v in enumerate(data))
     if origin is dict:

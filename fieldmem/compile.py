@@ -15,6 +15,7 @@ JAX internals read here, each in one place and tolerated when missing:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import inspect
 import time
 import warnings
@@ -22,11 +23,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from fieldmem.errors import ArgumentsError, CompileError, DonationError, OptionError
+from fieldmem.errors import ArgumentsError, CompileError, DonationError, OptionError, RunError
 from fieldmem.spec import DonateSpec, StaticSpec
 
 __all__ = [
     "CompiledVariant",
+    "DeviceStats",
     "Environment",
     "InputLeaf",
     "OutputLeaf",
@@ -38,6 +40,8 @@ __all__ = [
     "describe_sharding",
     "environment",
     "prepare_call",
+    "run_variant",
+    "RunReading",
 ]
 
 # The memory_analysis() attributes fieldmem reports, under their report names.
@@ -105,6 +109,11 @@ class CompiledVariant:
     # the outputs as a pytree of jax.ShapeDtypeStruct with their shardings: in a
     # chain, the next step's arguments (read only by this module)
     output_structs: Any = None
+    # the jax.stages.Compiled itself, kept only to run it (--run; read only by this module)
+    executable: Any = None
+    # why jax dropped the donation this variant asked for (None: it did not)
+    donation_dropped: str | None = None
+    devices: tuple[int, ...] = ()  # ids of the devices the program runs on
 
 
 @dataclass(frozen=True)
@@ -186,6 +195,51 @@ _CACHE_OPTIONS = (
     "jax_persistent_cache_min_compile_time_secs",
     "jax_persistent_cache_min_entry_size_bytes",
 )
+
+
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def simulate_cpu_devices(count: int) -> None:
+    """Make the CPU backend have ``count`` devices (``--devices``): set before jax starts, in XLA_FLAGS,
+    which worker processes inherit.
+
+    Raises:
+        OptionError: ``count`` is below 1, or jax already started with another number of CPU devices.
+    """
+    import os
+    import re
+    import sys
+
+    if count < 1:
+        raise OptionError(f"--devices {count} must be at least 1")
+    if _backends_started():
+        try:
+            have = len(sys.modules["jax"].devices("cpu"))
+        except RuntimeError:
+            have = None
+        if have is not None and have != count:
+            raise OptionError(
+                f"--devices {count}: jax already started in this process with {have} CPU device(s); "
+                f"set XLA_FLAGS={_DEVICE_COUNT_FLAG}={count} before importing jax"
+            )
+        return
+    flags = re.sub(rf"\s*{_DEVICE_COUNT_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", ""))
+    os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={count}".strip()
+
+
+def _backends_started() -> bool:
+    """Whether jax has created its backends in this process (after which XLA_FLAGS is not read again)."""
+    import sys
+
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+
+        return bool(getattr(xla_bridge, "_backends", {}))
+    except Exception:  # another jax layout: assume started, and compare the device count
+        return True
 
 
 def cache_folder(path: str | None) -> str | None:
@@ -796,7 +850,9 @@ def _compile(lowered: Any) -> tuple[Any, float]:
     return compiled, time.perf_counter() - start
 
 
-def compile_variants(call: PreparedCall, *, jobs: int = 1) -> tuple[CompiledVariant, CompiledVariant]:
+def compile_variants(
+    call: PreparedCall, *, jobs: int = 1, keep_executables: bool = False
+) -> tuple[CompiledVariant, CompiledVariant]:
     """Lower and compile ``call`` without donation (plain) and with it (donated).
 
     Lowering (tracing, Python-bound) runs in this thread, so jax's warnings
@@ -814,10 +870,14 @@ def compile_variants(call: PreparedCall, *, jobs: int = 1) -> tuple[CompiledVari
     else:
         compiled_plain, plain_s = _compile(lowered_plain)
         compiled_donated, donated_s = _compile(lowered_donated)
-    return (
-        _variant("plain", call, lowered_plain, compiled_plain, warnings_plain, lower_plain_s, plain_s),
-        _variant("donated", call, lowered_donated, compiled_donated, warnings_donated, lower_donated_s, donated_s),
+    plain = _variant("plain", call, lowered_plain, compiled_plain, warnings_plain, lower_plain_s, plain_s)
+    donated = _variant(
+        "donated", call, lowered_donated, compiled_donated, warnings_donated, lower_donated_s, donated_s, donated=True
     )
+    if keep_executables:
+        plain = dataclasses.replace(plain, executable=compiled_plain)
+        donated = dataclasses.replace(donated, executable=compiled_donated)
+    return plain, donated
 
 
 def compile_donation(
@@ -849,7 +909,7 @@ def compile_donation(
     )
     lowered, lowering_warnings, lower_s = _lower(variant_call, donated=True, function=_fresh(call.function))
     compiled, compile_s = _compile(lowered)
-    return _variant(name, variant_call, lowered, compiled, lowering_warnings, lower_s, compile_s)
+    return _variant(name, variant_call, lowered, compiled, lowering_warnings, lower_s, compile_s, donated=True)
 
 
 def _variant(
@@ -860,14 +920,20 @@ def _variant(
     lowering_warnings: tuple[str, ...],
     lower_seconds: float,
     compile_seconds: float,
+    donated: bool = False,
 ) -> CompiledVariant:
     kept, tuple_args = _kept_var_idx(lowered)
     memory = _read_memory(compiled)
     outputs, output_structs = _outputs(lowered, compiled)
+    inputs = _leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input"))
+    dropped = None
+    if donated and (call.donated_positions or call.donated_names) and not any(leaf.donated for leaf in inputs):
+        asked = [call.positional_names[i] for i in sorted(call.donated_positions)] + sorted(call.donated_names)
+        dropped = f"{', '.join(asked)} {'is' if len(asked) == 1 else 'are'} to be donated, but " + _donation_dropped_reason()
     return CompiledVariant(
         name=name,
         donated_arguments=_donated_argument_names(call, lowered),
-        inputs=_leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input")),
+        inputs=inputs,
         outputs=outputs,
         hlo_text=compiled.as_text(),
         memory=memory.figures,
@@ -880,6 +946,178 @@ def _variant(
         hlo_module_proto=memory.hlo_module_proto,
         buffers_unavailable=memory.buffers_unavailable,
         output_structs=output_structs,
+        donation_dropped=dropped,
+        devices=_device_ids(compiled),
+    )
+
+
+def _donation_dropped_reason() -> str:
+    """Why jax lowered a program without the donation it was asked for (read from jax's config)."""
+    jax = _jax()
+    if getattr(jax.config, "jax_debug_nans", False):
+        return (
+            "jax_debug_nans is on, and under it jax drops every donate_argnums/donate_argnames "
+            "(the program is compiled without donation); turn it off to check or run in place"
+        )
+    return "jax lowered the program without donating any of them"
+
+
+def _device_ids(compiled: Any) -> tuple[int, ...]:
+    """The ids of the devices the compiled program runs on, in order (empty when unknown)."""
+    return tuple(d.id for d in _executable_devices(compiled))
+
+
+# ----------------------------------------------------------------------------
+# Running (--run): call a compiled variant and watch its buffers and device memory
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    """``Device.memory_stats()`` of one device around a call; None figures with ``unavailable`` saying why."""
+
+    device: int
+    in_use_start: int | None = None  # before the call's arguments were made
+    in_use_before: int | None = None  # arguments made, just before the call
+    in_use_after: int | None = None
+    peak: int | None = None  # peak_bytes_in_use after the call: a process-lifetime high-water mark
+    unavailable: str | None = None
+
+
+@dataclass(frozen=True)
+class RunReading:
+    """What one call of a compiled variant did, per input and output leaf (report order) and per device."""
+
+    variant: str
+    input_pointers: tuple[tuple[int, ...] | None, ...]  # per-shard buffer addresses before the call
+    output_pointers: tuple[tuple[int, ...] | None, ...]
+    deleted: tuple[bool | None, ...]  # per input leaf after the call (None: not a jax array)
+    memory: tuple[DeviceStats, ...]
+    seconds: float
+
+
+def _memory_stats(device: Any) -> dict[str, int] | None:
+    """``device.memory_stats()``, read in one place (None where the backend has none, e.g. cpu)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:
+        return None
+    return dict(stats) if stats else None
+
+
+def _executable_devices(compiled: Any) -> list[Any]:
+    """The devices a compiled program runs on, by id (empty when jax does not say)."""
+    jax = _jax()
+    found: dict[int, Any] = {}
+    try:
+        for sharding in jax.tree_util.tree_leaves((compiled.input_shardings, compiled.output_shardings)):
+            for device in getattr(sharding, "device_set", ()):
+                found[device.id] = device
+    except Exception:
+        return []
+    return [found[i] for i in sorted(found)]
+
+
+def _read_stats(devices: Sequence[Any]) -> dict[int, dict[str, int] | None]:
+    return {d.id: _memory_stats(d) for d in devices}
+
+
+def _fresh_argument(value: Any) -> Any:
+    """A new device buffer for one argument leaf, so each run starts from buffers of its own."""
+    jax = _jax()
+    import numpy as np
+
+    if isinstance(value, jax.ShapeDtypeStruct):
+        sharding = getattr(value, "sharding", None)
+        return jax.numpy.zeros(value.shape, value.dtype, device=sharding)
+    if isinstance(value, jax.Array):
+        return jax.device_put(value, value.sharding, may_alias=False)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return jax.numpy.asarray(value)
+    return value
+
+
+def _pointers(value: Any) -> tuple[int, ...] | None:
+    jax = _jax()
+    if not isinstance(value, jax.Array):
+        return None
+    try:
+        shards = sorted(value.addressable_shards, key=lambda s: s.device.id)
+        return tuple(s.data.unsafe_buffer_pointer() for s in shards)
+    except Exception:
+        return None
+
+
+def _deleted(value: Any) -> bool | None:
+    jax = _jax()
+    return bool(value.is_deleted()) if isinstance(value, jax.Array) else None
+
+
+def run_variant(call: PreparedCall, variant: CompiledVariant) -> RunReading:
+    """Call ``variant``'s executable once on fresh arguments and read what happened.
+
+    The arguments are made anew (``ShapeDtypeStruct``s as zeros with their
+    sharding), so a donated run never consumes the user's arrays and each run
+    has buffers of its own. Memory statistics are read per device before the
+    arguments are made, before the call and after it.
+
+    Raises:
+        RunError: the call raised (``out-of-memory`` when the device ran out).
+    """
+    jax = _jax()
+
+    if variant.executable is None:  # pragma: no cover - the checker keeps executables when it runs
+        raise RunError(f"the {variant.name} variant was not kept to run")
+    devices = _executable_devices(variant.executable) or [jax.devices()[0]]
+    start = _read_stats(devices)
+    tree = jax.tree_util
+    dynamic = [i for i in range(len(call.args)) if i not in call.static_positions]
+    dyn_args = tuple(tree.tree_map(_fresh_argument, call.args[i]) for i in dynamic)
+    dyn_kwargs = {k: tree.tree_map(_fresh_argument, v) for k, v in call.kwargs.items() if k not in call.static_names}
+    leaves = [leaf for value in (*dyn_args, *dyn_kwargs.values()) for leaf in tree.tree_leaves(value)]
+    before_pointers = tuple(_pointers(leaf) for leaf in leaves)
+    jax.block_until_ready(leaves)
+    before = _read_stats(devices)
+    began = time.perf_counter()
+    try:
+        out = variant.executable(*dyn_args, **dyn_kwargs)
+        jax.block_until_ready(out)
+    except Exception as exc:
+        text = _first_line(exc)
+        kind = "out-of-memory" if "RESOURCE_EXHAUSTED" in str(exc) or "out of memory" in str(exc).lower() else "run"
+        raise RunError(f"running the {variant.name} variant failed: {text}", kind=kind) from None
+    seconds = time.perf_counter() - began
+    after = _read_stats(devices)
+    outputs = tree.tree_leaves(out)
+    reading = RunReading(
+        variant=variant.name,
+        input_pointers=before_pointers,
+        output_pointers=tuple(_pointers(leaf) for leaf in outputs),
+        deleted=tuple(_deleted(leaf) for leaf in leaves),
+        memory=tuple(_device_stats(d.id, start[d.id], before[d.id], after[d.id], d.platform) for d in devices),
+        seconds=seconds,
+    )
+    del out, outputs, leaves, dyn_args, dyn_kwargs
+    return reading
+
+
+def _device_stats(
+    device: int,
+    start: dict[str, int] | None,
+    before: dict[str, int] | None,
+    after: dict[str, int] | None,
+    platform: str,
+) -> DeviceStats:
+    if after is None:
+        return DeviceStats(
+            device=device,
+            unavailable=f"Device.memory_stats() gives nothing on {platform}",
+        )
+    return DeviceStats(
+        device=device,
+        in_use_start=(start or {}).get("bytes_in_use"),
+        in_use_before=(before or {}).get("bytes_in_use"),
+        in_use_after=after.get("bytes_in_use"),
+        peak=after.get("peak_bytes_in_use"),
     )
 
 

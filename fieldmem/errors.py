@@ -12,6 +12,7 @@ __all__ = [
     "DonationError",
     "FieldmemError",
     "OptionError",
+    "RunError",
     "TargetError",
 ]
 
@@ -58,3 +59,17 @@ class CompileError(FieldmemError):
     """The function fails to trace, lower or compile with the given arguments."""
 
     kind = "compile"
+
+
+class RunError(FieldmemError):
+    """Running a compiled variant (``--run``) failed: it raised, ran out of memory, crashed or hung.
+
+    ``kind`` is ``run`` unless the cause is known: ``out-of-memory``,
+    ``crash`` (the worker process died), ``timeout`` (past ``--timeout``).
+    """
+
+    kind = "run"
+
+    def __init__(self, message: str, kind: str = "run") -> None:
+        super().__init__(message)
+        self.kind = kind

@@ -19,6 +19,7 @@ from fieldmem.codec import decode, encode
 __all__ = [
     "SCHEMA",
     "Alias",
+    "AliasCheck",
     "ArgumentAdvice",
     "BaselineComparison",
     "Chain",
@@ -28,6 +29,7 @@ __all__ = [
     "Check",
     "Copy",
     "DeviceInfo",
+    "DeviceMemory",
     "ErrorInfo",
     "Finding",
     "HandOff",
@@ -39,6 +41,7 @@ __all__ = [
     "Regression",
     "Report",
     "ReportError",
+    "RunCheck",
     "Suggestion",
     "TargetResult",
     "Timeline",
@@ -164,6 +167,54 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class AliasCheck:
+    """One alias (planned, or found) checked at run time by buffer identity (``--run``)."""
+
+    input: str
+    input_index: int
+    output: str
+    output_index: int
+    confirmed: bool  # the output's buffer is the input's on every shard
+    detail: str
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """``Device.memory_stats()`` of one device around the call (``--run``); None figures and
+    ``unavailable`` where the backend has none (cpu), never 0.
+
+    ``measured_peak`` = ``peak_bytes_in_use`` after the call minus ``bytes_in_use``
+    before the arguments were made; ``predicted`` the variant's static
+    ``footprint_bytes`` (per device); ``difference`` measured minus predicted.
+    """
+
+    device: int
+    in_use_before: int | None = None
+    in_use_after: int | None = None
+    peak: int | None = None
+    measured_peak: int | None = None
+    predicted: int | None = None
+    difference: int | None = None
+    unavailable: str | None = None
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    """What one call of the variant did (``--run``): the plan's aliases confirmed or not, per device memory."""
+
+    aliases: tuple[AliasCheck, ...] = ()  # every alias of the plan
+    unplanned: tuple[AliasCheck, ...] = ()  # an output found in an input's buffer the plan does not alias
+    deleted: tuple[str, ...] = ()  # donated input leaves jax deleted (consumed)
+    kept: tuple[str, ...] = ()  # donated input leaves still alive after the call
+    devices: tuple[DeviceMemory, ...] = ()
+    seconds: float | None = None
+
+    @property
+    def confirmed(self) -> bool:
+        return all(a.confirmed for a in self.aliases)
+
+
+@dataclass(frozen=True)
 class Variant:
     """One compile of the target: ``plain`` (no donation) or ``donated``."""
 
@@ -178,6 +229,7 @@ class Variant:
     timeline: Timeline | None = None
     lower_seconds: float | None = None
     compile_seconds: float | None = None
+    run: RunCheck | None = None  # only with --run
 
 
 @dataclass(frozen=True)
@@ -318,6 +370,7 @@ class TargetResult:
     savings: dict[str, int | None] = field(default_factory=dict)
     checks: tuple[Check, ...] = ()
     suggestion: Suggestion | None = None  # only with --suggest
+    devices: tuple[int, ...] = ()  # ids of the devices the program runs on (one program per device)
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:

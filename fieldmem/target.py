@@ -92,6 +92,8 @@ class Target:
     max_peak: int | None
     definition: str | None  # file.py:LINE of the function's def
     max_live_peak: int | None = None
+    # the options resolve_target was given: a worker process resolves the spec again with them
+    options: TargetOptions | None = None
 
     def example_arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Call the args factory and check what it returns: ``args`` or ``(args, kwargs)``."""
@@ -328,6 +330,7 @@ def _from_case(spec: str, case: Case, options: TargetOptions, module_name: str) 
         max_peak=options.max_peak if options.max_peak is not None else case.max_peak,
         max_live_peak=options.max_live_peak if options.max_live_peak is not None else case.max_live_peak,
         definition=definition_of(case.function),
+        options=options,
     )
 
 

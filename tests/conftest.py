@@ -16,6 +16,7 @@ import pytest
 from fieldmem import registry
 
 ASSETS = Path(__file__).parent / "assets"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def _is_asset_module(name: str, module: object) -> bool:
@@ -23,14 +24,16 @@ def _is_asset_module(name: str, module: object) -> bool:
         return True
     file = getattr(module, "__file__", None)
     try:
-        return file is not None and Path(file).resolve().is_relative_to(ASSETS.resolve())
+        return file is not None and any(
+            Path(file).resolve().is_relative_to(folder.resolve()) for folder in (ASSETS, EXAMPLES)
+        )
     except OSError:
         return False
 
 
 @pytest.fixture(autouse=True)
 def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Restore sys.path, drop user modules imported by the test, restore the case registry.
+    """Restore sys.path, drop user modules (tests/assets, examples/) imported by the test, restore the case registry.
 
     Library modules a test happened to import first (jax and friends) stay
     imported: importing jax twice in one process does not work.

@@ -37,6 +37,7 @@ JIT_OF: dict[str, Any] = {
     "optimizer:sgd_step": "jit",
     "advisor:adam_step": {"donate_argnums": (0, 1, 2), "static_argnums": ()},
     "forward:jit": {"donate_argnums": (0,), "static_argnums": ()},
+    "sharded:relax": {"donate_argnums": (0,), "static_argnums": ()},
 }
 
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldmem.render import RenderOptions, text_console
-from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Timeline, Variant
+from fieldmem.report import MEMORY_FIGURES, DeviceMemory, Report, RunCheck, TargetResult, Timeline, Variant
 from fieldmem.spec import format_bytes
 
 _TOP_COPIES = 3
@@ -183,6 +183,62 @@ def _narrow_summary_table(report: Report, options: RenderOptions) -> Table:
     return table
 
 
+def _worst_device(run: RunCheck) -> DeviceMemory | None:
+    measured = [d for d in run.devices if d.measured_peak is not None]
+    return max(measured, key=lambda d: d.measured_peak or 0) if measured else None
+
+
+def run_lines(result: TargetResult, verbose: bool = False) -> list[Text]:
+    """What ``--run`` showed: aliases confirmed by buffer identity, and device memory (the worst device)."""
+    lines: list[Text] = []
+    for name in ("donated", "plain"):
+        variant = result.variants.get(name)
+        run = variant.run if variant is not None else None
+        if run is None or (name == "plain" and not verbose and not run.unplanned):
+            continue
+        confirmed = sum(1 for a in run.aliases if a.confirmed)
+        if run.aliases:
+            words = f"{confirmed}/{len(run.aliases)} aliases confirmed by buffer identity"
+        else:
+            words = "no alias planned"
+        if run.kept:
+            words += f"; donated but not consumed: {', '.join(run.kept)}"
+        devices = len(run.devices)
+        worst = _worst_device(run)
+        if worst is not None:
+            where = f"device {worst.device}" + (f" (worst of {devices})" if devices > 1 else "")
+            memory = (
+                f"{where}: measured peak {format_bytes(worst.measured_peak)}, planned {format_bytes(worst.predicted)}"
+                + (f" ({'+' if (worst.difference or 0) >= 0 else '−'}{format_bytes(abs(worst.difference))})"
+                   if worst.difference is not None else "")
+            )
+        elif run.devices:
+            memory = f"device memory not measured: {run.devices[0].unavailable}"
+        else:
+            memory = "device memory not measured"
+        style = "green" if confirmed == len(run.aliases) else "red"
+        lines.append(Text(f"  run ({name}, {format_seconds(run.seconds)}): {words}; {memory}", style=style))
+        if verbose:
+            for device in run.devices:
+                if device.measured_peak is None:
+                    continue
+                lines.append(
+                    Text(
+                        f"    device {device.device}: in use {format_bytes(device.in_use_before)} → "
+                        f"{format_bytes(device.in_use_after)}, peak {format_bytes(device.peak)}, measured "
+                        f"{format_bytes(device.measured_peak)} vs planned {format_bytes(device.predicted)}",
+                        style="dim",
+                    )
+                )
+    return lines
+
+
+def format_seconds(value: float | None) -> str:
+    if value is None:
+        return "?"
+    return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
+
+
 def _details(console: Console, result: TargetResult, options: RenderOptions) -> None:
     console.print(Text(result.name, style="bold"), end="")
     if result.definition:
@@ -206,6 +262,8 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
     hidden = len(findings) - 6
     if not options.verbose and hidden > 0:
         console.print(Text(f"  … {hidden} more (use -v)", style="dim"))
+    for line in run_lines(result, verbose=options.verbose):
+        console.print(line)
     if result.suggestion is not None:
         from fieldmem.render.suggest import suggestion_renderables
 

@@ -1,0 +1,190 @@
+"""What a run showed (``--run``) against what the compile planned: aliases by buffer identity, device memory.
+
+:func:`apply_run` takes a checked :class:`~fieldmem.report.TargetResult` and
+the readings of one call of each variant (:class:`fieldmem.compile.RunReading`:
+per-shard buffer addresses of every input leaf before the call and every
+output leaf after it, which inputs jax deleted, ``memory_stats()`` per
+device) and returns the result with a :class:`~fieldmem.report.RunCheck` per
+variant and the verdict revised:
+
+- every alias of the plan is *confirmed* when the output's buffer is the
+  donated input's on every shard; one that is not is an error finding
+  (``run-alias-missing``), so ``--expect in-place`` fails;
+- an output found in an input's buffer without an alias in the plan is
+  reported (``run-unplanned-alias``);
+- where the backend has device memory statistics, the measured peak per
+  device is held against the static footprint; where it has none (cpu) the
+  figures are None with the reason, never 0.
+
+It never imports jax and never prints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Mapping
+
+from fieldmem.compile import RunReading
+from fieldmem.report import (
+    AliasCheck,
+    DeviceMemory,
+    Finding,
+    RunCheck,
+    TargetResult,
+    Variant,
+    Verdict,
+)
+from fieldmem.spec import format_bytes
+
+__all__ = ["PEAK_TOLERANCE", "apply_run", "run_check"]
+
+# a measured device peak more than this fraction above the static footprint is reported
+PEAK_TOLERANCE = 0.10
+
+
+def _shards(pointers: tuple[int, ...] | None) -> str:
+    return "no device buffer" if pointers is None else f"{len(pointers)} shard{'s' if len(pointers) != 1 else ''}"
+
+
+def run_check(result: TargetResult, variant: Variant, reading: RunReading) -> RunCheck:
+    """The run of ``variant`` (one of ``result``'s) read against its plan."""
+    inputs = {leaf.index: leaf for leaf in result.inputs}
+    outputs = {out.index: out for out in result.outputs}
+    checks = []
+    for alias in variant.aliases:
+        before = reading.input_pointers[alias.input_index] if alias.input_index < len(reading.input_pointers) else None
+        after = reading.output_pointers[alias.output_index] if alias.output_index < len(reading.output_pointers) else None
+        deleted = reading.deleted[alias.input_index] if alias.input_index < len(reading.deleted) else None
+        confirmed = before is not None and after is not None and before == after
+        if confirmed:
+            detail = f"{alias.output} is in {alias.input}'s buffer on every shard ({_shards(after)})"
+            if deleted:
+                detail += f"; {alias.input} was consumed (deleted)"
+        elif before is None or after is None:
+            detail = f"cannot be compared: {alias.input if before is None else alias.output} has {_shards(None)}"
+        else:
+            same = sum(1 for a, b in zip(before, after) if a == b)
+            detail = (
+                f"{alias.output} is in a new buffer at run time ({same} of {len(after)} shards reused"
+                f"{'' if deleted else f'; {alias.input} was not deleted'})"
+            )
+        checks.append(
+            AliasCheck(alias.input, alias.input_index, alias.output, alias.output_index, confirmed, detail)
+        )
+    planned = {(a.input_index, a.output_index) for a in variant.aliases}
+    by_pointer: dict[tuple[int, ...], int] = {}
+    for index, pointers in enumerate(reading.input_pointers):
+        if pointers:
+            by_pointer.setdefault(pointers, index)
+    unplanned = []
+    for index, pointers in enumerate(reading.output_pointers):
+        source = by_pointer.get(pointers) if pointers else None
+        if source is None or (source, index) in planned or source not in inputs or index not in outputs:
+            continue
+        leaf, out = inputs[source], outputs[index]
+        unplanned.append(
+            AliasCheck(leaf.path, source, out.path, index, True,
+                       f"{out.path} came back in {leaf.path}'s buffer, which the compiled plan does not alias")
+        )
+    # the report's inputs say what the donated variant donates; the plain one donates nothing
+    donated = [leaf for leaf in result.inputs if leaf.donated] if variant.name == "donated" else []
+    deleted = tuple(
+        leaf.path for leaf in donated if leaf.index < len(reading.deleted) and reading.deleted[leaf.index]
+    )
+    kept = tuple(
+        leaf.path for leaf in donated if leaf.index < len(reading.deleted) and reading.deleted[leaf.index] is False
+    )
+    predicted = variant.memory.footprint_bytes
+    devices = []
+    for stats in reading.memory:
+        if stats.unavailable is not None or stats.peak is None:
+            devices.append(DeviceMemory(device=stats.device, predicted=predicted,
+                                        unavailable=stats.unavailable or "peak_bytes_in_use not given"))
+            continue
+        measured = stats.peak - stats.in_use_start if stats.in_use_start is not None else None
+        devices.append(
+            DeviceMemory(
+                device=stats.device,
+                in_use_before=stats.in_use_before,
+                in_use_after=stats.in_use_after,
+                peak=stats.peak,
+                measured_peak=measured,
+                predicted=predicted,
+                difference=measured - predicted if measured is not None and predicted is not None else None,
+            )
+        )
+    return RunCheck(
+        aliases=tuple(checks),
+        unplanned=tuple(unplanned),
+        deleted=deleted,
+        kept=kept,
+        devices=tuple(devices),
+        seconds=reading.seconds,
+    )
+
+
+def _run_findings(name: str, run: RunCheck) -> list[Finding]:
+    findings = []
+    for check in run.aliases:
+        if not check.confirmed:
+            findings.append(
+                Finding(
+                    "error",
+                    "run-alias-missing",
+                    f"at run time the {name} plan's alias {check.input} -> {check.output} did not happen: {check.detail}",
+                    input=check.input,
+                    output=check.output,
+                )
+            )
+    for check in run.unplanned:
+        findings.append(Finding("info", "run-unplanned-alias", f"{name} run: {check.detail}",
+                                input=check.input, output=check.output))
+    for device in run.devices:
+        if device.difference is not None and device.predicted and device.difference > PEAK_TOLERANCE * device.predicted:
+            findings.append(
+                Finding(
+                    "warning",
+                    "run-peak-above-plan",
+                    f"{name} run on device {device.device}: measured peak {format_bytes(device.measured_peak)} is "
+                    f"{format_bytes(device.difference)} above the planned footprint {format_bytes(device.predicted)}",
+                )
+            )
+    return findings
+
+
+def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> TargetResult:
+    """``result`` with each run variant's :class:`RunCheck` and the verdict revised by what the runs showed."""
+    if result.status != "ok" or result.verdict is None:
+        return result
+    variants = dict(result.variants)
+    findings: list[Finding] = []
+    for name in ("donated", "plain"):
+        if name not in readings or name not in variants:
+            continue
+        run = run_check(result, variants[name], readings[name])
+        variants[name] = dataclasses.replace(variants[name], run=run)
+        findings += _run_findings(name, run)
+    verdict = result.verdict
+    errors = [f for f in findings if f.severity == "error"]
+    in_place = verdict.in_place and not errors
+    if errors and verdict.in_place:
+        summary = "not in place at run time: " + errors[0].message
+        if len(errors) > 1:
+            summary += f" (and {len(errors) - 1} more)"
+    else:
+        summary = verdict.summary
+        confirmed = variants["donated"].run if "donated" in readings else None
+        if confirmed is not None and confirmed.aliases and not errors:
+            summary += f"; {len(confirmed.aliases)} alias{'es' if len(confirmed.aliases) != 1 else ''} confirmed at run time"
+    revised = Verdict(in_place=in_place, summary=summary, findings=verdict.findings + tuple(findings))
+    checks = tuple(
+        dataclasses.replace(
+            c,
+            passed=in_place,
+            message=c.message if in_place else "expected in place with donation, but it is not (see the findings)",
+        )
+        if c.name == "expect-in-place"
+        else c
+        for c in result.checks
+    )
+    return dataclasses.replace(result, variants=variants, verdict=revised, checks=checks)

@@ -1,0 +1,222 @@
+"""``--run``: the plan checked at run time, device memory per device, worker isolation, ``--devices``.
+
+Run in this process (``isolate=False``) where a test fakes what the runtime
+shows — buffer addresses that disagree with the plan, ``memory_stats()`` of a
+GPU — and in worker processes where the point is isolation (a hang, a crash)
+or a device count this process cannot have (``--devices 4``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+from typer.testing import CliRunner
+
+import fieldmem
+from fieldmem import compile as fm_compile
+from fieldmem.checker import CheckOptions, check
+from fieldmem.cli import app
+from fieldmem.report import Report
+
+pytestmark = pytest.mark.compile
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+FAULTS = str(ROOT / "tests" / "assets" / "run_faults.py")
+IN_PROCESS = CheckOptions(min_bytes=1024, run=True, isolate=False)
+
+
+def _results(report: Report) -> dict[str, Any]:
+    return {r.name: r for r in report.results}
+
+
+def test_every_planned_alias_of_the_examples_is_confirmed_at_run_time() -> None:
+    files = [str(EXAMPLES / name) for name in ("field.py", "sparse_row.py", "optimizer.py", "stencil_scan.py")]
+    report = check(files, options=IN_PROCESS)
+    for result in report.results:
+        assert result.status == "ok", result.error
+        run = result.variants["donated"].run
+        assert run is not None
+        assert len(run.aliases) == len(result.variants["donated"].aliases) > 0
+        assert all(a.confirmed for a in run.aliases), [a.detail for a in run.aliases]
+        # aliased inputs are consumed: jax deleted them
+        assert {a.input for a in run.aliases} <= set(run.deleted)
+        # the plain variant donates nothing and reuses nothing
+        plain = result.variants["plain"].run
+        assert plain is not None and plain.aliases == () and plain.unplanned == () and plain.deleted == ()
+        # cpu has no device memory statistics: said, never 0
+        for device in run.devices:
+            assert device.measured_peak is None and device.peak is None
+            assert device.unavailable and "memory_stats" in device.unavailable
+            assert device.predicted == result.variants["donated"].memory.footprint_bytes
+    field = _results(report)["field:update"]
+    assert field.verdict.summary.endswith("2 aliases confirmed at run time")
+
+
+def _pointers_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runtime puts every output in a new buffer, whatever the plan says."""
+    real = fm_compile.run_variant
+
+    def fake(call: Any, variant: Any) -> Any:
+        import dataclasses
+
+        reading = real(call, variant)
+        moved = tuple(None if p is None else tuple(x + 64 for x in p) for p in reading.output_pointers)
+        return dataclasses.replace(reading, output_pointers=moved, deleted=tuple(False for _ in reading.deleted))
+
+    monkeypatch.setattr(fm_compile, "run_variant", fake)
+
+
+def test_a_planned_alias_the_run_does_not_confirm_fails_expect_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    _pointers_elsewhere(monkeypatch)
+    result = CliRunner().invoke(
+        app,
+        ["check", f"{EXAMPLES / 'sparse_row.py'}:set_row", "--run", "--no-isolate", "--expect", "in-place",
+         "-f", "json"],
+    )
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout[result.stdout.index("{"):])
+    (target,) = data["results"]
+    assert target["verdict"]["in_place"] is False
+    assert target["verdict"]["summary"].startswith(
+        "not in place at run time: at run time the donated plan's alias u -> out did not happen"
+    )
+    (alias,) = target["variants"]["donated"]["run"]["aliases"]
+    assert alias["confirmed"] is False and "u was not deleted" in alias["detail"]
+    assert target["checks"][0]["name"] == "expect-in-place" and not target["checks"][0]["passed"]
+
+
+def test_a_donation_dropped_under_jax_debug_nans_is_named_in_the_verdict() -> None:
+    def update(u):
+        return u.at[0].set(1.0)
+
+    with jax.debug_nans(True):
+        report = fieldmem.check_function(update, jnp.zeros((256, 256)), expect="in-place")
+    (result,) = report.results
+    assert not result.verdict.in_place
+    first = result.verdict.findings[0]
+    assert first.code == "donation-dropped"
+    assert result.verdict.summary.startswith("not in place: jax dropped the donation: u is to be donated, but jax_debug_nans is on")
+    assert report.exit_code == 1
+    # without it, the same update is in place
+    assert fieldmem.check_function(update, jnp.zeros((256, 256)), expect="in-place").exit_code == 0
+
+
+def test_device_memory_stats_are_read_per_device_and_held_against_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A faked GPU-like allocator: each read reports more in use, and a peak 3 MiB above the start."""
+    reads = {"n": 0}
+
+    def stats(device: Any) -> dict[str, int]:
+        reads["n"] += 1
+        in_use = 1000 * reads["n"]
+        return {"bytes_in_use": in_use, "peak_bytes_in_use": in_use + 3 * 2**20}
+
+    monkeypatch.setattr(fm_compile, "_memory_stats", stats)
+    report = check([f"{EXAMPLES / 'sparse_row.py'}:set_row"], options=IN_PROCESS)
+    (result,) = report.results
+    donated = result.variants["donated"]
+    (device,) = donated.run.devices
+    # reads of the donated run: 1 before the arguments, 2 before the call, 3 after it
+    assert (device.in_use_before, device.in_use_after, device.peak) == (2000, 3000, 3000 + 3 * 2**20)
+    assert device.measured_peak == 3000 + 3 * 2**20 - 1000
+    assert device.predicted == donated.memory.footprint_bytes
+    assert device.difference == device.measured_peak - device.predicted
+    assert device.unavailable is None
+    # 3 MiB is well below the 16 MiB plan: no warning; the plain run read its own
+    assert not [f for f in result.verdict.findings if f.code == "run-peak-above-plan"]
+    (plain_device,) = result.variants["plain"].run.devices
+    assert plain_device.in_use_before == 5000
+
+
+def test_a_measured_peak_above_the_plan_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        fm_compile, "_memory_stats", lambda device: {"bytes_in_use": 0, "peak_bytes_in_use": 64 * 2**20}
+    )
+    report = check([f"{EXAMPLES / 'sparse_row.py'}:set_row"], options=IN_PROCESS)
+    (result,) = report.results
+    warnings = [f for f in result.verdict.findings if f.code == "run-peak-above-plan"]
+    assert len(warnings) == 2  # donated and plain
+    assert warnings[0].message.startswith("donated run on device 0: measured peak 64.0 MiB is")
+    assert result.verdict.in_place  # a warning, not a verdict change
+
+
+def test_a_hanging_target_times_out_and_a_crashing_one_is_reported() -> None:
+    report = check([f"{FAULTS}:hangs"], options=CheckOptions(run=True, timeout=3))
+    (hung,) = report.results
+    assert hung.status == "error" and hung.error.kind == "timeout"
+    assert "did not finish within --timeout 3 s" in hung.error.message
+    report = check([FAULTS + ":crashes", FAULTS + ":fine"], options=CheckOptions(run=True))
+    results = _results(report)
+    crashed = results["faults:crashes"]
+    assert crashed.status == "error" and crashed.error.kind == "crash"
+    assert "killed by SIGABRT" in crashed.error.message
+    fine = results["faults:fine"]
+    assert fine.status == "ok" and fine.variants["donated"].run.confirmed
+    assert report.exit_code == 2
+
+
+def _plain_jax_per_device(count: int) -> dict[str, int]:
+    """memory_analysis() of examples/sharded.py's relax compiled with plain jax under ``count`` devices."""
+    script = (
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import jax, sharded\n"
+        "a = sharded.sharded_state()\n"
+        "m = jax.jit(sharded.relax, donate_argnums=0).lower(*a).compile().memory_analysis()\n"
+        "print(json.dumps({'argument_bytes': m.argument_size_in_bytes, 'output_bytes': m.output_size_in_bytes,"
+        " 'alias_bytes': m.alias_size_in_bytes, 'temp_bytes': m.temp_size_in_bytes, 'devices': len(jax.devices())}))\n"
+    )
+    env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={count}", JAX_PLATFORMS="cpu")
+    done = subprocess.run([sys.executable, "-c", script, str(EXAMPLES)], capture_output=True, text=True, env=env, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_devices_4_reports_per_device_figures_of_the_sharded_example(tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", str(EXAMPLES / "sharded.py"), "--devices", "4", "--run",
+         "-f", "json", "-o", str(out)],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    data = json.loads(out.read_text())
+    assert [d["id"] for d in data["devices"]] == [0, 1, 2, 3]
+    (result,) = data["results"]
+    assert result["devices"] == [0, 1, 2, 3]
+    assert result["inputs"][0]["sharding"] == "P('x') over mesh(x=4)"
+    expected = _plain_jax_per_device(4)
+    assert expected["devices"] == 4
+    memory = result["variants"]["donated"]["memory"]
+    for name in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes"):
+        assert memory[name] == expected[name], name
+    # a quarter of each 2 MiB array on every device
+    assert memory["output_bytes"] == 2 * 2**20 // 4
+    run = result["variants"]["donated"]["run"]
+    assert [d["device"] for d in run["devices"]] == [0, 1, 2, 3]
+    assert all(d["predicted"] == memory["footprint_bytes"] for d in run["devices"])
+    (alias,) = run["aliases"]
+    assert alias["confirmed"] and "(4 shards)" in alias["detail"]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--timeout", "5"], "--timeout only applies with --run"),
+        (["--run", "--timeout", "0"], "must be positive"),
+        (["--devices", "0"], "--devices 0 must be at least 1"),
+        (["--devices", "4"], "jax already started in this process with 1 CPU device"),
+    ],
+)
+def test_run_options_are_checked_before_anything_compiles(argv: list[str], words: str) -> None:
+    jax.devices()  # this test process runs jax with one cpu device
+    result = CliRunner().invoke(app, ["check", f"{EXAMPLES / 'field.py'}", *argv])
+    assert result.exit_code == 2
+    assert words in result.output
