@@ -23,6 +23,7 @@ not HLO raises :class:`HloParseError`.
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import re
 from dataclasses import dataclass, field
@@ -479,6 +480,10 @@ class _SourceTables:
 def _unquote(text: str) -> str:
     text = text.strip()
     if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
+        if "\\" not in text:
+            # without an escape, JSON gives the characters between the quotes or fails
+            # (and then they are taken as they are): the same either way
+            return text[1:-1]
         try:
             return json.loads(text)
         except ValueError:
@@ -508,7 +513,7 @@ def _parse_tables(lines: list[str]) -> _SourceTables:
         elif current == "FunctionNames":
             tables.function_names[index] = _unquote(rest)
         else:
-            fields = {m.group(1): m.group(2) for m in _METADATA_FIELD.finditer(rest)}
+            fields = dict(_METADATA_FIELD.findall(rest))
             target = tables.file_locations if current == "FileLocations" else tables.stack_frames
             target[index] = fields
     return tables
@@ -534,8 +539,9 @@ _METADATA_FIELD = re.compile(r'(\w+)=("[^"\\]*(?:\\.[^"\\]*)*"|[^\s}]+)')
 
 
 def _parse_metadata(text: str, tables: _SourceTables) -> tuple[str | None, SourceLocation | None]:
-    # metadata fields are separated by spaces, not commas: {op_name="a b" stack_frame_id=2}
-    fields = {m.group(1): m.group(2) for m in _METADATA_FIELD.finditer(text)}
+    # metadata fields are separated by spaces, not commas: {op_name="a b" stack_frame_id=2};
+    # dict() of the (key, value) pairs keeps the last of a repeated key
+    fields = dict(_METADATA_FIELD.findall(text))
     op_name = _unquote(fields["op_name"]) if "op_name" in fields else None
     source: SourceLocation | None = None
     if "stack_frame_id" in fields:
@@ -551,7 +557,151 @@ def _parse_metadata(text: str, tables: _SourceTables) -> tuple[str | None, Sourc
     return op_name, source
 
 
-def _parse_instruction(line: str, tables: _SourceTables) -> HloInstruction:
+def _printable_except(excluded: str) -> str:
+    """A regex class of the printable ASCII characters but the space and ``excluded``.
+
+    The fast path matches ASCII only (``\\w`` and ``\\s`` cost several times more per
+    character in ``re``); anything else goes the general way.
+    """
+    return "[" + "".join(re.escape(chr(c)) for c in range(0x21, 0x7F) if chr(c) not in excluded) + "]"
+
+
+_STRING = r'"[^"\\]*(?:\\[\s\S][^"\\]*)*"'  # as _string_end reads it: escapes, then the quote
+
+
+def _balanced(depth: int) -> str:
+    """A regex for what may stand between a pair of brackets: text, quoted strings and
+    properly nested ``()``/``[]``/``{}`` groups, ``depth`` levels deep at most.
+
+    Written as unrolled loops (a run of plain characters, then one string or
+    group, then a run...) so a text that does not match fails in linear time.
+    """
+    plain = r'[^()\[\]{}"]*'
+    inner = _STRING if depth == 0 else f"{_STRING}|{_group(depth - 1)}"
+    return f"{plain}(?:(?:{inner}){plain})*"
+
+
+def _group(depth: int) -> str:
+    content = _balanced(depth)
+    return rf"\({content}\)|\[{content}\]|\{{{content}\}}"
+
+
+_NAME_CHARS = "[A-Za-z0-9_.\\-]"  # what [\w.\-] is, in ASCII
+# The common layout of an instruction line, in one match: name, shape (an array
+# token ended by a space, its braces balanced, or a tuple), opcode, operands
+# (plain names, or anything balanced) and the attribute tail. A line this does
+# not fit, or whose tail _ATTRIBUTE does not cover, goes through
+# _parse_instruction_general; what the fast path accepts, both read the same way
+# (tests/test_hlo.py compares them on every golden instruction).
+_FAST_INSTRUCTION = re.compile(
+    rf" *(ROOT )?%?({_NAME_CHARS}+) *= *"
+    r"(?:("
+    + _printable_except('"(){}')
+    + r"+(?:\{"
+    + _printable_except('"{}')
+    + r"*\}"
+    + _printable_except('"(){}')
+    + r"*)*) |(\("
+    + _balanced(2)
+    + r"\)) *)"
+    r"([A-Za-z0-9_\-]+)\("
+    r"(?:([A-Za-z0-9_.%, \-]*)|(" + _balanced(2) + r"))\)"
+    r"(.*)"
+)
+# one ", key=value" attribute, the value a plain token, a quoted string or a balanced
+# group: an attribute tail made of nothing else splits at the same commas as _attributes
+_ATTRIBUTE = re.compile(
+    rf" *, *({_NAME_CHARS}+)=("
+    + _printable_except('"(),[]{}')
+    + "+|"
+    + _STRING
+    + "|"
+    + _group(2)
+    + ")"
+)
+# the last name of each comma-separated operand, as _OPERAND_NAME finds it per part
+# (the operands are [A-Za-z0-9_.%, -] only when this is used)
+_OPERAND_NAMES = re.compile(rf"({_NAME_CHARS}+) *(?=,|$)")
+_CALL_KEY_SET = frozenset(_CALL_KEYS) - {"async_execution_thread"}
+
+
+def _parse_instruction(
+    line: str,
+    tables: _SourceTables,
+    metadata_cache: dict[str, tuple[str | None, SourceLocation | None]] | None = None,
+) -> HloInstruction:
+    """One instruction line: the common layout by one regex match, anything else by
+    :func:`_parse_instruction_general`. ``metadata_cache`` (one per module, since the
+    stack frames are) keeps the parse of each distinct ``metadata={...}`` text."""
+    match = _FAST_INSTRUCTION.fullmatch(line)
+    if match is None:
+        return _parse_instruction_general(line, tables)
+    root, name, array_shape, tuple_shape, opcode, simple_operands, operand_text, tail = match.groups()
+    attrs: dict[str, str]
+    if tail:
+        parts = _ATTRIBUTE.split(tail)
+        between = parts[::3]
+        if any(between) and (any(between[:-1]) or not between[-1].isspace()):
+            return _parse_instruction_general(line, tables)
+        attrs = dict(zip(parts[1::3], parts[2::3]))
+    else:
+        attrs = {}
+    parameter_number: int | None = None
+    operands: list[str] = []
+    if opcode == "parameter":
+        try:
+            parameter_number = int((operand_text if simple_operands is None else simple_operands).strip())
+        except ValueError:
+            parameter_number = None
+    elif opcode != "constant":
+        if simple_operands is not None:
+            operands = _OPERAND_NAMES.findall(simple_operands)
+        else:
+            for part in _split_top_level(operand_text):
+                part = part.strip()
+                if not part:
+                    continue
+                found = _OPERAND_NAME.search(part)
+                if found:
+                    operands.append(found.group(1))
+    called: list[str] = []
+    if not _CALL_KEY_SET.isdisjoint(attrs):
+        for key in _CALL_KEYS:
+            if key in attrs and key != "async_execution_thread":
+                for ref in _COMPUTATION_REF.findall(attrs[key].strip("{}")):
+                    called.append(ref)
+    op_name, source = (None, None)
+    metadata = attrs.get("metadata")
+    if metadata is not None:
+        if metadata_cache is None:
+            op_name, source = _parse_metadata(metadata, tables)
+        else:
+            parsed = metadata_cache.get(metadata)
+            if parsed is None:
+                parsed = metadata_cache[metadata] = _parse_metadata(metadata, tables)
+            op_name, source = parsed
+    tuple_index = None
+    if opcode == "get-tuple-element" and "index" in attrs:
+        try:
+            tuple_index = int(attrs["index"])
+        except ValueError:
+            tuple_index = None
+    return HloInstruction(
+        name,
+        opcode,
+        array_shape if tuple_shape is None else tuple_shape,
+        tuple(operands),
+        tuple(called),
+        root is not None,
+        op_name,
+        source,
+        parameter_number,
+        tuple_index,
+        attrs.get("backend_config"),
+    )
+
+
+def _parse_instruction_general(line: str, tables: _SourceTables) -> HloInstruction:
     match = _INSTRUCTION_START.match(line)
     if not match:
         raise HloParseError(f"cannot read HLO instruction: {line.strip()[:160]!r}")
@@ -665,18 +815,35 @@ def parse_hlo_module(text: str) -> HloModule:
     Raises:
         HloParseError: the text has no ``HloModule`` header or cannot be read.
     """
+    # a module is a few hundred thousand small objects, all kept: the collector would
+    # walk them again and again while they are built (a third of the time) and free
+    # nothing, so it waits until the module is complete
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse_module(text)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _parse_module(text: str) -> HloModule:
     lines = text.splitlines()
     header_at = next((i for i, line in enumerate(lines) if line.startswith("HloModule")), None)
     if header_at is None:
         raise HloParseError("no 'HloModule' header: this is not HLO text")
     name, header = _parse_header(lines[header_at])
-    # only the first module: another "HloModule" line starts the next one
-    end_at = next(
-        (i for i in range(header_at + 1, len(lines)) if lines[i].startswith("HloModule")),
-        len(lines),
-    )
+    # only the first module: another "HloModule" line starts the next one (when the
+    # header holds the only "HloModule" of the text, there is none: no need to look)
+    end_at = len(lines)
+    if text.count("HloModule") > 1:
+        end_at = next(
+            (i for i in range(header_at + 1, len(lines)) if lines[i].startswith("HloModule")),
+            len(lines),
+        )
     body = lines[header_at + 1:end_at]
     tables = _parse_tables(body)
+    metadata_cache: dict[str, tuple[str | None, SourceLocation | None]] = {}
 
     computations: list[HloComputation] = []
     current_name: str | None = None
@@ -693,17 +860,18 @@ def parse_hlo_module(text: str) -> HloModule:
             continue
         # "}" ends a computation; one run on another thread prints
         # '}, execution_thread="host"'
-        if raw.strip() == "}" or (raw.startswith("}") and raw[1:].lstrip().startswith(",")):
+        stripped = raw.strip()
+        if stripped == "}" or (raw.startswith("}") and raw[1:].lstrip().startswith(",")):
             computations.append(HloComputation(current_name, current_entry, tuple(current)))
             current_name = None
             if pending:
                 raise HloParseError(f"truncated HLO instruction: {pending[:160]!r}")
             continue
-        if not raw.strip():
+        if not stripped:
             continue
         line = pending + raw if pending else raw
         try:
-            current.append(_parse_instruction(line, tables))
+            current.append(_parse_instruction(line, tables, metadata_cache))
             pending = ""
         except HloParseError:
             # an instruction printed over several lines: keep reading

@@ -15,6 +15,8 @@ regenerating) moves both together.
 from __future__ import annotations
 
 import ast
+import gc
+import random
 import re
 from pathlib import Path
 
@@ -698,3 +700,147 @@ def test_output_parameters_name_tuple_elements() -> None:
         frozenset({(0, (1,))}),
         frozenset({(1, ())}),
     ]
+
+
+# ----------------------------------------------------------------------------
+# The fast path of the instruction parser reads what the general one reads
+
+# lines the fast path must either read exactly like _parse_instruction_general or
+# hand over to it: strings holding commas and brackets, call keys out of order,
+# repeated keys, inline and nested shapes, tabs, non-ASCII names, cut-off tails
+EDGE_LINES = (
+    '  %x = f32[] add(%a, %b), metadata={op_name="a, b=c {(" stack_frame_id=1}',
+    '  %x = f32[] add(%a, %b), metadata={op_name="q\\"x" source_file="/a.py" source_line=3}',
+    '  %x = f32[] add(%a, %b), metadata={op_name="x" stack_frame_id=99}',
+    '  %x = f32[] add(%a, %b), metadata={op_name="x" stack_frame_id=abc}',
+    '  %x = f32[] add(%a, %b), metadata={op_name="x" stack_frame_id=2 stack_frame_id=3}',
+    '  %x = f32[] add(%a, %b), metadata={op_name="x"}, metadata={op_name="y"}',
+    "  %w = (s32[], f32[2]{0}) while(%t), body=%b, condition=%c, backend_config={\"known_trip_count\":{\"n\":\"5\"}}",
+    '  %w = (s32[], f32[2]{0}) while(%t), condition=%c, body=%b, backend_config="{\\"known_trip_count\\":{}}"',
+    "  %g = f32[] get-tuple-element(%t), index=1, index=2",
+    "  %g = f32[] get-tuple-element(%t), index=x",
+    "  %g = f32[] get-tuple-element(%t), index={1}",
+    "  %p = f32[] parameter(0 )",
+    "  %p = f32[] parameter(x)",
+    "  %p = (f32[], s32[]) parameter(1)",
+    "  %c = f32[3]{0} constant({1, 2, 3})",
+    "  %c = f32[2,2]{1,0} constant({ {1, 2}, {3, 4} })",
+    "  %c = f32[] constant(-inf)",
+    "  %n = f32[] negate(f32[] %x)",
+    "  %n = f32[2]{0} add(f32[2]{0} %x, f32[2]{0} y.1)",
+    "  ROOT %t = (f32[], (s32[], pred[])) tuple(%a, %b)",
+    "  ROOT %t = (f32[], (s32[], (pred[], u8[]))) tuple(%a, %b)",
+    '  %a = ((f32[3]{0}), f32[3]{0}, s32[]) async-start(%x), async_execution_thread="host", calls=%host_fn',
+    "  %c = f32[] call(%x), to_apply=%f, frontend_attributes={_xla=\"1\"}",
+    "  %k = f32[] conditional(%p, %a, %b), branch_computations={%br0, %br1}",
+    '  %x = f32[] custom-call(%y), custom_call_target="foo,bar", api_version=API_VERSION_STATUS_RETURNING',
+    "  %x = f32[64,128]{1,0:T(8,128)S(1)} copy(%y)",
+    "  %x = f32[64, 128]{1,0} copy(%y)",
+    "  %x = f32[]{ 0 } copy(%y)",
+    "  %x = f32[] add(%a , %b )",
+    "  %x = f32[] add(%a %b)",
+    "  %x = f32[] add(%a, , %b)",
+    "  %x = f32[] add()",
+    "  %x = f32[] add(%a, %b)  ",
+    "  %x = f32[] add(%a, %b),",
+    "  %x = f32[] add(%a, %b), foo",
+    "  %x = f32[] add(%a, %b) , kind=kLoop",
+    "  %x = f32[] add(%a, %b), kind = kLoop",
+    "  %x = f32[] add(%a, %b), slice={[0:1], [0:128]}",
+    "  %x = f32[] add(%a, %b), sharding={devices=[2,1]<=[2]}",
+    "  %x = f32[]  add(%a, %b)",
+    "  %x = f32[] add (%a, %b)",
+    "\t%x = f32[] negate(%y)",
+    "  ROOT  %x = f32[] negate(%y)",
+    "  ROOT = f32[] negate(%y)",
+    "  %\u00e9 = f32[] negate(%\u00e0, %b\u00a0)",
+    "  %x = f32[] add(%a, %b), a=1)",
+    '  %x = f32[] add(%a, %b), metadata={op_name="x"',
+    '  %x = f32[] add(%a, %b), metadata={op_name="x}',
+    "  %x = f32[] add(%a, %b",
+    "  %x = (f32[], s32[] tuple(%a)",
+    "  %x = f32[] garbage",
+    "  x = f32[]",
+)
+
+
+def _instruction_lines() -> list[str]:
+    lines = {
+        line
+        for path in sorted(GOLDEN.glob("*.hlo"))
+        for line in path.read_text().splitlines()
+        if " = " in line and not line.startswith("HloModule")
+    }
+    return sorted(lines)
+
+
+def _read(parse, line: str, tables) -> tuple:
+    try:
+        return ("read", parse(line, tables))
+    except HloParseError:
+        return ("raises",)
+
+
+def test_fast_and_general_instruction_parsers_agree() -> None:
+    tables = hlo._parse_tables(text("loop_copy.plain").splitlines())  # stack frames 1..13
+    lines = _instruction_lines() + list(EDGE_LINES)
+    # and the golden lines with a few characters inserted, deleted or cut off
+    rng = random.Random(7)
+    pieces = list(' ,(){}[]="\\%\t\u00e9x0.-:') + [", index=1", ', b="x,y"', " ROOT ", ", calls=%c"]
+    for _ in range(3000):
+        line = rng.choice(lines)
+        for _ in range(rng.randint(1, 3)):
+            at = rng.randint(0, len(line))
+            roll = rng.random()
+            if roll < 0.5:
+                line = line[:at] + rng.choice(pieces) + line[at:]
+            elif roll < 0.85:
+                line = line[:at] + line[at + rng.randint(1, 5):]
+            else:
+                line = line[:at]
+        lines.append(line)
+    for line in lines:
+        assert _read(hlo._parse_instruction, line, tables) == _read(
+            hlo._parse_instruction_general, line, tables
+        ), line
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_compiled_goldens_take_the_fast_path(case: str) -> None:
+    # a regex that stopped matching XLA's layout would still parse right, only slowly
+    for variant in ("plain", "donated"):
+        m = module(f"{case}.{variant}")
+        for line in text(f"{case}.{variant}").splitlines():
+            match = hlo._FAST_INSTRUCTION.fullmatch(line)
+            if match is None:
+                assert " = " not in line or line.startswith("HloModule"), line
+                continue
+            tail = match.group(8)
+            assert not any(hlo._ATTRIBUTE.split(tail)[::3]), line
+        assert m.entry.instructions
+
+
+def test_whole_modules_read_the_same_by_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = {name: parse_hlo_module(text(name) + "\n") for name in (p.stem for p in sorted(GOLDEN.glob("*.hlo")))}
+    monkeypatch.setattr(
+        hlo, "_parse_instruction", lambda line, tables, cache=None: hlo._parse_instruction_general(line, tables)
+    )
+    for name, parsed in fast.items():
+        general = parse_hlo_module(text(name) + "\n\n")  # another text: not the cached module
+        assert general == parsed, name
+        assert find_copies(general) == find_copies(parsed), name
+
+
+def test_parsing_leaves_the_garbage_collector_as_it_was() -> None:
+    assert gc.isenabled()
+    parse_hlo_module(text("sparse_row.plain") + "\n# gc on\n")
+    assert gc.isenabled()
+    with pytest.raises(HloParseError):
+        parse_hlo_module("HloModule m\n\nENTRY %main (x: f32[]) -> f32[] {\n  ROOT %x = f32[] garbage\n}\n")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        parse_hlo_module(text("sparse_row.plain") + "\n# gc off\n")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
