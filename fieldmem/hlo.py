@@ -22,11 +22,14 @@ not HLO raises :class:`HloParseError`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gc
 import json
 import re
+import threading
 from dataclasses import dataclass, field
+from typing import Iterator
 
 __all__ = [
     "AliasEntry",
@@ -818,13 +821,32 @@ def parse_hlo_module(text: str) -> HloModule:
     # a module is a few hundred thousand small objects, all kept: the collector would
     # walk them again and again while they are built (a third of the time) and free
     # nothing, so it waits until the module is complete
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with _collector_paused():
         return _parse_module(text)
+
+
+_PAUSE_LOCK = threading.Lock()
+_pauses = 0
+_was_enabled = False
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the garbage collector while any parse runs (parses on several threads share one pause);
+    the last one to finish restores it as it was before the first began."""
+    global _pauses, _was_enabled
+    with _PAUSE_LOCK:
+        if _pauses == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _pauses += 1
+    try:
+        yield
     finally:
-        if enabled:
-            gc.enable()
+        with _PAUSE_LOCK:
+            _pauses -= 1
+            if _pauses == 0 and _was_enabled:
+                gc.enable()
 
 
 def _parse_module(text: str) -> HloModule:

@@ -844,3 +844,25 @@ def test_parsing_leaves_the_garbage_collector_as_it_was() -> None:
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_concurrent_parses_leave_the_collector_as_it_was() -> None:
+    """Parses on several threads share one pause of the collector; it is back on when all are done."""
+    import gc
+    import threading
+
+    text = sorted(GOLDEN.glob("*.hlo"))[0].read_text()
+    barrier = threading.Barrier(4)
+
+    def parse() -> None:
+        barrier.wait()
+        for _ in range(5):
+            hlo.parse_hlo_module.__wrapped__(text)
+
+    assert gc.isenabled()
+    threads = [threading.Thread(target=parse) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert gc.isenabled()
