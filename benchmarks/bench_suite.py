@@ -108,7 +108,8 @@ def compile_seconds(report_path: Path) -> float:
 
 def run_point(point: Point, module: Path, work: Path) -> None:
     report = work / "report.json"
-    fieldmem_cmd = [sys.executable, "-m", "fieldmem", "check", str(module), "-f", "json", "-o", str(report)]
+    # the cold cost: no compilation cache (bench_levers.py measures the cache)
+    fieldmem_cmd = [sys.executable, "-m", "fieldmem", "check", str(module), "-f", "json", "-o", str(report), "--no-cache"]
     naive_cmd = [sys.executable, str(ROOT / "benchmarks" / "naive.py"), str(module)]
     repeat = 1
     n = 0

@@ -10,10 +10,13 @@ results of the others. Progress is reported through a callback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
+from collections import deque
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
 
 from fieldmem import __version__
 from fieldmem.errors import CompileError, FieldmemError
@@ -24,7 +27,7 @@ from fieldmem.spec import DonateSpec, StaticSpec
 from fieldmem.target import ChainTarget, Target, TargetOptions, resolve_target
 
 if TYPE_CHECKING:
-    from fieldmem.compile import CompiledVariant, PreparedCall
+    from fieldmem.compile import CompiledVariant, PendingVariants, PreparedCall
 
 __all__ = ["CheckOptions", "check", "check_backends", "check_targets"]
 
@@ -64,6 +67,40 @@ def _check_one(target: Target, options: CheckOptions) -> TargetResult:
     except FieldmemError as exc:
         return _error_result(target.spec, target.name, exc, target.definition)
     return _check_call(target, args, kwargs, options)[0]
+
+
+@dataclass
+class _Started:
+    """A target lowered here whose compiles run in the pool (see :func:`check_targets`)."""
+
+    target: Target
+    call: "PreparedCall | None" = None
+    pending: "PendingVariants | None" = None
+    error: TargetResult | None = None
+
+
+def _start(target: Target, options: CheckOptions, pool: "Executor") -> _Started:
+    """Make the arguments, prepare and lower ``target`` in this thread; its compiles go to ``pool``."""
+    from fieldmem.compile import backend_scope, prepare_call, start_variants
+
+    try:
+        with backend_scope(options.backend):
+            args, kwargs = target.example_arguments()
+            call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
+            return _Started(target, call, start_variants(call, pool))
+    except FieldmemError as exc:
+        return _Started(target, error=_error_result(target.spec, target.name, exc, target.definition))
+
+
+def _finish(started: _Started, options: CheckOptions) -> TargetResult:
+    if started.error is not None:
+        return started.error
+    target = started.target
+    try:
+        plain, donated = started.pending.result()
+    except FieldmemError as exc:
+        return _error_result(target.spec, target.name, exc, target.definition)
+    return _analyse(target, started.call, plain, donated, options)
 
 
 def _check_call(
@@ -211,6 +248,16 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
     )
 
 
+@contextlib.contextmanager
+def _pool(workers: int) -> "Iterator[Executor | None]":
+    """A thread pool for XLA compiles (None when ``workers`` is 0: compile in place)."""
+    if workers <= 0:
+        yield None
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        yield pool
+
+
 def check_targets(
     targets: Iterable[Target | ChainTarget | tuple[str, FieldmemError]],
     options: CheckOptions = CheckOptions(),
@@ -220,13 +267,17 @@ def check_targets(
     from fieldmem.compile import compilation_cache, environment
 
     items = list(targets)
-    results: list[TargetResult] = []
+    slots: list[list[TargetResult]] = [[] for _ in items]
     chains: list[Chain] = []
-    with compilation_cache(options.cache_dir):
+    # independent targets overlap: one is lowered here while the compiles of
+    # those before it run in the pool (lowering stays on this thread)
+    pipelined = options.jobs > 1 and not options.run
+    in_flight: deque[tuple[int, _Started]] = deque()
+    with compilation_cache(options.cache_dir), _pool(options.jobs if pipelined else 0) as pool:
         for n, item in enumerate(items):
             if isinstance(item, tuple):
                 spec, error = item
-                results.append(_error_result(spec, spec, error))
+                slots[n] = [_error_result(spec, spec, error)]
                 continue
             if progress is not None:
                 progress(item.name, n, len(items))
@@ -235,14 +286,23 @@ def check_targets(
                 from fieldmem.worker import check_isolated
 
                 worker_results, worker_chains = check_isolated(item, options)
-                results.extend(worker_results)
+                slots[n] = worker_results
                 chains.extend(worker_chains)
             elif isinstance(item, ChainTarget):
                 step_results, chain = _check_chain(item, options)
-                results.extend(step_results)
+                slots[n] = step_results
                 chains.append(chain)
+            elif pool is not None:
+                in_flight.append((n, _start(item, options, pool)))
+                while len(in_flight) > options.jobs:
+                    done, started = in_flight.popleft()
+                    slots[done] = [_finish(started, options)]
             else:
-                results.append(_check_one(item, options))
+                slots[n] = [_check_one(item, options)]
+        while in_flight:
+            done, started = in_flight.popleft()
+            slots[done] = [_finish(started, options)]
+    results = [result for slot in slots for result in slot]
     if progress is not None:
         progress("", len(items), len(items))
     env = environment(options.backend)

@@ -77,6 +77,19 @@ def _check_writable(output: Path, option: str = "--output") -> None:
         raise OptionError(f"{option} {str(output)!r}: the folder {str(folder)!r} does not exist")
 
 
+def _cache(given: str | None, off: bool, configured: str | None) -> str | None:
+    """The compilation cache folder of this run: --cache-dir, the config's, else the default one."""
+    from fieldmem.compile import cache_folder, default_cache_folder
+
+    if off:
+        if given is not None:
+            raise OptionError("--cache-dir and --no-cache contradict each other: use one of them")
+        return None
+    if given is not None or configured is not None:
+        return cache_folder(given if given is not None else configured)
+    return default_cache_folder()
+
+
 @app.command()
 def check(
     targets: Annotated[
@@ -161,6 +174,14 @@ def check(
             "not compiled, on the next run (same findings).",
         ),
     ] = None,
+    no_cache: Annotated[
+        bool,
+        typer.Option(
+            "--no-cache",
+            help="Do not use JAX's persistent compilation cache (default: --cache-dir, cache-dir in "
+            "[tool.fieldmem], $FIELDMEM_CACHE_DIR, else ~/.cache/fieldmem/jax).",
+        ),
+    ] = False,
     backend: Annotated[
         Optional[str],
         typer.Option(
@@ -235,7 +256,6 @@ def check(
     """Compile each target with and without donation and report whether it is in place."""
     from fieldmem.baseline import compare_to_baseline, load_baseline
     from fieldmem.checker import CheckOptions, check as run_check, check_backends
-    from fieldmem.compile import cache_folder
     from fieldmem.config import load_config
     from fieldmem.registry import EXPECTATIONS
     from fieldmem.render import RenderOptions, get_renderer
@@ -298,7 +318,7 @@ def check(
             ),
             jobs=jobs or settings.jobs or max(1, (os.cpu_count() or 2) // 2),
             suggest=suggest,
-            cache_dir=cache_folder(cache_dir if cache_dir is not None else settings.cache_dir),
+            cache_dir=_cache(cache_dir, no_cache, settings.cache_dir),
             run=run,
             isolate=isolate,
             timeout=timeout,

@@ -19,7 +19,7 @@ import dataclasses
 import inspect
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
@@ -36,6 +36,7 @@ __all__ = [
     "chain_arguments",
     "compile_donation",
     "compile_variants",
+    "start_variants",
     "compose",
     "describe_sharding",
     "environment",
@@ -259,6 +260,32 @@ def cache_folder(path: str | None) -> str | None:
     if not os.access(path, os.W_OK | os.X_OK):
         raise OptionError(f"--cache-dir {path!r} is not writable")
     return path
+
+
+CACHE_ENV = "FIELDMEM_CACHE_DIR"
+
+
+def default_cache_folder() -> str | None:
+    """The command line's compilation cache when none is named: ``$FIELDMEM_CACHE_DIR`` (``none``: no
+    cache); else, when ``$JAX_COMPILATION_CACHE_DIR`` is set, None (jax's own setting stands); else
+    ``$XDG_CACHE_HOME/fieldmem/jax`` (``~/.cache/fieldmem/jax``). None when it cannot be made: a
+    default never stops a run."""
+    import os
+
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen is None and os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return None  # jax's own cache setting stands
+    if chosen is not None:
+        if chosen.strip().lower() in ("", "none", "off", "0"):
+            return None
+        path = chosen
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        path = os.path.join(base, "fieldmem", "jax")
+    try:
+        return cache_folder(path)
+    except OptionError:
+        return None
 
 
 @contextlib.contextmanager
@@ -850,34 +877,66 @@ def _compile(lowered: Any) -> tuple[Any, float]:
     return compiled, time.perf_counter() - start
 
 
+class PendingVariants:
+    """Both variants of one call, lowered here and compiling (maybe in a pool): :meth:`result` waits."""
+
+    def __init__(self, call: PreparedCall, pool: Executor | None, keep_executables: bool = False) -> None:
+        self.call = call
+        self.keep_executables = keep_executables
+        function = _fresh(call.function)  # one trace for both variants, none from an earlier check
+        self._plain = _lower(call, donated=False, function=function)
+        self._donated = _lower(call, donated=True, function=function)
+        if pool is not None:
+            self._futures: list[Any] | None = [pool.submit(_compile, self._plain[0]), pool.submit(_compile, self._donated[0])]
+        else:
+            self._futures = None
+
+    def result(self) -> tuple[CompiledVariant, CompiledVariant]:
+        """The two compiled variants (raises CompileError as the compile did)."""
+        if self._futures is not None:
+            (compiled_plain, plain_s), (compiled_donated, donated_s) = [f.result() for f in self._futures]
+        else:
+            compiled_plain, plain_s = _compile(self._plain[0])
+            compiled_donated, donated_s = _compile(self._donated[0])
+        (lowered_plain, warnings_plain, lower_plain_s) = self._plain
+        (lowered_donated, warnings_donated, lower_donated_s) = self._donated
+        plain = _variant("plain", self.call, lowered_plain, compiled_plain, warnings_plain, lower_plain_s, plain_s)
+        donated = _variant(
+            "donated", self.call, lowered_donated, compiled_donated, warnings_donated, lower_donated_s, donated_s,
+            donated=True,
+        )
+        if self.keep_executables:
+            plain = dataclasses.replace(plain, executable=compiled_plain)
+            donated = dataclasses.replace(donated, executable=compiled_donated)
+        self._plain = self._donated = (None, (), 0.0)  # let the lowerings go
+        self._futures = None
+        return plain, donated
+
+
+def start_variants(call: PreparedCall, pool: Executor | None, *, keep_executables: bool = False) -> PendingVariants:
+    """Lower ``call`` both ways in this thread and start the two XLA compiles in ``pool`` (None: at :meth:`result`).
+
+    Lowering (tracing, Python-bound) must stay in one thread: jax's warnings
+    are captured with ``warnings.catch_warnings``, which is not thread-safe.
+    XLA compiles release the GIL, so several targets' compiles overlap in a
+    pool while the next target is lowered.
+    """
+    return PendingVariants(call, pool, keep_executables)
+
+
 def compile_variants(
     call: PreparedCall, *, jobs: int = 1, keep_executables: bool = False
 ) -> tuple[CompiledVariant, CompiledVariant]:
     """Lower and compile ``call`` without donation (plain) and with it (donated).
 
-    Lowering (tracing, Python-bound) runs in this thread, so jax's warnings
-    are captured reliably; the two XLA compiles run concurrently when
-    ``jobs`` > 1 (XLA:CPU already compiles on several threads, so this pays
-    only with cores to spare).
+    Lowering runs in this thread, so jax's warnings are captured reliably;
+    the two XLA compiles run concurrently when ``jobs`` > 1 (XLA:CPU already
+    compiles on several threads, so this pays only with cores to spare).
     """
-    function = _fresh(call.function)  # one trace for both variants, none from an earlier check
-    lowered_plain, warnings_plain, lower_plain_s = _lower(call, donated=False, function=function)
-    lowered_donated, warnings_donated, lower_donated_s = _lower(call, donated=True, function=function)
     if jobs > 1:
         with ThreadPoolExecutor(max_workers=2) as pool:
-            futures = [pool.submit(_compile, lowered_plain), pool.submit(_compile, lowered_donated)]
-            (compiled_plain, plain_s), (compiled_donated, donated_s) = [f.result() for f in futures]
-    else:
-        compiled_plain, plain_s = _compile(lowered_plain)
-        compiled_donated, donated_s = _compile(lowered_donated)
-    plain = _variant("plain", call, lowered_plain, compiled_plain, warnings_plain, lower_plain_s, plain_s)
-    donated = _variant(
-        "donated", call, lowered_donated, compiled_donated, warnings_donated, lower_donated_s, donated_s, donated=True
-    )
-    if keep_executables:
-        plain = dataclasses.replace(plain, executable=compiled_plain)
-        donated = dataclasses.replace(donated, executable=compiled_donated)
-    return plain, donated
+            return start_variants(call, pool, keep_executables=keep_executables).result()
+    return start_variants(call, None, keep_executables=keep_executables).result()
 
 
 def compile_donation(

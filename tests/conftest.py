@@ -39,6 +39,8 @@ def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     imported: importing jax twice in one process does not work.
     """
     monkeypatch.setenv("COLUMNS", "120")
+    # no persistent compilation cache unless a test asks for one (subprocesses inherit this)
+    monkeypatch.setenv("FIELDMEM_CACHE_DIR", "none")
     monkeypatch.setenv("LINES", "40")
     saved_path = list(sys.path)
     saved_modules = set(sys.modules)

@@ -677,10 +677,11 @@ def _findings(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:
-    """All levers off (one compile at a time, no cache), then all on twice: concurrent compiles and the
-    persistent cache, the second run loading every executable from it. The same report each time."""
+    """All levers off (one compile at a time, no cache), then all on twice: concurrent compiles (of the
+    two variants and across targets) and the persistent cache, the second run loading every executable
+    from it. The same report each time, over every example."""
     examples = Path(__file__).resolve().parent.parent / "examples"
-    targets = [str(examples / name) for name in ("field.py", "sparse_row.py", "stencil_scan.py")]
+    targets = [str(path) for path in sorted(examples.glob("*.py"))]
     cache = tmp_path / "jax-cache"
 
     def run(*options: str) -> dict[str, Any]:
@@ -692,10 +693,10 @@ def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:
         return _findings(json.loads(done.stdout))
 
     without = run("--jobs", "1")
-    first = run("--jobs", "2", "--cache-dir", str(cache))
+    first = run("--jobs", "3", "--cache-dir", str(cache))
     entries = sorted(p.name for p in cache.iterdir())
     assert entries, "nothing was written to the cache"
-    second = run("--jobs", "2", "--cache-dir", str(cache))
+    second = run("--jobs", "3", "--cache-dir", str(cache))
     assert sorted(p.name for p in cache.iterdir()) == entries  # every executable came from the cache
     assert first == without and second == without
 
@@ -706,3 +707,32 @@ def test_a_cache_dir_that_cannot_be_made_stops_before_compiling(in_assets: Path,
     result = invoke(GOOD, "--cache-dir", str(blocker / "cache"))
     assert_user_error(result, "--cache-dir", "cannot be created")
     assert result.stdout == ""
+
+
+def test_the_default_compilation_cache_is_used_unless_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fieldmem.cli import _cache
+    from fieldmem.errors import OptionError
+
+    monkeypatch.delenv("FIELDMEM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax-own"))
+    assert _cache(None, False, None) is None  # jax's own setting stands
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+    assert _cache(None, False, None) == str(tmp_path / "xdg" / "fieldmem" / "jax")
+    assert (tmp_path / "xdg" / "fieldmem" / "jax").is_dir()
+    monkeypatch.setenv("FIELDMEM_CACHE_DIR", str(tmp_path / "env"))
+    assert _cache(None, False, None) == str(tmp_path / "env")
+    assert _cache(None, False, str(tmp_path / "config")) == str(tmp_path / "config")
+    assert _cache(str(tmp_path / "given"), False, str(tmp_path / "config")) == str(tmp_path / "given")
+    assert _cache(None, True, str(tmp_path / "config")) is None
+    monkeypatch.setenv("FIELDMEM_CACHE_DIR", "none")
+    assert _cache(None, False, None) is None
+    # a default that cannot be made never stops a run; a named one does
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("FIELDMEM_CACHE_DIR", str(blocker / "cache"))
+    assert _cache(None, False, None) is None
+    with pytest.raises(OptionError, match="cannot be created"):
+        _cache(str(blocker / "cache"), False, None)
+    with pytest.raises(OptionError, match="contradict"):
+        _cache(str(tmp_path / "given"), True, None)
