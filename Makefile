@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_suite.py
 	$(BIN)/python benchmarks/bench_parse.py
 	$(BIN)/python benchmarks/bench_levers.py
+	$(BIN)/python benchmarks/bench_probe.py
 
 # A smoke run of the synthetic suite (a minute): results go to benchmarks/results/suite-quick.*
 bench-quick: $(STAMP)

@@ -44,6 +44,7 @@ class CheckOptions:
     backend: str | None = None  # compile for this backend (cpu, gpu, tpu); None: jax's default
     cache_dir: str | None = None  # JAX's persistent compilation cache folder; None: jax's own setting
     run: bool = False  # also run both variants and check the plan by buffer identity and device memory
+    probe: bool = False  # with run: time each aliased slice update at two buffer sizes
     isolate: bool = True  # with run: each target in a worker process of its own (clean peak, crash-safe)
     timeout: float | None = None  # with run and isolate: seconds a target's worker may take
 
@@ -138,7 +139,34 @@ def _run(
         static = result.verdict.summary if result.verdict else "not analysed"
         error = RunError(f"{exc.message} (static analysis: {static})", kind=exc.kind)
         return _error_result(result.target, result.name, error, result.definition)
-    return apply_run(result, readings)
+    result = apply_run(result, readings)
+    if options.probe:
+        result = _probe(result, call, donated, options)
+    return result
+
+
+def _probe(result: TargetResult, call: "PreparedCall", donated: "CompiledVariant", options: CheckOptions) -> TargetResult:
+    """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
+    from fieldmem.compile import backend_scope, probe_update
+    from fieldmem.errors import RunError
+    from fieldmem.report import InPlaceProbe
+    from fieldmem.runcheck import apply_probes, probe_candidates, probe_outcome
+
+    probes = []
+    for candidate in probe_candidates(result, donated.hlo_text):
+        if candidate.skip is not None:
+            probes.append(InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", candidate.skip))
+            continue
+        try:
+            with backend_scope(options.backend):
+                reading = probe_update(
+                    call, donated, candidate.input_index, candidate.output_index, factor=candidate.factor
+                )
+        except RunError as exc:
+            probes.append(InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", exc.message))
+            continue
+        probes.append(probe_outcome(candidate.input, candidate.output, candidate.update, reading))
+    return apply_probes(result, probes)
 
 
 def _analyse(

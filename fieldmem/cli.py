@@ -232,6 +232,14 @@ def check(
             "per device (each target in a worker process of its own).",
         ),
     ] = False,
+    probe: Annotated[
+        bool,
+        typer.Option(
+            "--probe",
+            help="With --run (implied): time each aliased slice update (.at[].set, scatter) at two buffer sizes; "
+            "a time that grows with the buffer means the update rewrites it although the HLO is in place.",
+        ),
+    ] = False,
     isolate: Annotated[
         bool,
         typer.Option(
@@ -274,7 +282,7 @@ def check(
             raise OptionError("--baseline and --no-baseline contradict each other: use one of them")
         if prune_baseline and save_baseline is None:
             raise OptionError("--prune-baseline only applies with --save-baseline PATH")
-        if timeout is not None and (timeout <= 0 or not run):
+        if timeout is not None and (timeout <= 0 or not (run or probe)):
             raise OptionError(
                 f"--timeout {timeout:g} must be positive" if timeout <= 0 else "--timeout only applies with --run"
             )
@@ -319,7 +327,8 @@ def check(
             jobs=jobs or settings.jobs or max(1, (os.cpu_count() or 2) // 2),
             suggest=suggest,
             cache_dir=_cache(cache_dir, no_cache, settings.cache_dir),
-            run=run,
+            run=run or probe,
+            probe=probe,
             isolate=isolate,
             timeout=timeout,
         )

@@ -41,6 +41,8 @@ __all__ = [
     "describe_sharding",
     "environment",
     "prepare_call",
+    "probe_update",
+    "ProbeReading",
     "run_variant",
     "RunReading",
 ]
@@ -1178,6 +1180,132 @@ def _device_stats(
         in_use_after=after.get("bytes_in_use"),
         peak=after.get("peak_bytes_in_use"),
     )
+
+
+@dataclass(frozen=True)
+class ProbeReading:
+    """Run times of one slice update at two buffer sizes (``--probe``): the same program, the same
+    slice, the updated buffer (and every argument of its shape) grown ``factor``-fold along ``dimension``."""
+
+    input_index: int
+    output_index: int
+    dimension: int
+    factor: int
+    small_bytes: int
+    large_bytes: int
+    small_seconds: tuple[float, ...]
+    large_seconds: tuple[float, ...]
+
+
+def _dynamic_values(call: PreparedCall) -> tuple[list[Any], Any]:
+    """The dynamic argument values in report order (positional, then keywords as given) and their treedef."""
+    jax = _jax()
+    dynamic = [call.args[i] for i in range(len(call.args)) if i not in call.static_positions]
+    keywords = [call.kwargs[k] for k in call.kwargs if k not in call.static_names]
+    return jax.tree_util.tree_flatten((dynamic, keywords))
+
+
+def _call_with(call: PreparedCall, leaves: list[Any], treedef: Any) -> PreparedCall:
+    """``call`` with its dynamic argument leaves replaced (static arguments kept in place)."""
+    jax = _jax()
+    dynamic, keywords = jax.tree_util.tree_unflatten(treedef, leaves)
+    args, position = list(call.args), iter(dynamic)
+    for i in range(len(args)):
+        if i not in call.static_positions:
+            args[i] = next(position)
+    kwargs, values = dict(call.kwargs), iter(keywords)
+    for key in call.kwargs:
+        if key not in call.static_names:
+            kwargs[key] = next(values)
+    return dataclasses.replace(call, args=tuple(args), kwargs=kwargs)
+
+
+def _time_calls(executable: Any, call: PreparedCall, repeats: int) -> list[float]:
+    jax = _jax()
+    leaves, treedef = _dynamic_values(call)
+    times = []
+    for _ in range(repeats):
+        fresh = [_fresh_argument(leaf) for leaf in leaves]
+        jax.block_until_ready(fresh)
+        dynamic, keywords = jax.tree_util.tree_unflatten(treedef, fresh)
+        names = [k for k in call.kwargs if k not in call.static_names]
+        began = time.perf_counter()
+        out = executable(*dynamic, **dict(zip(names, keywords)))
+        jax.block_until_ready(out)
+        times.append(time.perf_counter() - began)
+        del out, fresh, dynamic, keywords
+    return times
+
+
+def probe_update(
+    call: PreparedCall,
+    variant: CompiledVariant,
+    input_index: int,
+    output_index: int,
+    *,
+    factor: int = 4,
+    repeats: int = 21,
+) -> ProbeReading | None:
+    """Time ``variant``'s update of input leaf ``input_index`` (returned as ``output_index``) as it is and
+    with that buffer ``factor`` times larger, alternating the two ``repeats`` times.
+
+    The largest dimension that still traces is grown, together with every
+    argument leaf of the same shape (an update that reads a same-shaped
+    array keeps working). None when no dimension can be grown. Compiling
+    the larger program is the one compile this adds.
+    """
+    jax = _jax()
+    if variant.executable is None:  # pragma: no cover - the checker keeps executables when it probes
+        raise RunError(f"the {variant.name} variant was not kept to run")
+    leaves, treedef = _dynamic_values(call)
+    if input_index >= len(leaves):
+        return None
+    target = leaves[input_index]
+    shape = tuple(getattr(target, "shape", ()))
+    dtype = getattr(target, "dtype", None)
+    if not shape or dtype is None:
+        return None
+    dims = sorted(range(len(shape)), key=lambda d: -shape[d])
+    for dim in dims:
+        grown_shape = tuple(n * factor if d == dim else n for d, n in enumerate(shape))
+        grown = []
+        for leaf in leaves:
+            if tuple(getattr(leaf, "shape", ())) == shape and hasattr(leaf, "dtype"):
+                sharding = getattr(leaf, "sharding", None)
+                grown.append(jax.ShapeDtypeStruct(grown_shape, leaf.dtype, sharding=sharding))
+            else:
+                grown.append(leaf)
+        large_call = _call_with(call, grown, treedef)
+        try:
+            lowered, _, _ = _lower(large_call, donated=variant.name != "plain", function=_fresh(call.function))
+            large, _ = _compile(lowered)
+        except CompileError:
+            continue
+        small_times: list[float] = []
+        large_times: list[float] = []
+        for _ in range(repeats):  # alternate, so drift in the machine hits both alike
+            small_times += _time_calls(variant.executable, call, 1)
+            large_times += _time_calls(large, large_call, 1)
+        element = _shape_bytes((), dtype)
+        small_bytes = int(element * _count(shape))
+        return ProbeReading(
+            input_index=input_index,
+            output_index=output_index,
+            dimension=dim,
+            factor=factor,
+            small_bytes=small_bytes,
+            large_bytes=small_bytes * factor,
+            small_seconds=tuple(small_times),
+            large_seconds=tuple(large_times),
+        )
+    return None
+
+
+def _count(shape: Sequence[int]) -> int:
+    total = 1
+    for n in shape:
+        total *= int(n)
+    return total
 
 
 # ----------------------------------------------------------------------------

@@ -1134,6 +1134,52 @@ def output_values(module: HloModule) -> list[HloInstruction | None]:
     return [by_name.get(operand) for operand in root.operands]
 
 
+SLICE_UPDATES = ("dynamic-update-slice", "scatter")
+
+
+def slice_update_kind(module: HloModule, instruction: HloInstruction | None) -> str | None:
+    """``dynamic-update-slice`` or ``scatter`` when ``instruction``'s value is such an update of a
+    buffer (directly, as a fusion's root, or as a loop's carry updated so in the body), else None.
+
+    These are the outputs whose HLO looks in place while writing only a slice: the in-place probe
+    (``--probe``) times them.
+    """
+    by_computation = {c.name: c for c in module.computations}
+    seen: set[tuple[str, int | None]] = set()
+    current, index = instruction, None  # index: the tuple element followed into a tuple-valued root
+    computation_of: dict[str, HloComputation] = {}
+    while current is not None and (current.name, index) not in seen:
+        seen.add((current.name, index))
+        if current.opcode in SLICE_UPDATES and index is None:
+            return current.opcode
+        if current.opcode == "get-tuple-element" and current.operands and index is None:
+            index = current.tuple_index
+            current = _find(module, current.operands[0], computation_of)
+            continue
+        if current.opcode == "tuple" and index is not None and index < len(current.operands):
+            current, index = _find(module, current.operands[index], computation_of), None
+            continue
+        if current.opcode in ("fusion", "while"):
+            bodies = [by_computation[c] for c in current.called if c in by_computation]
+            if current.opcode == "while":
+                bodies = [b for b in bodies if b.root is not None and b.root.shape == current.shape]
+            if not bodies or bodies[0].root is None:
+                return None
+            body = bodies[0]
+            for member in body.instructions:
+                computation_of[member.name] = body
+            current = body.root
+            continue
+        return None
+    return None
+
+
+def _find(module: HloModule, name: str, hint: dict[str, "HloComputation"]) -> HloInstruction | None:
+    if name in hint:
+        return hint[name].by_name().get(name)
+    return module.entry.by_name().get(name)
+
+
 def output_parameters(module: HloModule) -> list[frozenset[tuple[int, tuple[int, ...]]]]:
     """For each output leaf, the entry parameters its value is computed from.
 

@@ -33,6 +33,7 @@ __all__ = [
     "ErrorInfo",
     "Finding",
     "HandOff",
+    "InPlaceProbe",
     "InputInfo",
     "LeafAdvice",
     "LiveBuffer",
@@ -215,6 +216,31 @@ class RunCheck:
 
 
 @dataclass(frozen=True)
+class InPlaceProbe:
+    """A slice update timed at two buffer sizes (``--probe``): does its run time grow with the buffer?
+
+    ``code``: ``slice-only`` (the time stays flat: only the slice is written),
+    ``whole-buffer`` (the time grows with the buffer: the update rewrites it
+    although the HLO is in place), ``inconclusive``, or ``not-probed`` (with
+    ``message`` saying why). ``growth`` = (time ratio − 1) / (size ratio − 1):
+    0 for a constant time, 1 for a time proportional to the buffer.
+    """
+
+    input: str
+    output: str
+    update: str  # dynamic-update-slice | scatter
+    code: str
+    message: str
+    dimension: int | None = None
+    small_bytes: int | None = None
+    large_bytes: int | None = None
+    small_seconds: float | None = None  # median
+    large_seconds: float | None = None  # median
+    growth: float | None = None
+    repeats: int | None = None
+
+
+@dataclass(frozen=True)
 class Variant:
     """One compile of the target: ``plain`` (no donation) or ``donated``."""
 
@@ -371,6 +397,7 @@ class TargetResult:
     checks: tuple[Check, ...] = ()
     suggestion: Suggestion | None = None  # only with --suggest
     devices: tuple[int, ...] = ()  # ids of the devices the program runs on (one program per device)
+    probes: tuple[InPlaceProbe, ...] = ()  # only with --probe
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:

@@ -22,13 +22,15 @@ It never imports jax and never prints.
 from __future__ import annotations
 
 import dataclasses
-from typing import Mapping
+import statistics
+from typing import Mapping, Sequence
 
-from fieldmem.compile import RunReading
+from fieldmem.compile import ProbeReading, RunReading
 from fieldmem.report import (
     AliasCheck,
     DeviceMemory,
     Finding,
+    InPlaceProbe,
     RunCheck,
     TargetResult,
     Variant,
@@ -36,7 +38,22 @@ from fieldmem.report import (
 )
 from fieldmem.spec import format_bytes
 
-__all__ = ["PEAK_TOLERANCE", "apply_run", "run_check"]
+__all__ = [
+    "PEAK_TOLERANCE",
+    "PROBE_MIN_BYTES",
+    "apply_probes",
+    "apply_run",
+    "probe_candidates",
+    "probe_outcome",
+    "run_check",
+]
+
+# below this, a whole-buffer write is too quick to tell from the call's own overhead
+PROBE_MIN_BYTES = 1 << 20
+# growth (0: flat time, 1: proportional to the buffer) at or above which the update rewrites the buffer,
+# and at or below which it writes only the slice; in between, inconclusive
+WHOLE_BUFFER_GROWTH = 0.5
+SLICE_ONLY_GROWTH = 0.2
 
 # a measured device peak more than this fraction above the static footprint is reported
 PEAK_TOLERANCE = 0.10
@@ -188,3 +205,105 @@ def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> Targe
         for c in result.checks
     )
     return dataclasses.replace(result, variants=variants, verdict=revised, checks=checks)
+
+
+def probe_outcome(input: str, output: str, update: str, reading: ProbeReading | None) -> InPlaceProbe:
+    """Decide from the two sizes' medians whether the update's time grows with its buffer."""
+    if reading is None:
+        return InPlaceProbe(input, output, update, "not-probed",
+                            f"no dimension of {input} could be grown with the program still tracing")
+    small = statistics.median(reading.small_seconds)
+    large = statistics.median(reading.large_seconds)
+    size_ratio = reading.large_bytes / reading.small_bytes
+    growth = (large / small - 1) / (size_ratio - 1) if small > 0 and size_ratio > 1 else None
+    figures = dict(
+        dimension=reading.dimension,
+        small_bytes=reading.small_bytes,
+        large_bytes=reading.large_bytes,
+        small_seconds=small,
+        large_seconds=large,
+        growth=growth,
+        repeats=len(reading.small_seconds),
+    )
+    timing = (
+        f"{_us(small)} with {format_bytes(reading.small_bytes)}, {_us(large)} with {format_bytes(reading.large_bytes)} "
+        f"(medians of {len(reading.small_seconds)})"
+    )
+    if growth is None:
+        return InPlaceProbe(input, output, update, "inconclusive", f"{output}: no usable timing ({timing})", **figures)
+    if growth >= WHOLE_BUFFER_GROWTH:
+        message = (
+            f"{output} is aliased to {input} and updated by a {update}, yet its run time grows with the buffer: "
+            f"{timing}; the update rewrites the whole buffer at run time although the HLO is in place"
+        )
+        return InPlaceProbe(input, output, update, "whole-buffer", message, **figures)
+    if growth <= SLICE_ONLY_GROWTH:
+        message = f"{output}: the {update} writes only its slice at run time ({timing})"
+        return InPlaceProbe(input, output, update, "slice-only", message, **figures)
+    return InPlaceProbe(
+        input, output, update, "inconclusive",
+        f"{output}: the {update}'s time grows with the buffer, but less than in proportion ({timing})", **figures,
+    )
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.0f} µs" if seconds < 1e-2 else f"{seconds * 1e3:.1f} ms"
+
+
+def apply_probes(result: TargetResult, probes: Sequence[InPlaceProbe]) -> TargetResult:
+    """``result`` with its probes, and a warning finding for each update that rewrites its whole buffer."""
+    if result.verdict is None:
+        return result
+    findings = tuple(
+        Finding("warning", "probe-whole-buffer", probe.message, input=probe.input, output=probe.output)
+        for probe in probes
+        if probe.code == "whole-buffer"
+    )
+    verdict = dataclasses.replace(result.verdict, findings=result.verdict.findings + findings)
+    return dataclasses.replace(result, probes=tuple(probes), verdict=verdict)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProbeCandidate:
+    """An aliased output updated by a slice update: what ``--probe`` times."""
+
+    input_index: int
+    output_index: int
+    input: str
+    output: str
+    update: str
+    bytes: int  # per device
+    factor: int  # how much larger the second buffer is; 0: not probed (see ``skip``)
+    skip: str | None = None
+
+
+PROBE_MAX_BYTES = 1 << 30  # a buffer this large is not grown (the larger copy would need several GiB)
+
+
+def probe_candidates(result: TargetResult, donated_hlo: str) -> list[ProbeCandidate]:
+    """The donated variant's aliases whose output is a dynamic-update-slice or scatter of its buffer."""
+    from fieldmem import hlo
+
+    variant = result.variants.get("donated")
+    if variant is None:
+        return []
+    module = hlo.parse_hlo_module(donated_hlo)
+    producers = hlo.output_values(module)
+    found = []
+    for alias in variant.aliases:
+        producer = producers[alias.output_index] if alias.output_index < len(producers) else None
+        update = hlo.slice_update_kind(module, producer)
+        if update is None:
+            continue
+        size = alias.bytes
+        skip = None
+        factor = 4 if size <= 64 << 20 else 2
+        if size < PROBE_MIN_BYTES:
+            skip = f"{alias.input} is {format_bytes(size)}: too small to time a whole-buffer write apart from the call itself"
+        elif size > PROBE_MAX_BYTES:
+            skip = f"{alias.input} is {format_bytes(size)}: too large to grow for the probe"
+        found.append(
+            ProbeCandidate(alias.input_index, alias.output_index, alias.input, alias.output, update, size,
+                           0 if skip else factor, skip)
+        )
+    return found

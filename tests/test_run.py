@@ -220,3 +220,64 @@ def test_run_options_are_checked_before_anything_compiles(argv: list[str], words
     result = CliRunner().invoke(app, ["check", f"{EXAMPLES / 'field.py'}", *argv])
     assert result.exit_code == 2
     assert words in result.output
+
+
+# ---------------------------------------------------------------------------
+# --probe: does a slice update's time grow with its buffer?
+
+
+def _reading(small: float, large: float, factor: int = 4) -> Any:
+    return fm_compile.ProbeReading(
+        input_index=0, output_index=0, dimension=0, factor=factor, small_bytes=1 << 24, large_bytes=factor << 24,
+        small_seconds=(small,) * 5, large_seconds=(large,) * 5,
+    )
+
+
+@pytest.mark.parametrize(
+    "small, large, code",
+    [(1e-4, 1.05e-4, "slice-only"), (1e-4, 4e-4, "whole-buffer"), (1e-4, 1.9e-4, "inconclusive"), (1e-4, 0.9e-4, "slice-only")],
+)
+def test_probe_outcome_reads_the_growth_of_the_time_with_the_buffer(small: float, large: float, code: str) -> None:
+    from fieldmem.runcheck import probe_outcome
+
+    probe = probe_outcome("u", "out", "dynamic-update-slice", _reading(small, large))
+    assert probe.code == code
+    assert probe.growth == pytest.approx((large / small - 1) / 3)
+    assert probe.small_bytes == 1 << 24 and probe.large_bytes == 4 << 24 and probe.repeats == 5
+    assert probe_outcome("u", "out", "scatter", None).code == "not-probed"
+
+
+def test_probe_times_the_aliased_slice_update_of_the_example() -> None:
+    """The mechanism, not the timing: which output is probed, at which sizes, with how many runs."""
+    report = check([str(EXAMPLES / "sparse_row.py")], options=CheckOptions(run=True, probe=True, isolate=False))
+    results = _results(report)
+    (probe,) = results["sparse_row:set_row"].probes
+    assert (probe.input, probe.output, probe.update) == ("u", "out", "dynamic-update-slice")
+    assert probe.code in ("slice-only", "inconclusive", "whole-buffer")
+    assert probe.small_bytes == 4096 * 1024 * 4 and probe.large_bytes == 4 * probe.small_bytes
+    assert probe.repeats == 21 and probe.small_seconds > 0 and probe.large_seconds > 0
+    # the KV write is aliased, but its output is a copy of a temporary, not a slice update
+    assert results["sparse_row:write_kv"].probes == ()
+
+
+def test_an_update_whose_time_grows_with_the_buffer_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fm_compile, "probe_update", lambda *args, **kwargs: _reading(1e-4, 4.2e-4))
+    report = check([f"{EXAMPLES / 'sparse_row.py'}:set_row"], options=CheckOptions(run=True, probe=True, isolate=False))
+    (result,) = report.results
+    (finding,) = [f for f in result.verdict.findings if f.code == "probe-whole-buffer"]
+    assert finding.severity == "warning" and finding.output == "out"
+    assert "rewrites the whole buffer at run time although the HLO is in place" in finding.message
+    assert result.verdict.in_place and report.exit_code == 0
+
+
+def test_a_small_slice_update_is_not_probed() -> None:
+    def set_row(u, idx, row):
+        return u.at[idx].set(row)
+
+    from fieldmem.checker import check_targets
+    from helpers_compile import make_target
+
+    target = make_target(set_row, lambda: (jnp.zeros((64, 64)), jnp.int32(1), jnp.ones(64)), donate="u")
+    report = check_targets([target], CheckOptions(run=True, probe=True, isolate=False))
+    (probe,) = report.results[0].probes
+    assert probe.code == "not-probed" and "too small to time" in probe.message

@@ -230,6 +230,11 @@ def run_lines(result: TargetResult, verbose: bool = False) -> list[Text]:
                         style="dim",
                     )
                 )
+    styles = {"slice-only": "green", "whole-buffer": "red", "inconclusive": "yellow", "not-probed": "dim"}
+    for probe in result.probes:
+        if probe.code == "whole-buffer":
+            continue  # a warning finding of the verdict already says it
+        lines.append(Text(f"  probe ({probe.code}): {probe.message}", style=styles.get(probe.code, "")))
     return lines
 
 
