@@ -281,3 +281,16 @@ def test_a_small_slice_update_is_not_probed() -> None:
     report = check_targets([target], CheckOptions(run=True, probe=True, isolate=False))
     (probe,) = report.results[0].probes
     assert probe.code == "not-probed" and "too small to time" in probe.message
+
+
+def test_the_html_and_markdown_reports_show_what_the_run_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fieldmem.render import RenderOptions, get_renderer
+
+    _pointers_elsewhere(monkeypatch)
+    report = check([f"{EXAMPLES / 'sparse_row.py'}:set_row"], options=IN_PROCESS)
+    page = get_renderer("html").render(report, RenderOptions())
+    assert "<h3>At run time</h3>" in page and "planned aliases checked by buffer identity" in page
+    assert "device memory not measured: Device.memory_stats() gives nothing on cpu" in page
+    summary = get_renderer("markdown").render(report, RenderOptions())
+    assert "at run time the donated plan&#x27;s alias" in page or "at run time the donated plan's alias" in page
+    assert "did not happen" in summary

@@ -474,6 +474,7 @@ def _section(result: TargetResult, anchor: str, opened: bool, min_bytes: int) ->
         _copies_table(plain, min_bytes),
         _copies_table(donated, min_bytes),
     ]
+    body.append(_run_tables(result))
     warnings = [
         f"<li>jax warning ({variant.name}): {_e(w.splitlines()[0] if w else '')}</li>"
         for variant in (plain, donated)
@@ -487,6 +488,53 @@ def _section(result: TargetResult, anchor: str, opened: bool, min_bytes: int) ->
         if suggestion.code:
             body.append(f"<pre>{_e(suggestion.code)}</pre>\n")
     return head + "".join(body) + "</details>\n"
+
+
+def _run_tables(result: TargetResult) -> str:
+    """What --run showed (aliases by buffer identity, device memory) and what --probe timed."""
+    parts = []
+    run = result.variants["donated"].run
+    if run is not None:
+        parts.append("<h3>At run time</h3>\n")
+        parts.append(
+            _table(
+                "planned aliases checked by buffer identity",
+                ("input", "output", "confirmed", "detail"),
+                [
+                    (_code(a.input), _code(a.output), "✓" if a.confirmed else "✗", _e(a.detail))
+                    for a in run.aliases + run.unplanned
+                ],
+                "run",
+                set(),
+            )
+            if run.aliases or run.unplanned
+            else '<p class="muted">no alias planned</p>\n'
+        )
+        measured = [d for d in run.devices if d.measured_peak is not None]
+        if measured:
+            parts.append(
+                _table(
+                    "device memory (Device.memory_stats()) around the donated call",
+                    ("device", "in use before", "in use after", "peak", "measured peak", "planned", "difference"),
+                    [
+                        (str(d.device), _e(format_bytes(d.in_use_before)), _e(format_bytes(d.in_use_after)),
+                         _e(format_bytes(d.peak)), _e(format_bytes(d.measured_peak)), _e(format_bytes(d.predicted)),
+                         _e(format_bytes(d.difference)))
+                        for d in measured
+                    ],
+                    "devices",
+                    {1, 2, 3, 4, 5, 6},
+                )
+            )
+        elif run.devices:
+            parts.append(f'<p class="muted">device memory not measured: {_e(run.devices[0].unavailable)}</p>\n')
+    if result.probes:
+        parts.append(
+            '<ul class="probes">'
+            + "".join(f"<li><b>probe ({_e(p.code)}):</b> {_e(p.message)}</li>" for p in result.probes)
+            + "</ul>\n"
+        )
+    return "".join(parts)
 
 
 # ----------------------------------------------------------------------------
