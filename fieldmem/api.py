@@ -101,6 +101,7 @@ def check_function(
     max_peak: int | str | None = None,
     max_live_peak: int | str | None = None,
     min_bytes: int | str = "1KiB",
+    run: bool = False,
     **kwargs: Any,
 ) -> Report:
     """Compile ``fn(*args, **kwargs)`` with and without donation and return the Report.
@@ -125,6 +126,8 @@ def check_function(
         max_peak: a budget on the donated ``footprint_bytes`` (``"64MiB"`` or bytes).
         max_live_peak: a budget on the donated ``live_peak_bytes``.
         min_bytes: smaller copies and outputs do not decide the verdict.
+        run: also call both variants (in this process) and confirm every planned
+            alias by buffer identity, as ``fieldmem check --run --no-isolate``.
 
     Returns:
         A Report with one result; ``report.exit_code`` is 1 when a check failed.
@@ -164,7 +167,8 @@ def check_function(
         max_live_peak=_size(max_live_peak, "max_live_peak="),
         definition=definition_of(fn),
     )
-    report = check_targets([target], CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes=")))
+    options = CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False)
+    report = check_targets([target], options)
     result = report.results[0]
     if result.status == "error":
         error = result.error
@@ -184,6 +188,7 @@ def check_chain(
     max_peak: int | str | None = None,
     max_live_peak: int | str | None = None,
     min_bytes: int | str = "1KiB",
+    run: bool = False,
     **kwargs: Any,
 ) -> Report:
     """Check the update chain ``steps`` started on ``steps[0](*args, **kwargs)``, as ``fieldmem check mod:a,b,c``.
@@ -235,7 +240,7 @@ def check_chain(
         first=first,
         steps=tuple(Step(name=n, function=s, definition=definition_of(s)) for n, s in zip(names, steps)),
     )
-    return check_targets([chain], CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes=")))
+    return check_targets([chain], CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False))
 
 
 def assert_in_place(
@@ -247,6 +252,7 @@ def assert_in_place(
     max_live_peak: int | str | None = None,
     min_bytes: int | str = "1KiB",
     name: str | None = None,
+    run: bool = False,
     **kwargs: Any,
 ) -> Report:
     """Assert that ``fn(*args, **kwargs)`` is in place with donation and within its budgets.
@@ -278,6 +284,7 @@ def assert_in_place(
         max_peak=max_peak,
         max_live_peak=max_live_peak,
         min_bytes=min_bytes,
+        run=run,
         **kwargs,
     )
     if report.exit_code != 0:

@@ -294,3 +294,12 @@ def test_the_html_and_markdown_reports_show_what_the_run_found(monkeypatch: pyte
     summary = get_renderer("markdown").render(report, RenderOptions())
     assert "at run time the donated plan&#x27;s alias" in page or "at run time the donated plan's alias" in page
     assert "did not happen" in summary
+
+
+def test_the_api_runs_in_process_when_asked() -> None:
+    def set_row(u, idx, row):
+        return u.at[idx].set(row)
+
+    report = fieldmem.assert_in_place(set_row, jnp.zeros((256, 256)), jnp.int32(1), jnp.ones(256), donate="u", run=True)
+    (alias,) = report.results[0].variants["donated"].run.aliases
+    assert alias.confirmed and alias.input == "u"
