@@ -37,7 +37,9 @@ def _copies_shown(variant: Variant, min_bytes: int) -> list:
 
 def _verdict_cell(result: TargetResult) -> Text:
     if result.status == "error" or result.verdict is None:
-        return Text("error", style="bold red")
+        kind = result.error.kind if result.error is not None else None
+        # a run that died says how: timeout, crash, out-of-memory
+        return Text(kind if kind in ("timeout", "crash", "out-of-memory") else "error", style="bold red")
     failed = result.failed_checks
     if result.verdict.in_place:
         text = Text("in place", style="bold green")
