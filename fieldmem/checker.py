@@ -43,6 +43,7 @@ class CheckOptions:
     run: bool = False  # also run both variants and check the plan by buffer identity and device memory
     isolate: bool = True  # with run: each target in a worker process of its own (clean peak, crash-safe)
     timeout: float | None = None  # with run and isolate: seconds a target's worker may take
+    fast_compile: bool = False  # XLA:CPU codegen at -O0 (same HLO and buffer assignment; code size unavailable)
 
 
 def _error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:
@@ -76,7 +77,9 @@ def _check_call(
     try:
         with backend_scope(options.backend):
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
-            plain, donated = compile_variants(call, jobs=options.jobs, keep_executables=options.run)
+            plain, donated = compile_variants(
+                call, jobs=options.jobs, keep_executables=options.run, fast=options.fast_compile
+            )
     except FieldmemError as exc:
         return _error_result(target.spec, target.name, exc, target.definition), None
     result = _analyse(target, call, plain, donated, options)
@@ -130,7 +133,9 @@ def _analyse(
             from fieldmem.advisor import suggest
 
             with backend_scope(options.backend):
-                suggestion = suggest(call, plain, donated, result=result, min_bytes=options.min_bytes)
+                suggestion = suggest(
+                    call, plain, donated, result=result, min_bytes=options.min_bytes, fast=options.fast_compile
+                )
             result = dataclasses.replace(result, suggestion=suggestion)
         return result
     except HloParseError as exc:

@@ -161,6 +161,14 @@ def check(
             "not compiled, on the next run (same findings).",
         ),
     ] = None,
+    fast_compile: Annotated[
+        bool,
+        typer.Option(
+            "--fast-compile",
+            help="Compile with XLA:CPU's LLVM code generation at -O0: about 40% less compile time, the same "
+            "HLO, buffer assignment and findings; the generated code size is then unavailable.",
+        ),
+    ] = False,
     backend: Annotated[
         Optional[str],
         typer.Option(
@@ -299,6 +307,7 @@ def check(
             jobs=jobs or settings.jobs or max(1, (os.cpu_count() or 2) // 2),
             suggest=suggest,
             cache_dir=cache_folder(cache_dir if cache_dir is not None else settings.cache_dir),
+            fast_compile=fast_compile or bool(settings.fast_compile),
             run=run,
             isolate=isolate,
             timeout=timeout,
