@@ -62,6 +62,7 @@ def suggest(
     *,
     result: TargetResult | None = None,
     min_bytes: int = 1024,
+    fast: bool = False,
 ) -> Suggestion:
     """The donation spec that saves the most for ``call``, verified by compiling it.
 
@@ -71,6 +72,7 @@ def suggest(
         result: the check's analysed result of those compiles, if at hand
             (saves analysing them again).
         min_bytes: an argument saving less than this is not worth donating.
+        fast: verify with a fast compile, as the check compiled (``--fast-compile``).
 
     Returns:
         A :class:`~fieldmem.report.Suggestion`; ``compiles`` says how many
@@ -87,7 +89,7 @@ def suggest(
     chosen = _paying(arguments, outcomes, min_bytes)
     already = {a.name for a in arguments if any(leaf.donated for leaf in _leaves_of(a, donated))}
 
-    check = _verify(call, chosen, already, outcomes, plain_variant, donated_variant, program, min_bytes)
+    check = _verify(call, chosen, already, outcomes, plain_variant, donated_variant, program, min_bytes, fast)
     chosen, verification, verified_by = check.chosen, check.variant, check.verified_by
     tried, notes = check.tried, check.notes
     measured = savings(plain_variant, verification) if verification is not None else {}
@@ -139,6 +141,7 @@ def _verify(
     donated: Variant,
     program: Program,
     min_bytes: int,
+    fast: bool = False,
 ) -> _Verification:
     """Compile ``chosen`` and keep what pays; compile again only when an argument was dropped.
 
@@ -160,6 +163,7 @@ def _verify(
                 call,
                 [a.position for a in chosen if a.position is not None],
                 [a.name for a in chosen if a.position is None],
+                fast=fast,
             )
             checked, _ = analyze_variant(compiled)
         except (FieldmemError, hlo.HloParseError) as exc:

@@ -47,6 +47,12 @@ class CheckOptions:
     probe: bool = False  # with run: time each aliased slice update at two buffer sizes
     isolate: bool = True  # with run: each target in a worker process of its own (clean peak, crash-safe)
     timeout: float | None = None  # with run and isolate: seconds a target's worker may take
+    fast_compile: bool = False  # XLA:CPU codegen at -O0 (same HLO and buffer assignment; code size unavailable)
+
+    @property
+    def compile_fast(self) -> bool:
+        """Whether compiles use the fast options: not when --probe times the code they generate."""
+        return self.fast_compile and not self.probe
 
 
 def _error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:
@@ -88,7 +94,7 @@ def _start(target: Target, options: CheckOptions, pool: "Executor") -> _Started:
         with backend_scope(options.backend):
             args, kwargs = target.example_arguments()
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
-            return _Started(target, call, start_variants(call, pool))
+            return _Started(target, call, start_variants(call, pool, fast=options.compile_fast))
     except FieldmemError as exc:
         return _Started(target, error=_error_result(target.spec, target.name, exc, target.definition))
 
@@ -114,7 +120,9 @@ def _check_call(
     try:
         with backend_scope(options.backend):
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
-            plain, donated = compile_variants(call, jobs=options.jobs, keep_executables=options.run)
+            plain, donated = compile_variants(
+                call, jobs=options.jobs, keep_executables=options.run, fast=options.compile_fast
+            )
     except FieldmemError as exc:
         return _error_result(target.spec, target.name, exc, target.definition), None
     result = _analyse(target, call, plain, donated, options)
@@ -195,7 +203,9 @@ def _analyse(
             from fieldmem.advisor import suggest
 
             with backend_scope(options.backend):
-                suggestion = suggest(call, plain, donated, result=result, min_bytes=options.min_bytes)
+                suggestion = suggest(
+                    call, plain, donated, result=result, min_bytes=options.min_bytes, fast=options.compile_fast
+                )
             result = dataclasses.replace(result, suggestion=suggestion)
         return result
     except HloParseError as exc:

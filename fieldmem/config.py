@@ -51,6 +51,7 @@ KEYS: dict[str, str] = {
     "format": "an output format, e.g. \"table\"",
     "jobs": "a whole number, at least 1",
     "cache-dir": "a folder for JAX's compilation cache, e.g. \".jax-cache\"",
+    "fast-compile": "true or false",
     "target": "[[tool.fieldmem.target]] tables, each with target = \"pkg.model:update\"",
 }
 TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak", "max-live-peak")
@@ -85,6 +86,7 @@ class Config:
     format: str | None = None
     jobs: int | None = None
     cache_dir: str | None = None
+    fast_compile: bool | None = None
 
     @property
     def all_targets(self) -> tuple[str, ...]:
@@ -301,6 +303,7 @@ def _parse(data: Mapping[str, Any], file: Path) -> Config:
         format=output_format,
         jobs=jobs,
         cache_dir=_rebase(cache_dir, root) if cache_dir else None,
+        fast_compile=table.get("fast-compile", bool),
     )
 
 

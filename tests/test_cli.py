@@ -701,6 +701,44 @@ def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:
     assert first == without and second == without
 
 
+def _without(document: Any, figure: str) -> Any:
+    """``document`` with ``figure`` left out everywhere: as a key, and in every ``unavailable`` table."""
+    if isinstance(document, dict):
+        return {k: _without(v, figure) for k, v in document.items() if k != figure}
+    if isinstance(document, list):
+        return [_without(v, figure) for v in document]
+    return document
+
+
+def test_fast_compile_gives_identical_findings_on_every_example(tmp_path: Path) -> None:
+    """--fast-compile (LLVM at -O0) over every bundled example, --suggest on so the advisor's
+    verification compiles are fast too: the same report as a default compile, except the one
+    figure documented as changed (generated_code_bytes), which is then unavailable with the reason."""
+    from fieldmem.compile import FAST_COMPILE_UNAVAILABLE
+
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    targets = sorted(str(p) for p in examples.glob("*.py")) + [str(examples / "ci" / "model.py")]
+
+    def run(*options: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "fieldmem", "check", *targets, "-f", "json", "--min-bytes", "0", "--suggest",
+             "--jobs", "2", *options],
+            capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=600,
+        )
+        assert done.returncode in (0, 1), done.stderr
+        return _findings(json.loads(done.stdout))
+
+    default, fast = run(), run("--fast-compile")
+    variants = [v for r in fast["results"] for v in r.get("variants", {}).values()]
+    assert len(variants) >= 2 * len(targets)
+    assert all(r["status"] == "ok" for r in fast["results"])
+    for variant in variants:
+        for figure, reason in FAST_COMPILE_UNAVAILABLE.items():
+            assert variant["memory"][figure] is None and variant["memory"]["unavailable"][figure] == reason
+    assert set(FAST_COMPILE_UNAVAILABLE) == {"generated_code_bytes"}
+    assert _without(fast, "generated_code_bytes") == _without(default, "generated_code_bytes")
+
+
 def test_a_cache_dir_that_cannot_be_made_stops_before_compiling(in_assets: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("")

@@ -30,6 +30,7 @@ baseline = "ci/fieldmem-baseline.json"
 format = "json"
 jobs = 2
 cache-dir = ".jax-cache"
+fast-compile = true
 
 [[tool.fieldmem.target]]
 target = "src/step.py:step"
@@ -73,6 +74,7 @@ def test_every_key(project: Path) -> None:
         max_live_peak=48 * 1024 * 1024,
     )
     assert (config.min_bytes, config.format, config.jobs, config.cache_dir) == (4096, "json", 2, ".jax-cache")
+    assert config.fast_compile is True
     assert config.tolerance == Tolerances.parse("peak:5%,temp:1MiB")
     assert config.baseline == os.path.join("ci", "fieldmem-baseline.json")
     step, update = config.per_target
@@ -138,6 +140,7 @@ def test_no_config_is_an_empty_one(project: Path) -> None:
         ("[tool.fieldmem]\njobs = '2'\n", "jobs = '2' is a string: it should be a whole number"),
         ("[tool.fieldmem]\njobs = 0\n", "jobs = 0 must be at least 1"),
         ("[tool.fieldmem]\njobs = true\n", "jobs = True is a boolean"),
+        ("[tool.fieldmem]\nfast-compile = 'yes'\n", "fast-compile = 'yes' is a string: it should be true or false"),
         ("[tool.fieldmem]\nmax-peak = 'lots'\n", "[tool.fieldmem] max-peak 'lots' is not understood: write e.g. 64MiB"),
         ("[tool.fieldmem]\nmin-bytes = 1.5\n", "min-bytes = 1.5 is a float"),
         ("[tool.fieldmem]\nexpect = 'always'\n", "expect = 'always' is not known: use one of in-place, any"),
