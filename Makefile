@@ -23,6 +23,7 @@ demo: $(STAMP)
 	$(BIN)/fieldmem check examples/field.py -v
 	$(BIN)/fieldmem check examples/advisor.py --suggest
 	$(BIN)/fieldmem check examples/forward.py:create_field,update1,update2 examples/precision_chain.py
+	$(BIN)/fieldmem check examples/sharded.py examples/sparse_row.py --devices 4 --probe
 	@echo "the HTML report of the examples: fieldmem-report.html"
 
 test: $(STAMP)

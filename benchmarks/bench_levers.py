@@ -4,9 +4,10 @@
   N > 1, the compiles of up to N targets overlap while the next target is
   lowered (lowering stays on one thread). Whether that pays depends on the
   cores to spare: XLA:CPU already compiles on several threads.
+- ``--fast-compile``: XLA:CPU code generation at -O0 (same findings).
 - the persistent compilation cache: ``cache fill`` starts from an empty
   cache folder, ``cache warm`` reruns on the folder it filled (an unchanged
-  module, the CI case).
+  module, the CI case); ``cache warm + fast`` the same with ``--fast-compile``.
 
 A synthetic module of ``--functions`` update functions (default 20, the
 issue's reference module) is checked in fresh processes, in rounds that
@@ -49,7 +50,10 @@ def main() -> None:
     import jax
 
     settings = {f"jobs {j}, no cache": ["--jobs", str(j), "--no-cache"] for j in JOBS}
-    walls: dict[str, list[float]] = {"naive": [], **{name: [] for name in settings}, "cache fill": [], "cache warm": []}
+    settings["--fast-compile, no cache"] = ["--jobs", "1", "--fast-compile", "--no-cache"]
+    walls: dict[str, list[float]] = {
+        "naive": [], **{name: [] for name in settings}, "cache fill": [], "cache warm": [], "cache warm + fast": []
+    }
     with tempfile.TemporaryDirectory() as tmp:
         module = write_module(
             Path(tmp) / "bench_levers_module.py", functions=options.functions, chain=options.chain, size=options.size
@@ -64,6 +68,12 @@ def main() -> None:
             cache = Path(tmp) / f"cache-{round_}"
             walls["cache fill"].append(measure(check + ["--cache-dir", str(cache)], report)[0])
             walls["cache warm"].append(measure(check + ["--cache-dir", str(cache)], report)[0])
+            # fast compiles are cached under their own key: fill, then measure the warm rerun
+            fast_cache = Path(tmp) / f"fast-cache-{round_}"
+            measure(check + ["--fast-compile", "--cache-dir", str(fast_cache)], report)
+            walls["cache warm + fast"].append(
+                measure(check + ["--fast-compile", "--cache-dir", str(fast_cache)], report)[0]
+            )
             print(f"round {round_ + 1}: " + ", ".join(f"{k} {v[-1]:.2f}s" for k, v in walls.items()), file=sys.stderr)
     medians = {k: statistics.median(v) for k, v in walls.items()}
     meta = {

@@ -13,12 +13,15 @@ so ``import fieldmem`` stays free of jax.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from fieldmem import __version__
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Report
 from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes
+
+if TYPE_CHECKING:
+    from fieldmem.target import Target
 
 __all__ = [
     "NotInPlaceError",
@@ -91,6 +94,38 @@ def _error_class(kind: str) -> type[FieldmemError]:
     return FieldmemError
 
 
+def _target(
+    fn: Callable[..., Any],
+    display: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    donate: Any,
+    static: Any,
+    expect: str,
+    max_peak: int | str | None,
+    max_live_peak: int | str | None,
+) -> "Target":
+    """A target for ``fn`` called with the arguments in hand (options parsed as the CLI parses them)."""
+    from fieldmem.target import Target, definition_of
+
+    call_args, call_kwargs = tuple(args), dict(kwargs)
+    return Target(
+        spec=display,
+        name=display,
+        function=fn,
+        # the (args, kwargs) form, so that a single tuple argument is never unpacked
+        args_factory=lambda: (call_args, call_kwargs),
+        args_origin=f"the arguments given to {display}",
+        shapes=None,
+        donate=DonateSpec.parse(donate, "donate="),
+        static=StaticSpec.parse(static, "static="),
+        expect=expect,
+        max_peak=_size(max_peak, "max_peak="),
+        max_live_peak=_size(max_live_peak, "max_live_peak="),
+        definition=definition_of(fn),
+    )
+
+
 def check_function(
     fn: Callable[..., Any],
     *args: Any,
@@ -144,29 +179,12 @@ def check_function(
     """
     from fieldmem.checker import CheckOptions, check_targets
     from fieldmem.registry import EXPECTATIONS
-    from fieldmem.target import Target, definition_of
-
     if expect not in EXPECTATIONS:
         raise OptionError(f"expect={expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
     if not callable(fn):
         raise OptionError(f"{type(fn).__name__} is not callable: pass the update function first, then its arguments")
     display = name or _function_name(fn)
-    call_args, call_kwargs = tuple(args), dict(kwargs)
-    target = Target(
-        spec=display,
-        name=display,
-        function=fn,
-        # the (args, kwargs) form, so that a single tuple argument is never unpacked
-        args_factory=lambda: (call_args, call_kwargs),
-        args_origin=f"the arguments given to {display}",
-        shapes=None,
-        donate=DonateSpec.parse(donate, "donate="),
-        static=StaticSpec.parse(static, "static="),
-        expect=expect,
-        max_peak=_size(max_peak, "max_peak="),
-        max_live_peak=_size(max_live_peak, "max_live_peak="),
-        definition=definition_of(fn),
-    )
+    target = _target(fn, display, args, kwargs, donate, static, expect, max_peak, max_live_peak)
     options = CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False)
     report = check_targets([target], options)
     result = report.results[0]
@@ -212,7 +230,7 @@ def check_chain(
     """
     from fieldmem.checker import CheckOptions, check_targets
     from fieldmem.registry import EXPECTATIONS
-    from fieldmem.target import ChainTarget, Step, Target, definition_of
+    from fieldmem.target import ChainTarget, Step, definition_of
 
     steps = list(steps)
     if len(steps) < 2 or not all(callable(s) for s in steps):
@@ -221,21 +239,7 @@ def check_chain(
         raise OptionError(f"expect={expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
     names = [_function_name(s).rpartition(":")[2] for s in steps]
     display = name or f"{_function_name(steps[0]).rpartition(':')[0]}:{','.join(names)}"
-    call_args, call_kwargs = tuple(args), dict(kwargs)
-    first = Target(
-        spec=display,
-        name=display,
-        function=steps[0],
-        args_factory=lambda: (call_args, call_kwargs),
-        args_origin=f"the arguments given to {display}",
-        shapes=None,
-        donate=DonateSpec.parse(donate, "donate="),
-        static=StaticSpec.parse(static, "static="),
-        expect=expect,
-        max_peak=_size(max_peak, "max_peak="),
-        max_live_peak=_size(max_live_peak, "max_live_peak="),
-        definition=definition_of(steps[0]),
-    )
+    first = _target(steps[0], display, args, kwargs, donate, static, expect, max_peak, max_live_peak)
     chain = ChainTarget(
         first=first,
         steps=tuple(Step(name=n, function=s, definition=definition_of(s)) for n, s in zip(names, steps)),

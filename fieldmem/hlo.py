@@ -114,7 +114,12 @@ class HloComputation:
     instructions: tuple[HloInstruction, ...]
 
     def by_name(self) -> dict[str, HloInstruction]:
-        return {i.name: i for i in self.instructions}
+        """Instructions by name (built once per computation; do not modify it)."""
+        found = self.__dict__.get("_by_name")
+        if found is None:
+            found = {i.name: i for i in self.instructions}
+            object.__setattr__(self, "_by_name", found)  # a cache on a frozen record
+        return found
 
     def users(self) -> dict[str, list[HloInstruction]]:
         """For each value, the instructions that read it, in schedule order."""
@@ -154,10 +159,13 @@ class HloModule:
 
     @property
     def entry(self) -> HloComputation:
-        for computation in self.computations:
-            if computation.is_entry:
-                return computation
-        raise HloParseError("the HLO module has no ENTRY computation")
+        found = self.__dict__.get("_entry")
+        if found is None:
+            found = next((c for c in self.computations if c.is_entry), None)
+            if found is None:
+                raise HloParseError("the HLO module has no ENTRY computation")
+            object.__setattr__(self, "_entry", found)  # a cache on a frozen record
+        return found
 
     def computation(self, name: str) -> HloComputation | None:
         for computation in self.computations:
@@ -628,6 +636,16 @@ _OPERAND_NAMES = re.compile(rf"({_NAME_CHARS}+) *(?=,|$)")
 _CALL_KEY_SET = frozenset(_CALL_KEYS) - {"async_execution_thread"}
 
 
+def _operand_names(operand_text: str) -> list[str]:
+    """The ``%name`` of each top-level operand (operands may be typed: ``f32[4] %x``)."""
+    names = []
+    for part in _split_top_level(operand_text):
+        found = _OPERAND_NAME.search(part.strip()) if part.strip() else None
+        if found:
+            names.append(found.group(1))
+    return names
+
+
 def _parse_instruction(
     line: str,
     tables: _SourceTables,
@@ -660,13 +678,7 @@ def _parse_instruction(
         if simple_operands is not None:
             operands = _OPERAND_NAMES.findall(simple_operands)
         else:
-            for part in _split_top_level(operand_text):
-                part = part.strip()
-                if not part:
-                    continue
-                found = _OPERAND_NAME.search(part)
-                if found:
-                    operands.append(found.group(1))
+            operands = _operand_names(operand_text)
     called: list[str] = []
     if not _CALL_KEY_SET.isdisjoint(attrs):
         for key in _CALL_KEYS:
@@ -735,13 +747,7 @@ def _parse_instruction_general(line: str, tables: _SourceTables) -> HloInstructi
         except ValueError:
             parameter_number = None
     elif opcode != "constant":
-        for part in _split_top_level(operand_text):
-            part = part.strip()
-            if not part:
-                continue
-            found = _OPERAND_NAME.search(part)
-            if found:
-                operands.append(found.group(1))
+        operands = _operand_names(operand_text)
     attrs = _attributes(tail.lstrip(", "))
     called: list[str] = []
     for key in _CALL_KEYS:

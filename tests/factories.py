@@ -25,3 +25,16 @@ def make_report(results: tuple[TargetResult, ...], **overrides: Any) -> Report:
     )
     fields.update(overrides)
     return Report(**fields)
+
+
+def without_timings(document: dict[str, Any]) -> dict[str, Any]:
+    """A report document without what differs between two runs of the same check (times, date)."""
+    import json
+
+    document = json.loads(json.dumps(document))
+    document.pop("created", None)
+    for result in document["results"]:
+        for variant in result.get("variants", {}).values():
+            variant.pop("lower_seconds", None)
+            variant.pop("compile_seconds", None)
+    return document

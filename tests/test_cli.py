@@ -20,6 +20,8 @@ from typer.testing import CliRunner
 from fieldmem import __version__
 from fieldmem.cli import app
 
+from factories import without_timings
+
 pytestmark = pytest.mark.compile
 
 runner = CliRunner()
@@ -665,15 +667,7 @@ def test_several_backends_need_a_file_for_json(in_assets: Path) -> None:
 # ---- --cache-dir ---------------------------------------------------------------
 
 
-def _findings(document: dict[str, Any]) -> dict[str, Any]:
-    """A report without what differs between two runs of the same check (times, date)."""
-    document = json.loads(json.dumps(document))
-    document.pop("created", None)
-    for result in document["results"]:
-        for variant in result.get("variants", {}).values():
-            variant.pop("lower_seconds", None)
-            variant.pop("compile_seconds", None)
-    return document
+_findings = without_timings  # a report without what differs between two runs (times, date)
 
 
 def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:

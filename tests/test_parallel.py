@@ -7,7 +7,6 @@ on it.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +16,10 @@ import pytest
 from fieldmem.checker import CheckOptions, check_targets
 from fieldmem.errors import TargetError
 
+from factories import without_timings
 from helpers_compile import make_target
 
 pytestmark = pytest.mark.compile
-
-
-def _strip(document: dict[str, Any]) -> dict[str, Any]:
-    document = json.loads(json.dumps(document))
-    document.pop("created", None)
-    for result in document["results"]:
-        for variant in result.get("variants", {}).values():
-            variant.pop("lower_seconds", None)
-            variant.pop("compile_seconds", None)
-    return document
 
 
 def _update(k: int) -> Any:
@@ -55,4 +45,4 @@ def test_pipelined_targets_give_the_sequential_report_in_order(tmp_path: Path) -
     assert names == ["t:update0", "t:update1", "t:broken", "t:update2", "t:missing", "t:update3", "t:update4"]
     assert [r.status for r in pipelined.results].count("error") == 2
     assert "does not trace" in pipelined.results[2].error.message
-    assert _strip(pipelined.to_dict()) == _strip(sequential.to_dict())
+    assert without_timings(pipelined.to_dict()) == without_timings(sequential.to_dict())
