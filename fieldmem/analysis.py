@@ -302,7 +302,7 @@ def decimate(curve: Sequence[int], buckets: int = TIMELINE_BUCKETS) -> tuple[tup
     return positions, tuple(curve[i] for i in positions)
 
 
-def _timeline(live: buffers.LiveAnalysis, module: hlo.HloModule) -> Timeline:
+def _timeline(live: buffers.LiveAnalysis, module: hlo.HloModule, definition: str | None = None) -> Timeline:
     positions, values = decimate(live.curve)
     point = live.peak_point
     source = None
@@ -312,6 +312,10 @@ def _timeline(live: buffers.LiveAnalysis, module: hlo.HloModule) -> Timeline:
             (i for i in computation.instructions if i.name == point.instruction), None
         ) if computation is not None else None
         source = _display_source(instruction.source) if instruction is not None else None
+        if source is None and instruction is not None and instruction.is_root and computation.is_entry:
+            # the peak is where the outputs are gathered: XLA keeps no line for
+            # that tuple, and the function returning them is the place to look
+            source = definition
     return Timeline(
         length=len(live.curve),
         positions=positions,
@@ -323,7 +327,7 @@ def _timeline(live: buffers.LiveAnalysis, module: hlo.HloModule) -> Timeline:
 
 
 def _liveness(
-    program: Program, copied_inputs: dict[str, Copy]
+    program: Program, copied_inputs: dict[str, Copy], definition: str | None = None
 ) -> tuple[int | None, str | None, tuple[LiveBuffer, ...], Timeline | None]:
     """``live_peak_bytes``, the buffers live at that peak and the timeline, or why they are unavailable."""
     variant = program.variant
@@ -350,6 +354,8 @@ def _liveness(
         source = _display_source(value.source)
         if source is None and copied is not None:
             source = copied.source
+        if source is None and leaf is not None:
+            source = definition  # an argument comes in where the function is defined
         top.append(
             LiveBuffer(
                 bytes=live_slice.bytes,
@@ -360,7 +366,7 @@ def _liveness(
                 input=leaf.path if leaf is not None else (copied.of_parameter if copied is not None else None),
             )
         )
-    return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module)
+    return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition)
 
 
 def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, Program]:
@@ -370,7 +376,7 @@ def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> 
     aliases = _aliases(program)
     copies = _copies(program, definition)
     copied_inputs = {c.instruction: c for c in copies if c.of_parameter is not None}
-    live_peak, live_reason, live_at_peak, timeline = _liveness(program, copied_inputs)
+    live_peak, live_reason, live_at_peak, timeline = _liveness(program, copied_inputs, definition)
     return (
         Variant(
             name=variant.name,

@@ -241,3 +241,17 @@ def test_python_api_check_returns_the_report() -> None:
     assert [r.name for r in report.results] == ["field:update"]
     assert report.results[0].verdict is not None and report.results[0].verdict.in_place
     assert report.exit_code == 0
+
+
+def test_arguments_live_at_the_peak_point_at_the_function(example_results: dict[str, Any]) -> None:
+    """XLA keeps no line for a parameter (or for the tuple of outputs): the function's def stands in."""
+    result = example_results["field:update"]
+    line = _line_of(EXAMPLES / "field.py", "def update(field, f)")
+    for variant in result.variants.values():
+        arguments = [b for b in variant.live_at_peak if b.input is not None and b.kind in ("parameter", "aliased")]
+        assert arguments, variant.name
+        for buffer in arguments:
+            assert buffer.source is not None and buffer.source.endswith(f"field.py:{line}"), (variant.name, buffer)
+        # both peaks are where the outputs are gathered (the root tuple)
+        assert variant.timeline is not None and variant.timeline.peak_instruction.startswith("tuple")
+        assert variant.timeline.peak_source is not None and variant.timeline.peak_source.endswith(f"field.py:{line}")
