@@ -303,3 +303,19 @@ def test_the_api_runs_in_process_when_asked() -> None:
     report = fieldmem.assert_in_place(set_row, jnp.zeros((256, 256)), jnp.int32(1), jnp.ones(256), donate="u", run=True)
     (alias,) = report.results[0].variants["donated"].run.aliases
     assert alias.confirmed and alias.input == "u"
+
+
+def test_a_run_out_of_device_memory_is_that_targets_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fieldmem.errors import RunError
+
+    def exhausted(call: Any, variant: Any) -> Any:
+        raise RunError("running the donated variant failed: XlaRuntimeError: RESOURCE_EXHAUSTED: out of memory",
+                       kind="out-of-memory")
+
+    monkeypatch.setattr(fm_compile, "run_variant", exhausted)
+    report = check([str(EXAMPLES / "field.py")], options=IN_PROCESS)
+    (result,) = report.results
+    assert result.status == "error" and result.error.kind == "out-of-memory"
+    # what the compile planned is kept in words
+    assert "(static analysis: in place with donation" in result.error.message
+    assert report.exit_code == 2
