@@ -159,6 +159,9 @@ def _aliases(program: Program) -> tuple[Alias, ...]:
     return tuple(sorted(aliases, key=lambda a: a.input_index))
 
 
+_OWNERS_SHOWN = 3  # outputs named when every output of a leaf's size is taken (an optimizer has dozens)
+
+
 def donation_obstacle(
     leaf: InputLeaf, program: Program, taken: dict[int, str]
 ) -> tuple[str, str]:
@@ -189,7 +192,10 @@ def donation_obstacle(
     if not same_size:
         return "no-output-of-size", f"no output has its size ({format_bytes(size)}){dtype_change}"
     if not free:
-        owners = ", ".join(f"{o.path} (reuses {taken[o.index]})" for o in same_size)
+        shown = same_size[:_OWNERS_SHOWN]
+        owners = ", ".join(f"{o.path} (reuses {taken[o.index]})" for o in shown)
+        if len(same_size) > len(shown):
+            owners += f" and {len(same_size) - len(shown)} more"
         return "outputs-taken", (
             f"every output of its size is already taken by another donated input: {owners}{dtype_change}"
         )

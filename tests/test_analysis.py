@@ -674,3 +674,17 @@ def test_timeline_peak_matches_live_peak(scan_result: Any) -> None:
         assert timeline.live_bytes[timeline.positions.index(timeline.peak_position)] == variant.memory.live_peak_bytes
         assert timeline.length == len(timeline.positions)  # a short program is kept whole
         assert timeline.peak_instruction
+
+
+def test_an_optimizer_sized_taken_list_names_three_outputs_and_counts_the_rest() -> None:
+    """Eight same-sized outputs all taken: the reason names three and says how many more."""
+
+    def step(a, b, c, d, e, f, g, h, extra):
+        return a + extra, b + 1, c + 1, d + 1, e + 1, f + 1, g + 1, h + 1
+
+    arrays = tuple(jnp.zeros((64, 64)) for _ in range(9))
+    result = check_one(make_target(step, lambda: arrays))
+    (unusable,) = result.variants["donated"].unusable_donations
+    assert unusable.input == "extra" and unusable.code == "outputs-taken"
+    assert unusable.reason.count("(reuses ") == 3
+    assert unusable.reason.rstrip().endswith("and 5 more")
