@@ -273,6 +273,55 @@ class FieldmemCheck:
             raise NotInPlaceError(report)
         return report
 
+    def chain(
+        self,
+        steps: "list[Callable[..., Any]] | tuple[Callable[..., Any], ...]",
+        *args: Any,
+        in_place: bool = _UNSET,
+        max_peak: int | str | None = _UNSET,
+        max_live_peak: int | str | None = _UNSET,
+        min_bytes: int | str = _UNSET,
+        donate: Any = _UNSET,
+        static: Any = _UNSET,
+        name: str | None = None,
+        **kwargs: Any,
+    ) -> "Report":
+        """Check the update chain ``steps`` started on ``steps[0](*args, **kwargs)`` (see docs/chains.md);
+        fail the test when a step breaks in place (``in_place``) or a step or the fused chain is over budget.
+
+        The limits are taken as for a single function.
+
+        Returns:
+            The Report (``report.chains[0]``, and a result per step and for the fused chain).
+
+        Raises:
+            NotInPlaceError: a check failed; the message names the step, the leaf and the line.
+        """
+        __tracebackhide__ = True
+        from fieldmem.api import NotInPlaceError, check_chain
+
+        given = {
+            "in_place": in_place, "max_peak": max_peak, "max_live_peak": max_live_peak,
+            "min_bytes": min_bytes, "donate": donate, "static": static,
+        }
+        limits = _override(self.limits, {k: v for k, v in given.items() if v is not _UNSET}, "{}=")
+        report = check_chain(
+            steps,
+            *args,
+            donate=limits.donate,
+            static=limits.static,
+            name=name,
+            expect="in-place" if limits.in_place else "any",
+            max_peak=limits.max_peak,
+            max_live_peak=limits.max_live_peak,
+            min_bytes=limits.min_bytes,
+            **kwargs,
+        )
+        self._session.record(report, self._nodeid)
+        if report.exit_code != 0:
+            raise NotInPlaceError(report)
+        return report
+
 
 @pytest.fixture
 def fieldmem_check(request: pytest.FixtureRequest) -> FieldmemCheck:

@@ -427,3 +427,45 @@ def test_ini_report_path_is_relative_to_the_ini_file(
     # on the command line, the same path is relative to where pytest runs
     result = pytester.runpytest("--fieldmem-report=missing/report.json")
     result.stderr.fnmatch_lines([f"*the folder '{pytester.path / 'sub' / 'missing'}' does not exist"])
+
+
+CHAINS = textwrap.dedent(
+    """\
+    import jax.numpy as jnp
+
+
+    def scale(u):
+        return u * 0.5
+
+
+    def shift(u):
+        return u + 1.0
+
+
+    def to_half(u):
+        return u.astype(jnp.bfloat16)
+
+
+    def test_chain_in_place(fieldmem_check):
+        report = fieldmem_check.chain([scale, shift, scale], jnp.zeros((64, 64)))
+        assert report.chains[0].in_place
+
+
+    def test_chain_breaks(fieldmem_check):
+        fieldmem_check.chain([scale, to_half, shift], jnp.zeros((64, 64)))
+    """
+)
+HALF_LINE = next(n for n, line in enumerate(CHAINS.splitlines(), 1) if "astype(jnp.bfloat16)" in line)
+
+
+@pytest.mark.compile
+def test_the_fixture_checks_chains_and_names_the_breaking_step(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_chains=CHAINS)
+    pytester.mkdir("out")
+    result = pytester.runpytest_subprocess("-v", "--fieldmem-report=out/report.json")
+    assert outcomes(result) == {"test_chain_in_place": "PASSED", "test_chain_breaks": "FAILED"}, result.stdout.str()
+    text = section(result, "test_chain_breaks")
+    assert "NotInPlaceError: chain test_chains:scale,to_half,shift: breaks in place at step 2 of 3 (to_half)" in text
+    assert f"test_chains.py:{HALF_LINE}" in text
+    report = json.loads((pytester.path / "out" / "report.json").read_text())
+    assert [c["name"] for c in report["chains"]] == ["test_chains:scale,shift,scale", "test_chains:scale,to_half,shift"]
