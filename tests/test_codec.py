@@ -51,3 +51,13 @@ def test_a_wrong_type_names_its_path(data: dict, message: str) -> None:
 def test_a_missing_field_names_its_path() -> None:
     with pytest.raises(KeyError, match=r"items\[0\]\.n is missing"):
         decode(Outer, {"name": "a", "items": [{}]})
+
+
+def test_fixed_length_tuples_decode_item_by_item() -> None:
+    """``TargetOptions.shapes`` (tuple[tuple[str, tuple[int, ...]], ...]) goes to a --run worker and back."""
+    from fieldmem.target import TargetOptions
+
+    options = TargetOptions(shapes=(("f32", (512, 512)), ("bf16", (8,))), expect="in-place")
+    assert decode(TargetOptions, encode(options)) == options
+    with pytest.raises(TypeError, match=r"shapes\[0\] should have 2 items, not 3"):
+        decode(TargetOptions, {"shapes": [["f32", [1], "extra"]]})
