@@ -65,20 +65,27 @@ def _error_result(spec: str, name: str, error: FieldmemError, definition: str | 
     )
 
 
-def _check_one(target: Target, options: CheckOptions) -> TargetResult:
+def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
+    """The target's example arguments (made on the target backend), or its error result."""
     from fieldmem.compile import backend_scope
 
     try:
         with backend_scope(options.backend):
-            args, kwargs = target.example_arguments()
+            return target.example_arguments()
     except FieldmemError as exc:
         return _error_result(target.spec, target.name, exc, target.definition)
-    return _check_call(target, args, kwargs, options)[0]
+
+
+def _check_one(target: Target, options: CheckOptions) -> TargetResult:
+    arguments = _arguments(target, options)
+    if isinstance(arguments, TargetResult):
+        return arguments
+    return _check_call(target, *arguments, options)[0]
 
 
 @dataclass
 class _Started:
-    """A target lowered here whose compiles run in the pool (see :func:`check_targets`)."""
+    """A target lowered in this thread whose two compiles run in a pool or wait for :func:`_finish`."""
 
     target: Target
     call: "PreparedCall | None" = None
@@ -86,49 +93,41 @@ class _Started:
     error: TargetResult | None = None
 
 
-def _start(target: Target, options: CheckOptions, pool: "Executor") -> _Started:
-    """Make the arguments, prepare and lower ``target`` in this thread; its compiles go to ``pool``."""
+def _start(target: Target, args: tuple, kwargs: dict, options: CheckOptions, pool: "Executor | None") -> _Started:
+    """Prepare and lower ``target`` on ``args`` in this thread; its compiles go to ``pool`` (None: at finish)."""
     from fieldmem.compile import backend_scope, prepare_call, start_variants
 
     try:
         with backend_scope(options.backend):
-            args, kwargs = target.example_arguments()
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
-            return _Started(target, call, start_variants(call, pool, fast=options.compile_fast))
+            pending = start_variants(call, pool, keep_executables=options.run, fast=options.compile_fast)
+            return _Started(target, call, pending)
     except FieldmemError as exc:
         return _Started(target, error=_error_result(target.spec, target.name, exc, target.definition))
 
 
-def _finish(started: _Started, options: CheckOptions) -> TargetResult:
+def _finish(started: _Started, options: CheckOptions) -> tuple[TargetResult, "CompiledVariant | None"]:
+    """Wait for the compiles, analyse (and run, with --run); also the donated compile (None on error),
+    whose outputs a chain passes on."""
     if started.error is not None:
-        return started.error
+        return started.error, None
     target = started.target
     try:
         plain, donated = started.pending.result()
     except FieldmemError as exc:
-        return _error_result(target.spec, target.name, exc, target.definition)
-    return _analyse(target, started.call, plain, donated, options)
+        return _error_result(target.spec, target.name, exc, target.definition), None
+    result = _analyse(target, started.call, plain, donated, options)
+    if options.run and result.status == "ok":
+        result = _run(result, started.call, plain, donated, options)
+    return result, dataclasses.replace(donated, executable=None)
 
 
 def _check_call(
     target: Target, args: tuple, kwargs: dict, options: CheckOptions
 ) -> tuple[TargetResult, "CompiledVariant | None"]:
-    """Compile ``target.function(*args, **kwargs)`` twice and analyse it; also the donated compile
-    (None on error), whose outputs a chain passes on."""
-    from fieldmem.compile import backend_scope, compile_variants, prepare_call
-
-    try:
-        with backend_scope(options.backend):
-            call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
-            plain, donated = compile_variants(
-                call, jobs=options.jobs, keep_executables=options.run, fast=options.compile_fast
-            )
-    except FieldmemError as exc:
-        return _error_result(target.spec, target.name, exc, target.definition), None
-    result = _analyse(target, call, plain, donated, options)
-    if options.run and result.status == "ok":
-        result = _run(result, call, plain, donated, options)
-    return result, dataclasses.replace(donated, executable=None)
+    """Compile ``target.function(*args, **kwargs)`` twice (concurrently when ``jobs`` > 1) and analyse it."""
+    with _pool(2 if options.jobs > 1 else 0) as pool:
+        return _finish(_start(target, args, kwargs, options, pool), options)
 
 
 def _run(
@@ -331,15 +330,19 @@ def check_targets(
                 slots[n] = step_results
                 chains.append(chain)
             elif pool is not None:
-                in_flight.append((n, _start(item, options, pool)))
+                arguments = _arguments(item, options)
+                if isinstance(arguments, TargetResult):
+                    slots[n] = [arguments]
+                    continue
+                in_flight.append((n, _start(item, *arguments, options, pool)))
                 while len(in_flight) > options.jobs:
                     done, started = in_flight.popleft()
-                    slots[done] = [_finish(started, options)]
+                    slots[done] = [_finish(started, options)[0]]
             else:
                 slots[n] = [_check_one(item, options)]
         while in_flight:
             done, started = in_flight.popleft()
-            slots[done] = [_finish(started, options)]
+            slots[done] = [_finish(started, options)[0]]
     results = [result for slot in slots for result in slot]
     if progress is not None:
         progress("", len(items), len(items))
