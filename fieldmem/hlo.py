@@ -636,6 +636,16 @@ _OPERAND_NAMES = re.compile(rf"({_NAME_CHARS}+) *(?=,|$)")
 _CALL_KEY_SET = frozenset(_CALL_KEYS) - {"async_execution_thread"}
 
 
+def _tuple_index(opcode: str, attrs: dict[str, str]) -> int | None:
+    """The ``index=`` of a get-tuple-element (None for other opcodes, or an index that is not a number)."""
+    if opcode != "get-tuple-element" or "index" not in attrs:
+        return None
+    try:
+        return int(attrs["index"])
+    except ValueError:
+        return None
+
+
 def _operand_names(operand_text: str) -> list[str]:
     """The ``%name`` of each top-level operand (operands may be typed: ``f32[4] %x``)."""
     names = []
@@ -695,12 +705,7 @@ def _parse_instruction(
             if parsed is None:
                 parsed = metadata_cache[metadata] = _parse_metadata(metadata, tables)
             op_name, source = parsed
-    tuple_index = None
-    if opcode == "get-tuple-element" and "index" in attrs:
-        try:
-            tuple_index = int(attrs["index"])
-        except ValueError:
-            tuple_index = None
+    tuple_index = _tuple_index(opcode, attrs)
     return HloInstruction(
         name,
         opcode,
@@ -757,12 +762,7 @@ def _parse_instruction_general(line: str, tables: _SourceTables) -> HloInstructi
     op_name, source = (None, None)
     if "metadata" in attrs:
         op_name, source = _parse_metadata(attrs["metadata"], tables)
-    tuple_index = None
-    if opcode == "get-tuple-element" and "index" in attrs:
-        try:
-            tuple_index = int(attrs["index"])
-        except ValueError:
-            tuple_index = None
+    tuple_index = _tuple_index(opcode, attrs)
     return HloInstruction(
         name=name,
         opcode=opcode,

@@ -249,29 +249,11 @@ class FieldmemCheck:
             NotInPlaceError: a check failed; the message is the CLI's verdict.
         """
         __tracebackhide__ = True
-        from fieldmem.api import NotInPlaceError, check_function
+        from fieldmem.api import check_function
 
-        given = {
-            "in_place": in_place, "max_peak": max_peak, "max_live_peak": max_live_peak,
-            "min_bytes": min_bytes, "donate": donate, "static": static,
-        }
-        limits = _override(self.limits, {k: v for k, v in given.items() if v is not _UNSET}, "{}=")
-        report = check_function(
-            fn,
-            *args,
-            donate=limits.donate,
-            static=limits.static,
-            name=name,
-            expect="in-place" if limits.in_place else "any",
-            max_peak=limits.max_peak,
-            max_live_peak=limits.max_live_peak,
-            min_bytes=limits.min_bytes,
-            **kwargs,
-        )
-        self._session.record(report, self._nodeid)
-        if report.exit_code != 0:
-            raise NotInPlaceError(report)
-        return report
+        given = dict(in_place=in_place, max_peak=max_peak, max_live_peak=max_live_peak,
+                     min_bytes=min_bytes, donate=donate, static=static)
+        return self._check(check_function, fn, args, kwargs, given, name)
 
     def chain(
         self,
@@ -298,15 +280,29 @@ class FieldmemCheck:
             NotInPlaceError: a check failed; the message names the step, the leaf and the line.
         """
         __tracebackhide__ = True
-        from fieldmem.api import NotInPlaceError, check_chain
+        from fieldmem.api import check_chain
 
-        given = {
-            "in_place": in_place, "max_peak": max_peak, "max_live_peak": max_live_peak,
-            "min_bytes": min_bytes, "donate": donate, "static": static,
-        }
+        given = dict(in_place=in_place, max_peak=max_peak, max_live_peak=max_live_peak,
+                     min_bytes=min_bytes, donate=donate, static=static)
+        return self._check(check_chain, steps, args, kwargs, given, name)
+
+    def _check(
+        self,
+        check: Callable[..., "Report"],
+        subject: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        given: dict[str, Any],
+        name: str | None,
+    ) -> "Report":
+        """Run ``check(subject, *args)`` under the limits in force (``given`` overriding them), record
+        the report for --fieldmem-report, and fail the test when a check failed."""
+        __tracebackhide__ = True
+        from fieldmem.api import NotInPlaceError
+
         limits = _override(self.limits, {k: v for k, v in given.items() if v is not _UNSET}, "{}=")
-        report = check_chain(
-            steps,
+        report = check(
+            subject,
             *args,
             donate=limits.donate,
             static=limits.static,
