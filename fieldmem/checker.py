@@ -305,30 +305,40 @@ def check_targets(
 
     items = list(targets)
     slots: list[list[TargetResult]] = [[] for _ in items]
-    chains: list[Chain] = []
     # independent targets overlap: one is lowered here while the compiles of
     # those before it run in the pool (lowering stays on this thread)
     pipelined = options.jobs > 1 and not options.run
     in_flight: deque[tuple[int, _Started]] = deque()
+    chain_slots: list[list[Chain]] = [[] for _ in items]
     with compilation_cache(options.cache_dir), _pool(options.jobs if pipelined else 0) as pool:
+        isolated = [
+            n for n, item in enumerate(items)
+            if options.run and options.isolate and not isinstance(item, tuple)
+            and (item.first if isinstance(item, ChainTarget) else item).options is not None
+        ]
+        if isolated:
+            from fieldmem.compile import has_memory_stats
+            from fieldmem.worker import check_isolated
+
+            if progress is not None:
+                progress(f"{len(isolated)} target(s) in worker processes", isolated[0], len(items))
+            outcomes = check_isolated(
+                [items[n] for n in isolated], options, fresh_each=has_memory_stats(options.backend)
+            )
+            for n, (worker_results, worker_chains) in zip(isolated, outcomes):
+                slots[n], chain_slots[n] = worker_results, worker_chains
         for n, item in enumerate(items):
+            if n in isolated:
+                continue
             if isinstance(item, tuple):
                 spec, error = item
                 slots[n] = [_error_result(spec, spec, error)]
                 continue
             if progress is not None:
                 progress(item.name, n, len(items))
-            first = item.first if isinstance(item, ChainTarget) else item
-            if options.run and options.isolate and first.options is not None:
-                from fieldmem.worker import check_isolated
-
-                worker_results, worker_chains = check_isolated(item, options)
-                slots[n] = worker_results
-                chains.extend(worker_chains)
-            elif isinstance(item, ChainTarget):
+            if isinstance(item, ChainTarget):
                 step_results, chain = _check_chain(item, options)
-                slots[n] = step_results
-                chains.append(chain)
+                slots[n], chain_slots[n] = step_results, [chain]
             elif pool is not None:
                 arguments = _arguments(item, options)
                 if isinstance(arguments, TargetResult):
@@ -344,6 +354,7 @@ def check_targets(
             done, started = in_flight.popleft()
             slots[done] = [_finish(started, options)[0]]
     results = [result for slot in slots for result in slot]
+    chains = [chain for slot in chain_slots for chain in slot]
     if progress is not None:
         progress("", len(items), len(items))
     env = environment(options.backend)

@@ -237,7 +237,7 @@ def check(
         typer.Option(
             "--run",
             help="Also run both variants: confirm every alias by buffer identity and read Device.memory_stats() "
-            "per device (each target in a worker process of its own).",
+            "per device (in worker processes: one per target where the device has memory statistics).",
         ),
     ] = False,
     probe: Annotated[
@@ -258,7 +258,7 @@ def check(
     ] = True,
     timeout: Annotated[
         Optional[float],
-        typer.Option("--timeout", help="With --run: seconds a target's worker may take before it is killed."),
+        typer.Option("--timeout", help="With --run: seconds a target may take in its worker before the worker is killed."),
     ] = None,
     devices: Annotated[
         Optional[int],

@@ -41,6 +41,7 @@ __all__ = [
     "compose",
     "describe_sharding",
     "environment",
+    "has_memory_stats",
     "prepare_call",
     "probe_update",
     "ProbeReading",
@@ -1112,6 +1113,16 @@ class RunReading:
     deleted: tuple[bool | None, ...]  # per input leaf after the call (None: not a jax array)
     memory: tuple[DeviceStats, ...]
     seconds: float
+
+
+def has_memory_stats(backend: str | None = None) -> bool:
+    """Whether the devices of ``backend`` (None: jax's default) give ``memory_stats()`` (GPU, TPU; not cpu)."""
+    jax = _jax()
+    try:
+        devices = backend_devices(backend) if backend is not None else jax.devices()
+    except OptionError:
+        return False
+    return _memory_stats(devices[0]) is not None
 
 
 def _memory_stats(device: Any) -> dict[str, int] | None:

@@ -1,19 +1,25 @@
-"""Check and run one target in a worker process of its own (``--run``).
+"""Check and run targets in worker processes (``--run``): crashes, hangs and device peaks stay contained.
 
-Why a process per target: ``Device.memory_stats()["peak_bytes_in_use"]`` is a
-high-water mark over the process's life with no reset, so only a fresh
-process gives one target's peak; and a target that crashes the runtime,
-hangs or runs the device out of memory must not take fieldmem down or hide
-the other targets.
+Why workers: ``Device.memory_stats()["peak_bytes_in_use"]`` is a high-water
+mark over the process's life with no reset, so only a fresh process gives
+one target's peak; and a target that crashes the runtime, hangs or runs the
+device out of memory must not take fieldmem down or hide the other targets.
 
-The parent (:func:`check_isolated`) writes a request (the spec as typed, the
-options it was resolved with, the check options, the working directory and
-``sys.path``) to a temporary folder and starts ``python -m fieldmem.worker
-FOLDER``. The worker resolves the spec again, picks the target by name,
-checks and runs it in its own process, and writes the results with
-:mod:`fieldmem.codec` to ``FOLDER/result.json``. A worker that dies, or
-outlives ``--timeout`` (it is killed), becomes an error result naming what
-happened; its stderr's last line is kept. This module imports no jax: the
+Where the backend has memory statistics (GPU, TPU), every target gets a
+worker of its own. Where it has none (CPU) there is no peak to keep clean, so
+one worker checks the targets one after the other, and only a crash or a hang
+costs a new one: the target it was on is reported, and the targets after it
+go to the next worker.
+
+The parent (:func:`check_isolated`) writes a request (each target's spec as
+typed, its name and the options it was resolved with; the check options, the
+working directory and ``sys.path``) to a temporary folder and starts
+``python -m fieldmem.worker FOLDER``. The worker appends ``start N`` and
+``done N`` to ``events`` around each target, resolves the spec again, picks
+the target by name, checks and runs it, and writes its results with
+:mod:`fieldmem.codec` to ``result-N.json``. The parent watches the events:
+a target past ``--timeout`` seconds has its worker killed; a worker that dies
+takes only the target it was on with it. This module imports no jax: the
 worker does, through the checker.
 """
 
@@ -26,6 +32,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,8 +42,8 @@ from fieldmem.report import Chain, ErrorInfo, TargetResult
 
 __all__ = ["check_isolated", "main"]
 
-_RESULT = "result.json"
 _REQUEST = "request.json"
+_EVENTS = "events"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,70 +72,150 @@ def _death(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
-def check_isolated(target: Any, options: Any) -> tuple[list[TargetResult], list[Chain]]:
-    """Check (and run, as ``options`` says) ``target`` in a worker process; never raises for the target's faults.
+@dataclasses.dataclass
+class _Watch:
+    """What the parent saw of one worker: the targets it finished, the one it was on, how it ended."""
 
-    ``target`` is a :class:`~fieldmem.target.Target` or
-    :class:`~fieldmem.target.ChainTarget` that ``resolve_target`` made (it
-    carries the options it was resolved with).
-    """
-    first = getattr(target, "first", target)
-    request = {
-        "spec": target.spec,
-        "name": target.name,
-        "target_options": encode(first.options),
+    finished: list[int] = dataclasses.field(default_factory=list)
+    current: int | None = None
+    timed_out: bool = False
+    returncode: int = 0
+    stderr: str = ""
+
+
+def _events(path: Path) -> list[tuple[str, int]]:
+    if not path.exists():
+        return []
+    found = []
+    for line in path.read_text().splitlines():
+        what, _, index = line.partition(" ")
+        if what in ("start", "done") and index.isdigit():
+            found.append((what, int(index)))
+    return found
+
+
+def _watch(folder: Path, timeout: float | None) -> _Watch:
+    """Run one worker on the request in ``folder``; kill it when a target takes longer than ``timeout``."""
+    watch = _Watch()
+    events_path = folder / _EVENTS
+    with open(folder / "stderr.txt", "w") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "fieldmem.worker", str(folder)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=os.environ.copy(),
+        )
+        clock = time.monotonic()  # when the target in progress (or the worker's start) began
+        seen = 0
+        while True:
+            returncode = process.poll()
+            events = _events(events_path)
+            for what, index in events[seen:]:
+                if what == "start":
+                    watch.current, clock = index, time.monotonic()
+                else:
+                    watch.finished.append(index)
+                    watch.current = None
+            seen = len(events)
+            if returncode is not None:
+                watch.returncode = returncode
+                break
+            if timeout is not None and time.monotonic() - clock > timeout:
+                process.kill()
+                process.wait()
+                watch.timed_out = True
+                break
+            time.sleep(0.05)
+    watch.stderr = (folder / "stderr.txt").read_text(errors="replace")
+    return watch
+
+
+def _request(targets: Sequence[Any], indices: Sequence[int], options: Any) -> dict[str, Any]:
+    items = []
+    for index in indices:
+        target = targets[index]
+        first = getattr(target, "first", target)
+        items.append(
+            {"index": index, "spec": target.spec, "name": target.name, "target_options": encode(first.options)}
+        )
+    return {
+        "items": items,
         "check_options": encode(dataclasses.replace(options, isolate=False)),
         "cwd": os.getcwd(),
         "sys_path": list(sys.path),
     }
-    with tempfile.TemporaryDirectory(prefix="fieldmem-worker-") as folder:
-        Path(folder, _REQUEST).write_text(json.dumps(request))
-        try:
-            done = subprocess.run(
-                [sys.executable, "-m", "fieldmem.worker", folder],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                timeout=options.timeout,
-                env=os.environ.copy(),
-                text=True,
-            )
-        except subprocess.TimeoutExpired:
-            message = (
-                f"did not finish within --timeout {options.timeout:g} s; its worker process was killed "
-                "(the other targets still ran)"
-            )
-            return [_error(target.spec, target.name, "timeout", message, first.definition)], []
-        result_file = Path(folder, _RESULT)
-        if result_file.exists():
-            try:
-                outcome = decode(_Outcome, json.loads(result_file.read_text()))
-            except (ValueError, TypeError, KeyError) as exc:
-                message = f"its worker wrote a result fieldmem cannot read ({exc})"
-                return [_error(target.spec, target.name, "crash", message, first.definition)], []
-            return list(outcome.results), list(outcome.chains)
-        why = _last_line(done.stderr)
-        message = f"its worker process {_death(done.returncode)} while checking or running it" + (
-            f": {why}" if why else ""
+
+
+def check_isolated(
+    targets: Sequence[Any], options: Any, *, fresh_each: bool
+) -> list[tuple[list[TargetResult], list[Chain]]]:
+    """Check (and run, as ``options`` says) every target in worker processes; never raises for their faults.
+
+    ``targets`` are :class:`~fieldmem.target.Target`s or
+    :class:`~fieldmem.target.ChainTarget`s that ``resolve_target`` made (each
+    carries the options it was resolved with). ``fresh_each``: a worker per
+    target (a clean device high-water mark each); else one worker for all,
+    and a new one only after a crash or a timeout. Returns, per target in
+    order, its results and chains.
+    """
+    outcomes: dict[int, tuple[list[TargetResult], list[Chain]]] = {}
+    pending = list(range(len(targets)))
+    while pending:
+        batch = pending[:1] if fresh_each else pending
+        with tempfile.TemporaryDirectory(prefix="fieldmem-worker-") as tmp:
+            folder = Path(tmp)
+            (folder / _REQUEST).write_text(json.dumps(_request(targets, batch, options)))
+            watch = _watch(folder, options.timeout)
+            for index in watch.finished:
+                outcomes[index] = _read_result(folder / f"result-{index}.json", targets[index])
+            stuck = watch.current
+            if stuck is None and len(watch.finished) < len(batch):
+                # it died before it started on a target (jax did not start): charge the next one
+                stuck = next(i for i in batch if i not in outcomes)
+            if stuck is not None and stuck not in outcomes:
+                outcomes[stuck] = ([_failure(targets[stuck], watch, options)], [])
+        pending = [i for i in pending if i not in outcomes]
+    return [outcomes[i] for i in range(len(targets))]
+
+
+def _read_result(path: Path, target: Any) -> tuple[list[TargetResult], list[Chain]]:
+    first = getattr(target, "first", target)
+    try:
+        outcome = decode(_Outcome, json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        message = f"its worker wrote a result fieldmem cannot read ({exc})"
+        return [_error(target.spec, target.name, "crash", message, first.definition)], []
+    return list(outcome.results), list(outcome.chains)
+
+
+def _failure(target: Any, watch: _Watch, options: Any) -> TargetResult:
+    first = getattr(target, "first", target)
+    if watch.timed_out:
+        message = (
+            f"did not finish within --timeout {options.timeout:g} s; its worker process was killed "
+            "(the other targets still ran)"
         )
-        kind = "out-of-memory" if "RESOURCE_EXHAUSTED" in done.stderr or "MemoryError" in done.stderr else "crash"
-        return [_error(target.spec, target.name, kind, message, first.definition)], []
+        return _error(target.spec, target.name, "timeout", message, first.definition)
+    why = _last_line(watch.stderr)
+    message = f"its worker process {_death(watch.returncode)} while checking or running it" + (
+        f": {why}" if why else ""
+    )
+    kind = "out-of-memory" if "RESOURCE_EXHAUSTED" in watch.stderr or "MemoryError" in watch.stderr else "crash"
+    return _error(target.spec, target.name, kind, message, first.definition)
 
 
-def _work(request: dict[str, Any]) -> _Outcome:
-    from fieldmem.checker import CheckOptions, check_targets
+def _work(item: dict[str, Any], options: Any) -> _Outcome:
+    from fieldmem.checker import check_targets
     from fieldmem.target import TargetOptions, resolve_target
 
-    os.chdir(request["cwd"])
-    sys.path[:] = request["sys_path"]
-    target_options = decode(TargetOptions, request["target_options"] or {})
-    options = decode(CheckOptions, request["check_options"])
+    target_options = decode(TargetOptions, item["target_options"] or {})
     try:
-        found = [t for t in resolve_target(request["spec"], target_options) if t.name == request["name"]]
+        found = [t for t in resolve_target(item["spec"], target_options) if t.name == item["name"]]
         if not found:
-            raise TargetError(f"{request['spec']!r} no longer has a target named {request['name']!r}")
+            raise TargetError(f"{item['spec']!r} no longer has a target named {item['name']!r}")
     except FieldmemError as exc:
-        return _Outcome((_error(request["spec"], request["name"], exc.kind, exc.message, None),))
+        return _Outcome((_error(item["spec"], item["name"], exc.kind, exc.message, None),))
     report = check_targets(found[:1], options)
     return _Outcome(report.results, report.chains)
 
@@ -138,12 +225,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m fieldmem.worker FOLDER (started by fieldmem check --run)", file=sys.stderr)
         return 2
+    from fieldmem.checker import CheckOptions
+
     folder = Path(args[0])
     request = json.loads((folder / _REQUEST).read_text())
-    outcome = _work(request)
-    partial = folder / (_RESULT + ".partial")
-    partial.write_text(json.dumps(encode(outcome)))
-    os.replace(partial, folder / _RESULT)
+    os.chdir(request["cwd"])
+    sys.path[:] = request["sys_path"]
+    options = decode(CheckOptions, request["check_options"])
+    with open(folder / _EVENTS, "a", buffering=1) as events:
+        for item in request["items"]:
+            index = item["index"]
+            events.write(f"start {index}\n")
+            events.flush()
+            outcome = _work(item, options)
+            partial = folder / f"result-{index}.json.partial"
+            partial.write_text(json.dumps(encode(outcome)))
+            os.replace(partial, folder / f"result-{index}.json")
+            events.write(f"done {index}\n")
+            events.flush()
     return 0
 
 

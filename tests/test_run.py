@@ -319,3 +319,29 @@ def test_a_run_out_of_device_memory_is_that_targets_error(monkeypatch: pytest.Mo
     # what the compile planned is kept in words
     assert "(static analysis: in place with donation" in result.error.message
     assert report.exit_code == 2
+
+
+def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With device memory statistics each target gets a fresh worker (a clean peak); without, one worker
+    checks them all and a crash only costs a new one for the targets after it."""
+    from fieldmem import worker
+    from fieldmem.target import TargetOptions, resolve_target
+
+    real = worker._watch
+    started: list[int] = []
+
+    def counting(folder: Path, timeout: Any) -> Any:
+        started.append(len(json.loads((folder / "request.json").read_text())["items"]))
+        return real(folder, timeout)
+
+    monkeypatch.setattr(worker, "_watch", counting)
+    targets = [t for name in ("fine", "crashes", "fine") for t in resolve_target(f"{FAULTS}:{name}", TargetOptions())]
+    options = CheckOptions(run=True)
+    outcomes = worker.check_isolated(targets, options, fresh_each=False)
+    assert started == [3, 1]  # one worker for all; after the crash, one for the target left
+    kinds = [results[0].error.kind if results[0].error else results[0].status for results, _ in outcomes]
+    assert kinds == ["ok", "crash", "ok"]
+    started.clear()
+    outcomes = worker.check_isolated(targets, options, fresh_each=True)
+    assert started == [1, 1, 1]
+    assert [results[0].status for results, _ in outcomes] == ["ok", "error", "ok"]
