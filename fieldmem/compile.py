@@ -10,7 +10,8 @@ JAX internals read here, each in one place and tolerated when missing:
 ``Lowered._lowering.compile_args["kept_var_idx"]`` (which arguments jit kept),
 ``PjitFunction._jit_info`` (a user's own jit options),
 ``Lowered._lowering.compile_args["backend"]`` (the platform a fast compile is
-for) and ``Compiled.memory_analysis()`` (documented as unstable).
+for), ``jax._src.xla_bridge._backends`` (whether jax started, for
+``--devices``) and ``Compiled.memory_analysis()`` (documented as unstable).
 """
 
 from __future__ import annotations
@@ -1199,13 +1200,8 @@ def run_variant(call: PreparedCall, variant: CompiledVariant) -> RunReading:
         raise RunError(f"the {variant.name} variant was not kept to run")
     devices = _executable_devices(variant.executable) or [jax.devices()[0]]
     start = _read_stats(devices)
-    tree = jax.tree_util
-    dynamic = [i for i in range(len(call.args)) if i not in call.static_positions]
-    dyn_args = tuple(tree.tree_map(_fresh_argument, call.args[i]) for i in dynamic)
-    dyn_kwargs = {k: tree.tree_map(_fresh_argument, v) for k, v in call.kwargs.items() if k not in call.static_names}
-    leaves = [leaf for value in (*dyn_args, *dyn_kwargs.values()) for leaf in tree.tree_leaves(value)]
+    dyn_args, dyn_kwargs, leaves = _fresh_arguments(call)
     before_pointers = tuple(_pointers(leaf) for leaf in leaves)
-    jax.block_until_ready(leaves)
     before = _read_stats(devices)
     began = time.perf_counter()
     try:
@@ -1217,7 +1213,7 @@ def run_variant(call: PreparedCall, variant: CompiledVariant) -> RunReading:
         raise RunError(f"running the {variant.name} variant failed: {text}", kind=kind) from None
     seconds = time.perf_counter() - began
     after = _read_stats(devices)
-    outputs = tree.tree_leaves(out)
+    outputs = jax.tree_util.tree_leaves(out)
     reading = RunReading(
         variant=variant.name,
         input_pointers=before_pointers,
@@ -1289,21 +1285,27 @@ def _call_with(call: PreparedCall, leaves: list[Any], treedef: Any) -> PreparedC
     return dataclasses.replace(call, args=tuple(args), kwargs=kwargs)
 
 
-def _time_calls(executable: Any, call: PreparedCall, repeats: int) -> list[float]:
+def _fresh_arguments(call: PreparedCall) -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
+    """New buffers for every dynamic argument leaf of ``call``, made and ready: the positional and
+    keyword arguments to call the executable with, and the leaves in report order."""
     jax = _jax()
     leaves, treedef = _dynamic_values(call)
-    times = []
-    for _ in range(repeats):
-        fresh = [_fresh_argument(leaf) for leaf in leaves]
-        jax.block_until_ready(fresh)
-        dynamic, keywords = jax.tree_util.tree_unflatten(treedef, fresh)
-        names = [k for k in call.kwargs if k not in call.static_names]
-        began = time.perf_counter()
-        out = executable(*dynamic, **dict(zip(names, keywords)))
-        jax.block_until_ready(out)
-        times.append(time.perf_counter() - began)
-        del out, fresh, dynamic, keywords
-    return times
+    fresh = [_fresh_argument(leaf) for leaf in leaves]
+    jax.block_until_ready(fresh)
+    dynamic, keywords = jax.tree_util.tree_unflatten(treedef, fresh)
+    names = [k for k in call.kwargs if k not in call.static_names]
+    return tuple(dynamic), dict(zip(names, keywords)), fresh
+
+
+def _timed_call(executable: Any, call: PreparedCall) -> float:
+    """Seconds of one call of ``executable`` on fresh arguments (made before the clock starts)."""
+    jax = _jax()
+    args, kwargs, _ = _fresh_arguments(call)
+    began = time.perf_counter()
+    out = jax.block_until_ready(executable(*args, **kwargs))
+    seconds = time.perf_counter() - began
+    del out  # freed after the clock stops: freeing a large buffer is not the update's time
+    return seconds
 
 
 def probe_update(
@@ -1353,10 +1355,9 @@ def probe_update(
         small_times: list[float] = []
         large_times: list[float] = []
         for _ in range(repeats):  # alternate, so drift in the machine hits both alike
-            small_times += _time_calls(variant.executable, call, 1)
-            large_times += _time_calls(large, large_call, 1)
-        element = _shape_bytes((), dtype)
-        small_bytes = int(element * _count(shape))
+            small_times.append(_timed_call(variant.executable, call))
+            large_times.append(_timed_call(large, large_call))
+        small_bytes = _shape_bytes(shape, dtype)
         return ProbeReading(
             input_index=input_index,
             output_index=output_index,
@@ -1368,13 +1369,6 @@ def probe_update(
             large_seconds=tuple(large_times),
         )
     return None
-
-
-def _count(shape: Sequence[int]) -> int:
-    total = 1
-    for n in shape:
-        total *= int(n)
-    return total
 
 
 # ----------------------------------------------------------------------------
