@@ -86,13 +86,12 @@ def _changes_within(index: int, function: str, result: TargetResult) -> list[Han
     takes (the state keeps its structure); otherwise nothing is paired and
     the step's verdict speaks for it.
     """
-    inputs = [leaf for leaf in result.inputs if leaf.used]
     if len(result.inputs) != len(result.outputs):
         return []
     aliased = _aliased_inputs(result)
     changes: list[HandOff] = []
     for leaf, out in zip(result.inputs, result.outputs):
-        if leaf not in inputs:
+        if not leaf.used:
             continue
         source = _source_of_output(result, out.path)
         breaks = leaf.path not in aliased

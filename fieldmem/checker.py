@@ -225,18 +225,12 @@ def _step_donation(donate: DonateSpec) -> DonateSpec:
 
 def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[TargetResult], Chain]:
     """Every step (each with the previous step's outputs as its arguments) and the fused chain."""
-    from fieldmem.compile import backend_scope, chain_arguments, compose
+    from fieldmem.compile import chain_arguments, compose
 
     first = chain.first
     outcomes: list[StepOutcome] = []
     results: list[TargetResult] = []
-    arguments: tuple[tuple, dict] | None = None
-    error: FieldmemError | None = None
-    try:
-        with backend_scope(options.backend):
-            arguments = first.example_arguments()
-    except FieldmemError as exc:
-        error = exc
+    arguments = _arguments(first, options)  # the first step's, or the error result they gave
     previous = None
     for index, step in enumerate(chain.steps):
         step_target = dataclasses.replace(
@@ -248,25 +242,21 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
             donate=first.donate if index == 0 else _step_donation(first.donate),
             static=first.static if index == 0 else StaticSpec(),
         )
-        if index == 0 and arguments is None:
-            result = _error_result(first.spec, step_target.name, error, step.definition)
+        if index == 0 and isinstance(arguments, TargetResult):
+            result = dataclasses.replace(arguments, name=step_target.name, definition=step.definition)
             donated = None
         elif index > 0 and previous is None:
             outcomes.append(StepOutcome(step.name, step.definition, None))
             continue
         else:
-            if index == 0:
-                args, kwargs = arguments
-            else:
-                with backend_scope(options.backend):
-                    args, kwargs = chain_arguments(previous, step.function), {}
+            args, kwargs = arguments if index == 0 else (chain_arguments(previous, step.function), {})
             result, donated = _check_call(step_target, args, kwargs, options)
         results.append(result)
         outcomes.append(StepOutcome(step.name, step.definition, result))
         previous = donated
 
     fused: TargetResult | None = None
-    if arguments is not None:
+    if not isinstance(arguments, TargetResult):
         fused_target = dataclasses.replace(
             first,
             name=fused_result_name(chain.name),

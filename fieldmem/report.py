@@ -209,6 +209,7 @@ class RunCheck:
     kept: tuple[str, ...] = ()  # donated input leaves still alive after the call
     devices: tuple[DeviceMemory, ...] = ()
     seconds: float | None = None
+    worst_device: int | None = None  # the device with the largest measured peak (None: none measured)
 
     @property
     def confirmed(self) -> bool:

@@ -130,7 +130,10 @@ def run_check(result: TargetResult, variant: Variant, reading: RunReading) -> Ru
                 difference=measured - predicted if measured is not None and predicted is not None else None,
             )
         )
+    measured = [d for d in devices if d.measured_peak is not None]
+    worst = max(measured, key=lambda d: d.measured_peak or 0).device if measured else None
     return RunCheck(
+        worst_device=worst,
         aliases=tuple(checks),
         unplanned=tuple(unplanned),
         deleted=deleted,

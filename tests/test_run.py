@@ -53,6 +53,7 @@ def test_every_planned_alias_of_the_examples_is_confirmed_at_run_time() -> None:
         plain = result.variants["plain"].run
         assert plain is not None and plain.aliases == () and plain.unplanned == () and plain.deleted == ()
         # cpu has no device memory statistics: said, never 0
+        assert run.worst_device is None
         for device in run.devices:
             assert device.measured_peak is None and device.peak is None
             assert device.unavailable and "memory_stats" in device.unavailable
@@ -130,6 +131,7 @@ def test_device_memory_stats_are_read_per_device_and_held_against_the_plan(monke
     assert device.predicted == donated.memory.footprint_bytes
     assert device.difference == device.measured_peak - device.predicted
     assert device.unavailable is None
+    assert donated.run.worst_device == 0
     # 3 MiB is well below the 16 MiB plan: no warning; the plain run read its own
     assert not [f for f in result.verdict.findings if f.code == "run-peak-above-plan"]
     (plain_device,) = result.variants["plain"].run.devices
@@ -345,3 +347,21 @@ def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: 
     outcomes = worker.check_isolated(targets, options, fresh_each=True)
     assert started == [1, 1, 1]
     assert [results[0].status for results, _ in outcomes] == ["ok", "error", "ok"]
+
+
+def test_the_worst_device_is_the_one_with_the_largest_measured_peak() -> None:
+    from fieldmem.report import MemoryFigures, TargetResult, Variant
+    from fieldmem.runcheck import run_check
+
+    variant = Variant("donated", (), MemoryFigures(footprint_bytes=1000))
+    result = TargetResult(target="t", name="t", status="ok", variants={"donated": variant})
+    reading = fm_compile.RunReading(
+        variant="donated", input_pointers=(), output_pointers=(), deleted=(), seconds=0.001,
+        memory=tuple(
+            fm_compile.DeviceStats(device=d, in_use_start=0, in_use_before=10, in_use_after=10, peak=peak)
+            for d, peak in ((0, 900), (1, 1500), (2, 1200), (3, 1100))
+        ),
+    )
+    run = run_check(result, variant, reading)
+    assert run.worst_device == 1
+    assert [d.difference for d in run.devices] == [-100, 500, 200, 100]

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldmem.render import RenderOptions, text_console
-from fieldmem.report import MEMORY_FIGURES, DeviceMemory, Report, RunCheck, TargetResult, Timeline, Variant
+from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Timeline, Variant
 from fieldmem.spec import format_bytes
 
 _TOP_COPIES = 3
@@ -185,11 +185,6 @@ def _narrow_summary_table(report: Report, options: RenderOptions) -> Table:
     return table
 
 
-def _worst_device(run: RunCheck) -> DeviceMemory | None:
-    measured = [d for d in run.devices if d.measured_peak is not None]
-    return max(measured, key=lambda d: d.measured_peak or 0) if measured else None
-
-
 def run_lines(result: TargetResult, verbose: bool = False) -> list[Text]:
     """What ``--run`` showed: aliases confirmed by buffer identity, and device memory (the worst device)."""
     lines: list[Text] = []
@@ -206,7 +201,7 @@ def run_lines(result: TargetResult, verbose: bool = False) -> list[Text]:
         if run.kept:
             words += f"; donated but not consumed: {', '.join(run.kept)}"
         devices = len(run.devices)
-        worst = _worst_device(run)
+        worst = next((d for d in run.devices if d.device == run.worst_device), None)
         if worst is not None:
             where = f"device {worst.device}" + (f" (worst of {devices})" if devices > 1 else "")
             memory = (
