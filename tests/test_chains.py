@@ -420,3 +420,15 @@ def test_check_chain_api_on_functions_in_hand(examples_on_path: None) -> None:
     assert failure_message(report).startswith(f"chain {chain.name}: breaks in place at step 2 of 3")
     with pytest.raises(OptionError, match="at least two functions"):
         fieldmem.check_chain([module.advance], *module.example_state())
+
+
+def test_the_footprint_curve_draws_each_step_in_eighths_of_the_largest() -> None:
+    from fieldmem.render.chains import footprint_curve
+    from fieldmem.report import ChainStep
+
+    steps = tuple(
+        ChainStep(index=n, function=f"s{n}", result=f"c[{n}]", status="in-place", summary="",
+                  footprint={"donated": value})
+        for n, value in enumerate((1, 4, 2, None))
+    )
+    assert footprint_curve(steps) == "▂█▄ "

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldmem.render.markdown import FAIL, PASS, WARN, code, escape
+from fieldmem.render.table import block
 from fieldmem.report import Chain, ChainCost, ChainStep
 from fieldmem.spec import format_bytes
 
@@ -25,7 +26,6 @@ STATUS_WORDS = {
     "error": ("error", "bold red"),
     "not-checked": ("not checked", "dim"),
 }
-_BLOCKS = "▁▂▃▄▅▆▇█"
 
 
 def _pair(plain: int | None, donated: int | None) -> str:
@@ -46,10 +46,7 @@ def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> s
     scale = max((v for v in values if v is not None), default=0)
     if scale <= 0:
         return ""
-    return "".join(
-        " " if v is None else _BLOCKS[min(len(_BLOCKS), max(1, (2 * v * len(_BLOCKS) + scale) // (2 * scale))) - 1]
-        for v in values
-    )
+    return "".join(" " if v is None else block(v, scale) for v in values)
 
 
 def _cost_label(cost: ChainCost) -> str:

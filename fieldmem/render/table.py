@@ -50,6 +50,15 @@ def _verdict_cell(result: TargetResult) -> Text:
     return text
 
 
+def block(value: int, scale: int) -> str:
+    """``value`` as one block character in eighths of ``scale``: the nearest eighth, rounded half up
+    in integers, at least one for anything above zero; zero (or less) is a blank."""
+    if value <= 0 or scale <= 0:
+        return " "
+    level = min(len(SPARK_BLOCKS), max(1, (2 * value * len(SPARK_BLOCKS) + scale) // (2 * scale)))
+    return SPARK_BLOCKS[level - 1]
+
+
 def sparkline(timeline: Timeline, scale: int, width: int = SPARK_WIDTH) -> str:
     """Live bytes over schedule progress as ``width`` block characters, 0 .. ``scale``.
 
@@ -74,12 +83,7 @@ def sparkline(timeline: Timeline, scale: int, width: int = SPARK_WIDTH) -> str:
         while j < len(positions) and positions[j] * width < high:
             value = max(value, values[j])
             j += 1
-        if value <= 0:
-            cells.append(" ")
-        else:
-            # the nearest eighth, rounded half up in integers; anything above zero shows
-            level = min(len(SPARK_BLOCKS), max(1, (2 * value * len(SPARK_BLOCKS) + scale) // (2 * scale)))
-            cells.append(SPARK_BLOCKS[level - 1])
+        cells.append(block(value, scale))
     return "".join(cells)
 
 
