@@ -218,6 +218,10 @@ _CACHE_OPTIONS = (
     # every executable, however small or quick: a check compiles many small ones
     "jax_persistent_cache_min_compile_time_secs",
     "jax_persistent_cache_min_entry_size_bytes",
+    # file names and lines are findings here: by default jax leaves them out of the
+    # key, and an executable compiled from another checkout, or before a line was
+    # added above the function, would bring its stale locations along
+    "jax_compilation_cache_include_metadata_in_key",
 )
 
 
@@ -330,7 +334,7 @@ def compilation_cache(path: str | None) -> Iterator[None]:
 
     jax = _jax()
     previous = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
-    for name, value in zip(_CACHE_OPTIONS, (os.path.abspath(path), 0.0, 0)):
+    for name, value in zip(_CACHE_OPTIONS, (os.path.abspath(path), 0.0, 0, True)):
         jax.config.update(name, value)
     try:
         yield

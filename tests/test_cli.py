@@ -670,6 +670,33 @@ def test_several_backends_need_a_file_for_json(in_assets: Path) -> None:
 _findings = without_timings  # a report without what differs between two runs (times, date)
 
 
+def test_the_cache_never_brings_another_checkouts_source_lines(tmp_path: Path) -> None:
+    """The same program from a file in another folder, and then with a line added above it, reuses
+    nothing stale: its copies are placed in its own file, at its own lines."""
+    source = (Path(__file__).resolve().parent.parent / "examples" / "sparse_row.py").read_text()
+    cache = tmp_path / "jax-cache"
+    first, second = tmp_path / "one", tmp_path / "two"
+    first.mkdir()
+    second.mkdir()
+    (first / "sparse_row.py").write_text(source)
+    (second / "sparse_row.py").write_text("# a line added above everything\n" + source)
+
+    def plain_copy_source(folder: Path) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "fieldmem", "check", "sparse_row.py:set_row", "-f", "json",
+             "--cache-dir", str(cache)],
+            capture_output=True, text=True, cwd=folder, env=_env(), timeout=300,
+        )
+        assert done.returncode in (0, 1), done.stderr
+        (result,) = json.loads(done.stdout)["results"]
+        (copy,) = [c for c in result["variants"]["plain"]["copies"] if c["kind"] == "parameter"]
+        return copy["source"]
+
+    line = next(n for n, text in enumerate(source.splitlines(), 1) if "return u.at[idx].set(row)" in text)
+    assert plain_copy_source(first) == f"sparse_row.py:{line}"
+    assert plain_copy_source(second) == f"sparse_row.py:{line + 1}"
+
+
 def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:
     """All levers off (one compile at a time, no cache), then all on twice: concurrent compiles (of the
     two variants and across targets) and the persistent cache, the second run loading every executable
