@@ -11,7 +11,7 @@ time and compares with the default compile:
 - the optimized HLO text (``Compiled.as_text()``),
 - every ``memory_analysis()`` figure fieldmem reports (``MEMORY_FIELDS``),
 - the serialized buffer assignment proto, byte for byte,
-- the instruction ids -> names that fieldmem.buffers reads from the HLO module
+- the instruction ids -> names that fieldmem.xla.buffers reads from the HLO module
   proto, and the whole proto byte for byte less its ``id`` (a per-process
   counter: it differs between two default compiles too).
 
@@ -58,8 +58,9 @@ SYNTH = [  # (functions, chain, leaves, size)
 
 def capture(specs: list[str]) -> list[tuple[str, Any]]:
     """Every lowering fieldmem compiles while checking ``specs`` (suggest on), with a label."""
-    import fieldmem.compile as fc
-    from fieldmem.checker import CheckOptions, check
+    import fieldmem.driver as fc
+    from fieldmem.request.options import CheckOptions
+    from fieldmem.engine.checker import check
 
     captured: list[tuple[str, Any]] = []
     original = fc._compile
@@ -84,8 +85,8 @@ def capture(specs: list[str]) -> list[tuple[str, Any]]:
 
 
 def fingerprint(compiled: Any) -> dict[str, Any]:
-    from fieldmem.buffers import decode_instruction_ids
-    from fieldmem.compile import _read_memory
+    from fieldmem.xla.buffers import decode_instruction_ids
+    from fieldmem.driver import _read_memory
 
     reading = _read_memory(compiled)
     return {
@@ -99,7 +100,7 @@ def fingerprint(compiled: Any) -> dict[str, Any]:
 
 
 def _without_id(proto: bytes | None) -> bytes | None:
-    from fieldmem._xla_proto import HloModuleProto
+    from fieldmem.xla._proto import HloModuleProto
 
     if proto is None:
         return None
@@ -129,7 +130,7 @@ def main() -> None:
     args = parser.parse_args()
     repeat = 2 if args.quick else args.repeat
 
-    from fieldmem.compile import simulate_cpu_devices
+    from fieldmem.driver import simulate_cpu_devices
 
     simulate_cpu_devices(4)  # examples/sharded.py as documented (4 simulated CPU devices)
     import jax

@@ -1,4 +1,4 @@
-"""HLO parsing speed: is ``fieldmem.hlo`` linear in the size of the text?
+"""HLO parsing speed: is ``fieldmem.xla.hlo`` linear in the size of the text?
 
 A real optimized HLO module (a 200-step update chain from ``synth.py``,
 compiled once here) is scaled up by repeating its computations under fresh
@@ -72,7 +72,7 @@ def main() -> None:
 
     import jax
 
-    from fieldmem import hlo
+    from fieldmem.xla import hlo
 
     base = compiled_text()
     rows = []

@@ -51,9 +51,9 @@ def main() -> None:
     options = parser.parse_args()
     import jax
 
-    from fieldmem.compile import compile_variants, prepare_call, probe_update
-    from fieldmem.runcheck import probe_outcome
-    from fieldmem.spec import DonateSpec, StaticSpec
+    from fieldmem.driver import compile_variants, prepare_call, probe_update
+    from fieldmem.findings.runcheck import probe_outcome
+    from fieldmem.request.spec import DonateSpec, StaticSpec
 
     rows = []
     for name, (fn, args) in updates().items():

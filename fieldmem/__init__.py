@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 from fieldmem.api import NotInPlaceError, assert_in_place, check_chain, check_function
 from fieldmem.errors import FieldmemError
-from fieldmem.registry import Case, case, chain
+from fieldmem.request.registry import Case, case, chain
 
 if TYPE_CHECKING:
     from fieldmem.report import Report
@@ -35,12 +35,12 @@ __all__ = [
 def check(*specs: str, **kwargs: Any) -> "Report":
     """Check targets from Python, as ``fieldmem check`` does, and return the Report.
 
-    Keyword arguments are those of :func:`fieldmem.checker.check`
+    Keyword arguments are those of :func:`fieldmem.engine.checker.check`
     (``target_options``, ``options``, ``progress``)::
 
         report = fieldmem.check("examples/field.py")
         assert report.results[0].verdict.in_place
     """
-    from fieldmem.checker import check as _check
+    from fieldmem.engine.checker import check as _check
 
     return _check(specs, **kwargs)

@@ -2,8 +2,8 @@
 
 ``fieldmem check`` starts from a target string; tests and notebooks already
 hold the function and its arguments. This module wraps them in a
-:class:`~fieldmem.target.Target` and runs the same checker
-(:func:`fieldmem.checker.check_targets`), so a verdict here is the verdict the
+:class:`~fieldmem.request.target.Target` and runs the same checker
+(:func:`fieldmem.engine.checker.check_targets`), so a verdict here is the verdict the
 CLI gives. It computes nothing of its own.
 
 It never prints. jax is imported only when a check runs (through the checker),
@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from fieldmem import __version__
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Report
-from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes
+from fieldmem.request.spec import DonateSpec, StaticSpec
+from fieldmem.units import parse_bytes
 
 if TYPE_CHECKING:
-    from fieldmem.target import Target
+    from fieldmem.request.target import Target
 
 __all__ = [
     "NotInPlaceError",
@@ -106,7 +107,7 @@ def _target(
     max_live_peak: int | str | None,
 ) -> "Target":
     """A target for ``fn`` called with the arguments in hand (options parsed as the CLI parses them)."""
-    from fieldmem.target import Target, definition_of
+    from fieldmem.request.target import Target, definition_of
 
     call_args, call_kwargs = tuple(args), dict(kwargs)
     return Target(
@@ -177,8 +178,9 @@ def check_function(
         report = fieldmem.check_function(update, field, 1.0, donate="field")
         print(report.results[0].verdict.summary)
     """
-    from fieldmem.checker import CheckOptions, check_targets
-    from fieldmem.registry import EXPECTATIONS
+    from fieldmem.request.options import CheckOptions
+    from fieldmem.engine.checker import check_targets
+    from fieldmem.request.registry import EXPECTATIONS
     if expect not in EXPECTATIONS:
         raise OptionError(f"expect={expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
     if not callable(fn):
@@ -228,9 +230,10 @@ def check_chain(
         report = fieldmem.check_chain([create_field, update1, update2], x, expect="in-place")
         assert report.chains[0].in_place, report.chains[0].summary
     """
-    from fieldmem.checker import CheckOptions, check_targets
-    from fieldmem.registry import EXPECTATIONS
-    from fieldmem.target import ChainTarget, Step, definition_of
+    from fieldmem.request.options import CheckOptions
+    from fieldmem.engine.checker import check_targets
+    from fieldmem.request.registry import EXPECTATIONS
+    from fieldmem.request.target import ChainTarget, Step, definition_of
 
     steps = list(steps)
     if len(steps) < 2 or not all(callable(s) for s in steps):
@@ -312,7 +315,7 @@ def combine_reports(reports: Sequence[Report], min_bytes: int) -> Report:
             devices=first.devices,
         )
     else:
-        from fieldmem.compile import environment as read_environment
+        from fieldmem.driver import environment as read_environment
 
         env = read_environment()
         environment = dict(

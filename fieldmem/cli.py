@@ -79,7 +79,7 @@ def _check_writable(output: Path, option: str = "--output") -> None:
 
 def _cache(given: str | None, off: bool, configured: str | None) -> str | None:
     """The compilation cache folder of this run: --cache-dir, the config's, else the default one."""
-    from fieldmem.compile import cache_folder, default_cache_folder
+    from fieldmem.driver import cache_folder, default_cache_folder
 
     if off:
         if given is not None:
@@ -270,14 +270,16 @@ def check(
     ] = None,
 ) -> None:
     """Compile each target with and without donation and report whether it is in place."""
-    from fieldmem.baseline import compare_to_baseline, load_baseline
-    from fieldmem.checker import CheckOptions, check as run_check, check_backends
-    from fieldmem.config import load_config
-    from fieldmem.registry import EXPECTATIONS
+    from fieldmem.gate.baseline import compare_to_baseline, load_baseline
+    from fieldmem.request.options import CheckOptions
+    from fieldmem.engine.checker import check as run_check, check_backends
+    from fieldmem.request.config import load_config
+    from fieldmem.request.registry import EXPECTATIONS
     from fieldmem.render import RenderOptions, get_renderer
-    from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes, parse_shapes
-    from fieldmem.target import TargetOptions
-    from fieldmem.tolerance import Tolerances
+    from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
+    from fieldmem.units import parse_bytes
+    from fieldmem.request.target import TargetOptions
+    from fieldmem.gate.tolerance import Tolerances
 
     try:
         if expect is not None and expect not in EXPECTATIONS:
@@ -295,7 +297,7 @@ def check(
                 f"--timeout {timeout:g} must be positive" if timeout <= 0 else "--timeout only applies with --run"
             )
         if devices is not None:
-            from fieldmem.compile import simulate_cpu_devices
+            from fieldmem.driver import simulate_cpu_devices
 
             simulate_cpu_devices(devices)
         settings = load_config(config)
@@ -389,7 +391,7 @@ def check(
     for report in reports:
         typer.echo(renderer.render(report, render_options), nl=False)
     if several and renderer.name == "table":
-        from fieldmem.compare import compare_reports
+        from fieldmem.gate.compare import compare_reports
         from fieldmem.render.compare import get_compare_renderer
 
         side_by_side = compare_reports([(report.backend, report) for report in reports], min_bytes=options.min_bytes)
@@ -454,11 +456,11 @@ def compare(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also list aliases and copies per report.")] = False,
 ) -> None:
     """Show saved reports side by side per target (cpu vs gpu, jax 0.10 vs 0.11, main vs branch)."""
-    from fieldmem.compare import compare_files
+    from fieldmem.gate.compare import compare_files
     from fieldmem.render import RenderOptions
     from fieldmem.render.compare import get_compare_renderer
-    from fieldmem.spec import parse_bytes
-    from fieldmem.tolerance import Tolerances
+    from fieldmem.units import parse_bytes
+    from fieldmem.gate.tolerance import Tolerances
 
     try:
         renderer = get_compare_renderer(output_format or "table")
@@ -487,7 +489,7 @@ def _save(path: Path, report: "Report", prune: bool) -> None:
     regression, 2 for a target that errored); a write that fails after a
     passing run exits 2. The file on disk is never touched in either case.
     """
-    from fieldmem.baseline import BaselineError, save_baseline
+    from fieldmem.gate.baseline import BaselineError, save_baseline
     from fieldmem.render.baseline import render_saved
 
     try:

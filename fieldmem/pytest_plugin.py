@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.spec import parse_bytes
+from fieldmem.units import parse_bytes
 
 if TYPE_CHECKING:
     from fieldmem.report import Report

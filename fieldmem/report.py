@@ -76,7 +76,7 @@ class MemoryFigures:
 
     ``footprint_bytes`` = argument + output + temp - alias: what the executable
     holds at once. ``live_peak_bytes``: the maximum over the schedule of the
-    bytes of distinct allocation slices live at one point (fieldmem.buffers). A figure the backend does not give is None, and
+    bytes of distinct allocation slices live at one point (fieldmem.xla.buffers). A figure the backend does not give is None, and
     ``unavailable`` says why.
     """
 

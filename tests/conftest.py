@@ -13,7 +13,7 @@ from typing import Iterator
 
 import pytest
 
-from fieldmem import registry
+from fieldmem.request import registry
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

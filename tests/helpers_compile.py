@@ -1,6 +1,6 @@
 """Helpers for the integration tests that compile real functions.
 
-They build :class:`fieldmem.target.Target`s straight from a function and an
+They build :class:`fieldmem.request.target.Target`s straight from a function and an
 args factory (no module to import), run the checker on them, and check what
 a report claims against jax itself: an independent compile's
 ``memory_analysis()`` and, at run time, the buffer pointers of donated inputs
@@ -15,11 +15,13 @@ from typing import Any, Callable, Iterable
 import jax
 import jax.numpy as jnp
 
-from fieldmem.checker import CheckOptions, check_targets
-from fieldmem.compile import MEMORY_FIELDS
+from fieldmem.request.options import CheckOptions
+
+from fieldmem.engine.checker import check_targets
+from fieldmem.driver import MEMORY_FIELDS
 from fieldmem.report import Report, TargetResult
-from fieldmem.spec import DonateSpec, StaticSpec
-from fieldmem.target import Target
+from fieldmem.request.spec import DonateSpec, StaticSpec
+from fieldmem.request.target import Target
 
 UNUSABLE_WARNING = "Some donated buffers were not usable"
 

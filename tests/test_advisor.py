@@ -22,14 +22,14 @@ import pytest
 from jax import lax
 from rich.console import Console
 
-from fieldmem import advisor
-from fieldmem.advisor import suggest
-from fieldmem.analysis import analyze_target
-from fieldmem.compile import PreparedCall, compile_variants, prepare_call
+from fieldmem.findings import advisor
+from fieldmem.findings.advisor import suggest
+from fieldmem.findings.analysis import analyze_target
+from fieldmem.driver import PreparedCall, compile_variants, prepare_call
 from fieldmem.errors import CompileError
 from fieldmem.render.suggest import suggestion_renderables
 from fieldmem.report import Report, Suggestion, TargetResult
-from fieldmem.spec import DonateSpec, StaticSpec
+from fieldmem.request.spec import DonateSpec, StaticSpec
 
 from helpers_compile import (
     UNUSABLE_WARNING,
@@ -365,7 +365,7 @@ def test_small_arguments_are_counted_not_listed_unless_verbose() -> None:
 
 def test_the_advisor_does_not_parse_the_plain_hlo_again() -> None:
     """--suggest reads the plain variant the check already parsed: the parse is reused, not repeated."""
-    from fieldmem import hlo
+    from fieldmem.xla import hlo
 
     def update(u: jax.Array, row: jax.Array) -> jax.Array:
         return u.at[0].set(row)

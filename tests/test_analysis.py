@@ -1,7 +1,7 @@
 """Analysis of real compiles of small functions: numbering, aliases, unusable donations, copies.
 
 Each function is checked through the Python API (``check_targets`` on a
-:class:`~fieldmem.target.Target` built in the test). Where the report claims
+:class:`~fieldmem.request.target.Target` built in the test). Where the report claims
 an alias, the same program is compiled here with plain ``jax.jit`` and run,
 and the claim is checked against buffer pointers. Arrays are small (64x64
 f32 = 16 KiB); compiles are shared between tests through module fixtures.
@@ -26,10 +26,10 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from fieldmem import hlo
-from fieldmem.compile import compile_variants, prepare_call
-from fieldmem.analysis import analyze_target
-from fieldmem.spec import DonateSpec, StaticSpec
+from fieldmem.xla import hlo
+from fieldmem.driver import compile_variants, prepare_call
+from fieldmem.findings.analysis import analyze_target
+from fieldmem.request.spec import DonateSpec, StaticSpec
 
 from helpers_compile import (
     check_one,
@@ -644,7 +644,7 @@ def test_unreadable_hlo_is_an_error_result_not_a_crash(monkeypatch: pytest.Monke
 
 @pytest.mark.compile
 def test_explicit_static_on_an_array_says_arrays_are_traced() -> None:
-    from fieldmem.compile import prepare_call
+    from fieldmem.driver import prepare_call
     from fieldmem.errors import ArgumentsError
 
     def f(u, row):

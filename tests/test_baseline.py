@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fieldmem.baseline import (
+from fieldmem.gate.baseline import (
     SCHEMA,
     Baseline,
     BaselineError,
@@ -48,7 +48,7 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
-from fieldmem.tolerance import Tolerances
+from fieldmem.gate.tolerance import Tolerances
 
 KIB = 1024
 EXAMPLE_CI = Path(__file__).resolve().parents[1] / "examples" / "ci"

@@ -1,4 +1,4 @@
-"""fieldmem.buffers: decoding XLA's buffer assignment, live ranges, the live peak.
+"""fieldmem.xla.buffers: decoding XLA's buffer assignment, live ranges, the live peak.
 
 Golden tests decode bytes stored in tests/golden_buffers (written by its
 regenerate.py) without compiling. Compile tests (marked ``compile``) check the
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fieldmem.buffers import (
+from fieldmem.xla.buffers import (
     BufferAssignmentError,
     LiveAnalysis,
     Slice,
@@ -23,7 +23,7 @@ from fieldmem.buffers import (
     decode_instruction_ids,
     live_analysis,
 )
-from fieldmem.hlo import parse_hlo_module
+from fieldmem.xla.hlo import parse_hlo_module
 
 GOLDEN = Path(__file__).parent / "golden_buffers"
 CASES = ("straight", "sparse_plain", "sparse_donated", "scan", "while", "several")

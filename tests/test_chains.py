@@ -2,7 +2,7 @@
 
 The examples are checked once per module (real compiles) and their figures
 held against plain ``jax.jit`` compiles of each step made here; the verdict
-logic (``fieldmem.chains``) is also tested on hand-built results, with no
+logic (``fieldmem.findings.chains``) is also tested on hand-built results, with no
 compile, for the cases the examples do not reach (a reshard, a failed step).
 """
 
@@ -18,10 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
-from fieldmem.chains import StepOutcome, analyze_chain
-from fieldmem.checker import CheckOptions, check, check_targets
+from fieldmem.findings.chains import StepOutcome, analyze_chain
+from fieldmem.request.options import CheckOptions
+from fieldmem.engine.checker import check, check_targets
 from fieldmem.cli import app
-from fieldmem.compile import compose, spread
+from fieldmem.driver import compose, spread
 from fieldmem.errors import OptionError
 from fieldmem.render import RenderOptions, get_renderer
 from fieldmem.report import (
@@ -35,7 +36,7 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
-from fieldmem.target import ChainTarget, TargetOptions, resolve_target
+from fieldmem.request.target import ChainTarget, TargetOptions, resolve_target
 
 from factories import make_report
 from helpers_compile import compile_quietly, xla_memory

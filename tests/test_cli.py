@@ -625,7 +625,7 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch) -> str:
     """A second backend named "fake" that is the CPU under another name (this machine has one backend)."""
     import jax
 
-    from fieldmem import compile as fm_compile
+    import fieldmem.driver as fm_compile
 
     real_devices, real_environment = fm_compile.backend_devices, fm_compile.environment
 
@@ -735,7 +735,7 @@ def test_fast_compile_gives_identical_findings_on_every_example(tmp_path: Path) 
     """--fast-compile (LLVM at -O0) over every bundled example, --suggest on so the advisor's
     verification compiles are fast too: the same report as a default compile, except the one
     figure documented as changed (generated_code_bytes), which is then unavailable with the reason."""
-    from fieldmem.compile import FAST_COMPILE_UNAVAILABLE
+    from fieldmem.driver import FAST_COMPILE_UNAVAILABLE
 
     examples = Path(__file__).resolve().parent.parent / "examples"
     targets = sorted(str(p) for p in examples.glob("*.py")) + [str(examples / "ci" / "model.py")]

@@ -55,7 +55,7 @@ def test_a_missing_field_names_its_path() -> None:
 
 def test_fixed_length_tuples_decode_item_by_item() -> None:
     """``TargetOptions.shapes`` (tuple[tuple[str, tuple[int, ...]], ...]) goes to a --run worker and back."""
-    from fieldmem.target import TargetOptions
+    from fieldmem.request.target import TargetOptions
 
     options = TargetOptions(shapes=(("f32", (512, 512)), ("bf16", (8,))), expect="in-place")
     assert decode(TargetOptions, encode(options)) == options

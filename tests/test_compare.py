@@ -18,7 +18,7 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
-from fieldmem.compare import (
+from fieldmem.gate.compare import (
     COMPARE_SCHEMA,
     Comparison,
     ReportFileError,
@@ -42,8 +42,8 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
-from fieldmem.spec import DonateSpec
-from fieldmem.target import TargetOptions
+from fieldmem.request.spec import DonateSpec
+from fieldmem.request.target import TargetOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024
@@ -90,7 +90,7 @@ def _report(*results: TargetResult, backend: str = "cpu", kind: str = "cpu") -> 
 def _compare(*reports: Report, tolerance: str | None = None) -> Comparison:
     tolerances = None
     if tolerance is not None:
-        tolerances = pytest.importorskip("fieldmem.tolerance").Tolerances.parse(tolerance)
+        tolerances = pytest.importorskip("fieldmem.gate.tolerance").Tolerances.parse(tolerance)
     return compare_reports([(f"r{n}.json", r) for n, r in enumerate(reports)], tolerances)
 
 
@@ -387,7 +387,7 @@ def test_unknown_compare_format_lists_the_known_ones() -> None:
 
 def test_comparing_imports_no_jax() -> None:
     code = (
-        "import sys, fieldmem.compare, fieldmem.render.compare, fieldmem.tolerance; "
+        "import sys, fieldmem.gate.compare, fieldmem.render.compare, fieldmem.gate.tolerance; "
         "assert 'jax' not in sys.modules"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)

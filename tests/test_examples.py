@@ -16,9 +16,11 @@ from typing import Any
 import jax
 import pytest
 
-from fieldmem.checker import CheckOptions, check_targets
-from fieldmem.spec import DonateSpec
-from fieldmem.target import Target, TargetOptions, resolve_target
+from fieldmem.request.options import CheckOptions
+
+from fieldmem.engine.checker import check_targets
+from fieldmem.request.spec import DonateSpec
+from fieldmem.request.target import Target, TargetOptions, resolve_target
 
 from helpers_compile import compile_quietly, materialize, run_and_check_aliases, xla_memory
 

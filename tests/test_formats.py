@@ -35,8 +35,8 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
-from fieldmem.spec import DonateSpec
-from fieldmem.target import TargetOptions
+from fieldmem.request.spec import DonateSpec
+from fieldmem.request.target import TargetOptions
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024

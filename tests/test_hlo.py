@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from fieldmem import hlo
-from fieldmem.hlo import (
+from fieldmem.xla import hlo
+from fieldmem.xla.hlo import (
     AliasEntry,
     CopySite,
     HloModule,

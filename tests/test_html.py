@@ -43,7 +43,7 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 from browser import BROWSER_NAMES, dump_dom, find_browser, screenshot
 

@@ -13,7 +13,9 @@ from typing import Any
 import jax.numpy as jnp
 import pytest
 
-from fieldmem.checker import CheckOptions, check_targets
+from fieldmem.request.options import CheckOptions
+
+from fieldmem.engine.checker import check_targets
 from fieldmem.errors import TargetError
 
 from factories import without_timings

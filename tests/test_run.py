@@ -21,8 +21,9 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
-from fieldmem import compile as fm_compile
-from fieldmem.checker import CheckOptions, check
+import fieldmem.driver as fm_compile
+from fieldmem.request.options import CheckOptions
+from fieldmem.engine.checker import check
 from fieldmem.cli import app
 from fieldmem.report import Report
 
@@ -240,7 +241,7 @@ def _reading(small: float, large: float, factor: int = 4) -> Any:
     [(1e-4, 1.05e-4, "slice-only"), (1e-4, 4e-4, "whole-buffer"), (1e-4, 1.9e-4, "inconclusive"), (1e-4, 0.9e-4, "slice-only")],
 )
 def test_probe_outcome_reads_the_growth_of_the_time_with_the_buffer(small: float, large: float, code: str) -> None:
-    from fieldmem.runcheck import probe_outcome
+    from fieldmem.findings.runcheck import probe_outcome
 
     probe = probe_outcome("u", "out", "dynamic-update-slice", _reading(small, large))
     assert probe.code == code
@@ -276,7 +277,7 @@ def test_a_small_slice_update_is_not_probed() -> None:
     def set_row(u, idx, row):
         return u.at[idx].set(row)
 
-    from fieldmem.checker import check_targets
+    from fieldmem.engine.checker import check_targets
     from helpers_compile import make_target
 
     target = make_target(set_row, lambda: (jnp.zeros((64, 64)), jnp.int32(1), jnp.ones(64)), donate="u")
@@ -326,8 +327,8 @@ def test_a_run_out_of_device_memory_is_that_targets_error(monkeypatch: pytest.Mo
 def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: pytest.MonkeyPatch) -> None:
     """With device memory statistics each target gets a fresh worker (a clean peak); without, one worker
     checks them all and a crash only costs a new one for the targets after it."""
-    from fieldmem import worker
-    from fieldmem.target import TargetOptions, resolve_target
+    from fieldmem.engine import worker
+    from fieldmem.request.target import TargetOptions, resolve_target
 
     real = worker._watch
     started: list[int] = []
@@ -351,7 +352,7 @@ def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: 
 
 def test_the_worst_device_is_the_one_with_the_largest_measured_peak() -> None:
     from fieldmem.report import MemoryFigures, TargetResult, Variant
-    from fieldmem.runcheck import run_check
+    from fieldmem.findings.runcheck import run_check
 
     variant = Variant("donated", (), MemoryFigures(footprint_bytes=1000))
     result = TargetResult(target="t", name="t", status="ok", variants={"donated": variant})

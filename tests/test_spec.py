@@ -8,7 +8,8 @@ import subprocess
 import pytest
 
 from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.spec import DonateSpec, StaticSpec, format_bytes, parse_bytes, parse_shapes
+from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
+from fieldmem.units import format_bytes, parse_bytes
 
 
 # ---- sizes --------------------------------------------------------------------
@@ -253,6 +254,6 @@ def test_option_error_is_a_user_error() -> None:
 
 
 def test_spec_imports_no_jax() -> None:
-    code = "import sys, fieldmem.spec, fieldmem.registry, fieldmem.target; print('jax' in sys.modules)"
+    code = "import sys, fieldmem.request.spec, fieldmem.request.registry, fieldmem.request.target; print('jax' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr

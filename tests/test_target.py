@@ -9,9 +9,9 @@ import pytest
 
 import fieldmem
 from fieldmem.errors import ArgumentsError, OptionError, TargetError
-from fieldmem.registry import Case, registered_cases
-from fieldmem.spec import DonateSpec, StaticSpec
-from fieldmem.target import Target, TargetOptions, load_module, resolve_object, resolve_target
+from fieldmem.request.registry import Case, registered_cases
+from fieldmem.request.spec import DonateSpec, StaticSpec
+from fieldmem.request.target import Target, TargetOptions, load_module, resolve_object, resolve_target
 
 NO_OPTIONS = TargetOptions()
 
@@ -378,7 +378,7 @@ def test_options_stack_strongest_last() -> None:
 
 
 def test_each_spec_gets_its_own_options(in_assets: Path) -> None:
-    from fieldmem.checker import resolve_all
+    from fieldmem.engine.checker import resolve_all
 
     run = TargetOptions(expect="any")
     resolved = resolve_all(

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from fieldmem.report import BaselineComparison
 
 if TYPE_CHECKING:
-    from fieldmem.baseline import SavedBaseline
+    from fieldmem.gate.baseline import SavedBaseline
 
 __all__ = ["render_comparison", "render_saved"]
 

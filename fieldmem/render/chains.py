@@ -15,7 +15,7 @@ from rich.text import Text
 from fieldmem.render.markdown import FAIL, PASS, WARN, code, escape
 from fieldmem.render.table import block
 from fieldmem.report import Chain, ChainCost, ChainStep
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 __all__ = ["STATUS_WORDS", "chain_markdown", "chain_renderables", "footprint_curve"]
 

@@ -2,7 +2,7 @@
 
 Same interface as the report renderers, ``render(comparison, options) -> str``
 with a file extension, so the CLI treats them alike. They format a
-:class:`~fieldmem.compare.Comparison` and decide nothing: which cells differ
+:class:`~fieldmem.gate.compare.Comparison` and decide nothing: which cells differ
 from the reference, and whether significantly, is in its ``differences``.
 A cell that differs significantly is marked ``≠`` (red in colour), one that
 differs within the tolerance ``≈`` (yellow).
@@ -19,10 +19,10 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from fieldmem.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
+from fieldmem.gate.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.markdown import FAIL, PASS, code, escape
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 __all__ = ["COMPARE_RENDERERS", "CompareRenderer", "get_compare_renderer", "render_json", "render_markdown", "render_table"]
 

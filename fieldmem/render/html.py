@@ -34,7 +34,7 @@ from fieldmem.report import (
     Timeline,
     Variant,
 )
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 __all__ = ["OPEN_ALL_UP_TO", "render"]
 

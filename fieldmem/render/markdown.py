@@ -15,7 +15,7 @@ import re
 
 from fieldmem.render import RenderOptions
 from fieldmem.report import BaselineComparison, Regression, Report, TargetResult, Variant
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 __all__ = ["FAIL", "PASS", "WARN", "code", "escape", "render", "verdict_text"]
 

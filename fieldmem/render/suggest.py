@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldmem.report import MEMORY_FIGURES, Suggestion
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 __all__ = ["suggestion_renderables"]
 

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Timeline, Variant
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 _TOP_COPIES = 3
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from fieldmem.errors import ArgumentsError, CompileError, DonationError, OptionError, RunError
-from fieldmem.spec import DonateSpec, StaticSpec
+from fieldmem.request.spec import DonateSpec, StaticSpec
 
 __all__ = [
     "CompiledVariant",
@@ -126,7 +126,7 @@ class CompiledVariant:
     tuple_args: bool
     lower_seconds: float
     compile_seconds: float
-    # inputs of the live-range analysis (fieldmem.buffers); None with a reason when absent
+    # inputs of the live-range analysis (fieldmem.xla.buffers); None with a reason when absent
     buffer_assignment: bytes | None = None
     hlo_module_proto: bytes | None = None
     buffers_unavailable: str | None = None
@@ -814,7 +814,7 @@ def _read_memory(compiled: Any, fast: bool = False) -> _MemoryReading:
 
     A missing figure is None with a reason; so is one that a fast compile
     (``fast``) changes (:data:`FAST_COMPILE_UNAVAILABLE`). The serialized buffer assignment
-    and the HLO module proto feed fieldmem.buffers (recent XLA names a logical
+    and the HLO module proto feed fieldmem.xla.buffers (recent XLA names a logical
     buffer's instruction only by id; the module proto maps ids to names).
     """
     figures: dict[str, int | None] = {}

@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.files import read_json
 from fieldmem.report import Alias, Copy, Report, ReportError, TargetResult
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 if TYPE_CHECKING:
-    from fieldmem.tolerance import Tolerance, Tolerances
+    from fieldmem.gate.tolerance import Tolerance, Tolerances
 
 __all__ = [
     "COMPARE_SCHEMA",

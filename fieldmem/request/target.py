@@ -23,8 +23,8 @@ from types import ModuleType
 from typing import Any, Callable
 
 from fieldmem.errors import ArgumentsError, TargetError
-from fieldmem.registry import Case, registered_cases
-from fieldmem.spec import DonateSpec, StaticSpec
+from fieldmem.request.registry import Case, registered_cases
+from fieldmem.request.spec import DonateSpec, StaticSpec
 
 __all__ = [
     "ChainTarget",
@@ -296,7 +296,7 @@ def _shapes_factory(
     shapes: tuple[tuple[str, tuple[int, ...]], ...]
 ) -> Callable[[], tuple[Any, ...]]:
     def make() -> tuple[Any, ...]:
-        from fieldmem.compile import shape_structs
+        from fieldmem.driver import shape_structs
 
         return shape_structs(shapes)
 

@@ -1,4 +1,4 @@
-"""Small option values parsed once from strings: donation, static args, shapes, sizes.
+"""Small option values parsed once from strings: donation, static args, shapes.
 
 Pure Python, no jax: the CLI, the registration API and the config share these
 parsers, and each rejects a bad value with a message listing what is allowed.
@@ -11,12 +11,11 @@ from decimal import Decimal
 from dataclasses import dataclass
 
 from fieldmem.errors import OptionError
+from fieldmem.units import option_label
 
 __all__ = [
     "DonateSpec",
     "StaticSpec",
-    "format_bytes",
-    "parse_bytes",
     "parse_shapes",
 ]
 
@@ -32,13 +31,13 @@ def _items(text: str, option: str) -> tuple[int | str, ...]:
         if item.lstrip("-").isdigit():
             number = int(item)
             if number < 0:
-                raise OptionError(f"{_show(option, text)}: argument numbers start at 0, {number} is not one")
+                raise OptionError(f"{option_label(option, text)}: argument numbers start at 0, {number} is not one")
             items.append(number)
         elif item.isidentifier():
             items.append(item)
         else:
             raise OptionError(
-                f"{_show(option, text)}: {item!r} is neither an argument number nor an argument name "
+                f"{option_label(option, text)}: {item!r} is neither an argument number nor an argument name "
                 "(use e.g. 0,2 or params,opt_state)"
             )
     return tuple(items)
@@ -49,7 +48,7 @@ def _join(value: "tuple | list", option: str) -> str:
     for v in value:
         if isinstance(v, bool) or not isinstance(v, (int, str)):
             raise OptionError(
-                f"{_show(option, value)}: {v!r} is neither an argument number nor an argument name "
+                f"{option_label(option, value)}: {v!r} is neither an argument number nor an argument name "
                 "(use e.g. (0, 2) or ('params', 'opt_state'))"
             )
     return ",".join(str(v) for v in value)
@@ -83,14 +82,14 @@ class DonateSpec:
             return value
         if isinstance(value, int) and not isinstance(value, bool):
             if value < 0:
-                raise OptionError(f"{_show(option, value)}: argument numbers start at 0")
+                raise OptionError(f"{option_label(option, value)}: argument numbers start at 0")
             return cls("list", (value,))
         if isinstance(value, (tuple, list)):
             joined = _join(value, option)
             return cls("list", _items(joined, option)) if joined else cls("none")
         if not isinstance(value, str):
             raise OptionError(
-                f"{_show(option, value)} is not understood: use 'all', 'none', argument numbers (0,2) "
+                f"{option_label(option, value)} is not understood: use 'all', 'none', argument numbers (0,2) "
                 "or names (params,opt_state)"
             )
         text = value.strip()
@@ -99,7 +98,7 @@ class DonateSpec:
         items = _items(text, option)
         if not items:
             raise OptionError(
-                f"{_show(option, value)} is empty: use one of {', '.join(_DONATE_MODES)}, "
+                f"{option_label(option, value)} is empty: use one of {', '.join(_DONATE_MODES)}, "
                 "argument numbers (0,2) or names (params,opt_state)"
             )
         return cls("list", items)
@@ -129,20 +128,17 @@ class StaticSpec:
             return value
         if isinstance(value, int) and not isinstance(value, bool):
             if value < 0:
-                raise OptionError(f"{_show(option, value)}: argument numbers start at 0")
+                raise OptionError(f"{option_label(option, value)}: argument numbers start at 0")
             return cls((value,))
         if isinstance(value, (tuple, list)):
             return cls(_items(_join(value, option), option))
         if not isinstance(value, str):
             raise OptionError(
-                f"{_show(option, value)} is not understood: use argument numbers or names, e.g. 2,3 or n_steps"
+                f"{option_label(option, value)} is not understood: use argument numbers or names, e.g. 2,3 or n_steps"
             )
         return cls(_items(value, option))
 
 
-def _show(option: str, value: object) -> str:
-    """``--donate '0,x'`` for a command-line option, ``donate=(0, 'x')`` for an API argument."""
-    return f"{option}{value!r}" if option.endswith("=") else f"{option} {value!r}"
 
 
 # ----------------------------------------------------------------------------
@@ -191,54 +187,3 @@ def parse_shapes(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
         dims = tuple(int(d) for d in match.group(2).split(",")) if match.group(2) else ()
         result.append((dtype, dims))
     return tuple(result)
-
-
-# ----------------------------------------------------------------------------
-# Sizes
-
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4,
-    "ki": 1024, "kib": 1024, "mi": 1024**2, "mib": 1024**2, "gi": 1024**3, "gib": 1024**3,
-    "ti": 1024**4, "tib": 1024**4,
-}
-_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*$")
-
-
-def parse_bytes(text: str | int, option: str | None = None) -> int:
-    """``"64MiB"`` -> 67108864; ``"1.5GB"`` -> 1500000000; a bare number is bytes.
-
-    ``option`` (``--max-peak``, ``max_peak=``) names the setting in messages.
-    Fractions are exact (``"4.1MB"`` is 4100000) and rounded down to whole bytes.
-
-    Raises:
-        OptionError: the text is not a non-negative size with a known unit.
-    """
-    label = _show(option, text) if option else f"size {text!r}"
-    if isinstance(text, bool) or not isinstance(text, (int, str)):
-        raise OptionError(f"{label} is not understood: write e.g. 64MiB, 512KiB, 2GB or 1048576")
-    if isinstance(text, int):
-        if text < 0:
-            raise OptionError(f"{label} is negative: a size is 0 or more bytes")
-        return text
-    match = _SIZE.match(text)
-    unit = match.group(2).lower() if match else None
-    if not match or unit not in _UNITS:
-        hint = " (a size is 0 or more bytes)" if text.strip().startswith("-") else ""
-        raise OptionError(f"{label} is not understood{hint}: write e.g. 64MiB, 512KiB, 2GB or 1048576")
-    return int(Decimal(match.group(1)) * _UNITS[unit])
-
-
-def format_bytes(value: int | None) -> str:
-    """Human size in binary units: 1536 -> '1.5 KiB'; None -> 'n/a'."""
-    if value is None:
-        return "n/a"
-    sign = "-" if value < 0 else ""
-    size = float(abs(value))
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            if unit == "B":
-                return f"{sign}{int(size)} B"
-            return f"{sign}{size:.1f} {unit}"
-        size /= 1024
-    return f"{sign}{size:.1f} TiB"  # pragma: no cover

@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.registry import EXPECTATIONS
-from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes, parse_shapes
-from fieldmem.target import TargetOptions, display_path, is_file_spec
-from fieldmem.tolerance import Tolerances
+from fieldmem.request.registry import EXPECTATIONS
+from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
+from fieldmem.units import parse_bytes
+from fieldmem.request.target import TargetOptions, display_path, is_file_spec
+from fieldmem.gate.tolerance import Tolerances
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from fieldmem.errors import OptionError
-from fieldmem.spec import DonateSpec, StaticSpec, parse_bytes
+from fieldmem.request.spec import DonateSpec, StaticSpec
+from fieldmem.units import parse_bytes
 
 __all__ = ["Case", "case", "chain", "registered_cases"]
 

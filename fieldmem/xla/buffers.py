@@ -11,10 +11,10 @@ Inputs (all plain data; this module never imports jax):
   place that maps ids to names (the HLO text does not print ids). Older XLA
   also wrote the (deprecated) instruction name, which is used when present;
 - ``Compiled.as_text()``: the optimized, scheduled HLO (read by
-  :mod:`fieldmem.hlo`) for instruction order, shapes and source lines.
+  :mod:`fieldmem.xla.hlo`) for instruction order, shapes and source lines.
 
 The messages are decoded with the ``protobuf`` package from definitions in
-:mod:`fieldmem._xla_proto`; unknown fields are skipped, absent ones read as 0.
+:mod:`fieldmem.xla._proto`; unknown fields are skipped, absent ones read as 0.
 
 Live ranges
 -----------
@@ -64,8 +64,8 @@ from typing import Iterable
 
 from google.protobuf.message import DecodeError
 
-from fieldmem._xla_proto import BufferAssignmentProto, HloModuleProto
-from fieldmem.hlo import (
+from fieldmem.xla._proto import BufferAssignmentProto, HloModuleProto
+from fieldmem.xla.hlo import (
     HloComputation,
     HloInstruction,
     HloModule,
@@ -349,7 +349,7 @@ class ValueInfo:
     kind: str  # parameter / aliased / output / temporary / constant / thread_local / unassigned
     source: SourceLocation | None
     # "own": the instruction's (or what it views'); "user": XLA wrote none (an inserted
-    # copy), so the first instruction reading the value, as fieldmem.hlo does for copies
+    # copy), so the first instruction reading the value, as fieldmem.xla.hlo does for copies
     source_role: str | None = None
 
 
@@ -605,7 +605,7 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
 
     Arguments:
         assignment: the decoded buffer assignment (with instruction names).
-        module: the parsed optimized HLO (``fieldmem.hlo.parse_hlo_module``) of
+        module: the parsed optimized HLO (``fieldmem.xla.hlo.parse_hlo_module``) of
             the same executable.
 
     Raises:
@@ -744,7 +744,7 @@ def live_analysis(
     serialized_buffer_assignment: bytes, hlo_module_proto: bytes | None, hlo_text: str
 ) -> LiveAnalysis:
     """Decode, parse and analyse in one call (what ``compile.py`` hands over)."""
-    from fieldmem.hlo import parse_hlo_module
+    from fieldmem.xla.hlo import parse_hlo_module
 
     assignment = decode_buffer_assignment(serialized_buffer_assignment, hlo_module_proto)
     try:

@@ -1,7 +1,7 @@
 """What a run showed (``--run``) against what the compile planned: aliases by buffer identity, device memory.
 
 :func:`apply_run` takes a checked :class:`~fieldmem.report.TargetResult` and
-the readings of one call of each variant (:class:`fieldmem.compile.RunReading`:
+the readings of one call of each variant (:class:`fieldmem.driver.RunReading`:
 per-shard buffer addresses of every input leaf before the call and every
 output leaf after it, which inputs jax deleted, ``memory_stats()`` per
 device) and returns the result with a :class:`~fieldmem.report.RunCheck` per
@@ -25,7 +25,7 @@ import dataclasses
 import statistics
 from typing import Mapping, Sequence
 
-from fieldmem.compile import ProbeReading, RunReading
+from fieldmem.driver import ProbeReading, RunReading
 from fieldmem.report import (
     AliasCheck,
     DeviceMemory,
@@ -36,7 +36,7 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 __all__ = [
     "PEAK_TOLERANCE",
@@ -285,7 +285,7 @@ PROBE_MAX_BYTES = 1 << 30  # a buffer this large is not grown (the larger copy w
 
 def probe_candidates(result: TargetResult, donated_hlo: str) -> list[ProbeCandidate]:
     """The donated variant's aliases whose output is a dynamic-update-slice or scatter of its buffer."""
-    from fieldmem import hlo
+    from fieldmem.xla import hlo
 
     variant = result.variants.get("donated")
     if variant is None:

@@ -28,8 +28,8 @@ from fieldmem.codec import decode, encode
 from fieldmem.errors import FieldmemError
 from fieldmem.files import read_json, write_atomic
 from fieldmem.report import MEMORY_FIGURES, BaselineComparison, Copy, Regression, Report, TargetResult, Variant
-from fieldmem.spec import format_bytes
-from fieldmem.tolerance import COPIES, FIGURES, Tolerance, Tolerances
+from fieldmem.units import format_bytes
+from fieldmem.gate.tolerance import COPIES, FIGURES, Tolerance, Tolerances
 
 __all__ = [
     "SCHEMA",

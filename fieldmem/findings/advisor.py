@@ -6,7 +6,7 @@ the donated one gives, for the leaves it donated, what XLA really did: an
 output reuses the buffer, the donation is unusable (and why), or the buffer is
 reused but XLA adds a copy that cancels the saving. From these the advisor
 picks the arguments whose donation pays, predicts the rest by size, then
-**compiles that spec** to verify it (through :mod:`fieldmem.compile`, the only
+**compiles that spec** to verify it (through :mod:`fieldmem.driver`, the only
 module that drives jax). Only when the verification shows an argument that
 does not pay does it drop it and compile the smaller spec; when the spec is
 exactly the donated variant's (or empty: the plain one) no compile is added.
@@ -27,12 +27,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from fieldmem import hlo
-from fieldmem.analysis import Program, analyze_variant, donation_obstacle, savings
-from fieldmem.compile import CompiledVariant, InputLeaf, PreparedCall, compile_donation
+from fieldmem.xla import hlo
+from fieldmem.findings.analysis import Program, analyze_variant, donation_obstacle, savings
+from fieldmem.driver import CompiledVariant, InputLeaf, PreparedCall, compile_donation
 from fieldmem.errors import FieldmemError
 from fieldmem.report import ArgumentAdvice, Copy, LeafAdvice, Suggestion, TargetResult, Variant
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 __all__ = ["suggest"]
 

@@ -14,7 +14,7 @@ go to the next worker.
 The parent (:func:`check_isolated`) writes a request (each target's spec as
 typed, its name and the options it was resolved with; the check options, the
 working directory and ``sys.path``) to a temporary folder and starts
-``python -m fieldmem.worker FOLDER``. The worker appends ``start N`` and
+``python -m fieldmem.engine.worker FOLDER``. The worker appends ``start N`` and
 ``done N`` to ``events`` around each target, resolves the spec again, picks
 the target by name, checks and runs it, and writes its results with
 :mod:`fieldmem.codec` to ``result-N.json``. The parent watches the events:
@@ -100,7 +100,7 @@ def _watch(folder: Path, timeout: float | None) -> _Watch:
     events_path = folder / _EVENTS
     with open(folder / "stderr.txt", "w") as stderr:
         process = subprocess.Popen(
-            [sys.executable, "-m", "fieldmem.worker", str(folder)],
+            [sys.executable, "-m", "fieldmem.engine.worker", str(folder)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
@@ -152,8 +152,8 @@ def check_isolated(
 ) -> list[tuple[list[TargetResult], list[Chain]]]:
     """Check (and run, as ``options`` says) every target in worker processes; never raises for their faults.
 
-    ``targets`` are :class:`~fieldmem.target.Target`s or
-    :class:`~fieldmem.target.ChainTarget`s that ``resolve_target`` made (each
+    ``targets`` are :class:`~fieldmem.request.target.Target`s or
+    :class:`~fieldmem.request.target.ChainTarget`s that ``resolve_target`` made (each
     carries the options it was resolved with). ``fresh_each``: a worker per
     target (a clean device high-water mark each); else one worker for all,
     and a new one only after a crash or a timeout. Returns, per target in
@@ -206,8 +206,8 @@ def _failure(target: Any, watch: _Watch, options: Any) -> TargetResult:
 
 
 def _work(item: dict[str, Any], options: Any) -> _Outcome:
-    from fieldmem.checker import check_targets
-    from fieldmem.target import TargetOptions, resolve_target
+    from fieldmem.engine.checker import check_targets
+    from fieldmem.request.target import TargetOptions, resolve_target
 
     target_options = decode(TargetOptions, item["target_options"] or {})
     try:
@@ -223,9 +223,9 @@ def _work(item: dict[str, Any], options: Any) -> _Outcome:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        print("usage: python -m fieldmem.worker FOLDER (started by fieldmem check --run)", file=sys.stderr)
+        print("usage: python -m fieldmem.engine.worker FOLDER (started by fieldmem check --run)", file=sys.stderr)
         return 2
-    from fieldmem.checker import CheckOptions
+    from fieldmem.request.options import CheckOptions
 
     folder = Path(args[0])
     request = json.loads((folder / _REQUEST).read_text())

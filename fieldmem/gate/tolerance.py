@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from fieldmem.errors import OptionError
-from fieldmem.spec import parse_bytes
+from fieldmem.units import parse_bytes
 
 __all__ = ["COPIES", "FIGURES", "GROUPS", "Tolerance", "Tolerances"]
 

@@ -20,39 +20,19 @@ from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequenc
 
 from fieldmem import __version__
 from fieldmem.errors import CompileError, FieldmemError
-from fieldmem.hlo import HloParseError
-from fieldmem.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
+from fieldmem.xla.hlo import HloParseError
+from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
+from fieldmem.request.options import CheckOptions
 from fieldmem.report import Chain, DeviceInfo, ErrorInfo, Report, TargetResult
-from fieldmem.spec import DonateSpec, StaticSpec
-from fieldmem.target import ChainTarget, Target, TargetOptions, resolve_target
+from fieldmem.request.spec import DonateSpec, StaticSpec
+from fieldmem.request.target import ChainTarget, Target, TargetOptions, resolve_target
 
 if TYPE_CHECKING:
-    from fieldmem.compile import CompiledVariant, PendingVariants, PreparedCall
+    from fieldmem.driver import CompiledVariant, PendingVariants, PreparedCall
 
-__all__ = ["CheckOptions", "check", "check_backends", "check_targets"]
+__all__ = ["check", "check_backends", "check_targets"]
 
 ProgressCallback = Callable[[str, int, int], None]
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    """How to check: thresholds and speed levers, shared by the CLI and the API."""
-
-    min_bytes: int = 1024
-    jobs: int = 1
-    suggest: bool = False  # also find (and verify by compiling) the donation that saves the most
-    backend: str | None = None  # compile for this backend (cpu, gpu, tpu); None: jax's default
-    cache_dir: str | None = None  # JAX's persistent compilation cache folder; None: jax's own setting
-    run: bool = False  # also run both variants and check the plan by buffer identity and device memory
-    probe: bool = False  # with run: time each aliased slice update at two buffer sizes
-    isolate: bool = True  # with run: each target in a worker process of its own (clean peak, crash-safe)
-    timeout: float | None = None  # with run and isolate: seconds a target's worker may take
-    fast_compile: bool = False  # XLA:CPU codegen at -O0 (same HLO and buffer assignment; code size unavailable)
-
-    @property
-    def compile_fast(self) -> bool:
-        """Whether compiles use the fast options: not when --probe times the code they generate."""
-        return self.fast_compile and not self.probe
 
 
 def _error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:
@@ -67,7 +47,7 @@ def _error_result(spec: str, name: str, error: FieldmemError, definition: str | 
 
 def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
     """The target's example arguments (made on the target backend), or its error result."""
-    from fieldmem.compile import backend_scope
+    from fieldmem.driver import backend_scope
 
     try:
         with backend_scope(options.backend):
@@ -95,7 +75,7 @@ class _Started:
 
 def _start(target: Target, args: tuple, kwargs: dict, options: CheckOptions, pool: "Executor | None") -> _Started:
     """Prepare and lower ``target`` on ``args`` in this thread; its compiles go to ``pool`` (None: at finish)."""
-    from fieldmem.compile import backend_scope, prepare_call, start_variants
+    from fieldmem.driver import backend_scope, prepare_call, start_variants
 
     try:
         with backend_scope(options.backend):
@@ -135,9 +115,9 @@ def _run(
 ) -> TargetResult:
     """Run both variants (donated first: the device's high-water mark is then its own) and read them
     against the plan; a run that fails makes the target an error that keeps the static verdict in words."""
-    from fieldmem.compile import backend_scope, run_variant
+    from fieldmem.driver import backend_scope, run_variant
     from fieldmem.errors import RunError
-    from fieldmem.runcheck import apply_run
+    from fieldmem.findings.runcheck import apply_run
 
     try:
         with backend_scope(options.backend):
@@ -154,10 +134,10 @@ def _run(
 
 def _probe(result: TargetResult, call: "PreparedCall", donated: "CompiledVariant", options: CheckOptions) -> TargetResult:
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
-    from fieldmem.compile import backend_scope, probe_update
+    from fieldmem.driver import backend_scope, probe_update
     from fieldmem.errors import RunError
     from fieldmem.report import InPlaceProbe
-    from fieldmem.runcheck import apply_probes, probe_candidates, probe_outcome
+    from fieldmem.findings.runcheck import apply_probes, probe_candidates, probe_outcome
 
     probes = []
     for candidate in probe_candidates(result, donated.hlo_text):
@@ -179,8 +159,8 @@ def _probe(result: TargetResult, call: "PreparedCall", donated: "CompiledVariant
 def _analyse(
     target: Target, call: "PreparedCall", plain: "CompiledVariant", donated: "CompiledVariant", options: CheckOptions
 ) -> TargetResult:
-    from fieldmem.analysis import analyze_target
-    from fieldmem.compile import backend_scope
+    from fieldmem.findings.analysis import analyze_target
+    from fieldmem.driver import backend_scope
 
     try:
         result = analyze_target(
@@ -199,7 +179,7 @@ def _analyse(
             min_bytes=options.min_bytes,
         )
         if options.suggest:
-            from fieldmem.advisor import suggest
+            from fieldmem.findings.advisor import suggest
 
             with backend_scope(options.backend):
                 suggestion = suggest(
@@ -225,7 +205,7 @@ def _step_donation(donate: DonateSpec) -> DonateSpec:
 
 def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[TargetResult], Chain]:
     """Every step (each with the previous step's outputs as its arguments) and the fused chain."""
-    from fieldmem.compile import chain_arguments, compose
+    from fieldmem.driver import chain_arguments, compose
 
     first = chain.first
     outcomes: list[StepOutcome] = []
@@ -291,7 +271,7 @@ def check_targets(
     progress: ProgressCallback | None = None,
 ) -> Report:
     """Analyse already-resolved targets (a pair ``(spec, error)`` stands for one that failed to load)."""
-    from fieldmem.compile import compilation_cache, environment
+    from fieldmem.driver import compilation_cache, environment
 
     items = list(targets)
     slots: list[list[TargetResult]] = [[] for _ in items]
@@ -307,8 +287,8 @@ def check_targets(
             and (item.first if isinstance(item, ChainTarget) else item).options is not None
         ]
         if isolated:
-            from fieldmem.compile import has_memory_stats
-            from fieldmem.worker import check_isolated
+            from fieldmem.driver import has_memory_stats
+            from fieldmem.engine.worker import check_isolated
 
             if progress is not None:
                 progress(f"{len(isolated)} target(s) in worker processes", isolated[0], len(items))
@@ -411,7 +391,7 @@ def check_backends(
     Raises:
         OptionError: a backend that is not available here (before anything compiles).
     """
-    from fieldmem.compile import backend_devices
+    from fieldmem.driver import backend_devices
 
     for backend in backends:
         backend_devices(backend)

@@ -2,7 +2,7 @@
 
 This is where the findings are decided: which donated leaf an output reuses,
 why a donation is unusable, what kind each copy is and where it comes from,
-and the verdict in words. It reads only what :mod:`fieldmem.compile` returns
+and the verdict in words. It reads only what :mod:`fieldmem.driver` returns
 and the parsed HLO; it never imports jax and never prints.
 
 What is reported is what XLA did, not what the code seems to say: XLA pairs
@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from fieldmem import buffers, hlo
-from fieldmem.compile import CompiledVariant, InputLeaf, OutputLeaf
+from fieldmem.xla import buffers
+
+from fieldmem.xla import hlo
+from fieldmem.driver import CompiledVariant, InputLeaf, OutputLeaf
 from fieldmem.report import (
     MEMORY_FIGURES,
     Alias,
@@ -33,8 +35,8 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
-from fieldmem.spec import format_bytes
-from fieldmem.target import display_path
+from fieldmem.units import format_bytes
+from fieldmem.request.target import display_path
 
 __all__ = ["Program", "analyze_target", "analyze_variant", "decimate", "donation_obstacle", "savings"]
 
@@ -79,7 +81,7 @@ def _memory(variant: CompiledVariant, live_peak: int | None, live_reason: str | 
 class Program:
     """The compiled program's view of the leaves: per-device bytes, HLO mapping.
 
-    Public for :mod:`fieldmem.advisor`, which asks it which outputs a leaf
+    Public for :mod:`fieldmem.findings.advisor`, which asks it which outputs a leaf
     could reuse before compiling a donation.
     """
 

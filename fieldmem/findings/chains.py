@@ -37,7 +37,7 @@ from fieldmem.report import (
     OutputInfo,
     TargetResult,
 )
-from fieldmem.spec import format_bytes
+from fieldmem.units import format_bytes
 
 __all__ = ["StepOutcome", "analyze_chain", "step_result_name", "fused_result_name"]
 

@@ -1,0 +1,1 @@
+"""Readings -> report: the verdict (analysis), the donation advisor, update chains and --run confirmation. No jax."""
