@@ -12,6 +12,8 @@ field 5 of ``BufferAssignmentProto`` and a field 4 of
 ``BufferAllocationProto.Assigned``. Their meaning is not documented where we
 could read it, so they are left undeclared (ignored).
 
+Pure data definitions, no jax: only the ``protobuf`` package.
+
 The messages live in a private :class:`DescriptorPool`, under the package
 ``fieldmem_xla``, so they never clash with a real ``xla`` package that another
 library may have registered in the default pool.
