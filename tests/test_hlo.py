@@ -23,7 +23,6 @@ from pathlib import Path
 import pytest
 
 from fieldmem.xla import hlo
-from fieldmem.xla.hlo import parse as hlo_parse
 from fieldmem.xla.hlo import (
     AliasEntry,
     CopySite,
@@ -38,6 +37,7 @@ from fieldmem.xla.hlo import (
     shape_bytes,
     view_source,
 )
+from fieldmem.xla.hlo import parse as hlo_parse
 
 GOLDEN = Path(__file__).parent / "golden"
 FUNCTIONS = "tests/golden/functions.py"

@@ -57,7 +57,7 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     file = descriptor_pb2.FileDescriptorProto(
         name="fieldmem/_xla_proto/hlo_subset.proto", package=_PACKAGE, syntax="proto3"
     )
-    i64, i32, b, s = _F.TYPE_INT64, _F.TYPE_INT32, _F.TYPE_BOOL, _F.TYPE_STRING
+    i64, b, s = _F.TYPE_INT64, _F.TYPE_BOOL, _F.TYPE_STRING
     msg, enum = _F.TYPE_MESSAGE, _F.TYPE_ENUM
 
     # message LogicalBufferProto { message Location {...} id=1 size=2 defined_at=3 color=4 }

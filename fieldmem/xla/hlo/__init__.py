@@ -31,7 +31,6 @@ from .model import (
 )
 from .parse import parse_hlo_module
 from .queries import (
-    SLICE_UPDATES,
     find_copies,
     loop_bodies,
     output_parameters,
@@ -43,7 +42,6 @@ from .queries import (
 from .text import HloParseError
 
 __all__ = [
-    "SLICE_UPDATES",
     "AliasEntry",
     "CopySite",
     "HloComputation",

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 from .model import AliasEntry, HloComputation, HloInstruction, HloModule, SourceLocation
-from .text import HloParseError, matching_bracket, split_top_level, string_end, unquote
+from .text import HloParseError, matching_bracket, split_top_level, unquote
 
 __all__ = ["parse_hlo_module"]
 

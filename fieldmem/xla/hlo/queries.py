@@ -24,7 +24,6 @@ from .model import (
 from .text import unquote
 
 __all__ = [
-    "SLICE_UPDATES",
     "find_copies",
     "loop_bodies",
     "output_parameters",
@@ -321,7 +320,7 @@ def output_values(module: HloModule) -> list[HloInstruction | None]:
     return [by_name.get(operand) for operand in root.operands]
 
 
-SLICE_UPDATES = ("dynamic-update-slice", "scatter")
+_SLICE_UPDATES = ("dynamic-update-slice", "scatter")
 
 
 def slice_update_kind(module: HloModule, instruction: HloInstruction | None) -> str | None:
@@ -337,7 +336,7 @@ def slice_update_kind(module: HloModule, instruction: HloInstruction | None) -> 
     computation_of: dict[str, HloComputation] = {}
     while current is not None and (current.name, index) not in seen:
         seen.add((current.name, index))
-        if current.opcode in SLICE_UPDATES and index is None:
+        if current.opcode in _SLICE_UPDATES and index is None:
             return current.opcode
         if current.opcode == "get-tuple-element" and current.operands and index is None:
             index = current.tuple_index
