@@ -33,13 +33,16 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not compile"
 
-# Regenerate the golden HLO texts from real compiles (jax as pinned above).
 # The Field example's HTML report as a PNG for the docs (needs chromium).
 screenshot: $(STAMP)
 	$(BIN)/python docs/make_screenshot.py
 
+# Regenerate both golden folders from real compiles (jax as pinned above): the HLO
+# texts of tests/golden and the buffer assignments of tests/golden_buffers. With the
+# pinned jax the committed files come back byte for byte (`git status` stays clean).
 golden: $(STAMP)
 	$(BIN)/python tests/golden/regenerate.py
+	$(BIN)/python tests/golden_buffers/regenerate.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,4 +1,4 @@
-"""Golden-text tests of the HLO parser (``fieldmem/hlo.py``).
+"""Golden-text tests of the HLO reader (``fieldmem/xla/hlo/``: model, parse, queries).
 
 Every test reads HLO text from ``tests/golden`` and never compiles anything
 (no jax import here). The ``<case>.<plain|donated>.hlo`` files are real
@@ -31,11 +31,13 @@ from fieldmem.xla.hlo import (
     LoopInfo,
     SourceLocation,
     find_copies,
+    loop_bodies,
     output_values,
     parse_hlo_module,
     shape_bytes,
-    value_source,
+    view_source,
 )
+from fieldmem.xla.hlo import parse as hlo_parse
 
 GOLDEN = Path(__file__).parent / "golden"
 FUNCTIONS = "tests/golden/functions.py"
@@ -55,6 +57,11 @@ def module(name: str) -> HloModule:
     if name not in _cache:
         _cache[name] = parse_hlo_module(text(name))
     return _cache[name]
+
+
+def entry_source(m: HloModule, instruction) -> SourceLocation | None:
+    """An entry value's source line as the report's outputs take it (analysis.Program.output_source)."""
+    return view_source(instruction, m.entry.by_name())
 
 
 def line(marker: str) -> int:
@@ -104,20 +111,42 @@ def test_compiled_goldens_hold_no_machine_specific_path(case: str) -> None:
         assert "/home/" not in body and "/work/" not in body and "/tmp/" not in body
 
 
-def test_hlo_module_never_imports_jax() -> None:
-    tree = ast.parse(Path(hlo.__file__).read_text())
-    imported = set()
-    for node in ast.walk(tree):
+XLA_PACKAGE = Path(hlo.__file__).parent.parent  # fieldmem/xla
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(level, module) of every import in a file: level 0 absolute, 1 for ``from .x``..."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            imported.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            imported.add(node.module.split(".")[0])
-    assert not imported & {"jax", "jaxlib", "numpy", "fieldmem"}
+            found.extend((0, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.append((node.level, node.module or ""))
+    return found
+
+
+@pytest.mark.parametrize(
+    "path", sorted(XLA_PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(XLA_PACKAGE))
+)
+def test_xla_modules_are_pure_and_say_so(path: Path) -> None:
+    # no jax, jaxlib or numpy; of fieldmem, only the xla package itself
+    for level, name in _imports(path):
+        top = name.split(".")[0]
+        assert level or top not in {"jax", "jaxlib", "numpy"}, (path, name)
+        assert level or top != "fieldmem" or name.startswith("fieldmem.xla"), (path, name)
+    docstring = ast.get_docstring(ast.parse(path.read_text()))
+    assert docstring and "no jax" in docstring.lower(), path
+
+
+def test_hlo_package_imports_nothing_outside_itself() -> None:
+    for path in sorted(Path(hlo.__file__).parent.glob("*.py")):
+        for level, name in _imports(path):
+            assert level == 1 or name.split(".")[0] not in {"fieldmem", "google"}, (path, name)
 
 
 def test_public_names() -> None:
     for name in (
-        "parse_hlo_module", "find_copies", "shape_bytes", "output_values", "value_source",
+        "parse_hlo_module", "find_copies", "shape_bytes", "output_values", "view_source", "loop_bodies",
         "HloModule", "CopySite", "SourceLocation", "AliasEntry", "HloParseError", "LoopInfo",
     ):
         assert name in hlo.__all__
@@ -137,7 +166,7 @@ def test_sparse_row_plain_header() -> None:
     assert m.entry.name == "main.2"
     assert m.entry_parameter_shapes == (FIELD, FIELD, "s32[]", "f32[128]{0}")
     assert m.entry_result_shape == f"({FIELD}, {FIELD})"
-    assert m.loop_bodies() == {}
+    assert loop_bodies(m) == {}
 
 
 def test_sparse_row_plain_copies_both_inputs() -> None:
@@ -186,11 +215,11 @@ def test_sparse_row_plain_outputs() -> None:
         ("select_dynamic-update-slice_fusion", "fusion", FIELD),
         ("copy.2", "copy", FIELD),
     ]
-    assert value_source(m, outputs[0]) == at("sparse_row update", "sparse_row")
-    assert value_source(m, outputs[1]) is None  # a copy of a parameter: no line
+    assert entry_source(m, outputs[0]) == at("sparse_row update", "sparse_row")
+    assert entry_source(m, outputs[1]) is None  # a copy of a parameter: no line
     assert outputs[0].op_name == "jit(sparse_row)/scatter"
     assert outputs[0].operands == ("copy.1", "add_select_fusion", "row.1", "and_reduce_fusion")
-    assert value_source(m, None) is None
+    assert entry_source(m, None) is None
 
 
 def test_sparse_row_donated_aliases_both_and_copies_nothing() -> None:
@@ -205,7 +234,7 @@ def test_sparse_row_donated_aliases_both_and_copies_nothing() -> None:
     assert [o.name for o in outputs if o] == ["select_dynamic-update-slice_fusion", "v.1"]
     assert outputs[1].opcode == "parameter" and outputs[1].parameter_number == 1
     assert outputs[1].op_name == "v"
-    assert value_source(m, outputs[1]) is None
+    assert entry_source(m, outputs[1]) is None
 
 
 def test_parameters_and_their_names() -> None:
@@ -240,7 +269,7 @@ def test_scan_stepper_loop_copy() -> None:
         trip_count=8,
         source=at("scan_stepper scan", "scan_stepper"),
     )
-    bodies = m.loop_bodies()
+    bodies = loop_bodies(m)
     assert bodies["region_0.4"] == loop
     assert bodies["region_1.5"] == loop
     assert "main.6" not in bodies
@@ -300,7 +329,7 @@ def test_loop_copy_reports_copies_inside_the_scan_body() -> None:
 
 
 def test_loop_copy_loop_bodies_cover_fusions_called_from_the_body() -> None:
-    bodies = module("loop_copy.plain").loop_bodies()
+    bodies = loop_bodies(module("loop_copy.plain"))
     assert set(bodies) == {
         "region_0.5", "region_2.6", "fused_computation", "fused_computation.1", "fused_computation.2",
         "fused_computation.3", "fused_computation.4", "and.reduce_sub_computation",
@@ -318,7 +347,7 @@ def test_loop_copy_donated() -> None:
     assert sites["copy.6"].loop is not None and sites["copy.6"].loop.trip_count == 4
     outputs = output_values(m)
     assert [o.shape for o in outputs if o] == [FIELD, "f32[4,64,128]{2,1,0}"]
-    assert [value_source(m, o) for o in outputs] == [at("loop_copy scan", "loop_copy")] * 2
+    assert [entry_source(m, o) for o in outputs] == [at("loop_copy scan", "loop_copy")] * 2
 
 
 # ----------------------------------------------------------------------------
@@ -327,7 +356,7 @@ def test_loop_copy_donated() -> None:
 
 def test_while_loop_has_no_known_trip_count() -> None:
     m = module("while_loop.plain")
-    bodies = m.loop_bodies()
+    bodies = loop_bodies(m)
     loop = LoopInfo("while.5", "main.4", None, at("while_loop call", "while_loop"))
     assert bodies["region_0.1"] == loop
     assert loop.total_trip_count is None
@@ -360,7 +389,7 @@ def test_several_outputs_shapes_and_sources() -> None:
         ("broadcast_compare_fusion", "pred[64,128]{1,0}"),
     ]
     ret = at("several return", "several_outputs")
-    assert [value_source(m, o) for o in outputs] == [ret, ret, at("several total", "several_outputs"), ret]
+    assert [entry_source(m, o) for o in outputs] == [ret, ret, at("several total", "several_outputs"), ret]
     assert find_copies(m) == []
 
 
@@ -387,7 +416,7 @@ def test_dtype_change_donated_is_a_buffer_donor_not_an_alias() -> None:
     assert shape_bytes(m.entry_result_shape) == FIELD_BYTES // 2
     (out,) = output_values(m)
     assert out is not None and out.is_root and out.opcode == "fusion"
-    assert value_source(m, out) == at("dtype_change", "dtype_change")
+    assert entry_source(m, out) == at("dtype_change", "dtype_change")
     plain = module("dtype_change.plain")
     assert plain.buffer_donors == () and plain.aliases == ()
     assert find_copies(m) == [] and find_copies(plain) == []
@@ -512,7 +541,7 @@ def test_async_outputs() -> None:
     m = module("hand_async_copy")
     outputs = output_values(m)
     assert [o.name for o in outputs if o] == ["async-done.12", "multiply_fusion", "copy-done.6", "convert.11"]
-    assert [value_source(m, o) for o in outputs] == [
+    assert [entry_source(m, o) for o in outputs] == [
         None,
         SourceLocation("/x/model.py", 22),
         None,  # copy-done -> copy-start -> parameter u: no line
@@ -530,7 +559,7 @@ def test_nested_loops() -> None:
     m = module("hand_nested_loop")
     outer = LoopInfo("while.33", "main.30", 3, SourceLocation("/x/model.py", 28))
     inner = LoopInfo("while.18", "outer_body", 5, SourceLocation("/x/model.py", 30), outer=outer)
-    assert m.loop_bodies() == {
+    assert loop_bodies(m) == {
         "outer_body": outer,
         "outer_cond": outer,
         "inner_body": inner,
@@ -643,7 +672,7 @@ def test_only_the_first_module_is_read() -> None:
     both = text("sparse_row.plain") + "\n" + text("loop_copy.plain")
     m = parse_hlo_module(both)
     assert m == module("sparse_row.plain")
-    assert m.loop_bodies() == {}
+    assert loop_bodies(m) == {}
 
 
 def test_instruction_printed_over_several_lines() -> None:
@@ -782,7 +811,7 @@ def _read(parse, line: str, tables) -> tuple:
 
 
 def test_fast_and_general_instruction_parsers_agree() -> None:
-    tables = hlo._parse_tables(text("loop_copy.plain").splitlines())  # stack frames 1..13
+    tables = hlo_parse._parse_tables(text("loop_copy.plain").splitlines())  # stack frames 1..13
     lines = _instruction_lines() + list(EDGE_LINES)
     # and the golden lines with a few characters inserted, deleted or cut off
     rng = random.Random(7)
@@ -800,8 +829,8 @@ def test_fast_and_general_instruction_parsers_agree() -> None:
                 line = line[:at]
         lines.append(line)
     for line in lines:
-        assert _read(hlo._parse_instruction, line, tables) == _read(
-            hlo._parse_instruction_general, line, tables
+        assert _read(hlo_parse._parse_instruction, line, tables) == _read(
+            hlo_parse._parse_instruction_general, line, tables
         ), line
 
 
@@ -811,19 +840,19 @@ def test_compiled_goldens_take_the_fast_path(case: str) -> None:
     for variant in ("plain", "donated"):
         m = module(f"{case}.{variant}")
         for line in text(f"{case}.{variant}").splitlines():
-            match = hlo._FAST_INSTRUCTION.fullmatch(line)
+            match = hlo_parse._FAST_INSTRUCTION.fullmatch(line)
             if match is None:
                 assert " = " not in line or line.startswith("HloModule"), line
                 continue
             tail = match.group(8)
-            assert not any(hlo._ATTRIBUTE.split(tail)[::3]), line
+            assert not any(hlo_parse._ATTRIBUTE.split(tail)[::3]), line
         assert m.entry.instructions
 
 
 def test_whole_modules_read_the_same_by_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
     fast = {name: parse_hlo_module(text(name) + "\n") for name in (p.stem for p in sorted(GOLDEN.glob("*.hlo")))}
     monkeypatch.setattr(
-        hlo, "_parse_instruction", lambda line, tables, cache=None: hlo._parse_instruction_general(line, tables)
+        hlo_parse, "_parse_instruction", lambda line, tables, cache=None: hlo_parse._parse_instruction_general(line, tables)
     )
     for name, parsed in fast.items():
         general = parse_hlo_module(text(name) + "\n\n")  # another text: not the cached module

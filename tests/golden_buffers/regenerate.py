@@ -1,26 +1,31 @@
 """Write the golden buffer-assignment files that tests/test_buffers.py decodes without compiling.
 
-Run from the repository root with the pinned jax (0.10.2, CPU):
-
-    .venv/bin/python tests/golden_buffers/regenerate.py
+Run from anywhere with the pinned jax (0.10.2, CPU): ``make golden`` (which also
+regenerates tests/golden), or ``.venv/bin/python tests/golden_buffers/regenerate.py``.
 
 For each case it writes ``CASE.buffer_assignment.pb`` (the bytes of
 ``memory_analysis().serialized_buffer_assignment_proto``), ``CASE.hlo_module.pb``
 (``runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()``),
 ``CASE.hlo.txt`` (``as_text()``) and ``CASE.memory.json`` (memory_analysis figures).
+Source files are recorded relative to the repository root (jax's
+``jax_hlo_source_file_canonicalization_regex``), in the text and in the module
+proto alike, so the files do not depend on where the repository is checked out.
 After regenerating, update the exact numbers asserted in tests/test_buffers.py.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
 
 
 def straight(x, y):
@@ -80,6 +85,8 @@ def memory_figures(compiled) -> dict[str, int]:
 
 
 def main() -> None:
+    # "/path/to/checkout/tests/..." is recorded as "tests/..."
+    jax.config.update("jax_hlo_source_file_canonicalization_regex", "^" + re.escape(str(ROOT) + os.sep))
     for name, (fn, args, donate) in cases().items():
         compiled = compile_case(fn, args, donate)
         m = compiled.memory_analysis()

@@ -12,6 +12,8 @@ field 5 of ``BufferAssignmentProto`` and a field 4 of
 ``BufferAllocationProto.Assigned``. Their meaning is not documented where we
 could read it, so they are left undeclared (ignored).
 
+Pure data definitions, no jax: only the ``protobuf`` package.
+
 The messages live in a private :class:`DescriptorPool`, under the package
 ``fieldmem_xla``, so they never clash with a real ``xla`` package that another
 library may have registered in the default pool.
@@ -55,7 +57,7 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     file = descriptor_pb2.FileDescriptorProto(
         name="fieldmem/_xla_proto/hlo_subset.proto", package=_PACKAGE, syntax="proto3"
     )
-    i64, i32, b, s = _F.TYPE_INT64, _F.TYPE_INT32, _F.TYPE_BOOL, _F.TYPE_STRING
+    i64, b, s = _F.TYPE_INT64, _F.TYPE_BOOL, _F.TYPE_STRING
     msg, enum = _F.TYPE_MESSAGE, _F.TYPE_ENUM
 
     # message LogicalBufferProto { message Location {...} id=1 size=2 defined_at=3 color=4 }

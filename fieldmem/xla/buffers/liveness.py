@@ -1,20 +1,8 @@
-"""XLA's buffer assignment -> live ranges, the memory curve, the live peak.
+"""A decoded buffer assignment over the scheduled HLO -> live ranges, the memory curve, the live peak.
 
-Inputs (all plain data; this module never imports jax):
-
-- ``Compiled.memory_analysis().serialized_buffer_assignment_proto``: bytes of
-  XLA's ``BufferAssignmentProto`` (logical buffers, allocations, aliases and,
-  where a backend records them, heap-simulator traces);
-- ``Compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()``:
-  bytes of the ``HloModuleProto``. Recent XLA names a logical buffer's defining
-  instruction only by its 64-bit unique id; the module proto is the only
-  place that maps ids to names (the HLO text does not print ids). Older XLA
-  also wrote the (deprecated) instruction name, which is used when present;
-- ``Compiled.as_text()``: the optimized, scheduled HLO (read by
-  :mod:`fieldmem.xla.hlo`) for instruction order, shapes and source lines.
-
-The messages are decoded with the ``protobuf`` package from definitions in
-:mod:`fieldmem.xla._proto`; unknown fields are skipped, absent ones read as 0.
+Inputs are the records of :mod:`.decode` and a module parsed by
+:mod:`fieldmem.xla.hlo` (``Compiled.as_text()``: instruction order, shapes and
+source lines). Pure records -> records, no jax.
 
 Live ranges
 -----------
@@ -36,8 +24,8 @@ the tuple's index table, not the other elements. Loops follow XLA's
 starts; the state the condition reads and the predicate it computes stay live
 until the body's first point; what the body returns stays live until the
 ``while`` itself. With these rules every value's range equals the one in XLA's
-``*-live-range.txt`` dump on the tested functions (the tests check it). Entry parameters are live for
-the whole program, donated or not: the caller's buffer exists before the call
+``*-live-range.txt`` dump on the tested functions (the tests check it). Entry
+parameters are live for the whole program, donated or not: the caller's buffer exists before the call
 and, donated, becomes the output buffer, which is live to the end. Values the
 entry returns are live to the end.
 
@@ -62,267 +50,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from google.protobuf.message import DecodeError
-
-from fieldmem.xla._proto import BufferAssignmentProto, HloModuleProto
 from fieldmem.xla.hlo import (
     HloComputation,
     HloInstruction,
     HloModule,
-    HloParseError,
     SourceLocation,
     reader_source,
     sub_shape,
     view_source,
 )
 
+from .decode import Allocation, BufferAssignment, BufferAssignmentError
+
 __all__ = [
-    "Allocation",
-    "AssignedBuffer",
-    "BufferAlias",
-    "BufferAssignment",
-    "BufferAssignmentError",
-    "HeapEvent",
-    "HeapTrace",
     "LiveAnalysis",
     "LiveRange",
     "LiveSlice",
-    "LogicalBuffer",
-    "Slice",
     "SchedulePoint",
+    "Slice",
     "ValueInfo",
     "analyze_liveness",
-    "decode_buffer_assignment",
-    "decode_instruction_ids",
-    "live_analysis",
 ]
 
-
-class BufferAssignmentError(ValueError):
-    """The bytes are not a buffer assignment (or module) this module can read."""
-
-
-# ----------------------------------------------------------------------------
-# Decoded messages
-
-
-@dataclass(frozen=True)
-class LogicalBuffer:
-    """One XLA logical buffer (an ``HloValue``): defined at an instruction and shape index."""
-
-    id: int
-    size: int
-    instruction_id: int
-    instruction: str | None  # None when no name could be found for instruction_id
-    computation: str | None
-    shape_index: tuple[int, ...]
-    color: int = 0
-
-
-@dataclass(frozen=True)
-class AssignedBuffer:
-    """A logical buffer placed at ``offset`` in an allocation."""
-
-    logical_buffer_id: int
-    offset: int
-    size: int
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """One ``BufferAllocation``: a block of memory holding one or more logical buffers."""
-
-    index: int
-    size: int
-    is_entry_computation_parameter: bool
-    parameter_number: int | None
-    parameter_shape_index: tuple[int, ...]
-    maybe_live_out: bool
-    is_tuple: bool
-    is_constant: bool
-    is_thread_local: bool
-    color: int
-    assigned: tuple[AssignedBuffer, ...]
-
-    @property
-    def kind(self) -> str:
-        """``aliased`` (a parameter whose buffer is also an output: donated),
-        ``parameter``, ``output``, ``constant``, ``thread_local`` or ``temporary``."""
-        if self.is_entry_computation_parameter:
-            return "aliased" if self.maybe_live_out else "parameter"
-        if self.is_constant:
-            return "constant"
-        if self.is_thread_local:
-            return "thread_local"
-        if self.maybe_live_out:
-            return "output"
-        return "temporary"
-
-    @property
-    def counts_as_memory(self) -> bool:
-        """False for thread-local (registers/stack of a fusion) and constant allocations."""
-        return not (self.is_thread_local or self.is_constant)
-
-
-@dataclass(frozen=True)
-class BufferAlias:
-    """XLA: logical buffer ``source_buffer_id`` shares its buffer with the value defined here."""
-
-    source_buffer_id: int
-    instruction_id: int
-    instruction: str | None
-    computation: str | None
-    shape_index: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class HeapEvent:
-    kind: str  # "ALLOC", "FREE", "SHARE_WITH" (or the number, if unknown)
-    buffer_id: int
-    computation: str
-    instruction: str
-    share_with_canonical_id: int
-
-
-@dataclass(frozen=True)
-class HeapTrace:
-    events: tuple[HeapEvent, ...]
-    whole_module_simulation: bool
-    buffer_allocation_index: int
-
-
-@dataclass(frozen=True)
-class BufferAssignment:
-    logical_buffers: tuple[LogicalBuffer, ...]
-    allocations: tuple[Allocation, ...]
-    aliases: tuple[BufferAlias, ...] = ()
-    heap_traces: tuple[HeapTrace, ...] = ()
-
-    def buffer(self, buffer_id: int) -> LogicalBuffer | None:
-        for buffer in self.logical_buffers:
-            if buffer.id == buffer_id:
-                return buffer
-        return None
-
-    def placement(self) -> dict[int, tuple[Allocation, AssignedBuffer]]:
-        """Logical buffer id -> (its allocation, where in it)."""
-        result: dict[int, tuple[Allocation, AssignedBuffer]] = {}
-        for allocation in self.allocations:
-            for assigned in allocation.assigned:
-                result[assigned.logical_buffer_id] = (allocation, assigned)
-        return result
-
-
-def decode_instruction_ids(hlo_module_proto: bytes) -> dict[int, tuple[str, str]]:
-    """Instruction unique id -> (computation name, instruction name), from ``HloModuleProto`` bytes.
-
-    Raises:
-        BufferAssignmentError: the bytes are not a protobuf message.
-    """
-    module = HloModuleProto()
-    try:
-        module.ParseFromString(bytes(hlo_module_proto))
-    except (DecodeError, TypeError) as error:
-        raise BufferAssignmentError(f"cannot decode the HLO module proto: {error}") from None
-    names: dict[int, tuple[str, str]] = {}
-    for computation in module.computations:
-        for instruction in computation.instructions:
-            names[int(instruction.id)] = (computation.name, instruction.name)
-    return names
-
-
-def decode_buffer_assignment(
-    data: bytes, hlo_module_proto: bytes | None = None
-) -> BufferAssignment:
-    """Decode ``serialized_buffer_assignment_proto`` bytes.
-
-    Arguments:
-        data: the bytes of XLA's ``BufferAssignmentProto``.
-        hlo_module_proto: the bytes of the compiled ``HloModuleProto``, to name
-            the instruction behind each instruction id. Without it only the
-            (deprecated) names an older XLA wrote are known.
-
-    Raises:
-        BufferAssignmentError: the bytes are not a protobuf message.
-    """
-    if data is None:
-        raise BufferAssignmentError("no buffer assignment was given (the backend gave none)")
-    proto = BufferAssignmentProto()
-    try:
-        proto.ParseFromString(bytes(data))
-    except (DecodeError, TypeError) as error:
-        raise BufferAssignmentError(f"cannot decode the buffer assignment proto: {error}") from None
-    names = decode_instruction_ids(hlo_module_proto) if hlo_module_proto else {}
-
-    def where(location) -> tuple[int, str | None, str | None, tuple[int, ...]]:
-        instruction_id = int(location.instruction_id)
-        computation, name = names.get(instruction_id, (None, None))
-        if name is None and location.instruction_name:
-            name = location.instruction_name
-        return instruction_id, name, computation, tuple(int(i) for i in location.shape_index)
-
-    buffers = []
-    for buffer in proto.logical_buffers:
-        instruction_id, name, computation, index = where(buffer.defined_at)
-        buffers.append(
-            LogicalBuffer(
-                id=int(buffer.id),
-                size=int(buffer.size),
-                instruction_id=instruction_id,
-                instruction=name,
-                computation=computation,
-                shape_index=index,
-                color=int(buffer.color),
-            )
-        )
-    aliases = []
-    for alias in proto.buffer_aliases:
-        instruction_id, name, computation, index = where(alias.location)
-        aliases.append(
-            BufferAlias(int(alias.source_buffer_id), instruction_id, name, computation, index)
-        )
-    allocations = tuple(
-        Allocation(
-            index=int(a.index),
-            size=int(a.size),
-            is_entry_computation_parameter=bool(a.is_entry_computation_parameter),
-            parameter_number=int(a.parameter_number) if a.is_entry_computation_parameter else None,
-            parameter_shape_index=tuple(int(i) for i in a.parameter_shape_index),
-            maybe_live_out=bool(a.maybe_live_out),
-            is_tuple=bool(a.is_tuple),
-            is_constant=bool(a.is_constant),
-            is_thread_local=bool(a.is_thread_local),
-            color=int(a.color),
-            assigned=tuple(
-                AssignedBuffer(int(x.logical_buffer_id), int(x.offset), int(x.size))
-                for x in a.assigned
-            ),
-        )
-        for a in proto.buffer_allocations
-    )
-    kinds = {0: "ALLOC", 1: "FREE", 2: "SHARE_WITH"}
-    traces = tuple(
-        HeapTrace(
-            events=tuple(
-                HeapEvent(
-                    kind=kinds.get(int(e.kind), str(int(e.kind))),
-                    buffer_id=int(e.buffer_id),
-                    computation=e.computation_name,
-                    instruction=e.instruction_name,
-                    share_with_canonical_id=int(e.share_with_canonical_id),
-                )
-                for e in t.events
-            ),
-            whole_module_simulation=bool(t.whole_module_simulation),
-            buffer_allocation_index=int(t.buffer_allocation_index),
-        )
-        for t in proto.heap_simulator_traces
-    )
-    return BufferAssignment(tuple(buffers), allocations, tuple(aliases), traces)
-
-
-# ----------------------------------------------------------------------------
-# Live ranges
 
 
 @dataclass(frozen=True, order=True)
@@ -392,6 +141,8 @@ class LiveSlice:
 
 @dataclass(frozen=True)
 class LiveAnalysis:
+    """What :func:`analyze_liveness` finds: the schedule, each value's range, the curve and its peak."""
+
     schedule: tuple[SchedulePoint, ...]
     values: tuple[ValueInfo, ...]
     ranges: tuple[LiveRange, ...]  # values that count as memory and run in the schedule
@@ -406,24 +157,13 @@ class LiveAnalysis:
     def peak_point(self) -> SchedulePoint | None:
         return self.schedule[self.peak_index] if self.peak_index is not None else None
 
-    def live_slices_at(self, index: int) -> tuple[LiveSlice, ...]:
-        return _live_slices(self.ranges, index)
-
-    def entry_curve(self) -> list[tuple[str, int]]:
-        """The curve folded onto entry instructions: a loop's body counts at its ``while``."""
-        folded: list[tuple[str, int]] = []
-        for point, value in zip(self.schedule, self.curve):
-            if folded and folded[-1][0] == point.entry_instruction:
-                folded[-1] = (point.entry_instruction, max(folded[-1][1], value))
-            else:
-                folded.append((point.entry_instruction, value))
-        return folded
-
 
 _SEQUENTIAL = ("while", "conditional", "call", "async-start")
+# the flattened schedule: (computation, instruction, the entry instruction it runs within)
+_Flat = list[tuple[HloComputation, HloInstruction, str]]
 
 
-def _flatten(module: HloModule) -> list[tuple[HloComputation, HloInstruction, str]]:
+def _flatten(module: HloModule) -> _Flat:
     by_name = {c.name: c for c in module.computations}
     points: list[tuple[HloComputation, HloInstruction, str]] = []
 
@@ -433,7 +173,7 @@ def _flatten(module: HloModule) -> list[tuple[HloComputation, HloInstruction, st
         for instruction in computation.instructions:
             outer = entry_instruction or instruction.name
             if instruction.opcode in _SEQUENTIAL:
-                for callee in instruction.called:  # hlo.py lists a while's condition before its body
+                for callee in instruction.called:  # the parser lists a while's condition before its body
                     if callee in by_name:
                         visit(by_name[callee], outer, depth + 1)
             points.append((computation, instruction, outer))
@@ -612,6 +352,37 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
         BufferAssignmentError: the module is not scheduled, or the logical
             buffers cannot be matched to its instructions.
     """
+    _check_inputs(assignment, module)
+    infos, defs = _value_infos(assignment, module)
+    holdings = _Holdings(module, defs)
+    flat = _flatten(module)
+    schedule = tuple(
+        SchedulePoint(i, c.name, ins.name, outer) for i, (c, ins, outer) in enumerate(flat)
+    )
+    # the order matters: holdings are memoized as they are first asked for
+    touches = _touches(flat, holdings)
+    _extend_through_loops(module, flat, holdings, touches)
+    entry = module.entry
+    live_out = holdings.all_held(entry.name, entry.root.name) if entry.root else set()
+    allocations = {a.index: a for a in assignment.allocations}
+    ranges, unscheduled = _live_ranges(infos, allocations, touches, live_out, entry.name, len(flat) - 1)
+    curve = _curve(ranges, len(flat))
+    peak = max(curve) if curve else 0
+    peak_index = curve.index(peak) if curve else None
+    return LiveAnalysis(
+        schedule=schedule,
+        values=tuple(infos),
+        ranges=tuple(ranges),
+        curve=tuple(curve),
+        live_peak_bytes=peak,
+        peak_index=peak_index,
+        live_at_peak=_live_slices(ranges, peak_index) if peak_index is not None else (),
+        constant_bytes=sum(a.size for a in assignment.allocations if a.is_constant),
+        unscheduled=tuple(unscheduled),
+    )
+
+
+def _check_inputs(assignment: BufferAssignment, module: HloModule) -> None:
     if not module.is_scheduled:
         raise BufferAssignmentError("the HLO module is not scheduled: no instruction order to follow")
     if assignment.logical_buffers and all(b.instruction is None for b in assignment.logical_buffers):
@@ -619,26 +390,26 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
             "the buffer assignment names no instructions: pass the HLO module proto "
             "(runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto())"
         )
-    allocations = {a.index: a for a in assignment.allocations}
-    infos, defs = _value_infos(assignment, module)
-    info_by_id = {v.id: v for v in infos}
-    holdings = _Holdings(module, defs)
-    flat = _flatten(module)
-    schedule = tuple(
-        SchedulePoint(i, c.name, ins.name, outer) for i, (c, ins, outer) in enumerate(flat)
-    )
-    last = len(flat) - 1
-    # the first point of each loop (its condition's first instruction)
+
+
+_Touches = dict[int, list[int]]  # value id -> the schedule points that define or read it
+
+
+def _loop_starts(flat: _Flat, holdings: _Holdings) -> dict[tuple[str, str], int]:
+    """(computation, while) -> the loop's first point (its condition's first instruction)."""
     loop_start: dict[tuple[str, str], int] = {}
-    first_point: dict[str, int] = {}
-    point_of = {(c.name, ins.name): t for t, (c, ins, _o) in enumerate(flat)}
-    for t, (computation, instruction, _outer) in enumerate(flat):
-        first_point.setdefault(computation.name, t)
-        callers = holdings.callers.get(computation.name, [])
-        for caller_computation, caller in callers:
+    for t, (computation, _instruction, _outer) in enumerate(flat):
+        for caller_computation, caller in holdings.callers.get(computation.name, []):
             if caller.opcode == "while":
                 loop_start.setdefault((caller_computation, caller.name), t)
-    touches: dict[int, list[int]] = {}
+    return loop_start
+
+
+def _touches(flat: _Flat, holdings: _Holdings) -> _Touches:
+    """Phase 1: the points at which each value is defined (a position of the
+    instruction's output) or read (an operand)."""
+    loop_start = _loop_starts(flat, holdings)
+    touches: _Touches = {}
     for t, (computation, instruction, _outer) in enumerate(flat):
         seen = holdings.all_held(computation.name, instruction.name)  # positions
         if instruction.opcode == "get-tuple-element":
@@ -657,9 +428,17 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
                 seen |= holdings.all_held(computation.name, operand)
         for value_id in seen:
             touches.setdefault(value_id, []).append(t)
+    return touches
 
-    # as XLA's HloLiveRange: the state a loop's condition reads, and the predicate
-    # it computes, stay live until the body takes over (the body's first point)
+
+def _extend_through_loops(module: HloModule, flat: _Flat, holdings: _Holdings, touches: _Touches) -> None:
+    """Phase 2, as XLA's HloLiveRange: the state a loop's condition reads, and the
+    predicate it computes, stay live until the body takes over (the body's first
+    point); what the body returns stays live until the ``while`` takes it back."""
+    first_point: dict[str, int] = {}
+    for t, (computation, _instruction, _outer) in enumerate(flat):
+        first_point.setdefault(computation.name, t)
+    point_of = {(c.name, ins.name): t for t, (c, ins, _o) in enumerate(flat)}
     for computation in module.computations:
         for instruction in computation.instructions:
             if instruction.opcode != "while" or len(instruction.called) < 2:
@@ -670,7 +449,6 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
             body_root = holdings.computations[body].root if body in holdings.computations else None
             at_while = point_of.get((computation.name, instruction.name))
             if body_root is not None and at_while is not None:
-                # and what the body returns is live until the loop takes it back
                 for value_id in holdings.all_held(body, body_root.name):
                     touches.setdefault(value_id, []).append(at_while)
             for read in holdings.computations[condition].instructions:
@@ -679,29 +457,42 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
                     for value_id in holdings.all_held(condition, read.name):
                         touches.setdefault(value_id, []).append(first_point[body])
 
-    entry = module.entry
-    live_out = holdings.all_held(entry.name, entry.root.name) if entry.root else set()
+
+def _live_ranges(
+    infos: list[ValueInfo],
+    allocations: dict[int, Allocation],
+    touches: _Touches,
+    live_out: set[int],
+    entry: str,
+    last: int,
+) -> tuple[list[LiveRange], list[int]]:
+    """Phase 3: each value that counts as memory is live from its first touch to
+    its last; entry parameters for the whole program, outputs to the end. Also
+    the ids of the values no point touches."""
     ranges: list[LiveRange] = []
     unscheduled: list[int] = []
     for value in infos:
         if value.slice is None:
             continue
-        allocation = allocations[value.slice.allocation]
-        if not allocation.counts_as_memory:
+        if not allocations[value.slice.allocation].counts_as_memory:
             continue
         times = touches.get(value.id)
         if not times:
             unscheduled.append(value.id)
             continue
         start, end = min(times), max(times)
-        if value.computation == entry.name and value.opcode == "parameter":
+        if value.computation == entry and value.opcode == "parameter":
             start, end = 0, last
         if value.id in live_out:
             end = last
         ranges.append(LiveRange(value, start, end))
     ranges.sort(key=lambda r: (r.start, r.value.id))
+    return ranges, unscheduled
 
-    # curve: distinct slices live at each point (events swept in order)
+
+def _curve(ranges: list[LiveRange], length: int) -> list[int]:
+    """Phase 4: the bytes of the distinct slices live at each of ``length`` points,
+    swept once over the ranges' starts and ends."""
     curve: list[int] = []
     starts: dict[int, list[LiveRange]] = {}
     ends: dict[int, list[LiveRange]] = {}
@@ -710,7 +501,7 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
         ends.setdefault(live.end, []).append(live)
     counts: dict[Slice, int] = {}
     total = 0
-    for t in range(len(flat)):
+    for t in range(length):
         for live in starts.get(t, []):
             s = live.value.slice
             assert s is not None
@@ -724,31 +515,4 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
             counts[s] -= 1
             if counts[s] == 0:
                 total -= s.size
-    peak = max(curve) if curve else 0
-    peak_index = curve.index(peak) if curve else None
-    constant_bytes = sum(a.size for a in assignment.allocations if a.is_constant)
-    return LiveAnalysis(
-        schedule=schedule,
-        values=tuple(infos),
-        ranges=tuple(ranges),
-        curve=tuple(curve),
-        live_peak_bytes=peak,
-        peak_index=peak_index,
-        live_at_peak=_live_slices(ranges, peak_index) if peak_index is not None else (),
-        constant_bytes=constant_bytes,
-        unscheduled=tuple(unscheduled),
-    )
-
-
-def live_analysis(
-    serialized_buffer_assignment: bytes, hlo_module_proto: bytes | None, hlo_text: str
-) -> LiveAnalysis:
-    """Decode, parse and analyse in one call (what ``compile.py`` hands over)."""
-    from fieldmem.xla.hlo import parse_hlo_module
-
-    assignment = decode_buffer_assignment(serialized_buffer_assignment, hlo_module_proto)
-    try:
-        module = parse_hlo_module(hlo_text)
-    except HloParseError as error:
-        raise BufferAssignmentError(f"cannot read the HLO text: {error}") from None
-    return analyze_liveness(assignment, module)
+    return curve

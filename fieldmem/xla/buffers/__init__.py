@@ -1,0 +1,61 @@
+"""XLA's buffer assignment -> live ranges, the memory curve, the live peak.
+
+Pure bytes and records, no jax (tests/test_hlo.py checks every xla module's
+imports). Two modules:
+
+- :mod:`.decode`: the serialized ``BufferAssignmentProto`` (and the
+  ``HloModuleProto`` that names its instruction ids) -> allocations, assigned
+  slices and logical buffers;
+- :mod:`.liveness`: those records over the scheduled HLO
+  (:mod:`fieldmem.xla.hlo`) -> each value's live range, the curve of distinct
+  live slices and its peak (``live_peak_bytes``).
+
+The product's path, as ``fieldmem.findings.analysis`` takes it::
+
+    assignment = buffers.decode_buffer_assignment(proto_bytes, module_proto_bytes)
+    live = buffers.analyze_liveness(assignment, hlo.parse_hlo_module(hlo_text))
+"""
+
+from __future__ import annotations
+
+from .decode import (
+    Allocation,
+    AssignedBuffer,
+    BufferAlias,
+    BufferAssignment,
+    BufferAssignmentError,
+    HeapEvent,
+    HeapTrace,
+    LogicalBuffer,
+    decode_buffer_assignment,
+    decode_instruction_ids,
+)
+from .liveness import (
+    LiveAnalysis,
+    LiveRange,
+    LiveSlice,
+    SchedulePoint,
+    Slice,
+    ValueInfo,
+    analyze_liveness,
+)
+
+__all__ = [
+    "Allocation",
+    "AssignedBuffer",
+    "BufferAlias",
+    "BufferAssignment",
+    "BufferAssignmentError",
+    "HeapEvent",
+    "HeapTrace",
+    "LiveAnalysis",
+    "LiveRange",
+    "LiveSlice",
+    "LogicalBuffer",
+    "SchedulePoint",
+    "Slice",
+    "ValueInfo",
+    "analyze_liveness",
+    "decode_buffer_assignment",
+    "decode_instruction_ids",
+]

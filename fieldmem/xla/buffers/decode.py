@@ -1,0 +1,262 @@
+"""XLA's serialized buffer assignment -> allocations, slices and logical buffers, as frozen records.
+
+Inputs (plain bytes):
+
+- ``Compiled.memory_analysis().serialized_buffer_assignment_proto``: bytes of
+  XLA's ``BufferAssignmentProto`` (logical buffers, allocations, aliases and,
+  where a backend records them, heap-simulator traces);
+- ``Compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()``:
+  bytes of the ``HloModuleProto``. Recent XLA names a logical buffer's defining
+  instruction only by its 64-bit unique id; the module proto is the only
+  place that maps ids to names (the HLO text does not print ids). Older XLA
+  also wrote the (deprecated) instruction name, which is used when present.
+
+The messages are decoded with the ``protobuf`` package from definitions in
+:mod:`fieldmem.xla._proto`; unknown fields are skipped, absent ones read as 0.
+Pure bytes -> records, no jax; what the records mean over time is :mod:`.liveness`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from google.protobuf.message import DecodeError
+
+from fieldmem.xla._proto import BufferAssignmentProto, HloModuleProto
+
+__all__ = [
+    "Allocation",
+    "AssignedBuffer",
+    "BufferAlias",
+    "BufferAssignment",
+    "BufferAssignmentError",
+    "HeapEvent",
+    "HeapTrace",
+    "LogicalBuffer",
+    "decode_buffer_assignment",
+    "decode_instruction_ids",
+]
+
+
+class BufferAssignmentError(ValueError):
+    """The bytes are not a buffer assignment (or module) this module can read."""
+
+
+@dataclass(frozen=True)
+class LogicalBuffer:
+    """One XLA logical buffer (an ``HloValue``): defined at an instruction and shape index."""
+
+    id: int
+    size: int
+    instruction_id: int
+    instruction: str | None  # None when no name could be found for instruction_id
+    computation: str | None
+    shape_index: tuple[int, ...]
+    color: int = 0
+
+
+@dataclass(frozen=True)
+class AssignedBuffer:
+    """A logical buffer placed at ``offset`` in an allocation."""
+
+    logical_buffer_id: int
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """One ``BufferAllocation``: a block of memory holding one or more logical buffers."""
+
+    index: int
+    size: int
+    is_entry_computation_parameter: bool
+    parameter_number: int | None
+    parameter_shape_index: tuple[int, ...]
+    maybe_live_out: bool
+    is_tuple: bool
+    is_constant: bool
+    is_thread_local: bool
+    color: int
+    assigned: tuple[AssignedBuffer, ...]
+
+    @property
+    def kind(self) -> str:
+        """``aliased`` (a parameter whose buffer is also an output: donated),
+        ``parameter``, ``output``, ``constant``, ``thread_local`` or ``temporary``."""
+        if self.is_entry_computation_parameter:
+            return "aliased" if self.maybe_live_out else "parameter"
+        if self.is_constant:
+            return "constant"
+        if self.is_thread_local:
+            return "thread_local"
+        if self.maybe_live_out:
+            return "output"
+        return "temporary"
+
+    @property
+    def counts_as_memory(self) -> bool:
+        """False for thread-local (registers/stack of a fusion) and constant allocations."""
+        return not (self.is_thread_local or self.is_constant)
+
+
+@dataclass(frozen=True)
+class BufferAlias:
+    """XLA: logical buffer ``source_buffer_id`` shares its buffer with the value defined here."""
+
+    source_buffer_id: int
+    instruction_id: int
+    instruction: str | None
+    computation: str | None
+    shape_index: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class HeapEvent:
+    """One event of a heap-simulator trace (XLA:CPU records none)."""
+
+    kind: str  # "ALLOC", "FREE", "SHARE_WITH" (or the number, if unknown)
+    buffer_id: int
+    computation: str
+    instruction: str
+    share_with_canonical_id: int
+
+
+@dataclass(frozen=True)
+class HeapTrace:
+    """A heap-simulator trace: the events of one simulated allocation."""
+
+    events: tuple[HeapEvent, ...]
+    whole_module_simulation: bool
+    buffer_allocation_index: int
+
+
+@dataclass(frozen=True)
+class BufferAssignment:
+    """A decoded ``BufferAssignmentProto``: which logical buffer lives where."""
+
+    logical_buffers: tuple[LogicalBuffer, ...]
+    allocations: tuple[Allocation, ...]
+    aliases: tuple[BufferAlias, ...] = ()
+    heap_traces: tuple[HeapTrace, ...] = ()
+
+    def placement(self) -> dict[int, tuple[Allocation, AssignedBuffer]]:
+        """Logical buffer id -> (its allocation, where in it)."""
+        result: dict[int, tuple[Allocation, AssignedBuffer]] = {}
+        for allocation in self.allocations:
+            for assigned in allocation.assigned:
+                result[assigned.logical_buffer_id] = (allocation, assigned)
+        return result
+
+
+def decode_instruction_ids(hlo_module_proto: bytes) -> dict[int, tuple[str, str]]:
+    """Instruction unique id -> (computation name, instruction name), from ``HloModuleProto`` bytes.
+
+    Raises:
+        BufferAssignmentError: the bytes are not a protobuf message.
+    """
+    module = HloModuleProto()
+    try:
+        module.ParseFromString(bytes(hlo_module_proto))
+    except (DecodeError, TypeError) as error:
+        raise BufferAssignmentError(f"cannot decode the HLO module proto: {error}") from None
+    names: dict[int, tuple[str, str]] = {}
+    for computation in module.computations:
+        for instruction in computation.instructions:
+            names[int(instruction.id)] = (computation.name, instruction.name)
+    return names
+
+
+def decode_buffer_assignment(
+    data: bytes, hlo_module_proto: bytes | None = None
+) -> BufferAssignment:
+    """Decode ``serialized_buffer_assignment_proto`` bytes.
+
+    Arguments:
+        data: the bytes of XLA's ``BufferAssignmentProto``.
+        hlo_module_proto: the bytes of the compiled ``HloModuleProto``, to name
+            the instruction behind each instruction id. Without it only the
+            (deprecated) names an older XLA wrote are known.
+
+    Raises:
+        BufferAssignmentError: the bytes are not a protobuf message.
+    """
+    if data is None:
+        raise BufferAssignmentError("no buffer assignment was given (the backend gave none)")
+    proto = BufferAssignmentProto()
+    try:
+        proto.ParseFromString(bytes(data))
+    except (DecodeError, TypeError) as error:
+        raise BufferAssignmentError(f"cannot decode the buffer assignment proto: {error}") from None
+    names = decode_instruction_ids(hlo_module_proto) if hlo_module_proto else {}
+    return BufferAssignment(
+        logical_buffers=tuple(_logical_buffer(b, names) for b in proto.logical_buffers),
+        allocations=tuple(_allocation(a) for a in proto.buffer_allocations),
+        aliases=tuple(
+            BufferAlias(int(a.source_buffer_id), *_where(a.location, names)) for a in proto.buffer_aliases
+        ),
+        heap_traces=tuple(_heap_trace(t) for t in proto.heap_simulator_traces),
+    )
+
+
+_Names = dict[int, tuple[str, str]]  # instruction id -> (computation, instruction)
+
+
+def _where(location, names: _Names) -> tuple[int, str | None, str | None, tuple[int, ...]]:
+    """(instruction id, instruction name, computation name, shape index) of a ``LogicalBufferProto.Location``."""
+    instruction_id = int(location.instruction_id)
+    computation, name = names.get(instruction_id, (None, None))
+    if name is None and location.instruction_name:
+        name = location.instruction_name
+    return instruction_id, name, computation, tuple(int(i) for i in location.shape_index)
+
+
+def _logical_buffer(buffer, names: _Names) -> LogicalBuffer:
+    instruction_id, name, computation, index = _where(buffer.defined_at, names)
+    return LogicalBuffer(
+        id=int(buffer.id),
+        size=int(buffer.size),
+        instruction_id=instruction_id,
+        instruction=name,
+        computation=computation,
+        shape_index=index,
+        color=int(buffer.color),
+    )
+
+
+def _allocation(a) -> Allocation:
+    return Allocation(
+        index=int(a.index),
+        size=int(a.size),
+        is_entry_computation_parameter=bool(a.is_entry_computation_parameter),
+        parameter_number=int(a.parameter_number) if a.is_entry_computation_parameter else None,
+        parameter_shape_index=tuple(int(i) for i in a.parameter_shape_index),
+        maybe_live_out=bool(a.maybe_live_out),
+        is_tuple=bool(a.is_tuple),
+        is_constant=bool(a.is_constant),
+        is_thread_local=bool(a.is_thread_local),
+        color=int(a.color),
+        assigned=tuple(
+            AssignedBuffer(int(x.logical_buffer_id), int(x.offset), int(x.size)) for x in a.assigned
+        ),
+    )
+
+
+_HEAP_EVENT_KINDS = {0: "ALLOC", 1: "FREE", 2: "SHARE_WITH"}
+
+
+def _heap_trace(t) -> HeapTrace:
+    return HeapTrace(
+        events=tuple(
+            HeapEvent(
+                kind=_HEAP_EVENT_KINDS.get(int(e.kind), str(int(e.kind))),
+                buffer_id=int(e.buffer_id),
+                computation=e.computation_name,
+                instruction=e.instruction_name,
+                share_with_canonical_id=int(e.share_with_canonical_id),
+            )
+            for e in t.events
+        ),
+        whole_module_simulation=bool(t.whole_module_simulation),
+        buffer_allocation_index=int(t.buffer_allocation_index),
+    )

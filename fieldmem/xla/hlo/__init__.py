@@ -1,0 +1,64 @@
+"""Optimized HLO text -> a module model -> the aliases, copies, loops and sources findings ask for.
+
+Pure text functions, no jax (tests/test_hlo.py checks every module's imports), so
+everything here is tested on golden text without compiling. Four modules, each
+on the one below it:
+
+- :mod:`.text`: brackets, quoted strings, top-level splitting; :class:`HloParseError`;
+- :mod:`.model`: the frozen records (module, computation, instruction, loop,
+  copy, source location) and shape-string arithmetic;
+- :mod:`.parse`: text -> model (:func:`parse_hlo_module`), the only code that
+  knows how XLA prints a module;
+- :mod:`.queries`: what the findings ask of a model (copies kept, loops,
+  output producers and the inputs they read, source lines, slice updates).
+
+Callers use the names below (``from fieldmem.xla import hlo; hlo.find_copies(...)``).
+"""
+
+from __future__ import annotations
+
+from .model import (
+    AliasEntry,
+    CopySite,
+    HloComputation,
+    HloInstruction,
+    HloModule,
+    LoopInfo,
+    SourceLocation,
+    shape_bytes,
+    sub_shape,
+    tuple_elements,
+)
+from .parse import parse_hlo_module
+from .queries import (
+    find_copies,
+    loop_bodies,
+    output_parameters,
+    output_values,
+    reader_source,
+    slice_update_kind,
+    view_source,
+)
+from .text import HloParseError
+
+__all__ = [
+    "AliasEntry",
+    "CopySite",
+    "HloComputation",
+    "HloInstruction",
+    "HloModule",
+    "HloParseError",
+    "LoopInfo",
+    "SourceLocation",
+    "find_copies",
+    "loop_bodies",
+    "output_parameters",
+    "output_values",
+    "parse_hlo_module",
+    "reader_source",
+    "shape_bytes",
+    "slice_update_kind",
+    "sub_shape",
+    "tuple_elements",
+    "view_source",
+]

@@ -1,0 +1,274 @@
+"""What an optimized HLO module is, as fieldmem reads it: frozen records and shape arithmetic.
+
+The records (:class:`HloModule`, :class:`HloComputation`, :class:`HloInstruction`,
+the ``input_output_alias`` entries, source locations, loops and kept copies) are
+built by :mod:`.parse` and read by :mod:`.queries`. Pure, no jax: nothing here
+reads text beyond a shape string. Caches on the frozen records are
+``functools.cached_property`` (the records keep a ``__dict__`` for them: no
+``slots``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from .text import HloParseError, split_top_level
+
+__all__ = [
+    "AliasEntry",
+    "CopySite",
+    "HloComputation",
+    "HloInstruction",
+    "HloModule",
+    "LoopInfo",
+    "SourceLocation",
+    "array_layout",
+    "shape_bytes",
+    "sub_shape",
+    "tuple_elements",
+]
+
+# Bytes per element of XLA's primitive types. Sub-byte types are rounded up
+# per element, which is how XLA:CPU stores them unless packed.
+_ELEMENT_BYTES: dict[str, int] = {
+    "pred": 1,
+    "s1": 1, "u1": 1,
+    "s2": 1, "u2": 1, "s4": 1, "u4": 1,
+    "s8": 1, "u8": 1,
+    "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+    "s32": 4, "u32": 4, "f32": 4,
+    "s64": 8, "u64": 8, "f64": 8, "c64": 8,
+    "c128": 16,
+    "token": 0,
+}
+_F8 = re.compile(r"^f8e\w+$|^f4e\w+$|^f6e\w+$")
+
+_ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?")
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A line of user code that an HLO instruction came from."""
+
+    file: str
+    line: int
+    function: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}"
+
+
+@dataclass(frozen=True)
+class HloInstruction:
+    """One instruction of a computation, as printed."""
+
+    name: str
+    opcode: str
+    shape: str
+    operands: tuple[str, ...]
+    called: tuple[str, ...] = ()
+    is_root: bool = False
+    op_name: str | None = None
+    source: SourceLocation | None = None
+    parameter_number: int | None = None
+    tuple_index: int | None = None
+    backend_config: str | None = None
+
+    @property
+    def bytes(self) -> int:
+        return shape_bytes(self.shape)
+
+
+@dataclass(frozen=True)
+class HloComputation:
+    """A named computation: its instructions in schedule order."""
+
+    name: str
+    is_entry: bool
+    instructions: tuple[HloInstruction, ...]
+
+    def by_name(self) -> dict[str, HloInstruction]:
+        """Instructions by name (built once per computation; do not modify it)."""
+        return self._instructions_by_name
+
+    @cached_property
+    def _instructions_by_name(self) -> dict[str, HloInstruction]:
+        return {i.name: i for i in self.instructions}
+
+    def users(self) -> dict[str, list[HloInstruction]]:
+        """For each value, the instructions that read it, in schedule order."""
+        users: dict[str, list[HloInstruction]] = {}
+        for instruction in self.instructions:
+            for operand in instruction.operands:
+                users.setdefault(operand, []).append(instruction)
+        return users
+
+    @property
+    def root(self) -> HloInstruction | None:
+        for instruction in self.instructions:
+            if instruction.is_root:
+                return instruction
+        return self.instructions[-1] if self.instructions else None
+
+
+@dataclass(frozen=True)
+class AliasEntry:
+    """One ``input_output_alias`` entry: output ``output_index`` reuses a parameter."""
+
+    output_index: tuple[int, ...]
+    parameter_number: int
+    parameter_index: tuple[int, ...]
+    kind: str
+
+
+@dataclass(frozen=True)
+class HloModule:
+    """One HLO module: its computations and the aliasing facts of its header."""
+
+    name: str
+    computations: tuple[HloComputation, ...]
+    aliases: tuple[AliasEntry, ...]
+    buffer_donors: tuple[tuple[int, tuple[int, ...]], ...]
+    is_scheduled: bool
+    entry_parameter_shapes: tuple[str, ...] = ()
+    entry_result_shape: str | None = None
+
+    @cached_property
+    def entry(self) -> HloComputation:
+        """The ENTRY computation (found once per module)."""
+        found = next((c for c in self.computations if c.is_entry), None)
+        if found is None:
+            raise HloParseError("the HLO module has no ENTRY computation")
+        return found
+
+    def computation(self, name: str) -> HloComputation | None:
+        for computation in self.computations:
+            if computation.name == name:
+                return computation
+        return None
+
+
+@dataclass(frozen=True)
+class LoopInfo:
+    """A while loop: its instruction, the computation holding it, its trip count."""
+
+    instruction: str
+    computation: str
+    trip_count: int | None
+    source: SourceLocation | None
+    outer: LoopInfo | None = None  # the loop this one runs inside, if any
+
+    @property
+    def depth(self) -> int:
+        """1 for an outermost loop, 2 for a loop inside it, and so on."""
+        return 1 + (self.outer.depth if self.outer is not None else 0)
+
+    @property
+    def total_trip_count(self) -> int | None:
+        """Iterations of this loop's body per call of the module (all enclosing loops
+        multiplied), or None when any of the trip counts is unknown."""
+        total = 1
+        loop: LoopInfo | None = self
+        while loop is not None:
+            if loop.trip_count is None:
+                return None
+            total *= loop.trip_count
+            loop = loop.outer
+        return total
+
+
+@dataclass(frozen=True)
+class CopySite:
+    """A ``copy`` (or ``copy-start``) that XLA kept in the optimized program."""
+
+    instruction: str
+    computation: str
+    shape: str
+    bytes: int
+    operand: str | None
+    parameter_number: int | None
+    parameter_index: tuple[int, ...]
+    layout_change: bool
+    loop: LoopInfo | None
+    source: SourceLocation | None
+    source_role: str | None  # "copy", "operand", "user" or None
+    feeds_output: bool = False
+    output_indices: tuple[tuple[int, ...], ...] = field(default_factory=tuple)
+
+
+
+# ----------------------------------------------------------------------------
+# Shapes: strings such as ``f32[64,128]{1,0}`` or ``(f32[4]{0}, s32[])``
+
+
+def _element_bytes(dtype: str) -> int:
+    if dtype in _ELEMENT_BYTES:
+        return _ELEMENT_BYTES[dtype]
+    if _F8.match(dtype):
+        return 1
+    raise HloParseError(f"unknown HLO element type {dtype!r}")
+
+
+def shape_bytes(shape: str) -> int:
+    """Bytes of an HLO shape string such as ``f32[64,128]{1,0}`` or a tuple of them.
+
+    Dynamic dimensions (``<=8``) count at their bound, as XLA allocates them.
+    """
+    total = 0
+    for dtype, dims, _layout in _ARRAY_SHAPE.findall(shape):
+        count = 1
+        for dim in dims.split(","):
+            dim = dim.strip()
+            if dim.startswith("<="):
+                dim = dim[2:].strip()
+            if not dim:
+                continue
+            if not dim.isdigit():
+                # "?" (unbounded dynamic) has no size XLA could allocate up front
+                raise HloParseError(f"cannot size dimension {dim!r} of HLO shape {shape!r}")
+            count *= int(dim)
+        total += count * _element_bytes(dtype)
+    return total
+
+
+_MEMORY_SPACE = re.compile(r"S\(\d+\)")
+
+
+def array_layout(shape: str) -> str | None:
+    """The physical layout of an array shape (minor-to-major order and tiling).
+
+    The memory space (``S(1)``) is left out: a copy between memory spaces
+    moves the array, it does not re-lay it out.
+    """
+    match = _ARRAY_SHAPE.fullmatch(shape.strip())
+    if not match or not match.group(3):
+        return None
+    layout = _MEMORY_SPACE.sub("", match.group(3)[1:-1])
+    minor_to_major, colon, rest = layout.partition(":")
+    rest = rest.strip()
+    return "{" + minor_to_major.replace(" ", "") + (":" + rest if rest else "") + "}"
+
+
+def tuple_elements(shape: str) -> list[str]:
+    """The element shapes of a tuple shape; a non-tuple shape is its own single element."""
+    shape = shape.strip()
+    if not shape.startswith("("):
+        return [shape]
+    return [part.strip() for part in split_top_level(shape[1:-1]) if part.strip()]
+
+
+def sub_shape(shape: str, index: tuple[int, ...]) -> str | None:
+    """The shape at tuple index ``index`` of ``shape`` (``()`` is the shape itself)."""
+    shape = shape.strip()
+    for i in index:
+        if not shape.startswith("("):
+            return None
+        elements = tuple_elements(shape)
+        if i >= len(elements):
+            return None
+        shape = elements[i]
+    return shape
+
+

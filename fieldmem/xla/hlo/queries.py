@@ -1,0 +1,424 @@
+"""What the findings ask of a parsed HLO module: copies, loops, outputs, sources, in-place updates.
+
+Every function takes an :class:`~.model.HloModule` (or one of its computations)
+built by :mod:`.parse` and returns plain records. Pure, no jax: nothing here
+reads text other than a ``while`` loop's ``backend_config`` (its known trip count).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from .model import (
+    CopySite,
+    HloComputation,
+    HloInstruction,
+    HloModule,
+    LoopInfo,
+    SourceLocation,
+    array_layout,
+    shape_bytes,
+    tuple_elements,
+)
+from .text import unquote
+
+__all__ = [
+    "find_copies",
+    "loop_bodies",
+    "output_parameters",
+    "output_values",
+    "reader_source",
+    "slice_update_kind",
+    "view_source",
+]
+
+
+# ----------------------------------------------------------------------------
+# Loops
+
+
+def loop_bodies(module: HloModule) -> dict[str, LoopInfo]:
+    """Computations run once per iteration of a while loop, with that loop's facts.
+
+    A computation called (directly or through fusions, calls and nested
+    loops) from a while body or condition is counted as in the loop; the
+    innermost loop wins. A nested loop's :class:`LoopInfo` names the loop
+    around it in ``outer``, and ``total_trip_count`` multiplies them out.
+    """
+    by_name = {c.name: c for c in module.computations}
+    result: dict[str, LoopInfo] = {}
+    visited: set[tuple[str, int]] = set()
+    loops: dict[tuple[str, str, int], LoopInfo] = {}
+
+    def visit(name: str, loop: LoopInfo | None) -> None:
+        key = (name, id(loop))
+        if key in visited or name not in by_name:
+            return
+        visited.add(key)
+        if loop is not None and (name not in result or loop.depth > result[name].depth):
+            result[name] = loop
+        for instruction in by_name[name].instructions:
+            inner = loop
+            if instruction.opcode == "while":
+                # one LoopInfo per (while, enclosing loop), so repeated visits are cut off
+                loop_key = (name, instruction.name, id(loop))
+                if loop_key not in loops:
+                    loops[loop_key] = _loop_info(instruction, name, loop)
+                inner = loops[loop_key]
+            for callee in instruction.called:
+                visit(callee, inner)
+
+    # from the entry first (so nested loops see their outer loop), then anything
+    # the entry does not reach
+    computations = sorted(module.computations, key=lambda c: not c.is_entry)
+    for computation in computations:
+        visit(computation.name, None)
+    return result
+
+
+def _loop_info(
+    instruction: HloInstruction, computation: str, outer: LoopInfo | None = None
+) -> LoopInfo:
+    """The facts of one ``while``; its trip count is XLA's ``known_trip_count`` when printed."""
+    trip_count: int | None = None
+    config = instruction.backend_config
+    if config:
+        text = config
+        if text.startswith('"'):
+            text = unquote(text)
+        try:
+            data = json.loads(text)
+            trip_count = int(data["known_trip_count"]["n"])
+        except (ValueError, KeyError, TypeError):
+            found = re.search(r'known_trip_count[^0-9]*?"?n"?\s*[:=]\s*"?(\d+)', text)
+            trip_count = int(found.group(1)) if found else None
+    return LoopInfo(
+        instruction=instruction.name,
+        computation=computation,
+        trip_count=trip_count,
+        source=instruction.source,
+        outer=outer,
+    )
+
+
+# ----------------------------------------------------------------------------
+# Copies
+
+# views and copies of a value: what they hold comes from their first operand
+_TRANSPARENT = ("bitcast", "get-tuple-element", "copy", "copy-start", "copy-done")
+
+
+def _trace_parameter(
+    name: str, by_name: dict[str, HloInstruction]
+) -> tuple[int | None, tuple[int, ...]]:
+    """The entry parameter (number, tuple index) a value is a view of, if any."""
+    index: list[int] = []
+    seen = 0
+    while name in by_name and seen < 64:
+        seen += 1
+        instruction = by_name[name]
+        if instruction.opcode == "parameter":
+            return instruction.parameter_number, tuple(reversed(index))
+        if instruction.opcode not in _TRANSPARENT or not instruction.operands:
+            return None, ()
+        if instruction.opcode == "get-tuple-element" and instruction.tuple_index is not None:
+            index.append(instruction.tuple_index)
+        name = instruction.operands[0]
+    return None, ()
+
+
+def _output_positions(
+    name: str, computation: HloComputation, by_name: dict[str, HloInstruction]
+) -> tuple[tuple[int, ...], ...]:
+    """Output tuple indices at which the value ``name`` is returned directly."""
+    root = computation.root
+    if root is None:
+        return ()
+    if root.name == name:
+        return ((),)
+    positions: list[tuple[int, ...]] = []
+
+    def walk(instr: HloInstruction, prefix: tuple[int, ...]) -> None:
+        if instr.opcode != "tuple":
+            return
+        for i, operand in enumerate(instr.operands):
+            if operand == name:
+                positions.append(prefix + (i,))
+            elif operand in by_name:
+                walk(by_name[operand], prefix + (i,))
+
+    walk(root, ())
+    return tuple(positions)
+
+
+def find_copies(module: HloModule) -> list[CopySite]:
+    """Every ``copy``/``copy-start`` XLA kept, with what it copies and where.
+
+    The source line is the copy's own metadata when it has one; XLA usually
+    inserts copies without metadata, so it falls back to the instruction that
+    produced the copied value, then to the first instruction that reads the
+    copy (for a copied input that is the update which needed it);
+    ``source_role`` says which ("copy", "operand", "user"). A copy that is
+    returned as an output is marked ``feeds_output``. An async copy is
+    reported once, at its ``copy-start``; what reads or returns it is its
+    ``copy-done``. Copies inside fusion bodies are register moves, not
+    buffers, and are left out. A copy in a while body or condition (or in
+    anything they call) has ``loop`` set, for the innermost loop.
+    """
+    loops = loop_bodies(module)
+    entry_name = module.entry.name
+    # inside a fusion a copy is a register move, not a buffer of its own
+    fusion_bodies = _fusion_bodies(module)
+    copies: list[CopySite] = []
+    for computation in module.computations:
+        if computation.name in fusion_bodies:
+            continue
+        by_name = computation.by_name()
+        users = computation.users()
+        for instruction in computation.instructions:
+            if instruction.opcode in ("copy", "copy-start"):
+                copies.append(
+                    _copy_site(
+                        instruction,
+                        computation,
+                        computation.name == entry_name,
+                        by_name,
+                        users,
+                        loops.get(computation.name),
+                    )
+                )
+    return copies
+
+
+def _copy_site(
+    instruction: HloInstruction,
+    computation: HloComputation,
+    in_entry: bool,
+    by_name: dict[str, HloInstruction],
+    users: dict[str, list[HloInstruction]],
+    loop: LoopInfo | None,
+) -> CopySite:
+    """What one ``copy``/``copy-start`` copies, from where, to which outputs."""
+    operand = instruction.operands[0] if instruction.operands else None
+    parameter_number: int | None = None
+    parameter_index: tuple[int, ...] = ()
+    if operand is not None and in_entry:
+        parameter_number, parameter_index = _trace_parameter(operand, by_name)
+    shape = instruction.shape
+    if instruction.opcode == "copy-start":
+        # copy-start returns (destination, source, context): the copied array is element 0
+        elements = tuple_elements(shape)
+        shape = elements[0] if elements else shape
+    operand_shape = by_name[operand].shape if operand in by_name else None
+    layout_change = bool(
+        operand_shape is not None
+        and array_layout(operand_shape) is not None
+        and array_layout(shape) is not None
+        and array_layout(operand_shape) != array_layout(shape)
+    )
+    # an async copy's value is its copy-done: that is what is read and returned
+    copied = instruction.name
+    if instruction.opcode == "copy-start":
+        done = [u for u in users.get(instruction.name, []) if u.opcode == "copy-done"]
+        copied = done[0].name if done else copied
+    source, role = _copy_source(instruction, operand, copied, by_name, users)
+    outputs = _output_positions(copied, computation, by_name) if in_entry else ()
+    return CopySite(
+        instruction=instruction.name,
+        computation=computation.name,
+        shape=shape,
+        bytes=shape_bytes(shape),
+        operand=operand,
+        parameter_number=parameter_number,
+        parameter_index=parameter_index,
+        layout_change=layout_change,
+        loop=loop,
+        source=source,
+        source_role=role,
+        feeds_output=bool(outputs),
+        output_indices=outputs,
+    )
+
+
+def _copy_source(
+    instruction: HloInstruction,
+    operand: str | None,
+    copied: str,
+    by_name: dict[str, HloInstruction],
+    users: dict[str, list[HloInstruction]],
+) -> tuple[SourceLocation | None, str | None]:
+    """A copy's source line and its role: its own, its operand's, else its first reader's
+    (the reader of the ``copy-done`` for an async copy)."""
+    source, role = instruction.source, "copy" if instruction.source else None
+    if source is None and operand in by_name and by_name[operand].opcode != "parameter":
+        source, role = by_name[operand].source, "operand" if by_name[operand].source else None
+    if source is None:
+        source = reader_source(instruction.name, users)
+        role = "user" if source is not None else None
+    if source is None and copied != instruction.name:
+        source = reader_source(copied, users)
+        role = "user" if source is not None else None
+    return source, role
+
+
+def reader_source(
+    name: str, users: dict[str, list[HloInstruction]]
+) -> SourceLocation | None:
+    """Source of the nearest reader of ``name``, looking through tuples and views.
+
+    ``users`` is :meth:`HloComputation.users` of the computation holding ``name``.
+    XLA inserts copies without metadata; the line of the update that reads one
+    is what the user can act on.
+    """
+    frontier = [name]
+    seen = {name}
+    for _depth in range(4):
+        following: list[str] = []
+        for value in frontier:
+            for user in users.get(value, []):
+                if user.source is not None:
+                    return user.source
+                if user.opcode in ("tuple", "bitcast", "get-tuple-element") and user.name not in seen:
+                    seen.add(user.name)
+                    following.append(user.name)
+        frontier = following
+    return None
+
+
+def _fusion_bodies(module: HloModule) -> set[str]:
+    """Computations that are the inside of a fusion (no buffers of their own)."""
+    by_name = {c.name: c for c in module.computations}
+    frontier: list[str] = []
+    for computation in module.computations:
+        for instruction in computation.instructions:
+            if instruction.opcode == "fusion":
+                frontier.extend(instruction.called)
+    bodies: set[str] = set()
+    while frontier:
+        name = frontier.pop()
+        if name in bodies or name not in by_name:
+            continue
+        bodies.add(name)
+        for instruction in by_name[name].instructions:
+            frontier.extend(instruction.called)
+    return bodies
+
+
+def output_values(module: HloModule) -> list[HloInstruction | None]:
+    """The entry instruction that produces each output leaf, in output order.
+
+    jax returns a flat tuple of leaves; a non-tuple root is a single output.
+    """
+    entry = module.entry
+    by_name = entry.by_name()
+    root = entry.root
+    if root is None:
+        return []
+    if root.opcode != "tuple":
+        return [root]
+    return [by_name.get(operand) for operand in root.operands]
+
+
+_SLICE_UPDATES = ("dynamic-update-slice", "scatter")
+
+
+def slice_update_kind(module: HloModule, instruction: HloInstruction | None) -> str | None:
+    """``dynamic-update-slice`` or ``scatter`` when ``instruction``'s value is such an update of a
+    buffer (directly, as a fusion's root, or as a loop's carry updated so in the body), else None.
+
+    These are the outputs whose HLO looks in place while writing only a slice: the in-place probe
+    (``--probe``) times them.
+    """
+    by_computation = {c.name: c for c in module.computations}
+    seen: set[tuple[str, int | None]] = set()
+    current, index = instruction, None  # index: the tuple element followed into a tuple-valued root
+    computation_of: dict[str, HloComputation] = {}
+    while current is not None and (current.name, index) not in seen:
+        seen.add((current.name, index))
+        if current.opcode in _SLICE_UPDATES and index is None:
+            return current.opcode
+        if current.opcode == "get-tuple-element" and current.operands and index is None:
+            index = current.tuple_index
+            current = _find(module, current.operands[0], computation_of)
+            continue
+        if current.opcode == "tuple" and index is not None and index < len(current.operands):
+            current, index = _find(module, current.operands[index], computation_of), None
+            continue
+        if current.opcode in ("fusion", "while"):
+            bodies = [by_computation[c] for c in current.called if c in by_computation]
+            if current.opcode == "while":
+                bodies = [b for b in bodies if b.root is not None and b.root.shape == current.shape]
+            if not bodies or bodies[0].root is None:
+                return None
+            body = bodies[0]
+            for member in body.instructions:
+                computation_of[member.name] = body
+            current = body.root
+            continue
+        return None
+    return None
+
+
+def _find(module: HloModule, name: str, hint: dict[str, "HloComputation"]) -> HloInstruction | None:
+    if name in hint:
+        return hint[name].by_name().get(name)
+    return module.entry.by_name().get(name)
+
+
+def output_parameters(module: HloModule) -> list[frozenset[tuple[int, tuple[int, ...]]]]:
+    """For each output leaf, the entry parameters its value is computed from.
+
+    Each is ``(parameter_number, index)``: ``index`` is ``()`` for an array
+    parameter and ``(k,)`` for element ``k`` of a tuple parameter read through
+    ``get-tuple-element``. The walk follows operands inside the entry
+    computation only, so a fusion, call or loop counts as reading everything
+    passed to it (a superset, never a miss). The donation advisor prefers to
+    pair an output with an input it is computed from.
+    """
+    entry = module.entry
+    by_name = entry.by_name()
+    memo: dict[str, frozenset[tuple[int, tuple[int, ...]]]] = {}
+
+    def reads(start: HloInstruction) -> frozenset[tuple[int, tuple[int, ...]]]:
+        found: set[tuple[int, tuple[int, ...]]] = set()
+        stack, seen = [start], set()
+        while stack:
+            instruction = stack.pop()
+            if instruction.name in seen:
+                continue
+            seen.add(instruction.name)
+            if instruction.name in memo:
+                found |= memo[instruction.name]
+                continue
+            if instruction.opcode == "parameter" and instruction.parameter_number is not None:
+                found.add((instruction.parameter_number, ()))
+                continue
+            if instruction.opcode == "get-tuple-element" and instruction.tuple_index is not None:
+                operand = by_name.get(instruction.operands[0]) if instruction.operands else None
+                if operand is not None and operand.opcode == "parameter" and operand.parameter_number is not None:
+                    found.add((operand.parameter_number, (instruction.tuple_index,)))
+                    continue
+            stack.extend(by_name[o] for o in instruction.operands if o in by_name)
+        result = frozenset(found)
+        memo[start.name] = result
+        return result
+
+    return [reads(value) if value is not None else frozenset() for value in output_values(module)]
+
+
+def view_source(
+    instruction: HloInstruction | None,
+    by_name: dict[str, HloInstruction],
+    views: tuple[str, ...] = _TRANSPARENT,
+) -> SourceLocation | None:
+    """Source line of a value in one computation, looking through the ``views`` opcodes."""
+    seen = 0
+    while instruction is not None and seen < 16:
+        seen += 1
+        if instruction.source is not None:
+            return instruction.source
+        if instruction.opcode not in views or not instruction.operands:
+            return None
+        instruction = by_name.get(instruction.operands[0])
+    return None
