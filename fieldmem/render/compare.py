@@ -138,7 +138,7 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
         console.print(Text(row.name, style="bold"))
         for d in row.differences:
             mark = SIGNIFICANT if d.significant else WITHIN
-            console.print(Text(f"  {mark} {d.message}", style=_STYLE[mark]))
+            console.print(Text(f"  {mark} {d.change.message}", style=_STYLE[mark]))
     console.print(Text(_summary(comparison), style="bold red" if comparison.significant else "green"))
     console.print(Text(f"{SIGNIFICANT} differs from the reference · {WITHIN} differs within the tolerance", style="dim"))
     return buffer.getvalue()
@@ -195,8 +195,9 @@ def render_markdown(comparison: Comparison, options: RenderOptions) -> str:
         if row.differences:
             lines.append("")
             for d in row.differences:
-                where = f" ({code(d.source)})" if d.source and d.source not in d.message else ""
-                lines.append(f"- {SIGNIFICANT if d.significant else WITHIN} {escape(d.message)}{where}")
+                change = d.change
+                where = f" ({code(change.source)})" if change.source and change.source not in change.message else ""
+                lines.append(f"- {SIGNIFICANT if d.significant else WITHIN} {escape(change.message)}{where}")
     lines += ["", f"{SIGNIFICANT} differs from the reference ({code(comparison.columns[0].label)}) · {WITHIN} differs within the tolerance"]
     return "\n".join(lines) + "\n"
 

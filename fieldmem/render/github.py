@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 
 from fieldmem.render import RenderOptions
-from fieldmem.report import Chain, Regression, Report, TargetResult
+from fieldmem.report import Chain, Change, Report, TargetResult
 
 __all__ = ["annotation", "escape_data", "escape_property", "location", "render"]
 
@@ -117,7 +117,7 @@ def _definitions(report: Report) -> dict[str, str]:
     return where
 
 
-def _regression_annotation(regression: Regression, definitions: dict[str, str]) -> str:
+def _regression_annotation(regression: Change, definitions: dict[str, str]) -> str:
     return annotation(
         "error",
         regression.message,

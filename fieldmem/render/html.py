@@ -26,9 +26,9 @@ from fieldmem.render import RenderOptions
 from fieldmem.report import (
     MEMORY_FIGURES,
     BaselineComparison,
+    Change,
     Copy,
     LiveBuffer,
-    Regression,
     Report,
     TargetResult,
     Timeline,
@@ -542,7 +542,7 @@ def _run_tables(result: TargetResult) -> str:
 
 
 def _baseline(comparison: BaselineComparison) -> str:
-    def items(entries: tuple[Regression, ...], css: str) -> str:
+    def items(entries: tuple[Change, ...], css: str) -> str:
         return "".join(
             f'<li class="{css}">{_e(r.message)}' + (f' <span class="src">{_e(r.source)}</span>' if r.source else "") + "</li>"
             for r in entries

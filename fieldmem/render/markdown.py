@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 
 from fieldmem.render import RenderOptions
-from fieldmem.report import BaselineComparison, Regression, Report, TargetResult, Variant
+from fieldmem.report import BaselineComparison, Change, Report, TargetResult, Variant
 from fieldmem.units import format_bytes
 
 __all__ = ["FAIL", "PASS", "WARN", "code", "escape", "render", "verdict_text"]
@@ -121,7 +121,7 @@ def _details(result: TargetResult, verbose: bool) -> list[str]:
     return lines
 
 
-def _regression_lines(items: tuple[Regression, ...], mark: str) -> list[str]:
+def _regression_lines(items: tuple[Change, ...], mark: str) -> list[str]:
     return [f"- {mark} {code(r.target)}: {_with_source(r.message, r.source)}" for r in items]
 
 
