@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.files import read_json
-from fieldmem.gate.diff import CopyPair, CopyRecord, change_text, copy_record, match_aliases, match_copies, moved
+from fieldmem.gate.diff import CopyPair, CopyRecord, array_shape, change_text, copy_record, match_aliases, match_copies, moved
 from fieldmem.gate.tolerance import COPIES, Tolerance, Tolerances
 from fieldmem.report import Alias, Change, Copy, Report, ReportError, TargetResult
 from fieldmem.units import format_bytes
@@ -58,7 +57,6 @@ FIGURE_LABELS = {
     "temp_bytes": "temp",
     "peak_bytes": "XLA peak",
 }
-_LAYOUT = re.compile(r"\{[^}]*\}")
 
 
 class ReportFileError(FieldmemError):
@@ -338,7 +336,7 @@ def _alias_differences(against: _Against, ref: Cell, other: Cell) -> list[Differ
 
 def _describe_copy(variant: str, copy: CopyRecord) -> str:
     """``donated copy [loop] of f32[64,64] (returned as out.u) at model.py:14``."""
-    what = copy.input or _LAYOUT.sub("", copy.shape)
+    what = copy.input or array_shape(copy.shape)
     text = f"{variant} copy [{copy.kind}] of {what}"
     if copy.output:
         text += f" (returned as {copy.output})"

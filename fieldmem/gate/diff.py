@@ -24,6 +24,7 @@ __all__ = [
     "AliasMatch",
     "CopyPair",
     "CopyRecord",
+    "array_shape",
     "change_text",
     "copy_record",
     "match_aliases",
@@ -82,18 +83,18 @@ class CopyPair:
     after: CopyRecord | None
 
 
-def _array(shape: str) -> str:
-    """The shape without its layouts: backends lay out the same array differently."""
+def array_shape(shape: str) -> str:
+    """``f32[512,512]{1,0}`` -> ``f32[512,512]``: backends lay out the same array differently."""
     return _LAYOUT.sub("", shape)
 
 
 _COPY_KEYS: tuple[Callable[[CopyRecord], tuple[Any, ...]], ...] = (
     # exact: the same copy
-    lambda c: (c.kind, c.input, c.output, _array(c.shape), c.source),
+    lambda c: (c.kind, c.input, c.output, array_shape(c.shape), c.source),
     # the same copy, grown or shrunk (its shape changed)
     lambda c: (c.kind, c.input, c.output, c.source),
     # the same copy, moved: lines above it were edited
-    lambda c: (c.kind, c.input, c.output, _array(c.shape)),
+    lambda c: (c.kind, c.input, c.output, array_shape(c.shape)),
 )
 
 
