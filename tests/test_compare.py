@@ -153,6 +153,18 @@ def test_verdict_aliases_and_figures() -> None:
     assert any(d.change.message == "r1.json: new alias: u → out" for d in gained)
 
 
+def test_an_alias_returned_as_another_output_is_one_rerouted_alias() -> None:
+    after = _report(_result(aliases=(Alias("u", 0, "out2", 1, 4 * MIB),)))
+    (difference,) = _compare(_report(_result()), after).rows[0].differences
+    assert difference.change.message == "r1.json: alias rerouted: u → out is now u → out2"
+    assert (difference.change.before, difference.change.after, difference.significant) == ("u → out", "u → out2", True)
+
+
+def test_a_copy_whose_line_moved_is_the_same_copy() -> None:
+    moved = _compare(_report(_result(copies=(_copy("model.py:14"),))), _report(_result(copies=(_copy("model.py:17"),))))
+    assert moved.rows[0].differences == ()
+
+
 def test_a_figure_one_report_lacks_is_a_significant_difference() -> None:
     lacking = dataclasses.replace(
         _result(),
