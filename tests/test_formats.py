@@ -18,7 +18,7 @@ import fieldmem
 from fieldmem.errors import OptionError
 from fieldmem.render import _FORMATS, RENDERERS, RenderOptions, _available, get_renderer
 from fieldmem.render.github import annotation, escape_data, escape_property, location
-from fieldmem.render.markdown import code, escape
+from fieldmem.render.pieces import code, escape
 from factories import make_report
 from fieldmem.report import (
     Alias,

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from fieldmem.gate.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
 from fieldmem.render import RenderOptions, text_console
-from fieldmem.render.markdown import FAIL, PASS, code, escape
+from fieldmem.render.pieces import FAIL, PASS, code, count, escape
 from fieldmem.units import format_bytes
 
 __all__ = ["COMPARE_RENDERERS", "CompareRenderer", "get_compare_renderer", "render_json", "render_markdown", "render_table"]
@@ -86,7 +86,7 @@ def _summary(comparison: Comparison) -> str:
     reference = comparison.columns[0].label
     if not significant and not within:
         return f"no differences from {reference} (tolerance: {comparison.tolerance})"
-    parts = [f"{significant} significant difference{'s' if significant != 1 else ''}"]
+    parts = [f"{count(significant, 'significant difference')}"]
     if within:
         parts.append(f"{within} within the tolerance")
     return f"{', '.join(parts)} from {reference} (tolerance: {comparison.tolerance})"
@@ -94,8 +94,8 @@ def _summary(comparison: Comparison) -> str:
 
 def _column_header(column: Column) -> str:
     kind = column.device_kind or "no device"
-    count = f"{column.device_count} × " if column.device_count > 1 else ""
-    return f"{column.label}\n{column.backend} · jax {column.jax_version} · {count}{kind}"
+    how_many = f"{column.device_count} × " if column.device_count > 1 else ""
+    return f"{column.label}\n{column.backend} · jax {column.jax_version} · {how_many}{kind}"
 
 
 # ----------------------------------------------------------------------------
