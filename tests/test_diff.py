@@ -171,3 +171,9 @@ def test_gate_and_compare_find_the_same_figure_changes() -> None:
 def test_the_same_report_twice_is_no_change_to_either() -> None:
     assert _gate(AFTER, AFTER) == ()
     assert _compared(AFTER, AFTER) == ()
+
+
+def test_compare_shows_exactly_the_figures_a_baseline_gates() -> None:
+    from fieldmem.gate import compare
+
+    assert sorted(compare.FIGURES) == sorted(FIGURES.values()) == sorted(compare.FIGURE_LABELS)

@@ -8,8 +8,10 @@ what is stable from one run of the same code to the next (no timings, no HLO
 instruction names), so a refreshed baseline changes in git exactly when the
 findings change.
 
-:func:`compare_to_baseline` collects *every* regression and improvement into
-the report's :class:`~fieldmem.report.BaselineComparison`; the exit code
+:func:`compare_to_baseline` collects *every* regression and improvement (each a
+:class:`~fieldmem.report.Change`; which copies and aliases are the same in the
+two runs is :mod:`fieldmem.gate.diff`'s to say) into the report's
+:class:`~fieldmem.report.BaselineComparison`; the exit code
 (``Report.exit_code``) then fails once. Nothing here prints; files are
 written only through :func:`fieldmem.files.write_atomic`.
 """
@@ -38,7 +40,6 @@ __all__ = [
     "Baseline",
     "BaselineEntry",
     "BaselineError",
-    "CopyRecord",
     "DonationRecord",
     "SavedBaseline",
     "VariantRecord",

@@ -4,9 +4,12 @@ Each report (``fieldmem check --format json -o FILE``) becomes a column: cpu
 against gpu, jax 0.10 against 0.11, main against a branch. Targets are matched
 by name into rows; per target and report a :class:`Cell` holds the figures
 of both variants, the aliases, the copies and the verdict, and each row lists
-its :class:`Difference`\\ s from the first report (the reference). A figure or
+its :class:`Difference`\\ s from the first report (the reference): each a
+:class:`~fieldmem.report.Change` placed in the table. Which copies and aliases
+are the same in two reports, and whether a size moved beyond its tolerance, is
+:mod:`fieldmem.gate.diff`'s to say, exactly as for a baseline. A figure or
 copy that changed by no more than the tolerance (``--tolerance``, default
-exact; ``copies:`` for a copy's size) is a difference that is *not
+exact; ``copies:`` for a copy's size per call) is a difference that is *not
 significant*, in either direction; a verdict, an alias, a new or vanished
 copy, a failed check or a missing target always is significant.
 
@@ -26,7 +29,16 @@ from typing import Any, Iterable, Sequence
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.files import read_json
-from fieldmem.gate.diff import CopyPair, CopyRecord, array_shape, change_text, copy_record, match_aliases, match_copies, moved
+from fieldmem.gate.diff import (
+    CopyPair,
+    CopyRecord,
+    array_shape,
+    change_text,
+    copy_record,
+    match_aliases,
+    match_copies,
+    moved,
+)
 from fieldmem.gate.tolerance import COPIES, Tolerance, Tolerances
 from fieldmem.report import Alias, Change, Copy, Report, ReportError, TargetResult
 from fieldmem.units import format_bytes
@@ -302,7 +314,10 @@ def _figure_differences(
                 continue
             subject = f"{variant} {FIGURE_LABELS[figure]}"
             if before is None or after is None:
-                message = f"{subject}: {format_bytes(before)} → {format_bytes(after)} (not comparable: unavailable in one report)"
+                message = (
+                    f"{subject}: {format_bytes(before)} → {format_bytes(after)} "
+                    "(not comparable: unavailable in one report)"
+                )
                 significant = True
             else:
                 message = f"{subject}: {change_text(before, after)}"
@@ -330,7 +345,8 @@ def _alias_differences(against: _Against, ref: Cell, other: Cell) -> list[Differ
         differences.append(against.difference("donated.aliases", "alias", subject, message, subject, after))
     for new in sorted(aliases.new, key=_alias_text):
         subject = _alias_text(new)
-        differences.append(against.difference("donated.aliases", "alias", subject, f"new alias: {subject}", None, subject))
+        message = f"new alias: {subject}"
+        differences.append(against.difference("donated.aliases", "alias", subject, message, None, subject))
     return differences
 
 
@@ -345,22 +361,21 @@ def _describe_copy(variant: str, copy: CopyRecord) -> str:
 
 def _copy_difference(against: _Against, variant: str, pair: CopyPair, tolerance: Tolerance) -> Difference | None:
     """A copy new, gone, or of another size per call than in the reference (None: the same)."""
-    field_name = f"{variant}.copies"
-    if pair.before is None and pair.after is not None:
-        subject, size = _describe_copy(variant, pair.after), pair.after.per_call
-        return against.difference(field_name, "copy", subject, f"new {subject} ({format_bytes(size)})",
-                                  None, size, source=pair.after.source)
-    if pair.after is None and pair.before is not None:
-        subject, size = _describe_copy(variant, pair.before), pair.before.per_call
-        return against.difference(field_name, "copy", subject, f"{subject} is gone ({format_bytes(size)})",
-                                  size, None, source=pair.before.source)
-    assert pair.before is not None and pair.after is not None
-    before, after = pair.before.per_call, pair.after.per_call
-    if before == after:
+    field_name, old, now = f"{variant}.copies", pair.before, pair.after
+    if old is None and now is not None:
+        subject = _describe_copy(variant, now)
+        message = f"new {subject} ({format_bytes(now.per_call)})"
+        return against.difference(field_name, "copy", subject, message, None, now.per_call, source=now.source)
+    if old is not None and now is None:
+        subject = _describe_copy(variant, old)
+        message = f"{subject} is gone ({format_bytes(old.per_call)})"
+        return against.difference(field_name, "copy", subject, message, old.per_call, None, source=old.source)
+    if old is None or now is None or old.per_call == now.per_call:
         return None
-    subject = _describe_copy(variant, pair.after)
-    return against.difference(field_name, "copy", subject, f"{subject}: {change_text(before, after)}", before, after,
-                              moved(tolerance, before, after) != 0, pair.after.source)
+    subject = _describe_copy(variant, now)
+    significant = moved(tolerance, old.per_call, now.per_call) != 0
+    return against.difference(field_name, "copy", subject, f"{subject}: {change_text(old.per_call, now.per_call)}",
+                              old.per_call, now.per_call, significant, now.source)
 
 
 def _copy_differences(
