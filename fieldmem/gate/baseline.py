@@ -481,12 +481,12 @@ def _compare_donation(entry: BaselineEntry, result: TargetResult, found: _Collec
                 f"({donation.code}): {donation.reason}",
                 before=None, after=donation.code, source=result.definition,
             ))
-    for name, donation in before_unusable.items():
+    for name, record in before_unusable.items():
         if name not in after_unusable:
             found.improvements.append(Change(
                 target=result.name, kind="donation", subject=name,
-                message=f"{result.name}: donation of {name} is no longer unusable (was {donation.code})",
-                before=donation.code, after=None, source=result.definition,
+                message=f"{result.name}: donation of {name} is no longer unusable (was {record.code})",
+                before=record.code, after=None, source=result.definition,
             ))
 
 

@@ -135,11 +135,16 @@ def match_copies(before: Sequence[CopyRecord], after: Sequence[CopyRecord]) -> t
 
 
 class _AliasLike(Protocol):
+    """A report's :class:`~fieldmem.report.Alias` or a baseline's ``AliasRecord``."""
+
     @property
     def input(self) -> str: ...
 
     @property
     def output(self) -> str: ...
+
+    @property
+    def bytes(self) -> int: ...
 
 
 A = TypeVar("A", bound=_AliasLike)

@@ -121,8 +121,8 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("target", overflow="fold")
     table.add_column("")
-    for column in comparison.columns:
-        table.add_column(_column_header(column), justify="right", overflow="fold")
+    for header in comparison.columns:
+        table.add_column(_column_header(header), justify="right", overflow="fold")
     for row in comparison.rows:
         fields = _row_fields(row)
         for n, (field_name, label) in enumerate(fields):
