@@ -26,6 +26,7 @@ __all__ = [
     "ChainBreak",
     "ChainCost",
     "ChainStep",
+    "Change",
     "Check",
     "Copy",
     "DeviceInfo",
@@ -39,7 +40,6 @@ __all__ = [
     "LiveBuffer",
     "MemoryFigures",
     "OutputInfo",
-    "Regression",
     "Report",
     "ReportError",
     "RunCheck",
@@ -506,11 +506,15 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
-class Regression:
-    """One difference from a saved baseline: a regression, or an improvement."""
+class Change:
+    """One thing that differs for a target between two runs (``fieldmem.gate.diff`` finds them).
+
+    The baseline gate files each as a regression or an improvement; ``fieldmem
+    compare`` places each in a column and says whether it is significant.
+    """
 
     target: str
-    kind: str  # figure | copy | alias | donation | verdict | status
+    kind: str  # figure | copy | alias | donation | verdict | status | check
     subject: str  # what changed: a figure name, a copy, an alias, an input leaf
     message: str  # the whole change in words: subject, before -> after, where
     before: int | str | None = None
@@ -523,8 +527,8 @@ class BaselineComparison:
     """This run against a saved baseline (``--baseline``)."""
 
     path: str
-    regressions: tuple[Regression, ...] = ()
-    improvements: tuple[Regression, ...] = ()
+    regressions: tuple[Change, ...] = ()
+    improvements: tuple[Change, ...] = ()
     notes: tuple[str, ...] = ()  # flagged mismatches: another backend, an older jax, new or missing targets
     tolerance: str | None = None
 

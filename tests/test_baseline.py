@@ -36,12 +36,12 @@ from fieldmem.gate.baseline import (
 from fieldmem.report import (
     Alias,
     BaselineComparison,
+    Change,
     Check,
     Copy,
     DeviceInfo,
     ErrorInfo,
     MemoryFigures,
-    Regression,
     Report,
     TargetResult,
     UnusableDonation,
@@ -144,7 +144,7 @@ def compare(before: Baseline, *results: TargetResult, tolerance: str = "0", **kw
     return compared.baseline
 
 
-def subjects(items: tuple[Regression, ...]) -> list[tuple[str, str]]:
+def subjects(items: tuple[Change, ...]) -> list[tuple[str, str]]:
     return [(r.kind, r.subject) for r in items]
 
 
@@ -199,7 +199,7 @@ def test_saving_keeps_other_targets_and_backends_and_prunes_on_request(tmp_path:
         (report(result(), errored("ci:bad", "bad.py")), "1 target(s) could not be checked (ci:bad)"),
         (report(result(checks=(Check("max-peak", False, "over budget", 1, 2),))), "the run failed (ci:step max-peak)"),
         (dataclasses.replace(report(result()), baseline=BaselineComparison(
-            "old.json", regressions=(Regression("ci:step", "figure", "donated temp", "grew"),))),
+            "old.json", regressions=(Change("ci:step", "figure", "donated temp", "grew"),))),
          "1 regression(s) against 'old.json'"),
     ],
     ids=["empty", "errored", "failed-check", "regressed"],

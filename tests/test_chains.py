@@ -424,7 +424,7 @@ def test_check_chain_api_on_functions_in_hand(examples_on_path: None) -> None:
 
 
 def test_the_footprint_curve_draws_each_step_in_eighths_of_the_largest() -> None:
-    from fieldmem.render.chains import footprint_curve
+    from fieldmem.render.pieces import footprint_curve
     from fieldmem.report import ChainStep
 
     steps = tuple(

@@ -109,9 +109,9 @@ def test_one_new_copy_is_exactly_one_difference() -> None:
     loop = _copy("model.py:14")
     comparison = _compare(_report(_result()), _report(_result(copies=(loop,))))
     (difference,) = comparison.rows[0].differences
-    assert (difference.column, difference.field, difference.kind) == (1, "donated.copies", "copy")
-    assert difference.message == "r1.json: new donated copy [loop] of f32[512,512] at model.py:14 (1.0 MiB)"
-    assert (difference.before, difference.after, difference.source) == (None, MIB, "model.py:14")
+    assert (difference.column, difference.field, difference.change.kind) == (1, "donated.copies", "copy")
+    assert difference.change.message == "r1.json: new donated copy [loop] of f32[512,512] at model.py:14 (1.0 MiB)"
+    assert (difference.change.before, difference.change.after, difference.change.source) == (None, MIB, "model.py:14")
     assert difference.significant
     assert comparison.exit_code(fail_on_diff=True) == 1 and comparison.exit_code(fail_on_diff=False) == 0
     cells = comparison.rows[0].cells
@@ -123,7 +123,7 @@ def test_a_vanished_copy_a_grown_copy_and_copies_below_min_bytes() -> None:
     tiny = _copy("model.py:3", 4, kind="other", shape="s32[]")
     before = _report(_result(copies=(_copy("model.py:14"), _copy("model.py:20"), tiny)))
     after = _report(_result(copies=(_copy("model.py:20", 2 * MIB),)))
-    messages = [d.message for d in _compare(before, after).rows[0].differences]
+    messages = [d.change.message for d in _compare(before, after).rows[0].differences]
     assert messages == [
         "r1.json: donated copy [loop] of f32[512,512] at model.py:14 is gone (1.0 MiB)",
         "r1.json: donated copy [loop] of f32[512,512] at model.py:20: 1.0 MiB → 2.0 MiB (+1.0 MiB, +100.0%)",
@@ -140,9 +140,9 @@ def test_verdict_aliases_and_figures() -> None:
     after = _report(_result(footprint=6 * MIB, aliases=(), in_place=False))
     differences = _compare(before, after).rows[0].differences
     by_field = {d.field: d for d in differences}
-    assert by_field["verdict"].message == "r1.json: verdict in place → not in place (not in place: a loop copies u)"
-    assert by_field["donated.aliases"].message == "r1.json: alias lost: u → out"
-    assert by_field["donated.footprint_bytes"].message == (
+    assert by_field["verdict"].change.message == "r1.json: verdict in place → not in place (not in place: a loop copies u)"
+    assert by_field["donated.aliases"].change.message == "r1.json: alias lost: u → out"
+    assert by_field["donated.footprint_bytes"].change.message == (
         "r1.json: donated footprint: 4.0 MiB → 6.0 MiB (+2.0 MiB, +50.0%)"
     )
     assert {d.field for d in differences} == {
@@ -150,7 +150,19 @@ def test_verdict_aliases_and_figures() -> None:
     }  # nothing in the plain variant changed
     assert all(d.significant for d in differences)
     gained = _compare(after, before).rows[0].differences
-    assert any(d.message == "r1.json: new alias: u → out" for d in gained)
+    assert any(d.change.message == "r1.json: new alias: u → out" for d in gained)
+
+
+def test_an_alias_returned_as_another_output_is_one_rerouted_alias() -> None:
+    after = _report(_result(aliases=(Alias("u", 0, "out2", 1, 4 * MIB),)))
+    (difference,) = _compare(_report(_result()), after).rows[0].differences
+    assert difference.change.message == "r1.json: alias rerouted: u → out is now u → out2"
+    assert (difference.change.before, difference.change.after, difference.significant) == ("u → out", "u → out2", True)
+
+
+def test_a_copy_whose_line_moved_is_the_same_copy() -> None:
+    moved = _compare(_report(_result(copies=(_copy("model.py:14"),))), _report(_result(copies=(_copy("model.py:17"),))))
+    assert moved.rows[0].differences == ()
 
 
 def test_a_figure_one_report_lacks_is_a_significant_difference() -> None:
@@ -161,7 +173,7 @@ def test_a_figure_one_report_lacks_is_a_significant_difference() -> None:
     )
     (difference,) = _compare(_report(_result()), _report(lacking)).rows[0].differences
     assert difference.field == "donated.live_peak_bytes" and difference.significant
-    assert "n/a" in difference.message and "not comparable" in difference.message
+    assert "n/a" in difference.change.message and "not comparable" in difference.change.message
 
 
 def test_missing_and_errored_targets() -> None:
@@ -173,14 +185,14 @@ def test_missing_and_errored_targets() -> None:
     assert list(rows) == ["model:a", "model:x", "model:b", "model:new"]
     assert rows["model:x"].differences == ()  # failed in both: nothing new
     assert [c.status for c in rows["model:a"].cells] == ["ok", "missing"]
-    assert [d.message for d in rows["model:a"].differences] == ["r1.json: checked in the reference, missing here"]
-    assert [d.message for d in rows["model:new"].differences] == ["r1.json: missing in the reference, checked here"]
+    assert [d.change.message for d in rows["model:a"].differences] == ["r1.json: checked in the reference, missing here"]
+    assert [d.change.message for d in rows["model:new"].differences] == ["r1.json: missing in the reference, checked here"]
     fixed = _compare(other, reference)
-    assert [d.message for d in {r.name: r for r in fixed.rows}["model:a"].differences] == [
+    assert [d.change.message for d in {r.name: r for r in fixed.rows}["model:a"].differences] == [
         "r1.json: missing in the reference, checked here"
     ]
     failing = _compare(_report(_result("model:x")), _report(broken))
-    assert failing.rows[0].differences[0].message == "r1.json: checked in the reference, could not be checked here: XLA failed"
+    assert failing.rows[0].differences[0].change.message == "r1.json: checked in the reference, could not be checked here: XLA failed"
 
 
 def test_three_reports_are_each_compared_with_the_first() -> None:
@@ -250,7 +262,7 @@ def test_a_growing_copy_against_the_copies_tolerance(tolerance: str, significant
     before = _report(_result(copies=(_copy("model.py:14", 100 * 1024),)))
     after = _report(_result(copies=(_copy("model.py:14", 108 * 1024),)))
     (difference,) = _compare(before, after, tolerance=tolerance).rows[0].differences
-    assert difference.kind == "copy" and difference.significant is significant
+    assert difference.change.kind == "copy" and difference.significant is significant
 
 
 def test_a_new_copy_is_significant_whatever_the_tolerance() -> None:
@@ -416,12 +428,12 @@ def test_real_reports_differ_only_in_the_donated_variant(field_reports: tuple[Re
     fields = {d.field for d in row.differences}
     assert not any(f.startswith("plain.") for f in fields), fields  # the same plain program twice
     assert {"verdict", "checks", "donated.aliases", "donated.copies", "donated.footprint_bytes"} <= fields
-    messages = [d.message for d in row.differences]
+    messages = [d.change.message for d in row.differences]
     assert "none.json: alias lost: field.u → out.u" in messages
     assert "none.json: alias lost: field.v → out.v" in messages
     assert "none.json: check expect-in-place now fails" in messages
-    (copy,) = [d for d in row.differences if d.kind == "copy"]
-    assert copy.message.startswith("none.json: new donated copy [parameter] of field.v (returned as out.v) at examples/field.py:")
+    (copy,) = [d for d in row.differences if d.change.kind == "copy"]
+    assert copy.change.message.startswith("none.json: new donated copy [parameter] of field.v (returned as out.v) at examples/field.py:")
     assert all(d.significant for d in row.differences)
     same = compare_reports([("a.json", field_reports[0]), ("b.json", field_reports[0])])
     assert same.rows[0].differences == ()

@@ -18,18 +18,18 @@ import fieldmem
 from fieldmem.errors import OptionError
 from fieldmem.render import _FORMATS, RENDERERS, RenderOptions, _available, get_renderer
 from fieldmem.render.github import annotation, escape_data, escape_property, location
-from fieldmem.render.markdown import code, escape
+from fieldmem.render.pieces import code, escape
 from factories import make_report
 from fieldmem.report import (
     Alias,
     BaselineComparison,
+    Change,
     Check,
     Copy,
     DeviceInfo,
     ErrorInfo,
     Finding,
     MemoryFigures,
-    Regression,
     Report,
     TargetResult,
     Variant,
@@ -104,11 +104,11 @@ CRASHED = TargetResult(
 BASELINE = BaselineComparison(
     path="fieldmem-baseline.json",
     regressions=(
-        Regression("model:update", "copy", "field.v", "new copy of field.v (1.0 MiB) at model.py:14", None, MIB,
+        Change("model:update", "copy", "field.v", "new copy of field.v (1.0 MiB) at model.py:14", None, MIB,
                    "model.py:14"),
-        Regression("model:update", "figure", "live peak", "live peak 2.0 MiB → 3.0 MiB", 2 * MIB, 3 * MIB),
+        Change("model:update", "figure", "live peak", "live peak 2.0 MiB → 3.0 MiB", 2 * MIB, 3 * MIB),
     ),
-    improvements=(Regression("model:cast", "figure", "temp", "temp 1.0 MiB → 0 B", MIB, 0),),
+    improvements=(Change("model:cast", "figure", "temp", "temp 1.0 MiB → 0 B", MIB, 0),),
     notes=("the baseline was made on gpu, this run is on cpu",),
     tolerance="2%",
 )

@@ -30,13 +30,13 @@ from factories import make_report
 from fieldmem.report import (
     Alias,
     BaselineComparison,
+    Change,
     Check,
     Copy,
     ErrorInfo,
     Finding,
     LiveBuffer,
     MemoryFigures,
-    Regression,
     Report,
     TargetResult,
     Timeline,
@@ -211,9 +211,9 @@ def test_empty_report_is_a_page_too() -> None:
 def test_baseline_regressions_improvements_and_notes_are_shown() -> None:
     baseline = BaselineComparison(
         path="fieldmem-baseline.json",
-        regressions=(Regression("model0:step", "figure", "footprint_bytes", "footprint_bytes grew 4.0 MiB -> 8.0 MiB",
+        regressions=(Change("model0:step", "figure", "footprint_bytes", "footprint_bytes grew 4.0 MiB -> 8.0 MiB",
                                 4 * MIB, 8 * MIB, "model.py:12"),),
-        improvements=(Regression("model0:step", "copy", "copy", "the copy at model.py:41 is gone"),),
+        improvements=(Change("model0:step", "copy", "copy", "the copy at model.py:41 is gone"),),
         notes=("the baseline was recorded on gpu",),
         tolerance="2%",
     )

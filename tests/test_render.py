@@ -219,3 +219,38 @@ def test_sparklines_are_only_in_the_verbose_view() -> None:
     assert "memory over the schedule" not in get_renderer("table").render(report, RenderOptions(width=160))
     # a report without timelines (saved by an older fieldmem) has no sparkline, and no error
     assert "memory over the schedule" not in get_renderer("table").render(_report((GOOD,)), RenderOptions(verbose=True))
+
+
+def _render_imports() -> dict[str, set[str]]:
+    """Each module of fieldmem.render -> the fieldmem.render modules it imports (also inside functions)."""
+    import ast
+    from pathlib import Path
+
+    import fieldmem.render
+
+    folder = Path(fieldmem.render.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in folder.glob("*.py"):
+        name = "fieldmem.render" if path.stem == "__init__" else f"fieldmem.render.{path.stem}"
+        imported = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fieldmem.render"):
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(a.name for a in node.names if a.name.startswith("fieldmem.render"))
+        graph[name] = imported - {name}
+    return graph
+
+
+def test_the_shared_pieces_import_no_renderer_and_renderers_form_no_cycle() -> None:
+    graph = _render_imports()
+    assert graph["fieldmem.render.pieces"] == set()
+    assert graph["fieldmem.render.chains"] <= {"fieldmem.render.pieces"}
+
+    def visit(module: str, path: tuple[str, ...]) -> None:
+        assert module not in path, f"import cycle: {' -> '.join(path + (module,))}"
+        for imported in graph.get(module, ()):
+            visit(imported, path + (module,))
+
+    for module in graph:
+        visit(module, ())

@@ -8,8 +8,10 @@ what is stable from one run of the same code to the next (no timings, no HLO
 instruction names), so a refreshed baseline changes in git exactly when the
 findings change.
 
-:func:`compare_to_baseline` collects *every* regression and improvement into
-the report's :class:`~fieldmem.report.BaselineComparison`; the exit code
+:func:`compare_to_baseline` collects *every* regression and improvement (each a
+:class:`~fieldmem.report.Change`; which copies and aliases are the same in the
+two runs is :mod:`fieldmem.gate.diff`'s to say) into the report's
+:class:`~fieldmem.report.BaselineComparison`; the exit code
 (``Report.exit_code``) then fails once. Nothing here prints; files are
 written only through :func:`fieldmem.files.write_atomic`.
 """
@@ -27,9 +29,10 @@ from typing import Any
 from fieldmem.codec import decode, encode
 from fieldmem.errors import FieldmemError
 from fieldmem.files import read_json, write_atomic
-from fieldmem.report import MEMORY_FIGURES, BaselineComparison, Copy, Regression, Report, TargetResult, Variant
-from fieldmem.units import format_bytes
+from fieldmem.gate.diff import CopyRecord, change_text, copy_record, match_aliases, match_copies, moved
 from fieldmem.gate.tolerance import COPIES, FIGURES, Tolerance, Tolerances
+from fieldmem.report import MEMORY_FIGURES, BaselineComparison, Change, Report, TargetResult, Variant
+from fieldmem.units import format_bytes
 
 __all__ = [
     "SCHEMA",
@@ -37,7 +40,6 @@ __all__ = [
     "Baseline",
     "BaselineEntry",
     "BaselineError",
-    "CopyRecord",
     "DonationRecord",
     "SavedBaseline",
     "VariantRecord",
@@ -78,26 +80,6 @@ class DonationRecord:
     bytes: int
     code: str
     reason: str
-
-
-@dataclass(frozen=True)
-class CopyRecord:
-    """A copy XLA kept, without its HLO instruction name (which changes between runs)."""
-
-    kind: str
-    bytes: int
-    shape: str
-    input: str | None  # the input leaf it copies (``of_parameter``)
-    source: str | None
-    bytes_per_call: int | None = None
-    trip_count: int | None = None
-    output: str | None = None
-    cause: str | None = None
-
-    @property
-    def per_call(self) -> int:
-        """Bytes copied per call: ``bytes_per_call`` for a loop copy with a known trip count, else ``bytes``."""
-        return self.bytes_per_call if self.bytes_per_call is not None else self.bytes
 
 
 @dataclass(frozen=True)
@@ -175,20 +157,6 @@ def _device_kind(report: Report) -> str | None:
     return first.kind or first.platform
 
 
-def _copy_record(copy: Copy) -> CopyRecord:
-    return CopyRecord(
-        kind=copy.kind,
-        bytes=copy.bytes,
-        shape=copy.shape,
-        input=copy.of_parameter,
-        source=copy.source,
-        bytes_per_call=copy.bytes_per_call,
-        trip_count=copy.trip_count,
-        output=copy.output,
-        cause=copy.cause,
-    )
-
-
 def _variant_record(variant: Variant) -> VariantRecord:
     memory = {name: getattr(variant.memory, name) for name in MEMORY_FIGURES}
     return VariantRecord(
@@ -197,7 +165,7 @@ def _variant_record(variant: Variant) -> VariantRecord:
         unusable_donations=tuple(
             DonationRecord(d.input, d.bytes, d.code, d.reason) for d in variant.unusable_donations
         ),
-        copies=tuple(_copy_record(c) for c in variant.copies),
+        copies=tuple(copy_record(c) for c in variant.copies),
     )
 
 
@@ -350,20 +318,9 @@ def _minor(version: str) -> tuple[int, int] | None:
 class _Collector:
     """Regressions, improvements and notes of one comparison, in the order found."""
 
-    regressions: list[Regression] = field(default_factory=list)
-    improvements: list[Regression] = field(default_factory=list)
+    regressions: list[Change] = field(default_factory=list)
+    improvements: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-
-def _signed(value: int) -> str:
-    return f"+{format_bytes(value)}" if value >= 0 else f"-{format_bytes(-value)}"
-
-
-def _change(before: int, after: int) -> str:
-    """``4.0 KiB → 8.0 KiB (+4.0 KiB, +100.0%)``."""
-    diff = after - before
-    percent = f", {diff / before:+.1%}" if before else ""
-    return f"{format_bytes(before)} → {format_bytes(after)} ({_signed(diff)}{percent})"
 
 
 def _at(source: str | None) -> str:
@@ -396,24 +353,24 @@ def _compare_figures(
                     )
                 continue
             tolerance = tolerances.for_figure(figure)
-            grew = not tolerance.allows(before, after)
-            shrank = before - after > tolerance.allowance(before)
-            if not (grew or shrank) or (variant == "plain" and (name, grew) in reported):
+            direction = moved(tolerance, before, after)
+            grew = direction > 0
+            if not direction or (variant == "plain" and (name, grew) in reported):
                 continue
             reported.add((name, grew))
             source = _figure_source(after_variant, figure) or result.definition
             subject = f"{variant} {name}"
             if grew:
-                found.regressions.append(Regression(
+                found.regressions.append(Change(
                     target=result.name, kind="figure", subject=subject,
-                    message=f"{result.name}: {subject} {_change(before, after)}, beyond the tolerance "
+                    message=f"{result.name}: {subject} {change_text(before, after)}, beyond the tolerance "
                     f"{_tolerance_text(tolerance)}{_at(source)}",
                     before=before, after=after, source=source,
                 ))
             else:
-                found.improvements.append(Regression(
+                found.improvements.append(Change(
                     target=result.name, kind="figure", subject=subject,
-                    message=f"{result.name}: {subject} {_change(before, after)}",
+                    message=f"{result.name}: {subject} {change_text(before, after)}",
                     before=before, after=after, source=source,
                 ))
 
@@ -441,43 +398,6 @@ def _copy_size(copy: CopyRecord) -> str:
     return format_bytes(copy.bytes)
 
 
-_COPY_KEYS = (
-    # exact: the same copy
-    lambda c: (c.kind, c.input, c.output, c.shape, c.source),
-    # the same copy, grown or shrunk (its shape changed)
-    lambda c: (c.kind, c.input, c.output, c.source),
-    # the same copy, moved: lines above it were edited
-    lambda c: (c.kind, c.input, c.output, c.shape),
-)
-
-
-def _match_copies(
-    before: list[CopyRecord], after: list[CopyRecord]
-) -> tuple[list[tuple[CopyRecord, CopyRecord]], list[CopyRecord], list[CopyRecord]]:
-    """Pair copies across runs by what they copy, never by HLO instruction name.
-
-    Three passes, strictest first: kind + input/output + shape + source; then
-    without the shape (a copy that grew); then without the source (a copy
-    whose line moved). Returns the pairs, the copies gone, the copies new.
-    """
-    pairs: list[tuple[CopyRecord, CopyRecord]] = []
-    left, right = list(before), list(after)
-    for key in _COPY_KEYS:
-        still_left = []
-        pool: dict[Any, list[CopyRecord]] = {}
-        for copy in right:
-            pool.setdefault(key(copy), []).append(copy)
-        for copy in left:
-            candidates = pool.get(key(copy))
-            if candidates:
-                pairs.append((copy, candidates.pop(0)))
-            else:
-                still_left.append(copy)
-        left = still_left
-        right = [c for candidates in pool.values() for c in candidates]
-    return pairs, left, sorted(right, key=lambda c: -c.per_call)
-
-
 def _compare_copies(entry: BaselineEntry, result: TargetResult, min_bytes: int, tolerances: Tolerances,
                     found: _Collector) -> None:
     """The donated variant's copies of at least ``min_bytes``: a new one always regresses."""
@@ -486,38 +406,46 @@ def _compare_copies(entry: BaselineEntry, result: TargetResult, min_bytes: int, 
     if before_variant is None or after_variant is None:
         return
     before = [c for c in before_variant.copies if c.bytes >= min_bytes]
-    after = [_copy_record(c) for c in after_variant.copies if c.bytes >= min_bytes]
-    pairs, gone, new = _match_copies(before, after)
-    tolerance = tolerances.for_figure(COPIES)
-    for copy in new:
+    after = [copy_record(c) for c in after_variant.copies if c.bytes >= min_bytes]
+    matched = match_copies(before, after)
+    for copy in sorted((p.after for p in matched if p.before is None and p.after), key=lambda c: -c.per_call):
         cause = f" ({copy.cause})" if copy.cause else ""
-        found.regressions.append(Regression(
+        found.regressions.append(Change(
             target=result.name, kind="copy", subject=_copy_subject(copy),
             message=f"{result.name}: new {_copy_subject(copy)} ({_copy_size(copy)}){_at(copy.source)}{cause}",
             before=None, after=copy.per_call, source=copy.source,
         ))
-    for old, now in pairs:
-        subject = _copy_subject(now)
-        if not tolerance.allows(old.per_call, now.per_call):
-            found.regressions.append(Regression(
-                target=result.name, kind="copy", subject=subject,
-                message=f"{result.name}: {subject} grew {_change(old.per_call, now.per_call)} per call, "
-                f"beyond the tolerance {_tolerance_text(tolerance)}{_at(now.source)}",
-                before=old.per_call, after=now.per_call, source=now.source,
-            ))
-        elif old.per_call - now.per_call > tolerance.allowance(old.per_call):
-            found.improvements.append(Regression(
-                target=result.name, kind="copy", subject=subject,
-                message=f"{result.name}: {subject} shrank {_change(old.per_call, now.per_call)} per call"
-                f"{_at(now.source)}",
-                before=old.per_call, after=now.per_call, source=now.source,
-            ))
-    for copy in gone:
-        found.improvements.append(Regression(
+    tolerance = tolerances.for_figure(COPIES)
+    for pair in matched:
+        if pair.before is not None and pair.after is not None:
+            _compare_copy_size(result.name, pair.before, pair.after, tolerance, found)
+    for copy in (p.before for p in matched if p.after is None and p.before):
+        found.improvements.append(Change(
             target=result.name, kind="copy", subject=_copy_subject(copy),
             message=f"{result.name}: {_copy_subject(copy)} ({_copy_size(copy)}) is gone"
             f" (was{_at(copy.source) or ' without a source line'})",
             before=copy.per_call, after=None, source=copy.source,
+        ))
+
+
+def _compare_copy_size(target: str, old: CopyRecord, now: CopyRecord, tolerance: Tolerance,
+                       found: _Collector) -> None:
+    """A copy in both runs: grown beyond the tolerance regresses, shrunk beyond it improves."""
+    direction = moved(tolerance, old.per_call, now.per_call)
+    subject = _copy_subject(now)
+    if direction > 0:
+        found.regressions.append(Change(
+            target=target, kind="copy", subject=subject,
+            message=f"{target}: {subject} grew {change_text(old.per_call, now.per_call)} per call, "
+            f"beyond the tolerance {_tolerance_text(tolerance)}{_at(now.source)}",
+            before=old.per_call, after=now.per_call, source=now.source,
+        ))
+    elif direction < 0:
+        found.improvements.append(Change(
+            target=target, kind="copy", subject=subject,
+            message=f"{target}: {subject} shrank {change_text(old.per_call, now.per_call)} per call"
+            f"{_at(now.source)}",
+            before=old.per_call, after=now.per_call, source=now.source,
         ))
 
 
@@ -527,39 +455,38 @@ def _compare_donation(entry: BaselineEntry, result: TargetResult, found: _Collec
     after_variant = result.variants.get("donated")
     if before_variant is None or after_variant is None:
         return
-    before_aliases = {a.input: a for a in before_variant.aliases}
-    after_aliases = {a.input: a for a in after_variant.aliases}
-    for name, alias in before_aliases.items():
-        if name not in after_aliases:
-            found.regressions.append(Regression(
-                target=result.name, kind="alias", subject=name,
-                message=f"{result.name}: alias lost: {name} → {alias.output} ({format_bytes(alias.bytes)}) "
-                f"no longer reuses the donated buffer{_at(result.definition)}",
-                before=alias.output, after=None, source=result.definition,
-            ))
-    for name, alias in after_aliases.items():
-        if name not in before_aliases:
-            found.improvements.append(Regression(
-                target=result.name, kind="alias", subject=name,
-                message=f"{result.name}: new alias {name} → {alias.output} ({format_bytes(alias.bytes)})",
-                before=None, after=alias.output, source=result.definition,
-            ))
+    # an alias rerouted to another output still reuses the donated buffer: neither better nor worse
+    aliases = match_aliases(before_variant.aliases, after_variant.aliases)
+    for alias in aliases.lost:
+        found.regressions.append(Change(
+            target=result.name, kind="alias", subject=alias.input,
+            message=f"{result.name}: alias lost: {alias.input} → {alias.output} ({format_bytes(alias.bytes)}) "
+            f"no longer reuses the donated buffer{_at(result.definition)}",
+            before=alias.output, after=None, source=result.definition,
+        ))
+    for new_alias in aliases.new:
+        found.improvements.append(Change(
+            target=result.name, kind="alias", subject=new_alias.input,
+            message=f"{result.name}: new alias {new_alias.input} → {new_alias.output} "
+            f"({format_bytes(new_alias.bytes)})",
+            before=None, after=new_alias.output, source=result.definition,
+        ))
     before_unusable = {d.input: d for d in before_variant.unusable_donations}
     after_unusable = {d.input: d for d in after_variant.unusable_donations}
     for name, donation in after_unusable.items():
         if name not in before_unusable:
-            found.regressions.append(Regression(
+            found.regressions.append(Change(
                 target=result.name, kind="donation", subject=name,
                 message=f"{result.name}: donation of {name} ({format_bytes(donation.bytes)}) became unusable "
                 f"({donation.code}): {donation.reason}",
                 before=None, after=donation.code, source=result.definition,
             ))
-    for name, donation in before_unusable.items():
+    for name, record in before_unusable.items():
         if name not in after_unusable:
-            found.improvements.append(Regression(
+            found.improvements.append(Change(
                 target=result.name, kind="donation", subject=name,
-                message=f"{result.name}: donation of {name} is no longer unusable (was {donation.code})",
-                before=donation.code, after=None, source=result.definition,
+                message=f"{result.name}: donation of {name} is no longer unusable (was {record.code})",
+                before=record.code, after=None, source=result.definition,
             ))
 
 
@@ -576,13 +503,13 @@ def _compare_verdict(entry: BaselineEntry, result: TargetResult, found: _Collect
         return
     source = _verdict_source(result)
     if entry.in_place:
-        found.regressions.append(Regression(
+        found.regressions.append(Change(
             target=result.name, kind="verdict", subject="in place",
             message=f"{result.name}: verdict in place → {result.verdict.summary}",
             before="in place", after="not in place", source=source,
         ))
     else:
-        found.improvements.append(Regression(
+        found.improvements.append(Change(
             target=result.name, kind="verdict", subject="in place",
             message=f"{result.name}: verdict not in place → in place",
             before="not in place", after="in place", source=source,
@@ -635,7 +562,7 @@ def compare_to_baseline(report: Report, baseline: Baseline, tolerances: Toleranc
             continue
         if result.status == "error":
             message = result.error.message if result.error is not None else "it could not be checked"
-            found.regressions.append(Regression(
+            found.regressions.append(Change(
                 target=result.name, kind="status", subject="status",
                 message=f"{result.name}: now errors: {message}",
                 before=entry.status, after="error", source=result.definition,
@@ -654,7 +581,7 @@ def compare_to_baseline(report: Report, baseline: Baseline, tolerances: Toleranc
         if entry.name in names:
             continue
         if entry.target in specs:
-            found.regressions.append(Regression(
+            found.regressions.append(Change(
                 target=entry.name, kind="status", subject="disappeared",
                 message=f"{entry.name}: disappeared: {entry.target} no longer yields this target "
                 "(renamed or unregistered? refresh the baseline with --save-baseline --prune-baseline)",

@@ -4,9 +4,12 @@ Each report (``fieldmem check --format json -o FILE``) becomes a column: cpu
 against gpu, jax 0.10 against 0.11, main against a branch. Targets are matched
 by name into rows; per target and report a :class:`Cell` holds the figures
 of both variants, the aliases, the copies and the verdict, and each row lists
-its :class:`Difference`\\ s from the first report (the reference). A figure or
+its :class:`Difference`\\ s from the first report (the reference): each a
+:class:`~fieldmem.report.Change` placed in the table. Which copies and aliases
+are the same in two reports, and whether a size moved beyond its tolerance, is
+:mod:`fieldmem.gate.diff`'s to say, exactly as for a baseline. A figure or
 copy that changed by no more than the tolerance (``--tolerance``, default
-exact; ``copies:`` for a copy's size) is a difference that is *not
+exact; ``copies:`` for a copy's size per call) is a difference that is *not
 significant*, in either direction; a verdict, an alias, a new or vanished
 copy, a failed check or a missing target always is significant.
 
@@ -20,18 +23,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.files import read_json
-from fieldmem.report import Alias, Copy, Report, ReportError, TargetResult
+from fieldmem.gate.diff import (
+    CopyPair,
+    CopyRecord,
+    array_shape,
+    change_text,
+    copy_record,
+    match_aliases,
+    match_copies,
+    moved,
+)
+from fieldmem.gate.tolerance import COPIES, Tolerance, Tolerances
+from fieldmem.report import Alias, Change, Copy, Report, ReportError, TargetResult
 from fieldmem.units import format_bytes
-
-if TYPE_CHECKING:
-    from fieldmem.gate.tolerance import Tolerance, Tolerances
 
 __all__ = [
     "COMPARE_SCHEMA",
@@ -59,7 +69,6 @@ FIGURE_LABELS = {
     "temp_bytes": "temp",
     "peak_bytes": "XLA peak",
 }
-_LAYOUT = re.compile(r"\{[^}]*\}")
 
 
 class ReportFileError(FieldmemError):
@@ -107,22 +116,34 @@ class Cell:
 
 @dataclass(frozen=True)
 class Difference:
-    """How one report's cell differs from the reference's.
+    """A :class:`~fieldmem.report.Change` of one report's cell from the reference's, placed in the table.
 
-    ``field`` names what differs, as the renderers' rows do: ``status``,
+    ``field`` names the row of the table it concerns: ``status``,
     ``verdict``, ``checks``, ``donated.aliases``, ``<variant>.copies`` or
-    ``<variant>.<figure>`` (e.g. ``donated.live_peak_bytes``).
+    ``<variant>.<figure>`` (e.g. ``donated.live_peak_bytes``). The change's
+    ``before`` is the reference's value; its ``message`` starts with the
+    report's label.
     """
 
     column: int  # index of the report that differs from column 0
     field: str
-    kind: str  # status | verdict | check | alias | copy | figure
-    subject: str  # the figure, alias, copy or check concerned, in words
-    message: str  # the whole change in words
-    before: int | str | None = None  # the reference's value
-    after: int | str | None = None
+    change: Change
     significant: bool = True
-    source: str | None = None  # file.py:LINE of the copy concerned
+
+    def to_dict(self) -> dict[str, Any]:
+        """The difference as ``fieldmem.compare/1`` writes it (the change's target is the row's name)."""
+        change = self.change
+        return {
+            "column": self.column,
+            "field": self.field,
+            "kind": change.kind,
+            "subject": change.subject,
+            "message": change.message,
+            "before": change.before,
+            "after": change.after,
+            "significant": self.significant,
+            "source": change.source,
+        }
 
 
 @dataclass(frozen=True)
@@ -164,7 +185,14 @@ class Comparison:
             "tolerance": self.tolerance,
             "min_bytes": self.min_bytes,
             "columns": [dataclasses.asdict(c) for c in self.columns],
-            "rows": [dataclasses.asdict(r) for r in self.rows],
+            "rows": [
+                {
+                    "name": row.name,
+                    "cells": [dataclasses.asdict(c) for c in row.cells],
+                    "differences": [d.to_dict() for d in row.differences],
+                }
+                for row in self.rows
+            ],
             "significant_differences": len(self.significant),
         }
 
@@ -252,23 +280,31 @@ def _cell(result: TargetResult | None, min_bytes: int) -> Cell:
 # Differences
 
 
-def _change(before: int, after: int) -> str:
-    delta = after - before
-    text = f"{'+' if delta > 0 else ''}{format_bytes(delta)}"
-    if before:
-        text += f", {'+' if delta > 0 else ''}{100 * delta / before:.1f}%"
-    return text
+@dataclass(frozen=True)
+class _Against:
+    """Where the differences of one report's cell go: its column, its label, the row's target."""
 
+    column: int
+    label: str
+    target: str
 
-def _within(tolerance: "Tolerance | None", before: int, after: int) -> bool:
-    """Equal within the tolerance in either direction (None: exact)."""
-    if tolerance is None:
-        return before == after
-    return tolerance.allows(before, after) and tolerance.allows(after, before)
+    def difference(
+        self,
+        field_name: str,
+        kind: str,
+        subject: str,
+        message: str,
+        before: int | str | None = None,
+        after: int | str | None = None,
+        significant: bool = True,
+        source: str | None = None,
+    ) -> Difference:
+        change = Change(self.target, kind, subject, f"{self.label}: {message}", before, after, source)
+        return Difference(self.column, field_name, change, significant)
 
 
 def _figure_differences(
-    column: int, label: str, ref: Cell, other: Cell, tolerances: "Tolerances | None"
+    against: _Against, ref: Cell, other: Cell, tolerances: Tolerances | None
 ) -> list[Difference]:
     differences = []
     for variant in VARIANTS:
@@ -278,96 +314,87 @@ def _figure_differences(
                 continue
             subject = f"{variant} {FIGURE_LABELS[figure]}"
             if before is None or after is None:
-                message = f"{subject}: {format_bytes(before)} → {format_bytes(after)} (not comparable: unavailable in one report)"
+                message = (
+                    f"{subject}: {format_bytes(before)} → {format_bytes(after)} "
+                    "(not comparable: unavailable in one report)"
+                )
                 significant = True
             else:
-                message = f"{subject}: {format_bytes(before)} → {format_bytes(after)} ({_change(before, after)})"
-                tolerance = tolerances.for_figure(figure) if tolerances is not None else None
-                significant = not _within(tolerance, before, after)
+                message = f"{subject}: {change_text(before, after)}"
+                tolerance = tolerances.for_figure(figure) if tolerances is not None else Tolerance()
+                significant = moved(tolerance, before, after) != 0
             differences.append(
-                Difference(column, f"{variant}.{figure}", "figure", subject, f"{label}: {message}", before, after, significant)
+                against.difference(f"{variant}.{figure}", "figure", subject, message, before, after, significant)
             )
     return differences
 
 
-def _alias_differences(column: int, label: str, ref: Cell, other: Cell) -> list[Difference]:
-    before = {(a.input, a.output) for a in ref.aliases}
-    after = {(a.input, a.output) for a in other.aliases}
+def _alias_text(alias: Alias) -> str:
+    return f"{alias.input} → {alias.output}"
+
+
+def _alias_differences(against: _Against, ref: Cell, other: Cell) -> list[Difference]:
+    aliases = match_aliases(ref.aliases, other.aliases)
     differences = []
-    for pair in sorted(before - after):
-        subject = f"{pair[0]} → {pair[1]}"
-        differences.append(
-            Difference(column, "donated.aliases", "alias", subject, f"{label}: alias lost: {subject}", subject, None)
-        )
-    for pair in sorted(after - before):
-        subject = f"{pair[0]} → {pair[1]}"
-        differences.append(
-            Difference(column, "donated.aliases", "alias", subject, f"{label}: new alias: {subject}", None, subject)
-        )
+    for lost in sorted(aliases.lost, key=_alias_text):
+        subject = _alias_text(lost)
+        differences.append(against.difference("donated.aliases", "alias", subject, f"alias lost: {subject}", subject))
+    for old, now in aliases.rerouted:
+        subject, after = _alias_text(old), _alias_text(now)
+        message = f"alias rerouted: {subject} is now {after}"
+        differences.append(against.difference("donated.aliases", "alias", subject, message, subject, after))
+    for new in sorted(aliases.new, key=_alias_text):
+        subject = _alias_text(new)
+        message = f"new alias: {subject}"
+        differences.append(against.difference("donated.aliases", "alias", subject, message, None, subject))
     return differences
 
 
-_CopyKey = tuple[str, str, str, str]  # kind, what it copies, output, source
+def _describe_copy(variant: str, copy: CopyRecord) -> str:
+    """``donated copy [loop] of f32[64,64] (returned as out.u) at model.py:14``."""
+    what = copy.input or array_shape(copy.shape)
+    text = f"{variant} copy [{copy.kind}] of {what}"
+    if copy.output:
+        text += f" (returned as {copy.output})"
+    return text + (f" at {copy.source}" if copy.source else "")
 
 
-def _copy_key(copy: Copy) -> _CopyKey:
-    # layouts differ between backends for the same array: identify a copy without it
-    what = copy.of_parameter or _LAYOUT.sub("", copy.shape)
-    return (copy.kind, what, copy.output or "", copy.source or "")
-
-
-def _copy_groups(copies: Iterable[Copy]) -> dict[_CopyKey, tuple[int, int]]:
-    groups: dict[_CopyKey, tuple[int, int]] = {}
-    for copy in copies:
-        count, total = groups.get(_copy_key(copy), (0, 0))
-        groups[_copy_key(copy)] = (count + 1, total + copy.bytes)
-    return groups
-
-
-def _describe_copy(variant: str, key: _CopyKey) -> str:
-    kind, what, output, source = key
-    text = f"{variant} copy [{kind}] of {what}"
-    if output:
-        text += f" (returned as {output})"
-    return text + (f" at {source}" if source else "")
+def _copy_difference(against: _Against, variant: str, pair: CopyPair, tolerance: Tolerance) -> Difference | None:
+    """A copy new, gone, or of another size per call than in the reference (None: the same)."""
+    field_name, old, now = f"{variant}.copies", pair.before, pair.after
+    if old is None and now is not None:
+        subject = _describe_copy(variant, now)
+        message = f"new {subject} ({format_bytes(now.per_call)})"
+        return against.difference(field_name, "copy", subject, message, None, now.per_call, source=now.source)
+    if old is not None and now is None:
+        subject = _describe_copy(variant, old)
+        message = f"{subject} is gone ({format_bytes(old.per_call)})"
+        return against.difference(field_name, "copy", subject, message, old.per_call, None, source=old.source)
+    if old is None or now is None or old.per_call == now.per_call:
+        return None
+    subject = _describe_copy(variant, now)
+    significant = moved(tolerance, old.per_call, now.per_call) != 0
+    return against.difference(field_name, "copy", subject, f"{subject}: {change_text(old.per_call, now.per_call)}",
+                              old.per_call, now.per_call, significant, now.source)
 
 
 def _copy_differences(
-    column: int,
-    label: str,
+    against: _Against,
     ref_result: TargetResult,
     other_result: TargetResult,
     min_bytes: int,
-    tolerances: "Tolerances | None",
+    tolerances: Tolerances | None,
 ) -> list[Difference]:
+    tolerance = tolerances.for_figure(COPIES) if tolerances is not None else Tolerance()
     differences = []
     for variant in VARIANTS:
         ref_variant, other_variant = ref_result.variants.get(variant), other_result.variants.get(variant)
-        before = _copy_groups(_shown(ref_variant.copies, min_bytes) if ref_variant else [])
-        after = _copy_groups(_shown(other_variant.copies, min_bytes) if other_variant else [])
-        for key in list(before) + [k for k in after if k not in before]:
-            (count_before, bytes_before), (count_after, bytes_after) = before.get(key, (0, 0)), after.get(key, (0, 0))
-            if (count_before, bytes_before) == (count_after, bytes_after):
-                continue
-            subject = _describe_copy(variant, key)
-            source = key[3] or None
-            if count_before == 0:
-                message, significant = f"new {subject} ({format_bytes(bytes_after)})", True
-            elif count_after == 0:
-                message, significant = f"{subject} is gone ({format_bytes(bytes_before)})", True
-            elif count_before != count_after:
-                message = f"{subject}: {count_before} → {count_after} copies ({format_bytes(bytes_before)} → {format_bytes(bytes_after)})"
-                significant = True
-            else:
-                message = f"{subject}: {format_bytes(bytes_before)} → {format_bytes(bytes_after)} ({_change(bytes_before, bytes_after)})"
-                tolerance = tolerances.for_figure("copies") if tolerances is not None else None
-                significant = not _within(tolerance, bytes_before, bytes_after)
-            differences.append(
-                Difference(
-                    column, f"{variant}.copies", "copy", subject, f"{label}: {message}",
-                    bytes_before if count_before else None, bytes_after if count_after else None, significant, source,
-                )
-            )
+        before = [copy_record(c) for c in _shown(ref_variant.copies if ref_variant else (), min_bytes)]
+        after = [copy_record(c) for c in _shown(other_variant.copies if other_variant else (), min_bytes)]
+        for pair in match_copies(before, after):
+            difference = _copy_difference(against, variant, pair, tolerance)
+            if difference is not None:
+                differences.append(difference)
     return differences
 
 
@@ -376,36 +403,34 @@ def _status_word(cell: Cell) -> str:
 
 
 def _differences(
-    column: int,
-    label: str,
+    against: _Against,
     reference: tuple[Cell, TargetResult | None],
     other: tuple[Cell, TargetResult | None],
     min_bytes: int,
-    tolerances: "Tolerances | None",
+    tolerances: Tolerances | None,
 ) -> list[Difference]:
     (ref, ref_result), (cell, result) = reference, other
     if ref.status != cell.status:
         detail = f": {cell.error}" if cell.error else ""
-        message = f"{label}: {_status_word(ref)} in the reference, {_status_word(cell)} here{detail}"
-        return [Difference(column, "status", "status", "status", message, ref.status, cell.status)]
+        message = f"{_status_word(ref)} in the reference, {_status_word(cell)} here{detail}"
+        return [against.difference("status", "status", "status", message, ref.status, cell.status)]
     if ref.status != "ok" or ref_result is None or result is None:
         return []
     differences = []
     if ref.in_place != cell.in_place:
         words = {True: "in place", False: "not in place"}
         before, after = words[bool(ref.in_place)], words[bool(cell.in_place)]
-        differences.append(
-            Difference(column, "verdict", "verdict", "verdict", f"{label}: verdict {before} → {after} ({cell.verdict})", before, after)
-        )
+        message = f"verdict {before} → {after} ({cell.verdict})"
+        differences.append(against.difference("verdict", "verdict", "verdict", message, before, after))
     for name in sorted(set(ref.failed_checks) ^ set(cell.failed_checks)):
         now = "fails" if name in cell.failed_checks else "passes"
         before_state, after_state = ("passed", "failed") if now == "fails" else ("failed", "passed")
         differences.append(
-            Difference(column, "checks", "check", name, f"{label}: check {name} now {now}", before_state, after_state)
+            against.difference("checks", "check", name, f"check {name} now {now}", before_state, after_state)
         )
-    differences += _alias_differences(column, label, ref, cell)
-    differences += _copy_differences(column, label, ref_result, result, min_bytes, tolerances)
-    differences += _figure_differences(column, label, ref, cell, tolerances)
+    differences += _alias_differences(against, ref, cell)
+    differences += _copy_differences(against, ref_result, result, min_bytes, tolerances)
+    differences += _figure_differences(against, ref, cell, tolerances)
     return differences
 
 
@@ -427,7 +452,7 @@ def _by_name(report: Report) -> dict[str, TargetResult]:
 
 def compare_reports(
     reports: Sequence[tuple[str, Report]],
-    tolerances: "Tolerances | None" = None,
+    tolerances: Tolerances | None = None,
     min_bytes: int | None = None,
 ) -> Comparison:
     """Compare ``(path, report)`` pairs side by side against the first.
@@ -457,8 +482,9 @@ def compare_reports(
         cells = tuple(_cell(result, threshold) for result in results)
         differences: list[Difference] = []
         for column in range(1, len(cells)):
+            against = _Against(column, labels[column], name)
             differences += _differences(
-                column, labels[column], (cells[0], results[0]), (cells[column], results[column]), threshold, tolerances
+                against, (cells[0], results[0]), (cells[column], results[column]), threshold, tolerances
             )
         rows.append(Row(name=name, cells=cells, differences=tuple(differences)))
     return Comparison(
@@ -471,7 +497,7 @@ def compare_reports(
 
 def compare_files(
     paths: Sequence[str | os.PathLike[str]],
-    tolerances: "Tolerances | None" = None,
+    tolerances: Tolerances | None = None,
     min_bytes: int | None = None,
 ) -> Comparison:
     """Load each saved report and compare them (see :func:`compare_reports`).

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fieldmem.render.pieces import count
 from fieldmem.report import BaselineComparison
 
 if TYPE_CHECKING:
@@ -17,17 +18,13 @@ if TYPE_CHECKING:
 __all__ = ["render_comparison", "render_saved"]
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}{'' if n == 1 else 's'}"
-
-
 def render_comparison(comparison: BaselineComparison) -> str:
     """``baseline PATH (tolerance T): N regressions, M improvements`` and one line per item."""
     tolerance = comparison.tolerance or "exact"
     lines = [
         f"baseline {comparison.path} (tolerance {tolerance}): "
-        f"{_count(len(comparison.regressions), 'regression')}, "
-        f"{_count(len(comparison.improvements), 'improvement')}"
+        f"{count(len(comparison.regressions), 'regression')}, "
+        f"{count(len(comparison.improvements), 'improvement')}"
     ]
     lines += [f"  ✗ {r.message}" for r in comparison.regressions]
     lines += [f"  ✓ {r.message}" for r in comparison.improvements]
@@ -37,7 +34,7 @@ def render_comparison(comparison: BaselineComparison) -> str:
 
 def render_saved(saved: "SavedBaseline") -> str:
     """One line: where the baseline went and which entries it holds."""
-    parts = [f"{_count(len(saved.written), 'target')} recorded"]
+    parts = [f"{count(len(saved.written), 'target')} recorded"]
     if saved.kept:
         parts.append(f"{len(saved.kept)} kept from earlier runs ({', '.join(saved.kept)})")
     if saved.pruned:

@@ -12,24 +12,11 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from fieldmem.render.markdown import FAIL, PASS, WARN, code, escape
-from fieldmem.render.table import block
-from fieldmem.report import Chain, ChainCost, ChainStep
+from fieldmem.render.pieces import FAIL, PASS, STATUS_WORDS, WARN, code, escape, footprint_curve, pair
+from fieldmem.report import Chain, ChainCost
 from fieldmem.units import format_bytes
 
-__all__ = ["STATUS_WORDS", "chain_markdown", "chain_renderables", "footprint_curve"]
-
-STATUS_WORDS = {
-    "in-place": ("in place", "green"),
-    "grows": ("grows", "cyan"),
-    "breaks": ("BREAKS", "bold red"),
-    "error": ("error", "bold red"),
-    "not-checked": ("not checked", "dim"),
-}
-
-
-def _pair(plain: int | None, donated: int | None) -> str:
-    return f"{format_bytes(plain)} → {format_bytes(donated)}"
+__all__ = ["chain_markdown", "chain_renderables"]
 
 
 def _delta(value: int | None) -> str:
@@ -38,15 +25,6 @@ def _delta(value: int | None) -> str:
     if value == 0:
         return "±0"
     return ("+" if value > 0 else "−") + format_bytes(abs(value))
-
-
-def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> str:
-    """One block per step: its footprint in eighths of the chain's largest (a blank: no figure)."""
-    values = [s.footprint.get(variant) for s in steps]
-    scale = max((v for v in values if v is not None), default=0)
-    if scale <= 0:
-        return ""
-    return "".join(" " if v is None else block(v, scale) for v in values)
 
 
 def _cost_label(cost: ChainCost) -> str:
@@ -77,18 +55,18 @@ def chain_renderables(chain: Chain, verbose: bool = False) -> list[RenderableTyp
         table.add_row(
             f"{step.index + 1} {step.function}",
             Text(words, style=status_style),
-            _pair(step.footprint.get("plain"), step.footprint.get("donated")) if step.footprint else "",
+            pair(step.footprint.get("plain"), step.footprint.get("donated")) if step.footprint else "",
             _delta(step.grows_by),
-            _pair(step.live_peak.get("plain"), step.live_peak.get("donated")) if step.live_peak else "",
+            pair(step.live_peak.get("plain"), step.live_peak.get("donated")) if step.live_peak else "",
             ", ".join(step.kept_alive),
         )
     for cost in chain.costs:
         table.add_row(
             Text(_cost_label(cost), style="italic"),
             "",
-            _pair(cost.plain_footprint, cost.donated_footprint),
+            pair(cost.plain_footprint, cost.donated_footprint),
             "",
-            _pair(cost.plain_live_peak, cost.donated_live_peak),
+            pair(cost.plain_live_peak, cost.donated_live_peak),
             "",
         )
     items.append(table)
@@ -126,15 +104,15 @@ def chain_markdown(chain: Chain) -> list[str]:
         words = STATUS_WORDS.get(step.status, (step.status, ""))[0]
         lines.append(
             f"| {step.index + 1} {code(step.function)} | {marks.get(step.status, '')} {escape(words)} "
-            f"| {_pair(step.footprint.get('plain'), step.footprint.get('donated')) if step.footprint else ''} "
+            f"| {pair(step.footprint.get('plain'), step.footprint.get('donated')) if step.footprint else ''} "
             f"| {escape(_delta(step.grows_by))} "
-            f"| {_pair(step.live_peak.get('plain'), step.live_peak.get('donated')) if step.live_peak else ''} "
+            f"| {pair(step.live_peak.get('plain'), step.live_peak.get('donated')) if step.live_peak else ''} "
             f"| {', '.join(code(k) for k in step.kept_alive)} |"
         )
     for cost in chain.costs:
         lines.append(
-            f"| *{escape(_cost_label(cost))}* | | {_pair(cost.plain_footprint, cost.donated_footprint)} | "
-            f"| {_pair(cost.plain_live_peak, cost.donated_live_peak)} | |"
+            f"| *{escape(_cost_label(cost))}* | | {pair(cost.plain_footprint, cost.donated_footprint)} | "
+            f"| {pair(cost.plain_live_peak, cost.donated_live_peak)} | |"
         )
     lines.append("")
     if chain.cost_summary:

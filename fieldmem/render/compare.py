@@ -21,7 +21,7 @@ from rich.text import Text
 
 from fieldmem.gate.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
 from fieldmem.render import RenderOptions, text_console
-from fieldmem.render.markdown import FAIL, PASS, code, escape
+from fieldmem.render.pieces import FAIL, PASS, code, count, escape
 from fieldmem.units import format_bytes
 
 __all__ = ["COMPARE_RENDERERS", "CompareRenderer", "get_compare_renderer", "render_json", "render_markdown", "render_table"]
@@ -86,7 +86,7 @@ def _summary(comparison: Comparison) -> str:
     reference = comparison.columns[0].label
     if not significant and not within:
         return f"no differences from {reference} (tolerance: {comparison.tolerance})"
-    parts = [f"{significant} significant difference{'s' if significant != 1 else ''}"]
+    parts = [f"{count(significant, 'significant difference')}"]
     if within:
         parts.append(f"{within} within the tolerance")
     return f"{', '.join(parts)} from {reference} (tolerance: {comparison.tolerance})"
@@ -94,8 +94,8 @@ def _summary(comparison: Comparison) -> str:
 
 def _column_header(column: Column) -> str:
     kind = column.device_kind or "no device"
-    count = f"{column.device_count} × " if column.device_count > 1 else ""
-    return f"{column.label}\n{column.backend} · jax {column.jax_version} · {count}{kind}"
+    how_many = f"{column.device_count} × " if column.device_count > 1 else ""
+    return f"{column.label}\n{column.backend} · jax {column.jax_version} · {how_many}{kind}"
 
 
 # ----------------------------------------------------------------------------
@@ -121,8 +121,8 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("target", overflow="fold")
     table.add_column("")
-    for column in comparison.columns:
-        table.add_column(_column_header(column), justify="right", overflow="fold")
+    for header in comparison.columns:
+        table.add_column(_column_header(header), justify="right", overflow="fold")
     for row in comparison.rows:
         fields = _row_fields(row)
         for n, (field_name, label) in enumerate(fields):
@@ -138,7 +138,7 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
         console.print(Text(row.name, style="bold"))
         for d in row.differences:
             mark = SIGNIFICANT if d.significant else WITHIN
-            console.print(Text(f"  {mark} {d.message}", style=_STYLE[mark]))
+            console.print(Text(f"  {mark} {d.change.message}", style=_STYLE[mark]))
     console.print(Text(_summary(comparison), style="bold red" if comparison.significant else "green"))
     console.print(Text(f"{SIGNIFICANT} differs from the reference · {WITHIN} differs within the tolerance", style="dim"))
     return buffer.getvalue()
@@ -195,8 +195,9 @@ def render_markdown(comparison: Comparison, options: RenderOptions) -> str:
         if row.differences:
             lines.append("")
             for d in row.differences:
-                where = f" ({code(d.source)})" if d.source and d.source not in d.message else ""
-                lines.append(f"- {SIGNIFICANT if d.significant else WITHIN} {escape(d.message)}{where}")
+                change = d.change
+                where = f" ({code(change.source)})" if change.source and change.source not in change.message else ""
+                lines.append(f"- {SIGNIFICANT if d.significant else WITHIN} {escape(change.message)}{where}")
     lines += ["", f"{SIGNIFICANT} differs from the reference ({code(comparison.columns[0].label)}) · {WITHIN} differs within the tolerance"]
     return "\n".join(lines) + "\n"
 

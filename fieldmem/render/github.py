@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 
 from fieldmem.render import RenderOptions
-from fieldmem.report import Chain, Regression, Report, TargetResult
+from fieldmem.render.pieces import count
+from fieldmem.report import Chain, Change, Report, TargetResult
 
 __all__ = ["annotation", "escape_data", "escape_property", "location", "render"]
 
@@ -117,7 +118,7 @@ def _definitions(report: Report) -> dict[str, str]:
     return where
 
 
-def _regression_annotation(regression: Regression, definitions: dict[str, str]) -> str:
+def _regression_annotation(regression: Change, definitions: dict[str, str]) -> str:
     return annotation(
         "error",
         regression.message,
@@ -145,15 +146,14 @@ def _summary(report: Report) -> str:
     parts = [f"{len(group)} {label} ({_names(group)})" for label, group in groups if group]
     failed = sum(len(r.failed_checks) for r in results)
     if failed:
-        parts.append(f"{failed} check{'s' if failed != 1 else ''} failed")
+        parts.append(f"{count(failed, 'check')} failed")
     if report.baseline is not None:
         regressions, improvements = len(report.baseline.regressions), len(report.baseline.improvements)
         parts.append(
-            f"against {report.baseline.path}: {regressions} regression{'s' if regressions != 1 else ''}, "
-            f"{improvements} improvement{'s' if improvements != 1 else ''}"
+            f"against {report.baseline.path}: {count(regressions, 'regression')}, "
+            f"{count(improvements, 'improvement')}"
         )
-    count = len(results)
-    return f"fieldmem ({environment}): {count} target{'s' if count != 1 else ''}: " + "; ".join(parts)
+    return f"fieldmem ({environment}): {count(len(results), 'target')}: " + "; ".join(parts)
 
 
 def render(report: Report, options: RenderOptions) -> str:

@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from fieldmem.render import RenderOptions
+from fieldmem.render.pieces import STATUS_WORDS, count, footprint_curve, pair, plural
 from fieldmem.report import (
     MEMORY_FIGURES,
     BaselineComparison,
+    Change,
     Copy,
     LiveBuffer,
-    Regression,
     Report,
     TargetResult,
     Timeline,
@@ -277,7 +278,7 @@ def _live_table(variant: Variant) -> str:
     caption = (
         f"live at the {_VARIANT_LABEL[variant.name]} live peak: "
         f"<b>{_e(format_bytes(variant.memory.live_peak_bytes))}</b> "
-        f"({len(rows_all)} buffer{'s' if len(rows_all) != 1 else ''}, largest first)"
+        f"({count(len(rows_all), 'buffer')}, largest first)"
     )
     header = ("bytes", "kind", "input", "instruction", "shape", "source")
     return _table(caption, header, rows, f"live {variant.name}", {0}) + _more(len(rows_all), _MAX_ROWS, "buffers")
@@ -389,10 +390,6 @@ def _anchors(results: Sequence[TargetResult]) -> list[str]:
     return [f"t{i}-{re.sub(r'[^A-Za-z0-9_.-]+', '-', r.name).strip('-')[:60]}" for i, r in enumerate(results)]
 
 
-def _pair(plain: int | None, donated: int | None) -> str:
-    return f"{_e(format_bytes(plain))} → {_e(format_bytes(donated))}"
-
-
 def _summary(report: Report, anchors: list[str], min_bytes: int) -> str:
     rows = []
     for result, anchor in zip(report.results, anchors):
@@ -411,8 +408,8 @@ def _summary(report: Report, anchors: list[str], min_bytes: int) -> str:
         copies = f"{sum(c.bytes >= min_bytes for c in plain.copies)} / {sum(c.bytes >= min_bytes for c in donated.copies)}"
         rows.append(
             f'<tr data-filter="{filter_text}" data-anchor="{anchor}"><td>{name}</td><td>{verdict}</td>'
-            f'<td class="num">{_pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes)}</td>'
-            f'<td class="num">{_pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes)}</td>'
+            f'<td class="num">{_e(pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes))}</td>'
+            f'<td class="num">{_e(pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes))}</td>'
             f'<td class="num">{_e(format_bytes(result.savings.get("footprint_bytes")))}</td>'
             f'<td class="num">{copies}</td></tr>'
         )
@@ -542,7 +539,7 @@ def _run_tables(result: TargetResult) -> str:
 
 
 def _baseline(comparison: BaselineComparison) -> str:
-    def items(entries: tuple[Regression, ...], css: str) -> str:
+    def items(entries: tuple[Change, ...], css: str) -> str:
         return "".join(
             f'<li class="{css}">{_e(r.message)}' + (f' <span class="src">{_e(r.source)}</span>' if r.source else "") + "</li>"
             for r in entries
@@ -551,8 +548,8 @@ def _baseline(comparison: BaselineComparison) -> str:
     tolerance = f" (tolerance {_e(comparison.tolerance)})" if comparison.tolerance else ""
     parts = [
         f'<section class="baseline"><h2>Against the baseline <code>{_e(comparison.path)}</code>{tolerance}</h2>\n',
-        f"<p>{len(comparison.regressions)} regression{'s' if len(comparison.regressions) != 1 else ''}, "
-        f"{len(comparison.improvements)} improvement{'s' if len(comparison.improvements) != 1 else ''}.</p>\n",
+        f"<p>{count(len(comparison.regressions), 'regression')}, "
+        f"{count(len(comparison.improvements), 'improvement')}.</p>\n",
     ]
     if comparison.regressions:
         parts.append(f'<ul class="regressions">{items(comparison.regressions, "regression")}</ul>\n')
@@ -566,8 +563,6 @@ def _baseline(comparison: BaselineComparison) -> str:
 
 def _chains(report: Report, anchors: dict[str, str]) -> str:
     """Each chain: its verdict, a row per step linking to the step's section, steps vs fused."""
-    from fieldmem.render.chains import STATUS_WORDS, footprint_curve
-
     parts = ['<section class="chains"><h2>Chains</h2>\n']
     for chain in report.chains:
         css = "ok" if chain.in_place else "bad"
@@ -581,9 +576,9 @@ def _chains(report: Report, anchors: dict[str, str]) -> str:
                 (
                     f"{step.index + 1} {name}",
                     f'<span class="status-{_e(step.status)}">{_e(words)}</span>',
-                    _pair(step.footprint.get("plain"), step.footprint.get("donated")) if step.footprint else "",
+                    _e(pair(step.footprint.get("plain"), step.footprint.get("donated"))) if step.footprint else "",
                     _e(format_bytes(step.grows_by)) if step.grows_by is not None else "",
-                    _pair(step.live_peak.get("plain"), step.live_peak.get("donated")) if step.live_peak else "",
+                    _e(pair(step.live_peak.get("plain"), step.live_peak.get("donated"))) if step.live_peak else "",
                     ", ".join(_code(k) for k in step.kept_alive),
                 )
             )
@@ -594,9 +589,9 @@ def _chains(report: Report, anchors: dict[str, str]) -> str:
                 (
                     f'<a href="#{anchor}"><em>{label}</em></a>' if anchor else f"<em>{label}</em>",
                     "",
-                    _pair(cost.plain_footprint, cost.donated_footprint),
+                    _e(pair(cost.plain_footprint, cost.donated_footprint)),
                     "",
-                    _pair(cost.plain_live_peak, cost.donated_live_peak),
+                    _e(pair(cost.plain_live_peak, cost.donated_live_peak)),
                     "",
                 )
             )
@@ -634,7 +629,7 @@ def _header(report: Report) -> str:
         ("backend", report.backend + (
             f" ({report.platform_version})" if report.platform_version and report.platform_version != report.backend else ""
         )),
-        (f"device{'s' if len(report.devices) != 1 else ''}", f"{devices} — figures are per device"),
+        (plural(len(report.devices), "device"), f"{devices} — figures are per device"),
         ("created", report.created or "unknown"),
         ("min bytes", format_bytes(report.min_bytes)),
     ]
@@ -647,9 +642,9 @@ def _counts(results: Sequence[TargetResult]) -> str:
     errors = sum(1 for r in results if r.status != "ok" or r.verdict is None)
     not_in_place = len(results) - in_place - errors
     failed = sum(1 for r in results if r.failed_checks)
-    words = [f"{len(results)} target{'s' if len(results) != 1 else ''}", f"{in_place} in place", f"{not_in_place} not in place"]
+    words = [count(len(results), "target"), f"{in_place} in place", f"{not_in_place} not in place"]
     if errors:
-        words.append(f"{errors} error{'s' if errors != 1 else ''}")
+        words.append(count(errors, "error"))
     if failed:
         words.append(f"{failed} with a failed check")
     return f'<p class="counts">{" · ".join(words)}</p>\n'
@@ -676,7 +671,7 @@ def render(report: Report, options: RenderOptions) -> str:
     parts = [
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
-        f"<title>fieldmem report · {len(results)} target{'s' if len(results) != 1 else ''} · {_e(report.backend)}</title>\n",
+        f"<title>fieldmem report · {count(len(results), 'target')} · {_e(report.backend)}</title>\n",
         f"<style>{_CSS}</style>\n</head>\n<body>\n",
         _header(report),
         "<main>\n",

@@ -5,44 +5,20 @@ live peak plain → donated, what donation saves, copies), the findings of
 each target that is not fine with their source lines, the baseline
 regressions and improvements when the run had a baseline, and the
 environment. It formats the report and decides nothing; ``escape`` and
-``code`` make user names (which may hold ``|``, backticks or ``*``) safe in
-table cells and prose, and the compare renderer uses them too.
+``code`` (from :mod:`fieldmem.render.pieces`) make user names (which may
+hold ``|``, backticks or ``*``) safe in table cells and prose.
 """
 
 from __future__ import annotations
 
-import re
-
 from fieldmem.render import RenderOptions
-from fieldmem.report import BaselineComparison, Regression, Report, TargetResult, Variant
+from fieldmem.render.pieces import FAIL, PASS, WARN, code, count, escape, pair
+from fieldmem.report import BaselineComparison, Change, Report, TargetResult, Variant
 from fieldmem.units import format_bytes
 
-__all__ = ["FAIL", "PASS", "WARN", "code", "escape", "render", "verdict_text"]
+__all__ = ["render", "verdict_text"]
 
-PASS, FAIL, WARN = "✅", "❌", "⚠️"
-
-_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
 _SEVERITY = {"error": FAIL, "warning": WARN, "info": "ℹ️"}
-
-
-def escape(text: str) -> str:
-    """Prose safe in a paragraph, a list item or a table cell: Markdown punctuation escaped,
-    line breaks folded (a table row is one line)."""
-    return _SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
-
-
-def code(text: str) -> str:
-    """``text`` as an inline code span, also inside a table cell.
-
-    The fence is one backtick longer than the longest run of backticks in the
-    text, padded with a space when the text starts or ends with one; ``|`` is
-    escaped because GitHub splits table cells before it reads code spans.
-    """
-    text = " ".join(text.splitlines())
-    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
-    fence = "`" * (longest + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
-    return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
 
 
 def verdict_text(result: TargetResult) -> str:
@@ -54,10 +30,6 @@ def verdict_text(result: TargetResult) -> str:
     if failed:
         text += f"; {FAIL} " + ", ".join(escape(c.name) for c in failed)
     return text
-
-
-def _pair(plain: int | None, donated: int | None) -> str:
-    return f"{format_bytes(plain)} → {format_bytes(donated)}"
 
 
 def _copies(variant: Variant, min_bytes: int) -> int:
@@ -76,8 +48,8 @@ def _table(report: Report, options: RenderOptions) -> list[str]:
         plain, donated = result.variants["plain"], result.variants["donated"]
         lines.append(
             f"| {code(result.name)} | {verdict_text(result)}"
-            f" | {_pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes)}"
-            f" | {_pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes)}"
+            f" | {pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes)}"
+            f" | {pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes)}"
             f" | {format_bytes(result.savings.get('footprint_bytes'))}"
             f" | {_copies(plain, options.min_bytes)}/{_copies(donated, options.min_bytes)} |"
         )
@@ -121,7 +93,7 @@ def _details(result: TargetResult, verbose: bool) -> list[str]:
     return lines
 
 
-def _regression_lines(items: tuple[Regression, ...], mark: str) -> list[str]:
+def _regression_lines(items: tuple[Change, ...], mark: str) -> list[str]:
     return [f"- {mark} {code(r.target)}: {_with_source(r.message, r.source)}" for r in items]
 
 
@@ -129,15 +101,14 @@ def _baseline(baseline: BaselineComparison) -> list[str]:
     lines = ["", f"### Against the baseline {code(baseline.path)}", ""]
     if baseline.tolerance:
         lines += [f"Tolerance: {escape(baseline.tolerance)}", ""]
-    count = len(baseline.regressions)
-    if count:
-        lines.append(f"**{count} regression{'s' if count != 1 else ''}**")
+    if baseline.regressions:
+        lines.append(f"**{count(len(baseline.regressions), 'regression')}**")
         lines.append("")
         lines += _regression_lines(baseline.regressions, FAIL)
     else:
         lines.append(f"{PASS} no regression")
     if baseline.improvements:
-        lines += ["", f"**{len(baseline.improvements)} improvement{'s' if len(baseline.improvements) != 1 else ''}**", ""]
+        lines += ["", f"**{count(len(baseline.improvements), 'improvement')}**", ""]
         lines += _regression_lines(baseline.improvements, PASS)
     if baseline.notes:
         lines += ["", "**Notes**", ""]
@@ -168,16 +139,15 @@ def _environment(report: Report, options: RenderOptions) -> list[str]:
 def _heading(report: Report) -> str:
     results = report.results
     in_place = sum(1 for r in results if r.status == "ok" and r.verdict is not None and r.verdict.in_place)
-    parts = [f"{in_place} of {len(results)} target{'s' if len(results) != 1 else ''} in place"]
+    parts = [f"{in_place} of {count(len(results), 'target')} in place"]
     errors = sum(1 for r in results if r.status == "error")
     if errors:
         parts.append(f"{errors} could not be checked")
     failed = sum(len(r.failed_checks) for r in results) + sum(len(c.failed_checks) for c in report.chains)
     if failed:
-        parts.append(f"{failed} check{'s' if failed != 1 else ''} failed")
+        parts.append(f"{count(failed, 'check')} failed")
     if report.baseline is not None and report.baseline.regressions:
-        count = len(report.baseline.regressions)
-        parts.append(f"{count} regression{'s' if count != 1 else ''}")
+        parts.append(count(len(report.baseline.regressions), "regression"))
     mark = PASS if report.exit_code == 0 else FAIL
     return f"## {mark} fieldmem: " + ", ".join(parts)
 

@@ -18,17 +18,15 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldmem.render import RenderOptions, text_console
+from fieldmem.render.pieces import block, count, pair
 from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Timeline, Variant
 from fieldmem.units import format_bytes
 
+__all__ = ["render", "sparkline"]
+
 _TOP_COPIES = 3
-SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 56
 _STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
-
-
-def _pair(plain: int | None, donated: int | None) -> str:
-    return f"{format_bytes(plain)} → {format_bytes(donated)}"
 
 
 def _copies_shown(variant: Variant, min_bytes: int) -> list:
@@ -48,15 +46,6 @@ def _verdict_cell(result: TargetResult) -> Text:
     if failed:
         text.append(f" ✗ {', '.join(c.name for c in failed)}", style="red")
     return text
-
-
-def block(value: int, scale: int) -> str:
-    """``value`` as one block character in eighths of ``scale``: the nearest eighth, rounded half up
-    in integers, at least one for anything above zero; zero (or less) is a blank."""
-    if value <= 0 or scale <= 0:
-        return " "
-    level = min(len(SPARK_BLOCKS), max(1, (2 * value * len(SPARK_BLOCKS) + scale) // (2 * scale)))
-    return SPARK_BLOCKS[level - 1]
 
 
 def sparkline(timeline: Timeline, scale: int, width: int = SPARK_WIDTH) -> str:
@@ -157,9 +146,9 @@ def _wide_summary_table(report: Report, options: RenderOptions) -> Table:
             result.name,
             ", ".join(donated.donated_arguments) or "(none)",
             _verdict_cell(result),
-            _pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes),
+            pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes),
             format_bytes(result.savings.get("footprint_bytes")),
-            _pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes),
+            pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes),
             _copy_counts(plain, donated, options.min_bytes),
         )
     return table
@@ -179,8 +168,8 @@ def _narrow_summary_table(report: Report, options: RenderOptions) -> Table:
         saved = format_bytes(result.savings.get("footprint_bytes"))
         figures = "\n".join(
             (
-                f"footprint {_pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes)} (saves {saved})",
-                f"live peak {_pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes)}",
+                f"footprint {pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes)} (saves {saved})",
+                f"live peak {pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes)}",
                 f"copies {_copy_counts(plain, donated, options.min_bytes)}"
                 f" · donated {', '.join(donated.donated_arguments) or '(none)'}",
             )
@@ -365,7 +354,7 @@ def render(report: Report, options: RenderOptions) -> str:
     console.print(
         Text(
             f"fieldmem {report.fieldmem_version} · jax {report.jax_version} · {report.backend}"
-            f" · {devices} device{'s' if devices != 1 else ''} (figures are per device)",
+            f" · {count(devices, 'device')} (figures are per device)",
             style="dim",
         )
     )

@@ -1,0 +1,97 @@
+"""The pieces every renderer shares: pass/fail marks, Markdown escaping and code spans,
+``plain → donated`` byte pairs, block eighths, plurals, the words for a chain step's status.
+
+Renderers import this module; it imports no renderer (and not rich), so no renderer
+needs another one for a helper. Each piece formats the values it is given and decides
+nothing about a report.
+"""
+
+from __future__ import annotations
+
+import re
+
+from fieldmem.report import ChainStep
+from fieldmem.units import format_bytes
+
+__all__ = [
+    "FAIL",
+    "PASS",
+    "SPARK_BLOCKS",
+    "STATUS_WORDS",
+    "WARN",
+    "block",
+    "code",
+    "count",
+    "escape",
+    "footprint_curve",
+    "pair",
+    "plural",
+]
+
+PASS, FAIL, WARN = "✅", "❌", "⚠️"
+
+SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+
+#: a chain step's status -> its words, and the rich style the terminal shows them in
+STATUS_WORDS = {
+    "in-place": ("in place", "green"),
+    "grows": ("grows", "cyan"),
+    "breaks": ("BREAKS", "bold red"),
+    "error": ("error", "bold red"),
+    "not-checked": ("not checked", "dim"),
+}
+
+_SPECIAL = re.compile(r"([\\`*_\[\]<>|~&])")
+
+
+def escape(text: str) -> str:
+    """Prose safe in a paragraph, a list item or a table cell: Markdown punctuation escaped,
+    line breaks folded (a table row is one line)."""
+    return _SPECIAL.sub(r"\\\1", " ".join(text.splitlines()))
+
+
+def code(text: str) -> str:
+    """``text`` as an inline code span, also inside a table cell.
+
+    The fence is one backtick longer than the longest run of backticks in the
+    text, padded with a space when the text starts or ends with one; ``|`` is
+    escaped because GitHub splits table cells before it reads code spans.
+    """
+    text = " ".join(text.splitlines())
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
+    return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
+def pair(plain: int | None, donated: int | None) -> str:
+    """``8.0 MiB → 4.0 MiB``: a figure of the plain variant, then of the donated one."""
+    return f"{format_bytes(plain)} → {format_bytes(donated)}"
+
+
+def plural(n: int, noun: str) -> str:
+    """``noun`` for one, ``nouns`` for any other count: ``plural(2, "target")`` -> ``targets``."""
+    return noun if n == 1 else f"{noun}s"
+
+
+def count(n: int, noun: str) -> str:
+    """``1 regression``, ``3 regressions``."""
+    return f"{n} {plural(n, noun)}"
+
+
+def block(value: int, scale: int) -> str:
+    """``value`` as one block character in eighths of ``scale``: the nearest eighth, rounded half up
+    in integers, at least one for anything above zero; zero (or less) is a blank."""
+    if value <= 0 or scale <= 0:
+        return " "
+    level = min(len(SPARK_BLOCKS), max(1, (2 * value * len(SPARK_BLOCKS) + scale) // (2 * scale)))
+    return SPARK_BLOCKS[level - 1]
+
+
+def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> str:
+    """One block per step: its footprint in eighths of the chain's largest (a blank: no figure)."""
+    values = [s.footprint.get(variant) for s in steps]
+    scale = max((v for v in values if v is not None), default=0)
+    if scale <= 0:
+        return ""
+    return "".join(" " if v is None else block(v, scale) for v in values)
