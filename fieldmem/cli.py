@@ -1,5 +1,11 @@
 """The ``fieldmem`` command: options in, exit code out. Nothing is computed here.
 
+``fieldmem check`` is four steps: its options are declared here;
+:func:`~fieldmem.request.build.build_request` turns them and ``[tool.fieldmem]``
+into one checked request (every option rule lives there); :func:`_check_all`
+runs the checker on it; :func:`~fieldmem.emit.emit_reports` prints, writes,
+compares and saves, and gives the exit code.
+
 The core raises :class:`~fieldmem.errors.FieldmemError` for a user mistake;
 this module prints it as one line on stderr and exits 2. Exit codes: 0 every
 check passed, 1 a check failed, 2 bad input (see ``docs/exit-codes`` in the
