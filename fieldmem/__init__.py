@@ -41,6 +41,6 @@ def check(*specs: str, **kwargs: Any) -> "Report":
         report = fieldmem.check("examples/field.py")
         assert report.results[0].verdict.in_place
     """
-    from fieldmem.engine.checker import check as _check
+    from fieldmem.engine import checker
 
-    return _check(specs, **kwargs)
+    return checker.check(specs, **kwargs)

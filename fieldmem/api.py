@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 from fieldmem import __version__
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Report
+from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
 
@@ -136,7 +137,7 @@ def check_function(
     expect: str = "any",
     max_peak: int | str | None = None,
     max_live_peak: int | str | None = None,
-    min_bytes: int | str = "1KiB",
+    min_bytes: int | str = MIN_BYTES,
     run: bool = False,
     **kwargs: Any,
 ) -> Report:
@@ -178,11 +179,9 @@ def check_function(
         report = fieldmem.check_function(update, field, 1.0, donate="field")
         print(report.results[0].verdict.summary)
     """
-    from fieldmem.request.options import CheckOptions
     from fieldmem.engine.checker import check_targets
-    from fieldmem.request.registry import EXPECTATIONS
-    if expect not in EXPECTATIONS:
-        raise OptionError(f"expect={expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
+
+    parse_expect(expect, "expect=", required=True)
     if not callable(fn):
         raise OptionError(f"{type(fn).__name__} is not callable: pass the update function first, then its arguments")
     display = name or _function_name(fn)
@@ -207,7 +206,7 @@ def check_chain(
     expect: str = "any",
     max_peak: int | str | None = None,
     max_live_peak: int | str | None = None,
-    min_bytes: int | str = "1KiB",
+    min_bytes: int | str = MIN_BYTES,
     run: bool = False,
     **kwargs: Any,
 ) -> Report:
@@ -230,16 +229,13 @@ def check_chain(
         report = fieldmem.check_chain([create_field, update1, update2], x, expect="in-place")
         assert report.chains[0].in_place, report.chains[0].summary
     """
-    from fieldmem.request.options import CheckOptions
     from fieldmem.engine.checker import check_targets
-    from fieldmem.request.registry import EXPECTATIONS
     from fieldmem.request.target import ChainTarget, Step, definition_of
 
     steps = list(steps)
     if len(steps) < 2 or not all(callable(s) for s in steps):
         raise OptionError("check_chain needs a sequence of at least two functions, then the first one's arguments")
-    if expect not in EXPECTATIONS:
-        raise OptionError(f"expect={expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
+    parse_expect(expect, "expect=", required=True)
     names = [_function_name(s).rpartition(":")[2] for s in steps]
     display = name or f"{_function_name(steps[0]).rpartition(':')[0]}:{','.join(names)}"
     first = _target(steps[0], display, args, kwargs, donate, static, expect, max_peak, max_live_peak)
@@ -257,7 +253,7 @@ def assert_in_place(
     static: "str | int | tuple | list | None" = None,
     max_peak: int | str | None = None,
     max_live_peak: int | str | None = None,
-    min_bytes: int | str = "1KiB",
+    min_bytes: int | str = MIN_BYTES,
     name: str | None = None,
     run: bool = False,
     **kwargs: Any,

@@ -1,5 +1,11 @@
 """The ``fieldmem`` command: options in, exit code out. Nothing is computed here.
 
+``fieldmem check`` is four steps: its options are declared here;
+:func:`~fieldmem.request.build.build_request` turns them and ``[tool.fieldmem]``
+into one checked request (every option rule lives there); :func:`_check_all`
+runs the checker on it; :func:`~fieldmem.emit.emit_reports` prints, writes,
+compares and saves, and gives the exit code.
+
 The core raises :class:`~fieldmem.errors.FieldmemError` for a user mistake;
 this module prints it as one line on stderr and exits 2. Exit codes: 0 every
 check passed, 1 a check failed, 2 bad input (see ``docs/exit-codes`` in the
@@ -8,7 +14,7 @@ README). jax is imported only when a command runs, so ``--help`` is instant.
 
 from __future__ import annotations
 
-import os
+import dataclasses
 import shutil
 import sys
 from pathlib import Path
@@ -17,10 +23,12 @@ from typing import TYPE_CHECKING, Annotated, Optional
 import typer
 
 from fieldmem import __version__
-from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.errors import FieldmemError
 
 if TYPE_CHECKING:
+    from fieldmem.gate.baseline import Baseline
     from fieldmem.report import Report
+    from fieldmem.request.build import CheckRequest
 
 app = typer.Typer(
     name="fieldmem",
@@ -66,28 +74,6 @@ def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
         sys.stderr.flush()
 
     return progress
-
-
-def _check_writable(output: Path, option: str = "--output") -> None:
-    """Fail before compiling anything when ``option FILE`` cannot be written."""
-    folder = output.parent if str(output.parent) else Path(".")
-    if output.is_dir():
-        raise OptionError(f"{option} {str(output)!r} is a folder: name a file, e.g. {str(output / 'report.json')!r}")
-    if not folder.is_dir():
-        raise OptionError(f"{option} {str(output)!r}: the folder {str(folder)!r} does not exist")
-
-
-def _cache(given: str | None, off: bool, configured: str | None) -> str | None:
-    """The compilation cache folder of this run: --cache-dir, the config's, else the default one."""
-    from fieldmem.driver import cache_folder, default_cache_folder
-
-    if off:
-        if given is not None:
-            raise OptionError("--cache-dir and --no-cache contradict each other: use one of them")
-        return None
-    if given is not None or configured is not None:
-        return cache_folder(given if given is not None else configured)
-    return default_cache_folder()
 
 
 @app.command()
@@ -270,160 +256,65 @@ def check(
     ] = None,
 ) -> None:
     """Compile each target with and without donation and report whether it is in place."""
-    from fieldmem.gate.baseline import compare_to_baseline, load_baseline
-    from fieldmem.request.options import CheckOptions
-    from fieldmem.engine.checker import check as run_check, check_backends
+    from fieldmem.emit import emit_reports
+    from fieldmem.request.build import CheckFlags, build_request
     from fieldmem.request.config import load_config
-    from fieldmem.request.registry import EXPECTATIONS
-    from fieldmem.render import RenderOptions, get_renderer
-    from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
-    from fieldmem.units import parse_bytes
-    from fieldmem.request.target import TargetOptions
-    from fieldmem.gate.tolerance import Tolerances
 
+    flags = CheckFlags(
+        targets=tuple(targets or ()), args=args, shapes=shapes, donate=donate, static=static, expect=expect,
+        max_peak=max_peak, max_live_peak=max_live_peak, min_bytes=min_bytes,
+        output_format=output_format, output=output, html_output=html_output, verbose=verbose,
+        suggest=suggest, cache_dir=cache_dir, no_cache=no_cache, fast_compile=fast_compile, backend=backend, jobs=jobs,
+        baseline=baseline, no_baseline=no_baseline, save_baseline=save_baseline, prune_baseline=prune_baseline,
+        tolerance=tolerance, run=run, probe=probe, isolate=isolate, timeout=timeout, devices=devices,
+    )
     try:
-        if expect is not None and expect not in EXPECTATIONS:
-            raise OptionError(f"--expect {expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
-        if args is not None and shapes is not None:
-            raise OptionError("--args and --shapes both give example arguments: use one of them")
-        if jobs is not None and jobs < 1:
-            raise OptionError(f"--jobs {jobs} must be at least 1")
-        if baseline is not None and no_baseline:
-            raise OptionError("--baseline and --no-baseline contradict each other: use one of them")
-        if prune_baseline and save_baseline is None:
-            raise OptionError("--prune-baseline only applies with --save-baseline PATH")
-        if timeout is not None and (timeout <= 0 or not (run or probe)):
-            raise OptionError(
-                f"--timeout {timeout:g} must be positive" if timeout <= 0 else "--timeout only applies with --run"
-            )
-        if devices is not None:
-            from fieldmem.driver import simulate_cpu_devices
-
-            simulate_cpu_devices(devices)
-        settings = load_config(config)
-        specs = list(targets or settings.all_targets)
-        if not specs:
-            raise OptionError(
-                "no targets: name them (fieldmem check pkg.model:update) or list them in pyproject.toml "
-                "under [tool.fieldmem] as targets = [\"pkg.model:update\"]"
-            )
-        renderer = get_renderer(output_format or settings.format or "table")
-        backends = _backends(backend) if backend is not None else None
-        if backends is not None and len(backends) > 1 and renderer.name == "json" and output is None:
-            raise OptionError(
-                "several backends give several JSON reports: write them with -o FILE "
-                "(one file per backend: FILE.cpu.json, FILE.gpu.json)"
-            )
-        if output is not None:
-            _check_writable(output)
-        if html_output is not None:
-            _check_writable(html_output, "--html")
-        if save_baseline is not None:
-            _check_writable(save_baseline, "--save-baseline")
-        command_line = TargetOptions(
-            args=args,
-            shapes=parse_shapes(shapes) if shapes is not None else None,
-            donate=DonateSpec.parse(donate) if donate is not None else None,
-            static=StaticSpec.parse(static) if static is not None else None,
-            expect=expect,
-            max_peak=parse_bytes(max_peak, "--max-peak") if max_peak is not None else None,
-            max_live_peak=parse_bytes(max_live_peak, "--max-live-peak") if max_live_peak is not None else None,
-        )
-        run_options, per_target = settings.target_options(command_line, specs)
-        options = CheckOptions(
-            min_bytes=parse_bytes(min_bytes, "--min-bytes") if min_bytes is not None else (
-                settings.min_bytes if settings.min_bytes is not None else 1024
-            ),
-            jobs=jobs or settings.jobs or max(1, (os.cpu_count() or 2) // 2),
-            suggest=suggest,
-            cache_dir=_cache(cache_dir, no_cache, settings.cache_dir),
-            fast_compile=fast_compile or bool(settings.fast_compile),
-            run=run or probe,
-            probe=probe,
-            isolate=isolate,
-            timeout=timeout,
-        )
-        tolerances = Tolerances.parse(tolerance) if tolerance is not None else (settings.tolerance or Tolerances())
-        # the baseline is read before anything compiles; the config's one may not exist yet
-        # when this very run is the one that creates it
-        baseline_path = None if no_baseline else (baseline or settings.baseline)
-        gate = None
-        if baseline_path is not None and (
-            baseline is not None or save_baseline is None or Path(baseline_path).exists()
-        ):
-            gate = load_baseline(baseline_path)
+        request = build_request(flags, load_config(config))
+        reports, baseline_read = _check_all(request)
+        code = emit_reports(reports, request, baseline_read)
     except FieldmemError as exc:
         raise _fail(exc.message) from None
+    raise typer.Exit(code)
 
+
+def _check_all(request: "CheckRequest") -> "tuple[tuple[Report, ...], Baseline | None]":
+    """Check every target of ``request`` (on each backend), and the baseline it is compared with.
+
+    Before anything compiles: the simulated CPU devices are set, the
+    compilation cache folder is made and the baseline is read, so that a
+    mistake in any of them stops the run at once.
+    """
+    from fieldmem.driver import simulate_cpu_devices
+    from fieldmem.engine import checker
+    from fieldmem.gate.baseline import load_baseline
+
+    if request.devices is not None:
+        simulate_cpu_devices(request.devices)
+    options = dataclasses.replace(request.options, cache_dir=_cache_folder(request))
+    compare_with = request.baseline.compare_with
+    baseline = load_baseline(compare_with) if compare_with is not None else None
     progress = _progress_printer(sys.stderr.isatty())
-    if backends is None:
-        reports: tuple[Report, ...] = (run_check(specs, run_options, options, progress=progress, per_target=per_target),)
-    else:
-        try:
-            reports = check_backends(specs, backends, run_options, options, progress=progress, per_target=per_target)
-        except FieldmemError as exc:
-            raise _fail(exc.message) from None
-    if gate is not None:
-        reports = tuple(compare_to_baseline(report, gate, tolerances) for report in reports)
-
-    several = len(reports) > 1
-    for report in reports:
-        for result in report.results:
-            if result.status == "error" and result.error is not None:
-                # a case of a bare module or file has its own name: show both
-                label = result.target if result.name == result.target else f"{result.target} ({result.name})"
-                on = f" [{report.backend}]" if several else ""
-                typer.echo(f"fieldmem: error: {label}{on}: {result.error.message}", err=True)
-
-    width = shutil.get_terminal_size((120, 24)).columns
-    render_options = RenderOptions(
-        verbose=verbose, min_bytes=options.min_bytes, width=max(width, 80), color=sys.stdout.isatty()
+    if request.backends is None:
+        report = checker.check(
+            request.targets, request.target_options, options, progress=progress, per_target=request.per_target
+        )
+        return (report,), baseline
+    reports = checker.check_backends(
+        request.targets, request.backends, request.target_options, options, progress=progress,
+        per_target=request.per_target,
     )
-    file_options = RenderOptions(verbose=verbose, min_bytes=options.min_bytes)
-    for report in reports:
-        # several backends: one file each, named after its backend (report.cpu.json, report.gpu.json)
-        if output is not None:
-            _write(_for_backend(output, report.backend, several), renderer.render(report, file_options))
-        if html_output is not None:
-            _write(_for_backend(html_output, report.backend, several), get_renderer("html").render(report, file_options))
-    if output is not None:
-        renderer = get_renderer("table")
-    for report in reports:
-        typer.echo(renderer.render(report, render_options), nl=False)
-    if several and renderer.name == "table":
-        from fieldmem.gate.compare import compare_reports
-        from fieldmem.render.compare import get_compare_renderer
-
-        side_by_side = compare_reports([(report.backend, report) for report in reports], min_bytes=options.min_bytes)
-        typer.echo(get_compare_renderer("table").render(side_by_side, render_options), nl=False)
-    if save_baseline is not None:
-        # a failing backend refuses the save before any backend's entries are written
-        for report in sorted(reports, key=lambda r: r.exit_code == 0):
-            _save(save_baseline, report, prune_baseline)
-    raise typer.Exit(max(report.exit_code for report in reports))
+    return reports, baseline
 
 
-def _for_backend(path: Path, backend: str, several: bool) -> Path:
-    return path.with_name(f"{path.stem}.{backend}{path.suffix}") if several else path
+def _cache_folder(request: "CheckRequest") -> str | None:
+    """The compilation cache folder of this run, made now: the one named, else the driver's default one.
 
+    Raises:
+        OptionError: a named folder cannot be made (a default one never stops a run: None).
+    """
+    from fieldmem.driver import cache_folder, default_cache_folder
 
-def _backends(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(","))
-    if not all(names):
-        raise OptionError(f"--backend {text!r}: name backends separated by commas, e.g. cpu,gpu")
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise OptionError(f"--backend {text!r} names {', '.join(repeated)} twice")
-    return names
-
-
-def _write(path: Path, text: str) -> None:
-    from fieldmem.files import write_atomic
-
-    try:
-        write_atomic(path, text)
-    except OSError as exc:
-        raise _fail(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+    return default_cache_folder() if request.default_cache else cache_folder(request.options.cache_dir)
 
 
 @app.command()
@@ -456,49 +347,30 @@ def compare(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also list aliases and copies per report.")] = False,
 ) -> None:
     """Show saved reports side by side per target (cpu vs gpu, jax 0.10 vs 0.11, main vs branch)."""
+    from fieldmem.emit import terminal_options, write_file
     from fieldmem.gate.compare import compare_files
+    from fieldmem.gate.tolerance import Tolerances
     from fieldmem.render import RenderOptions
     from fieldmem.render.compare import get_compare_renderer
+    from fieldmem.request.build import check_writable
     from fieldmem.units import parse_bytes
-    from fieldmem.gate.tolerance import Tolerances
 
     try:
         renderer = get_compare_renderer(output_format or "table")
         if output is not None:
-            _check_writable(output)
+            check_writable(output)
         comparison = compare_files(
             reports,
             Tolerances.parse(tolerance) if tolerance is not None else None,
             parse_bytes(min_bytes, "--min-bytes") if min_bytes is not None else None,
         )
+        if output is not None:
+            write_file(output, renderer.render(comparison, RenderOptions(verbose=verbose, min_bytes=comparison.min_bytes)))
+            renderer = get_compare_renderer("table")
     except FieldmemError as exc:
         raise _fail(exc.message) from None
-    width = shutil.get_terminal_size((120, 24)).columns
-    if output is not None:
-        _write(output, renderer.render(comparison, RenderOptions(verbose=verbose, min_bytes=comparison.min_bytes)))
-        renderer = get_compare_renderer("table")
-    options = RenderOptions(verbose=verbose, min_bytes=comparison.min_bytes, width=max(width, 80), color=sys.stdout.isatty())
-    typer.echo(renderer.render(comparison, options), nl=False)
+    typer.echo(renderer.render(comparison, terminal_options(verbose, comparison.min_bytes)), nl=False)
     raise typer.Exit(comparison.exit_code(fail_on_diff))
-
-
-def _save(path: Path, report: "Report", prune: bool) -> None:
-    """Write the baseline after the whole run, or say on stderr why it was not written.
-
-    A refused save keeps the run's own exit code (1 for a failed check or a
-    regression, 2 for a target that errored); a write that fails after a
-    passing run exits 2. The file on disk is never touched in either case.
-    """
-    from fieldmem.gate.baseline import BaselineError, save_baseline
-    from fieldmem.render.baseline import render_saved
-
-    try:
-        saved = save_baseline(path, report, prune=prune)
-    except BaselineError as exc:
-        code = report.exit_code
-        typer.echo(f"fieldmem: {'error: ' if code != 1 else ''}{exc.message}", err=True)
-        raise typer.Exit(code or 2) from None
-    typer.echo(render_saved(saved), err=True, nl=False)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import pytest
 
 from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.request.options import MIN_BYTES
 from fieldmem.units import parse_bytes
 
 if TYPE_CHECKING:
@@ -67,7 +68,6 @@ _REPORT_OPTION = _Option(
     "report", "--fieldmem-report", "fieldmem_report", "PATH",
     "write the JSON report (fieldmem.report/1) of every fieldmem_check in the session to PATH",
 )
-_DEFAULT_MIN_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -77,7 +77,7 @@ class Limits:
     in_place: bool = True
     max_peak: int | None = None
     max_live_peak: int | None = None
-    min_bytes: int = _DEFAULT_MIN_BYTES
+    min_bytes: int = MIN_BYTES
     donate: Any = None
     static: Any = None
 
@@ -138,7 +138,7 @@ def _parse_session(config: pytest.Config) -> _Session:
         value, label = _setting(config, option)
         sizes[option.dest] = parse_bytes(value, label) if value is not None else None
     min_bytes = sizes.pop("min_bytes")
-    defaults = Limits(min_bytes=_DEFAULT_MIN_BYTES if min_bytes is None else min_bytes, **sizes)
+    defaults = Limits(min_bytes=MIN_BYTES if min_bytes is None else min_bytes, **sizes)
     value, label = _setting(config, _REPORT_OPTION)
     report_path = None
     if value is not None:
@@ -192,7 +192,7 @@ def _override(limits: Limits, values: dict[str, Any], label: str) -> Limits:
         if key in ("max_peak", "max_live_peak"):
             changes[key] = None if value is None else parse_bytes(value, label.format(key))
         elif key == "min_bytes":
-            changes[key] = _DEFAULT_MIN_BYTES if value is None else parse_bytes(value, label.format(key))
+            changes[key] = MIN_BYTES if value is None else parse_bytes(value, label.format(key))
         elif key == "in_place":
             if not isinstance(value, bool):
                 raise OptionError(f"{label.format(key)}{value!r} is not understood: use True or False")

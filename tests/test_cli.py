@@ -2,7 +2,10 @@
 
 In-process through typer's CliRunner (stdout and stderr apart), and a few
 runs as real subprocesses (``fieldmem`` and ``python -m fieldmem``). Every
-array is 32x32 float32, so each compile takes milliseconds.
+array is 32x32 float32, so each compile takes milliseconds. A test that stops
+before anything compiles (an option mistake, a usage error) is not marked
+``compile``: it runs in the fast suite. The rules themselves are unit-tested in
+``test_build_request.py``.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ from fieldmem import __version__
 from fieldmem.cli import app
 
 from factories import without_timings
-
-pytestmark = pytest.mark.compile
 
 runner = CliRunner()
 GOOD = "models:step"  # in place with donation; registered with its args and expect="in-place"
@@ -64,6 +65,7 @@ def check_json(*args: str, code: int = 0) -> dict[str, dict[str, Any]]:
 # ---- good runs ----------------------------------------------------------------
 
 
+@pytest.mark.compile
 def test_table_for_a_good_target(in_assets: Path) -> None:
     result = invoke(GOOD, "--min-bytes", "0")
     assert result.exit_code == 0, result.output
@@ -74,6 +76,7 @@ def test_table_for_a_good_target(in_assets: Path) -> None:
     assert all(len(line) <= 120 for line in result.stdout.splitlines()), result.stdout
 
 
+@pytest.mark.compile
 def test_json_for_a_good_target(in_assets: Path) -> None:
     result = check_json(GOOD)["models:step"]
     assert result["status"] == "ok"
@@ -84,11 +87,13 @@ def test_json_for_a_good_target(in_assets: Path) -> None:
     assert result["variants"]["donated"]["aliases"][0]["input"] == "u"
 
 
+@pytest.mark.compile
 def test_file_target(assets: Path) -> None:
     results = check_json(f"{assets}/models.py:step")
     assert results[f"{assets}/models.py:step"]["verdict"]["in_place"] is True
 
 
+@pytest.mark.compile
 def test_bare_module_checks_every_case(in_assets: Path) -> None:
     results = check_json("userpkg.model")
     assert list(results) == ["userpkg:set_row", "userpkg:jit_row"]
@@ -97,16 +102,19 @@ def test_bare_module_checks_every_case(in_assets: Path) -> None:
     assert results["userpkg:jit_row"]["verdict"]["in_place"] is False
 
 
+@pytest.mark.compile
 def test_bare_file_checks_every_case(in_assets: Path) -> None:
     results = check_json("userpkg/model.py")
     assert list(results) == ["userpkg:set_row", "userpkg:jit_row"]
 
 
+@pytest.mark.compile
 def test_attribute_path_target(in_assets: Path) -> None:
     results = check_json("models:model.update", "--args", "models:make_args")
     assert results["models:model.update"]["verdict"]["in_place"] is True
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize(
     ("target", "options", "donate", "in_place"),
     [
@@ -122,6 +130,7 @@ def test_jit_object_target(in_assets: Path, target: str, options: list[str], don
     assert result["verdict"]["in_place"] is in_place
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize(
     ("donate", "donated"),
     [("all", ["u", "row"]), ("0", ["u"]), ("u", ["u"]), ("0,1", ["u", "row"]), ("row,u", ["u", "row"]), ("none", [])],
@@ -134,23 +143,27 @@ def test_donate_option(in_assets: Path, donate: str, donated: list[str]) -> None
     assert result["verdict"]["in_place"] is ("u" in donated)
 
 
+@pytest.mark.compile
 def test_args_factory_with_kwargs(in_assets: Path) -> None:
     result = check_json(GOOD, "--args", "models:make_args_kwargs", "--donate", "u")[GOOD]
     assert [i["path"] for i in result["inputs"]] == ["u", "row"]
     assert result["verdict"]["in_place"] is True
 
 
+@pytest.mark.compile
 def test_args_factory_of_shape_structs(in_assets: Path) -> None:
     result = check_json(GOOD, "--args", "models:make_abstract")[GOOD]
     assert result["verdict"]["in_place"] is True
 
 
+@pytest.mark.compile
 def test_shapes_option(in_assets: Path) -> None:
     result = check_json("models:step", "--shapes", "f32[32,32] f32[32]")[GOOD]
     assert [(i["shape"], i["dtype"]) for i in result["inputs"]] == [([32, 32], "float32"), ([32], "float32")]
     assert result["verdict"]["in_place"] is True
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("static", [None, "2", "n"])
 def test_static_option(in_assets: Path, static: str | None) -> None:
     options = ["--static", static] if static else []
@@ -159,6 +172,7 @@ def test_static_option(in_assets: Path, static: str | None) -> None:
     assert result["verdict"]["in_place"] is True
 
 
+@pytest.mark.compile
 def test_output_file_and_verbose(in_assets: Path, tmp_path: Path) -> None:
     out = tmp_path / "report.json"
     result = invoke(GOOD, "--min-bytes", "0", "-f", "json", "-o", str(out), "-v")
@@ -176,6 +190,7 @@ def test_output_file_in_a_missing_folder(in_assets: Path, tmp_path: Path) -> Non
     assert result.stdout == ""
 
 
+@pytest.mark.compile
 def test_html_page_next_to_the_table(in_assets: Path, tmp_path: Path) -> None:
     page = tmp_path / "report.html"
     result = invoke(GOOD, "models:cast", "--html", str(page))
@@ -192,6 +207,7 @@ def test_html_in_a_missing_folder_stops_before_compiling(in_assets: Path, tmp_pa
     assert result.stdout == ""
 
 
+@pytest.mark.compile
 def test_suggest_names_the_arguments_to_donate(in_assets: Path) -> None:
     plain = invoke("models:cast")
     assert "suggest:" not in plain.stdout
@@ -204,6 +220,7 @@ def test_suggest_names_the_arguments_to_donate(in_assets: Path) -> None:
     assert suggestion["compiles"] >= 1
 
 
+@pytest.mark.compile
 def test_jobs_give_the_same_result(in_assets: Path) -> None:
     one = check_json(GOOD, "--jobs", "1")[GOOD]
     two = check_json(GOOD, "--jobs", "2")[GOOD]
@@ -219,6 +236,7 @@ def test_version() -> None:
 # ---- exit 1: a check failed ---------------------------------------------------
 
 
+@pytest.mark.compile
 def test_expect_in_place_fails_on_a_cast(in_assets: Path) -> None:
     result = check_json("models:cast", "--expect", "in-place", code=1)["models:cast"]
     assert result["verdict"]["in_place"] is False
@@ -226,6 +244,7 @@ def test_expect_in_place_fails_on_a_cast(in_assets: Path) -> None:
     assert (check["name"], check["passed"]) == ("expect-in-place", False)
 
 
+@pytest.mark.compile
 def test_expect_in_place_fails_without_donation(in_assets: Path) -> None:
     result = invoke(GOOD, "--donate", "none", "--expect", "in-place", "--min-bytes", "0")
     assert result.exit_code == 1, result.output
@@ -233,11 +252,13 @@ def test_expect_in_place_fails_without_donation(in_assets: Path) -> None:
     assert "expect-in-place" in result.stdout
 
 
+@pytest.mark.compile
 def test_expect_any_only_reports(in_assets: Path) -> None:
     result = check_json("models:cast", "--expect", "any")["models:cast"]
     assert result["verdict"]["in_place"] is False and result["checks"] == []
 
 
+@pytest.mark.compile
 def test_max_peak_on_both_sides_of_the_limit(in_assets: Path) -> None:
     footprint = check_json(GOOD)[GOOD]["variants"]["donated"]["memory"]["footprint_bytes"]
     assert isinstance(footprint, int) and footprint > 0
@@ -247,6 +268,7 @@ def test_max_peak_on_both_sides_of_the_limit(in_assets: Path) -> None:
         assert (check["passed"], check["limit"], check["value"]) == (code == 0, budget, footprint)
 
 
+@pytest.mark.compile
 def test_max_live_peak_on_both_sides_of_the_limit(in_assets: Path) -> None:
     live_peak = check_json(GOOD)[GOOD]["variants"]["donated"]["memory"]["live_peak_bytes"]
     assert isinstance(live_peak, int) and live_peak > 0
@@ -258,6 +280,7 @@ def test_max_live_peak_on_both_sides_of_the_limit(in_assets: Path) -> None:
     assert "✗ max-live-peak: donated live peak" in table.stdout
 
 
+@pytest.mark.compile
 def test_max_peak_with_units(in_assets: Path) -> None:
     assert invoke(GOOD, "--max-peak", "1KiB", "--min-bytes", "0").exit_code == 1
     assert invoke(GOOD, "--max-peak", "64MiB", "--min-bytes", "0").exit_code == 0
@@ -266,6 +289,7 @@ def test_max_peak_with_units(in_assets: Path) -> None:
 # ---- exit 2: bad input, and the good target of the same run still reported ----
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize(
     ("bad", "options", "message"),
     [
@@ -300,6 +324,7 @@ def test_bad_target_next_to_a_good_one(in_assets: Path, bad: str, options: list[
     assert bad_result["error"]["message"] in line
 
 
+@pytest.mark.compile
 def test_bad_target_in_the_table(in_assets: Path) -> None:
     result = invoke("models:stepp", GOOD, "--min-bytes", "0")
     assert_user_error(result, "did you mean 'step'?")
@@ -307,6 +332,7 @@ def test_bad_target_in_the_table(in_assets: Path) -> None:
     assert "in place" in result.stdout
 
 
+@pytest.mark.compile
 def test_a_bare_file_names_its_failing_case(in_assets: Path) -> None:
     result = invoke("bad_cases.py", GOOD, "--min-bytes", "0", "-f", "json")
     lines = assert_user_error(result)
@@ -315,6 +341,7 @@ def test_a_bare_file_names_its_failing_case(in_assets: Path) -> None:
     assert results_by_target(result)[GOOD]["status"] == "ok"
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -383,6 +410,7 @@ def _env() -> dict[str, str]:
     return env
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize(
     "command",
     [[str(VENV_BIN / "fieldmem")], [sys.executable, "-m", "fieldmem"]],
@@ -403,6 +431,7 @@ def test_subprocess(in_assets: Path, command: list[str]) -> None:
     assert names == {"models:stepp": "error", GOOD: "ok"}
 
 
+@pytest.mark.compile
 def test_subprocess_exit_1(in_assets: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "fieldmem", "check", "models:cast", "--expect", "in-place", "--min-bytes", "0"],
@@ -426,6 +455,7 @@ def test_help_does_not_import_jax() -> None:
     assert "--max-peak" in done.stdout and "--donate" in done.stdout
 
 
+@pytest.mark.compile
 def test_main_returns_the_exit_code(in_assets: Path) -> None:
     from fieldmem.cli import main
 
@@ -475,6 +505,7 @@ def test_no_targets_and_no_config(project: Path) -> None:
     assert "[tool.fieldmem]" in line
 
 
+@pytest.mark.compile
 def test_a_bare_check_runs_the_config(project: Path, assets: Path) -> None:
     write_config(project, f"""
 targets = ["{assets}/models.py:step"]
@@ -500,6 +531,7 @@ def document_min_bytes(result: Any) -> int:
     return json.loads(result.stdout)["min_bytes"]
 
 
+@pytest.mark.compile
 def test_the_command_line_overrides_the_config(project: Path, assets: Path) -> None:
     write_config(project, f'targets = ["{assets}/models.py:cast"]\nformat = "json"\nexpect = "in-place"\n')
     assert invoke().exit_code == 1  # cast is not in place
@@ -518,6 +550,7 @@ def test_config_mistakes_stop_before_compiling(project: Path) -> None:
     assert result.stdout == ""
 
 
+@pytest.mark.compile
 def test_a_named_config(in_assets: Path, tmp_path: Path) -> None:
     config = write_config(tmp_path, f'targets = ["{GOOD}"]\nformat = "json"\nmin-bytes = 0\n')
     result = invoke("--config", str(config))
@@ -542,6 +575,7 @@ def test_baseline_option_mistakes_stop_before_compiling(project: Path, options: 
     assert result.stdout == ""
 
 
+@pytest.mark.compile
 def test_save_then_compare(in_assets: Path, tmp_path: Path) -> None:
     path = tmp_path / "b.json"
     saved = invoke(GOOD, "--min-bytes", "0", "--save-baseline", str(path))
@@ -562,6 +596,7 @@ def test_save_then_compare(in_assets: Path, tmp_path: Path) -> None:
     assert loose.exit_code == 0, loose.output
 
 
+@pytest.mark.compile
 def test_a_failed_check_is_not_saved(in_assets: Path, tmp_path: Path) -> None:
     path = tmp_path / "b.json"
     result = invoke("models:cast", "--expect", "in-place", "--save-baseline", str(path))
@@ -570,6 +605,7 @@ def test_a_failed_check_is_not_saved(in_assets: Path, tmp_path: Path) -> None:
     assert not path.exists()
 
 
+@pytest.mark.compile
 def test_the_config_baseline_is_created_by_the_first_save(project: Path, assets: Path) -> None:
     write_config(project, f'targets = ["{assets}/models.py:step"]\nbaseline = "b.json"\nmin-bytes = 0\n')
     assert_user_error(invoke(), "baseline 'b.json' does not exist")
@@ -583,6 +619,7 @@ def test_the_config_baseline_is_created_by_the_first_save(project: Path, assets:
 # ---- --backend ---------------------------------------------------------------
 
 
+@pytest.mark.compile
 def test_backend_cpu(in_assets: Path) -> None:
     result = invoke(GOOD, "--backend", "cpu", "-f", "json")
     assert result.exit_code == 0, result.output
@@ -625,9 +662,9 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch) -> str:
     """A second backend named "fake" that is the CPU under another name (this machine has one backend)."""
     import jax
 
-    import fieldmem.driver as fm_compile
+    from fieldmem import driver
 
-    real_devices, real_environment = fm_compile.backend_devices, fm_compile.environment
+    real_devices, real_environment = driver.backend_devices, driver.environment
 
     def backend_devices(name: str) -> list[Any]:
         return list(jax.devices("cpu")) if name == "fake" else real_devices(name)
@@ -639,11 +676,12 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch) -> str:
             return real_environment(backend)
         return dataclasses.replace(real_environment("cpu"), backend="fake")
 
-    monkeypatch.setattr(fm_compile, "backend_devices", backend_devices)
-    monkeypatch.setattr(fm_compile, "environment", environment)
+    monkeypatch.setattr(driver, "backend_devices", backend_devices)
+    monkeypatch.setattr(driver, "environment", environment)
     return "fake"
 
 
+@pytest.mark.compile
 def test_several_backends_side_by_side(in_assets: Path, tmp_path: Path, fake_backend: str) -> None:
     out, page, baseline = tmp_path / "report.json", tmp_path / "report.html", tmp_path / "b.json"
     result = invoke(GOOD, "--backend", f"cpu,{fake_backend}", "-f", "json", "-o", str(out), "--html", str(page),
@@ -667,9 +705,7 @@ def test_several_backends_need_a_file_for_json(in_assets: Path) -> None:
 # ---- --cache-dir ---------------------------------------------------------------
 
 
-_findings = without_timings  # a report without what differs between two runs (times, date)
-
-
+@pytest.mark.compile
 def test_the_cache_never_brings_another_checkouts_source_lines(tmp_path: Path) -> None:
     """The same program from a file in another folder, and then with a line added above it, reuses
     nothing stale: its copies are placed in its own file, at its own lines."""
@@ -697,6 +733,7 @@ def test_the_cache_never_brings_another_checkouts_source_lines(tmp_path: Path) -
     assert plain_copy_source(second) == f"sparse_row.py:{line + 1}"
 
 
+@pytest.mark.compile
 def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:
     """All levers off (one compile at a time, no cache), then all on twice: concurrent compiles (of the
     two variants and across targets) and the persistent cache, the second run loading every executable
@@ -711,7 +748,7 @@ def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:
             capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=300,
         )
         assert done.returncode in (0, 1), done.stderr
-        return _findings(json.loads(done.stdout))
+        return without_timings(json.loads(done.stdout))
 
     without = run("--jobs", "1")
     first = run("--jobs", "3", "--cache-dir", str(cache))
@@ -731,6 +768,7 @@ def _without(document: Any, figure: str) -> Any:
     return document
 
 
+@pytest.mark.compile
 def test_fast_compile_gives_identical_findings_on_every_example(tmp_path: Path) -> None:
     """--fast-compile (LLVM at -O0) over every bundled example, --suggest on so the advisor's
     verification compiles are fast too: the same report as a default compile, except the one
@@ -747,7 +785,7 @@ def test_fast_compile_gives_identical_findings_on_every_example(tmp_path: Path) 
             capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=600,
         )
         assert done.returncode in (0, 1), done.stderr
-        return _findings(json.loads(done.stdout))
+        return without_timings(json.loads(done.stdout))
 
     default, fast = run(), run("--fast-compile")
     variants = [v for r in fast["results"] for v in r.get("variants", {}).values()]
@@ -769,29 +807,36 @@ def test_a_cache_dir_that_cannot_be_made_stops_before_compiling(in_assets: Path,
 
 
 def test_the_default_compilation_cache_is_used_unless_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fieldmem.cli import _cache
+    from fieldmem.cli import _cache_folder
     from fieldmem.errors import OptionError
+    from fieldmem.request.build import CheckFlags, build_request
+    from fieldmem.request.config import Config
+
+    def folder_for(given: str | None, off: bool, configured: str | None) -> str | None:
+        """The folder a run uses given --cache-dir, --no-cache and the config's cache-dir (made now)."""
+        flags = CheckFlags(targets=(GOOD,), cache_dir=given, no_cache=off)
+        return _cache_folder(build_request(flags, Config(cache_dir=configured)))
 
     monkeypatch.delenv("FIELDMEM_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", str(tmp_path / "jax-own"))
-    assert _cache(None, False, None) is None  # jax's own setting stands
+    assert folder_for(None, False, None) is None  # jax's own setting stands
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
-    assert _cache(None, False, None) == str(tmp_path / "xdg" / "fieldmem" / "jax")
+    assert folder_for(None, False, None) == str(tmp_path / "xdg" / "fieldmem" / "jax")
     assert (tmp_path / "xdg" / "fieldmem" / "jax").is_dir()
     monkeypatch.setenv("FIELDMEM_CACHE_DIR", str(tmp_path / "env"))
-    assert _cache(None, False, None) == str(tmp_path / "env")
-    assert _cache(None, False, str(tmp_path / "config")) == str(tmp_path / "config")
-    assert _cache(str(tmp_path / "given"), False, str(tmp_path / "config")) == str(tmp_path / "given")
-    assert _cache(None, True, str(tmp_path / "config")) is None
+    assert folder_for(None, False, None) == str(tmp_path / "env")
+    assert folder_for(None, False, str(tmp_path / "config")) == str(tmp_path / "config")
+    assert folder_for(str(tmp_path / "given"), False, str(tmp_path / "config")) == str(tmp_path / "given")
+    assert folder_for(None, True, str(tmp_path / "config")) is None
     monkeypatch.setenv("FIELDMEM_CACHE_DIR", "none")
-    assert _cache(None, False, None) is None
+    assert folder_for(None, False, None) is None
     # a default that cannot be made never stops a run; a named one does
     blocker = tmp_path / "file"
     blocker.write_text("")
     monkeypatch.setenv("FIELDMEM_CACHE_DIR", str(blocker / "cache"))
-    assert _cache(None, False, None) is None
+    assert folder_for(None, False, None) is None
     with pytest.raises(OptionError, match="cannot be created"):
-        _cache(str(blocker / "cache"), False, None)
+        folder_for(str(blocker / "cache"), False, None)
     with pytest.raises(OptionError, match="contradict"):
-        _cache(str(tmp_path / "given"), True, None)
+        folder_for(str(tmp_path / "given"), True, None)

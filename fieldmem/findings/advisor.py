@@ -32,6 +32,7 @@ from fieldmem.findings.analysis import Program, analyze_variant, donation_obstac
 from fieldmem.driver import CompiledVariant, InputLeaf, PreparedCall, compile_donation
 from fieldmem.errors import FieldmemError
 from fieldmem.report import ArgumentAdvice, Copy, LeafAdvice, Suggestion, TargetResult, Variant
+from fieldmem.request.options import MIN_BYTES
 from fieldmem.units import format_bytes
 
 __all__ = ["suggest"]
@@ -61,7 +62,7 @@ def suggest(
     donated: CompiledVariant,
     *,
     result: TargetResult | None = None,
-    min_bytes: int = 1024,
+    min_bytes: int = MIN_BYTES,
     fast: bool = False,
 ) -> Suggestion:
     """The donation spec that saves the most for ``call``, verified by compiling it.

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from fieldmem.report import Report
+from fieldmem.request.options import MIN_BYTES
 
 __all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer", "text_console"]
 
@@ -21,7 +22,7 @@ __all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer", "text_conso
 @dataclass(frozen=True)
 class RenderOptions:
     verbose: bool = False
-    min_bytes: int = 1024
+    min_bytes: int = MIN_BYTES
     width: int = 120
     color: bool = False
 

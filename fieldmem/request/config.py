@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.request.registry import EXPECTATIONS
+from fieldmem.request.options import EXPECTATIONS, parse_expect
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.units import parse_bytes
 from fieldmem.request.target import TargetOptions, display_path, is_file_spec
@@ -257,9 +257,7 @@ def _target_options(table: _Table, root: Path) -> TargetOptions:
     shapes = table.parsed("shapes", _parse_shapes, str)
     if args is not None and shapes is not None:
         raise ConfigError(f"{table.where()} gives both args and shapes: keep one of them")
-    expect = table.get("expect", str)
-    if expect is not None and expect not in EXPECTATIONS:
-        raise ConfigError(f"{table.where('expect')} = {expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
+    expect = table.parsed("expect", lambda value, where: parse_expect(value, f"{where} ="), str)
     return TargetOptions(
         args=_rebase_spec(args, root) if args is not None else None,
         shapes=shapes,

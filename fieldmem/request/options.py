@@ -1,14 +1,17 @@
-"""How a check runs, as the user asked for it: thresholds and speed levers. No jax.
+"""How a check runs, as the user asked for it: thresholds, speed levers, expectations. No jax.
 
-The one definition of each default that the CLI, the config, the Python API and
-the pytest plugin share.
+The one definition of each default and of each validator that the CLI, the
+config, the registry, the Python API and the pytest plugin share. Nothing here
+reads files, prints or imports jax.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["CheckOptions", "MIN_BYTES"]
+from fieldmem.errors import OptionError
+
+__all__ = ["CheckOptions", "EXPECTATIONS", "MIN_BYTES", "parse_expect"]
 
 #: Copies and findings smaller than this stay in the JSON report but out of the
 #: verdict, the table and the baseline gate (``--min-bytes``; 1 KiB).
@@ -34,3 +37,27 @@ class CheckOptions:
     def compile_fast(self) -> bool:
         """Whether compiles use the fast options: not when --probe times the code they generate."""
         return self.fast_compile and not self.probe
+
+
+#: What a target may be expected to be: ``in-place`` fails the check when the
+#: donated variant is not in place; ``any`` only reports.
+EXPECTATIONS = ("in-place", "any")
+
+
+def parse_expect(value: object, option: str, *, required: bool = False) -> str | None:
+    """``value`` when it is one of :data:`EXPECTATIONS`; None when not given (the next layer decides).
+
+    ``option`` names the setting as the user wrote it: ``--expect`` on the
+    command line, ``expect=`` in Python, ``<file>: [tool.fieldmem] expect =``
+    in the config. A keyword (``expect=``) is glued to the value, anything
+    else is followed by a space. ``required``: None is a mistake too (the
+    Python API, whose default is ``"any"``).
+
+    Raises:
+        OptionError: any other value, naming the allowed ones.
+    """
+    if value in EXPECTATIONS or (value is None and not required):
+        return value  # type: ignore[return-value]
+    glued = option.endswith("=") and not option.endswith(" =")
+    given = f"{option}{value!r}" if glued else f"{option} {value!r}"
+    raise OptionError(f"{given} is not known: use one of {', '.join(EXPECTATIONS)}")

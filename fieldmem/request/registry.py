@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from fieldmem.errors import OptionError
+from fieldmem.request.options import parse_expect
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
 
 __all__ = ["Case", "case", "chain", "registered_cases"]
-
-EXPECTATIONS = ("in-place", "any")
 
 # module name -> (the module's globals at registration, its cases). A module
 # imported again (reloaded, or re-imported after its sys.modules entry was
@@ -44,12 +43,6 @@ class Case:
     @property
     def is_chain(self) -> bool:
         return bool(self.steps)
-
-
-def _check_expect(expect: str | None) -> str | None:
-    if expect is not None and expect not in EXPECTATIONS:
-        raise OptionError(f"expect={expect!r} is not known: use one of {', '.join(EXPECTATIONS)}")
-    return expect
 
 
 def case(
@@ -159,7 +152,7 @@ def _settings(
         name=name,
         donate=DonateSpec.parse(donate, "donate="),
         static=StaticSpec.parse(static, "static="),
-        expect=_check_expect(expect),
+        expect=parse_expect(expect, "expect="),
         max_peak=parse_bytes(max_peak, "max_peak=") if max_peak is not None else None,
         max_live_peak=parse_bytes(max_live_peak, "max_live_peak=") if max_live_peak is not None else None,
         module=module,

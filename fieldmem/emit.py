@@ -1,0 +1,149 @@
+"""The output step of ``fieldmem check``: a run's reports to stderr, files, stdout and the baseline.
+
+:func:`emit_reports` takes the reports the checker made and the request they
+answer, and does, in this order: gate them against the baseline read before
+the run; print one ``fieldmem: error:`` line per target that errored; write
+``-o``/``--html`` atomically (one file per backend when there are several);
+print the reports (then, for several backends, side by side); save the
+baseline. It returns the exit code.
+
+Renderers format and the gate compares; nothing here computes a finding. A
+file that cannot be written raises :class:`WriteError` for the CLI to print;
+nothing else here raises for a user's mistake.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import typer
+
+from fieldmem.errors import FieldmemError
+
+if TYPE_CHECKING:
+    from fieldmem.gate.baseline import Baseline
+    from fieldmem.render import RenderOptions
+    from fieldmem.report import Report
+    from fieldmem.request.build import CheckRequest, OutputSettings
+
+__all__ = ["WriteError", "emit_reports", "write_file"]
+
+
+class WriteError(FieldmemError):
+    """A report file (``-o``, ``--html``) cannot be written. Exit code 2."""
+
+    kind = "write"
+
+
+def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Baseline | None) -> int:
+    """Gate, print, write and save the reports of one run; return the run's exit code.
+
+    Raises:
+        WriteError: an ``-o``/``--html`` file cannot be written (nothing is printed to stdout then).
+    """
+    if baseline is not None:
+        from fieldmem.gate.baseline import compare_to_baseline
+
+        reports = tuple(compare_to_baseline(report, baseline, request.baseline.tolerances) for report in reports)
+    _print_errors(reports)
+    _write_files(reports, request.output, request.options.min_bytes)
+    _print_reports(reports, request.output, request.options.min_bytes)
+    if request.baseline.save_to is not None:
+        refused = _save_baseline(reports, request.baseline.save_to, request.baseline.prune)
+        if refused is not None:
+            return refused
+    return max(report.exit_code for report in reports)
+
+
+def _print_errors(reports: Sequence[Report]) -> None:
+    """One stderr line per target that could not be checked, naming the backend when there are several."""
+    several = len(reports) > 1
+    for report in reports:
+        for result in report.results:
+            if result.status == "error" and result.error is not None:
+                # a case of a bare module or file has its own name: show both
+                label = result.target if result.name == result.target else f"{result.target} ({result.name})"
+                on = f" [{report.backend}]" if several else ""
+                typer.echo(f"fieldmem: error: {label}{on}: {result.error.message}", err=True)
+
+
+def _write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
+    """``-o`` in the chosen format and ``--html``; several backends: one file each (report.cpu.json)."""
+    from fieldmem.render import RenderOptions, get_renderer
+
+    file_options = RenderOptions(verbose=output.verbose, min_bytes=min_bytes)
+    several = len(reports) > 1
+    for report in reports:
+        if output.file is not None:
+            text = get_renderer(output.format).render(report, file_options)
+            write_file(_for_backend(output.file, report.backend, several), text)
+        if output.html is not None:
+            text = get_renderer("html").render(report, file_options)
+            write_file(_for_backend(output.html, report.backend, several), text)
+
+
+def _print_reports(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
+    """Each report on stdout (the table when ``-o`` took the format), then several backends side by side."""
+    from fieldmem.render import get_renderer
+
+    options = terminal_options(output.verbose, min_bytes)
+    renderer = get_renderer("table" if output.file is not None else output.format)
+    for report in reports:
+        typer.echo(renderer.render(report, options), nl=False)
+    if len(reports) > 1 and renderer.name == "table":
+        from fieldmem.gate.compare import compare_reports
+        from fieldmem.render.compare import get_compare_renderer
+
+        side_by_side = compare_reports([(report.backend, report) for report in reports], min_bytes=min_bytes)
+        typer.echo(get_compare_renderer("table").render(side_by_side, options), nl=False)
+
+
+def terminal_options(verbose: bool, min_bytes: int) -> RenderOptions:
+    """How to render for this terminal: its width (80 at least) and color when stdout is one."""
+    from fieldmem.render import RenderOptions
+
+    width = shutil.get_terminal_size((120, 24)).columns
+    return RenderOptions(verbose=verbose, min_bytes=min_bytes, width=max(width, 80), color=sys.stdout.isatty())
+
+
+def _for_backend(path: Path, backend: str, several: bool) -> Path:
+    return path.with_name(f"{path.stem}.{backend}{path.suffix}") if several else path
+
+
+def write_file(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically: the old file stays whole when writing fails.
+
+    Raises:
+        WriteError: the file cannot be written.
+    """
+    from fieldmem.files import write_atomic
+
+    try:
+        write_atomic(path, text)
+    except OSError as exc:
+        raise WriteError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
+
+
+def _save_baseline(reports: Sequence[Report], path: Path, prune: bool) -> int | None:
+    """Record every report in the baseline file; None when saved, else the exit code of a refused save.
+
+    A failing backend refuses the save before any backend's entries are
+    written. A refused save keeps the run's own exit code (1 for a failed
+    check or a regression, 2 for a target that errored); a write that fails
+    after a passing run exits 2. The file on disk is never touched then.
+    """
+    from fieldmem.gate.baseline import BaselineError, save_baseline
+    from fieldmem.render.baseline import render_saved
+
+    for report in sorted(reports, key=lambda r: r.exit_code == 0):
+        try:
+            saved = save_baseline(path, report, prune=prune)
+        except BaselineError as exc:
+            code = report.exit_code
+            typer.echo(f"fieldmem: {'error: ' if code != 1 else ''}{exc.message}", err=True)
+            return code or 2
+        typer.echo(render_saved(saved), err=True, nl=False)
+    return None

@@ -1,0 +1,253 @@
+"""What one ``fieldmem check`` run is asked to do: command-line flags and ``[tool.fieldmem]`` in, a request out.
+
+:func:`build_request` is the one place where the options of ``fieldmem
+check`` are parsed, merged with the config (the command line wins) and
+checked against each other; every mistake is an :class:`OptionError` (or the
+parser's own error) with one line saying what was given and what would work,
+raised before anything compiles. The result, a frozen :class:`CheckRequest`,
+holds everything the rest of the run needs: targets and their options, how to
+check, where the output goes, which baseline to compare with and to save.
+
+It computes no finding, prints nothing and imports no jax. It only looks at
+the file system to tell whether an output file's folder exists and whether
+the configured baseline exists yet; it creates nothing (the compilation
+cache folder is made by the driver, reading the baseline is the CLI's).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from fieldmem.errors import OptionError
+from fieldmem.gate.tolerance import Tolerances
+from fieldmem.request.config import Config
+from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect
+from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
+from fieldmem.request.target import TargetOptions
+from fieldmem.units import parse_bytes
+
+__all__ = [
+    "BaselineSettings",
+    "CheckFlags",
+    "CheckRequest",
+    "OutputSettings",
+    "build_request",
+    "check_writable",
+    "parse_backends",
+]
+
+
+@dataclass(frozen=True)
+class CheckFlags:
+    """The command line of ``fieldmem check`` as typed: None (or False) where an option is not given."""
+
+    targets: tuple[str, ...] = ()
+    args: str | None = None
+    shapes: str | None = None
+    donate: str | None = None
+    static: str | None = None
+    expect: str | None = None
+    max_peak: str | None = None
+    max_live_peak: str | None = None
+    min_bytes: str | None = None
+    output_format: str | None = None
+    output: Path | None = None
+    html_output: Path | None = None
+    verbose: bool = False
+    suggest: bool = False
+    cache_dir: str | None = None
+    no_cache: bool = False
+    fast_compile: bool = False
+    backend: str | None = None
+    jobs: int | None = None
+    baseline: Path | None = None
+    no_baseline: bool = False
+    save_baseline: Path | None = None
+    prune_baseline: bool = False
+    tolerance: str | None = None
+    run: bool = False
+    probe: bool = False
+    isolate: bool = True
+    timeout: float | None = None
+    devices: int | None = None
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """Where the reports go: stdout in ``format``, and the files of ``-o`` and ``--html``."""
+
+    format: str  # a renderer name; with ``file``, stdout gets the table and the file this format
+    file: Path | None = None  # -o: one file per backend when there are several (report.cpu.json)
+    html: Path | None = None  # --html: likewise
+    verbose: bool = False
+
+
+@dataclass(frozen=True)
+class BaselineSettings:
+    """Which baseline the run is compared with, how much growth is allowed, and where it is saved."""
+
+    compare_with: str | Path | None = None  # read before anything compiles; None: no comparison
+    tolerances: Tolerances = Tolerances()
+    save_to: Path | None = None  # written after the whole run, only when it passed
+    prune: bool = False  # with save_to: drop entries of this backend whose target was not checked
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """Everything one ``fieldmem check`` run needs, every value parsed and checked."""
+
+    targets: tuple[str, ...]
+    target_options: TargetOptions  # for every target without a [[tool.fieldmem.target]] table
+    per_target: Mapping[str, TargetOptions]  # for each target with one, already stacked
+    options: CheckOptions  # cache_dir: the folder named by --cache-dir or the config, else None
+    output: OutputSettings
+    baseline: BaselineSettings
+    default_cache: bool = False  # no folder named and no --no-cache: the driver's default folder
+    backends: tuple[str, ...] | None = None  # --backend; None: jax's default, one report
+    devices: int | None = None  # --devices: simulate this many CPU devices
+
+
+def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
+    """``flags`` over ``config`` as one checked request; the command line beats the config.
+
+    Raises:
+        OptionError: an option value fieldmem cannot use, or two that contradict each other
+            (the spec parsers' and the tolerance parser's own errors pass through).
+    """
+    _check_alone(flags)
+    targets = tuple(flags.targets or config.all_targets)
+    if not targets:
+        raise OptionError(
+            "no targets: name them (fieldmem check pkg.model:update) or list them in pyproject.toml "
+            "under [tool.fieldmem] as targets = [\"pkg.model:update\"]"
+        )
+    output = _output(flags, config)
+    backends = parse_backends(flags.backend) if flags.backend is not None else None
+    if backends is not None and len(backends) > 1 and output.format == "json" and output.file is None:
+        raise OptionError(
+            "several backends give several JSON reports: write them with -o FILE "
+            "(one file per backend: FILE.cpu.json, FILE.gpu.json)"
+        )
+    for path, option in ((flags.output, "--output"), (flags.html_output, "--html"),
+                         (flags.save_baseline, "--save-baseline")):
+        if path is not None:
+            check_writable(path, option)
+    target_options, per_target = config.target_options(_command_line_options(flags), targets)
+    options, default_cache = _check_options(flags, config)
+    return CheckRequest(
+        targets=targets,
+        target_options=target_options,
+        per_target=per_target,
+        options=options,
+        output=output,
+        baseline=_baseline(flags, config),
+        default_cache=default_cache,
+        backends=backends,
+        devices=flags.devices,
+    )
+
+
+def _check_alone(flags: CheckFlags) -> None:
+    """The checks that need neither the config nor the file system."""
+    parse_expect(flags.expect, "--expect")
+    if flags.args is not None and flags.shapes is not None:
+        raise OptionError("--args and --shapes both give example arguments: use one of them")
+    if flags.jobs is not None and flags.jobs < 1:
+        raise OptionError(f"--jobs {flags.jobs} must be at least 1")
+    if flags.baseline is not None and flags.no_baseline:
+        raise OptionError("--baseline and --no-baseline contradict each other: use one of them")
+    if flags.prune_baseline and flags.save_baseline is None:
+        raise OptionError("--prune-baseline only applies with --save-baseline PATH")
+    timeout = flags.timeout
+    if timeout is not None and timeout <= 0:
+        raise OptionError(f"--timeout {timeout:g} must be positive")
+    if timeout is not None and not (flags.run or flags.probe):
+        raise OptionError("--timeout only applies with --run")
+
+
+def _output(flags: CheckFlags, config: Config) -> OutputSettings:
+    from fieldmem.render import get_renderer
+
+    renderer = get_renderer(flags.output_format or config.format or "table")
+    return OutputSettings(format=renderer.name, file=flags.output, html=flags.html_output, verbose=flags.verbose)
+
+
+def parse_backends(text: str) -> tuple[str, ...]:
+    """``cpu,gpu`` -> ``("cpu", "gpu")``; whether each is available is the driver's to say.
+
+    Raises:
+        OptionError: an empty name, or one named twice.
+    """
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise OptionError(f"--backend {text!r}: name backends separated by commas, e.g. cpu,gpu")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise OptionError(f"--backend {text!r} names {', '.join(repeated)} twice")
+    return names
+
+
+def check_writable(output: Path, option: str = "--output") -> None:
+    """Fail before compiling anything when ``option FILE`` cannot be written.
+
+    Raises:
+        OptionError: ``output`` is a folder, or its folder does not exist.
+    """
+    folder = output.parent if str(output.parent) else Path(".")
+    if output.is_dir():
+        raise OptionError(f"{option} {str(output)!r} is a folder: name a file, e.g. {str(output / 'report.json')!r}")
+    if not folder.is_dir():
+        raise OptionError(f"{option} {str(output)!r}: the folder {str(folder)!r} does not exist")
+
+
+def _command_line_options(flags: CheckFlags) -> TargetOptions:
+    """The per-target options the command line gives (the strongest layer)."""
+    return TargetOptions(
+        args=flags.args,
+        shapes=parse_shapes(flags.shapes) if flags.shapes is not None else None,
+        donate=DonateSpec.parse(flags.donate) if flags.donate is not None else None,
+        static=StaticSpec.parse(flags.static) if flags.static is not None else None,
+        expect=flags.expect,
+        max_peak=parse_bytes(flags.max_peak, "--max-peak") if flags.max_peak is not None else None,
+        max_live_peak=parse_bytes(flags.max_live_peak, "--max-live-peak") if flags.max_live_peak is not None else None,
+    )
+
+
+def _check_options(flags: CheckFlags, config: Config) -> tuple[CheckOptions, bool]:
+    """How to check, and whether the driver picks the default compilation cache folder."""
+    if flags.min_bytes is not None:
+        min_bytes = parse_bytes(flags.min_bytes, "--min-bytes")
+    else:
+        min_bytes = config.min_bytes if config.min_bytes is not None else MIN_BYTES
+    if flags.no_cache and flags.cache_dir is not None:
+        raise OptionError("--cache-dir and --no-cache contradict each other: use one of them")
+    cache_dir = None if flags.no_cache else (flags.cache_dir if flags.cache_dir is not None else config.cache_dir)
+    options = CheckOptions(
+        min_bytes=min_bytes,
+        jobs=flags.jobs or config.jobs or max(1, (os.cpu_count() or 2) // 2),
+        suggest=flags.suggest,
+        cache_dir=cache_dir,
+        fast_compile=flags.fast_compile or bool(config.fast_compile),
+        run=flags.run or flags.probe,
+        probe=flags.probe,
+        isolate=flags.isolate,
+        timeout=flags.timeout,
+    )
+    return options, not flags.no_cache and cache_dir is None
+
+
+def _baseline(flags: CheckFlags, config: Config) -> BaselineSettings:
+    """The baseline settings; the config's baseline may not exist yet when this very run creates it."""
+    if flags.tolerance is not None:
+        tolerances = Tolerances.parse(flags.tolerance)
+    else:
+        tolerances = config.tolerance or Tolerances()
+    path = None if flags.no_baseline else (flags.baseline or config.baseline)
+    if path is not None and flags.baseline is None and flags.save_baseline is not None and not Path(path).exists():
+        path = None
+    return BaselineSettings(
+        compare_with=path, tolerances=tolerances, save_to=flags.save_baseline, prune=flags.prune_baseline
+    )
