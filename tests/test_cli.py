@@ -625,9 +625,10 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch) -> str:
     """A second backend named "fake" that is the CPU under another name (this machine has one backend)."""
     import jax
 
-    import fieldmem.driver as fm_compile
+    import fieldmem.driver as driver
+    from fieldmem.driver import backends
 
-    real_devices, real_environment = fm_compile.backend_devices, fm_compile.environment
+    real_devices, real_environment = backends.backend_devices, backends.environment
 
     def backend_devices(name: str) -> list[Any]:
         return list(jax.devices("cpu")) if name == "fake" else real_devices(name)
@@ -639,8 +640,9 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch) -> str:
             return real_environment(backend)
         return dataclasses.replace(real_environment("cpu"), backend="fake")
 
-    monkeypatch.setattr(fm_compile, "backend_devices", backend_devices)
-    monkeypatch.setattr(fm_compile, "environment", environment)
+    for where in (driver, backends):  # what the engine imports, and what backend_scope calls
+        monkeypatch.setattr(where, "backend_devices", backend_devices)
+        monkeypatch.setattr(where, "environment", environment)
     return "fake"
 
 

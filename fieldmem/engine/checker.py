@@ -16,33 +16,24 @@ import datetime as _dt
 from collections import deque
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 from fieldmem import __version__
+from fieldmem.engine.results import error_result
 from fieldmem.errors import CompileError, FieldmemError
 from fieldmem.xla.hlo import HloParseError
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
 from fieldmem.request.options import CheckOptions
-from fieldmem.report import Chain, DeviceInfo, ErrorInfo, Report, TargetResult
+from fieldmem.report import Chain, DeviceInfo, Report, TargetResult
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import ChainTarget, Target, TargetOptions, resolve_target
 
 if TYPE_CHECKING:
-    from fieldmem.driver import CompiledVariant, PendingVariants, PreparedCall
+    from fieldmem.driver import Compiled, PendingVariants, PreparedCall
 
-__all__ = ["check", "check_backends", "check_targets"]
+__all__ = ["check", "check_backends", "check_targets", "resolve_all"]
 
 ProgressCallback = Callable[[str, int, int], None]
-
-
-def _error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:
-    return TargetResult(
-        target=spec,
-        name=name,
-        status="error",
-        definition=definition,
-        error=ErrorInfo(kind=error.kind, message=error.message),
-    )
 
 
 def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
@@ -53,7 +44,7 @@ def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | Ta
         with backend_scope(options.backend):
             return target.example_arguments()
     except FieldmemError as exc:
-        return _error_result(target.spec, target.name, exc, target.definition)
+        return error_result(target.spec, target.name, exc, target.definition)
 
 
 def _check_one(target: Target, options: CheckOptions) -> TargetResult:
@@ -80,38 +71,36 @@ def _start(target: Target, args: tuple, kwargs: dict, options: CheckOptions, poo
     try:
         with backend_scope(options.backend):
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
-            pending = start_variants(call, pool, keep_executables=options.run, fast=options.compile_fast)
+            pending = start_variants(call, pool, fast=options.compile_fast)
             return _Started(target, call, pending)
     except FieldmemError as exc:
-        return _Started(target, error=_error_result(target.spec, target.name, exc, target.definition))
+        return _Started(target, error=error_result(target.spec, target.name, exc, target.definition))
 
 
-def _finish(started: _Started, options: CheckOptions) -> tuple[TargetResult, "CompiledVariant | None"]:
-    """Wait for the compiles, analyse (and run, with --run); also the donated compile (None on error),
-    whose outputs a chain passes on."""
+def _finish(started: _Started, options: CheckOptions) -> tuple[TargetResult, Any]:
+    """Wait for the compiles, analyse (and run, with --run); also the donated compile's outputs as abstract
+    arrays (None on error), which a chain passes on. The compiled handles, executables and all, go here."""
     if started.error is not None:
         return started.error, None
     target = started.target
     try:
         plain, donated = started.pending.result()
     except FieldmemError as exc:
-        return _error_result(target.spec, target.name, exc, target.definition), None
+        return error_result(target.spec, target.name, exc, target.definition), None
     result = _analyse(target, started.call, plain, donated, options)
     if options.run and result.status == "ok":
         result = _run(result, started.call, plain, donated, options)
-    return result, dataclasses.replace(donated, executable=None)
+    return result, donated.outputs
 
 
-def _check_call(
-    target: Target, args: tuple, kwargs: dict, options: CheckOptions
-) -> tuple[TargetResult, "CompiledVariant | None"]:
+def _check_call(target: Target, args: tuple, kwargs: dict, options: CheckOptions) -> tuple[TargetResult, Any]:
     """Compile ``target.function(*args, **kwargs)`` twice (concurrently when ``jobs`` > 1) and analyse it."""
     with _pool(2 if options.jobs > 1 else 0) as pool:
         return _finish(_start(target, args, kwargs, options, pool), options)
 
 
 def _run(
-    result: TargetResult, call: "PreparedCall", plain: "CompiledVariant", donated: "CompiledVariant", options: CheckOptions
+    result: TargetResult, call: "PreparedCall", plain: "Compiled", donated: "Compiled", options: CheckOptions
 ) -> TargetResult:
     """Run both variants (donated first: the device's high-water mark is then its own) and read them
     against the plan; a run that fails makes the target an error that keeps the static verdict in words."""
@@ -125,14 +114,14 @@ def _run(
     except RunError as exc:
         static = result.verdict.summary if result.verdict else "not analysed"
         error = RunError(f"{exc.message} (static analysis: {static})", kind=exc.kind)
-        return _error_result(result.target, result.name, error, result.definition)
+        return error_result(result.target, result.name, error, result.definition)
     result = apply_run(result, readings)
     if options.probe:
         result = _probe(result, call, donated, options)
     return result
 
 
-def _probe(result: TargetResult, call: "PreparedCall", donated: "CompiledVariant", options: CheckOptions) -> TargetResult:
+def _probe(result: TargetResult, call: "PreparedCall", donated: "Compiled", options: CheckOptions) -> TargetResult:
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
     from fieldmem.driver import backend_scope, probe_update
     from fieldmem.errors import RunError
@@ -140,7 +129,7 @@ def _probe(result: TargetResult, call: "PreparedCall", donated: "CompiledVariant
     from fieldmem.findings.runcheck import apply_probes, probe_candidates, probe_outcome
 
     probes = []
-    for candidate in probe_candidates(result, donated.hlo_text):
+    for candidate in probe_candidates(result, donated.variant.hlo_text):
         if candidate.skip is not None:
             probes.append(InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", candidate.skip))
             continue
@@ -157,10 +146,10 @@ def _probe(result: TargetResult, call: "PreparedCall", donated: "CompiledVariant
 
 
 def _analyse(
-    target: Target, call: "PreparedCall", plain: "CompiledVariant", donated: "CompiledVariant", options: CheckOptions
+    target: Target, call: "PreparedCall", plain: "Compiled", donated: "Compiled", options: CheckOptions
 ) -> TargetResult:
     from fieldmem.findings.analysis import analyze_target
-    from fieldmem.driver import backend_scope
+    from fieldmem.driver import backend_scope, compile_donation
 
     try:
         result = analyze_target(
@@ -174,8 +163,8 @@ def _analyse(
             expect=target.expect,
             max_peak=target.max_peak,
             max_live_peak=target.max_live_peak,
-            plain=plain,
-            donated=donated,
+            plain=plain.variant,
+            donated=donated.variant,
             min_bytes=options.min_bytes,
         )
         if options.suggest:
@@ -183,7 +172,8 @@ def _analyse(
 
             with backend_scope(options.backend):
                 suggestion = suggest(
-                    call, plain, donated, result=result, min_bytes=options.min_bytes, fast=options.compile_fast
+                    call, plain.variant, donated.variant, compile_donation=compile_donation, result=result,
+                    min_bytes=options.min_bytes, fast=options.compile_fast,
                 )
             result = dataclasses.replace(result, suggestion=suggestion)
         return result
@@ -194,7 +184,7 @@ def _analyse(
             f"fieldmem could not read the optimized HLO of this target: {exc}; "
             "please report this with the output of jax.jit(fn).lower(...).compile().as_text()"
         )
-        return _error_result(target.spec, target.name, error, target.definition)
+        return error_result(target.spec, target.name, error, target.definition)
 
 
 def _step_donation(donate: DonateSpec) -> DonateSpec:
@@ -205,13 +195,13 @@ def _step_donation(donate: DonateSpec) -> DonateSpec:
 
 def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[TargetResult], Chain]:
     """Every step (each with the previous step's outputs as its arguments) and the fused chain."""
-    from fieldmem.driver import chain_arguments, compose
+    from fieldmem.driver import compose, spread
 
     first = chain.first
     outcomes: list[StepOutcome] = []
     results: list[TargetResult] = []
     arguments = _arguments(first, options)  # the first step's, or the error result they gave
-    previous = None
+    previous = None  # the outputs of the step before, abstract (None: it failed)
     for index, step in enumerate(chain.steps):
         step_target = dataclasses.replace(
             first,
@@ -224,16 +214,16 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
         )
         if index == 0 and isinstance(arguments, TargetResult):
             result = dataclasses.replace(arguments, name=step_target.name, definition=step.definition)
-            donated = None
+            outputs = None
         elif index > 0 and previous is None:
             outcomes.append(StepOutcome(step.name, step.definition, None))
             continue
         else:
-            args, kwargs = arguments if index == 0 else (chain_arguments(previous, step.function), {})
-            result, donated = _check_call(step_target, args, kwargs, options)
+            args, kwargs = arguments if index == 0 else (spread(previous, step.function), {})
+            result, outputs = _check_call(step_target, args, kwargs, options)
         results.append(result)
         outcomes.append(StepOutcome(step.name, step.definition, result))
-        previous = donated
+        previous = outputs
 
     fused: TargetResult | None = None
     if not isinstance(arguments, TargetResult):
@@ -288,7 +278,7 @@ def check_targets(
         ]
         if isolated:
             from fieldmem.driver import has_memory_stats
-            from fieldmem.engine.worker import check_isolated
+            from fieldmem.engine.isolate import check_isolated
 
             if progress is not None:
                 progress(f"{len(isolated)} target(s) in worker processes", isolated[0], len(items))
@@ -302,7 +292,7 @@ def check_targets(
                 continue
             if isinstance(item, tuple):
                 spec, error = item
-                slots[n] = [_error_result(spec, spec, error)]
+                slots[n] = [error_result(spec, spec, error)]
                 continue
             if progress is not None:
                 progress(item.name, n, len(items))
