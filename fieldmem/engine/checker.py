@@ -18,7 +18,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from fieldmem import __version__
+from fieldmem.version import __version__
 from fieldmem.engine.results import error_result
 from fieldmem.errors import CompileError, FieldmemError
 from fieldmem.xla.hlo import HloParseError
