@@ -41,7 +41,6 @@ def spread(outputs: Any, next_step: Callable[..., Any]) -> tuple[Any, ...]:
     return (outputs,)
 
 
-
 def compose(steps: Sequence[Callable[..., Any]], name: str = "chain") -> Callable[..., Any]:
     """The chain as one function: ``steps[-1](...steps[1](*steps[0](*args, **kwargs)))``, spread as
     :func:`spread` does. jit it to get the fused chain (a step that is a jit object is inlined)."""

@@ -13,4 +13,3 @@ def first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     head = text[0] if text else ""
     return f"{type(exc).__name__}: {head}" if head else type(exc).__name__
-

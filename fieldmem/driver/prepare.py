@@ -36,7 +36,6 @@ class PreparedCall:
     jit_options: dict[str, Any]
 
 
-
 def _is_array_like(value: Any) -> bool:
     """Arrays, array specs and Python floats/complex (traced as scalars, not static)."""
     import jax
@@ -54,6 +53,7 @@ def _has_array_leaves(value: Any) -> bool:
 
 
 def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
+    """``inspect.signature(fn)``, None where it has none (a builtin, some C callables)."""
     try:
         return inspect.signature(fn)
     except (TypeError, ValueError):
@@ -131,7 +131,35 @@ def prepare_call(
     info = user_jit_info(fn)
     underlying = getattr(fn, "_fun", fn) if info is not None else fn
     names = _positional_names(signature_of(underlying), len(args))
+    static_positions, static_names = _static_arguments(info, static, names, args, kwargs)
+    donation_source, donated_positions, donated_names = _donated_arguments(
+        info, donate, names, args, kwargs, static_positions, static_names
+    )
+    return PreparedCall(
+        function=underlying,
+        user_jit=fn if info is not None else None,
+        args=args,
+        kwargs=kwargs,
+        positional_names=tuple(names),
+        static_positions=frozenset(static_positions),
+        static_names=frozenset(static_names),
+        donated_positions=frozenset(donated_positions),
+        donated_names=frozenset(donated_names),
+        donation_source=donation_source,
+        jit_options=_jit_options_of(info) if info is not None else {},
+    )
 
+
+def _static_arguments(
+    info: Any | None, static: StaticSpec, names: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[set[int], set[str]]:
+    """The static positions and keyword names: a jit object's own plus ``--static``; for a plain function,
+    ``--static`` plus every argument that holds no array. Each must be hashable.
+
+    Raises:
+        DonationError: ``--static`` names an argument the call does not have.
+        ArgumentsError: a static argument is not hashable.
+    """
     if info is not None:
         static_positions = set(getattr(info, "static_argnums", ()) or ())
         static_names = set(getattr(info, "static_argnames", ()) or ()) & set(kwargs)
@@ -152,7 +180,23 @@ def prepare_call(
             _check_hashable(args[i], names[i], explicit=i in explicit or names[i] in explicit)
     for key in static_names:
         _check_hashable(kwargs[key], key, explicit=key in explicit)
+    return static_positions, static_names
 
+
+def _donated_arguments(
+    info: Any | None,
+    donate: DonateSpec,
+    names: list[str],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    static_positions: set[int],
+    static_names: set[str],
+) -> tuple[str, set[int], set[str]]:
+    """Where the donation comes from (``jit`` or ``spec``) and the donated positions and keyword names.
+
+    Raises:
+        DonationError: ``--donate`` names an argument the call does not have, or a static one.
+    """
     donation_source = "spec"
     if donate.mode == "auto" and info is not None:
         donation_source = "jit"
@@ -175,23 +219,7 @@ def prepare_call(
     # positionally: a jit's donate_argnums may name a parameter left at its default)
     donated_positions = {i for i in donated_positions if i not in static_positions and i < len(args)}
     donated_names = {k for k in donated_names if k not in static_names}
-
-    jit_options: dict[str, Any] = {}
-    if info is not None:
-        jit_options = _jit_options_of(info)
-    return PreparedCall(
-        function=underlying,
-        user_jit=fn if info is not None else None,
-        args=args,
-        kwargs=kwargs,
-        positional_names=tuple(names),
-        static_positions=frozenset(static_positions),
-        static_names=frozenset(static_names),
-        donated_positions=frozenset(donated_positions),
-        donated_names=frozenset(donated_names),
-        donation_source=donation_source,
-        jit_options=jit_options,
-    )
+    return donation_source, donated_positions, donated_names
 
 
 def _check_hashable(value: Any, name: str, *, explicit: bool = False) -> None:

@@ -18,15 +18,15 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from fieldmem.version import __version__
 from fieldmem.engine.results import error_result
 from fieldmem.errors import CompileError, FieldmemError
-from fieldmem.xla.hlo import HloParseError
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
-from fieldmem.request.options import CheckOptions
 from fieldmem.report import Chain, DeviceInfo, Report, TargetResult
+from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import ChainTarget, Target, TargetOptions, resolve_target
+from fieldmem.version import __version__
+from fieldmem.xla.hlo import HloParseError
 
 if TYPE_CHECKING:
     from fieldmem.driver import Compiled, PendingVariants, PreparedCall
@@ -125,8 +125,8 @@ def _probe(result: TargetResult, call: "PreparedCall", donated: "Compiled", opti
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
     from fieldmem.driver import backend_scope, probe_update
     from fieldmem.errors import RunError
-    from fieldmem.report import InPlaceProbe
     from fieldmem.findings.runcheck import apply_probes, probe_candidates, probe_outcome
+    from fieldmem.report import InPlaceProbe
 
     probes = []
     for candidate in probe_candidates(result, donated.variant.hlo_text):
@@ -148,8 +148,8 @@ def _probe(result: TargetResult, call: "PreparedCall", donated: "Compiled", opti
 def _analyse(
     target: Target, call: "PreparedCall", plain: "Compiled", donated: "Compiled", options: CheckOptions
 ) -> TargetResult:
-    from fieldmem.findings.analysis import analyze_target
     from fieldmem.driver import backend_scope, compile_donation
+    from fieldmem.findings.analysis import analyze_target
 
     try:
         result = analyze_target(
@@ -255,68 +255,97 @@ def _pool(workers: int) -> "Iterator[Executor | None]":
         yield pool
 
 
+_Checked = tuple[list[TargetResult], list[Chain]]  # what one item gave: its results, and its chain if it is one
+
+
 def check_targets(
     targets: Iterable[Target | ChainTarget | tuple[str, FieldmemError]],
     options: CheckOptions = CheckOptions(),
     progress: ProgressCallback | None = None,
 ) -> Report:
     """Analyse already-resolved targets (a pair ``(spec, error)`` stands for one that failed to load)."""
-    from fieldmem.driver import compilation_cache, environment
+    from fieldmem.driver import compilation_cache
 
     items = list(targets)
-    slots: list[list[TargetResult]] = [[] for _ in items]
-    # independent targets overlap: one is lowered here while the compiles of
-    # those before it run in the pool (lowering stays on this thread)
-    pipelined = options.jobs > 1 and not options.run
-    in_flight: deque[tuple[int, _Started]] = deque()
-    chain_slots: list[list[Chain]] = [[] for _ in items]
-    with compilation_cache(options.cache_dir), _pool(options.jobs if pipelined else 0) as pool:
+    with compilation_cache(options.cache_dir):
         isolated = [
             n for n, item in enumerate(items)
             if options.run and options.isolate and not isinstance(item, tuple)
             and (item.first if isinstance(item, ChainTarget) else item).options is not None
         ]
-        if isolated:
-            from fieldmem.driver import has_memory_stats
-            from fieldmem.engine.isolate import check_isolated
+        checked = _check_in_workers(items, isolated, options, progress) if isolated else {}
+        checked.update(_check_here(items, [n for n in range(len(items)) if n not in checked], options, progress))
+    if progress is not None:
+        progress("", len(items), len(items))
+    results = [result for n in range(len(items)) for result in checked[n][0]]
+    chains = [chain for n in range(len(items)) for chain in checked[n][1]]
+    return _report(results, chains, options)
 
-            if progress is not None:
-                progress(f"{len(isolated)} target(s) in worker processes", isolated[0], len(items))
-            outcomes = check_isolated(
-                [items[n] for n in isolated], options, fresh_each=has_memory_stats(options.backend)
-            )
-            for n, (worker_results, worker_chains) in zip(isolated, outcomes):
-                slots[n], chain_slots[n] = worker_results, worker_chains
-        for n, item in enumerate(items):
-            if n in isolated:
-                continue
+
+def _check_in_workers(
+    items: Sequence[Target | ChainTarget | tuple[str, FieldmemError]],
+    indices: list[int],
+    options: CheckOptions,
+    progress: ProgressCallback | None,
+) -> dict[int, _Checked]:
+    """Check and run ``items[n]`` for each of ``indices`` in worker processes (``--run``, isolated)."""
+    from fieldmem.driver import has_memory_stats
+    from fieldmem.engine.isolate import check_isolated
+
+    if progress is not None:
+        progress(f"{len(indices)} target(s) in worker processes", indices[0], len(items))
+    outcomes = check_isolated([items[n] for n in indices], options, fresh_each=has_memory_stats(options.backend))
+    return dict(zip(indices, outcomes))
+
+
+def _check_here(
+    items: Sequence[Target | ChainTarget | tuple[str, FieldmemError]],
+    indices: list[int],
+    options: CheckOptions,
+    progress: ProgressCallback | None,
+) -> dict[int, _Checked]:
+    """Check ``items[n]`` for each of ``indices`` in this process, in order.
+
+    Independent targets overlap when ``jobs`` > 1 (not with ``--run``): one
+    is lowered here while the compiles of those before it run in the pool
+    (lowering stays on this thread).
+    """
+    checked: dict[int, _Checked] = {}
+    pipelined = options.jobs > 1 and not options.run
+    in_flight: deque[tuple[int, _Started]] = deque()
+    with _pool(options.jobs if pipelined else 0) as pool:
+        for n in indices:
+            item = items[n]
             if isinstance(item, tuple):
                 spec, error = item
-                slots[n] = [error_result(spec, spec, error)]
+                checked[n] = ([error_result(spec, spec, error)], [])
                 continue
             if progress is not None:
                 progress(item.name, n, len(items))
             if isinstance(item, ChainTarget):
                 step_results, chain = _check_chain(item, options)
-                slots[n], chain_slots[n] = step_results, [chain]
+                checked[n] = (step_results, [chain])
             elif pool is not None:
                 arguments = _arguments(item, options)
                 if isinstance(arguments, TargetResult):
-                    slots[n] = [arguments]
+                    checked[n] = ([arguments], [])
                     continue
                 in_flight.append((n, _start(item, *arguments, options, pool)))
                 while len(in_flight) > options.jobs:
                     done, started = in_flight.popleft()
-                    slots[done] = [_finish(started, options)[0]]
+                    checked[done] = ([_finish(started, options)[0]], [])
             else:
-                slots[n] = [_check_one(item, options)]
+                checked[n] = ([_check_one(item, options)], [])
         while in_flight:
             done, started = in_flight.popleft()
-            slots[done] = [_finish(started, options)[0]]
-    results = [result for slot in slots for result in slot]
-    chains = [chain for slot in chain_slots for chain in slot]
-    if progress is not None:
-        progress("", len(items), len(items))
+            checked[done] = ([_finish(started, options)[0]], [])
+    return checked
+
+
+def _report(results: list[TargetResult], chains: list[Chain], options: CheckOptions) -> Report:
+    """The report of a check: its results and chains, with the environment they were checked in."""
+    from fieldmem.driver import environment
+
     env = environment(options.backend)
     return Report(
         fieldmem_version=__version__,
