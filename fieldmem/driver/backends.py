@@ -183,7 +183,8 @@ def compilation_cache(path: str | None) -> Iterator[None]:
     Raises:
         OptionError: the folder cannot be created or written.
     """
-    if cache_folder(path) is None:
+    folder = cache_folder(path)
+    if folder is None:
         yield
         return
     import os
@@ -191,7 +192,7 @@ def compilation_cache(path: str | None) -> Iterator[None]:
     import jax
 
     previous = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
-    for name, value in zip(_CACHE_OPTIONS, (os.path.abspath(path), 0.0, 0, True)):
+    for name, value in zip(_CACHE_OPTIONS, (os.path.abspath(folder), 0.0, 0, True)):
         jax.config.update(name, value)
     try:
         yield

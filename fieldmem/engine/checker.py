@@ -54,18 +54,20 @@ def _check_one(target: Target, options: CheckOptions) -> TargetResult:
     return _check_call(target, *arguments, options)[0]
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Started:
     """A target lowered in this thread whose two compiles run in a pool or wait for :func:`_finish`."""
 
     target: Target
-    call: "PreparedCall | None" = None
-    pending: "PendingVariants | None" = None
-    error: TargetResult | None = None
+    call: "PreparedCall"
+    pending: "PendingVariants"
 
 
-def _start(target: Target, args: tuple, kwargs: dict, options: CheckOptions, pool: "Executor | None") -> _Started:
-    """Prepare and lower ``target`` on ``args`` in this thread; its compiles go to ``pool`` (None: at finish)."""
+def _start(
+    target: Target, args: tuple, kwargs: dict, options: CheckOptions, pool: "Executor | None"
+) -> _Started | TargetResult:
+    """Prepare and lower ``target`` on ``args`` in this thread; its compiles go to ``pool`` (None: at finish).
+    The error result when preparing or lowering failed."""
     from fieldmem.driver import backend_scope, prepare_call, start_variants
 
     try:
@@ -74,14 +76,14 @@ def _start(target: Target, args: tuple, kwargs: dict, options: CheckOptions, poo
             pending = start_variants(call, pool, fast=options.compile_fast)
             return _Started(target, call, pending)
     except FieldmemError as exc:
-        return _Started(target, error=error_result(target.spec, target.name, exc, target.definition))
+        return error_result(target.spec, target.name, exc, target.definition)
 
 
-def _finish(started: _Started, options: CheckOptions) -> tuple[TargetResult, Any]:
+def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[TargetResult, Any]:
     """Wait for the compiles, analyse (and run, with --run); also the donated compile's outputs as abstract
     arrays (None on error), which a chain passes on. The compiled handles, executables and all, go here."""
-    if started.error is not None:
-        return started.error, None
+    if isinstance(started, TargetResult):
+        return started, None
     target = started.target
     try:
         plain, donated = started.pending.result()
@@ -212,15 +214,16 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
             donate=first.donate if index == 0 else _step_donation(first.donate),
             static=first.static if index == 0 else StaticSpec(),
         )
-        if index == 0 and isinstance(arguments, TargetResult):
-            result = dataclasses.replace(arguments, name=step_target.name, definition=step.definition)
-            outputs = None
-        elif index > 0 and previous is None:
+        if index > 0 and previous is None:  # the step before failed: nothing to pass on
             outcomes.append(StepOutcome(step.name, step.definition, None))
             continue
+        if index > 0:
+            result, outputs = _check_call(step_target, spread(previous, step.function), {}, options)
+        elif isinstance(arguments, TargetResult):
+            result = dataclasses.replace(arguments, name=step_target.name, definition=step.definition)
+            outputs = None
         else:
-            args, kwargs = arguments if index == 0 else (spread(previous, step.function), {})
-            result, outputs = _check_call(step_target, args, kwargs, options)
+            result, outputs = _check_call(step_target, *arguments, options)
         results.append(result)
         outcomes.append(StepOutcome(step.name, step.definition, result))
         previous = outputs
@@ -312,7 +315,7 @@ def _check_here(
     """
     checked: dict[int, _Checked] = {}
     pipelined = options.jobs > 1 and not options.run
-    in_flight: deque[tuple[int, _Started]] = deque()
+    in_flight: deque[tuple[int, _Started | TargetResult]] = deque()
     with _pool(options.jobs if pipelined else 0) as pool:
         for n in indices:
             item = items[n]
