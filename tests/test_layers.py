@@ -1,4 +1,4 @@
-"""The layers hold: only fieldmem.driver imports jax, and no two fieldmem modules import each other in a circle.
+"""The layers hold: only fieldmem.driver imports jax, and no fieldmem modules import each other in a circle.
 
 Both read the package as it is (every module pkgutil finds), so a module
 added later is covered without touching this file. Neither compiles.
@@ -12,8 +12,6 @@ import pkgutil
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 import fieldmem
 
@@ -193,18 +191,6 @@ def test_the_graph_reads_function_level_imports_and_skips_type_checking_blocks()
     assert _imported("fieldmem.a", False, ast.parse(source), known) == {"fieldmem.pkg.w", "fieldmem.x", "fieldmem.y"}
 
 
-# Cycles in modules other branches of issue 13 are restructuring; the integrator drops this mark after merging.
-_OTHERS = "render/chains <-> render/markdown and render/chains <-> render/table: render is restructured on another branch"
-
-
-@pytest.mark.xfail(strict=True, reason=_OTHERS)
 def test_no_import_cycle_between_fieldmem_modules() -> None:
     found = cycles(import_graph())
-    assert found == [], "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in found)
-
-
-def test_no_import_cycle_touches_the_driver_the_engine_or_the_findings() -> None:
-    """The layers this branch restructured are out of every cycle now (the rest: the test above)."""
-    mine = ("fieldmem.driver", "fieldmem.engine", "fieldmem.findings", "fieldmem.readings")
-    found = [cycle for cycle in cycles(import_graph()) if any(m.startswith(mine) for m in cycle)]
     assert found == [], "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in found)
