@@ -58,18 +58,18 @@ SYNTH = [  # (functions, chain, leaves, size)
 
 def capture(specs: list[str]) -> list[tuple[str, Any]]:
     """Every lowering fieldmem compiles while checking ``specs`` (suggest on), with a label."""
-    import fieldmem.driver as fc
+    from fieldmem.driver import lowering
     from fieldmem.request.options import CheckOptions
     from fieldmem.engine.checker import check
 
     captured: list[tuple[str, Any]] = []
-    original = fc._compile
+    original = lowering.compile_lowered
 
     def recording(lowered: Any, *args: Any, **kwargs: Any) -> Any:
         captured.append((f"#{len(captured)}", lowered))
         return original(lowered, *args, **kwargs)
 
-    fc._compile = recording
+    lowering.compile_lowered = recording  # every compile of a check goes through it
     try:
         for spec in specs:
             start = len(captured)
@@ -80,15 +80,15 @@ def capture(specs: list[str]) -> list[tuple[str, Any]]:
             for i in range(start, len(captured)):
                 captured[i] = (f"{Path(spec).name} #{i - start}", captured[i][1])
     finally:
-        fc._compile = original
+        lowering.compile_lowered = original
     return captured
 
 
 def fingerprint(compiled: Any) -> dict[str, Any]:
     from fieldmem.xla.buffers import decode_instruction_ids
-    from fieldmem.driver import _read_memory
+    from fieldmem.driver import read_memory
 
-    reading = _read_memory(compiled)
+    reading = read_memory(compiled)
     return {
         "hlo_text": compiled.as_text(),
         "figures": reading.figures,

@@ -51,17 +51,17 @@ def main() -> None:
     options = parser.parse_args()
     import jax
 
-    from fieldmem.driver import compile_variants, prepare_call, probe_update
+    from fieldmem.driver import prepare_call, probe_update, start_variants
     from fieldmem.findings.runcheck import probe_outcome
     from fieldmem.request.spec import DonateSpec, StaticSpec
 
     rows = []
     for name, (fn, args) in updates().items():
         call = prepare_call(fn, args, {}, donate=DonateSpec.parse("u"), static=StaticSpec())
-        plain, donated = compile_variants(call, keep_executables=True)
-        for variant in (donated, plain):
-            probe = probe_outcome("u", "out", "update", probe_update(call, variant, 0, 0))
-            rows.append({**asdict(probe), "case": name, "variant": variant.name})
+        plain, donated = start_variants(call, None).result()
+        for compiled in (donated, plain):
+            probe = probe_outcome("u", "out", "update", probe_update(call, compiled, 0, 0))
+            rows.append({**asdict(probe), "case": name, "variant": compiled.variant.name})
     meta = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from fieldmem.version import __version__
 
 from fieldmem.api import NotInPlaceError, assert_in_place, check_chain, check_function
 from fieldmem.errors import FieldmemError

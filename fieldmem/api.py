@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from fieldmem import __version__
+from fieldmem.version import __version__
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Report
 from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect

@@ -10,6 +10,7 @@ and the outputs said to reuse them.
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import Executor
 from typing import Any, Callable, Iterable
 
 import jax
@@ -18,7 +19,8 @@ import jax.numpy as jnp
 from fieldmem.request.options import CheckOptions
 
 from fieldmem.engine.checker import check_targets
-from fieldmem.driver import MEMORY_FIELDS
+from fieldmem.driver import MEMORY_FIELDS, PreparedCall, start_variants
+from fieldmem.readings import CompiledVariant
 from fieldmem.report import Report, TargetResult
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import Target
@@ -50,6 +52,12 @@ def make_target(
         max_peak=None,
         definition=definition,
     )
+
+
+def compiled_variants(call: PreparedCall, pool: Executor | None = None) -> tuple[CompiledVariant, CompiledVariant]:
+    """The plain and the donated variant of ``call``, compiled as the checker compiles them (in ``pool``, or here)."""
+    plain, donated = start_variants(call, pool).result()
+    return plain.variant, donated.variant
 
 
 def check_reports(targets: Iterable[Target], min_bytes: int = 1024) -> Report:

@@ -22,10 +22,9 @@ import pytest
 from jax import lax
 from rich.console import Console
 
-from fieldmem.findings import advisor
 from fieldmem.findings.advisor import suggest
 from fieldmem.findings.analysis import analyze_target
-from fieldmem.driver import PreparedCall, compile_variants, prepare_call
+from fieldmem.driver import PreparedCall, compile_donation, prepare_call
 from fieldmem.errors import CompileError
 from fieldmem.render.suggest import suggestion_renderables
 from fieldmem.report import Report, Suggestion, TargetResult
@@ -35,6 +34,7 @@ from helpers_compile import (
     UNUSABLE_WARNING,
     check_reports,
     compile_quietly,
+    compiled_variants,
     make_target,
     output_leaves,
     report_leaves,
@@ -56,17 +56,18 @@ def advise(
     args: tuple[Any, ...],
     kwargs: dict[str, Any] | None = None,
     donate: Any = None,
+    verify: Callable[..., Any] = compile_donation,
 ) -> tuple[PreparedCall, TargetResult, Suggestion]:
-    """Check ``fn`` as the checker does (two compiles), then ask the advisor."""
+    """Check ``fn`` as the checker does (two compiles), then ask the advisor (verifying with ``verify``)."""
     kwargs = kwargs or {}
     spec = DonateSpec.parse(donate, "donate=") if donate is not None else DonateSpec()
     call = prepare_call(fn, args, kwargs, donate=spec, static=StaticSpec())
-    plain, donated = compile_variants(call)
+    plain, donated = compiled_variants(call)
     result = analyze_target(
         target="test", name="test", definition=None, donate=spec.describe(), expect="any",
         max_peak=None, plain=plain, donated=donated, min_bytes=1024,
     )
-    return call, result, suggest(call, plain, donated, result=result, min_bytes=1024)
+    return call, result, suggest(call, plain, donated, compile_donation=verify, result=result, min_bytes=1024)
 
 
 def footprint(compiled: Any) -> int:
@@ -300,12 +301,11 @@ def test_keyword_arguments_are_donated_by_name() -> None:
 # A verification that fails suggests nothing
 
 
-def test_failed_verification_suggests_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_verification_suggests_nothing() -> None:
     def broken(*_args: Any, **_kwargs: Any) -> Any:
         raise CompileError("XLA compilation failed: out of memory")
 
-    monkeypatch.setattr(advisor, "compile_donation", broken)
-    _, _, suggestion = advise(sgd_step, step_args())
+    _, _, suggestion = advise(sgd_step, step_args(), verify=broken)
     assert suggestion.spec == "none" and suggestion.code is None and suggestion.verified_by == "none"
     assert "out of memory" in suggestion.notes[-1]
     assert suggestion.summary.startswith("nothing suggested: ")
@@ -372,10 +372,10 @@ def test_the_advisor_does_not_parse_the_plain_hlo_again() -> None:
 
     call = prepare_call(update, (jnp.zeros((64, 64)), jnp.ones(64)), {}, donate=DonateSpec.parse("none"),
                         static=StaticSpec())
-    plain, donated = compile_variants(call)
+    plain, donated = compiled_variants(call)
     result = analyze_target(target="t", name="t", definition=None, donate="none", expect="any", max_peak=None,
                             plain=plain, donated=donated, min_bytes=0)
     before = hlo.parse_hlo_module.cache_info()
-    suggest(call, plain, donated, result=result, min_bytes=0)
+    suggest(call, plain, donated, compile_donation=compile_donation, result=result, min_bytes=0)
     after = hlo.parse_hlo_module.cache_info()
     assert after.hits > before.hits

@@ -17,6 +17,7 @@ import resource
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -27,13 +28,14 @@ import pytest
 from jax import lax
 
 from fieldmem.xla import hlo
-from fieldmem.driver import compile_variants, prepare_call
+from fieldmem.driver import prepare_call
 from fieldmem.findings.analysis import analyze_target
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
 from helpers_compile import (
     check_one,
     compile_quietly,
+    compiled_variants,
     make_target,
     run_and_check_aliases,
     xla_memory,
@@ -481,7 +483,7 @@ def test_unused_argument_through_prepare_call_and_analyze_target() -> None:
     call = prepare_call(
         unused_middle, (zeros(), zeros(32, 32), zeros(16, 64)), {}, donate=DonateSpec(), static=StaticSpec()
     )
-    plain, donated = compile_variants(call)
+    plain, donated = compiled_variants(call)
     assert [(leaf.path, leaf.hlo_parameter) for leaf in donated.inputs] == [("a", 0), ("b", None), ("c", 1)]
     result = analyze_target(
         target="t", name="t", definition=None, donate="all", expect="any", max_peak=None,
@@ -535,8 +537,9 @@ def test_checking_the_same_function_again_gives_the_same_report() -> None:
 
 def test_concurrent_compiles_give_the_same_findings() -> None:
     call = prepare_call(pair_update, ({"u": zeros(), "v": zeros(32, 64)},), {}, donate=DonateSpec(), static=StaticSpec())
-    serial = compile_variants(call, jobs=1)
-    concurrent = compile_variants(call, jobs=2)
+    serial = compiled_variants(call)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        concurrent = compiled_variants(call, pool)
     for one, two in zip(serial, concurrent):
         assert one.memory == two.memory and one.inputs == two.inputs and one.outputs == two.outputs
         assert one.lowering_warnings == two.lowering_warnings

@@ -662,9 +662,10 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch) -> str:
     """A second backend named "fake" that is the CPU under another name (this machine has one backend)."""
     import jax
 
-    from fieldmem import driver
+    import fieldmem.driver as driver
+    from fieldmem.driver import backends
 
-    real_devices, real_environment = driver.backend_devices, driver.environment
+    real_devices, real_environment = backends.backend_devices, backends.environment
 
     def backend_devices(name: str) -> list[Any]:
         return list(jax.devices("cpu")) if name == "fake" else real_devices(name)
@@ -676,8 +677,9 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch) -> str:
             return real_environment(backend)
         return dataclasses.replace(real_environment("cpu"), backend="fake")
 
-    monkeypatch.setattr(driver, "backend_devices", backend_devices)
-    monkeypatch.setattr(driver, "environment", environment)
+    for where in (driver, backends):  # what the engine imports, and what backend_scope calls
+        monkeypatch.setattr(where, "backend_devices", backend_devices)
+        monkeypatch.setattr(where, "environment", environment)
     return "fake"
 
 

@@ -21,7 +21,9 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
-import fieldmem.driver as fm_compile
+import fieldmem.driver as driver
+from fieldmem.driver import execute
+from fieldmem.readings import DeviceStats, ProbeReading, RunReading
 from fieldmem.request.options import CheckOptions
 from fieldmem.engine.checker import check
 from fieldmem.cli import app
@@ -65,16 +67,16 @@ def test_every_planned_alias_of_the_examples_is_confirmed_at_run_time() -> None:
 
 def _pointers_elsewhere(monkeypatch: pytest.MonkeyPatch) -> None:
     """The runtime puts every output in a new buffer, whatever the plan says."""
-    real = fm_compile.run_variant
+    real = driver.run_variant
 
-    def fake(call: Any, variant: Any) -> Any:
+    def fake(call: Any, compiled: Any) -> Any:
         import dataclasses
 
-        reading = real(call, variant)
+        reading = real(call, compiled)
         moved = tuple(None if p is None else tuple(x + 64 for x in p) for p in reading.output_pointers)
         return dataclasses.replace(reading, output_pointers=moved, deleted=tuple(False for _ in reading.deleted))
 
-    monkeypatch.setattr(fm_compile, "run_variant", fake)
+    monkeypatch.setattr(driver, "run_variant", fake)
 
 
 def test_a_planned_alias_the_run_does_not_confirm_fails_expect_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -121,7 +123,7 @@ def test_device_memory_stats_are_read_per_device_and_held_against_the_plan(monke
         in_use = 1000 * reads["n"]
         return {"bytes_in_use": in_use, "peak_bytes_in_use": in_use + 3 * 2**20}
 
-    monkeypatch.setattr(fm_compile, "_memory_stats", stats)
+    monkeypatch.setattr(execute, "device_memory_stats", stats)
     report = check([f"{EXAMPLES / 'sparse_row.py'}:set_row"], options=IN_PROCESS)
     (result,) = report.results
     donated = result.variants["donated"]
@@ -141,7 +143,7 @@ def test_device_memory_stats_are_read_per_device_and_held_against_the_plan(monke
 
 def test_a_measured_peak_above_the_plan_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(
-        fm_compile, "_memory_stats", lambda device: {"bytes_in_use": 0, "peak_bytes_in_use": 64 * 2**20}
+        execute, "device_memory_stats", lambda device: {"bytes_in_use": 0, "peak_bytes_in_use": 64 * 2**20}
     )
     report = check([f"{EXAMPLES / 'sparse_row.py'}:set_row"], options=IN_PROCESS)
     (result,) = report.results
@@ -230,7 +232,7 @@ def test_run_options_are_checked_before_anything_compiles(argv: list[str], words
 
 
 def _reading(small: float, large: float, factor: int = 4) -> Any:
-    return fm_compile.ProbeReading(
+    return ProbeReading(
         input_index=0, output_index=0, dimension=0, factor=factor, small_bytes=1 << 24, large_bytes=factor << 24,
         small_seconds=(small,) * 5, large_seconds=(large,) * 5,
     )
@@ -264,7 +266,7 @@ def test_probe_times_the_aliased_slice_update_of_the_example() -> None:
 
 
 def test_an_update_whose_time_grows_with_the_buffer_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fm_compile, "probe_update", lambda *args, **kwargs: _reading(1e-4, 4.2e-4))
+    monkeypatch.setattr(driver, "probe_update", lambda *args, **kwargs: _reading(1e-4, 4.2e-4))
     report = check([f"{EXAMPLES / 'sparse_row.py'}:set_row"], options=CheckOptions(run=True, probe=True, isolate=False))
     (result,) = report.results
     (finding,) = [f for f in result.verdict.findings if f.code == "probe-whole-buffer"]
@@ -311,11 +313,11 @@ def test_the_api_runs_in_process_when_asked() -> None:
 def test_a_run_out_of_device_memory_is_that_targets_error(monkeypatch: pytest.MonkeyPatch) -> None:
     from fieldmem.errors import RunError
 
-    def exhausted(call: Any, variant: Any) -> Any:
+    def exhausted(call: Any, compiled: Any) -> Any:
         raise RunError("running the donated variant failed: XlaRuntimeError: RESOURCE_EXHAUSTED: out of memory",
                        kind="out-of-memory")
 
-    monkeypatch.setattr(fm_compile, "run_variant", exhausted)
+    monkeypatch.setattr(driver, "run_variant", exhausted)
     report = check([str(EXAMPLES / "field.py")], options=IN_PROCESS)
     (result,) = report.results
     assert result.status == "error" and result.error.kind == "out-of-memory"
@@ -327,25 +329,25 @@ def test_a_run_out_of_device_memory_is_that_targets_error(monkeypatch: pytest.Mo
 def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: pytest.MonkeyPatch) -> None:
     """With device memory statistics each target gets a fresh worker (a clean peak); without, one worker
     checks them all and a crash only costs a new one for the targets after it."""
-    from fieldmem.engine import worker
+    from fieldmem.engine import isolate
     from fieldmem.request.target import TargetOptions, resolve_target
 
-    real = worker._watch
+    real = isolate._watch
     started: list[int] = []
 
     def counting(folder: Path, timeout: Any) -> Any:
         started.append(len(json.loads((folder / "request.json").read_text())["items"]))
         return real(folder, timeout)
 
-    monkeypatch.setattr(worker, "_watch", counting)
+    monkeypatch.setattr(isolate, "_watch", counting)
     targets = [t for name in ("fine", "crashes", "fine") for t in resolve_target(f"{FAULTS}:{name}", TargetOptions())]
     options = CheckOptions(run=True)
-    outcomes = worker.check_isolated(targets, options, fresh_each=False)
+    outcomes = isolate.check_isolated(targets, options, fresh_each=False)
     assert started == [3, 1]  # one worker for all; after the crash, one for the target left
     kinds = [results[0].error.kind if results[0].error else results[0].status for results, _ in outcomes]
     assert kinds == ["ok", "crash", "ok"]
     started.clear()
-    outcomes = worker.check_isolated(targets, options, fresh_each=True)
+    outcomes = isolate.check_isolated(targets, options, fresh_each=True)
     assert started == [1, 1, 1]
     assert [results[0].status for results, _ in outcomes] == ["ok", "error", "ok"]
 
@@ -356,10 +358,10 @@ def test_the_worst_device_is_the_one_with_the_largest_measured_peak() -> None:
 
     variant = Variant("donated", (), MemoryFigures(footprint_bytes=1000))
     result = TargetResult(target="t", name="t", status="ok", variants={"donated": variant})
-    reading = fm_compile.RunReading(
+    reading = RunReading(
         variant="donated", input_pointers=(), output_pointers=(), deleted=(), seconds=0.001,
         memory=tuple(
-            fm_compile.DeviceStats(device=d, in_use_start=0, in_use_before=10, in_use_after=10, peak=peak)
+            DeviceStats(device=d, in_use_start=0, in_use_before=10, in_use_after=10, peak=peak)
             for d, peak in ((0, 900), (1, 1500), (2, 1200), (3, 1100))
         ),
     )

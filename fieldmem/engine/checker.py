@@ -16,33 +16,24 @@ import datetime as _dt
 from collections import deque
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
 
-from fieldmem import __version__
+from fieldmem.engine.results import error_result
 from fieldmem.errors import CompileError, FieldmemError
-from fieldmem.xla.hlo import HloParseError
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
+from fieldmem.report import Chain, DeviceInfo, Report, TargetResult
 from fieldmem.request.options import CheckOptions
-from fieldmem.report import Chain, DeviceInfo, ErrorInfo, Report, TargetResult
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import ChainTarget, Target, TargetOptions, resolve_target
+from fieldmem.version import __version__
+from fieldmem.xla.hlo import HloParseError
 
 if TYPE_CHECKING:
-    from fieldmem.driver import CompiledVariant, PendingVariants, PreparedCall
+    from fieldmem.driver import Compiled, PendingVariants, PreparedCall
 
-__all__ = ["check", "check_backends", "check_targets"]
+__all__ = ["check", "check_backends", "check_targets", "resolve_all"]
 
 ProgressCallback = Callable[[str, int, int], None]
-
-
-def _error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:
-    return TargetResult(
-        target=spec,
-        name=name,
-        status="error",
-        definition=definition,
-        error=ErrorInfo(kind=error.kind, message=error.message),
-    )
 
 
 def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
@@ -53,7 +44,7 @@ def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | Ta
         with backend_scope(options.backend):
             return target.example_arguments()
     except FieldmemError as exc:
-        return _error_result(target.spec, target.name, exc, target.definition)
+        return error_result(target.spec, target.name, exc, target.definition)
 
 
 def _check_one(target: Target, options: CheckOptions) -> TargetResult:
@@ -63,55 +54,55 @@ def _check_one(target: Target, options: CheckOptions) -> TargetResult:
     return _check_call(target, *arguments, options)[0]
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Started:
     """A target lowered in this thread whose two compiles run in a pool or wait for :func:`_finish`."""
 
     target: Target
-    call: "PreparedCall | None" = None
-    pending: "PendingVariants | None" = None
-    error: TargetResult | None = None
+    call: "PreparedCall"
+    pending: "PendingVariants"
 
 
-def _start(target: Target, args: tuple, kwargs: dict, options: CheckOptions, pool: "Executor | None") -> _Started:
-    """Prepare and lower ``target`` on ``args`` in this thread; its compiles go to ``pool`` (None: at finish)."""
+def _start(
+    target: Target, args: tuple, kwargs: dict, options: CheckOptions, pool: "Executor | None"
+) -> _Started | TargetResult:
+    """Prepare and lower ``target`` on ``args`` in this thread; its compiles go to ``pool`` (None: at finish).
+    The error result when preparing or lowering failed."""
     from fieldmem.driver import backend_scope, prepare_call, start_variants
 
     try:
         with backend_scope(options.backend):
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
-            pending = start_variants(call, pool, keep_executables=options.run, fast=options.compile_fast)
+            pending = start_variants(call, pool, fast=options.compile_fast)
             return _Started(target, call, pending)
     except FieldmemError as exc:
-        return _Started(target, error=_error_result(target.spec, target.name, exc, target.definition))
+        return error_result(target.spec, target.name, exc, target.definition)
 
 
-def _finish(started: _Started, options: CheckOptions) -> tuple[TargetResult, "CompiledVariant | None"]:
-    """Wait for the compiles, analyse (and run, with --run); also the donated compile (None on error),
-    whose outputs a chain passes on."""
-    if started.error is not None:
-        return started.error, None
+def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[TargetResult, Any]:
+    """Wait for the compiles, analyse (and run, with --run); also the donated compile's outputs as abstract
+    arrays (None on error), which a chain passes on. The compiled handles, executables and all, go here."""
+    if isinstance(started, TargetResult):
+        return started, None
     target = started.target
     try:
         plain, donated = started.pending.result()
     except FieldmemError as exc:
-        return _error_result(target.spec, target.name, exc, target.definition), None
+        return error_result(target.spec, target.name, exc, target.definition), None
     result = _analyse(target, started.call, plain, donated, options)
     if options.run and result.status == "ok":
         result = _run(result, started.call, plain, donated, options)
-    return result, dataclasses.replace(donated, executable=None)
+    return result, donated.outputs
 
 
-def _check_call(
-    target: Target, args: tuple, kwargs: dict, options: CheckOptions
-) -> tuple[TargetResult, "CompiledVariant | None"]:
+def _check_call(target: Target, args: tuple, kwargs: dict, options: CheckOptions) -> tuple[TargetResult, Any]:
     """Compile ``target.function(*args, **kwargs)`` twice (concurrently when ``jobs`` > 1) and analyse it."""
     with _pool(2 if options.jobs > 1 else 0) as pool:
         return _finish(_start(target, args, kwargs, options, pool), options)
 
 
 def _run(
-    result: TargetResult, call: "PreparedCall", plain: "CompiledVariant", donated: "CompiledVariant", options: CheckOptions
+    result: TargetResult, call: "PreparedCall", plain: "Compiled", donated: "Compiled", options: CheckOptions
 ) -> TargetResult:
     """Run both variants (donated first: the device's high-water mark is then its own) and read them
     against the plan; a run that fails makes the target an error that keeps the static verdict in words."""
@@ -125,22 +116,22 @@ def _run(
     except RunError as exc:
         static = result.verdict.summary if result.verdict else "not analysed"
         error = RunError(f"{exc.message} (static analysis: {static})", kind=exc.kind)
-        return _error_result(result.target, result.name, error, result.definition)
+        return error_result(result.target, result.name, error, result.definition)
     result = apply_run(result, readings)
     if options.probe:
         result = _probe(result, call, donated, options)
     return result
 
 
-def _probe(result: TargetResult, call: "PreparedCall", donated: "CompiledVariant", options: CheckOptions) -> TargetResult:
+def _probe(result: TargetResult, call: "PreparedCall", donated: "Compiled", options: CheckOptions) -> TargetResult:
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
     from fieldmem.driver import backend_scope, probe_update
     from fieldmem.errors import RunError
-    from fieldmem.report import InPlaceProbe
     from fieldmem.findings.runcheck import apply_probes, probe_candidates, probe_outcome
+    from fieldmem.report import InPlaceProbe
 
     probes = []
-    for candidate in probe_candidates(result, donated.hlo_text):
+    for candidate in probe_candidates(result, donated.variant.hlo_text):
         if candidate.skip is not None:
             probes.append(InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", candidate.skip))
             continue
@@ -157,10 +148,10 @@ def _probe(result: TargetResult, call: "PreparedCall", donated: "CompiledVariant
 
 
 def _analyse(
-    target: Target, call: "PreparedCall", plain: "CompiledVariant", donated: "CompiledVariant", options: CheckOptions
+    target: Target, call: "PreparedCall", plain: "Compiled", donated: "Compiled", options: CheckOptions
 ) -> TargetResult:
+    from fieldmem.driver import backend_scope, compile_donation
     from fieldmem.findings.analysis import analyze_target
-    from fieldmem.driver import backend_scope
 
     try:
         result = analyze_target(
@@ -174,8 +165,8 @@ def _analyse(
             expect=target.expect,
             max_peak=target.max_peak,
             max_live_peak=target.max_live_peak,
-            plain=plain,
-            donated=donated,
+            plain=plain.variant,
+            donated=donated.variant,
             min_bytes=options.min_bytes,
         )
         if options.suggest:
@@ -183,7 +174,8 @@ def _analyse(
 
             with backend_scope(options.backend):
                 suggestion = suggest(
-                    call, plain, donated, result=result, min_bytes=options.min_bytes, fast=options.compile_fast
+                    call, plain.variant, donated.variant, compile_donation=compile_donation, result=result,
+                    min_bytes=options.min_bytes, fast=options.compile_fast,
                 )
             result = dataclasses.replace(result, suggestion=suggestion)
         return result
@@ -194,7 +186,7 @@ def _analyse(
             f"fieldmem could not read the optimized HLO of this target: {exc}; "
             "please report this with the output of jax.jit(fn).lower(...).compile().as_text()"
         )
-        return _error_result(target.spec, target.name, error, target.definition)
+        return error_result(target.spec, target.name, error, target.definition)
 
 
 def _step_donation(donate: DonateSpec) -> DonateSpec:
@@ -205,13 +197,13 @@ def _step_donation(donate: DonateSpec) -> DonateSpec:
 
 def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[TargetResult], Chain]:
     """Every step (each with the previous step's outputs as its arguments) and the fused chain."""
-    from fieldmem.driver import chain_arguments, compose
+    from fieldmem.driver import compose, spread
 
     first = chain.first
     outcomes: list[StepOutcome] = []
     results: list[TargetResult] = []
     arguments = _arguments(first, options)  # the first step's, or the error result they gave
-    previous = None
+    previous = None  # the outputs of the step before, abstract (None: it failed)
     for index, step in enumerate(chain.steps):
         step_target = dataclasses.replace(
             first,
@@ -222,18 +214,19 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
             donate=first.donate if index == 0 else _step_donation(first.donate),
             static=first.static if index == 0 else StaticSpec(),
         )
-        if index == 0 and isinstance(arguments, TargetResult):
-            result = dataclasses.replace(arguments, name=step_target.name, definition=step.definition)
-            donated = None
-        elif index > 0 and previous is None:
+        if index > 0 and previous is None:  # the step before failed: nothing to pass on
             outcomes.append(StepOutcome(step.name, step.definition, None))
             continue
+        if index > 0:
+            result, outputs = _check_call(step_target, spread(previous, step.function), {}, options)
+        elif isinstance(arguments, TargetResult):
+            result = dataclasses.replace(arguments, name=step_target.name, definition=step.definition)
+            outputs = None
         else:
-            args, kwargs = arguments if index == 0 else (chain_arguments(previous, step.function), {})
-            result, donated = _check_call(step_target, args, kwargs, options)
+            result, outputs = _check_call(step_target, *arguments, options)
         results.append(result)
         outcomes.append(StepOutcome(step.name, step.definition, result))
-        previous = donated
+        previous = outputs
 
     fused: TargetResult | None = None
     if not isinstance(arguments, TargetResult):
@@ -265,68 +258,97 @@ def _pool(workers: int) -> "Iterator[Executor | None]":
         yield pool
 
 
+_Checked = tuple[list[TargetResult], list[Chain]]  # what one item gave: its results, and its chain if it is one
+
+
 def check_targets(
     targets: Iterable[Target | ChainTarget | tuple[str, FieldmemError]],
     options: CheckOptions = CheckOptions(),
     progress: ProgressCallback | None = None,
 ) -> Report:
     """Analyse already-resolved targets (a pair ``(spec, error)`` stands for one that failed to load)."""
-    from fieldmem.driver import compilation_cache, environment
+    from fieldmem.driver import compilation_cache
 
     items = list(targets)
-    slots: list[list[TargetResult]] = [[] for _ in items]
-    # independent targets overlap: one is lowered here while the compiles of
-    # those before it run in the pool (lowering stays on this thread)
-    pipelined = options.jobs > 1 and not options.run
-    in_flight: deque[tuple[int, _Started]] = deque()
-    chain_slots: list[list[Chain]] = [[] for _ in items]
-    with compilation_cache(options.cache_dir), _pool(options.jobs if pipelined else 0) as pool:
+    with compilation_cache(options.cache_dir):
         isolated = [
             n for n, item in enumerate(items)
             if options.run and options.isolate and not isinstance(item, tuple)
             and (item.first if isinstance(item, ChainTarget) else item).options is not None
         ]
-        if isolated:
-            from fieldmem.driver import has_memory_stats
-            from fieldmem.engine.worker import check_isolated
+        checked = _check_in_workers(items, isolated, options, progress) if isolated else {}
+        checked.update(_check_here(items, [n for n in range(len(items)) if n not in checked], options, progress))
+    if progress is not None:
+        progress("", len(items), len(items))
+    results = [result for n in range(len(items)) for result in checked[n][0]]
+    chains = [chain for n in range(len(items)) for chain in checked[n][1]]
+    return _report(results, chains, options)
 
-            if progress is not None:
-                progress(f"{len(isolated)} target(s) in worker processes", isolated[0], len(items))
-            outcomes = check_isolated(
-                [items[n] for n in isolated], options, fresh_each=has_memory_stats(options.backend)
-            )
-            for n, (worker_results, worker_chains) in zip(isolated, outcomes):
-                slots[n], chain_slots[n] = worker_results, worker_chains
-        for n, item in enumerate(items):
-            if n in isolated:
-                continue
+
+def _check_in_workers(
+    items: Sequence[Target | ChainTarget | tuple[str, FieldmemError]],
+    indices: list[int],
+    options: CheckOptions,
+    progress: ProgressCallback | None,
+) -> dict[int, _Checked]:
+    """Check and run ``items[n]`` for each of ``indices`` in worker processes (``--run``, isolated)."""
+    from fieldmem.driver import has_memory_stats
+    from fieldmem.engine.isolate import check_isolated
+
+    if progress is not None:
+        progress(f"{len(indices)} target(s) in worker processes", indices[0], len(items))
+    outcomes = check_isolated([items[n] for n in indices], options, fresh_each=has_memory_stats(options.backend))
+    return dict(zip(indices, outcomes))
+
+
+def _check_here(
+    items: Sequence[Target | ChainTarget | tuple[str, FieldmemError]],
+    indices: list[int],
+    options: CheckOptions,
+    progress: ProgressCallback | None,
+) -> dict[int, _Checked]:
+    """Check ``items[n]`` for each of ``indices`` in this process, in order.
+
+    Independent targets overlap when ``jobs`` > 1 (not with ``--run``): one
+    is lowered here while the compiles of those before it run in the pool
+    (lowering stays on this thread).
+    """
+    checked: dict[int, _Checked] = {}
+    pipelined = options.jobs > 1 and not options.run
+    in_flight: deque[tuple[int, _Started | TargetResult]] = deque()
+    with _pool(options.jobs if pipelined else 0) as pool:
+        for n in indices:
+            item = items[n]
             if isinstance(item, tuple):
                 spec, error = item
-                slots[n] = [_error_result(spec, spec, error)]
+                checked[n] = ([error_result(spec, spec, error)], [])
                 continue
             if progress is not None:
                 progress(item.name, n, len(items))
             if isinstance(item, ChainTarget):
                 step_results, chain = _check_chain(item, options)
-                slots[n], chain_slots[n] = step_results, [chain]
+                checked[n] = (step_results, [chain])
             elif pool is not None:
                 arguments = _arguments(item, options)
                 if isinstance(arguments, TargetResult):
-                    slots[n] = [arguments]
+                    checked[n] = ([arguments], [])
                     continue
                 in_flight.append((n, _start(item, *arguments, options, pool)))
                 while len(in_flight) > options.jobs:
                     done, started = in_flight.popleft()
-                    slots[done] = [_finish(started, options)[0]]
+                    checked[done] = ([_finish(started, options)[0]], [])
             else:
-                slots[n] = [_check_one(item, options)]
+                checked[n] = ([_check_one(item, options)], [])
         while in_flight:
             done, started = in_flight.popleft()
-            slots[done] = [_finish(started, options)[0]]
-    results = [result for slot in slots for result in slot]
-    chains = [chain for slot in chain_slots for chain in slot]
-    if progress is not None:
-        progress("", len(items), len(items))
+            checked[done] = ([_finish(started, options)[0]], [])
+    return checked
+
+
+def _report(results: list[TargetResult], chains: list[Chain], options: CheckOptions) -> Report:
+    """The report of a check: its results and chains, with the environment they were checked in."""
+    from fieldmem.driver import environment
+
     env = environment(options.backend)
     return Report(
         fieldmem_version=__version__,

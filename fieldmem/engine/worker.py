@@ -1,211 +1,31 @@
-"""Check and run targets in worker processes (``--run``): crashes, hangs and device peaks stay contained.
+"""The child side of ``--run`` isolation: ``python -m fieldmem.engine.worker FOLDER`` checks and runs targets.
 
-Why workers: ``Device.memory_stats()["peak_bytes_in_use"]`` is a high-water
-mark over the process's life with no reset, so only a fresh process gives
-one target's peak; and a target that crashes the runtime, hangs or runs the
-device out of memory must not take fieldmem down or hide the other targets.
-
-Where the backend has memory statistics (GPU, TPU), every target gets a
-worker of its own. Where it has none (CPU) there is no peak to keep clean, so
-one worker checks the targets one after the other, and only a crash or a hang
-costs a new one: the target it was on is reported, and the targets after it
-go to the next worker.
-
-The parent (:func:`check_isolated`) writes a request (each target's spec as
-typed, its name and the options it was resolved with; the check options, the
-working directory and ``sys.path``) to a temporary folder and starts
-``python -m fieldmem.engine.worker FOLDER``. The worker appends ``start N`` and
-``done N`` to ``events`` around each target, resolves the spec again, picks
-the target by name, checks and runs it, and writes its results with
-:mod:`fieldmem.codec` to ``result-N.json``. The parent watches the events:
-a target past ``--timeout`` seconds has its worker killed; a worker that dies
-takes only the target it was on with it. This module imports no jax: the
-worker does, through the checker.
+Started by :mod:`fieldmem.engine.isolate`, never by a user. It reads the
+request in ``FOLDER`` (:mod:`fieldmem.engine.workfolder`), takes the parent's
+working directory and ``sys.path``, and for each target appends ``start N``
+to the events, resolves the spec again, picks the target by name, checks and
+runs it in this process (through the checker, which imports jax), writes its
+:class:`~fieldmem.engine.workfolder.WorkerResult` and appends ``done N``. A
+crash or a hang here is the parent's to report.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 from pathlib import Path
 from typing import Any, Sequence
 
 from fieldmem.codec import decode, encode
+from fieldmem.engine.results import error_result
+from fieldmem.engine.workfolder import EVENTS, REQUEST, WorkerResult, result_file
 from fieldmem.errors import FieldmemError, TargetError
-from fieldmem.report import Chain, ErrorInfo, TargetResult
 
-__all__ = ["check_isolated", "main"]
-
-_REQUEST = "request.json"
-_EVENTS = "events"
+__all__ = ["main"]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Outcome:
-    results: tuple[TargetResult, ...]
-    chains: tuple[Chain, ...] = ()
-
-
-def _error(spec: str, name: str, kind: str, message: str, definition: str | None) -> TargetResult:
-    return TargetResult(
-        target=spec, name=name, status="error", definition=definition, error=ErrorInfo(kind=kind, message=message)
-    )
-
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-def _death(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            return f"was killed by {signal.Signals(-returncode).name}"
-        except ValueError:
-            return f"was killed by signal {-returncode}"
-    return f"exited with status {returncode}"
-
-
-@dataclasses.dataclass
-class _Watch:
-    """What the parent saw of one worker: the targets it finished, the one it was on, how it ended."""
-
-    finished: list[int] = dataclasses.field(default_factory=list)
-    current: int | None = None
-    timed_out: bool = False
-    returncode: int = 0
-    stderr: str = ""
-
-
-def _events(path: Path) -> list[tuple[str, int]]:
-    if not path.exists():
-        return []
-    found = []
-    for line in path.read_text().splitlines():
-        what, _, index = line.partition(" ")
-        if what in ("start", "done") and index.isdigit():
-            found.append((what, int(index)))
-    return found
-
-
-def _watch(folder: Path, timeout: float | None) -> _Watch:
-    """Run one worker on the request in ``folder``; kill it when a target takes longer than ``timeout``."""
-    watch = _Watch()
-    events_path = folder / _EVENTS
-    with open(folder / "stderr.txt", "w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "fieldmem.engine.worker", str(folder)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            env=os.environ.copy(),
-        )
-        clock = time.monotonic()  # when the target in progress (or the worker's start) began
-        seen = 0
-        while True:
-            returncode = process.poll()
-            events = _events(events_path)
-            for what, index in events[seen:]:
-                if what == "start":
-                    watch.current, clock = index, time.monotonic()
-                else:
-                    watch.finished.append(index)
-                    watch.current = None
-            seen = len(events)
-            if returncode is not None:
-                watch.returncode = returncode
-                break
-            if timeout is not None and time.monotonic() - clock > timeout:
-                process.kill()
-                process.wait()
-                watch.timed_out = True
-                break
-            time.sleep(0.05)
-    watch.stderr = (folder / "stderr.txt").read_text(errors="replace")
-    return watch
-
-
-def _request(targets: Sequence[Any], indices: Sequence[int], options: Any) -> dict[str, Any]:
-    items = []
-    for index in indices:
-        target = targets[index]
-        first = getattr(target, "first", target)
-        items.append(
-            {"index": index, "spec": target.spec, "name": target.name, "target_options": encode(first.options)}
-        )
-    return {
-        "items": items,
-        "check_options": encode(dataclasses.replace(options, isolate=False)),
-        "cwd": os.getcwd(),
-        "sys_path": list(sys.path),
-    }
-
-
-def check_isolated(
-    targets: Sequence[Any], options: Any, *, fresh_each: bool
-) -> list[tuple[list[TargetResult], list[Chain]]]:
-    """Check (and run, as ``options`` says) every target in worker processes; never raises for their faults.
-
-    ``targets`` are :class:`~fieldmem.request.target.Target`s or
-    :class:`~fieldmem.request.target.ChainTarget`s that ``resolve_target`` made (each
-    carries the options it was resolved with). ``fresh_each``: a worker per
-    target (a clean device high-water mark each); else one worker for all,
-    and a new one only after a crash or a timeout. Returns, per target in
-    order, its results and chains.
-    """
-    outcomes: dict[int, tuple[list[TargetResult], list[Chain]]] = {}
-    pending = list(range(len(targets)))
-    while pending:
-        batch = pending[:1] if fresh_each else pending
-        with tempfile.TemporaryDirectory(prefix="fieldmem-worker-") as tmp:
-            folder = Path(tmp)
-            (folder / _REQUEST).write_text(json.dumps(_request(targets, batch, options)))
-            watch = _watch(folder, options.timeout)
-            for index in watch.finished:
-                outcomes[index] = _read_result(folder / f"result-{index}.json", targets[index])
-            stuck = watch.current
-            if stuck is None and len(watch.finished) < len(batch):
-                # it died before it started on a target (jax did not start): charge the next one
-                stuck = next(i for i in batch if i not in outcomes)
-            if stuck is not None and stuck not in outcomes:
-                outcomes[stuck] = ([_failure(targets[stuck], watch, options)], [])
-        pending = [i for i in pending if i not in outcomes]
-    return [outcomes[i] for i in range(len(targets))]
-
-
-def _read_result(path: Path, target: Any) -> tuple[list[TargetResult], list[Chain]]:
-    first = getattr(target, "first", target)
-    try:
-        outcome = decode(_Outcome, json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        message = f"its worker wrote a result fieldmem cannot read ({exc})"
-        return [_error(target.spec, target.name, "crash", message, first.definition)], []
-    return list(outcome.results), list(outcome.chains)
-
-
-def _failure(target: Any, watch: _Watch, options: Any) -> TargetResult:
-    first = getattr(target, "first", target)
-    if watch.timed_out:
-        message = (
-            f"did not finish within --timeout {options.timeout:g} s; its worker process was killed "
-            "(the other targets still ran)"
-        )
-        return _error(target.spec, target.name, "timeout", message, first.definition)
-    why = _last_line(watch.stderr)
-    message = f"its worker process {_death(watch.returncode)} while checking or running it" + (
-        f": {why}" if why else ""
-    )
-    kind = "out-of-memory" if "RESOURCE_EXHAUSTED" in watch.stderr or "MemoryError" in watch.stderr else "crash"
-    return _error(target.spec, target.name, kind, message, first.definition)
-
-
-def _work(item: dict[str, Any], options: Any) -> _Outcome:
+def _work(item: dict[str, Any], options: Any) -> WorkerResult:
     from fieldmem.engine.checker import check_targets
     from fieldmem.request.target import TargetOptions, resolve_target
 
@@ -215,12 +35,13 @@ def _work(item: dict[str, Any], options: Any) -> _Outcome:
         if not found:
             raise TargetError(f"{item['spec']!r} no longer has a target named {item['name']!r}")
     except FieldmemError as exc:
-        return _Outcome((_error(item["spec"], item["name"], exc.kind, exc.message, None),))
+        return WorkerResult((error_result(item["spec"], item["name"], exc),))
     report = check_targets(found[:1], options)
-    return _Outcome(report.results, report.chains)
+    return WorkerResult(report.results, report.chains)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Check every target of the request in folder ``argv[0]``; 2 when started without one."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
         print("usage: python -m fieldmem.engine.worker FOLDER (started by fieldmem check --run)", file=sys.stderr)
@@ -228,19 +49,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     from fieldmem.request.options import CheckOptions
 
     folder = Path(args[0])
-    request = json.loads((folder / _REQUEST).read_text())
+    request = json.loads((folder / REQUEST).read_text())
     os.chdir(request["cwd"])
     sys.path[:] = request["sys_path"]
     options = decode(CheckOptions, request["check_options"])
-    with open(folder / _EVENTS, "a", buffering=1) as events:
+    with open(folder / EVENTS, "a", buffering=1) as events:
         for item in request["items"]:
             index = item["index"]
             events.write(f"start {index}\n")
             events.flush()
-            outcome = _work(item, options)
+            written = _work(item, options)
             partial = folder / f"result-{index}.json.partial"
-            partial.write_text(json.dumps(encode(outcome)))
-            os.replace(partial, folder / f"result-{index}.json")
+            partial.write_text(json.dumps(encode(written)))
+            os.replace(partial, result_file(folder, index))
             events.write(f"done {index}\n")
             events.flush()
     return 0

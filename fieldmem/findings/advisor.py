@@ -6,8 +6,9 @@ the donated one gives, for the leaves it donated, what XLA really did: an
 output reuses the buffer, the donation is unusable (and why), or the buffer is
 reused but XLA adds a copy that cancels the saving. From these the advisor
 picks the arguments whose donation pays, predicts the rest by size, then
-**compiles that spec** to verify it (through :mod:`fieldmem.driver`, the only
-module that drives jax). Only when the verification shows an argument that
+**compiles that spec** to verify it (with the ``compile_donation`` it is given:
+:func:`fieldmem.driver.compile_donation`, the driver being the only package that
+drives jax). Only when the verification shows an argument that
 does not pay does it drop it and compile the smaller spec; when the spec is
 exactly the donated variant's (or empty: the plain one) no compile is added.
 
@@ -25,15 +26,18 @@ from __future__ import annotations
 import inspect
 from collections import Counter
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 from fieldmem.xla import hlo
 from fieldmem.findings.analysis import Program, analyze_variant, donation_obstacle, savings
-from fieldmem.driver import CompiledVariant, InputLeaf, PreparedCall, compile_donation
 from fieldmem.errors import FieldmemError
+from fieldmem.readings import CompiledVariant, InputLeaf
 from fieldmem.report import ArgumentAdvice, Copy, LeafAdvice, Suggestion, TargetResult, Variant
 from fieldmem.request.options import MIN_BYTES
 from fieldmem.units import format_bytes
+
+if TYPE_CHECKING:
+    from fieldmem.driver import PreparedCall
 
 __all__ = ["suggest"]
 
@@ -61,6 +65,7 @@ def suggest(
     plain: CompiledVariant,
     donated: CompiledVariant,
     *,
+    compile_donation: Callable[..., CompiledVariant],
     result: TargetResult | None = None,
     min_bytes: int = MIN_BYTES,
     fast: bool = False,
@@ -70,6 +75,9 @@ def suggest(
     Arguments:
         call: the prepared call both variants were compiled from.
         plain, donated: the check's two compiles (reused: no compile repeats them).
+        compile_donation: compiles ``call`` donating exactly the positions and
+            keyword names it is given (``fast=`` as below), as
+            :func:`fieldmem.driver.compile_donation` does.
         result: the check's analysed result of those compiles, if at hand
             (saves analysing them again).
         min_bytes: an argument saving less than this is not worth donating.
@@ -90,7 +98,10 @@ def suggest(
     chosen = _paying(arguments, outcomes, min_bytes)
     already = {a.name for a in arguments if any(leaf.donated for leaf in _leaves_of(a, donated))}
 
-    check = _verify(call, chosen, already, outcomes, plain_variant, donated_variant, program, min_bytes, fast)
+    check = _verify(
+        call, chosen, already, outcomes, plain_variant, donated_variant, program, min_bytes, fast,
+        compile_donation=compile_donation,
+    )
     chosen, verification, verified_by = check.chosen, check.variant, check.verified_by
     tried, notes = check.tried, check.notes
     measured = savings(plain_variant, verification) if verification is not None else {}
@@ -143,6 +154,8 @@ def _verify(
     program: Program,
     min_bytes: int,
     fast: bool = False,
+    *,
+    compile_donation: Callable[..., CompiledVariant],
 ) -> _Verification:
     """Compile ``chosen`` and keep what pays; compile again only when an argument was dropped.
 

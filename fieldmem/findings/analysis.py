@@ -18,7 +18,7 @@ from typing import Sequence
 from fieldmem.xla import buffers
 
 from fieldmem.xla import hlo
-from fieldmem.driver import CompiledVariant, InputLeaf, OutputLeaf
+from fieldmem.readings import CompiledVariant, InputLeaf, OutputLeaf
 from fieldmem.report import (
     MEMORY_FIGURES,
     Alias,

@@ -1,7 +1,7 @@
 """What a run showed (``--run``) against what the compile planned: aliases by buffer identity, device memory.
 
 :func:`apply_run` takes a checked :class:`~fieldmem.report.TargetResult` and
-the readings of one call of each variant (:class:`fieldmem.driver.RunReading`:
+the readings of one call of each variant (:class:`fieldmem.readings.RunReading`:
 per-shard buffer addresses of every input leaf before the call and every
 output leaf after it, which inputs jax deleted, ``memory_stats()`` per
 device) and returns the result with a :class:`~fieldmem.report.RunCheck` per
@@ -25,7 +25,7 @@ import dataclasses
 import statistics
 from typing import Mapping, Sequence
 
-from fieldmem.driver import ProbeReading, RunReading
+from fieldmem.readings import ProbeReading, RunReading
 from fieldmem.report import (
     AliasCheck,
     DeviceMemory,

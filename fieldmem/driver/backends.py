@@ -1,0 +1,228 @@
+"""The jax this process runs: its backends and devices, simulated CPU devices, the compilation cache.
+
+``--backend`` picks a backend (:func:`backend_scope`), ``--devices`` sets
+how many CPU devices jax starts with (:func:`simulate_cpu_devices`, before
+jax starts), ``--cache-dir`` turns on jax's persistent compilation cache
+(:func:`compilation_cache`), and :func:`environment` reads the versions and
+devices a report records. jax is imported on first use, so ``fieldmem
+--help`` stays instant. Reads ``jax._src.xla_bridge._backends`` (whether jax
+started), tolerated when missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+from fieldmem.driver.jaxerrors import first_line
+from fieldmem.errors import OptionError
+from fieldmem.readings import Environment
+
+__all__ = [
+    "CACHE_ENV",
+    "backend_devices",
+    "backend_scope",
+    "cache_folder",
+    "compilation_cache",
+    "default_cache_folder",
+    "environment",
+    "simulate_cpu_devices",
+]
+
+
+def backend_devices(name: str) -> list[Any]:
+    """The devices of backend ``name`` (``cpu``, ``gpu``, ``cuda``, ``tpu``...).
+
+    Raises:
+        OptionError: jax has no such backend here (not installed, no device,
+            or it failed to start), naming the backends it has.
+    """
+    import jax
+
+    try:
+        devices = list(jax.devices(name))
+    except RuntimeError as exc:
+        found = sorted({jax.default_backend(), "cpu"})
+        why = first_line(exc).split(": ", 1)[-1]
+        raise OptionError(
+            f"--backend {name} is not available here ({why}); this jax has {', '.join(found)}"
+        ) from None
+    if not devices:  # pragma: no cover - jax raises rather than return no devices
+        raise OptionError(f"--backend {name} has no devices here")
+    return devices
+
+
+@contextlib.contextmanager
+def backend_scope(name: str | None) -> Iterator[None]:
+    """Make backend ``name``'s first device the default while a target is checked (None: jax's default).
+
+    The args factory runs inside it too, so the arrays it creates live on
+    that backend and the two variants are lowered and compiled for it.
+    Arrays already committed to devices (a sharded input) keep theirs.
+    """
+    if name is None:
+        yield
+        return
+    import jax
+
+    with jax.default_device(backend_devices(name)[0]):
+        yield
+
+
+_CACHE_OPTIONS = (
+    "jax_compilation_cache_dir",
+    # every executable, however small or quick: a check compiles many small ones
+    "jax_persistent_cache_min_compile_time_secs",
+    "jax_persistent_cache_min_entry_size_bytes",
+    # file names and lines are findings here: by default jax leaves them out of the
+    # key, and an executable compiled from another checkout, or before a line was
+    # added above the function, would bring its stale locations along
+    "jax_compilation_cache_include_metadata_in_key",
+)
+
+
+_DEVICE_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
+
+def simulate_cpu_devices(count: int) -> None:
+    """Make the CPU backend have ``count`` devices (``--devices``): set before jax starts, in XLA_FLAGS,
+    which worker processes inherit.
+
+    Raises:
+        OptionError: ``count`` is below 1, or jax already started with another number of CPU devices.
+    """
+    import os
+    import re
+    import sys
+
+    if count < 1:
+        raise OptionError(f"--devices {count} must be at least 1")
+    if _backends_started():
+        try:
+            have = len(sys.modules["jax"].devices("cpu"))
+        except RuntimeError:
+            have = None
+        if have is not None and have != count:
+            raise OptionError(
+                f"--devices {count}: jax already started in this process with {have} CPU device(s); "
+                f"set XLA_FLAGS={_DEVICE_COUNT_FLAG}={count} before importing jax"
+            )
+        return
+    flags = re.sub(rf"\s*{_DEVICE_COUNT_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", ""))
+    os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={count}".strip()
+
+
+def _backends_started() -> bool:
+    """Whether jax has created its backends in this process (after which XLA_FLAGS is not read again)."""
+    import sys
+
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+
+        return bool(getattr(xla_bridge, "_backends", {}))
+    except Exception:  # another jax layout: assume started, and compare the device count
+        return True
+
+
+def cache_folder(path: str | None) -> str | None:
+    """Create the compilation cache folder ``path`` (None: none), so a bad one stops a run before any compile.
+
+    Raises:
+        OptionError: the folder cannot be created or written.
+    """
+    if path is None:
+        return None
+    import os
+
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as exc:
+        raise OptionError(f"--cache-dir {path!r} cannot be created: {exc.strerror or exc}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise OptionError(f"--cache-dir {path!r} is not writable")
+    return path
+
+
+CACHE_ENV = "FIELDMEM_CACHE_DIR"
+
+
+def default_cache_folder() -> str | None:
+    """The command line's compilation cache when none is named: ``$FIELDMEM_CACHE_DIR`` (``none``: no
+    cache); else, when ``$JAX_COMPILATION_CACHE_DIR`` is set, None (jax's own setting stands); else
+    ``$XDG_CACHE_HOME/fieldmem/jax`` (``~/.cache/fieldmem/jax``). None when it cannot be made: a
+    default never stops a run."""
+    import os
+
+    chosen = os.environ.get(CACHE_ENV)
+    if chosen is None and os.environ.get("JAX_COMPILATION_CACHE_DIR"):
+        return None  # jax's own cache setting stands
+    if chosen is not None:
+        if chosen.strip().lower() in ("", "none", "off", "0"):
+            return None
+        path = chosen
+    else:
+        base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        path = os.path.join(base, "fieldmem", "jax")
+    try:
+        return cache_folder(path)
+    except OptionError:
+        return None
+
+
+@contextlib.contextmanager
+def compilation_cache(path: str | None) -> Iterator[None]:
+    """Use JAX's persistent compilation cache in folder ``path`` while checking (None: leave jax's settings).
+
+    An unchanged function is then loaded rather than compiled on the next
+    run; the executable, its HLO, memory figures and buffer assignment are
+    the same (tests/test_cli.py checks the findings are identical). The
+    previous settings are restored afterwards.
+
+    Raises:
+        OptionError: the folder cannot be created or written.
+    """
+    folder = cache_folder(path)
+    if folder is None:
+        yield
+        return
+    import os
+
+    import jax
+
+    previous = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
+    for name, value in zip(_CACHE_OPTIONS, (os.path.abspath(folder), 0.0, 0, True)):
+        jax.config.update(name, value)
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            jax.config.update(name, value)
+
+
+def environment(backend: str | None = None) -> Environment:
+    """Versions, backend and devices of the jax this process runs (of ``backend``, when named)."""
+    import jax
+
+    try:
+        import jaxlib
+
+        jaxlib_version = getattr(jaxlib, "__version__", None) or jax.lib.__version__
+    except Exception:  # pragma: no cover - jaxlib always importable with jax
+        jaxlib_version = "unknown"
+    devices = backend_devices(backend) if backend is not None else jax.devices()
+    try:
+        platform_version: str | None = devices[0].client.platform_version
+    except Exception:
+        platform_version = None
+    return Environment(
+        jax_version=jax.__version__,
+        jaxlib_version=str(jaxlib_version),
+        backend=devices[0].platform if backend is not None else jax.default_backend(),
+        platform_version=platform_version,
+        devices=tuple(
+            {"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", None)}
+            for d in devices
+        ),
+    )

@@ -1,0 +1,192 @@
+"""Running a compiled variant (``--run``): one call on fresh arguments, its buffers and device memory read.
+
+:func:`run_variant` calls a :class:`~fieldmem.driver.lowering.Compiled`
+executable on arguments made anew and returns a
+:class:`~fieldmem.readings.RunReading`: per-shard buffer addresses of every
+input leaf before the call and every output leaf after it, which inputs jax
+deleted, and ``Device.memory_stats()`` per device (read in
+:func:`device_memory_stats` only; None where the backend has none, e.g. cpu).
+It judges nothing: fieldmem.findings.runcheck holds the readings against the
+plan. jax is imported on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any, Sequence
+
+from fieldmem.driver.backends import backend_devices
+from fieldmem.driver.jaxerrors import first_line
+from fieldmem.driver.lowering import Compiled
+from fieldmem.driver.prepare import PreparedCall
+from fieldmem.driver.variant import executable_devices
+from fieldmem.errors import OptionError, RunError
+from fieldmem.readings import DeviceStats, RunReading
+
+__all__ = [
+    "device_memory_stats",
+    "dynamic_leaves",
+    "fresh_arguments",
+    "has_memory_stats",
+    "run_variant",
+    "with_dynamic_leaves",
+]
+
+
+def has_memory_stats(backend: str | None = None) -> bool:
+    """Whether the devices of ``backend`` (None: jax's default) give ``memory_stats()`` (GPU, TPU; not cpu)."""
+    import jax
+
+    try:
+        devices = backend_devices(backend) if backend is not None else jax.devices()
+    except OptionError:
+        return False
+    return device_memory_stats(devices[0]) is not None
+
+
+def device_memory_stats(device: Any) -> dict[str, int] | None:
+    """``device.memory_stats()``, read in one place (None where the backend has none, e.g. cpu)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:
+        return None
+    return dict(stats) if stats else None
+
+
+def _read_stats(devices: Sequence[Any]) -> dict[int, dict[str, int] | None]:
+    return {d.id: device_memory_stats(d) for d in devices}
+
+
+def _fresh_argument(value: Any) -> Any:
+    """A new device buffer for one argument leaf, so each run starts from buffers of its own."""
+    import jax
+    import numpy as np
+
+    if isinstance(value, jax.ShapeDtypeStruct):
+        sharding = getattr(value, "sharding", None)
+        return jax.numpy.zeros(value.shape, value.dtype, device=sharding)
+    if isinstance(value, jax.Array):
+        return jax.device_put(value, value.sharding, may_alias=False)
+    if isinstance(value, (np.ndarray, np.generic)):
+        return jax.numpy.asarray(value)
+    return value
+
+
+def _pointers(value: Any) -> tuple[int, ...] | None:
+    import jax
+
+    if not isinstance(value, jax.Array):
+        return None
+    try:
+        shards = sorted(value.addressable_shards, key=lambda s: s.device.id)
+        return tuple(s.data.unsafe_buffer_pointer() for s in shards)
+    except Exception:
+        return None
+
+
+def _deleted(value: Any) -> bool | None:
+    import jax
+
+    return bool(value.is_deleted()) if isinstance(value, jax.Array) else None
+
+
+def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
+    """Call ``compiled``'s executable once on fresh arguments and read what happened.
+
+    The arguments are made anew (``ShapeDtypeStruct``s as zeros with their
+    sharding), so a donated run never consumes the user's arrays and each run
+    has buffers of its own. Memory statistics are read per device before the
+    arguments are made, before the call and after it.
+
+    Raises:
+        RunError: the call raised (``out-of-memory`` when the device ran out).
+    """
+    import jax
+
+    name = compiled.variant.name
+    devices = executable_devices(compiled.executable) or [jax.devices()[0]]
+    start = _read_stats(devices)
+    dyn_args, dyn_kwargs, leaves = fresh_arguments(call)
+    before_pointers = tuple(_pointers(leaf) for leaf in leaves)
+    before = _read_stats(devices)
+    began = time.perf_counter()
+    try:
+        out = compiled.executable(*dyn_args, **dyn_kwargs)
+        jax.block_until_ready(out)
+    except Exception as exc:
+        text = first_line(exc)
+        kind = "out-of-memory" if "RESOURCE_EXHAUSTED" in str(exc) or "out of memory" in str(exc).lower() else "run"
+        raise RunError(f"running the {name} variant failed: {text}", kind=kind) from None
+    seconds = time.perf_counter() - began
+    after = _read_stats(devices)
+    outputs = jax.tree_util.tree_leaves(out)
+    reading = RunReading(
+        variant=name,
+        input_pointers=before_pointers,
+        output_pointers=tuple(_pointers(leaf) for leaf in outputs),
+        deleted=tuple(_deleted(leaf) for leaf in leaves),
+        memory=tuple(_device_stats(d.id, start[d.id], before[d.id], after[d.id], d.platform) for d in devices),
+        seconds=seconds,
+    )
+    del out, outputs, leaves, dyn_args, dyn_kwargs
+    return reading
+
+
+def _device_stats(
+    device: int,
+    start: dict[str, int] | None,
+    before: dict[str, int] | None,
+    after: dict[str, int] | None,
+    platform: str,
+) -> DeviceStats:
+    if after is None:
+        return DeviceStats(
+            device=device,
+            unavailable=f"Device.memory_stats() gives nothing on {platform}",
+        )
+    return DeviceStats(
+        device=device,
+        in_use_start=(start or {}).get("bytes_in_use"),
+        in_use_before=(before or {}).get("bytes_in_use"),
+        in_use_after=after.get("bytes_in_use"),
+        peak=after.get("peak_bytes_in_use"),
+    )
+
+
+def dynamic_leaves(call: PreparedCall) -> tuple[list[Any], Any]:
+    """The dynamic argument values in report order (positional, then keywords as given) and their treedef."""
+    import jax
+
+    dynamic = [call.args[i] for i in range(len(call.args)) if i not in call.static_positions]
+    keywords = [call.kwargs[k] for k in call.kwargs if k not in call.static_names]
+    return jax.tree_util.tree_flatten((dynamic, keywords))
+
+
+def with_dynamic_leaves(call: PreparedCall, leaves: list[Any], treedef: Any) -> PreparedCall:
+    """``call`` with its dynamic argument leaves replaced (static arguments kept in place)."""
+    import jax
+
+    dynamic, keywords = jax.tree_util.tree_unflatten(treedef, leaves)
+    args, position = list(call.args), iter(dynamic)
+    for i in range(len(args)):
+        if i not in call.static_positions:
+            args[i] = next(position)
+    kwargs, values = dict(call.kwargs), iter(keywords)
+    for key in call.kwargs:
+        if key not in call.static_names:
+            kwargs[key] = next(values)
+    return dataclasses.replace(call, args=tuple(args), kwargs=kwargs)
+
+
+def fresh_arguments(call: PreparedCall) -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
+    """New buffers for every dynamic argument leaf of ``call``, made and ready: the positional and
+    keyword arguments to call the executable with, and the leaves in report order."""
+    import jax
+
+    leaves, treedef = dynamic_leaves(call)
+    fresh = [_fresh_argument(leaf) for leaf in leaves]
+    jax.block_until_ready(fresh)
+    dynamic, keywords = jax.tree_util.tree_unflatten(treedef, fresh)
+    names = [k for k in call.kwargs if k not in call.static_names]
+    return tuple(dynamic), dict(zip(names, keywords)), fresh

@@ -1,0 +1,250 @@
+"""Lowering and compiling a prepared call: the check's two variants (plain and donated) and the advisor's.
+
+Lowering (tracing, Python-bound) stays on the calling thread: jax's
+warnings are captured with ``warnings.catch_warnings``, which is not
+thread-safe. XLA compiles release the GIL, so they may run in a pool
+(:func:`start_variants`). A compile gives a :class:`Compiled`: the plain
+:class:`~fieldmem.readings.CompiledVariant` that findings read, with the jax
+objects the engine needs while it runs or chains it. Reads
+``Lowered._lowering.compile_args["backend"]`` (the platform a fast compile
+is for), tolerated when missing; jax is imported on first use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+import warnings
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+from fieldmem.driver.jaxerrors import first_line
+from fieldmem.driver.prepare import PreparedCall, user_jit_info
+from fieldmem.driver.variant import read_variant
+from fieldmem.errors import CompileError, DonationError
+from fieldmem.readings import CompiledVariant
+
+__all__ = [
+    "FAST_COMPILE_OPTIONS",
+    "Compiled",
+    "PendingVariants",
+    "compile_donation",
+    "compile_lowered",
+    "fresh_function",
+    "lower",
+    "start_variants",
+]
+
+# --fast-compile: XLA:CPU debug options that make a compile cheaper without touching what
+# fieldmem reads. xla_backend_optimization_level picks the LLVM code generation level
+# (IrCompiler::GetCodeGenOptLevel), and that stage runs after the HLO passes, the
+# schedule and the buffer assignment (CpuCompiler::CompileCpuExecutable); the HLO passes
+# see it only through the target machine, whose features they query (register widths
+# and counts, alignment) do not depend on it. benchmarks/bench_compile_options.py
+# measured the optimized HLO, every memory_analysis() figure and the serialized buffer
+# assignment identical on all 65 programs of the examples and synthetic modules
+# (2026-12-03, jax 0.10.2), with 44% less compile time; tests/test_cli.py checks the
+# findings are identical.
+FAST_COMPILE_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 0}
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """One compiled variant: its plain reading, and the jax objects the engine holds while it runs or chains it.
+
+    Only :attr:`variant` goes on to findings and the report; dropping the
+    handle lets the executable go.
+    """
+
+    variant: CompiledVariant
+    executable: Any  # the jax.stages.Compiled: what --run and --probe call
+    outputs: Any  # the outputs as a pytree of jax.ShapeDtypeStruct with their shardings: a chain's next arguments
+
+
+def fresh_function(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A new function object that calls ``function``: jax traces and lowers it anew.
+
+    jax caches traces by function object and lowerings by jaxpr, and a cached
+    lowering does not repeat the "donated buffers were not usable" warning:
+    checking the same function twice in one process would lose it.
+    """
+    @functools.wraps(function)
+    def fresh(*args: Any, **kwargs: Any) -> Any:
+        return function(*args, **kwargs)
+
+    return fresh
+
+
+def _jit(call: PreparedCall, donated: bool, function: Callable[..., Any] | None = None) -> Any:
+    """The jit object to lower: the user's own when it is exactly the program asked for, else one built here."""
+    import jax
+
+    if call.user_jit is not None and donated and call.donation_source == "jit" and _own_statics(call):
+        # exactly the user's program (a lowering jax cached from an earlier
+        # lower of this jit object comes without jax's warnings)
+        return call.user_jit
+    # otherwise rebuilt: without donation, with a donation of fieldmem's, or
+    # with static arguments added to the jit's own (then with its donation)
+    positions = sorted(call.donated_positions) if donated else []
+    names = sorted(call.donated_names) if donated else []
+    return jax.jit(
+        function if function is not None else call.function,
+        static_argnums=tuple(sorted(call.static_positions)),
+        static_argnames=tuple(sorted(call.static_names)),
+        donate_argnums=tuple(positions),
+        donate_argnames=tuple(names),
+        **call.jit_options,
+    )
+
+
+def _own_statics(call: PreparedCall) -> bool:
+    """Whether the call's static arguments are exactly those of the user's jit object."""
+    info = user_jit_info(call.user_jit)
+    if info is None:
+        return False
+    positions = set(getattr(info, "static_argnums", ()) or ())
+    names = set(getattr(info, "static_argnames", ()) or ()) & set(call.kwargs)
+    return positions == set(call.static_positions) and names == set(call.static_names)
+
+
+def lower(
+    call: PreparedCall, donated: bool, function: Callable[..., Any] | None = None
+) -> tuple[Any, tuple[str, ...], float]:
+    """Lower ``call`` without donation or with its donation: the ``Lowered``, the warnings jax gave
+    while lowering (the "donated buffers were not usable" one among them) and the seconds it took.
+
+    ``function``: what to trace instead of ``call.function`` (a :func:`fresh_function` of it).
+
+    Raises:
+        CompileError: tracing or lowering raised.
+    """
+    jitted = _jit(call, donated, function)
+    start = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            lowered = jitted.lower(*call.args, **call.kwargs)
+        except Exception as exc:
+            raise CompileError(f"tracing/lowering failed: {first_line(exc)}") from exc
+    messages = tuple(str(w.message) for w in caught)
+    return lowered, messages, time.perf_counter() - start
+
+
+def _fast_options(lowered: Any) -> dict[str, Any] | None:
+    """:data:`FAST_COMPILE_OPTIONS` for a program compiled for XLA:CPU, None for any other
+    backend (not measured there) or when jax does not say which."""
+    try:
+        platform = lowered._lowering.compile_args["backend"].platform
+    except (AttributeError, KeyError, TypeError):
+        return None
+    return dict(FAST_COMPILE_OPTIONS) if platform == "cpu" else None
+
+
+def compile_lowered(lowered: Any, fast: bool = False) -> tuple[Any, float, bool]:
+    """Compile ``lowered``; with ``fast`` on XLA:CPU, with :data:`FAST_COMPILE_OPTIONS`.
+
+    Returns the executable, the seconds and whether the fast options were used.
+
+    Raises:
+        CompileError: XLA raised.
+    """
+    options = _fast_options(lowered) if fast else None
+    start = time.perf_counter()
+    try:
+        compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+    except Exception as exc:
+        raise CompileError(f"XLA compilation failed: {first_line(exc)}") from exc
+    return compiled, time.perf_counter() - start, options is not None
+
+
+class PendingVariants:
+    """Both variants of one call, lowered here and compiling (maybe in a pool): :meth:`result` waits."""
+
+    def __init__(self, call: PreparedCall, pool: Executor | None, fast: bool = False) -> None:
+        self.call = call
+        self.fast = fast
+        function = fresh_function(call.function)  # one trace for both variants, none from an earlier check
+        self._plain = lower(call, donated=False, function=function)
+        self._donated = lower(call, donated=True, function=function)
+        if pool is not None:
+            self._futures: list[Any] | None = [
+                pool.submit(compile_lowered, self._plain[0], fast),
+                pool.submit(compile_lowered, self._donated[0], fast),
+            ]
+        else:
+            self._futures = None
+
+    def result(self) -> tuple[Compiled, Compiled]:
+        """The plain and the donated variant (raises CompileError as the compile did)."""
+        if self._futures is not None:
+            compiles = [f.result() for f in self._futures]
+        else:
+            compiles = [compile_lowered(self._plain[0], self.fast), compile_lowered(self._donated[0], self.fast)]
+        plain = _compiled("plain", self.call, self._plain, compiles[0])
+        donated = _compiled("donated", self.call, self._donated, compiles[1], donated=True)
+        self._plain = self._donated = (None, (), 0.0)  # let the lowerings go
+        self._futures = None
+        return plain, donated
+
+
+def _compiled(
+    name: str,
+    call: PreparedCall,
+    lowering: tuple[Any, tuple[str, ...], float],
+    compiling: tuple[Any, float, bool],
+    donated: bool = False,
+) -> Compiled:
+    """The handle of one variant, from what :func:`lower` and :func:`compile_lowered` returned for it."""
+    lowered, lowering_warnings, lower_seconds = lowering
+    executable, compile_seconds, fast = compiling
+    variant, outputs = read_variant(
+        name, call, lowered, executable, lowering_warnings, lower_seconds, compile_seconds, donated=donated, fast=fast
+    )
+    return Compiled(variant, executable, outputs)
+
+
+def start_variants(call: PreparedCall, pool: Executor | None, *, fast: bool = False) -> PendingVariants:
+    """Lower ``call`` without donation (plain) and with it (donated) in this thread, and start the two XLA
+    compiles in ``pool`` (None: at :meth:`~PendingVariants.result`).
+
+    Lowering (tracing, Python-bound) must stay in one thread: jax's warnings
+    are captured with ``warnings.catch_warnings``, which is not thread-safe.
+    XLA compiles release the GIL, so several targets' compiles overlap in a
+    pool while the next target is lowered. ``fast``: both compiled with
+    :data:`FAST_COMPILE_OPTIONS` (on XLA:CPU; the figures they change are
+    then unavailable).
+    """
+    return PendingVariants(call, pool, fast)
+
+
+def compile_donation(
+    call: PreparedCall,
+    positions: Iterable[int],
+    names: Iterable[str] = (),
+    *,
+    name: str = "suggested",
+    fast: bool = False,
+) -> CompiledVariant:
+    """Lower and compile ``call`` donating exactly ``positions`` and ``names``.
+
+    The advisor's verification compile: the same program as the check's two
+    variants (static arguments, the user's jit options, a fresh trace so jax's
+    warnings are not lost to its cache), with another donation. Positions are
+    positional argument numbers, names keyword arguments of the call.
+    ``fast``: compiled as :func:`start_variants` compiles with ``fast``.
+    """
+    positions = frozenset(positions)
+    names = frozenset(names)
+    bad = sorted(p for p in positions if not 0 <= p < len(call.args) or p in call.static_positions)
+    bad_names = sorted(n for n in names if n not in call.kwargs or n in call.static_names)
+    if bad or bad_names:
+        raise DonationError(
+            f"cannot donate {', '.join([*map(str, bad), *bad_names])}: not an array argument of this call"
+        )
+    variant_call = dataclasses.replace(
+        call, donated_positions=positions, donated_names=names, donation_source="spec"
+    )
+    lowering = lower(variant_call, donated=True, function=fresh_function(call.function))
+    return _compiled(name, variant_call, lowering, compile_lowered(lowering[0], fast), donated=True).variant

@@ -1,0 +1,370 @@
+"""Reading one lowered and compiled program into a :class:`~fieldmem.readings.CompiledVariant` (plain data).
+
+What XLA planned (``Compiled.memory_analysis()``, documented as unstable,
+read in :func:`read_memory` only), the optimized HLO, the argument and output
+leaves numbered as the report numbers them with their shardings and layouts,
+which arguments jit kept (``Lowered._lowering.compile_args["kept_var_idx"]``,
+tolerated when missing), what jax donated, and the devices the program runs
+on. Nothing is lowered, compiled or run here; jax is imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fieldmem.driver.prepare import PreparedCall
+from fieldmem.driver.shapes import shape_bytes
+from fieldmem.errors import CompileError
+from fieldmem.readings import CompiledVariant, InputLeaf, MemoryReading, OutputLeaf
+
+__all__ = [
+    "FAST_COMPILE_UNAVAILABLE",
+    "MEMORY_FIELDS",
+    "describe_sharding",
+    "executable_devices",
+    "read_memory",
+    "read_variant",
+]
+
+# The memory_analysis() attributes fieldmem reports, under their report names.
+MEMORY_FIELDS: dict[str, str] = {
+    "argument_bytes": "argument_size_in_bytes",
+    "output_bytes": "output_size_in_bytes",
+    "alias_bytes": "alias_size_in_bytes",
+    "temp_bytes": "temp_size_in_bytes",
+    "generated_code_bytes": "generated_code_size_in_bytes",
+    "peak_bytes": "peak_memory_in_bytes",
+    "host_argument_bytes": "host_argument_size_in_bytes",
+    "host_output_bytes": "host_output_size_in_bytes",
+    "host_alias_bytes": "host_alias_size_in_bytes",
+    "host_temp_bytes": "host_temp_size_in_bytes",
+}
+
+# the figures a fast compile (fieldmem.driver.lowering.FAST_COMPILE_OPTIONS) leaves unreliable:
+# reported as unavailable, with the reason
+FAST_COMPILE_UNAVAILABLE: dict[str, str] = {
+    "generated_code_bytes": "--fast-compile generates the code without LLVM optimisation, "
+    "so its size is not that of a default compile",
+}
+
+
+def read_variant(
+    name: str,
+    call: PreparedCall,
+    lowered: Any,
+    compiled: Any,
+    lowering_warnings: tuple[str, ...],
+    lower_seconds: float,
+    compile_seconds: float,
+    donated: bool = False,
+    fast: bool = False,
+) -> tuple[CompiledVariant, Any]:
+    """What ``compiled`` (lowered as ``lowered`` from ``call``) is, as plain data, and its outputs as a pytree
+    of ``ShapeDtypeStruct`` with the compiled shardings (a chain's next arguments).
+
+    ``donated``: the variant asked for a donation (then a donation jax dropped
+    is said, with why); ``fast``: compiled with the fast options (the figures
+    they change are unavailable).
+    """
+    kept, tuple_args = _kept_var_idx(lowered)
+    memory = read_memory(compiled, fast)
+    outputs, output_structs = _outputs(lowered, compiled)
+    inputs = _leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input"))
+    variant = CompiledVariant(
+        name=name,
+        donated_arguments=_donated_argument_names(call, lowered),
+        inputs=inputs,
+        outputs=outputs,
+        hlo_text=compiled.as_text(),
+        memory=memory.figures,
+        memory_unavailable=memory.unavailable,
+        lowering_warnings=lowering_warnings,
+        tuple_args=tuple_args,
+        lower_seconds=lower_seconds,
+        compile_seconds=compile_seconds,
+        buffer_assignment=memory.buffer_assignment,
+        hlo_module_proto=memory.hlo_module_proto,
+        buffers_unavailable=memory.buffers_unavailable,
+        donation_dropped=_donation_dropped(call, inputs) if donated else None,
+        devices=tuple(d.id for d in executable_devices(compiled)),
+    )
+    return variant, output_structs
+
+
+def _donation_dropped(call: PreparedCall, inputs: tuple[InputLeaf, ...]) -> str | None:
+    """Why the donated variant of ``call`` donates none of ``inputs`` although it asked to (None: it donates,
+    or it asked for nothing)."""
+    if not (call.donated_positions or call.donated_names) or any(leaf.donated for leaf in inputs):
+        return None
+    asked = [call.positional_names[i] for i in sorted(call.donated_positions)] + sorted(call.donated_names)
+    return f"{', '.join(asked)} {'is' if len(asked) == 1 else 'are'} to be donated, but " + _donation_dropped_reason()
+
+
+def _donation_dropped_reason() -> str:
+    """Why jax lowered a program without the donation it was asked for (read from jax's config)."""
+    import jax
+
+    if getattr(jax.config, "jax_debug_nans", False):
+        return (
+            "jax_debug_nans is on, and under it jax drops every donate_argnums/donate_argnames "
+            "(the program is compiled without donation); turn it off to check or run in place"
+        )
+    return "jax lowered the program without donating any of them"
+
+
+def executable_devices(compiled: Any) -> list[Any]:
+    """The devices a compiled program runs on, by id (empty when jax does not say)."""
+    import jax
+
+    found: dict[int, Any] = {}
+    try:
+        for sharding in jax.tree_util.tree_leaves((compiled.input_shardings, compiled.output_shardings)):
+            for device in getattr(sharding, "device_set", ()):
+                found[device.id] = device
+    except Exception:
+        return []
+    return [found[i] for i in sorted(found)]
+
+
+def read_memory(compiled: Any, fast: bool = False) -> MemoryReading:
+    """``memory_analysis()`` read in one place, once per compile.
+
+    A missing figure is None with a reason; so is one that a fast compile
+    (``fast``) changes (:data:`FAST_COMPILE_UNAVAILABLE`). The serialized buffer assignment
+    and the HLO module proto feed fieldmem.xla.buffers (recent XLA names a logical
+    buffer's instruction only by id; the module proto maps ids to names).
+    """
+    figures: dict[str, int | None] = {}
+    unavailable: dict[str, str] = {}
+    try:
+        analysis = compiled.memory_analysis()
+    except Exception as exc:  # some backends raise instead of returning None
+        analysis = None
+        reason = f"memory_analysis() failed on this backend: {type(exc).__name__}: {exc}"
+    else:
+        reason = "memory_analysis() returned nothing on this backend"
+    for name, attribute in MEMORY_FIELDS.items():
+        value = getattr(analysis, attribute, None) if analysis is not None else None
+        if value is None:
+            figures[name] = None
+            unavailable[name] = (
+                reason if analysis is None else f"memory_analysis() has no {attribute} in this jaxlib"
+            )
+        else:
+            figures[name] = int(value)
+    if fast:
+        for name, why in FAST_COMPILE_UNAVAILABLE.items():
+            figures[name] = None
+            unavailable[name] = why
+
+    assignment = getattr(analysis, "serialized_buffer_assignment_proto", None) if analysis is not None else None
+    if not assignment:
+        missing = reason if analysis is None else "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
+        return MemoryReading(figures, unavailable, None, None, missing)
+    try:
+        module_proto = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+    except Exception:
+        module_proto = None  # older XLA still names instructions in the assignment itself
+    return MemoryReading(figures, unavailable, bytes(assignment), module_proto, None)
+
+
+def _kept_var_idx(lowered: Any) -> tuple[set[int] | None, bool]:
+    try:
+        compile_args = lowered._lowering.compile_args
+    except AttributeError:
+        return None, False
+    kept = compile_args.get("kept_var_idx")
+    return (set(kept) if kept is not None else None), bool(compile_args.get("tuple_args", False))
+
+
+def _donated_argument_names(call: PreparedCall, lowered: Any) -> tuple[str, ...]:
+    import jax
+
+    names = call.positional_names
+    # read what jax actually donates (the user's jit object may donate by name)
+    donated: list[str] = []
+    positional_info, keyword_info = lowered.args_info
+    dyn_positional = [i for i in range(len(call.args)) if i not in call.static_positions]
+    for i, info in zip(dyn_positional, positional_info):
+        leaves = jax.tree_util.tree_leaves(info, is_leaf=lambda x: hasattr(x, "donated"))
+        if leaves and any(getattr(leaf, "donated", False) for leaf in leaves):
+            donated.append(names[i])
+    for key in call.kwargs:
+        if key in keyword_info:
+            leaves = jax.tree_util.tree_leaves(keyword_info[key], is_leaf=lambda x: hasattr(x, "donated"))
+            if leaves and any(getattr(leaf, "donated", False) for leaf in leaves):
+                donated.append(key)
+    return tuple(donated)
+
+
+def describe_sharding(sharding: Any) -> str | None:
+    """A sharding in words that compare equal exactly when the placement is the same.
+
+    ``NamedSharding``: its partition spec (trailing unsharded dimensions
+    dropped, so ``P('x')`` equals ``P('x', None)``) over the mesh's axis sizes;
+    a single device: ``platform:id``; anything else: its repr.
+    """
+    if sharding is None:
+        return None
+    spec = getattr(sharding, "spec", None)
+    mesh = getattr(sharding, "mesh", None)
+    if spec is not None and mesh is not None:
+        parts = list(spec)
+        while parts and parts[-1] is None:
+            parts.pop()
+        axes = ", ".join(f"{name}={size}" for name, size in dict(getattr(mesh, "shape", {})).items())
+        memory = getattr(sharding, "memory_kind", None)
+        where = f" in {memory}" if memory not in (None, "device") else ""
+        return f"P({', '.join(repr(p) for p in parts)}) over mesh({axes}){where}"
+    devices = getattr(sharding, "device_set", None)
+    if devices is not None and len(devices) == 1 and type(sharding).__name__ == "SingleDeviceSharding":
+        device = next(iter(devices))
+        return f"{device.platform}:{device.id}"
+    return repr(sharding)
+
+
+def _describe_layout(layout: Any) -> str | None:
+    order = getattr(layout, "major_to_minor", None)
+    if order is None:
+        return None
+    tiling = getattr(layout, "tiling", ()) or ()
+    text = "major-to-minor (" + ",".join(str(d) for d in order) + ")"
+    return text + (f" tiled {tiling}" if tiling else "")
+
+
+def _formats(tree: Any) -> list[tuple[str | None, str | None]] | None:
+    """(sharding, layout) descriptions of a compiled program's ``input_formats``/``output_formats`` leaves.
+
+    Read in one place and tolerated when missing (older jax has
+    ``input_layouts`` or only shardings): None when unreadable.
+    """
+    import jax
+
+    if tree is None:
+        return None
+    try:
+        leaves = jax.tree_util.tree_leaves(
+            tree, is_leaf=lambda x: hasattr(x, "layout") and hasattr(x, "sharding") or hasattr(x, "device_set")
+        )
+    except Exception:
+        return None
+    result: list[tuple[str | None, str | None]] = []
+    for leaf in leaves:
+        if hasattr(leaf, "layout") and hasattr(leaf, "sharding"):
+            result.append((describe_sharding(leaf.sharding), _describe_layout(leaf.layout)))
+        else:
+            result.append((describe_sharding(leaf), None))
+    return result
+
+
+def _compiled_formats(compiled: Any, which: str) -> list[tuple[str | None, str | None]] | None:
+    for attribute in (f"{which}_formats", f"{which}_shardings"):
+        try:
+            value = getattr(compiled, attribute)
+        except Exception:
+            continue
+        found = _formats(value)
+        if found is not None:
+            return found
+    return None
+
+
+def _leaves(
+    call: PreparedCall,
+    args_info: Any,
+    kept: set[int] | None,
+    formats: list[tuple[str | None, str | None]] | None = None,
+) -> tuple[InputLeaf, ...]:
+    """Number the array leaves as the report does and map them to HLO parameters.
+
+    Report order: positional arguments, then keyword arguments in the order
+    given. jax's order: dynamic positional arguments, then dynamic keyword
+    arguments sorted by name. ``args_info`` (jax's order) tells which leaf is
+    donated; ``kept`` (jax's order) which ones the HLO still has.
+    """
+    import jax
+    import numpy as np
+
+    tree = jax.tree_util
+    names = call.positional_names
+    dyn_positional = [i for i in range(len(call.args)) if i not in call.static_positions]
+    dyn_keywords = [k for k in call.kwargs if k not in call.static_names]
+
+    info_leaves = tree.tree_leaves(args_info, is_leaf=lambda x: hasattr(x, "donated") and hasattr(x, "_aval"))
+    jax_order: list[tuple[Any, tuple[Any, ...]]] = []
+    for i in dyn_positional:
+        for path, _ in tree.tree_flatten_with_path(call.args[i])[0]:
+            jax_order.append((i, path))
+    for key in sorted(dyn_keywords):
+        for path, _ in tree.tree_flatten_with_path(call.kwargs[key])[0]:
+            jax_order.append((key, path))
+    if len(info_leaves) != len(jax_order):
+        raise CompileError(
+            f"fieldmem could not match the {len(jax_order)} argument leaves it sees to the "
+            f"{len(info_leaves)} jax lowered (jax {jax.__version__}); please report this"
+        )
+    if formats is not None and len(formats) != len(jax_order):
+        formats = None  # jax grouped them another way: leave shardings and layouts unknown
+    kept_sorted = sorted(kept) if kept is not None else list(range(len(jax_order)))
+    hlo_number = {jax_index: number for number, jax_index in enumerate(kept_sorted)}
+    position_in_jax = {(slot, tree.keystr(path)): n for n, (slot, path) in enumerate(jax_order)}
+
+    result: list[InputLeaf] = []
+    slots: list[tuple[Any, str]] = [(i, names[i]) for i in dyn_positional] + [(k, k) for k in dyn_keywords]
+    for slot, display in slots:
+        value = call.args[slot] if isinstance(slot, int) else call.kwargs[slot]
+        for path, leaf in tree.tree_flatten_with_path(value)[0]:
+            jax_index = position_in_jax[(slot, tree.keystr(path))]
+            info = info_leaves[jax_index]
+            aval = getattr(info, "_aval", None)
+            shape = tuple(getattr(aval, "shape", ()) or ())
+            result.append(
+                InputLeaf(
+                    index=len(result),
+                    path=display + tree.keystr(path),
+                    argument=display,
+                    shape=shape,
+                    dtype=np.dtype(aval.dtype).name if aval is not None else "unknown",
+                    bytes=shape_bytes(shape, aval.dtype) if aval is not None else 0,
+                    donated=bool(getattr(info, "donated", False)),
+                    hlo_parameter=hlo_number.get(jax_index),
+                    abstract=isinstance(leaf, jax.ShapeDtypeStruct),
+                    sharding=formats[jax_index][0] if formats else None,
+                    layout=formats[jax_index][1] if formats else None,
+                )
+            )
+    return tuple(result)
+
+
+def _outputs(lowered: Any, compiled: Any) -> tuple[tuple[OutputLeaf, ...], Any]:
+    """The output leaves, and the outputs as a pytree of ``ShapeDtypeStruct`` with the compiled shardings."""
+    import jax
+    import numpy as np
+
+    flat, treedef = jax.tree_util.tree_flatten_with_path(lowered.out_info)
+    formats = _compiled_formats(compiled, "output")
+    if formats is not None and len(formats) != len(flat):
+        formats = None
+    try:
+        shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
+    except Exception:
+        shardings = []
+    if len(shardings) != len(flat):
+        shardings = [None] * len(flat)
+    outputs = []
+    structs = []
+    for n, (path, leaf) in enumerate(flat):
+        shape = tuple(getattr(leaf, "shape", ()) or ())
+        outputs.append(
+            OutputLeaf(
+                index=n,
+                path="out" + jax.tree_util.keystr(path),
+                shape=shape,
+                dtype=np.dtype(leaf.dtype).name,
+                bytes=shape_bytes(shape, leaf.dtype),
+                sharding=formats[n][0] if formats else None,
+                layout=formats[n][1] if formats else None,
+            )
+        )
+        structs.append(jax.ShapeDtypeStruct(shape, leaf.dtype, sharding=shardings[n]))
+    return tuple(outputs), jax.tree_util.tree_unflatten(treedef, structs)

@@ -1,0 +1,140 @@
+"""What the driver reads from jax, as plain data: compiled variants, their leaves, runs, probes, the environment.
+
+:mod:`fieldmem.driver` fills these in; :mod:`fieldmem.findings` and the
+engine read them. They hold text, numbers and bytes only: no jax object (an
+executable, a ``ShapeDtypeStruct``, a device) and no import of jax, so
+everything past the driver works without jax and a reading can be written
+to a report or sent between processes as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "CompiledVariant",
+    "DeviceStats",
+    "Environment",
+    "InputLeaf",
+    "MemoryReading",
+    "OutputLeaf",
+    "ProbeReading",
+    "RunReading",
+]
+
+
+@dataclass(frozen=True)
+class InputLeaf:
+    """One array leaf of the arguments, numbered as the report numbers it."""
+
+    index: int
+    path: str
+    argument: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    donated: bool
+    hlo_parameter: int | None  # None: jit dropped it as unused
+    abstract: bool  # a ShapeDtypeStruct: nothing allocated
+    sharding: str | None = None  # how the compiled program expects it laid out over devices
+    layout: str | None = None  # its on-device layout, major to minor
+
+
+@dataclass(frozen=True)
+class OutputLeaf:
+    """One array leaf of the outputs, numbered as the report numbers it."""
+
+    index: int
+    path: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+    sharding: str | None = None
+    layout: str | None = None
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """``Compiled.memory_analysis()`` of one compile: the figures (None with a reason when absent) and the
+    inputs of the live-range analysis (fieldmem.xla.buffers; None with a reason when absent)."""
+
+    figures: dict[str, int | None]
+    unavailable: dict[str, str]
+    buffer_assignment: bytes | None
+    hlo_module_proto: bytes | None
+    buffers_unavailable: str | None
+
+
+@dataclass(frozen=True)
+class CompiledVariant:
+    """What one compile produced, before any analysis."""
+
+    name: str
+    donated_arguments: tuple[str, ...]
+    inputs: tuple[InputLeaf, ...]
+    outputs: tuple[OutputLeaf, ...]
+    hlo_text: str
+    memory: dict[str, int | None]
+    memory_unavailable: dict[str, str]
+    lowering_warnings: tuple[str, ...]
+    tuple_args: bool
+    lower_seconds: float
+    compile_seconds: float
+    # inputs of the live-range analysis (fieldmem.xla.buffers); None with a reason when absent
+    buffer_assignment: bytes | None = None
+    hlo_module_proto: bytes | None = None
+    buffers_unavailable: str | None = None
+    # why jax dropped the donation this variant asked for (None: it did not)
+    donation_dropped: str | None = None
+    devices: tuple[int, ...] = ()  # ids of the devices the program runs on
+
+
+@dataclass(frozen=True)
+class Environment:
+    """The jax this process runs: versions, backend and devices (``id``, ``platform``, ``kind`` each)."""
+
+    jax_version: str
+    jaxlib_version: str
+    backend: str
+    platform_version: str | None
+    devices: tuple[dict[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    """``Device.memory_stats()`` of one device around a call; None figures with ``unavailable`` saying why."""
+
+    device: int
+    in_use_start: int | None = None  # before the call's arguments were made
+    in_use_before: int | None = None  # arguments made, just before the call
+    in_use_after: int | None = None
+    peak: int | None = None  # peak_bytes_in_use after the call: a process-lifetime high-water mark
+    unavailable: str | None = None
+
+
+@dataclass(frozen=True)
+class RunReading:
+    """What one call of a compiled variant did, per input and output leaf (report order) and per device."""
+
+    variant: str
+    input_pointers: tuple[tuple[int, ...] | None, ...]  # per-shard buffer addresses before the call
+    output_pointers: tuple[tuple[int, ...] | None, ...]
+    deleted: tuple[bool | None, ...]  # per input leaf after the call (None: not a jax array)
+    memory: tuple[DeviceStats, ...]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class ProbeReading:
+    """Run times of one slice update at two buffer sizes (``--probe``): the same program, the same
+    slice, the updated buffer (and every argument of its shape) grown ``factor``-fold along ``dimension``."""
+
+    input_index: int
+    output_index: int
+    dimension: int
+    factor: int
+    small_bytes: int
+    large_bytes: int
+    small_seconds: tuple[float, ...]
+    large_seconds: tuple[float, ...]
