@@ -18,12 +18,11 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
-from fieldmem.findings.chains import StepOutcome, analyze_chain
-from fieldmem.request.options import CheckOptions
-from fieldmem.engine.checker import check, check_targets
 from fieldmem.cli import app
 from fieldmem.driver import compose, spread
+from fieldmem.engine.checker import check, check_targets
 from fieldmem.errors import OptionError
+from fieldmem.findings.chains import StepOutcome, analyze_chain
 from fieldmem.render import RenderOptions, get_renderer
 from fieldmem.report import (
     Alias,
@@ -36,6 +35,7 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
+from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, TargetOptions, resolve_target
 
 from factories import make_report
@@ -90,7 +90,7 @@ def test_seed_forward_chain_is_in_place_and_create_field_only_grows(chain_report
     assert first.output_bytes - first.argument_bytes == 512 * 512 * 4 + 16  # v, plus the tuple of two pointers
 
 
-@pytest.fixture()
+@pytest.fixture
 def examples_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLES))
 
@@ -213,7 +213,7 @@ def test_cli_chain_syntax_and_expect_in_place_fails_the_broken_chain(tmp_path: P
 
 
 @pytest.mark.parametrize(
-    "spec, words",
+    ("spec", "words"),
     [
         ("{file}:advance,,squash", "has an empty step"),
         ("{file}:advance,to_storag", "did you mean 'to_storage'"),
