@@ -6,7 +6,12 @@ in a renderer. ``Report.to_dict()`` is the JSON contract documented in
 are ignored, missing optional keys take their defaults) so later versions of
 fieldmem can compare against reports saved by earlier ones. A document that
 is not such a report (another schema, a required key missing, a value of the
-wrong JSON type) raises :class:`ReportError`.
+wrong JSON type, a word outside its set) raises :class:`ReportError`.
+
+Every closed set of words the report uses (a result's ``status``, a copy's
+``kind``, a finding's ``code``, ...) is a ``Literal`` type defined here once,
+with the tuple of its words; code that compares against them is checked by
+mypy. This module imports nothing of fieldmem but the codec.
 """
 
 from __future__ import annotations
