@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from fieldmem.errors import ArgumentsError, TargetError
+from fieldmem.report import Expectation
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
@@ -53,7 +54,7 @@ class TargetOptions:
     shapes: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     donate: DonateSpec | None = None
     static: StaticSpec | None = None
-    expect: str | None = None
+    expect: Expectation | None = None
     max_peak: int | None = None
     max_live_peak: int | None = None
 
@@ -88,7 +89,7 @@ class Target:
     shapes: tuple[tuple[str, tuple[int, ...]], ...] | None
     donate: DonateSpec
     static: StaticSpec
-    expect: str
+    expect: Expectation
     max_peak: int | None
     definition: str | None  # file.py:LINE of the function's def
     max_live_peak: int | None = None
