@@ -303,7 +303,7 @@ def combine_reports(reports: Sequence[Report], min_bytes: int) -> Report:
     """
     if reports:
         first = reports[0]
-        environment = dict(
+        environment: dict[str, Any] = dict(
             jax_version=first.jax_version,
             jaxlib_version=first.jaxlib_version,
             backend=first.backend,
