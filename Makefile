@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast golden bench bench-quick screenshot clean
+.PHONY: setup demo test test-fast lint golden bench bench-quick screenshot clean
 
 $(STAMP): pyproject.toml requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: $(STAMP)
 # Pure parsing and option tests only (no XLA compile).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not compile"
+
+# ruff (rules in pyproject.toml) over the code and its tests, mypy over the package.
+lint: $(STAMP)
+	$(BIN)/ruff check fieldmem tests benchmarks
+	$(BIN)/mypy fieldmem
 
 # The Field example's HTML report as a PNG for the docs (needs chromium).
 screenshot: $(STAMP)

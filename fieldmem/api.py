@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from fieldmem.version import __version__
 from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.report import DeviceInfo, Report
+from fieldmem.report import DeviceInfo, Expectation, Report
 from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
@@ -103,7 +103,7 @@ def _target(
     kwargs: dict[str, Any],
     donate: Any,
     static: Any,
-    expect: str,
+    expect: Expectation,
     max_peak: int | str | None,
     max_live_peak: int | str | None,
 ) -> "Target":
@@ -134,7 +134,7 @@ def check_function(
     donate: "str | int | tuple | list | None" = None,
     static: "str | int | tuple | list | None" = None,
     name: str | None = None,
-    expect: str = "any",
+    expect: Expectation = "any",
     max_peak: int | str | None = None,
     max_live_peak: int | str | None = None,
     min_bytes: int | str = MIN_BYTES,
@@ -203,7 +203,7 @@ def check_chain(
     donate: "str | int | tuple | list | None" = None,
     static: "str | int | tuple | list | None" = None,
     name: str | None = None,
-    expect: str = "any",
+    expect: Expectation = "any",
     max_peak: int | str | None = None,
     max_live_peak: int | str | None = None,
     min_bytes: int | str = MIN_BYTES,
@@ -303,7 +303,7 @@ def combine_reports(reports: Sequence[Report], min_bytes: int) -> Report:
     """
     if reports:
         first = reports[0]
-        environment = dict(
+        environment: dict[str, Any] = dict(
             jax_version=first.jax_version,
             jaxlib_version=first.jaxlib_version,
             backend=first.backend,

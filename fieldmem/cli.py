@@ -18,7 +18,7 @@ import dataclasses
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     # typer re-exports BadParameter but not its base class, click's UsageError
     # (vendored inside typer in recent releases): find it through the MRO.
-    usage_error = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+    usage_error: Any = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")  # click's, found at run time
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="fieldmem", standalone_mode=False)

@@ -4,8 +4,10 @@ One codec for every document fieldmem writes and reads back (the report,
 the baseline): :func:`encode` turns records into dicts and lists,
 :func:`decode` rebuilds them and refuses a value of the wrong JSON type with
 the path of the offending key (``entries[0].variants.donated.memory.temp_bytes
-should be int, not str '4'``). Unknown keys are ignored and missing fields
-with a default take it, so a newer fieldmem reads older documents.
+should be int, not str '4'``), and a word outside a ``Literal`` set the same
+way (``results[0].status should be one of 'ok', 'error', not 'fine'``).
+Unknown keys are ignored and missing fields with a default take it, so a
+newer fieldmem reads older documents.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 __all__ = ["decode", "encode"]
 
@@ -50,54 +52,84 @@ def decode(hint: Any, data: Any, where: str = "") -> Any:
 
     Raises:
         TypeError: a value of the wrong JSON type (message names its path).
+        ValueError: a value outside its ``Literal`` set (message names its path).
         KeyError: a required field is missing.
     """
     origin = typing.get_origin(hint)
+    if origin is Literal:
+        return _literal(hint, data, where)
     if origin in (Union, types.UnionType):
-        if data is None:
-            return None
-        options = [a for a in typing.get_args(hint) if a is not type(None)]
-        errors: list[Exception] = []
-        for option in options:
-            try:
-                return decode(option, data, where)
-            except (TypeError, ValueError, KeyError) as exc:
-                errors.append(exc)
-        raise errors[0] if len(errors) == 1 else TypeError(
-            f"{where or 'value'} should be one of "
-            f"{', '.join(getattr(o, '__name__', str(o)) for o in options)}, not {_type_name(data)}"
-        )
+        return _union(hint, data, where)
     if hint in _SCALARS:
-        # JSON has no int/bool distinction in Python's eyes: True is an int, so refuse it by hand
-        if not isinstance(data, _SCALARS[hint]) or (hint is not bool and isinstance(data, bool)):
-            raise TypeError(f"{where or 'value'} should be {hint.__name__}, not {_type_name(data)}")
-        return float(data) if hint is float else data
-    if dataclasses.is_dataclass(hint):
-        if not isinstance(data, dict):
-            raise TypeError(f"{where or hint.__name__} should be an object, not {_type_name(data)}")
-        hints = _hints(hint)
-        kwargs = {}
-        for f in dataclasses.fields(hint):
-            inner = f"{where}.{f.name}" if where else f.name
-            if f.name in data:
-                kwargs[f.name] = decode(hints[f.name], data[f.name], inner)
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise KeyError(f"{inner} is missing")
-        return hint(**kwargs)
+        return _scalar(hint, data, where)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _dataclass(hint, data, where)
     if origin is tuple:
-        if not isinstance(data, list):
-            raise TypeError(f"{where or 'value'} should be a list, not {_type_name(data)}")
-        args = typing.get_args(hint)
-        if len(args) >= 1 and not (len(args) == 2 and args[1] is Ellipsis):
-            # a fixed-length tuple: tuple[str, tuple[int, ...]]
-            if len(args) != len(data):
-                raise TypeError(f"{where or 'value'} should have {len(args)} items, not {len(data)}")
-            return tuple(decode(item, v, f"{where}[{n}]") for n, (item, v) in enumerate(zip(args, data)))
-        item = args[0] if args else Any
-        return tuple(decode(item, v, f"{where}[{n}]") for n, v in enumerate(data))
+        return _tuple(hint, data, where)
     if origin is dict:
         _key, item = typing.get_args(hint)
         if not isinstance(data, dict):
             raise TypeError(f"{where or 'value'} should be an object, not {_type_name(data)}")
         return {k: decode(item, v, f"{where}.{k}" if where else k) for k, v in data.items()}
     return data
+
+
+def _literal(hint: Any, data: Any, where: str) -> Any:
+    allowed = typing.get_args(hint)
+    if not any(type(data) is type(a) and data == a for a in allowed):
+        raise ValueError(f"{where or 'value'} should be one of {', '.join(map(repr, allowed))}, not {_type_name(data)}")
+    return data
+
+
+def _union(hint: Any, data: Any, where: str) -> Any:
+    if data is None:
+        return None
+    options = [a for a in typing.get_args(hint) if a is not type(None)]
+    errors: list[Exception] = []
+    for option in options:
+        try:
+            return decode(option, data, where)
+        except (TypeError, ValueError, KeyError) as exc:
+            errors.append(exc)
+    raise errors[0] if len(errors) == 1 else TypeError(
+        f"{where or 'value'} should be one of "
+        f"{', '.join(getattr(o, '__name__', str(o)) for o in options)}, not {_type_name(data)}"
+    )
+
+
+def _is_scalar(hint: type, data: Any) -> bool:
+    # JSON has no int/bool distinction in Python's eyes: True is an int, so refuse it by hand
+    return isinstance(data, _SCALARS[hint]) and (hint is bool or not isinstance(data, bool))
+
+
+def _scalar(hint: type, data: Any, where: str) -> Any:
+    if not _is_scalar(hint, data):
+        raise TypeError(f"{where or 'value'} should be {hint.__name__}, not {_type_name(data)}")
+    return float(data) if hint is float else data
+
+
+def _dataclass(hint: type, data: Any, where: str) -> Any:
+    if not isinstance(data, dict):
+        raise TypeError(f"{where or hint.__name__} should be an object, not {_type_name(data)}")
+    hints = _hints(hint)
+    kwargs = {}
+    for f in dataclasses.fields(hint):
+        inner = f"{where}.{f.name}" if where else f.name
+        if f.name in data:
+            kwargs[f.name] = decode(hints[f.name], data[f.name], inner)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise KeyError(f"{inner} is missing")
+    return hint(**kwargs)
+
+
+def _tuple(hint: Any, data: Any, where: str) -> tuple[Any, ...]:
+    if not isinstance(data, list):
+        raise TypeError(f"{where or 'value'} should be a list, not {_type_name(data)}")
+    args = typing.get_args(hint)
+    if len(args) >= 1 and not (len(args) == 2 and args[1] is Ellipsis):
+        # a fixed-length tuple: tuple[str, tuple[int, ...]]
+        if len(args) != len(data):
+            raise TypeError(f"{where or 'value'} should have {len(args)} items, not {len(data)}")
+        return tuple(decode(item, v, f"{where}[{n}]") for n, (item, v) in enumerate(zip(args, data)))
+    item = args[0] if args else Any
+    return tuple(decode(item, v, f"{where}[{n}]") for n, v in enumerate(data))

@@ -16,6 +16,7 @@ when its test is set up) and a bad one is a usage error naming it.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -133,7 +134,7 @@ def _setting(config: pytest.Config, option: _Option) -> tuple[str | None, str]:
 
 
 def _parse_session(config: pytest.Config) -> _Session:
-    sizes: dict[str, int | None] = {}
+    sizes: dict[str, Any] = {}  # int | None each
     for option in _SIZE_OPTIONS:
         value, label = _setting(config, option)
         sizes[option.dest] = parse_bytes(value, label) if value is not None else None
@@ -185,7 +186,7 @@ def _marker_limits(node: pytest.Item, defaults: Limits) -> Limits:
     return limits
 
 
-def _override(limits: Limits, values: dict[str, Any], label: str) -> Limits:
+def _override(limits: Limits, values: Mapping[str, Any], label: str) -> Limits:
     """``limits`` with ``values`` parsed in (a size may be None: no budget)."""
     changes: dict[str, Any] = {}
     for key, value in values.items():

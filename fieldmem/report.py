@@ -6,49 +6,88 @@ in a renderer. ``Report.to_dict()`` is the JSON contract documented in
 are ignored, missing optional keys take their defaults) so later versions of
 fieldmem can compare against reports saved by earlier ones. A document that
 is not such a report (another schema, a required key missing, a value of the
-wrong JSON type) raises :class:`ReportError`.
+wrong JSON type, a word outside its set) raises :class:`ReportError`.
+
+Every closed set of words the report uses (a result's ``status``, a copy's
+``kind``, a finding's ``code``, ...) is a ``Literal`` type defined here once,
+with the tuple of its words; code that compares against them is checked by
+mypy. This module imports nothing of fieldmem but the codec.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from fieldmem.codec import decode, encode
 
 __all__ = [
+    "ARGUMENT_CODES",
+    "CHAIN_STEP_STATUSES",
+    "CHECK_NAMES",
+    "COPY_CAUSES",
+    "COPY_KINDS",
+    "COST_LAYOUTS",
+    "DONATION_CODES",
+    "EXPECTATIONS",
+    "FINDING_CODES",
+    "HANDOFF_CODES",
+    "LEAF_CODES",
+    "LIVE_BUFFER_KINDS",
+    "PROBE_CODES",
     "SCHEMA",
+    "SEVERITIES",
+    "SOURCE_ROLES",
+    "TARGET_STATUSES",
+    "VERIFICATIONS",
     "Alias",
     "AliasCheck",
     "ArgumentAdvice",
+    "ArgumentCode",
     "BaselineComparison",
     "Chain",
     "ChainBreak",
     "ChainCost",
     "ChainStep",
+    "ChainStepStatus",
     "Change",
     "Check",
+    "CheckName",
     "Copy",
+    "CopyCause",
+    "CopyKind",
+    "CostLayout",
     "DeviceInfo",
     "DeviceMemory",
+    "DonationCode",
     "ErrorInfo",
+    "Expectation",
     "Finding",
+    "FindingCode",
     "HandOff",
+    "HandOffCode",
     "InPlaceProbe",
     "InputInfo",
     "LeafAdvice",
+    "LeafCode",
     "LiveBuffer",
+    "LiveBufferKind",
     "MemoryFigures",
     "OutputInfo",
+    "ProbeCode",
     "Report",
     "ReportError",
     "RunCheck",
+    "Severity",
+    "SourceRole",
     "Suggestion",
     "TargetResult",
+    "TargetStatus",
     "Timeline",
     "UnusableDonation",
     "Variant",
     "Verdict",
+    "Verification",
 ]
 
 SCHEMA = "fieldmem.report/1"
@@ -64,6 +103,66 @@ MEMORY_FIGURES = (
     "footprint_bytes",
     "live_peak_bytes",
 )
+
+# The report's closed sets of words, one definition each. ``Literal`` lets the
+# type checker catch a misspelt comparison; the codec refuses a value outside
+# the set when it reads a report back; the tuples are for code that lists or
+# checks the allowed values at run time. docs/report-schema.md describes each.
+TargetStatus = Literal["ok", "error"]
+Expectation = Literal["in-place", "any"]
+CopyKind = Literal["parameter", "loop", "layout", "other"]
+SourceRole = Literal["copy", "operand", "user", "definition"]
+CopyCause = Literal[
+    "input-kept-intact",
+    "old-carry-read-after-update",
+    "new-value-via-temporary",
+    "output-via-temporary",
+    "layout-change",
+]
+LiveBufferKind = Literal["parameter", "aliased", "output", "temporary"]
+DonationCode = Literal["unused", "no-output-of-size", "outputs-taken", "not-reused"]
+LeafCode = Literal["reused", DonationCode, "copied", "via-temporary"]
+ArgumentCode = Literal["donate", LeafCode, "too-small", "no-saving", "mixed"]
+Verification = Literal["suggested", "donated", "plain", "none"]
+ProbeCode = Literal["slice-only", "whole-buffer", "inconclusive", "not-probed"]
+Severity = Literal["error", "warning", "info"]
+FindingCode = Literal[
+    "new-buffer",
+    "parameter-copy",
+    "loop-copy",
+    "output-copy",
+    "donation-dropped",
+    "unusable-donation",
+    "layout-copy",
+    "other-copy",
+    "plain-copy",
+    "run-alias-missing",
+    "run-unplanned-alias",
+    "run-peak-above-plan",
+    "probe-whole-buffer",
+]
+CheckName = Literal["expect-in-place", "max-peak", "max-live-peak"]
+HandOffCode = Literal["dtype-change", "shape-change", "sharding-change", "layout-change", "reshard", "relayout"]
+ChainStepStatus = Literal["in-place", "grows", "breaks", "error", "not-checked"]
+CostLayout = Literal["steps", "fused"]
+
+TARGET_STATUSES: tuple[TargetStatus, ...] = get_args(TargetStatus)
+EXPECTATIONS: tuple[Expectation, ...] = get_args(Expectation)
+COPY_KINDS: tuple[CopyKind, ...] = get_args(CopyKind)
+SOURCE_ROLES: tuple[SourceRole, ...] = get_args(SourceRole)
+COPY_CAUSES: tuple[CopyCause, ...] = get_args(CopyCause)
+LIVE_BUFFER_KINDS: tuple[LiveBufferKind, ...] = get_args(LiveBufferKind)
+DONATION_CODES: tuple[DonationCode, ...] = get_args(DonationCode)
+LEAF_CODES: tuple[LeafCode, ...] = get_args(LeafCode)
+ARGUMENT_CODES: tuple[ArgumentCode, ...] = get_args(ArgumentCode)
+VERIFICATIONS: tuple[Verification, ...] = get_args(Verification)
+PROBE_CODES: tuple[ProbeCode, ...] = get_args(ProbeCode)
+SEVERITIES: tuple[Severity, ...] = get_args(Severity)
+FINDING_CODES: tuple[FindingCode, ...] = get_args(FindingCode)
+CHECK_NAMES: tuple[CheckName, ...] = get_args(CheckName)
+HANDOFF_CODES: tuple[HandOffCode, ...] = get_args(HandOffCode)
+CHAIN_STEP_STATUSES: tuple[ChainStepStatus, ...] = get_args(ChainStepStatus)
+COST_LAYOUTS: tuple[CostLayout, ...] = get_args(CostLayout)
 
 
 class ReportError(ValueError):
@@ -114,7 +213,7 @@ class UnusableDonation:
     input_index: int
     bytes: int
     reason: str
-    code: str  # unused | no-output-of-size | outputs-taken | not-reused
+    code: DonationCode
 
 
 @dataclass(frozen=True)
@@ -123,15 +222,15 @@ class Copy:
 
     bytes: int
     shape: str
-    kind: str  # parameter | loop | layout | other
+    kind: CopyKind
     of_parameter: str | None
     input_index: int | None
     computation: str
     instruction: str
     source: str | None
-    source_role: str | None  # copy | operand | user | definition
+    source_role: SourceRole | None
     output: str | None = None  # the output this copy is returned as, if any
-    cause: str | None = None  # see docs/report-schema.md: why XLA kept this copy
+    cause: CopyCause | None = None  # why XLA kept this copy
     trip_count: int | None = None  # loop copies: iterations per call, when known
     bytes_per_call: int | None = None  # bytes x trip count, when known
 
@@ -141,7 +240,7 @@ class LiveBuffer:
     """An allocation slice live at the live peak, with the value that took it."""
 
     bytes: int
-    kind: str  # parameter | aliased | output | temporary
+    kind: LiveBufferKind
     instruction: str | None
     shape: str | None
     source: str | None
@@ -230,7 +329,7 @@ class InPlaceProbe:
     input: str
     output: str
     update: str  # dynamic-update-slice | scatter
-    code: str
+    code: ProbeCode
     message: str
     dimension: int | None = None
     small_bytes: int | None = None
@@ -263,8 +362,8 @@ class Variant:
 class Finding:
     """One reason behind a verdict, in words a user can act on."""
 
-    severity: str  # error | warning | info
-    code: str
+    severity: Severity
+    code: FindingCode
     message: str
     input: str | None = None
     output: str | None = None
@@ -282,7 +381,7 @@ class Verdict:
 class Check:
     """An expectation or budget evaluated on the donated variant."""
 
-    name: str  # expect-in-place | max-peak
+    name: CheckName
     passed: bool
     message: str
     limit: int | None = None
@@ -333,7 +432,7 @@ class LeafAdvice:
     input: str
     input_index: int
     bytes: int  # per device
-    code: str
+    code: LeafCode
     reason: str
     output: str | None = None  # the output reusing its buffer, when one does
     saved_bytes: int = 0  # buffer reused minus the copies donation adds; <= 0: it does not pay
@@ -346,7 +445,7 @@ class ArgumentAdvice:
     argument: str
     position: int | None  # positional index; None for an argument passed by keyword
     donate: bool
-    code: str  # donate | a leaf code shared by its leaves | too-small | no-saving | mixed
+    code: ArgumentCode  # donate | a leaf code shared by its leaves | too-small | no-saving | mixed
     reason: str
     bytes: int  # per device, every leaf
     saved_bytes: int  # what donating it saves (sum over its leaves); 0 or less: it does not pay
@@ -371,7 +470,7 @@ class Suggestion:
     code: str | None = None  # jax.jit(fn, donate_argnums=(0, 1)); None when nothing is worth donating
     alternative_code: str | None = None  # the same donation in the other form, when expressible
     arguments: tuple[ArgumentAdvice, ...] = ()
-    verified_by: str = "none"  # suggested | donated | plain | none (the verification failed)
+    verified_by: Verification = "none"  # none: the verification failed
     compiles: int = 0
     tried: tuple[str, ...] = ()
     memory: MemoryFigures | None = None
@@ -385,11 +484,11 @@ class TargetResult:
 
     target: str
     name: str
-    status: str  # ok | error
+    status: TargetStatus
     definition: str | None = None
     error: ErrorInfo | None = None
     donate: str | None = None
-    expect: str | None = None
+    expect: Expectation | None = None
     inputs: tuple[InputInfo, ...] = ()
     outputs: tuple[OutputInfo, ...] = ()
     variants: dict[str, Variant] = field(default_factory=dict)
@@ -417,7 +516,7 @@ class HandOff:
     """
 
     step: int  # 0-based
-    code: str
+    code: HandOffCode
     leaf: str  # the step's input leaf
     output: str | None  # the step's output leaf, for changes within a step
     before: str
@@ -441,7 +540,7 @@ class ChainStep:
     index: int  # 0-based
     function: str
     result: str  # the name of its TargetResult
-    status: str
+    status: ChainStepStatus
     summary: str
     definition: str | None = None
     argument_bytes: int | None = None  # per device, what the step is given
@@ -469,7 +568,7 @@ class ChainCost:
     """What the chain needs at once, run one way: ``steps`` (each step its own jit, the
     worst step counts) or ``fused`` (one jit of the whole chain)."""
 
-    layout: str  # steps | fused
+    layout: CostLayout
     plain_footprint: int | None = None
     donated_footprint: int | None = None
     plain_live_peak: int | None = None
@@ -490,7 +589,7 @@ class Chain:
     first_break: ChainBreak | None = None
     costs: tuple[ChainCost, ...] = ()
     cost_summary: str | None = None  # separate steps against the fused chain, in words
-    expect: str = "any"
+    expect: Expectation = "any"
     checks: tuple[Check, ...] = ()
 
     @property
@@ -564,7 +663,7 @@ class Report:
         return encode(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Report":
+    def from_dict(cls, data: dict[str, Any]) -> Report:
         if not isinstance(data, dict):
             raise ReportError("a fieldmem report is a JSON object")
         schema = data.get("schema")

@@ -8,8 +8,8 @@ no test sees a module or a path another test left behind.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

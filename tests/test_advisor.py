@@ -13,8 +13,9 @@ from __future__ import annotations
 import io
 import json
 import warnings
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -22,10 +23,10 @@ import pytest
 from jax import lax
 from rich.console import Console
 
-from fieldmem.findings.advisor import suggest
-from fieldmem.findings.analysis import analyze_target
 from fieldmem.driver import PreparedCall, compile_donation, prepare_call
 from fieldmem.errors import CompileError
+from fieldmem.findings.advisor import suggest
+from fieldmem.findings.analysis import analyze_target
 from fieldmem.render.suggest import suggestion_renderables
 from fieldmem.report import Report, Suggestion, TargetResult
 from fieldmem.request.spec import DonateSpec, StaticSpec

@@ -27,10 +27,10 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from fieldmem.xla import hlo
 from fieldmem.driver import prepare_call
 from fieldmem.findings.analysis import analyze_target
 from fieldmem.request.spec import DonateSpec, StaticSpec
+from fieldmem.xla import hlo
 
 from helpers_compile import (
     check_one,

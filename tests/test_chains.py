@@ -18,27 +18,17 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
-from fieldmem.findings.chains import StepOutcome, analyze_chain
-from fieldmem.request.options import CheckOptions
-from fieldmem.engine.checker import check, check_targets
 from fieldmem.cli import app
 from fieldmem.driver import compose, spread
+from fieldmem.engine.checker import check, check_targets
 from fieldmem.errors import OptionError
+from fieldmem.findings.chains import StepOutcome, analyze_chain
 from fieldmem.render import RenderOptions, get_renderer
-from fieldmem.report import (
-    Alias,
-    Finding,
-    InputInfo,
-    MemoryFigures,
-    OutputInfo,
-    Report,
-    TargetResult,
-    Variant,
-    Verdict,
-)
+from fieldmem.report import Alias, Finding, InputInfo, OutputInfo, Report, TargetResult
+from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, TargetOptions, resolve_target
 
-from factories import make_report
+from factories import KIB, make_input, make_memory, make_output, make_report, make_result, make_variant
 from helpers_compile import compile_quietly, xla_memory
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -90,7 +80,7 @@ def test_seed_forward_chain_is_in_place_and_create_field_only_grows(chain_report
     assert first.output_bytes - first.argument_bytes == 512 * 512 * 4 + 16  # v, plus the tuple of two pointers
 
 
-@pytest.fixture()
+@pytest.fixture
 def examples_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(EXAMPLES))
 
@@ -213,7 +203,7 @@ def test_cli_chain_syntax_and_expect_in_place_fails_the_broken_chain(tmp_path: P
 
 
 @pytest.mark.parametrize(
-    "spec, words",
+    ("spec", "words"),
     [
         ("{file}:advance,,squash", "has an empty step"),
         ("{file}:advance,to_storag", "did you mean 'to_storage'"),
@@ -345,35 +335,23 @@ def test_spread_passes_a_tuple_as_arguments_unless_the_next_step_takes_one() -> 
 # The verdict logic on hand-built results (no compile)
 
 
-def _info(path: str, dtype: str = "float32", sharding: str | None = "cpu:0", nbytes: int = 4096) -> InputInfo:
-    return InputInfo(index=0, path=path, shape=(32, 32), dtype=dtype, bytes=nbytes, donated=True, used=True, sharding=sharding)
-
-
-def _out(path: str, dtype: str = "float32", sharding: str | None = "cpu:0") -> OutputInfo:
-    return OutputInfo(index=0, path=path, shape=(32, 32), dtype=dtype, bytes=4096, sharding=sharding)
-
-
-def _result(name: str, inputs: tuple, outputs: tuple, aliases: tuple, findings: tuple = ()) -> TargetResult:
-    memory = MemoryFigures(argument_bytes=4096, output_bytes=4096, alias_bytes=4096 * len(aliases), temp_bytes=0,
-                           footprint_bytes=8192 - 4096 * len(aliases), live_peak_bytes=4096)
-    in_place = not any(f.severity == "error" for f in findings)
-    return TargetResult(
-        target="t", name=name, status="ok", inputs=inputs, outputs=outputs,
-        variants={
-            "plain": Variant("plain", (), memory),
-            "donated": Variant("donated", ("x",), memory, aliases=aliases),
-        },
-        verdict=Verdict(in_place=in_place, summary="in place" if in_place else "not in place: " + findings[0].message,
-                        findings=findings),
+def _step(name: str, inputs: tuple[InputInfo, ...], outputs: tuple[OutputInfo, ...], aliases: tuple[Alias, ...],
+          findings: tuple[Finding, ...] = ()) -> TargetResult:
+    """A checked step of 4 KiB leaves whose donated compile has ``aliases``."""
+    memory = make_memory(4 * KIB, 4 * KIB, 4 * KIB * len(aliases))
+    return make_result(
+        name, target="t", inputs=inputs, outputs=outputs, findings=findings,
+        plain=make_variant("plain", make_memory(4 * KIB, 4 * KIB)),
+        donated=make_variant("donated", memory, donated_arguments=("x",), aliases=aliases),
     )
 
 
 def test_a_step_compiled_for_another_sharding_is_a_reshard_between_steps() -> None:
     alias = (Alias("x", 0, "out", 0, 4096),)
-    first = _result("c[1:a]", (_info("x"),), (_out("out", sharding="P('x') over mesh(x=4)"),), alias)
+    first = _step("c[1:a]", (make_input("x"),), (make_output(sharding="P('x') over mesh(x=4)"),), alias)
     second_findings = (Finding("error", "new-buffer", "out is written to a new buffer", output="out", source="m.py:9"),)
-    second = _result(
-        "c[2:b]", (_info("x", sharding="P() over mesh(x=4)"),), (_out("out", sharding="P() over mesh(x=4)"),), (),
+    second = _step(
+        "c[2:b]", (make_input("x", sharding="P() over mesh(x=4)"),), (make_output(sharding="P() over mesh(x=4)"),), (),
         second_findings,
     )
     chain = analyze_chain(
@@ -394,7 +372,7 @@ def test_a_step_compiled_for_another_sharding_is_a_reshard_between_steps() -> No
 
 def test_a_dtype_change_xla_still_aliases_does_not_break() -> None:
     alias = (Alias("x", 0, "out", 0, 4096),)
-    step = _result("c[1:a]", (_info("x"),), (_out("out", dtype="int32"),), alias)
+    step = _step("c[1:a]", (make_input("x"),), (make_output(dtype="int32"),), alias)
     chain = analyze_chain(
         target="t", name="c", outcomes=[StepOutcome("a", None, step), StepOutcome("a", None, step)],
         fused=None, expect="any", min_bytes=1024,

@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args, get_origin
 
 import pytest
 
+from fieldmem import report as report_module
 from fieldmem.codec import decode, encode
+from fieldmem.report import Report, ReportError, TargetResult
+
+from factories import make_report
 
 
 @dataclass(frozen=True)
@@ -61,3 +67,53 @@ def test_fixed_length_tuples_decode_item_by_item() -> None:
     assert decode(TargetOptions, encode(options)) == options
     with pytest.raises(TypeError, match=r"shapes\[0\] should have 2 items, not 3"):
         decode(TargetOptions, {"shapes": [["f32", [1], "extra"]]})
+
+
+Status = Literal["ok", "error"]
+
+
+@dataclass(frozen=True)
+class WithWords:
+    status: Status
+    cause: Status | None = None
+
+
+def test_literal_words_decode_and_a_word_outside_the_set_names_its_path() -> None:
+    assert decode(WithWords, {"status": "ok", "cause": None}) == WithWords("ok")
+    assert decode(tuple[WithWords, ...], [{"status": "error", "cause": "ok"}]) == (WithWords("error", "ok"),)
+    with pytest.raises(ValueError, match=r"^\[1\]\.status should be one of 'ok', 'error', not str 'fine'$"):
+        decode(tuple[WithWords, ...], [{"status": "ok"}, {"status": "fine"}])
+    with pytest.raises(ValueError, match=r"^cause should be one of 'ok', 'error', not int 1$"):
+        decode(WithWords, {"status": "ok", "cause": 1})
+
+
+def test_a_report_with_an_unknown_status_is_refused_with_its_path() -> None:
+    report = make_report((TargetResult(target="m:f", name="m:f", status="ok"),))
+    document = report.to_dict()
+    assert Report.from_dict(document) == report
+    document["results"][0]["status"] = "skipped"
+    with pytest.raises(ReportError) as caught:
+        Report.from_dict(document)
+    assert str(caught.value) == (
+        "the report does not match fieldmem.report/1: "
+        "results[0].status should be one of 'ok', 'error', not str 'skipped'"
+    )
+
+
+_QUOTED = (("`", "`"), ('"', '"'), ("| ", " |"))  # as code, as a JSON string, as a table cell
+REPORT_SCHEMA_DOC = Path(__file__).resolve().parents[1] / "docs" / "report-schema.md"
+
+
+REPORT_WORDS = sorted(name for name, value in vars(report_module).items() if get_origin(value) is Literal)
+
+
+def test_the_report_defines_its_words_as_literals() -> None:
+    assert {"TargetStatus", "CopyKind", "FindingCode", "ChainStepStatus"} <= set(REPORT_WORDS)
+
+
+@pytest.mark.parametrize("words", REPORT_WORDS)
+def test_every_word_the_codec_accepts_is_documented(words: str) -> None:
+    text = REPORT_SCHEMA_DOC.read_text()
+    allowed = get_args(getattr(report_module, words))
+    missing = [w for w in allowed if not any(f"{q}{w}{e}" in text for q, e in _QUOTED)]
+    assert not missing, f"{words}: {missing} are not in docs/report-schema.md"

@@ -55,7 +55,7 @@ def report() -> Report:
     return check_reports(targets, min_bytes=1024)
 
 
-@pytest.fixture()
+@pytest.fixture
 def document(report: Report) -> dict[str, Any]:
     return json.loads(json.dumps(report.to_dict()))
 
@@ -164,6 +164,12 @@ MALFORMED = {
     "version-a-number": (("jax_version",), 0.10),
     "savings-not-an-object": (("results", 0, "savings"), [1, 2]),
     "saving-a-string": (("results", 0, "savings", "peak_bytes"), "big"),
+    # the report's words (fieldmem.report's Literal types): one outside its set is refused
+    "status-unknown": (("results", 0, "status"), "fine"),
+    "expect-unknown": (("results", 0, "expect"), "in_place"),
+    "finding-code-unknown": (("results", 0, "verdict", "findings", 0, "code"), "plain-copies"),
+    "severity-unknown": (("results", 0, "verdict", "findings", 0, "severity"), "fatal"),
+    "check-name-unknown": (("results", 0, "checks", 0, "name"), "expect-inplace"),
 }
 
 
@@ -172,7 +178,7 @@ def test_a_malformed_document_is_refused(document: dict[str, Any], case: str) ->
     path, value = MALFORMED[case]
     broken = copy.deepcopy(document)
     _set(broken, path, value)
-    with pytest.raises(ReportError, match="does not match fieldmem.report/1"):
+    with pytest.raises(ReportError, match=r"does not match fieldmem\.report/1"):
         Report.from_dict(broken)
 
 

@@ -25,16 +25,27 @@ from __future__ import annotations
 
 import inspect
 from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from fieldmem.xla import hlo
-from fieldmem.findings.analysis import Program, analyze_variant, donation_obstacle, savings
 from fieldmem.errors import FieldmemError
+from fieldmem.findings.analysis import ProgramLeaves, analyze_variant, donation_obstacle, savings
 from fieldmem.readings import CompiledVariant, InputLeaf
-from fieldmem.report import ArgumentAdvice, Copy, LeafAdvice, Suggestion, TargetResult, Variant
+from fieldmem.report import (
+    ArgumentAdvice,
+    ArgumentCode,
+    Copy,
+    LeafAdvice,
+    LeafCode,
+    Suggestion,
+    TargetResult,
+    Variant,
+    Verification,
+)
 from fieldmem.request.options import MIN_BYTES
 from fieldmem.units import format_bytes
+from fieldmem.xla import hlo
 
 if TYPE_CHECKING:
     from fieldmem.driver import PreparedCall
@@ -54,7 +65,7 @@ class _Argument:
 class _Outcome:
     """What donating one leaf does: observed in a compile, or predicted by size."""
 
-    code: str
+    code: LeafCode
     reason: str
     output: int | None = None  # index of the output reusing the buffer
     saved: int = 0
@@ -90,7 +101,7 @@ def suggest(
         gives a suggestion of nothing, with the reason in ``notes``.
     """
     plain_variant, donated_variant = _analysed(plain, donated, result)
-    program = Program(plain, hlo.parse_hlo_module(plain.hlo_text))
+    program = ProgramLeaves(plain, hlo.parse_hlo_module(plain.hlo_text))
     arguments = _arguments(call, plain.inputs)
     outputs = {o.index: o.path for o in plain.outputs}
     observed = _observed(donated, donated_variant, plain_variant, program)
@@ -139,7 +150,7 @@ class _Verification:
 
     chosen: list[_Argument]
     variant: Variant | None  # None: the verification compile failed
-    verified_by: str
+    verified_by: Verification
     tried: list[str]
     notes: list[str]
 
@@ -151,7 +162,7 @@ def _verify(
     outcomes: dict[int, _Outcome],
     plain: Variant,
     donated: Variant,
-    program: Program,
+    program: ProgramLeaves,
     min_bytes: int,
     fast: bool = False,
     *,
@@ -251,7 +262,7 @@ def _observed(
     compiled: CompiledVariant,
     variant: Variant,
     plain: Variant,
-    program: Program,
+    program: ProgramLeaves,
 ) -> dict[int, _Outcome]:
     """The outcome of every leaf ``compiled`` donated, as that compile shows it.
 
@@ -306,7 +317,7 @@ def _observed(
 # Choosing
 
 
-def _sources(program: Program) -> dict[int, frozenset[int]]:
+def _sources(program: ProgramLeaves) -> dict[int, frozenset[int]]:
     """For each output index, the input leaves it is computed from (from the HLO's operands)."""
     result: dict[int, frozenset[int]] = {}
     for index, parameters in enumerate(hlo.output_parameters(program.module)):
@@ -322,7 +333,7 @@ _FIRM = ("unused", "no-output-of-size", "not-reused")
 def _predict(
     arguments: Sequence[_Argument],
     observed: dict[int, _Outcome],
-    program: Program,
+    program: ProgramLeaves,
     outputs: dict[int, str],
 ) -> dict[int, _Outcome]:
     """An outcome for every leaf: observed where the donated compile settles it, else by size.
@@ -377,7 +388,7 @@ def _predict(
 
 def _free_output(
     leaf: InputLeaf,
-    program: Program,
+    program: ProgramLeaves,
     taken: dict[int, str],
     sources: dict[int, frozenset[int]] | None,
 ) -> int | None:
@@ -433,29 +444,31 @@ _ARGUMENT_REASONS = {
 }
 
 
+def _leaf_advice(leaf: InputLeaf, outcome: _Outcome, program: ProgramLeaves, outputs: dict[int, str]) -> LeafAdvice:
+    return LeafAdvice(
+        input=leaf.path,
+        input_index=leaf.index,
+        bytes=program.input_bytes[leaf.index],
+        code=outcome.code,
+        reason=outcome.reason,
+        output=outputs.get(outcome.output) if outcome.output is not None else None,
+        saved_bytes=outcome.saved,
+    )
+
+
 def _advice(
     argument: _Argument,
     outcomes: dict[int, _Outcome],
-    program: Program,
+    program: ProgramLeaves,
     outputs: dict[int, str],
     donate: bool,
     min_bytes: int,
 ) -> ArgumentAdvice:
-    leaves = tuple(
-        LeafAdvice(
-            input=leaf.path,
-            input_index=leaf.index,
-            bytes=program.input_bytes[leaf.index],
-            code=outcomes[leaf.index].code,
-            reason=outcomes[leaf.index].reason,
-            output=outputs.get(outcomes[leaf.index].output) if outcomes[leaf.index].output is not None else None,
-            saved_bytes=outcomes[leaf.index].saved,
-        )
-        for leaf in argument.leaves
-    )
+    leaves = tuple(_leaf_advice(leaf, outcomes[leaf.index], program, outputs) for leaf in argument.leaves)
     total = sum(leaf.bytes for leaf in leaves)
     saved = sum(leaf.saved_bytes for leaf in leaves)
     reused = [leaf for leaf in leaves if leaf.code == "reused"]
+    code: ArgumentCode
     if donate:
         code = "donate"
         if len(leaves) == 1 and reused:
@@ -499,7 +512,7 @@ def _first_reason(leaves: Sequence[LeafAdvice]) -> str:
     return f"{largest.input}: {largest.reason} (and {len(leaves) - 1} more leaves)"
 
 
-def _blocked_reason(code: str, leaves: Sequence[LeafAdvice]) -> str:
+def _blocked_reason(code: ArgumentCode, leaves: Sequence[LeafAdvice]) -> str:
     """Why an argument is not worth donating: its one leaf's reason, or a summary and the largest leaf's."""
     if code == "unused":
         return _ARGUMENT_REASONS["unused"]

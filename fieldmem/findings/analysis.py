@@ -13,32 +13,38 @@ donors with outputs by byte size and position, not by dataflow, so an alias
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import cast
 
-from fieldmem.xla import buffers
-
-from fieldmem.xla import hlo
 from fieldmem.readings import CompiledVariant, InputLeaf, OutputLeaf
 from fieldmem.report import (
     MEMORY_FIGURES,
     Alias,
     Check,
+    CheckName,
     Copy,
+    CopyCause,
+    CopyKind,
+    DonationCode,
+    Expectation,
     Finding,
     InputInfo,
     LiveBuffer,
+    LiveBufferKind,
     MemoryFigures,
     OutputInfo,
+    SourceRole,
     TargetResult,
     Timeline,
     UnusableDonation,
     Variant,
     Verdict,
 )
-from fieldmem.units import format_bytes
 from fieldmem.request.target import display_path
+from fieldmem.units import format_bytes
+from fieldmem.xla import buffers, hlo
 
-__all__ = ["Program", "analyze_target", "analyze_variant", "decimate", "donation_obstacle", "savings"]
+__all__ = ["ProgramLeaves", "analyze_target", "analyze_variant", "decimate", "donation_obstacle", "savings"]
 
 
 def _display_source(location: hlo.SourceLocation | None) -> str | None:
@@ -78,11 +84,13 @@ def _memory(variant: CompiledVariant, live_peak: int | None, live_reason: str | 
     )
 
 
-class Program:
-    """The compiled program's view of the leaves: per-device bytes, HLO mapping.
+class ProgramLeaves:
+    """The call's array leaves as one compiled program sees them.
 
-    Public for :mod:`fieldmem.findings.advisor`, which asks it which outputs a leaf
-    could reuse before compiling a donation.
+    Per leaf: its per-device bytes, the HLO parameter it is (or None when jit
+    dropped it), and for each output the instruction producing it and its
+    source line. Public for :mod:`fieldmem.findings.advisor`, which asks it
+    which outputs a leaf could reuse before compiling a donation.
     """
 
     def __init__(self, variant: CompiledVariant, module: hlo.HloModule) -> None:
@@ -142,7 +150,7 @@ def _shape_text(shape: Sequence[int], dtype: str) -> str:
     return f"{dtype}[{','.join(str(d) for d in shape)}]"
 
 
-def _aliases(program: Program) -> tuple[Alias, ...]:
+def _aliases(program: ProgramLeaves) -> tuple[Alias, ...]:
     aliases = []
     for entry in program.module.aliases:
         leaf = program.leaf_of(entry.parameter_number, entry.parameter_index)
@@ -165,8 +173,8 @@ _OWNERS_SHOWN = 3  # outputs named when every output of a leaf's size is taken (
 
 
 def donation_obstacle(
-    leaf: InputLeaf, program: Program, taken: dict[int, str]
-) -> tuple[str, str]:
+    leaf: InputLeaf, program: ProgramLeaves, taken: dict[int, str]
+) -> tuple[DonationCode, str]:
     """Why no output reuses the donated ``leaf``: an UnusableDonation code and reason.
 
     ``taken`` maps the index of each output already reusing a donated input to
@@ -207,7 +215,7 @@ def donation_obstacle(
     )
 
 
-def _unusable(program: Program, aliases: tuple[Alias, ...]) -> tuple[UnusableDonation, ...]:
+def _unusable(program: ProgramLeaves, aliases: tuple[Alias, ...]) -> tuple[UnusableDonation, ...]:
     aliased_inputs = {a.input_index for a in aliases}
     taken = {a.output_index: a.input for a in aliases}
     result = []
@@ -223,7 +231,7 @@ def _unusable(program: Program, aliases: tuple[Alias, ...]) -> tuple[UnusableDon
     return tuple(result)
 
 
-def _cause(module: hlo.HloModule, site: hlo.CopySite, kind: str) -> str | None:
+def _cause(module: hlo.HloModule, site: hlo.CopySite, kind: CopyKind) -> CopyCause | None:
     """Why XLA kept a copy, read from the program's structure (see the report schema)."""
     if kind == "parameter":
         return "input-kept-intact"
@@ -240,10 +248,11 @@ def _cause(module: hlo.HloModule, site: hlo.CopySite, kind: str) -> str | None:
     return None
 
 
-def _copies(program: Program, definition: str | None) -> tuple[Copy, ...]:
+def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
     copies = []
     for site in hlo.find_copies(program.module):
         leaf = program.leaf_of(site.parameter_number, site.parameter_index) if site.parameter_number is not None else None
+        kind: CopyKind
         if site.loop is not None:
             kind = "loop"
         elif leaf is not None:
@@ -253,7 +262,7 @@ def _copies(program: Program, definition: str | None) -> tuple[Copy, ...]:
         else:
             kind = "other"
         source = _display_source(site.source)
-        role = site.source_role
+        role = cast("SourceRole | None", site.source_role)  # hlo.find_copies gives copy, operand, user or None
         output = None
         if site.output_indices:
             out = program.output_of(site.output_indices[0])
@@ -313,29 +322,34 @@ def decimate(curve: Sequence[int], buckets: int = TIMELINE_BUCKETS) -> tuple[tup
 def _timeline(live: buffers.LiveAnalysis, module: hlo.HloModule, definition: str | None = None) -> Timeline:
     positions, values = decimate(live.curve)
     point = live.peak_point
-    source = None
-    if point is not None:
-        computation = next((c for c in module.computations if c.name == point.computation), None)
-        instruction = next(
-            (i for i in computation.instructions if i.name == point.instruction), None
-        ) if computation is not None else None
-        source = _display_source(instruction.source) if instruction is not None else None
-        if source is None and instruction is not None and instruction.is_root and computation.is_entry:
-            # the peak is where the outputs are gathered: XLA keeps no line for
-            # that tuple, and the function returning them is the place to look
-            source = definition
     return Timeline(
         length=len(live.curve),
         positions=positions,
         live_bytes=values,
         peak_position=live.peak_index,
         peak_instruction=point.instruction if point is not None else None,
-        peak_source=source,
+        peak_source=_peak_source(point, module, definition) if point is not None else None,
     )
 
 
+def _peak_source(point: buffers.SchedulePoint, module: hlo.HloModule, definition: str | None) -> str | None:
+    """The line of the instruction at the live peak."""
+    computation = module.computation(point.computation)
+    instruction = (
+        next((i for i in computation.instructions if i.name == point.instruction), None) if computation else None
+    )
+    if computation is None or instruction is None:
+        return None
+    source = _display_source(instruction.source)
+    if source is None and instruction.is_root and computation.is_entry:
+        # the peak is where the outputs are gathered: XLA keeps no line for
+        # that tuple, and the function returning them is the place to look
+        return definition
+    return source
+
+
 def _liveness(
-    program: Program, copied_inputs: dict[str, Copy], definition: str | None = None
+    program: ProgramLeaves, copied_inputs: dict[str, Copy], definition: str | None = None
 ) -> tuple[int | None, str | None, tuple[LiveBuffer, ...], Timeline | None]:
     """``live_peak_bytes``, the buffers live at that peak and the timeline, or why they are unavailable."""
     variant = program.variant
@@ -367,7 +381,7 @@ def _liveness(
         top.append(
             LiveBuffer(
                 bytes=live_slice.bytes,
-                kind=live_slice.kind,
+                kind=cast(LiveBufferKind, live_slice.kind),  # the analysis counts no constant or thread-local slice
                 instruction=value.instruction,
                 shape=value.shape,
                 source=source,
@@ -377,10 +391,10 @@ def _liveness(
     return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition)
 
 
-def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, Program]:
+def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, ProgramLeaves]:
     """Findings of one compiled variant (aliases, unusable donations, copies, memory)."""
     module = hlo.parse_hlo_module(variant.hlo_text)
-    program = Program(variant, module)
+    program = ProgramLeaves(variant, module)
     aliases = _aliases(program)
     copies = _copies(program, definition)
     copied_inputs = {c.instruction: c for c in copies if c.of_parameter is not None}
@@ -453,7 +467,7 @@ def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "") -> F
 def _new_buffer_finding(
     out: OutputLeaf,
     size: int,
-    program: Program,
+    program: ProgramLeaves,
     aliases: tuple[Alias, ...],
     unusable: tuple[UnusableDonation, ...],
 ) -> Finding:
@@ -486,7 +500,7 @@ def _has_loop(module: hlo.HloModule) -> bool:
 
 
 def _verdict(
-    plain: Variant, donated: Variant, program: Program, min_bytes: int
+    plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes: int
 ) -> Verdict:
     inputs = {leaf.index: leaf for leaf in program.variant.inputs}
     # where a loop may copy every iteration, say so of the copies that happen once
@@ -519,7 +533,7 @@ def _verdict(
             findings.append(
                 Finding(
                     "warning",
-                    f"{copy.kind}-copy",
+                    "layout-copy" if copy.kind == "layout" else "other-copy",
                     f"a {copy.shape} value ({format_bytes(copy.bytes)}) is copied{once}{_at(copy.source)}"
                     + (" to change its layout" if copy.kind == "layout" else ""),
                     source=copy.source,
@@ -571,7 +585,7 @@ def savings(plain: Variant, donated: Variant) -> dict[str, int | None]:
     return result
 
 
-def _budget(name: str, figure: str, words: str, limit: int, memory: MemoryFigures) -> Check:
+def _budget(name: CheckName, figure: str, words: str, limit: int, memory: MemoryFigures) -> Check:
     """A budget on one of the donated variant's figures; an unavailable figure fails it, never passes as 0."""
     value = getattr(memory, figure)
     if value is None:
@@ -589,7 +603,7 @@ def _budget(name: str, figure: str, words: str, limit: int, memory: MemoryFigure
 
 
 def _checks(
-    expect: str, max_peak: int | None, max_live_peak: int | None, verdict: Verdict, donated: Variant
+    expect: Expectation, max_peak: int | None, max_live_peak: int | None, verdict: Verdict, donated: Variant
 ) -> tuple[Check, ...]:
     checks = []
     if expect == "in-place":
@@ -615,7 +629,7 @@ def analyze_target(
     name: str,
     definition: str | None,
     donate: str,
-    expect: str,
+    expect: Expectation,
     max_peak: int | None,
     plain: CompiledVariant,
     donated: CompiledVariant,

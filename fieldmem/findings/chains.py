@@ -22,24 +22,27 @@ was compiled to expect).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
 from fieldmem.report import (
     Chain,
     ChainBreak,
     ChainCost,
     ChainStep,
+    ChainStepStatus,
     Check,
+    Expectation,
     Finding,
     HandOff,
+    HandOffCode,
     InputInfo,
     OutputInfo,
     TargetResult,
 )
 from fieldmem.units import format_bytes
 
-__all__ = ["StepOutcome", "analyze_chain", "step_result_name", "fused_result_name"]
+__all__ = ["StepOutcome", "analyze_chain", "fused_result_name", "step_result_name"]
 
 
 @dataclass(frozen=True)
@@ -125,8 +128,8 @@ def _changes_within(index: int, function: str, result: TargetResult) -> list[Han
     return changes
 
 
-def _differences(leaf: InputInfo, out: OutputInfo) -> list[tuple[str, str, str]]:
-    found: list[tuple[str, str, str]] = []
+def _differences(leaf: InputInfo, out: OutputInfo) -> list[tuple[HandOffCode, str, str]]:
+    found: list[tuple[HandOffCode, str, str]] = []
     if leaf.dtype != out.dtype:
         found.append(("dtype-change", leaf.dtype, out.dtype))
     if tuple(leaf.shape) != tuple(out.shape):
@@ -148,10 +151,11 @@ def _changes_between(index: int, function: str, previous: TargetResult, result: 
         return []
     changes: list[HandOff] = []
     for out, leaf in zip(previous.outputs, result.inputs):
-        for code, before, after in (
+        placements: tuple[tuple[HandOffCode, str | None, str | None], ...] = (
             ("reshard", out.sharding, leaf.sharding),
             ("relayout", out.layout, leaf.layout),
-        ):
+        )
+        for code, before, after in placements:
             if not before or not after or before == after:
                 continue
             what = "sharding" if code == "reshard" else "layout"
@@ -189,7 +193,7 @@ def _errors(result: TargetResult) -> list[Finding]:
     return [f for f in result.verdict.findings if f.severity == "error"] if result.verdict else []
 
 
-def _status(result: TargetResult, kept_alive: tuple[str, ...]) -> str:
+def _status(result: TargetResult, kept_alive: tuple[str, ...]) -> ChainStepStatus:
     if result.status != "ok" or result.verdict is None:
         return "error"
     if result.verdict.in_place:
@@ -281,7 +285,7 @@ def _costs(steps: Sequence[ChainStep], fused: TargetResult | None) -> tuple[Chai
 
         donated = [s.footprint.get("donated") for s in checked]
         worst_step = (
-            max(range(len(checked)), key=lambda k: donated[k]) if all(v is not None for v in donated) else None
+            max(range(len(checked)), key=lambda k: donated[k] or 0) if all(v is not None for v in donated) else None
         )
         costs.append(
             ChainCost(
@@ -349,7 +353,7 @@ def analyze_chain(
     name: str,
     outcomes: Sequence[StepOutcome],
     fused: TargetResult | None,
-    expect: str,
+    expect: Expectation,
     min_bytes: int,
 ) -> Chain:
     """The chain's verdict from its checked steps (in order) and its fused compile."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from fieldmem.readings import ProbeReading, RunReading
 from fieldmem.report import (
@@ -31,6 +31,7 @@ from fieldmem.report import (
     DeviceMemory,
     Finding,
     InPlaceProbe,
+    ProbeCode,
     RunCheck,
     TargetResult,
     Variant,
@@ -65,8 +66,30 @@ def _shards(pointers: tuple[int, ...] | None) -> str:
 
 def run_check(result: TargetResult, variant: Variant, reading: RunReading) -> RunCheck:
     """The run of ``variant`` (one of ``result``'s) read against its plan."""
-    inputs = {leaf.index: leaf for leaf in result.inputs}
-    outputs = {out.index: out for out in result.outputs}
+    # the report's inputs say what the donated variant donates; the plain one donates nothing
+    donated = [leaf for leaf in result.inputs if leaf.donated] if variant.name == "donated" else []
+    deleted = tuple(
+        leaf.path for leaf in donated if leaf.index < len(reading.deleted) and reading.deleted[leaf.index]
+    )
+    kept = tuple(
+        leaf.path for leaf in donated if leaf.index < len(reading.deleted) and reading.deleted[leaf.index] is False
+    )
+    devices = _device_memory(variant, reading)
+    measured = [d for d in devices if d.measured_peak is not None]
+    worst = max(measured, key=lambda d: d.measured_peak or 0).device if measured else None
+    return RunCheck(
+        worst_device=worst,
+        aliases=_alias_checks(variant, reading),
+        unplanned=_unplanned_aliases(result, variant, reading),
+        deleted=deleted,
+        kept=kept,
+        devices=devices,
+        seconds=reading.seconds,
+    )
+
+
+def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ...]:
+    """Every alias of the plan, confirmed when the output came back in the input's buffer on every shard."""
     checks = []
     for alias in variant.aliases:
         before = reading.input_pointers[alias.input_index] if alias.input_index < len(reading.input_pointers) else None
@@ -88,6 +111,13 @@ def run_check(result: TargetResult, variant: Variant, reading: RunReading) -> Ru
         checks.append(
             AliasCheck(alias.input, alias.input_index, alias.output, alias.output_index, confirmed, detail)
         )
+    return tuple(checks)
+
+
+def _unplanned_aliases(result: TargetResult, variant: Variant, reading: RunReading) -> tuple[AliasCheck, ...]:
+    """Outputs that came back in an input's buffer although the plan aliases no such pair."""
+    inputs = {leaf.index: leaf for leaf in result.inputs}
+    outputs = {out.index: out for out in result.outputs}
     planned = {(a.input_index, a.output_index) for a in variant.aliases}
     by_pointer: dict[tuple[int, ...], int] = {}
     for index, pointers in enumerate(reading.input_pointers):
@@ -103,14 +133,11 @@ def run_check(result: TargetResult, variant: Variant, reading: RunReading) -> Ru
             AliasCheck(leaf.path, source, out.path, index, True,
                        f"{out.path} came back in {leaf.path}'s buffer, which the compiled plan does not alias")
         )
-    # the report's inputs say what the donated variant donates; the plain one donates nothing
-    donated = [leaf for leaf in result.inputs if leaf.donated] if variant.name == "donated" else []
-    deleted = tuple(
-        leaf.path for leaf in donated if leaf.index < len(reading.deleted) and reading.deleted[leaf.index]
-    )
-    kept = tuple(
-        leaf.path for leaf in donated if leaf.index < len(reading.deleted) and reading.deleted[leaf.index] is False
-    )
+    return tuple(unplanned)
+
+
+def _device_memory(variant: Variant, reading: RunReading) -> tuple[DeviceMemory, ...]:
+    """Each device's measured peak against the variant's static footprint, or why it is unavailable."""
     predicted = variant.memory.footprint_bytes
     devices = []
     for stats in reading.memory:
@@ -130,17 +157,7 @@ def run_check(result: TargetResult, variant: Variant, reading: RunReading) -> Ru
                 difference=measured - predicted if measured is not None and predicted is not None else None,
             )
         )
-    measured = [d for d in devices if d.measured_peak is not None]
-    worst = max(measured, key=lambda d: d.measured_peak or 0).device if measured else None
-    return RunCheck(
-        worst_device=worst,
-        aliases=tuple(checks),
-        unplanned=tuple(unplanned),
-        deleted=deleted,
-        kept=kept,
-        devices=tuple(devices),
-        seconds=reading.seconds,
-    )
+    return tuple(devices)
 
 
 def _run_findings(name: str, run: RunCheck) -> list[Finding]:
@@ -219,7 +236,17 @@ def probe_outcome(input: str, output: str, update: str, reading: ProbeReading | 
     large = statistics.median(reading.large_seconds)
     size_ratio = reading.large_bytes / reading.small_bytes
     growth = (large / small - 1) / (size_ratio - 1) if small > 0 and size_ratio > 1 else None
-    figures = dict(
+    timing = (
+        f"{_us(small)} with {format_bytes(reading.small_bytes)}, {_us(large)} with {format_bytes(reading.large_bytes)} "
+        f"(medians of {len(reading.small_seconds)})"
+    )
+    code, message = _probe_verdict(input, output, update, growth, timing)
+    return InPlaceProbe(
+        input,
+        output,
+        update,
+        code,
+        message,
         dimension=reading.dimension,
         small_bytes=reading.small_bytes,
         large_bytes=reading.large_bytes,
@@ -228,24 +255,22 @@ def probe_outcome(input: str, output: str, update: str, reading: ProbeReading | 
         growth=growth,
         repeats=len(reading.small_seconds),
     )
-    timing = (
-        f"{_us(small)} with {format_bytes(reading.small_bytes)}, {_us(large)} with {format_bytes(reading.large_bytes)} "
-        f"(medians of {len(reading.small_seconds)})"
-    )
+
+
+def _probe_verdict(
+    input: str, output: str, update: str, growth: float | None, timing: str
+) -> tuple[ProbeCode, str]:
     if growth is None:
-        return InPlaceProbe(input, output, update, "inconclusive", f"{output}: no usable timing ({timing})", **figures)
+        return "inconclusive", f"{output}: no usable timing ({timing})"
     if growth >= WHOLE_BUFFER_GROWTH:
-        message = (
+        return "whole-buffer", (
             f"{output} is aliased to {input} and updated by a {update}, yet its run time grows with the buffer: "
             f"{timing}; the update rewrites the whole buffer at run time although the HLO is in place"
         )
-        return InPlaceProbe(input, output, update, "whole-buffer", message, **figures)
     if growth <= SLICE_ONLY_GROWTH:
-        message = f"{output}: the {update} writes only its slice at run time ({timing})"
-        return InPlaceProbe(input, output, update, "slice-only", message, **figures)
-    return InPlaceProbe(
-        input, output, update, "inconclusive",
-        f"{output}: the {update}'s time grows with the buffer, but less than in proportion ({timing})", **figures,
+        return "slice-only", f"{output}: the {update} writes only its slice at run time ({timing})"
+    return "inconclusive", (
+        f"{output}: the {update}'s time grows with the buffer, but less than in proportion ({timing})"
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fieldmem.errors import OptionError
+from fieldmem.report import EXPECTATIONS, Expectation
 
 __all__ = ["CheckOptions", "EXPECTATIONS", "MIN_BYTES", "parse_expect"]
 
@@ -39,17 +40,14 @@ class CheckOptions:
         return self.fast_compile and not self.probe
 
 
-#: What a target may be expected to be: ``in-place`` fails the check when the
-#: donated variant is not in place; ``any`` only reports.
-EXPECTATIONS = ("in-place", "any")
-
-
-def parse_expect(value: object, option: str, *, required: bool = False) -> str | None:
+def parse_expect(value: object, option: str, *, required: bool = False) -> Expectation | None:
     """``value`` when it is one of :data:`EXPECTATIONS`; None when not given (the next layer decides).
 
-    ``option`` names the setting as the user wrote it: ``--expect`` on the
-    command line, ``expect=`` in Python, ``<file>: [tool.fieldmem] expect =``
-    in the config. A keyword (``expect=``) is glued to the value, anything
+    What a target may be expected to be (defined with the report, which
+    records it): ``in-place`` fails the check when the donated variant is not
+    in place; ``any`` only reports. ``option`` names the setting as the user
+    wrote it: ``--expect`` on the command line, ``expect=`` in Python,
+    ``<file>: [tool.fieldmem] expect =`` in the config. A keyword (``expect=``) is glued to the value, anything
     else is followed by a space. ``required``: None is a mistake too (the
     Python API, whose default is ``"any"``).
 
@@ -57,7 +55,7 @@ def parse_expect(value: object, option: str, *, required: bool = False) -> str |
         OptionError: any other value, naming the allowed ones.
     """
     if value in EXPECTATIONS or (value is None and not required):
-        return value  # type: ignore[return-value]
+        return value
     glued = option.endswith("=") and not option.endswith(" =")
     given = f"{option}{value!r}" if glued else f"{option} {value!r}"
     raise OptionError(f"{given} is not known: use one of {', '.join(EXPECTATIONS)}")

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from fieldmem.errors import OptionError
+from fieldmem.report import Expectation
 from fieldmem.request.options import parse_expect
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
@@ -34,7 +35,7 @@ class Case:
     name: str | None
     donate: DonateSpec
     static: StaticSpec
-    expect: str | None
+    expect: Expectation | None
     max_peak: int | None
     module: str
     max_live_peak: int | None = None
@@ -87,7 +88,7 @@ def case(
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(fn):
             raise OptionError(f"fieldmem.case() registers a function, got {type(fn).__name__}")
-        _register(module_globals, Case(function=fn, **settings))  # type: ignore[arg-type]
+        _register(module_globals, Case(function=fn, **settings))
         return fn
 
     if function is None:
@@ -129,7 +130,7 @@ def chain(
     for n, step in enumerate(steps):
         if not callable(step):
             raise OptionError(f"fieldmem.chain() step {n + 1} is a {type(step).__name__}, not a function")
-    _register(module_globals, Case(function=steps[0], steps=tuple(steps), **settings))  # type: ignore[arg-type]
+    _register(module_globals, Case(function=steps[0], steps=tuple(steps), **settings))
     return steps
 
 

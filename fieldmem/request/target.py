@@ -23,6 +23,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from fieldmem.errors import ArgumentsError, TargetError
+from fieldmem.report import Expectation
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
@@ -53,7 +54,7 @@ class TargetOptions:
     shapes: tuple[tuple[str, tuple[int, ...]], ...] | None = None
     donate: DonateSpec | None = None
     static: StaticSpec | None = None
-    expect: str | None = None
+    expect: Expectation | None = None
     max_peak: int | None = None
     max_live_peak: int | None = None
 
@@ -88,7 +89,7 @@ class Target:
     shapes: tuple[tuple[str, tuple[int, ...]], ...] | None
     donate: DonateSpec
     static: StaticSpec
-    expect: str
+    expect: Expectation
     max_peak: int | None
     definition: str | None  # file.py:LINE of the function's def
     max_live_peak: int | None = None
@@ -102,7 +103,7 @@ class Target:
                 f"no example arguments for {self.name}: pass --args MODULE:FACTORY or "
                 "--shapes 'f32[...] ...', or register it with fieldmem.case(fn, args=...)"
             )
-        origin = self.args_origin or getattr(self.args_factory, "__qualname__", "the args factory")
+        origin = self.args_origin or str(getattr(self.args_factory, "__qualname__", "the args factory"))
         try:
             value = self.args_factory()
         except (Exception, SystemExit) as exc:
@@ -205,7 +206,7 @@ def load_module(module_part: str) -> ModuleType:
         name = path.stem
         existing = sys.modules.get(name)
         if existing is not None:
-            if getattr(existing, "__file__", None) and Path(existing.__file__).resolve() == path:
+            if (file := getattr(existing, "__file__", None)) and Path(file).resolve() == path:
                 return existing
             name = f"_fieldmem_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
             if name in sys.modules:
@@ -335,7 +336,7 @@ def _from_case(spec: str, case: Case, options: TargetOptions, module_name: str) 
 
 
 def _function_name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(getattr(fn, "_fun", None), "__qualname__", "function")
+    return str(getattr(fn, "__qualname__", None) or getattr(getattr(fn, "_fun", None), "__qualname__", "function"))
 
 
 def _chain_from_case(spec: str, case: Case, options: TargetOptions, module_name: str, names: list[str] | None = None) -> ChainTarget:
@@ -348,7 +349,7 @@ def _chain_from_case(spec: str, case: Case, options: TargetOptions, module_name:
     return ChainTarget(first=first, steps=steps)
 
 
-def _resolve_chain(spec: str, module: ModuleType, module_part: str, attr: str, options: TargetOptions, cases: list[Case], module_name: str) -> list[ChainTarget]:
+def _resolve_chain(spec: str, module: ModuleType, module_part: str, attr: str, options: TargetOptions, cases: list[Case], module_name: str) -> list[Target | ChainTarget]:
     names = [part.strip() for part in attr.split(",")]
     if any(not n for n in names):
         raise TargetError(

@@ -19,6 +19,7 @@ Pure bytes -> records, no jax; what the records mean over time is :mod:`.livenes
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from google.protobuf.message import DecodeError
 
@@ -200,9 +201,10 @@ def decode_buffer_assignment(
 
 
 _Names = dict[int, tuple[str, str]]  # instruction id -> (computation, instruction)
+# the protobuf messages below are built at run time (fieldmem.xla._proto): no static types, so Any
 
 
-def _where(location, names: _Names) -> tuple[int, str | None, str | None, tuple[int, ...]]:
+def _where(location: Any, names: _Names) -> tuple[int, str | None, str | None, tuple[int, ...]]:
     """(instruction id, instruction name, computation name, shape index) of a ``LogicalBufferProto.Location``."""
     instruction_id = int(location.instruction_id)
     computation, name = names.get(instruction_id, (None, None))
@@ -211,7 +213,7 @@ def _where(location, names: _Names) -> tuple[int, str | None, str | None, tuple[
     return instruction_id, name, computation, tuple(int(i) for i in location.shape_index)
 
 
-def _logical_buffer(buffer, names: _Names) -> LogicalBuffer:
+def _logical_buffer(buffer: Any, names: _Names) -> LogicalBuffer:
     instruction_id, name, computation, index = _where(buffer.defined_at, names)
     return LogicalBuffer(
         id=int(buffer.id),
@@ -224,7 +226,7 @@ def _logical_buffer(buffer, names: _Names) -> LogicalBuffer:
     )
 
 
-def _allocation(a) -> Allocation:
+def _allocation(a: Any) -> Allocation:
     return Allocation(
         index=int(a.index),
         size=int(a.size),
@@ -245,7 +247,7 @@ def _allocation(a) -> Allocation:
 _HEAP_EVENT_KINDS = {0: "ALLOC", 1: "FREE", 2: "SHARE_WITH"}
 
 
-def _heap_trace(t) -> HeapTrace:
+def _heap_trace(t: Any) -> HeapTrace:
     return HeapTrace(
         events=tuple(
             HeapEvent(
