@@ -59,8 +59,8 @@ SYNTH = [  # (functions, chain, leaves, size)
 def capture(specs: list[str]) -> list[tuple[str, Any]]:
     """Every lowering fieldmem compiles while checking ``specs`` (suggest on), with a label."""
     from fieldmem.driver import lowering
-    from fieldmem.request.options import CheckOptions
     from fieldmem.engine.checker import check
+    from fieldmem.request.options import CheckOptions
 
     captured: list[tuple[str, Any]] = []
     original = lowering.compile_lowered
@@ -85,8 +85,8 @@ def capture(specs: list[str]) -> list[tuple[str, Any]]:
 
 
 def fingerprint(compiled: Any) -> dict[str, Any]:
-    from fieldmem.xla.buffers import decode_instruction_ids
     from fieldmem.driver import read_memory
+    from fieldmem.xla.buffers import decode_instruction_ids
 
     reading = read_memory(compiled)
     return {

@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_suite import measure  # noqa: E402
-from synth import write_module  # noqa: E402
+from bench_suite import measure
+from synth import write_module
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = (1, 2, 4)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synth import write_module  # noqa: E402
+from synth import write_module
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MB = (1, 10, 50)

@@ -19,6 +19,7 @@ Usage: ``python benchmarks/bench_suite.py [--quick] [--out benchmarks/results]``
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -33,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from synth import write_module  # noqa: E402
+from synth import write_module
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = dict(functions=1, chain=5, leaves=1, size=128)
@@ -82,15 +83,11 @@ class Point:
 
 def measure(command: list[str], stdout_path: Path | None = None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one fresh process."""
-    out = open(stdout_path, "wb") if stdout_path else subprocess.DEVNULL
-    try:
+    with open(stdout_path, "wb") if stdout_path else contextlib.nullcontext(subprocess.DEVNULL) as out:
         start = time.perf_counter()
         proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
-    finally:
-        if stdout_path:
-            out.close()
     code = os.waitstatus_to_exitcode(status)
     if code not in (0, 1):  # fieldmem exits 1 when a check fails: still a complete run
         raise RuntimeError(f"{' '.join(command)} exited {code}")

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fieldmem.version import __version__
-
 from fieldmem.api import NotInPlaceError, assert_in_place, check_chain, check_function
 from fieldmem.errors import FieldmemError
 from fieldmem.request.registry import Case, case, chain
+from fieldmem.version import __version__
 
 if TYPE_CHECKING:
     from fieldmem.report import Report
@@ -32,7 +31,7 @@ __all__ = [
 ]
 
 
-def check(*specs: str, **kwargs: Any) -> "Report":
+def check(*specs: str, **kwargs: Any) -> Report:
     """Check targets from Python, as ``fieldmem check`` does, and return the Report.
 
     Keyword arguments are those of :func:`fieldmem.engine.checker.check`

@@ -13,14 +13,15 @@ so ``import fieldmem`` stays free of jax.
 from __future__ import annotations
 
 import datetime as _dt
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from fieldmem.version import __version__
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Expectation, Report
 from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
+from fieldmem.version import __version__
 
 if TYPE_CHECKING:
     from fieldmem.request.target import Target
@@ -106,7 +107,7 @@ def _target(
     expect: Expectation,
     max_peak: int | str | None,
     max_live_peak: int | str | None,
-) -> "Target":
+) -> Target:
     """A target for ``fn`` called with the arguments in hand (options parsed as the CLI parses them)."""
     from fieldmem.request.target import Target, definition_of
 
@@ -131,8 +132,8 @@ def _target(
 def check_function(
     fn: Callable[..., Any],
     *args: Any,
-    donate: "str | int | tuple | list | None" = None,
-    static: "str | int | tuple | list | None" = None,
+    donate: str | int | tuple | list | None = None,
+    static: str | int | tuple | list | None = None,
     name: str | None = None,
     expect: Expectation = "any",
     max_peak: int | str | None = None,
@@ -200,8 +201,8 @@ def check_function(
 def check_chain(
     steps: Sequence[Callable[..., Any]],
     *args: Any,
-    donate: "str | int | tuple | list | None" = None,
-    static: "str | int | tuple | list | None" = None,
+    donate: str | int | tuple | list | None = None,
+    static: str | int | tuple | list | None = None,
     name: str | None = None,
     expect: Expectation = "any",
     max_peak: int | str | None = None,
@@ -249,8 +250,8 @@ def check_chain(
 def assert_in_place(
     fn: Callable[..., Any],
     *args: Any,
-    donate: "str | int | tuple | list | None" = None,
-    static: "str | int | tuple | list | None" = None,
+    donate: str | int | tuple | list | None = None,
+    static: str | int | tuple | list | None = None,
     max_peak: int | str | None = None,
     max_live_peak: int | str | None = None,
     min_bytes: int | str = MIN_BYTES,

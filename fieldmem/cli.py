@@ -18,7 +18,7 @@ import dataclasses
 import shutil
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -79,7 +79,7 @@ def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
 @app.command()
 def check(
     targets: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Argument(
             help="pkg.module:fn, path/to/file.py:fn, module:obj.attr, or a module/file alone "
             "(every fieldmem.case registered in it). Default: the targets of [tool.fieldmem] in pyproject.toml.",
@@ -87,15 +87,15 @@ def check(
         ),
     ] = None,
     args: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--args", help="MODULE:FACTORY returning the positional args tuple, or (args, kwargs)."),
     ] = None,
     shapes: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--shapes", help="Array-only signatures, e.g. 'f32[4096,4096] f32[4096]' (nothing allocated)."),
     ] = None,
     donate: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             "--donate",
             help="What the donated variant donates: all | none | numbers (0,2) | names (params,opt_state). "
@@ -103,25 +103,25 @@ def check(
         ),
     ] = None,
     static: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--static", help="Extra static arguments (numbers or names); non-array arguments are static anyway."),
     ] = None,
     expect: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--expect", help="in-place: exit 1 when the donated variant is not in place. any (default): report only."),
     ] = None,
     max_peak: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--max-peak", help="Budget for the donated footprint, e.g. 64MiB; exceeding it exits 1."),
     ] = None,
     max_live_peak: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             "--max-live-peak", help="Budget for the donated live peak (distinct buffers live at once); exceeding it exits 1."
         ),
     ] = None,
     min_bytes: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             "--min-bytes",
             help="Copies and findings smaller than this stay in JSON but out of the verdict, table and "
@@ -129,14 +129,14 @@ def check(
         ),
     ] = None,
     output_format: Annotated[
-        Optional[str], typer.Option("--format", "-f", help="table (default) | json | github | markdown | html")
+        str | None, typer.Option("--format", "-f", help="table (default) | json | github | markdown | html")
     ] = None,
     output: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--output", "-o", help="Write the report in --format to this file (the table still goes to stdout)."),
     ] = None,
     html_output: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option(
             "--html",
             help="Also write a self-contained HTML page (memory timelines, buffers live at the peak) to this file.",
@@ -153,7 +153,7 @@ def check(
         ),
     ] = False,
     cache_dir: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             "--cache-dir",
             help="Keep JAX's persistent compilation cache in this folder: an unchanged function is loaded, "
@@ -177,7 +177,7 @@ def check(
         ),
     ] = False,
     backend: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             "--backend",
             help="Compile for this backend: cpu, gpu, tpu (default: jax's). Several, e.g. cpu,gpu: each target on "
@@ -185,18 +185,18 @@ def check(
         ),
     ] = None,
     jobs: Annotated[
-        Optional[int],
+        int | None,
         typer.Option("--jobs", "-j", help="Compile the two variants concurrently when > 1 (default: half the CPU cores)."),
     ] = None,
     baseline: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--baseline", help="Compare with this baseline file; any regression exits 1."),
     ] = None,
     no_baseline: Annotated[
         bool, typer.Option("--no-baseline", help="Do not compare with the baseline named in [tool.fieldmem].")
     ] = False,
     save_baseline: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option(
             "--save-baseline",
             help="Record this run in this baseline file, after the whole run and only when it passed "
@@ -211,11 +211,11 @@ def check(
         ),
     ] = False,
     tolerance: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--tolerance", help="Growth allowed against the baseline: 2%, 1MiB, 5%+1MiB, peak:5%,temp:1MiB."),
     ] = None,
     config: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--config", help="The pyproject.toml whose [tool.fieldmem] to use (default: found upward)."),
     ] = None,
     run: Annotated[
@@ -243,11 +243,11 @@ def check(
         ),
     ] = True,
     timeout: Annotated[
-        Optional[float],
+        float | None,
         typer.Option("--timeout", help="With --run: seconds a target may take in its worker before the worker is killed."),
     ] = None,
     devices: Annotated[
-        Optional[int],
+        int | None,
         typer.Option(
             "--devices",
             help="Simulate N CPU devices (XLA_FLAGS --xla_force_host_platform_device_count), to check sharded "
@@ -277,7 +277,7 @@ def check(
     raise typer.Exit(code)
 
 
-def _check_all(request: "CheckRequest") -> "tuple[tuple[Report, ...], Baseline | None]":
+def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | None]:
     """Check every target of ``request`` (on each backend), and the baseline it is compared with.
 
     Before anything compiles: the simulated CPU devices are set, the
@@ -306,7 +306,7 @@ def _check_all(request: "CheckRequest") -> "tuple[tuple[Report, ...], Baseline |
     return reports, baseline
 
 
-def _cache_folder(request: "CheckRequest") -> str | None:
+def _cache_folder(request: CheckRequest) -> str | None:
     """The compilation cache folder of this run, made now: the one named, else the driver's default one.
 
     Raises:
@@ -327,21 +327,21 @@ def compare(
         ),
     ],
     tolerance: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--tolerance", help="Change allowed before a figure differs: 2%, 1MiB, peak:5%,temp:1MiB. Default: exact."),
     ] = None,
     fail_on_diff: Annotated[
         bool, typer.Option("--fail-on-diff", help="Exit 1 when any significant difference is found.")
     ] = False,
     min_bytes: Annotated[
-        Optional[str],
+        str | None,
         typer.Option("--min-bytes", help="Copies smaller than this are not compared (default: the reports' own)."),
     ] = None,
     output_format: Annotated[
-        Optional[str], typer.Option("--format", "-f", help="table (default) | json | markdown")
+        str | None, typer.Option("--format", "-f", help="table (default) | json | markdown")
     ] = None,
     output: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--output", "-o", help="Write the comparison in --format to this file (the table still goes to stdout)."),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also list aliases and copies per report.")] = False,

@@ -16,10 +16,10 @@ when its test is set up) and a bad one is a usage error naming it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -92,12 +92,12 @@ class _Session:
 
     defaults: Limits
     report_path: Path | None
-    reports: list["Report"] = field(default_factory=list)
+    reports: list[Report] = field(default_factory=list)
     targets: set[str] = field(default_factory=set)
     written: str | None = None
     write_error: str | None = None
 
-    def record(self, report: "Report", nodeid: str) -> None:
+    def record(self, report: Report, nodeid: str) -> None:
         """Keep ``report`` for --fieldmem-report, its result keyed by the test's node id."""
         result = report.results[0]
         target = f"{nodeid}::{result.name}"
@@ -235,7 +235,7 @@ class FieldmemCheck:
         static: Any = _UNSET,
         name: str | None = None,
         **kwargs: Any,
-    ) -> "Report":
+    ) -> Report:
         """Check ``fn(*args, **kwargs)``; fail the test when it is not in place or over budget.
 
         Keywords left out take the marker's, the command line's, the ini's or
@@ -258,7 +258,7 @@ class FieldmemCheck:
 
     def chain(
         self,
-        steps: "list[Callable[..., Any]] | tuple[Callable[..., Any], ...]",
+        steps: list[Callable[..., Any]] | tuple[Callable[..., Any], ...],
         *args: Any,
         in_place: bool = _UNSET,
         max_peak: int | str | None = _UNSET,
@@ -268,7 +268,7 @@ class FieldmemCheck:
         static: Any = _UNSET,
         name: str | None = None,
         **kwargs: Any,
-    ) -> "Report":
+    ) -> Report:
         """Check the update chain ``steps`` started on ``steps[0](*args, **kwargs)`` (see docs/chains.md);
         fail the test when a step breaks in place (``in_place``) or a step or the fused chain is over budget.
 
@@ -289,13 +289,13 @@ class FieldmemCheck:
 
     def _check(
         self,
-        check: Callable[..., "Report"],
+        check: Callable[..., Report],
         subject: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         given: dict[str, Any],
         name: str | None,
-    ) -> "Report":
+    ) -> Report:
         """Run ``check(subject, *args)`` under the limits in force (``given`` overriding them), record
         the report for --fieldmem-report, and fail the test when a check failed."""
         __tracebackhide__ = True

@@ -10,18 +10,18 @@ and the outputs said to reuse them.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
-from fieldmem.request.options import CheckOptions
-
-from fieldmem.engine.checker import check_targets
 from fieldmem.driver import MEMORY_FIELDS, PreparedCall, start_variants
+from fieldmem.engine.checker import check_targets
 from fieldmem.readings import CompiledVariant
 from fieldmem.report import Report, TargetResult
+from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import Target
 

@@ -33,6 +33,7 @@ from fieldmem.gate.baseline import (
     load_baseline,
     save_baseline,
 )
+from fieldmem.gate.tolerance import Tolerances
 from fieldmem.report import (
     Alias,
     BaselineComparison,
@@ -48,7 +49,6 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
-from fieldmem.gate.tolerance import Tolerances
 
 KIB = 1024
 EXAMPLE_CI = Path(__file__).resolve().parents[1] / "examples" / "ci"
@@ -220,7 +220,7 @@ def test_a_file_that_is_not_a_baseline_is_never_overwritten(tmp_path: Path) -> N
     path = tmp_path / "report.json"
     path.write_text(json.dumps(report(result()).to_dict()))
     before = path.read_bytes()
-    with pytest.raises(BaselineError, match="not overwriting .*a fieldmem report is not a baseline"):
+    with pytest.raises(BaselineError, match=r"not overwriting .*a fieldmem report is not a baseline"):
         save_baseline(path, report(result()))
     assert path.read_bytes() == before
 
@@ -236,7 +236,7 @@ def test_a_failure_inside_the_write_leaves_the_old_file_and_no_temporary(
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(BaselineError, match="cannot write the baseline .*No space left on device"):
+    with pytest.raises(BaselineError, match=r"cannot write the baseline .*No space left on device"):
         save_baseline(path, report(result(donated=memory(live_peak=64 * KIB))))
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json"]

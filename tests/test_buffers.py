@@ -7,6 +7,7 @@ live ranges and the distinct-slice peak against XLA's own dumps.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import sys
@@ -184,7 +185,7 @@ def test_golden_live_peak(name: str) -> None:
         assert analysis.curve[t] == sum(s.size for s in live)
         # live slices never partially overlap: distinct slices are disjoint bytes
         spans = sorted((s.allocation, s.offset, s.offset + s.size) for s in live)
-        for (a1, _, e1), (a2, s2, _) in zip(spans, spans[1:]):
+        for (a1, _, e1), (a2, s2, _) in itertools.pairwise(spans):
             assert a1 != a2 or e1 <= s2
 
 
@@ -294,7 +295,7 @@ def xla_distinct_peak(values: dict, ranges: dict, last: int) -> int:
 def regenerate():
     sys.path.insert(0, str(GOLDEN))
     try:
-        import regenerate as module  # noqa: PLC0415
+        import regenerate as module
     finally:
         sys.path.remove(str(GOLDEN))
     return module

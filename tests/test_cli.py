@@ -186,7 +186,7 @@ def test_output_file_and_verbose(in_assets: Path, tmp_path: Path) -> None:
 
 def test_output_file_in_a_missing_folder(in_assets: Path, tmp_path: Path) -> None:
     result = invoke(GOOD, "-o", str(tmp_path / "nope" / "report.json"))
-    (line,) = assert_user_error(result, "--output", "does not exist")
+    (_,) = assert_user_error(result, "--output", "does not exist")
     assert result.stdout == ""
 
 
@@ -464,7 +464,7 @@ def test_main_returns_the_exit_code(in_assets: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "argv, fragment",
+    ("argv", "fragment"),
     [
         (["check", "x.py:f", "--bogus"], "No such option: --bogus"),
         (["check", "x.py:f", "--jobs", "many"], "--jobs"),
@@ -545,7 +545,7 @@ def test_the_command_line_overrides_the_config(project: Path, assets: Path) -> N
 def test_config_mistakes_stop_before_compiling(project: Path) -> None:
     write_config(project, 'targets = ["models:step"]\nmax_peak = "1MiB"\n')
     result = invoke()
-    (line,) = assert_user_error(result, "pyproject.toml: [tool.fieldmem] has an unknown key 'max_peak': "
+    (_,) = assert_user_error(result, "pyproject.toml: [tool.fieldmem] has an unknown key 'max_peak': "
                                 "did you mean 'max-peak'?")
     assert result.stdout == ""
 
@@ -571,7 +571,7 @@ def test_a_named_config(in_assets: Path, tmp_path: Path) -> None:
 )
 def test_baseline_option_mistakes_stop_before_compiling(project: Path, options: list[str], message: str) -> None:
     result = invoke("models.py:step", *options)
-    (line,) = assert_user_error(result, message)
+    (_,) = assert_user_error(result, message)
     assert result.stdout == ""
 
 
@@ -653,7 +653,7 @@ def test_backend_mistakes_stop_before_compiling(in_assets: Path, value: str, mes
 @pytest.mark.skipif(_has_backend("gpu"), reason="this machine has a GPU")
 def test_an_unavailable_backend_is_a_clear_error(in_assets: Path) -> None:
     result = invoke(GOOD, "--backend", "cpu,gpu")
-    (line,) = assert_user_error(result, "--backend gpu is not available here", "this jax has cpu")
+    (_,) = assert_user_error(result, "--backend gpu is not available here", "this jax has cpu")
     assert result.stdout == ""
 
 

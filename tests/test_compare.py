@@ -18,6 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
+from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.files import write_atomic
 from fieldmem.gate.compare import (
     COMPARE_SCHEMA,
     Comparison,
@@ -26,11 +28,8 @@ from fieldmem.gate.compare import (
     compare_reports,
     load_report,
 )
-from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.files import write_atomic
 from fieldmem.render import RenderOptions
 from fieldmem.render.compare import COMPARE_RENDERERS, get_compare_renderer
-from factories import make_report
 from fieldmem.report import (
     Alias,
     Copy,
@@ -44,6 +43,8 @@ from fieldmem.report import (
 )
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import TargetOptions
+
+from factories import make_report
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024

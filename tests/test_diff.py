@@ -13,6 +13,7 @@ from fieldmem.gate.compare import compare_reports
 from fieldmem.gate.diff import CopyRecord, change_text, copy_record, match_aliases, match_copies, moved
 from fieldmem.gate.tolerance import FIGURES, Tolerance, Tolerances
 from fieldmem.report import Alias, Change, Copy, MemoryFigures, Report, TargetResult, Variant, Verdict
+
 from factories import make_report
 
 KIB = 1024

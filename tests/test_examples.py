@@ -16,9 +16,8 @@ from typing import Any
 import jax
 import pytest
 
-from fieldmem.request.options import CheckOptions
-
 from fieldmem.engine.checker import check_targets
+from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import Target, TargetOptions, resolve_target
 
@@ -207,7 +206,7 @@ def test_live_peak_is_at_most_the_footprint_on_every_example(example_results: di
 
 
 @pytest.mark.parametrize(
-    "name, file, field, needle, saved",
+    ("name", "file", "field", "needle", "saved"),
     [
         # the sparse update copies u whole before writing one row; donation removes that copy
         ("sparse_row:set_row", "sparse_row.py", "u", "return u.at[idx].set(row)", 4096 * 1024 * 4),

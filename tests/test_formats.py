@@ -19,7 +19,6 @@ from fieldmem.errors import OptionError
 from fieldmem.render import _FORMATS, RENDERERS, RenderOptions, _available, get_renderer
 from fieldmem.render.github import annotation, escape_data, escape_property, location
 from fieldmem.render.pieces import code, escape
-from factories import make_report
 from fieldmem.report import (
     Alias,
     BaselineComparison,
@@ -37,6 +36,8 @@ from fieldmem.report import (
 )
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import TargetOptions
+
+from factories import make_report
 
 ROOT = Path(__file__).resolve().parents[1]
 MIB = 1024 * 1024

@@ -26,7 +26,6 @@ import pytest
 import fieldmem
 from fieldmem.render import RenderOptions, get_renderer
 from fieldmem.render.html import OPEN_ALL_UP_TO
-from factories import make_report
 from fieldmem.report import (
     Alias,
     BaselineComparison,
@@ -46,6 +45,7 @@ from fieldmem.report import (
 from fieldmem.units import format_bytes
 
 from browser import BROWSER_NAMES, dump_dom, find_browser, screenshot
+from factories import make_report
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 MIB = 1024 * 1024
@@ -315,7 +315,7 @@ def _rendered(browser: str, report: Report, folder: Path) -> dict[str, Any]:
     checked = folder / "checked.html"
     # the samples each curve must pass through, keyed by section id (ids are t<index>-<name>)
     expected = {
-        re.search(r'<details class="target[^"]*" id="(t%d-[^"]*)"' % i, page).group(1): {  # type: ignore[union-attr]
+        re.search(rf'<details class="target[^"]*" id="(t{i}-[^"]*)"', page).group(1): {  # type: ignore[union-attr]
             name: {"length": v.timeline.length, "positions": v.timeline.positions, "bytes": v.timeline.live_bytes}
             for name, v in result.variants.items()
             if v.timeline is not None

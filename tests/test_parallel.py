@@ -13,10 +13,9 @@ from typing import Any
 import jax.numpy as jnp
 import pytest
 
-from fieldmem.request.options import CheckOptions
-
 from fieldmem.engine.checker import check_targets
 from fieldmem.errors import TargetError
+from fieldmem.request.options import CheckOptions
 
 from factories import without_timings
 from helpers_compile import make_target

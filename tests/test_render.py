@@ -7,10 +7,9 @@ import json
 
 import pytest
 
+from fieldmem.errors import OptionError
 from fieldmem.render import RENDERERS, RenderOptions, get_renderer
 from fieldmem.render.table import sparkline
-from fieldmem.errors import OptionError
-from factories import make_report
 from fieldmem.report import (
     Alias,
     Check,
@@ -25,6 +24,8 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
+
+from factories import make_report
 
 
 def _report(results: tuple[TargetResult, ...]) -> Report:

@@ -22,12 +22,12 @@ from typer.testing import CliRunner
 
 import fieldmem
 import fieldmem.driver as driver
-from fieldmem.driver import execute
-from fieldmem.readings import DeviceStats, ProbeReading, RunReading
-from fieldmem.request.options import CheckOptions
-from fieldmem.engine.checker import check
 from fieldmem.cli import app
+from fieldmem.driver import execute
+from fieldmem.engine.checker import check
+from fieldmem.readings import DeviceStats, ProbeReading, RunReading
 from fieldmem.report import Report
+from fieldmem.request.options import CheckOptions
 
 pytestmark = pytest.mark.compile
 
@@ -212,7 +212,7 @@ def test_devices_4_reports_per_device_figures_of_the_sharded_example(tmp_path: P
 
 
 @pytest.mark.parametrize(
-    "argv, words",
+    ("argv", "words"),
     [
         (["--timeout", "5"], "--timeout only applies with --run"),
         (["--run", "--timeout", "0"], "must be positive"),
@@ -239,7 +239,7 @@ def _reading(small: float, large: float, factor: int = 4) -> Any:
 
 
 @pytest.mark.parametrize(
-    "small, large, code",
+    ("small", "large", "code"),
     [(1e-4, 1.05e-4, "slice-only"), (1e-4, 4e-4, "whole-buffer"), (1e-4, 1.9e-4, "inconclusive"), (1e-4, 0.9e-4, "slice-only")],
 )
 def test_probe_outcome_reads_the_growth_of_the_time_with_the_buffer(small: float, large: float, code: str) -> None:
@@ -280,6 +280,7 @@ def test_a_small_slice_update_is_not_probed() -> None:
         return u.at[idx].set(row)
 
     from fieldmem.engine.checker import check_targets
+
     from helpers_compile import make_target
 
     target = make_target(set_row, lambda: (jnp.zeros((64, 64)), jnp.int32(1), jnp.ones(64)), donate="u")
@@ -353,8 +354,8 @@ def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: 
 
 
 def test_the_worst_device_is_the_one_with_the_largest_measured_peak() -> None:
-    from fieldmem.report import MemoryFigures, TargetResult, Variant
     from fieldmem.findings.runcheck import run_check
+    from fieldmem.report import MemoryFigures, TargetResult, Variant
 
     variant = Variant("donated", (), MemoryFigures(footprint_bytes=1000))
     result = TargetResult(target="t", name="t", status="ok", variants={"donated": variant})

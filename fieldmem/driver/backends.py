@@ -12,7 +12,8 @@ started), tolerated when missing.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.errors import OptionError

@@ -8,7 +8,8 @@ allocated), spread by :func:`spread`; :func:`compose` is the fused chain.
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fieldmem.driver.prepare import signature_of, user_jit_info
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from fieldmem.driver.backends import backend_devices
 from fieldmem.driver.jaxerrors import first_line

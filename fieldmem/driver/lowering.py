@@ -16,9 +16,10 @@ import dataclasses
 import functools
 import time
 import warnings
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.prepare import PreparedCall, user_jit_info

@@ -10,8 +10,9 @@ Nothing is lowered or compiled here.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from fieldmem.errors import ArgumentsError, DonationError
 from fieldmem.request.spec import DonateSpec, StaticSpec

@@ -5,7 +5,8 @@ Nothing is allocated here; jax is imported on first use.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["shape_bytes", "shape_structs"]
 

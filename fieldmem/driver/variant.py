@@ -244,7 +244,7 @@ def _formats(tree: Any) -> list[tuple[str | None, str | None]] | None:
         return None
     try:
         leaves = jax.tree_util.tree_leaves(
-            tree, is_leaf=lambda x: hasattr(x, "layout") and hasattr(x, "sharding") or hasattr(x, "device_set")
+            tree, is_leaf=lambda x: (hasattr(x, "layout") and hasattr(x, "sharding")) or hasattr(x, "device_set")
         )
     except Exception:
         return None

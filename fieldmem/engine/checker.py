@@ -14,9 +14,10 @@ import contextlib
 import dataclasses
 import datetime as _dt
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from fieldmem.engine.results import error_result
 from fieldmem.errors import CompileError, FieldmemError
@@ -59,12 +60,12 @@ class _Started:
     """A target lowered in this thread whose two compiles run in a pool or wait for :func:`_finish`."""
 
     target: Target
-    call: "PreparedCall"
-    pending: "PendingVariants"
+    call: PreparedCall
+    pending: PendingVariants
 
 
 def _start(
-    target: Target, args: tuple, kwargs: dict, options: CheckOptions, pool: "Executor | None"
+    target: Target, args: tuple, kwargs: dict, options: CheckOptions, pool: Executor | None
 ) -> _Started | TargetResult:
     """Prepare and lower ``target`` on ``args`` in this thread; its compiles go to ``pool`` (None: at finish).
     The error result when preparing or lowering failed."""
@@ -102,7 +103,7 @@ def _check_call(target: Target, args: tuple, kwargs: dict, options: CheckOptions
 
 
 def _run(
-    result: TargetResult, call: "PreparedCall", plain: "Compiled", donated: "Compiled", options: CheckOptions
+    result: TargetResult, call: PreparedCall, plain: Compiled, donated: Compiled, options: CheckOptions
 ) -> TargetResult:
     """Run both variants (donated first: the device's high-water mark is then its own) and read them
     against the plan; a run that fails makes the target an error that keeps the static verdict in words."""
@@ -123,7 +124,7 @@ def _run(
     return result
 
 
-def _probe(result: TargetResult, call: "PreparedCall", donated: "Compiled", options: CheckOptions) -> TargetResult:
+def _probe(result: TargetResult, call: PreparedCall, donated: Compiled, options: CheckOptions) -> TargetResult:
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
     from fieldmem.driver import backend_scope, probe_update
     from fieldmem.errors import RunError
@@ -148,7 +149,7 @@ def _probe(result: TargetResult, call: "PreparedCall", donated: "Compiled", opti
 
 
 def _analyse(
-    target: Target, call: "PreparedCall", plain: "Compiled", donated: "Compiled", options: CheckOptions
+    target: Target, call: PreparedCall, plain: Compiled, donated: Compiled, options: CheckOptions
 ) -> TargetResult:
     from fieldmem.driver import backend_scope, compile_donation
     from fieldmem.findings.analysis import analyze_target
@@ -249,7 +250,7 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
 
 
 @contextlib.contextmanager
-def _pool(workers: int) -> "Iterator[Executor | None]":
+def _pool(workers: int) -> Iterator[Executor | None]:
     """A thread pool for XLA compiles (None when ``workers`` is 0: compile in place)."""
     if workers <= 0:
         yield None

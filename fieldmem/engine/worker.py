@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from fieldmem.codec import decode, encode
 from fieldmem.engine.results import error_result

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.files import read_json

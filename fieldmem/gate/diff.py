@@ -13,8 +13,9 @@ Pure: no jax, no files, nothing printed.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Generic, Iterable, Protocol, Sequence, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from fieldmem.gate.tolerance import Tolerance
 from fieldmem.report import Copy

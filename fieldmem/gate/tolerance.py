@@ -111,7 +111,7 @@ class Tolerances:
         return ",".join(parts)
 
     @classmethod
-    def parse(cls, text: str, option: str = "--tolerance") -> "Tolerances":
+    def parse(cls, text: str, option: str = "--tolerance") -> Tolerances:
         """Read ``"2%"``, ``"1MiB"``, ``"5%+1MiB"``, ``"peak:5%,temp:1MiB"`` (see the module doc).
 
         Raises:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from fieldmem.report import Report
 from fieldmem.request.options import MIN_BYTES

@@ -32,7 +32,7 @@ def render_comparison(comparison: BaselineComparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_saved(saved: "SavedBaseline") -> str:
+def render_saved(saved: SavedBaseline) -> str:
     """One line: where the baseline went and which entries it holds."""
     parts = [f"{count(len(saved.written), 'target')} recorded"]
     if saved.kept:

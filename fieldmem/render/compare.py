@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from rich import box
 from rich.table import Table

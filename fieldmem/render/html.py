@@ -19,8 +19,8 @@ from __future__ import annotations
 import html
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from fieldmem.render import RenderOptions
 from fieldmem.render.pieces import STATUS_WORDS, count, footprint_curve, pair, plural
@@ -196,7 +196,7 @@ def _chart(result: TargetResult, anchor: str) -> str:
 
 def _chart_legend(variants: dict[str, Variant], timelines: dict[str, Timeline]) -> str:
     items = []
-    for name, variant in variants.items():
+    for name in variants:
         timeline = timelines.get(name)
         if timeline is None:
             items.append(f'<li><span class="swatch {name}"></span><b>{_VARIANT_LABEL[name]}</b>: no timeline</li>')

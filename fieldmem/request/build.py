@@ -17,9 +17,9 @@ cache folder is made by the driver, reading the baseline is the CLI's).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
 
 from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances

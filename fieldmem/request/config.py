@@ -18,16 +18,17 @@ from __future__ import annotations
 import difflib
 import os
 import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.options import EXPECTATIONS, parse_expect
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
-from fieldmem.units import parse_bytes
 from fieldmem.request.target import TargetOptions, display_path, is_file_spec
-from fieldmem.gate.tolerance import Tolerances
+from fieldmem.units import parse_bytes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -208,7 +209,7 @@ class _Table:
         value = self.data.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
             raise self.wrong_type(key, value)
         return value
 

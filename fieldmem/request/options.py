@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from fieldmem.errors import OptionError
 from fieldmem.report import EXPECTATIONS, Expectation
 
-__all__ = ["CheckOptions", "EXPECTATIONS", "MIN_BYTES", "parse_expect"]
+__all__ = ["EXPECTATIONS", "MIN_BYTES", "CheckOptions", "parse_expect"]
 
 #: Copies and findings smaller than this stay in the JSON report but out of the
 #: verdict, the table and the baseline gate (``--min-bytes``; 1 KiB).

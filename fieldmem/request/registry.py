@@ -8,8 +8,9 @@ jax and allocates nothing: the args factory runs only when fieldmem checks.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from fieldmem.errors import OptionError
 from fieldmem.report import Expectation
@@ -23,7 +24,7 @@ __all__ = ["Case", "case", "chain", "registered_cases"]
 # imported again (reloaded, or re-imported after its sys.modules entry was
 # dropped) has a fresh globals dict, and its earlier cases are replaced rather
 # than registered twice.
-_REGISTRY: dict[str, tuple[dict[str, Any], list["Case"]]] = {}
+_REGISTRY: dict[str, tuple[dict[str, Any], list[Case]]] = {}
 
 
 @dataclass(frozen=True)
@@ -51,11 +52,11 @@ def case(
     *,
     args: Callable[[], Any] | None = None,
     name: str | None = None,
-    donate: "str | int | tuple | list | None" = None,
-    static: "str | int | tuple | list | None" = None,
+    donate: str | int | tuple | list | None = None,
+    static: str | int | tuple | list | None = None,
     expect: str | None = None,
-    max_peak: "str | int | None" = None,
-    max_live_peak: "str | int | None" = None,
+    max_peak: str | int | None = None,
+    max_live_peak: str | int | None = None,
 ) -> Any:
     """Register ``function`` to be checked by ``fieldmem check <this module>``.
 
@@ -100,11 +101,11 @@ def chain(
     *steps: Callable[..., Any],
     args: Callable[[], Any] | None = None,
     name: str | None = None,
-    donate: "str | int | tuple | list | None" = None,
-    static: "str | int | tuple | list | None" = None,
+    donate: str | int | tuple | list | None = None,
+    static: str | int | tuple | list | None = None,
     expect: str | None = None,
-    max_peak: "str | int | None" = None,
-    max_live_peak: "str | int | None" = None,
+    max_peak: str | int | None = None,
+    max_live_peak: str | int | None = None,
 ) -> tuple[Callable[..., Any], ...]:
     """Register an update chain: ``steps[0]`` is called with ``args()``, each next step with the
     previous step's outputs (a plain tuple is spread into positional arguments, unless the

@@ -7,7 +7,6 @@ parsers, and each rejects a bad value with a message listing what is allowed.
 from __future__ import annotations
 
 import re
-from decimal import Decimal
 from dataclasses import dataclass
 
 from fieldmem.errors import OptionError
@@ -43,7 +42,7 @@ def _items(text: str, option: str) -> tuple[int | str, ...]:
     return tuple(items)
 
 
-def _join(value: "tuple | list", option: str) -> str:
+def _join(value: tuple | list, option: str) -> str:
     """A tuple/list of numbers and names as the comma-separated text the parsers read."""
     for v in value:
         if isinstance(v, bool) or not isinstance(v, (int, str)):
@@ -67,8 +66,8 @@ class DonateSpec:
 
     @classmethod
     def parse(
-        cls, value: "str | int | tuple | list | DonateSpec | None", option: str = "--donate"
-    ) -> "DonateSpec":
+        cls, value: str | int | tuple | list | DonateSpec | None, option: str = "--donate"
+    ) -> DonateSpec:
         """Read ``"all"``, ``"none"``, ``"0,2"``, ``"params,opt_state"``, an int or a sequence.
 
         ``option`` names the setting in messages (``--donate`` or ``donate=``).
@@ -115,8 +114,8 @@ class StaticSpec:
 
     @classmethod
     def parse(
-        cls, value: "str | int | tuple | list | StaticSpec | None", option: str = "--static"
-    ) -> "StaticSpec":
+        cls, value: str | int | tuple | list | StaticSpec | None, option: str = "--static"
+    ) -> StaticSpec:
         """Read ``"2,3"``, ``"n_steps"``, an int or a sequence of numbers and names.
 
         Raises:

@@ -17,10 +17,11 @@ import importlib.util
 import inspect
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 from fieldmem.errors import ArgumentsError, TargetError
 from fieldmem.report import Expectation
@@ -58,7 +59,7 @@ class TargetOptions:
     max_peak: int | None = None
     max_live_peak: int | None = None
 
-    def overridden_by(self, other: "TargetOptions") -> "TargetOptions":
+    def overridden_by(self, other: TargetOptions) -> TargetOptions:
         """These options with every setting ``other`` gives put in their place.
 
         ``args`` and ``shapes`` are one setting (where the example arguments

@@ -32,8 +32,8 @@ def _stable(text: str) -> str:
 
 def main() -> int:
     sys.path.insert(0, str(HERE))
-    import jax  # noqa: F401  (imported here so the module docstring is importable without jax)
     import functions
+    import jax
 
     written = []
     for name in sorted(functions.CASES):

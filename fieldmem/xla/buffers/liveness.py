@@ -47,8 +47,8 @@ which adds up values (counting a shared slice twice) and includes constants.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from fieldmem.xla.hlo import (
     HloComputation,

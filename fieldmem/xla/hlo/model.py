@@ -246,7 +246,7 @@ def array_layout(shape: str) -> str | None:
     if not match or not match.group(3):
         return None
     layout = _MEMORY_SPACE.sub("", match.group(3)[1:-1])
-    minor_to_major, colon, rest = layout.partition(":")
+    minor_to_major, _, rest = layout.partition(":")
     rest = rest.strip()
     return "{" + minor_to_major.replace(" ", "") + (":" + rest if rest else "") + "}"
 

@@ -32,8 +32,8 @@ import functools
 import gc
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from .model import AliasEntry, HloComputation, HloInstruction, HloModule, SourceLocation
 from .text import HloParseError, matching_bracket, split_top_level, unquote

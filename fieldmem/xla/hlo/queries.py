@@ -360,7 +360,7 @@ def slice_update_kind(module: HloModule, instruction: HloInstruction | None) -> 
     return None
 
 
-def _find(module: HloModule, name: str, hint: dict[str, "HloComputation"]) -> HloInstruction | None:
+def _find(module: HloModule, name: str, hint: dict[str, HloComputation]) -> HloInstruction | None:
     if name in hint:
         return hint[name].by_name().get(name)
     return module.entry.by_name().get(name)
