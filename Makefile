@@ -33,9 +33,10 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not compile"
 
-# ruff (rules in pyproject.toml) over the code and its tests, mypy over the package.
+# ruff (rules and format in pyproject.toml) over the code and its tests, mypy over the package.
 lint: $(STAMP)
 	$(BIN)/ruff check fieldmem tests benchmarks
+	$(BIN)/ruff format --check fieldmem tests benchmarks
 	$(BIN)/mypy fieldmem
 
 # The Field example's HTML report as a PNG for the docs (needs chromium).

@@ -141,7 +141,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="fieldmem-optbench-"))
     if not args.quick:
         for n, (functions, chain, leaves, size) in enumerate(SYNTH):
-            specs.append(str(write_module(tmp / f"synth{n}.py", functions=functions, chain=chain, leaves=leaves, size=size)))
+            specs.append(
+                str(write_module(tmp / f"synth{n}.py", functions=functions, chain=chain, leaves=leaves, size=size))
+            )
 
     print(f"capturing the lowerings of {len(specs)} files ...", file=sys.stderr)
     programs = capture(specs)
@@ -171,9 +173,7 @@ def main() -> None:
 
     medians = {label: {n: statistics.median(v) for n, v in per.items()} for label, per in times.items()}
     total = {n: sum(m[n] for m in medians.values()) for n in names}
-    per_program_ratio = {
-        n: statistics.median(m[n] / m["default"] for m in medians.values()) for n in names
-    }
+    per_program_ratio = {n: statistics.median(m[n] / m["default"] for m in medians.values()) for n in names}
     big = [label for label, m in medians.items() if m["default"] >= 0.2]
     big_total = {n: sum(medians[label][n] for label in big) for n in names}
 

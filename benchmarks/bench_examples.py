@@ -28,7 +28,20 @@ def timed(command: list[str]) -> float:
 def main() -> None:
     import jax
 
-    fieldmem = [sys.executable, "-m", "fieldmem", "check", *EXAMPLES, "-f", "json", "-o", "/dev/null", "-j", "1", "--no-cache"]
+    fieldmem = [
+        sys.executable,
+        "-m",
+        "fieldmem",
+        "check",
+        *EXAMPLES,
+        "-f",
+        "json",
+        "-o",
+        "/dev/null",
+        "-j",
+        "1",
+        "--no-cache",
+    ]
     naive = [sys.executable, "benchmarks/naive_examples.py"]
     help_cmd = [sys.executable, "-m", "fieldmem", "--help"]
     runs: dict[str, list[float]] = {"naive": [], "fieldmem": [], "fieldmem --help": []}

@@ -52,7 +52,11 @@ def main() -> None:
     settings = {f"jobs {j}, no cache": ["--jobs", str(j), "--no-cache"] for j in JOBS}
     settings["--fast-compile, no cache"] = ["--jobs", "1", "--fast-compile", "--no-cache"]
     walls: dict[str, list[float]] = {
-        "naive": [], **{name: [] for name in settings}, "cache fill": [], "cache warm": [], "cache warm + fast": []
+        "naive": [],
+        **{name: [] for name in settings},
+        "cache fill": [],
+        "cache warm": [],
+        "cache warm + fast": [],
     }
     with tempfile.TemporaryDirectory() as tmp:
         module = write_module(

@@ -93,8 +93,13 @@ def main() -> None:
         instructions = sum(len(c.instructions) for c in module.computations)
         size = len(text) / 1e6
         rows.append(
-            dict(mb=round(size, 2), instructions=instructions, parse_s=best_parse, find_copies_s=best_copies,
-                 s_per_10mb=(best_parse + best_copies) / size * 10)
+            dict(
+                mb=round(size, 2),
+                instructions=instructions,
+                parse_s=best_parse,
+                find_copies_s=best_copies,
+                s_per_10mb=(best_parse + best_copies) / size * 10,
+            )
         )
         print(rows[-1], flush=True)
     lines = [

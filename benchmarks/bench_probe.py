@@ -40,7 +40,8 @@ def updates():
         "set_row (u 16 MiB)": (set_row, (jnp.zeros((4096, 1024)), jnp.int32(3), jnp.ones(1024))),
         "fori_loop of row writes (u 16 MiB)": (loop_rows, (jnp.zeros((4096, 1024)), jnp.ones((8, 1024)))),
         "scatter-add of 64 rows (u 16 MiB)": (
-            scatter_add, (jnp.zeros((4096, 1024)), jnp.arange(64) * 7, jnp.ones((64, 1024)))
+            scatter_add,
+            (jnp.zeros((4096, 1024)), jnp.arange(64) * 7, jnp.ones((64, 1024))),
         ),
     }
 

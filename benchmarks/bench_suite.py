@@ -106,7 +106,18 @@ def compile_seconds(report_path: Path) -> float:
 def run_point(point: Point, module: Path, work: Path) -> None:
     report = work / "report.json"
     # the cold cost: no compilation cache (bench_levers.py measures the cache)
-    fieldmem_cmd = [sys.executable, "-m", "fieldmem", "check", str(module), "-f", "json", "-o", str(report), "--no-cache"]
+    fieldmem_cmd = [
+        sys.executable,
+        "-m",
+        "fieldmem",
+        "check",
+        str(module),
+        "-f",
+        "json",
+        "-o",
+        str(report),
+        "--no-cache",
+    ]
     naive_cmd = [sys.executable, str(ROOT / "benchmarks" / "naive.py"), str(module)]
     repeat = 1
     n = 0
@@ -233,7 +244,10 @@ def main() -> None:
     suffix = "-quick" if ns.quick else ""
     (ns.out / f"suite{suffix}.md").write_text(markdown(points, meta, seconds, floor))
     (ns.out / f"suite{suffix}.json").write_text(
-        json.dumps({"meta": meta, "seconds": seconds, "import_jax_seconds": floor, "points": [asdict(p) for p in points]}, indent=1)
+        json.dumps(
+            {"meta": meta, "seconds": seconds, "import_jax_seconds": floor, "points": [asdict(p) for p in points]},
+            indent=1,
+        )
     )
     (ns.out / f"suite{suffix}.svg").write_text(svg_plot(points))
     print(markdown(points, meta, seconds, floor))

@@ -42,7 +42,12 @@ RUNS: dict[str, list[str]] = {
     "run-field": ["check", "examples/field.py", "examples/sparse_row.py", "--run"],
     "run-noisolate": ["check", "examples/stencil_scan.py", "--run", "--no-isolate"],
     "devices4-probe": [
-        "check", "examples/sharded.py", "examples/sparse_row.py", "--devices", "4", "--probe",
+        "check",
+        "examples/sharded.py",
+        "examples/sparse_row.py",
+        "--devices",
+        "4",
+        "--probe",
     ],
     "verbose-min-bytes": ["check", "examples/field.py", "examples/optimizer.py", "--min-bytes", "0"],
     "shapes": ["check", "examples/sparse_row.py:set_row", "--shapes", "f32[256,128] s32[] f32[128]"],
@@ -75,7 +80,11 @@ def _run(name: str, args: list[str], folder: Path) -> dict[str, object]:
     env = {**os.environ, "COLUMNS": "120"}
     proc = subprocess.run(
         [*FIELDMEM, *args, "-f", "json", "-o", str(out), "--no-cache"],
-        cwd=ROOT, env=env, capture_output=True, text=True, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     record: dict[str, object] = {"exit_code": proc.returncode}
     if out.exists():
@@ -93,12 +102,22 @@ def _baseline_and_compare(folder: Path) -> dict[str, object]:
         env = {**os.environ, "COLUMNS": "120"}
 
         def run(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([*FIELDMEM, *args], cwd=ROOT, env=env,
-                                  capture_output=True, text=True, check=False)
+            return subprocess.run([*FIELDMEM, *args], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
 
         saved = run("check", "examples/field.py", "--save-baseline", str(base), "--no-cache")
-        gated = run("check", "examples/field.py", "--donate", "none", "--baseline", str(base),
-                    "-f", "json", "-o", str(a), "--no-cache")
+        gated = run(
+            "check",
+            "examples/field.py",
+            "--donate",
+            "none",
+            "--baseline",
+            str(base),
+            "-f",
+            "json",
+            "-o",
+            str(a),
+            "--no-cache",
+        )
         run("check", "examples/field.py", "-f", "json", "-o", str(b), "--no-cache")
         compared = run("compare", str(a), str(b), "-f", "json")
         return {

@@ -43,7 +43,7 @@ def _step(x, w, k):
 
 '''
 
-FUNCTION = '''
+FUNCTION = """
 def update{n}(state, w):
     out = {{}}
     for name, x in state.items():
@@ -51,9 +51,9 @@ def update{n}(state, w):
             x = _step(x, w, k + {n})
         out[name] = x
     return out
-'''
+"""
 
-FOOTER = '''
+FOOTER = """
 CASES = [{cases}]
 
 try:
@@ -63,7 +63,7 @@ except ImportError:  # the naive baseline runs without fieldmem
 if fieldmem is not None:
     for _fn, _args, _donate in CASES:
         fieldmem.case(_fn, args=_args, donate=_donate)
-'''
+"""
 
 
 def write_module(path: Path, *, functions: int = 1, chain: int = 1, leaves: int = 1, size: int = 64) -> Path:

@@ -104,11 +104,15 @@ def check(
     ] = None,
     static: Annotated[
         str | None,
-        typer.Option("--static", help="Extra static arguments (numbers or names); non-array arguments are static anyway."),
+        typer.Option(
+            "--static", help="Extra static arguments (numbers or names); non-array arguments are static anyway."
+        ),
     ] = None,
     expect: Annotated[
         str | None,
-        typer.Option("--expect", help="in-place: exit 1 when the donated variant is not in place. any (default): report only."),
+        typer.Option(
+            "--expect", help="in-place: exit 1 when the donated variant is not in place. any (default): report only."
+        ),
     ] = None,
     max_peak: Annotated[
         str | None,
@@ -117,7 +121,8 @@ def check(
     max_live_peak: Annotated[
         str | None,
         typer.Option(
-            "--max-live-peak", help="Budget for the donated live peak (distinct buffers live at once); exceeding it exits 1."
+            "--max-live-peak",
+            help="Budget for the donated live peak (distinct buffers live at once); exceeding it exits 1.",
         ),
     ] = None,
     min_bytes: Annotated[
@@ -133,7 +138,9 @@ def check(
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write the report in --format to this file (the table still goes to stdout)."),
+        typer.Option(
+            "--output", "-o", help="Write the report in --format to this file (the table still goes to stdout)."
+        ),
     ] = None,
     html_output: Annotated[
         Path | None,
@@ -143,7 +150,8 @@ def check(
         ),
     ] = None,
     verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Per target: every figure, alias, unusable donation, copy and finding.")
+        bool,
+        typer.Option("--verbose", "-v", help="Per target: every figure, alias, unusable donation, copy and finding."),
     ] = False,
     suggest: Annotated[
         bool,
@@ -186,7 +194,9 @@ def check(
     ] = None,
     jobs: Annotated[
         int | None,
-        typer.Option("--jobs", "-j", help="Compile the two variants concurrently when > 1 (default: half the CPU cores)."),
+        typer.Option(
+            "--jobs", "-j", help="Compile the two variants concurrently when > 1 (default: half the CPU cores)."
+        ),
     ] = None,
     baseline: Annotated[
         Path | None,
@@ -244,7 +254,9 @@ def check(
     ] = True,
     timeout: Annotated[
         float | None,
-        typer.Option("--timeout", help="With --run: seconds a target may take in its worker before the worker is killed."),
+        typer.Option(
+            "--timeout", help="With --run: seconds a target may take in its worker before the worker is killed."
+        ),
     ] = None,
     devices: Annotated[
         int | None,
@@ -261,12 +273,35 @@ def check(
     from fieldmem.request.config import load_config
 
     flags = CheckFlags(
-        targets=tuple(targets or ()), args=args, shapes=shapes, donate=donate, static=static, expect=expect,
-        max_peak=max_peak, max_live_peak=max_live_peak, min_bytes=min_bytes,
-        output_format=output_format, output=output, html_output=html_output, verbose=verbose,
-        suggest=suggest, cache_dir=cache_dir, no_cache=no_cache, fast_compile=fast_compile, backend=backend, jobs=jobs,
-        baseline=baseline, no_baseline=no_baseline, save_baseline=save_baseline, prune_baseline=prune_baseline,
-        tolerance=tolerance, run=run, probe=probe, isolate=isolate, timeout=timeout, devices=devices,
+        targets=tuple(targets or ()),
+        args=args,
+        shapes=shapes,
+        donate=donate,
+        static=static,
+        expect=expect,
+        max_peak=max_peak,
+        max_live_peak=max_live_peak,
+        min_bytes=min_bytes,
+        output_format=output_format,
+        output=output,
+        html_output=html_output,
+        verbose=verbose,
+        suggest=suggest,
+        cache_dir=cache_dir,
+        no_cache=no_cache,
+        fast_compile=fast_compile,
+        backend=backend,
+        jobs=jobs,
+        baseline=baseline,
+        no_baseline=no_baseline,
+        save_baseline=save_baseline,
+        prune_baseline=prune_baseline,
+        tolerance=tolerance,
+        run=run,
+        probe=probe,
+        isolate=isolate,
+        timeout=timeout,
+        devices=devices,
     )
     try:
         request = build_request(flags, load_config(config))
@@ -300,7 +335,11 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
         )
         return (report,), baseline
     reports = checker.check_backends(
-        request.targets, request.backends, request.target_options, options, progress=progress,
+        request.targets,
+        request.backends,
+        request.target_options,
+        options,
+        progress=progress,
         per_target=request.per_target,
     )
     return reports, baseline
@@ -328,7 +367,9 @@ def compare(
     ],
     tolerance: Annotated[
         str | None,
-        typer.Option("--tolerance", help="Change allowed before a figure differs: 2%, 1MiB, peak:5%,temp:1MiB. Default: exact."),
+        typer.Option(
+            "--tolerance", help="Change allowed before a figure differs: 2%, 1MiB, peak:5%,temp:1MiB. Default: exact."
+        ),
     ] = None,
     fail_on_diff: Annotated[
         bool, typer.Option("--fail-on-diff", help="Exit 1 when any significant difference is found.")
@@ -342,7 +383,9 @@ def compare(
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("--output", "-o", help="Write the comparison in --format to this file (the table still goes to stdout)."),
+        typer.Option(
+            "--output", "-o", help="Write the comparison in --format to this file (the table still goes to stdout)."
+        ),
     ] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also list aliases and copies per report.")] = False,
 ) -> None:
@@ -365,7 +408,9 @@ def compare(
             parse_bytes(min_bytes, "--min-bytes") if min_bytes is not None else None,
         )
         if output is not None:
-            write_file(output, renderer.render(comparison, RenderOptions(verbose=verbose, min_bytes=comparison.min_bytes)))
+            write_file(
+                output, renderer.render(comparison, RenderOptions(verbose=verbose, min_bytes=comparison.min_bytes))
+            )
             renderer = get_compare_renderer("table")
     except FieldmemError as exc:
         raise _fail(exc.message) from None
@@ -382,7 +427,9 @@ def main(argv: list[str] | None = None) -> int:
     """
     # typer re-exports BadParameter but not its base class, click's UsageError
     # (vendored inside typer in recent releases): find it through the MRO.
-    usage_error: Any = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")  # click's, found at run time
+    usage_error: Any = next(
+        c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+    )  # click's, found at run time
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="fieldmem", standalone_mode=False)

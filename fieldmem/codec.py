@@ -91,9 +91,13 @@ def _union(hint: Any, data: Any, where: str) -> Any:
             return decode(option, data, where)
         except (TypeError, ValueError, KeyError) as exc:
             errors.append(exc)
-    raise errors[0] if len(errors) == 1 else TypeError(
-        f"{where or 'value'} should be one of "
-        f"{', '.join(getattr(o, '__name__', str(o)) for o in options)}, not {_type_name(data)}"
+    raise (
+        errors[0]
+        if len(errors) == 1
+        else TypeError(
+            f"{where or 'value'} should be one of "
+            f"{', '.join(getattr(o, '__name__', str(o)) for o in options)}, not {_type_name(data)}"
+        )
     )
 
 

@@ -36,7 +36,9 @@ def read_json(path: str | os.PathLike[str], what: str, error: type[FieldmemError
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise error(f"{what} {shown!r} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): {hint}") from None
+        raise error(
+            f"{what} {shown!r} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): {hint}"
+        ) from None
 
 
 def _mode_for(target: Path) -> int:

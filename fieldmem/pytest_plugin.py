@@ -53,20 +53,32 @@ class _Option:
 
 _SIZE_OPTIONS = (
     _Option(
-        "max_peak", "--fieldmem-max-peak", "fieldmem_max_peak", "SIZE",
+        "max_peak",
+        "--fieldmem-max-peak",
+        "fieldmem_max_peak",
+        "SIZE",
         "budget for the donated variant's footprint_bytes in every fieldmem_check, e.g. 64MiB",
     ),
     _Option(
-        "max_live_peak", "--fieldmem-max-live-peak", "fieldmem_max_live_peak", "SIZE",
+        "max_live_peak",
+        "--fieldmem-max-live-peak",
+        "fieldmem_max_live_peak",
+        "SIZE",
         "budget for the donated variant's live_peak_bytes in every fieldmem_check, e.g. 64MiB",
     ),
     _Option(
-        "min_bytes", "--fieldmem-min-bytes", "fieldmem_min_bytes", "SIZE",
+        "min_bytes",
+        "--fieldmem-min-bytes",
+        "fieldmem_min_bytes",
+        "SIZE",
         "copies and outputs smaller than this do not decide the verdict (default 1KiB)",
     ),
 )
 _REPORT_OPTION = _Option(
-    "report", "--fieldmem-report", "fieldmem_report", "PATH",
+    "report",
+    "--fieldmem-report",
+    "fieldmem_report",
+    "PATH",
     "write the JSON report (fieldmem.report/1) of every fieldmem_check in the session to PATH",
 )
 
@@ -144,8 +156,10 @@ def _parse_session(config: pytest.Config) -> _Session:
     report_path = None
     if value is not None:
         # a command-line path is relative to where pytest runs, an ini one to the ini file
-        base = config.invocation_params.dir if label == _REPORT_OPTION.flag else (
-            config.inipath.parent if config.inipath is not None else config.rootpath
+        base = (
+            config.invocation_params.dir
+            if label == _REPORT_OPTION.flag
+            else (config.inipath.parent if config.inipath is not None else config.rootpath)
         )
         report_path = base / value
         if report_path.is_dir():
@@ -179,9 +193,7 @@ def _marker_limits(node: pytest.Item, defaults: Limits) -> Limits:
             )
         unknown = sorted(set(marker.kwargs) - set(_MARKER_KEYS))
         if unknown:
-            raise OptionError(
-                f"@pytest.mark.fieldmem has no {unknown[0]!r}: use {', '.join(_MARKER_KEYS)}"
-            )
+            raise OptionError(f"@pytest.mark.fieldmem has no {unknown[0]!r}: use {', '.join(_MARKER_KEYS)}")
         limits = _override(limits, marker.kwargs, "@pytest.mark.fieldmem {}=")
     return limits
 
@@ -252,8 +264,14 @@ class FieldmemCheck:
         __tracebackhide__ = True
         from fieldmem.api import check_function
 
-        given = dict(in_place=in_place, max_peak=max_peak, max_live_peak=max_live_peak,
-                     min_bytes=min_bytes, donate=donate, static=static)
+        given = dict(
+            in_place=in_place,
+            max_peak=max_peak,
+            max_live_peak=max_live_peak,
+            min_bytes=min_bytes,
+            donate=donate,
+            static=static,
+        )
         return self._check(check_function, fn, args, kwargs, given, name)
 
     def chain(
@@ -283,8 +301,14 @@ class FieldmemCheck:
         __tracebackhide__ = True
         from fieldmem.api import check_chain
 
-        given = dict(in_place=in_place, max_peak=max_peak, max_live_peak=max_live_peak,
-                     min_bytes=min_bytes, donate=donate, static=static)
+        given = dict(
+            in_place=in_place,
+            max_peak=max_peak,
+            max_live_peak=max_live_peak,
+            min_bytes=min_bytes,
+            donate=donate,
+            static=static,
+        )
         return self._check(check_chain, steps, args, kwargs, given, name)
 
     def _check(
@@ -324,9 +348,9 @@ class FieldmemCheck:
 def fieldmem_check(request: pytest.FixtureRequest) -> FieldmemCheck:
     """Assert that an update is in place with donation and within its memory budgets::
 
-        @pytest.mark.fieldmem(max_live_peak="64MiB")
-        def test_step(fieldmem_check):
-            fieldmem_check(step, params, opt_state, grads, donate="params,opt_state")
+    @pytest.mark.fieldmem(max_live_peak="64MiB")
+    def test_step(fieldmem_check):
+        fieldmem_check(step, params, opt_state, grads, donate="params,opt_state")
     """
     session = request.config.stash[_SESSION]
     try:

@@ -668,9 +668,7 @@ class Report:
             raise ReportError("a fieldmem report is a JSON object")
         schema = data.get("schema")
         if schema not in SUPPORTED_SCHEMAS:
-            raise ReportError(
-                f"schema {schema!r} is not one this fieldmem reads ({', '.join(SUPPORTED_SCHEMAS)})"
-            )
+            raise ReportError(f"schema {schema!r} is not one this fieldmem reads ({', '.join(SUPPORTED_SCHEMAS)})")
         try:
             return decode(cls, data)
         except (TypeError, ValueError, KeyError) as exc:

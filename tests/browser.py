@@ -69,7 +69,9 @@ def _run(browser: str, arguments: list[str], url: str, timeout: float) -> str:
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.communicate()
-            raise BrowserError(f"{Path(browser).name} did not finish within {timeout:.0f} s: {' '.join(command)}") from None
+            raise BrowserError(
+                f"{Path(browser).name} did not finish within {timeout:.0f} s: {' '.join(command)}"
+            ) from None
         if process.returncode != 0:
             tail = "\n".join(stderr.strip().splitlines()[-15:])
             raise BrowserError(f"{Path(browser).name} exited with {process.returncode}:\n{tail}")

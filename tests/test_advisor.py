@@ -65,8 +65,15 @@ def advise(
     call = prepare_call(fn, args, kwargs, donate=spec, static=StaticSpec())
     plain, donated = compiled_variants(call)
     result = analyze_target(
-        target="test", name="test", definition=None, donate=spec.describe(), expect="any",
-        max_peak=None, plain=plain, donated=donated, min_bytes=1024,
+        target="test",
+        name="test",
+        definition=None,
+        donate=spec.describe(),
+        expect="any",
+        max_peak=None,
+        plain=plain,
+        donated=donated,
+        min_bytes=1024,
     )
     return call, result, suggest(call, plain, donated, compile_donation=verify, result=result, min_bytes=1024)
 
@@ -321,9 +328,7 @@ def test_suggestion_survives_the_json_round_trip(optimizer: Any) -> None:
 
     _, _, suggestion = optimizer
     report = check_reports([make_target(scale_first, lambda: (zeros(), zeros()))])
-    report = dataclasses.replace(
-        report, results=(dataclasses.replace(report.results[0], suggestion=suggestion),)
-    )
+    report = dataclasses.replace(report, results=(dataclasses.replace(report.results[0], suggestion=suggestion),))
     document = json.loads(json.dumps(report.to_dict()))
     assert document["results"][0]["suggestion"]["spec"] == "params,opt_state"
     assert Report.from_dict(document) == report
@@ -371,11 +376,21 @@ def test_the_advisor_does_not_parse_the_plain_hlo_again() -> None:
     def update(u: jax.Array, row: jax.Array) -> jax.Array:
         return u.at[0].set(row)
 
-    call = prepare_call(update, (jnp.zeros((64, 64)), jnp.ones(64)), {}, donate=DonateSpec.parse("none"),
-                        static=StaticSpec())
+    call = prepare_call(
+        update, (jnp.zeros((64, 64)), jnp.ones(64)), {}, donate=DonateSpec.parse("none"), static=StaticSpec()
+    )
     plain, donated = compiled_variants(call)
-    result = analyze_target(target="t", name="t", definition=None, donate="none", expect="any", max_peak=None,
-                            plain=plain, donated=donated, min_bytes=0)
+    result = analyze_target(
+        target="t",
+        name="t",
+        definition=None,
+        donate="none",
+        expect="any",
+        max_peak=None,
+        plain=plain,
+        donated=donated,
+        min_bytes=0,
+    )
     before = hlo.parse_hlo_module.cache_info()
     suggest(call, plain, donated, compile_donation=compile_donation, result=result, min_bytes=0)
     after = hlo.parse_hlo_module.cache_info()

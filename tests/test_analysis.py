@@ -128,7 +128,11 @@ def test_kwargs_aliases_happen_at_run_time(kw_all: Any) -> None:
 
 def test_donation_by_name_of_a_keyword_argument(kw_by_name: Any) -> None:
     assert [(i.path, i.donated) for i in kw_by_name.inputs] == [
-        ("a", False), ("zeta['p']", True), ("alpha", False), ("mid[0]", False), ("mid[1]", False)
+        ("a", False),
+        ("zeta['p']", True),
+        ("alpha", False),
+        ("mid[0]", False),
+        ("mid[1]", False),
     ]
     assert kw_by_name.variants["donated"].donated_arguments == ("zeta",)
     assert alias_pairs(kw_by_name) == [("zeta['p']", 1, "out['z']", 3)]
@@ -486,8 +490,15 @@ def test_unused_argument_through_prepare_call_and_analyze_target() -> None:
     plain, donated = compiled_variants(call)
     assert [(leaf.path, leaf.hlo_parameter) for leaf in donated.inputs] == [("a", 0), ("b", None), ("c", 1)]
     result = analyze_target(
-        target="t", name="t", definition=None, donate="all", expect="any", max_peak=None,
-        plain=plain, donated=donated, min_bytes=1024,
+        target="t",
+        name="t",
+        definition=None,
+        donate="all",
+        expect="any",
+        max_peak=None,
+        plain=plain,
+        donated=donated,
+        min_bytes=1024,
     )
     assert alias_pairs(result) == [("a", 0, "out[0]", 0), ("c", 2, "out[1]", 1)]
     assert [u.code for u in result.variants["donated"].unusable_donations] == ["unused"]
@@ -536,7 +547,9 @@ def test_checking_the_same_function_again_gives_the_same_report() -> None:
 
 
 def test_concurrent_compiles_give_the_same_findings() -> None:
-    call = prepare_call(pair_update, ({"u": zeros(), "v": zeros(32, 64)},), {}, donate=DonateSpec(), static=StaticSpec())
+    call = prepare_call(
+        pair_update, ({"u": zeros(), "v": zeros(32, 64)},), {}, donate=DonateSpec(), static=StaticSpec()
+    )
     serial = compiled_variants(call)
     with ThreadPoolExecutor(max_workers=2) as pool:
         concurrent = compiled_variants(call, pool)
@@ -666,7 +679,6 @@ def test_default_donation_of_a_plain_function_is_reported_as_all() -> None:
     result = check_one(make_target(f, lambda: (jnp.zeros((32, 32)),)))
     assert result.donate == "all"
     assert result.variants["donated"].donated_arguments == ("u",)
-
 
 
 def test_timeline_peak_matches_live_peak(scan_result: Any) -> None:

@@ -159,7 +159,10 @@ def test_max_peak_budgets_the_footprint(field: jax.Array, loop_figures: tuple[in
     footprint, live_peak = loop_figures
     report = fieldmem.assert_in_place(loop_rows, field, max_peak=footprint)
     assert [(c.name, c.passed, c.value, c.limit) for c in report.results[0].checks][-1] == (
-        "max-peak", True, footprint, footprint
+        "max-peak",
+        True,
+        footprint,
+        footprint,
     )
     # one byte under: fails, although the live peak would fit
     assert live_peak <= footprint - 1
@@ -190,7 +193,9 @@ def test_max_live_peak_budgets_the_live_peak(field: jax.Array, loop_figures: tup
 def test_size_strings_are_parsed(field: jax.Array) -> None:
     report = fieldmem.assert_in_place(add_row, field, 1.0, max_peak="1MiB", max_live_peak="64KiB")
     assert {c.name: c.limit for c in report.results[0].checks} == {
-        "expect-in-place": None, "max-peak": 1024**2, "max-live-peak": 64 * 1024
+        "expect-in-place": None,
+        "max-peak": 1024**2,
+        "max-live-peak": 64 * 1024,
     }
     with pytest.raises(fieldmem.NotInPlaceError) as caught:
         fieldmem.assert_in_place(add_row, field, 1.0, max_peak="1KiB", max_live_peak="1KiB")

@@ -59,20 +59,38 @@ EXAMPLE_CI = Path(__file__).resolve().parents[1] / "examples" / "ci"
 
 def memory(live_peak: int = 32 * KIB, footprint: int = 32 * KIB, temp: int = 0, peak: int = 32 * KIB) -> MemoryFigures:
     return MemoryFigures(
-        argument_bytes=32 * KIB, output_bytes=32 * KIB, alias_bytes=32 * KIB, temp_bytes=temp,
-        generated_code_bytes=0, peak_bytes=peak, footprint_bytes=footprint, live_peak_bytes=live_peak,
+        argument_bytes=32 * KIB,
+        output_bytes=32 * KIB,
+        alias_bytes=32 * KIB,
+        temp_bytes=temp,
+        generated_code_bytes=0,
+        peak_bytes=peak,
+        footprint_bytes=footprint,
+        live_peak_bytes=live_peak,
     )
 
 
 def copy(
-    of: str | None = "state.u", source: str | None = "model.py:16", nbytes: int = 16 * KIB,
-    kind: str = "parameter", instruction: str = "copy.1", shape: str = "f32[64,64]{1,0}",
+    of: str | None = "state.u",
+    source: str | None = "model.py:16",
+    nbytes: int = 16 * KIB,
+    kind: str = "parameter",
+    instruction: str = "copy.1",
+    shape: str = "f32[64,64]{1,0}",
     trip_count: int | None = None,
 ) -> Copy:
     return Copy(
-        bytes=nbytes, shape=shape, kind=kind, of_parameter=of, input_index=0 if of else None,
-        computation="main.2", instruction=instruction, source=source, source_role="user",
-        cause="input-kept-intact", trip_count=trip_count,
+        bytes=nbytes,
+        shape=shape,
+        kind=kind,
+        of_parameter=of,
+        input_index=0 if of else None,
+        computation="main.2",
+        instruction=instruction,
+        source=source,
+        source_role="user",
+        cause="input-kept-intact",
+        trip_count=trip_count,
         bytes_per_call=nbytes * trip_count if trip_count else None,
     )
 
@@ -102,12 +120,21 @@ def result(
         expect="any",
         variants={
             "plain": Variant(
-                name="plain", donated_arguments=(), memory=plain or memory(64 * KIB, 64 * KIB, 0, 64 * KIB),
-                copies=(copy(instruction="copy.7"),), lower_seconds=seconds,
+                name="plain",
+                donated_arguments=(),
+                memory=plain or memory(64 * KIB, 64 * KIB, 0, 64 * KIB),
+                copies=(copy(instruction="copy.7"),),
+                lower_seconds=seconds,
             ),
             "donated": Variant(
-                name="donated", donated_arguments=("state",), memory=donated or memory(), aliases=aliases,
-                unusable_donations=unusable, copies=copies, lower_seconds=seconds, compile_seconds=seconds,
+                name="donated",
+                donated_arguments=("state",),
+                memory=donated or memory(),
+                aliases=aliases,
+                unusable_donations=unusable,
+                copies=copies,
+                lower_seconds=seconds,
+                compile_seconds=seconds,
             ),
         },
         verdict=Verdict(in_place=in_place, summary="in place with donation" if in_place else "not in place: out[1]"),
@@ -119,12 +146,23 @@ def errored(name: str = "ci:step", spec: str = "model.py") -> TargetResult:
     return TargetResult(target=spec, name=name, status="error", error=ErrorInfo("compile", "tracing failed"))
 
 
-def report(*results: TargetResult, backend: str = "cpu", kind: str = "cpu", jax: str = "0.10.2",
-           created: str = "2025-01-01T00:00:00+00:00") -> Report:
+def report(
+    *results: TargetResult,
+    backend: str = "cpu",
+    kind: str = "cpu",
+    jax: str = "0.10.2",
+    created: str = "2025-01-01T00:00:00+00:00",
+) -> Report:
     return Report(
-        fieldmem_version="0.1.0", jax_version=jax, jaxlib_version=jax, backend=backend,
-        platform_version=backend, devices=(DeviceInfo(0, backend, kind),), results=results,
-        min_bytes=KIB, created=created,
+        fieldmem_version="0.1.0",
+        jax_version=jax,
+        jaxlib_version=jax,
+        backend=backend,
+        platform_version=backend,
+        devices=(DeviceInfo(0, backend, kind),),
+        results=results,
+        min_bytes=KIB,
+        created=created,
     )
 
 
@@ -132,9 +170,14 @@ def baseline_of(*results: TargetResult, **kwargs: Any) -> Baseline:
     """The baseline ``save_baseline`` would write for these results, without a file."""
     run = report(*results, **kwargs)
     return Baseline(
-        path="fieldmem-baseline.json", fieldmem_version="0.1.0", jax_version=run.jax_version,
-        jaxlib_version=run.jaxlib_version, backend=run.backend, platform_version=run.platform_version,
-        device_kinds=(run.devices[0].kind or "",), entries=tuple(entry_from_result(r, run) for r in run.results),
+        path="fieldmem-baseline.json",
+        fieldmem_version="0.1.0",
+        jax_version=run.jax_version,
+        jaxlib_version=run.jaxlib_version,
+        backend=run.backend,
+        platform_version=run.platform_version,
+        device_kinds=(run.devices[0].kind or "",),
+        entries=tuple(entry_from_result(r, run) for r in run.results),
     )
 
 
@@ -163,8 +206,12 @@ def test_save_and_load_round_trip(tmp_path: Path) -> None:
     assert loaded.entries == tuple(sorted((entry_from_result(r, run) for r in run.results), key=lambda e: e.key))
     (entry,) = [e for e in loaded.entries if e.name == "ci:step"]
     (recorded,) = entry.variants["donated"].copies
-    assert (recorded.kind, recorded.input, recorded.bytes, recorded.source) == ("parameter", "state.u", 16 * KIB,
-                                                                                "model.py:16")
+    assert (recorded.kind, recorded.input, recorded.bytes, recorded.source) == (
+        "parameter",
+        "state.u",
+        16 * KIB,
+        "model.py:16",
+    )
     assert entry.variants["donated"].memory["live_peak_bytes"] == 32 * KIB
     assert (entry.backend, entry.device_kind, entry.in_place, entry.status) == ("cpu", "cpu", True, "ok")
 
@@ -173,8 +220,9 @@ def test_a_saved_baseline_changes_only_when_the_findings_do(tmp_path: Path) -> N
     """Timings, the run's time and HLO instruction names are not recorded: a refresh is a no-op in git."""
     first, second = tmp_path / "a.json", tmp_path / "b.json"
     save_baseline(first, report(result(copies=(copy(instruction="copy.1"),), seconds=0.1)))
-    save_baseline(second, report(result(copies=(copy(instruction="copy.42"),), seconds=9.0),
-                                 created="2030-06-06T00:00:00+00:00"))
+    save_baseline(
+        second, report(result(copies=(copy(instruction="copy.42"),), seconds=9.0), created="2030-06-06T00:00:00+00:00")
+    )
     assert first.read_bytes() == second.read_bytes()
     assert "copy.1" not in first.read_text() and "seconds" not in first.read_text()
 
@@ -198,9 +246,15 @@ def test_saving_keeps_other_targets_and_backends_and_prunes_on_request(tmp_path:
         (report(), "the run checked no target"),
         (report(result(), errored("ci:bad", "bad.py")), "1 target(s) could not be checked (ci:bad)"),
         (report(result(checks=(Check("max-peak", False, "over budget", 1, 2),))), "the run failed (ci:step max-peak)"),
-        (dataclasses.replace(report(result()), baseline=BaselineComparison(
-            "old.json", regressions=(Change("ci:step", "figure", "donated temp", "grew"),))),
-         "1 regression(s) against 'old.json'"),
+        (
+            dataclasses.replace(
+                report(result()),
+                baseline=BaselineComparison(
+                    "old.json", regressions=(Change("ci:step", "figure", "donated temp", "grew"),)
+                ),
+            ),
+            "1 regression(s) against 'old.json'",
+        ),
     ],
     ids=["empty", "errored", "failed-check", "regressed"],
 )
@@ -304,7 +358,11 @@ def test_a_figure_on_both_sides_of_its_tolerance(tolerance: str, limit: int) -> 
     beyond = compare(before, result(donated=memory(live_peak=limit + 1)), tolerance=tolerance)
     (regression,) = beyond.regressions
     assert (regression.kind, regression.subject, regression.before, regression.after) == (
-        "figure", "donated live-peak", 32 * KIB, limit + 1)
+        "figure",
+        "donated live-peak",
+        32 * KIB,
+        limit + 1,
+    )
     assert "ci:step: donated live-peak 32.0 KiB → " in regression.message
     assert regression.source == "model.py:15"
 
@@ -316,7 +374,11 @@ def test_every_gated_figure_and_the_named_tolerances() -> None:
     assert subjects(comparison.regressions) == [("figure", "donated temp")]  # the peaks grew exactly 25%
     comparison = compare(before, result(donated=grown))
     assert [s for _, s in subjects(comparison.regressions)] == [
-        "donated live-peak", "donated footprint", "donated temp", "donated xla-peak"]
+        "donated live-peak",
+        "donated footprint",
+        "donated temp",
+        "donated xla-peak",
+    ]
 
 
 def test_the_plain_variant_only_where_the_donated_one_says_nothing() -> None:
@@ -332,9 +394,14 @@ def test_a_new_copy_is_always_a_regression_with_its_input_and_line() -> None:
     comparison = compare(before, result(copies=(copy(source="model.py:31"),)), tolerance="1000%+1GiB")
     (regression,) = comparison.regressions
     assert (regression.kind, regression.subject, regression.after, regression.source) == (
-        "copy", "parameter copy of state.u", 16 * KIB, "model.py:31")
+        "copy",
+        "parameter copy of state.u",
+        16 * KIB,
+        "model.py:31",
+    )
     assert regression.message == (
-        "ci:step: new parameter copy of state.u (16.0 KiB) at model.py:31 (input-kept-intact)")
+        "ci:step: new parameter copy of state.u (16.0 KiB) at model.py:31 (input-kept-intact)"
+    )
     assert compare(before, result(copies=(copy(nbytes=KIB - 1),))).regressions == ()  # under --min-bytes
 
 
@@ -354,19 +421,33 @@ def test_a_growing_copy_against_the_copies_tolerance() -> None:
 
 def test_copies_match_across_renames_and_moved_lines() -> None:
     before = baseline_of(result(copies=(copy(source="model.py:16"), copy(of="state.v", source="model.py:17"))))
-    moved = result(copies=(copy(of="state.v", source="model.py:21", instruction="copy.3"),
-                           copy(source="model.py:20", instruction="copy.8")))
+    moved = result(
+        copies=(
+            copy(of="state.v", source="model.py:21", instruction="copy.3"),
+            copy(source="model.py:20", instruction="copy.8"),
+        )
+    )
     comparison = compare(before, moved)
     assert comparison.regressions == () and comparison.improvements == ()
 
 
 def test_improvements_mirror_regressions() -> None:
-    worse = result(donated=memory(live_peak=48 * KIB), copies=(copy(),), in_place=False,
-                   aliases=ALIASES[:1], unusable=(UnusableDonation("state.v", 1, 16 * KIB, "never read", "unused"),))
+    worse = result(
+        donated=memory(live_peak=48 * KIB),
+        copies=(copy(),),
+        in_place=False,
+        aliases=ALIASES[:1],
+        unusable=(UnusableDonation("state.v", 1, 16 * KIB, "never read", "unused"),),
+    )
     regressions = compare(baseline_of(result()), worse).regressions
     improvements = compare(baseline_of(worse), result()).improvements
-    expected = [("figure", "donated live-peak"), ("copy", "parameter copy of state.u"), ("alias", "state.v"),
-                ("donation", "state.v"), ("verdict", "in place")]
+    expected = [
+        ("figure", "donated live-peak"),
+        ("copy", "parameter copy of state.u"),
+        ("alias", "state.v"),
+        ("donation", "state.v"),
+        ("verdict", "in place"),
+    ]
     assert subjects(regressions) == expected
     assert subjects(improvements) == expected
     by_kind = {r.kind: r for r in regressions}
@@ -398,15 +479,20 @@ def test_another_backend_is_flagged_not_compared() -> None:
     comparison = compare(before, result(copies=(copy(),)))
     assert comparison.regressions == ()
     assert comparison.notes == (
-        "1 baseline entry for gpu (NVIDIA H100) not compared: this run is on cpu (cpu): ci:step",)
+        "1 baseline entry for gpu (NVIDIA H100) not compared: this run is on cpu (cpu): ci:step",
+    )
     other_kind = compare(baseline_of(result(), backend="cpu", kind="other-cpu"), result(copies=(copy(),)))
     assert other_kind.regressions == () and "not compared" in other_kind.notes[0]
 
 
 @pytest.mark.parametrize(
     ("then", "note"),
-    [("0.10.0", None), ("0.9.1", "figures can move between jax minor versions"), ("0.7.0", "much older"),
-     ("1.10.2", "much older than or unlike")],
+    [
+        ("0.10.0", None),
+        ("0.9.1", "figures can move between jax minor versions"),
+        ("0.7.0", "much older"),
+        ("1.10.2", "much older than or unlike"),
+    ],
 )
 def test_another_jax_version_is_compared_and_flagged(then: str, note: str | None) -> None:
     before = baseline_of(result(), jax=then)
@@ -467,7 +553,7 @@ def test_the_ci_example_loop(ci_project: Path) -> None:
     line = _copy_a_field(ci_project)
     regressed = fieldmem()
     assert regressed.exit_code == 1, regressed.output
-    section = regressed.stdout[regressed.stdout.index("baseline fieldmem-baseline.json"):]
+    section = regressed.stdout[regressed.stdout.index("baseline fieldmem-baseline.json") :]
     assert f"new parameter copy of state.u (16.0 KiB) at model.py:{line}" in section  # field and line
     assert "ci:step: donated live-peak 32.0 KiB → 48.0 KiB" in section  # the figure
     assert "verdict in place → not in place" in section
@@ -494,7 +580,7 @@ def test_a_failing_target_leaves_the_baseline_byte_identical(ci_project: Path) -
     assert sorted(p.name for p in ci_project.iterdir() if p.name.startswith(".")) == []
 
 
-SLOW_MODEL = '''
+SLOW_MODEL = """
 import time
 from pathlib import Path
 
@@ -514,7 +600,7 @@ def make_args():
 
 
 fieldmem.case(step, args=make_args, name="slow:step")
-'''
+"""
 
 
 @pytest.mark.compile
@@ -525,7 +611,11 @@ def test_an_interrupted_run_leaves_the_baseline_byte_identical(ci_project: Path)
     env = dict(os.environ, COLUMNS="120")
     process = subprocess.Popen(
         [sys.executable, "-m", "fieldmem", "check", "model.py", "slow.py", "--save-baseline", "fieldmem-baseline.json"],
-        cwd=ci_project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ci_project,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         deadline = time.monotonic() + 120

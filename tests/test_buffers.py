@@ -82,12 +82,11 @@ def test_decode_sparse_plain_exactly() -> None:
     assert by_index[5].is_thread_local and by_index[5].kind == "thread_local"
     temp = by_index[8]
     assert temp.size == 129 and temp.kind == "temporary"
-    assert {(x.logical_buffer_id, x.offset, x.size) for x in temp.assigned} == {
-        (33, 64, 4), (36, 0, 8), (37, 128, 1)
-    }
+    assert {(x.logical_buffer_id, x.offset, x.size) for x in temp.assigned} == {(33, 64, 4), (36, 0, 8), (37, 128, 1)}
     # the copy and the in-place update share one buffer
     assert {(a.source_buffer_id, a.instruction) for a in assignment.aliases} == {
-        (31, "select_dynamic-update-slice_fusion"), (38, "copy.1")
+        (31, "select_dynamic-update-slice_fusion"),
+        (38, "copy.1"),
     }
     assert assignment.heap_traces == ()  # XLA:CPU records none
 
@@ -218,9 +217,13 @@ def test_golden_ranges() -> None:
     analysis = golden_analysis("sparse_plain")
     ranges = {r.value.instruction: (r.start, r.end) for r in analysis.ranges}
     assert ranges == {
-        "u.1": (0, 8), "idx.1": (0, 8), "row.1": (0, 8),
-        "copy.1": (4, 8), "add_select_fusion": (5, 8),
-        "bitcast_concatenate_fusion": (6, 7), "and_reduce_fusion": (7, 8),
+        "u.1": (0, 8),
+        "idx.1": (0, 8),
+        "row.1": (0, 8),
+        "copy.1": (4, 8),
+        "add_select_fusion": (5, 8),
+        "bitcast_concatenate_fusion": (6, 7),
+        "and_reduce_fusion": (7, 8),
         "select_dynamic-update-slice_fusion": (8, 8),
     }
 
@@ -259,8 +262,10 @@ def parse_dumps(folder: Path) -> tuple[dict, dict, list[str], int]:
         found = _VALUE.match(line)
         if found:
             values[int(found.group(1))] = (
-                found.group(2), _index(found.group(3)),
-                Slice(allocation, int(found.group(5)), int(found.group(4))), memory,
+                found.group(2),
+                _index(found.group(3)),
+                Slice(allocation, int(found.group(5)), int(found.group(4))),
+                memory,
             )
     ranges: dict[tuple[str, tuple[int, ...]], tuple[int, int]] = {}
     sequence: list[str] = []
@@ -284,7 +289,8 @@ def xla_distinct_peak(values: dict, ranges: dict, last: int) -> int:
     best = 0
     for t in range(last + 1):
         live = {
-            s for name, index, s, memory in values.values()
+            s
+            for name, index, s, memory in values.values()
             if memory and (name, index) in ranges and ranges[(name, index)][0] <= t <= ranges[(name, index)][1]
         }
         best = max(best, sum(s.size for s in live))
@@ -305,9 +311,7 @@ def regenerate():
 @pytest.mark.parametrize("name", CASES)
 def test_against_xla_dumps(name: str, regenerate, tmp_path: Path) -> None:
     fn, args, donate = regenerate.cases()[name]
-    compiled = regenerate.compile_case(
-        fn, args, donate, {"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True}
-    )
+    compiled = regenerate.compile_case(fn, args, donate, {"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})
     memory = compiled.memory_analysis()
     analysis = compiled_analysis(compiled)
     values, ranges, sequence, last = parse_dumps(tmp_path)
@@ -317,7 +321,9 @@ def test_against_xla_dumps(name: str, regenerate, tmp_path: Path) -> None:
     assert set(mine) == set(values)
     for value_id, (dump_name, index, dump_slice, _) in values.items():
         assert (mine[value_id].instruction, mine[value_id].shape_index, mine[value_id].slice) == (
-            dump_name, index, dump_slice
+            dump_name,
+            index,
+            dump_slice,
         )
     # same flattened schedule
     assert [p.instruction for p in analysis.schedule] == sequence
@@ -341,8 +347,12 @@ def test_against_xla_dumps(name: str, regenerate, tmp_path: Path) -> None:
     assert xla_sum >= analysis.live_peak_bytes
     if name == "sparse_plain":
         assert xla_sum > analysis.live_peak_bytes  # 24,713 vs 16,529 B on jax 0.10.2
-    fp = (memory.argument_size_in_bytes + memory.output_size_in_bytes
-          + memory.temp_size_in_bytes - memory.alias_size_in_bytes)
+    fp = (
+        memory.argument_size_in_bytes
+        + memory.output_size_in_bytes
+        + memory.temp_size_in_bytes
+        - memory.alias_size_in_bytes
+    )
     assert analysis.live_peak_bytes <= fp
 
 

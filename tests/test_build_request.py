@@ -41,7 +41,11 @@ def test_defaults() -> None:
     assert options.min_bytes == MIN_BYTES == 1024
     assert options.jobs == max(1, (os.cpu_count() or 2) // 2)
     assert (options.suggest, options.run, options.probe, options.isolate, options.fast_compile) == (
-        False, False, False, True, False
+        False,
+        False,
+        False,
+        True,
+        False,
     )
     assert options.cache_dir is None and request.default_cache  # the driver picks its default folder
     assert (request.output.format, request.output.file, request.output.html) == ("table", None, None)
@@ -73,10 +77,28 @@ def test_the_config_fills_in_what_the_command_line_leaves_out() -> None:
 
 
 def test_the_command_line_beats_the_config() -> None:
-    config = Config(targets=("a:f",), options=TargetOptions(expect="in-place", max_peak=10), min_bytes=0,
-                    tolerance=Tolerances.parse("2%"), baseline="b.json", format="json", jobs=3, cache_dir="c")
-    request = build(config, targets=("x:y",), expect="any", max_peak="1KiB", min_bytes="2KiB", tolerance="5%",
-                    baseline=Path("other.json"), output_format="markdown", jobs=1, cache_dir="mine")
+    config = Config(
+        targets=("a:f",),
+        options=TargetOptions(expect="in-place", max_peak=10),
+        min_bytes=0,
+        tolerance=Tolerances.parse("2%"),
+        baseline="b.json",
+        format="json",
+        jobs=3,
+        cache_dir="c",
+    )
+    request = build(
+        config,
+        targets=("x:y",),
+        expect="any",
+        max_peak="1KiB",
+        min_bytes="2KiB",
+        tolerance="5%",
+        baseline=Path("other.json"),
+        output_format="markdown",
+        jobs=1,
+        cache_dir="mine",
+    )
     assert request.targets == ("x:y",)  # targets named: the config's are not checked
     assert request.target_options == TargetOptions(expect="any", max_peak=1024)
     assert (request.options.min_bytes, request.options.jobs, request.options.cache_dir) == (2048, 1, "mine")
@@ -161,19 +183,26 @@ def test_several_backends() -> None:
         ({"expect": "sometimes"}, "--expect 'sometimes' is not known: use one of in-place, any"),
         ({"args": "m:f", "shapes": "f32[3]"}, "--args and --shapes both give example arguments: use one of them"),
         ({"jobs": 0}, "--jobs 0 must be at least 1"),
-        ({"baseline": Path("b.json"), "no_baseline": True},
-         "--baseline and --no-baseline contradict each other: use one of them"),
+        (
+            {"baseline": Path("b.json"), "no_baseline": True},
+            "--baseline and --no-baseline contradict each other: use one of them",
+        ),
         ({"prune_baseline": True}, "--prune-baseline only applies with --save-baseline PATH"),
         ({"timeout": 0.0, "run": True}, "--timeout 0 must be positive"),
         ({"timeout": 5.0}, "--timeout only applies with --run"),
-        ({"targets": ()}, "no targets: name them (fieldmem check pkg.model:update) or list them in pyproject.toml "
-                          "under [tool.fieldmem] as targets = [\"pkg.model:update\"]"),
+        (
+            {"targets": ()},
+            "no targets: name them (fieldmem check pkg.model:update) or list them in pyproject.toml "
+            'under [tool.fieldmem] as targets = ["pkg.model:update"]',
+        ),
         ({"output_format": "xml"}, "--format 'xml' is not known: use one of table, json"),
         ({"backend": "cpu,cpu"}, "--backend 'cpu,cpu' names cpu twice"),
         ({"backend": "cpu,"}, "--backend 'cpu,': name backends separated by commas, e.g. cpu,gpu"),
-        ({"backend": "cpu,gpu", "output_format": "json"},
-         "several backends give several JSON reports: write them with -o FILE "
-         "(one file per backend: FILE.cpu.json, FILE.gpu.json)"),
+        (
+            {"backend": "cpu,gpu", "output_format": "json"},
+            "several backends give several JSON reports: write them with -o FILE "
+            "(one file per backend: FILE.cpu.json, FILE.gpu.json)",
+        ),
         ({"shapes": "f32[32,32"}, "--shapes entry 'f32[32,32' is not DTYPE[DIMS]"),
         ({"donate": ""}, "--donate '' is empty: use one of auto, all, none"),
         ({"static": "2;3"}, "neither an argument number nor an argument name"),
@@ -210,7 +239,11 @@ def test_output_files_are_checked_before_anything_compiles(tmp_path: Path, optio
     with pytest.raises(OptionError, match=re.escape("is a folder: name a file, e.g. ")):
         build(**{option: tmp_path})
     request = build(**{option: tmp_path / "report.json"})
-    kept = {"output": request.output.file, "html_output": request.output.html, "save_baseline": request.baseline.save_to}
+    kept = {
+        "output": request.output.file,
+        "html_output": request.output.html,
+        "save_baseline": request.baseline.save_to,
+    }
     assert kept[option] == tmp_path / "report.json"
 
 
@@ -230,8 +263,10 @@ def test_check_writable_accepts_a_bare_file_name(tmp_path: Path, monkeypatch: py
     [
         ("--expect", "--expect 'never' is not known: use one of in-place, any"),
         ("expect=", "expect='never' is not known: use one of in-place, any"),
-        ("pyproject.toml: [tool.fieldmem] expect =",
-         "pyproject.toml: [tool.fieldmem] expect = 'never' is not known: use one of in-place, any"),
+        (
+            "pyproject.toml: [tool.fieldmem] expect =",
+            "pyproject.toml: [tool.fieldmem] expect = 'never' is not known: use one of in-place, any",
+        ),
     ],
 )
 def test_parse_expect_names_the_setting_as_written(option: str, message: str) -> None:

@@ -106,7 +106,9 @@ def test_step_figures_are_xla_verbatim(chain_report: Report, examples_on_path: N
         value = jax.eval_shape(fn, *args)
     # the fused chain is forward() itself
     fused = results[chain.fused].variants["donated"].memory
-    expected = xla_memory(compile_quietly(jax.jit(module.forward.__wrapped__, donate_argnums=(0,)), *module.example_x()))
+    expected = xla_memory(
+        compile_quietly(jax.jit(module.forward.__wrapped__, donate_argnums=(0,)), *module.example_x())
+    )
     assert fused.temp_bytes == expected["temp_bytes"] and fused.alias_bytes == expected["alias_bytes"]
 
 
@@ -236,7 +238,7 @@ def _chain_target(tmp_path: Path, source: str, spec_tail: str) -> ChainTarget:
     return target
 
 
-OPTIMIZER = '''
+OPTIMIZER = """
 import jax.numpy as jnp
 import fieldmem
 
@@ -251,7 +253,7 @@ def args():
     return (jnp.ones((256, 256)), jnp.zeros((256, 256)))
 
 fieldmem.case(sgd, args=args)
-'''
+"""
 
 
 @pytest.mark.compile
@@ -264,13 +266,14 @@ def test_tuple_state_is_spread_and_the_first_steps_case_lends_its_arguments(tmp_
     second = results[chain.steps[1].result]
     assert [i.path for i in second.inputs] == ["params", "momentum"]
     assert [(a.input, a.output) for a in second.variants["donated"].aliases] == [
-        ("params", "out[0]"), ("momentum", "out[1]")
+        ("params", "out[0]"),
+        ("momentum", "out[1]"),
     ]
     # the later steps are compiled on abstract arguments: nothing allocated
     assert all(i.sharding is not None for i in second.inputs)
 
 
-FAILING = '''
+FAILING = """
 import jax.numpy as jnp
 
 def first(x):
@@ -284,7 +287,7 @@ def third(x):
 
 def args():
     return (jnp.ones((64, 64)),)
-'''
+"""
 
 
 @pytest.mark.compile
@@ -335,12 +338,21 @@ def test_spread_passes_a_tuple_as_arguments_unless_the_next_step_takes_one() -> 
 # The verdict logic on hand-built results (no compile)
 
 
-def _step(name: str, inputs: tuple[InputInfo, ...], outputs: tuple[OutputInfo, ...], aliases: tuple[Alias, ...],
-          findings: tuple[Finding, ...] = ()) -> TargetResult:
+def _step(
+    name: str,
+    inputs: tuple[InputInfo, ...],
+    outputs: tuple[OutputInfo, ...],
+    aliases: tuple[Alias, ...],
+    findings: tuple[Finding, ...] = (),
+) -> TargetResult:
     """A checked step of 4 KiB leaves whose donated compile has ``aliases``."""
     memory = make_memory(4 * KIB, 4 * KIB, 4 * KIB * len(aliases))
     return make_result(
-        name, target="t", inputs=inputs, outputs=outputs, findings=findings,
+        name,
+        target="t",
+        inputs=inputs,
+        outputs=outputs,
+        findings=findings,
         plain=make_variant("plain", make_memory(4 * KIB, 4 * KIB)),
         donated=make_variant("donated", memory, donated_arguments=("x",), aliases=aliases),
     )
@@ -351,17 +363,27 @@ def test_a_step_compiled_for_another_sharding_is_a_reshard_between_steps() -> No
     first = _step("c[1:a]", (make_input("x"),), (make_output(sharding="P('x') over mesh(x=4)"),), alias)
     second_findings = (Finding("error", "new-buffer", "out is written to a new buffer", output="out", source="m.py:9"),)
     second = _step(
-        "c[2:b]", (make_input("x", sharding="P() over mesh(x=4)"),), (make_output(sharding="P() over mesh(x=4)"),), (),
+        "c[2:b]",
+        (make_input("x", sharding="P() over mesh(x=4)"),),
+        (make_output(sharding="P() over mesh(x=4)"),),
+        (),
         second_findings,
     )
     chain = analyze_chain(
-        target="t", name="c",
+        target="t",
+        name="c",
         outcomes=[StepOutcome("a", "m.py:1", first), StepOutcome("b", "m.py:8", second)],
-        fused=None, expect="in-place", min_bytes=1024,
+        fused=None,
+        expect="in-place",
+        min_bytes=1024,
     )
     assert [s.status for s in chain.steps] == ["in-place", "breaks"]
     (handoff,) = chain.steps[1].handoffs
-    assert handoff.code == "reshard" and handoff.before == "P('x') over mesh(x=4)" and handoff.after == "P() over mesh(x=4)"
+    assert (
+        handoff.code == "reshard"
+        and handoff.before == "P('x') over mesh(x=4)"
+        and handoff.after == "P() over mesh(x=4)"
+    )
     assert chain.first_break is not None and chain.first_break.leaf == "x"
     assert "jax moves it between the calls" in chain.first_break.reason
     assert not chain.checks[0].passed
@@ -374,8 +396,12 @@ def test_a_dtype_change_xla_still_aliases_does_not_break() -> None:
     alias = (Alias("x", 0, "out", 0, 4096),)
     step = _step("c[1:a]", (make_input("x"),), (make_output(dtype="int32"),), alias)
     chain = analyze_chain(
-        target="t", name="c", outcomes=[StepOutcome("a", None, step), StepOutcome("a", None, step)],
-        fused=None, expect="any", min_bytes=1024,
+        target="t",
+        name="c",
+        outcomes=[StepOutcome("a", None, step), StepOutcome("a", None, step)],
+        fused=None,
+        expect="any",
+        min_bytes=1024,
     )
     assert chain.in_place
     handoff = chain.steps[0].handoffs[0]
@@ -406,8 +432,9 @@ def test_the_footprint_curve_draws_each_step_in_eighths_of_the_largest() -> None
     from fieldmem.report import ChainStep
 
     steps = tuple(
-        ChainStep(index=n, function=f"s{n}", result=f"c[{n}]", status="in-place", summary="",
-                  footprint={"donated": value})
+        ChainStep(
+            index=n, function=f"s{n}", result=f"c[{n}]", status="in-place", summary="", footprint={"donated": value}
+        )
         for n, value in enumerate((1, 4, 2, None))
     )
     assert footprint_curve(steps) == "▂█▄ "

@@ -421,7 +421,11 @@ def test_subprocess(in_assets: Path, command: list[str]) -> None:
         pytest.skip(f"{command[0]} is not installed")
     done = subprocess.run(
         [*command, "check", "models:stepp", GOOD, "--min-bytes", "0", "-f", "json"],
-        capture_output=True, text=True, cwd=in_assets, env=_env(), timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=in_assets,
+        env=_env(),
+        timeout=120,
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.splitlines() == [
@@ -435,7 +439,11 @@ def test_subprocess(in_assets: Path, command: list[str]) -> None:
 def test_subprocess_exit_1(in_assets: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "fieldmem", "check", "models:cast", "--expect", "in-place", "--min-bytes", "0"],
-        capture_output=True, text=True, cwd=in_assets, env=_env(), timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=in_assets,
+        env=_env(),
+        timeout=120,
     )
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr == ""
@@ -472,7 +480,9 @@ def test_main_returns_the_exit_code(in_assets: Path) -> None:
     ],
     ids=["unknown-option", "bad-int", "unknown-command"],
 )
-def test_usage_errors_are_one_line_with_exit_2(argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_usage_errors_are_one_line_with_exit_2(
+    argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     from fieldmem.cli import main
 
     assert main(argv) == 2
@@ -507,7 +517,9 @@ def test_no_targets_and_no_config(project: Path) -> None:
 
 @pytest.mark.compile
 def test_a_bare_check_runs_the_config(project: Path, assets: Path) -> None:
-    write_config(project, f"""
+    write_config(
+        project,
+        f"""
 targets = ["{assets}/models.py:step"]
 min-bytes = 0
 format = "json"
@@ -517,7 +529,8 @@ expect = "any"
 target = "{assets}/models.py:scale"
 args = "{assets}/models.py:make_scale_args"
 donate = "none"
-""")
+""",
+    )
     result = invoke()
     assert result.exit_code == 0, result.output
     results = results_by_target(result)
@@ -545,8 +558,9 @@ def test_the_command_line_overrides_the_config(project: Path, assets: Path) -> N
 def test_config_mistakes_stop_before_compiling(project: Path) -> None:
     write_config(project, 'targets = ["models:step"]\nmax_peak = "1MiB"\n')
     result = invoke()
-    (_,) = assert_user_error(result, "pyproject.toml: [tool.fieldmem] has an unknown key 'max_peak': "
-                                "did you mean 'max-peak'?")
+    (_,) = assert_user_error(
+        result, "pyproject.toml: [tool.fieldmem] has an unknown key 'max_peak': did you mean 'max-peak'?"
+    )
     assert result.stdout == ""
 
 
@@ -585,8 +599,9 @@ def test_save_then_compare(in_assets: Path, tmp_path: Path) -> None:
     assert same.exit_code == 0, same.output
     assert f"baseline {path} (tolerance exact): 0 regressions, 0 improvements" in same.stdout
     # no donation: every figure grows, aliases are lost, the verdict turns; all listed, exit 1 once
-    worse = invoke(GOOD, "--min-bytes", "0", "--baseline", str(path), "--donate", "none", "--expect", "any",
-                   "-f", "json")
+    worse = invoke(
+        GOOD, "--min-bytes", "0", "--baseline", str(path), "--donate", "none", "--expect", "any", "-f", "json"
+    )
     assert worse.exit_code == 1, worse.output
     comparison = json.loads(worse.stdout)["baseline"]
     kinds = [r["kind"] for r in comparison["regressions"]]
@@ -686,8 +701,19 @@ def fake_backend(monkeypatch: pytest.MonkeyPatch) -> str:
 @pytest.mark.compile
 def test_several_backends_side_by_side(in_assets: Path, tmp_path: Path, fake_backend: str) -> None:
     out, page, baseline = tmp_path / "report.json", tmp_path / "report.html", tmp_path / "b.json"
-    result = invoke(GOOD, "--backend", f"cpu,{fake_backend}", "-f", "json", "-o", str(out), "--html", str(page),
-                    "--save-baseline", str(baseline))
+    result = invoke(
+        GOOD,
+        "--backend",
+        f"cpu,{fake_backend}",
+        "-f",
+        "json",
+        "-o",
+        str(out),
+        "--html",
+        str(page),
+        "--save-baseline",
+        str(baseline),
+    )
     assert result.exit_code == 0, result.output
     reports = {b: json.loads((tmp_path / f"report.{b}.json").read_text()) for b in ("cpu", "fake")}
     assert {b: r["backend"] for b, r in reports.items()} == {"cpu": "cpu", "fake": "fake"}
@@ -721,9 +747,22 @@ def test_the_cache_never_brings_another_checkouts_source_lines(tmp_path: Path) -
 
     def plain_copy_source(folder: Path) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "fieldmem", "check", "sparse_row.py:set_row", "-f", "json",
-             "--cache-dir", str(cache)],
-            capture_output=True, text=True, cwd=folder, env=_env(), timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "fieldmem",
+                "check",
+                "sparse_row.py:set_row",
+                "-f",
+                "json",
+                "--cache-dir",
+                str(cache),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=folder,
+            env=_env(),
+            timeout=300,
         )
         assert done.returncode in (0, 1), done.stderr
         (result,) = json.loads(done.stdout)["results"]
@@ -747,7 +786,11 @@ def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:
     def run(*options: str) -> dict[str, Any]:
         done = subprocess.run(
             [sys.executable, "-m", "fieldmem", "check", *targets, "-f", "json", "--min-bytes", "0", *options],
-            capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=300,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=_env(),
+            timeout=300,
         )
         assert done.returncode in (0, 1), done.stderr
         return without_timings(json.loads(done.stdout))
@@ -782,9 +825,26 @@ def test_fast_compile_gives_identical_findings_on_every_example(tmp_path: Path) 
 
     def run(*options: str) -> dict[str, Any]:
         done = subprocess.run(
-            [sys.executable, "-m", "fieldmem", "check", *targets, "-f", "json", "--min-bytes", "0", "--suggest",
-             "--jobs", "2", *options],
-            capture_output=True, text=True, cwd=tmp_path, env=_env(), timeout=600,
+            [
+                sys.executable,
+                "-m",
+                "fieldmem",
+                "check",
+                *targets,
+                "-f",
+                "json",
+                "--min-bytes",
+                "0",
+                "--suggest",
+                "--jobs",
+                "2",
+                *options,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=_env(),
+            timeout=600,
         )
         assert done.returncode in (0, 1), done.stderr
         return without_timings(json.loads(done.stdout))
@@ -808,7 +868,9 @@ def test_a_cache_dir_that_cannot_be_made_stops_before_compiling(in_assets: Path,
     assert result.stdout == ""
 
 
-def test_the_default_compilation_cache_is_used_unless_turned_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_default_compilation_cache_is_used_unless_turned_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from fieldmem.cli import _cache_folder
     from fieldmem.errors import OptionError
     from fieldmem.request.build import CheckFlags, build_request

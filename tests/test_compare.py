@@ -52,16 +52,28 @@ MIB = 1024 * 1024
 
 def _memory(footprint: int, live_peak: int | None = None, temp: int = 0) -> MemoryFigures:
     return MemoryFigures(
-        argument_bytes=footprint, output_bytes=footprint, alias_bytes=footprint, temp_bytes=temp,
-        generated_code_bytes=0, peak_bytes=footprint, footprint_bytes=footprint,
+        argument_bytes=footprint,
+        output_bytes=footprint,
+        alias_bytes=footprint,
+        temp_bytes=temp,
+        generated_code_bytes=0,
+        peak_bytes=footprint,
+        footprint_bytes=footprint,
         live_peak_bytes=live_peak if live_peak is not None else footprint,
     )
 
 
 def _copy(source: str, nbytes: int = MIB, *, kind: str = "loop", shape: str = "f32[512,512]{1,0}") -> Copy:
     return Copy(
-        bytes=nbytes, shape=shape, kind=kind, of_parameter=None, input_index=None, computation="body",
-        instruction="copy.1", source=source, source_role="copy",
+        bytes=nbytes,
+        shape=shape,
+        kind=kind,
+        of_parameter=None,
+        input_index=None,
+        computation="body",
+        instruction="copy.1",
+        source=source,
+        source_role="copy",
     )
 
 
@@ -75,7 +87,10 @@ def _result(
     in_place: bool = True,
 ) -> TargetResult:
     return TargetResult(
-        target="model.py", name=name, status="ok", definition="model.py:10",
+        target="model.py",
+        name=name,
+        status="ok",
+        definition="model.py:10",
         variants={
             "plain": Variant("plain", (), _memory(8 * MIB)),
             "donated": Variant("donated", ("u",), _memory(footprint, live_peak), aliases=aliases, copies=copies),
@@ -133,7 +148,10 @@ def test_a_vanished_copy_a_grown_copy_and_copies_below_min_bytes() -> None:
 
 def test_a_copy_whose_layout_differs_is_the_same_copy() -> None:
     gpu_layout = _copy("model.py:14", shape="f32[512,512]{0,1:T(8,128)}")
-    assert _compare(_report(_result(copies=(_copy("model.py:14"),))), _report(_result(copies=(gpu_layout,)))).significant == ()
+    assert (
+        _compare(_report(_result(copies=(_copy("model.py:14"),))), _report(_result(copies=(gpu_layout,)))).significant
+        == ()
+    )
 
 
 def test_verdict_aliases_and_figures() -> None:
@@ -141,13 +159,19 @@ def test_verdict_aliases_and_figures() -> None:
     after = _report(_result(footprint=6 * MIB, aliases=(), in_place=False))
     differences = _compare(before, after).rows[0].differences
     by_field = {d.field: d for d in differences}
-    assert by_field["verdict"].change.message == "r1.json: verdict in place → not in place (not in place: a loop copies u)"
+    assert (
+        by_field["verdict"].change.message == "r1.json: verdict in place → not in place (not in place: a loop copies u)"
+    )
     assert by_field["donated.aliases"].change.message == "r1.json: alias lost: u → out"
     assert by_field["donated.footprint_bytes"].change.message == (
         "r1.json: donated footprint: 4.0 MiB → 6.0 MiB (+2.0 MiB, +50.0%)"
     )
     assert {d.field for d in differences} == {
-        "verdict", "donated.aliases", "donated.footprint_bytes", "donated.live_peak_bytes", "donated.peak_bytes",
+        "verdict",
+        "donated.aliases",
+        "donated.footprint_bytes",
+        "donated.live_peak_bytes",
+        "donated.peak_bytes",
     }  # nothing in the plain variant changed
     assert all(d.significant for d in differences)
     gained = _compare(after, before).rows[0].differences
@@ -169,8 +193,12 @@ def test_a_copy_whose_line_moved_is_the_same_copy() -> None:
 def test_a_figure_one_report_lacks_is_a_significant_difference() -> None:
     lacking = dataclasses.replace(
         _result(),
-        variants={**_result().variants, "donated": dataclasses.replace(
-            _result().variants["donated"], memory=dataclasses.replace(_memory(4 * MIB), live_peak_bytes=None))},
+        variants={
+            **_result().variants,
+            "donated": dataclasses.replace(
+                _result().variants["donated"], memory=dataclasses.replace(_memory(4 * MIB), live_peak_bytes=None)
+            ),
+        },
     )
     (difference,) = _compare(_report(_result()), _report(lacking)).rows[0].differences
     assert difference.field == "donated.live_peak_bytes" and difference.significant
@@ -186,14 +214,21 @@ def test_missing_and_errored_targets() -> None:
     assert list(rows) == ["model:a", "model:x", "model:b", "model:new"]
     assert rows["model:x"].differences == ()  # failed in both: nothing new
     assert [c.status for c in rows["model:a"].cells] == ["ok", "missing"]
-    assert [d.change.message for d in rows["model:a"].differences] == ["r1.json: checked in the reference, missing here"]
-    assert [d.change.message for d in rows["model:new"].differences] == ["r1.json: missing in the reference, checked here"]
+    assert [d.change.message for d in rows["model:a"].differences] == [
+        "r1.json: checked in the reference, missing here"
+    ]
+    assert [d.change.message for d in rows["model:new"].differences] == [
+        "r1.json: missing in the reference, checked here"
+    ]
     fixed = _compare(other, reference)
     assert [d.change.message for d in {r.name: r for r in fixed.rows}["model:a"].differences] == [
         "r1.json: missing in the reference, checked here"
     ]
     failing = _compare(_report(_result("model:x")), _report(broken))
-    assert failing.rows[0].differences[0].change.message == "r1.json: checked in the reference, could not be checked here: XLA failed"
+    assert (
+        failing.rows[0].differences[0].change.message
+        == "r1.json: checked in the reference, could not be checked here: XLA failed"
+    )
 
 
 def test_three_reports_are_each_compared_with_the_first() -> None:
@@ -204,7 +239,10 @@ def test_three_reports_are_each_compared_with_the_first() -> None:
 
 def test_columns_say_where_each_report_comes_from() -> None:
     comparison = compare_reports(
-        [("main/report.json", _report(_result())), ("branch/report.json", _report(_result(), backend="gpu", kind="H100"))]
+        [
+            ("main/report.json", _report(_result())),
+            ("branch/report.json", _report(_result(), backend="gpu", kind="H100")),
+        ]
     )
     assert [c.label for c in comparison.columns] == ["main/report.json", "branch/report.json"]
     gpu = comparison.columns[1]
@@ -258,7 +296,9 @@ def test_a_shrinking_figure_is_judged_too(tolerance: str, significant: bool) -> 
     assert difference.significant is significant
 
 
-@pytest.mark.parametrize(("tolerance", "significant"), [("copies:10%", False), ("copies:5%", True), ("10%,copies:0", True)])
+@pytest.mark.parametrize(
+    ("tolerance", "significant"), [("copies:10%", False), ("copies:5%", True), ("10%,copies:0", True)]
+)
 def test_a_growing_copy_against_the_copies_tolerance(tolerance: str, significant: bool) -> None:
     before = _report(_result(copies=(_copy("model.py:14", 100 * 1024),)))
     after = _report(_result(copies=(_copy("model.py:14", 108 * 1024),)))
@@ -294,7 +334,7 @@ def test_compare_files_reads_saved_reports(tmp_path: Path) -> None:
     [
         (None, "does not exist"),
         ("", "is not JSON (Expecting value at line 1, column 1)"),
-        ("{\"schema\": ", "is not JSON"),
+        ('{"schema": ', "is not JSON"),
         (b"\xff\xfe", "is not JSON (not UTF-8 text)"),
         ("[1, 2]", "is not a fieldmem report: a fieldmem report is a JSON object"),
         ('{"schema": "fieldmem.baseline/1"}', "is not a fieldmem report: schema 'fieldmem.baseline/1'"),
@@ -366,7 +406,10 @@ def test_verbose_table_lists_aliases() -> None:
 def test_markdown_compare_escapes_and_marks() -> None:
     text = get_compare_renderer("markdown").render(_mixed(), RenderOptions())
     lines = text.splitlines()
-    assert lines[0] == "## ❌ fieldmem compare: 2 significant differences, 1 within the tolerance from r0.json (tolerance: 5%)"
+    assert (
+        lines[0]
+        == "## ❌ fieldmem compare: 2 significant differences, 1 within the tolerance from r0.json (tolerance: 5%)"
+    )
     assert "| | `r0.json` | `r1.json` |" in lines
     assert "### `` model:a\\|`b` ``" in lines
     assert "| live peak (donated) | 100.0 MiB | **104.0 MiB** ≈ |" in lines
@@ -387,9 +430,12 @@ def test_json_compare_document() -> None:
     assert row["name"] == "model:step"
     assert row["cells"][1]["figures"]["donated"]["live_peak_bytes"] == 104 * MIB
     assert row["cells"][1]["copies"]["donated"] == {"count": 1, "bytes": MIB}
-    assert row["cells"][0]["aliases"] == [{"input": "u", "input_index": 0, "output": "out", "output_index": 0, "bytes": 4 * MIB}]
+    assert row["cells"][0]["aliases"] == [
+        {"input": "u", "input_index": 0, "output": "out", "output_index": 0, "bytes": 4 * MIB}
+    ]
     assert {d["field"]: d["significant"] for d in row["differences"]} == {
-        "donated.copies": True, "donated.live_peak_bytes": False,
+        "donated.copies": True,
+        "donated.live_peak_bytes": False,
     }
 
 
@@ -434,7 +480,9 @@ def test_real_reports_differ_only_in_the_donated_variant(field_reports: tuple[Re
     assert "none.json: alias lost: field.v → out.v" in messages
     assert "none.json: check expect-in-place now fails" in messages
     (copy,) = [d for d in row.differences if d.change.kind == "copy"]
-    assert copy.change.message.startswith("none.json: new donated copy [parameter] of field.v (returned as out.v) at examples/field.py:")
+    assert copy.change.message.startswith(
+        "none.json: new donated copy [parameter] of field.v (returned as out.v) at examples/field.py:"
+    )
     assert all(d.significant for d in row.differences)
     same = compare_reports([("a.json", field_reports[0]), ("b.json", field_reports[0])])
     assert same.rows[0].differences == ()
@@ -458,7 +506,9 @@ def saved(tmp_path: Path) -> dict[str, str]:
     """Three saved reports: a reference, one with a new copy, one with a live peak 4% larger."""
     return {
         "ref": str(_write(tmp_path / "ref.json", _report(_result(live_peak=100 * MIB)))),
-        "copy": str(_write(tmp_path / "copy.json", _report(_result(live_peak=100 * MIB, copies=(_copy("model.py:14"),))))),
+        "copy": str(
+            _write(tmp_path / "copy.json", _report(_result(live_peak=100 * MIB, copies=(_copy("model.py:14"),))))
+        ),
         "peak": str(_write(tmp_path / "peak.json", _report(_result(live_peak=104 * MIB)))),
     }
 

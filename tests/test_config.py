@@ -101,8 +101,10 @@ def test_the_command_line_beats_a_table_which_beats_the_config(project: Path) ->
 
 
 def test_found_from_a_subfolder_and_paths_stay_relative_to_it(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    write(project, '[tool.fieldmem]\ntargets = ["src/step.py:step", "pkg.m:f"]\nbaseline = "b.json"\n'
-                   'args = "src/step.py:make"\n')
+    write(
+        project,
+        '[tool.fieldmem]\ntargets = ["src/step.py:step", "pkg.m:f"]\nbaseline = "b.json"\nargs = "src/step.py:make"\n',
+    )
     (project / "src").mkdir()
     monkeypatch.chdir(project / "src")
     config = load_config()
@@ -145,17 +147,24 @@ def test_no_config_is_an_empty_one(project: Path) -> None:
         ("[tool.fieldmem]\nmax-peak = 'lots'\n", "[tool.fieldmem] max-peak 'lots' is not understood: write e.g. 64MiB"),
         ("[tool.fieldmem]\nmin-bytes = 1.5\n", "min-bytes = 1.5 is a float"),
         ("[tool.fieldmem]\nexpect = 'always'\n", "expect = 'always' is not known: use one of in-place, any"),
-        ("[tool.fieldmem]\ntolerance = 'peek:5%'\n", "tolerance 'peek:5%': 'peek' is not a figure: did you mean 'peak'?"),
+        (
+            "[tool.fieldmem]\ntolerance = 'peek:5%'\n",
+            "tolerance 'peek:5%': 'peek' is not a figure: did you mean 'peak'?",
+        ),
         ("[tool.fieldmem]\ntolerance = 5\n", "tolerance = 5 is an integer"),
         ("[tool.fieldmem]\ndonate = 'a b'\n", "donate 'a b': 'a b' is neither an argument number nor an argument name"),
         ("[tool.fieldmem]\nshapes = 'q7[4]'\n", "unknown dtype 'q7'"),
         ("[tool.fieldmem]\nformat = 'xml'\n", "format = 'xml' is not known: use one of table"),
         ("[tool.fieldmem]\nargs = 'a:f'\nshapes = 'f32[2]'\n", "gives both args and shapes"),
         ("[[tool.fieldmem.target]]\nargs = 'a:f'\n", "[[tool.fieldmem.target]] #1 has no target"),
-        ("[[tool.fieldmem.target]]\ntarget = 'a:f'\nbaseline = 'x'\n",
-         "[[tool.fieldmem.target]] #1 has an unknown key 'baseline'"),
-        ("[[tool.fieldmem.target]]\ntarget = 'a:f'\n[[tool.fieldmem.target]]\ntarget = 'a:f'\n",
-         "#2: target 'a:f' has a table already"),
+        (
+            "[[tool.fieldmem.target]]\ntarget = 'a:f'\nbaseline = 'x'\n",
+            "[[tool.fieldmem.target]] #1 has an unknown key 'baseline'",
+        ),
+        (
+            "[[tool.fieldmem.target]]\ntarget = 'a:f'\n[[tool.fieldmem.target]]\ntarget = 'a:f'\n",
+            "#2: target 'a:f' has a table already",
+        ),
         ("[[tool.fieldmem.target]]\ntarget = 'a:f'\nmax-peak = -1\n", "max-peak -1 is negative"),
         ("[tool]\nfieldmem = 3\n", "tool.fieldmem must be a table"),
         ("[tool.fieldmem\n", "is not valid TOML: "),

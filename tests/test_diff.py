@@ -22,16 +22,30 @@ MIB = 1024 * KIB
 
 def _memory(footprint: int) -> MemoryFigures:
     return MemoryFigures(
-        argument_bytes=MIB, output_bytes=MIB, alias_bytes=MIB, temp_bytes=0, generated_code_bytes=0,
-        peak_bytes=footprint, footprint_bytes=footprint, live_peak_bytes=footprint,
+        argument_bytes=MIB,
+        output_bytes=MIB,
+        alias_bytes=MIB,
+        temp_bytes=0,
+        generated_code_bytes=0,
+        peak_bytes=footprint,
+        footprint_bytes=footprint,
+        live_peak_bytes=footprint,
     )
 
 
-def _copy(source: str, nbytes: int, *, kind: str = "loop", shape: str = "f32[256,256]{1,0}",
-          of: str | None = None) -> Copy:
+def _copy(
+    source: str, nbytes: int, *, kind: str = "loop", shape: str = "f32[256,256]{1,0}", of: str | None = None
+) -> Copy:
     return Copy(
-        bytes=nbytes, shape=shape, kind=kind, of_parameter=of, input_index=0 if of else None,
-        computation="main", instruction=f"copy.{source[-2:]}", source=source, source_role="copy",
+        bytes=nbytes,
+        shape=shape,
+        kind=kind,
+        of_parameter=of,
+        input_index=0 if of else None,
+        computation="main",
+        instruction=f"copy.{source[-2:]}",
+        source=source,
+        source_role="copy",
     )
 
 
@@ -45,7 +59,10 @@ NEW = _copy("model.py:40", 128 * KIB, shape="f32[128,256]{1,0}")
 
 def _result(copies: tuple[Copy, ...], aliases: tuple[Alias, ...], footprint: int) -> TargetResult:
     return TargetResult(
-        target="model.py", name="model:step", status="ok", definition="model.py:10",
+        target="model.py",
+        name="model:step",
+        status="ok",
+        definition="model.py:10",
         variants={
             "plain": Variant("plain", (), _memory(8 * MIB)),
             "donated": Variant("donated", ("state",), _memory(footprint), aliases=aliases, copies=copies),
@@ -64,9 +81,14 @@ AFTER = make_report((_result((MOVED_AFTER, GROWN_AFTER, NEW), (U, W), 3 * MIB),)
 def _gate(before: Report, after: Report) -> tuple[Change, ...]:
     """Every change the baseline gate finds: regressions, then improvements."""
     baseline = Baseline(
-        path="base.json", fieldmem_version="0.1.0", jax_version=before.jax_version,
-        jaxlib_version=before.jaxlib_version, backend=before.backend, platform_version=before.platform_version,
-        device_kinds=("cpu",), entries=tuple(entry_from_result(r, before) for r in before.results),
+        path="base.json",
+        fieldmem_version="0.1.0",
+        jax_version=before.jax_version,
+        jaxlib_version=before.jaxlib_version,
+        backend=before.backend,
+        platform_version=before.platform_version,
+        device_kinds=("cpu",),
+        entries=tuple(entry_from_result(r, before) for r in before.results),
     )
     gated = compare_to_baseline(after, baseline, Tolerances()).baseline
     assert gated is not None
@@ -150,20 +172,20 @@ def test_gate_and_compare_find_the_same_copy_changes() -> None:
 
 def test_gate_and_compare_find_the_same_alias_changes() -> None:
     gated = {(c.subject, c.after is None) for c in _gate(BEFORE, AFTER) if c.kind == "alias"}
-    compared = {
-        (c.subject.split(" → ")[0], c.after is None) for _, c in _compared(BEFORE, AFTER) if c.kind == "alias"
-    }
+    compared = {(c.subject.split(" → ")[0], c.after is None) for _, c in _compared(BEFORE, AFTER) if c.kind == "alias"}
     assert gated == compared == {("state.v", True), ("state.w", False)}
 
 
 def test_gate_and_compare_find_the_same_figure_changes() -> None:
     gated = {
         (FIGURES[c.subject.removeprefix("donated ")], c.before, c.after)
-        for c in _gate(BEFORE, AFTER) if c.kind == "figure"
+        for c in _gate(BEFORE, AFTER)
+        if c.kind == "figure"
     }
     compared = {
         (field.removeprefix("donated."), c.before, c.after)
-        for field, c in _compared(BEFORE, AFTER) if c.kind == "figure"
+        for field, c in _compared(BEFORE, AFTER)
+        if c.kind == "figure"
     }
     figures = {"footprint_bytes", "live_peak_bytes", "peak_bytes"}
     assert gated == compared == {(figure, 2 * MIB, 3 * MIB) for figure in figures}

@@ -45,8 +45,13 @@ MIB = 1024 * 1024
 
 def _memory(argument: int, output: int, alias: int) -> MemoryFigures:
     return MemoryFigures(
-        argument_bytes=argument, output_bytes=output, alias_bytes=alias, temp_bytes=0, generated_code_bytes=0,
-        peak_bytes=argument + output - alias, footprint_bytes=argument + output - alias,
+        argument_bytes=argument,
+        output_bytes=output,
+        alias_bytes=alias,
+        temp_bytes=0,
+        generated_code_bytes=0,
+        peak_bytes=argument + output - alias,
+        footprint_bytes=argument + output - alias,
         live_peak_bytes=argument + output - alias,
     )
 
@@ -54,30 +59,61 @@ def _memory(argument: int, output: int, alias: int) -> MemoryFigures:
 def _report(results: tuple[TargetResult, ...], baseline: BaselineComparison | None = None) -> Report:
     # two devices and a jaxlib apart from jax: the environment lines must show both
     return make_report(
-        results, jaxlib_version="0.10.1", devices=(DeviceInfo(0, "cpu", "cpu"), DeviceInfo(1, "cpu", "cpu")),
+        results,
+        jaxlib_version="0.10.1",
+        devices=(DeviceInfo(0, "cpu", "cpu"), DeviceInfo(1, "cpu", "cpu")),
         baseline=baseline,
     )
 
 
 COPY_V = Copy(
-    bytes=MIB, shape="f32[512,512]{1,0}", kind="parameter", of_parameter="field.v", input_index=1,
-    computation="main", instruction="copy", source="model.py:14", source_role="definition", output="out.v",
+    bytes=MIB,
+    shape="f32[512,512]{1,0}",
+    kind="parameter",
+    of_parameter="field.v",
+    input_index=1,
+    computation="main",
+    instruction="copy",
+    source="model.py:14",
+    source_role="definition",
+    output="out.v",
 )
 GOOD = TargetResult(
-    target="model.py", name="model:update", status="ok", definition="model.py:12", expect="in-place",
+    target="model.py",
+    name="model:update",
+    status="ok",
+    definition="model.py:12",
+    expect="in-place",
     variants={
         "plain": Variant("plain", (), _memory(2 * MIB, 2 * MIB, 0), copies=(COPY_V,)),
-        "donated": Variant("donated", ("field",), _memory(2 * MIB, 2 * MIB, 2 * MIB),
-                           aliases=(Alias("field.u", 0, "out.u", 0, MIB), Alias("field.v", 1, "out.v", 1, MIB))),
+        "donated": Variant(
+            "donated",
+            ("field",),
+            _memory(2 * MIB, 2 * MIB, 2 * MIB),
+            aliases=(Alias("field.u", 0, "out.u", 0, MIB), Alias("field.v", 1, "out.v", 1, MIB)),
+        ),
     },
-    verdict=Verdict(True, "in place with donation: 2 output(s) reuse donated input buffers (2.0 MiB)",
-                    (Finding("info", "plain-copy", "without donation, field.v is copied (1.0 MiB) at model.py:14",
-                             source="model.py:14"),)),
+    verdict=Verdict(
+        True,
+        "in place with donation: 2 output(s) reuse donated input buffers (2.0 MiB)",
+        (
+            Finding(
+                "info",
+                "plain-copy",
+                "without donation, field.v is copied (1.0 MiB) at model.py:14",
+                source="model.py:14",
+            ),
+        ),
+    ),
     savings={"footprint_bytes": 2 * MIB},
     checks=(Check("expect-in-place", True, "in place with donation"),),
 )
 FAILED = TargetResult(
-    target="model.py", name="model:cast", status="ok", definition="model.py:30", expect="in-place",
+    target="model.py",
+    name="model:cast",
+    status="ok",
+    definition="model.py:30",
+    expect="in-place",
     variants={
         "plain": Variant("plain", (), _memory(MIB, MIB // 2, 0)),
         "donated": Variant("donated", ("x",), _memory(MIB, MIB // 2, 0)),
@@ -86,8 +122,12 @@ FAILED = TargetResult(
         False,
         "not in place: out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31",
         (
-            Finding("error", "new-buffer", "out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31",
-                    source="model.py:31"),
+            Finding(
+                "error",
+                "new-buffer",
+                "out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31",
+                source="model.py:31",
+            ),
             Finding("warning", "unusable-donation", "x is donated but no output reuses it: 100% wasted"),
         ),
     ),
@@ -95,18 +135,24 @@ FAILED = TargetResult(
     checks=(Check("expect-in-place", False, "expected in place with donation, but it is not (see the findings)"),),
 )
 BROKEN = TargetResult(
-    target="model.py:stepp", name="model.py:stepp", status="error",
+    target="model.py:stepp",
+    name="model.py:stepp",
+    status="error",
     error=ErrorInfo("target", "module 'model' has no 'stepp'; did you mean 'step'?"),
 )
 CRASHED = TargetResult(
-    target="model.py:boom", name="model:boom", status="error", definition="model.py:40",
+    target="model.py:boom",
+    name="model:boom",
+    status="error",
+    definition="model.py:40",
     error=ErrorInfo("compile", "XLA compilation failed: RuntimeError: 50% of\nsomething"),
 )
 BASELINE = BaselineComparison(
     path="fieldmem-baseline.json",
     regressions=(
-        Change("model:update", "copy", "field.v", "new copy of field.v (1.0 MiB) at model.py:14", None, MIB,
-                   "model.py:14"),
+        Change(
+            "model:update", "copy", "field.v", "new copy of field.v (1.0 MiB) at model.py:14", None, MIB, "model.py:14"
+        ),
         Change("model:update", "figure", "live peak", "live peak 2.0 MiB → 3.0 MiB", 2 * MIB, 3 * MIB),
     ),
     improvements=(Change("model:cast", "figure", "temp", "temp 1.0 MiB → 0 B", MIB, 0),),
@@ -134,7 +180,9 @@ def test_github_escapes_messages_and_properties() -> None:
     assert annotation("notice", "n", source="not-a-location") == "::notice::n"
 
 
-def test_github_locations_are_relative_to_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_github_locations_are_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert location(f"{tmp_path / 'pkg' / 'model.py'}:7") == ("pkg/model.py", 7)
     outside = "/elsewhere/site-packages/lib.py" if os.name != "nt" else "Z:/elsewhere/lib.py"
@@ -183,7 +231,10 @@ def test_github_emits_only_the_summary_for_fine_results() -> None:
 
 def test_github_keeps_every_command_on_one_line() -> None:
     nasty = TargetResult(
-        target="a,b:c", name="a,b:c%", status="error", definition="dir,1/m:od.py:9",
+        target="a,b:c",
+        name="a,b:c%",
+        status="error",
+        definition="dir,1/m:od.py:9",
         error=ErrorInfo("arguments", "line one\r\nline two"),
     )
     lines = _lines(get_renderer("github").render(_report((nasty,)), RenderOptions()))
@@ -211,7 +262,10 @@ def test_markdown_summary_of_a_mixed_run() -> None:
     lines = _lines(text)
     assert lines[0] == "## ❌ fieldmem: 1 of 3 targets in place, 1 could not be checked, 1 check failed, 2 regressions"
     assert "| `model:update` | ✅ in place | 4.0 MiB → 2.0 MiB | 4.0 MiB → 2.0 MiB | 2.0 MiB | 1/0 |" in lines
-    assert "| `model:cast` | ❌ not in place; ❌ expect-in-place | 1.5 MiB → 1.5 MiB | 1.5 MiB → 1.5 MiB | 0 B | 0/0 |" in lines
+    assert (
+        "| `model:cast` | ❌ not in place; ❌ expect-in-place | 1.5 MiB → 1.5 MiB | 1.5 MiB → 1.5 MiB | 0 B | 0/0 |"
+        in lines
+    )
     assert "| `model.py:stepp` | ❌ error | | | | |" in lines
     # the fine target has no section; the failing ones do, with their findings and sources
     assert not any(line.startswith("### `model:update`") for line in lines)
@@ -231,8 +285,13 @@ def test_markdown_summary_of_a_mixed_run() -> None:
 
 def test_markdown_escapes_names_and_passes_a_clean_run() -> None:
     weird = TargetResult(
-        target="m.py", name="m:f|`g`", status="ok", definition="m.py:1",
-        variants=GOOD.variants, verdict=GOOD.verdict, savings=GOOD.savings,
+        target="m.py",
+        name="m:f|`g`",
+        status="ok",
+        definition="m.py:1",
+        variants=GOOD.variants,
+        verdict=GOOD.verdict,
+        savings=GOOD.savings,
     )
     lines = _lines(get_renderer("markdown").render(_report((weird,)), RenderOptions()))
     assert lines[0] == "## ✅ fieldmem: 1 of 1 target in place"
@@ -296,7 +355,7 @@ def test_github_on_a_real_report_points_at_real_lines(undonated_field: Report) -
     assert errors and lines[-1].startswith("::notice::")
     source = (ROOT / "examples" / "field.py").read_text().splitlines()
     for line in errors:
-        properties = dict(p.split("=", 1) for p in line[len("::error "):].split("::", 1)[0].split(","))
+        properties = dict(p.split("=", 1) for p in line[len("::error ") :].split("::", 1)[0].split(","))
         assert properties["file"] == "examples/field.py", line
         assert source[int(properties["line"]) - 1].strip(), line  # a real, non-blank line
     assert any("expect-in-place failed" in line for line in errors)

@@ -125,9 +125,7 @@ def _imports(path: Path) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.parametrize(
-    "path", sorted(XLA_PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(XLA_PACKAGE))
-)
+@pytest.mark.parametrize("path", sorted(XLA_PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(XLA_PACKAGE)))
 def test_xla_modules_are_pure_and_say_so(path: Path) -> None:
     # no jax, jaxlib or numpy; of fieldmem, only the xla package itself
     for level, name in _imports(path):
@@ -146,8 +144,18 @@ def test_hlo_package_imports_nothing_outside_itself() -> None:
 
 def test_public_names() -> None:
     for name in (
-        "parse_hlo_module", "find_copies", "shape_bytes", "output_values", "view_source", "loop_bodies",
-        "HloModule", "CopySite", "SourceLocation", "AliasEntry", "HloParseError", "LoopInfo",
+        "parse_hlo_module",
+        "find_copies",
+        "shape_bytes",
+        "output_values",
+        "view_source",
+        "loop_bodies",
+        "HloModule",
+        "CopySite",
+        "SourceLocation",
+        "AliasEntry",
+        "HloParseError",
+        "LoopInfo",
     ):
         assert name in hlo.__all__
         assert hasattr(hlo, name)
@@ -331,9 +339,16 @@ def test_loop_copy_reports_copies_inside_the_scan_body() -> None:
 def test_loop_copy_loop_bodies_cover_fusions_called_from_the_body() -> None:
     bodies = loop_bodies(module("loop_copy.plain"))
     assert set(bodies) == {
-        "region_0.5", "region_2.6", "fused_computation", "fused_computation.1", "fused_computation.2",
-        "fused_computation.3", "fused_computation.4", "and.reduce_sub_computation",
-        "wrapped_add_computation", "wrapped_compare_computation",
+        "region_0.5",
+        "region_2.6",
+        "fused_computation",
+        "fused_computation.1",
+        "fused_computation.2",
+        "fused_computation.3",
+        "fused_computation.4",
+        "and.reduce_sub_computation",
+        "wrapped_add_computation",
+        "wrapped_compare_computation",
     }
     assert {info.instruction for info in bodies.values()} == {"while.6"}
 
@@ -646,7 +661,7 @@ def test_tuple_elements() -> None:
         "HloModule jit_f, entry_computation_layout={(f32[64",  # cut in the header
         "HloModule m\n\n%c (x: f32[]) -> f32[] {\n  ROOT %x = f32[] parameter(0)\n}\n",  # no ENTRY
         "HloModule m\n\nENTRY %main (x: f32[]) -> f32[] {\n  ROOT %x = f32[] garbage\n}\n",
-        "HloModule m\n\nENTRY %main (x: f32[]) -> f32[] {\n  ROOT %x = f32[] parameter(0), metadata={op_name=\"x\"\n}\n",
+        'HloModule m\n\nENTRY %main (x: f32[]) -> f32[] {\n  ROOT %x = f32[] parameter(0), metadata={op_name="x"\n}\n',
     ],
 )
 def test_garbage_raises(bad: str) -> None:
@@ -677,7 +692,9 @@ def test_only_the_first_module_is_read() -> None:
 
 def test_instruction_printed_over_several_lines() -> None:
     one_line = text("hand_tuple_param")
-    split = one_line.replace(" tuple(%add_fusion, %multiply.7, %copy.6)", " tuple(%add_fusion,\n    %multiply.7, %copy.6)")
+    split = one_line.replace(
+        " tuple(%add_fusion, %multiply.7, %copy.6)", " tuple(%add_fusion,\n    %multiply.7, %copy.6)"
+    )
     assert split != one_line
     m = parse_hlo_module(split)
     assert m.entry.root.operands == ("add_fusion", "multiply.7", "copy.6")
@@ -744,7 +761,7 @@ EDGE_LINES = (
     '  %x = f32[] add(%a, %b), metadata={op_name="x" stack_frame_id=abc}',
     '  %x = f32[] add(%a, %b), metadata={op_name="x" stack_frame_id=2 stack_frame_id=3}',
     '  %x = f32[] add(%a, %b), metadata={op_name="x"}, metadata={op_name="y"}',
-    "  %w = (s32[], f32[2]{0}) while(%t), body=%b, condition=%c, backend_config={\"known_trip_count\":{\"n\":\"5\"}}",
+    '  %w = (s32[], f32[2]{0}) while(%t), body=%b, condition=%c, backend_config={"known_trip_count":{"n":"5"}}',
     '  %w = (s32[], f32[2]{0}) while(%t), condition=%c, body=%b, backend_config="{\\"known_trip_count\\":{}}"',
     "  %g = f32[] get-tuple-element(%t), index=1, index=2",
     "  %g = f32[] get-tuple-element(%t), index=x",
@@ -760,7 +777,7 @@ EDGE_LINES = (
     "  ROOT %t = (f32[], (s32[], pred[])) tuple(%a, %b)",
     "  ROOT %t = (f32[], (s32[], (pred[], u8[]))) tuple(%a, %b)",
     '  %a = ((f32[3]{0}), f32[3]{0}, s32[]) async-start(%x), async_execution_thread="host", calls=%host_fn',
-    "  %c = f32[] call(%x), to_apply=%f, frontend_attributes={_xla=\"1\"}",
+    '  %c = f32[] call(%x), to_apply=%f, frontend_attributes={_xla="1"}',
     "  %k = f32[] conditional(%p, %a, %b), branch_computations={%br0, %br1}",
     '  %x = f32[] custom-call(%y), custom_call_target="foo,bar", api_version=API_VERSION_STATUS_RETURNING',
     "  %x = f32[64,128]{1,0:T(8,128)S(1)} copy(%y)",
@@ -824,7 +841,7 @@ def test_fast_and_general_instruction_parsers_agree() -> None:
             if roll < 0.5:
                 line = line[:at] + rng.choice(pieces) + line[at:]
             elif roll < 0.85:
-                line = line[:at] + line[at + rng.randint(1, 5):]
+                line = line[:at] + line[at + rng.randint(1, 5) :]
             else:
                 line = line[:at]
         lines.append(line)
@@ -852,7 +869,9 @@ def test_compiled_goldens_take_the_fast_path(case: str) -> None:
 def test_whole_modules_read_the_same_by_the_general_path(monkeypatch: pytest.MonkeyPatch) -> None:
     fast = {name: parse_hlo_module(text(name) + "\n") for name in (p.stem for p in sorted(GOLDEN.glob("*.hlo")))}
     monkeypatch.setattr(
-        hlo_parse, "_parse_instruction", lambda line, tables, cache=None: hlo_parse._parse_instruction_general(line, tables)
+        hlo_parse,
+        "_parse_instruction",
+        lambda line, tables, cache=None: hlo_parse._parse_instruction_general(line, tables),
     )
     for name, parsed in fast.items():
         general = parse_hlo_module(text(name) + "\n\n")  # another text: not the cached module

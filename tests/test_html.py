@@ -80,20 +80,44 @@ def _timeline(points: int, base: int, bump: int, peak_at: int) -> Timeline:
 
 def _variant(name: str, peak: int, points: int, copies: int) -> Variant:
     live = tuple(
-        LiveBuffer(bytes=peak // 4, kind="temporary", instruction=f"fusion.{k}", shape="f32[512,512]{1,0}",
-                   source=f"model.py:{k + 10}")
+        LiveBuffer(
+            bytes=peak // 4,
+            kind="temporary",
+            instruction=f"fusion.{k}",
+            shape="f32[512,512]{1,0}",
+            source=f"model.py:{k + 10}",
+        )
         for k in range(4)
     )
     return Variant(
         name=name,
         donated_arguments=("state",) if name == "donated" else (),
-        memory=MemoryFigures(argument_bytes=peak // 2, output_bytes=peak // 2, alias_bytes=0, temp_bytes=0,
-                             generated_code_bytes=0, peak_bytes=peak, footprint_bytes=peak, live_peak_bytes=peak),
+        memory=MemoryFigures(
+            argument_bytes=peak // 2,
+            output_bytes=peak // 2,
+            alias_bytes=0,
+            temp_bytes=0,
+            generated_code_bytes=0,
+            peak_bytes=peak,
+            footprint_bytes=peak,
+            live_peak_bytes=peak,
+        ),
         aliases=(Alias("state.u", 0, "out.u", 0, MIB),) if name == "donated" else (),
         copies=tuple(
-            Copy(bytes=MIB, shape="f32[512,512]{1,0}", kind="loop", of_parameter=None, input_index=None,
-                 computation="body.1", instruction=f"copy.{k}", source="model.py:41", source_role="copy",
-                 cause="loop-carry", trip_count=40, bytes_per_call=40 * MIB)
+            Copy(
+                bytes=MIB,
+                shape="f32[512,512]{1,0}",
+                kind="loop",
+                of_parameter=None,
+                input_index=None,
+                computation="body.1",
+                instruction=f"copy.{k}",
+                source="model.py:41",
+                source_role="copy",
+                cause="loop-carry",
+                trip_count=40,
+                bytes_per_call=40 * MIB,
+            )
             for k in range(copies)
         ),
         live_at_peak=live,
@@ -121,7 +145,9 @@ def _synthetic(index: int, points: int = 802, in_place: bool = True) -> TargetRe
 
 
 ERRORED = TargetResult(
-    target="model.py:stepp", name="model.py:stepp", status="error",
+    target="model.py:stepp",
+    name="model.py:stepp",
+    status="error",
     error=ErrorInfo("target", "module 'model' has no 'stepp'; did you mean 'step'?"),
 )
 
@@ -152,7 +178,9 @@ def test_five_hundred_targets_render_fast_and_bounded() -> None:
     assert attention and attention.start() < page.index('id="summary"')
     assert re.findall(r'href="#t(\d+)-', attention.group(0)) == [str(i) for i in range(500) if i % 50 == 7]
     # each curve is drawn from the decimated timeline: at most one step per kept sample, never more
-    curves = re.findall(r'<path class="curve (plain|donated)" data-variant="\w+" data-samples="(\d+)" d="([^"]*)"', page)
+    curves = re.findall(
+        r'<path class="curve (plain|donated)" data-variant="\w+" data-samples="(\d+)" d="([^"]*)"', page
+    )
     assert len(curves) == 1000
     assert all(int(samples) == 802 and 400 < path.count("H") <= 802 for _, samples, path in curves)
 
@@ -211,8 +239,17 @@ def test_empty_report_is_a_page_too() -> None:
 def test_baseline_regressions_improvements_and_notes_are_shown() -> None:
     baseline = BaselineComparison(
         path="fieldmem-baseline.json",
-        regressions=(Change("model0:step", "figure", "footprint_bytes", "footprint_bytes grew 4.0 MiB -> 8.0 MiB",
-                                4 * MIB, 8 * MIB, "model.py:12"),),
+        regressions=(
+            Change(
+                "model0:step",
+                "figure",
+                "footprint_bytes",
+                "footprint_bytes grew 4.0 MiB -> 8.0 MiB",
+                4 * MIB,
+                8 * MIB,
+                "model.py:12",
+            ),
+        ),
         improvements=(Change("model0:step", "copy", "copy", "the copy at model.py:41 is gone"),),
         notes=("the baseline was recorded on gpu",),
         tolerance="2%",
@@ -291,7 +328,9 @@ def browser() -> str:
     return _require_browser()
 
 
-def test_without_a_browser_the_tests_skip_unless_ci_requires_one(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_without_a_browser_the_tests_skip_unless_ci_requires_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no browser anywhere
     monkeypatch.delenv("FIELDMEM_REQUIRE_BROWSER", raising=False)
     with pytest.raises(pytest.skip.Exception, match="no headless browser: none of chromium, chromium-browser"):
@@ -372,7 +411,9 @@ def test_chromium_renders_the_field_report(browser: str, field_report: Report, t
         expected_x = (timeline.peak_position + 0.5) / timeline.length
         assert (peak["cx"] - plot["x"]) / plot["w"] == pytest.approx(expected_x, abs=0.01)
         assert variant.memory.live_peak_bytes is not None
-        assert _bytes_at(peak["cy"], ticks) == pytest.approx(variant.memory.live_peak_bytes, abs=0.01 * ticks[-1]["bytes"])
+        assert _bytes_at(peak["cy"], ticks) == pytest.approx(
+            variant.memory.live_peak_bytes, abs=0.01 * ticks[-1]["bytes"]
+        )
         assert format_bytes(variant.memory.live_peak_bytes) in peak["label"]
         # the curve's highest point is the marked peak
         assert curve["box"]["y"] == pytest.approx(peak["cy"], abs=1.5)
@@ -394,7 +435,10 @@ def test_chromium_renders_the_field_report(browser: str, field_report: Report, t
         assert copy.source and copy.source in copies
     assert "copies donated" not in section["tables"]  # in place: no copy worth showing
     figures = section["tables"]["figures"]
-    assert format_bytes(plain.memory.footprint_bytes) in figures and format_bytes(donated.memory.footprint_bytes) in figures
+    assert (
+        format_bytes(plain.memory.footprint_bytes) in figures
+        and format_bytes(donated.memory.footprint_bytes) in figures
+    )
 
 
 @pytest.mark.compile
@@ -402,7 +446,9 @@ def test_chromium_collapses_what_needs_no_look_and_filters(browser: str, field_r
     [real] = field_report.results
     assert real.verdict is not None
     broken = dataclasses.replace(
-        real, name="field:broken", verdict=dataclasses.replace(real.verdict, in_place=False, summary="not in place: test")
+        real,
+        name="field:broken",
+        verdict=dataclasses.replace(real.verdict, in_place=False, summary="not in place: test"),
     )
     results = tuple(dataclasses.replace(real, name=f"field:copy{i}") for i in range(OPEN_ALL_UP_TO)) + (broken,)
     shown = _rendered(browser, _report(results), tmp_path)

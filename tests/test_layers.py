@@ -59,7 +59,10 @@ def test_every_module_outside_the_driver_imports_without_jax() -> None:
     assert "fieldmem.findings.analysis" in names and "fieldmem.engine.checker" in names  # the walk found them
     done = subprocess.run(
         [sys.executable, "-c", _BLOCKED_IMPORT, json.dumps(names)],
-        capture_output=True, text=True, cwd=PACKAGE.parent, timeout=120,
+        capture_output=True,
+        text=True,
+        cwd=PACKAGE.parent,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     outcome = json.loads(done.stdout.strip().splitlines()[-1])

@@ -164,7 +164,7 @@ def section(result: pytest.RunResult, test: str) -> str:
     text = result.stdout.str()
     match = re.search(rf"^_+ (?:ERROR at setup of )?{re.escape(test)} _+$", text, re.MULTILINE)
     assert match, f"no section for {test}:\n{text}"
-    rest = text[match.end():]
+    rest = text[match.end() :]
     end = re.search(r"^(?:_{3,} |={3,} )", rest, re.MULTILINE)
     return rest[: end.start()] if end else rest
 
@@ -402,8 +402,7 @@ def test_report_option_must_name_a_file(pytester: pytest.Pytester) -> None:
 def test_report_option_refuses_xdist_workers(pytester: pytest.Pytester) -> None:
     # pytest-xdist is not installed here: its --numprocesses (-n) option is declared with xdist's dest
     pytester.makeconftest(
-        "def pytest_addoption(parser):\n"
-        "    parser.addoption('--numprocesses', dest='numprocesses', default=None)\n"
+        "def pytest_addoption(parser):\n    parser.addoption('--numprocesses', dest='numprocesses', default=None)\n"
     )
     result = pytester.runpytest("--numprocesses=2", "--fieldmem-report=report.json")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -46,13 +46,28 @@ def _memory(argument: int, output: int, alias: int, temp: int) -> MemoryFigures:
 
 MIB = 1024 * 1024
 COPY_V = Copy(
-    bytes=MIB, shape="f32[512,512]{1,0}", kind="parameter", of_parameter="field.v", input_index=1,
-    computation="main.2", instruction="copy", source="model.py:14", source_role="definition",
-    output="out.v", cause="input-kept-intact",
+    bytes=MIB,
+    shape="f32[512,512]{1,0}",
+    kind="parameter",
+    of_parameter="field.v",
+    input_index=1,
+    computation="main.2",
+    instruction="copy",
+    source="model.py:14",
+    source_role="definition",
+    output="out.v",
+    cause="input-kept-intact",
 )
 TINY = Copy(
-    bytes=4, shape="s32[]", kind="other", of_parameter=None, input_index=None,
-    computation="main.2", instruction="copy.8", source=None, source_role=None,
+    bytes=4,
+    shape="s32[]",
+    kind="other",
+    of_parameter=None,
+    input_index=None,
+    computation="main.2",
+    instruction="copy.8",
+    source=None,
+    source_role=None,
 )
 GOOD = TargetResult(
     target="model.py",
@@ -78,17 +93,31 @@ GOOD = TargetResult(
     verdict=Verdict(
         in_place=True,
         summary="in place with donation: 2 output(s) reuse donated input buffers (2.0 MiB)",
-        findings=(Finding("info", "plain-copy", "without donation, field.v is copied (1.0 MiB) at model.py:14", source="model.py:14"),),
+        findings=(
+            Finding(
+                "info",
+                "plain-copy",
+                "without donation, field.v is copied (1.0 MiB) at model.py:14",
+                source="model.py:14",
+            ),
+        ),
     ),
     savings={"footprint_bytes": 2 * MIB, "peak_bytes": 2 * MIB},
     checks=(Check("expect-in-place", True, "in place with donation"),),
 )
 BAD = TargetResult(
-    target="model.py:stepp", name="model.py:stepp", status="error",
+    target="model.py:stepp",
+    name="model.py:stepp",
+    status="error",
     error=ErrorInfo("target", "module 'model' has no 'stepp'; did you mean 'step'?"),
 )
 FAILED = TargetResult(
-    target="model.py", name="model:cast", status="ok", definition="model.py:30", donate="auto", expect="in-place",
+    target="model.py",
+    name="model:cast",
+    status="ok",
+    definition="model.py:30",
+    donate="auto",
+    expect="in-place",
     variants={
         "plain": Variant("plain", (), _memory(MIB, MIB // 2, 0, 0)),
         "donated": Variant("donated", ("x",), _memory(MIB, MIB // 2, 0, 0)),
@@ -96,7 +125,13 @@ FAILED = TargetResult(
     verdict=Verdict(
         in_place=False,
         summary="not in place: out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31: no input has its size",
-        findings=(Finding("error", "new-buffer", "out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31: no input has its size"),),
+        findings=(
+            Finding(
+                "error",
+                "new-buffer",
+                "out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31: no input has its size",
+            ),
+        ),
     ),
     savings={"footprint_bytes": 0},
     checks=(Check("expect-in-place", False, "expected in place with donation, but it is not (see the findings)"),),
@@ -194,8 +229,9 @@ def _with_timelines(result: TargetResult) -> TargetResult:
     """GOOD with a plain curve peaking at 4 MiB (16 points) and a donated one at 2 MiB (8 points)."""
     plain = _line(tuple(MIB * v for v in (1, 1, 2, 2, 3, 3, 4, 4, 4, 4, 3, 3, 2, 2, 1, 1)))
     plain = dataclasses.replace(plain, peak_position=6, peak_instruction="copy", peak_source="model.py:14")
-    donated = dataclasses.replace(_line(tuple(MIB * v for v in (1, 1, 2, 2, 2, 2, 1, 1))), peak_position=2,
-                                  peak_instruction="add")
+    donated = dataclasses.replace(
+        _line(tuple(MIB * v for v in (1, 1, 2, 2, 2, 2, 1, 1))), peak_position=2, peak_instruction="add"
+    )
     variants = {
         "plain": dataclasses.replace(result.variants["plain"], timeline=plain),
         "donated": dataclasses.replace(result.variants["donated"], timeline=donated),
@@ -210,8 +246,10 @@ def test_verbose_table_shows_plain_and_donated_sparklines_on_one_scale() -> None
     plain = "▂" * 7 + "▄" * 7 + "▆" * 7 + "█" * 14 + "▆" * 7 + "▄" * 7 + "▂" * 7
     donated = "▂" * 14 + "▄" * 28 + "▂" * 14
     assert len(plain) == len(donated) == 56
-    assert "    plain   " + plain + " peak 4.0 MiB at copy (model.py:14)" in lines[lines.index(next(
-        line for line in lines if "memory over the schedule" in line)) + 1]
+    assert (
+        "    plain   " + plain + " peak 4.0 MiB at copy (model.py:14)"
+        in lines[lines.index(next(line for line in lines if "memory over the schedule" in line)) + 1]
+    )
     assert any(line.startswith("    donated " + donated + " peak 2.0 MiB at add") for line in lines)
 
 

@@ -208,5 +208,3 @@ def test_decimate_keeps_peak_envelope_and_ends():
     assert all(curve[p] == v for p, v in zip(positions, values))
     assert 31_337 in positions and max(values) == 5000
     assert 123 in positions and min(values) == -1
-
-

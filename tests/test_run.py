@@ -83,11 +83,19 @@ def test_a_planned_alias_the_run_does_not_confirm_fails_expect_in_place(monkeypa
     _pointers_elsewhere(monkeypatch)
     result = CliRunner().invoke(
         app,
-        ["check", f"{EXAMPLES / 'sparse_row.py'}:set_row", "--run", "--no-isolate", "--expect", "in-place",
-         "-f", "json"],
+        [
+            "check",
+            f"{EXAMPLES / 'sparse_row.py'}:set_row",
+            "--run",
+            "--no-isolate",
+            "--expect",
+            "in-place",
+            "-f",
+            "json",
+        ],
     )
     assert result.exit_code == 1, result.output
-    data = json.loads(result.stdout[result.stdout.index("{"):])
+    data = json.loads(result.stdout[result.stdout.index("{") :])
     (target,) = data["results"]
     assert target["verdict"]["in_place"] is False
     assert target["verdict"]["summary"].startswith(
@@ -108,7 +116,9 @@ def test_a_donation_dropped_under_jax_debug_nans_is_named_in_the_verdict() -> No
     assert not result.verdict.in_place
     first = result.verdict.findings[0]
     assert first.code == "donation-dropped"
-    assert result.verdict.summary.startswith("not in place: jax dropped the donation: u is to be donated, but jax_debug_nans is on")
+    assert result.verdict.summary.startswith(
+        "not in place: jax dropped the donation: u is to be donated, but jax_debug_nans is on"
+    )
     assert report.exit_code == 1
     # without it, the same update is in place
     assert fieldmem.check_function(update, jnp.zeros((256, 256)), expect="in-place").exit_code == 0
@@ -178,7 +188,9 @@ def _plain_jax_per_device(count: int) -> dict[str, int]:
         " 'alias_bytes': m.alias_size_in_bytes, 'temp_bytes': m.temp_size_in_bytes, 'devices': len(jax.devices())}))\n"
     )
     env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={count}", JAX_PLATFORMS="cpu")
-    done = subprocess.run([sys.executable, "-c", script, str(EXAMPLES)], capture_output=True, text=True, env=env, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(EXAMPLES)], capture_output=True, text=True, env=env, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -187,9 +199,24 @@ def test_devices_4_reports_per_device_figures_of_the_sharded_example(tmp_path: P
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
     done = subprocess.run(
-        [sys.executable, "-m", "fieldmem", "check", str(EXAMPLES / "sharded.py"), "--devices", "4", "--run",
-         "-f", "json", "-o", str(out)],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "fieldmem",
+            "check",
+            str(EXAMPLES / "sharded.py"),
+            "--devices",
+            "4",
+            "--run",
+            "-f",
+            "json",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr
     data = json.loads(out.read_text())
@@ -233,14 +260,25 @@ def test_run_options_are_checked_before_anything_compiles(argv: list[str], words
 
 def _reading(small: float, large: float, factor: int = 4) -> Any:
     return ProbeReading(
-        input_index=0, output_index=0, dimension=0, factor=factor, small_bytes=1 << 24, large_bytes=factor << 24,
-        small_seconds=(small,) * 5, large_seconds=(large,) * 5,
+        input_index=0,
+        output_index=0,
+        dimension=0,
+        factor=factor,
+        small_bytes=1 << 24,
+        large_bytes=factor << 24,
+        small_seconds=(small,) * 5,
+        large_seconds=(large,) * 5,
     )
 
 
 @pytest.mark.parametrize(
     ("small", "large", "code"),
-    [(1e-4, 1.05e-4, "slice-only"), (1e-4, 4e-4, "whole-buffer"), (1e-4, 1.9e-4, "inconclusive"), (1e-4, 0.9e-4, "slice-only")],
+    [
+        (1e-4, 1.05e-4, "slice-only"),
+        (1e-4, 4e-4, "whole-buffer"),
+        (1e-4, 1.9e-4, "inconclusive"),
+        (1e-4, 0.9e-4, "slice-only"),
+    ],
 )
 def test_probe_outcome_reads_the_growth_of_the_time_with_the_buffer(small: float, large: float, code: str) -> None:
     from fieldmem.findings.runcheck import probe_outcome
@@ -315,8 +353,10 @@ def test_a_run_out_of_device_memory_is_that_targets_error(monkeypatch: pytest.Mo
     from fieldmem.errors import RunError
 
     def exhausted(call: Any, compiled: Any) -> Any:
-        raise RunError("running the donated variant failed: XlaRuntimeError: RESOURCE_EXHAUSTED: out of memory",
-                       kind="out-of-memory")
+        raise RunError(
+            "running the donated variant failed: XlaRuntimeError: RESOURCE_EXHAUSTED: out of memory",
+            kind="out-of-memory",
+        )
 
     monkeypatch.setattr(driver, "run_variant", exhausted)
     report = check([str(EXAMPLES / "field.py")], options=IN_PROCESS)
@@ -360,7 +400,11 @@ def test_the_worst_device_is_the_one_with_the_largest_measured_peak() -> None:
     variant = Variant("donated", (), MemoryFigures(footprint_bytes=1000))
     result = TargetResult(target="t", name="t", status="ok", variants={"donated": variant})
     reading = RunReading(
-        variant="donated", input_pointers=(), output_pointers=(), deleted=(), seconds=0.001,
+        variant="donated",
+        input_pointers=(),
+        output_pointers=(),
+        deleted=(),
+        seconds=0.001,
         memory=tuple(
             DeviceStats(device=d, in_use_start=0, in_use_before=10, in_use_after=10, peak=peak)
             for d, peak in ((0, 900), (1, 1500), (2, 1200), (3, 1100))

@@ -277,7 +277,9 @@ def test_case_registers_under_the_calling_module() -> None:
     def update(u):  # type: ignore[no-untyped-def]
         return u
 
-    returned = fieldmem.case(update, args=_make, name="mine", donate="0", static="n", expect="in-place", max_peak="1KiB")
+    returned = fieldmem.case(
+        update, args=_make, name="mine", donate="0", static="n", expect="in-place", max_peak="1KiB"
+    )
     assert returned is update
     (case,) = [c for c in registered_cases(__name__) if c.function is update]
     assert case == Case(

@@ -59,9 +59,7 @@ def test_a_default_next_to_named_figures() -> None:
     assert tolerances.for_figure("live_peak_bytes") == Tolerance(relative=0.01)
 
 
-@pytest.mark.parametrize(
-    "text", ["2%", "1MiB", "5%+1MiB", "peak:5%,temp:1MiB", "1%,copies:0", "0.25%,xla-peak:1000"]
-)
+@pytest.mark.parametrize("text", ["2%", "1MiB", "5%+1MiB", "peak:5%,temp:1MiB", "1%,copies:0", "0.25%,xla-peak:1000"])
 def test_describe_parses_back(text: str) -> None:
     tolerances = Tolerances.parse(text)
     assert Tolerances.parse(tolerances.describe()) == tolerances

@@ -45,9 +45,7 @@ def backend_devices(name: str) -> list[Any]:
     except RuntimeError as exc:
         found = sorted({jax.default_backend(), "cpu"})
         why = first_line(exc).split(": ", 1)[-1]
-        raise OptionError(
-            f"--backend {name} is not available here ({why}); this jax has {', '.join(found)}"
-        ) from None
+        raise OptionError(f"--backend {name} is not available here ({why}); this jax has {', '.join(found)}") from None
     if not devices:  # pragma: no cover - jax raises rather than return no devices
         raise OptionError(f"--backend {name} has no devices here")
     return devices
@@ -222,8 +220,5 @@ def environment(backend: str | None = None) -> Environment:
         jaxlib_version=str(jaxlib_version),
         backend=devices[0].platform if backend is not None else jax.default_backend(),
         platform_version=platform_version,
-        devices=tuple(
-            {"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", None)}
-            for d in devices
-        ),
+        devices=tuple({"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", None)} for d in devices),
     )

@@ -71,6 +71,7 @@ def fresh_function(function: Callable[..., Any]) -> Callable[..., Any]:
     lowering does not repeat the "donated buffers were not usable" warning:
     checking the same function twice in one process would lose it.
     """
+
     @functools.wraps(function)
     def fresh(*args: Any, **kwargs: Any) -> Any:
         return function(*args, **kwargs)
@@ -244,8 +245,6 @@ def compile_donation(
         raise DonationError(
             f"cannot donate {', '.join([*map(str, bad), *bad_names])}: not an array argument of this call"
         )
-    variant_call = dataclasses.replace(
-        call, donated_positions=positions, donated_names=names, donation_source="spec"
-    )
+    variant_call = dataclasses.replace(call, donated_positions=positions, donated_names=names, donation_source="spec")
     lowering = lower(variant_call, donated=True, function=fresh_function(call.function))
     return _compiled(name, variant_call, lowering, compile_lowered(lowering[0], fast), donated=True).variant

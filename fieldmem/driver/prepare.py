@@ -250,9 +250,7 @@ def _jit_options_of(info: Any) -> dict[str, Any]:
             options[key] = value
     if getattr(info, "user_specified_in_shardings", False):
         try:
-            options["in_shardings"] = jax.tree_util.tree_unflatten(
-                info.in_shardings_treedef, info.in_shardings_leaves
-            )
+            options["in_shardings"] = jax.tree_util.tree_unflatten(info.in_shardings_treedef, info.in_shardings_leaves)
         except Exception:
             pass
     try:

@@ -147,9 +147,7 @@ def read_memory(compiled: Any, fast: bool = False) -> MemoryReading:
         value = getattr(analysis, attribute, None) if analysis is not None else None
         if value is None:
             figures[name] = None
-            unavailable[name] = (
-                reason if analysis is None else f"memory_analysis() has no {attribute} in this jaxlib"
-            )
+            unavailable[name] = reason if analysis is None else f"memory_analysis() has no {attribute} in this jaxlib"
         else:
             figures[name] = int(value)
     if fast:
@@ -159,7 +157,9 @@ def read_memory(compiled: Any, fast: bool = False) -> MemoryReading:
 
     assignment = getattr(analysis, "serialized_buffer_assignment_proto", None) if analysis is not None else None
     if not assignment:
-        missing = reason if analysis is None else "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
+        missing = (
+            reason if analysis is None else "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
+        )
         return MemoryReading(figures, unavailable, None, None, missing)
     try:
         module_proto = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()

@@ -134,7 +134,9 @@ def _probe(result: TargetResult, call: PreparedCall, donated: Compiled, options:
     probes = []
     for candidate in probe_candidates(result, donated.variant.hlo_text):
         if candidate.skip is not None:
-            probes.append(InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", candidate.skip))
+            probes.append(
+                InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", candidate.skip)
+            )
             continue
         try:
             with backend_scope(options.backend):
@@ -160,9 +162,9 @@ def _analyse(
             name=target.name,
             definition=target.definition,
             # "auto" means the jit's own donation for a jit object, else every array argument
-            donate="jit" if call.donation_source == "jit" else (
-                "all" if target.donate.mode == "auto" else target.donate.describe()
-            ),
+            donate="jit"
+            if call.donation_source == "jit"
+            else ("all" if target.donate.mode == "auto" else target.donate.describe()),
             expect=target.expect,
             max_peak=target.max_peak,
             max_live_peak=target.max_live_peak,
@@ -175,8 +177,13 @@ def _analyse(
 
             with backend_scope(options.backend):
                 suggestion = suggest(
-                    call, plain.variant, donated.variant, compile_donation=compile_donation, result=result,
-                    min_bytes=options.min_bytes, fast=options.compile_fast,
+                    call,
+                    plain.variant,
+                    donated.variant,
+                    compile_donation=compile_donation,
+                    result=result,
+                    min_bytes=options.min_bytes,
+                    fast=options.compile_fast,
                 )
             result = dataclasses.replace(result, suggestion=suggestion)
         return result
@@ -273,8 +280,11 @@ def check_targets(
     items = list(targets)
     with compilation_cache(options.cache_dir):
         isolated = [
-            n for n, item in enumerate(items)
-            if options.run and options.isolate and not isinstance(item, tuple)
+            n
+            for n, item in enumerate(items)
+            if options.run
+            and options.isolate
+            and not isinstance(item, tuple)
             and (item.first if isinstance(item, ChainTarget) else item).options is not None
         ]
         checked = _check_in_workers(items, isolated, options, progress) if isolated else {}

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 __all__ = ["suggest"]
 
+
 @dataclass(frozen=True)
 class _Argument:
     """One dynamic argument of the call and its array leaves, in report order."""
@@ -110,7 +111,15 @@ def suggest(
     already = {a.name for a in arguments if any(leaf.donated for leaf in _leaves_of(a, donated))}
 
     check = _verify(
-        call, chosen, already, outcomes, plain_variant, donated_variant, program, min_bytes, fast,
+        call,
+        chosen,
+        already,
+        outcomes,
+        plain_variant,
+        donated_variant,
+        program,
+        min_bytes,
+        fast,
         compile_donation=compile_donation,
     )
     chosen, verification, verified_by = check.chosen, check.variant, check.verified_by
@@ -205,9 +214,7 @@ def _verify(
     return _Verification([], plain, "plain", tried, notes)
 
 
-def _analysed(
-    plain: CompiledVariant, donated: CompiledVariant, result: TargetResult | None
-) -> tuple[Variant, Variant]:
+def _analysed(plain: CompiledVariant, donated: CompiledVariant, result: TargetResult | None) -> tuple[Variant, Variant]:
     if result is not None and {"plain", "donated"} <= set(result.variants):
         return result.variants["plain"], result.variants["donated"]
     return analyze_variant(plain)[0], analyze_variant(donated)[0]
@@ -376,7 +383,8 @@ def _predict(
                 size = program.input_bytes[leaf.index]
                 seen = observed.get(leaf.index)
                 outcomes[leaf.index] = (
-                    seen if seen is not None and seen.output == out
+                    seen
+                    if seen is not None and seen.output == out
                     else _Outcome("reused", f"{outputs[out]} can reuse its buffer", out, size)
                 )
     for leaf in leaves:
@@ -401,16 +409,21 @@ def _free_output(
         return None
     size = program.input_bytes[leaf.index]
     free = [
-        o for o in program.variant.outputs
+        o
+        for o in program.variant.outputs
         if o.index not in taken
         and program.output_bytes[o.index] == size
         and (sources is None or leaf.index in sources.get(o.index, frozenset()))
     ]
     if not free:
         return None
-    suffix = leaf.path[len(leaf.argument):]
+    suffix = leaf.path[len(leaf.argument) :]
     free.sort(
-        key=lambda o: (o.shape != leaf.shape or o.dtype != leaf.dtype, not (suffix and o.path.endswith(suffix)), o.index)
+        key=lambda o: (
+            o.shape != leaf.shape or o.dtype != leaf.dtype,
+            not (suffix and o.path.endswith(suffix)),
+            o.index,
+        )
     )
     return free[0].index
 
@@ -474,7 +487,11 @@ def _advice(
         if len(leaves) == 1 and reused:
             reason = f"{reused[0].output} reuses its buffer ({format_bytes(saved)})"
         else:
-            share = f"its {len(leaves)} leaves all" if len(reused) == len(leaves) else f"{len(reused)} of its {len(leaves)} leaves"
+            share = (
+                f"its {len(leaves)} leaves all"
+                if len(reused) == len(leaves)
+                else f"{len(reused)} of its {len(leaves)} leaves"
+            )
             reason = f"{share} lend their buffers to outputs ({format_bytes(saved)})"
         # leaves below the threshold would only clutter the reason; the leaves list keeps them
         others = [leaf for leaf in leaves if leaf.code != "reused" and leaf.bytes >= min_bytes]

@@ -109,9 +109,7 @@ class ProgramLeaves:
             elif variant.tuple_args and len(shapes) == 1:
                 elements = hlo.tuple_elements(shapes[0])
                 self.input_bytes[leaf.index] = (
-                    hlo.shape_bytes(elements[leaf.hlo_parameter])
-                    if leaf.hlo_parameter < len(elements)
-                    else leaf.bytes
+                    hlo.shape_bytes(elements[leaf.hlo_parameter]) if leaf.hlo_parameter < len(elements) else leaf.bytes
                 )
             elif leaf.hlo_parameter < len(shapes):
                 self.input_bytes[leaf.index] = hlo.shape_bytes(shapes[leaf.hlo_parameter])
@@ -172,9 +170,7 @@ def _aliases(program: ProgramLeaves) -> tuple[Alias, ...]:
 _OWNERS_SHOWN = 3  # outputs named when every output of a leaf's size is taken (an optimizer has dozens)
 
 
-def donation_obstacle(
-    leaf: InputLeaf, program: ProgramLeaves, taken: dict[int, str]
-) -> tuple[DonationCode, str]:
+def donation_obstacle(leaf: InputLeaf, program: ProgramLeaves, taken: dict[int, str]) -> tuple[DonationCode, str]:
     """Why no output reuses the donated ``leaf``: an UnusableDonation code and reason.
 
     ``taken`` maps the index of each output already reusing a donated input to
@@ -251,7 +247,9 @@ def _cause(module: hlo.HloModule, site: hlo.CopySite, kind: CopyKind) -> CopyCau
 def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
     copies = []
     for site in hlo.find_copies(program.module):
-        leaf = program.leaf_of(site.parameter_number, site.parameter_index) if site.parameter_number is not None else None
+        leaf = (
+            program.leaf_of(site.parameter_number, site.parameter_index) if site.parameter_number is not None else None
+        )
         kind: CopyKind
         if site.loop is not None:
             kind = "loop"
@@ -360,9 +358,7 @@ def _liveness(
         live = buffers.analyze_liveness(assignment, program.module)
     except buffers.BufferAssignmentError as exc:
         return None, f"the buffer assignment could not be analysed: {exc}", (), None
-    parameters = {
-        i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"
-    }
+    parameters = {i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"}
     top: list[LiveBuffer] = []
     for live_slice in live.live_at_peak[:_LIVE_AT_PEAK]:
         value = live_slice.value
@@ -475,7 +471,7 @@ def _new_buffer_finding(
     owners = {a.input_index: a for a in aliases}
     candidates = [leaf for leaf in variant.inputs if program.input_bytes[leaf.index] == size]
     # prefer the input that looks like this output's previous value: same path suffix, same shape
-    suffix = out.path[len("out"):]
+    suffix = out.path[len("out") :]
     candidates.sort(key=lambda leaf: (not leaf.path.endswith(suffix) if suffix else True, leaf.shape != out.shape))
     unusable_by_index = {u.input_index: u for u in unusable}
     source = program.output_source(out.index)
@@ -499,9 +495,7 @@ def _has_loop(module: hlo.HloModule) -> bool:
     return any(i.opcode == "while" for c in module.computations for i in c.instructions)
 
 
-def _verdict(
-    plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes: int
-) -> Verdict:
+def _verdict(plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes: int) -> Verdict:
     inputs = {leaf.index: leaf for leaf in program.variant.inputs}
     # where a loop may copy every iteration, say so of the copies that happen once
     once = " once per call" if _has_loop(program.module) else ""
@@ -590,7 +584,9 @@ def _budget(name: CheckName, figure: str, words: str, limit: int, memory: Memory
     value = getattr(memory, figure)
     if value is None:
         reason = memory.unavailable.get(figure, "not given by this backend")
-        return Check(name, False, f"the {words} is unavailable ({reason}), so the budget cannot be checked", limit=limit)
+        return Check(
+            name, False, f"the {words} is unavailable ({reason}), so the budget cannot be checked", limit=limit
+        )
     passed = value <= limit
     relation = "within" if passed else "exceeds"
     return Check(
@@ -663,8 +659,13 @@ def analyze_target(
         ),
         outputs=tuple(
             OutputInfo(
-                index=o.index, path=o.path, shape=o.shape, dtype=o.dtype, bytes=o.bytes,
-                sharding=o.sharding, layout=o.layout,
+                index=o.index,
+                path=o.path,
+                shape=o.shape,
+                dtype=o.dtype,
+                bytes=o.bytes,
+                sharding=o.sharding,
+                layout=o.layout,
             )
             for o in donated.outputs
         ),

@@ -221,8 +221,12 @@ def _step(
     if result.status != "ok":
         message = result.error.message if result.error else "could not be checked"
         return ChainStep(
-            index=index, function=outcome.function, result=name, status="error",
-            summary=message, definition=outcome.definition,
+            index=index,
+            function=outcome.function,
+            result=name,
+            status="error",
+            summary=message,
+            definition=outcome.definition,
         )
     kept = _kept_alive(result, min_bytes)
     handoffs = _changes_within(index, outcome.function, result)
@@ -236,8 +240,7 @@ def _step(
     elif status == "grows":
         grown = (output_bytes or 0) - (argument_bytes or 0)
         summary = (
-            f"reuses every input buffer and allocates only what the state grows by "
-            f"({format_bytes(grown)} per device)"
+            f"reuses every input buffer and allocates only what the state grows by ({format_bytes(grown)} per device)"
         )
     else:
         summary = result.verdict.summary if result.verdict else "not in place"
@@ -279,6 +282,7 @@ def _costs(steps: Sequence[ChainStep], fused: TargetResult | None) -> tuple[Chai
     costs: list[ChainCost] = []
     checked = [s for s in steps if s.footprint]
     if checked and len(checked) == len(steps):
+
         def worst(figures: str, variant: str) -> int | None:
             values = [getattr(s, figures).get(variant) for s in checked]
             return max(values) if all(v is not None for v in values) else None

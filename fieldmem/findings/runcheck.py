@@ -68,9 +68,7 @@ def run_check(result: TargetResult, variant: Variant, reading: RunReading) -> Ru
     """The run of ``variant`` (one of ``result``'s) read against its plan."""
     # the report's inputs say what the donated variant donates; the plain one donates nothing
     donated = [leaf for leaf in result.inputs if leaf.donated] if variant.name == "donated" else []
-    deleted = tuple(
-        leaf.path for leaf in donated if leaf.index < len(reading.deleted) and reading.deleted[leaf.index]
-    )
+    deleted = tuple(leaf.path for leaf in donated if leaf.index < len(reading.deleted) and reading.deleted[leaf.index])
     kept = tuple(
         leaf.path for leaf in donated if leaf.index < len(reading.deleted) and reading.deleted[leaf.index] is False
     )
@@ -93,7 +91,9 @@ def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ..
     checks = []
     for alias in variant.aliases:
         before = reading.input_pointers[alias.input_index] if alias.input_index < len(reading.input_pointers) else None
-        after = reading.output_pointers[alias.output_index] if alias.output_index < len(reading.output_pointers) else None
+        after = (
+            reading.output_pointers[alias.output_index] if alias.output_index < len(reading.output_pointers) else None
+        )
         deleted = reading.deleted[alias.input_index] if alias.input_index < len(reading.deleted) else None
         confirmed = before is not None and after is not None and before == after
         if confirmed:
@@ -108,9 +108,7 @@ def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ..
                 f"{alias.output} is in a new buffer at run time ({same} of {len(after)} shards reused"
                 f"{'' if deleted else f'; {alias.input} was not deleted'})"
             )
-        checks.append(
-            AliasCheck(alias.input, alias.input_index, alias.output, alias.output_index, confirmed, detail)
-        )
+        checks.append(AliasCheck(alias.input, alias.input_index, alias.output, alias.output_index, confirmed, detail))
     return tuple(checks)
 
 
@@ -130,8 +128,14 @@ def _unplanned_aliases(result: TargetResult, variant: Variant, reading: RunReadi
             continue
         leaf, out = inputs[source], outputs[index]
         unplanned.append(
-            AliasCheck(leaf.path, source, out.path, index, True,
-                       f"{out.path} came back in {leaf.path}'s buffer, which the compiled plan does not alias")
+            AliasCheck(
+                leaf.path,
+                source,
+                out.path,
+                index,
+                True,
+                f"{out.path} came back in {leaf.path}'s buffer, which the compiled plan does not alias",
+            )
         )
     return tuple(unplanned)
 
@@ -142,8 +146,13 @@ def _device_memory(variant: Variant, reading: RunReading) -> tuple[DeviceMemory,
     devices = []
     for stats in reading.memory:
         if stats.unavailable is not None or stats.peak is None:
-            devices.append(DeviceMemory(device=stats.device, predicted=predicted,
-                                        unavailable=stats.unavailable or "peak_bytes_in_use not given"))
+            devices.append(
+                DeviceMemory(
+                    device=stats.device,
+                    predicted=predicted,
+                    unavailable=stats.unavailable or "peak_bytes_in_use not given",
+                )
+            )
             continue
         measured = stats.peak - stats.in_use_start if stats.in_use_start is not None else None
         devices.append(
@@ -174,8 +183,11 @@ def _run_findings(name: str, run: RunCheck) -> list[Finding]:
                 )
             )
     for check in run.unplanned:
-        findings.append(Finding("info", "run-unplanned-alias", f"{name} run: {check.detail}",
-                                input=check.input, output=check.output))
+        findings.append(
+            Finding(
+                "info", "run-unplanned-alias", f"{name} run: {check.detail}", input=check.input, output=check.output
+            )
+        )
     for device in run.devices:
         if device.difference is not None and device.predicted and device.difference > PEAK_TOLERANCE * device.predicted:
             findings.append(
@@ -212,7 +224,9 @@ def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> Targe
         summary = verdict.summary
         confirmed = variants["donated"].run if "donated" in readings else None
         if confirmed is not None and confirmed.aliases and not errors:
-            summary += f"; {len(confirmed.aliases)} alias{'es' if len(confirmed.aliases) != 1 else ''} confirmed at run time"
+            summary += (
+                f"; {len(confirmed.aliases)} alias{'es' if len(confirmed.aliases) != 1 else ''} confirmed at run time"
+            )
     revised = Verdict(in_place=in_place, summary=summary, findings=verdict.findings + tuple(findings))
     checks = tuple(
         dataclasses.replace(
@@ -230,8 +244,13 @@ def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> Targe
 def probe_outcome(input: str, output: str, update: str, reading: ProbeReading | None) -> InPlaceProbe:
     """Decide from the two sizes' medians whether the update's time grows with its buffer."""
     if reading is None:
-        return InPlaceProbe(input, output, update, "not-probed",
-                            f"no dimension of {input} could be grown with the program still tracing")
+        return InPlaceProbe(
+            input,
+            output,
+            update,
+            "not-probed",
+            f"no dimension of {input} could be grown with the program still tracing",
+        )
     small = statistics.median(reading.small_seconds)
     large = statistics.median(reading.large_seconds)
     size_ratio = reading.large_bytes / reading.small_bytes
@@ -257,9 +276,7 @@ def probe_outcome(input: str, output: str, update: str, reading: ProbeReading | 
     )
 
 
-def _probe_verdict(
-    input: str, output: str, update: str, growth: float | None, timing: str
-) -> tuple[ProbeCode, str]:
+def _probe_verdict(input: str, output: str, update: str, growth: float | None, timing: str) -> tuple[ProbeCode, str]:
     if growth is None:
         return "inconclusive", f"{output}: no usable timing ({timing})"
     if growth >= WHOLE_BUFFER_GROWTH:
@@ -331,7 +348,15 @@ def probe_candidates(result: TargetResult, donated_hlo: str) -> list[ProbeCandid
         elif size > PROBE_MAX_BYTES:
             skip = f"{alias.input} is {format_bytes(size)}: too large to grow for the probe"
         found.append(
-            ProbeCandidate(alias.input_index, alias.output_index, alias.input, alias.output, update, size,
-                           0 if skip else factor, skip)
+            ProbeCandidate(
+                alias.input_index,
+                alias.output_index,
+                alias.input,
+                alias.output,
+                update,
+                size,
+                0 if skip else factor,
+                skip,
+            )
         )
     return found

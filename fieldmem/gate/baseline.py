@@ -283,15 +283,20 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
     """
     shown = os.fspath(path)
     data = read_json(
-        path, "baseline", BaselineError,
+        path,
+        "baseline",
+        BaselineError,
         missing=f"create it with fieldmem check ... --save-baseline {shown}",
         hint="give a baseline written by fieldmem check --save-baseline",
     )
     schema = data.get("schema") if isinstance(data, dict) else None
     if schema not in SUPPORTED_SCHEMAS:
         what = f"schema {schema!r}" if schema is not None else "no fieldmem schema"
-        hint = "; a fieldmem report is not a baseline: save one with --save-baseline" if schema and str(
-            schema).startswith("fieldmem.report/") else ""
+        hint = (
+            "; a fieldmem report is not a baseline: save one with --save-baseline"
+            if schema and str(schema).startswith("fieldmem.report/")
+            else ""
+        )
         raise BaselineError(
             f"baseline {shown!r} has {what}, not one this fieldmem reads ({', '.join(SUPPORTED_SCHEMAS)}){hint}"
         )
@@ -327,9 +332,7 @@ def _at(source: str | None) -> str:
     return f" at {source}" if source else ""
 
 
-def _compare_figures(
-    entry: BaselineEntry, result: TargetResult, tolerances: Tolerances, found: _Collector
-) -> None:
+def _compare_figures(entry: BaselineEntry, result: TargetResult, tolerances: Tolerances, found: _Collector) -> None:
     """Figures of the donated variant; the plain variant's where the donated one stayed within tolerance.
 
     The donated variant is what a caller who donates runs; a growth that only
@@ -361,18 +364,30 @@ def _compare_figures(
             source = _figure_source(after_variant, figure) or result.definition
             subject = f"{variant} {name}"
             if grew:
-                found.regressions.append(Change(
-                    target=result.name, kind="figure", subject=subject,
-                    message=f"{result.name}: {subject} {change_text(before, after)}, beyond the tolerance "
-                    f"{_tolerance_text(tolerance)}{_at(source)}",
-                    before=before, after=after, source=source,
-                ))
+                found.regressions.append(
+                    Change(
+                        target=result.name,
+                        kind="figure",
+                        subject=subject,
+                        message=f"{result.name}: {subject} {change_text(before, after)}, beyond the tolerance "
+                        f"{_tolerance_text(tolerance)}{_at(source)}",
+                        before=before,
+                        after=after,
+                        source=source,
+                    )
+                )
             else:
-                found.improvements.append(Change(
-                    target=result.name, kind="figure", subject=subject,
-                    message=f"{result.name}: {subject} {change_text(before, after)}",
-                    before=before, after=after, source=source,
-                ))
+                found.improvements.append(
+                    Change(
+                        target=result.name,
+                        kind="figure",
+                        subject=subject,
+                        message=f"{result.name}: {subject} {change_text(before, after)}",
+                        before=before,
+                        after=after,
+                        source=source,
+                    )
+                )
 
 
 def _figure_source(variant: Variant, figure: str) -> str | None:
@@ -398,8 +413,9 @@ def _copy_size(copy: CopyRecord) -> str:
     return format_bytes(copy.bytes)
 
 
-def _compare_copies(entry: BaselineEntry, result: TargetResult, min_bytes: int, tolerances: Tolerances,
-                    found: _Collector) -> None:
+def _compare_copies(
+    entry: BaselineEntry, result: TargetResult, min_bytes: int, tolerances: Tolerances, found: _Collector
+) -> None:
     """The donated variant's copies of at least ``min_bytes``: a new one always regresses."""
     before_variant = entry.variants.get("donated")
     after_variant = result.variants.get("donated")
@@ -410,43 +426,66 @@ def _compare_copies(entry: BaselineEntry, result: TargetResult, min_bytes: int, 
     matched = match_copies(before, after)
     for copy in sorted((p.after for p in matched if p.before is None and p.after), key=lambda c: -c.per_call):
         cause = f" ({copy.cause})" if copy.cause else ""
-        found.regressions.append(Change(
-            target=result.name, kind="copy", subject=_copy_subject(copy),
-            message=f"{result.name}: new {_copy_subject(copy)} ({_copy_size(copy)}){_at(copy.source)}{cause}",
-            before=None, after=copy.per_call, source=copy.source,
-        ))
+        found.regressions.append(
+            Change(
+                target=result.name,
+                kind="copy",
+                subject=_copy_subject(copy),
+                message=f"{result.name}: new {_copy_subject(copy)} ({_copy_size(copy)}){_at(copy.source)}{cause}",
+                before=None,
+                after=copy.per_call,
+                source=copy.source,
+            )
+        )
     tolerance = tolerances.for_figure(COPIES)
     for pair in matched:
         if pair.before is not None and pair.after is not None:
             _compare_copy_size(result.name, pair.before, pair.after, tolerance, found)
     for copy in (p.before for p in matched if p.after is None and p.before):
-        found.improvements.append(Change(
-            target=result.name, kind="copy", subject=_copy_subject(copy),
-            message=f"{result.name}: {_copy_subject(copy)} ({_copy_size(copy)}) is gone"
-            f" (was{_at(copy.source) or ' without a source line'})",
-            before=copy.per_call, after=None, source=copy.source,
-        ))
+        found.improvements.append(
+            Change(
+                target=result.name,
+                kind="copy",
+                subject=_copy_subject(copy),
+                message=f"{result.name}: {_copy_subject(copy)} ({_copy_size(copy)}) is gone"
+                f" (was{_at(copy.source) or ' without a source line'})",
+                before=copy.per_call,
+                after=None,
+                source=copy.source,
+            )
+        )
 
 
-def _compare_copy_size(target: str, old: CopyRecord, now: CopyRecord, tolerance: Tolerance,
-                       found: _Collector) -> None:
+def _compare_copy_size(target: str, old: CopyRecord, now: CopyRecord, tolerance: Tolerance, found: _Collector) -> None:
     """A copy in both runs: grown beyond the tolerance regresses, shrunk beyond it improves."""
     direction = moved(tolerance, old.per_call, now.per_call)
     subject = _copy_subject(now)
     if direction > 0:
-        found.regressions.append(Change(
-            target=target, kind="copy", subject=subject,
-            message=f"{target}: {subject} grew {change_text(old.per_call, now.per_call)} per call, "
-            f"beyond the tolerance {_tolerance_text(tolerance)}{_at(now.source)}",
-            before=old.per_call, after=now.per_call, source=now.source,
-        ))
+        found.regressions.append(
+            Change(
+                target=target,
+                kind="copy",
+                subject=subject,
+                message=f"{target}: {subject} grew {change_text(old.per_call, now.per_call)} per call, "
+                f"beyond the tolerance {_tolerance_text(tolerance)}{_at(now.source)}",
+                before=old.per_call,
+                after=now.per_call,
+                source=now.source,
+            )
+        )
     elif direction < 0:
-        found.improvements.append(Change(
-            target=target, kind="copy", subject=subject,
-            message=f"{target}: {subject} shrank {change_text(old.per_call, now.per_call)} per call"
-            f"{_at(now.source)}",
-            before=old.per_call, after=now.per_call, source=now.source,
-        ))
+        found.improvements.append(
+            Change(
+                target=target,
+                kind="copy",
+                subject=subject,
+                message=f"{target}: {subject} shrank {change_text(old.per_call, now.per_call)} per call"
+                f"{_at(now.source)}",
+                before=old.per_call,
+                after=now.per_call,
+                source=now.source,
+            )
+        )
 
 
 def _compare_donation(entry: BaselineEntry, result: TargetResult, found: _Collector) -> None:
@@ -458,36 +497,60 @@ def _compare_donation(entry: BaselineEntry, result: TargetResult, found: _Collec
     # an alias rerouted to another output still reuses the donated buffer: neither better nor worse
     aliases = match_aliases(before_variant.aliases, after_variant.aliases)
     for alias in aliases.lost:
-        found.regressions.append(Change(
-            target=result.name, kind="alias", subject=alias.input,
-            message=f"{result.name}: alias lost: {alias.input} → {alias.output} ({format_bytes(alias.bytes)}) "
-            f"no longer reuses the donated buffer{_at(result.definition)}",
-            before=alias.output, after=None, source=result.definition,
-        ))
+        found.regressions.append(
+            Change(
+                target=result.name,
+                kind="alias",
+                subject=alias.input,
+                message=f"{result.name}: alias lost: {alias.input} → {alias.output} ({format_bytes(alias.bytes)}) "
+                f"no longer reuses the donated buffer{_at(result.definition)}",
+                before=alias.output,
+                after=None,
+                source=result.definition,
+            )
+        )
     for new_alias in aliases.new:
-        found.improvements.append(Change(
-            target=result.name, kind="alias", subject=new_alias.input,
-            message=f"{result.name}: new alias {new_alias.input} → {new_alias.output} "
-            f"({format_bytes(new_alias.bytes)})",
-            before=None, after=new_alias.output, source=result.definition,
-        ))
+        found.improvements.append(
+            Change(
+                target=result.name,
+                kind="alias",
+                subject=new_alias.input,
+                message=f"{result.name}: new alias {new_alias.input} → {new_alias.output} "
+                f"({format_bytes(new_alias.bytes)})",
+                before=None,
+                after=new_alias.output,
+                source=result.definition,
+            )
+        )
     before_unusable = {d.input: d for d in before_variant.unusable_donations}
     after_unusable = {d.input: d for d in after_variant.unusable_donations}
     for name, donation in after_unusable.items():
         if name not in before_unusable:
-            found.regressions.append(Change(
-                target=result.name, kind="donation", subject=name,
-                message=f"{result.name}: donation of {name} ({format_bytes(donation.bytes)}) became unusable "
-                f"({donation.code}): {donation.reason}",
-                before=None, after=donation.code, source=result.definition,
-            ))
+            found.regressions.append(
+                Change(
+                    target=result.name,
+                    kind="donation",
+                    subject=name,
+                    message=f"{result.name}: donation of {name} ({format_bytes(donation.bytes)}) became unusable "
+                    f"({donation.code}): {donation.reason}",
+                    before=None,
+                    after=donation.code,
+                    source=result.definition,
+                )
+            )
     for name, record in before_unusable.items():
         if name not in after_unusable:
-            found.improvements.append(Change(
-                target=result.name, kind="donation", subject=name,
-                message=f"{result.name}: donation of {name} is no longer unusable (was {record.code})",
-                before=record.code, after=None, source=result.definition,
-            ))
+            found.improvements.append(
+                Change(
+                    target=result.name,
+                    kind="donation",
+                    subject=name,
+                    message=f"{result.name}: donation of {name} is no longer unusable (was {record.code})",
+                    before=record.code,
+                    after=None,
+                    source=result.definition,
+                )
+            )
 
 
 def _verdict_source(result: TargetResult) -> str | None:
@@ -503,17 +566,29 @@ def _compare_verdict(entry: BaselineEntry, result: TargetResult, found: _Collect
         return
     source = _verdict_source(result)
     if entry.in_place:
-        found.regressions.append(Change(
-            target=result.name, kind="verdict", subject="in place",
-            message=f"{result.name}: verdict in place → {result.verdict.summary}",
-            before="in place", after="not in place", source=source,
-        ))
+        found.regressions.append(
+            Change(
+                target=result.name,
+                kind="verdict",
+                subject="in place",
+                message=f"{result.name}: verdict in place → {result.verdict.summary}",
+                before="in place",
+                after="not in place",
+                source=source,
+            )
+        )
     else:
-        found.improvements.append(Change(
-            target=result.name, kind="verdict", subject="in place",
-            message=f"{result.name}: verdict not in place → in place",
-            before="not in place", after="in place", source=source,
-        ))
+        found.improvements.append(
+            Change(
+                target=result.name,
+                kind="verdict",
+                subject="in place",
+                message=f"{result.name}: verdict not in place → in place",
+                before="not in place",
+                after="in place",
+                source=source,
+            )
+        )
 
 
 def _version_notes(compared: list[BaselineEntry], report: Report, found: _Collector) -> None:
@@ -562,11 +637,17 @@ def compare_to_baseline(report: Report, baseline: Baseline, tolerances: Toleranc
             continue
         if result.status == "error":
             message = result.error.message if result.error is not None else "it could not be checked"
-            found.regressions.append(Change(
-                target=result.name, kind="status", subject="status",
-                message=f"{result.name}: now errors: {message}",
-                before=entry.status, after="error", source=result.definition,
-            ))
+            found.regressions.append(
+                Change(
+                    target=result.name,
+                    kind="status",
+                    subject="status",
+                    message=f"{result.name}: now errors: {message}",
+                    before=entry.status,
+                    after="error",
+                    source=result.definition,
+                )
+            )
             continue
         compared.append(entry)
         _compare_figures(entry, result, tolerances, found)
@@ -581,12 +662,18 @@ def compare_to_baseline(report: Report, baseline: Baseline, tolerances: Toleranc
         if entry.name in names:
             continue
         if entry.target in specs:
-            found.regressions.append(Change(
-                target=entry.name, kind="status", subject="disappeared",
-                message=f"{entry.name}: disappeared: {entry.target} no longer yields this target "
-                "(renamed or unregistered? refresh the baseline with --save-baseline --prune-baseline)",
-                before=entry.status, after=None, source=entry.definition,
-            ))
+            found.regressions.append(
+                Change(
+                    target=entry.name,
+                    kind="status",
+                    subject="disappeared",
+                    message=f"{entry.name}: disappeared: {entry.target} no longer yields this target "
+                    "(renamed or unregistered? refresh the baseline with --save-baseline --prune-baseline)",
+                    before=entry.status,
+                    after=None,
+                    source=entry.definition,
+                )
+            )
         else:
             unchecked.append(entry.name)
     if unchecked:

@@ -304,9 +304,7 @@ class _Against:
         return Difference(self.column, field_name, change, significant)
 
 
-def _figure_differences(
-    against: _Against, ref: Cell, other: Cell, tolerances: Tolerances | None
-) -> list[Difference]:
+def _figure_differences(against: _Against, ref: Cell, other: Cell, tolerances: Tolerances | None) -> list[Difference]:
     differences = []
     for variant in VARIANTS:
         for figure in FIGURES:
@@ -375,8 +373,16 @@ def _copy_difference(against: _Against, variant: str, pair: CopyPair, tolerance:
         return None
     subject = _describe_copy(variant, now)
     significant = moved(tolerance, old.per_call, now.per_call) != 0
-    return against.difference(field_name, "copy", subject, f"{subject}: {change_text(old.per_call, now.per_call)}",
-                              old.per_call, now.per_call, significant, now.source)
+    return against.difference(
+        field_name,
+        "copy",
+        subject,
+        f"{subject}: {change_text(old.per_call, now.per_call)}",
+        old.per_call,
+        now.per_call,
+        significant,
+        now.source,
+    )
 
 
 def _copy_differences(

@@ -125,9 +125,7 @@ def match_copies(before: Sequence[CopyRecord], after: Sequence[CopyRecord]) -> t
         left = still_left
         taken = set(partner.values())
         right = [index for index in right if index not in taken]
-    pairs = [
-        CopyPair(copy, after[partner[index]] if index in partner else None) for index, copy in enumerate(before)
-    ]
+    pairs = [CopyPair(copy, after[partner[index]] if index in partner else None) for index, copy in enumerate(before)]
     return tuple(pairs + [CopyPair(None, after[index]) for index in right])
 
 

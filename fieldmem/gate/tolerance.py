@@ -142,9 +142,7 @@ class Tolerances:
             if name not in _NAMES:
                 close = difflib.get_close_matches(name, _NAMES, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
-                raise OptionError(
-                    f"{option} {text!r}: {name!r} is not a figure: {hint}use one of {', '.join(_NAMES)}"
-                )
+                raise OptionError(f"{option} {text!r}: {name!r} is not a figure: {hint}use one of {', '.join(_NAMES)}")
             tolerance = _parse_allowance(value.strip(), text, option)
             for figure in GROUPS.get(name, (name,)):
                 if figure in figures:

@@ -82,7 +82,7 @@ def chain_renderables(chain: Chain, verbose: bool = False) -> list[RenderableTyp
                     Text(f"  • step {step.index + 1}: {handoff.message}", style="red" if handoff.breaks else "yellow")
                 )
         if step.status in ("breaks", "error") and not any(h.breaks for h in step.handoffs):
-                items.append(Text(f"  • step {step.index + 1} {step.function}: {step.summary}", style="red"))
+            items.append(Text(f"  • step {step.index + 1} {step.function}: {step.summary}", style="red"))
     return items
 
 

@@ -24,7 +24,14 @@ from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.pieces import FAIL, PASS, code, count, escape
 from fieldmem.units import format_bytes
 
-__all__ = ["COMPARE_RENDERERS", "CompareRenderer", "get_compare_renderer", "render_json", "render_markdown", "render_table"]
+__all__ = [
+    "COMPARE_RENDERERS",
+    "CompareRenderer",
+    "get_compare_renderer",
+    "render_json",
+    "render_markdown",
+    "render_table",
+]
 
 SIGNIFICANT, WITHIN = "≠", "≈"
 _FIELDS: tuple[tuple[str, str], ...] = (
@@ -140,7 +147,9 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
             mark = SIGNIFICANT if d.significant else WITHIN
             console.print(Text(f"  {mark} {d.change.message}", style=_STYLE[mark]))
     console.print(Text(_summary(comparison), style="bold red" if comparison.significant else "green"))
-    console.print(Text(f"{SIGNIFICANT} differs from the reference · {WITHIN} differs within the tolerance", style="dim"))
+    console.print(
+        Text(f"{SIGNIFICANT} differs from the reference · {WITHIN} differs within the tolerance", style="dim")
+    )
     return buffer.getvalue()
 
 
@@ -198,7 +207,10 @@ def render_markdown(comparison: Comparison, options: RenderOptions) -> str:
                 change = d.change
                 where = f" ({code(change.source)})" if change.source and change.source not in change.message else ""
                 lines.append(f"- {SIGNIFICANT if d.significant else WITHIN} {escape(change.message)}{where}")
-    lines += ["", f"{SIGNIFICANT} differs from the reference ({code(comparison.columns[0].label)}) · {WITHIN} differs within the tolerance"]
+    lines += [
+        "",
+        f"{SIGNIFICANT} differs from the reference ({code(comparison.columns[0].label)}) · {WITHIN} differs within the tolerance",
+    ]
     return "\n".join(lines) + "\n"
 
 

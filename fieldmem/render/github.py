@@ -74,20 +74,29 @@ def _target_annotations(result: TargetResult) -> list[str]:
         message = result.error.message if result.error is not None else "unknown error"
         kind = f"{result.error.kind}: " if result.error is not None else ""
         return [
-            annotation("error", f"{kind}{message}", title=f"fieldmem: {result.name} could not be checked",
-                       source=result.definition)
+            annotation(
+                "error",
+                f"{kind}{message}",
+                title=f"fieldmem: {result.name} could not be checked",
+                source=result.definition,
+            )
         ]
     lines = [
-        annotation("error", check.message, title=f"fieldmem: {result.name}: {check.name} failed",
-                   source=result.definition)
+        annotation(
+            "error", check.message, title=f"fieldmem: {result.name}: {check.name} failed", source=result.definition
+        )
         for check in result.failed_checks
     ]
     for finding in result.verdict.findings:
         if finding.severity not in ("error", "warning"):
             continue
         lines.append(
-            annotation(finding.severity, finding.message, title=f"fieldmem: {result.name}: {finding.code}",
-                       source=finding.source or result.definition)
+            annotation(
+                finding.severity,
+                finding.message,
+                title=f"fieldmem: {result.name}: {finding.code}",
+                source=finding.source or result.definition,
+            )
         )
     return lines
 
@@ -95,15 +104,23 @@ def _target_annotations(result: TargetResult) -> list[str]:
 def _chain_annotations(chain: Chain) -> list[str]:
     """The chain's first break at its line: an error when the chain's expectation fails, else a warning."""
     lines = [
-        annotation("error", check.message, title=f"fieldmem: chain {chain.name}: {check.name} failed",
-                   source=chain.first_break.source if chain.first_break else None)
+        annotation(
+            "error",
+            check.message,
+            title=f"fieldmem: chain {chain.name}: {check.name} failed",
+            source=chain.first_break.source if chain.first_break else None,
+        )
         for check in chain.failed_checks
     ]
     if chain.first_break is not None and not chain.failed_checks:
         brk = chain.first_break
         lines.append(
-            annotation("warning", chain.summary, title=f"fieldmem: chain {chain.name} breaks in place at step {brk.step + 1}",
-                       source=brk.source)
+            annotation(
+                "warning",
+                chain.summary,
+                title=f"fieldmem: chain {chain.name} breaks in place at step {brk.step + 1}",
+                source=brk.source,
+            )
         )
     return lines
 
@@ -150,8 +167,7 @@ def _summary(report: Report) -> str:
     if report.baseline is not None:
         regressions, improvements = len(report.baseline.regressions), len(report.baseline.improvements)
         parts.append(
-            f"against {report.baseline.path}: {count(regressions, 'regression')}, "
-            f"{count(improvements, 'improvement')}"
+            f"against {report.baseline.path}: {count(regressions, 'regression')}, {count(improvements, 'improvement')}"
         )
     return f"fieldmem ({environment}): {count(len(results), 'target')}: " + "; ".join(parts)
 

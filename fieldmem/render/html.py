@@ -131,16 +131,16 @@ def _peak_words(variant: Variant) -> str:
     if timeline.peak_source:
         where += f" ({timeline.peak_source})"
     point = _peak_index(timeline)
-    return f"peak {format_bytes(_peak_value(timeline))} {where}, schedule point {point + 1} of {timeline.length}".replace(
-        "  ", " "
+    return (
+        f"peak {format_bytes(_peak_value(timeline))} {where}, schedule point {point + 1} of {timeline.length}".replace(
+            "  ", " "
+        )
     )
 
 
 def _chart(result: TargetResult, anchor: str) -> str:
     variants = {name: result.variants[name] for name in _VARIANTS if name in result.variants}
-    timelines = {
-        name: v.timeline for name, v in variants.items() if v.timeline is not None and v.timeline.live_bytes
-    }
+    timelines = {name: v.timeline for name, v in variants.items() if v.timeline is not None and v.timeline.live_bytes}
     if not timelines:
         return '<p class="muted">No memory timeline in this report (it was saved by a fieldmem without one).</p>\n'
     peaks = {name: _peak_value(t) or 0 for name, t in timelines.items()}
@@ -167,17 +167,13 @@ def _chart(result: TargetResult, anchor: str) -> str:
         f'<text class="axis-label" x="{(_PLOT_X0 + _PLOT_X1) / 2:.0f}" y="{_VIEW_H - 6}" text-anchor="middle">'
         "schedule progress (each variant's own schedule, 0–100 %)</text>"
     )
-    parts.append(
-        f'<text class="axis-label" x="{_PLOT_X0 - 8}" y="{_PLOT_Y0 - 14}" text-anchor="end">live bytes</text>'
-    )
+    parts.append(f'<text class="axis-label" x="{_PLOT_X0 - 8}" y="{_PLOT_Y0 - 14}" text-anchor="end">live bytes</text>')
     for name, timeline in timelines.items():
         parts.append(
             f'<path class="curve {name}" data-variant="{name}" data-samples="{len(timeline.positions)}" '
             f'd="{_step_path(timeline, axis)}"><title>{name}: {_e(_peak_words(variants[name]))}</title></path>'
         )
-    marks = {
-        name: (_x(_peak_index(t) + 0.5, t.length), axis.y(peaks[name])) for name, t in timelines.items()
-    }
+    marks = {name: (_x(_peak_index(t) + 0.5, t.length), axis.y(peaks[name])) for name, t in timelines.items()}
     for name, (x, y) in marks.items():
         other = [m for n, m in marks.items() if n != name]
         below = name == "donated" and any(abs(oy - y) < 18 and abs(ox - x) < 160 for ox, oy in other)
@@ -205,7 +201,7 @@ def _chart_legend(variants: dict[str, Variant], timelines: dict[str, Timeline]) 
         if timeline.peak_instruction:
             where += f" at <code>{_e(timeline.peak_instruction)}</code>"
         if timeline.peak_source:
-            where += f" <span class=\"src\">{_e(timeline.peak_source)}</span>"
+            where += f' <span class="src">{_e(timeline.peak_source)}</span>'
         kept = len(timeline.positions)
         decimated = f", decimated to {kept} points" if kept < timeline.length else ""
         items.append(
@@ -235,14 +231,14 @@ def _chart_legend(variants: dict[str, Variant], timelines: dict[str, Timeline]) 
 
 def _table(caption: str, header: Sequence[str], rows: Iterable[Sequence[str]], css: str, numeric: set[int]) -> str:
     """A table whose cells are already escaped HTML; ``numeric`` columns align right."""
-    head = "".join(f'<th{" class=num" if i in numeric else ""}>{h}</th>' for i, h in enumerate(header))
+    head = "".join(f"<th{' class=num' if i in numeric else ''}>{h}</th>" for i, h in enumerate(header))
     body = []
     for row in rows:
-        cells = "".join(f'<td{" class=num" if i in numeric else ""}>{c}</td>' for i, c in enumerate(row))
+        cells = "".join(f"<td{' class=num' if i in numeric else ''}>{c}</td>" for i, c in enumerate(row))
         body.append(f"<tr>{cells}</tr>")
     return (
         f'<table class="{css}"><caption>{caption}</caption><thead><tr>{head}</tr></thead>'
-        f'<tbody>{"".join(body)}</tbody></table>\n'
+        f"<tbody>{''.join(body)}</tbody></table>\n"
     )
 
 
@@ -380,8 +376,8 @@ def _status(result: TargetResult) -> tuple[str, str]:
 
 
 def _needs_a_look(result: TargetResult) -> bool:
-    return result.status == "error" or result.verdict is None or not result.verdict.in_place or bool(
-        result.failed_checks
+    return (
+        result.status == "error" or result.verdict is None or not result.verdict.in_place or bool(result.failed_checks)
     )
 
 
@@ -405,7 +401,9 @@ def _summary(report: Report, anchors: list[str], min_bytes: int) -> str:
             )
             continue
         plain, donated = result.variants["plain"], result.variants["donated"]
-        copies = f"{sum(c.bytes >= min_bytes for c in plain.copies)} / {sum(c.bytes >= min_bytes for c in donated.copies)}"
+        copies = (
+            f"{sum(c.bytes >= min_bytes for c in plain.copies)} / {sum(c.bytes >= min_bytes for c in donated.copies)}"
+        )
         rows.append(
             f'<tr data-filter="{filter_text}" data-anchor="{anchor}"><td>{name}</td><td>{verdict}</td>'
             f'<td class="num">{_e(pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes))}</td>'
@@ -417,7 +415,7 @@ def _summary(report: Report, anchors: list[str], min_bytes: int) -> str:
         '<table class="summary" id="summary"><thead><tr><th>target</th><th>verdict</th>'
         '<th class="num">footprint plain → donated</th><th class="num">live peak plain → donated</th>'
         f'<th class="num">saved</th><th class="num">copies plain / donated (≥ {_e(format_bytes(min_bytes))})</th>'
-        f'</tr></thead><tbody>{"".join(rows)}</tbody></table>\n'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>\n"
     )
 
 
@@ -457,11 +455,11 @@ def _section(result: TargetResult, anchor: str, opened: bool, min_bytes: int) ->
     body = [
         f'<p class="verdict-words {css}">{_e(result.verdict.summary)}</p>\n',
         f'<p class="muted">target <code>{_e(result.target)}</code> · donated: '
-        f'{_e(", ".join(donated.donated_arguments) or "(none)")}'
+        f"{_e(', '.join(donated.donated_arguments) or '(none)')}"
         + (f" · expect {_e(result.expect)}" if result.expect else "")
         + "</p>\n",
         _findings(result),
-        '<h3>Memory over the schedule</h3>\n',
+        "<h3>Memory over the schedule</h3>\n",
         _chart(result, anchor),
         _live_table(plain),
         _live_table(donated),
@@ -514,9 +512,15 @@ def _run_tables(result: TargetResult) -> str:
                     "device memory (Device.memory_stats()) around the donated call",
                     ("device", "in use before", "in use after", "peak", "measured peak", "planned", "difference"),
                     [
-                        (str(d.device), _e(format_bytes(d.in_use_before)), _e(format_bytes(d.in_use_after)),
-                         _e(format_bytes(d.peak)), _e(format_bytes(d.measured_peak)), _e(format_bytes(d.predicted)),
-                         _e(format_bytes(d.difference)))
+                        (
+                            str(d.device),
+                            _e(format_bytes(d.in_use_before)),
+                            _e(format_bytes(d.in_use_after)),
+                            _e(format_bytes(d.peak)),
+                            _e(format_bytes(d.measured_peak)),
+                            _e(format_bytes(d.predicted)),
+                            _e(format_bytes(d.difference)),
+                        )
                         for d in measured
                     ],
                     "devices",
@@ -541,7 +545,9 @@ def _run_tables(result: TargetResult) -> str:
 def _baseline(comparison: BaselineComparison) -> str:
     def items(entries: tuple[Change, ...], css: str) -> str:
         return "".join(
-            f'<li class="{css}">{_e(r.message)}' + (f' <span class="src">{_e(r.source)}</span>' if r.source else "") + "</li>"
+            f'<li class="{css}">{_e(r.message)}'
+            + (f' <span class="src">{_e(r.source)}</span>' if r.source else "")
+            + "</li>"
             for r in entries
         )
 
@@ -566,7 +572,9 @@ def _chains(report: Report, anchors: dict[str, str]) -> str:
     parts = ['<section class="chains"><h2>Chains</h2>\n']
     for chain in report.chains:
         css = "ok" if chain.in_place else "bad"
-        parts.append(f'<h3 class="{css}">chain <code>{_e(chain.name)}</code></h3>\n<p class="{css}">{_e(chain.summary)}</p>\n')
+        parts.append(
+            f'<h3 class="{css}">chain <code>{_e(chain.name)}</code></h3>\n<p class="{css}">{_e(chain.summary)}</p>\n'
+        )
         rows = []
         for step in chain.steps:
             words = STATUS_WORDS.get(step.status, (step.status, ""))[0]
@@ -619,16 +627,26 @@ def _chains(report: Report, anchors: dict[str, str]) -> str:
 
 
 def _header(report: Report) -> str:
-    devices = ", ".join(
-        f"{d.id}: {d.platform}" + (f" ({d.kind})" if d.kind and d.kind != d.platform else "") for d in report.devices
-    ) or "none"
+    devices = (
+        ", ".join(
+            f"{d.id}: {d.platform}" + (f" ({d.kind})" if d.kind and d.kind != d.platform else "")
+            for d in report.devices
+        )
+        or "none"
+    )
     facts = [
         ("fieldmem", report.fieldmem_version),
         ("jax", report.jax_version),
         ("jaxlib", report.jaxlib_version),
-        ("backend", report.backend + (
-            f" ({report.platform_version})" if report.platform_version and report.platform_version != report.backend else ""
-        )),
+        (
+            "backend",
+            report.backend
+            + (
+                f" ({report.platform_version})"
+                if report.platform_version and report.platform_version != report.backend
+                else ""
+            ),
+        ),
         (plural(len(report.devices), "device"), f"{devices} — figures are per device"),
         ("created", report.created or "unknown"),
         ("min bytes", format_bytes(report.min_bytes)),
@@ -669,7 +687,7 @@ def render(report: Report, options: RenderOptions) -> str:
     anchors = _anchors(results)
     many = len(results) > OPEN_ALL_UP_TO
     parts = [
-        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
         f"<title>fieldmem report · {count(len(results), 'target')} · {_e(report.backend)}</title>\n",
         f"<style>{_CSS}</style>\n</head>\n<body>\n",

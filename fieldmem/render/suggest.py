@@ -19,9 +19,7 @@ from fieldmem.units import format_bytes
 __all__ = ["suggestion_renderables"]
 
 
-def suggestion_renderables(
-    suggestion: Suggestion, verbose: bool = False, min_bytes: int = 0
-) -> list[RenderableType]:
+def suggestion_renderables(suggestion: Suggestion, verbose: bool = False, min_bytes: int = 0) -> list[RenderableType]:
     """Lines (and, verbose, tables) showing ``suggestion``, indented like the verdict's findings.
 
     Without ``verbose``, arguments left undonated that are smaller than
@@ -41,14 +39,19 @@ def suggestion_renderables(
         saved = f" saves {format_bytes(argument.saved_bytes)}" if argument.donate else ""
         items.append(Text(f"    {mark} {argument.argument}{saved}: {argument.reason}", style=style))
     if hidden:
-        items.append(Text(f"    … {hidden} argument(s) under {format_bytes(min_bytes)} not donated (use -v)", style="dim"))
+        items.append(
+            Text(f"    … {hidden} argument(s) under {format_bytes(min_bytes)} not donated (use -v)", style="dim")
+        )
     for note in suggestion.notes:
         items.append(Text(f"    note: {note}", style="dim"))
     if not verbose:
         return items
     tried = ", ".join(suggestion.tried) or "none"
     items.append(
-        Text(f"    verified by: {suggestion.verified_by}; compiles added: {suggestion.compiles} (tried: {tried})", style="dim")
+        Text(
+            f"    verified by: {suggestion.verified_by}; compiles added: {suggestion.compiles} (tried: {tried})",
+            style="dim",
+        )
     )
     leaves = Table(box=box.SIMPLE, title="suggestion per leaf (saved = buffer reused minus the copies donation adds)")
     for column in ("argument", "leaf", "#", "bytes", "outcome", "output", "saved", "reason"):
@@ -71,7 +74,13 @@ def suggestion_renderables(
         figures.add_column("figure")
         figures.add_column("suggested", justify="right")
         figures.add_column("saved vs plain", justify="right")
-        for name in ("footprint_bytes", "live_peak_bytes", *[m for m in MEMORY_FIGURES if m not in ("footprint_bytes", "live_peak_bytes")]):
-            figures.add_row(name, format_bytes(getattr(suggestion.memory, name)), format_bytes(suggestion.savings.get(name)))
+        for name in (
+            "footprint_bytes",
+            "live_peak_bytes",
+            *[m for m in MEMORY_FIGURES if m not in ("footprint_bytes", "live_peak_bytes")],
+        ):
+            figures.add_row(
+                name, format_bytes(getattr(suggestion.memory, name)), format_bytes(suggestion.savings.get(name))
+            )
         items.append(figures)
     return items

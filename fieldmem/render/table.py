@@ -199,8 +199,11 @@ def run_lines(result: TargetResult, verbose: bool = False) -> list[Text]:
             where = f"device {worst.device}" + (f" (worst of {devices})" if devices > 1 else "")
             memory = (
                 f"{where}: measured peak {format_bytes(worst.measured_peak)}, planned {format_bytes(worst.predicted)}"
-                + (f" ({'+' if (worst.difference or 0) >= 0 else '−'}{format_bytes(abs(worst.difference))})"
-                   if worst.difference is not None else "")
+                + (
+                    f" ({'+' if (worst.difference or 0) >= 0 else '−'}{format_bytes(abs(worst.difference))})"
+                    if worst.difference is not None
+                    else ""
+                )
             )
         elif run.devices:
             memory = f"device memory not measured: {run.devices[0].unavailable}"
@@ -247,9 +250,11 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
     for check in result.checks:
         mark, style = ("✓", "green") if check.passed else ("✗", "red")
         console.print(Text(f"  {mark} {check.name}: {check.message}", style=style))
-    findings = result.verdict.findings if options.verbose else [
-        f for f in result.verdict.findings if f.severity != "info" or f.code == "plain-copy"
-    ]
+    findings = (
+        result.verdict.findings
+        if options.verbose
+        else [f for f in result.verdict.findings if f.severity != "info" or f.code == "plain-copy"]
+    )
     # the summary already quotes the first problem
     findings = [f for f in findings if f.message not in result.verdict.summary]
     for finding in findings[: None if options.verbose else 6]:
@@ -309,11 +314,16 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     for variant in (plain, donated):
         if not variant.live_at_peak:
             continue
-        live = Table(box=box.SIMPLE, title=f"live at the {variant.name} live peak ({format_bytes(variant.memory.live_peak_bytes)})")
+        live = Table(
+            box=box.SIMPLE,
+            title=f"live at the {variant.name} live peak ({format_bytes(variant.memory.live_peak_bytes)})",
+        )
         for column in ("bytes", "kind", "value", "input", "shape", "source"):
             live.add_column(column, overflow="fold", justify="right" if column == "bytes" else "left")
         for b in variant.live_at_peak:
-            live.add_row(format_bytes(b.bytes), b.kind, b.instruction or "?", b.input or "", b.shape or "", b.source or "")
+            live.add_row(
+                format_bytes(b.bytes), b.kind, b.instruction or "?", b.input or "", b.shape or "", b.source or ""
+            )
         console.print(live)
     if donated.aliases:
         aliases = Table(box=box.SIMPLE, title="aliases (donated input → output reusing its buffer)")
@@ -333,7 +343,9 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
         copies = _copies_shown(variant, options.min_bytes)
         if not copies:
             continue
-        table = Table(box=box.SIMPLE, title=f"copies in the {variant.name} variant (≥ {format_bytes(options.min_bytes)})")
+        table = Table(
+            box=box.SIMPLE, title=f"copies in the {variant.name} variant (≥ {format_bytes(options.min_bytes)})"
+        )
         for column in ("kind", "of", "shape", "bytes", "per call", "source", "computation"):
             table.add_column(column, overflow="fold")
         for c in copies:

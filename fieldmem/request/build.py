@@ -122,7 +122,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
     if not targets:
         raise OptionError(
             "no targets: name them (fieldmem check pkg.model:update) or list them in pyproject.toml "
-            "under [tool.fieldmem] as targets = [\"pkg.model:update\"]"
+            'under [tool.fieldmem] as targets = ["pkg.model:update"]'
         )
     output = _output(flags, config)
     backends = parse_backends(flags.backend) if flags.backend is not None else None
@@ -131,8 +131,11 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
             "several backends give several JSON reports: write them with -o FILE "
             "(one file per backend: FILE.cpu.json, FILE.gpu.json)"
         )
-    for path, option in ((flags.output, "--output"), (flags.html_output, "--html"),
-                         (flags.save_baseline, "--save-baseline")):
+    for path, option in (
+        (flags.output, "--output"),
+        (flags.html_output, "--html"),
+        (flags.save_baseline, "--save-baseline"),
+    ):
         if path is not None:
             check_writable(path, option)
     target_options, per_target = config.target_options(_command_line_options(flags), targets)

@@ -39,22 +39,22 @@ __all__ = ["KEYS", "TARGET_KEYS", "Config", "ConfigError", "TargetConfig", "find
 
 # key -> what it holds, for messages
 KEYS: dict[str, str] = {
-    "targets": "a list of targets, e.g. [\"pkg.model:update\", \"src/step.py\"]",
-    "args": "MODULE:FACTORY, e.g. \"pkg.model:make_args\"",
-    "shapes": "array signatures, e.g. \"f32[4096,4096] f32[4096]\"",
-    "donate": "\"all\", \"none\", argument numbers or names",
+    "targets": 'a list of targets, e.g. ["pkg.model:update", "src/step.py"]',
+    "args": 'MODULE:FACTORY, e.g. "pkg.model:make_args"',
+    "shapes": 'array signatures, e.g. "f32[4096,4096] f32[4096]"',
+    "donate": '"all", "none", argument numbers or names',
     "static": "argument numbers or names",
     "expect": f"one of {', '.join(repr(e) for e in EXPECTATIONS)}",
-    "max-peak": "a size, e.g. \"64MiB\"",
-    "max-live-peak": "a size, e.g. \"64MiB\"",
-    "min-bytes": "a size, e.g. \"1KiB\"",
-    "tolerance": "e.g. \"2%\" or \"peak:5%,temp:1MiB\"",
-    "baseline": "a file path, e.g. \"fieldmem-baseline.json\"",
-    "format": "an output format, e.g. \"table\"",
+    "max-peak": 'a size, e.g. "64MiB"',
+    "max-live-peak": 'a size, e.g. "64MiB"',
+    "min-bytes": 'a size, e.g. "1KiB"',
+    "tolerance": 'e.g. "2%" or "peak:5%,temp:1MiB"',
+    "baseline": 'a file path, e.g. "fieldmem-baseline.json"',
+    "format": 'an output format, e.g. "table"',
     "jobs": "a whole number, at least 1",
-    "cache-dir": "a folder for JAX's compilation cache, e.g. \".jax-cache\"",
+    "cache-dir": 'a folder for JAX\'s compilation cache, e.g. ".jax-cache"',
     "fast-compile": "true or false",
-    "target": "[[tool.fieldmem.target]] tables, each with target = \"pkg.model:update\"",
+    "target": '[[tool.fieldmem.target]] tables, each with target = "pkg.model:update"',
 }
 TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak", "max-live-peak")
 
@@ -192,17 +192,13 @@ class _Table:
             if key not in allowed:
                 close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.7)
                 hint = f"did you mean {close[0]!r}? " if close else ""
-                raise ConfigError(
-                    f"{self.where()} has an unknown key {key!r}: {hint}known keys: {', '.join(allowed)}"
-                )
+                raise ConfigError(f"{self.where()} has an unknown key {key!r}: {hint}known keys: {', '.join(allowed)}")
 
     def where(self, key: str | None = None) -> str:
         return f"{_shown(self.file)}: {self.name}" + (f" {key}" if key else "")
 
     def wrong_type(self, key: str, value: Any) -> ConfigError:
-        return ConfigError(
-            f"{self.where(key)} = {value!r} is {_type_name(value)}: it should be {KEYS[key]}"
-        )
+        return ConfigError(f"{self.where(key)} = {value!r} is {_type_name(value)}: it should be {KEYS[key]}")
 
     def get(self, key: str, *types: type) -> Any:
         """The value of ``key`` (None when absent), refusing a value of another TOML type."""
@@ -225,8 +221,7 @@ class _Table:
 
 
 def _type_name(value: Any) -> str:
-    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array",
-             dict: "a table"}
+    names = {bool: "a boolean", int: "an integer", float: "a float", str: "a string", list: "an array", dict: "a table"}
     return names.get(type(value), f"a {type(value).__name__}")
 
 
@@ -275,8 +270,10 @@ def _parse(data: Mapping[str, Any], file: Path) -> Config:
     table = _Table(data, file, "[tool.fieldmem]", KEYS)
     targets = table.get("targets", list)
     if targets is not None and not all(isinstance(t, str) and t.strip() for t in targets):
-        raise ConfigError(f"{table.where('targets')} = {targets!r}: every target must be a non-empty string, "
-                          "e.g. targets = [\"pkg.model:update\"]")
+        raise ConfigError(
+            f"{table.where('targets')} = {targets!r}: every target must be a non-empty string, "
+            'e.g. targets = ["pkg.model:update"]'
+        )
     output_format = table.get("format", str)
     if output_format is not None:
         from fieldmem.render import RENDERERS
@@ -318,7 +315,7 @@ def _per_target(table: _Table, root: Path) -> tuple[TargetConfig, ...]:
         inner = _Table(item, table.file, f"[[tool.fieldmem.target]] #{n + 1}", TARGET_KEYS)
         spec = inner.get("target", str)
         if spec is None or not spec.strip():
-            raise ConfigError(f"{inner.where()} has no target: add target = \"pkg.model:update\"")
+            raise ConfigError(f'{inner.where()} has no target: add target = "pkg.model:update"')
         spec = _rebase_spec(spec.strip(), root)
         if any(c.target == spec for c in configs):
             raise ConfigError(f"{inner.where()}: target {spec!r} has a table already: merge the two")

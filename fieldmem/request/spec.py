@@ -65,9 +65,7 @@ class DonateSpec:
     items: tuple[int | str, ...] = ()
 
     @classmethod
-    def parse(
-        cls, value: str | int | tuple | list | DonateSpec | None, option: str = "--donate"
-    ) -> DonateSpec:
+    def parse(cls, value: str | int | tuple | list | DonateSpec | None, option: str = "--donate") -> DonateSpec:
         """Read ``"all"``, ``"none"``, ``"0,2"``, ``"params,opt_state"``, an int or a sequence.
 
         ``option`` names the setting in messages (``--donate`` or ``donate=``).
@@ -113,9 +111,7 @@ class StaticSpec:
     items: tuple[int | str, ...] = ()
 
     @classmethod
-    def parse(
-        cls, value: str | int | tuple | list | StaticSpec | None, option: str = "--static"
-    ) -> StaticSpec:
+    def parse(cls, value: str | int | tuple | list | StaticSpec | None, option: str = "--static") -> StaticSpec:
         """Read ``"2,3"``, ``"n_steps"``, an int or a sequence of numbers and names.
 
         Raises:
@@ -138,17 +134,30 @@ class StaticSpec:
         return cls(_items(value, option))
 
 
-
-
 # ----------------------------------------------------------------------------
 # Shapes
 
 _DTYPES = {
-    "f16": "float16", "bf16": "bfloat16", "f32": "float32", "f64": "float64",
-    "s8": "int8", "s16": "int16", "s32": "int32", "s64": "int64",
-    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
-    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
-    "pred": "bool", "bool": "bool", "c64": "complex64", "c128": "complex128",
+    "f16": "float16",
+    "bf16": "bfloat16",
+    "f32": "float32",
+    "f64": "float64",
+    "s8": "int8",
+    "s16": "int16",
+    "s32": "int32",
+    "s64": "int64",
+    "i8": "int8",
+    "i16": "int16",
+    "i32": "int32",
+    "i64": "int64",
+    "u8": "uint8",
+    "u16": "uint16",
+    "u32": "uint32",
+    "u64": "uint64",
+    "pred": "bool",
+    "bool": "bool",
+    "c64": "complex64",
+    "c128": "complex128",
 }
 _NUMPY_NAMES = set(_DTYPES.values())
 _SHAPE = re.compile(r"^([A-Za-z][A-Za-z0-9]*)\[((?:[0-9]+(?:,[0-9]+)*)?)\]$")
@@ -173,15 +182,12 @@ def parse_shapes(text: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     for entry in entries:
         match = _SHAPE.match(entry)
         if not match:
-            raise OptionError(
-                f"--shapes entry {entry!r} is not DTYPE[DIMS]: write e.g. f32[4096,4096], bf16[8], s32[]"
-            )
+            raise OptionError(f"--shapes entry {entry!r} is not DTYPE[DIMS]: write e.g. f32[4096,4096], bf16[8], s32[]")
         dtype = match.group(1).lower()
         dtype = _DTYPES.get(dtype, dtype)
         if dtype not in _NUMPY_NAMES:
             raise OptionError(
-                f"--shapes entry {entry!r} has unknown dtype {match.group(1)!r}; "
-                f"known: {', '.join(sorted(_DTYPES))}"
+                f"--shapes entry {entry!r} has unknown dtype {match.group(1)!r}; known: {', '.join(sorted(_DTYPES))}"
             )
         dims = tuple(int(d) for d in match.group(2).split(",")) if match.group(2) else ()
         result.append((dtype, dims))

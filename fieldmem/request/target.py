@@ -110,8 +110,7 @@ class Target:
         except (Exception, SystemExit) as exc:
             text = str(exc).strip().splitlines()
             raise ArgumentsError(
-                f"args factory {origin} raised {type(exc).__name__}"
-                + (f": {text[0]}" if text else "")
+                f"args factory {origin} raised {type(exc).__name__}" + (f": {text[0]}" if text else "")
             ) from exc
         return _split_arguments(value, origin)
 
@@ -288,15 +287,11 @@ def _load_factory(spec: str) -> tuple[Callable[[], Any], str]:
     except TargetError as exc:
         raise ArgumentsError(f"--args {spec!r}: {exc.message}") from exc
     if not callable(factory):
-        raise ArgumentsError(
-            f"--args {spec!r} is {_a(type(factory).__name__)}, not a callable returning the arguments"
-        )
+        raise ArgumentsError(f"--args {spec!r} is {_a(type(factory).__name__)}, not a callable returning the arguments")
     return factory, spec
 
 
-def _shapes_factory(
-    shapes: tuple[tuple[str, tuple[int, ...]], ...]
-) -> Callable[[], tuple[Any, ...]]:
+def _shapes_factory(shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> Callable[[], tuple[Any, ...]]:
     def make() -> tuple[Any, ...]:
         from fieldmem.driver import shape_structs
 
@@ -340,17 +335,29 @@ def _function_name(fn: Any) -> str:
     return str(getattr(fn, "__qualname__", None) or getattr(getattr(fn, "_fun", None), "__qualname__", "function"))
 
 
-def _chain_from_case(spec: str, case: Case, options: TargetOptions, module_name: str, names: list[str] | None = None) -> ChainTarget:
+def _chain_from_case(
+    spec: str, case: Case, options: TargetOptions, module_name: str, names: list[str] | None = None
+) -> ChainTarget:
     steps = tuple(
         Step(name=names[n] if names else _function_name(fn), function=fn, definition=definition_of(fn))
         for n, fn in enumerate(case.steps)
     )
     joined = ",".join(s.name for s in steps)
-    first = _from_case(spec, dataclasses.replace(case, name=case.name or f"{module_name}:{joined}"), options, module_name)
+    first = _from_case(
+        spec, dataclasses.replace(case, name=case.name or f"{module_name}:{joined}"), options, module_name
+    )
     return ChainTarget(first=first, steps=steps)
 
 
-def _resolve_chain(spec: str, module: ModuleType, module_part: str, attr: str, options: TargetOptions, cases: list[Case], module_name: str) -> list[Target | ChainTarget]:
+def _resolve_chain(
+    spec: str,
+    module: ModuleType,
+    module_part: str,
+    attr: str,
+    options: TargetOptions,
+    cases: list[Case],
+    module_name: str,
+) -> list[Target | ChainTarget]:
     names = [part.strip() for part in attr.split(",")]
     if any(not n for n in names):
         raise TargetError(
@@ -368,8 +375,14 @@ def _resolve_chain(spec: str, module: ModuleType, module_part: str, attr: str, o
     # the first step's own registered case lends its example arguments and options
     first_case = next((c for c in cases if not c.is_chain and c.function is functions[0]), None)
     base = first_case or Case(
-        function=functions[0], args=None, name=None, donate=DonateSpec(), static=StaticSpec(),
-        expect=None, max_peak=None, module=module_name,
+        function=functions[0],
+        args=None,
+        name=None,
+        donate=DonateSpec(),
+        static=StaticSpec(),
+        expect=None,
+        max_peak=None,
+        module=module_name,
     )
     chain_case = dataclasses.replace(base, name=f"{module_name}:{attr}", steps=tuple(functions))
     return [_chain_from_case(spec, chain_case, options, module_name, names)]
@@ -405,7 +418,9 @@ def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarg
                 "or register cases in the module"
             )
         return [
-            _chain_from_case(spec, case, options, module_name) if case.is_chain else _from_case(spec, case, options, module_name)
+            _chain_from_case(spec, case, options, module_name)
+            if case.is_chain
+            else _from_case(spec, case, options, module_name)
             for case in cases
         ]
     if "," in attr:

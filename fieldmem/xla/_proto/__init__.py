@@ -143,6 +143,4 @@ _POOL.Add(_file())
 BufferAssignmentProto = message_factory.GetMessageClass(
     _POOL.FindMessageTypeByName(f"{_PACKAGE}.BufferAssignmentProto")
 )
-HloModuleProto = message_factory.GetMessageClass(
-    _POOL.FindMessageTypeByName(f"{_PACKAGE}.HloModuleProto")
-)
+HloModuleProto = message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{_PACKAGE}.HloModuleProto"))

@@ -168,9 +168,7 @@ def decode_instruction_ids(hlo_module_proto: bytes) -> dict[int, tuple[str, str]
     return names
 
 
-def decode_buffer_assignment(
-    data: bytes, hlo_module_proto: bytes | None = None
-) -> BufferAssignment:
+def decode_buffer_assignment(data: bytes, hlo_module_proto: bytes | None = None) -> BufferAssignment:
     """Decode ``serialized_buffer_assignment_proto`` bytes.
 
     Arguments:
@@ -193,9 +191,7 @@ def decode_buffer_assignment(
     return BufferAssignment(
         logical_buffers=tuple(_logical_buffer(b, names) for b in proto.logical_buffers),
         allocations=tuple(_allocation(a) for a in proto.buffer_allocations),
-        aliases=tuple(
-            BufferAlias(int(a.source_buffer_id), *_where(a.location, names)) for a in proto.buffer_aliases
-        ),
+        aliases=tuple(BufferAlias(int(a.source_buffer_id), *_where(a.location, names)) for a in proto.buffer_aliases),
         heap_traces=tuple(_heap_trace(t) for t in proto.heap_simulator_traces),
     )
 
@@ -238,9 +234,7 @@ def _allocation(a: Any) -> Allocation:
         is_constant=bool(a.is_constant),
         is_thread_local=bool(a.is_thread_local),
         color=int(a.color),
-        assigned=tuple(
-            AssignedBuffer(int(x.logical_buffer_id), int(x.offset), int(x.size)) for x in a.assigned
-        ),
+        assigned=tuple(AssignedBuffer(int(x.logical_buffer_id), int(x.offset), int(x.size)) for x in a.assigned),
     )
 
 

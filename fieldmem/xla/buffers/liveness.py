@@ -73,7 +73,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(frozen=True, order=True)
 class Slice:
     """A piece of an allocation: ``size`` bytes at ``offset`` of allocation ``allocation``."""
@@ -283,9 +282,7 @@ def _value_infos(
     for buffer in assignment.logical_buffers:
         computation = buffer.computation or (home.get(buffer.instruction) if buffer.instruction else None)
         instruction = (
-            by_name.get(computation, {}).get(buffer.instruction)
-            if computation and buffer.instruction
-            else None
+            by_name.get(computation, {}).get(buffer.instruction) if computation and buffer.instruction else None
         )
         shape = sub_shape(instruction.shape, buffer.shape_index) if instruction else None
         source, role = None, None
@@ -317,9 +314,7 @@ def _value_infos(
             )
         )
         if computation and buffer.instruction:
-            defs.setdefault((computation, buffer.instruction), {}).setdefault(
-                buffer.shape_index, set()
-            ).add(buffer.id)
+            defs.setdefault((computation, buffer.instruction), {}).setdefault(buffer.shape_index, set()).add(buffer.id)
     return infos, defs
 
 
@@ -356,9 +351,7 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
     infos, defs = _value_infos(assignment, module)
     holdings = _Holdings(module, defs)
     flat = _flatten(module)
-    schedule = tuple(
-        SchedulePoint(i, c.name, ins.name, outer) for i, (c, ins, outer) in enumerate(flat)
-    )
+    schedule = tuple(SchedulePoint(i, c.name, ins.name, outer) for i, (c, ins, outer) in enumerate(flat))
     # the order matters: holdings are memoized as they are first asked for
     touches = _touches(flat, holdings)
     _extend_through_loops(module, flat, holdings, touches)

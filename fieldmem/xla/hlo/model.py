@@ -34,12 +34,25 @@ __all__ = [
 # per element, which is how XLA:CPU stores them unless packed.
 _ELEMENT_BYTES: dict[str, int] = {
     "pred": 1,
-    "s1": 1, "u1": 1,
-    "s2": 1, "u2": 1, "s4": 1, "u4": 1,
-    "s8": 1, "u8": 1,
-    "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
-    "s32": 4, "u32": 4, "f32": 4,
-    "s64": 8, "u64": 8, "f64": 8, "c64": 8,
+    "s1": 1,
+    "u1": 1,
+    "s2": 1,
+    "u2": 1,
+    "s4": 1,
+    "u4": 1,
+    "s8": 1,
+    "u8": 1,
+    "s16": 2,
+    "u16": 2,
+    "f16": 2,
+    "bf16": 2,
+    "s32": 4,
+    "u32": 4,
+    "f32": 4,
+    "s64": 8,
+    "u64": 8,
+    "f64": 8,
+    "c64": 8,
     "c128": 16,
     "token": 0,
 }
@@ -198,7 +211,6 @@ class CopySite:
     output_indices: tuple[tuple[int, ...], ...] = field(default_factory=tuple)
 
 
-
 # ----------------------------------------------------------------------------
 # Shapes: strings such as ``f32[64,128]{1,0}`` or ``(f32[4]{0}, s32[])``
 
@@ -270,5 +282,3 @@ def sub_shape(shape: str, index: tuple[int, ...]) -> str | None:
             return None
         shape = elements[i]
     return shape
-
-

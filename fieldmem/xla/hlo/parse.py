@@ -44,6 +44,7 @@ __all__ = ["parse_hlo_module"]
 # ----------------------------------------------------------------------------
 # Attributes
 
+
 def _attributes(text: str) -> dict[str, str]:
     """``key=value`` pairs of the attribute tail of an instruction or header."""
     result: dict[str, str] = {}
@@ -62,9 +63,7 @@ def _index_tuple(text: str) -> tuple[int, ...]:
 # ----------------------------------------------------------------------------
 # Header and source tables
 
-_ALIAS_ENTRY = re.compile(
-    r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*(?:,\s*([\w-]+))?\s*\)"
-)
+_ALIAS_ENTRY = re.compile(r"\{([\d,\s]*)\}\s*:\s*\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*(?:,\s*([\w-]+))?\s*\)")
 _DONOR_ENTRY = re.compile(r"\(\s*(\d+)\s*,\s*\{([\d,\s]*)\}\s*\)")
 _TABLE_HEADERS = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _TABLE_ROW = re.compile(r"^\s*(\d+)\s+(.*)$")
@@ -77,13 +76,13 @@ def _header_value(header: str, key: str) -> str | None:
         return None
     start = at + len(marker)
     if start < len(header) and header[start] in "{(":
-        return header[start:matching_bracket(header, start)]
+        return header[start : matching_bracket(header, start)]
     end = header.find(",", start)
-    return header[start:end if end >= 0 else len(header)]
+    return header[start : end if end >= 0 else len(header)]
 
 
 def _parse_header(header: str) -> tuple[str, dict[str, str | None]]:
-    body = header[len("HloModule"):].strip()
+    body = header[len("HloModule") :].strip()
     name = body.split(",", 1)[0].strip()
     keys = ("input_output_alias", "buffer_donor", "is_scheduled", "entry_computation_layout")
     return name, {key: _header_value(body, key) for key in keys}
@@ -146,8 +145,14 @@ _COMPUTATION_START = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*(\(.*)?\{\s*$")
 _INSTRUCTION_START = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
 _OPERAND_NAME = re.compile(r"%?([\w.\-]+)\s*$")
 _CALL_KEYS = (
-    "calls", "to_apply", "condition", "body", "true_computation",
-    "false_computation", "branch_computations", "called_computations",
+    "calls",
+    "to_apply",
+    "condition",
+    "body",
+    "true_computation",
+    "false_computation",
+    "branch_computations",
+    "called_computations",
     "async_execution_thread",
 )
 _COMPUTATION_REF = re.compile(r"%?([\w.\-]+)")
@@ -231,13 +236,7 @@ _FAST_INSTRUCTION = re.compile(
 # one ", key=value" attribute, the value a plain token, a quoted string or a balanced
 # group: an attribute tail made of nothing else splits at the same commas as _attributes
 _ATTRIBUTE = re.compile(
-    rf" *, *({_NAME_CHARS}+)=("
-    + _printable_except('"(),[]{}')
-    + "+|"
-    + _STRING
-    + "|"
-    + _group(2)
-    + ")"
+    rf" *, *({_NAME_CHARS}+)=(" + _printable_except('"(),[]{}') + "+|" + _STRING + "|" + _group(2) + ")"
 )
 # the last name of each comma-separated operand, as _OPERAND_NAME finds it per part
 # (the operands are [A-Za-z0-9_.%, -] only when this is used)
@@ -351,7 +350,7 @@ def _parse_instruction_general(line: str, tables: _SourceTables) -> HloInstructi
         raise HloParseError(f"HLO instruction without operands: {line.strip()[:160]!r}")
     opcode = rest[:paren].strip()
     close = matching_bracket(rest, paren)
-    operand_text = rest[paren + 1:close - 1]
+    operand_text = rest[paren + 1 : close - 1]
     tail = rest[close:]
     operands: list[str] = []
     parameter_number: int | None = None
@@ -385,7 +384,6 @@ def _parse_instruction_general(line: str, tables: _SourceTables) -> HloInstructi
         tuple_index=tuple_index,
         backend_config=attrs.get("backend_config"),
     )
-
 
 
 # ----------------------------------------------------------------------------
@@ -451,8 +449,7 @@ def _parse_module(text: str) -> HloModule:
         computations=tuple(computations),
         aliases=_alias_entries(header["input_output_alias"]),
         buffer_donors=tuple(
-            (int(m.group(1)), _index_tuple(m.group(2)))
-            for m in _DONOR_ENTRY.finditer(header["buffer_donor"] or "")
+            (int(m.group(1)), _index_tuple(m.group(2))) for m in _DONOR_ENTRY.finditer(header["buffer_donor"] or "")
         ),
         is_scheduled=(header["is_scheduled"] or "").strip() == "true",
         entry_parameter_shapes=params,
@@ -474,7 +471,7 @@ def _first_module(text: str) -> tuple[str, list[str]]:
             (i for i in range(header_at + 1, len(lines)) if lines[i].startswith("HloModule")),
             len(lines),
         )
-    return lines[header_at], lines[header_at + 1:end_at]
+    return lines[header_at], lines[header_at + 1 : end_at]
 
 
 def _parse_computations(body: list[str], tables: _SourceTables) -> list[HloComputation]:

@@ -77,9 +77,7 @@ def loop_bodies(module: HloModule) -> dict[str, LoopInfo]:
     return result
 
 
-def _loop_info(
-    instruction: HloInstruction, computation: str, outer: LoopInfo | None = None
-) -> LoopInfo:
+def _loop_info(instruction: HloInstruction, computation: str, outer: LoopInfo | None = None) -> LoopInfo:
     """The facts of one ``while``; its trip count is XLA's ``known_trip_count`` when printed."""
     trip_count: int | None = None
     config = instruction.backend_config
@@ -109,9 +107,7 @@ def _loop_info(
 _TRANSPARENT = ("bitcast", "get-tuple-element", "copy", "copy-start", "copy-done")
 
 
-def _trace_parameter(
-    name: str, by_name: dict[str, HloInstruction]
-) -> tuple[int | None, tuple[int, ...]]:
+def _trace_parameter(name: str, by_name: dict[str, HloInstruction]) -> tuple[int | None, tuple[int, ...]]:
     """The entry parameter (number, tuple index) a value is a view of, if any."""
     index: list[int] = []
     seen = 0
@@ -262,9 +258,7 @@ def _copy_source(
     return source, role
 
 
-def reader_source(
-    name: str, users: dict[str, list[HloInstruction]]
-) -> SourceLocation | None:
+def reader_source(name: str, users: dict[str, list[HloInstruction]]) -> SourceLocation | None:
     """Source of the nearest reader of ``name``, looking through tuples and views.
 
     ``users`` is :meth:`HloComputation.users` of the computation holding ``name``.

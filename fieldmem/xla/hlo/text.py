@@ -114,4 +114,3 @@ def unquote(text: str) -> str:
         except ValueError:
             return text[1:-1]
     return text
-
