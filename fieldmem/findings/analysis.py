@@ -2,7 +2,7 @@
 
 This is where the findings are decided: which donated leaf an output reuses,
 why a donation is unusable, what kind each copy is and where it comes from,
-and the verdict in words. It reads only what :mod:`fieldmem.driver` returns
+and the verdict in words. It reads only the plain readings the driver returns (:mod:`fieldmem.readings`)
 and the parsed HLO; it never imports jax and never prints.
 
 What is reported is what XLA did, not what the code seems to say: XLA pairs
