@@ -272,37 +272,17 @@ def check(
     from fieldmem.request.build import CheckFlags, build_request
     from fieldmem.request.config import load_config
 
+    # fmt: off
     flags = CheckFlags(
-        targets=tuple(targets or ()),
-        args=args,
-        shapes=shapes,
-        donate=donate,
-        static=static,
-        expect=expect,
-        max_peak=max_peak,
-        max_live_peak=max_live_peak,
-        min_bytes=min_bytes,
-        output_format=output_format,
-        output=output,
-        html_output=html_output,
-        verbose=verbose,
-        suggest=suggest,
-        cache_dir=cache_dir,
-        no_cache=no_cache,
-        fast_compile=fast_compile,
-        backend=backend,
-        jobs=jobs,
-        baseline=baseline,
-        no_baseline=no_baseline,
-        save_baseline=save_baseline,
-        prune_baseline=prune_baseline,
-        tolerance=tolerance,
-        run=run,
-        probe=probe,
-        isolate=isolate,
-        timeout=timeout,
-        devices=devices,
+        targets=tuple(targets or ()), args=args, shapes=shapes, donate=donate, static=static,
+        expect=expect, max_peak=max_peak, max_live_peak=max_live_peak, min_bytes=min_bytes,
+        output_format=output_format, output=output, html_output=html_output, verbose=verbose,
+        suggest=suggest, cache_dir=cache_dir, no_cache=no_cache, fast_compile=fast_compile,
+        backend=backend, jobs=jobs, baseline=baseline, no_baseline=no_baseline,
+        save_baseline=save_baseline, prune_baseline=prune_baseline, tolerance=tolerance,
+        run=run, probe=probe, isolate=isolate, timeout=timeout, devices=devices,
     )
+    # fmt: on
     try:
         request = build_request(flags, load_config(config))
         reports, baseline_read = _check_all(request)
