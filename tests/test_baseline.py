@@ -1,6 +1,6 @@
 """Baselines: save, load and compare, on synthetic reports (pure, fast), then the whole CI loop.
 
-The synthetic reports are built from the report dataclasses with the figures
+The synthetic reports are built with the shared factories, with the figures
 and copies each test needs; the last tests compile the little project in
 ``examples/ci`` for real, change its update so it copies a field, and check
 what ``fieldmem check --baseline`` says — and that no failure or interruption
@@ -41,16 +41,14 @@ from fieldmem.report import (
     Check,
     Copy,
     DeviceInfo,
-    ErrorInfo,
     MemoryFigures,
     Report,
     TargetResult,
     UnusableDonation,
-    Variant,
-    Verdict,
 )
 
-KIB = 1024
+from factories import KIB, make_copy, make_error_result, make_memory, make_report, make_result, make_variant
+
 EXAMPLE_CI = Path(__file__).resolve().parents[1] / "examples" / "ci"
 
 
@@ -58,41 +56,16 @@ EXAMPLE_CI = Path(__file__).resolve().parents[1] / "examples" / "ci"
 
 
 def memory(live_peak: int = 32 * KIB, footprint: int = 32 * KIB, temp: int = 0, peak: int = 32 * KIB) -> MemoryFigures:
-    return MemoryFigures(
-        argument_bytes=32 * KIB,
-        output_bytes=32 * KIB,
-        alias_bytes=32 * KIB,
-        temp_bytes=temp,
-        generated_code_bytes=0,
-        peak_bytes=peak,
-        footprint_bytes=footprint,
-        live_peak_bytes=live_peak,
+    """32 KiB in, out and aliased, with the other figures as given."""
+    return make_memory(
+        32 * KIB, 32 * KIB, 32 * KIB, temp, peak_bytes=peak, footprint_bytes=footprint, live_peak_bytes=live_peak
     )
 
 
-def copy(
-    of: str | None = "state.u",
-    source: str | None = "model.py:16",
-    nbytes: int = 16 * KIB,
-    kind: str = "parameter",
-    instruction: str = "copy.1",
-    shape: str = "f32[64,64]{1,0}",
-    trip_count: int | None = None,
-) -> Copy:
-    return Copy(
-        bytes=nbytes,
-        shape=shape,
-        kind=kind,
-        of_parameter=of,
-        input_index=0 if of else None,
-        computation="main.2",
-        instruction=instruction,
-        source=source,
-        source_role="user",
-        cause="input-kept-intact",
-        trip_count=trip_count,
-        bytes_per_call=nbytes * trip_count if trip_count else None,
-    )
+def copy(of: str | None = "state.u", source: str | None = "model.py:16", nbytes: int = 16 * KIB, **fields: Any) -> Copy:
+    """16 KiB of ``of``, f32[64,64], kept intact for its user at ``source``; keywords go to ``make_copy``."""
+    fields.setdefault("shape", "f32[64,64]{1,0}")
+    return make_copy(nbytes, of=of, source=source, source_role="user", cause="input-kept-intact", **fields)
 
 
 ALIASES = (Alias("state.u", 0, "out.u", 0, 16 * KIB), Alias("state.v", 1, "out.v", 1, 16 * KIB))
@@ -111,39 +84,33 @@ def result(
     checks: tuple[Check, ...] = (),
     seconds: float = 0.5,
 ) -> TargetResult:
-    return TargetResult(
+    """``name`` in ``spec`` donating ``state``: one parameter copy without donation, ``copies`` with it."""
+    return make_result(
+        name,
+        plain=make_variant(
+            "plain",
+            plain or memory(64 * KIB, 64 * KIB, 0, 64 * KIB),
+            copies=(copy(instruction="copy.7"),),
+            lower_seconds=seconds,
+        ),
+        donated=make_variant(
+            "donated",
+            donated or memory(),
+            donated_arguments=("state",),
+            aliases=aliases,
+            unusable_donations=unusable,
+            copies=copies,
+            lower_seconds=seconds,
+            compile_seconds=seconds,
+        ),
+        in_place=in_place,
+        summary=None if in_place else "not in place: out[1]",
         target=spec,
-        name=name,
-        status="ok",
         definition="model.py:15",
         donate="all",
         expect="any",
-        variants={
-            "plain": Variant(
-                name="plain",
-                donated_arguments=(),
-                memory=plain or memory(64 * KIB, 64 * KIB, 0, 64 * KIB),
-                copies=(copy(instruction="copy.7"),),
-                lower_seconds=seconds,
-            ),
-            "donated": Variant(
-                name="donated",
-                donated_arguments=("state",),
-                memory=donated or memory(),
-                aliases=aliases,
-                unusable_donations=unusable,
-                copies=copies,
-                lower_seconds=seconds,
-                compile_seconds=seconds,
-            ),
-        },
-        verdict=Verdict(in_place=in_place, summary="in place with donation" if in_place else "not in place: out[1]"),
         checks=checks,
     )
-
-
-def errored(name: str = "ci:step", spec: str = "model.py") -> TargetResult:
-    return TargetResult(target=spec, name=name, status="error", error=ErrorInfo("compile", "tracing failed"))
 
 
 def report(
@@ -153,15 +120,13 @@ def report(
     jax: str = "0.10.2",
     created: str = "2025-01-01T00:00:00+00:00",
 ) -> Report:
-    return Report(
-        fieldmem_version="0.1.0",
+    return make_report(
+        results,
         jax_version=jax,
         jaxlib_version=jax,
         backend=backend,
         platform_version=backend,
         devices=(DeviceInfo(0, backend, kind),),
-        results=results,
-        min_bytes=KIB,
         created=created,
     )
 
@@ -244,7 +209,7 @@ def test_saving_keeps_other_targets_and_backends_and_prunes_on_request(tmp_path:
     ("run", "message"),
     [
         (report(), "the run checked no target"),
-        (report(result(), errored("ci:bad", "bad.py")), "1 target(s) could not be checked (ci:bad)"),
+        (report(result(), make_error_result("ci:bad", target="bad.py")), "1 target(s) could not be checked (ci:bad)"),
         (report(result(checks=(Check("max-peak", False, "over budget", 1, 2),))), "the run failed (ci:step max-peak)"),
         (
             dataclasses.replace(
@@ -464,7 +429,7 @@ def test_exit_code_counts_regressions() -> None:
 
 def test_targets_that_error_disappear_or_are_new() -> None:
     before = baseline_of(result(), result("ci:other", spec="model.py"), result("lib:f", spec="lib.py"))
-    comparison = compare(before, errored(), result("ci:new", spec="model.py"))
+    comparison = compare(before, make_error_result("ci:step"), result("ci:new", spec="model.py"))
     assert subjects(comparison.regressions) == [("status", "status"), ("status", "disappeared")]
     assert comparison.regressions[0].message == "ci:step: now errors: tracing failed"
     assert comparison.regressions[1].target == "ci:other"  # model.py ran but no longer yields it

@@ -33,48 +33,27 @@ from fieldmem.render.compare import COMPARE_RENDERERS, get_compare_renderer
 from fieldmem.report import (
     Alias,
     Copy,
+    CopyKind,
     DeviceInfo,
-    ErrorInfo,
     MemoryFigures,
     Report,
     TargetResult,
-    Variant,
-    Verdict,
 )
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import TargetOptions
 
-from factories import make_report
+from factories import MIB, make_copy, make_error_result, make_memory, make_report, make_result, make_variant
 
 ROOT = Path(__file__).resolve().parents[1]
-MIB = 1024 * 1024
 
 
-def _memory(footprint: int, live_peak: int | None = None, temp: int = 0) -> MemoryFigures:
-    return MemoryFigures(
-        argument_bytes=footprint,
-        output_bytes=footprint,
-        alias_bytes=footprint,
-        temp_bytes=temp,
-        generated_code_bytes=0,
-        peak_bytes=footprint,
-        footprint_bytes=footprint,
-        live_peak_bytes=live_peak if live_peak is not None else footprint,
-    )
+def _memory(footprint: int, live_peak: int | None = None) -> MemoryFigures:
+    """Figures where argument, output, alias, peak and footprint are all ``footprint``."""
+    return make_memory(footprint, footprint, footprint, live_peak_bytes=footprint if live_peak is None else live_peak)
 
 
-def _copy(source: str, nbytes: int = MIB, *, kind: str = "loop", shape: str = "f32[512,512]{1,0}") -> Copy:
-    return Copy(
-        bytes=nbytes,
-        shape=shape,
-        kind=kind,
-        of_parameter=None,
-        input_index=None,
-        computation="body",
-        instruction="copy.1",
-        source=source,
-        source_role="copy",
-    )
+def _copy(source: str, nbytes: int = MIB, *, kind: CopyKind = "loop", shape: str = "f32[512,512]{1,0}") -> Copy:
+    return make_copy(nbytes, kind=kind, source=source, shape=shape, computation="body")
 
 
 def _result(
@@ -86,16 +65,13 @@ def _result(
     aliases: tuple[Alias, ...] = (Alias("u", 0, "out", 0, 4 * MIB),),
     in_place: bool = True,
 ) -> TargetResult:
-    return TargetResult(
-        target="model.py",
-        name=name,
-        status="ok",
-        definition="model.py:10",
-        variants={
-            "plain": Variant("plain", (), _memory(8 * MIB)),
-            "donated": Variant("donated", ("u",), _memory(footprint, live_peak), aliases=aliases, copies=copies),
-        },
-        verdict=Verdict(in_place, "in place with donation" if in_place else "not in place: a loop copies u"),
+    """``model:step``: 8 MiB plain, ``footprint`` donated, with these copies and aliases."""
+    return make_result(
+        name,
+        plain=make_variant("plain", _memory(8 * MIB)),
+        donated=make_variant("donated", _memory(footprint, live_peak), aliases=aliases, copies=copies),
+        in_place=in_place,
+        summary=None if in_place else "not in place: a loop copies u",
     )
 
 
@@ -196,7 +172,7 @@ def test_a_figure_one_report_lacks_is_a_significant_difference() -> None:
         variants={
             **_result().variants,
             "donated": dataclasses.replace(
-                _result().variants["donated"], memory=dataclasses.replace(_memory(4 * MIB), live_peak_bytes=None)
+                _result().variants["donated"], memory=make_memory(4 * MIB, 4 * MIB, 4 * MIB, live_peak_bytes=None)
             ),
         },
     )
@@ -206,7 +182,7 @@ def test_a_figure_one_report_lacks_is_a_significant_difference() -> None:
 
 
 def test_missing_and_errored_targets() -> None:
-    broken = TargetResult(target="model.py:x", name="model:x", status="error", error=ErrorInfo("compile", "XLA failed"))
+    broken = make_error_result("model:x", message="XLA failed", target="model.py:x")
     reference = _report(_result("model:a"), broken, _result("model:b"))
     other = _report(_result("model:b"), dataclasses.replace(broken), _result("model:new"))
     comparison = _compare(reference, other)
@@ -364,7 +340,7 @@ def test_a_folder_is_not_a_report(tmp_path: Path) -> None:
 
 
 def _mixed() -> Comparison:
-    broken = TargetResult(target="m.py", name="model:x", status="error", error=ErrorInfo("compile", "XLA failed"))
+    broken = make_error_result("model:x", message="XLA failed", target="m.py")
     before = _report(_result(live_peak=100 * MIB), _result("model:a|`b`"), broken)
     after = _report(_result(live_peak=104 * MIB, copies=(_copy("model.py:14"),)), _result("model:a|`b`"))
     return _compare(before, after, tolerance="5%")

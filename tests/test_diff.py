@@ -12,40 +12,22 @@ from fieldmem.gate.baseline import Baseline, compare_to_baseline, entry_from_res
 from fieldmem.gate.compare import compare_reports
 from fieldmem.gate.diff import CopyRecord, change_text, copy_record, match_aliases, match_copies, moved
 from fieldmem.gate.tolerance import FIGURES, Tolerance, Tolerances
-from fieldmem.report import Alias, Change, Copy, MemoryFigures, Report, TargetResult, Variant, Verdict
+from fieldmem.report import Alias, Change, Copy, CopyKind, MemoryFigures, Report, TargetResult
 
-from factories import make_report
-
-KIB = 1024
-MIB = 1024 * KIB
+from factories import KIB, MIB, make_copy, make_memory, make_report, make_result, make_variant
 
 
 def _memory(footprint: int) -> MemoryFigures:
-    return MemoryFigures(
-        argument_bytes=MIB,
-        output_bytes=MIB,
-        alias_bytes=MIB,
-        temp_bytes=0,
-        generated_code_bytes=0,
-        peak_bytes=footprint,
-        footprint_bytes=footprint,
-        live_peak_bytes=footprint,
-    )
+    """1 MiB in, out and aliased; peak, footprint and live peak all ``footprint``."""
+    return make_memory(MIB, MIB, MIB, peak_bytes=footprint, footprint_bytes=footprint)
 
 
 def _copy(
-    source: str, nbytes: int, *, kind: str = "loop", shape: str = "f32[256,256]{1,0}", of: str | None = None
+    source: str, nbytes: int, *, kind: CopyKind = "loop", shape: str = "f32[256,256]{1,0}", of: str | None = None
 ) -> Copy:
-    return Copy(
-        bytes=nbytes,
-        shape=shape,
-        kind=kind,
-        of_parameter=of,
-        input_index=0 if of else None,
-        computation="main",
-        instruction=f"copy.{source[-2:]}",
-        source=source,
-        source_role="copy",
+    """A copy at ``source`` whose instruction is named after its line."""
+    return make_copy(
+        nbytes, kind=kind, of=of, source=source, shape=shape, computation="main", instruction=f"copy.{source[-2:]}"
     )
 
 
@@ -58,16 +40,11 @@ NEW = _copy("model.py:40", 128 * KIB, shape="f32[128,256]{1,0}")
 
 
 def _result(copies: tuple[Copy, ...], aliases: tuple[Alias, ...], footprint: int) -> TargetResult:
-    return TargetResult(
-        target="model.py",
-        name="model:step",
-        status="ok",
-        definition="model.py:10",
-        variants={
-            "plain": Variant("plain", (), _memory(8 * MIB)),
-            "donated": Variant("donated", ("state",), _memory(footprint), aliases=aliases, copies=copies),
-        },
-        verdict=Verdict(True, "in place with donation"),
+    return make_result(
+        plain=make_variant("plain", _memory(8 * MIB)),
+        donated=make_variant(
+            "donated", _memory(footprint), donated_arguments=("state",), aliases=aliases, copies=copies
+        ),
     )
 
 

@@ -28,7 +28,6 @@ from fieldmem.report import (
     DeviceInfo,
     ErrorInfo,
     Finding,
-    MemoryFigures,
     Report,
     TargetResult,
     Variant,
@@ -37,23 +36,9 @@ from fieldmem.report import (
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import TargetOptions
 
-from factories import make_report
+from factories import MIB, make_error_result, make_memory, make_report
 
 ROOT = Path(__file__).resolve().parents[1]
-MIB = 1024 * 1024
-
-
-def _memory(argument: int, output: int, alias: int) -> MemoryFigures:
-    return MemoryFigures(
-        argument_bytes=argument,
-        output_bytes=output,
-        alias_bytes=alias,
-        temp_bytes=0,
-        generated_code_bytes=0,
-        peak_bytes=argument + output - alias,
-        footprint_bytes=argument + output - alias,
-        live_peak_bytes=argument + output - alias,
-    )
 
 
 def _report(results: tuple[TargetResult, ...], baseline: BaselineComparison | None = None) -> Report:
@@ -85,11 +70,11 @@ GOOD = TargetResult(
     definition="model.py:12",
     expect="in-place",
     variants={
-        "plain": Variant("plain", (), _memory(2 * MIB, 2 * MIB, 0), copies=(COPY_V,)),
+        "plain": Variant("plain", (), make_memory(2 * MIB, 2 * MIB, 0), copies=(COPY_V,)),
         "donated": Variant(
             "donated",
             ("field",),
-            _memory(2 * MIB, 2 * MIB, 2 * MIB),
+            make_memory(2 * MIB, 2 * MIB, 2 * MIB),
             aliases=(Alias("field.u", 0, "out.u", 0, MIB), Alias("field.v", 1, "out.v", 1, MIB)),
         ),
     },
@@ -115,8 +100,8 @@ FAILED = TargetResult(
     definition="model.py:30",
     expect="in-place",
     variants={
-        "plain": Variant("plain", (), _memory(MIB, MIB // 2, 0)),
-        "donated": Variant("donated", ("x",), _memory(MIB, MIB // 2, 0)),
+        "plain": Variant("plain", (), make_memory(MIB, MIB // 2, 0)),
+        "donated": Variant("donated", ("x",), make_memory(MIB, MIB // 2, 0)),
     },
     verdict=Verdict(
         False,
@@ -134,18 +119,15 @@ FAILED = TargetResult(
     savings={"footprint_bytes": 0},
     checks=(Check("expect-in-place", False, "expected in place with donation, but it is not (see the findings)"),),
 )
-BROKEN = TargetResult(
-    target="model.py:stepp",
-    name="model.py:stepp",
-    status="error",
-    error=ErrorInfo("target", "module 'model' has no 'stepp'; did you mean 'step'?"),
+BROKEN = make_error_result(
+    "model.py:stepp", "target", "module 'model' has no 'stepp'; did you mean 'step'?", target="model.py:stepp"
 )
-CRASHED = TargetResult(
+CRASHED = make_error_result(
+    "model:boom",
+    "compile",
+    "XLA compilation failed: RuntimeError: 50% of\nsomething",
     target="model.py:boom",
-    name="model:boom",
-    status="error",
     definition="model.py:40",
-    error=ErrorInfo("compile", "XLA compilation failed: RuntimeError: 50% of\nsomething"),
 )
 BASELINE = BaselineComparison(
     path="fieldmem-baseline.json",

@@ -31,11 +31,9 @@ from fieldmem.report import (
     BaselineComparison,
     Change,
     Check,
-    Copy,
     ErrorInfo,
     Finding,
     LiveBuffer,
-    MemoryFigures,
     Report,
     TargetResult,
     Timeline,
@@ -45,10 +43,18 @@ from fieldmem.report import (
 from fieldmem.units import format_bytes
 
 from browser import BROWSER_NAMES, dump_dom, find_browser, screenshot
-from factories import make_report
+from factories import (
+    MIB,
+    make_copy,
+    make_error_result,
+    make_memory,
+    make_report,
+    make_result,
+    make_timeline,
+    make_variant,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
-MIB = 1024 * 1024
 
 
 def _html(report: Report, min_bytes: int = 1024) -> str:
@@ -68,10 +74,10 @@ def _timeline(points: int, base: int, bump: int, peak_at: int) -> Timeline:
     positions = tuple(i * 50 for i in range(points))
     values = [base + (i % 17) * 1024 for i in range(points)]
     values[peak_at] = base + bump
-    return Timeline(
+    return make_timeline(
+        tuple(values),
+        positions,
         length=points * 50,
-        positions=positions,
-        live_bytes=tuple(values),
         peak_position=positions[peak_at],
         peak_instruction=f"fusion.{peak_at}",
         peak_source="model.py:40",
@@ -89,34 +95,20 @@ def _variant(name: str, peak: int, points: int, copies: int) -> Variant:
         )
         for k in range(4)
     )
-    return Variant(
-        name=name,
+    return make_variant(
+        name,
+        make_memory(peak // 2, peak // 2),
         donated_arguments=("state",) if name == "donated" else (),
-        memory=MemoryFigures(
-            argument_bytes=peak // 2,
-            output_bytes=peak // 2,
-            alias_bytes=0,
-            temp_bytes=0,
-            generated_code_bytes=0,
-            peak_bytes=peak,
-            footprint_bytes=peak,
-            live_peak_bytes=peak,
-        ),
         aliases=(Alias("state.u", 0, "out.u", 0, MIB),) if name == "donated" else (),
         copies=tuple(
-            Copy(
-                bytes=MIB,
-                shape="f32[512,512]{1,0}",
+            make_copy(
+                MIB,
                 kind="loop",
-                of_parameter=None,
-                input_index=None,
+                source="model.py:41",
+                trip_count=40,
                 computation="body.1",
                 instruction=f"copy.{k}",
-                source="model.py:41",
-                source_role="copy",
-                cause="loop-carry",
-                trip_count=40,
-                bytes_per_call=40 * MIB,
+                cause="old-carry-read-after-update",
             )
             for k in range(copies)
         ),
@@ -126,29 +118,22 @@ def _variant(name: str, peak: int, points: int, copies: int) -> Variant:
 
 
 def _synthetic(index: int, points: int = 802, in_place: bool = True) -> TargetResult:
-    return TargetResult(
+    return make_result(
+        f"model{index}:step",
+        plain=_variant("plain", 8 * MIB, points, 2),
+        donated=_variant("donated", 4 * MIB, points, 0),
+        findings=() if in_place else (Finding("error", "loop-copy", "a loop value is copied every iteration"),),
         target=f"pkg.model{index}",
-        name=f"model{index}:step",
-        status="ok",
         definition=f"pkg/model{index}.py:12",
         donate="auto",
         expect="in-place",
-        variants={"plain": _variant("plain", 8 * MIB, points, 2), "donated": _variant("donated", 4 * MIB, points, 0)},
-        verdict=Verdict(
-            in_place=in_place,
-            summary="in place with donation" if in_place else "not in place: a loop value is copied every iteration",
-            findings=() if in_place else (Finding("error", "loop-copy", "a loop value is copied every iteration"),),
-        ),
         savings={"footprint_bytes": 4 * MIB, "live_peak_bytes": 4 * MIB},
         checks=(Check("expect-in-place", in_place, "in place with donation" if in_place else "expected in place"),),
     )
 
 
-ERRORED = TargetResult(
-    target="model.py:stepp",
-    name="model.py:stepp",
-    status="error",
-    error=ErrorInfo("target", "module 'model' has no 'stepp'; did you mean 'step'?"),
+ERRORED = make_error_result(
+    "model.py:stepp", "target", "module 'model' has no 'stepp'; did you mean 'step'?", target="model.py:stepp"
 )
 
 
@@ -263,8 +248,11 @@ def test_baseline_regressions_improvements_and_notes_are_shown() -> None:
 
 def test_copies_below_min_bytes_stay_out_of_the_tables() -> None:
     result = _synthetic(0, points=10)
-    assert "copies in the plain (no donation) variant" in _html(_report((result,)), min_bytes=MIB)
-    assert "copies in the plain (no donation) variant" not in _html(_report((result,)), min_bytes=MIB + 1)
+    shown = _html(_report((result,)), min_bytes=MIB)
+    assert "copies in the plain (no donation) variant" in shown
+    assert "<td>old-carry-read-after-update</td>" in shown  # each row says why XLA kept the copy
+    hidden = _html(_report((result,)), min_bytes=MIB + 1)
+    assert "copies in the plain (no donation) variant" not in hidden and "old-carry-read-after-update" not in hidden
 
 
 # ----------------------------------------------------------------------------

@@ -14,10 +14,7 @@ from fieldmem.report import (
     Alias,
     Check,
     Copy,
-    ErrorInfo,
     Finding,
-    MemoryFigures,
-    Report,
     TargetResult,
     Timeline,
     UnusableDonation,
@@ -25,26 +22,8 @@ from fieldmem.report import (
     Verdict,
 )
 
-from factories import make_report
+from factories import MIB, make_error_result, make_memory, make_report, make_timeline
 
-
-def _report(results: tuple[TargetResult, ...]) -> Report:
-    return make_report(results)
-
-
-def _memory(argument: int, output: int, alias: int, temp: int) -> MemoryFigures:
-    return MemoryFigures(
-        argument_bytes=argument,
-        output_bytes=output,
-        alias_bytes=alias,
-        temp_bytes=temp,
-        generated_code_bytes=0,
-        peak_bytes=argument + output - alias,
-        footprint_bytes=argument + output + temp - alias,
-    )
-
-
-MIB = 1024 * 1024
 COPY_V = Copy(
     bytes=MIB,
     shape="f32[512,512]{1,0}",
@@ -77,11 +56,11 @@ GOOD = TargetResult(
     donate="auto",
     expect="in-place",
     variants={
-        "plain": Variant("plain", (), _memory(2 * MIB, 2 * MIB, 0, 0), copies=(COPY_V, TINY)),
+        "plain": Variant("plain", (), make_memory(2 * MIB, 2 * MIB, 0, live_peak_bytes=None), copies=(COPY_V, TINY)),
         "donated": Variant(
             "donated",
             ("field",),
-            _memory(2 * MIB, 2 * MIB, 2 * MIB, 0),
+            make_memory(2 * MIB, 2 * MIB, 2 * MIB, live_peak_bytes=None),
             aliases=(
                 Alias("field.u", 0, "out.u", 0, MIB),
                 Alias("field.v", 1, "out.v", 1, MIB),
@@ -105,11 +84,8 @@ GOOD = TargetResult(
     savings={"footprint_bytes": 2 * MIB, "peak_bytes": 2 * MIB},
     checks=(Check("expect-in-place", True, "in place with donation"),),
 )
-BAD = TargetResult(
-    target="model.py:stepp",
-    name="model.py:stepp",
-    status="error",
-    error=ErrorInfo("target", "module 'model' has no 'stepp'; did you mean 'step'?"),
+BAD = make_error_result(
+    "model.py:stepp", "target", "module 'model' has no 'stepp'; did you mean 'step'?", target="model.py:stepp"
 )
 FAILED = TargetResult(
     target="model.py",
@@ -119,8 +95,8 @@ FAILED = TargetResult(
     donate="auto",
     expect="in-place",
     variants={
-        "plain": Variant("plain", (), _memory(MIB, MIB // 2, 0, 0)),
-        "donated": Variant("donated", ("x",), _memory(MIB, MIB // 2, 0, 0)),
+        "plain": Variant("plain", (), make_memory(MIB, MIB // 2, 0, live_peak_bytes=None)),
+        "donated": Variant("donated", ("x",), make_memory(MIB, MIB // 2, 0, live_peak_bytes=None)),
     },
     verdict=Verdict(
         in_place=False,
@@ -142,19 +118,19 @@ FAILED = TargetResult(
 @pytest.mark.parametrize("results", [(), (GOOD, BAD, FAILED)], ids=["empty", "mixed"])
 @pytest.mark.parametrize("verbose", [False, True], ids=["compact", "verbose"])
 def test_every_renderer_renders(name: str, results: tuple[TargetResult, ...], verbose: bool) -> None:
-    text = RENDERERS[name].render(_report(results), RenderOptions(verbose=verbose, width=120))
+    text = RENDERERS[name].render(make_report(results), RenderOptions(verbose=verbose, width=120))
     assert isinstance(text, str) and text.endswith("\n")
     for result in results:
         assert result.name in text
 
 
 def test_json_renderer_is_the_report_dict() -> None:
-    report = _report((GOOD, BAD))
+    report = make_report((GOOD, BAD))
     assert json.loads(get_renderer("json").render(report, RenderOptions())) == report.to_dict()
 
 
 def test_table_shows_verdicts_sizes_and_sources() -> None:
-    text = get_renderer("table").render(_report((GOOD, BAD, FAILED)), RenderOptions(width=160))
+    text = get_renderer("table").render(make_report((GOOD, BAD, FAILED)), RenderOptions(width=160))
     assert "in place" in text and "not in place" in text
     assert "4.0 MiB → 2.0 MiB" in text  # footprint plain -> donated
     assert "field.v 1.0 MiB [parameter] at model.py:14" in text
@@ -168,7 +144,7 @@ def test_table_shows_verdicts_sizes_and_sources() -> None:
 @pytest.mark.parametrize("width", [80, 100, 200])
 def test_the_summary_fits_the_terminal(width: int) -> None:
     """Wide when one row per target fits, else stacked; never a line past the width, no name folded."""
-    report = _report((GOOD, BAD, FAILED))
+    report = make_report((GOOD, BAD, FAILED))
     text = get_renderer("table").render(report, RenderOptions(width=width))
     summary = text.split(f"\n{GOOD.name}  (")[0]  # the table, before the first target's details
     assert all(len(line) <= width for line in summary.splitlines()), summary
@@ -180,15 +156,15 @@ def test_the_summary_fits_the_terminal(width: int) -> None:
 
 
 def test_verbose_table_lists_aliases_and_unusable_donations() -> None:
-    text = get_renderer("table").render(_report((GOOD,)), RenderOptions(verbose=True, width=160))
+    text = get_renderer("table").render(make_report((GOOD,)), RenderOptions(verbose=True, width=160))
     assert "field.u" in text and "out.u" in text
     assert "no output has its size (4 B)" in text
     assert "footprint_bytes" in text
 
 
 def test_table_has_no_color_codes_unless_asked() -> None:
-    plain = get_renderer("table").render(_report((GOOD,)), RenderOptions(color=False))
-    colored = get_renderer("table").render(_report((GOOD,)), RenderOptions(color=True))
+    plain = get_renderer("table").render(make_report((GOOD,)), RenderOptions(color=False))
+    colored = get_renderer("table").render(make_report((GOOD,)), RenderOptions(color=True))
     assert "\x1b[" not in plain
     assert "\x1b[" in colored
 
@@ -198,26 +174,21 @@ def test_unknown_renderer_lists_the_known_ones() -> None:
         get_renderer("yaml")
 
 
-def _line(values: tuple[int, ...], positions: tuple[int, ...] | None = None, length: int | None = None) -> Timeline:
-    positions = positions if positions is not None else tuple(range(len(values)))
-    return Timeline(length=length or len(values), positions=positions, live_bytes=values)
-
-
 @pytest.mark.parametrize(
     ("timeline", "scale", "width", "expected"),
     [
         # one column per schedule point: each value in eighths of the scale
-        (_line((1, 2, 3, 4, 5, 6, 7, 8)), 8, 8, "▁▂▃▄▅▆▇█"),
+        (make_timeline((1, 2, 3, 4, 5, 6, 7, 8)), 8, 8, "▁▂▃▄▅▆▇█"),
         # fewer points than columns: each value holds over its share of the width
-        (_line((1, 2, 3, 4, 5, 6, 7, 8)), 8, 16, "▁▁▂▂▃▃▄▄▅▅▆▆▇▇██"),
+        (make_timeline((1, 2, 3, 4, 5, 6, 7, 8)), 8, 16, "▁▁▂▂▃▃▄▄▅▅▆▆▇▇██"),
         # more points than columns: a column shows the largest value in it, so a one-point spike survives
-        (_line((1,) * 5 + (8,) + (1,) * 10), 8, 4, "▁█▁▁"),
+        (make_timeline((1,) * 5 + (8,) + (1,) * 10), 8, 4, "▁█▁▁"),
         # a decimated timeline: a kept sample holds until the next one; the last column takes the max of two
-        (_line((2, 8, 2, 4), positions=(0, 10, 90, 99), length=100), 8, 10, "▂████████▄"),
+        (make_timeline((2, 8, 2, 4), positions=(0, 10, 90, 99), length=100), 8, 10, "▂████████▄"),
         # the same scale for both variants: half the scale is half a block high; zero is blank
-        (_line((0, 4, 4, 0)), 8, 4, " ▄▄ "),
+        (make_timeline((0, 4, 4, 0)), 8, 4, " ▄▄ "),
         # anything above zero shows; 20 bytes over half of 4 MiB is still half a block
-        (_line((1, 2 * 1024 * 1024 + 20)), 4 * 1024 * 1024 + 20, 2, "▁▄"),
+        (make_timeline((1, 2 * 1024 * 1024 + 20)), 4 * 1024 * 1024 + 20, 2, "▁▄"),
     ],
     ids=["one-per-column", "stretched", "max-per-column", "decimated", "same-scale", "rounding"],
 )
@@ -227,11 +198,13 @@ def test_sparkline_resamples_by_max_per_column(timeline: Timeline, scale: int, w
 
 def _with_timelines(result: TargetResult) -> TargetResult:
     """GOOD with a plain curve peaking at 4 MiB (16 points) and a donated one at 2 MiB (8 points)."""
-    plain = _line(tuple(MIB * v for v in (1, 1, 2, 2, 3, 3, 4, 4, 4, 4, 3, 3, 2, 2, 1, 1)))
-    plain = dataclasses.replace(plain, peak_position=6, peak_instruction="copy", peak_source="model.py:14")
-    donated = dataclasses.replace(
-        _line(tuple(MIB * v for v in (1, 1, 2, 2, 2, 2, 1, 1))), peak_position=2, peak_instruction="add"
+    plain = make_timeline(
+        tuple(MIB * v for v in (1, 1, 2, 2, 3, 3, 4, 4, 4, 4, 3, 3, 2, 2, 1, 1)),
+        peak_position=6,
+        peak_instruction="copy",
+        peak_source="model.py:14",
     )
+    donated = make_timeline(tuple(MIB * v for v in (1, 1, 2, 2, 2, 2, 1, 1)), peak_position=2, peak_instruction="add")
     variants = {
         "plain": dataclasses.replace(result.variants["plain"], timeline=plain),
         "donated": dataclasses.replace(result.variants["donated"], timeline=donated),
@@ -240,7 +213,9 @@ def _with_timelines(result: TargetResult) -> TargetResult:
 
 
 def test_verbose_table_shows_plain_and_donated_sparklines_on_one_scale() -> None:
-    text = get_renderer("table").render(_report((_with_timelines(GOOD), BAD)), RenderOptions(verbose=True, width=160))
+    text = get_renderer("table").render(
+        make_report((_with_timelines(GOOD), BAD)), RenderOptions(verbose=True, width=160)
+    )
     lines = text.splitlines()
     assert any("memory over the schedule, plain vs donated" in line and "█ = 4.0 MiB" in line for line in lines)
     plain = "▂" * 7 + "▄" * 7 + "▆" * 7 + "█" * 14 + "▆" * 7 + "▄" * 7 + "▂" * 7
@@ -254,10 +229,12 @@ def test_verbose_table_shows_plain_and_donated_sparklines_on_one_scale() -> None
 
 
 def test_sparklines_are_only_in_the_verbose_view() -> None:
-    report = _report((_with_timelines(GOOD),))
+    report = make_report((_with_timelines(GOOD),))
     assert "memory over the schedule" not in get_renderer("table").render(report, RenderOptions(width=160))
     # a report without timelines (saved by an older fieldmem) has no sparkline, and no error
-    assert "memory over the schedule" not in get_renderer("table").render(_report((GOOD,)), RenderOptions(verbose=True))
+    assert "memory over the schedule" not in get_renderer("table").render(
+        make_report((GOOD,)), RenderOptions(verbose=True)
+    )
 
 
 def _render_imports() -> dict[str, set[str]]:
