@@ -197,3 +197,37 @@ def test_the_graph_reads_function_level_imports_and_skips_type_checking_blocks()
 def test_no_import_cycle_between_fieldmem_modules() -> None:
     found = cycles(import_graph())
     assert found == [], "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in found)
+
+
+def _names_taken_from(package: str, files: list[Path]) -> dict[str, set[str]]:
+    """Each name that ``from <package> import NAME`` takes, with the files that take it."""
+    taken: dict[str, set[str]] = {}
+    for file in files:
+        for node in ast.walk(ast.parse(file.read_text(), str(file))):
+            if isinstance(node, ast.ImportFrom) and node.module == package and node.level == 0:
+                for alias in node.names:
+                    taken.setdefault(alias.name, set()).add(file.name)
+    return taken
+
+
+def test_the_driver_exports_every_name_others_import_from_it() -> None:
+    """What the rest of fieldmem, the tests and the benchmarks use of the driver is its declared surface."""
+    import fieldmem.driver
+
+    root = PACKAGE.parent
+    outside = [
+        path
+        for path in [*PACKAGE.rglob("*.py"), *(root / "tests").glob("*.py"), *(root / "benchmarks").glob("*.py")]
+        if (PACKAGE / "driver") not in path.parents
+    ]
+    taken = _names_taken_from(JAX_PACKAGE, outside)
+    assert "prepare_call" in taken  # the scan found the engine's imports
+    submodules = {m.rsplit(".", 1)[-1] for m in _modules() if m.startswith(JAX_PACKAGE + ".")}  # monkeypatched in tests
+    missing = {
+        name: sorted(files)
+        for name, files in taken.items()
+        if name not in fieldmem.driver.__all__ and name not in submodules
+    }
+    assert not missing, f"imported from fieldmem.driver but not in its __all__: {missing}"
+    private = sorted(name for name in taken if name.startswith("_"))
+    assert not private, f"private driver names imported from outside it: {private}"
