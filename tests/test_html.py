@@ -188,7 +188,9 @@ def test_everything_user_supplied_is_escaped() -> None:
         _synthetic(0, points=10),
         name=f"model:{evil}",
         definition=f"{evil}.py:1",
-        verdict=Verdict(False, f"not in place {evil}", (Finding("warning", "other-copy", f"see {evil} & <b>this</b>"),)),
+        verdict=Verdict(
+            False, f"not in place {evil}", (Finding("warning", "other-copy", f"see {evil} & <b>this</b>"),)
+        ),
     )
     error = dataclasses.replace(ERRORED, name=evil, error=ErrorInfo("target", f"no {evil} here"))
     page = _html(_report((result, error)))
