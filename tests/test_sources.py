@@ -527,3 +527,20 @@ def test_a_method_reading_self_weights_bakes_them_in() -> None:
     sizes = [f.message for f in result.verdict.findings if f.code == "constant"]
     assert any("64.0 KiB" in m for m in sizes), sizes
     assert bias < 1024 or any(f"{bias} B" in m for m in sizes)
+
+
+@pytest.mark.compile
+def test_scalar_constants_count_as_bytes_but_are_no_finding() -> None:
+    """A loop's bounds and Python numbers are scalar constants: in the figure, never a warning."""
+    import jax
+    import jax.numpy as jnp
+
+    def loop(x: Any) -> Any:
+        return jax.lax.fori_loop(0, 10, lambda i, c: c * 1.5 + i, x)
+
+    x = jnp.ones((8,))
+    result = _check(loop, x, min_bytes=0).results[0]
+    allocated, _ = _constant_allocations(loop, x)
+    assert allocated > 0
+    assert result.variants["donated"].memory.constant_bytes == allocated
+    assert result.verdict is not None and not [f for f in result.verdict.findings if f.code == "constant"]

@@ -553,9 +553,17 @@ _CONSTANTS_SHOWN = 5  # constants named one by one, largest first; the rest in o
 
 
 def _constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
-    """A warning per array of at least ``min_bytes`` compiled into the program as a constant."""
+    """A warning per array of at least ``min_bytes`` compiled into the program as a constant.
+
+    Scalars are left out whatever their size: XLA makes them of Python numbers and
+    loop bounds (a ``fori_loop`` has several), and there is nothing to pass instead.
+    """
     large = sorted(
-        (site for site in hlo.find_constants(module) if site.bytes >= max(min_bytes, 1)),
+        (
+            site
+            for site in hlo.find_constants(module)
+            if site.bytes >= max(min_bytes, 1) and not site.shape.partition("{")[0].endswith("[]")
+        ),
         key=lambda site: (-site.bytes, site.instruction),
     )
     findings = []
