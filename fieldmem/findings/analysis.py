@@ -576,7 +576,8 @@ def _constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
             Finding(
                 "warning",
                 "constant",
-                f"a {site.shape} array ({format_bytes(site.bytes)}) is compiled into the program as a constant"
+                f"an array {site.shape.partition('{')[0]} ({format_bytes(site.bytes)}) is compiled into the program "
+                "as a constant"
                 f"{used}: an array the function closes over (a global, a captured variable, self.weights) is "
                 "baked in, held for the executable's lifetime outside the argument, output and temp figures, "
                 "and can be neither donated nor shared: pass it as an argument",

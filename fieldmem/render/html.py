@@ -306,7 +306,8 @@ def _memory_table(result: TargetResult) -> str:
     )
     text += (
         '<p class="muted">XLA\'s figures verbatim (<code>memory_analysis()</code>), plus footprint = argument + '
-        "output + temp − alias and live peak = distinct allocation slices live at once.</p>\n"
+        "output + temp − alias, live peak = distinct allocation slices live at once and constant = the arrays "
+        "compiled into the program (held as long as it lives, in XLA's peak but in neither of fieldmem's).</p>\n"
     )
     reasons = sorted({**plain.memory.unavailable, **donated.memory.unavailable}.items())
     if reasons:

@@ -289,7 +289,7 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     console.print(
         Text(
             "  memory (XLA memory_analysis; footprint = argument + output + temp − alias; "
-            "live peak = distinct slices live at once)",
+            "live peak = distinct slices live at once; constant = arrays compiled into the program)",
             style="dim",
         )
     )
