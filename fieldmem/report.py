@@ -102,6 +102,7 @@ MEMORY_FIGURES = (
     "peak_bytes",
     "footprint_bytes",
     "live_peak_bytes",
+    "constant_bytes",
 )
 
 # The report's closed sets of words, one definition each. ``Literal`` lets the
@@ -136,6 +137,7 @@ FindingCode = Literal[
     "layout-copy",
     "other-copy",
     "plain-copy",
+    "constant",
     "run-alias-missing",
     "run-unplanned-alias",
     "run-peak-above-plan",
@@ -175,8 +177,11 @@ class MemoryFigures:
 
     ``footprint_bytes`` = argument + output + temp - alias: what the executable
     holds at once. ``live_peak_bytes``: the maximum over the schedule of the
-    bytes of distinct allocation slices live at one point (fieldmem.xla.buffers). A figure the backend does not give is None, and
-    ``unavailable`` says why.
+    bytes of distinct allocation slices live at one point (fieldmem.xla.buffers).
+    ``constant_bytes``: the arrays compiled into the program as constants (a
+    closed-over array), which XLA holds for the executable's lifetime, outside
+    the argument, output and temp figures (docs/peaks.md). A figure the backend
+    does not give is None, and ``unavailable`` says why.
     """
 
     argument_bytes: int | None = None
@@ -187,6 +192,7 @@ class MemoryFigures:
     peak_bytes: int | None = None
     footprint_bytes: int | None = None
     live_peak_bytes: int | None = None
+    constant_bytes: int | None = None
     host_argument_bytes: int | None = None
     host_output_bytes: int | None = None
     host_alias_bytes: int | None = None
@@ -233,6 +239,7 @@ class Copy:
     cause: CopyCause | None = None  # why XLA kept this copy
     trip_count: int | None = None  # loop copies: iterations per call, when known
     bytes_per_call: int | None = None  # bytes x trip count, when known
+    call_site: str | None = None  # source is library code: the user's line that led there
 
 
 @dataclass(frozen=True)
@@ -245,6 +252,7 @@ class LiveBuffer:
     shape: str | None
     source: str | None
     input: str | None = None  # the input leaf, for parameter and aliased slices
+    call_site: str | None = None  # source is library code: the user's line that led there
 
 
 @dataclass(frozen=True)
@@ -368,6 +376,7 @@ class Finding:
     input: str | None = None
     output: str | None = None
     source: str | None = None
+    call_site: str | None = None  # source is library code: the user's line that led there
 
 
 @dataclass(frozen=True)

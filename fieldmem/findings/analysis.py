@@ -53,7 +53,26 @@ def _display_source(location: hlo.SourceLocation | None) -> str | None:
     return f"{display_path(location.file)}:{location.line}"
 
 
-def _memory(variant: CompiledVariant, live_peak: int | None, live_reason: str | None) -> MemoryFigures:
+def _call_site(location: hlo.SourceLocation | None) -> str | None:
+    """The user's line that led to ``location`` when that is library code (see fieldmem.xla.hlo.frames)."""
+    return _display_source(hlo.call_site(location))
+
+
+def _constant_bytes(
+    module: hlo.HloModule, assignment: buffers.BufferAssignment | None
+) -> tuple[int, list[hlo.ConstantSite]]:
+    """Bytes of the arrays compiled in as constants, and the constants: the constant allocations of the
+    buffer assignment (what XLA holds), else, without one, the optimized HLO's constants outside fusion
+    bodies (the same bytes on XLA:CPU: tests/test_sources.py)."""
+    sites = hlo.find_constants(module)
+    if assignment is not None:
+        return sum(a.size for a in assignment.allocations if a.is_constant), sites
+    return sum(site.bytes for site in sites), sites
+
+
+def _memory(
+    variant: CompiledVariant, live_peak: int | None, live_reason: str | None, constant_bytes: int | None = None
+) -> MemoryFigures:
     m = variant.memory
     unavailable = dict(variant.memory_unavailable)
     if live_peak is None:
@@ -76,6 +95,7 @@ def _memory(variant: CompiledVariant, live_peak: int | None, live_reason: str | 
         peak_bytes=m.get("peak_bytes"),
         footprint_bytes=footprint,
         live_peak_bytes=live_peak,
+        constant_bytes=constant_bytes,
         host_argument_bytes=m.get("host_argument_bytes"),
         host_output_bytes=m.get("host_output_bytes"),
         host_alias_bytes=m.get("host_alias_bytes"),
@@ -138,10 +158,13 @@ class ProgramLeaves:
             return outputs[0] if len(outputs) == 1 else None
         return outputs[output_index[0]] if output_index[0] < len(outputs) else None
 
-    def output_source(self, index: int) -> str | None:
+    def output_location(self, index: int) -> hlo.SourceLocation | None:
         if index >= len(self.output_producers):
             return None
-        return _display_source(hlo.view_source(self.output_producers[index], self.entry_by_name))
+        return hlo.view_source(self.output_producers[index], self.entry_by_name)
+
+    def output_source(self, index: int) -> str | None:
+        return _display_source(self.output_location(index))
 
 
 def _shape_text(shape: Sequence[int], dtype: str) -> str:
@@ -284,6 +307,7 @@ def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
                 cause=_cause(program.module, site, kind),
                 trip_count=trip,
                 bytes_per_call=site.bytes * trip if trip is not None else None,
+                call_site=_call_site(site.source) if role != "definition" else None,
             )
         )
     return tuple(sorted(copies, key=lambda c: (-(c.bytes_per_call or c.bytes), c.instruction)))
@@ -346,15 +370,27 @@ def _peak_source(point: buffers.SchedulePoint, module: hlo.HloModule, definition
     return source
 
 
+def _assignment(variant: CompiledVariant) -> tuple[buffers.BufferAssignment | None, str | None]:
+    """The decoded buffer assignment, or why there is none."""
+    if variant.buffer_assignment is None:
+        return None, variant.buffers_unavailable or "no buffer assignment from this backend"
+    try:
+        return buffers.decode_buffer_assignment(variant.buffer_assignment, variant.hlo_module_proto), None
+    except buffers.BufferAssignmentError as exc:
+        return None, f"the buffer assignment could not be analysed: {exc}"
+
+
 def _liveness(
-    program: ProgramLeaves, copied_inputs: dict[str, Copy], definition: str | None = None
+    program: ProgramLeaves,
+    copied_inputs: dict[str, Copy],
+    definition: str | None = None,
+    decoded: tuple[buffers.BufferAssignment | None, str | None] | None = None,
 ) -> tuple[int | None, str | None, tuple[LiveBuffer, ...], Timeline | None]:
     """``live_peak_bytes``, the buffers live at that peak and the timeline, or why they are unavailable."""
-    variant = program.variant
-    if variant.buffer_assignment is None:
-        return None, variant.buffers_unavailable or "no buffer assignment from this backend", (), None
+    assignment, reason = decoded if decoded is not None else _assignment(program.variant)
+    if assignment is None:
+        return None, reason, (), None
     try:
-        assignment = buffers.decode_buffer_assignment(variant.buffer_assignment, variant.hlo_module_proto)
         live = buffers.analyze_liveness(assignment, program.module)
     except buffers.BufferAssignmentError as exc:
         return None, f"the buffer assignment could not be analysed: {exc}", (), None
@@ -370,8 +406,9 @@ def _liveness(
         # copy's own source line (or the function's, when XLA kept none for it)
         copied = copied_inputs.get(value.instruction or "")
         source = _display_source(value.source)
+        call_site = _call_site(value.source)
         if source is None and copied is not None:
-            source = copied.source
+            source, call_site = copied.source, copied.call_site
         if source is None and leaf is not None:
             source = definition  # an argument comes in where the function is defined
         top.append(
@@ -382,6 +419,7 @@ def _liveness(
                 shape=value.shape,
                 source=source,
                 input=leaf.path if leaf is not None else (copied.of_parameter if copied is not None else None),
+                call_site=call_site,
             )
         )
     return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition)
@@ -394,12 +432,14 @@ def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> 
     aliases = _aliases(program)
     copies = _copies(program, definition)
     copied_inputs = {c.instruction: c for c in copies if c.of_parameter is not None}
-    live_peak, live_reason, live_at_peak, timeline = _liveness(program, copied_inputs, definition)
+    decoded = _assignment(variant)
+    live_peak, live_reason, live_at_peak, timeline = _liveness(program, copied_inputs, definition, decoded)
+    constant_bytes, _ = _constant_bytes(module, decoded[0])
     return (
         Variant(
             name=variant.name,
             donated_arguments=variant.donated_arguments,
-            memory=_memory(variant, live_peak, live_reason),
+            memory=_memory(variant, live_peak, live_reason, constant_bytes),
             live_at_peak=live_at_peak,
             timeline=timeline,
             aliases=aliases,
@@ -417,14 +457,18 @@ def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> 
 # Verdict
 
 
-def _at(source: str | None) -> str:
-    return f" at {source}" if source else ""
+def _at(source: str | None, call_site: str | None = None) -> str:
+    """ " at FILE:LINE", and the user's line that led there when that line is library code."""
+    if not source:
+        return ""
+    return f" at {source} (called from {call_site})" if call_site else f" at {source}"
 
 
 def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "") -> Finding:
     """The finding for one copy; ``once`` (" once per call" in a program with a loop) sets
     one-off copies apart from the loop copies paid every iteration."""
     size = format_bytes(copy.bytes)
+    where = _at(copy.source, copy.call_site)
     if copy.kind == "loop":
         per_call = (
             f" (x{copy.trip_count} = {format_bytes(copy.bytes_per_call)} per call)"
@@ -432,32 +476,42 @@ def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "") -> F
             else " (trip count unknown)"
         )
         if copy.cause == "old-carry-read-after-update":
-            what = f"the loop carry {copy.shape} ({size}) is copied every iteration{per_call}{_at(copy.source)}"
+            what = f"the loop carry {copy.shape} ({size}) is copied every iteration{per_call}{where}"
             why = "its old value is still read after the body updates it; read it before the update"
         else:
-            what = f"a loop value {copy.shape} ({size}) is copied every iteration{per_call}{_at(copy.source)}"
+            what = f"a loop value {copy.shape} ({size}) is copied every iteration{per_call}{where}"
             why = (
                 "the body computes the new carry while still reading the old one, so XLA writes it "
                 "to a temporary and copies it into the carry buffer"
             )
-        return Finding("error", "loop-copy", f"{what}: {why}", source=copy.source)
+        return Finding("error", "loop-copy", f"{what}: {why}", source=copy.source, call_site=copy.call_site)
     if copy.kind != "parameter" and copy.output is not None:
         message = (
             f"{copy.output} is not written in place: XLA computes it into a {size} temporary and "
-            f"copies it into the output buffer{once}{_at(copy.source)}"
+            f"copies it into the output buffer{once}{where}"
         )
-        return Finding("error", "output-copy", message, output=copy.output, source=copy.source)
+        return Finding(
+            "error", "output-copy", message, output=copy.output, source=copy.source, call_site=copy.call_site
+        )
     name = copy.of_parameter or copy.shape
     leaf = inputs.get(copy.input_index) if copy.input_index is not None else None
     if leaf is not None and not leaf.donated:
         tail = "donate it or stop returning it" if copy.output else "donate it"
-        message = f"{name} is not donated and is copied{once} ({size}){_at(copy.source)}: {tail}"
+        message = f"{name} is not donated and is copied{once} ({size}){where}: {tail}"
     else:
         message = (
-            f"{name} is donated but still copied{once} ({size}){_at(copy.source)}: its old value is read "
+            f"{name} is donated but still copied{once} ({size}){where}: its old value is read "
             "after the update writes it (or it is returned twice); read it before updating"
         )
-    return Finding("error", "parameter-copy", message, input=copy.of_parameter, output=copy.output, source=copy.source)
+    return Finding(
+        "error",
+        "parameter-copy",
+        message,
+        input=copy.of_parameter,
+        output=copy.output,
+        source=copy.source,
+        call_site=copy.call_site,
+    )
 
 
 def _new_buffer_finding(
@@ -474,8 +528,12 @@ def _new_buffer_finding(
     suffix = out.path[len("out") :]
     candidates.sort(key=lambda leaf: (not leaf.path.endswith(suffix) if suffix else True, leaf.shape != out.shape))
     unusable_by_index = {u.input_index: u for u in unusable}
-    source = program.output_source(out.index)
-    head = f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer{_at(source)}"
+    location = program.output_location(out.index)
+    source, call_site = _display_source(location), _call_site(location)
+    head = (
+        f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer"
+        f"{_at(source, call_site)}"
+    )
     if not candidates:
         reason = "no input has its size, so it cannot reuse one"
     else:
@@ -488,7 +546,56 @@ def _new_buffer_finding(
             reason = f"{leaf.path} is donated but {unusable_by_index[leaf.index].reason}"
         else:
             reason = f"XLA did not reuse {leaf.path}"
-    return Finding("error", "new-buffer", f"{head}: {reason}", output=out.path, source=source)
+    return Finding("error", "new-buffer", f"{head}: {reason}", output=out.path, source=source, call_site=call_site)
+
+
+_CONSTANTS_SHOWN = 5  # constants named one by one, largest first; the rest in one more finding
+
+
+def _constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
+    """A warning per array of at least ``min_bytes`` compiled into the program as a constant.
+
+    Scalars are left out whatever their size: XLA makes them of Python numbers and
+    loop bounds (a ``fori_loop`` has several), and there is nothing to pass instead.
+    """
+    large = sorted(
+        (
+            site
+            for site in hlo.find_constants(module)
+            if site.bytes >= max(min_bytes, 1) and not site.shape.partition("{")[0].endswith("[]")
+        ),
+        key=lambda site: (-site.bytes, site.instruction),
+    )
+    findings = []
+    for site in large[:_CONSTANTS_SHOWN]:
+        source, call_site = _display_source(site.source), _call_site(site.source)
+        used = ""
+        if source:
+            used = f", read at {source}" + (f" (called from {call_site})" if call_site else "")
+        findings.append(
+            Finding(
+                "warning",
+                "constant",
+                f"an array {site.shape.partition('{')[0]} ({format_bytes(site.bytes)}) is compiled into the program "
+                "as a constant"
+                f"{used}: an array the function closes over (a global, a captured variable, self.weights) is "
+                "baked in, held for the executable's lifetime outside the argument, output and temp figures, "
+                "and can be neither donated nor shared: pass it as an argument",
+                source=source,
+                call_site=call_site,
+            )
+        )
+    rest = large[_CONSTANTS_SHOWN:]
+    if rest:
+        findings.append(
+            Finding(
+                "warning",
+                "constant",
+                f"and {len(rest)} more constant(s) of at least {format_bytes(max(min_bytes, 1))} "
+                f"({format_bytes(sum(site.bytes for site in rest))}) are compiled into the program",
+            )
+        )
+    return findings
 
 
 def _has_loop(module: hlo.HloModule) -> bool:
@@ -528,9 +635,10 @@ def _verdict(plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes
                 Finding(
                     "warning",
                     "layout-copy" if copy.kind == "layout" else "other-copy",
-                    f"a {copy.shape} value ({format_bytes(copy.bytes)}) is copied{once}{_at(copy.source)}"
-                    + (" to change its layout" if copy.kind == "layout" else ""),
+                    f"a {copy.shape} value ({format_bytes(copy.bytes)}) is copied{once}"
+                    f"{_at(copy.source, copy.call_site)}" + (" to change its layout" if copy.kind == "layout" else ""),
                     source=copy.source,
+                    call_site=copy.call_site,
                 )
             )
     for copy in plain.copies:
@@ -540,13 +648,15 @@ def _verdict(plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes
                 Finding(
                     "info",
                     "plain-copy",
-                    f"without donation, {copy.of_parameter} is copied{once} ({format_bytes(copy.bytes)}){_at(copy.source)} "
-                    f"because {why} and its buffer must stay intact",
+                    f"without donation, {copy.of_parameter} is copied{once} ({format_bytes(copy.bytes)})"
+                    f"{_at(copy.source, copy.call_site)} because {why} and its buffer must stay intact",
                     input=copy.of_parameter,
                     output=copy.output,
                     source=copy.source,
+                    call_site=copy.call_site,
                 )
             )
+    findings.extend(_constant_findings(program.module, min_bytes))
 
     errors = [f for f in findings if f.severity == "error"]
     in_place = not errors

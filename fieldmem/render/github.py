@@ -1,7 +1,8 @@
 """GitHub Actions renderer: one workflow command per offending thing, then a summary.
 
 ``fieldmem check --format github`` in a workflow step turns each problem into
-an annotation at the line that causes it: ``::error`` for an error finding, a
+an annotation at the line that causes it (for a line in library code, at the
+user's call site that led there, the finding's ``call_site``): ``::error`` for an error finding, a
 failed check, a baseline regression or a target that could not be checked;
 ``::warning`` for a warning finding or a baseline note. A target that is fine
 emits nothing; the last line is always one ``::notice::`` summary. Like every
@@ -95,7 +96,9 @@ def _target_annotations(result: TargetResult) -> list[str]:
                 finding.severity,
                 finding.message,
                 title=f"fieldmem: {result.name}: {finding.code}",
-                source=finding.source or result.definition,
+                # a line in library code (site-packages) is not in the workspace: the annotation goes
+                # to the user's line that led there, and the message names both
+                source=finding.call_site or finding.source or result.definition,
             )
         )
     return lines

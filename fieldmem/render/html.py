@@ -252,8 +252,14 @@ def _code(value: str | None) -> str:
     return f"<code>{_e(value)}</code>" if value else ""
 
 
-def _src(value: str | None) -> str:
-    return f'<span class="src">{_e(value)}</span>' if value else '<span class="muted">—</span>'
+def _src(value: str | None, call_site: str | None = None) -> str:
+    """A source cell; with ``call_site``, the user's line that led to a line of library code."""
+    if not value:
+        return '<span class="muted">—</span>'
+    text = f'<span class="src">{_e(value)}</span>'
+    if call_site:
+        text += f' <span class="muted">called from</span> <span class="src">{_e(call_site)}</span>'
+    return text
 
 
 def _live_table(variant: Variant) -> str:
@@ -267,7 +273,7 @@ def _live_table(variant: Variant) -> str:
             _code(b.input),
             _code(b.instruction),
             f'<span class="shape">{_e(b.shape or "")}</span>',
-            _src(b.source),
+            _src(b.source, b.call_site),
         )
         for b in rows_all[:_MAX_ROWS]
     ]
@@ -300,7 +306,8 @@ def _memory_table(result: TargetResult) -> str:
     )
     text += (
         '<p class="muted">XLA\'s figures verbatim (<code>memory_analysis()</code>), plus footprint = argument + '
-        "output + temp − alias and live peak = distinct allocation slices live at once.</p>\n"
+        "output + temp − alias, live peak = distinct allocation slices live at once and constant = the arrays "
+        "compiled into the program (held as long as it lives, in XLA's peak but in neither of fieldmem's).</p>\n"
     )
     reasons = sorted({**plain.memory.unavailable, **donated.memory.unavailable}.items())
     if reasons:
@@ -320,7 +327,7 @@ def _copies_table(variant: Variant, min_bytes: int) -> str:
             f'<span class="shape">{_e(c.shape)}</span>',
             _e(format_bytes(c.bytes_per_call)) if c.bytes_per_call is not None else "",
             _e(c.trip_count) if c.trip_count is not None else "",
-            _src(c.source),
+            _src(c.source, c.call_site),
             _e(c.cause or ""),
             f"<code>{_e(c.instruction)}</code> in <code>{_e(c.computation)}</code>",
         )

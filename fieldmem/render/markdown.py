@@ -62,10 +62,12 @@ def _needs_details(result: TargetResult, verbose: bool) -> bool:
     return not result.verdict.in_place or any(f.severity != "info" for f in result.verdict.findings)
 
 
-def _with_source(message: str, source: str | None) -> str:
+def _with_source(message: str, source: str | None, call_site: str | None = None) -> str:
     text = escape(message)
     if source and source not in message:
         text += f" ({code(source)})"
+    if call_site and call_site not in message:
+        text += f" (called from {code(call_site)})"
     return text
 
 
@@ -89,7 +91,9 @@ def _details(result: TargetResult, verbose: bool) -> list[str]:
         summary = result.verdict.summary
         if finding.message in summary and (finding.source is None or finding.source in summary):
             continue  # the summary line above already says it, with its source
-        lines.append(f"- {_SEVERITY.get(finding.severity, '-')} {_with_source(finding.message, finding.source)}")
+        lines.append(
+            f"- {_SEVERITY.get(finding.severity, '-')} {_with_source(finding.message, finding.source, finding.call_site)}"
+        )
     return lines
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "footprint_curve",
     "pair",
     "plural",
+    "source_text",
 ]
 
 PASS, FAIL, WARN = "✅", "❌", "⚠️"
@@ -62,6 +63,13 @@ def code(text: str) -> str:
     fence = "`" * (longest + 1)
     pad = " " if text.startswith("`") or text.endswith("`") or not text.strip() else ""
     return f"{fence}{pad}{text.replace('|', chr(92) + '|')}{pad}{fence}"
+
+
+def source_text(source: str | None, call_site: str | None) -> str | None:
+    """A source line, and the user's line that led there when the report names one (library code)."""
+    if not source:
+        return None
+    return f"{source} (called from {call_site})" if call_site else source
 
 
 def pair(plain: int | None, donated: int | None) -> str:

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldmem.render import RenderOptions, text_console
-from fieldmem.render.pieces import block, count, pair
+from fieldmem.render.pieces import block, count, pair, source_text
 from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Timeline, Variant
 from fieldmem.units import format_bytes
 
@@ -277,7 +277,7 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
         ]
         for name, c in shown:
             what = c.of_parameter or c.shape
-            where = f" at {c.source}" if c.source else ""
+            where = f" at {source_text(c.source, c.call_site)}" if c.source else ""
             console.print(Text(f"  {name} copy: {what} {format_bytes(c.bytes)} [{c.kind}]{where}", style="dim"))
         return
     _verbose(console, result, options)
@@ -289,7 +289,7 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     console.print(
         Text(
             "  memory (XLA memory_analysis; footprint = argument + output + temp − alias; "
-            "live peak = distinct slices live at once)",
+            "live peak = distinct slices live at once; constant = arrays compiled into the program)",
             style="dim",
         )
     )
@@ -322,7 +322,12 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
             live.add_column(column, overflow="fold", justify="right" if column == "bytes" else "left")
         for b in variant.live_at_peak:
             live.add_row(
-                format_bytes(b.bytes), b.kind, b.instruction or "?", b.input or "", b.shape or "", b.source or ""
+                format_bytes(b.bytes),
+                b.kind,
+                b.instruction or "?",
+                b.input or "",
+                b.shape or "",
+                source_text(b.source, b.call_site) or "",
             )
         console.print(live)
     if donated.aliases:
@@ -351,7 +356,13 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
         for c in copies:
             per_call = format_bytes(c.bytes_per_call) + f" (×{c.trip_count})" if c.bytes_per_call is not None else ""
             table.add_row(
-                c.kind, c.of_parameter or "", c.shape, format_bytes(c.bytes), per_call, c.source or "?", c.computation
+                c.kind,
+                c.of_parameter or "",
+                c.shape,
+                format_bytes(c.bytes),
+                per_call,
+                source_text(c.source, c.call_site) or "?",
+                c.computation,
             )
         console.print(table)
     for variant in (plain, donated):

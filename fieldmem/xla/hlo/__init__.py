@@ -10,15 +10,20 @@ on the one below it:
 - :mod:`.parse`: text -> model (:func:`parse_hlo_module`), the only code that
   knows how XLA prints a module;
 - :mod:`.queries`: what the findings ask of a model (copies kept, loops,
-  output producers and the inputs they read, source lines, slice updates).
+  output producers and the inputs they read, source lines, slice updates,
+  constants);
+- :mod:`.frames`: which frames of a source stack are library code, and the
+  user's call site of a library line.
 
 Callers use the names below (``from fieldmem.xla import hlo; hlo.find_copies(...)``).
 """
 
 from __future__ import annotations
 
+from .frames import call_site, is_library_file
 from .model import (
     AliasEntry,
+    ConstantSite,
     CopySite,
     HloComputation,
     HloInstruction,
@@ -31,6 +36,7 @@ from .model import (
 )
 from .parse import parse_hlo_module
 from .queries import (
+    find_constants,
     find_copies,
     loop_bodies,
     output_parameters,
@@ -43,6 +49,7 @@ from .text import HloParseError
 
 __all__ = [
     "AliasEntry",
+    "ConstantSite",
     "CopySite",
     "HloComputation",
     "HloInstruction",
@@ -50,7 +57,10 @@ __all__ = [
     "HloParseError",
     "LoopInfo",
     "SourceLocation",
+    "call_site",
+    "find_constants",
     "find_copies",
+    "is_library_file",
     "loop_bodies",
     "output_parameters",
     "output_values",

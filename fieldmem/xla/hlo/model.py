@@ -18,6 +18,7 @@ from .text import HloParseError, split_top_level
 
 __all__ = [
     "AliasEntry",
+    "ConstantSite",
     "CopySite",
     "HloComputation",
     "HloInstruction",
@@ -63,11 +64,24 @@ _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?")
 
 @dataclass(frozen=True)
 class SourceLocation:
-    """A line of user code that an HLO instruction came from."""
+    """A line of Python code that an HLO instruction came from.
+
+    ``callers``: the frames that led to it, innermost first (the function
+    that called this line's function first), when XLA printed the stack
+    (``stack_frame_id``); empty for the older inline ``source_file``/``source_line``
+    metadata. They take no part in comparisons: two instructions from the same
+    line are from the same line, whoever called it.
+    """
 
     file: str
     line: int
     function: str | None = None
+    callers: tuple[SourceLocation, ...] = field(default=(), compare=False, repr=False)
+
+    @property
+    def stack(self) -> tuple[SourceLocation, ...]:
+        """This frame, then its callers, innermost first."""
+        return (self, *self.callers)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"
@@ -209,6 +223,22 @@ class CopySite:
     source_role: str | None  # "copy", "operand", "user" or None
     feeds_output: bool = False
     output_indices: tuple[tuple[int, ...], ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class ConstantSite:
+    """A ``constant`` XLA keeps in a buffer of its own: an array compiled into the program.
+
+    ``source`` is the constant's own metadata, else the first instruction that
+    reads it (``source_role`` says which: "constant" or "user").
+    """
+
+    instruction: str
+    computation: str
+    shape: str
+    bytes: int
+    source: SourceLocation | None
+    source_role: str | None
 
 
 # ----------------------------------------------------------------------------

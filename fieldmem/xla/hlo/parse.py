@@ -10,9 +10,13 @@ Two generations of source metadata are understood: the older inline
 ``source_file="..." source_line=N`` and the newer ``stack_frame_id=N`` that
 points into the ``FileNames``/``FunctionNames``/``FileLocations``/``StackFrames``
 tables printed after the module header. A stack frame's own file location is
-its source; the ``parent_frame_id`` chain is not followed (as printed with
-jax 0.10.2 those ids look shifted by one: a root frame prints 1, and many
-frames print their own id).
+its source, and its ``parent_frame_id`` chain gives the frames that called it
+(:attr:`~.model.SourceLocation.callers`). As printed by jax 0.10.2's XLA, a
+parent id is one more than the frame it names, and a root frame prints 1
+(its own id): the module proto's ``stack_frame_index`` of the same compile
+holds the true ids (0 for a root), which tests/test_sources.py compares. The
+text says which way it is printed by its first frame, always a root: parent 1
+(shifted) or 0 (as in the proto); a table that says neither gets no callers.
 
 Only the first module is read when the text holds several. Instruction and
 computation names are read with or without the ``%`` prefix, and operands
@@ -34,6 +38,7 @@ import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .model import AliasEntry, HloComputation, HloInstruction, HloModule, SourceLocation
 from .text import HloParseError, matching_bracket, split_top_level, unquote
@@ -88,26 +93,77 @@ def _parse_header(header: str) -> tuple[str, dict[str, str | None]]:
     return name, {key: _header_value(body, key) for key in keys}
 
 
+_MAX_STACK = 256  # frames followed up a parent chain (jax records 100 at most by default)
+
+
 @dataclass
 class _SourceTables:
     file_names: dict[int, str] = field(default_factory=dict)
     function_names: dict[int, str] = field(default_factory=dict)
     file_locations: dict[int, dict[str, str]] = field(default_factory=dict)
     stack_frames: dict[int, dict[str, str]] = field(default_factory=dict)
+    _locations: dict[int, SourceLocation | None] = field(default_factory=dict)
 
     def location(self, frame_id: int) -> SourceLocation | None:
+        """The source of stack frame ``frame_id``, with the frames that called it (built once per frame)."""
+        if frame_id in self._locations:
+            return self._locations[frame_id]
+        # the chain up to the first frame already built (or a root), then built from the top down
+        chain: list[int] = []
+        current: int | None = frame_id
+        while current is not None and current not in self._locations and current not in chain:
+            if len(chain) >= _MAX_STACK:
+                break
+            chain.append(current)
+            current = self._parent(current)
+        above = self._locations.get(current) if current is not None else None
+        for frame in reversed(chain):
+            own = self._own_location(frame)
+            if own is not None and above is not None:
+                own = SourceLocation(own.file, own.line, own.function, above.stack)
+            self._locations[frame] = own
+            # a frame without a readable location ends the known stack below it
+            above = own
+        return self._locations[frame_id]
+
+    def _own_location(self, frame_id: int) -> SourceLocation | None:
         frame = self.stack_frames.get(frame_id)
         if frame is None:
             return None
-        loc = self.file_locations.get(int(frame.get("file_location_id", -1)))
-        if loc is None:
+        try:
+            loc = self.file_locations.get(int(frame.get("file_location_id", -1)))
+            if loc is None:
+                return None
+            file_name = self.file_names.get(int(loc.get("file_name_id", -1)))
+            line = loc.get("line")
+            if file_name is None or line is None:
+                return None
+            function = self.function_names.get(int(loc.get("function_name_id", -1)))
+            return SourceLocation(file=file_name, line=int(line), function=function)
+        except ValueError:
             return None
-        file_name = self.file_names.get(int(loc.get("file_name_id", -1)))
-        line = loc.get("line")
-        if file_name is None or line is None:
+
+    @cached_property
+    def _parent_shift(self) -> int | None:
+        """How parent ids are printed: 1 (one more than the frame they name, a root prints 1),
+        0 (as in the proto, a root prints 0), or None (unknown: the stacks are not followed).
+        Frame 1 is the first frame of the table, so it is a root either way."""
+        first = self.stack_frames.get(1)
+        printed = first.get("parent_frame_id") if first is not None else None
+        return {"1": 1, "0": 0}.get(printed or "")
+
+    def _parent(self, frame_id: int) -> int | None:
+        """The frame that called ``frame_id`` (None for a root, or when the table does not say)."""
+        shift = self._parent_shift
+        frame = self.stack_frames.get(frame_id)
+        if shift is None or frame is None:
             return None
-        function = self.function_names.get(int(loc.get("function_name_id", -1)))
-        return SourceLocation(file=file_name, line=int(line), function=function)
+        try:
+            parent = int(frame.get("parent_frame_id", "0")) - shift
+        except ValueError:
+            return None
+        # parents are written before their children: a parent id at or past its child's is not one
+        return parent if 0 < parent < frame_id else None
 
 
 def _parse_tables(lines: list[str]) -> _SourceTables:

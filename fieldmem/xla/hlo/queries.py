@@ -11,6 +11,7 @@ import json
 import re
 
 from .model import (
+    ConstantSite,
     CopySite,
     HloComputation,
     HloInstruction,
@@ -24,6 +25,7 @@ from .model import (
 from .text import unquote
 
 __all__ = [
+    "find_constants",
     "find_copies",
     "loop_bodies",
     "output_parameters",
@@ -256,6 +258,42 @@ def _copy_source(
         source = reader_source(copied, users)
         role = "user" if source is not None else None
     return source, role
+
+
+def find_constants(module: HloModule) -> list[ConstantSite]:
+    """Every ``constant`` that has a buffer of its own: those outside fusion bodies (a constant inside a
+    fusion is an immediate of the fused code), in the entry, loop bodies and any other computation.
+
+    On XLA:CPU (jax 0.10.2) their bytes are exactly the constant allocations of the
+    buffer assignment (tests/test_sources.py compares them), including the constants
+    XLA derives from a closed-over array (a transposed copy of it is a second
+    constant).
+    """
+    fusion_bodies = _fusion_bodies(module)
+    constants: list[ConstantSite] = []
+    for computation in module.computations:
+        if computation.name in fusion_bodies:
+            continue
+        users: dict[str, list[HloInstruction]] | None = None
+        for instruction in computation.instructions:
+            if instruction.opcode != "constant":
+                continue
+            source, role = instruction.source, "constant" if instruction.source is not None else None
+            if source is None:
+                users = users if users is not None else computation.users()
+                source = reader_source(instruction.name, users)
+                role = "user" if source is not None else None
+            constants.append(
+                ConstantSite(
+                    instruction=instruction.name,
+                    computation=computation.name,
+                    shape=instruction.shape,
+                    bytes=instruction.bytes,
+                    source=source,
+                    source_role=role,
+                )
+            )
+    return constants
 
 
 def reader_source(name: str, users: dict[str, list[HloInstruction]]) -> SourceLocation | None:
