@@ -46,8 +46,8 @@ class PreparedCall:
 
     ``args`` and ``kwargs`` are what jax is given: where an argument holds
     leaves held static (a function, a string, a scalar that must be concrete),
-    they are ``None`` in it and ``function`` puts them back (as
-    ``equinox.filter_jit`` does); paths are unchanged.
+    they are ``None`` in it and ``function`` (for a plain function, a wrapper
+    of it) puts them back, as ``equinox.filter_jit`` does; paths are unchanged.
     """
 
     function: Callable[..., Any]
@@ -195,8 +195,8 @@ def prepare_call(
         info, donate, names, args, kwargs, static_positions, static_names
     )
     function, call_args, call_kwargs = underlying, args, kwargs
-    if held:
-        function, call_args, call_kwargs = _holding_static(underlying, args, kwargs, held)
+    if info is None:
+        function, call_args, call_kwargs = _plain_program(underlying, args, kwargs, held)
     return PreparedCall(
         function=function,
         user_jit=fn if info is not None else None,
@@ -312,16 +312,20 @@ def _add(slot: int | str, positions: set[int], names: set[str]) -> None:
         names.add(slot)
 
 
-def _holding_static(
+def _plain_program(
     function: Callable[..., Any],
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     held: dict[int | str, tuple[Any, dict[int, Any]]],
 ) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
-    """``function`` with the held leaves closed over, and the arguments jax is given (``None`` for them).
+    """The function jax traces for a plain function, and the arguments it is given, as
+    ``equinox.filter_jit`` splits them.
 
-    The function jax traces puts each held leaf back in its place (by flat
-    index in the argument's treedef) before calling ``function``.
+    The held leaves are ``None`` in the arguments and closed over: the function
+    puts each back in its place (by flat index in the argument's treedef)
+    before calling ``function``. An output leaf that is no JAX type (a model's
+    activation function, a string) is ``None`` in the program's outputs: it is
+    no output of the compiled program, as under ``filter_jit``.
     """
     import jax
 
@@ -344,16 +348,17 @@ def _holding_static(
             call_kwargs[slot] = without(kwargs[slot], treedef, kept)
 
     @functools.wraps(function)
-    def with_static_leaves(*args: Any, **kwargs: Any) -> Any:
+    def traced_program(*args: Any, **kwargs: Any) -> Any:
         args_list = list(args)
         for slot, (treedef, kept) in held.items():
             if isinstance(slot, int):
                 args_list[slot] = restore(args_list[slot], treedef, kept)
             else:
                 kwargs[slot] = restore(kwargs[slot], treedef, kept)
-        return function(*args_list, **kwargs)
+        out = function(*args_list, **kwargs)
+        return tree.tree_map(lambda leaf: leaf if _is_traced(leaf) else None, out)
 
-    return with_static_leaves, tuple(call_args), call_kwargs
+    return traced_program, tuple(call_args), call_kwargs
 
 
 def concretize(
