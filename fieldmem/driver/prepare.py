@@ -4,7 +4,11 @@
 :class:`PreparedCall`, the input of every lowering. It reads a user's jit
 object through ``PjitFunction._jit_info`` (its static and donated arguments
 and its other options), in :func:`user_jit_info` only, tolerated when missing.
-Nothing is lowered or compiled here.
+A plain function is prepared as ``jax.jit`` sees it: arrays and Python
+scalars traced, leaves that are no JAX type held static as
+``equinox.filter_jit`` holds them. Nothing is lowered or compiled here;
+:func:`concretize` searches, by tracing through a function it is given, for
+the Python scalars tracing needs concrete.
 """
 
 from __future__ import annotations
