@@ -17,6 +17,7 @@ __all__ = [
     "DeviceStats",
     "Environment",
     "InputLeaf",
+    "MadeStatic",
     "MemoryReading",
     "OutputLeaf",
     "ProbeReading",
@@ -39,6 +40,21 @@ class InputLeaf:
     abstract: bool  # a ShapeDtypeStruct: nothing allocated
     sharding: str | None = None  # how the compiled program expects it laid out over devices
     layout: str | None = None  # its on-device layout, major to minor
+
+
+@dataclass(frozen=True)
+class MadeStatic:
+    """An argument, or a leaf of one, that the compiled program holds static where ``jax.jit`` would trace it.
+
+    ``code``: ``concrete`` (a Python scalar that tracing needs concrete: a shape,
+    a loop bound, a Python ``if``; ``reason`` is jax's error when it is traced)
+    or ``not-traceable`` (a leaf of a pytree argument that is no JAX type, a
+    function or a string: held static as ``equinox.filter_jit`` holds it).
+    """
+
+    argument: str  # the argument's name, or the leaf's path (``config['n']``, ``model.activation``)
+    code: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -88,6 +104,7 @@ class CompiledVariant:
     # why jax dropped the donation this variant asked for (None: it did not)
     donation_dropped: str | None = None
     devices: tuple[int, ...] = ()  # ids of the devices the program runs on
+    made_static: tuple[MadeStatic, ...] = ()  # held static where jax.jit would trace (or refuse) them
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ __all__ = [
     "SCHEMA",
     "SEVERITIES",
     "SOURCE_ROLES",
+    "STATIC_CODES",
     "TARGET_STATUSES",
     "VERIFICATIONS",
     "Alias",
@@ -72,6 +73,7 @@ __all__ = [
     "LeafCode",
     "LiveBuffer",
     "LiveBufferKind",
+    "MadeStatic",
     "MemoryFigures",
     "OutputInfo",
     "ProbeCode",
@@ -80,6 +82,7 @@ __all__ = [
     "RunCheck",
     "Severity",
     "SourceRole",
+    "StaticCode",
     "Suggestion",
     "TargetResult",
     "TargetStatus",
@@ -142,11 +145,13 @@ FindingCode = Literal[
     "run-unplanned-alias",
     "run-peak-above-plan",
     "probe-whole-buffer",
+    "made-static",
 ]
 CheckName = Literal["expect-in-place", "max-peak", "max-live-peak"]
 HandOffCode = Literal["dtype-change", "shape-change", "sharding-change", "layout-change", "reshard", "relayout"]
 ChainStepStatus = Literal["in-place", "grows", "breaks", "error", "not-checked"]
 CostLayout = Literal["steps", "fused"]
+StaticCode = Literal["concrete", "not-traceable"]
 
 TARGET_STATUSES: tuple[TargetStatus, ...] = get_args(TargetStatus)
 EXPECTATIONS: tuple[Expectation, ...] = get_args(Expectation)
@@ -165,6 +170,7 @@ CHECK_NAMES: tuple[CheckName, ...] = get_args(CheckName)
 HANDOFF_CODES: tuple[HandOffCode, ...] = get_args(HandOffCode)
 CHAIN_STEP_STATUSES: tuple[ChainStepStatus, ...] = get_args(ChainStepStatus)
 COST_LAYOUTS: tuple[CostLayout, ...] = get_args(CostLayout)
+STATIC_CODES: tuple[StaticCode, ...] = get_args(StaticCode)
 
 
 class ReportError(ValueError):
@@ -488,6 +494,21 @@ class Suggestion:
 
 
 @dataclass(frozen=True)
+class MadeStatic:
+    """An argument, or a leaf of one, the analysed program holds static where ``jax.jit`` would trace it.
+
+    ``code``: ``concrete`` (a Python scalar that tracing needs concrete, a
+    shape, a loop bound, a Python ``if``: ``reason`` is jax's error when it is
+    traced) or ``not-traceable`` (a pytree leaf that is no JAX type, a function
+    or a string: held static as ``equinox.filter_jit`` holds it).
+    """
+
+    argument: str  # the argument's name, or the leaf's path (``config['n']``, ``model.activation``)
+    code: StaticCode
+    reason: str
+
+
+@dataclass(frozen=True)
 class TargetResult:
     """Everything fieldmem found for one target, or why it could not look."""
 
@@ -507,6 +528,7 @@ class TargetResult:
     suggestion: Suggestion | None = None  # only with --suggest
     devices: tuple[int, ...] = ()  # ids of the devices the program runs on (one program per device)
     probes: tuple[InPlaceProbe, ...] = ()  # only with --probe
+    made_static: tuple[MadeStatic, ...] = ()  # held static where jax.jit would trace (or refuse) them
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:

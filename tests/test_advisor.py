@@ -23,7 +23,7 @@ import pytest
 from jax import lax
 from rich.console import Console
 
-from fieldmem.driver import PreparedCall, compile_donation, prepare_call
+from fieldmem.driver import PreparedCall, compile_donation, prepare_call, start_variants
 from fieldmem.errors import CompileError
 from fieldmem.findings.advisor import suggest
 from fieldmem.findings.analysis import analyze_target
@@ -62,8 +62,9 @@ def advise(
     """Check ``fn`` as the checker does (two compiles), then ask the advisor (verifying with ``verify``)."""
     kwargs = kwargs or {}
     spec = DonateSpec.parse(donate, "donate=") if donate is not None else DonateSpec()
-    call = prepare_call(fn, args, kwargs, donate=spec, static=StaticSpec())
-    plain, donated = compiled_variants(call)
+    pending = start_variants(prepare_call(fn, args, kwargs, donate=spec, static=StaticSpec()), None)
+    compiled = pending.result()
+    call, plain, donated = pending.call, compiled[0].variant, compiled[1].variant  # the call compiled
     result = analyze_target(
         target="test",
         name="test",
@@ -283,14 +284,26 @@ def test_a_prediction_the_verification_refutes_is_dropped() -> None:
 
 
 def stepper(u, n_steps):
-    return lax.fori_loop(0, n_steps, lambda i, c: c * 0.5, u)
+    return lax.scan(lambda c, _: (c * 0.5, None), u, None, length=n_steps)[0]
 
 
 def test_static_arguments_are_written_into_the_code() -> None:
+    # a scan's length must be concrete: n_steps is made static, and the code says so
     _, _, suggestion = advise(stepper, (zeros(), 3), donate="none")
     assert suggestion.code == "jax.jit(stepper, static_argnums=(1,), donate_argnums=(0,))"
     assert suggestion.alternative_code == 'jax.jit(stepper, static_argnames=("n_steps",), donate_argnames=("u",))'
     assert suggestion.compiles == 1 and suggestion.savings["footprint_bytes"] == KIB16
+
+
+def traced_stepper(u, n_steps):
+    return lax.fori_loop(0, n_steps, lambda i, c: c * 0.5, u)
+
+
+def test_a_traced_python_int_is_not_written_static() -> None:
+    # jax.jit traces n_steps (fori_loop takes a traced bound): the code is jax.jit's, without static_argnums
+    _, _, suggestion = advise(traced_stepper, (zeros(), 3), donate="none")
+    assert suggestion.code == "jax.jit(traced_stepper, donate_argnums=(0,))"
+    assert suggestion.alternative_code == 'jax.jit(traced_stepper, donate_argnames=("u",))'
 
 
 def keyword_update(x, *, state):

@@ -173,8 +173,12 @@ def scan_result() -> Any:
     return check_one(make_target(scan_stepper, lambda: (zeros(), 7)))
 
 
-def test_python_int_is_static_automatically(scan_result: Any) -> None:
+def test_python_int_a_scan_length_needs_is_made_static_and_said(scan_result: Any) -> None:
+    # jax.jit traces n_steps and lax.scan's length must be concrete: made static, with jax's reason
     assert inputs_of(scan_result) == [(0, "u", True, True)]
+    [made] = scan_result.made_static
+    assert (made.argument, made.code) == ("n_steps", "concrete") and "concrete" in made.reason
+    assert [f.input for f in scan_result.verdict.findings if f.code == "made-static"] == ["n_steps"]
     assert alias_pairs(scan_result) == [("u", 0, "out", 0)]
 
 
@@ -242,14 +246,15 @@ def branchy(x, scale, n):
 
 def test_explicit_static_argument() -> None:
     result = check_one(make_target(branchy, lambda: (zeros(), 2.0, 3), static=("scale",)))
-    assert inputs_of(result) == [(0, "x", True, True)]
+    # n, a Python int, is traced as jax.jit(branchy, static_argnames="scale") traces it; not donated
+    assert inputs_of(result) == [(0, "x", True, True), (1, "n", False, True)]
     assert alias_pairs(result) == [("x", 0, "out", 0)]
     assert result.verdict.in_place
 
 
 def test_explicit_static_by_number_and_keyword() -> None:
     result = check_one(make_target(branchy, lambda: ((zeros(),), {"scale": 2.0, "n": 3}), static=("scale",)))
-    assert inputs_of(result) == [(0, "x", True, True)]
+    assert inputs_of(result) == [(0, "x", True, True), (1, "n", False, True)]
     assert result.verdict.in_place
 
 

@@ -18,6 +18,7 @@ Modules, in the order a check uses them:
 - :mod:`~fieldmem.driver.probe`: ``--probe``, an update timed at two buffer sizes.
 - :mod:`~fieldmem.driver.chain`: a step's outputs as the next step's arguments; the fused chain.
 - :mod:`~fieldmem.driver.shapes`: ``--shapes`` as abstract arguments; the bytes of a shape.
+- :mod:`~fieldmem.driver.paths`: pytree paths in words, the names of argument and output leaves.
 - :mod:`~fieldmem.driver.jaxerrors`: a jax exception in one line, for fieldmem's error messages.
 
 JAX internals are read each in one place and tolerated when missing:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
-from fieldmem.driver.prepare import PreparedCall, user_jit_info
+from fieldmem.driver.prepare import PreparedCall, concretize, user_jit_info
 from fieldmem.driver.variant import read_variant
 from fieldmem.errors import CompileError, DonationError
 from fieldmem.readings import CompiledVariant
@@ -36,6 +36,7 @@ __all__ = [
     "fresh_function",
     "lower",
     "start_variants",
+    "trace_error",
 ]
 
 # --fast-compile: XLA:CPU debug options that make a compile cheaper without touching what
@@ -161,14 +162,44 @@ def compile_lowered(lowered: Any, fast: bool = False) -> tuple[Any, float, bool]
     return compiled, time.perf_counter() - start, options is not None
 
 
+def trace_error(call: PreparedCall) -> BaseException | None:
+    """What tracing ``call`` as :func:`lower` traces it raises (None: it traces); nothing is lowered."""
+    import jax
+
+    jitted = jax.jit(
+        fresh_function(call.function),
+        static_argnums=tuple(sorted(call.static_positions)),
+        static_argnames=tuple(sorted(call.static_names)),
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            jitted.trace(*call.args, **call.kwargs)
+        except Exception as exc:
+            return exc
+    return None
+
+
 class PendingVariants:
-    """Both variants of one call, lowered here and compiling (maybe in a pool): :meth:`result` waits."""
+    """Both variants of one call, lowered here and compiling (maybe in a pool): :meth:`result` waits.
+
+    :attr:`call` is the call compiled: where tracing needs a traced Python
+    scalar concrete, the call with it made static (:func:`~fieldmem.driver.prepare.concretize`).
+    """
 
     def __init__(self, call: PreparedCall, pool: Executor | None, fast: bool = False) -> None:
-        self.call = call
         self.fast = fast
         function = fresh_function(call.function)  # one trace for both variants, none from an earlier check
-        self._plain = lower(call, donated=False, function=function)
+        try:
+            self._plain = lower(call, donated=False, function=function)
+        except CompileError as exc:
+            concrete = concretize(call, exc.__cause__ or exc, trace_error)
+            if concrete is None:
+                raise
+            call = concrete
+            function = fresh_function(call.function)
+            self._plain = lower(call, donated=False, function=function)
+        self.call = call
         self._donated = lower(call, donated=True, function=function)
         if pool is not None:
             self._futures: list[Any] | None = [

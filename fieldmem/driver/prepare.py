@@ -4,25 +4,55 @@
 :class:`PreparedCall`, the input of every lowering. It reads a user's jit
 object through ``PjitFunction._jit_info`` (its static and donated arguments
 and its other options), in :func:`user_jit_info` only, tolerated when missing.
-Nothing is lowered or compiled here.
+A plain function is prepared as ``jax.jit`` sees it: arrays and Python
+scalars traced, leaves that are no JAX type held static as
+``equinox.filter_jit`` holds them. Nothing is lowered or compiled here;
+:func:`concretize` searches, by tracing through a function it is given, for
+the Python scalars tracing needs concrete.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from fieldmem.errors import ArgumentsError, DonationError
+from fieldmem.driver.jaxerrors import first_line
+from fieldmem.driver.paths import path_string
+from fieldmem.errors import ArgumentsError, DonationError, FieldmemError
+from fieldmem.readings import MadeStatic
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
-__all__ = ["PreparedCall", "prepare_call", "signature_of", "user_jit_info"]
+__all__ = ["PreparedCall", "Unit", "concretize", "prepare_call", "signature_of", "user_jit_info"]
+
+
+# A traced Python scalar that fieldmem makes static when tracing needs it concrete: the argument
+# (position or keyword) and the leaf's flat index in it (None: the whole argument, static_argnums).
+Unit = tuple[int | str, int | None]
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What :func:`prepare_call` was given: to prepare the call again with scalars made static."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    donate: DonateSpec
+    static: StaticSpec
 
 
 @dataclass(frozen=True)
 class PreparedCall:
-    """A function with its example arguments, ready to lower twice."""
+    """A function with its example arguments, ready to lower twice.
+
+    ``args`` and ``kwargs`` are what jax is given: where an argument holds
+    leaves held static (a function, a string, a scalar that must be concrete),
+    they are ``None`` in it and ``function`` (for a plain function, a wrapper
+    of it) puts them back, as ``equinox.filter_jit`` does; paths are unchanged.
+    """
 
     function: Callable[..., Any]
     user_jit: Any | None  # the user's own jax.jit object, when the target is one
@@ -35,22 +65,43 @@ class PreparedCall:
     donated_names: frozenset[str]
     donation_source: str  # "spec" or "jit"
     jit_options: dict[str, Any]
+    made_static: tuple[MadeStatic, ...] = ()  # held static where jax.jit would trace (or refuse) them
+    scalar_units: tuple[Unit, ...] = ()  # traced Python scalars :func:`concretize` may make static
+    source: _Source | None = field(default=None, repr=False, compare=False)
 
 
-def _is_array_like(value: Any) -> bool:
-    """Arrays, array specs and Python floats/complex (traced as scalars, not static)."""
+def _is_python_scalar(value: Any) -> bool:
+    """A Python bool, int, float or complex: jax.jit traces it as a weakly typed scalar."""
+    return type(value) in (bool, int, float, complex)
+
+
+def _is_array(value: Any) -> bool:
+    """An array or an array spec: a leaf with a buffer of the user's (or one fieldmem makes)."""
     import jax
     import numpy as np
 
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct, float, complex))
+    return isinstance(value, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct)) or hasattr(
+        type(value), "__jax_array__"
+    )
+
+
+def _is_traced(value: Any) -> bool:
+    """A leaf jax.jit traces: an array or a Python scalar (anything else jax.jit refuses)."""
+    return _is_array(value) or _is_python_scalar(value)
 
 
 def _has_array_leaves(value: Any) -> bool:
     import jax
 
-    return any(_is_array_like(leaf) for leaf in jax.tree_util.tree_leaves(value))
+    return any(_is_array(leaf) for leaf in jax.tree_util.tree_leaves(value))
+
+
+def _is_hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
@@ -121,26 +172,40 @@ def prepare_call(
     *,
     donate: DonateSpec,
     static: StaticSpec,
+    concrete: Mapping[Unit, str] | None = None,
 ) -> PreparedCall:
     """Decide static and donated arguments for ``fn(*args, **kwargs)``.
 
-    Arguments that hold no array (Python ints, strings, callables, ``None``)
-    are made static automatically unless the target is a user's jit object,
-    whose own static arguments are kept. ``donate`` "auto" means the jit
-    object's own donation, or every array argument for a plain function.
+    A user's jit object keeps its own static arguments (``--static`` adds
+    to them). For a plain function the program is the one ``jax.jit(fn)``
+    builds for these arguments: arrays and Python scalars are traced (see
+    :func:`_plain_statics` for what is static). ``concrete``: the traced
+    Python scalars to make static, with why (:func:`concretize` finds them).
+    ``donate`` "auto" means the jit object's own donation, or every argument
+    holding an array for a plain function.
     """
     info = user_jit_info(fn)
     underlying = getattr(fn, "_fun", fn) if info is not None else fn
     names = _positional_names(signature_of(underlying), len(args))
-    static_positions, static_names = _static_arguments(info, static, names, args, kwargs)
+    if info is not None:
+        static_positions, static_names = _jit_statics(info, static, names, kwargs)
+        held: dict[int | str, tuple[Any, dict[int, Any]]] = {}
+        made: list[MadeStatic] = []
+        units: list[Unit] = []
+    else:
+        static_positions, static_names, held, made, units = _plain_statics(static, names, args, kwargs, concrete or {})
+    _check_statics(static, names, args, kwargs, static_positions, static_names)
     donation_source, donated_positions, donated_names = _donated_arguments(
         info, donate, names, args, kwargs, static_positions, static_names
     )
+    function, call_args, call_kwargs = underlying, args, kwargs
+    if info is None:
+        function, call_args, call_kwargs = _plain_program(underlying, args, kwargs, held)
     return PreparedCall(
-        function=underlying,
+        function=function,
         user_jit=fn if info is not None else None,
-        args=args,
-        kwargs=kwargs,
+        args=call_args,
+        kwargs=call_kwargs,
         positional_names=tuple(names),
         static_positions=frozenset(static_positions),
         static_names=frozenset(static_names),
@@ -148,40 +213,225 @@ def prepare_call(
         donated_names=frozenset(donated_names),
         donation_source=donation_source,
         jit_options=_jit_options_of(info) if info is not None else {},
+        made_static=tuple(made),
+        scalar_units=tuple(units),
+        source=_Source(fn, args, kwargs, donate, static),
     )
 
 
-def _static_arguments(
-    info: Any | None, static: StaticSpec, names: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[set[int], set[str]]:
-    """The static positions and keyword names: a jit object's own plus ``--static``; for a plain function,
-    ``--static`` plus every argument that holds no array. Each must be hashable.
+def _jit_statics(info: Any, static: StaticSpec, names: list[str], kwargs: dict[str, Any]) -> tuple[set[int], set[str]]:
+    """A jit object's own static positions and keyword names, plus ``--static``'s.
 
     Raises:
         DonationError: ``--static`` names an argument the call does not have.
+    """
+    static_positions = set(getattr(info, "static_argnums", ()) or ())
+    static_names = set(getattr(info, "static_argnames", ()) or ()) & set(kwargs)
+    explicit_pos, explicit_names = _resolve_positions(static.items, "--static", names, kwargs)
+    return static_positions | explicit_pos, static_names | explicit_names
+
+
+NOT_TRACEABLE = "{kind} is no JAX type: closed over, as equinox.filter_jit holds it"
+
+
+def _plain_statics(
+    static: StaticSpec,
+    names: list[str],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    concrete: Mapping[Unit, str],
+) -> tuple[set[int], set[str], dict[int | str, tuple[Any, dict[int, Any]]], list[MadeStatic], list[Unit]]:
+    """What is static in ``jax.jit(fn)`` of a plain function on these arguments, and what fieldmem adds.
+
+    Static: ``--static`` (and ``fieldmem.case(static=...)``); a hashable
+    argument with no leaf jax.jit traces (a string, a callable, ``None``); the
+    Python scalars in ``concrete``. Traced: arrays and Python scalars, at the
+    top or inside a pytree, as jax.jit traces them. A leaf jax.jit cannot trace
+    (a function, a string) inside a pytree (one that holds traced leaves, or an
+    unhashable one) is held static, closed over, as ``equinox.filter_jit``
+    holds it.
+
+    Returns the static positions and keyword names, the leaves held static per
+    argument (its treedef, and the held leaves by flat index), what was made
+    static where jax.jit would trace or refuse it, and the traced Python
+    scalars that could be made static.
+
+    Raises:
+        DonationError: ``--static`` names an argument the call does not have.
+    """
+    import jax
+
+    static_positions, static_names = _resolve_positions(static.items, "--static", names, kwargs)
+    held: dict[int | str, tuple[Any, dict[int, Any]]] = {}
+    made: list[MadeStatic] = []
+    units: list[Unit] = []
+    slots: list[tuple[int | str, str, Any]] = [(i, names[i], v) for i, v in enumerate(args)]
+    slots += [(key, key, value) for key, value in kwargs.items()]
+    for slot, display, value in slots:
+        if slot in (static_positions if isinstance(slot, int) else static_names):
+            continue
+        flat, treedef = jax.tree_util.tree_flatten_with_path(value)
+        traced = [k for k, (_, leaf) in enumerate(flat) if _is_traced(leaf)]
+        opaque = len(flat) == 1 and not flat[0][0]  # the argument is itself a leaf: no pytree to split
+        if not traced and (_is_hashable(value) or opaque):
+            # nothing jax.jit traces: static as a whole (an unhashable object is refused later)
+            _add(slot, static_positions, static_names)
+            continue
+        scalars = [k for k in traced if _is_python_scalar(flat[k][1])]
+        # an argument of Python scalars only is made static whole (static_argnums) where it must be
+        whole = len(scalars) == len(traced) and _is_hashable(value)
+        if whole:
+            units.append((slot, None))
+            if (slot, None) in concrete:
+                _add(slot, static_positions, static_names)
+                made.append(MadeStatic(display, "concrete", concrete[(slot, None)]))
+                continue
+        kept: dict[int, Any] = {}
+        for k, (path, leaf) in enumerate(flat):
+            where = display + path_string(path)
+            if not _is_traced(leaf):
+                kept[k] = leaf
+                kind = (
+                    "a string"
+                    if isinstance(leaf, str)
+                    else "a function"
+                    if callable(leaf)
+                    else f"a {type(leaf).__name__}"
+                )
+                made.append(MadeStatic(where, "not-traceable", NOT_TRACEABLE.format(kind=kind)))
+            elif not whole and k in scalars:
+                units.append((slot, k))
+                if (slot, k) in concrete:
+                    kept[k] = leaf
+                    made.append(MadeStatic(where, "concrete", concrete[(slot, k)]))
+        if kept:
+            held[slot] = (treedef, kept)
+    return static_positions, static_names, held, made, units
+
+
+def _add(slot: int | str, positions: set[int], names: set[str]) -> None:
+    if isinstance(slot, int):
+        positions.add(slot)
+    else:
+        names.add(slot)
+
+
+def _plain_program(
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    held: dict[int | str, tuple[Any, dict[int, Any]]],
+) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """The function jax traces for a plain function, and the arguments it is given, as
+    ``equinox.filter_jit`` splits them.
+
+    The held leaves are ``None`` in the arguments and closed over: the function
+    puts each back in its place (by flat index in the argument's treedef)
+    before calling ``function``. An output leaf that is no JAX type (a model's
+    activation function, a string) is ``None`` in the program's outputs: it is
+    no output of the compiled program, as under ``filter_jit``.
+    """
+    import jax
+
+    tree = jax.tree_util
+
+    def without(value: Any, treedef: Any, kept: dict[int, Any]) -> Any:
+        leaves = tree.tree_leaves(value)
+        return tree.tree_unflatten(treedef, [None if k in kept else leaf for k, leaf in enumerate(leaves)])
+
+    def restore(value: Any, treedef: Any, kept: dict[int, Any]) -> Any:
+        traced = iter(tree.tree_leaves(value))
+        return tree.tree_unflatten(treedef, [kept[k] if k in kept else next(traced) for k in range(treedef.num_leaves)])
+
+    call_args = list(args)
+    call_kwargs = dict(kwargs)
+    for slot, (treedef, kept) in held.items():
+        if isinstance(slot, int):
+            call_args[slot] = without(args[slot], treedef, kept)
+        else:
+            call_kwargs[slot] = without(kwargs[slot], treedef, kept)
+
+    @functools.wraps(function)
+    def traced_program(*args: Any, **kwargs: Any) -> Any:
+        args_list = list(args)
+        for slot, (treedef, kept) in held.items():
+            if isinstance(slot, int):
+                args_list[slot] = restore(args_list[slot], treedef, kept)
+            else:
+                kwargs[slot] = restore(kwargs[slot], treedef, kept)
+        out = function(*args_list, **kwargs)
+        return tree.tree_map(lambda leaf: leaf if _is_traced(leaf) else None, out)
+
+    return traced_program, tuple(call_args), call_kwargs
+
+
+def concretize(
+    call: PreparedCall, error: BaseException, trace: Callable[[PreparedCall], BaseException | None]
+) -> PreparedCall | None:
+    """``call`` with the fewest of its traced Python scalars made static such that it traces, or None.
+
+    ``error``: what tracing ``call`` raised. ``trace`` traces a call and
+    returns what it raised (None: it traced). When tracing with every traced
+    Python scalar static still fails, the scalars are not the cause: None.
+    Otherwise each argument, then each scalar, is traced again where tracing
+    allows, and each one left static says why: jax's error when it is traced.
+    """
+    source = call.source
+    if source is None or not call.scalar_units:
+        return None
+
+    def remake(chosen: Mapping[Unit, str]) -> PreparedCall | None:
+        try:
+            return prepare_call(
+                source.fn, source.args, source.kwargs, donate=source.donate, static=source.static, concrete=chosen
+            )
+        except FieldmemError:
+            return None
+
+    def traces(chosen: Mapping[Unit, str]) -> BaseException | None:
+        if not chosen:
+            return error  # the call as it was
+        candidate = remake(chosen)
+        return trace(candidate) if candidate is not None else error
+
+    why = first_line(error)
+    needed: dict[Unit, str] = dict.fromkeys(call.scalar_units, why)
+    if traces(needed) is not None:
+        return None
+    if len(needed) > 1:  # by argument first, then by scalar
+        for slot in dict.fromkeys(slot for slot, _ in call.scalar_units):
+            trial = {unit: reason for unit, reason in needed.items() if unit[0] != slot}
+            if traces(trial) is None:
+                needed = trial
+    for unit in list(needed):
+        trial = {other: reason for other, reason in needed.items() if other != unit}
+        failure = traces(trial)
+        if failure is None:
+            needed = trial
+        else:
+            needed[unit] = first_line(failure)
+    return remake(needed) if needed else None
+
+
+def _check_statics(
+    static: StaticSpec,
+    names: list[str],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    static_positions: set[int],
+    static_names: set[str],
+) -> None:
+    """Each static argument must be hashable.
+
+    Raises:
         ArgumentsError: a static argument is not hashable.
     """
-    if info is not None:
-        static_positions = set(getattr(info, "static_argnums", ()) or ())
-        static_names = set(getattr(info, "static_argnames", ()) or ()) & set(kwargs)
-        explicit_pos, explicit_names = _resolve_positions(static.items, "--static", names, kwargs)
-        static_positions |= explicit_pos
-        static_names |= explicit_names
-    else:
-        static_positions, static_names = _resolve_positions(static.items, "--static", names, kwargs)
-        for i, value in enumerate(args):
-            if not _has_array_leaves(value):
-                static_positions.add(i)
-        for key, value in kwargs.items():
-            if not _has_array_leaves(value):
-                static_names.add(key)
     explicit = set(static.items)
     for i in static_positions:
         if i < len(args):
             _check_hashable(args[i], names[i], explicit=i in explicit or names[i] in explicit)
     for key in static_names:
         _check_hashable(kwargs[key], key, explicit=key in explicit)
-    return static_positions, static_names
 
 
 def _donated_arguments(
@@ -195,6 +445,9 @@ def _donated_arguments(
 ) -> tuple[str, set[int], set[str]]:
     """Where the donation comes from (``jit`` or ``spec``) and the donated positions and keyword names.
 
+    "all" (and "auto" for a plain function) donates every argument holding an
+    array: a Python scalar has no buffer of the user's to reuse.
+
     Raises:
         DonationError: ``--donate`` names an argument the call does not have, or a static one.
     """
@@ -204,8 +457,8 @@ def _donated_arguments(
         donated_positions = set(getattr(info, "donate_argnums", ()) or ())
         donated_names = set(getattr(info, "donate_argnames", ()) or ()) & set(kwargs)
     elif donate.mode in ("all", "auto"):
-        donated_positions = {i for i in range(len(args)) if i not in static_positions}
-        donated_names = {k for k in kwargs if k not in static_names}
+        donated_positions = {i for i in range(len(args)) if i not in static_positions and _has_array_leaves(args[i])}
+        donated_names = {k for k in kwargs if k not in static_names and _has_array_leaves(kwargs[k])}
     elif donate.mode == "none":
         donated_positions, donated_names = set(), set()
     else:

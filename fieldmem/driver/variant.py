@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from fieldmem.driver.paths import path_string
 from fieldmem.driver.prepare import PreparedCall
-from fieldmem.driver.shapes import shape_bytes
+from fieldmem.driver.shapes import dtype_name, shape_bytes
 from fieldmem.errors import CompileError
 from fieldmem.readings import CompiledVariant, InputLeaf, MemoryReading, OutputLeaf
 
@@ -87,6 +88,7 @@ def read_variant(
         buffers_unavailable=memory.buffers_unavailable,
         donation_dropped=_donation_dropped(call, inputs) if donated else None,
         devices=tuple(d.id for d in executable_devices(compiled)),
+        made_static=call.made_static,
     )
     return variant, output_structs
 
@@ -283,7 +285,6 @@ def _leaves(
     donated; ``kept`` (jax's order) which ones the HLO still has.
     """
     import jax
-    import numpy as np
 
     tree = jax.tree_util
     names = call.positional_names
@@ -307,24 +308,25 @@ def _leaves(
         formats = None  # jax grouped them another way: leave shardings and layouts unknown
     kept_sorted = sorted(kept) if kept is not None else list(range(len(jax_order)))
     hlo_number = {jax_index: number for number, jax_index in enumerate(kept_sorted)}
-    position_in_jax = {(slot, tree.keystr(path)): n for n, (slot, path) in enumerate(jax_order)}
+    position_in_jax = {(slot, path_string(path)): n for n, (slot, path) in enumerate(jax_order)}
 
     result: list[InputLeaf] = []
     slots: list[tuple[Any, str]] = [(i, names[i]) for i in dyn_positional] + [(k, k) for k in dyn_keywords]
     for slot, display in slots:
         value = call.args[slot] if isinstance(slot, int) else call.kwargs[slot]
         for path, leaf in tree.tree_flatten_with_path(value)[0]:
-            jax_index = position_in_jax[(slot, tree.keystr(path))]
+            where = path_string(path)
+            jax_index = position_in_jax[(slot, where)]
             info = info_leaves[jax_index]
             aval = getattr(info, "_aval", None)
             shape = tuple(getattr(aval, "shape", ()) or ())
             result.append(
                 InputLeaf(
                     index=len(result),
-                    path=display + tree.keystr(path),
+                    path=display + where,
                     argument=display,
                     shape=shape,
-                    dtype=np.dtype(aval.dtype).name if aval is not None else "unknown",
+                    dtype=dtype_name(aval.dtype) if aval is not None else "unknown",
                     bytes=shape_bytes(shape, aval.dtype) if aval is not None else 0,
                     donated=bool(getattr(info, "donated", False)),
                     hlo_parameter=hlo_number.get(jax_index),
@@ -339,7 +341,6 @@ def _leaves(
 def _outputs(lowered: Any, compiled: Any) -> tuple[tuple[OutputLeaf, ...], Any]:
     """The output leaves, and the outputs as a pytree of ``ShapeDtypeStruct`` with the compiled shardings."""
     import jax
-    import numpy as np
 
     flat, treedef = jax.tree_util.tree_flatten_with_path(lowered.out_info)
     formats = _compiled_formats(compiled, "output")
@@ -358,9 +359,9 @@ def _outputs(lowered: Any, compiled: Any) -> tuple[tuple[OutputLeaf, ...], Any]:
         outputs.append(
             OutputLeaf(
                 index=n,
-                path="out" + jax.tree_util.keystr(path),
+                path="out" + path_string(path),
                 shape=shape,
-                dtype=np.dtype(leaf.dtype).name,
+                dtype=dtype_name(leaf.dtype),
                 bytes=shape_bytes(shape, leaf.dtype),
                 sharding=formats[n][0] if formats else None,
                 layout=formats[n][1] if formats else None,

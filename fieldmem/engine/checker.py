@@ -75,7 +75,7 @@ def _start(
         with backend_scope(options.backend):
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
             pending = start_variants(call, pool, fast=options.compile_fast)
-            return _Started(target, call, pending)
+            return _Started(target, pending.call, pending)  # the call compiled (scalars made static)
     except FieldmemError as exc:
         return error_result(target.spec, target.name, exc, target.definition)
 

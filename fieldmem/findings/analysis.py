@@ -31,9 +31,11 @@ from fieldmem.report import (
     InputInfo,
     LiveBuffer,
     LiveBufferKind,
+    MadeStatic,
     MemoryFigures,
     OutputInfo,
     SourceRole,
+    StaticCode,
     TargetResult,
     Timeline,
     UnusableDonation,
@@ -746,6 +748,8 @@ def analyze_target(
     plain_variant, _ = analyze_variant(plain, definition)
     donated_variant, program = analyze_variant(donated, definition)
     verdict = _verdict(plain_variant, donated_variant, program, min_bytes)
+    made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)
+    verdict = _with_made_static(verdict, made_static)
     return TargetResult(
         target=target,
         name=name,
@@ -784,4 +788,24 @@ def analyze_target(
         verdict=verdict,
         savings=savings(plain_variant, donated_variant),
         checks=_checks(expect, max_peak, max_live_peak, verdict, donated_variant),
+        made_static=made_static,
     )
+
+
+def _with_made_static(verdict: Verdict, made_static: Sequence[MadeStatic]) -> Verdict:
+    """``verdict`` with a note for each Python scalar held static because tracing needs it concrete:
+    the program analysed is not the one ``jax.jit`` builds (that one does not trace)."""
+    notes = tuple(
+        Finding(
+            "info",
+            "made-static",
+            f"{m.argument} is held static: jax.jit traces it, and tracing needs its value ({m.reason}); "
+            "mark it static where you jit this function",
+            input=m.argument,
+        )
+        for m in made_static
+        if m.code == "concrete"
+    )
+    if not notes:
+        return verdict
+    return Verdict(verdict.in_place, verdict.summary, verdict.findings + notes)

@@ -365,6 +365,9 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                 c.computation,
             )
         console.print(table)
+    for made in result.made_static:
+        if made.code != "concrete":  # a concrete one is a finding, above
+            console.print(Text(f"  held static: {made.argument}: {made.reason}", style="dim"))
     for variant in (plain, donated):
         for warning in variant.jax_warnings:
             console.print(Text(f"  jax warning ({variant.name}): {warning.splitlines()[0]}", style="yellow"))

@@ -23,10 +23,6 @@ def _returns_array():
     return jnp.zeros((N, N), jnp.float32)
 
 
-def _bad_leaf():
-    return ({"u": jnp.zeros((N, N), jnp.float32), "meta": object()}, jnp.ones((N,), jnp.float32))
-
-
 def _mismatch():
     return (jnp.zeros((N, N), jnp.float32), jnp.ones((N + 1,), jnp.float32))
 
@@ -43,10 +39,6 @@ def not_a_tuple(u, row):
     return _update(u, row)
 
 
-def bad_leaf(u, row):
-    return _update(u["u"], row)
-
-
 def mismatch(u, row):
     return _update(u, row)
 
@@ -61,7 +53,6 @@ def static_array(u, row):
 
 fieldmem.case(raising, args=_factory_raises)
 fieldmem.case(not_a_tuple, args=_returns_array)
-fieldmem.case(bad_leaf, args=_bad_leaf)
 fieldmem.case(mismatch, args=_mismatch)
 fieldmem.case(donate_missing, args=_good, donate="nosuch")
 fieldmem.case(static_array, args=_good, static="row")

@@ -90,7 +90,8 @@ def factory_returns_none():
 
 
 def factory_bad_leaf():
-    # an object jax cannot trace, inside a pytree that also holds arrays
+    # an object jax cannot trace, inside a pytree that also holds arrays: held static, and step then
+    # fails on the dict it is given
     return ({"u": jnp.zeros((N, N), jnp.float32), "meta": object()}, jnp.ones((N,), jnp.float32))
 
 
@@ -109,7 +110,7 @@ fieldmem.case(cast, args=make_u, name="models:cast")
 
 
 def shift(u, row, n):
-    """``n`` is a Python int: static without being told."""
+    """``n`` is a Python int: traced, as jax.jit traces it (an index needs no concrete value)."""
     return u.at[n].set(row)
 
 

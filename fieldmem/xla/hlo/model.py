@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 # Bytes per element of XLA's primitive types. Sub-byte types are rounded up
-# per element, which is how XLA:CPU stores them unless packed.
+# per element, which is how XLA stores them unless packed (a layout with E(4)).
 _ELEMENT_BYTES: dict[str, int] = {
     "pred": 1,
     "s1": 1,
@@ -59,6 +59,7 @@ _ELEMENT_BYTES: dict[str, int] = {
 }
 _F8 = re.compile(r"^f8e\w+$|^f4e\w+$|^f6e\w+$")
 
+_ELEMENT_BITS = re.compile(r"E\((\d+)\)")  # a layout's element size in bits (packed sub-byte types)
 _ARRAY_SHAPE = re.compile(r"([a-z][a-z0-9]*)\[([^\]]*)\](\{[^{}]*\})?")
 
 
@@ -259,7 +260,7 @@ def shape_bytes(shape: str) -> int:
     Dynamic dimensions (``<=8``) count at their bound, as XLA allocates them.
     """
     total = 0
-    for dtype, dims, _layout in _ARRAY_SHAPE.findall(shape):
+    for dtype, dims, layout in _ARRAY_SHAPE.findall(shape):
         count = 1
         for dim in dims.split(","):
             dim = dim.strip()
@@ -271,7 +272,11 @@ def shape_bytes(shape: str) -> int:
                 # "?" (unbounded dynamic) has no size XLA could allocate up front
                 raise HloParseError(f"cannot size dimension {dim!r} of HLO shape {shape!r}")
             count *= int(dim)
-        total += count * _element_bytes(dtype)
+        packed = _ELEMENT_BITS.search(layout)
+        if packed:  # a packed sub-byte type (s4[64]{0:E(4)}): XLA stores E bits per element
+            total += (count * int(packed.group(1)) + 7) // 8
+        else:
+            total += count * _element_bytes(dtype)
     return total
 
 
