@@ -311,3 +311,39 @@ def test_the_error_result_keeps_the_targets_definition(monkeypatch: pytest.Monke
 
 def _line(path: str, text: str) -> int:
     return next(n for n, line in enumerate(Path(path).read_text().splitlines(), start=1) if text in line)
+
+
+@pytest.mark.parametrize("where", ["check", "encode"])
+def test_the_worker_writes_an_internal_error_and_goes_on(
+    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's own steps, in this process: a fault checking one target, or writing its result, is
+    that target's result; the next target is checked and written."""
+    from fieldmem.codec import decode
+    from fieldmem.engine import isolate, worker
+    from fieldmem.engine.workfolder import REQUEST, WorkerResult, result_file
+    from fieldmem.request.target import TargetOptions, resolve_target
+
+    targets = [t for spec in TWO for t in resolve_target(spec, TargetOptions())]
+    request = isolate._request(targets, [0, 1], CheckOptions(run=True))
+    (tmp_path / REQUEST).write_text(json.dumps(request))
+    if where == "check":
+        _for_cast(monkeypatch, worker, "_check_item", lambda item, *a: item["name"] == "models:cast")
+        stage = "checking it"
+    else:
+        real = worker.encode
+
+        def encode(value: Any) -> Any:
+            if isinstance(value, WorkerResult) and value.results[0].name == "models:cast" and value.results[0].verdict:
+                _boom()
+            return real(value)
+
+        monkeypatch.setattr(worker, "encode", encode)
+        stage = "writing its result"
+    assert worker.main([str(tmp_path)]) == 0
+    (step,) = decode(WorkerResult, json.loads(result_file(tmp_path, 0).read_text())).results
+    (cast,) = decode(WorkerResult, json.loads(result_file(tmp_path, 1).read_text())).results
+    assert step.name == STEP and step.status == "ok" and step.variants["donated"].run.confirmed
+    assert cast.name == "models:cast"
+    _one_line_internal(cast, stage)
+    assert (tmp_path / "events").read_text().split("\n")[:4] == ["start 0", "done 0", "start 1", "done 1"]

@@ -67,8 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             events.write(f"start {index}\n")
             events.flush()
             written = _work(item, options)
+            try:
+                text = json.dumps(encode(written))
+            except Exception as exc:  # a result the codec cannot write is this target's error, not the worker's end
+                error = internal_error(exc, "writing its result")
+                text = json.dumps(encode(WorkerResult((error_result(item["spec"], item["name"], error),))))
             partial = folder / f"result-{index}.json.partial"
-            partial.write_text(json.dumps(encode(written)))
+            partial.write_text(text)
             os.replace(partial, result_file(folder, index))
             events.write(f"done {index}\n")
             events.flush()
