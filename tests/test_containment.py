@@ -38,6 +38,7 @@ from fieldmem.cli import app
 from fieldmem.engine.checker import check
 from fieldmem.errors import FieldmemError
 from fieldmem.report import Report, TargetResult
+from fieldmem.request import registry
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import Target
 
@@ -133,10 +134,26 @@ def _by_name(report: Report) -> dict[str, TargetResult]:
     return {r.name: r for r in report.results}
 
 
+def _checked_once(specs: list[str], options: CheckOptions = CheckOptions()) -> Report:
+    """``check(specs)`` for a module-scoped fixture, leaving no user module, ``sys.path`` entry or case behind
+    (the per-test cleanup in conftest.py runs after a module fixture is made, so it would keep them)."""
+    path, modules, cases = list(sys.path), set(sys.modules), dict(registry._REGISTRY)
+    try:
+        return check(specs, options=options)
+    finally:
+        sys.path[:] = path
+        for name in set(sys.modules) - modules:
+            where = getattr(sys.modules[name], "__file__", None) or ""
+            if where.startswith((str(ROOT / "tests" / "assets"), str(ROOT / "examples"))):
+                del sys.modules[name]
+        registry._REGISTRY.clear()
+        registry._REGISTRY.update(cases)
+
+
 @pytest.fixture(scope="module")
 def unbroken() -> Report:
     """The two targets checked without any fault."""
-    return check(TWO, options=CheckOptions(run=True, isolate=False, suggest=True))
+    return _checked_once(TWO, CheckOptions(run=True, isolate=False, suggest=True))
 
 
 @pytest.mark.parametrize("stage", list(STAGES))
@@ -204,7 +221,7 @@ def _chain_results(report: Report) -> dict[str, TargetResult]:
 @pytest.fixture(scope="module")
 def whole() -> Report:
     """examples/forward.py (the chain create_field, update1, update2 and forward:jit) without any fault."""
-    return check([FORWARD])
+    return _checked_once([FORWARD])
 
 
 def test_an_exception_in_a_chain_step_is_that_steps_error(monkeypatch: pytest.MonkeyPatch, whole: Report) -> None:
