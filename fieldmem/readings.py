@@ -140,6 +140,9 @@ class RunReading:
     deleted: tuple[bool | None, ...]  # per input leaf after the call (None: not a jax array)
     memory: tuple[DeviceStats, ...]
     seconds: float
+    # per input and output leaf, why its pointers are None (e.g. a Python scalar at call time); None where read
+    input_unreadable: tuple[str | None, ...] = ()
+    output_unreadable: tuple[str | None, ...] = ()
 
 
 @dataclass(frozen=True)

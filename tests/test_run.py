@@ -8,6 +8,7 @@ or a device count this process cannot have (``--devices 4``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -413,3 +414,184 @@ def test_the_worst_device_is_the_one_with_the_largest_measured_peak() -> None:
     run = run_check(result, variant, reading)
     assert run.worst_device == 1
     assert [d.difference for d in run.devices] == [-100, 500, 200, 100]
+
+
+# ---------------------------------------------------------------------------
+# Python scalars in the state, uncommitted arguments under --devices
+
+SCALARS = str(ROOT / "tests" / "assets" / "run_scalars.py")
+
+
+def _json(output: str) -> dict[str, Any]:
+    return json.loads(output[output.index("{") :])
+
+
+def test_a_python_int_counter_is_not_comparable_and_every_array_alias_holds() -> None:
+    """A dict state with a Python-int step: the step's alias cannot be compared (no device buffer at call
+    time); every array alias is confirmed, and ``--expect in-place`` passes (in a worker, as by default)."""
+    result = CliRunner().invoke(
+        app, ["check", f"{SCALARS}:counter", "--run", "--expect", "in-place", "-f", "json"], env={"COLUMNS": "120"}
+    )
+    assert result.exit_code == 0, result.output
+    (target,) = _json(result.stdout)["results"]
+    assert target["verdict"]["in_place"] is True
+    checks = {a["input"]: a for a in target["variants"]["donated"]["run"]["aliases"]}
+    assert set(checks) == {"state['step']", "state['w']"}  # the plan aliases both
+    assert checks["state['w']"]["confirmed"] and checks["state['w']"]["comparable"]
+    step = checks["state['step']"]
+    assert not step["confirmed"] and not step["comparable"]
+    assert step["detail"].startswith("not comparable: state['step'] is a Python int, not an array, at call time")
+    assert target["verdict"]["summary"].endswith(
+        "1 alias confirmed at run time, 1 not comparable (state['step'] is a Python int, not an array, at call "
+        "time: jax puts it on the device inside the call, in a buffer the run cannot read)"
+    )
+    codes = [f["code"] for f in target["verdict"]["findings"]]
+    assert "run-alias-not-comparable" in codes and "run-alias-missing" not in codes
+    assert target["checks"][0]["name"] == "expect-in-place" and target["checks"][0]["passed"]
+
+
+def test_a_failed_array_alias_still_fails_beside_a_python_int(monkeypatch: pytest.MonkeyPatch) -> None:
+    _pointers_elsewhere(monkeypatch)
+    result = CliRunner().invoke(
+        app, ["check", f"{SCALARS}:counter", "--run", "--no-isolate", "--expect", "in-place", "-f", "json"]
+    )
+    assert result.exit_code == 1, result.output
+    (target,) = _json(result.stdout)["results"]
+    assert target["verdict"]["summary"].startswith(
+        "not in place at run time: at run time the donated plan's alias state['w'] -> out['w'] did not happen"
+    )
+    missing = [f for f in target["verdict"]["findings"] if f["code"] == "run-alias-missing"]
+    assert [f["input"] for f in missing] == ["state['w']"]
+
+
+def test_a_flax_train_state_step_runs_in_place_and_matches_plain_jax() -> None:
+    """flax's TrainState.create sets step=0, a Python int. Every alias the run confirms is one whose buffer
+    plain ``jax.jit(train_step, donate_argnums=0)`` hands back as the output; the step's is not comparable."""
+    pytest.importorskip("flax")
+    from fieldmem.request.target import TargetOptions, resolve_target
+
+    report = check([f"{SCALARS}:train_step"], options=IN_PROCESS)
+    (result,) = report.results
+    assert result.status == "ok", result.error
+    run = result.variants["donated"].run
+    assert run is not None and run.confirmed
+    confirmed = {a.input for a in run.aliases if a.confirmed}
+    (step,) = [a for a in run.aliases if not a.comparable]
+    assert step.input == "state.step" and "a Python int, not an array, at call time" in step.detail
+    assert len(confirmed) == len(run.aliases) - 1 >= 6  # params w, b and adam's count, mu and nu
+
+    # plain jax on the same arguments: which state leaves come back in their own buffer
+    (target,) = resolve_target(f"{SCALARS}:train_step", TargetOptions())
+    state, x = target.example_arguments()[0]
+    assert type(state.step) is int
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
+    before = [getattr(leaf, "unsafe_buffer_pointer", lambda: None)() for leaf in jax.tree_util.tree_leaves(state)]
+    out = jax.jit(target.function, donate_argnums=0)(state, x)
+    after = [leaf.unsafe_buffer_pointer() for leaf in jax.tree_util.tree_leaves(out)]
+    reused = {f"state{path}" for path, b, a in zip(paths, before, after) if b is not None and a == b}
+    assert reused == confirmed
+    assert result.verdict.in_place and report.exit_code == 0
+
+
+def test_devices_2_runs_an_uncommitted_scalar_beside_sharded_arrays(tmp_path: Path) -> None:
+    """``pos = jnp.int32(7)`` is uncommitted: its fresh copy must stay so, or the sharded program refuses it."""
+    out = tmp_path / "report.json"
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", f"{SCALARS}:write_row", "--devices", "2", "--run"]
+        + ["--expect", "in-place", "-f", "json", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["status"] == "ok" and result["devices"] == [0, 1]
+    run = result["variants"]["donated"]["run"]
+    (alias,) = run["aliases"]
+    assert alias["input"] == "cache" and alias["confirmed"] and "(2 shards)" in alias["detail"]
+    assert [d["device"] for d in run["devices"]] == [0, 1]
+
+
+_PINNED = """
+import dataclasses, sys
+import jax
+sys.path.insert(0, sys.argv[1])
+import run_scalars
+from fieldmem.driver import prepare_call, run_variant, start_variants
+from fieldmem.errors import RunError
+from fieldmem.request.spec import DonateSpec, StaticSpec
+
+cache, pos, row = run_scalars._sharded_cache()
+call = prepare_call(run_scalars.write_row, (cache, pos, row), {}, donate=DonateSpec(), static=StaticSpec())
+plain, donated = start_variants(call, None).result()
+print("uncommitted:", run_variant(call, donated).variant)
+pinned = dataclasses.replace(call, args=(cache, jax.device_put(pos, jax.devices()[0]), row))
+try:
+    run_variant(pinned, donated)
+except RunError as exc:
+    print(exc.message)
+"""
+
+
+def test_a_sharding_mismatch_at_run_time_names_the_argument() -> None:
+    """The program compiled for an uncommitted ``pos``, called with it pinned to device 0: jax's error lists
+    the mismatching argument on the lines after its first; the one-line error keeps them."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    done = subprocess.run(
+        [sys.executable, "-c", _PINNED, str(ROOT / "tests" / "assets")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        check=True,
+    )
+    uncommitted, message = done.stdout.strip().splitlines()[-2:]
+    assert uncommitted == "uncommitted: donated"
+    assert message.startswith(
+        "running the donated variant failed: ValueError: Computation was compiled for input shardings that "
+        "disagree with the shardings of arguments passed to it. Here are the 1 mismatches: Argument pos with "
+        "shape int32[]: Passed sharding: SingleDeviceSharding(device=CpuDevice(id=0)"
+    )
+    assert "; Required sharding: NamedSharding(" in message
+
+
+def test_an_output_with_no_device_buffer_is_not_comparable() -> None:
+    from fieldmem.findings.runcheck import apply_run
+    from fieldmem.report import Alias, MemoryFigures, TargetResult, Variant, Verdict
+
+    alias = Alias(input="u", input_index=0, output="out", output_index=0, bytes=64)
+    variant = Variant("donated", (), MemoryFigures(footprint_bytes=64), aliases=(alias,))
+    result = TargetResult(
+        target="t",
+        name="t",
+        status="ok",
+        variants={"donated": variant},
+        verdict=Verdict(in_place=True, summary="in place with donation"),
+    )
+    reading = RunReading(
+        variant="donated",
+        input_pointers=((4096,),),
+        output_pointers=(None,),
+        deleted=(True,),
+        memory=(),
+        seconds=0.001,
+        output_unreadable=("an array whose buffer address cannot be read (RuntimeError: gone)",),
+    )
+    revised = apply_run(result, {"donated": reading})
+    (check_,) = revised.variants["donated"].run.aliases
+    assert not check_.comparable and not check_.confirmed
+    assert check_.detail == "not comparable: out is an array whose buffer address cannot be read (RuntimeError: gone)"
+    assert revised.verdict.in_place
+    assert revised.verdict.summary == (
+        "in place with donation; 0 aliases confirmed at run time, 1 not comparable "
+        "(out is an array whose buffer address cannot be read (RuntimeError: gone))"
+    )
+    # with the same buffer after the call, the alias is confirmed; with another, it is missing
+    confirmed = apply_run(result, {"donated": dataclasses.replace(reading, output_pointers=((4096,),))})
+    assert confirmed.variants["donated"].run.aliases[0].confirmed
+    moved = apply_run(result, {"donated": dataclasses.replace(reading, output_pointers=((8192,),))})
+    assert not moved.verdict.in_place
+    assert moved.variants["donated"].run.aliases[0].comparable

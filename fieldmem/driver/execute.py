@@ -26,6 +26,7 @@ from fieldmem.errors import OptionError, RunError
 from fieldmem.readings import DeviceStats, RunReading
 
 __all__ = [
+    "call_error",
     "device_memory_stats",
     "dynamic_leaves",
     "fresh_arguments",
@@ -60,7 +61,14 @@ def _read_stats(devices: Sequence[Any]) -> dict[int, dict[str, int] | None]:
 
 
 def _fresh_argument(value: Any) -> Any:
-    """A new device buffer for one argument leaf, so each run starts from buffers of its own."""
+    """A new device buffer for one argument leaf, so each run starts from buffers of its own.
+
+    An array keeps its committedness: a committed one is copied onto its own
+    sharding, an uncommitted one (``jnp.int32(7)``, anything made without a
+    device) is copied uncommitted, so that jit still places it where the
+    compiled program wants it, as it would the user's. Pinning it to the
+    device it happens to be on makes a sharded program refuse it.
+    """
     import jax
     import numpy as np
 
@@ -68,28 +76,51 @@ def _fresh_argument(value: Any) -> Any:
         sharding = getattr(value, "sharding", None)
         return jax.numpy.zeros(value.shape, value.dtype, device=sharding)
     if isinstance(value, jax.Array):
-        return jax.device_put(value, value.sharding, may_alias=False)
+        if getattr(value, "committed", True):
+            return jax.device_put(value, value.sharding, may_alias=False)
+        return jax.device_put(value, may_alias=False)
     if isinstance(value, (np.ndarray, np.generic)):
         return jax.numpy.asarray(value)
     return value
 
 
-def _pointers(value: Any) -> tuple[int, ...] | None:
+def _buffer(value: Any) -> tuple[tuple[int, ...] | None, str | None]:
+    """The per-shard buffer addresses of one leaf (device order), or None and why they cannot be read."""
     import jax
 
     if not isinstance(value, jax.Array):
-        return None
+        return None, (
+            f"a Python {type(value).__name__}, not an array, at call time: jax puts it on the device inside "
+            "the call, in a buffer the run cannot read"
+        )
     try:
         shards = sorted(value.addressable_shards, key=lambda s: s.device.id)
-        return tuple(s.data.unsafe_buffer_pointer() for s in shards)
-    except Exception:
-        return None
+        return tuple(s.data.unsafe_buffer_pointer() for s in shards), None
+    except Exception as exc:
+        return None, f"an array whose buffer address cannot be read ({first_line(exc)})"
 
 
 def _deleted(value: Any) -> bool | None:
     import jax
 
     return bool(value.is_deleted()) if isinstance(value, jax.Array) else None
+
+
+def call_error(exc: BaseException) -> str:
+    """A failed call's exception in one line. Where jax's message introduces a list on its first line
+    ("Here are the 1 mismatches:"), the list follows on the same line, so the line names what disagrees."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if len(lines) <= 1 or not lines[0].endswith(":"):
+        return first_line(exc)
+    text = lines[0]
+    for line in lines[1:_CALL_ERROR_LINES]:
+        text += (" " if text.endswith(":") else "; ") + line
+    if len(lines) > _CALL_ERROR_LINES:
+        text += f" (and {len(lines) - _CALL_ERROR_LINES} more lines)"
+    return f"{type(exc).__name__}: {text}"
+
+
+_CALL_ERROR_LINES = 13  # the first line and 12 of the list it introduces (4 mismatching arguments)
 
 
 def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
@@ -109,26 +140,29 @@ def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
     devices = executable_devices(compiled.executable) or [jax.devices()[0]]
     start = _read_stats(devices)
     dyn_args, dyn_kwargs, leaves = fresh_arguments(call)
-    before_pointers = tuple(_pointers(leaf) for leaf in leaves)
-    before = _read_stats(devices)
+    before = [_buffer(leaf) for leaf in leaves]
+    ready = _read_stats(devices)
     began = time.perf_counter()
     try:
         out = compiled.executable(*dyn_args, **dyn_kwargs)
         jax.block_until_ready(out)
     except Exception as exc:
-        text = first_line(exc)
+        text = call_error(exc)
         kind = "out-of-memory" if "RESOURCE_EXHAUSTED" in str(exc) or "out of memory" in str(exc).lower() else "run"
         raise RunError(f"running the {name} variant failed: {text}", kind=kind) from None
     seconds = time.perf_counter() - began
     after = _read_stats(devices)
     outputs = jax.tree_util.tree_leaves(out)
+    returned = [_buffer(leaf) for leaf in outputs]
     reading = RunReading(
         variant=name,
-        input_pointers=before_pointers,
-        output_pointers=tuple(_pointers(leaf) for leaf in outputs),
+        input_pointers=tuple(pointers for pointers, _ in before),
+        output_pointers=tuple(pointers for pointers, _ in returned),
         deleted=tuple(_deleted(leaf) for leaf in leaves),
-        memory=tuple(_device_stats(d.id, start[d.id], before[d.id], after[d.id], d.platform) for d in devices),
+        memory=tuple(_device_stats(d.id, start[d.id], ready[d.id], after[d.id], d.platform) for d in devices),
         seconds=seconds,
+        input_unreadable=tuple(why for _, why in before),
+        output_unreadable=tuple(why for _, why in returned),
     )
     del out, outputs, leaves, dyn_args, dyn_kwargs
     return reading

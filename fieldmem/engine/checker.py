@@ -4,8 +4,12 @@
 API. It never prints and never exits: every target yields a
 :class:`~fieldmem.report.TargetResult` (a failure to load, call the factory,
 compile or read the compiled HLO becomes an ``error`` result), so one broken
-target never hides the
-results of the others. Progress is reported through a callback.
+target never hides the results of the others. An unexpected exception in
+any stage of one target (arguments, prepare, lower and compile, analyse,
+suggest, run, probe, a chain's steps) becomes that target's error of kind
+``internal`` (:func:`fieldmem.engine.results.internal_error`), never a
+traceback; ``FIELDMEM_DEBUG=1`` raises it instead. KeyboardInterrupt and
+SystemExit are not contained. Progress is reported through a callback.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fieldmem.engine.results import error_result
+from fieldmem.engine.results import error_result, internal_error
 from fieldmem.errors import CompileError, FieldmemError
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
 from fieldmem.report import Chain, DeviceInfo, Report, TargetResult
@@ -46,6 +50,14 @@ def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | Ta
             return target.example_arguments()
     except FieldmemError as exc:
         return error_result(target.spec, target.name, exc, target.definition)
+    except Exception as exc:
+        return _internal(target, exc, "making its example arguments")
+
+
+def _internal(target: Target, exc: Exception, stage: str) -> TargetResult:
+    """The error result of ``target`` for an unexpected exception raised while ``stage``: one line, kind
+    ``internal`` (``FIELDMEM_DEBUG=1`` re-raises it instead)."""
+    return error_result(target.spec, target.name, internal_error(exc, stage), target.definition)
 
 
 def _check_one(target: Target, options: CheckOptions) -> TargetResult:
@@ -78,6 +90,8 @@ def _start(
             return _Started(target, pending.call, pending)  # the call compiled (scalars made static)
     except FieldmemError as exc:
         return error_result(target.spec, target.name, exc, target.definition)
+    except Exception as exc:
+        return _internal(target, exc, "preparing and lowering it")
 
 
 def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[TargetResult, Any]:
@@ -90,10 +104,19 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
         plain, donated = started.pending.result()
     except FieldmemError as exc:
         return error_result(target.spec, target.name, exc, target.definition), None
-    result = _analyse(target, started.call, plain, donated, options)
-    if options.run and result.status == "ok":
-        result = _run(result, started.call, plain, donated, options)
-    return result, donated.outputs
+    except Exception as exc:
+        return _internal(target, exc, "compiling it"), None
+    stage = "analysing its compiled program"
+    try:
+        result = _analyse(target, started.call, plain, donated, options)
+        if options.run and result.status == "ok":
+            stage = "running it"
+            result = _run(result, started.call, plain, donated, options)
+        return result, donated.outputs
+    except FieldmemError as exc:
+        return error_result(target.spec, target.name, exc, target.definition), None
+    except Exception as exc:
+        return _internal(target, exc, stage), None
 
 
 def _check_call(target: Target, args: tuple, kwargs: dict, options: CheckOptions) -> tuple[TargetResult, Any]:
@@ -226,7 +249,12 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
             outcomes.append(StepOutcome(step.name, step.definition, None))
             continue
         if index > 0:
-            result, outputs = _check_call(step_target, spread(previous, step.function), {}, options)
+            try:
+                passed_on = spread(previous, step.function)
+            except Exception as exc:
+                result, outputs = _internal(step_target, exc, "passing the previous step's outputs to it"), None
+            else:
+                result, outputs = _check_call(step_target, passed_on, {}, options)
         elif isinstance(arguments, TargetResult):
             result = dataclasses.replace(arguments, name=step_target.name, definition=step.definition)
             outputs = None
@@ -238,13 +266,13 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
 
     fused: TargetResult | None = None
     if not isinstance(arguments, TargetResult):
-        fused_target = dataclasses.replace(
-            first,
-            name=fused_result_name(chain.name),
-            function=compose([s.function for s in chain.steps], name="_".join(s.name for s in chain.steps)),
-            expect="any",
-        )
-        fused, _ = _check_call(fused_target, *arguments, options)
+        fused_target = dataclasses.replace(first, name=fused_result_name(chain.name), expect="any")
+        try:
+            composed = compose([s.function for s in chain.steps], name="_".join(s.name for s in chain.steps))
+        except Exception as exc:
+            fused = _internal(fused_target, exc, "composing the chain's steps into one function")
+        else:
+            fused, _ = _check_call(dataclasses.replace(fused_target, function=composed), *arguments, options)
         results.append(fused)
     return results, analyze_chain(
         target=chain.spec,
@@ -336,20 +364,25 @@ def _check_here(
                 continue
             if progress is not None:
                 progress(item.name, n, len(items))
-            if isinstance(item, ChainTarget):
-                step_results, chain = _check_chain(item, options)
-                checked[n] = (step_results, [chain])
-            elif pool is not None:
-                arguments = _arguments(item, options)
-                if isinstance(arguments, TargetResult):
-                    checked[n] = ([arguments], [])
-                    continue
-                in_flight.append((n, _start(item, *arguments, options, pool)))
-                while len(in_flight) > options.jobs:
-                    done, started = in_flight.popleft()
-                    checked[done] = ([_finish(started, options)[0]], [])
-            else:
-                checked[n] = ([_check_one(item, options)], [])
+            try:
+                if isinstance(item, ChainTarget):
+                    step_results, chain = _check_chain(item, options)
+                    checked[n] = (step_results, [chain])
+                elif pool is not None:
+                    arguments = _arguments(item, options)
+                    if isinstance(arguments, TargetResult):
+                        checked[n] = ([arguments], [])
+                        continue
+                    in_flight.append((n, _start(item, *arguments, options, pool)))
+                    while len(in_flight) > options.jobs:
+                        done, started = in_flight.popleft()
+                        checked[done] = ([_finish(started, options)[0]], [])
+                else:
+                    checked[n] = ([_check_one(item, options)], [])
+            except Exception as exc:  # what no stage contained (e.g. a chain's analysis): the item's error
+                first = item.first if isinstance(item, ChainTarget) else item
+                error = exc if isinstance(exc, FieldmemError) else internal_error(exc, "checking it")
+                checked[n] = ([error_result(item.spec, item.name, error, first.definition)], [])
         while in_flight:
             done, started = in_flight.popleft()
             checked[done] = ([_finish(started, options)[0]], [])
@@ -393,6 +426,8 @@ def resolve_all(
             resolved.extend(resolve_target(spec, per_target.get(spec, target_options)))
         except FieldmemError as exc:
             resolved.append((spec, exc))
+        except Exception as exc:
+            resolved.append((spec, internal_error(exc, "resolving it")))
     return resolved
 
 

@@ -2,15 +2,51 @@
 
 The checker, the ``--run`` parent and its worker all report a failure as a
 :class:`~fieldmem.report.TargetResult` with status ``error``, so one broken
-target never hides the others. No jax.
+target never hides the others. An exception that is not a
+:class:`~fieldmem.errors.FieldmemError` (a fieldmem bug, or a library call
+fieldmem did not expect to fail) becomes an :class:`InternalError` of that
+target through :func:`internal_error`: one line, kind ``internal``, no
+traceback — unless ``FIELDMEM_DEBUG=1`` is set, which re-raises it with its
+traceback for whoever debugs fieldmem. No jax.
 """
 
 from __future__ import annotations
 
+import os
+
 from fieldmem.errors import FieldmemError
 from fieldmem.report import ErrorInfo, TargetResult
 
-__all__ = ["error_result"]
+__all__ = ["DEBUG_VARIABLE", "InternalError", "error_result", "internal_error"]
+
+DEBUG_VARIABLE = "FIELDMEM_DEBUG"  # set (not "" or "0"): an unexpected exception is raised with its traceback
+
+
+class InternalError(FieldmemError):
+    """An unexpected exception while checking one target: a fieldmem bug, that target's error (exit 2)."""
+
+    kind = "internal"
+
+
+def debugging() -> bool:
+    """Whether ``FIELDMEM_DEBUG`` asks for unexpected exceptions to be raised rather than contained."""
+    return os.environ.get(DEBUG_VARIABLE, "").strip() not in ("", "0")
+
+
+def internal_error(exc: Exception, stage: str) -> InternalError:
+    """``exc``, raised while ``stage`` (e.g. "compiling it"), as one line that says it is a fieldmem bug.
+
+    Raises:
+        Exception: ``exc`` itself, with its traceback, when ``FIELDMEM_DEBUG`` is set.
+    """
+    if debugging():
+        raise exc
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    what = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return InternalError(
+        f"internal error while {stage}: {what} — a fieldmem bug, please report it "
+        f"(run with {DEBUG_VARIABLE}=1 for the traceback)"
+    )
 
 
 def error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:

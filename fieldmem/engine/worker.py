@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fieldmem.codec import decode, encode
-from fieldmem.engine.results import error_result
+from fieldmem.engine.results import error_result, internal_error
 from fieldmem.engine.workfolder import EVENTS, REQUEST, WorkerResult, result_file
 from fieldmem.errors import FieldmemError, TargetError
 
@@ -27,16 +27,23 @@ __all__ = ["main"]
 
 
 def _work(item: dict[str, Any], options: Any) -> WorkerResult:
+    """Check one target of the request; whatever goes wrong is that target's error, never the worker's end."""
+    try:
+        return _check_item(item, options)
+    except FieldmemError as exc:
+        return WorkerResult((error_result(item["spec"], item["name"], exc),))
+    except Exception as exc:
+        return WorkerResult((error_result(item["spec"], item["name"], internal_error(exc, "checking it")),))
+
+
+def _check_item(item: dict[str, Any], options: Any) -> WorkerResult:
     from fieldmem.engine.checker import check_targets
     from fieldmem.request.target import TargetOptions, resolve_target
 
     target_options = decode(TargetOptions, item["target_options"] or {})
-    try:
-        found = [t for t in resolve_target(item["spec"], target_options) if t.name == item["name"]]
-        if not found:
-            raise TargetError(f"{item['spec']!r} no longer has a target named {item['name']!r}")
-    except FieldmemError as exc:
-        return WorkerResult((error_result(item["spec"], item["name"], exc),))
+    found = [t for t in resolve_target(item["spec"], target_options) if t.name == item["name"]]
+    if not found:
+        raise TargetError(f"{item['spec']!r} no longer has a target named {item['name']!r}")
     report = check_targets(found[:1], options)
     return WorkerResult(report.results, report.chains)
 
@@ -60,8 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             events.write(f"start {index}\n")
             events.flush()
             written = _work(item, options)
+            try:
+                text = json.dumps(encode(written))
+            except Exception as exc:  # a result the codec cannot write is this target's error, not the worker's end
+                error = internal_error(exc, "writing its result")
+                text = json.dumps(encode(WorkerResult((error_result(item["spec"], item["name"], error),))))
             partial = folder / f"result-{index}.json.partial"
-            partial.write_text(json.dumps(encode(written)))
+            partial.write_text(text)
             os.replace(partial, result_file(folder, index))
             events.write(f"done {index}\n")
             events.flush()

@@ -9,7 +9,10 @@ variant and the verdict revised:
 
 - every alias of the plan is *confirmed* when the output's buffer is the
   donated input's on every shard; one that is not is an error finding
-  (``run-alias-missing``), so ``--expect in-place`` fails;
+  (``run-alias-missing``), so ``--expect in-place`` fails; one whose input
+  or output has no device buffer to read (a Python scalar at call time) is
+  *not comparable*, an info finding (``run-alias-not-comparable``) that says
+  why and never fails the run;
 - an output found in an input's buffer without an alias in the plan is
   reported (``run-unplanned-alias``);
 - where the backend has device memory statistics, the measured peak per
@@ -86,8 +89,18 @@ def run_check(result: TargetResult, variant: Variant, reading: RunReading) -> Ru
     )
 
 
+def _reason(reasons: tuple[str | None, ...], index: int) -> str:
+    why = reasons[index] if index < len(reasons) else None
+    return why or "a leaf with no device buffer the run could read"
+
+
 def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ...]:
-    """Every alias of the plan, confirmed when the output came back in the input's buffer on every shard."""
+    """Every alias of the plan, confirmed when the output came back in the input's buffer on every shard.
+
+    A leaf without a device buffer to read (a Python scalar at call time, which
+    jax puts on the device inside the call) makes its alias not comparable: the
+    check says why and neither confirms nor refutes it.
+    """
     checks = []
     for alias in variant.aliases:
         before = reading.input_pointers[alias.input_index] if alias.input_index < len(reading.input_pointers) else None
@@ -95,20 +108,25 @@ def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ..
             reading.output_pointers[alias.output_index] if alias.output_index < len(reading.output_pointers) else None
         )
         deleted = reading.deleted[alias.input_index] if alias.input_index < len(reading.deleted) else None
-        confirmed = before is not None and after is not None and before == after
+        comparable = before is not None and after is not None
+        confirmed = comparable and before == after
         if confirmed:
             detail = f"{alias.output} is in {alias.input}'s buffer on every shard ({_shards(after)})"
             if deleted:
                 detail += f"; {alias.input} was consumed (deleted)"
-        elif before is None or after is None:
-            detail = f"cannot be compared: {alias.input if before is None else alias.output} has {_shards(None)}"
+        elif before is None:
+            detail = f"not comparable: {alias.input} is {_reason(reading.input_unreadable, alias.input_index)}"
+        elif after is None:
+            detail = f"not comparable: {alias.output} is {_reason(reading.output_unreadable, alias.output_index)}"
         else:
-            same = sum(1 for a, b in zip(before, after) if a == b)
+            same = sum(1 for a, b in zip(before, after or ()) if a == b)
             detail = (
-                f"{alias.output} is in a new buffer at run time ({same} of {len(after)} shards reused"
+                f"{alias.output} is in a new buffer at run time ({same} of {len(after or ())} shards reused"
                 f"{'' if deleted else f'; {alias.input} was not deleted'})"
             )
-        checks.append(AliasCheck(alias.input, alias.input_index, alias.output, alias.output_index, confirmed, detail))
+        checks.append(
+            AliasCheck(alias.input, alias.input_index, alias.output, alias.output_index, confirmed, detail, comparable)
+        )
     return tuple(checks)
 
 
@@ -172,7 +190,17 @@ def _device_memory(variant: Variant, reading: RunReading) -> tuple[DeviceMemory,
 def _run_findings(name: str, run: RunCheck) -> list[Finding]:
     findings = []
     for check in run.aliases:
-        if not check.confirmed:
+        if not check.comparable:
+            findings.append(
+                Finding(
+                    "info",
+                    "run-alias-not-comparable",
+                    f"{name} run: the plan's alias {check.input} -> {check.output} is {check.detail}",
+                    input=check.input,
+                    output=check.output,
+                )
+            )
+        elif not check.confirmed:
             findings.append(
                 Finding(
                     "error",
@@ -222,11 +250,9 @@ def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> Targe
             summary += f" (and {len(errors) - 1} more)"
     else:
         summary = verdict.summary
-        confirmed = variants["donated"].run if "donated" in readings else None
-        if confirmed is not None and confirmed.aliases and not errors:
-            summary += (
-                f"; {len(confirmed.aliases)} alias{'es' if len(confirmed.aliases) != 1 else ''} confirmed at run time"
-            )
+        donated_run = variants["donated"].run if "donated" in readings else None
+        if donated_run is not None and donated_run.aliases and not errors:
+            summary += "; " + _run_summary(donated_run)
     revised = Verdict(in_place=in_place, summary=summary, findings=verdict.findings + tuple(findings))
     checks = tuple(
         dataclasses.replace(
@@ -239,6 +265,18 @@ def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> Targe
         for c in result.checks
     )
     return dataclasses.replace(result, variants=variants, verdict=revised, checks=checks)
+
+
+def _run_summary(run: RunCheck) -> str:
+    """``2 aliases confirmed at run time`` (and how many could not be compared, and why)."""
+    confirmed = sum(1 for a in run.aliases if a.confirmed)
+    uncompared = [a for a in run.aliases if not a.comparable]
+    words = f"{confirmed} alias{'es' if confirmed != 1 else ''} confirmed at run time"
+    if uncompared:
+        first = uncompared[0]
+        more = f"; and {len(uncompared) - 1} more" if len(uncompared) > 1 else ""
+        words += f", {len(uncompared)} not comparable ({first.detail.removeprefix('not comparable: ')}{more})"
+    return words
 
 
 def probe_outcome(input: str, output: str, update: str, reading: ProbeReading | None) -> InPlaceProbe:

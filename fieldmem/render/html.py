@@ -503,7 +503,12 @@ def _run_tables(result: TargetResult) -> str:
                 "planned aliases checked by buffer identity",
                 ("input", "output", "confirmed", "detail"),
                 [
-                    (_code(a.input), _code(a.output), "✓" if a.confirmed else "✗", _e(a.detail))
+                    (
+                        _code(a.input),
+                        _code(a.output),
+                        "✓" if a.confirmed else ("✗" if a.comparable else "–"),
+                        _e(a.detail),
+                    )
                     for a in run.aliases + run.unplanned
                 ],
                 "run",

@@ -187,8 +187,11 @@ def run_lines(result: TargetResult, verbose: bool = False) -> list[Text]:
         if run is None or (name == "plain" and not verbose and not run.unplanned):
             continue
         confirmed = sum(1 for a in run.aliases if a.confirmed)
+        comparable = sum(1 for a in run.aliases if a.comparable)
         if run.aliases:
-            words = f"{confirmed}/{len(run.aliases)} aliases confirmed by buffer identity"
+            words = f"{confirmed}/{comparable} aliases confirmed by buffer identity"
+            if comparable < len(run.aliases):
+                words += f", {len(run.aliases) - comparable} not comparable (no device buffer to read)"
         else:
             words = "no alias planned"
         if run.kept:
@@ -209,7 +212,7 @@ def run_lines(result: TargetResult, verbose: bool = False) -> list[Text]:
             memory = f"device memory not measured: {run.devices[0].unavailable}"
         else:
             memory = "device memory not measured"
-        style = "green" if confirmed == len(run.aliases) else "red"
+        style = "green" if confirmed == comparable else "red"
         lines.append(Text(f"  run ({name}, {format_seconds(run.seconds)}): {words}; {memory}", style=style))
         if verbose:
             for device in run.devices:
