@@ -88,14 +88,15 @@ def probe_update(
 
 def _grown(leaves: list[Any], shape: tuple[int, ...], dim: int, factor: int) -> list[Any]:
     """``leaves`` with every array leaf of ``shape`` made an abstract one ``factor`` times larger along ``dim``
-    (keeping its sharding); the other leaves as they are."""
+    (keeping the sharding of a committed one); the other leaves as they are."""
     import jax
 
     grown_shape = tuple(n * factor if d == dim else n for d, n in enumerate(shape))
     grown = []
     for leaf in leaves:
         if tuple(getattr(leaf, "shape", ())) == shape and hasattr(leaf, "dtype"):
-            sharding = getattr(leaf, "sharding", None)
+            # an uncommitted array goes where jit puts it, as the user's own uncommitted argument does
+            sharding = getattr(leaf, "sharding", None) if getattr(leaf, "committed", True) else None
             grown.append(jax.ShapeDtypeStruct(grown_shape, leaf.dtype, sharding=sharding))
         else:
             grown.append(leaf)
