@@ -9,11 +9,14 @@ Nothing is lowered or compiled here.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from fieldmem.driver.wrappers import LeafNames, WrappedCall, unwrap_call
 from fieldmem.errors import ArgumentsError, DonationError
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
@@ -35,6 +38,12 @@ class PreparedCall:
     donated_names: frozenset[str]
     donation_source: str  # "spec" or "jit"
     jit_options: dict[str, Any]
+    # a library wrapper (flax.nnx.jit, equinox.filter_jit, a jitted method, functools.partial): its kind,
+    # the names of its leaves in the user's terms (None: the arguments are the user's) and what every
+    # lowering must run inside (nnx's update context)
+    wrapper: str | None = None
+    leaf_names: LeafNames | None = None
+    lowering_context: Callable[[], AbstractContextManager[Any]] | None = None
 
 
 def _is_array_like(value: Any) -> bool:
@@ -128,7 +137,12 @@ def prepare_call(
     are made static automatically unless the target is a user's jit object,
     whose own static arguments are kept. ``donate`` "auto" means the jit
     object's own donation, or every array argument for a plain function.
+    A library wrapper is prepared as the jit it compiles through
+    (:func:`_prepare_wrapped`).
     """
+    wrapped = unwrap_call(fn, args, kwargs)
+    if wrapped is not None:
+        return _prepare_wrapped(wrapped, donate=donate, static=static)
     info = user_jit_info(fn)
     underlying = getattr(fn, "_fun", fn) if info is not None else fn
     names = _positional_names(signature_of(underlying), len(args))
@@ -149,6 +163,28 @@ def prepare_call(
         donation_source=donation_source,
         jit_options=_jit_options_of(info) if info is not None else {},
     )
+
+
+def _prepare_wrapped(wrapped: WrappedCall, *, donate: DonateSpec, static: StaticSpec) -> PreparedCall:
+    """The call of the jit a library wrapper compiles through: its own static and donated arguments
+    (``donate`` "auto": the wrapper's donation), its leaves named in the user's terms.
+
+    Raises:
+        DonationError: ``--donate``/``--static`` name arguments of a wrapper whose program does not
+            take the user's arguments one by one (equinox.filter_jit).
+    """
+    if not wrapped.argument_items:
+        for what, items in (("--donate", donate.items), ("--static", static.items)):
+            if items:
+                raise DonationError(
+                    f"{what} {','.join(map(str, items))}: the target is {wrapped.kind}, whose program takes "
+                    "its arrays split from the rest, not argument by argument; use --donate auto (its own "
+                    "donate= mode), all or none, and no --static (it holds every non-array static)"
+                )
+    call = prepare_call(wrapped.jit, wrapped.args, wrapped.kwargs, donate=donate, static=static)
+    if wrapped.positional_names is not None and len(wrapped.positional_names) >= len(call.positional_names):
+        call = dataclasses.replace(call, positional_names=wrapped.positional_names[: len(call.positional_names)])
+    return dataclasses.replace(call, wrapper=wrapped.kind, leaf_names=wrapped.names, lowering_context=wrapped.context)
 
 
 def _static_arguments(
