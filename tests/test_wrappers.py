@@ -287,3 +287,18 @@ def test_cli_nnx_step(in_assets: Path) -> None:
         )
     assert result.exit_code == 0, result.output
     assert "model, optimizer" in result.stdout and "in place" in result.stdout
+
+
+@pytest.mark.compile
+def test_a_wrappers_outputs_are_what_it_returns() -> None:
+    """What a chain passes on is what the wrapper returns (eqx: arrays and static part combined; nnx: the
+    function's own return value), not the inner program's plumbing."""
+    from fieldmem.driver import start_variants
+
+    _, donated = start_variants(prepared(w.eqx_step, w.eqx_args()), None).result()
+    model, opt_state = donated.outputs
+    assert model.layers[0].weight.shape == (8, 4) and isinstance(model.layers[0].weight, jax.ShapeDtypeStruct)
+    assert model.activation is jax.nn.relu
+    assert jax.tree_util.tree_structure(opt_state) == jax.tree_util.tree_structure(w.eqx_args()[0])
+    _, donated = start_variants(prepared(w.nnx_step, w.nnx_args()), None).result()
+    assert isinstance(donated.outputs, jax.ShapeDtypeStruct) and donated.outputs.shape == ()

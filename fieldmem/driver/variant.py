@@ -378,4 +378,7 @@ def _outputs(lowered: Any, compiled: Any, call: PreparedCall) -> tuple[tuple[Out
             )
         )
         structs.append(jax.ShapeDtypeStruct(shape, leaf.dtype, sharding=shardings[n]))
-    return tuple(outputs), jax.tree_util.tree_unflatten(treedef, structs)
+    returned = jax.tree_util.tree_unflatten(treedef, structs)
+    if call.leaf_names is not None and call.leaf_names.returned is not None:
+        returned = call.leaf_names.returned(returned)  # what a wrapper hands back to its caller
+    return tuple(outputs), returned

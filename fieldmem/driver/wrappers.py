@@ -53,6 +53,9 @@ class LeafNames:
     inputs: InputNames
     # the output leaves' names in jax's flattening order, from the lowered ``out_info`` (None: keep jax's)
     outputs: Callable[[Any], list[str] | None] | None = None
+    # the inner program's outputs (a pytree of ShapeDtypeStruct) -> what the wrapper returns to the user
+    # (a chain's next arguments); None: the same
+    returned: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -299,12 +302,15 @@ def _nnx_jit(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WrappedC
     def outputs(out_info: Any) -> list[str] | None:
         return _nnx_output_names(out_info, pure_args, pure_kwargs, names, arg_names)
 
+    def returned(structs: Any) -> Any:
+        return structs[2]  # (args_out, kwargs_out, out): the graph nodes are updated, out is returned
+
     return WrappedCall(
         "flax.nnx.jit",
         inner,
         tuple(pure_args),
         dict(pure_kwargs),
-        names=LeafNames(names, outputs),
+        names=LeafNames(names, outputs, returned),
         positional_names=tuple(arg_names),
         context=context,
     )
@@ -389,12 +395,15 @@ def _eqx_jit(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WrappedC
         paths = ["out" + jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(dynamic_out)[0]]
         return ["filter_jit's marker", *paths]
 
+    def returned(structs: Any) -> Any:
+        return eqx_jit._postprocess(structs)  # the arrays combined with the static part, as filter_jit returns
+
     return WrappedCall(
         "equinox.filter_jit",
         inner,
         (dynamic_donate, dynamic_nodonate, static),
         {},
-        names=LeafNames(names, outputs),
+        names=LeafNames(names, outputs, returned),
         positional_names=_EQX_SLOTS,
         argument_items=False,
     )
