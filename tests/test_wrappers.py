@@ -302,3 +302,30 @@ def test_a_wrappers_outputs_are_what_it_returns() -> None:
     assert jax.tree_util.tree_structure(opt_state) == jax.tree_util.tree_structure(w.eqx_args()[0])
     _, donated = start_variants(prepared(w.nnx_step, w.nnx_args()), None).result()
     assert isinstance(donated.outputs, jax.ShapeDtypeStruct) and donated.outputs.shape == ()
+
+
+@pytest.mark.compile
+def test_nnx_state_written_to_a_new_buffer_names_its_own_input() -> None:
+    """Donating the model only: the optimizer's moments get new buffers, and the finding names the
+    moment's own input (not donated) rather than another leaf of its size."""
+    result = check_one(make_target(w.nnx_step_undonated, w.nnx_args, donate="model"), min_bytes=0)
+    assert result.verdict is not None
+    messages = [f.message for f in result.verdict.findings if f.output == "optimizer.opt_state[0].mu.l1.kernel"]
+    assert messages, result.verdict.findings
+    assert "optimizer.opt_state[0].mu.l1.kernel has its size but is not donated: donate optimizer" in messages[0]
+
+
+@pytest.mark.compile
+def test_suggest_on_wrappers() -> None:
+    from fieldmem.engine.checker import check_targets
+    from fieldmem.request.options import CheckOptions
+
+    options = CheckOptions(min_bytes=0, suggest=True)
+    eqx_result, nnx_result = check_targets(
+        [make_target(w.eqx_step_none, w.eqx_args), make_target(w.nnx_step_undonated, w.nnx_args)], options
+    ).results
+    assert eqx_result.suggestion is not None and "equinox.filter_jit" in eqx_result.suggestion.summary
+    assert eqx_result.variants["donated"].aliases == ()  # donate="none": nothing donated, and nothing "dropped"
+    assert eqx_result.verdict is not None and "dropped" not in eqx_result.verdict.summary
+    assert nnx_result.suggestion is not None and nnx_result.suggestion.code is not None
+    assert nnx_result.suggestion.code.startswith("nnx.jit(nnx_step_undonated, donate_argnames=(")

@@ -56,6 +56,12 @@ def _is_array_like(value: Any) -> bool:
     return isinstance(value, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct, float, complex))
 
 
+def _leaves_of(value: Any) -> list[Any]:
+    import jax
+
+    return jax.tree_util.tree_leaves(value)
+
+
 def _has_array_leaves(value: Any) -> bool:
     import jax
 
@@ -182,6 +188,14 @@ def _prepare_wrapped(wrapped: WrappedCall, *, donate: DonateSpec, static: Static
                     "donate= mode), all or none, and no --static (it holds every non-array static)"
                 )
     call = prepare_call(wrapped.jit, wrapped.args, wrapped.kwargs, donate=donate, static=static)
+    # an argument of the inner program with no array in it donates nothing (filter_jit's donated part
+    # under donate="none" is empty): not a donation jax dropped
+    empty = {i for i in call.donated_positions if not _leaves_of(call.args[i])}
+    empty_names = {k for k in call.donated_names if not _leaves_of(call.kwargs[k])}
+    if empty or empty_names:
+        call = dataclasses.replace(
+            call, donated_positions=call.donated_positions - empty, donated_names=call.donated_names - empty_names
+        )
     if wrapped.positional_names is not None and len(wrapped.positional_names) >= len(call.positional_names):
         call = dataclasses.replace(call, positional_names=wrapped.positional_names[: len(call.positional_names)])
     return dataclasses.replace(call, wrapper=wrapped.kind, leaf_names=wrapped.names, lowering_context=wrapped.context)

@@ -472,10 +472,7 @@ def _new_buffer_finding(
     candidates = [leaf for leaf in variant.inputs if program.input_bytes[leaf.index] == size]
     # prefer the input that looks like this output's previous value: same path suffix, same shape
     suffix = out.path[len("out") :]
-    if out.path.startswith("out"):
-        candidates.sort(key=lambda leaf: (not leaf.path.endswith(suffix) if suffix else True, leaf.shape != out.shape))
-    else:  # a wrapper's updated state is named as its input (flax.nnx.jit: model.l1.kernel)
-        candidates.sort(key=lambda leaf: (leaf.path != out.path, leaf.shape != out.shape))
+    candidates.sort(key=lambda leaf: (not leaf.path.endswith(suffix) if suffix else True, leaf.shape != out.shape))
     unusable_by_index = {u.input_index: u for u in unusable}
     source = program.output_source(out.index)
     head = f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer{_at(source)}"
