@@ -329,3 +329,12 @@ def test_suggest_on_wrappers() -> None:
     assert eqx_result.verdict is not None and "dropped" not in eqx_result.verdict.summary
     assert nnx_result.suggestion is not None and nnx_result.suggestion.code is not None
     assert nnx_result.suggestion.code.startswith("nnx.jit(nnx_step_undonated, donate_argnames=(")
+
+
+def test_a_chain_spreads_into_a_jitted_method_without_its_instance() -> None:
+    """``solver.relax(state)`` takes one argument: a chain hands it a tuple whole (``self`` is not one)."""
+    from fieldmem.driver import spread
+
+    pair = (jax.ShapeDtypeStruct((2,), "float32"), jax.ShapeDtypeStruct((2,), "float32"))
+    assert spread(pair, w.solver.relax) == (pair,)
+    assert spread(pair, w.solver.advance) == pair

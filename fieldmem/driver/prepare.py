@@ -93,7 +93,13 @@ def _positional_names(signature: inspect.Signature | None, count: int) -> list[s
 
 
 def user_jit_info(fn: Any) -> Any | None:
-    """The ``PjitInfo`` of a ``jax.jit`` object, or None for a plain function."""
+    """The ``PjitInfo`` of a ``jax.jit`` object, or None for a plain function.
+
+    A bound method of a jit object (``solver.advance``) forwards ``_jit_info`` but is not one: its
+    instance is an argument (:mod:`fieldmem.driver.wrappers`).
+    """
+    if inspect.ismethod(fn):
+        return None
     info = getattr(fn, "_jit_info", None)
     if info is None or not hasattr(fn, "lower"):
         return None

@@ -88,6 +88,10 @@ class Stepper:
 
     advance = jax.jit(_advance, static_argnums=0, donate_argnums=1)
 
+    @functools.partial(jax.jit, static_argnums=0, donate_argnums=1)
+    def relax(self, state: tuple) -> tuple:
+        return tuple(s * self.omega for s in state)
+
 
 solver = Stepper(0.6)
 
