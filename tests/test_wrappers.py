@@ -338,3 +338,8 @@ def test_a_chain_spreads_into_a_jitted_method_without_its_instance() -> None:
     pair = (jax.ShapeDtypeStruct((2,), "float32"), jax.ShapeDtypeStruct((2,), "float32"))
     assert spread(pair, w.solver.relax) == (pair,)
     assert spread(pair, w.solver.advance) == pair
+
+
+def test_a_users_decorator_around_a_plain_function_is_not_refused() -> None:
+    call = prepared(w.decorated_update, w.one_array())
+    assert call.wrapper is None and call.function is w.decorated_update

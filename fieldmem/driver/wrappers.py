@@ -166,13 +166,15 @@ def _library_of(file: str) -> str | None:
 
 
 def _compiling_inside(fn: Any, depth: int = 0, seen: set[int] | None = None) -> Any | None:
-    """Something that compiles by itself inside the decorator ``fn``: along its ``__wrapped__`` chain, or
-    a callable it closes over (how ``nnx.pmap`` holds its ``jax.pmap``). None when there is none."""
+    """Something that compiles by itself inside the decorator ``fn``: along its ``__wrapped__`` chain, or,
+    for a library's wrapper, a callable it closes over (how ``nnx.pmap`` holds its ``jax.pmap``; a user's
+    own closure over a jitted helper is a call like any other). None when there is none."""
     seen = set() if seen is None else seen
     if id(fn) in seen or depth > 4:
         return None
     seen.add(id(fn))
-    for cell in getattr(fn, "__closure__", None) or ():
+    library = _library_of(getattr(getattr(fn, "__code__", None), "co_filename", "") or "")
+    for cell in (getattr(fn, "__closure__", None) or ()) if library is not None else ():
         try:
             value = cell.cell_contents
         except ValueError:

@@ -148,3 +148,19 @@ custom = Custom()
 
 def one_array() -> tuple:
     return (jnp.ones((1, 8)),)
+
+
+def _decorate(fn):
+    helper = jax.jit(jnp.sum)
+
+    @functools.wraps(fn)
+    def decorated(x: jax.Array) -> jax.Array:
+        return fn(x) + helper(x)
+
+    return decorated
+
+
+@_decorate
+def decorated_update(x: jax.Array) -> jax.Array:
+    """A user's own decorator around a plain function (it closes over a jitted helper): analysed under jax.jit."""
+    return x.at[0].set(1.0)
