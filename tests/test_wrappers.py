@@ -343,3 +343,19 @@ def test_a_chain_spreads_into_a_jitted_method_without_its_instance() -> None:
 def test_a_users_decorator_around_a_plain_function_is_not_refused() -> None:
     call = prepared(w.decorated_update, w.one_array())
     assert call.wrapper is None and call.function is w.decorated_update
+
+
+@pytest.mark.compile
+def test_cli_run_confirms_the_nnx_aliases(in_assets: Path) -> None:
+    """--run calls the compiled program on fresh buffers (in a worker process): every alias holds."""
+    result = runner.invoke(
+        app,
+        ["check", "wrapped_steps:nnx_step", "--args", "wrapped_steps:nnx_args", "--run", "--format", "json"],
+        env={"COLUMNS": "120"},
+    )
+    assert result.exit_code == 0, result.output
+    (report,) = json.loads(result.stdout)["results"]
+    run = report["variants"]["donated"]["run"]
+    checks = {(a["input"], a["output"]): a["confirmed"] for a in run["aliases"]}
+    assert len(checks) == 14 and all(checks.values()), checks
+    assert checks[("optimizer.opt_state[0].mu.l1.kernel", "optimizer.opt_state[0].mu.l1.kernel")]
