@@ -219,6 +219,8 @@ def test_partial_of_a_jit_keeps_the_jit_donation() -> None:
         ("eqx_pmapped", "equinox.filter_pmap"),
         ("nnx_pmapped", "wraps jax.pmap"),
         ("logged", "wraps a jax.jit"),
+        ("sharded", "wraps a jax.jit"),
+        ("nnx_tree_jit", "flax.nnx.jit(graph=False"),
         ("custom", "wrapped_steps_under_test.Custom"),
     ],
 )

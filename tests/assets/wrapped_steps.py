@@ -164,3 +164,12 @@ def _decorate(fn):
 def decorated_update(x: jax.Array) -> jax.Array:
     """A user's own decorator around a plain function (it closes over a jitted helper): analysed under jax.jit."""
     return x.at[0].set(1.0)
+
+
+sharded = jax.shard_map(
+    _jitted_double,
+    mesh=jax.make_mesh((1,), ("x",)),
+    in_specs=jax.sharding.PartitionSpec(),
+    out_specs=jax.sharding.PartitionSpec(),
+)
+nnx_tree_jit = nnx.jit(_double, graph=False)
