@@ -11,6 +11,8 @@ stays instant and importing this package does not import jax.
 Modules, in the order a check uses them:
 
 - :mod:`~fieldmem.driver.backends`: backends and devices, simulated CPU devices, the compilation cache.
+- :mod:`~fieldmem.driver.wrappers`: library jit wrappers (``flax.nnx.jit``, ``equinox.filter_jit``, jitted
+  methods, partials) as the jit they compile through, its arguments and the user's leaf names; refusals.
 - :mod:`~fieldmem.driver.prepare`: static and donated arguments, a user's jit options.
 - :mod:`~fieldmem.driver.lowering`: lowering and compiling both variants, the advisor's compile.
 - :mod:`~fieldmem.driver.variant`: a compiled program read into a plain ``CompiledVariant``.
@@ -24,7 +26,8 @@ Modules, in the order a check uses them:
 JAX internals are read each in one place and tolerated when missing:
 ``Lowered._lowering.compile_args["kept_var_idx"]`` (which arguments jit kept,
 in variant), ``PjitFunction._jit_info`` (a user's own jit options, in
-prepare), ``Lowered._lowering.compile_args["backend"]`` (the platform a fast
+prepare), the wrappers' own internals (``JitWrapped.jitted_fn``, ``equinox._jit._preprocess``, in
+wrappers), ``Lowered._lowering.compile_args["backend"]`` (the platform a fast
 compile is for, in lowering), ``jax._src.xla_bridge._backends`` (whether jax
 started, for ``--devices``, in backends) and ``Compiled.memory_analysis()``
 (documented as unstable, in variant).

@@ -12,6 +12,7 @@ is for), tolerated when missing; jax is imported on first use.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import time
@@ -125,7 +126,8 @@ def lower(
     """
     jitted = _jit(call, donated, function)
     start = time.perf_counter()
-    with warnings.catch_warnings(record=True) as caught:
+    context = call.lowering_context() if call.lowering_context is not None else contextlib.nullcontext()
+    with warnings.catch_warnings(record=True) as caught, context:
         warnings.simplefilter("always")
         try:
             lowered = jitted.lower(*call.args, **call.kwargs)

@@ -13,14 +13,17 @@ the Python scalars tracing needs concrete.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.paths import path_string
+from fieldmem.driver.wrappers import LeafNames, WrappedCall, unwrap_call
 from fieldmem.errors import ArgumentsError, DonationError, FieldmemError
 from fieldmem.readings import MadeStatic
 from fieldmem.request.spec import DonateSpec, StaticSpec
@@ -68,6 +71,12 @@ class PreparedCall:
     made_static: tuple[MadeStatic, ...] = ()  # held static where jax.jit would trace (or refuse) them
     scalar_units: tuple[Unit, ...] = ()  # traced Python scalars :func:`concretize` may make static
     source: _Source | None = field(default=None, repr=False, compare=False)
+    # a library wrapper (flax.nnx.jit, equinox.filter_jit, a jitted method, functools.partial): its kind,
+    # the names of its leaves in the user's terms (None: the arguments are the user's) and what every
+    # lowering must run inside (nnx's update context)
+    wrapper: str | None = None
+    leaf_names: LeafNames | None = None
+    lowering_context: Callable[[], AbstractContextManager[Any]] | None = None
 
 
 def _is_python_scalar(value: Any) -> bool:
@@ -88,6 +97,12 @@ def _is_array(value: Any) -> bool:
 def _is_traced(value: Any) -> bool:
     """A leaf jax.jit traces: an array or a Python scalar (anything else jax.jit refuses)."""
     return _is_array(value) or _is_python_scalar(value)
+
+
+def _leaves_of(value: Any) -> list[Any]:
+    import jax
+
+    return jax.tree_util.tree_leaves(value)
 
 
 def _has_array_leaves(value: Any) -> bool:
@@ -129,7 +144,13 @@ def _positional_names(signature: inspect.Signature | None, count: int) -> list[s
 
 
 def user_jit_info(fn: Any) -> Any | None:
-    """The ``PjitInfo`` of a ``jax.jit`` object, or None for a plain function."""
+    """The ``PjitInfo`` of a ``jax.jit`` object, or None for a plain function.
+
+    A bound method of a jit object (``solver.advance``) forwards ``_jit_info`` but is not one: its
+    instance is an argument (:mod:`fieldmem.driver.wrappers`).
+    """
+    if inspect.ismethod(fn):
+        return None
     info = getattr(fn, "_jit_info", None)
     if info is None or not hasattr(fn, "lower"):
         return None
@@ -182,8 +203,12 @@ def prepare_call(
     :func:`_plain_statics` for what is static). ``concrete``: the traced
     Python scalars to make static, with why (:func:`concretize` finds them).
     ``donate`` "auto" means the jit object's own donation, or every argument
-    holding an array for a plain function.
+    holding an array for a plain function. A library wrapper is prepared as
+    the jit it compiles through (:func:`_prepare_wrapped`).
     """
+    wrapped = unwrap_call(fn, args, kwargs)
+    if wrapped is not None:
+        return _prepare_wrapped(wrapped, donate=donate, static=static)
     info = user_jit_info(fn)
     underlying = getattr(fn, "_fun", fn) if info is not None else fn
     names = _positional_names(signature_of(underlying), len(args))
@@ -217,6 +242,36 @@ def prepare_call(
         scalar_units=tuple(units),
         source=_Source(fn, args, kwargs, donate, static),
     )
+
+
+def _prepare_wrapped(wrapped: WrappedCall, *, donate: DonateSpec, static: StaticSpec) -> PreparedCall:
+    """The call of the jit a library wrapper compiles through: its own static and donated arguments
+    (``donate`` "auto": the wrapper's donation), its leaves named in the user's terms.
+
+    Raises:
+        DonationError: ``--donate``/``--static`` name arguments of a wrapper whose program does not
+            take the user's arguments one by one (equinox.filter_jit).
+    """
+    if not wrapped.argument_items:
+        for what, items in (("--donate", donate.items), ("--static", static.items)):
+            if items:
+                raise DonationError(
+                    f"{what} {','.join(map(str, items))}: the target is {wrapped.kind}, whose program takes "
+                    "its arrays split from the rest, not argument by argument; use --donate auto (its own "
+                    "donate= mode), all or none, and no --static (it holds every non-array static)"
+                )
+    call = prepare_call(wrapped.jit, wrapped.args, wrapped.kwargs, donate=donate, static=static)
+    # an argument of the inner program with no array in it donates nothing (filter_jit's donated part
+    # under donate="none" is empty): not a donation jax dropped
+    empty = {i for i in call.donated_positions if not _leaves_of(call.args[i])}
+    empty_names = {k for k in call.donated_names if not _leaves_of(call.kwargs[k])}
+    if empty or empty_names:
+        call = dataclasses.replace(
+            call, donated_positions=call.donated_positions - empty, donated_names=call.donated_names - empty_names
+        )
+    if wrapped.positional_names is not None and len(wrapped.positional_names) >= len(call.positional_names):
+        call = dataclasses.replace(call, positional_names=wrapped.positional_names[: len(call.positional_names)])
+    return dataclasses.replace(call, wrapper=wrapped.kind, leaf_names=wrapped.names, lowering_context=wrapped.context)
 
 
 def _jit_statics(info: Any, static: StaticSpec, names: list[str], kwargs: dict[str, Any]) -> tuple[set[int], set[str]]:

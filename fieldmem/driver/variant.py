@@ -69,11 +69,11 @@ def read_variant(
     """
     kept, tuple_args = _kept_var_idx(lowered)
     memory = read_memory(compiled, fast)
-    outputs, output_structs = _outputs(lowered, compiled)
+    outputs, output_structs = _outputs(lowered, compiled, call)
     inputs = _leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input"))
     variant = CompiledVariant(
         name=name,
-        donated_arguments=_donated_argument_names(call, lowered),
+        donated_arguments=_donated_argument_names(call, lowered, inputs),
         inputs=inputs,
         outputs=outputs,
         hlo_text=compiled.as_text(),
@@ -179,8 +179,11 @@ def _kept_var_idx(lowered: Any) -> tuple[set[int] | None, bool]:
     return (set(kept) if kept is not None else None), bool(compile_args.get("tuple_args", False))
 
 
-def _donated_argument_names(call: PreparedCall, lowered: Any) -> tuple[str, ...]:
+def _donated_argument_names(call: PreparedCall, lowered: Any, inputs: tuple[InputLeaf, ...]) -> tuple[str, ...]:
     import jax
+
+    if call.leaf_names is not None:  # a wrapper's program: its donated leaves name the user's arguments
+        return tuple(dict.fromkeys(leaf.argument for leaf in inputs if leaf.donated))
 
     names = call.positional_names
     # read what jax actually donates (the user's jit object may donate by name)
@@ -312,19 +315,21 @@ def _leaves(
 
     result: list[InputLeaf] = []
     slots: list[tuple[Any, str]] = [(i, names[i]) for i in dyn_positional] + [(k, k) for k in dyn_keywords]
+    user_names = call.leaf_names.inputs if call.leaf_names is not None else {}
     for slot, display in slots:
         value = call.args[slot] if isinstance(slot, int) else call.kwargs[slot]
         for path, leaf in tree.tree_flatten_with_path(value)[0]:
             where = path_string(path)
             jax_index = position_in_jax[(slot, where)]
+            argument, leaf_path = user_names.get((slot, where), (display, display + where))
             info = info_leaves[jax_index]
             aval = getattr(info, "_aval", None)
             shape = tuple(getattr(aval, "shape", ()) or ())
             result.append(
                 InputLeaf(
                     index=len(result),
-                    path=display + where,
-                    argument=display,
+                    path=leaf_path,
+                    argument=argument,
                     shape=shape,
                     dtype=dtype_name(aval.dtype) if aval is not None else "unknown",
                     bytes=shape_bytes(shape, aval.dtype) if aval is not None else 0,
@@ -338,11 +343,17 @@ def _leaves(
     return tuple(result)
 
 
-def _outputs(lowered: Any, compiled: Any) -> tuple[tuple[OutputLeaf, ...], Any]:
-    """The output leaves, and the outputs as a pytree of ``ShapeDtypeStruct`` with the compiled shardings."""
+def _outputs(lowered: Any, compiled: Any, call: PreparedCall) -> tuple[tuple[OutputLeaf, ...], Any]:
+    """The output leaves (named in the user's terms for a wrapper's program), and the outputs as a pytree
+    of ``ShapeDtypeStruct`` with the compiled shardings."""
     import jax
 
     flat, treedef = jax.tree_util.tree_flatten_with_path(lowered.out_info)
+    names = None
+    if call.leaf_names is not None and call.leaf_names.outputs is not None:
+        names = call.leaf_names.outputs(lowered.out_info)
+    if names is None or len(names) != len(flat):
+        names = ["out" + path_string(path) for path, _ in flat]
     formats = _compiled_formats(compiled, "output")
     if formats is not None and len(formats) != len(flat):
         formats = None
@@ -354,12 +365,12 @@ def _outputs(lowered: Any, compiled: Any) -> tuple[tuple[OutputLeaf, ...], Any]:
         shardings = [None] * len(flat)
     outputs = []
     structs = []
-    for n, (path, leaf) in enumerate(flat):
+    for n, (_, leaf) in enumerate(flat):
         shape = tuple(getattr(leaf, "shape", ()) or ())
         outputs.append(
             OutputLeaf(
                 index=n,
-                path="out" + path_string(path),
+                path=names[n],
                 shape=shape,
                 dtype=dtype_name(leaf.dtype),
                 bytes=shape_bytes(shape, leaf.dtype),
@@ -368,4 +379,7 @@ def _outputs(lowered: Any, compiled: Any) -> tuple[tuple[OutputLeaf, ...], Any]:
             )
         )
         structs.append(jax.ShapeDtypeStruct(shape, leaf.dtype, sharding=shardings[n]))
-    return tuple(outputs), jax.tree_util.tree_unflatten(treedef, structs)
+    returned = jax.tree_util.tree_unflatten(treedef, structs)
+    if call.leaf_names is not None and call.leaf_names.returned is not None:
+        returned = call.leaf_names.returned(returned)  # what a wrapper hands back to its caller
+    return tuple(outputs), returned

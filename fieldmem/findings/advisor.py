@@ -101,6 +101,13 @@ def suggest(
         check already is the suggestion). A verification compile that fails
         gives a suggestion of nothing, with the reason in ``notes``.
     """
+    if call.wrapper == "equinox.filter_jit":
+        # its donation is a mode over all arrays (or all but the first argument's), not per argument
+        return Suggestion(
+            summary="not available for equinox.filter_jit, which donates by its donate= mode rather than by "
+            'argument: compare its modes with --donate all (donate="all") and --donate none',
+            spec="auto",
+        )
     plain_variant, donated_variant = _analysed(plain, donated, result)
     program = ProgramLeaves(plain, hlo.parse_hlo_module(plain.hlo_text))
     arguments = _arguments(call, plain.inputs)
@@ -612,6 +619,7 @@ def _code(call: PreparedCall, chosen: Sequence[_Argument]) -> tuple[str | None, 
     if not chosen:
         return None, None
     function = getattr(call.function, "__name__", "fn")
+    jit = "nnx.jit" if call.wrapper == "flax.nnx.jit" else "jax.jit"  # nnx.jit takes the same donate_arg*
     named = _parameter_names(call)
     static_positions = sorted(call.static_positions)
     static_keywords = sorted(call.static_names)
@@ -628,7 +636,7 @@ def _code(call: PreparedCall, chosen: Sequence[_Argument]) -> tuple[str | None, 
             parts.append(f"donate_argnums={_tuple(positions)}")
         if keywords:
             parts.append(f"donate_argnames={_tuple(keywords)}")
-        return f"jax.jit({', '.join(parts)})"
+        return f"{jit}({', '.join(parts)})"
 
     def by_names() -> str | None:
         static_names = [call.positional_names[i] for i in static_positions] + static_keywords
@@ -639,7 +647,7 @@ def _code(call: PreparedCall, chosen: Sequence[_Argument]) -> tuple[str | None, 
         if static_names:
             parts.append(f"static_argnames={_tuple(static_names)}")
         parts.append(f"donate_argnames={_tuple(names)}")
-        return f"jax.jit({', '.join(parts)})"
+        return f"{jit}({', '.join(parts)})"
 
     numbers, names_form = by_numbers(), by_names()
     if call.user_jit is not None and names_form is not None:

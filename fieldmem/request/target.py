@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -166,8 +167,27 @@ def _split_arguments(value: Any, origin: str) -> tuple[tuple[Any, ...], dict[str
 
 
 def definition_of(fn: Any) -> str | None:
-    """``file.py:LINE`` of the ``def`` behind ``fn`` (a jit wrapper is unwrapped), or None."""
-    target = inspect.unwrap(getattr(fn, "_fun", fn)) if callable(fn) else fn
+    """``file.py:LINE`` of the ``def`` behind ``fn``, or None.
+
+    Wrappers are unwrapped as far as they go: ``functools.partial`` (and equinox's ``Partial``), a bound
+    method (``solver.advance``), a ``jax.jit`` object (its ``_fun``), then the ``__wrapped__`` chain
+    (``flax.nnx.jit`` and ``equinox.filter_jit`` set it to the user's function).
+    """
+    target = fn
+    for _ in range(16):
+        if isinstance(target, functools.partial) or type(target).__name__ == "Partial":
+            target = getattr(target, "func", target)
+        elif inspect.ismethod(target):
+            target = target.__func__
+        elif getattr(target, "_fun", None) is not None and hasattr(target, "lower"):
+            target = target._fun
+        else:
+            break
+    if callable(target):
+        try:
+            target = inspect.unwrap(target)
+        except ValueError:  # a __wrapped__ cycle
+            pass
     try:
         file = inspect.getsourcefile(target)
         _, line = inspect.getsourcelines(target)
