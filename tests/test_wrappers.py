@@ -344,7 +344,9 @@ def test_a_chain_spreads_into_a_jitted_method_without_its_instance() -> None:
 
 def test_a_users_decorator_around_a_plain_function_is_not_refused() -> None:
     call = prepared(w.decorated_update, w.one_array())
-    assert call.wrapper is None and call.function is w.decorated_update
+    # prepared as a plain function: the program jax.jit(decorated_update) traces
+    assert call.wrapper is None and call.user_jit is None
+    assert call.function.__wrapped__ is w.decorated_update  # type: ignore[attr-defined]
 
 
 @pytest.mark.compile
