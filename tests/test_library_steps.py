@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import pytest
 
 import fieldmem
+
 from helpers_compile import UNUSABLE_WARNING, compile_quietly, output_leaves, report_leaves, xla_memory
 
 pytestmark = pytest.mark.compile
