@@ -12,7 +12,7 @@ import fieldmem
 from fieldmem.errors import ArgumentsError, OptionError, TargetError
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
-from fieldmem.request.target import Target, TargetOptions, load_module, resolve_object, resolve_target
+from fieldmem.request.target import Target, TargetOptions, display_path, load_module, resolve_object, resolve_target
 
 NO_OPTIONS = TargetOptions()
 
@@ -391,3 +391,11 @@ def test_each_spec_gets_its_own_options(in_assets: Path) -> None:
     assert by_spec["models:step"].expect == "any" and by_spec["models:step"].donate == DonateSpec()
     assert by_spec["models.py:step"].donate == DonateSpec("none")
     assert by_spec["models.py:step"].expect == "in-place"  # not given for it: the case's own
+
+
+def test_a_file_of_an_installed_package_is_shown_from_the_package_on() -> None:
+    """The same on every machine and venv, so a baseline saved elsewhere matches."""
+    assert display_path("/opt/venv/lib/python3.11/site-packages/optax/_src/numerics.py") == "optax/_src/numerics.py"
+    assert display_path("/usr/lib/python3/dist-packages/flax/linen/linear.py") == "flax/linen/linear.py"
+    assert display_path("/a/site-packages/b/site-packages/pkg/mod.py") == "pkg/mod.py"
+    assert display_path("/etc/site-packages.py") == "/etc/site-packages.py"

@@ -199,7 +199,12 @@ def definition_of(fn: Any) -> str | None:
 
 
 def display_path(file: str) -> str:
-    """``file`` relative to the working directory when it lies below it, else as given."""
+    """``file`` relative to the working directory when it lies below it, else as given; a file of an
+    installed package from the package on (``optax/_src/transform.py``), the same on every machine."""
+    parts = file.replace("\\", "/").split("/")
+    for folder in ("site-packages", "dist-packages"):
+        if folder in parts[:-1]:
+            return "/".join(parts[len(parts) - parts[::-1].index(folder) :])
     try:
         relative = os.path.relpath(file)
     except ValueError:
