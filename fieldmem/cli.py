@@ -88,7 +88,11 @@ def check(
     ] = None,
     args: Annotated[
         str | None,
-        typer.Option("--args", help="MODULE:FACTORY returning the positional args tuple, or (args, kwargs)."),
+        typer.Option(
+            "--args",
+            help="FACTORY (in the target's own module) or MODULE:FACTORY returning the positional args tuple, "
+            "or (args, kwargs).",
+        ),
     ] = None,
     shapes: Annotated[
         str | None,
