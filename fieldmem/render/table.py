@@ -255,8 +255,12 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
         console.print(Text(f"  ({result.definition})", style="dim"), end="")
     console.print()
     if result.status == "error" or result.verdict is None:
-        message = result.error.message if result.error else "unknown error"
-        console.print(hanging("error: ", message, style="red"))
+        message = (result.error.message if result.error else "") or "unknown error"
+        if options.verbose:
+            console.print(hanging("error: ", message, style="red"))
+        else:
+            # the full message is the run's `fieldmem: error:` line on stderr; here it is one line
+            console.print(Text(f"  error: {message.splitlines()[0]}", style="red"), no_wrap=True, overflow="ellipsis")
         return
     console.print(hanging("", result.verdict.summary))
     for check in result.checks:
