@@ -14,9 +14,10 @@ README). jax is imported only when a command runs, so ``--help`` is instant.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import shutil
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -26,6 +27,8 @@ from fieldmem import __version__
 from fieldmem.errors import FieldmemError
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from fieldmem.gate.baseline import Baseline
     from fieldmem.report import Report
     from fieldmem.request.build import CheckRequest
@@ -60,20 +63,51 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
-def _progress_printer(enabled: bool):  # type: ignore[no-untyped-def]
-    if not enabled:
-        return None
+@contextlib.contextmanager
+def progress_display(console: Console | None) -> Iterator[Callable[[str, int, int], None] | None]:
+    """The checker's progress callback, drawn on ``console`` as a rich progress line while the block runs.
+
+    It shows the target being checked, how many are done and the elapsed
+    time, refreshed while a compile runs, and is cleared when the block ends
+    (also on an error or Ctrl-C). ``console`` None (stderr is not a terminal:
+    CI, a pipe, a file) gives no callback, and nothing is written.
+    """
+    if console is None:
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    display = Progress(
+        SpinnerColumn(),
+        TextColumn("checking [bold]{task.description}[/]"),
+        BarColumn(bar_width=20),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    task = display.add_task("targets", total=None, start=True)
 
     def progress(name: str, done: int, total: int) -> None:
-        if total <= 1:
-            return
-        if done < total:
-            sys.stderr.write(f"\r\x1b[2K[{done + 1}/{total}] {name}"[: shutil.get_terminal_size().columns + 8])
+        if done >= total:
+            display.update(task, description="done", completed=total, total=total)
         else:
-            sys.stderr.write("\r\x1b[2K")
-        sys.stderr.flush()
+            display.update(task, description=name, completed=done, total=total)
+        display.refresh()
 
-    return progress
+    with display:
+        yield progress
+
+
+def _stderr_console() -> Console | None:
+    """A rich console on stderr when stderr is a terminal (not a dumb one), else None: no progress."""
+    import os
+
+    if not sys.stderr.isatty() or os.environ.get("TERM") == "dumb":
+        return None
+    from rich.console import Console
+
+    return Console(file=sys.stderr)
 
 
 @app.command()
@@ -88,7 +122,11 @@ def check(
     ] = None,
     args: Annotated[
         str | None,
-        typer.Option("--args", help="MODULE:FACTORY returning the positional args tuple, or (args, kwargs)."),
+        typer.Option(
+            "--args",
+            help="FACTORY (in the target's own module) or MODULE:FACTORY returning the positional args tuple, "
+            "or (args, kwargs).",
+        ),
     ] = None,
     shapes: Annotated[
         str | None,
@@ -308,21 +346,21 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
     options = dataclasses.replace(request.options, cache_dir=_cache_folder(request))
     compare_with = request.baseline.compare_with
     baseline = load_baseline(compare_with) if compare_with is not None else None
-    progress = _progress_printer(sys.stderr.isatty())
-    if request.backends is None:
-        report = checker.check(
-            request.targets, request.target_options, options, progress=progress, per_target=request.per_target
+    with progress_display(_stderr_console()) as progress:
+        if request.backends is None:
+            report = checker.check(
+                request.targets, request.target_options, options, progress=progress, per_target=request.per_target
+            )
+            return (report,), baseline
+        reports = checker.check_backends(
+            request.targets,
+            request.backends,
+            request.target_options,
+            options,
+            progress=progress,
+            per_target=request.per_target,
         )
-        return (report,), baseline
-    reports = checker.check_backends(
-        request.targets,
-        request.backends,
-        request.target_options,
-        options,
-        progress=progress,
-        per_target=request.per_target,
-    )
-    return reports, baseline
+        return reports, baseline
 
 
 def _cache_folder(request: CheckRequest) -> str | None:

@@ -355,7 +355,7 @@ def test_a_bare_file_names_its_failing_case(in_assets: Path) -> None:
         (["--args", "models:NOT_A_FACTORY"], "--args 'models:NOT_A_FACTORY' is a tuple, not a callable"),
         (["--args", "models:make_arg"], "did you mean 'make_args'?"),
         (["--args", "nomodule:f"], "module 'nomodule' not found"),
-        (["--args", "models"], "--args 'models' is not MODULE:FACTORY"),
+        (["--args", "models"], "--args 'models': the target's module 'models.py' has no 'models'"),
         (["--shapes", "f32[32,32] f32[7]"], "tracing/lowering failed"),
     ],
 )

@@ -254,9 +254,11 @@ def test_no_example_arguments(in_assets: Path) -> None:
         ("models:nofactory", "--args 'models:nofactory': module 'models' has no 'nofactory'"),
         ("models:make_arg", "did you mean 'make_args'?"),
         ("nomodule:f", "--args 'nomodule:f': module 'nomodule' not found"),
-        ("models", "--args 'models' is not MODULE:FACTORY"),
-        ("models:", "--args 'models:' is not MODULE:FACTORY"),
-        (":make_args", "--args ':make_args' is not MODULE:FACTORY"),
+        ("models", "--args 'models': the target's module 'models' has no 'models'"),
+        ("make_arg", "did you mean 'make_args'?"),
+        ("NOT_A_FACTORY", "--args 'NOT_A_FACTORY' is a tuple, not a callable"),
+        ("models:", "--args 'models:' is not FACTORY or MODULE:FACTORY"),
+        (":make_args", "--args ':make_args' is not FACTORY or MODULE:FACTORY"),
         ("broken_import:f", "--args 'broken_import:f': importing 'broken_import' raised ValueError"),
     ],
 )
@@ -264,6 +266,20 @@ def test_bad_args_option(in_assets: Path, args: str, message: str) -> None:
     with pytest.raises(ArgumentsError) as info:
         resolve_target("models:step", TargetOptions(args=args))
     assert message in info.value.message
+
+
+@pytest.mark.parametrize("spec", ["models:step", "models.py:step", "models:step,step"])
+def test_args_bare_factory_in_target_module(in_assets: Path, spec: str) -> None:
+    """``--args make_args`` is the factory beside the target; ``MODULE:FACTORY`` names the same one."""
+    (bare,) = resolve_target(spec, TargetOptions(args="make_args"))
+    (prefixed,) = resolve_target(spec, TargetOptions(args="models:make_args"))
+    first = getattr(bare, "first", bare)
+    other = getattr(prefixed, "first", prefixed)
+    assert first.args_factory is other.args_factory
+    assert first.args_factory.__name__ == "make_args"
+    assert first.args_origin.endswith(":make_args")
+    args, _ = first.example_arguments()
+    assert len(args) == len(other.example_arguments()[0])
 
 
 # ---- the registration API -----------------------------------------------------

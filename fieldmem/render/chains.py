@@ -12,6 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from fieldmem.render.layout import Column, fitted_table, hanging, natural_width
 from fieldmem.render.pieces import FAIL, PASS, STATUS_WORDS, WARN, code, escape, footprint_curve, pair
 from fieldmem.report import Chain, ChainCost
 from fieldmem.units import format_bytes
@@ -31,58 +32,88 @@ def _cost_label(cost: ChainCost) -> str:
     return "one jit (fused)" if cost.layout == "fused" else "separate jits (max)"
 
 
-def chain_renderables(chain: Chain, verbose: bool = False) -> list[RenderableType]:
-    """The chain's heading, verdict, per-step table, hand-offs and cost comparison."""
+def chain_renderables(chain: Chain, verbose: bool = False, width: int = 120) -> list[RenderableType]:
+    """The chain's heading, verdict, per-step table, hand-offs and cost comparison.
+
+    The step labels (``1 advance``, ``separate jits (max)``) never wrap: where
+    the whole table does not fit ``width``, the live peak and what is kept
+    alive go on a line of their own under each step.
+    """
     items: list[RenderableType] = []
     head = Text(f"chain {chain.name}", style="bold")
     head.append(f"  ({len(chain.steps)} steps)", style="dim")
     items.append(head)
     style = "green" if chain.in_place else "red"
-    items.append(Text(f"  {chain.summary}", style=style))
+    items.append(hanging("", chain.summary, style=style))
     for check in chain.checks:
         mark, check_style = ("✓", "green") if check.passed else ("✗", "red")
-        items.append(Text(f"  {mark} {check.name}: {check.message}", style=check_style))
+        items.append(hanging(f"{mark} ", f"{check.name}: {check.message}", style=check_style))
 
+    rows: list[tuple[str | Text, ...]] = []
+    for step in chain.steps:
+        words, status_style = STATUS_WORDS.get(step.status, (step.status, ""))
+        rows.append(
+            (
+                f"{step.index + 1} {step.function}",
+                Text(words, style=status_style),
+                pair(step.footprint.get("plain"), step.footprint.get("donated")) if step.footprint else "",
+                _delta(step.grows_by),
+                pair(step.live_peak.get("plain"), step.live_peak.get("donated")) if step.live_peak else "",
+                ", ".join(step.kept_alive),
+            )
+        )
+    for cost in chain.costs:
+        rows.append(
+            (
+                Text(_cost_label(cost), style="italic"),
+                "",
+                pair(cost.plain_footprint, cost.donated_footprint),
+                "",
+                pair(cost.plain_live_peak, cost.donated_live_peak),
+                "",
+            )
+        )
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    table.add_column("step", overflow="fold")
+    table.add_column("step", no_wrap=True)
     table.add_column("status", no_wrap=True)
     table.add_column("footprint\nplain → donated", justify="right", no_wrap=True)
     table.add_column("Δ donated", justify="right", no_wrap=True)
     table.add_column("live peak\nplain → donated", justify="right", no_wrap=True)
-    table.add_column("kept alive", overflow="fold")
-    for step in chain.steps:
-        words, status_style = STATUS_WORDS.get(step.status, (step.status, ""))
-        table.add_row(
-            f"{step.index + 1} {step.function}",
-            Text(words, style=status_style),
-            pair(step.footprint.get("plain"), step.footprint.get("donated")) if step.footprint else "",
-            _delta(step.grows_by),
-            pair(step.live_peak.get("plain"), step.live_peak.get("donated")) if step.live_peak else "",
-            ", ".join(step.kept_alive),
+    table.add_column("kept alive", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    if natural_width(table) <= width:
+        items.append(table)
+    else:
+        items.append(
+            fitted_table(
+                [
+                    Column("step"),
+                    Column("status"),
+                    Column("footprint plain → donated", "right"),
+                    Column("Δ donated", "right"),
+                    Column("live peak plain → donated", below="live peak"),
+                    Column("kept alive", below="kept alive"),
+                ],
+                rows,
+                width,
+            )
         )
-    for cost in chain.costs:
-        table.add_row(
-            Text(_cost_label(cost), style="italic"),
-            "",
-            pair(cost.plain_footprint, cost.donated_footprint),
-            "",
-            pair(cost.plain_live_peak, cost.donated_live_peak),
-            "",
-        )
-    items.append(table)
     curve = footprint_curve(chain.steps)
     if curve:
         items.append(Text(f"  donated footprint per step  {curve}", style="dim"))
     if chain.cost_summary:
-        items.append(Text(f"  {chain.cost_summary}"))
+        items.append(hanging("", chain.cost_summary))
     for step in chain.steps:
         for handoff in step.handoffs:
             if handoff.breaks or verbose:
                 items.append(
-                    Text(f"  • step {step.index + 1}: {handoff.message}", style="red" if handoff.breaks else "yellow")
+                    hanging(
+                        "• ", f"step {step.index + 1}: {handoff.message}", style="red" if handoff.breaks else "yellow"
+                    )
                 )
         if step.status in ("breaks", "error") and not any(h.breaks for h in step.handoffs):
-            items.append(Text(f"  • step {step.index + 1} {step.function}: {step.summary}", style="red"))
+            items.append(hanging("• ", f"step {step.index + 1} {step.function}: {step.summary}", style="red"))
     return items
 
 

@@ -8,28 +8,54 @@ argument, the verbose view adds every leaf and the measured figures.
 
 from __future__ import annotations
 
-from rich import box
 from rich.console import RenderableType
-from rich.table import Table
 from rich.text import Text
 
+from fieldmem.render.layout import Column, fitted_table, hanging
 from fieldmem.report import MEMORY_FIGURES, Suggestion
 from fieldmem.units import format_bytes
 
-__all__ = ["suggestion_renderables"]
+__all__ = ["named_code", "suggestion_renderables"]
 
 
-def suggestion_renderables(suggestion: Suggestion, verbose: bool = False, min_bytes: int = 0) -> list[RenderableType]:
+def _target_name(target: str | None) -> str | None:
+    """The Python name a ``module:name`` target was given (``adamw_step``), None for a module or a chain."""
+    if not target or ":" not in target:
+        return None
+    name = target.rpartition(":")[2].strip()
+    return name if name.isidentifier() else None
+
+
+def named_code(code: str, target: str | None) -> str:
+    """``code`` as the user writes it: ``adamw_step = jax.jit(step, ...)`` when the target's name is not
+    the function's (a jit object or an alias named differently from the function it wraps)."""
+    name = _target_name(target)
+    head, sep, rest = code.partition("(")
+    function = rest.split(",", 1)[0].split(")", 1)[0].strip()
+    if name is None or not sep or not head.endswith("jit") or function == name:
+        return code
+    return f"{name} = {code}"
+
+
+def suggestion_renderables(
+    suggestion: Suggestion,
+    verbose: bool = False,
+    min_bytes: int = 0,
+    width: int = 160,
+    target: str | None = None,
+) -> list[RenderableType]:
     """Lines (and, verbose, tables) showing ``suggestion``, indented like the verdict's findings.
 
     Without ``verbose``, arguments left undonated that are smaller than
     ``min_bytes`` (an index, a scalar) are counted instead of listed.
+    ``target`` (the spec as given, ``module:adamw_step``) names the code the
+    way the user's module names the target; ``width`` is the terminal's.
     """
-    items: list[RenderableType] = [Text(f"  suggest: {suggestion.summary}", style="bold")]
+    items: list[RenderableType] = [hanging("suggest: ", suggestion.summary, style="bold")]
     if suggestion.code is not None:
-        items.append(Text(f"    {suggestion.code}", style="green"))
+        items.append(hanging("", named_code(suggestion.code, target), style="green", indent=4))
         if suggestion.alternative_code is not None:
-            items.append(Text(f"    or: {suggestion.alternative_code}", style="dim"))
+            items.append(hanging("or: ", named_code(suggestion.alternative_code, target), style="dim", indent=4))
     hidden = 0
     for argument in suggestion.arguments:
         if not verbose and not argument.donate and argument.bytes < min_bytes:
@@ -37,50 +63,69 @@ def suggestion_renderables(suggestion: Suggestion, verbose: bool = False, min_by
             continue
         mark, style = ("✓", "green") if argument.donate else ("✗", "dim")
         saved = f" saves {format_bytes(argument.saved_bytes)}" if argument.donate else ""
-        items.append(Text(f"    {mark} {argument.argument}{saved}: {argument.reason}", style=style))
+        items.append(hanging(f"{mark} ", f"{argument.argument}{saved}: {argument.reason}", style=style, indent=4))
     if hidden:
         items.append(
             Text(f"    … {hidden} argument(s) under {format_bytes(min_bytes)} not donated (use -v)", style="dim")
         )
     for note in suggestion.notes:
-        items.append(Text(f"    note: {note}", style="dim"))
+        items.append(hanging("note: ", note, style="dim", indent=4))
     if not verbose:
         return items
     tried = ", ".join(suggestion.tried) or "none"
     items.append(
-        Text(
-            f"    verified by: {suggestion.verified_by}; compiles added: {suggestion.compiles} (tried: {tried})",
+        hanging(
+            "verified by: ",
+            f"{suggestion.verified_by}; compiles added: {suggestion.compiles} (tried: {tried})",
             style="dim",
+            indent=4,
         )
     )
-    leaves = Table(box=box.SIMPLE, title="suggestion per leaf (saved = buffer reused minus the copies donation adds)")
-    for column in ("argument", "leaf", "#", "bytes", "outcome", "output", "saved", "reason"):
-        leaves.add_column(column, overflow="fold", justify="right" if column in ("#", "bytes", "saved") else "left")
-    for argument in suggestion.arguments:
-        for leaf in argument.leaves:
-            leaves.add_row(
-                argument.argument,
-                leaf.input,
-                str(leaf.input_index),
-                format_bytes(leaf.bytes),
-                leaf.code,
-                leaf.output or "",
-                format_bytes(leaf.saved_bytes),
-                leaf.reason,
-            )
-    items.append(leaves)
+    items.append(
+        fitted_table(
+            [
+                Column("argument", records=False),  # a leaf's name starts with its argument's
+                Column("#", "right"),
+                Column("leaf"),
+                Column("bytes", "right"),
+                Column("outcome"),
+                Column("saved", "right"),
+                Column("output", below="→"),
+                Column("reason", below=""),
+            ],
+            [
+                (
+                    argument.argument,
+                    str(leaf.input_index),
+                    leaf.input,
+                    format_bytes(leaf.bytes),
+                    leaf.code,
+                    format_bytes(leaf.saved_bytes),
+                    leaf.output or "",
+                    leaf.reason,
+                )
+                for argument in suggestion.arguments
+                for leaf in argument.leaves
+            ],
+            width,
+            title="suggestion per leaf (saved = buffer reused minus the copies donation adds)",
+        )
+    )
     if suggestion.memory is not None:
-        figures = Table(box=box.SIMPLE, title="suggested variant (measured)")
-        figures.add_column("figure")
-        figures.add_column("suggested", justify="right")
-        figures.add_column("saved vs plain", justify="right")
-        for name in (
-            "footprint_bytes",
-            "live_peak_bytes",
-            *[m for m in MEMORY_FIGURES if m not in ("footprint_bytes", "live_peak_bytes")],
-        ):
-            figures.add_row(
-                name, format_bytes(getattr(suggestion.memory, name)), format_bytes(suggestion.savings.get(name))
+        memory = suggestion.memory
+        items.append(
+            fitted_table(
+                [Column("figure"), Column("suggested", "right"), Column("saved vs plain", "right")],
+                [
+                    (name, format_bytes(getattr(memory, name)), format_bytes(suggestion.savings.get(name)))
+                    for name in (
+                        "footprint_bytes",
+                        "live_peak_bytes",
+                        *[m for m in MEMORY_FIGURES if m not in ("footprint_bytes", "live_peak_bytes")],
+                    )
+                ],
+                width,
+                title="suggested variant (measured)",
             )
-        items.append(figures)
+        )
     return items

@@ -12,12 +12,13 @@ from __future__ import annotations
 import io
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
 from fieldmem.render import RenderOptions, text_console
+from fieldmem.render.layout import Column, fitted_table, hanging
 from fieldmem.render.pieces import block, count, pair, source_text
 from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Timeline, Variant
 from fieldmem.units import format_bytes
@@ -76,37 +77,43 @@ def sparkline(timeline: Timeline, scale: int, width: int = SPARK_WIDTH) -> str:
     return "".join(cells)
 
 
-def sparkline_lines(plain: Variant, donated: Variant, width: int = SPARK_WIDTH) -> list[Text | Table]:
+def sparkline_lines(plain: Variant, donated: Variant, width: int = SPARK_WIDTH + 80) -> list[RenderableType]:
     """The verbose view's "memory over the schedule": plain and donated on one scale, peaks stated.
 
-    A heading, then a borderless grid (so a long peak source wraps in its own
-    column, under itself, and never breaks the sparkline).
+    A heading, then per variant its name, its sparkline and its peak; where
+    the peak (with its source) does not fit beside the sparkline in ``width``,
+    it goes on the next line under the sparkline, whole, rather than folding
+    in a narrow column.
     """
     variants = [v for v in (plain, donated) if v.timeline is not None and v.timeline.live_bytes]
     if not variants:
         return []
     peaks = {v.name: max(v.timeline.live_bytes) for v in variants if v.timeline is not None}
     scale = max(peaks.values())
-    heading = Text(
-        f"  memory over the schedule, plain vs donated (each 0 → 100 % of its own schedule; █ = {format_bytes(scale)})",
-        style="bold",
-    )
-    grid = Table.grid(padding=(0, 1), pad_edge=False)
-    grid.add_column(no_wrap=True)
-    grid.add_column(no_wrap=True)
-    grid.add_column(overflow="fold")
+    lines: list[RenderableType] = [
+        hanging(
+            "",
+            f"memory over the schedule, plain vs donated (each 0 → 100 % of its own schedule; █ = {format_bytes(scale)})",
+            style="bold",
+        )
+    ]
+    label = 12  # "    donated "
     for variant in variants:
         timeline = variant.timeline
         assert timeline is not None
         where = f" at {timeline.peak_instruction}" if timeline.peak_instruction else ""
         if timeline.peak_source:
             where += f" ({timeline.peak_source})"
-        grid.add_row(
-            f"    {variant.name:<7}",
-            Text(sparkline(timeline, scale, width), style="dark_orange" if variant.name == "plain" else "blue"),
-            f"peak {format_bytes(peaks[variant.name])}{where}",
-        )
-    return [heading, grid]
+        peak = f"peak {format_bytes(peaks[variant.name])}{where}"
+        line = Text(f"    {variant.name:<7} ")
+        line.append(sparkline(timeline, scale), style="dark_orange" if variant.name == "plain" else "blue")
+        if label + SPARK_WIDTH + 1 + len(peak) <= width:
+            line.append(f" {peak}")
+            lines.append(line)
+        else:
+            lines.append(line)
+            lines.append(hanging("", peak, indent=label))
+    return lines
 
 
 def _copy_counts(plain: Variant, donated: Variant, min_bytes: int) -> str:
@@ -178,9 +185,9 @@ def _narrow_summary_table(report: Report, options: RenderOptions) -> Table:
     return table
 
 
-def run_lines(result: TargetResult, verbose: bool = False) -> list[Text]:
+def run_lines(result: TargetResult, verbose: bool = False) -> list[RenderableType]:
     """What ``--run`` showed: aliases confirmed by buffer identity, and device memory (the worst device)."""
-    lines: list[Text] = []
+    lines: list[RenderableType] = []
     for name in ("donated", "plain"):
         variant = result.variants.get(name)
         run = variant.run if variant is not None else None
@@ -213,24 +220,26 @@ def run_lines(result: TargetResult, verbose: bool = False) -> list[Text]:
         else:
             memory = "device memory not measured"
         style = "green" if confirmed == comparable else "red"
-        lines.append(Text(f"  run ({name}, {format_seconds(run.seconds)}): {words}; {memory}", style=style))
+        lines.append(hanging(f"run ({name}, {format_seconds(run.seconds)}): ", f"{words}; {memory}", style=style))
         if verbose:
             for device in run.devices:
                 if device.measured_peak is None:
                     continue
                 lines.append(
-                    Text(
-                        f"    device {device.device}: in use {format_bytes(device.in_use_before)} → "
+                    hanging(
+                        f"device {device.device}: ",
+                        f"in use {format_bytes(device.in_use_before)} → "
                         f"{format_bytes(device.in_use_after)}, peak {format_bytes(device.peak)}, measured "
                         f"{format_bytes(device.measured_peak)} vs planned {format_bytes(device.predicted)}",
                         style="dim",
+                        indent=4,
                     )
                 )
     styles = {"slice-only": "green", "whole-buffer": "red", "inconclusive": "yellow", "not-probed": "dim"}
     for probe in result.probes:
         if probe.code == "whole-buffer":
             continue  # a warning finding of the verdict already says it
-        lines.append(Text(f"  probe ({probe.code}): {probe.message}", style=styles.get(probe.code, "")))
+        lines.append(hanging(f"probe ({probe.code}): ", probe.message, style=styles.get(probe.code, "")))
     return lines
 
 
@@ -246,13 +255,17 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
         console.print(Text(f"  ({result.definition})", style="dim"), end="")
     console.print()
     if result.status == "error" or result.verdict is None:
-        message = result.error.message if result.error else "unknown error"
-        console.print(Text(f"  error: {message}", style="red"))
+        message = (result.error.message if result.error else "") or "unknown error"
+        if options.verbose:
+            console.print(hanging("error: ", message, style="red"))
+        else:
+            # the full message is the run's `fieldmem: error:` line on stderr; here it is one line
+            console.print(Text(f"  error: {message.splitlines()[0]}", style="red"), no_wrap=True, overflow="ellipsis")
         return
-    console.print(Text(f"  {result.verdict.summary}"))
+    console.print(hanging("", result.verdict.summary))
     for check in result.checks:
         mark, style = ("✓", "green") if check.passed else ("✗", "red")
-        console.print(Text(f"  {mark} {check.name}: {check.message}", style=style))
+        console.print(hanging(f"{mark} ", f"{check.name}: {check.message}", style=style))
     findings = (
         result.verdict.findings
         if options.verbose
@@ -261,7 +274,7 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
     # the summary already quotes the first problem
     findings = [f for f in findings if f.message not in result.verdict.summary]
     for finding in findings[: None if options.verbose else 6]:
-        console.print(Text(f"  • {finding.message}", style=_STYLE.get(finding.severity, "")))
+        console.print(hanging("• ", finding.message, style=_STYLE.get(finding.severity, "")))
     hidden = len(findings) - 6
     if not options.verbose and hidden > 0:
         console.print(Text(f"  … {hidden} more (use -v)", style="dim"))
@@ -270,7 +283,13 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
     if result.suggestion is not None:
         from fieldmem.render.suggest import suggestion_renderables
 
-        for item in suggestion_renderables(result.suggestion, verbose=options.verbose, min_bytes=options.min_bytes):
+        for item in suggestion_renderables(
+            result.suggestion,
+            verbose=options.verbose,
+            min_bytes=options.min_bytes,
+            width=options.width,
+            target=result.target,
+        ):
             console.print(item)
     if not options.verbose:
         shown = [
@@ -281,99 +300,135 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
         for name, c in shown:
             what = c.of_parameter or c.shape
             where = f" at {source_text(c.source, c.call_site)}" if c.source else ""
-            console.print(Text(f"  {name} copy: {what} {format_bytes(c.bytes)} [{c.kind}]{where}", style="dim"))
+            console.print(hanging(f"{name} copy: ", f"{what} {format_bytes(c.bytes)} [{c.kind}]{where}", style="dim"))
         return
     _verbose(console, result, options)
 
 
 def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> None:
     plain, donated = result.variants["plain"], result.variants["donated"]
+    width = options.width
     # the legend goes on a line of its own: as a title it wraps to the narrow table's width
     console.print(
-        Text(
-            "  memory (XLA memory_analysis; footprint = argument + output + temp − alias; "
+        hanging(
+            "",
+            "memory (XLA memory_analysis; footprint = argument + output + temp − alias; "
             "live peak = distinct slices live at once; constant = arrays compiled into the program)",
             style="dim",
         )
     )
-    figures = Table(box=box.SIMPLE)
-    figures.add_column("figure")
-    figures.add_column("plain", justify="right")
-    figures.add_column("donated", justify="right")
-    figures.add_column("saved", justify="right")
-    for name in MEMORY_FIGURES:
-        figures.add_row(
-            name,
-            format_bytes(getattr(plain.memory, name)),
-            format_bytes(getattr(donated.memory, name)),
-            format_bytes(result.savings.get(name)),
+    console.print(
+        fitted_table(
+            [Column("figure"), Column("plain", "right"), Column("donated", "right"), Column("saved", "right")],
+            [
+                (
+                    name,
+                    format_bytes(getattr(plain.memory, name)),
+                    format_bytes(getattr(donated.memory, name)),
+                    format_bytes(result.savings.get(name)),
+                )
+                for name in MEMORY_FIGURES
+            ],
+            width,
         )
-    console.print(figures)
+    )
     for name, reason in sorted(donated.memory.unavailable.items()):
-        console.print(Text(f"  {name} unavailable: {reason}", style="dim"))
-    for line in sparkline_lines(plain, donated):
+        console.print(hanging(f"{name} unavailable: ", reason, style="dim"))
+    for line in sparkline_lines(plain, donated, width=width):
         console.print(line)
 
     for variant in (plain, donated):
         if not variant.live_at_peak:
             continue
-        live = Table(
-            box=box.SIMPLE,
-            title=f"live at the {variant.name} live peak ({format_bytes(variant.memory.live_peak_bytes)})",
-        )
-        for column in ("bytes", "kind", "value", "input", "shape", "source"):
-            live.add_column(column, overflow="fold", justify="right" if column == "bytes" else "left")
-        for b in variant.live_at_peak:
-            live.add_row(
-                format_bytes(b.bytes),
-                b.kind,
-                b.instruction or "?",
-                b.input or "",
-                b.shape or "",
-                source_text(b.source, b.call_site) or "",
+        console.print(
+            fitted_table(
+                [
+                    Column("bytes", "right"),
+                    Column("kind"),
+                    Column("shape"),
+                    Column("input", below=""),
+                    Column("value", below="value"),
+                    Column("source", below="at"),
+                ],
+                [
+                    (
+                        format_bytes(b.bytes),
+                        b.kind,
+                        b.shape or "",
+                        b.input or "",
+                        b.instruction or "?",
+                        source_text(b.source, b.call_site) or "",
+                    )
+                    for b in variant.live_at_peak
+                ],
+                width,
+                title=f"live at the {variant.name} live peak ({format_bytes(variant.memory.live_peak_bytes)})",
             )
-        console.print(live)
+        )
     if donated.aliases:
-        aliases = Table(box=box.SIMPLE, title="aliases (donated input → output reusing its buffer)")
-        for column in ("input", "#", "output", "#", "bytes"):
-            aliases.add_column(column, justify="right" if column in ("#", "bytes") else "left")
-        for a in donated.aliases:
-            aliases.add_row(a.input, str(a.input_index), a.output, str(a.output_index), format_bytes(a.bytes))
-        console.print(aliases)
+        console.print(
+            fitted_table(
+                [
+                    Column("input"),
+                    Column("#", "right"),
+                    Column("bytes", "right"),
+                    Column("output", below="→"),
+                    Column("#", "right", below="output #"),
+                ],
+                [
+                    (a.input, str(a.input_index), format_bytes(a.bytes), a.output, str(a.output_index))
+                    for a in donated.aliases
+                ],
+                width,
+                title="aliases (donated input → output reusing its buffer)",
+            )
+        )
     if donated.unusable_donations:
-        unusable = Table(box=box.SIMPLE, title="unusable donations")
-        for column in ("input", "#", "bytes", "reason"):
-            unusable.add_column(column, overflow="fold")
-        for u in donated.unusable_donations:
-            unusable.add_row(u.input, str(u.input_index), format_bytes(u.bytes), u.reason)
-        console.print(unusable)
+        console.print(
+            fitted_table(
+                [Column("input"), Column("#", "right"), Column("bytes", "right"), Column("reason", below="")],
+                [(u.input, str(u.input_index), format_bytes(u.bytes), u.reason) for u in donated.unusable_donations],
+                width,
+                title="unusable donations",
+            )
+        )
     for variant in (plain, donated):
         copies = _copies_shown(variant, options.min_bytes)
         if not copies:
             continue
-        table = Table(
-            box=box.SIMPLE, title=f"copies in the {variant.name} variant (≥ {format_bytes(options.min_bytes)})"
-        )
-        for column in ("kind", "of", "shape", "bytes", "per call", "source", "computation"):
-            table.add_column(column, overflow="fold")
-        for c in copies:
-            per_call = format_bytes(c.bytes_per_call) + f" (×{c.trip_count})" if c.bytes_per_call is not None else ""
-            table.add_row(
-                c.kind,
-                c.of_parameter or "",
-                c.shape,
-                format_bytes(c.bytes),
-                per_call,
-                source_text(c.source, c.call_site) or "?",
-                c.computation,
+        console.print(
+            fitted_table(
+                [
+                    Column("kind"),
+                    Column("bytes", "right"),
+                    Column("per call", "right"),
+                    Column("shape"),
+                    Column("of", below="of"),
+                    Column("source", below="at"),
+                    Column("computation", below="in"),
+                ],
+                [
+                    (
+                        c.kind,
+                        format_bytes(c.bytes),
+                        format_bytes(c.bytes_per_call) + f" (×{c.trip_count})" if c.bytes_per_call is not None else "",
+                        c.shape,
+                        c.of_parameter or "",
+                        source_text(c.source, c.call_site) or "?",
+                        c.computation,
+                    )
+                    for c in copies
+                ],
+                width,
+                title=f"copies in the {variant.name} variant (≥ {format_bytes(options.min_bytes)})",
             )
-        console.print(table)
+        )
     for made in result.made_static:
         if made.code != "concrete":  # a concrete one is a finding, above
-            console.print(Text(f"  held static: {made.argument}: {made.reason}", style="dim"))
+            console.print(hanging(f"held static: {made.argument}: ", made.reason, style="dim"))
     for variant in (plain, donated):
         for warning in variant.jax_warnings:
-            console.print(Text(f"  jax warning ({variant.name}): {warning.splitlines()[0]}", style="yellow"))
+            console.print(hanging(f"jax warning ({variant.name}): ", warning.splitlines()[0], style="yellow"))
 
 
 def render(report: Report, options: RenderOptions) -> str:
@@ -389,7 +444,7 @@ def render(report: Report, options: RenderOptions) -> str:
     )
     if not report.results:
         console.print("no targets were checked")
-        return buffer.getvalue()
+        return _trimmed(buffer.getvalue())
     console.print(_summary_table(report, options, console))
     for result in report.results:
         _details(console, result, options)
@@ -397,10 +452,15 @@ def render(report: Report, options: RenderOptions) -> str:
         from fieldmem.render.chains import chain_renderables
 
         for chain in report.chains:
-            for item in chain_renderables(chain, verbose=options.verbose):
+            for item in chain_renderables(chain, verbose=options.verbose, width=options.width):
                 console.print(item)
     if report.baseline is not None:
         from fieldmem.render.baseline import render_comparison
 
         console.print(Text(render_comparison(report.baseline).rstrip("\n")))
-    return buffer.getvalue()
+    return _trimmed(buffer.getvalue())
+
+
+def _trimmed(text: str) -> str:
+    """Each line without the trailing blanks the grids pad their last column with."""
+    return "".join(line.rstrip() + "\n" for line in text.splitlines())

@@ -40,7 +40,7 @@ __all__ = ["KEYS", "TARGET_KEYS", "Config", "ConfigError", "TargetConfig", "find
 # key -> what it holds, for messages
 KEYS: dict[str, str] = {
     "targets": 'a list of targets, e.g. ["pkg.model:update", "src/step.py"]',
-    "args": 'MODULE:FACTORY, e.g. "pkg.model:make_args"',
+    "args": 'FACTORY (in the target\'s module) or MODULE:FACTORY, e.g. "pkg.model:make_args"',
     "shapes": 'array signatures, e.g. "f32[4096,4096] f32[4096]"',
     "donate": '"all", "none", argument numbers or names',
     "static": "argument numbers or names",

@@ -303,10 +303,30 @@ def resolve_object(module: ModuleType, module_part: str, attr_path: str) -> Any:
     return obj
 
 
-def _load_factory(spec: str) -> tuple[Callable[[], Any], str]:
+def _load_factory(spec: str, module: ModuleType | None = None, module_name: str = "") -> tuple[Callable[[], Any], str]:
+    """The ``--args`` factory: ``MODULE:FACTORY``, or a bare ``FACTORY`` in the target's own module."""
     module_part, sep, attr = spec.rpartition(":")
+    if not sep and spec.strip() and module is not None:
+        attr = spec.strip()
+        # a bare name is looked up beside the target (a factory in the target's own module)
+        if all(part.isidentifier() for part in attr.split(".")):
+            try:
+                factory = resolve_object(module, module_name, attr)
+            except TargetError as exc:
+                raise ArgumentsError(
+                    f"--args {spec!r}: the target's module {module_name!r} has no {attr!r} "
+                    f"({exc.message}); name another module's factory as MODULE:FACTORY"
+                ) from exc
+            if not callable(factory):
+                raise ArgumentsError(
+                    f"--args {spec!r} is {_a(type(factory).__name__)}, not a callable returning the arguments"
+                )
+            return factory, f"{module_name}:{attr}"
     if not sep or not module_part or not attr:
-        raise ArgumentsError(f"--args {spec!r} is not MODULE:FACTORY (e.g. --args pkg.model:make_args)")
+        raise ArgumentsError(
+            f"--args {spec!r} is not FACTORY or MODULE:FACTORY (e.g. --args make_args, a factory in the "
+            "target's module, or --args pkg.model:make_args)"
+        )
     try:
         factory = resolve_object(load_module(module_part), module_part, attr)
     except TargetError as exc:
@@ -325,14 +345,16 @@ def _shapes_factory(shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> Callable
     return make
 
 
-def _from_case(spec: str, case: Case, options: TargetOptions, module_name: str) -> Target:
+def _from_case(
+    spec: str, case: Case, options: TargetOptions, module_name: str, module: ModuleType | None = None
+) -> Target:
     factory: Callable[[], Any] | None = case.args
     origin = None
     if case.args is not None:
         origin = f"{module_name}:{getattr(case.args, '__qualname__', 'args')}"
     shapes = None
     if options.args is not None:
-        factory, origin = _load_factory(options.args)
+        factory, origin = _load_factory(options.args, module, module_name)
     elif options.shapes is not None:
         shapes = options.shapes
         factory, origin = _shapes_factory(shapes), "--shapes"
@@ -361,7 +383,12 @@ def _function_name(fn: Any) -> str:
 
 
 def _chain_from_case(
-    spec: str, case: Case, options: TargetOptions, module_name: str, names: list[str] | None = None
+    spec: str,
+    case: Case,
+    options: TargetOptions,
+    module_name: str,
+    names: list[str] | None = None,
+    module: ModuleType | None = None,
 ) -> ChainTarget:
     steps = tuple(
         Step(name=names[n] if names else _function_name(fn), function=fn, definition=definition_of(fn))
@@ -369,7 +396,7 @@ def _chain_from_case(
     )
     joined = ",".join(s.name for s in steps)
     first = _from_case(
-        spec, dataclasses.replace(case, name=case.name or f"{module_name}:{joined}"), options, module_name
+        spec, dataclasses.replace(case, name=case.name or f"{module_name}:{joined}"), options, module_name, module
     )
     return ChainTarget(first=first, steps=steps)
 
@@ -396,7 +423,7 @@ def _resolve_chain(
         functions.append(obj)
     registered = [c for c in cases if c.is_chain and list(c.steps) == functions]
     if registered:
-        return [_chain_from_case(spec, c, options, module_name, names) for c in registered]
+        return [_chain_from_case(spec, c, options, module_name, names, module) for c in registered]
     # the first step's own registered case lends its example arguments and options
     first_case = next((c for c in cases if not c.is_chain and c.function is functions[0]), None)
     base = first_case or Case(
@@ -410,7 +437,7 @@ def _resolve_chain(
         module=module_name,
     )
     chain_case = dataclasses.replace(base, name=f"{module_name}:{attr}", steps=tuple(functions))
-    return [_chain_from_case(spec, chain_case, options, module_name, names)]
+    return [_chain_from_case(spec, chain_case, options, module_name, names, module)]
 
 
 def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarget]:
@@ -443,9 +470,9 @@ def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarg
                 "or register cases in the module"
             )
         return [
-            _chain_from_case(spec, case, options, module_name)
+            _chain_from_case(spec, case, options, module_name, module=module)
             if case.is_chain
-            else _from_case(spec, case, options, module_name)
+            else _from_case(spec, case, options, module_name, module)
             for case in cases
         ]
     if "," in attr:
@@ -456,7 +483,7 @@ def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarg
         raise TargetError(f"{spec!r} is {_a(type(obj).__name__)}, not a function: point at the update function")
     matching = [c for c in cases if c.function is obj and not c.is_chain]
     if matching:
-        return [_from_case(spec, case, options, module_name) for case in matching]
+        return [_from_case(spec, case, options, module_name, module) for case in matching]
     bare = Case(
         function=obj,
         args=None,
@@ -467,4 +494,4 @@ def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarg
         max_peak=None,
         module=module_name,
     )
-    return [_from_case(spec, bare, options, module_name)]
+    return [_from_case(spec, bare, options, module_name, module)]
