@@ -184,7 +184,8 @@ class MemoryFigures:
 
     ``footprint_bytes`` = argument + output + temp - alias: what the executable
     holds at once. ``live_peak_bytes``: the maximum over the schedule of the
-    bytes of distinct allocation slices live at one point (fieldmem.xla.buffers).
+    bytes the allocation slices live at one point cover (per allocation, the
+    union of their byte ranges; fieldmem.xla.buffers).
     ``constant_bytes``: the arrays compiled into the program as constants (a
     closed-over array), which XLA holds for the executable's lifetime, outside
     the argument, output and temp figures (docs/peaks.md). A figure the backend
@@ -264,7 +265,7 @@ class LiveBuffer:
 
 @dataclass(frozen=True)
 class Timeline:
-    """Bytes of distinct live allocation slices over the schedule, decimated for display.
+    """Bytes the live allocation slices cover over the schedule, decimated for display.
 
     ``positions`` are indices into the flattened schedule (0 .. ``length`` - 1,
     a loop body's instructions inline at their ``while``), ascending;
