@@ -114,7 +114,7 @@ MEMORY_FIGURES = (
 # checks the allowed values at run time. docs/report-schema.md describes each.
 TargetStatus = Literal["ok", "error"]
 Expectation = Literal["in-place", "any"]
-CopyKind = Literal["parameter", "loop", "layout", "other"]
+CopyKind = Literal["parameter", "loop", "conditional", "layout", "other"]
 SourceRole = Literal["copy", "operand", "user", "definition"]
 CopyCause = Literal[
     "input-kept-intact",
@@ -134,6 +134,7 @@ FindingCode = Literal[
     "new-buffer",
     "parameter-copy",
     "loop-copy",
+    "conditional-copy",
     "output-copy",
     "donation-dropped",
     "unusable-donation",
@@ -248,6 +249,10 @@ class Copy:
     trip_count: int | None = None  # loop copies: iterations per call, when known
     bytes_per_call: int | None = None  # bytes x trip count, when known
     call_site: str | None = None  # source is library code: the user's line that led there
+    # conditional copies: the branch that makes it ("true"/"false", or its index) and
+    # the conditional's source line; the copy runs only when that branch runs
+    branch: str | None = None
+    branch_source: str | None = None
 
 
 @dataclass(frozen=True)

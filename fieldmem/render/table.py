@@ -281,7 +281,8 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
         for name, c in shown:
             what = c.of_parameter or c.shape
             where = f" at {source_text(c.source, c.call_site)}" if c.source else ""
-            console.print(Text(f"  {name} copy: {what} {format_bytes(c.bytes)} [{c.kind}]{where}", style="dim"))
+            kind = f"{c.kind}, branch {c.branch} only" if c.branch is not None else c.kind
+            console.print(Text(f"  {name} copy: {what} {format_bytes(c.bytes)} [{kind}]{where}", style="dim"))
         return
     _verbose(console, result, options)
 
@@ -358,6 +359,8 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
             table.add_column(column, overflow="fold")
         for c in copies:
             per_call = format_bytes(c.bytes_per_call) + f" (×{c.trip_count})" if c.bytes_per_call is not None else ""
+            if c.branch is not None:  # a conditional copy: made only when its branch runs
+                per_call = f"when branch {c.branch} runs" + (f" (≤ ×{c.trip_count})" if c.trip_count else "")
             table.add_row(
                 c.kind,
                 c.of_parameter or "",
