@@ -405,6 +405,7 @@ def _liveness(
     except buffers.BufferAssignmentError as exc:
         return None, f"the buffer assignment could not be analysed: {exc}", (), None
     parameters = {i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"}
+    allocations = {a.index: a for a in assignment.allocations}
     top: list[LiveBuffer] = []
     for live_slice in live.live_at_peak[:_LIVE_AT_PEAK]:
         value = live_slice.value
@@ -412,6 +413,11 @@ def _liveness(
         number = parameters.get(value.instruction or "")
         if number is not None:
             leaf = program.leaf_of(number, value.shape_index)
+        allocation = allocations.get(live_slice.slice.allocation)
+        if leaf is None and allocation is not None and allocation.parameter_number is not None:
+            # a donated input's buffer, after its last read holding the value written
+            # into it: named by the input whose buffer it is
+            leaf = program.leaf_of(allocation.parameter_number, allocation.parameter_shape_index)
         # a copy of an input is named by the input it copies, and placed at the
         # copy's own source line (or the function's, when XLA kept none for it)
         copied = copied_inputs.get(value.instruction or "")
