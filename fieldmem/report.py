@@ -114,7 +114,7 @@ MEMORY_FIGURES = (
 # checks the allowed values at run time. docs/report-schema.md describes each.
 TargetStatus = Literal["ok", "error"]
 Expectation = Literal["in-place", "any"]
-CopyKind = Literal["parameter", "loop", "layout", "other"]
+CopyKind = Literal["parameter", "loop", "conditional", "layout", "other"]
 SourceRole = Literal["copy", "operand", "user", "definition"]
 CopyCause = Literal[
     "input-kept-intact",
@@ -134,6 +134,7 @@ FindingCode = Literal[
     "new-buffer",
     "parameter-copy",
     "loop-copy",
+    "conditional-copy",
     "output-copy",
     "donation-dropped",
     "unusable-donation",
@@ -184,7 +185,8 @@ class MemoryFigures:
 
     ``footprint_bytes`` = argument + output + temp - alias: what the executable
     holds at once. ``live_peak_bytes``: the maximum over the schedule of the
-    bytes of distinct allocation slices live at one point (fieldmem.xla.buffers).
+    bytes the allocation slices live at one point cover (per allocation, the
+    union of their byte ranges; fieldmem.xla.buffers).
     ``constant_bytes``: the arrays compiled into the program as constants (a
     closed-over array), which XLA holds for the executable's lifetime, outside
     the argument, output and temp figures (docs/peaks.md). A figure the backend
@@ -247,6 +249,10 @@ class Copy:
     trip_count: int | None = None  # loop copies: iterations per call, when known
     bytes_per_call: int | None = None  # bytes x trip count, when known
     call_site: str | None = None  # source is library code: the user's line that led there
+    # conditional copies: the branch that makes it ("true"/"false", or its index) and
+    # the conditional's source line; the copy runs only when that branch runs
+    branch: str | None = None
+    branch_source: str | None = None
 
 
 @dataclass(frozen=True)
@@ -264,7 +270,7 @@ class LiveBuffer:
 
 @dataclass(frozen=True)
 class Timeline:
-    """Bytes of distinct live allocation slices over the schedule, decimated for display.
+    """Bytes the live allocation slices cover over the schedule, decimated for display.
 
     ``positions`` are indices into the flattened schedule (0 .. ``length`` - 1,
     a loop body's instructions inline at their ``while``), ascending;

@@ -5,7 +5,8 @@ Every test reads HLO text from ``tests/golden`` and never compiles anything
 ``Compiled.as_text()`` outputs of the functions in ``tests/golden/functions.py``
 (jax 0.10.2, CPU; regenerate with ``make golden``); the ``hand_*.hlo`` files
 are written by hand for what this CPU jax does not print (tuple parameters,
-async copies, older metadata, names without ``%``, nested loops).
+async copies, older metadata, names without ``%``, nested loops,
+conditionals on a predicate and on an index inside a loop).
 
 Source lines are not hard-coded: they are the lines of ``functions.py`` that
 carry a ``# golden: <marker>`` comment, so editing that file (and
@@ -44,7 +45,7 @@ FUNCTIONS = "tests/golden/functions.py"
 FIELD = "f32[64,128]{1,0}"
 FIELD_BYTES = 64 * 128 * 4
 CASES = ("dtype_change", "loop_copy", "scan_stepper", "several_outputs", "sparse_row", "unused_arg", "while_loop")
-HAND = ("hand_async_copy", "hand_nested_loop", "hand_tuple_param")
+HAND = ("hand_async_copy", "hand_cond_in_loop", "hand_nested_loop", "hand_tuple_param")
 
 _cache: dict[str, HloModule] = {}
 
@@ -591,6 +592,50 @@ def test_nested_loops() -> None:
     # read only by a tuple, which feeds the inner while: the while names the line
     assert sites["copy.15"].source == SourceLocation("/x/model.py", 30)
     assert sites["copy.15"].source_role == "user"
+
+
+# ----------------------------------------------------------------------------
+# Hand-written: conditionals inside a loop body (jax-md's neighbour-list rebuild)
+
+
+def test_copies_in_a_branch_name_the_branch_and_the_conditional() -> None:
+    m = module("hand_cond_in_loop")
+    branches = hlo.conditional_branches(m)
+    assert set(branches) == {"rebuild", "keep", "on_index_0", "on_index_1"}
+    assert (branches["rebuild"].branch, branches["keep"].branch) == ("true", "false")  # on a predicate
+    assert (branches["on_index_0"].branch, branches["on_index_1"].branch) == ("0", "1")  # on an index
+    assert branches["rebuild"].conditional == "conditional.30" and branches["rebuild"].computation == "body"
+    assert branches["on_index_1"].branches == 2
+
+    sites = copies_by_name("hand_cond_in_loop")
+    rebuild, indexed = sites["copy.5"], sites["copy.13"]
+    assert rebuild.branch is not None and indexed.branch is not None
+    assert (rebuild.branch.branch, rebuild.branch.source) == ("true", SourceLocation("/x/neighbors.py", 40))
+    assert (indexed.branch.branch, indexed.branch.source) == ("1", SourceLocation("/x/neighbors.py", 44))
+    # the copy's own line: the broadcast it copies
+    assert (rebuild.source, rebuild.source_role) == (SourceLocation("/x/neighbors.py", 41), "operand")
+    # both are in the loop too (its trip count bounds how often), but neither is the loop carry
+    assert rebuild.loop is not None and rebuild.loop.trip_count == 10
+    assert rebuild.carry is None and indexed.carry is None
+
+
+def test_only_copies_of_the_carry_are_carry_copies() -> None:
+    sites = copies_by_name("hand_cond_in_loop")
+    # copies the carry the body was given
+    assert sites["copy.36"].carry == "old" and sites["copy.36"].branch is None
+    # a copy of a broadcast the body computes, read by a multiply: not the carry
+    assert sites["copy.38"].carry is None and sites["copy.38"].loop is not None
+    # the real compiles: the carry copies keep their roles
+    loop_copy = copies_by_name("loop_copy.donated")
+    assert {n: s.carry for n, s in loop_copy.items() if s.loop is not None} == {
+        "copy.6": "old",  # the old carry, still read after the update
+        "copy.5": "old",
+        "copy": "new",  # the buffer the in-place update of the new carry is written into
+    }
+    assert {n: s.carry for n, s in copies_by_name("scan_stepper.donated").items() if s.loop is not None} == {
+        "copy.5": "new"  # returned as the new carry
+    }
+    assert all(s.branch is None for s in loop_copy.values())
 
 
 # ----------------------------------------------------------------------------

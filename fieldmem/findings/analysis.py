@@ -259,11 +259,12 @@ def _cause(module: hlo.HloModule, site: hlo.CopySite, kind: CopyKind) -> CopyCau
     if kind == "layout":
         return "layout-change"
     if kind == "loop":
-        computation = module.computation(site.computation)
-        operand = computation.by_name().get(site.operand or "") if computation else None
-        if operand is not None and operand.opcode in ("get-tuple-element", "parameter"):
+        # the carry explanations only for a copy of the carry (hlo.find_copies reads it)
+        if site.carry == "old":
             return "old-carry-read-after-update"
-        return "new-value-via-temporary"
+        if site.carry == "new":
+            return "new-value-via-temporary"
+        return None
     if site.feeds_output:
         return "output-via-temporary"
     return None
@@ -276,7 +277,9 @@ def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
             program.leaf_of(site.parameter_number, site.parameter_index) if site.parameter_number is not None else None
         )
         kind: CopyKind
-        if site.loop is not None:
+        if site.branch is not None:
+            kind = "conditional"  # runs only when its branch runs, in or out of a loop
+        elif site.loop is not None:
             kind = "loop"
         elif leaf is not None:
             kind = "parameter"
@@ -292,8 +295,11 @@ def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
             output = out.path if out is not None else None
         if source is None and site.feeds_output and definition is not None:
             source, role = definition, "definition"
-        # a copy in a nested loop runs (outer x inner) times per call
+        # a copy in a nested loop runs (outer x inner) times per call; one in a branch
+        # inside a loop at most that often, so its bytes per call are not known
         trip = site.loop.total_trip_count if site.loop is not None else None
+        per_call = site.bytes * trip if trip is not None and kind != "conditional" else None
+        branch_source = _display_source(site.branch.source) if site.branch is not None else None
         copies.append(
             Copy(
                 bytes=site.bytes,
@@ -308,8 +314,10 @@ def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
                 output=output,
                 cause=_cause(program.module, site, kind),
                 trip_count=trip,
-                bytes_per_call=site.bytes * trip if trip is not None else None,
+                bytes_per_call=per_call,
                 call_site=_call_site(site.source) if role != "definition" else None,
+                branch=site.branch.branch if site.branch is not None else None,
+                branch_source=branch_source,
             )
         )
     return tuple(sorted(copies, key=lambda c: (-(c.bytes_per_call or c.bytes), c.instruction)))
@@ -397,6 +405,7 @@ def _liveness(
     except buffers.BufferAssignmentError as exc:
         return None, f"the buffer assignment could not be analysed: {exc}", (), None
     parameters = {i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"}
+    allocations = {a.index: a for a in assignment.allocations}
     top: list[LiveBuffer] = []
     for live_slice in live.live_at_peak[:_LIVE_AT_PEAK]:
         value = live_slice.value
@@ -404,6 +413,11 @@ def _liveness(
         number = parameters.get(value.instruction or "")
         if number is not None:
             leaf = program.leaf_of(number, value.shape_index)
+        allocation = allocations.get(live_slice.slice.allocation)
+        if leaf is None and allocation is not None and allocation.parameter_number is not None:
+            # a donated input's buffer, after its last read holding the value written
+            # into it: named by the input whose buffer it is
+            leaf = program.leaf_of(allocation.parameter_number, allocation.parameter_shape_index)
         # a copy of an input is named by the input it copies, and placed at the
         # copy's own source line (or the function's, when XLA kept none for it)
         copied = copied_inputs.get(value.instruction or "")
@@ -480,12 +494,15 @@ def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "") -> F
         if copy.cause == "old-carry-read-after-update":
             what = f"the loop carry {copy.shape} ({size}) is copied every iteration{per_call}{where}"
             why = "its old value is still read after the body updates it; read it before the update"
-        else:
+        elif copy.cause == "new-value-via-temporary":
             what = f"a loop value {copy.shape} ({size}) is copied every iteration{per_call}{where}"
             why = (
                 "the body computes the new carry while still reading the old one, so XLA writes it "
                 "to a temporary and copies it into the carry buffer"
             )
+        else:
+            what = f"a loop value {copy.shape} ({size}) is copied every iteration{per_call}{where}"
+            why = "the body keeps a second buffer for a value it computes (not the loop carry)"
         return Finding("error", "loop-copy", f"{what}: {why}", source=copy.source, call_site=copy.call_site)
     if copy.kind != "parameter" and copy.output is not None:
         message = (
@@ -600,6 +617,32 @@ def _constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
     return findings
 
 
+def _branch_text(branch: str | None) -> str:
+    """``its true branch``, ``branch 2``; for branch 0/1 of an index conditional, what
+    ``lax.cond`` calls it (jax lowers ``lax.cond(pred, true_fun, false_fun)`` to branch 1 / 0)."""
+    if branch in ("true", "false"):
+        return f"its {branch} branch"
+    if branch in ("0", "1"):
+        return f"branch {branch} ({'true' if branch == '1' else 'false'}_fun of a lax.cond)"
+    return f"branch {branch}" if branch is not None else "a branch"
+
+
+def _conditional_copy_finding(copy: Copy) -> Finding:
+    """A copy in a conditional's branch: made only when that branch runs."""
+    size = format_bytes(copy.bytes)
+    conditional = f"the conditional at {copy.branch_source}" if copy.branch_source else "a conditional"
+    how_often = (
+        f"only in the iterations that take it (at most x{copy.trip_count} per call)"
+        if copy.trip_count is not None
+        else "only in the calls and iterations that take it"
+    )
+    message = (
+        f"a {copy.shape} value ({size}) is copied{_at(copy.source, copy.call_site)} when "
+        f"{_branch_text(copy.branch)} of {conditional} runs: {how_often}"
+    )
+    return Finding("warning", "conditional-copy", message, source=copy.source, call_site=copy.call_site)
+
+
 def _has_loop(module: hlo.HloModule) -> bool:
     return any(i.opcode == "while" for c in module.computations for i in c.instructions)
 
@@ -632,6 +675,8 @@ def _verdict(plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes
                 )
             )
     for copy in donated.copies:
+        if copy.kind == "conditional" and copy.bytes >= min_bytes:
+            findings.append(_conditional_copy_finding(copy))
         if copy.kind in ("layout", "other") and copy.output is None and copy.bytes >= min_bytes:
             findings.append(
                 Finding(

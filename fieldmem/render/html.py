@@ -325,7 +325,9 @@ def _copies_table(variant: Variant, min_bytes: int) -> str:
             f'<span class="kind {_e(c.kind)}">{_e(c.kind)}</span>',
             _code(c.of_parameter),
             f'<span class="shape">{_e(c.shape)}</span>',
-            _e(format_bytes(c.bytes_per_call)) if c.bytes_per_call is not None else "",
+            _e(format_bytes(c.bytes_per_call))
+            if c.bytes_per_call is not None
+            else (_e(f"when branch {c.branch} runs") if c.branch is not None else ""),
             _e(c.trip_count) if c.trip_count is not None else "",
             _src(c.source, c.call_site),
             _e(c.cause or ""),
@@ -793,7 +795,7 @@ p.chart-note{font-size:12.5px;color:var(--muted);max-width:960px;margin:4px 0 10
 .kind{font-size:12px;padding:0 6px;border-radius:8px;background:#f1f3f5}
 .kind.parameter{background:#fff4e6;color:#9c3b00}.kind.aliased{background:#e7f5ff;color:#1864ab}
 .kind.output{background:#ebfbee;color:#2b8a3e}.kind.temporary{background:#f3f0ff;color:#5f3dc4}
-.kind.loop{background:#fff5f5;color:var(--bad)}
+.kind.loop{background:#fff5f5;color:var(--bad)}.kind.conditional{background:#fff9db;color:#866200}
 section.baseline{border:1px solid var(--line);border-radius:6px;padding:4px 16px 8px;margin:12px 0}
 li.regression{color:var(--bad)}li.improvement{color:var(--ok)}
 #controls{display:flex;gap:8px;align-items:center;margin:4px 0 2px}

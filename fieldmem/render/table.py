@@ -20,7 +20,7 @@ from rich.text import Text
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import Column, fitted_table, hanging
 from fieldmem.render.pieces import block, count, pair, source_text
-from fieldmem.report import MEMORY_FIGURES, Report, TargetResult, Timeline, Variant
+from fieldmem.report import MEMORY_FIGURES, Copy, Report, TargetResult, Timeline, Variant
 from fieldmem.units import format_bytes
 
 __all__ = ["render", "sparkline"]
@@ -300,7 +300,8 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
         for name, c in shown:
             what = c.of_parameter or c.shape
             where = f" at {source_text(c.source, c.call_site)}" if c.source else ""
-            console.print(hanging(f"{name} copy: ", f"{what} {format_bytes(c.bytes)} [{c.kind}]{where}", style="dim"))
+            kind = f"{c.kind}, branch {c.branch} only" if c.branch is not None else c.kind
+            console.print(hanging(f"{name} copy: ", f"{what} {format_bytes(c.bytes)} [{kind}]{where}", style="dim"))
         return
     _verbose(console, result, options)
 
@@ -411,7 +412,7 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                     (
                         c.kind,
                         format_bytes(c.bytes),
-                        format_bytes(c.bytes_per_call) + f" (×{c.trip_count})" if c.bytes_per_call is not None else "",
+                        _per_call(c),
                         c.shape,
                         c.of_parameter or "",
                         source_text(c.source, c.call_site) or "?",
@@ -429,6 +430,13 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     for variant in (plain, donated):
         for warning in variant.jax_warnings:
             console.print(hanging(f"jax warning ({variant.name}): ", warning.splitlines()[0], style="yellow"))
+
+
+def _per_call(c: Copy) -> str:
+    """What a copy costs per call: bytes × trips for a loop copy; for a conditional one, when its branch runs."""
+    if c.branch is not None:  # a conditional copy: made only when its branch runs
+        return f"when branch {c.branch} runs" + (f" (≤ ×{c.trip_count})" if c.trip_count else "")
+    return format_bytes(c.bytes_per_call) + f" (×{c.trip_count})" if c.bytes_per_call is not None else ""
 
 
 def render(report: Report, options: RenderOptions) -> str:

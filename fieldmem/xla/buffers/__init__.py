@@ -7,8 +7,8 @@ imports). Two modules:
   ``HloModuleProto`` that names its instruction ids) -> allocations, assigned
   slices and logical buffers;
 - :mod:`.liveness`: those records over the scheduled HLO
-  (:mod:`fieldmem.xla.hlo`) -> each value's live range, the curve of distinct
-  live slices and its peak (``live_peak_bytes``).
+  (:mod:`fieldmem.xla.hlo`) -> each value's live range, the curve of the bytes
+  the live slices cover (per allocation, the union of their byte ranges) and its peak (``live_peak_bytes``).
 
 The product's path, as ``fieldmem.findings.analysis`` takes it::
 

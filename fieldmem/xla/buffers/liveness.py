@@ -25,17 +25,24 @@ starts; the state the condition reads and the predicate it computes stay live
 until the body's first point; what the body returns stays live until the
 ``while`` itself. With these rules every value's range equals the one in XLA's
 ``*-live-range.txt`` dump on the tested functions (the tests check it). Entry
-parameters are live for the whole program, donated or not: the caller's buffer exists before the call
-and, donated, becomes the output buffer, which is live to the end. Values the
-entry returns are live to the end.
+parameters are live from the start: the caller's buffer exists before the call.
+One not donated stays live to the end (it is the caller's); a donated one holds
+the argument until its last read, as in XLA's ``HloLiveRange``: after it XLA may
+place other values in that buffer (an optimizer step's temporaries), and the
+output written into it is live from where it is defined. Values the entry
+returns are live to the end.
 
 The live peak
 -------------
-At each point, the bytes live are the sum of the sizes of the **distinct
-allocation slices** ``(allocation, offset, size)`` that hold a live value: two
-values XLA placed in one slice (a copy and the in-place update written into
-it; a loop's state and the loop parameter) count once. ``live_peak_bytes`` is
-the maximum over points. Thread-local allocations (values inside fusions and
+At each point, the bytes live are the bytes covered by the allocation slices
+``(allocation, offset, size)`` that hold a live value: per allocation, the
+size of the **union of their byte ranges**. Two values XLA placed in one slice
+(a copy and the in-place update written into it; a loop's state and the loop
+parameter) count once, and so do slices that overlap (a donated parameter at
+offset 0 of its allocation and a smaller value XLA placed at offset 0 of the
+same allocation). ``live_peak_bytes`` is the maximum over points;
+``live_at_peak`` lists the distinct slices, each with the bytes it shares with
+a slice listed before it, so that their ``counted_bytes`` add up to the peak. Thread-local allocations (values inside fusions and
 reducers: registers, not memory) and constant allocations (read-only data of
 the executable, in no figure of ``memory_analysis()``) are left out, so
 ``live_peak_bytes <= argument + output + temp - alias`` (the footprint).
@@ -48,7 +55,7 @@ which adds up values (counting a shared slice twice) and includes constants.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from fieldmem.xla.hlo import (
     HloComputation,
@@ -127,10 +134,18 @@ class LiveSlice:
     slice: Slice
     kind: str
     values: tuple[ValueInfo, ...]  # earliest-defined first
+    # bytes of this slice that a slice listed before it at the same point also holds
+    # (slices of one allocation that overlap): counted once, with the earlier slice
+    shared_bytes: int = 0
 
     @property
     def bytes(self) -> int:
         return self.slice.size
+
+    @property
+    def counted_bytes(self) -> int:
+        """The bytes this slice adds to the curve, beyond those listed before it."""
+        return self.slice.size - self.shared_bytes
 
     @property
     def value(self) -> ValueInfo:
@@ -145,7 +160,7 @@ class LiveAnalysis:
     schedule: tuple[SchedulePoint, ...]
     values: tuple[ValueInfo, ...]
     ranges: tuple[LiveRange, ...]  # values that count as memory and run in the schedule
-    curve: tuple[int, ...]  # bytes of distinct live slices at each schedule point
+    curve: tuple[int, ...]  # bytes the live slices cover at each schedule point
     live_peak_bytes: int
     peak_index: int | None  # the first point where the peak is reached
     live_at_peak: tuple[LiveSlice, ...]  # largest first
@@ -332,7 +347,28 @@ def _live_slices(ranges: Iterable[LiveRange], index: int) -> tuple[LiveSlice, ..
         for slice_, members in grouped.items()
     ]
     slices.sort(key=lambda s: (-s.bytes, s.slice))
-    return tuple(slices)
+    # bytes of a slice that a slice listed before it holds too (they share or overlap
+    # bytes of one allocation), so that the listing adds up to the covered bytes
+    listed: dict[int, list[tuple[int, int]]] = {}
+    result: list[LiveSlice] = []
+    for live_slice in slices:
+        s = live_slice.slice
+        spans = listed.setdefault(s.allocation, [])
+        shared = _overlap(spans, s.offset, s.offset + s.size)
+        spans.append((s.offset, s.offset + s.size))
+        result.append(replace(live_slice, shared_bytes=shared) if shared else live_slice)
+    return tuple(result)
+
+
+def _overlap(spans: list[tuple[int, int]], start: int, end: int) -> int:
+    """The bytes of [start, end) that the union of ``spans`` covers."""
+    covered, reach = 0, start
+    for a, b in sorted(spans):
+        a, b = max(a, reach), min(b, end)
+        if a < b:
+            covered += b - a
+            reach = b
+    return covered
 
 
 def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAnalysis:
@@ -475,7 +511,11 @@ def _live_ranges(
             continue
         start, end = min(times), max(times)
         if value.computation == entry and value.opcode == "parameter":
-            start, end = 0, last
+            # the caller's buffer exists before the call; one not donated stays the
+            # caller's to the end, a donated one (``aliased``) holds the argument only
+            # until its last read, after which XLA may place other values in it
+            start = 0
+            end = end if value.kind == "aliased" else last
         if value.id in live_out:
             end = last
         ranges.append(LiveRange(value, start, end))
@@ -483,16 +523,46 @@ def _live_ranges(
     return ranges, unscheduled
 
 
+class _Coverage:
+    """The bytes covered by the live slices of one allocation, kept as slices come and go.
+
+    The allocation's slice boundaries cut it into elementary pieces; each piece
+    counts the live slices over it, and contributes its bytes while that count
+    is above 0. Two slices that share or overlap bytes so count them once."""
+
+    def __init__(self, slices: Iterable[Slice]):
+        cuts = sorted({b for s in slices for b in (s.offset, s.offset + s.size)})
+        self.cuts = cuts
+        self.position = {b: i for i, b in enumerate(cuts)}
+        self.count = [0] * max(len(cuts) - 1, 0)
+
+    def add(self, s: Slice, step: int) -> int:
+        """Add (``step`` 1) or remove (-1) a live slice; the change in covered bytes."""
+        change = 0
+        for i in range(self.position[s.offset], self.position[s.offset + s.size]):
+            before = self.count[i]
+            self.count[i] = before + step
+            if (before == 0) != (self.count[i] == 0):
+                change += step * (self.cuts[i + 1] - self.cuts[i])
+        return change
+
+
 def _curve(ranges: list[LiveRange], length: int) -> list[int]:
-    """Phase 4: the bytes of the distinct slices live at each of ``length`` points,
-    swept once over the ranges' starts and ends."""
+    """Phase 4: at each of ``length`` points, the bytes covered by the live slices
+    (per allocation, the union of their byte ranges), swept once over the ranges'
+    starts and ends."""
     curve: list[int] = []
     starts: dict[int, list[LiveRange]] = {}
     ends: dict[int, list[LiveRange]] = {}
+    by_allocation: dict[int, set[Slice]] = {}
     for live in ranges:
         starts.setdefault(live.start, []).append(live)
         ends.setdefault(live.end, []).append(live)
-    counts: dict[Slice, int] = {}
+        s = live.value.slice
+        assert s is not None
+        by_allocation.setdefault(s.allocation, set()).add(s)
+    coverage = {allocation: _Coverage(slices) for allocation, slices in by_allocation.items()}
+    counts: dict[Slice, int] = {}  # live values per distinct slice
     total = 0
     for t in range(length):
         for live in starts.get(t, []):
@@ -500,12 +570,12 @@ def _curve(ranges: list[LiveRange], length: int) -> list[int]:
             assert s is not None
             counts[s] = counts.get(s, 0) + 1
             if counts[s] == 1:
-                total += s.size
+                total += coverage[s.allocation].add(s, 1)
         curve.append(total)
         for live in ends.get(t, []):
             s = live.value.slice
             assert s is not None
             counts[s] -= 1
             if counts[s] == 0:
-                total -= s.size
+                total += coverage[s.allocation].add(s, -1)
     return curve

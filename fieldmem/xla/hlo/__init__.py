@@ -23,6 +23,7 @@ from __future__ import annotations
 from .frames import call_site, is_library_file
 from .model import (
     AliasEntry,
+    BranchInfo,
     ConstantSite,
     CopySite,
     HloComputation,
@@ -36,6 +37,7 @@ from .model import (
 )
 from .parse import parse_hlo_module
 from .queries import (
+    conditional_branches,
     find_constants,
     find_copies,
     loop_bodies,
@@ -49,6 +51,7 @@ from .text import HloParseError
 
 __all__ = [
     "AliasEntry",
+    "BranchInfo",
     "ConstantSite",
     "CopySite",
     "HloComputation",
@@ -58,6 +61,7 @@ __all__ = [
     "LoopInfo",
     "SourceLocation",
     "call_site",
+    "conditional_branches",
     "find_constants",
     "find_copies",
     "is_library_file",

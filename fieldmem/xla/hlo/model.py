@@ -18,6 +18,7 @@ from .text import HloParseError, split_top_level
 
 __all__ = [
     "AliasEntry",
+    "BranchInfo",
     "ConstantSite",
     "CopySite",
     "HloComputation",
@@ -208,6 +209,23 @@ class LoopInfo:
 
 
 @dataclass(frozen=True)
+class BranchInfo:
+    """A branch of a ``conditional``: the computation that runs only when that branch is taken.
+
+    ``branch`` is ``"true"``/``"false"`` for a conditional on a predicate, else the
+    branch's index (``"0"``, ``"1"``, ...: jax lowers ``lax.cond(pred, true_fun,
+    false_fun)`` to an index conditional whose branch 1 is ``true_fun``).
+    """
+
+    conditional: str  # the conditional instruction
+    computation: str  # the computation holding it
+    branch: str
+    branches: int  # how many branches the conditional has
+    source: SourceLocation | None  # the conditional's line
+    depth: int = 1  # 1 for an outermost conditional, 2 for one inside a branch, and so on
+
+
+@dataclass(frozen=True)
 class CopySite:
     """A ``copy`` (or ``copy-start``) that XLA kept in the optimized program."""
 
@@ -224,6 +242,13 @@ class CopySite:
     source_role: str | None  # "copy", "operand", "user" or None
     feeds_output: bool = False
     output_indices: tuple[tuple[int, ...], ...] = field(default_factory=tuple)
+    # the innermost conditional branch the copy runs in (only when that branch runs)
+    branch: BranchInfo | None = None
+    # in a while body: "old" when it copies the carry the body was given (a view of the
+    # body's parameter), "new" when the copy becomes the carry the body returns (it
+    # reaches the body's root tuple, directly or as the buffer an update is written
+    # into); None for any other value, and outside a while body
+    carry: str | None = None
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 from .model import (
+    BranchInfo,
     ConstantSite,
     CopySite,
     HloComputation,
@@ -25,6 +27,7 @@ from .model import (
 from .text import unquote
 
 __all__ = [
+    "conditional_branches",
     "find_constants",
     "find_copies",
     "loop_bodies",
@@ -102,6 +105,56 @@ def _loop_info(instruction: HloInstruction, computation: str, outer: LoopInfo | 
     )
 
 
+def conditional_branches(module: HloModule) -> dict[str, BranchInfo]:
+    """Computations that run only when a branch of a ``conditional`` is taken, with that branch.
+
+    A branch computation, and what it calls (fusions, calls, loops), belongs to
+    its branch; the innermost conditional wins. A conditional inside a loop body
+    is found like any other: its branches run in the iterations that take them.
+    """
+    by_name = {c.name: c for c in module.computations}
+    result: dict[str, BranchInfo] = {}
+    visited: set[tuple[str, int]] = set()
+
+    def visit(name: str, branch: BranchInfo | None) -> None:
+        key = (name, id(branch))
+        if key in visited or name not in by_name:
+            return
+        visited.add(key)
+        if branch is not None and (name not in result or branch.depth > result[name].depth):
+            result[name] = branch
+        computation = by_name[name]
+        for instruction in computation.instructions:
+            if instruction.opcode == "conditional":
+                for i, callee in enumerate(instruction.called):
+                    visit(callee, _branch_info(instruction, computation, i, branch))
+            else:
+                for callee in instruction.called:
+                    visit(callee, branch)
+
+    for computation in sorted(module.computations, key=lambda c: not c.is_entry):
+        visit(computation.name, None)
+    return result
+
+
+def _branch_info(
+    conditional: HloInstruction, computation: HloComputation, index: int, outer: BranchInfo | None
+) -> BranchInfo:
+    """Branch ``index`` of ``conditional``: "true"/"false" on a predicate (the parser lists
+    ``true_computation`` first), else the index."""
+    selector = computation.by_name().get(conditional.operands[0]) if conditional.operands else None
+    on_predicate = selector is not None and selector.shape.startswith("pred[")
+    label = ("true", "false")[index] if on_predicate and index < 2 else str(index)
+    return BranchInfo(
+        conditional=conditional.name,
+        computation=computation.name,
+        branch=label,
+        branches=len(conditional.called),
+        source=conditional.source,
+        depth=1 + (outer.depth if outer is not None else 0),
+    )
+
+
 # ----------------------------------------------------------------------------
 # Copies
 
@@ -162,9 +215,14 @@ def find_copies(module: HloModule) -> list[CopySite]:
     reported once, at its ``copy-start``; what reads or returns it is its
     ``copy-done``. Copies inside fusion bodies are register moves, not
     buffers, and are left out. A copy in a while body or condition (or in
-    anything they call) has ``loop`` set, for the innermost loop.
+    anything they call) has ``loop`` set, for the innermost loop; one in a
+    conditional's branch (or in anything it calls) has ``branch`` set, for the
+    innermost conditional; one in a while body says in ``carry`` whether it
+    copies the carry ("old", "new") or another value (None).
     """
     loops = loop_bodies(module)
+    branches = conditional_branches(module)
+    bodies = _while_bodies(module)
     entry_name = module.entry.name
     # inside a fusion a copy is a register move, not a buffer of its own
     fusion_bodies = _fusion_bodies(module)
@@ -176,17 +234,65 @@ def find_copies(module: HloModule) -> list[CopySite]:
         users = computation.users()
         for instruction in computation.instructions:
             if instruction.opcode in ("copy", "copy-start"):
-                copies.append(
-                    _copy_site(
-                        instruction,
-                        computation,
-                        computation.name == entry_name,
-                        by_name,
-                        users,
-                        loops.get(computation.name),
-                    )
+                site = _copy_site(
+                    instruction,
+                    computation,
+                    computation.name == entry_name,
+                    by_name,
+                    users,
+                    loops.get(computation.name),
                 )
+                carry = _carry_role(site, computation, by_name, users) if computation.name in bodies else None
+                copies.append(replace(site, branch=branches.get(computation.name), carry=carry))
     return copies
+
+
+def _while_bodies(module: HloModule) -> set[str]:
+    """The computations that are a ``while``'s body (its second called computation)."""
+    return {
+        i.called[1] for c in module.computations for i in c.instructions if i.opcode == "while" and len(i.called) > 1
+    }
+
+
+# what an update may write into its first operand's buffer in place
+_IN_PLACE = ("fusion", "dynamic-update-slice", "scatter")
+
+
+def _carry_role(
+    site: CopySite,
+    body: HloComputation,
+    by_name: dict[str, HloInstruction],
+    users: dict[str, list[HloInstruction]],
+) -> str | None:
+    """In a while body: "old" when the copy copies the carry the body was given (its
+    operand is the body's parameter, or elements of it), "new" when the copy becomes
+    the carry the body returns (it reaches the root tuple through views and the
+    updates written into its buffer), else None."""
+    operand = by_name.get(site.operand or "")
+    seen = 0
+    while operand is not None and operand.opcode == "get-tuple-element" and operand.operands and seen < 16:
+        seen += 1
+        operand = by_name.get(operand.operands[0])
+    if operand is not None and operand.opcode == "parameter":
+        return "old"
+    root = body.root
+    copied = site.instruction
+    done = [u for u in users.get(copied, []) if u.opcode == "copy-done"]
+    frontier = [done[0].name if done else copied]
+    reached: set[str] = set()
+    while frontier and len(reached) < 64:
+        name = frontier.pop()
+        if root is not None and name == root.name:
+            return "new"
+        if name in reached:
+            continue
+        reached.add(name)
+        for user in users.get(name, []):
+            if user.opcode in ("tuple", "bitcast") or (
+                user.opcode in _IN_PLACE and user.operands and user.operands[0] == name
+            ):
+                frontier.append(user.name)
+    return None
 
 
 def _copy_site(
