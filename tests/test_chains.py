@@ -438,3 +438,45 @@ def test_the_footprint_curve_draws_each_step_in_eighths_of_the_largest() -> None
         for n, value in enumerate((1, 4, 2, None))
     )
     assert footprint_curve(steps) == "▂█▄ "
+
+
+# ---------------------------------------------------------------------------
+# A chain that starts by creating its state
+
+
+@pytest.mark.compile
+def test_a_chain_that_creates_its_state_from_a_scalar_passes_expect_in_place(assets: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    spec = f"{assets / 'creating_chain.py'}:init,step"
+    result = CliRunner().invoke(app, ["check", spec, "--expect", "in-place", "-f", "json", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (chain,) = json.loads(out.read_text())["chains"]
+    assert [s["status"] for s in chain["steps"]] == ["grows", "in-place"], chain["summary"]
+    assert chain["checks"][0]["passed"] and chain["first_break"] is None
+    first = chain["steps"][0]
+    assert first["summary"].startswith("creates the state") and first["handoffs"] == []
+
+
+@pytest.mark.compile
+def test_check_chain_create_then_step_in_place_while_a_breaking_step_still_breaks() -> None:
+    def init(scale):
+        z = jnp.full((64, 64), scale, dtype=jnp.float32)
+        return z, z
+
+    def step(u, v):
+        return u.at[1:-1].add(1.0), v.at[0].set(0.0)
+
+    def widen(u, v):
+        return u.astype(jnp.float64 if jax.config.jax_enable_x64 else jnp.bfloat16), v
+
+    report = fieldmem.check_chain([init, step], 1.0, expect="in-place", min_bytes=1024)
+    (chain,) = report.chains
+    assert [s.status for s in chain.steps] == ["grows", "in-place"], chain.summary
+    assert chain.in_place and chain.checks[0].passed
+    # the creating step's own verdict still names its new buffers and the copy
+    first = _results(report)[chain.steps[0].result]
+    assert {f.code for f in first.verdict.findings if f.severity == "error"} >= {"new-buffer", "output-copy"}
+    # a step that has state to hand on and does not is still a break
+    broken = fieldmem.check_chain([init, step, widen], 1.0, expect="in-place", min_bytes=1024)
+    assert [s.status for s in broken.chains[0].steps] == ["grows", "in-place", "breaks"]
+    assert not broken.chains[0].checks[0].passed

@@ -7,7 +7,8 @@ module reads those results — it never compiles, never imports jax and never
 prints — and decides, per step:
 
 - ``in-place``: the donated step's verdict is in place;
-- ``grows``: every input leaf of at least the size threshold is reused by an
+- ``grows``: the step creates its state (no input of at least the size threshold:
+  a scalar, a seed), or every input leaf of at least that size is reused by an
   output, and the only new buffers hold what the state grows by (a
   ``create_field(x)`` that adds leaves to ``x``);
 - ``breaks``: an output that could take an input's buffer does not (a dtype
@@ -193,13 +194,24 @@ def _errors(result: TargetResult) -> list[Finding]:
     return [f for f in result.verdict.findings if f.severity == "error"] if result.verdict else []
 
 
-def _status(result: TargetResult, kept_alive: tuple[str, ...]) -> ChainStepStatus:
+def _creates(result: TargetResult, min_bytes: int) -> bool:
+    """Whether the step creates its state: no input it uses is of at least the size threshold
+    (a scalar, a seed, a shape), so every output it returns is new by nature."""
+    return not any(leaf.used and leaf.bytes >= max(min_bytes, 1) for leaf in result.inputs)
+
+
+# what a step that creates its state may find about its outputs: each is written to a new buffer,
+# or computed into a temporary and copied into its output (two outputs of one value)
+_CREATING = ("new-buffer", "output-copy")
+
+
+def _status(result: TargetResult, kept_alive: tuple[str, ...], creates: bool) -> ChainStepStatus:
     if result.status != "ok" or result.verdict is None:
         return "error"
     if result.verdict.in_place:
         return "in-place"
     errors = _errors(result)
-    if not kept_alive and all(f.code == "new-buffer" for f in errors):
+    if not kept_alive and all(f.code in (_CREATING if creates else ("new-buffer",)) for f in errors):
         return "grows"
     return "breaks"
 
@@ -229,14 +241,22 @@ def _step(
             definition=outcome.definition,
         )
     kept = _kept_alive(result, min_bytes)
-    handoffs = _changes_within(index, outcome.function, result)
+    creates = _creates(result, min_bytes)
+    # a step that creates its state hands nothing on from its inputs: a seed is not the state
+    handoffs = [] if creates else _changes_within(index, outcome.function, result)
     if previous is not None and previous.status == "ok":
         handoffs = _changes_between(index, outcome.function, previous, result) + handoffs
-    status = _status(result, kept)
+    status = _status(result, kept, creates)
     argument_bytes = _figure(result, "donated", "argument_bytes")
     output_bytes = _figure(result, "donated", "output_bytes")
     if status == "in-place":
         summary = result.verdict.summary if result.verdict else "in place"
+    elif status == "grows" and creates:
+        threshold = format_bytes(max(min_bytes, 1))
+        summary = (
+            f"creates the state: no input of at least {threshold} to reuse, so it allocates its outputs "
+            f"({format_bytes(output_bytes or 0)} per device)"
+        )
     elif status == "grows":
         grown = (output_bytes or 0) - (argument_bytes or 0)
         summary = (
