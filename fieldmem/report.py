@@ -470,6 +470,9 @@ class ArgumentAdvice:
     bytes: int  # per device, every leaf
     saved_bytes: int  # what donating it saves (sum over its leaves); 0 or less: it does not pay
     leaves: tuple[LeafAdvice, ...] = ()
+    # a suggested argument: the footprint the suggestion would need more without it, the other suggested
+    # arguments still donated (measured: one compile without it); None: not measured
+    marginal_bytes: int | None = None
 
 
 @dataclass(frozen=True)
