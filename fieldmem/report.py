@@ -589,6 +589,7 @@ class ChainStep:
     kept_alive: tuple[str, ...] = ()  # input leaves still held after the donated step
     handoffs: tuple[HandOff, ...] = ()
     grows_by: int | None = None  # donated footprint minus the previous step's (None for the first)
+    extras: tuple[str, ...] = ()  # the arguments it takes besides the state (step_args): not state
 
 
 @dataclass(frozen=True)
