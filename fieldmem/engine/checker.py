@@ -344,7 +344,10 @@ def _check_step(
         if arguments is not None:
             state_args, state_kwargs = arguments
         else:
-            state_args, state_kwargs = spread(previous, step.function, len(extra_args)), {}
+            passed_on = (
+                spread(previous, step.function, len(extra_args)) if extra_args else spread(previous, step.function)
+            )
+            state_args, state_kwargs = passed_on, {}
         clash = sorted(set(state_kwargs) & set(extra_kwargs))
         if clash:
             raise OptionError(f"step_args of {step.name} give {', '.join(clash)}, which the chain's args give too")
