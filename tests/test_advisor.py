@@ -460,3 +460,23 @@ def test_one_suggested_argument_saves_the_headline_and_costs_no_compile_more() -
     assert suggestion.spec == "u" and suggestion.tried == ("u",)
     assert by_argument(suggestion)["u"].marginal_bytes == suggestion.savings["footprint_bytes"] > 0
     assert by_argument(suggestion)["scale"].marginal_bytes is None
+
+
+def test_marginals_that_do_not_add_up_are_explained_in_a_note() -> None:
+    from fieldmem.findings.advisor import _Argument, _note_interactions
+
+    chosen = [_Argument("params", 0, ()), _Argument("opt_state", 1, ())]
+    notes: list[str] = []
+    _note_interactions(
+        chosen, {"params": 5 * 2**20, "opt_state": 7 * 2**20}, {"footprint_bytes": 10 * 2**20}, notes, 1024
+    )
+    (note,) = notes
+    assert "add up to 12.0 MiB, 2.0 MiB more than the 10.0 MiB donating them together saves" in note
+    assert "interact" in note
+    # a difference under --min-bytes is not worth a note; neither is a missing marginal
+    quiet: list[str] = []
+    _note_interactions(
+        chosen, {"params": 5 * 2**20, "opt_state": 5 * 2**20 + 64}, {"footprint_bytes": 10 * 2**20}, quiet, 1024
+    )
+    _note_interactions(chosen, {"params": 5 * 2**20}, {"footprint_bytes": 10 * 2**20}, quiet, 1024)
+    assert quiet == []
