@@ -13,7 +13,7 @@ so ``import fieldmem`` stays free of jax.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fieldmem.errors import FieldmemError, OptionError
@@ -209,6 +209,7 @@ def check_chain(
     max_live_peak: int | str | None = None,
     min_bytes: int | str = MIN_BYTES,
     run: bool = False,
+    step_args: Mapping[Any, Any] | None = None,
     **kwargs: Any,
 ) -> Report:
     """Check the update chain ``steps`` started on ``steps[0](*args, **kwargs)``, as ``fieldmem check mod:a,b,c``.
@@ -221,6 +222,10 @@ def check_chain(
     fused one. Options are those of :func:`check_function`; ``donate`` and
     ``static`` name arguments of the first step (``"all"``/``"none"`` apply to
     every step); ``expect="in-place"`` fails the chain when a step breaks in place.
+    ``step_args`` maps a step (the function, its name, or its number from 1)
+    to the extras it takes after its state, in hand (``(g,)`` or ``((g,),
+    {"lr": lr})``) or as a factory returning them: a per-step gradient or
+    batch, never donated and left out of the hand-off checks (docs/chains.md).
 
     Raises:
         OptionError: fewer than two steps, or a bad option.
@@ -231,6 +236,7 @@ def check_chain(
         assert report.chains[0].in_place, report.chains[0].summary
     """
     from fieldmem.engine.checker import check_targets
+    from fieldmem.request.registry import step_factories
     from fieldmem.request.target import ChainTarget, Step, definition_of
 
     steps = list(steps)
@@ -240,11 +246,22 @@ def check_chain(
     names = [_function_name(s).rpartition(":")[2] for s in steps]
     display = name or f"{_function_name(steps[0]).rpartition(':')[0]}:{','.join(names)}"
     first = _target(steps[0], display, args, kwargs, donate, static, expect, max_peak, max_live_peak)
+    extras = step_factories(tuple(steps), step_args, "check_chain") or (None,) * len(steps)
     chain = ChainTarget(
         first=first,
-        steps=tuple(Step(name=n, function=s, definition=definition_of(s)) for n, s in zip(names, steps)),
+        steps=tuple(
+            Step(name=n, function=s, definition=definition_of(s), extras=_in_hand(e))
+            for n, s, e in zip(names, steps, extras)
+        ),
     )
     return check_targets([chain], CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False))
+
+
+def _in_hand(extras: Any) -> Callable[[], Any] | None:
+    """A ``step_args`` value as a factory: a callable as it is, extras in hand returned as given."""
+    if extras is None or callable(extras):
+        return extras
+    return lambda: extras
 
 
 def assert_in_place(

@@ -285,12 +285,14 @@ class FieldmemCheck:
         donate: Any = _UNSET,
         static: Any = _UNSET,
         name: str | None = None,
+        step_args: Any = None,
         **kwargs: Any,
     ) -> Report:
         """Check the update chain ``steps`` started on ``steps[0](*args, **kwargs)`` (see docs/chains.md);
         fail the test when a step breaks in place (``in_place``) or a step or the fused chain is over budget.
 
-        The limits are taken as for a single function.
+        The limits are taken as for a single function. ``step_args`` gives steps
+        extras besides the state, as :func:`fieldmem.check_chain` takes them.
 
         Returns:
             The Report (``report.chains[0]``, and a result per step and for the fused chain).
@@ -309,6 +311,8 @@ class FieldmemCheck:
             donate=donate,
             static=static,
         )
+        if step_args is not None:
+            kwargs = {**kwargs, "step_args": step_args}
         return self._check(check_chain, steps, args, kwargs, given, name)
 
     def _check(

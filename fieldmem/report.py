@@ -476,6 +476,9 @@ class ArgumentAdvice:
     bytes: int  # per device, every leaf
     saved_bytes: int  # what donating it saves (sum over its leaves); 0 or less: it does not pay
     leaves: tuple[LeafAdvice, ...] = ()
+    # a suggested argument: the footprint the suggestion would need more without it, the other suggested
+    # arguments still donated (measured: one compile without it); None: not measured
+    marginal_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -592,6 +595,7 @@ class ChainStep:
     kept_alive: tuple[str, ...] = ()  # input leaves still held after the donated step
     handoffs: tuple[HandOff, ...] = ()
     grows_by: int | None = None  # donated footprint minus the previous step's (None for the first)
+    extras: tuple[str, ...] = ()  # the arguments it takes besides the state (step_args): not state
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from fieldmem.findings.analysis import analyze_target
 from fieldmem.render.suggest import suggestion_renderables
 from fieldmem.report import Report, Suggestion, TargetResult
 from fieldmem.request.spec import DonateSpec, StaticSpec
+from fieldmem.units import format_bytes
 
 from helpers_compile import (
     UNUSABLE_WARNING,
@@ -122,8 +123,13 @@ def test_optimizer_step_donates_params_and_opt_state_not_grads(optimizer: Any) -
     assert suggestion.code == "jax.jit(sgd_step, donate_argnums=(0, 1))"
     assert suggestion.alternative_code == 'jax.jit(sgd_step, donate_argnames=("params", "opt_state"))'
     assert (suggestion.donate_argnums, suggestion.donate_argnames) == ((0, 1), ("params", "opt_state"))
-    # the check donated every argument; the suggestion differs, so it took one compile of its own
-    assert (suggestion.compiles, suggestion.tried, suggestion.verified_by) == (1, ("params,opt_state",), "suggested")
+    # the check donated every argument; the suggestion differs, so it took one compile of its own, then
+    # one per suggested argument without it (what each saves given the other)
+    assert (suggestion.compiles, suggestion.tried, suggestion.verified_by) == (
+        3,
+        ("params,opt_state", "opt_state", "params"),
+        "suggested",
+    )
     assert suggestion.summary.startswith("donate params, opt_state: saves ")
 
 
@@ -174,7 +180,8 @@ def test_the_aliases_happen_at_run_time(optimizer: Any) -> None:
 def test_the_donated_variant_is_reused_when_it_is_the_suggestion() -> None:
     _, _, suggestion = advise(sgd_step, step_args(), donate=("params", "opt_state"))
     assert suggestion.spec == "params,opt_state"
-    assert (suggestion.compiles, suggestion.tried, suggestion.verified_by) == (0, (), "donated")
+    # no verification compile; one per argument for what it saves given the other
+    assert (suggestion.compiles, suggestion.tried, suggestion.verified_by) == (2, ("opt_state", "params"), "donated")
 
 
 # ----------------------------------------------------------------------------
@@ -191,8 +198,10 @@ def test_jit_object_with_donate_argnames_gets_the_names_form() -> None:
     assert result.variants["donated"].donated_arguments == ("params",)
     assert suggestion.code == 'jax.jit(jitted_step, donate_argnames=("params", "opt_state"))'
     assert suggestion.alternative_code == "jax.jit(jitted_step, donate_argnums=(0, 1))"
-    # opt_state was predicted from the plain compile, then verified
-    assert suggestion.compiles == 1 and suggestion.verified_by == "suggested"
+    # opt_state was predicted from the plain compile, then verified; without opt_state the spec is the
+    # jit's own (the donated variant), without params it takes one compile more
+    assert suggestion.compiles == 2 and suggestion.verified_by == "suggested"
+    assert suggestion.tried == ("params,opt_state", "opt_state")
     assert suggestion.savings["footprint_bytes"] > result.savings["footprint_bytes"] > 0
 
 
@@ -204,7 +213,7 @@ def well_jitted_step(params, opt_state, grads):
 def test_jit_object_whose_own_donation_is_best_costs_no_compile() -> None:
     _, _, suggestion = advise(well_jitted_step, step_args())
     assert suggestion.code == 'jax.jit(well_jitted_step, donate_argnames=("params", "opt_state"))'
-    assert (suggestion.compiles, suggestion.verified_by) == (0, "donated")
+    assert (suggestion.compiles, suggestion.verified_by) == (2, "donated")
     assert suggestion.notes == ("the target's own jit donation already is this spec",)
 
 
@@ -364,7 +373,7 @@ def test_suggestion_renders_the_code_and_each_argument(optimizer: Any) -> None:
     assert "jax.jit(sgd_step, donate_argnums=(0, 1))" in short
     assert "✓ params saves 20.0 KiB" in short and "✗ grads: every output" in short
     verbose = render(suggestion_renderables(suggestion, verbose=True))
-    assert "compiles added: 1" in verbose and "out[0]['w']" in verbose and "footprint_bytes" in verbose
+    assert "compiles added: 3" in verbose and "out[0]['w']" in verbose and "footprint_bytes" in verbose
 
 
 def row_update(u, idx, row):
@@ -408,3 +417,66 @@ def test_the_advisor_does_not_parse_the_plain_hlo_again() -> None:
     suggest(call, plain, donated, compile_donation=compile_donation, result=result, min_bytes=0)
     after = hlo.parse_hlo_module.cache_info()
     assert after.hits > before.hits
+
+
+# ----------------------------------------------------------------------------
+# What each suggested argument saves given the others (its marginal saving)
+
+
+def three_step(u, v, w):
+    return u * 3.0, v * 2.0, w.at[0].set(1.0)
+
+
+def three_args() -> tuple[Any, ...]:
+    return zeros(), zeros(N, 2 * N), zeros(N, 4 * N)
+
+
+def test_each_argument_saves_what_the_suggestion_needs_more_without_it() -> None:
+    _, _, suggestion = advise(three_step, three_args(), donate="none")
+    assert suggestion.spec == "u,v,w"
+    args = three_args()
+    everything = footprint(compile_quietly(jax.jit(three_step, donate_argnums=(0, 1, 2)), *args))
+    assert suggestion.memory is not None and suggestion.memory.footprint_bytes == everything
+    for position, name in enumerate("uvw"):
+        others = tuple(p for p in range(3) if p != position)
+        without = footprint(compile_quietly(jax.jit(three_step, donate_argnums=others), *args))
+        assert by_argument(suggestion)[name].marginal_bytes == without - everything > 0, name
+    # one verification compile, then one per argument (the check donated nothing: no compile to reuse)
+    assert suggestion.compiles == 4 and suggestion.tried == ("u,v,w", "v,w", "u,w", "u,v")
+    marginals = [a.marginal_bytes for a in suggestion.arguments]
+    short = render(suggestion_renderables(suggestion))
+    for a in suggestion.arguments:
+        assert f"✓ {a.argument} saves {format_bytes(a.marginal_bytes)} given the others" in short
+    # here they add up to the headline, so no note says otherwise
+    assert sum(m for m in marginals if m is not None) == suggestion.savings["footprint_bytes"]
+    assert not any("add up" in note for note in suggestion.notes)
+
+
+def test_one_suggested_argument_saves_the_headline_and_costs_no_compile_more() -> None:
+    def update(u, scale):
+        return u.at[0].set(scale[0])
+
+    _, _, suggestion = advise(update, (zeros(), zeros(8)), donate="none")
+    assert suggestion.spec == "u" and suggestion.tried == ("u",)
+    assert by_argument(suggestion)["u"].marginal_bytes == suggestion.savings["footprint_bytes"] > 0
+    assert by_argument(suggestion)["scale"].marginal_bytes is None
+
+
+def test_marginals_that_do_not_add_up_are_explained_in_a_note() -> None:
+    from fieldmem.findings.advisor import _Argument, _note_interactions
+
+    chosen = [_Argument("params", 0, ()), _Argument("opt_state", 1, ())]
+    notes: list[str] = []
+    _note_interactions(
+        chosen, {"params": 5 * 2**20, "opt_state": 7 * 2**20}, {"footprint_bytes": 10 * 2**20}, notes, 1024
+    )
+    (note,) = notes
+    assert "add up to 12.0 MiB, 2.0 MiB more than the 10.0 MiB donating them together saves" in note
+    assert "interact" in note
+    # a difference under --min-bytes is not worth a note; neither is a missing marginal
+    quiet: list[str] = []
+    _note_interactions(
+        chosen, {"params": 5 * 2**20, "opt_state": 5 * 2**20 + 64}, {"footprint_bytes": 10 * 2**20}, quiet, 1024
+    )
+    _note_interactions(chosen, {"params": 5 * 2**20}, {"footprint_bytes": 10 * 2**20}, quiet, 1024)
+    assert quiet == []

@@ -438,3 +438,144 @@ def test_the_footprint_curve_draws_each_step_in_eighths_of_the_largest() -> None
         for n, value in enumerate((1, 4, 2, None))
     )
     assert footprint_curve(steps) == "▂█▄ "
+
+
+# ---------------------------------------------------------------------------
+# A chain that starts by creating its state
+
+
+@pytest.mark.compile
+def test_a_chain_that_creates_its_state_from_a_scalar_passes_expect_in_place(assets: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    spec = f"{assets / 'creating_chain.py'}:init,step"
+    result = CliRunner().invoke(app, ["check", spec, "--expect", "in-place", "-f", "json", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (chain,) = json.loads(out.read_text())["chains"]
+    assert [s["status"] for s in chain["steps"]] == ["grows", "in-place"], chain["summary"]
+    assert chain["checks"][0]["passed"] and chain["first_break"] is None
+    first = chain["steps"][0]
+    assert first["summary"].startswith("creates the state") and first["handoffs"] == []
+
+
+@pytest.mark.compile
+def test_check_chain_create_then_step_in_place_while_a_breaking_step_still_breaks() -> None:
+    def init(scale):
+        z = jnp.full((64, 64), scale, dtype=jnp.float32)
+        return z, z
+
+    def step(u, v):
+        return u.at[1:-1].add(1.0), v.at[0].set(0.0)
+
+    def widen(u, v):
+        return u.astype(jnp.float64 if jax.config.jax_enable_x64 else jnp.bfloat16), v
+
+    report = fieldmem.check_chain([init, step], 1.0, expect="in-place", min_bytes=1024)
+    (chain,) = report.chains
+    assert [s.status for s in chain.steps] == ["grows", "in-place"], chain.summary
+    assert chain.in_place and chain.checks[0].passed
+    # the creating step's own verdict still names its new buffers and the copy
+    first = _results(report)[chain.steps[0].result]
+    assert {f.code for f in first.verdict.findings if f.severity == "error"} >= {"new-buffer", "output-copy"}
+    # a step that has state to hand on and does not is still a break
+    broken = fieldmem.check_chain([init, step, widen], 1.0, expect="in-place", min_bytes=1024)
+    assert [s.status for s in broken.chains[0].steps] == ["grows", "in-place", "breaks"]
+    assert not broken.chains[0].checks[0].passed
+
+
+# ---------------------------------------------------------------------------
+# Steps that take extras besides the state (step_args)
+
+
+def sgd_with_gradient(params, opt, g):
+    opt = 0.9 * opt + g
+    return params - 0.1 * opt, opt
+
+
+@pytest.mark.compile
+def test_a_step_taking_a_per_step_gradient_is_in_place_and_the_gradient_is_not_state() -> None:
+    params, opt, g = jnp.ones((64, 64)), jnp.zeros((64, 64)), jnp.full((64, 64), 0.5)
+    steps = [sgd_with_gradient, sgd_with_gradient]
+    report = fieldmem.check_chain(
+        steps, params, opt, step_args={"sgd_with_gradient": (g,)}, expect="in-place", min_bytes=1024
+    )
+    (chain,) = report.chains
+    assert [s.status for s in chain.steps] == ["in-place", "in-place"], chain.summary
+    assert chain.in_place and chain.checks[0].passed
+    results = _results(report)
+    for step in chain.steps:
+        result = results[step.result]
+        assert step.extras == ("g",) and step.kept_alive == () and step.handoffs == ()
+        # the state is donated and reused, the gradient is an argument, never donated
+        assert [(i.path, i.donated) for i in result.inputs] == [("params", True), ("opt", True), ("g", False)]
+        assert sorted((a.input, a.output) for a in result.variants["donated"].aliases) == [
+            ("opt", "out[1]"),
+            ("params", "out[0]"),
+        ]
+    # the figures are those of the step jitted as the user runs it: state donated, gradient not
+    second = results[chain.steps[1].result].variants["donated"].memory
+    compiled = compile_quietly(jax.jit(sgd_with_gradient, donate_argnums=(0, 1)), params, opt, g)
+    memory = xla_memory(compiled)
+    assert (second.argument_bytes, second.alias_bytes) == (memory["argument_bytes"], memory["alias_bytes"])
+    # the fused chain takes each step's gradient as an argument of its own, not a constant, not donated
+    fused = results[chain.fused]
+    assert fused.status == "ok"
+    extras = [(i.path, i.donated) for i in fused.inputs if i.path.startswith("step_args")]
+    assert extras == [
+        ("step_args['1:sgd_with_gradient']['g']", False),
+        ("step_args['2:sgd_with_gradient']['g']", False),
+    ]
+    assert not any(f.code == "constant" for f in fused.verdict.findings)
+
+
+@pytest.mark.compile
+def test_without_its_gradient_the_chain_cannot_call_the_step() -> None:
+    report = fieldmem.check_chain([sgd_with_gradient, sgd_with_gradient], jnp.ones((64, 64)), jnp.zeros((64, 64)))
+    assert report.chains[0].steps[0].status == "error"
+
+
+@pytest.mark.compile
+def test_a_registered_chain_brings_its_step_args_to_the_command_line(assets: Path, tmp_path: Path) -> None:
+    out = tmp_path / "report.json"
+    spec = f"{assets / 'gradient_chain.py'}:step,step"
+    result = CliRunner().invoke(app, ["check", spec, "--expect", "in-place", "-f", "json", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    (chain,) = json.loads(out.read_text())["chains"]
+    assert [s["status"] for s in chain["steps"]] == ["in-place", "in-place"]
+    assert [s["extras"] for s in chain["steps"]] == [["g"], ["g"]]
+
+
+def test_step_args_must_name_a_step_and_be_factories() -> None:
+    def a(x):
+        return x
+
+    def b(x, g):
+        return x + g
+
+    with pytest.raises(OptionError, match="names no step"):
+        fieldmem.chain(a, b, step_args={"c": lambda: (1.0,)})
+    with pytest.raises(OptionError, match="must be a callable"):
+        fieldmem.chain(a, b, step_args={2: (1.0,)})
+
+
+@pytest.mark.compile
+def test_the_fixture_chain_passes_step_args(fieldmem_check: Any) -> None:
+    g = jnp.full((64, 64), 0.5)
+    report = fieldmem_check.chain(
+        [sgd_with_gradient, sgd_with_gradient],
+        jnp.ones((64, 64)),
+        jnp.zeros((64, 64)),
+        step_args={2: lambda: (g,), 1: (g,)},
+    )
+    assert report.chains[0].in_place
+
+
+def test_spread_counts_the_extras_after_the_state() -> None:
+    def state_and_batch(state, batch):
+        return state
+
+    def two_and_batch(a, b, batch):
+        return a, b
+
+    assert spread((1, 2), state_and_batch, extras=1) == ((1, 2),)
+    assert spread((1, 2), two_and_batch, extras=1) == (1, 2)
+    assert spread((1, 2), state_and_batch) == (1, 2)  # no extras: two positional, the tuple is spread

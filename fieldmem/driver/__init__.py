@@ -44,7 +44,7 @@ from fieldmem.driver.backends import (
     environment,
     simulate_cpu_devices,
 )
-from fieldmem.driver.chain import compose, spread
+from fieldmem.driver.chain import STEP_ARGS, compose, extra_names, spread, state_donation, step_key
 from fieldmem.driver.execute import has_memory_stats, run_variant
 from fieldmem.driver.lowering import Compiled, PendingVariants, compile_donation, start_variants
 from fieldmem.driver.prepare import PreparedCall, prepare_call
@@ -55,6 +55,7 @@ from fieldmem.driver.variant import FAST_COMPILE_UNAVAILABLE, MEMORY_FIELDS, rea
 __all__ = [
     "FAST_COMPILE_UNAVAILABLE",
     "MEMORY_FIELDS",
+    "STEP_ARGS",
     "Compiled",
     "PendingVariants",
     "PreparedCall",
@@ -66,6 +67,7 @@ __all__ = [
     "compose",
     "default_cache_folder",
     "environment",
+    "extra_names",
     "has_memory_stats",
     "prepare_call",
     "probe_update",
@@ -75,4 +77,6 @@ __all__ = [
     "simulate_cpu_devices",
     "spread",
     "start_variants",
+    "state_donation",
+    "step_key",
 ]

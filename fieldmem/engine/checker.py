@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fieldmem.engine.results import error_result, internal_error
-from fieldmem.errors import CompileError, FieldmemError
+from fieldmem.errors import CompileError, FieldmemError, OptionError
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
 from fieldmem.report import Chain, DeviceInfo, Report, TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
-from fieldmem.request.target import ChainTarget, Target, TargetOptions, resolve_target
+from fieldmem.request.target import ChainTarget, Step, Target, TargetOptions, resolve_target
 from fieldmem.version import __version__
 from fieldmem.xla.hlo import HloParseError
 
@@ -226,15 +226,30 @@ def _step_donation(donate: DonateSpec) -> DonateSpec:
     return donate if donate.mode in ("all", "none") else DonateSpec()
 
 
+def _extras(step: Step, target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
+    """The extras ``step`` takes besides its state (made on the target backend), or its error result."""
+    from fieldmem.driver import backend_scope
+
+    try:
+        with backend_scope(options.backend):
+            return step.extra_arguments()
+    except FieldmemError as exc:
+        return error_result(target.spec, target.name, exc, target.definition)
+    except Exception as exc:
+        return _internal(target, exc, "making its step_args")
+
+
 def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[TargetResult], Chain]:
-    """Every step (each with the previous step's outputs as its arguments) and the fused chain."""
-    from fieldmem.driver import compose, spread
+    """Every step (each with the previous step's outputs as its arguments, then its extras) and the fused chain."""
+    from fieldmem.driver import STEP_ARGS, compose, state_donation, step_key
 
     first = chain.first
     outcomes: list[StepOutcome] = []
     results: list[TargetResult] = []
     arguments = _arguments(first, options)  # the first step's, or the error result they gave
     previous = None  # the outputs of the step before, abstract (None: it failed)
+    given: dict[str, dict[str, Any]] = {}  # each step's extras by name, for the fused chain
+    plan: list[tuple[str, tuple[str, ...], tuple[str, ...]] | None] = []
     for index, step in enumerate(chain.steps):
         step_target = dataclasses.replace(
             first,
@@ -245,34 +260,62 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
             donate=first.donate if index == 0 else _step_donation(first.donate),
             static=first.static if index == 0 else StaticSpec(),
         )
+        plan.append(None)
         if index > 0 and previous is None:  # the step before failed: nothing to pass on
             outcomes.append(StepOutcome(step.name, step.definition, None))
             continue
-        if index > 0:
-            try:
-                passed_on = spread(previous, step.function)
-            except Exception as exc:
-                result, outputs = _internal(step_target, exc, "passing the previous step's outputs to it"), None
-            else:
-                result, outputs = _check_call(step_target, passed_on, {}, options)
-        elif isinstance(arguments, TargetResult):
+        if index == 0 and isinstance(arguments, TargetResult):
             result = dataclasses.replace(arguments, name=step_target.name, definition=step.definition)
-            outputs = None
+            results.append(result)
+            outcomes.append(StepOutcome(step.name, step.definition, result))
+            continue
+        extras = _extras(step, step_target, options) if step.extras is not None else ((), {})
+        names: tuple[str, ...] = ()
+        if isinstance(extras, TargetResult):
+            result, outputs = extras, None
         else:
-            result, outputs = _check_call(step_target, *arguments, options)
+            given_state = arguments if index == 0 and not isinstance(arguments, TargetResult) else None
+            result, outputs, names = _check_step(step, step_target, previous, given_state, extras, options)
+            if step.extras is not None and result.status == "ok":
+                key = step_key(index, step.name)
+                values = dict(zip(names, (*extras[0], *extras[1].values())))
+                given[key] = values
+                plan[-1] = (key, names[: len(extras[0])], tuple(extras[1]))
         results.append(result)
-        outcomes.append(StepOutcome(step.name, step.definition, result))
+        outcomes.append(StepOutcome(step.name, step.definition, result, extras=names))
         previous = outputs
 
     fused: TargetResult | None = None
     if not isinstance(arguments, TargetResult):
         fused_target = dataclasses.replace(first, name=fused_result_name(chain.name), expect="any")
+        args, kwargs = arguments
         try:
-            composed = compose([s.function for s in chain.steps], name="_".join(s.name for s in chain.steps))
+            missing = [
+                f"{n + 1} ({s.name})"
+                for n, s in enumerate(chain.steps)
+                if s.extras is not None and step_key(n, s.name) not in given
+            ]
+            if missing:
+                raise CompileError(
+                    f"not checked: step {', '.join(missing)} takes step_args and could not be checked, "
+                    "so the names of its extras in the fused chain are unknown"
+                )
+            composed = compose(
+                [s.function for s in chain.steps], name="_".join(s.name for s in chain.steps), extras=plan
+            )
+        except FieldmemError as exc:
+            fused = error_result(fused_target.spec, fused_target.name, exc, fused_target.definition)
         except Exception as exc:
             fused = _internal(fused_target, exc, "composing the chain's steps into one function")
         else:
-            fused, _ = _check_call(dataclasses.replace(fused_target, function=composed), *arguments, options)
+            fused_target = dataclasses.replace(fused_target, function=composed)
+            if given:  # the extras are arguments of the fused program; its state alone is donated
+                state = [*range(len(args)), *kwargs]
+                fused_target = dataclasses.replace(
+                    fused_target, donate=state_donation(first.donate, composed, args, kwargs, state)
+                )
+                kwargs = {**kwargs, STEP_ARGS: given}
+            fused, _ = _check_call(fused_target, args, kwargs, options)
         results.append(fused)
     return results, analyze_chain(
         target=chain.spec,
@@ -282,6 +325,46 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
         expect=first.expect,
         min_bytes=options.min_bytes,
     )
+
+
+def _check_step(
+    step: Step,
+    target: Target,
+    previous: Any,
+    arguments: tuple[tuple, dict] | None,
+    extras: tuple[tuple, dict],
+    options: CheckOptions,
+) -> tuple[TargetResult, Any, tuple[str, ...]]:
+    """One step on its state (the chain's ``arguments`` for the first step, else the ``previous``
+    step's outputs) and its extras: its result, its outputs to pass on, and the names of its extras."""
+    from fieldmem.driver import extra_names, spread, state_donation
+
+    extra_args, extra_kwargs = extras
+    try:
+        if arguments is not None:
+            state_args, state_kwargs = arguments
+        else:
+            passed_on = (
+                spread(previous, step.function, len(extra_args)) if extra_args else spread(previous, step.function)
+            )
+            state_args, state_kwargs = passed_on, {}
+        clash = sorted(set(state_kwargs) & set(extra_kwargs))
+        if clash:
+            raise OptionError(f"step_args of {step.name} give {', '.join(clash)}, which the chain's args give too")
+        args, kwargs = (*state_args, *extra_args), {**state_kwargs, **extra_kwargs}
+        names: tuple[str, ...] = ()
+        if step.extras is not None:
+            names = extra_names(step.function, len(state_args), len(extra_args), list(extra_kwargs))
+            state = [*range(len(state_args)), *state_kwargs]
+            target = dataclasses.replace(
+                target, donate=state_donation(target.donate, step.function, args, kwargs, state)
+            )
+    except FieldmemError as exc:
+        return error_result(target.spec, target.name, exc, target.definition), None, ()
+    except Exception as exc:
+        return _internal(target, exc, "passing the previous step's outputs to it"), None, ()
+    result, outputs = _check_call(target, args, kwargs, options)
+    return result, outputs, names
 
 
 @contextlib.contextmanager

@@ -16,13 +16,19 @@ JAX donates whole arguments (``donate_argnums`` / ``donate_argnames``), so the
 suggestion is per argument; the leaves are the detail that explains it. The
 savings reported are measured (plain minus the verification compile); each
 argument's ``saved_bytes`` is the buffer bytes its leaves lend to outputs,
-minus the copies the donation makes XLA add.
+minus the copies the donation makes XLA add. What a suggested argument is
+worth *given the others* is its ``marginal_bytes``: the footprint of the
+suggestion without it minus the suggestion's, measured with one compile more
+per argument (up to :data:`MARGINAL_COMPILES` arguments). Donations interact
+(XLA assigns the whole program's buffers at once), so the marginals need not
+add up to the headline; when they do not, a note says by how much.
 
 This module never prints and never imports jax.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -97,8 +103,9 @@ def suggest(
 
     Returns:
         A :class:`~fieldmem.report.Suggestion`; ``compiles`` says how many
-        verification compiles it took (usually 1, 0 when a compile of the
-        check already is the suggestion). A verification compile that fails
+        compiles it added: the verification (usually 1, 0 when a compile of the
+        check already is the suggestion), then one per suggested argument whose
+        marginal saving needs a compile of its own. A verification compile that fails
         gives a suggestion of nothing, with the reason in ``notes``.
     """
     if call.wrapper == "equinox.filter_jit":
@@ -140,11 +147,21 @@ def suggest(
         chosen, verification, verified_by = [], plain_variant, "plain"
         measured = savings(plain_variant, verification)
 
-    advice = tuple(_advice(a, outcomes, program, outputs, a in chosen, min_bytes) for a in arguments)
+    verifying = len(tried)  # the compiles that verified the spec; the marginal ones come next
+    marginals = _marginals(
+        call, chosen, already, plain_variant, donated_variant, verification, fast, tried, notes, compile_donation
+    )
+    advice = tuple(
+        dataclasses.replace(
+            _advice(a, outcomes, program, outputs, a in chosen, min_bytes), marginal_bytes=marginals.get(a.name)
+        )
+        for a in arguments
+    )
+    _note_interactions(chosen, marginals, measured, notes, min_bytes)
     code, alternative = _code(call, chosen)
     nameable = all(_is_named(call, a) for a in chosen)
     return Suggestion(
-        summary=_summary(chosen, advice, plain_variant, verification, measured, len(tried), verified_by, notes),
+        summary=_summary(chosen, advice, plain_variant, verification, measured, verifying, verified_by, notes),
         spec=_spec_text(chosen),
         donate_argnums=tuple(a.position for a in chosen if a.position is not None),
         donate_argnames=tuple(a.name for a in chosen if nameable or a.position is None),
@@ -219,6 +236,96 @@ def _verify(
         notes.append(f"the compile of {spec} showed that donating {dropped} does not pay: left out")
         chosen = kept
     return _Verification([], plain, "plain", tried, notes)
+
+
+# the most suggested arguments whose marginal saving is measured, one compile each: past it, the
+# suggestion's compiles would grow with the argument count, and the marginals are left unmeasured
+MARGINAL_COMPILES = 4
+
+
+def _footprint(variant: Variant | None) -> int | None:
+    return variant.memory.footprint_bytes if variant is not None else None
+
+
+def _marginals(
+    call: PreparedCall,
+    chosen: list[_Argument],
+    already: set[str],
+    plain: Variant,
+    donated: Variant,
+    verification: Variant | None,
+    fast: bool,
+    tried: list[str],
+    notes: list[str],
+    compile_donation: Callable[..., CompiledVariant],
+) -> dict[str, int]:
+    """Per suggested argument, the footprint the suggestion needs more without it, the others still donated.
+
+    Measured: the footprint of the suggestion donating every other suggested
+    argument minus the suggestion's own. The spec without it is the plain
+    compile when it is the only one, the donated variant when that donates
+    exactly the rest; otherwise one compile each (``tried`` and the count of
+    compiles include them), for at most :data:`MARGINAL_COMPILES` arguments.
+    """
+    total = _footprint(verification)
+    if not chosen or total is None:
+        return {}
+    if len(chosen) > MARGINAL_COMPILES:
+        notes.append(
+            f"what each of the {len(chosen)} suggested arguments saves given the others is not measured "
+            f"(one compile each, done for up to {MARGINAL_COMPILES})"
+        )
+        return {}
+    marginals: dict[str, int] = {}
+    for argument in chosen:
+        rest = [a for a in chosen if a is not argument]
+        without: int | None
+        if not rest:
+            without = _footprint(plain)
+        elif {a.name for a in rest} == already:
+            without = _footprint(donated)
+        else:
+            spec = _spec_text(rest)
+            tried.append(spec)
+            try:
+                compiled = compile_donation(
+                    call,
+                    [a.position for a in rest if a.position is not None],
+                    [a.name for a in rest if a.position is None],
+                    fast=fast,
+                )
+                without = _footprint(analyze_variant(compiled)[0])
+            except (FieldmemError, hlo.HloParseError) as exc:
+                notes.append(
+                    f"the compile of {spec} (without {argument.name}) failed ({exc}): its saving is not measured"
+                )
+                continue
+        if without is not None:
+            marginals[argument.name] = without - total
+    return marginals
+
+
+def _note_interactions(
+    chosen: Sequence[_Argument],
+    marginals: dict[str, int],
+    measured: dict[str, int | None],
+    notes: list[str],
+    min_bytes: int,
+) -> None:
+    """When the marginal savings do not add up to the measured one (by ``min_bytes`` or more), say by how much."""
+    saved = measured.get("footprint_bytes")
+    if len(chosen) < 2 or len(marginals) != len(chosen) or saved is None:
+        return
+    added = sum(marginals.values())
+    if abs(added - saved) < max(min_bytes, 1):
+        return
+    how = "more" if added > saved else "less"
+    notes.append(
+        f"the savings per argument (each: the footprint without it, the others donated) add up to "
+        f"{format_bytes(added)}, {format_bytes(abs(added - saved))} {how} than the {format_bytes(saved)} "
+        "donating them together saves: the donations interact (XLA assigns the buffers of the whole program "
+        "at once, so one donation can change what another saves)"
+    )
 
 
 def _analysed(plain: CompiledVariant, donated: CompiledVariant, result: TargetResult | None) -> tuple[Variant, Variant]:

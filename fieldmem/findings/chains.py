@@ -7,7 +7,8 @@ module reads those results — it never compiles, never imports jax and never
 prints — and decides, per step:
 
 - ``in-place``: the donated step's verdict is in place;
-- ``grows``: every input leaf of at least the size threshold is reused by an
+- ``grows``: the step creates its state (no input of at least the size threshold:
+  a scalar, a seed), or every input leaf of at least that size is reused by an
   output, and the only new buffers hold what the state grows by (a
   ``create_field(x)`` that adds leaves to ``x``);
 - ``breaks``: an output that could take an input's buffer does not (a dtype
@@ -52,6 +53,9 @@ class StepOutcome:
     function: str
     definition: str | None
     result: TargetResult | None
+    # the arguments the step takes besides the state (step_args): not state, so left out of the
+    # hand-off checks, of "kept alive" and of whether the step creates its state
+    extras: tuple[str, ...] = ()
 
 
 def step_result_name(chain_name: str, index: int, function: str) -> str:
@@ -82,18 +86,28 @@ def _aliased_inputs(result: TargetResult) -> set[str]:
     return {a.input for a in donated.aliases} if donated is not None else set()
 
 
-def _changes_within(index: int, function: str, result: TargetResult) -> list[HandOff]:
+def _of_argument(path: str, names: Sequence[str]) -> bool:
+    """Whether the leaf ``path`` (``g``, ``batch['x']``, ``state.u``) belongs to one of the arguments ``names``."""
+    return any(path == n or path.startswith((f"{n}[", f"{n}.")) for n in names)
+
+
+def _state(result: TargetResult, extras: Sequence[str]) -> list[InputInfo]:
+    """The step's input leaves that hold the state: all but those of its extras."""
+    return [leaf for leaf in result.inputs if not _of_argument(leaf.path, extras)]
+
+
+def _changes_within(index: int, function: str, result: TargetResult, inputs: Sequence[InputInfo]) -> list[HandOff]:
     """Leaves the step returns with another dtype, shape, sharding or layout than it was given.
 
     Leaves are paired by position when the step returns as many leaves as it
     takes (the state keeps its structure); otherwise nothing is paired and
     the step's verdict speaks for it.
     """
-    if len(result.inputs) != len(result.outputs):
+    if len(inputs) != len(result.outputs):
         return []
     aliased = _aliased_inputs(result)
     changes: list[HandOff] = []
-    for leaf, out in zip(result.inputs, result.outputs):
+    for leaf, out in zip(inputs, result.outputs):
         if not leaf.used:
             continue
         source = _source_of_output(result, out.path)
@@ -145,12 +159,12 @@ def _shape(shape: Sequence[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
 
-def _changes_between(index: int, function: str, previous: TargetResult, result: TargetResult) -> list[HandOff]:
+def _changes_between(index: int, function: str, previous: TargetResult, inputs: Sequence[InputInfo]) -> list[HandOff]:
     """Leaves step ``index - 1`` returns otherwise than step ``index`` was compiled to take them."""
-    if len(previous.outputs) != len(result.inputs):
+    if len(previous.outputs) != len(inputs):
         return []
     changes: list[HandOff] = []
-    for out, leaf in zip(previous.outputs, result.inputs):
+    for out, leaf in zip(previous.outputs, inputs):
         placements: tuple[tuple[HandOffCode, str | None, str | None], ...] = (
             ("reshard", out.sharding, leaf.sharding),
             ("relayout", out.layout, leaf.layout),
@@ -177,15 +191,13 @@ def _changes_between(index: int, function: str, previous: TargetResult, result: 
     return changes
 
 
-def _kept_alive(result: TargetResult, min_bytes: int) -> tuple[str, ...]:
+def _kept_alive(result: TargetResult, inputs: Sequence[InputInfo], min_bytes: int) -> tuple[str, ...]:
     donated = result.variants.get("donated")
     if donated is None:
         return ()
     aliased = _aliased_inputs(result)
     return tuple(
-        leaf.path
-        for leaf in result.inputs
-        if leaf.used and leaf.bytes >= max(min_bytes, 1) and leaf.path not in aliased
+        leaf.path for leaf in inputs if leaf.used and leaf.bytes >= max(min_bytes, 1) and leaf.path not in aliased
     )
 
 
@@ -193,13 +205,24 @@ def _errors(result: TargetResult) -> list[Finding]:
     return [f for f in result.verdict.findings if f.severity == "error"] if result.verdict else []
 
 
-def _status(result: TargetResult, kept_alive: tuple[str, ...]) -> ChainStepStatus:
+def _creates(inputs: Sequence[InputInfo], min_bytes: int) -> bool:
+    """Whether the step creates its state: no input it uses is of at least the size threshold
+    (a scalar, a seed, a shape), so every output it returns is new by nature."""
+    return not any(leaf.used and leaf.bytes >= max(min_bytes, 1) for leaf in inputs)
+
+
+# what a step that creates its state may find about its outputs: each is written to a new buffer,
+# or computed into a temporary and copied into its output (two outputs of one value)
+_CREATING = ("new-buffer", "output-copy")
+
+
+def _status(result: TargetResult, kept_alive: tuple[str, ...], creates: bool) -> ChainStepStatus:
     if result.status != "ok" or result.verdict is None:
         return "error"
     if result.verdict.in_place:
         return "in-place"
     errors = _errors(result)
-    if not kept_alive and all(f.code == "new-buffer" for f in errors):
+    if not kept_alive and all(f.code in (_CREATING if creates else ("new-buffer",)) for f in errors):
         return "grows"
     return "breaks"
 
@@ -228,15 +251,24 @@ def _step(
             summary=message,
             definition=outcome.definition,
         )
-    kept = _kept_alive(result, min_bytes)
-    handoffs = _changes_within(index, outcome.function, result)
+    state = _state(result, outcome.extras)
+    kept = _kept_alive(result, state, min_bytes)
+    creates = _creates(state, min_bytes)
+    # a step that creates its state hands nothing on from its inputs: a seed is not the state
+    handoffs = [] if creates else _changes_within(index, outcome.function, result, state)
     if previous is not None and previous.status == "ok":
-        handoffs = _changes_between(index, outcome.function, previous, result) + handoffs
-    status = _status(result, kept)
+        handoffs = _changes_between(index, outcome.function, previous, state) + handoffs
+    status = _status(result, kept, creates)
     argument_bytes = _figure(result, "donated", "argument_bytes")
     output_bytes = _figure(result, "donated", "output_bytes")
     if status == "in-place":
         summary = result.verdict.summary if result.verdict else "in place"
+    elif status == "grows" and creates:
+        threshold = format_bytes(max(min_bytes, 1))
+        summary = (
+            f"creates the state: no input of at least {threshold} to reuse, so it allocates its outputs "
+            f"({format_bytes(output_bytes or 0)} per device)"
+        )
     elif status == "grows":
         grown = (output_bytes or 0) - (argument_bytes or 0)
         summary = (
@@ -257,6 +289,7 @@ def _step(
         live_peak={v: _figure(result, v, "live_peak_bytes") for v in ("plain", "donated")},
         kept_alive=kept,
         handoffs=tuple(handoffs),
+        extras=outcome.extras,
     )
 
 

@@ -62,7 +62,11 @@ def suggestion_renderables(
             hidden += 1
             continue
         mark, style = ("✓", "green") if argument.donate else ("✗", "dim")
-        saved = f" saves {format_bytes(argument.saved_bytes)}" if argument.donate else ""
+        saved = ""
+        if argument.donate and argument.marginal_bytes is not None:
+            saved = f" saves {format_bytes(argument.marginal_bytes)} given the others"
+        elif argument.donate:
+            saved = f" lends {format_bytes(argument.saved_bytes)}"
         items.append(hanging(f"{mark} ", f"{argument.argument}{saved}: {argument.reason}", style=style, indent=4))
     if hidden:
         items.append(

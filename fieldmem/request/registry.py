@@ -8,7 +8,7 @@ jax and allocates nothing: the args factory runs only when fieldmem checks.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +18,7 @@ from fieldmem.request.options import parse_expect
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
 
-__all__ = ["Case", "case", "chain", "registered_cases"]
+__all__ = ["Case", "case", "chain", "registered_cases", "step_factories", "step_names"]
 
 # module name -> (the module's globals at registration, its cases). A module
 # imported again (reloaded, or re-imported after its sys.modules entry was
@@ -41,6 +41,8 @@ class Case:
     module: str
     max_live_peak: int | None = None
     steps: tuple[Callable[..., Any], ...] = ()  # a chain: every step, ``function`` being the first
+    # a chain: per step, the factory of the extras it takes besides the state (None: none)
+    step_args: tuple[Callable[[], Any] | None, ...] = ()
 
     @property
     def is_chain(self) -> bool:
@@ -106,6 +108,7 @@ def chain(
     expect: str | None = None,
     max_peak: str | int | None = None,
     max_live_peak: str | int | None = None,
+    step_args: Mapping[Any, Callable[[], Any]] | None = None,
 ) -> tuple[Callable[..., Any], ...]:
     """Register an update chain: ``steps[0]`` is called with ``args()``, each next step with the
     previous step's outputs (a plain tuple is spread into positional arguments, unless the
@@ -121,6 +124,16 @@ def chain(
 
         fieldmem.chain(create_field, update1, update2, args=lambda: (jnp.ones(n),), expect="in-place")
 
+    ``step_args`` gives a step arguments that do not come from the step before
+    (a per-step gradient, a batch): it maps a step (the function, its name, or
+    its number from 1 as the report counts) to a factory returning those
+    extras, ``(g,)`` or ``((g,), {"lr": lr})``; the step is called as
+    ``step(*state, *extras)``. Extras are not state: never donated, never
+    "kept alive", left out of the hand-off checks; the fused chain takes them
+    as arguments too::
+
+        fieldmem.chain(init, step, step, args=lambda: (key,), step_args={"step": lambda: (grads,)})
+
     Returns:
         ``steps``, unchanged.
     """
@@ -131,8 +144,60 @@ def chain(
     for n, step in enumerate(steps):
         if not callable(step):
             raise OptionError(f"fieldmem.chain() step {n + 1} is a {type(step).__name__}, not a function")
-    _register(module_globals, Case(function=steps[0], steps=tuple(steps), **settings))
+    factories = step_factories(steps, step_args)
+    for n, factory in enumerate(factories):
+        if factory is not None and not callable(factory):
+            raise OptionError(
+                f"fieldmem.chain(step_args=...) for step {n + 1} must be a callable returning its extras, got "
+                f"{type(factory).__name__}: wrap it, e.g. lambda: (g,)"
+            )
+    _register(module_globals, Case(function=steps[0], steps=tuple(steps), step_args=factories, **settings))
     return steps
+
+
+def step_names(fn: Callable[..., Any]) -> set[str]:
+    """The names a ``step_args`` key may give a step: its ``__name__`` and ``__qualname__`` (a jit
+    object's function's too)."""
+    names = set()
+    for obj in (fn, getattr(fn, "_fun", None), getattr(fn, "__wrapped__", None)):
+        for attr in ("__name__", "__qualname__"):
+            value = getattr(obj, attr, None)
+            if isinstance(value, str):
+                names.add(value)
+    return names
+
+
+def step_factories(
+    steps: tuple[Callable[..., Any], ...], step_args: Mapping[Any, Any] | None, what: str = "fieldmem.chain"
+) -> tuple[Any, ...]:
+    """``step_args`` as one entry per step (None: the step takes no extras).
+
+    Raises:
+        OptionError: a key that names no step, or one step given extras twice.
+    """
+    if not step_args:
+        return ()
+    if not isinstance(step_args, Mapping):
+        raise OptionError(
+            f"{what}(step_args=...) maps a step to its extras, e.g. step_args={{'update': lambda: (g,)}}, "
+            f"got {type(step_args).__name__}"
+        )
+    chosen: list[Any] = [None] * len(steps)
+    for key, value in step_args.items():
+        if isinstance(key, int) and not isinstance(key, bool):
+            matching = [key - 1] if 1 <= key <= len(steps) else []
+        elif isinstance(key, str):
+            matching = [n for n, fn in enumerate(steps) if key in step_names(fn)]
+        else:
+            matching = [n for n, fn in enumerate(steps) if fn is key]
+        if not matching:
+            names = ", ".join(f"{n + 1} ({getattr(fn, '__name__', 'step')})" for n, fn in enumerate(steps))
+            raise OptionError(f"{what}(step_args=...): {key!r} names no step of the chain (steps: {names})")
+        for n in matching:
+            if chosen[n] is not None:
+                raise OptionError(f"{what}(step_args=...): step {n + 1} is given extras twice")
+            chosen[n] = value
+    return tuple(chosen)
 
 
 def _settings(

@@ -123,6 +123,20 @@ class Step:
     name: str
     function: Callable[..., Any]
     definition: str | None
+    # the factory of the extras the step takes after its state (a per-step gradient, a batch), or None
+    extras: Callable[[], Any] | None = None
+
+    def extra_arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Call the extras factory: ``(args, kwargs)`` (nothing when the step takes no extras)."""
+        if self.extras is None:
+            return (), {}
+        origin = f"step_args of {self.name}"
+        try:
+            value = self.extras()
+        except (Exception, SystemExit) as exc:
+            text = str(exc).strip().splitlines()
+            raise ArgumentsError(f"{origin} raised {type(exc).__name__}" + (f": {text[0]}" if text else "")) from exc
+        return _split_arguments(value, origin)
 
 
 @dataclass(frozen=True)
@@ -390,8 +404,14 @@ def _chain_from_case(
     names: list[str] | None = None,
     module: ModuleType | None = None,
 ) -> ChainTarget:
+    extras = case.step_args or (None,) * len(case.steps)
     steps = tuple(
-        Step(name=names[n] if names else _function_name(fn), function=fn, definition=definition_of(fn))
+        Step(
+            name=names[n] if names else _function_name(fn),
+            function=fn,
+            definition=definition_of(fn),
+            extras=extras[n],
+        )
         for n, fn in enumerate(case.steps)
     )
     joined = ",".join(s.name for s in steps)
