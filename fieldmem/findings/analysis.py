@@ -617,7 +617,9 @@ def _state_donor(out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tu
     A donated input the program reads, of the output's per-device byte size
     (XLA aliases by size, across dtype and shape), that no output reuses; or
     an input not donated whose shape and dtype are the output's (most likely
-    its previous value: donating it is the fix). An output with neither (fresh
+    its previous value: donating it is the fix); or a donated input no output
+    reuses with the output's shape in another dtype (the state, cast: the cast
+    prevents the reuse). An output with none of these (fresh
     logits, a loss, a value whose donors other outputs already reuse) is a new
     output: reported, counted in the figures, but not a break.
     """
@@ -637,6 +639,9 @@ def _state_donor(out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tu
             and leaf.dtype == out.dtype
             and program.input_bytes[leaf.index] == size
         ]
+    if not free:
+        # a donated input of its shape cast to another dtype: the state's update, and the cast is what breaks it
+        free = [leaf for leaf in used if leaf.donated and leaf.index not in reused and leaf.shape == out.shape]
     if not free:
         return None
     suffix = out.path[len("out") :]
