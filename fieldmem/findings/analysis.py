@@ -626,9 +626,7 @@ def _state_donor(out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tu
     reused = {a.input_index for a in aliases}
     used = [leaf for leaf in program.variant.inputs if leaf.hlo_parameter is not None]
     free = [
-        leaf
-        for leaf in used
-        if leaf.donated and leaf.index not in reused and program.input_bytes[leaf.index] == size
+        leaf for leaf in used if leaf.donated and leaf.index not in reused and program.input_bytes[leaf.index] == size
     ]
     if not free:
         free = [
@@ -685,9 +683,7 @@ def _donation_note(plain: Variant, donated: Variant, new_outputs: int) -> str:
     temp_growth = _difference(donated.memory.temp_bytes, plain.memory.temp_bytes)
     reasons = []
     if not donated.aliases:
-        reasons.append(
-            "no output reuses a donated buffer" + (" (the outputs are new buffers)" if new_outputs else "")
-        )
+        reasons.append("no output reuses a donated buffer" + (" (the outputs are new buffers)" if new_outputs else ""))
     elif new_outputs:
         reasons.append(f"{new_outputs} output(s) are new buffers")
     if temp_growth is not None and temp_growth > 0:
