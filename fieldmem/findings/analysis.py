@@ -673,14 +673,17 @@ def _new_output_finding(
     return Finding("info", "new-output", f"{head}: {why}", output=out.path, source=source, call_site=call_site)
 
 
-def _donation_note(plain: Variant, donated: Variant, new_outputs: int) -> str:
+def _donation_note(plain: Variant, donated: Variant, new_outputs: int, min_bytes: int) -> str:
     """One sentence for an in-place summary whose figures a reader would otherwise doubt, or "".
 
     In place is about state; what donation saves is plain minus donated. Where
-    donation saves nothing, or temporaries grow with it, the summary says so and why.
+    donation saves nothing, or temporaries grow with it (by at least
+    ``min_bytes``), the summary says so and why.
     """
     footprint = _difference(plain.memory.footprint_bytes, donated.memory.footprint_bytes)
     temp_growth = _difference(donated.memory.temp_bytes, plain.memory.temp_bytes)
+    if temp_growth is not None and temp_growth < max(min_bytes, 1):
+        temp_growth = None
     reasons = []
     if not donated.aliases:
         reasons.append("no output reuses a donated buffer" + (" (the outputs are new buffers)" if new_outputs else ""))
@@ -689,7 +692,9 @@ def _donation_note(plain: Variant, donated: Variant, new_outputs: int) -> str:
     if temp_growth is not None and temp_growth > 0:
         reasons.append(f"temporaries grow by {format_bytes(temp_growth)}")
     if footprint is not None and footprint <= 0:
-        return "donation saves nothing here: " + " and ".join(reasons or ["the donated buffers are not needed"])
+        return "donation saves nothing here: " + " and ".join(
+            reasons or ["the plain variant holds no more than the donated one"]
+        )
     if temp_growth is not None and temp_growth > 0 and footprint is not None:
         return (
             f"donation saves {format_bytes(footprint)} of footprint, although temporaries grow by "
@@ -791,7 +796,7 @@ def _verdict(
         plain_copies = [f for f in findings if f.code == "plain-copy"]
         if plain_copies:
             summary += f"; without donation {len(plain_copies)} input(s) are copied"
-        note = _donation_note(plain, donated, new_outputs)
+        note = _donation_note(plain, donated, new_outputs, min_bytes)
         if note:
             summary += f"; {note}"
     else:
