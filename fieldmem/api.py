@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Expectation, Report
-from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect
+from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
 from fieldmem.version import __version__
@@ -107,6 +107,7 @@ def _target(
     expect: Expectation,
     max_peak: int | str | None,
     max_live_peak: int | str | None,
+    new: Any = None,
 ) -> Target:
     """A target for ``fn`` called with the arguments in hand (options parsed as the CLI parses them)."""
     from fieldmem.request.target import Target, definition_of
@@ -126,6 +127,7 @@ def _target(
         max_peak=_size(max_peak, "max_peak="),
         max_live_peak=_size(max_live_peak, "max_live_peak="),
         definition=definition_of(fn),
+        new=parse_new(new, "new=") or (),
     )
 
 
@@ -140,6 +142,7 @@ def check_function(
     max_live_peak: int | str | None = None,
     min_bytes: int | str = MIN_BYTES,
     run: bool = False,
+    new: str | list[str] | tuple[str, ...] | None = None,
     **kwargs: Any,
 ) -> Report:
     """Compile ``fn(*args, **kwargs)`` with and without donation and return the Report.
@@ -166,6 +169,9 @@ def check_function(
         min_bytes: smaller copies and outputs do not decide the verdict.
         run: also call both variants (in this process) and confirm every planned
             alias by buffer identity, as ``fieldmem check --run --no-isolate``.
+        new: output paths meant to be new buffers, as ``--new`` (``"out[1]"``,
+            ``"out.logits"``, a list or comma-separated; ``*`` matches any run
+            of characters): never a break of in place.
 
     Returns:
         A Report with one result; ``report.exit_code`` is 1 when a check failed.
@@ -186,7 +192,7 @@ def check_function(
     if not callable(fn):
         raise OptionError(f"{type(fn).__name__} is not callable: pass the update function first, then its arguments")
     display = name or _function_name(fn)
-    target = _target(fn, display, args, kwargs, donate, static, expect, max_peak, max_live_peak)
+    target = _target(fn, display, args, kwargs, donate, static, expect, max_peak, max_live_peak, new)
     options = CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False)
     report = check_targets([target], options)
     result = report.results[0]
@@ -274,6 +280,7 @@ def assert_in_place(
     min_bytes: int | str = MIN_BYTES,
     name: str | None = None,
     run: bool = False,
+    new: str | list[str] | tuple[str, ...] | None = None,
     **kwargs: Any,
 ) -> Report:
     """Assert that ``fn(*args, **kwargs)`` is in place with donation and within its budgets.
@@ -306,6 +313,7 @@ def assert_in_place(
         max_live_peak=max_live_peak,
         min_bytes=min_bytes,
         run=run,
+        new=new,
         **kwargs,
     )
     if report.exit_code != 0:

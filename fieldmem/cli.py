@@ -152,6 +152,14 @@ def check(
             "--expect", help="in-place: exit 1 when the donated variant is not in place. any (default): report only."
         ),
     ] = None,
+    new: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--new",
+            help="Output paths meant to be new buffers (out.logits, out[1]; repeat or comma-separate; * matches "
+            "any run of characters): never a break of in place, even where a donated input of their size exists.",
+        ),
+    ] = None,
     max_peak: Annotated[
         str | None,
         typer.Option("--max-peak", help="Budget for the donated footprint, e.g. 64MiB; exceeding it exits 1."),
@@ -319,6 +327,7 @@ def check(
         backend=backend, jobs=jobs, baseline=baseline, no_baseline=no_baseline,
         save_baseline=save_baseline, prune_baseline=prune_baseline, tolerance=tolerance,
         run=run, probe=probe, isolate=isolate, timeout=timeout, devices=devices,
+        new=tuple(new) if new else None,
     )
     # fmt: on
     try:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.request.options import MIN_BYTES
+from fieldmem.request.options import MIN_BYTES, parse_new
 from fieldmem.units import parse_bytes
 
 if TYPE_CHECKING:
@@ -35,7 +35,8 @@ __all__ = ["FieldmemCheck", "Limits"]
 MARKER = "fieldmem"
 FIXTURE = "fieldmem_check"
 _MARKER_HELP = (
-    "fieldmem(in_place=True, max_peak=None, max_live_peak=None, min_bytes=None, donate=None, static=None): "
+    "fieldmem(in_place=True, max_peak=None, max_live_peak=None, min_bytes=None, donate=None, static=None, "
+    "new=None): "
     "limits for the fieldmem_check fixture in this test (sizes like '64MiB')"
 )
 
@@ -93,6 +94,7 @@ class Limits:
     min_bytes: int = MIN_BYTES
     donate: Any = None
     static: Any = None
+    new: tuple[str, ...] | None = None  # output paths declared new (single functions; not chains)
 
 
 _MARKER_KEYS = tuple(f.name for f in dataclasses.fields(Limits))
@@ -206,6 +208,8 @@ def _override(limits: Limits, values: Mapping[str, Any], label: str) -> Limits:
             changes[key] = None if value is None else parse_bytes(value, label.format(key))
         elif key == "min_bytes":
             changes[key] = MIN_BYTES if value is None else parse_bytes(value, label.format(key))
+        elif key == "new":
+            changes[key] = parse_new(value, label.format(key))
         elif key == "in_place":
             if not isinstance(value, bool):
                 raise OptionError(f"{label.format(key)}{value!r} is not understood: use True or False")
@@ -246,14 +250,16 @@ class FieldmemCheck:
         donate: Any = _UNSET,
         static: Any = _UNSET,
         name: str | None = None,
+        new: Any = _UNSET,
         **kwargs: Any,
     ) -> Report:
         """Check ``fn(*args, **kwargs)``; fail the test when it is not in place or over budget.
 
         Keywords left out take the marker's, the command line's, the ini's or
         the default value; ``max_peak=None`` drops a budget set elsewhere.
-        ``in_place=False`` checks the budgets only. The remaining keyword
-        arguments go to ``fn``.
+        ``in_place=False`` checks the budgets only. ``new`` names outputs
+        meant to be new buffers (``"out[1]"``, ``"out.logits"``, as ``--new``):
+        never a break of in place. The remaining keyword arguments go to ``fn``.
 
         Returns:
             The Report (one result), for further assertions.
@@ -271,6 +277,7 @@ class FieldmemCheck:
             min_bytes=min_bytes,
             donate=donate,
             static=static,
+            new=new,
         )
         return self._check(check_function, fn, args, kwargs, given, name)
 
@@ -330,6 +337,8 @@ class FieldmemCheck:
         from fieldmem.api import NotInPlaceError
 
         limits = _override(self.limits, {k: v for k, v in given.items() if v is not _UNSET}, "{}=")
+        if "new" in given:  # a single function (a chain's outputs are its steps')
+            kwargs = {**kwargs, "new": limits.new}
         report = check(
             subject,
             *args,

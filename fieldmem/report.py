@@ -132,6 +132,8 @@ ProbeCode = Literal["slice-only", "whole-buffer", "inconclusive", "not-probed"]
 Severity = Literal["error", "warning", "info"]
 FindingCode = Literal[
     "new-buffer",
+    "new-output",
+    "new-unmatched",
     "parameter-copy",
     "loop-copy",
     "conditional-copy",

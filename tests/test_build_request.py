@@ -18,7 +18,7 @@ from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.build import CheckFlags, CheckRequest, build_request, check_writable, parse_backends
 from fieldmem.request.config import Config, TargetConfig
-from fieldmem.request.options import EXPECTATIONS, MIN_BYTES, parse_expect
+from fieldmem.request.options import EXPECTATIONS, MIN_BYTES, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import TargetOptions
 
@@ -280,3 +280,32 @@ def test_parse_expect_accepts_the_expectations_and_none_unless_required() -> Non
     assert parse_expect(None, "--expect") is None
     with pytest.raises(OptionError, match="expect=None is not known"):
         parse_expect(None, "expect=", required=True)
+
+
+# ---- --new: outputs declared new --------------------------------------------------
+
+
+def test_new_is_parsed_into_the_command_line_options() -> None:
+    request = build(new=("out.logits,out[2]", "out.logits"))
+    assert request.target_options.new == ("out.logits", "out[2]")
+    assert build().target_options.new is None
+
+
+def test_new_must_name_output_paths() -> None:
+    with pytest.raises(OptionError) as caught:
+        build(new=("logits",))
+    assert caught.value.message.startswith("--new 'logits' is not an output path: output paths start with 'out'")
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        ("--new", "--new 'x' is not an output path"),
+        ("new=", "new='x' is not an output path"),
+        ("pyproject.toml: [tool.fieldmem] new =", "pyproject.toml: [tool.fieldmem] new = 'x' is not an output path"),
+    ],
+)
+def test_parse_new_names_the_setting_as_written(option: str, message: str) -> None:
+    with pytest.raises(OptionError) as caught:
+        parse_new("x", option)
+    assert caught.value.message.startswith(message)

@@ -42,6 +42,7 @@ max-live-peak = 1000
 [[tool.fieldmem.target]]
 target = "pkg.model:update"
 donate = "none"
+new = ["out.logits", "out['aux']"]
 """
 
 
@@ -81,7 +82,7 @@ def test_every_key(project: Path) -> None:
     step, update = config.per_target
     assert step.target == "src/step.py:step"
     assert step.options == TargetOptions(shapes=(("float32", (8, 8)),), max_peak=1024 * 1024, max_live_peak=1000)
-    assert update.options == TargetOptions(donate=DonateSpec("none"))
+    assert update.options == TargetOptions(donate=DonateSpec("none"), new=("out.logits", "out['aux']"))
 
 
 def test_the_command_line_beats_a_table_which_beats_the_config(project: Path) -> None:
@@ -98,6 +99,10 @@ def test_the_command_line_beats_a_table_which_beats_the_config(project: Path) ->
     assert overridden["src/step.py:step"].args == "pkg.other:make"
     assert overridden["src/step.py:step"].shapes is None
     assert overridden["src/step.py:step"].max_peak == 5
+    # --new on the command line replaces a table's new
+    _, declared = config.target_options(TargetOptions(new=("out[1]",)), specs)
+    assert declared["pkg.model:update"].new == ("out[1]",)
+    assert per_target["pkg.model:update"].new == ("out.logits", "out['aux']")
 
 
 def test_found_from_a_subfolder_and_paths_stay_relative_to_it(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -147,6 +152,9 @@ def test_no_config_is_an_empty_one(project: Path) -> None:
         ("[tool.fieldmem]\nmax-peak = 'lots'\n", "[tool.fieldmem] max-peak 'lots' is not understood: write e.g. 64MiB"),
         ("[tool.fieldmem]\nmin-bytes = 1.5\n", "min-bytes = 1.5 is a float"),
         ("[tool.fieldmem]\nexpect = 'always'\n", "expect = 'always' is not known: use one of in-place, any"),
+        ("[tool.fieldmem]\nnew = 'logits'\n", "[tool.fieldmem] new = 'logits' is not an output path"),
+        ("[tool.fieldmem]\nnew = 3\n", "new = 3 is an integer"),
+        ("[[tool.fieldmem.target]]\ntarget = 'a:f'\nnew = ['out', 4]\n", "new = 4 is not an output path"),
         (
             "[tool.fieldmem]\ntolerance = 'peek:5%'\n",
             "tolerance 'peek:5%': 'peek' is not a figure: did you mean 'peak'?",

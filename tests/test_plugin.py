@@ -33,6 +33,10 @@ UPDATES = textwrap.dedent(
         return u.at[0].add(f)
 
 
+    def with_extra(u, g):
+        return u.at[0].add(1.0), g * 2.0
+
+
     SMALL = jnp.zeros((64, 64), jnp.float32)
     LARGE = jnp.zeros((64, 128), jnp.float32)
     """
@@ -44,7 +48,7 @@ BASICS = textwrap.dedent(
     import pytest
 
     import fieldmem
-    from updates import LARGE, SMALL, update
+    from updates import LARGE, SMALL, update, with_extra
 
 
     def test_in_place(fieldmem_check):
@@ -78,6 +82,21 @@ BASICS = textwrap.dedent(
 
     def test_api_without_the_plugin():
         fieldmem.assert_in_place(update, SMALL, 1.0, donate="none")
+
+
+    def test_not_declared_new(fieldmem_check):
+        fieldmem_check(with_extra, SMALL, SMALL, donate="u")
+
+
+    def test_declared_new(fieldmem_check):
+        report = fieldmem_check(with_extra, SMALL, SMALL, donate="u", new="out[1]")
+        [finding] = [f for f in report.results[0].verdict.findings if f.code == "new-output"]
+        assert "declared new" in finding.message
+
+
+    @pytest.mark.fieldmem(new=["out[1]"])
+    def test_marker_declared_new(fieldmem_check):
+        fieldmem_check(with_extra, SMALL, SMALL, donate="u")
 
 
     @pytest.mark.fieldmem(max_live_peak="24KiB")
@@ -203,6 +222,9 @@ def test_fixture_and_marker_outcomes(basics_run: tuple[pytest.RunResult, Path]) 
         "test_marker_budget_only": "PASSED",
         "test_call_overrides_marker": "PASSED",
         "test_api_without_the_plugin": "FAILED",
+        "test_not_declared_new": "FAILED",
+        "test_declared_new": "PASSED",
+        "test_marker_declared_new": "PASSED",
         "test_marked_without_fixture": "ERROR",
         "test_marker_typo": "ERROR",
         "test_marker_bad_size": "ERROR",
@@ -265,12 +287,15 @@ def test_report_option_writes_every_fixture_check(basics_run: tuple[pytest.RunRe
         "test_basics.py::test_marker_over::updates:update",
         "test_basics.py::test_marker_budget_only::updates:update",
         "test_basics.py::test_call_overrides_marker::updates:update",
+        "test_basics.py::test_not_declared_new::updates:with_extra",
+        "test_basics.py::test_declared_new::updates:with_extra",
+        "test_basics.py::test_marker_declared_new::updates:with_extra",
         "test_module_marker.py::test_module_marker_over::updates:update",
     }
     over = targets["test_basics.py::test_marker_over::updates:update"]
     assert [(c["name"], c["passed"]) for c in over["checks"]] == [("expect-in-place", True), ("max-live-peak", False)]
     assert targets["test_basics.py::test_marker_budget_only::updates:update"]["expect"] == "any"
-    result.stdout.fnmatch_lines([f"fieldmem: 7 fieldmem check(s) written to {path / 'out' / 'report.json'}"])
+    result.stdout.fnmatch_lines([f"fieldmem: 10 fieldmem check(s) written to {path / 'out' / 'report.json'}"])
 
 
 # ----------------------------------------------------------------------------

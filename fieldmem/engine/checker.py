@@ -194,6 +194,7 @@ def _analyse(
             plain=plain.variant,
             donated=donated.variant,
             min_bytes=options.min_bytes,
+            new=target.new,
         )
         if options.suggest:
             from fieldmem.findings.advisor import suggest

@@ -13,6 +13,7 @@ donors with outputs by byte size and position, not by dataflow, so an alias
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import cast
 
@@ -536,16 +537,11 @@ def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "") -> F
 def _new_buffer_finding(
     out: OutputLeaf,
     size: int,
+    leaf: InputLeaf,
     program: ProgramLeaves,
-    aliases: tuple[Alias, ...],
     unusable: tuple[UnusableDonation, ...],
 ) -> Finding:
-    variant = program.variant
-    owners = {a.input_index: a for a in aliases}
-    candidates = [leaf for leaf in variant.inputs if program.input_bytes[leaf.index] == size]
-    # prefer the input that looks like this output's previous value: same path suffix, same shape
-    suffix = out.path[len("out") :]
-    candidates.sort(key=lambda leaf: (not leaf.path.endswith(suffix) if suffix else True, leaf.shape != out.shape))
+    """The error for a state output written to a new buffer although ``leaf`` (see :func:`_state_donor`) could hold it."""
     unusable_by_index = {u.input_index: u for u in unusable}
     location = program.output_location(out.index)
     source, call_site = _display_source(location), _call_site(location)
@@ -553,18 +549,12 @@ def _new_buffer_finding(
         f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer"
         f"{_at(source, call_site)}"
     )
-    if not candidates:
-        reason = "no input has its size, so it cannot reuse one"
+    if not leaf.donated:
+        reason = f"{leaf.path} has its size but is not donated: donate {leaf.argument}"
+    elif leaf.index in unusable_by_index:
+        reason = f"{leaf.path} is donated but {unusable_by_index[leaf.index].reason}"
     else:
-        leaf = candidates[0]
-        if not leaf.donated:
-            reason = f"{leaf.path} has its size but is not donated: donate {leaf.argument}"
-        elif leaf.index in owners:
-            reason = f"{leaf.path}, the donated input of its size, is already reused by {owners[leaf.index].output}"
-        elif leaf.index in unusable_by_index:
-            reason = f"{leaf.path} is donated but {unusable_by_index[leaf.index].reason}"
-        else:
-            reason = f"XLA did not reuse {leaf.path}"
+        reason = f"XLA did not reuse {leaf.path}"
     return Finding("error", "new-buffer", f"{head}: {reason}", output=out.path, source=source, call_site=call_site)
 
 
@@ -647,7 +637,122 @@ def _has_loop(module: hlo.HloModule) -> bool:
     return any(i.opcode == "while" for c in module.computations for i in c.instructions)
 
 
-def _verdict(plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes: int) -> Verdict:
+def declared_new(path: str, patterns: Sequence[str]) -> bool:
+    """Whether the output ``path`` is one the user declared new (``--new``, ``new=``).
+
+    A pattern names an output path (``out.logits``, ``out[1]``) and everything
+    under it (``out.aux`` covers ``out.aux['loss']``); ``*`` matches any run of
+    characters (``out.*logits``). Patterns are checked by
+    :func:`fieldmem.request.options.parse_new`.
+    """
+    for pattern in patterns:
+        if "*" in pattern:
+            if re.fullmatch(".*".join(re.escape(part) for part in pattern.split("*")), path):
+                return True
+        elif path == pattern or (path.startswith(pattern) and path[len(pattern)] in ".["):
+            return True
+    return False
+
+
+def _state_donor(out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tuple[Alias, ...]) -> InputLeaf | None:
+    """The input whose buffer ``out`` could reuse and whose not reusing it breaks in place, or None: a new output.
+
+    A donated input the program reads, of the output's per-device byte size
+    (XLA aliases by size, across dtype and shape), that no output reuses; or
+    an input not donated whose shape and dtype are the output's (most likely
+    its previous value: donating it is the fix); or a donated input no output
+    reuses with the output's shape in another dtype (the state, cast: the cast
+    prevents the reuse). An output with none of these (fresh
+    logits, a loss, a value whose donors other outputs already reuse) is a new
+    output: reported, counted in the figures, but not a break.
+    """
+    reused = {a.input_index for a in aliases}
+    used = [leaf for leaf in program.variant.inputs if leaf.hlo_parameter is not None]
+    free = [
+        leaf for leaf in used if leaf.donated and leaf.index not in reused and program.input_bytes[leaf.index] == size
+    ]
+    if not free:
+        free = [
+            leaf
+            for leaf in used
+            if not leaf.donated
+            and leaf.shape == out.shape
+            and leaf.dtype == out.dtype
+            and program.input_bytes[leaf.index] == size
+        ]
+    if not free:
+        # a donated input of its shape cast to another dtype: the state's update, and the cast is what breaks it
+        free = [leaf for leaf in used if leaf.donated and leaf.index not in reused and leaf.shape == out.shape]
+    if not free:
+        return None
+    suffix = out.path[len("out") :]
+    free.sort(key=lambda leaf: (not leaf.path.endswith(suffix) if suffix else True, leaf.shape != out.shape))
+    return free[0]
+
+
+def _new_output_finding(
+    out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tuple[Alias, ...], declared: bool
+) -> Finding:
+    """An info finding for an output that needs a buffer of its own by nature (or by the user's word)."""
+    location = program.output_location(out.index)
+    source, call_site = _display_source(location), _call_site(location)
+    head = (
+        f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is a new output"
+        f"{_at(source, call_site)}"
+    )
+    if declared:
+        why = "declared new (--new / new=), so it is not a break even where a donated input could hold it"
+    else:
+        owners = [a for a in aliases if a.bytes == size]
+        if owners:
+            why = (
+                "every donated input of its size is already reused by another output ("
+                + ", ".join(f"{a.input} by {a.output}" for a in owners[:_OWNERS_SHOWN])
+                + ("…" if len(owners) > _OWNERS_SHOWN else "")
+                + "), so it needs a buffer of its own; not a break of in place"
+            )
+        else:
+            why = "no donated input has its size, so it needs a buffer of its own; not a break of in place"
+    return Finding("info", "new-output", f"{head}: {why}", output=out.path, source=source, call_site=call_site)
+
+
+def _donation_note(plain: Variant, donated: Variant, new_outputs: int, min_bytes: int) -> str:
+    """One sentence for an in-place summary whose figures a reader would otherwise doubt, or "".
+
+    In place is about state; what donation saves is plain minus donated. Where
+    donation saves nothing, or temporaries grow with it (by at least
+    ``min_bytes``), the summary says so and why.
+    """
+    footprint = _difference(plain.memory.footprint_bytes, donated.memory.footprint_bytes)
+    temp_growth = _difference(donated.memory.temp_bytes, plain.memory.temp_bytes)
+    if temp_growth is not None and temp_growth < max(min_bytes, 1):
+        temp_growth = None
+    reasons = []
+    if not donated.aliases:
+        reasons.append("no output reuses a donated buffer" + (" (the outputs are new buffers)" if new_outputs else ""))
+    elif new_outputs:
+        reasons.append(f"{new_outputs} output(s) are new buffers")
+    if temp_growth is not None and temp_growth > 0:
+        reasons.append(f"temporaries grow by {format_bytes(temp_growth)}")
+    if footprint is not None and footprint <= 0:
+        return "donation saves nothing here: " + " and ".join(
+            reasons or ["the plain variant holds no more than the donated one"]
+        )
+    if temp_growth is not None and temp_growth > 0 and footprint is not None:
+        return (
+            f"donation saves {format_bytes(footprint)} of footprint, although temporaries grow by "
+            f"{format_bytes(temp_growth)} with it"
+        )
+    return ""
+
+
+def _difference(a: int | None, b: int | None) -> int | None:
+    return a - b if a is not None and b is not None else None
+
+
+def _verdict(
+    plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes: int, new: Sequence[str] = ()
+) -> Verdict:
     inputs = {leaf.index: leaf for leaf in program.variant.inputs}
     # where a loop may copy every iteration, say so of the copies that happen once
     once = " once per call" if _has_loop(program.module) else ""
@@ -657,10 +762,23 @@ def _verdict(plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes
             Finding("error", "donation-dropped", f"jax dropped the donation: {program.variant.donation_dropped}")
         )
     aliased_outputs = {a.output_index for a in donated.aliases}
+    new_outputs = 0
     for out in program.variant.outputs:
         size = program.output_bytes[out.index]
         if size >= max(min_bytes, 1) and out.index not in aliased_outputs:
-            findings.append(_new_buffer_finding(out, size, program, donated.aliases, donated.unusable_donations))
+            declared = declared_new(out.path, new)
+            donor = None if declared else _state_donor(out, size, program, donated.aliases)
+            if donor is None:
+                new_outputs += 1
+                findings.append(_new_output_finding(out, size, program, donated.aliases, declared))
+            else:
+                findings.append(_new_buffer_finding(out, size, donor, program, donated.unusable_donations))
+    for pattern in new:
+        if not any(declared_new(out.path, (pattern,)) for out in program.variant.outputs):
+            paths = ", ".join(out.path for out in program.variant.outputs[:8])
+            findings.append(
+                Finding("warning", "new-unmatched", f"new={pattern!r} names no output (the outputs: {paths})")
+            )
     for copy in donated.copies:
         if copy.bytes >= min_bytes and (copy.kind in ("parameter", "loop") or copy.output is not None):
             findings.append(_copy_finding(copy, inputs, once))
@@ -714,11 +832,18 @@ def _verdict(plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes
                 f"in place with donation: {len(donated.aliases)} output(s) reuse donated input buffers "
                 f"({format_bytes(reused)})"
             )
+        elif new_outputs:
+            summary = "in place: every output of at least the size threshold is a new output"
         else:
             summary = "in place: no output of at least the size threshold needs a buffer of its own"
+        if new_outputs:
+            summary += f"; {new_outputs} new output(s)"
         plain_copies = [f for f in findings if f.code == "plain-copy"]
         if plain_copies:
             summary += f"; without donation {len(plain_copies)} input(s) are copied"
+        note = _donation_note(plain, donated, new_outputs, min_bytes)
+        if note:
+            summary += f"; {note}"
     else:
         summary = "not in place: " + errors[0].message
         if len(errors) > 1:
@@ -788,11 +913,12 @@ def analyze_target(
     donated: CompiledVariant,
     min_bytes: int,
     max_live_peak: int | None = None,
+    new: Sequence[str] = (),
 ) -> TargetResult:
-    """The full result for one target from its two compiles."""
+    """The full result for one target from its two compiles; ``new``: output paths declared new."""
     plain_variant, _ = analyze_variant(plain, definition)
     donated_variant, program = analyze_variant(donated, definition)
-    verdict = _verdict(plain_variant, donated_variant, program, min_bytes)
+    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new)
     made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)
     verdict = _with_made_static(verdict, made_static)
     return TargetResult(

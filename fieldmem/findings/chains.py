@@ -220,7 +220,9 @@ def _status(result: TargetResult, kept_alive: tuple[str, ...], creates: bool) ->
     if result.status != "ok" or result.verdict is None:
         return "error"
     if result.verdict.in_place:
-        return "in-place"
+        # new outputs (a created field, fresh logits) are not a break: the step grows
+        new_outputs = any(f.code == "new-output" for f in result.verdict.findings)
+        return "grows" if new_outputs and not kept_alive else "in-place"
     errors = _errors(result)
     if not kept_alive and all(f.code in (_CREATING if creates else ("new-buffer",)) for f in errors):
         return "grows"

@@ -24,7 +24,7 @@ from pathlib import Path
 from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.config import Config
-from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect
+from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions
 from fieldmem.units import parse_bytes
@@ -73,6 +73,7 @@ class CheckFlags:
     isolate: bool = True
     timeout: float | None = None
     devices: int | None = None
+    new: tuple[str, ...] | None = None  # --new, as given (each may be a comma list)
 
 
 @dataclass(frozen=True)
@@ -156,6 +157,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
 def _check_alone(flags: CheckFlags) -> None:
     """The checks that need neither the config nor the file system."""
     parse_expect(flags.expect, "--expect")
+    parse_new(flags.new, "--new")
     if flags.args is not None and flags.shapes is not None:
         raise OptionError("--args and --shapes both give example arguments: use one of them")
     if flags.jobs is not None and flags.jobs < 1:
@@ -216,6 +218,7 @@ def _command_line_options(flags: CheckFlags) -> TargetOptions:
         expect=parse_expect(flags.expect, "--expect"),
         max_peak=parse_bytes(flags.max_peak, "--max-peak") if flags.max_peak is not None else None,
         max_live_peak=parse_bytes(flags.max_live_peak, "--max-live-peak") if flags.max_live_peak is not None else None,
+        new=parse_new(flags.new, "--new"),
     )
 
 

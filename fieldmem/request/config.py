@@ -25,7 +25,7 @@ from typing import Any
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.gate.tolerance import Tolerances
-from fieldmem.request.options import EXPECTATIONS, parse_expect
+from fieldmem.request.options import EXPECTATIONS, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions, display_path, is_file_spec
 from fieldmem.units import parse_bytes
@@ -47,6 +47,7 @@ KEYS: dict[str, str] = {
     "expect": f"one of {', '.join(repr(e) for e in EXPECTATIONS)}",
     "max-peak": 'a size, e.g. "64MiB"',
     "max-live-peak": 'a size, e.g. "64MiB"',
+    "new": 'output paths meant to be new buffers, e.g. ["out.logits"] or "out[1]"',
     "min-bytes": 'a size, e.g. "1KiB"',
     "tolerance": 'e.g. "2%" or "peak:5%,temp:1MiB"',
     "baseline": 'a file path, e.g. "fieldmem-baseline.json"',
@@ -56,7 +57,7 @@ KEYS: dict[str, str] = {
     "fast-compile": "true or false",
     "target": '[[tool.fieldmem.target]] tables, each with target = "pkg.model:update"',
 }
-TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak", "max-live-peak")
+TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak", "max-live-peak", "new")
 
 
 class ConfigError(FieldmemError):
@@ -262,6 +263,7 @@ def _target_options(table: _Table, root: Path) -> TargetOptions:
         expect=expect,
         max_peak=table.parsed("max-peak", parse_bytes, str, int),
         max_live_peak=table.parsed("max-live-peak", parse_bytes, str, int),
+        new=table.parsed("new", lambda value, where: parse_new(value, f"{where} ="), str, list),
     )
 
 

@@ -7,12 +7,13 @@ reads files, prints or imports jax.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from fieldmem.errors import OptionError
 from fieldmem.report import EXPECTATIONS, Expectation
 
-__all__ = ["EXPECTATIONS", "MIN_BYTES", "CheckOptions", "parse_expect"]
+__all__ = ["EXPECTATIONS", "MIN_BYTES", "CheckOptions", "parse_expect", "parse_new"]
 
 #: Copies and findings smaller than this stay in the JSON report but out of the
 #: verdict, the table and the baseline gate (``--min-bytes``; 1 KiB).
@@ -59,3 +60,43 @@ def parse_expect(value: object, option: str, *, required: bool = False) -> Expec
     glued = option.endswith("=") and not option.endswith(" =")
     given = f"{option}{value!r}" if glued else f"{option} {value!r}"
     raise OptionError(f"{given} is not known: use one of {', '.join(EXPECTATIONS)}")
+
+
+def parse_new(value: object, option: str) -> tuple[str, ...] | None:
+    """Output paths declared new (``--new``, ``new=``), or None when not given (the next layer decides).
+
+    ``value``: a string of comma-separated patterns or a list of such strings
+    (``--new`` may be repeated). A pattern is an output path as the report
+    names outputs, so it starts with ``out``: ``out[1]``, ``out.logits``,
+    ``out['logits']``; it covers everything under that path, and ``*`` matches
+    any run of characters (``out*logits``). An output so declared is a new
+    output, never a break of in place.
+
+    Raises:
+        OptionError: a pattern that is not an output path, or a value that is not strings.
+    """
+    if value is None:
+        return None
+    glued = option.endswith("=") and not option.endswith(" =")
+
+    def given(part: object) -> str:
+        return f"{option}{part!r}" if glued else f"{option} {part!r}"
+
+    if not isinstance(value, (str, list, tuple)):
+        raise OptionError(f"{given(value)} is not known: give output paths such as 'out.logits' or 'out[1]'")
+    parts: Iterable[object] = [value] if isinstance(value, str) else value
+    patterns: list[str] = []
+    for part in parts:
+        if not isinstance(part, str):
+            raise OptionError(f"{given(part)} is not an output path: give strings such as 'out.logits'")
+        for pattern in (p.strip() for p in part.split(",")):
+            if not pattern:
+                continue
+            if not pattern.startswith("out") or pattern[3:4] not in ("", ".", "[", "*"):
+                raise OptionError(
+                    f"{given(pattern)} is not an output path: output paths start with 'out', as the report "
+                    "names them (out, out[1], out.logits, out['logits']; * matches any run of characters)"
+                )
+            if pattern not in patterns:
+                patterns.append(pattern)
+    return tuple(patterns)

@@ -14,7 +14,7 @@ from typing import Any
 
 from fieldmem.errors import OptionError
 from fieldmem.report import Expectation
-from fieldmem.request.options import parse_expect
+from fieldmem.request.options import parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
 
@@ -43,6 +43,7 @@ class Case:
     steps: tuple[Callable[..., Any], ...] = ()  # a chain: every step, ``function`` being the first
     # a chain: per step, the factory of the extras it takes besides the state (None: none)
     step_args: tuple[Callable[[], Any] | None, ...] = ()
+    new: tuple[str, ...] | None = None  # output paths declared new (never a break of in place)
 
     @property
     def is_chain(self) -> bool:
@@ -59,6 +60,7 @@ def case(
     expect: str | None = None,
     max_peak: str | int | None = None,
     max_live_peak: str | int | None = None,
+    new: str | list[str] | tuple[str, ...] | None = None,
 ) -> Any:
     """Register ``function`` to be checked by ``fieldmem check <this module>``.
 
@@ -76,6 +78,10 @@ def case(
         max_peak: a budget such as ``"64MiB"`` for the donated footprint.
         max_live_peak: a budget for the donated live peak (distinct buffers
             live at once, see docs/peaks.md).
+        new: output paths meant to be new buffers (``"out[1]"``,
+            ``"out.logits"``, a list or comma-separated; ``*`` matches any run
+            of characters): never a break of in place, even where a donated
+            input of their size exists.
 
     Returns:
         ``function`` unchanged, so ``case`` also works as a decorator::
@@ -86,7 +92,7 @@ def case(
                 return u.at[0].set(1.0)
     """
     module_globals = sys._getframe(1).f_globals
-    settings = _settings("case", module_globals, args, name, donate, static, expect, max_peak, max_live_peak)
+    settings = _settings("case", module_globals, args, name, donate, static, expect, max_peak, max_live_peak, new)
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(fn):
@@ -210,6 +216,7 @@ def _settings(
     expect: str | None,
     max_peak: Any,
     max_live_peak: Any,
+    new: Any = None,
 ) -> dict[str, Any]:
     module = module_globals.get("__name__", "__main__")
     if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -223,6 +230,7 @@ def _settings(
         max_peak=parse_bytes(max_peak, "max_peak=") if max_peak is not None else None,
         max_live_peak=parse_bytes(max_live_peak, "max_live_peak=") if max_live_peak is not None else None,
         module=module,
+        new=parse_new(new, "new="),
     )
     if args is not None and not callable(args):
         raise OptionError(

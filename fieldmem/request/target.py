@@ -59,6 +59,7 @@ class TargetOptions:
     expect: Expectation | None = None
     max_peak: int | None = None
     max_live_peak: int | None = None
+    new: tuple[str, ...] | None = None  # output paths declared new
 
     def overridden_by(self, other: TargetOptions) -> TargetOptions:
         """These options with every setting ``other`` gives put in their place.
@@ -76,6 +77,7 @@ class TargetOptions:
             expect=other.expect if other.expect is not None else self.expect,
             max_peak=other.max_peak if other.max_peak is not None else self.max_peak,
             max_live_peak=other.max_live_peak if other.max_live_peak is not None else self.max_live_peak,
+            new=other.new if other.new is not None else self.new,
         )
 
 
@@ -97,6 +99,7 @@ class Target:
     max_live_peak: int | None = None
     # the options resolve_target was given: a worker process resolves the spec again with them
     options: TargetOptions | None = None
+    new: tuple[str, ...] = ()  # output paths declared new: never a break of in place
 
     def example_arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Call the args factory and check what it returns: ``args`` or ``(args, kwargs)``."""
@@ -389,6 +392,7 @@ def _from_case(
         max_live_peak=options.max_live_peak if options.max_live_peak is not None else case.max_live_peak,
         definition=definition_of(case.function),
         options=options,
+        new=options.new if options.new is not None else case.new or (),
     )
 
 
