@@ -43,15 +43,22 @@ ProgressCallback = Callable[[str, int, int], None]
 
 def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
     """The target's example arguments (made on the target backend), or its error result."""
+    return _made_on_backend(target, target.example_arguments, "making its example arguments", options)
+
+
+def _made_on_backend(
+    target: Target, make: Callable[[], tuple[tuple, dict]], stage: str, options: CheckOptions
+) -> tuple[tuple, dict] | TargetResult:
+    """``make()`` on the target backend: arguments, or the error result of ``target`` (``stage`` names it)."""
     from fieldmem.driver import backend_scope
 
     try:
         with backend_scope(options.backend):
-            return target.example_arguments()
+            return make()
     except FieldmemError as exc:
         return error_result(target.spec, target.name, exc, target.definition)
     except Exception as exc:
-        return _internal(target, exc, "making its example arguments")
+        return _internal(target, exc, stage)
 
 
 def _internal(target: Target, exc: Exception, stage: str) -> TargetResult:
@@ -229,15 +236,7 @@ def _step_donation(donate: DonateSpec) -> DonateSpec:
 
 def _extras(step: Step, target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
     """The extras ``step`` takes besides its state (made on the target backend), or its error result."""
-    from fieldmem.driver import backend_scope
-
-    try:
-        with backend_scope(options.backend):
-            return step.extra_arguments()
-    except FieldmemError as exc:
-        return error_result(target.spec, target.name, exc, target.definition)
-    except Exception as exc:
-        return _internal(target, exc, "making its step_args")
+    return _made_on_backend(target, step.extra_arguments, "making its step_args", options)
 
 
 def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[TargetResult], Chain]:
