@@ -323,6 +323,23 @@ def test_jit_with_static_argnames_given_positionally() -> None:
     assert alias_pairs(result) == [("x", 0, "out", 0)]
 
 
+def test_jit_object_layouts_are_kept_when_fieldmem_rebuilds_it() -> None:
+    """A jit whose in/out_shardings give a layout (a ``Format``): the plain variant, rebuilt without the
+    donation, is compiled with the same layouts as the user's own jit, not jax's default ones."""
+    from jax.experimental.layout import Format, Layout
+
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    transposed = Format(Layout(major_to_minor=(1, 0)), device)
+    jitted = jax.jit(lambda x: x * 2, in_shardings=transposed, out_shardings=transposed, donate_argnums=0)
+    call = prepare_call(jitted, (jnp.ones((8, 4)),), {}, donate=DonateSpec(), static=StaticSpec())
+    plain, donated = compiled_variants(call)
+    own = jitted.lower(jnp.ones((8, 4))).compile()
+    assert str(own.input_formats[0][0].layout.major_to_minor) == "(1, 0)"
+    assert [leaf.layout for leaf in plain.inputs] == [leaf.layout for leaf in donated.inputs]
+    assert [leaf.layout for leaf in plain.outputs] == [leaf.layout for leaf in donated.outputs]
+    assert plain.inputs[0].layout == "major-to-minor (1,0)"
+
+
 # ----------------------------------------------------------------------------
 # Pytrees of several kinds
 

@@ -549,25 +549,40 @@ def _check_hashable(value: Any, name: str, *, explicit: bool = False) -> None:
 
 def _jit_options_of(info: Any) -> dict[str, Any]:
     """The options of a user's jit object other than donation, to rebuild it."""
-    import jax
 
     options: dict[str, Any] = {}
     for key in ("keep_unused", "inline", "device", "backend"):
         value = getattr(info, key, None)
         if value not in (None, False):
             options[key] = value
-    if getattr(info, "user_specified_in_shardings", False):
+    for side in ("in", "out"):
         try:
-            options["in_shardings"] = jax.tree_util.tree_unflatten(info.in_shardings_treedef, info.in_shardings_leaves)
+            given = _shardings_given(info, side)
         except Exception:
-            pass
-    try:
-        leaves = info.out_shardings_leaves
-        if any(type(leaf).__name__ != "UnspecifiedValue" for leaf in leaves):
-            options["out_shardings"] = jax.tree_util.tree_unflatten(info.out_shardings_treedef, leaves)
-    except Exception:
-        pass
+            given = None
+        if given is not None:
+            options[f"{side}_shardings"] = given
     kvs = getattr(info, "compiler_options_kvs", ()) or ()
     if kvs:
         options["compiler_options"] = dict(kvs)
     return options
+
+
+def _shardings_given(info: Any, side: str) -> Any | None:
+    """A jit's ``in_shardings`` or ``out_shardings`` (``side`` "in" or "out") as the user gave them, None
+    where the user gave none: jax keeps the layouts of a ``Format`` apart from the shardings, so each leaf
+    with a layout is made a ``Format`` again (without it, a rebuilt jit compiles jax's default layouts)."""
+    import jax
+    from jax.experimental.layout import Format
+
+    shardings = getattr(info, f"{side}_shardings_leaves")
+    layouts = getattr(info, f"{side}_layouts_leaves", None) or (None,) * len(shardings)
+    unspecified = [type(leaf).__name__ == "UnspecifiedValue" for leaf in shardings]
+    given = info.user_specified_in_shardings if side == "in" else not all(unspecified)
+    if not given and all(layout is None for layout in layouts):
+        return None
+    leaves = [
+        sharding if layout is None else Format(layout, None if blank else sharding)
+        for layout, sharding, blank in zip(layouts, shardings, unspecified, strict=True)
+    ]
+    return jax.tree_util.tree_unflatten(getattr(info, f"{side}_shardings_treedef"), leaves)

@@ -55,16 +55,15 @@ def _made_on_backend(
     try:
         with backend_scope(options.backend):
             return make()
-    except FieldmemError as exc:
-        return error_result(target.spec, target.name, exc, target.definition)
     except Exception as exc:
-        return _internal(target, exc, stage)
+        return _failed(target, exc, stage)
 
 
-def _internal(target: Target, exc: Exception, stage: str) -> TargetResult:
-    """The error result of ``target`` for an unexpected exception raised while ``stage``: one line, kind
-    ``internal`` (``FIELDMEM_DEBUG=1`` re-raises it instead)."""
-    return error_result(target.spec, target.name, internal_error(exc, stage), target.definition)
+def _failed(target: Target, exc: Exception, stage: str) -> TargetResult:
+    """The error result of ``target`` for ``exc``, raised while ``stage``: a fieldmem error as it is, any
+    other exception as one line of kind ``internal`` (``FIELDMEM_DEBUG=1`` re-raises it instead)."""
+    error = exc if isinstance(exc, FieldmemError) else internal_error(exc, stage)
+    return error_result(target.spec, target.name, error, target.definition)
 
 
 def _check_one(target: Target, options: CheckOptions) -> TargetResult:
@@ -95,10 +94,8 @@ def _start(
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
             pending = start_variants(call, pool, fast=options.compile_fast)
             return _Started(target, pending.call, pending)  # the call compiled (scalars made static)
-    except FieldmemError as exc:
-        return error_result(target.spec, target.name, exc, target.definition)
     except Exception as exc:
-        return _internal(target, exc, "preparing and lowering it")
+        return _failed(target, exc, "preparing and lowering it")
 
 
 def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[TargetResult, Any]:
@@ -109,10 +106,8 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
     target = started.target
     try:
         plain, donated = started.pending.result()
-    except FieldmemError as exc:
-        return error_result(target.spec, target.name, exc, target.definition), None
     except Exception as exc:
-        return _internal(target, exc, "compiling it"), None
+        return _failed(target, exc, "compiling it"), None
     stage = "analysing its compiled program"
     try:
         result = _analyse(target, started.call, plain, donated, options)
@@ -120,10 +115,8 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
             stage = "running it"
             result = _run(result, started.call, plain, donated, options)
         return result, donated.outputs
-    except FieldmemError as exc:
-        return error_result(target.spec, target.name, exc, target.definition), None
     except Exception as exc:
-        return _internal(target, exc, stage), None
+        return _failed(target, exc, stage), None
 
 
 def _check_call(target: Target, args: tuple, kwargs: dict, options: CheckOptions) -> tuple[TargetResult, Any]:
@@ -303,10 +296,8 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
             composed = compose(
                 [s.function for s in chain.steps], name="_".join(s.name for s in chain.steps), extras=plan
             )
-        except FieldmemError as exc:
-            fused = error_result(fused_target.spec, fused_target.name, exc, fused_target.definition)
         except Exception as exc:
-            fused = _internal(fused_target, exc, "composing the chain's steps into one function")
+            fused = _failed(fused_target, exc, "composing the chain's steps into one function")
         else:
             fused_target = dataclasses.replace(fused_target, function=composed)
             if given:  # the extras are arguments of the fused program; its state alone is donated
@@ -359,10 +350,8 @@ def _check_step(
             target = dataclasses.replace(
                 target, donate=state_donation(target.donate, step.function, args, kwargs, state)
             )
-    except FieldmemError as exc:
-        return error_result(target.spec, target.name, exc, target.definition), None, ()
     except Exception as exc:
-        return _internal(target, exc, "passing the previous step's outputs to it"), None, ()
+        return _failed(target, exc, "passing the previous step's outputs to it"), None, ()
     result, outputs = _check_call(target, args, kwargs, options)
     return result, outputs, names
 
