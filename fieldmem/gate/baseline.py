@@ -327,6 +327,10 @@ class _Collector:
     improvements: list[Change] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def add(self, worse: bool, change: Change) -> None:
+        """``change`` as a regression when ``worse``, else as an improvement."""
+        (self.regressions if worse else self.improvements).append(change)
+
 
 def _at(source: str | None) -> str:
     return f" at {source}" if source else ""
@@ -363,31 +367,21 @@ def _compare_figures(entry: BaselineEntry, result: TargetResult, tolerances: Tol
             reported.add((name, grew))
             source = _figure_source(after_variant, figure) or result.definition
             subject = f"{variant} {name}"
+            message = f"{result.name}: {subject} {change_text(before, after)}"
             if grew:
-                found.regressions.append(
-                    Change(
-                        target=result.name,
-                        kind="figure",
-                        subject=subject,
-                        message=f"{result.name}: {subject} {change_text(before, after)}, beyond the tolerance "
-                        f"{_tolerance_text(tolerance)}{_at(source)}",
-                        before=before,
-                        after=after,
-                        source=source,
-                    )
-                )
-            else:
-                found.improvements.append(
-                    Change(
-                        target=result.name,
-                        kind="figure",
-                        subject=subject,
-                        message=f"{result.name}: {subject} {change_text(before, after)}",
-                        before=before,
-                        after=after,
-                        source=source,
-                    )
-                )
+                message += f", beyond the tolerance {_tolerance_text(tolerance)}{_at(source)}"
+            found.add(
+                grew,
+                Change(
+                    target=result.name,
+                    kind="figure",
+                    subject=subject,
+                    message=message,
+                    before=before,
+                    after=after,
+                    source=source,
+                ),
+            )
 
 
 def _figure_source(variant: Variant, figure: str) -> str | None:
@@ -460,32 +454,25 @@ def _compare_copy_size(target: str, old: CopyRecord, now: CopyRecord, tolerance:
     """A copy in both runs: grown beyond the tolerance regresses, shrunk beyond it improves."""
     direction = moved(tolerance, old.per_call, now.per_call)
     subject = _copy_subject(now)
+    if not direction:
+        return
+    change = change_text(old.per_call, now.per_call)
     if direction > 0:
-        found.regressions.append(
-            Change(
-                target=target,
-                kind="copy",
-                subject=subject,
-                message=f"{target}: {subject} grew {change_text(old.per_call, now.per_call)} per call, "
-                f"beyond the tolerance {_tolerance_text(tolerance)}{_at(now.source)}",
-                before=old.per_call,
-                after=now.per_call,
-                source=now.source,
-            )
-        )
-    elif direction < 0:
-        found.improvements.append(
-            Change(
-                target=target,
-                kind="copy",
-                subject=subject,
-                message=f"{target}: {subject} shrank {change_text(old.per_call, now.per_call)} per call"
-                f"{_at(now.source)}",
-                before=old.per_call,
-                after=now.per_call,
-                source=now.source,
-            )
-        )
+        message = f"{target}: {subject} grew {change} per call, beyond the tolerance {_tolerance_text(tolerance)}"
+    else:
+        message = f"{target}: {subject} shrank {change} per call"
+    found.add(
+        direction > 0,
+        Change(
+            target=target,
+            kind="copy",
+            subject=subject,
+            message=message + _at(now.source),
+            before=old.per_call,
+            after=now.per_call,
+            source=now.source,
+        ),
+    )
 
 
 def _compare_donation(entry: BaselineEntry, result: TargetResult, found: _Collector) -> None:
