@@ -177,6 +177,21 @@ def suggest(
     )
 
 
+def _compile_spec(
+    call: PreparedCall,
+    arguments: Sequence[_Argument],
+    fast: bool,
+    compile_donation: Callable[..., CompiledVariant],
+) -> CompiledVariant:
+    """``call`` compiled donating exactly ``arguments``: by position where they have one, else by name."""
+    return compile_donation(
+        call,
+        [a.position for a in arguments if a.position is not None],
+        [a.name for a in arguments if a.position is None],
+        fast=fast,
+    )
+
+
 @dataclass
 class _Verification:
     """Where the verification loop ended: the spec kept and the compile that shows it."""
@@ -217,12 +232,7 @@ def _verify(
         spec = _spec_text(chosen)
         tried.append(spec)
         try:
-            compiled = compile_donation(
-                call,
-                [a.position for a in chosen if a.position is not None],
-                [a.name for a in chosen if a.position is None],
-                fast=fast,
-            )
+            compiled = _compile_spec(call, chosen, fast, compile_donation)
             checked, _ = analyze_variant(compiled)
         except (FieldmemError, hlo.HloParseError) as exc:
             # the check's own result stands; only the suggestion is lost
@@ -288,13 +298,7 @@ def _marginals(
             spec = _spec_text(rest)
             tried.append(spec)
             try:
-                compiled = compile_donation(
-                    call,
-                    [a.position for a in rest if a.position is not None],
-                    [a.name for a in rest if a.position is None],
-                    fast=fast,
-                )
-                without = _footprint(analyze_variant(compiled)[0])
+                without = _footprint(analyze_variant(_compile_spec(call, rest, fast, compile_donation))[0])
             except (FieldmemError, hlo.HloParseError) as exc:
                 notes.append(
                     f"the compile of {spec} (without {argument.name}) failed ({exc}): its saving is not measured"

@@ -166,9 +166,6 @@ class ProgramLeaves:
             return None
         return hlo.view_source(self.output_producers[index], self.entry_by_name)
 
-    def output_source(self, index: int) -> str | None:
-        return _display_source(self.output_location(index))
-
 
 def _shape_text(shape: Sequence[int], dtype: str) -> str:
     return f"{dtype}[{','.join(str(d) for d in shape)}]"

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import replace
+from typing import TypeVar
 
 from .model import (
     BranchInfo,
@@ -51,33 +53,46 @@ def loop_bodies(module: HloModule) -> dict[str, LoopInfo]:
     innermost loop wins. A nested loop's :class:`LoopInfo` names the loop
     around it in ``outer``, and ``total_trip_count`` multiplies them out.
     """
+
+    def scope(
+        instruction: HloInstruction, computation: HloComputation, _: int, loop: LoopInfo | None
+    ) -> LoopInfo | None:
+        return _loop_info(instruction, computation.name, loop) if instruction.opcode == "while" else loop
+
+    return _innermost(module, scope)
+
+
+_Scope = TypeVar("_Scope", LoopInfo, BranchInfo)
+
+
+def _innermost(
+    module: HloModule,
+    scope: Callable[[HloInstruction, HloComputation, int, _Scope | None], _Scope | None],
+) -> dict[str, _Scope]:
+    """Each computation's innermost enclosing scope (a loop, a branch), walking the calls.
+
+    ``scope(instruction, computation, i, outer)`` is the scope of the ``i``-th
+    computation ``instruction`` calls, given the ``outer`` one it runs in. The
+    walk starts at the entry (so nested scopes see their outer one), then takes
+    anything the entry does not reach; a computation reached again in an equal
+    scope is not walked again, and the deepest scope wins.
+    """
     by_name = {c.name: c for c in module.computations}
-    result: dict[str, LoopInfo] = {}
-    visited: set[tuple[str, int]] = set()
-    loops: dict[tuple[str, str, int], LoopInfo] = {}
+    result: dict[str, _Scope] = {}
+    visited: set[tuple[str, _Scope | None]] = set()
 
-    def visit(name: str, loop: LoopInfo | None) -> None:
-        key = (name, id(loop))
-        if key in visited or name not in by_name:
+    def visit(name: str, outer: _Scope | None) -> None:
+        if (name, outer) in visited or name not in by_name:
             return
-        visited.add(key)
-        if loop is not None and (name not in result or loop.depth > result[name].depth):
-            result[name] = loop
-        for instruction in by_name[name].instructions:
-            inner = loop
-            if instruction.opcode == "while":
-                # one LoopInfo per (while, enclosing loop), so repeated visits are cut off
-                loop_key = (name, instruction.name, id(loop))
-                if loop_key not in loops:
-                    loops[loop_key] = _loop_info(instruction, name, loop)
-                inner = loops[loop_key]
-            for callee in instruction.called:
-                visit(callee, inner)
+        visited.add((name, outer))
+        if outer is not None and (name not in result or outer.depth > result[name].depth):
+            result[name] = outer
+        computation = by_name[name]
+        for instruction in computation.instructions:
+            for i, callee in enumerate(instruction.called):
+                visit(callee, scope(instruction, computation, i, outer))
 
-    # from the entry first (so nested loops see their outer loop), then anything
-    # the entry does not reach
-    computations = sorted(module.computations, key=lambda c: not c.is_entry)
-    for computation in computations:
+    for computation in sorted(module.computations, key=lambda c: not c.is_entry):
         visit(computation.name, None)
     return result
 
@@ -112,29 +127,13 @@ def conditional_branches(module: HloModule) -> dict[str, BranchInfo]:
     its branch; the innermost conditional wins. A conditional inside a loop body
     is found like any other: its branches run in the iterations that take them.
     """
-    by_name = {c.name: c for c in module.computations}
-    result: dict[str, BranchInfo] = {}
-    visited: set[tuple[str, int]] = set()
 
-    def visit(name: str, branch: BranchInfo | None) -> None:
-        key = (name, id(branch))
-        if key in visited or name not in by_name:
-            return
-        visited.add(key)
-        if branch is not None and (name not in result or branch.depth > result[name].depth):
-            result[name] = branch
-        computation = by_name[name]
-        for instruction in computation.instructions:
-            if instruction.opcode == "conditional":
-                for i, callee in enumerate(instruction.called):
-                    visit(callee, _branch_info(instruction, computation, i, branch))
-            else:
-                for callee in instruction.called:
-                    visit(callee, branch)
+    def scope(
+        instruction: HloInstruction, computation: HloComputation, i: int, branch: BranchInfo | None
+    ) -> BranchInfo | None:
+        return _branch_info(instruction, computation, i, branch) if instruction.opcode == "conditional" else branch
 
-    for computation in sorted(module.computations, key=lambda c: not c.is_entry):
-        visit(computation.name, None)
-    return result
+    return _innermost(module, scope)
 
 
 def _branch_info(
