@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Expectation, Report
-from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect, parse_new
+from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_backends, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
 from fieldmem.version import __version__
@@ -143,6 +143,7 @@ def check_function(
     min_bytes: int | str = MIN_BYTES,
     run: bool = False,
     new: str | list[str] | tuple[str, ...] | None = None,
+    backend: str | None = None,
     **kwargs: Any,
 ) -> Report:
     """Compile ``fn(*args, **kwargs)`` with and without donation and return the Report.
@@ -172,6 +173,8 @@ def check_function(
         new: output paths meant to be new buffers, as ``--new`` (``"out[1]"``,
             ``"out.logits"``, a list or comma-separated; ``*`` matches any run
             of characters): never a break of in place.
+        backend: compile for this backend, as ``--backend`` takes one (``"cpu"``,
+            ``"gpu"``, ``"tpu:v5e"``...; docs/backends.md). Default: jax's.
 
     Returns:
         A Report with one result; ``report.exit_code`` is 1 when a check failed.
@@ -193,7 +196,9 @@ def check_function(
         raise OptionError(f"{type(fn).__name__} is not callable: pass the update function first, then its arguments")
     display = name or _function_name(fn)
     target = _target(fn, display, args, kwargs, donate, static, expect, max_peak, max_live_peak, new)
-    options = CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False)
+    options = CheckOptions(
+        min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False, backend=_backend(backend)
+    )
     report = check_targets([target], options)
     result = report.results[0]
     if result.status == "error":
@@ -216,6 +221,7 @@ def check_chain(
     min_bytes: int | str = MIN_BYTES,
     run: bool = False,
     step_args: Mapping[Any, Any] | None = None,
+    backend: str | None = None,
     **kwargs: Any,
 ) -> Report:
     """Check the update chain ``steps`` started on ``steps[0](*args, **kwargs)``, as ``fieldmem check mod:a,b,c``.
@@ -260,7 +266,24 @@ def check_chain(
             for n, s, e in zip(names, steps, extras)
         ),
     )
-    return check_targets([chain], CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False))
+    options = CheckOptions(
+        min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False, backend=_backend(backend)
+    )
+    return check_targets([chain], options)
+
+
+def _backend(backend: object) -> str | None:
+    """``backend=`` as one backend name (None: jax's default).
+
+    Raises:
+        OptionError: not one name (several are checked one call each: the pytest plugin's ``backend=`` list).
+    """
+    if backend is None:
+        return None
+    names = parse_backends(backend, "backend=")
+    if len(names) > 1:
+        raise OptionError(f"backend={backend!r} names {len(names)} backends: check on one per call")
+    return names[0]
 
 
 def _in_hand(extras: Any) -> Callable[[], Any] | None:
@@ -281,6 +304,7 @@ def assert_in_place(
     name: str | None = None,
     run: bool = False,
     new: str | list[str] | tuple[str, ...] | None = None,
+    backend: str | None = None,
     **kwargs: Any,
 ) -> Report:
     """Assert that ``fn(*args, **kwargs)`` is in place with donation and within its budgets.
@@ -314,6 +338,7 @@ def assert_in_place(
         min_bytes=min_bytes,
         run=run,
         new=new,
+        backend=backend,
         **kwargs,
     )
     if report.exit_code != 0:

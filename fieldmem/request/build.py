@@ -24,7 +24,7 @@ from pathlib import Path
 from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.config import Config
-from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect, parse_new
+from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_backends, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions
 from fieldmem.units import parse_bytes
@@ -126,7 +126,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
             'under [tool.fieldmem] as targets = ["pkg.model:update"]'
         )
     output = _output(flags, config)
-    backends = parse_backends(flags.backend) if flags.backend is not None else None
+    backends = parse_backends(flags.backend) if flags.backend is not None else config.backends
     if backends is not None and len(backends) > 1 and output.format == "json" and output.file is None:
         raise OptionError(
             "several backends give several JSON reports: write them with -o FILE "
@@ -178,21 +178,6 @@ def _output(flags: CheckFlags, config: Config) -> OutputSettings:
 
     renderer = get_renderer(flags.output_format or config.format or "table")
     return OutputSettings(format=renderer.name, file=flags.output, html=flags.html_output, verbose=flags.verbose)
-
-
-def parse_backends(text: str) -> tuple[str, ...]:
-    """``cpu,gpu`` -> ``("cpu", "gpu")``; whether each is available is the driver's to say.
-
-    Raises:
-        OptionError: an empty name, or one named twice.
-    """
-    names = tuple(name.strip() for name in text.split(","))
-    if not all(names):
-        raise OptionError(f"--backend {text!r}: name backends separated by commas, e.g. cpu,gpu")
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise OptionError(f"--backend {text!r} names {', '.join(repeated)} twice")
-    return names
 
 
 def check_writable(output: Path, option: str = "--output") -> None:
