@@ -241,4 +241,21 @@ def environment(backend: str | None = None) -> Environment:
         else (devices[0].platform if backend is not None else jax.default_backend()),
         platform_version=platform_version,
         devices=tuple({"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", None)} for d in devices),
+        deviceless=_deviceless_facts(backend) if deviceless and backend is not None else None,
     )
+
+
+def _deviceless_facts(name: str) -> dict[str, Any]:
+    """What a deviceless backend is, for the report's label."""
+    from fieldmem.driver.deviceless import DEVICELESS_NOTE, target
+
+    found = target(name)
+    return {
+        "backend": found.backend.name,
+        "platform": found.platform,
+        "kind": found.backend.kind,
+        "device_kind": found.device_kind,
+        "topology": found.backend.topology,
+        "chips": len(found.devices),
+        "note": DEVICELESS_NOTE[found.platform],
+    }

@@ -39,7 +39,7 @@ from fieldmem.errors import CompileError, OptionError
 from fieldmem.request.backends import DEVICELESS_ENV, GPU_KINDS, BackendName, parse_backend
 
 __all__ = [
-    "AUTOTUNING_CAVEAT",
+    "DEVICELESS_NOTE",
     "Target",
     "active_target",
     "compile_options",
@@ -56,10 +56,10 @@ __all__ = [
 SPECS = Path(__file__).resolve().parent.parent / "specs" / "gpu"
 
 # what compiling without the device changes, said on every deviceless report
-AUTOTUNING_CAVEAT = {
-    "gpu": "compiled without the device: XLA's GPU autotuning did not run, so gemm and convolution "
-    "choices (and the workspace they take) may differ from a compile on the GPU",
-    "tpu": "compiled without the device: the same compiler (libtpu) and target as on the TPU; nothing was run",
+DEVICELESS_NOTE = {
+    "gpu": "XLA's GPU autotuning did not run, so gemm and convolution choices "
+    "(and the workspace they take) may differ from a compile on the GPU; nothing was run",
+    "tpu": "the TPU compiler (libtpu) compiled for this topology; nothing was run",
 }
 
 _EXTRA = {"tpu": ("libtpu", "tpu"), "gpu": ("jax_plugins.xla_cuda12", "gpu")}
