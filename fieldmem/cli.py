@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -349,7 +350,11 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
     from fieldmem.driver import simulate_cpu_devices
     from fieldmem.engine import checker
     from fieldmem.gate.baseline import load_baseline
+    from fieldmem.request.backends import deviceless_environment, parse_backend
 
+    # this process is fieldmem's own: a deviceless backend's environment is set here, before jax starts
+    backends = [parse_backend(name) for name in request.backends] if request.backends is not None else None
+    os.environ.update(deviceless_environment(backends))
     if request.devices is not None:
         simulate_cpu_devices(request.devices)
     options = dataclasses.replace(request.options, cache_dir=_cache_folder(request))

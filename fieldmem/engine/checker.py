@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from fieldmem.engine.results import error_result, internal_error
 from fieldmem.errors import CompileError, FieldmemError, OptionError
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
-from fieldmem.report import Chain, DeviceInfo, Report, TargetResult
+from fieldmem.report import Chain, DeviceInfo, Deviceless, Report, TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import ChainTarget, Step, Target, TargetOptions, resolve_target
@@ -375,8 +375,9 @@ def check_targets(
     progress: ProgressCallback | None = None,
 ) -> Report:
     """Analyse already-resolved targets (a pair ``(spec, error)`` stands for one that failed to load)."""
-    from fieldmem.driver import compilation_cache
+    from fieldmem.driver import compilation_cache, start_jax
 
+    start_jax()  # before anything imports jax: quiet about the plugins' start-up noise
     items = list(targets)
     with compilation_cache(options.cache_dir):
         isolated = [
@@ -473,6 +474,7 @@ def _report(results: list[TargetResult], chains: list[Chain], options: CheckOpti
         backend=env.backend,
         platform_version=env.platform_version,
         devices=tuple(DeviceInfo(id=d["id"], platform=d["platform"], kind=d["kind"]) for d in env.devices),
+        deviceless=Deviceless(**env.deviceless) if env.deviceless is not None else None,
         results=tuple(results),
         chains=tuple(chains),
         min_bytes=options.min_bytes,
@@ -491,6 +493,9 @@ def resolve_all(
     (already stacked over ``target_options`` by the caller); other specs get
     ``target_options``.
     """
+    from fieldmem.driver import start_jax
+
+    start_jax()  # the user's modules import jax: start it first, quiet about the plugins' start-up noise
     resolved: list[Target | ChainTarget | tuple[str, FieldmemError]] = []
     per_target = per_target or {}
     for spec in specs:

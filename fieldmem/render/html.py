@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fieldmem.render import RenderOptions
-from fieldmem.render.pieces import STATUS_WORDS, count, footprint_curve, pair, plural
+from fieldmem.render.pieces import STATUS_WORDS, count, deviceless_label, footprint_curve, pair, plural
 from fieldmem.report import (
     MEMORY_FIGURES,
     BaselineComparison,
@@ -662,6 +662,7 @@ def _header(report: Report) -> str:
             ),
         ),
         (plural(len(report.devices), "device"), f"{devices} — figures are per device"),
+        *([("compiled for", deviceless_label(report) or "")] if report.deviceless is not None else []),
         ("created", report.created or "unknown"),
         ("min bytes", format_bytes(report.min_bytes)),
     ]

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import Column, fitted_table, hanging
-from fieldmem.render.pieces import block, count, pair, source_text
+from fieldmem.render.pieces import block, count, deviceless_label, pair, source_text
 from fieldmem.report import MEMORY_FIGURES, Copy, Report, TargetResult, Timeline, Variant
 from fieldmem.units import format_bytes
 
@@ -450,6 +450,9 @@ def render(report: Report, options: RenderOptions) -> str:
             style="dim",
         )
     )
+    label = deviceless_label(report)
+    if label is not None:
+        console.print(Text(label, style="yellow"))
     if not report.results:
         console.print("no targets were checked")
         return _trimmed(buffer.getvalue())

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances
+from fieldmem.request.backends import parse_backend
 from fieldmem.request.config import Config
 from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_backends, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
@@ -127,6 +128,12 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         )
     output = _output(flags, config)
     backends = parse_backends(flags.backend) if flags.backend is not None else config.backends
+    deviceless = [b for b in backends or () if parse_backend(b).deviceless]
+    if deviceless and (flags.run or flags.probe):
+        raise OptionError(
+            f"{'--probe' if flags.probe else '--run'} runs the program, and --backend {deviceless[0]} compiles "
+            "without the device: nothing can run there (check it with --backend gpu or tpu on a machine that has one)"
+        )
     if backends is not None and len(backends) > 1 and output.format == "json" and output.file is None:
         raise OptionError(
             "several backends give several JSON reports: write them with -o FILE "

@@ -42,15 +42,19 @@ class CheckOptions:
 
 
 def parse_backends(value: object, option: str = "--backend") -> tuple[str, ...]:
-    """``"cpu,gpu"`` or ``["cpu", "tpu:v5e"]`` -> ``("cpu", "gpu")``; whether each is known and available
-    is the driver's to say.
+    """``"cpu,gpu:h100,tpu:v5e:1x1"`` or ``["cpu", "tpu:v5e"]`` -> ``("cpu", "gpu:h100", "tpu:v5e")``
+    (canonical names, :func:`fieldmem.request.backends.parse_backend`); whether each is available is the
+    driver's to say.
 
     ``option`` names the setting as the user wrote it (``--backend``, ``backend=``,
     ``<file>: [tool.fieldmem] backends``).
 
     Raises:
-        OptionError: an empty name, one named twice, or a value that is not strings.
+        OptionError: an empty name, an unknown one (listing the known ones), one named twice, or a value
+            that is not strings.
     """
+    from fieldmem.request.backends import parse_backend
+
     glued = option.endswith("=") and not option.endswith(" =")
     given = f"{option}{value!r}" if glued else f"{option} {value!r}"
     if isinstance(value, str):
@@ -61,6 +65,10 @@ def parse_backends(value: object, option: str = "--backend") -> tuple[str, ...]:
         raise OptionError(f'{given}: name backends as a string or a list of strings, e.g. ["cpu", "tpu:v5e"]')
     if not all(names):
         raise OptionError(f"{given}: name backends separated by commas, e.g. cpu,gpu")
+    try:
+        names = tuple(parse_backend(name).name for name in names)
+    except OptionError as exc:  # its message names --backend: name the setting the user wrote
+        raise OptionError(exc.message.replace("--backend ", f"{option}" if glued else f"{option} ", 1)) from None
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise OptionError(f"{given} names {', '.join(repeated)} twice")
