@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint golden bench bench-quick screenshot clean
+.PHONY: setup demo test test-fast lint golden bench bench-quick bench-backends gpu-check screenshot clean
 
 $(STAMP): pyproject.toml requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -65,3 +65,13 @@ bench: $(STAMP)
 # A smoke run of the synthetic suite (a minute): results go to benchmarks/results/suite-quick.*
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/bench_suite.py --quick
+
+# Deviceless compile time per backend (cpu, gpu:h100, tpu:v5e) against the naive script, and the
+# 256-chip pod example: writes benchmarks/results/backends-DATE.{json,md} (~10 minutes on 2 cores).
+bench-backends: $(STAMP)
+	$(BIN)/python benchmarks/bench_backends.py
+
+# On a machine with an NVIDIA GPU: fieldmem's prediction without the device against the GPU's own compile
+# and memory_stats() (benchmarks/results/gpu-check.{json,md}). Without a GPU: one line, exit 2.
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py
