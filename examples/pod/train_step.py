@@ -132,5 +132,5 @@ def parameter_count():
 
 
 fieldmem.case(
-    train_step, args=train_step_args, name="pod:train_step", donate="params,opt_state", expect="in-place"
+    train_step, args=train_step_args, name="pod:train_step", donate="params,opt_state"
 )
