@@ -103,13 +103,24 @@ def test_the_environment_is_set_only_for_cpu_and_deviceless_backends() -> None:
     assert deviceless_environment(names("cpu")) == {}
     assert deviceless_environment(names("gpu")) == {}
     assert deviceless_environment(names("cpu", "tpu:v5e", "gpu:h100")) == dict(DEVICELESS_ENV)
-    assert deviceless_environment(names("gpu", "tpu:v5e"))["TPU_SKIP_MDS_QUERY"] == "1"
+    assert deviceless_environment(names("gpu", "tpu:v5e")) == {
+        "TPU_SKIP_MDS_QUERY": "1",
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+    }
     assert "JAX_PLATFORMS" not in deviceless_environment(names("gpu", "gpu:h100"))  # the real GPU must start
     assert deviceless_environment(names("tpu", "tpu:v5e")) == {}  # the real TPU must start
 
 
 def _check(*args: str) -> Any:
     return runner.invoke(app, ["check", *args], env={"COLUMNS": "120"})
+
+
+@pytest.mark.parametrize("pair", ["gpu,gpu:h100", "tpu:v5e:2x2,tpu"])
+def test_a_real_accelerator_beside_its_deviceless_twin_is_refused(pair: str) -> None:
+    result = _check("models:step", "--backend", pair)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "check them in two runs" in lines[0], lines
 
 
 def test_unknown_backend_is_exit_2_and_one_line() -> None:
@@ -424,3 +435,25 @@ def test_a_sharded_update_on_four_chips_with_the_wheels_ptxas(tmp_path: Path) ->
         assert donated["memory"]["alias_bytes"] == quarter
         assert [(a["input"], a["output"], a["bytes"]) for a in donated["aliases"]] == [("u", "out", quarter)]
         assert len(result["devices"]) == chips
+
+
+@pytest.mark.compile
+def test_baselines_key_a_topology_apart(reports: dict[str, dict[str, Any]], tmp_path: Path) -> None:
+    """tpu:v5e and tpu:v5e:2x2 have one device kind, but their entries are kept and compared apart."""
+    from fieldmem.gate.baseline import compare_to_baseline, load_baseline, save_baseline
+    from fieldmem.report import Report
+
+    one = Report.from_dict(reports["tpu:v5e"])
+    four = Report.from_dict({**reports["tpu:v5e"], "backend": "tpu:v5e:2x2"})
+    path = tmp_path / "baseline.json"
+    save_baseline(path, one)
+    save_baseline(path, four)
+    entries = load_baseline(path).entries
+    assert sorted({(e.backend, e.device_kind) for e in entries}) == [
+        ("tpu:v5e", "TPU v5 lite"),
+        ("tpu:v5e:2x2", "TPU v5 lite"),
+    ]
+    assert len(entries) == 2 * len(one.results)
+    gpu = compare_to_baseline(Report.from_dict(reports["gpu:h100"]), load_baseline(path))
+    assert gpu.baseline is not None and not gpu.baseline.regressions
+    assert any("not compared: this run is on gpu:h100" in note for note in gpu.baseline.notes)
