@@ -1,4 +1,4 @@
-"""The report: frozen dataclasses, and their JSON form ``fieldmem.report/1``.
+"""The report: frozen dataclasses, and their JSON form ``fieldmem.report/2``.
 
 Everything a user sees is rendered from a :class:`Report`; nothing is computed
 in a renderer. ``Report.to_dict()`` is the JSON contract documented in
@@ -94,8 +94,10 @@ __all__ = [
     "Verification",
 ]
 
-SCHEMA = "fieldmem.report/1"
-SUPPORTED_SCHEMAS = ("fieldmem.report/1",)
+# /2: ``backend`` may name a device kind compiled for without the device (``tpu:v5e:2x2``), and
+# ``deviceless`` says so; a /1 report reads as one compiled on a real device
+SCHEMA = "fieldmem.report/2"
+SUPPORTED_SCHEMAS = ("fieldmem.report/1", "fieldmem.report/2")
 
 MEMORY_FIGURES = (
     "argument_bytes",

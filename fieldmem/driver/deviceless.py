@@ -115,7 +115,6 @@ _lock = threading.Lock()
 @functools.cache
 def _devices(name: str) -> tuple[Any, ...]:
     backend = parse_backend(name)
-    _require_extra(backend)
     _check_environment(backend)
     from jax.experimental import topologies
 
@@ -137,13 +136,30 @@ def _devices(name: str) -> tuple[Any, ...]:
                     platform="cuda", topology=f"1x1x{backend.chips}", target_config=gpu_spec(backend.kind)
                 )
     except Exception as exc:
-        raise OptionError(f"--backend {backend.name}: jax cannot make this topology: {first_line(exc)}") from None
+        raise OptionError(_topology_error(backend, exc)) from None
     devices = tuple(topology.devices)
     if len(devices) != backend.chips:
         raise OptionError(
             f"--backend {backend.name}: jax made {len(devices)} devices for a topology of {backend.chips} chips"
         )
     return devices
+
+
+def _topology_error(backend: BackendName, exc: BaseException) -> str:
+    """Why jax made no topology for ``backend``, in one line: the environment to set when that is why."""
+    text = first_line(exc)
+    settings = " ".join(f"{k}={v}" for k, v in DEVICELESS_ENV.items())
+    if "lockfile" in text:
+        return (
+            f"--backend {backend.name}: libtpu is locked by another process ({text}); compiling without the TPU "
+            f"needs {settings} in the environment before jax starts (the fieldmem command sets them itself)"
+        )
+    if backend.platform == "gpu" and isinstance(exc, NotImplementedError):
+        return (
+            f"--backend {backend.name}: the CUDA plugin did not start in this process (no GPU here, and jax started "
+            f"without JAX_PLATFORMS=cpu); set {settings} before importing jax (the fieldmem command sets them itself)"
+        )
+    return f"--backend {backend.name}: jax cannot make this topology: {text}"
 
 
 def _check_environment(backend: BackendName) -> None:
@@ -165,6 +181,7 @@ def target(name: str) -> Target:
             whose environment cannot compile without the device, or a topology jax refuses.
     """
     backend = parse_backend(name)
+    _require_extra(backend)
     with _lock:
         return Target(backend, _devices(backend.name))
 

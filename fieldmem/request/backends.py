@@ -23,6 +23,7 @@ __all__ = [
     "GPU_KINDS",
     "TPU_KINDS",
     "BackendName",
+    "check_combination",
     "deviceless_environment",
     "known_backends",
     "parse_backend",
@@ -162,4 +163,24 @@ def deviceless_environment(backends: Iterable[BackendName] | None) -> dict[str, 
         return dict(DEVICELESS_ENV)
     if any(b.platform == "tpu" and not b.deviceless for b in chosen):
         return {}
-    return {"TPU_SKIP_MDS_QUERY": "1"}
+    return {k: v for k, v in DEVICELESS_ENV.items() if k != "JAX_PLATFORMS"}
+
+
+def check_combination(backends: Iterable[BackendName]) -> None:
+    """Refuse a machine's own accelerator beside a deviceless one of the same platform (``gpu,gpu:h100``).
+
+    The real one needs jax to start its plugin, the deviceless one a jax
+    started on the CPU alone (a GPU compile beside a started CUDA client was
+    not tested against a real GPU): two commands, then ``fieldmem compare``.
+
+    Raises:
+        OptionError: such a pair, in one line.
+    """
+    chosen = list(backends)
+    for real in (b for b in chosen if not b.deviceless and b.platform in ("gpu", "tpu")):
+        twin = next((b for b in chosen if b.deviceless and b.platform == real.platform), None)
+        if twin is not None:
+            raise OptionError(
+                f"--backend {real.name},{twin.name}: this machine's {real.name} and {twin.name} without the device "
+                f"need jax started differently; check them in two runs (-f json -o FILE each), then fieldmem compare"
+            )

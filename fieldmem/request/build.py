@@ -23,7 +23,7 @@ from pathlib import Path
 
 from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances
-from fieldmem.request.backends import parse_backend
+from fieldmem.request.backends import check_combination, parse_backend
 from fieldmem.request.config import Config
 from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_backends, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
@@ -128,6 +128,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         )
     output = _output(flags, config)
     backends = parse_backends(flags.backend) if flags.backend is not None else config.backends
+    check_combination(parse_backend(b) for b in backends or ())
     deviceless = [b for b in backends or () if parse_backend(b).deviceless]
     if deviceless and (flags.run or flags.probe):
         raise OptionError(
