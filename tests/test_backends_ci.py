@@ -172,3 +172,23 @@ def test_plugin_backend(pytester: pytest.Pytester) -> None:
     report = json.loads(Path(pytester.path, "report.json").read_text())
     targets = [r["target"] for r in report["results"]]
     assert len(targets) == 3 and report["backend"] == "cpu", targets
+
+
+# ---- the devices a topology implies ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "devices"),
+    [
+        ("tpu:v5e:16x16", 256),
+        ("cpu,tpu:v5e:2x2", 4),
+        ("gpu:h100:8", 8),
+        ("tpu:v5e", None),
+        ("cpu", None),
+        ("tpu:v5e:2x2,gpu:h100:8", None),  # two sizes: --devices says which
+    ],
+)
+def test_a_topology_implies_its_chip_count_of_cpu_devices(backend: str, devices: int | None) -> None:
+    assert build_request(CheckFlags(targets=("m:f",), backend=backend), Config()).devices == devices
+    given = build_request(CheckFlags(targets=("m:f",), backend=backend, devices=2), Config())
+    assert given.devices == 2  # --devices given: as given

@@ -158,8 +158,16 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         baseline=_baseline(flags, config),
         default_cache=default_cache,
         backends=backends,
-        devices=flags.devices,
+        devices=flags.devices if flags.devices is not None else _implied_devices(backends),
     )
+
+
+def _implied_devices(backends: tuple[str, ...] | None) -> int | None:
+    """The CPU devices a multi-chip deviceless backend implies when ``--devices`` is not given: its chip
+    count (``tpu:v5e:16x16``: 256), so example arguments sharded over every device jax has make a mesh the
+    size of the topology. None where no backend (or several of different sizes) implies one."""
+    chips = {name.chips for name in map(parse_backend, backends or ()) if name.deviceless and name.chips > 1}
+    return chips.pop() if len(chips) == 1 else None
 
 
 def _check_alone(flags: CheckFlags) -> None:
