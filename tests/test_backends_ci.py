@@ -8,18 +8,28 @@ case; the deviceless backends join it where their extra is installed.
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from fieldmem.errors import OptionError
+from fieldmem.request.backends import DEVICELESS_ENV
 from fieldmem.request.build import CheckFlags, build_request
 from fieldmem.request.config import Config, ConfigError, load_config
 from fieldmem.request.options import parse_backends
 
 pytest_plugins = ["pytester"]
+
+
+def _deviceless_installed() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("libtpu", "jax_plugins.xla_cuda12"))
 
 
 def write(folder: Path, text: str) -> Path:
@@ -150,15 +160,42 @@ TESTS = textwrap.dedent(
     """
 )
 
+# with the deviceless extras: one call on several backends, as a CI job guards the hardware it trains on
+SEVERAL = textwrap.dedent(
+    """\
+    import pytest
+
+    from updates import SMALL, update
+
+
+    def test_several_in_place(fieldmem_check):
+        report = fieldmem_check(update, SMALL, 1.0, backend=["cpu", "tpu:v5e", "gpu:h100"])
+        assert report.backend == "gpu:h100"
+
+
+    @pytest.mark.fieldmem(backend="cpu,tpu:v5e")
+    def test_several_not_in_place(fieldmem_check):
+        fieldmem_check(update, SMALL, 1.0, donate="none")
+    """
+)
+
 _OUTCOME = re.compile(r"^(\S+\.py::\S+) (PASSED|FAILED|ERROR)\b", re.MULTILINE)
 
 
 @pytest.mark.compile
-def test_plugin_backend(pytester: pytest.Pytester) -> None:
-    pytester.makepyfile(updates=UPDATES, test_backends=TESTS)
+def test_plugin_backend(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    several = _deviceless_installed()
+    if not several and os.environ.get("FIELDMEM_REQUIRE_BACKENDS") == "1":
+        pytest.fail('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
+    pytester.makepyfile(updates=UPDATES, test_backends=TESTS, **({"test_several": SEVERAL} if several else {}))
+    # what a Python process needs before jax starts to compile without the device (docs/backends.md)
+    for name, value in DEVICELESS_ENV.items():
+        monkeypatch.setenv(name, value)
     result = pytester.runpytest_subprocess("-v", "--strict-markers", "--fieldmem-report=report.json")
     found = {nodeid.split("::")[-1]: outcome for nodeid, outcome in _OUTCOME.findall(result.stdout.str())}
+    expected_several = {"test_several_in_place": "PASSED", "test_several_not_in_place": "FAILED"} if several else {}
     assert found == {
+        **expected_several,
         "test_call_on_cpu": "PASSED",
         "test_marker_on_cpu": "PASSED",
         "test_marker_not_in_place_on_cpu": "FAILED",
@@ -171,7 +208,19 @@ def test_plugin_backend(pytester: pytest.Pytester) -> None:
     assert "abacus is not available here" in text or "abacus" in text.split("short test summary")[1]
     report = json.loads(Path(pytester.path, "report.json").read_text())
     targets = [r["target"] for r in report["results"]]
-    assert len(targets) == 3 and report["backend"] == "cpu", targets
+    if not several:
+        assert len(targets) == 3 and report["backend"] == "cpu", targets
+        return
+    # each backend checked and recorded, named by its backend
+    assert [t.rpartition("::")[2] for t in targets if "test_several" in t] == [
+        "updates:update[cpu]",
+        "updates:update[tpu:v5e]",
+        "updates:update[gpu:h100]",
+        "updates:update[cpu]",
+        "updates:update[tpu:v5e]",
+    ], targets
+    # the failure names the first backend that failed, and both were checked
+    assert "on cpu: updates:update: not in place" in text, text
 
 
 # ---- the devices a topology implies ---------------------------------------------
@@ -192,3 +241,64 @@ def test_a_topology_implies_its_chip_count_of_cpu_devices(backend: str, devices:
     assert build_request(CheckFlags(targets=("m:f",), backend=backend), Config()).devices == devices
     given = build_request(CheckFlags(targets=("m:f",), backend=backend, devices=2), Config())
     assert given.devices == 2  # --devices given: as given
+
+
+# ---- compare and baselines across deviceless backends ---------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fieldmem(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["COLUMNS"] = "200"
+    return subprocess.run(
+        [sys.executable, "-m", "fieldmem", *arguments], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+
+
+@pytest.mark.compile
+def test_compare_and_baselines_across_cpu_gpu_and_tpu(tmp_path: Path) -> None:
+    if not _deviceless_installed():
+        if os.environ.get("FIELDMEM_REQUIRE_BACKENDS") == "1":
+            pytest.fail('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
+        pytest.skip('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
+    example = str(ROOT / "examples" / "interior.py")
+    done = _fieldmem(tmp_path, "check", example, "--backend", "cpu,gpu:h100,tpu:v5e", "-f", "json", "-o", "r.json")
+    assert done.returncode == 0, done.stderr
+    files = ["r.cpu.json", "r.gpu-h100.json", "r.tpu-v5e.json"]
+    reports = [json.loads((tmp_path / f).read_text()) for f in files]
+    assert [r["backend"] for r in reports] == ["cpu", "gpu:h100", "tpu:v5e"]
+
+    # fieldmem compare: the three side by side, each column's figures its own report's
+    compared = _fieldmem(tmp_path, "compare", *files)
+    assert compared.returncode in (0, 1), compared.stderr
+    lines = compared.stdout.splitlines()
+    assert "NVIDIA H100 80GB HBM3" in compared.stdout and "TPU v5 lite" in compared.stdout
+    [copies] = [line for line in lines if "copies (plain)" in line]
+    plain = [r["results"][0]["variants"]["plain"]["copies"] for r in reports]
+    shown = re.findall(r"(\d+) \(([\d.]+) MiB\)", copies)
+    assert [int(n) for n, _ in shown] == [len(c) for c in plain], copies
+    assert [float(m) for _, m in shown] == [round(sum(x["bytes"] for x in c) / 2**20, 1) for c in plain]
+    assert len(plain[2]) > len(plain[0])  # the TPU stages more than the CPU copies: the point of the example
+    [peak] = [line for line in lines if "XLA peak (plain)" in line]
+    peaks = [r["results"][0]["variants"]["plain"]["memory"]["peak_bytes"] / 2**20 for r in reports]
+    assert [float(x) for x in re.findall(r"([\d.]+) MiB", peak)] == [round(p, 1) for p in peaks], peak
+
+    # a baseline saved on cpu and tpu:v5e holds one entry per backend and device kind
+    saved = _fieldmem(tmp_path, "check", example, "--backend", "cpu,tpu:v5e", "--save-baseline", "b.json")
+    assert saved.returncode == 0, saved.stderr
+    entries = json.loads((tmp_path / "b.json").read_text())["entries"]
+    keys = sorted((e["backend"], e["device_kind"]) for e in entries)
+    assert keys == [("cpu", "cpu"), ("tpu:v5e", "TPU v5 lite")], keys
+    # the same run again compares each backend with its own entries: nothing changed
+    again = _fieldmem(tmp_path, "check", example, "--backend", "tpu:v5e", "--baseline", "b.json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "0 regressions, 0 improvements" in again.stdout, again.stdout
+    assert "1 baseline entry for cpu (cpu) not compared: this run is on tpu:v5e (TPU v5 lite)" in again.stdout
+    # another device kind is not compared with them, and says so
+    other = _fieldmem(tmp_path, "check", example, "--backend", "gpu:h100", "--baseline", "b.json")
+    assert other.returncode == 0, other.stdout + other.stderr
+    assert "2 baseline entries" not in other.stdout
+    for noted in ("cpu (cpu)", "tpu:v5e (TPU v5 lite)"):
+        assert f"{noted} not compared: this run is on gpu:h100 (NVIDIA H100 80GB HBM3)" in other.stdout, other.stdout
