@@ -235,8 +235,11 @@ def check(
         str | None,
         typer.Option(
             "--backend",
-            help="Compile for this backend: cpu, gpu, tpu (default: jax's). Several, e.g. cpu,gpu: each target on "
-            "each, then side by side; -o/--html then write one file per backend (report.cpu.json, report.gpu.json).",
+            help="Compile for this backend: cpu, gpu, tpu (default: jax's), or without the device: tpu:v5e, "
+            "tpu:v5e:2x2, tpu:v4, tpu:v5p, tpu:v6e, gpu:h100, gpu:h100:8, gpu:a100, gpu:h200, gpu:b200 (needs "
+            'pip install "fieldmem[tpu]" / "fieldmem[gpu]"). Several, e.g. cpu,gpu:h100,tpu:v5e: each target on '
+            "each, then side by side; -o/--html then write one file per backend (report.cpu.json, "
+            "report.tpu-v5e.json).",
         ),
     ] = None,
     jobs: Annotated[
