@@ -68,7 +68,7 @@ bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/bench_suite.py --quick
 
 # Deviceless compile time per backend (cpu, gpu:h100, tpu:v5e) against the naive script, and the
-# 256-chip pod example: writes benchmarks/results/backends-DATE.{json,md} (~10 minutes on 2 cores).
+# 256-chip pod example: writes benchmarks/results/backends-DATE.{json,md} (the pod check alone takes minutes).
 bench-backends: $(STAMP)
 	$(BIN)/python benchmarks/bench_backends.py
 
