@@ -86,7 +86,7 @@ def test_backend_names_are_canonical(text: str, name: str, chips: int) -> None:
         ("tpu:v5e:2x2x2", "a tpu:v5e topology is 2 chip counts joined by x"),
         ("tpu:v5p:2x2", "a tpu:v5p topology is 3 chip counts joined by x"),
         ("gpu:h100:2x2", "a GPU topology is the number of GPUs"),
-        ("npu", "is not a backend fieldmem knows: cpu, gpu, tpu"),
+        ("npu:x1", "is not a backend fieldmem knows: cpu, gpu, tpu"),
         ("tpu:v5e:2x2:1", "is not a backend fieldmem knows"),
     ],
 )
@@ -203,7 +203,16 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     try:
         out = folder / "report.json"
         result = _check(
-            "devless_cases.py", "--backend", ",".join(BACKENDS), "--min-bytes", "0", "-f", "json", "-o", str(out)
+            "devless_cases.py",
+            "--backend",
+            ",".join(BACKENDS),
+            "--min-bytes",
+            "0",
+            "--no-cache",
+            "-f",
+            "json",
+            "-o",
+            str(out),
         )
     finally:
         os.chdir(cwd)

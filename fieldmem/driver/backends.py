@@ -56,7 +56,13 @@ def backend_devices(name: str) -> list[Any]:
     except RuntimeError as exc:
         found = sorted({jax.default_backend(), "cpu"})
         why = first_line(exc).split(": ", 1)[-1]
-        raise OptionError(f"--backend {name} is not available here ({why}); this jax has {', '.join(found)}") from None
+        from fieldmem.request.backends import GPU_KINDS, TPU_KINDS
+
+        kinds = ", ".join([*(f"tpu:{k}" for k in TPU_KINDS), *(f"gpu:{k}" for k in GPU_KINDS)])
+        raise OptionError(
+            f"--backend {name} is not available here ({why}); this jax has {', '.join(found)}; "
+            f"without the device: {kinds}"
+        ) from None
     if not devices:  # pragma: no cover - jax raises rather than return no devices
         raise OptionError(f"--backend {name} has no devices here")
     return devices
