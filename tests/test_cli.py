@@ -815,9 +815,10 @@ def _without(document: Any, figure: str) -> Any:
 
 @pytest.mark.compile
 def test_fast_compile_gives_identical_findings_on_every_example(tmp_path: Path) -> None:
-    """--fast-compile (LLVM at -O0) over every bundled example, --suggest on so the advisor's
-    verification compiles are fast too: the same report as a default compile, except the one
-    figure documented as changed (generated_code_bytes), which is then unavailable with the reason."""
+    """A static check's default (LLVM at -O0) over every bundled example, --suggest on so the advisor's
+    verification compiles are fast too: the same report as --no-fast-compile (XLA's default code
+    generation), except the one figure documented as changed (generated_code_bytes), which is then
+    unavailable with the reason, and the record of which code generation each variant had."""
     from fieldmem.driver import FAST_COMPILE_UNAVAILABLE
 
     examples = Path(__file__).resolve().parent.parent / "examples"
@@ -849,15 +850,18 @@ def test_fast_compile_gives_identical_findings_on_every_example(tmp_path: Path) 
         assert done.returncode in (0, 1), done.stderr
         return without_timings(json.loads(done.stdout))
 
-    default, fast = run(), run("--fast-compile")
+    default, fast = run("--no-fast-compile"), run()
     variants = [v for r in fast["results"] for v in r.get("variants", {}).values()]
     assert len(variants) >= 2 * len(targets)
     assert all(r["status"] == "ok" for r in fast["results"])
     for variant in variants:
         for figure, reason in FAST_COMPILE_UNAVAILABLE.items():
             assert variant["memory"][figure] is None and variant["memory"]["unavailable"][figure] == reason
+        assert variant["fast_compile"] is True
+    assert all(v["fast_compile"] is False for r in default["results"] for v in r.get("variants", {}).values())
     assert set(FAST_COMPILE_UNAVAILABLE) == {"generated_code_bytes"}
-    assert _without(fast, "generated_code_bytes") == _without(default, "generated_code_bytes")
+    strip = ("generated_code_bytes", "fast_compile")
+    assert _without(_without(fast, strip[0]), strip[1]) == _without(_without(default, strip[0]), strip[1])
 
 
 def test_a_cache_dir_that_cannot_be_made_stops_before_compiling(in_assets: Path, tmp_path: Path) -> None:

@@ -348,6 +348,9 @@ def test_the_api_runs_in_process_when_asked() -> None:
     report = fieldmem.assert_in_place(set_row, jnp.zeros((256, 256)), jnp.int32(1), jnp.ones(256), donate="u", run=True)
     (alias,) = report.results[0].variants["donated"].run.aliases
     assert alias.confirmed and alias.input == "u"
+    # what runs is compiled with XLA's default code generation, not the static check's -O0
+    for variant in report.results[0].variants.values():
+        assert variant.fast_compile is False and variant.memory.generated_code_bytes is not None
 
 
 def test_a_run_out_of_device_memory_is_that_targets_error(monkeypatch: pytest.MonkeyPatch) -> None:
