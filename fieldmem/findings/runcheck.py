@@ -8,7 +8,8 @@ device) and returns the result with a :class:`~fieldmem.report.RunCheck` per
 variant and the verdict revised:
 
 - every alias of the plan is *confirmed* when the output's buffer is the
-  donated input's on every shard; one that is not is an error finding
+  donated input's on every shard **and** jax deleted that input (the
+  runtime consumed the donation); one that is not is an error finding
   (``run-alias-missing``), so ``--expect in-place`` fails; one whose input
   or output has no device buffer to read (a Python scalar at call time) is
   *not comparable*, an info finding (``run-alias-not-comparable``) that says
@@ -95,7 +96,11 @@ def _reason(reasons: tuple[str | None, ...], index: int) -> str:
 
 
 def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ...]:
-    """Every alias of the plan, confirmed when the output came back in the input's buffer on every shard.
+    """Every alias of the plan, confirmed when the output came back in the input's buffer on every shard
+    and the input was deleted (the runtime consumed it, as a donation does).
+
+    The same address alone is not enough: an input still alive after the call
+    was not handed over, whatever the addresses say.
 
     A leaf without a device buffer to read (a Python scalar at call time, which
     jax puts on the device inside the call) makes its alias not comparable: the
@@ -109,11 +114,14 @@ def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ..
         )
         deleted = reading.deleted[alias.input_index] if alias.input_index < len(reading.deleted) else None
         comparable = before is not None and after is not None
-        confirmed = comparable and before == after
+        confirmed = comparable and before == after and deleted is True
         if confirmed:
-            detail = f"{alias.output} is in {alias.input}'s buffer on every shard ({_shards(after)})"
-            if deleted:
-                detail += f"; {alias.input} was consumed (deleted)"
+            detail = f"{alias.output} is in {alias.input}'s buffer on every shard ({_shards(after)}); {alias.input} was consumed (deleted)"
+        elif comparable and before == after:
+            detail = (
+                f"{alias.output} is at {alias.input}'s buffer address on every shard ({_shards(after)}), "
+                f"but {alias.input} was not deleted: the runtime did not consume the donation"
+            )
         elif before is None:
             detail = f"not comparable: {alias.input} is {_reason(reading.input_unreadable, alias.input_index)}"
         elif after is None:
