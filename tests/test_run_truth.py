@@ -183,3 +183,46 @@ def test_an_output_in_an_input_buffer_the_plan_does_not_alias_is_reported(monkey
     assert finding.message == "plain run: out came back in u's buffer, which the compiled plan does not alias"
     # the plain run's own reading holds no such thing
     assert result.variants["plain"].run.unplanned == ()
+
+
+# ---- --probe on real updates: the positive path, and words that say what was timed ----------------
+
+MIB4 = (1024, 1024)  # float32: 4 MiB, above the probe's 1 MiB floor
+
+
+def scaled_row(u, idx, row):
+    return (u * 2.0).at[idx].set(row)  # aliased and updated by a slice, but every element is rewritten
+
+
+def test_the_probe_finds_a_call_whose_time_grows_with_the_buffer_and_says_the_whole_call_was_timed() -> None:
+    """Aliased, the output made by a slice update, yet the call rewrites all of u (the scaling): the
+    probe's positive path on a real program, worded as what was timed (the call), not the update."""
+    target = make_target(scaled_row, lambda: (jnp.ones(MIB4), jnp.int32(3), jnp.ones(1024)), donate="u")
+    report = check_targets([target], CheckOptions(min_bytes=1024, run=True, probe=True, isolate=False))
+    (result,) = report.results
+    assert [(a.input, a.output) for a in result.variants["donated"].aliases] == [("u", "out")]
+    (probe,) = result.probes
+    assert probe.code == "whole-buffer", probe.message
+    assert probe.growth is not None and probe.growth >= 0.5
+    (finding,) = [f for f in result.verdict.findings if f.code == "probe-whole-buffer"]
+    assert "the whole call was timed" in finding.message
+    assert finding.message.startswith("out is aliased to u and updated by a dynamic-update-slice")
+
+
+def test_the_probe_of_an_undonated_update_is_whole_buffer_and_does_not_claim_an_alias() -> None:
+    """The plain variant copies u before writing the row: its call time grows with u."""
+    from fieldmem.driver import prepare_call, probe_update, start_variants
+    from fieldmem.findings.runcheck import probe_outcome
+    from fieldmem.request.spec import DonateSpec, StaticSpec
+
+    call = prepare_call(
+        set_row, (jnp.zeros(MIB4), jnp.int32(3), jnp.ones(1024)), {}, donate=DonateSpec.parse("u"), static=StaticSpec()
+    )
+    plain, donated = start_variants(call, None).result()
+    outcome = probe_outcome("u", "out", "dynamic-update-slice", probe_update(call, plain, 0, 0), aliased=False)
+    assert outcome.code == "whole-buffer", outcome.message
+    assert outcome.message.startswith("out is not aliased to u in this program")
+    assert "aliased to u and" not in outcome.message
+    # the donated variant of the same update: the time does not grow in proportion
+    aliased = probe_outcome("u", "out", "dynamic-update-slice", probe_update(call, donated, 0, 0))
+    assert aliased.code != "whole-buffer" and aliased.growth is not None and aliased.growth < 0.5, aliased.message
