@@ -783,24 +783,34 @@ def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:
     targets = [str(path) for path in sorted(examples.glob("*.py"))]
     cache = tmp_path / "jax-cache"
 
-    def run(*options: str) -> dict[str, Any]:
+    # jax logs each persistent-cache hit, and (explaining misses) each miss, at WARNING on stderr: the
+    # count of compiles, read from jax itself (in whatever process compiles), not from the cache folder
+    logged = dict(JAX_LOG_COMPILES="1", JAX_EXPLAIN_CACHE_MISSES="1")
+
+    def run(*options: str, env: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
         done = subprocess.run(
             [sys.executable, "-m", "fieldmem", "check", *targets, "-f", "json", "--min-bytes", "0", *options],
             capture_output=True,
             text=True,
             cwd=tmp_path,
-            env=_env(),
+            env={**_env(), **(env or {})},
             timeout=300,
         )
         assert done.returncode in (0, 1), done.stderr
-        return without_timings(json.loads(done.stdout))
+        return without_timings(json.loads(done.stdout)), done.stderr
 
-    without = run("--jobs", "1")
-    first = run("--jobs", "3", "--cache-dir", str(cache))
-    entries = sorted(p.name for p in cache.iterdir())
-    assert entries, "nothing was written to the cache"
-    second = run("--jobs", "3", "--cache-dir", str(cache))
-    assert sorted(p.name for p in cache.iterdir()) == entries  # every executable came from the cache
+    def compiles(stderr: str) -> tuple[int, int]:
+        """(executables loaded from the persistent cache, executables compiled by XLA)."""
+        return stderr.count("Persistent compilation cache hit for"), stderr.count("PERSISTENT COMPILATION CACHE MISS")
+
+    without, _ = run("--jobs", "1")
+    first, log = run("--jobs", "3", "--cache-dir", str(cache), env=logged)
+    hits, misses = compiles(log)
+    assert misses > 0, (hits, misses)  # (a program compiled twice in one run is a hit the second time)
+    assert any(cache.iterdir()), "nothing was written to the cache"
+    second, log = run("--jobs", "3", "--cache-dir", str(cache), env=logged)
+    # every executable came from the cache: as many loads as the first run asked for, and no compile
+    assert compiles(log) == (hits + misses, 0), log[-2000:]
     assert first == without and second == without
 
 
