@@ -143,6 +143,7 @@ def check_function(
     min_bytes: int | str = MIN_BYTES,
     run: bool = False,
     new: str | list[str] | tuple[str, ...] | None = None,
+    fast_compile: bool = True,
     backend: str | None = None,
     **kwargs: Any,
 ) -> Report:
@@ -173,6 +174,10 @@ def check_function(
         new: output paths meant to be new buffers, as ``--new`` (``"out[1]"``,
             ``"out.logits"``, a list or comma-separated; ``*`` matches any run
             of characters): never a break of in place.
+        fast_compile: a static check compiles with XLA:CPU's code generation at
+            -O0 (the same HLO, buffer assignment and findings, faster;
+            ``generated_code_bytes`` is then unavailable); False: XLA's default,
+            as ``--no-fast-compile``. With ``run`` the default is always used.
         backend: compile for this backend, as ``--backend`` takes one (``"cpu"``,
             ``"gpu"``, ``"tpu:v5e"``...; docs/backends.md). Default: jax's.
 
@@ -197,7 +202,11 @@ def check_function(
     display = name or _function_name(fn)
     target = _target(fn, display, args, kwargs, donate, static, expect, max_peak, max_live_peak, new)
     options = CheckOptions(
-        min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False, backend=_backend(backend)
+        min_bytes=parse_bytes(min_bytes, "min_bytes="),
+        run=run,
+        isolate=False,
+        fast_compile=fast_compile,
+        backend=_backend(backend),
     )
     report = check_targets([target], options)
     result = report.results[0]
@@ -221,6 +230,7 @@ def check_chain(
     min_bytes: int | str = MIN_BYTES,
     run: bool = False,
     step_args: Mapping[Any, Any] | None = None,
+    fast_compile: bool = True,
     backend: str | None = None,
     **kwargs: Any,
 ) -> Report:
@@ -267,7 +277,11 @@ def check_chain(
         ),
     )
     options = CheckOptions(
-        min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False, backend=_backend(backend)
+        min_bytes=parse_bytes(min_bytes, "min_bytes="),
+        run=run,
+        isolate=False,
+        fast_compile=fast_compile,
+        backend=_backend(backend),
     )
     return check_targets([chain], options)
 
@@ -304,6 +318,7 @@ def assert_in_place(
     name: str | None = None,
     run: bool = False,
     new: str | list[str] | tuple[str, ...] | None = None,
+    fast_compile: bool = True,
     backend: str | None = None,
     **kwargs: Any,
 ) -> Report:
