@@ -211,7 +211,7 @@ def test_plugin_backend(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPat
     }, result.stdout.str()
     text = result.stdout.str()
     assert "backend=['cpu', 'cpu'] names cpu twice" in text
-    assert "backend='abacus' is not a backend fieldmem knows: cpu, gpu, tpu" in text, text
+    assert "--backend abacus is not available here" in text, text
     report = json.loads(Path(pytester.path, "report.json").read_text())
     targets = [r["target"] for r in report["results"]]
     if not several:
@@ -244,9 +244,10 @@ def test_plugin_backend(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPat
     ],
 )
 def test_a_topology_implies_its_chip_count_of_cpu_devices(backend: str, devices: int | None) -> None:
-    assert build_request(CheckFlags(targets=("m:f",), backend=backend), Config()).devices == devices
+    request = build_request(CheckFlags(targets=("m:f",), backend=backend), Config())
+    assert (request.devices, request.implied_devices) == (None, devices)
     given = build_request(CheckFlags(targets=("m:f",), backend=backend, devices=2), Config())
-    assert given.devices == 2  # --devices given: as given
+    assert (given.devices, given.implied_devices) == (2, None)  # --devices given: as given
 
 
 # ---- compare and baselines across deviceless backends ---------------------------
@@ -308,3 +309,22 @@ def test_compare_and_baselines_across_cpu_gpu_and_tpu(tmp_path: Path) -> None:
     assert "2 baseline entries" not in other.stdout
     for noted in ("cpu (cpu)", "tpu:v5e (TPU v5 lite)"):
         assert f"{noted} not compared: this run is on gpu:h100 (NVIDIA H100 80GB HBM3)" in other.stdout, other.stdout
+
+
+@pytest.mark.compile
+def test_a_topology_gives_sharded_examples_its_mesh_without_devices(tmp_path: Path) -> None:
+    """``examples/sharded.py`` shards over every device jax has: with ``--backend tpu:v5e:2x2`` and no
+    ``--devices``, that is 4, so each chip holds a quarter of the 2 MiB field."""
+    if not _deviceless_installed():
+        if os.environ.get("FIELDMEM_REQUIRE_BACKENDS") == "1":
+            pytest.fail('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
+        pytest.skip('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
+    example = str(ROOT / "examples" / "sharded.py")
+    done = _fieldmem(tmp_path, "check", example, "--backend", "tpu:v5e:2x2", "-f", "json", "-o", "r.json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert len(report["devices"]) == 4 and report["deviceless"]["chips"] == 4
+    [result] = report["results"]
+    field_bytes = 1024 * 512 * 4
+    assert result["variants"]["donated"]["memory"]["output_bytes"] == field_bytes // 4
+    assert result["variants"]["donated"]["memory"]["alias_bytes"] == field_bytes // 4

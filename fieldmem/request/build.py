@@ -110,6 +110,7 @@ class CheckRequest:
     default_cache: bool = False  # no folder named and no --no-cache: the driver's default folder
     backends: tuple[str, ...] | None = None  # --backend; None: jax's default, one report
     devices: int | None = None  # --devices: simulate this many CPU devices
+    implied_devices: int | None = None  # without --devices: the chip count of a multi-chip deviceless backend
 
 
 def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
@@ -158,7 +159,8 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         baseline=_baseline(flags, config),
         default_cache=default_cache,
         backends=backends,
-        devices=flags.devices if flags.devices is not None else _implied_devices(backends),
+        devices=flags.devices,
+        implied_devices=_implied_devices(backends) if flags.devices is None else None,
     )
 
 
