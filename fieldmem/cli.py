@@ -380,7 +380,9 @@ def _cache_folder(request: CheckRequest) -> str | None:
     """
     from fieldmem.driver import cache_folder, default_cache_folder
 
-    return default_cache_folder() if request.default_cache else cache_folder(request.options.cache_dir)
+    if request.default_cache:
+        return default_cache_folder()
+    return cache_folder(request.options.cache_dir, request.cache_dir_origin)
 
 
 @app.command()

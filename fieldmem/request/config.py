@@ -175,6 +175,12 @@ def _read_toml(file: Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{_shown(file)} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{_shown(file)} is not valid TOML: byte {exc.start} is not UTF-8 text (TOML files are UTF-8)"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"{_shown(file)} is nested too deeply to read (arrays or tables inside each other)") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {_shown(file)}: {exc.strerror or exc}") from None
 

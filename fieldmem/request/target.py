@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from fieldmem.errors import ArgumentsError, TargetError
+from fieldmem.errors import ArgumentsError, TargetError, quoted
 from fieldmem.report import Expectation
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
@@ -36,6 +36,7 @@ __all__ = [
     "TargetOptions",
     "definition_of",
     "display_path",
+    "folder_targets",
     "is_file_spec",
     "load_module",
     "resolve_object",
@@ -464,12 +465,41 @@ def _resolve_chain(
     return [_chain_from_case(spec, chain_case, options, module_name, names, module)]
 
 
-def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarget]:
+def folder_targets(spec: str) -> tuple[str, ...] | None:
+    """The file targets of a folder target (``examples/``), or None when ``spec`` is not a folder.
+
+    A folder (written as a path: ``examples/``, ``./examples``; a bare name is a module) stands for
+    every ``*.py`` file directly in it whose text mentions
+    ``fieldmem`` (a module that does not cannot register a case, and is not
+    imported: a ``setup.py`` or a script is never run), except files whose
+    name starts with ``_``; sorted by name, each as ``folder/file.py``.
+    Sub-folders are not entered. Nothing is imported here.
+    """
+    folder = Path(spec.strip())
+    # a bare name (``userpkg``) is a module, a package among them; a folder is written as a path
+    if not spec.strip() or not is_file_spec(spec.strip()) or not folder.is_dir():
+        return None
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_") or not path.is_file():
+            continue
+        try:
+            mentions = b"fieldmem" in path.read_bytes()
+        except OSError:
+            mentions = True  # unreadable: loading it says why
+        if mentions:
+            found.append(os.path.join(spec.strip(), path.name))
+    return tuple(found)
+
+
+def resolve_target(spec: str, options: TargetOptions, *, in_folder: bool = False) -> list[Target | ChainTarget]:
     """All targets named by ``spec``.
 
     ``module:fn`` gives that function (with its registered cases' settings
     when it has any); ``module:a,b,c`` the chain of those steps; a bare
-    module or file gives every case and chain it registers.
+    module or file gives every case and chain it registers. ``in_folder``:
+    ``spec`` is a file of a folder target (:func:`folder_targets`), where a
+    file that registers no case is no target (an empty list), not an error.
 
     Raises:
         TargetError: the module, file or attribute cannot be found, the object
@@ -480,12 +510,22 @@ def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarg
         raise TargetError("an empty target was given: use pkg.module:function or path/to/file.py:function")
     module_part, sep, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
     if sep and not attr:
-        raise TargetError(f"target {spec!r} ends with ':': name the function, e.g. {module_part}:update")
+        raise TargetError(f"target {quoted(spec)} ends with ':': name the function, e.g. {module_part}:update")
+    if ":" in module_part:
+        head, _, function = module_part.partition(":")
+        raise TargetError(
+            f"target {quoted(spec)} has more than one ':': write module:function or file.py:function, and a "
+            f"method or attribute with dots ({head}:{function}.{attr})"
+        )
+    if not sep and is_file_spec(module_part) and Path(module_part).is_dir():
+        raise TargetError(f"{quoted(spec)} is a folder: check it as a target of its own (fieldmem check {spec})")
     module = load_module(module_part)
     cases = registered_cases(module.__name__)
     # names shown to the user: the path as typed for a file, the dotted name otherwise
     module_name = module_part if is_file_spec(module_part) else module.__name__
     if not sep:
+        if not cases and in_folder:
+            return []
         if not cases:
             public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
             example = f" (e.g. {module_part}:{public[0]})" if public else ""
