@@ -20,7 +20,7 @@ __all__ = ["EXPECTATIONS", "MAX_DEVICES", "MIN_BYTES", "CheckOptions", "parse_ex
 MIN_BYTES = 1024
 
 #: The most CPU devices ``--devices`` simulates. jax starts 2048 in about 2 s and
-#: 4096 in about 12 s, and the cost climbs steeply past that (benchmarks/bench_devices.py,
+#: 4096 in about 12 s: the cost climbs steeply with the count (benchmarks/bench_devices.py,
 #: results in benchmarks/results/devices.json): a larger count is refused, not waited for.
 MAX_DEVICES = 4096
 
