@@ -180,10 +180,12 @@ def _check_alone(flags: CheckFlags) -> None:
             "--timeout needs the worker processes of --run: with --no-isolate the targets run in this "
             "process, where a hanging call cannot be stopped; drop --no-isolate or --timeout"
         )
-    if flags.devices is not None and not 1 <= flags.devices <= MAX_DEVICES:
+    if flags.devices is not None and flags.devices < 1:
+        raise OptionError(f"--devices {flags.devices} must be at least 1")
+    if flags.devices is not None and flags.devices > MAX_DEVICES:
         raise OptionError(
-            f"--devices {flags.devices} must be 1 to {MAX_DEVICES} (jax takes longer and longer to start "
-            "more simulated devices)"
+            f"--devices {flags.devices} is more than {MAX_DEVICES}, the most fieldmem simulates (jax takes "
+            "longer and longer to start more simulated devices)"
         )
 
 
