@@ -148,7 +148,7 @@ def test_a_missing_extra_is_one_line_with_the_pip_install(
     monkeypatch.setattr(deviceless, "_installed", lambda module: False)
     (tmp_path / "mod_missing.py").write_text("def step(x):\n    return x + 1\n")
     monkeypatch.chdir(tmp_path)
-    result = _check("mod_missing:step", "--backend", f"cpu,{backend}", "--args", "[1.0]", "--no-cache")
+    result = _check("mod_missing:step", "--backend", f"cpu,{backend}", "--no-cache")
     assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [
