@@ -172,7 +172,7 @@ def _implied_devices(backends: tuple[str, ...] | None) -> int | None:
     """The CPU devices a multi-chip deviceless backend implies when ``--devices`` is not given: its chip
     count (``tpu:v5e:16x16``: 256), so example arguments sharded over every device jax has make a mesh the
     size of the topology. None where no backend (or several of different sizes) implies one."""
-    chips = {name.chips for name in map(parse_backend, backends or ()) if name.deviceless and name.chips > 1}
+    chips = {b.chips for b in map(parse_backend, backends or ()) if b.deviceless and 1 < b.chips <= MAX_DEVICES}
     return chips.pop() if len(chips) == 1 else None
 
 
