@@ -335,8 +335,8 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     )
     for name, reason in sorted(donated.memory.unavailable.items()):
         console.print(hanging(f"{name} unavailable: ", reason, style="dim"))
-    for line in memory_space_lines(plain, donated):
-        console.print(hanging("", line, style="dim"))
+    for space_line in memory_space_lines(plain, donated):
+        console.print(hanging("", space_line, style="dim"))
     for line in sparkline_lines(plain, donated, width=width):
         console.print(line)
 
