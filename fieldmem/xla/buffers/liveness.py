@@ -43,12 +43,29 @@ offset 0 of its allocation and a smaller value XLA placed at offset 0 of the
 same allocation). ``live_peak_bytes`` is the maximum over points;
 ``live_at_peak`` lists the distinct slices, each with the bytes it shares with
 a slice listed before it, so that their ``counted_bytes`` add up to the peak. Thread-local allocations (values inside fusions and
-reducers: registers, not memory) and constant allocations (read-only data of
-the executable, in no figure of ``memory_analysis()``) are left out, so
-``live_peak_bytes <= argument + output + temp - alias`` (the footprint).
+reducers: registers, not memory) are left out. Constant allocations (read-only
+data of the executable, in none of ``memory_analysis()``'s argument, output and
+temp figures, but in its peak) are live at every point: the executable holds
+them before, during and after the call. So ``live_peak_bytes <= argument +
+output + temp - alias + constants`` (the footprint) on XLA:CPU and GPU; a TPU's
+asynchronous copies have tuple index tables that XLA's temp figure leaves out.
+
+Memory spaces
+-------------
+Each allocation has a color, its memory space (0 the device's default memory;
+on a TPU 1 is VMEM, ``S(1)`` in a layout). The curve, ``live_peak_bytes`` and
+``live_at_peak`` are memory space 0's, as XLA's argument, output and temp
+figures are; ``memory_spaces`` has every space's allocated bytes and live peak.
+
+Asynchronous ops pass values on as XLA's dataflow does: a ``copy-start``'s
+element 1 is its operand and its ``copy-done`` the destination (element 0);
+any other ``X-start`` holds its result in element 1, which ``X-done`` returns.
+The text prints an op run asynchronously in a computation of its own
+(``slice-start``) without that computation; its result, defined at the
+computation's root in the buffer assignment, is placed at element 1 of the start.
 
 This is neither XLA's ``peak_memory_in_bytes`` (on CPU it was seen to leave
-the temp block out) nor the "peak usage" of XLA's ``*-live-range.txt`` dump,
+the temp block out; on a TPU it adds VMEM) nor the "peak usage" of XLA's ``*-live-range.txt`` dump,
 which adds up values (counting a shared slice twice) and includes constants.
 """
 
