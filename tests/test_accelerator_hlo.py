@@ -298,3 +298,73 @@ def test_the_report_splits_the_figures_by_memory_space() -> None:
     gpu = sparse_result("gpu_h100")
     assert [s.memory_space for s in gpu.variants["plain"].memory.memory_spaces] == [0]
     assert "memory space" not in table_renderer.render(make_report((gpu,)), RenderOptions(verbose=True, width=160))
+
+
+# ----------------------------------------------------------------------------
+# Asynchronous collectives (hand-written: a one-chip compile has none)
+
+_ASYNC_COLLECTIVES = """HloModule collectives, is_scheduled=true
+
+ENTRY %main (p: f32[4]) -> f32[16] {
+  %p = f32[4]{0} parameter(0)
+  %ars = f32[4]{0} all-reduce-start(%p), replica_groups={}
+  %ags = (f32[4]{0}, f32[16]{0}) all-gather-start(%p), dimensions={0}
+  %x = f32[4]{0} negate(%p)
+  %ard = f32[4]{0} all-reduce-done(%ars)
+  %agd = f32[16]{0} all-gather-done(%ags)
+  %y = f32[4]{0} add(%ard, %x)
+  ROOT %r = f32[16]{0} pad(%agd, %y), padding=0_0
+}
+"""
+
+
+def _buffer(id_: int, name: str, size: int, index: tuple[int, ...] = ()) -> buffers.LogicalBuffer:
+    return buffers.LogicalBuffer(id_, size, id_, name, "main", index)
+
+
+def _allocation(index: int, size: int, buffer_id: int, **flags: bool) -> buffers.Allocation:
+    return buffers.Allocation(
+        index=index,
+        size=size,
+        is_entry_computation_parameter=flags.get("parameter", False),
+        parameter_number=0 if flags.get("parameter", False) else None,
+        parameter_shape_index=(),
+        maybe_live_out=flags.get("output", False),
+        is_tuple=False,
+        is_constant=False,
+        is_thread_local=False,
+        color=0,
+        assigned=(buffers.AssignedBuffer(buffer_id, 0, size),),
+    )
+
+
+def test_async_collectives_keep_their_results_live_until_read_after_the_done() -> None:
+    """An ``all-reduce-start`` defines its result, which ``all-reduce-done`` returns; an
+    ``all-gather-start``'s element 1 is the gathered result, which ``all-gather-done``
+    returns: each is live from its start to the last reader of its done."""
+    module = hlo.parse_hlo_module(_ASYNC_COLLECTIVES)
+    logical = (
+        _buffer(1, "p", 16),
+        _buffer(2, "ars", 16),
+        _buffer(3, "ags", 16, ()),
+        _buffer(4, "ags", 64, (1,)),
+        _buffer(5, "x", 16),
+        _buffer(6, "y", 16),
+        _buffer(7, "r", 64),
+    )
+    allocations = (
+        _allocation(0, 16, 1, parameter=True),
+        _allocation(1, 16, 2),
+        _allocation(2, 16, 3),
+        _allocation(3, 64, 4),
+        _allocation(4, 16, 5),
+        _allocation(5, 16, 6),
+        _allocation(6, 64, 7, output=True),
+    )
+    live = buffers.analyze_liveness(buffers.BufferAssignment(logical, allocations), module)
+    point = {p.instruction: p.index for p in live.schedule}
+    ranges = {(r.value.instruction, r.value.shape_index): (r.start, r.end) for r in live.ranges}
+    assert ranges[("ars", ())] == (point["ars"], point["y"])  # read through all-reduce-done by y
+    assert ranges[("ags", (1,))] == (point["ags"], point["r"])  # read through all-gather-done by r
+    # at y: p, the reduced value, the gathered one, x and y (ags' index table was last read by its done)
+    assert live.curve[point["y"]] == 16 + 16 + 64 + 16 + 16
