@@ -28,7 +28,7 @@ MIB = 2**20
 def fieldmem(*arguments: str) -> str:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
-    env["COLUMNS"] = "120"
+    env["COLUMNS"] = "150"
     done = subprocess.run(
         [sys.executable, "-m", "fieldmem", *arguments], cwd=ROOT, env=env, capture_output=True, text=True
     )
