@@ -223,13 +223,15 @@ def check(
         ),
     ] = False,
     fast_compile: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--fast-compile",
-            help="Compile with XLA:CPU's LLVM code generation at -O0: about 40% less compile time, the same "
-            "HLO, buffer assignment and findings; the generated code size is then unavailable.",
+            "--fast-compile/--no-fast-compile",
+            help="XLA:CPU's LLVM code generation at -O0 for what is only analysed (the default): the same HLO, "
+            "buffer assignment and findings in about 40% less compile time; the generated code size is then "
+            "unavailable. --run and --probe compile what they execute as XLA does by default. --no-fast-compile: "
+            "the default code generation everywhere (default: fast-compile in [tool.fieldmem], else on).",
         ),
-    ] = False,
+    ] = None,
     backend: Annotated[
         str | None,
         typer.Option(

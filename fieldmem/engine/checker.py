@@ -375,8 +375,9 @@ def check_targets(
     progress: ProgressCallback | None = None,
 ) -> Report:
     """Analyse already-resolved targets (a pair ``(spec, error)`` stands for one that failed to load)."""
-    from fieldmem.driver import compilation_cache
+    from fieldmem.driver import compilation_cache, start_jax
 
+    start_jax()  # before anything imports jax: quiet about the plugins' start-up noise
     items = list(targets)
     with compilation_cache(options.cache_dir):
         isolated = [
@@ -491,6 +492,9 @@ def resolve_all(
     (already stacked over ``target_options`` by the caller); other specs get
     ``target_options``.
     """
+    from fieldmem.driver import start_jax
+
+    start_jax()  # the user's modules import jax: start it first, quiet about the plugins' start-up noise
     resolved: list[Target | ChainTarget | tuple[str, FieldmemError]] = []
     per_target = per_target or {}
     for spec in specs:

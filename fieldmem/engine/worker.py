@@ -37,8 +37,11 @@ def _work(item: dict[str, Any], options: Any) -> WorkerResult:
 
 
 def _check_item(item: dict[str, Any], options: Any) -> WorkerResult:
+    from fieldmem.driver import start_jax
     from fieldmem.engine.checker import check_targets
     from fieldmem.request.target import TargetOptions, resolve_target
+
+    start_jax()  # before the user's module imports jax: quiet about the plugins' start-up noise
 
     target_options = decode(TargetOptions, item["target_options"] or {})
     found = [t for t in resolve_target(item["spec"], target_options) if t.name == item["name"]]

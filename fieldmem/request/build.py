@@ -62,7 +62,7 @@ class CheckFlags:
     suggest: bool = False
     cache_dir: str | None = None
     no_cache: bool = False
-    fast_compile: bool = False
+    fast_compile: bool | None = None  # None: the config's, else on
     backend: str | None = None
     jobs: int | None = None
     baseline: Path | None = None
@@ -227,6 +227,14 @@ def _command_line_options(flags: CheckFlags) -> TargetOptions:
     )
 
 
+def _first_given(*values: bool | None) -> bool:
+    """The first of ``values`` that is not None (the flag, then the config, then the default)."""
+    for value in values:
+        if value is not None:
+            return value
+    raise ValueError("no value given")  # pragma: no cover - every caller ends with a default
+
+
 def _check_options(flags: CheckFlags, config: Config) -> tuple[CheckOptions, bool]:
     """How to check, and whether the driver picks the default compilation cache folder."""
     if flags.min_bytes is not None:
@@ -241,7 +249,7 @@ def _check_options(flags: CheckFlags, config: Config) -> tuple[CheckOptions, boo
         jobs=flags.jobs or config.jobs or max(1, (os.cpu_count() or 2) // 2),
         suggest=flags.suggest,
         cache_dir=cache_dir,
-        fast_compile=flags.fast_compile or bool(config.fast_compile),
+        fast_compile=_first_given(flags.fast_compile, config.fast_compile, True),
         run=flags.run or flags.probe,
         probe=flags.probe,
         isolate=flags.isolate,
