@@ -131,11 +131,12 @@ def test_the_command_lines_options_are_parsed() -> None:
 
 
 def test_probe_implies_run_and_the_speed_levers_pass_through() -> None:
-    request = build(probe=True, isolate=False, timeout=5.0, suggest=True, fast_compile=True, devices=4)
+    request = build(probe=True, isolate=False, suggest=True, fast_compile=True, devices=4)
     options = request.options
-    assert (options.run, options.probe, options.isolate, options.timeout) == (True, True, False, 5.0)
+    assert (options.run, options.probe, options.isolate, options.timeout) == (True, True, False, None)
     assert options.suggest and options.fast_compile and request.devices == 4
     assert not options.compile_fast  # what the probe times is the default code generation
+    assert build(probe=True, timeout=5.0).options.timeout == 5.0
 
 
 @pytest.mark.parametrize(

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fieldmem.engine.results import error_result, internal_error
-from fieldmem.errors import CompileError, FieldmemError, OptionError
+from fieldmem.errors import CompileError, FieldmemError, OptionError, TargetError, listing
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
 from fieldmem.report import Chain, DeviceInfo, Report, TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
-from fieldmem.request.target import ChainTarget, Step, Target, TargetOptions, resolve_target
+from fieldmem.request.target import ChainTarget, Step, Target, TargetOptions, folder_targets, resolve_target
 from fieldmem.version import __version__
 from fieldmem.xla.hlo import HloParseError
 
@@ -498,13 +498,31 @@ def resolve_all(
     resolved: list[Target | ChainTarget | tuple[str, FieldmemError]] = []
     per_target = per_target or {}
     for spec in specs:
-        try:
-            resolved.extend(resolve_target(spec, per_target.get(spec, target_options)))
-        except FieldmemError as exc:
-            resolved.append((spec, exc))
-        except Exception as exc:
-            resolved.append((spec, internal_error(exc, "resolving it")))
+        options = per_target.get(spec, target_options)
+        files = folder_targets(spec)  # a folder: each of its files, those registering no case skipped
+        found = 0
+        for one in files if files is not None else (spec,):
+            targets: list[Target | ChainTarget | tuple[str, FieldmemError]]
+            try:
+                targets = list(resolve_target(one, options, in_folder=files is not None))
+            except FieldmemError as exc:
+                targets = [(one, exc)]
+            except Exception as exc:
+                targets = [(one, internal_error(exc, "resolving it"))]
+            resolved.extend(targets)
+            found += len(targets)
+        if files is not None and not found:
+            resolved.append((spec, TargetError(_empty_folder(spec, files))))
     return resolved
+
+
+def _empty_folder(spec: str, files: Sequence[str]) -> str:
+    if not files:
+        return (
+            f"folder {spec!r} holds no .py file that mentions fieldmem: name a file or module, "
+            "or register cases with fieldmem.case(...) in the folder's modules"
+        )
+    return f"no module of folder {spec!r} registers a fieldmem.case(...) (looked in {listing(files)})"
 
 
 def check(

@@ -13,11 +13,16 @@ from dataclasses import dataclass
 from fieldmem.errors import OptionError
 from fieldmem.report import EXPECTATIONS, Expectation
 
-__all__ = ["EXPECTATIONS", "MIN_BYTES", "CheckOptions", "parse_expect", "parse_new"]
+__all__ = ["EXPECTATIONS", "MAX_DEVICES", "MIN_BYTES", "CheckOptions", "parse_expect", "parse_new"]
 
 #: Copies and findings smaller than this stay in the JSON report but out of the
 #: verdict, the table and the baseline gate (``--min-bytes``; 1 KiB).
 MIN_BYTES = 1024
+
+#: The most CPU devices ``--devices`` simulates. jax starts 2048 in about 2 s and
+#: 4096 in about 12 s: the cost climbs steeply with the count (benchmarks/bench_devices.py,
+#: results in benchmarks/results/devices.json): a larger count is refused, not waited for.
+MAX_DEVICES = 4096
 
 
 @dataclass(frozen=True)
