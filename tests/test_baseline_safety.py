@@ -534,3 +534,18 @@ def test_the_lock_is_beside_the_file_a_link_names(tmp_path: Path) -> None:
 
 def test_the_module_constants() -> None:
     assert SCHEMA == "fieldmem.baseline/2" and baseline_module.LOCK_TIMEOUT >= 10
+
+
+def test_the_saved_line_stays_one_short_line_for_a_huge_baseline() -> None:
+    """200,000 kept entries are counted, not listed: the line names a few and says how many in all."""
+    from fieldmem.gate.baseline import Baseline, SavedBaseline
+    from fieldmem.render.baseline import render_saved
+
+    kept = tuple(f"pkg.mod:step_{i}" for i in range(200_000))
+    saved = SavedBaseline(
+        Baseline("b.json", "0", "0", "0", "cpu", None, (), ()), written=("a:f",), kept=kept, pruned=kept[:3]
+    )
+    line = render_saved(saved)
+    assert line.count("\n") == 1 and len(line) < 1000
+    assert "200000 kept from earlier runs (pkg.mod:step_0, " in line and "(200000 in all)" in line
+    assert "3 pruned (pkg.mod:step_0, pkg.mod:step_1, pkg.mod:step_2)" in line
