@@ -309,6 +309,7 @@ def test_every_figure_is_memory_analysis_of_the_same_compile(
         + analysis.output_size_in_bytes
         + analysis.temp_size_in_bytes
         - analysis.alias_size_in_bytes
+        + (memory["constant_bytes"] or 0)  # arrays compiled into the program (docs/report-schema.md)
     )
     assert memory["live_peak_bytes"] is not None, memory["unavailable"]  # from the dumped buffer assignment
     assert reports[backend]["deviceless"]["backend"] == backend
@@ -326,6 +327,7 @@ def test_aliases_are_the_programs_input_output_alias(
     reported = {(a["input_index"], a["output_index"]) for a in result["variants"]["donated"]["aliases"]}
     assert reported == expected
     assert result["variants"]["plain"]["aliases"] == []
+    assert result["verdict"]["in_place"] is True  # a TPU's staging copies through VMEM are not defensive copies
 
 
 @pytest.mark.compile
