@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -237,8 +238,11 @@ def check(
         str | None,
         typer.Option(
             "--backend",
-            help="Compile for this backend: cpu, gpu, tpu (default: jax's). Several, e.g. cpu,gpu: each target on "
-            "each, then side by side; -o/--html then write one file per backend (report.cpu.json, report.gpu.json).",
+            help="Compile for this backend: cpu, gpu, tpu (default: jax's), or without the device: tpu:v5e, "
+            "tpu:v5e:2x2, tpu:v4, tpu:v5p, tpu:v6e, gpu:h100, gpu:h100:8, gpu:a100, gpu:h200, gpu:b200 (needs "
+            'pip install "fieldmem[tpu]" / "fieldmem[gpu]"). Several, e.g. cpu,gpu:h100,tpu:v5e: each target on '
+            "each, then side by side; -o/--html then write one file per backend (report.cpu.json, "
+            "report.tpu-v5e.json).",
         ),
     ] = None,
     jobs: Annotated[
@@ -352,7 +356,11 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
     from fieldmem.driver import simulate_cpu_devices
     from fieldmem.engine import checker
     from fieldmem.gate.baseline import load_baseline
+    from fieldmem.request.backends import deviceless_environment, parse_backend
 
+    # this process is fieldmem's own: a deviceless backend's environment is set here, before jax starts
+    backends = [parse_backend(name) for name in request.backends] if request.backends is not None else None
+    os.environ.update(deviceless_environment(backends))
     if request.devices is not None:
         simulate_cpu_devices(request.devices)
     options = dataclasses.replace(request.options, cache_dir=_cache_folder(request))

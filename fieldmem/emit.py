@@ -114,7 +114,8 @@ def terminal_options(verbose: bool, min_bytes: int) -> RenderOptions:
 
 
 def _for_backend(path: Path, backend: str, several: bool) -> Path:
-    return path.with_name(f"{path.stem}.{backend}{path.suffix}") if several else path
+    # a deviceless backend's name has colons (tpu:v5e:2x2): report.tpu-v5e-2x2.json
+    return path.with_name(f"{path.stem}.{backend.replace(':', '-')}{path.suffix}") if several else path
 
 
 def write_file(path: Path, text: str) -> None:

@@ -80,7 +80,7 @@ _REPORT_OPTION = _Option(
     "--fieldmem-report",
     "fieldmem_report",
     "PATH",
-    "write the JSON report (fieldmem.report/1) of every fieldmem_check in the session to PATH",
+    "write the JSON report (fieldmem.report/2) of every fieldmem_check in the session to PATH",
 )
 
 

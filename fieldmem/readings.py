@@ -117,6 +117,8 @@ class Environment:
     backend: str
     platform_version: str | None
     devices: tuple[dict[str, Any], ...]
+    # compiled without the device: backend, platform, kind, device_kind, topology, chips, note (None: a real device)
+    deviceless: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The report: frozen dataclasses, and their JSON form ``fieldmem.report/1``.
+"""The report: frozen dataclasses, and their JSON form ``fieldmem.report/2``.
 
 Everything a user sees is rendered from a :class:`Report`; nothing is computed
 in a renderer. ``Report.to_dict()`` is the JSON contract documented in
@@ -60,6 +60,7 @@ __all__ = [
     "CostLayout",
     "DeviceInfo",
     "DeviceMemory",
+    "Deviceless",
     "DonationCode",
     "ErrorInfo",
     "Expectation",
@@ -94,8 +95,10 @@ __all__ = [
     "Verification",
 ]
 
-SCHEMA = "fieldmem.report/1"
-SUPPORTED_SCHEMAS = ("fieldmem.report/1",)
+# /2: ``backend`` may name a device kind compiled for without the device (``tpu:v5e:2x2``), and
+# ``deviceless`` says so; a /1 report reads as one compiled on a real device
+SCHEMA = "fieldmem.report/2"
+SUPPORTED_SCHEMAS = ("fieldmem.report/1", "fieldmem.report/2")
 
 MEMORY_FIGURES = (
     "argument_bytes",
@@ -680,6 +683,25 @@ class DeviceInfo:
 
 
 @dataclass(frozen=True)
+class Deviceless:
+    """What a report compiled for without the device (``--backend tpu:v5e:2x2``, ``gpu:h100``).
+
+    ``note`` says what compiling without the device changes (GPU: XLA's
+    autotuning did not run, so gemm and convolution choices and their
+    workspace may differ from a compile on the GPU).
+    """
+
+    backend: str  # the --backend name: "tpu:v5e:2x2"
+    platform: str  # "tpu", "gpu"
+    kind: str  # "v5e", "h100"
+    device_kind: str | None = None  # jax's device_kind: "TPU v5 lite", "NVIDIA H100 80GB HBM3"
+    topology: str | None = None  # "2x2", "8"; None: one chip
+    chips: int = 1
+    compiled_without_device: bool = True
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class Change:
     """One thing that differs for a target between two runs (``fieldmem.gate.diff`` finds them).
 
@@ -721,6 +743,7 @@ class Report:
     baseline: BaselineComparison | None = None
     chains: tuple[Chain, ...] = ()
     schema: str = SCHEMA
+    deviceless: Deviceless | None = None  # compiled for a device kind this machine does not have
 
     @property
     def exit_code(self) -> int:

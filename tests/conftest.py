@@ -7,6 +7,7 @@ no test sees a module or a path another test left behind.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,12 @@ from pathlib import Path
 import pytest
 
 from fieldmem.request import registry
+from fieldmem.request.backends import DEVICELESS_ENV
+
+# before jax starts in this process: the deviceless tests (tests/test_deviceless.py) compile for TPUs and
+# GPUs without them, which needs jax started on the CPU alone (as the fieldmem command does for itself)
+for _key, _value in DEVICELESS_ENV.items():
+    os.environ.setdefault(_key, _value)
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -34,10 +34,21 @@ __all__ = [
 def backend_devices(name: str) -> list[Any]:
     """The devices of backend ``name`` (``cpu``, ``gpu``, ``cuda``, ``tpu``...).
 
+    A deviceless name (``tpu:v5e:2x2``, ``gpu:h100``) gives the chips of its
+    topology, which compile but never run (:mod:`fieldmem.driver.deviceless`).
+
     Raises:
         OptionError: jax has no such backend here (not installed, no device,
-            or it failed to start), naming the backends it has.
+            or it failed to start), naming the backends it has; for a deviceless
+            name, an unknown kind or topology or an extra that is not installed.
     """
+    from fieldmem.driver.quiet import start_jax
+
+    start_jax()  # the first to import jax may be here (check_backends): quiet about the plugins' start-up noise
+    if ":" in name:
+        from fieldmem.driver.deviceless import target
+
+        return list(target(name).devices)
     import jax
 
     try:
@@ -45,7 +56,13 @@ def backend_devices(name: str) -> list[Any]:
     except RuntimeError as exc:
         found = sorted({jax.default_backend(), "cpu"})
         why = first_line(exc).split(": ", 1)[-1]
-        raise OptionError(f"--backend {name} is not available here ({why}); this jax has {', '.join(found)}") from None
+        from fieldmem.request.backends import GPU_KINDS, TPU_KINDS
+
+        kinds = ", ".join([*(f"tpu:{k}" for k in TPU_KINDS), *(f"gpu:{k}" for k in GPU_KINDS)])
+        raise OptionError(
+            f"--backend {name} is not available here ({why}); this jax has {', '.join(found)}; "
+            f"without the device: {kinds}"
+        ) from None
     if not devices:  # pragma: no cover - jax raises rather than return no devices
         raise OptionError(f"--backend {name} has no devices here")
     return devices
@@ -61,6 +78,12 @@ def backend_scope(name: str | None) -> Iterator[None]:
     """
     if name is None:
         yield
+        return
+    if ":" in name:  # compiled without the device: arguments made on the CPU, lowered on its chips
+        from fieldmem.driver.deviceless import deviceless_scope, target
+
+        with deviceless_scope(target(name)):
+            yield
         return
     import jax
 
@@ -214,14 +237,34 @@ def environment(backend: str | None = None) -> Environment:
     except Exception:  # pragma: no cover - jaxlib always importable with jax
         jaxlib_version = "unknown"
     devices = backend_devices(backend) if backend is not None else jax.devices()
+    deviceless = backend is not None and ":" in backend
     try:
-        platform_version: str | None = devices[0].client.platform_version
+        platform_version: str | None = None if deviceless else devices[0].client.platform_version
     except Exception:
         platform_version = None
     return Environment(
         jax_version=jax.__version__,
         jaxlib_version=str(jaxlib_version),
-        backend=devices[0].platform if backend is not None else jax.default_backend(),
+        backend=backend
+        if deviceless and backend is not None
+        else (devices[0].platform if backend is not None else jax.default_backend()),
         platform_version=platform_version,
         devices=tuple({"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", None)} for d in devices),
+        deviceless=_deviceless_facts(backend) if deviceless and backend is not None else None,
     )
+
+
+def _deviceless_facts(name: str) -> dict[str, Any]:
+    """What a deviceless backend is, for the report's label."""
+    from fieldmem.driver.deviceless import DEVICELESS_NOTE, target
+
+    found = target(name)
+    return {
+        "backend": found.backend.name,
+        "platform": found.platform,
+        "kind": found.backend.kind,
+        "device_kind": found.device_kind,
+        "topology": found.backend.topology,
+        "chips": len(found.devices),
+        "note": DEVICELESS_NOTE[found.platform],
+    }

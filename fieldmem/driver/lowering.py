@@ -22,6 +22,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
 
+from fieldmem.driver.deviceless import Target
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.prepare import PreparedCall, concretize, user_jit_info
 from fieldmem.driver.variant import read_variant
@@ -124,6 +125,11 @@ def lower(
     Raises:
         CompileError: tracing or lowering raised.
     """
+    from fieldmem.driver.deviceless import active_target, place_call
+
+    found = active_target()
+    if found is not None:  # compiled without the device: the arguments as ShapeDtypeStructs on its chips
+        call = place_call(call, found)
     jitted = _jit(call, donated, function)
     start = time.perf_counter()
     context = call.lowering_context() if call.lowering_context is not None else contextlib.nullcontext()
@@ -147,14 +153,17 @@ def _fast_options(lowered: Any) -> dict[str, Any] | None:
     return dict(FAST_COMPILE_OPTIONS) if platform == "cpu" else None
 
 
-def compile_lowered(lowered: Any, fast: bool = False) -> tuple[Any, float, bool]:
-    """Compile ``lowered``; with ``fast`` on XLA:CPU, with :data:`FAST_COMPILE_OPTIONS`.
+def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = None) -> tuple[Any, float, bool]:
+    """Compile ``lowered``; with ``fast`` on XLA:CPU, with :data:`FAST_COMPILE_OPTIONS`; for the
+    deviceless backend ``found``, with XLA's dump on (the buffer assignment is read from it).
 
     Returns the executable, the seconds and whether the fast options were used.
 
     Raises:
-        CompileError: XLA raised.
+        CompileError: XLA raised, or a deviceless compile came out for another platform.
     """
+    if found is not None:
+        return _compile_deviceless(lowered, found)
     options = _fast_options(lowered) if fast else None
     start = time.perf_counter()
     try:
@@ -162,6 +171,27 @@ def compile_lowered(lowered: Any, fast: bool = False) -> tuple[Any, float, bool]
     except Exception as exc:
         raise CompileError(f"XLA compilation failed: {first_line(exc)}") from exc
     return compiled, time.perf_counter() - start, options is not None
+
+
+def _compile_deviceless(lowered: Any, found: Target) -> tuple[Any, float, bool]:
+    """Compile ``lowered`` for ``found``'s chips, keeping the buffer assignment XLA dumps."""
+    import tempfile
+
+    from fieldmem.driver.deviceless import check_platform, compile_options, remember_dump
+    from fieldmem.driver.quiet import quiet_stderr
+    from fieldmem.driver.variant import executable_devices
+
+    with tempfile.TemporaryDirectory(prefix="fieldmem-xla-") as folder:
+        start = time.perf_counter()
+        try:
+            with quiet_stderr():
+                compiled = lowered.compile(compiler_options=compile_options(found, folder))
+        except Exception as exc:
+            raise CompileError(f"XLA compilation for {found.backend.name} failed: {first_line(exc)}") from exc
+        seconds = time.perf_counter() - start
+        check_platform(compiled, found, executable_devices(compiled))
+        remember_dump(compiled, folder)
+    return compiled, seconds, False
 
 
 def trace_error(call: PreparedCall) -> BaseException | None:
@@ -190,7 +220,10 @@ class PendingVariants:
     """
 
     def __init__(self, call: PreparedCall, pool: Executor | None, fast: bool = False) -> None:
+        from fieldmem.driver.deviceless import active_target
+
         self.fast = fast
+        self.found = active_target()  # read here: the compiles may run in a pool's threads
         function = fresh_function(call.function)  # one trace for both variants, none from an earlier check
         try:
             self._plain = lower(call, donated=False, function=function)
@@ -205,8 +238,8 @@ class PendingVariants:
         self._donated = lower(call, donated=True, function=function)
         if pool is not None:
             self._futures: list[Any] | None = [
-                pool.submit(compile_lowered, self._plain[0], fast),
-                pool.submit(compile_lowered, self._donated[0], fast),
+                pool.submit(compile_lowered, self._plain[0], fast, self.found),
+                pool.submit(compile_lowered, self._donated[0], fast, self.found),
             ]
         else:
             self._futures = None
@@ -216,7 +249,10 @@ class PendingVariants:
         if self._futures is not None:
             compiles = [f.result() for f in self._futures]
         else:
-            compiles = [compile_lowered(self._plain[0], self.fast), compile_lowered(self._donated[0], self.fast)]
+            compiles = [
+                compile_lowered(self._plain[0], self.fast, self.found),
+                compile_lowered(self._donated[0], self.fast, self.found),
+            ]
         plain = _compiled("plain", self.call, self._plain, compiles[0])
         donated = _compiled("donated", self.call, self._donated, compiles[1], donated=True)
         self._plain = self._donated = (None, (), 0.0)  # let the lowerings go
@@ -279,5 +315,8 @@ def compile_donation(
             f"cannot donate {', '.join([*map(str, bad), *bad_names])}: not an array argument of this call"
         )
     variant_call = dataclasses.replace(call, donated_positions=positions, donated_names=names, donation_source="spec")
+    from fieldmem.driver.deviceless import active_target
+
     lowering = lower(variant_call, donated=True, function=fresh_function(call.function))
-    return _compiled(name, variant_call, lowering, compile_lowered(lowering[0], fast), donated=True).variant
+    compiling = compile_lowered(lowering[0], fast, active_target())
+    return _compiled(name, variant_call, lowering, compiling, donated=True).variant

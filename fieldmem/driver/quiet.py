@@ -26,7 +26,7 @@ import tempfile
 import threading
 from collections.abc import Iterable
 
-__all__ = ["known_noise", "start_jax"]
+__all__ = ["known_noise", "quiet_stderr", "start_jax"]
 
 # one line each: absl's banners and the CUDA stub's message (timestamps, thread ids and line numbers vary)
 _NOISE_LINES = (
@@ -97,7 +97,7 @@ def start_jax() -> None:
     with _lock:
         if _started():
             return
-        with _filtered_stderr():
+        with quiet_stderr():
             import jax
 
             try:
@@ -106,7 +106,7 @@ def start_jax() -> None:
                 pass
 
 
-class _filtered_stderr:
+class quiet_stderr:
     """File descriptor 2 into a temporary file while inside; then the lines that are not noise back to it."""
 
     def __enter__(self) -> None:

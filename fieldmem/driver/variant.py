@@ -160,6 +160,15 @@ def read_memory(compiled: Any, fast: bool = False) -> MemoryReading:
 
     assignment = getattr(analysis, "serialized_buffer_assignment_proto", None) if analysis is not None else None
     if not assignment:
+        from fieldmem.driver.deviceless import dumped
+
+        dump = dumped(compiled)  # a deviceless compile: the assignment XLA dumped (memory_analysis() has none)
+        if dump is not None:
+            if dump[0]:
+                return MemoryReading(figures, unavailable, dump[0], dump[1], None)
+            return MemoryReading(
+                figures, unavailable, None, None, "XLA dumped no buffer assignment for this deviceless compile"
+            )
         missing = (
             reason if analysis is None else "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
         )

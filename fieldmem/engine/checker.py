@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from fieldmem.engine.results import error_result, internal_error
 from fieldmem.errors import CompileError, FieldmemError, OptionError, TargetError, listing
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
-from fieldmem.report import Chain, DeviceInfo, Report, TargetResult
+from fieldmem.report import Chain, DeviceInfo, Deviceless, Report, TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import ChainTarget, Step, Target, TargetOptions, folder_targets, resolve_target
@@ -474,6 +474,7 @@ def _report(results: list[TargetResult], chains: list[Chain], options: CheckOpti
         backend=env.backend,
         platform_version=env.platform_version,
         devices=tuple(DeviceInfo(id=d["id"], platform=d["platform"], kind=d["kind"]) for d in env.devices),
+        deviceless=Deviceless(**env.deviceless) if env.deviceless is not None else None,
         results=tuple(results),
         chains=tuple(chains),
         min_bytes=options.min_bytes,

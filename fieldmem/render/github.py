@@ -155,7 +155,9 @@ def _names(results: list[TargetResult]) -> str:
 
 def _summary(report: Report) -> str:
     results = list(report.results)
-    environment = f"jax {report.jax_version}, {report.backend}"
+    environment = f"jax {report.jax_version}, {report.backend}" + (
+        ", compiled without the device" if report.deviceless is not None else ""
+    )
     if not results:
         return f"fieldmem ({environment}): no targets were checked"
     groups = (

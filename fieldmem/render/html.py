@@ -27,6 +27,7 @@ from fieldmem.render.pieces import (
     STATUS_WORDS,
     copy_kind_text,
     count,
+    deviceless_label,
     footprint_curve,
     memory_space_lines,
     pair,
@@ -671,6 +672,7 @@ def _header(report: Report) -> str:
             ),
         ),
         (plural(len(report.devices), "device"), f"{devices} — figures are per device"),
+        *([("compiled for", deviceless_label(report) or "")] if report.deviceless is not None else []),
         ("created", report.created or "unknown"),
         ("min bytes", format_bytes(report.min_bytes)),
     ]

@@ -1,4 +1,4 @@
-"""JSON renderer: the ``fieldmem.report/1`` document (named so as not to shadow ``json``)."""
+"""JSON renderer: the ``fieldmem.report/2`` document (named so as not to shadow ``json``)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ hold ``|``, backticks or ``*``) safe in table cells and prose.
 from __future__ import annotations
 
 from fieldmem.render import RenderOptions
-from fieldmem.render.pieces import FAIL, PASS, WARN, code, count, escape, pair
+from fieldmem.render.pieces import FAIL, PASS, WARN, code, count, deviceless_label, escape, pair
 from fieldmem.report import BaselineComparison, Change, Report, TargetResult, Variant
 from fieldmem.units import format_bytes
 
@@ -137,7 +137,7 @@ def _environment(report: Report, options: RenderOptions) -> list[str]:
         + (f" · {escape(report.created)}" if report.created else ""),
         "",
         "</sub>",
-    ]
+    ] + ([] if deviceless_label(report) is None else ["", f"> **{escape(deviceless_label(report) or '')}**"])
 
 
 def _heading(report: Report) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from fieldmem.report import ChainStep, Copy, Variant
+from fieldmem.report import ChainStep, Copy, Report, Variant
 from fieldmem.units import format_bytes
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "block",
     "code",
     "count",
+    "deviceless_label",
     "escape",
     "footprint_curve",
     "pair",
@@ -103,6 +104,19 @@ def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> s
     if scale <= 0:
         return ""
     return "".join(" " if v is None else block(v, scale) for v in values)
+
+
+def deviceless_label(report: Report) -> str | None:
+    """The line that says a report was compiled without the device, and what that changes (None: a real one).
+
+    ``tpu:v5e:2x2 · 4 × TPU v5 lite (topology 2x2) · compiled without the device: ...``
+    """
+    d = report.deviceless
+    if d is None:
+        return None
+    kind = d.device_kind or d.kind
+    topology = f" (topology {d.topology})" if d.topology else ""
+    return f"{d.backend} · {d.chips} × {kind}{topology} · compiled without the device: {d.note}"
 
 
 def copy_kind_text(copy: Copy) -> str:

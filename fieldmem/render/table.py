@@ -19,7 +19,15 @@ from rich.text import Text
 
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import Column, fitted_table, hanging
-from fieldmem.render.pieces import block, copy_kind_text, count, memory_space_lines, pair, source_text
+from fieldmem.render.pieces import (
+    block,
+    copy_kind_text,
+    count,
+    deviceless_label,
+    memory_space_lines,
+    pair,
+    source_text,
+)
 from fieldmem.report import MEMORY_FIGURES, Copy, Report, TargetResult, Timeline, Variant
 from fieldmem.units import format_bytes
 
@@ -452,6 +460,9 @@ def render(report: Report, options: RenderOptions) -> str:
             style="dim",
         )
     )
+    label = deviceless_label(report)
+    if label is not None:
+        console.print(Text(label, style="yellow"))
     if not report.results:
         console.print("no targets were checked")
         return _trimmed(buffer.getvalue())

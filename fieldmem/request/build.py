@@ -25,6 +25,7 @@ from pathlib import Path
 
 from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances
+from fieldmem.request.backends import check_combination, parse_backend
 from fieldmem.request.config import Config
 from fieldmem.request.options import MAX_DEVICES, MIN_BYTES, CheckOptions, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
@@ -133,6 +134,13 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         )
     output = _output(flags, config)
     backends = parse_backends(flags.backend) if flags.backend is not None else None
+    check_combination(parse_backend(b) for b in backends or ())
+    deviceless = [b for b in backends or () if parse_backend(b).deviceless]
+    if deviceless and (flags.run or flags.probe):
+        raise OptionError(
+            f"{'--probe' if flags.probe else '--run'} runs the program, and --backend {deviceless[0]} compiles "
+            "without the device: nothing can run there (check it with --backend gpu or tpu on a machine that has one)"
+        )
     if backends is not None and len(backends) > 1 and output.format == "json" and output.file is None:
         raise OptionError(
             "several backends give several JSON reports: write them with -o FILE "
@@ -202,14 +210,16 @@ def _output(flags: CheckFlags, config: Config) -> OutputSettings:
 
 
 def parse_backends(text: str) -> tuple[str, ...]:
-    """``cpu,gpu`` -> ``("cpu", "gpu")``; whether each is available is the driver's to say.
+    """``cpu,gpu:h100,tpu:v5e:1x1`` -> ``("cpu", "gpu:h100", "tpu:v5e")`` (canonical names,
+    :func:`fieldmem.request.backends.parse_backend`); whether each is available is the driver's to say.
 
     Raises:
-        OptionError: an empty name, or one named twice.
+        OptionError: an empty name, an unknown one (listing the known ones), or one named twice.
     """
-    names = tuple(name.strip() for name in text.split(","))
-    if not all(names):
+    parts = tuple(name.strip() for name in text.split(","))
+    if not all(parts):
         raise OptionError(f"--backend {text!r}: name backends separated by commas, e.g. cpu,gpu")
+    names = tuple(parse_backend(name).name for name in parts)
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise OptionError(f"--backend {text!r} names {', '.join(repeated)} twice")

@@ -1,0 +1,182 @@
+"""``--backend`` names: a backend this machine has (``cpu``, ``gpu``, ``tpu``) or a device kind compiled for
+without the device (``tpu:v5e``, ``tpu:v5e:2x2``, ``gpu:h100``, ``gpu:h100:8``), and the environment the
+command line's own process needs for them. Pure: no jax.
+
+A deviceless name is ``PLATFORM:KIND[:TOPOLOGY]``. A TPU topology is the
+chips along each axis (``2x2``; v4 and v5p have three axes, ``2x2x1``); a GPU
+topology is the number of GPUs (``8``). The canonical name leaves out a
+topology of one chip, so ``tpu:v5e:1x1`` and ``tpu:v5e`` are one backend (one
+report, one baseline key).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from fieldmem.errors import OptionError
+
+__all__ = [
+    "DEVICELESS_ENV",
+    "GPU_KINDS",
+    "TPU_KINDS",
+    "BackendName",
+    "check_combination",
+    "deviceless_environment",
+    "known_backends",
+    "parse_backend",
+]
+
+# TPU kind -> (the name jax's topology wants, number of axes)
+TPU_KINDS: Mapping[str, tuple[str, int]] = {
+    "v4": ("v4", 3),
+    "v5e": ("v5e", 2),
+    "v5p": ("v5p", 3),
+    "v6e": ("v6e", 2),
+}
+# GPU kind -> the target-config spec shipped in fieldmem/specs/gpu/ (XLA's per-GPU spec files)
+GPU_KINDS: Mapping[str, str] = {
+    "a100": "a100_sxm_80",
+    "h100": "h100_sxm",
+    "h200": "h200",
+    "b200": "b200",
+}
+
+# what a process needs before jax starts to compile without the device (see deviceless_environment)
+DEVICELESS_ENV: Mapping[str, str] = {
+    "JAX_PLATFORMS": "cpu",
+    "TPU_SKIP_MDS_QUERY": "1",
+    # libtpu takes a lock on /tmp/libtpu_lockfile that keeps a second process off the TPU; without one there
+    # is nothing to guard, and two fieldmem runs (or a run and a notebook) must both compile
+    "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",
+}
+
+
+@dataclass(frozen=True)
+class BackendName:
+    """One ``--backend`` name, parsed."""
+
+    name: str  # canonical: "cpu", "gpu", "tpu:v5e", "tpu:v5e:2x2", "gpu:h100:8"
+    platform: str  # "cpu", "gpu", "tpu" (or another name jax knows, for a local backend)
+    kind: str | None = None  # "v5e", "h100"; None: a device this machine has
+    topology: str | None = None  # "2x2", "8"; None: one chip
+
+    @property
+    def deviceless(self) -> bool:
+        return self.kind is not None
+
+    @property
+    def chips(self) -> int:
+        """The number of chips (GPUs) the backend compiles for (1 for a local backend)."""
+        if self.topology is None:
+            return 1
+        return math.prod(int(n) for n in self.topology.split("x"))
+
+    @property
+    def axes(self) -> tuple[int, ...]:
+        """The topology's chips per axis: TPU ``(2, 2)``/``(2, 2, 1)``, GPU ``(8,)``; one chip: all ones."""
+        if self.platform == "tpu" and self.kind is not None:
+            count = TPU_KINDS[self.kind][1]
+            return tuple(int(n) for n in self.topology.split("x")) if self.topology else (1,) * count
+        return (self.chips,)
+
+
+def known_backends() -> str:
+    """The backend names fieldmem knows, in words, for an error message."""
+    tpu = ", ".join(f"tpu:{k}" for k in TPU_KINDS)
+    gpu = ", ".join(f"gpu:{k}" for k in GPU_KINDS)
+    return (
+        f"cpu, gpu, tpu (a device this machine has), or without the device: {tpu} "
+        f"(topology e.g. tpu:v5e:2x2, tpu:v5p:2x2x1), {gpu} (GPU count e.g. gpu:h100:8)"
+    )
+
+
+_TPU_TOPOLOGY = re.compile(r"[1-9]\d*(x[1-9]\d*)+")
+_GPU_TOPOLOGY = re.compile(r"[1-9]\d*")
+
+
+def parse_backend(text: str) -> BackendName:
+    """``tpu:v5e:2x2`` -> ``BackendName("tpu:v5e:2x2", "tpu", "v5e", "2x2")``.
+
+    Raises:
+        OptionError: an unknown platform, kind or topology, in one line that lists the known ones.
+    """
+    parts = text.strip().lower().split(":")
+    platform = parts[0]
+    if len(parts) == 1:  # a backend of this machine's jax (plugins may add others): the driver says if it has it
+        return BackendName(platform, platform)
+    if len(parts) > 3 or platform not in ("tpu", "gpu"):
+        raise OptionError(f"--backend {text!r} is not a backend fieldmem knows: {known_backends()}")
+    kind = parts[1]
+    kinds = TPU_KINDS if platform == "tpu" else GPU_KINDS
+    if kind not in kinds:
+        known = ", ".join(f"{platform}:{k}" for k in kinds)
+        raise OptionError(f"--backend {text!r}: no {platform.upper()} kind {kind!r}; fieldmem knows {known}")
+    topology = parts[2] if len(parts) == 3 else None
+    if topology is not None:
+        topology = _topology(text, platform, kind, topology)
+    name = f"{platform}:{kind}" + (f":{topology}" if topology else "")
+    return BackendName(name, platform, kind, topology)
+
+
+def _topology(text: str, platform: str, kind: str, topology: str) -> str | None:
+    """The topology in canonical form (None: one chip), or an OptionError."""
+    if platform == "gpu":
+        if not _GPU_TOPOLOGY.fullmatch(topology):
+            raise OptionError(
+                f"--backend {text!r}: a GPU topology is the number of GPUs, e.g. gpu:{kind}:8 (got {topology!r})"
+            )
+        return None if int(topology) == 1 else str(int(topology))
+    axes = TPU_KINDS[kind][1]
+    if not _TPU_TOPOLOGY.fullmatch(topology) or len(topology.split("x")) != axes:
+        example = "2x2" if axes == 2 else "2x2x1"
+        raise OptionError(
+            f"--backend {text!r}: a tpu:{kind} topology is {axes} chip counts joined by x, "
+            f"e.g. tpu:{kind}:{example} (got {topology!r})"
+        )
+    numbers = [int(n) for n in topology.split("x")]
+    return None if math.prod(numbers) == 1 else "x".join(map(str, numbers))
+
+
+def deviceless_environment(backends: Iterable[BackendName] | None) -> dict[str, str]:
+    """The environment variables fieldmem's own process sets before jax starts, for ``backends``.
+
+    Compiling without the device needs jax to start no accelerator backend
+    (``JAX_PLATFORMS=cpu``: the CUDA plugin fails to start on a machine with
+    no GPU) and libtpu not to query a cloud metadata server
+    (``TPU_SKIP_MDS_QUERY=1``). Both are set only when every backend asked
+    for is ``cpu`` or deviceless, and at least one is deviceless: a real
+    ``gpu``/``tpu`` beside a deviceless one keeps the environment as it is
+    (then jax starts the machine's accelerator too). ``None`` (jax's default
+    backend) and the machine's own backends change nothing.
+    """
+    chosen = list(backends or ())
+    if not any(b.deviceless for b in chosen):
+        return {}
+    if all(b.deviceless or b.platform == "cpu" for b in chosen):
+        return dict(DEVICELESS_ENV)
+    if any(b.platform == "tpu" and not b.deviceless for b in chosen):
+        return {}
+    return {k: v for k, v in DEVICELESS_ENV.items() if k != "JAX_PLATFORMS"}
+
+
+def check_combination(backends: Iterable[BackendName]) -> None:
+    """Refuse a machine's own accelerator beside a deviceless one of the same platform (``gpu,gpu:h100``).
+
+    The real one needs jax to start its plugin, the deviceless one a jax
+    started on the CPU alone (a GPU compile beside a started CUDA client was
+    not tested against a real GPU): two commands, then ``fieldmem compare``.
+
+    Raises:
+        OptionError: such a pair, in one line.
+    """
+    chosen = list(backends)
+    for real in (b for b in chosen if not b.deviceless and b.platform in ("gpu", "tpu")):
+        twin = next((b for b in chosen if b.deviceless and b.platform == real.platform), None)
+        if twin is not None:
+            raise OptionError(
+                f"--backend {real.name},{twin.name}: this machine's {real.name} and {twin.name} without the device "
+                f"need jax started differently; check them in two runs (-f json -o FILE each), then fieldmem compare"
+            )

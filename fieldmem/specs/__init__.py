@@ -1,0 +1,1 @@
+"""Files fieldmem ships besides its code: XLA's GPU target configs (``gpu/``)."""
