@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint golden bench bench-quick screenshot clean fuzz
+.PHONY: setup demo test test-fast lint golden bench bench-quick bench-backends gpu-check screenshot clean fuzz
 
 $(STAMP): pyproject.toml requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,7 @@ demo: $(STAMP)
 	$(BIN)/fieldmem check examples/advisor.py --suggest
 	$(BIN)/fieldmem check examples/forward.py:create_field,update1,update2 examples/precision_chain.py
 	$(BIN)/fieldmem check examples/sharded.py examples/sparse_row.py --devices 4 --probe
+	$(BIN)/fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e --no-cache
 	@echo "the HTML report of the examples: fieldmem-report.html"
 
 test: $(STAMP)
@@ -70,3 +71,13 @@ bench: $(STAMP)
 # A smoke run of the synthetic suite (a minute): results go to benchmarks/results/suite-quick.*
 bench-quick: $(STAMP)
 	$(BIN)/python benchmarks/bench_suite.py --quick
+
+# Deviceless compile time per backend (cpu, gpu:h100, tpu:v5e) against the naive script, and the
+# 256-chip pod example: writes benchmarks/results/backends-DATE.{json,md} (the pod check alone takes minutes).
+bench-backends: $(STAMP)
+	$(BIN)/python benchmarks/bench_backends.py
+
+# On a machine with an NVIDIA GPU: fieldmem's prediction without the device against the GPU's own compile
+# and memory_stats() (benchmarks/results/gpu-check.{json,md}). Without a GPU: one line, exit 2.
+gpu-check: $(STAMP)
+	$(BIN)/python benchmarks/gpu_check.py

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Expectation, Report
-from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect, parse_new
+from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_backends, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
 from fieldmem.version import __version__
@@ -144,6 +144,7 @@ def check_function(
     run: bool = False,
     new: str | list[str] | tuple[str, ...] | None = None,
     fast_compile: bool = True,
+    backend: str | None = None,
     **kwargs: Any,
 ) -> Report:
     """Compile ``fn(*args, **kwargs)`` with and without donation and return the Report.
@@ -177,6 +178,8 @@ def check_function(
             -O0 (the same HLO, buffer assignment and findings, faster;
             ``generated_code_bytes`` is then unavailable); False: XLA's default,
             as ``--no-fast-compile``. With ``run`` the default is always used.
+        backend: compile for this backend, as ``--backend`` takes one (``"cpu"``,
+            ``"gpu"``, ``"tpu:v5e"``...; docs/backends.md). Default: jax's.
 
     Returns:
         A Report with one result; ``report.exit_code`` is 1 when a check failed.
@@ -199,7 +202,11 @@ def check_function(
     display = name or _function_name(fn)
     target = _target(fn, display, args, kwargs, donate, static, expect, max_peak, max_live_peak, new)
     options = CheckOptions(
-        min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False, fast_compile=fast_compile
+        min_bytes=parse_bytes(min_bytes, "min_bytes="),
+        run=run,
+        isolate=False,
+        fast_compile=fast_compile,
+        backend=_backend(backend),
     )
     report = check_targets([target], options)
     result = report.results[0]
@@ -224,6 +231,7 @@ def check_chain(
     run: bool = False,
     step_args: Mapping[Any, Any] | None = None,
     fast_compile: bool = True,
+    backend: str | None = None,
     **kwargs: Any,
 ) -> Report:
     """Check the update chain ``steps`` started on ``steps[0](*args, **kwargs)``, as ``fieldmem check mod:a,b,c``.
@@ -269,9 +277,27 @@ def check_chain(
         ),
     )
     options = CheckOptions(
-        min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False, fast_compile=fast_compile
+        min_bytes=parse_bytes(min_bytes, "min_bytes="),
+        run=run,
+        isolate=False,
+        fast_compile=fast_compile,
+        backend=_backend(backend),
     )
     return check_targets([chain], options)
+
+
+def _backend(backend: object) -> str | None:
+    """``backend=`` as one backend name (None: jax's default).
+
+    Raises:
+        OptionError: not one name (several are checked one call each: the pytest plugin's ``backend=`` list).
+    """
+    if backend is None:
+        return None
+    names = parse_backends(backend, "backend=")
+    if len(names) > 1:
+        raise OptionError(f"backend={backend!r} names {len(names)} backends: check on one per call")
+    return names[0]
 
 
 def _in_hand(extras: Any) -> Callable[[], Any] | None:
@@ -293,6 +319,7 @@ def assert_in_place(
     run: bool = False,
     new: str | list[str] | tuple[str, ...] | None = None,
     fast_compile: bool = True,
+    backend: str | None = None,
     **kwargs: Any,
 ) -> Report:
     """Assert that ``fn(*args, **kwargs)`` is in place with donation and within its budgets.
@@ -326,6 +353,7 @@ def assert_in_place(
         min_bytes=min_bytes,
         run=run,
         new=new,
+        backend=backend,
         **kwargs,
     )
     if report.exit_code != 0:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fieldmem import __version__
-from fieldmem.errors import FieldmemError, one_line
+from fieldmem.errors import FieldmemError, OptionError, one_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -363,6 +363,12 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
     os.environ.update(deviceless_environment(backends))
     if request.devices is not None:
         simulate_cpu_devices(request.devices)
+    elif request.implied_devices is not None:
+        # as many CPU devices as the topology has chips, so example arguments sharded over every device make
+        # a mesh its size; where jax already started with another number (an embedding process), placing
+        # the arguments on the chips says what to do, in one line
+        with contextlib.suppress(OptionError):
+            simulate_cpu_devices(request.implied_devices)
     options = dataclasses.replace(request.options, cache_dir=_cache_folder(request))
     compare_with = request.baseline.compare_with
     baseline = load_baseline(compare_with) if compare_with is not None else None

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.request.options import MIN_BYTES, parse_new
+from fieldmem.request.options import MIN_BYTES, parse_backends, parse_new
 from fieldmem.units import parse_bytes
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ MARKER = "fieldmem"
 FIXTURE = "fieldmem_check"
 _MARKER_HELP = (
     "fieldmem(in_place=True, max_peak=None, max_live_peak=None, min_bytes=None, donate=None, static=None, "
-    "new=None): "
+    "new=None, backend=None): "
     "limits for the fieldmem_check fixture in this test (sizes like '64MiB')"
 )
 
@@ -95,6 +95,7 @@ class Limits:
     donate: Any = None
     static: Any = None
     new: tuple[str, ...] | None = None  # output paths declared new (single functions; not chains)
+    backend: tuple[str, ...] | None = None  # check on each of these backends (None: jax's default)
 
 
 _MARKER_KEYS = tuple(f.name for f in dataclasses.fields(Limits))
@@ -111,13 +112,15 @@ class _Session:
     written: str | None = None
     write_error: str | None = None
 
-    def record(self, report: Report, nodeid: str) -> None:
-        """Keep ``report`` for --fieldmem-report, its result keyed by the test's node id."""
+    def record(self, report: Report, nodeid: str, backend: str | None = None) -> None:
+        """Keep ``report`` for --fieldmem-report, its result keyed by the test's node id (and the backend,
+        when the test checks on several)."""
         result = report.results[0]
-        target = f"{nodeid}::{result.name}"
+        base = f"{nodeid}::{result.name}" + (f"[{backend}]" if backend is not None else "")
+        target = base
         n = 2
         while target in self.targets:  # one test may check the same function twice
-            target = f"{nodeid}::{result.name}#{n}"
+            target = f"{base}#{n}"
             n += 1
         self.targets.add(target)
         self.reports.append(dataclasses.replace(report, results=(dataclasses.replace(result, target=target),)))
@@ -210,6 +213,8 @@ def _override(limits: Limits, values: Mapping[str, Any], label: str) -> Limits:
             changes[key] = MIN_BYTES if value is None else parse_bytes(value, label.format(key))
         elif key == "new":
             changes[key] = parse_new(value, label.format(key))
+        elif key == "backend":
+            changes[key] = None if value is None else parse_backends(value, label.format(key))
         elif key == "in_place":
             if not isinstance(value, bool):
                 raise OptionError(f"{label.format(key)}{value!r} is not understood: use True or False")
@@ -251,6 +256,7 @@ class FieldmemCheck:
         static: Any = _UNSET,
         name: str | None = None,
         new: Any = _UNSET,
+        backend: str | list[str] | tuple[str, ...] | None = _UNSET,
         **kwargs: Any,
     ) -> Report:
         """Check ``fn(*args, **kwargs)``; fail the test when it is not in place or over budget.
@@ -259,10 +265,15 @@ class FieldmemCheck:
         the default value; ``max_peak=None`` drops a budget set elsewhere.
         ``in_place=False`` checks the budgets only. ``new`` names outputs
         meant to be new buffers (``"out[1]"``, ``"out.logits"``, as ``--new``):
-        never a break of in place. The remaining keyword arguments go to ``fn``.
+        never a break of in place. ``backend`` checks on a backend as
+        ``--backend`` names it (``"tpu:v5e"``), or on each of several
+        (``["cpu", "tpu:v5e", "gpu:h100"]`` or ``"cpu,tpu:v5e"``): the test fails
+        when the check fails on any of them. The remaining keyword arguments go to ``fn``.
 
         Returns:
-            The Report (one result), for further assertions.
+            The Report (one result), for further assertions; with several
+            backends, the Report of the last one (each is recorded for
+            ``--fieldmem-report``).
 
         Raises:
             NotInPlaceError: a check failed; the message is the CLI's verdict.
@@ -278,6 +289,7 @@ class FieldmemCheck:
             donate=donate,
             static=static,
             new=new,
+            backend=backend,
         )
         return self._check(check_function, fn, args, kwargs, given, name)
 
@@ -293,6 +305,7 @@ class FieldmemCheck:
         static: Any = _UNSET,
         name: str | None = None,
         step_args: Any = None,
+        backend: str | list[str] | tuple[str, ...] | None = _UNSET,
         **kwargs: Any,
     ) -> Report:
         """Check the update chain ``steps`` started on ``steps[0](*args, **kwargs)`` (see docs/chains.md);
@@ -317,6 +330,7 @@ class FieldmemCheck:
             min_bytes=min_bytes,
             donate=donate,
             static=static,
+            backend=backend,
         )
         if step_args is not None:
             kwargs = {**kwargs, "step_args": step_args}
@@ -339,21 +353,31 @@ class FieldmemCheck:
         limits = _override(self.limits, {k: v for k, v in given.items() if v is not _UNSET}, "{}=")
         if "new" in given:  # a single function (a chain's outputs are its steps')
             kwargs = {**kwargs, "new": limits.new}
-        report = check(
-            subject,
-            *args,
-            donate=limits.donate,
-            static=limits.static,
-            name=name,
-            expect="in-place" if limits.in_place else "any",
-            max_peak=limits.max_peak,
-            max_live_peak=limits.max_live_peak,
-            min_bytes=limits.min_bytes,
-            **kwargs,
-        )
-        self._session.record(report, self._nodeid)
-        if report.exit_code != 0:
-            raise NotInPlaceError(report)
+        report: Report | None = None
+        failed: NotInPlaceError | None = None
+        for backend in limits.backend or (None,):
+            report = check(
+                subject,
+                *args,
+                donate=limits.donate,
+                static=limits.static,
+                name=name,
+                expect="in-place" if limits.in_place else "any",
+                max_peak=limits.max_peak,
+                max_live_peak=limits.max_live_peak,
+                min_bytes=limits.min_bytes,
+                backend=backend,
+                **kwargs,
+            )
+            several = limits.backend is not None and len(limits.backend) > 1
+            self._session.record(report, self._nodeid, backend if several else None)
+            if report.exit_code != 0 and failed is None:
+                failed = NotInPlaceError(report)
+                if several:  # say which backend failed, and keep checking the others
+                    failed.args = (f"on {backend}: {failed.args[0]}",)
+        if failed is not None:
+            raise failed
+        assert report is not None
         return report
 
 

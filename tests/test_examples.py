@@ -40,6 +40,7 @@ JIT_OF: dict[str, Any] = {
     "advisor:adam_step": {"donate_argnums": (0, 1, 2), "static_argnums": ()},
     "forward:jit": {"donate_argnums": (0,), "static_argnums": ()},
     "sharded:relax": {"donate_argnums": (0,), "static_argnums": ()},
+    "interior:add_interior": {"donate_argnums": (0,), "static_argnums": ()},
 }
 
 

@@ -27,7 +27,7 @@ from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.backends import check_combination, parse_backend
 from fieldmem.request.config import Config
-from fieldmem.request.options import MAX_DEVICES, MIN_BYTES, CheckOptions, parse_expect, parse_new
+from fieldmem.request.options import MAX_DEVICES, MIN_BYTES, CheckOptions, parse_backends, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions, display_path
 from fieldmem.units import parse_bytes
@@ -114,6 +114,7 @@ class CheckRequest:
     default_cache: bool = False  # no folder named and no --no-cache: the driver's default folder
     backends: tuple[str, ...] | None = None  # --backend; None: jax's default, one report
     devices: int | None = None  # --devices: simulate this many CPU devices
+    implied_devices: int | None = None  # without --devices: the chip count of a multi-chip deviceless backend
     # where options.cache_dir was named, for messages: the option, or the config's key and file
     cache_dir_origin: str = "--cache-dir"
 
@@ -133,7 +134,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
             'under [tool.fieldmem] as targets = ["pkg.model:update"]'
         )
     output = _output(flags, config)
-    backends = parse_backends(flags.backend) if flags.backend is not None else None
+    backends = parse_backends(flags.backend) if flags.backend is not None else config.backends
     check_combination(parse_backend(b) for b in backends or ())
     deviceless = [b for b in backends or () if parse_backend(b).deviceless]
     if deviceless and (flags.run or flags.probe):
@@ -167,8 +168,17 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         default_cache=default_cache,
         backends=backends,
         devices=flags.devices,
+        implied_devices=_implied_devices(backends) if flags.devices is None else None,
         cache_dir_origin=_cache_dir_origin(flags, config),
     )
+
+
+def _implied_devices(backends: tuple[str, ...] | None) -> int | None:
+    """The CPU devices a multi-chip deviceless backend implies when ``--devices`` is not given: its chip
+    count (``tpu:v5e:16x16``: 256), so example arguments sharded over every device jax has make a mesh the
+    size of the topology. None where no backend (or several of different sizes) implies one."""
+    chips = {b.chips for b in map(parse_backend, backends or ()) if b.deviceless and 1 < b.chips <= MAX_DEVICES}
+    return chips.pop() if len(chips) == 1 else None
 
 
 def _check_alone(flags: CheckFlags) -> None:
@@ -207,23 +217,6 @@ def _output(flags: CheckFlags, config: Config) -> OutputSettings:
 
     renderer = get_renderer(flags.output_format or config.format or "table")
     return OutputSettings(format=renderer.name, file=flags.output, html=flags.html_output, verbose=flags.verbose)
-
-
-def parse_backends(text: str) -> tuple[str, ...]:
-    """``cpu,gpu:h100,tpu:v5e:1x1`` -> ``("cpu", "gpu:h100", "tpu:v5e")`` (canonical names,
-    :func:`fieldmem.request.backends.parse_backend`); whether each is available is the driver's to say.
-
-    Raises:
-        OptionError: an empty name, an unknown one (listing the known ones), or one named twice.
-    """
-    parts = tuple(name.strip() for name in text.split(","))
-    if not all(parts):
-        raise OptionError(f"--backend {text!r}: name backends separated by commas, e.g. cpu,gpu")
-    names = tuple(parse_backend(name).name for name in parts)
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise OptionError(f"--backend {text!r} names {', '.join(repeated)} twice")
-    return names
 
 
 def check_writable(output: Path, option: str = "--output") -> None:

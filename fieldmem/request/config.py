@@ -25,7 +25,7 @@ from typing import Any
 
 from fieldmem.errors import FieldmemError, OptionError, listing, quoted
 from fieldmem.gate.tolerance import Tolerances
-from fieldmem.request.options import EXPECTATIONS, parse_expect, parse_new
+from fieldmem.request.options import EXPECTATIONS, parse_backends, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions, display_path, is_file_spec
 from fieldmem.units import parse_bytes
@@ -55,6 +55,7 @@ KEYS: dict[str, str] = {
     "jobs": "a whole number, at least 1",
     "cache-dir": 'a folder for JAX\'s compilation cache, e.g. ".jax-cache"',
     "fast-compile": "true or false",
+    "backends": 'backends to check on, each with its own report, e.g. ["cpu", "tpu:v5e", "gpu:h100"]',
     "target": '[[tool.fieldmem.target]] tables, each with target = "pkg.model:update"',
 }
 TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak", "max-live-peak", "new")
@@ -90,6 +91,7 @@ class Config:
     jobs: int | None = None
     cache_dir: str | None = None
     fast_compile: bool | None = None
+    backends: tuple[str, ...] | None = None  # each target on each, as --backend cpu,tpu:v5e
 
     @property
     def all_targets(self) -> tuple[str, ...]:
@@ -311,6 +313,7 @@ def _parse(data: Mapping[str, Any], file: Path) -> Config:
         jobs=jobs,
         cache_dir=_rebase(cache_dir, root) if cache_dir else None,
         fast_compile=table.get("fast-compile", bool),
+        backends=table.parsed("backends", lambda value, where: parse_backends(value, f"{where} ="), str, list),
     )
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from fieldmem.errors import OptionError
 from fieldmem.report import EXPECTATIONS, Expectation
 
-__all__ = ["EXPECTATIONS", "MAX_DEVICES", "MIN_BYTES", "CheckOptions", "parse_expect", "parse_new"]
+__all__ = ["EXPECTATIONS", "MAX_DEVICES", "MIN_BYTES", "CheckOptions", "parse_backends", "parse_expect", "parse_new"]
 
 #: Copies and findings smaller than this stay in the JSON report but out of the
 #: verdict, the table and the baseline gate (``--min-bytes``; 1 KiB).
@@ -46,6 +46,40 @@ class CheckOptions:
         """Whether compiles use the fast options: a static check does; --run and --probe execute what
         they compile, so they get the code XLA generates by default."""
         return self.fast_compile and not self.run and not self.probe
+
+
+def parse_backends(value: object, option: str = "--backend") -> tuple[str, ...]:
+    """``"cpu,gpu:h100,tpu:v5e:1x1"`` or ``["cpu", "tpu:v5e"]`` -> ``("cpu", "gpu:h100", "tpu:v5e")``
+    (canonical names, :func:`fieldmem.request.backends.parse_backend`); whether each is available is the
+    driver's to say.
+
+    ``option`` names the setting as the user wrote it (``--backend``, ``backend=``,
+    ``<file>: [tool.fieldmem] backends``).
+
+    Raises:
+        OptionError: an empty name, an unknown one (listing the known ones), one named twice, or a value
+            that is not strings.
+    """
+    from fieldmem.request.backends import parse_backend
+
+    glued = option.endswith("=") and not option.endswith(" =")
+    given = f"{option}{value!r}" if glued else f"{option} {value!r}"
+    if isinstance(value, str):
+        names = tuple(name.strip() for name in value.split(","))
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        names = tuple(name.strip() for name in value)
+    else:
+        raise OptionError(f'{given}: name backends as a string or a list of strings, e.g. ["cpu", "tpu:v5e"]')
+    if not all(names):
+        raise OptionError(f"{given}: name backends separated by commas, e.g. cpu,gpu")
+    try:
+        names = tuple(parse_backend(name).name for name in names)
+    except OptionError as exc:  # its message names --backend: name the setting the user wrote
+        raise OptionError(exc.message.replace("--backend ", f"{option}" if glued else f"{option} ", 1)) from None
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise OptionError(f"{given} names {', '.join(repeated)} twice")
+    return names
 
 
 def parse_expect(value: object, option: str, *, required: bool = False) -> Expectation | None:

@@ -1,0 +1,204 @@
+"""Deviceless compile time per backend, fieldmem against the naive script, and the 256-chip pod example.
+
+Part 1: for each backend (``cpu``, ``gpu:h100``, ``tpu:v5e``), ``fieldmem check``
+of the bundled examples (5 targets, 10 compiles) against
+``naive_backends.py BACKEND`` doing the same compiles by hand; each
+measurement a fresh process, the two alternating, repeated; the ratio of
+medians is what to read (both include starting jax and, for a TPU, libtpu).
+
+Part 2: ``fieldmem check examples/pod/train_step.py --backend tpu:v5e:16x16``
+(a 7B-parameter train step on 256 chips, all ShapeDtypeStructs) and
+``naive_backends.py pod``, once each: wall time and peak resident memory of
+the process (``os.wait4``), and the per-chip figures fieldmem reported.
+
+Writes ``benchmarks/results/backends-DATE.json`` and ``.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+EXAMPLES = ["examples/field.py", "examples/sparse_row.py", "examples/stencil_scan.py", "examples/optimizer.py"]
+BACKENDS = ["cpu", "gpu:h100", "tpu:v5e"]
+POD = "examples/pod/train_step.py"
+POD_BACKEND = "tpu:v5e:16x16"
+
+
+def measured(command: list[str]) -> tuple[float, float]:
+    """Run ``command`` in a fresh process: (wall seconds, peak resident MiB of that process)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    start = time.perf_counter()
+    child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert child.stderr is not None
+    errors = child.stderr.read()  # read until it exits, so a chatty child never blocks
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - start
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode not in (0, 1):
+        tail = errors.decode(errors="replace").strip().splitlines()[-3:]
+        raise SystemExit(f"{' '.join(command)} failed ({child.returncode}): {' | '.join(tail)}")
+    return seconds, usage.ru_maxrss / 1024  # ru_maxrss is in KiB on Linux
+
+
+def fieldmem_command(targets: list[str], backend: str, output: str, *extra: str) -> list[str]:
+    return [
+        *(sys.executable, "-m", "fieldmem", "check", *targets, "--backend", backend),
+        *("-f", "json", "-o", output, "--no-cache", *extra),
+    ]
+
+
+def per_backend(repeat: int, scratch: Path) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+    for backend in BACKENDS:
+        runs: dict[str, list[float]] = {"naive": [], "fieldmem": []}
+        for _ in range(repeat):
+            runs["naive"].append(measured([sys.executable, "benchmarks/naive_backends.py", backend])[0])
+            command = fieldmem_command(EXAMPLES, backend, str(scratch / "examples.json"), "-j", "1")
+            runs["fieldmem"].append(measured(command)[0])
+        naive, fieldmem = statistics.median(runs["naive"]), statistics.median(runs["fieldmem"])
+        found[backend] = {
+            "naive_s": round(naive, 2),
+            "fieldmem_s": round(fieldmem, 2),
+            "ratio": round(fieldmem / naive, 2),
+            "runs": {k: [round(v, 2) for v in values] for k, values in runs.items()},
+        }
+        print(f"{backend}: fieldmem {fieldmem:.2f} s, naive {naive:.2f} s, ratio {fieldmem / naive:.2f}", flush=True)
+    return found
+
+
+def pod(scratch: Path, devices: int | None) -> dict[str, Any]:
+    report_path = scratch / "pod.json"
+    extra = ["--devices", str(devices)] if devices else []
+    seconds, rss = measured(fieldmem_command([POD], POD_BACKEND, str(report_path), *extra))
+    print(f"pod: fieldmem {seconds:.1f} s, {rss:.0f} MiB", flush=True)
+    naive_seconds, naive_rss = measured([sys.executable, "benchmarks/naive_backends.py", "pod"])
+    print(f"pod: naive {naive_seconds:.1f} s, {naive_rss:.0f} MiB", flush=True)
+    report = json.loads(report_path.read_text())
+    [result] = report["results"]
+    if result["status"] != "ok":
+        raise SystemExit(f"the pod example could not be checked: {result.get('error')}")
+    figures = {}
+    for variant in ("plain", "donated"):
+        memory = result["variants"][variant]["memory"]
+        figures[variant] = {
+            k: memory[k] for k in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "footprint_bytes")
+        } | {"live_peak_bytes": memory.get("live_peak_bytes")}
+    deviceless = report.get("deviceless") or {}
+    parameters = pod_parameters()
+    return {
+        "backend": POD_BACKEND,
+        "chips": deviceless.get("chips"),
+        "device_kind": deviceless.get("device_kind"),
+        "parameters": parameters,
+        "parameters_billions": round(parameters / 1e9, 2),
+        "fieldmem_s": round(seconds, 1),
+        "fieldmem_peak_rss_mib": round(rss),
+        "naive_s": round(naive_seconds, 1),
+        "naive_peak_rss_mib": round(naive_rss),
+        "ratio": round(seconds / naive_seconds, 2),
+        "verdict": result["verdict"]["summary"],
+        "in_place": result["verdict"]["in_place"],
+        "per_chip": figures,
+        "per_chip_mib": {
+            v: {k: None if b is None else round(b / 2**20, 1) for k, b in f.items()} for v, f in figures.items()
+        },
+    }
+
+
+def pod_parameters() -> int:
+    """The pod example's parameter count, from its own arguments (ShapeDtypeStructs: nothing allocated)."""
+    count = "import sys; sys.path.insert(0, 'examples/pod'); import train_step; print(train_step.parameter_count())"
+    done = subprocess.run([sys.executable, "-c", count], cwd=ROOT, capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1])
+
+
+def markdown(document: dict[str, Any]) -> str:
+    lines = [
+        "# Deviceless compile time per backend: fieldmem vs the naive script",
+        "",
+        f"- date: {document['date']}",
+        f"- machine: {document['machine']}; jax {document['jax']}",
+        f"- bundled examples: {', '.join(EXAMPLES)} (5 targets, 10 compiles); "
+        f"{document['repeat']} alternating runs, fresh process each",
+        "",
+        "| backend | naive median (s) | fieldmem median (s) | fieldmem / naive |",
+        "|---|---:|---:|---:|",
+    ]
+    for backend, row in document["backends"].items():
+        lines.append(f"| {backend} | {row['naive_s']:.2f} | {row['fieldmem_s']:.2f} | {row['ratio']:.2f} |")
+    pod_row = document.get("pod")
+    if pod_row:
+        lines += [
+            "",
+            f"## Pod: `{POD}` on `{pod_row['backend']}` ({pod_row['chips']} chips, {pod_row['device_kind']})",
+            "",
+            "| run | wall (s) | peak RSS (MiB) |",
+            "|---|---:|---:|",
+            f"| fieldmem check | {pod_row['fieldmem_s']:.1f} | {pod_row['fieldmem_peak_rss_mib']} |",
+            f"| naive (2 compiles by hand) | {pod_row['naive_s']:.1f} | {pod_row['naive_peak_rss_mib']} |",
+            "",
+            f"Verdict: {pod_row['verdict']}",
+            "",
+            "| per chip (MiB) | argument | output | alias | temp | footprint | live peak |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        for variant, f in pod_row["per_chip_mib"].items():
+            lines.append(
+                f"| {variant} | {f['argument_bytes']} | {f['output_bytes']} | {f['alias_bytes']} | {f['temp_bytes']} "
+                f"| {f['footprint_bytes']} | {f['live_peak_bytes']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-pod", action="store_true", help="leave out the pod example")
+    parser.add_argument("--pod-only", action="store_true", help="only the pod example")
+    parser.add_argument("--pod-devices", type=int, default=None, help="pass --devices N to the pod check")
+    args = parser.parse_args()
+    import jax
+
+    date = datetime.date.today().isoformat()
+    document: dict[str, Any] = {
+        "date": date,
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+        "jax": jax.__version__,
+        "repeat": args.repeat,
+        "backends": {},
+    }
+    with tempfile.TemporaryDirectory() as scratch:
+        if not args.pod_only:
+            document["backends"] = per_backend(args.repeat, Path(scratch))
+        if not args.no_pod:
+            document["pod"] = pod(Path(scratch), args.pod_devices)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stem = RESULTS / f"backends-{date}"
+    if stem.with_suffix(".json").exists():  # a part measured alone joins the rest of the day's run
+        earlier = json.loads(stem.with_suffix(".json").read_text())
+        if args.pod_only:
+            document = {**earlier, "pod": document["pod"]}
+        elif args.no_pod and "pod" in earlier:
+            document["pod"] = earlier["pod"]
+    stem.with_suffix(".json").write_text(json.dumps(document, indent=2) + "\n")
+    stem.with_suffix(".md").write_text(markdown(document))
+    print(f"written: {stem.with_suffix('.json').relative_to(ROOT)}, {stem.with_suffix('.md').relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
