@@ -24,7 +24,7 @@ demo: $(STAMP)
 	$(BIN)/fieldmem check examples/advisor.py --suggest
 	$(BIN)/fieldmem check examples/forward.py:create_field,update1,update2 examples/precision_chain.py
 	$(BIN)/fieldmem check examples/sharded.py examples/sparse_row.py --devices 4 --probe
-	$(BIN)/fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e --no-cache
+	$(BIN)/fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e
 	@echo "the HTML report of the examples: fieldmem-report.html"
 
 test: $(STAMP)

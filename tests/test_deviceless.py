@@ -468,3 +468,31 @@ def test_baselines_key_a_topology_apart(reports: dict[str, dict[str, Any]], tmp_
     gpu = compare_to_baseline(Report.from_dict(reports["gpu:h100"]), load_baseline(path))
     assert gpu.baseline is not None and not gpu.baseline.regressions
     assert any("not compared: this run is on gpu:h100" in note for note in gpu.baseline.notes)
+
+
+@pytest.mark.compile
+def test_a_deviceless_check_uses_no_persistent_cache(tmp_path: Path) -> None:
+    """jax would store a deviceless executable but cannot load one without the device's client ("PjRtCompiler
+    must be constructed with a Client"): run twice with a cache, cpu first so jax has decided to use it, and
+    no deviceless entry is written or read."""
+    require_extra("tpu")
+    module = tmp_path / "cached_cases.py"
+    module.write_text(
+        "def bump(u):\n    return u + 1.0\n\ndef bump_args():\n    import jax.numpy as jnp\n\n"
+        "    return (jnp.zeros((8, 128)),)\n\nimport fieldmem\n\n"
+        "fieldmem.case(bump, args=bump_args, name='bump')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "JAX_COMPILATION_CACHE_DIR")}
+
+    def check(backends: str, cache: Path) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "fieldmem", "check", str(module), "--backend", backends,
+                   "--cache-dir", str(cache), "-f", "json", "-o", str(tmp_path / "r.json")]  # fmt: skip
+        return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+
+    runs = [check("cpu,tpu:v5e", tmp_path / "both") for _ in "12"]
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        assert "compilation cache" not in run.stderr, run.stderr
+    assert check("cpu", tmp_path / "cpu").returncode == 0
+    # the cache holds as many executables as the cpu check alone stores: no deviceless one went in
+    assert len(list((tmp_path / "both").iterdir())) == len(list((tmp_path / "cpu").iterdir())) > 0

@@ -197,24 +197,38 @@ def default_cache_folder() -> str | None:
 
 
 @contextlib.contextmanager
-def compilation_cache(path: str | None) -> Iterator[None]:
+def compilation_cache(path: str | None, backend: str | None = None) -> Iterator[None]:
     """Use JAX's persistent compilation cache in folder ``path`` while checking (None: leave jax's settings).
 
     An unchanged function is then loaded rather than compiled on the next
     run; the executable, its HLO, memory figures and buffer assignment are
     the same (tests/test_cli.py checks the findings are identical). The
-    previous settings are restored afterwards.
+    previous settings are restored afterwards. A deviceless ``backend``
+    (``tpu:v5e``) uses no persistent cache at all, whatever jax's settings:
+    jax would store its executables, but loading one needs a client of that
+    platform, which a machine without the device has not ("PjRtCompiler must
+    be constructed with a Client"), and every rerun would warn and compile.
 
     Raises:
         OptionError: the folder cannot be created or written.
     """
-    folder = cache_folder(path)
+    import jax
+
+    folder = cache_folder(path)  # a bad folder is an error for every backend
+    if backend is not None and ":" in backend:
+        previous_enabled = getattr(jax.config, "jax_enable_compilation_cache", True)
+        jax.config.update("jax_enable_compilation_cache", False)
+        _forget_cache_decision()  # jax decides once per process whether it uses the cache
+        try:
+            yield
+        finally:
+            jax.config.update("jax_enable_compilation_cache", previous_enabled)
+            _forget_cache_decision()
+        return
     if folder is None:
         yield
         return
     import os
-
-    import jax
 
     previous = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
     for name, value in zip(_CACHE_OPTIONS, (os.path.abspath(folder), 0.0, 0, True)):
@@ -224,6 +238,21 @@ def compilation_cache(path: str | None) -> Iterator[None]:
     finally:
         for name, value in previous.items():
             jax.config.update(name, value)
+
+
+def _forget_cache_decision() -> None:
+    """Make jax decide anew, at its next compile, whether to use the persistent cache.
+
+    jax memoizes that decision (``jax._src.compilation_cache.is_cache_used``)
+    at the first compile of the process; ``reset_cache`` forgets it. Tolerated
+    when this jax has no such function.
+    """
+    try:
+        from jax._src import compilation_cache
+
+        compilation_cache.reset_cache()
+    except Exception:  # another jax layout
+        pass
 
 
 def environment(backend: str | None = None) -> Environment:

@@ -379,7 +379,7 @@ def check_targets(
 
     start_jax()  # before anything imports jax: quiet about the plugins' start-up noise
     items = list(targets)
-    with compilation_cache(options.cache_dir):
+    with compilation_cache(options.cache_dir, options.backend):
         isolated = [
             n
             for n, item in enumerate(items)
