@@ -201,11 +201,18 @@ def test_the_probe_finds_a_call_whose_time_grows_with_the_buffer_and_says_the_wh
     """Aliased, the output made by a slice update, yet the call rewrites all of u (the scaling): the
     probe's positive path on a real program, worded as what was timed (the call), not the update."""
     target = make_target(scaled_row, lambda: (jnp.ones(MIB4), jnp.int32(3), jnp.ones(1024)), donate="u")
-    report = check_targets([target], CheckOptions(min_bytes=1024, run=True, probe=True, isolate=False))
-    (result,) = report.results
-    assert [(a.input, a.output) for a in result.variants["donated"].aliases] == [("u", "out")]
-    (probe,) = result.probes
-    assert probe.code == "whole-buffer", probe.message
+    # timing on a shared 2-core machine: XLA:CPU splits a large elementwise op over the cores, and other
+    # processes take them, so one probe can read less than in proportion; three tries, one must find it
+    seen = []
+    for _ in range(3):
+        report = check_targets([target], CheckOptions(min_bytes=1024, run=True, probe=True, isolate=False))
+        (result,) = report.results
+        assert [(a.input, a.output) for a in result.variants["donated"].aliases] == [("u", "out")]
+        (probe,) = result.probes
+        seen.append(probe.message)
+        if probe.code == "whole-buffer":
+            break
+    assert probe.code == "whole-buffer", seen
     assert probe.growth is not None and probe.growth >= 0.5
     (finding,) = [f for f in result.verdict.findings if f.code == "probe-whole-buffer"]
     assert "the whole call was timed" in finding.message
