@@ -23,9 +23,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -161,11 +162,16 @@ def test_the_worker_dies_with_its_parent(tmp_path: Path, extra: list[str], how: 
     )
     try:
         assert parent.stderr is not None
-        for line in parent.stderr:  # the worker's prints come through the parent's stderr
-            if "hanging now" in line:
-                break
-        else:
-            pytest.fail("the worker never started on the target")
+        hanging = threading.Event()
+
+        def watch(stream: IO[str]) -> None:
+            for line in stream:  # the worker's prints come through the parent's stderr
+                if "hanging now" in line:
+                    hanging.set()
+
+        threading.Thread(target=watch, args=(parent.stderr,), daemon=True).start()
+        if not hanging.wait(timeout=120):
+            pytest.fail("no worker ever started on the target")
         (worker,) = _children(parent.pid)
         assert _alive(worker)
         parent.send_signal(how)
