@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint golden bench bench-quick screenshot clean
+.PHONY: setup demo test test-fast lint golden bench bench-quick screenshot clean fuzz
 
 $(STAMP): pyproject.toml requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,11 @@ test: $(STAMP)
 # Pure parsing and option tests only (no XLA compile).
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not compile"
+
+# Fuzz the HLO parser and the buffer decoder for 2 minutes with a fresh seed (make test runs 3 s of it):
+# mutants that fail other than with the reader's own error, or take over 2 s, go to tests/golden_fuzz/new/.
+fuzz: $(STAMP)
+	$(BIN)/python tests/fuzzing.py --seconds $${FUZZ_SECONDS:-120}
 
 # ruff (rules and format in pyproject.toml) over the code and its tests, mypy over the package.
 lint: $(STAMP)

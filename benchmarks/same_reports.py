@@ -57,7 +57,7 @@ RUNS: dict[str, list[str]] = {
 #: Keys whose values are clocks or wall times: dropped.
 VOLATILE_KEYS = {"created", "seconds", "growth"}
 #: A measured time inside a sentence (the probe's message): replaced by <t>.
-MEASURED_TIME = re.compile(r"\d+(?:\.\d+)? (?:ns|µs|ms|s) with")
+MEASURED_TIME = re.compile(r"\d+(?:\.\d+)? (?:ns|µs|ms|s)(?= with | at )")
 TEMPORARY = re.compile(re.escape(tempfile.gettempdir()) + r"/[^/\s\"']+")
 
 
@@ -71,7 +71,7 @@ def _normalise(value: object) -> object:
     if isinstance(value, list):
         return [_normalise(item) for item in value]
     if isinstance(value, str):
-        return TEMPORARY.sub("<tmp>", MEASURED_TIME.sub("<t> with", value))
+        return TEMPORARY.sub("<tmp>", MEASURED_TIME.sub("<t>", value))
     return value
 
 

@@ -1,8 +1,8 @@
-"""A ``lax.scan`` time-stepper of a 2-D diffusion stencil.
-
-``n_steps`` is a Python int, so fieldmem makes it static automatically. The
-carry is the field itself: with donation the whole loop runs in the caller's
-buffer.
+"""A ``lax.scan`` time-stepper of a 2-D diffusion stencil. With donation the
+result reuses the caller's buffer, but the loop is not in place: each step reads
+the old field while it computes the new one, so XLA copies the new carry out of
+a temporary every iteration (a loop copy, ``new-value-via-temporary``).
+``n_steps`` is a Python int, so fieldmem makes it static automatically.
 """
 
 import jax

@@ -143,6 +143,7 @@ def check_function(
     min_bytes: int | str = MIN_BYTES,
     run: bool = False,
     new: str | list[str] | tuple[str, ...] | None = None,
+    fast_compile: bool = True,
     **kwargs: Any,
 ) -> Report:
     """Compile ``fn(*args, **kwargs)`` with and without donation and return the Report.
@@ -172,6 +173,10 @@ def check_function(
         new: output paths meant to be new buffers, as ``--new`` (``"out[1]"``,
             ``"out.logits"``, a list or comma-separated; ``*`` matches any run
             of characters): never a break of in place.
+        fast_compile: a static check compiles with XLA:CPU's code generation at
+            -O0 (the same HLO, buffer assignment and findings, faster;
+            ``generated_code_bytes`` is then unavailable); False: XLA's default,
+            as ``--no-fast-compile``. With ``run`` the default is always used.
 
     Returns:
         A Report with one result; ``report.exit_code`` is 1 when a check failed.
@@ -193,7 +198,9 @@ def check_function(
         raise OptionError(f"{type(fn).__name__} is not callable: pass the update function first, then its arguments")
     display = name or _function_name(fn)
     target = _target(fn, display, args, kwargs, donate, static, expect, max_peak, max_live_peak, new)
-    options = CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False)
+    options = CheckOptions(
+        min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False, fast_compile=fast_compile
+    )
     report = check_targets([target], options)
     result = report.results[0]
     if result.status == "error":
@@ -216,6 +223,7 @@ def check_chain(
     min_bytes: int | str = MIN_BYTES,
     run: bool = False,
     step_args: Mapping[Any, Any] | None = None,
+    fast_compile: bool = True,
     **kwargs: Any,
 ) -> Report:
     """Check the update chain ``steps`` started on ``steps[0](*args, **kwargs)``, as ``fieldmem check mod:a,b,c``.
@@ -260,7 +268,10 @@ def check_chain(
             for n, s, e in zip(names, steps, extras)
         ),
     )
-    return check_targets([chain], CheckOptions(min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False))
+    options = CheckOptions(
+        min_bytes=parse_bytes(min_bytes, "min_bytes="), run=run, isolate=False, fast_compile=fast_compile
+    )
+    return check_targets([chain], options)
 
 
 def _in_hand(extras: Any) -> Callable[[], Any] | None:
@@ -281,6 +292,7 @@ def assert_in_place(
     name: str | None = None,
     run: bool = False,
     new: str | list[str] | tuple[str, ...] | None = None,
+    fast_compile: bool = True,
     **kwargs: Any,
 ) -> Report:
     """Assert that ``fn(*args, **kwargs)`` is in place with donation and within its budgets.

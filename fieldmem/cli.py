@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from fieldmem import __version__
-from fieldmem.errors import FieldmemError
+from fieldmem.errors import FieldmemError, one_line
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -60,7 +60,7 @@ def _root(
 
 
 def _fail(message: str) -> typer.Exit:
-    typer.echo(f"fieldmem: error: {message}", err=True)
+    typer.echo(one_line(f"fieldmem: error: {message}"), err=True)
     return typer.Exit(2)
 
 
@@ -116,8 +116,9 @@ def check(
     targets: Annotated[
         list[str] | None,
         typer.Argument(
-            help="pkg.module:fn, path/to/file.py:fn, module:obj.attr, or a module/file alone "
-            "(every fieldmem.case registered in it). Default: the targets of [tool.fieldmem] in pyproject.toml.",
+            help="pkg.module:fn, path/to/file.py:fn, module:obj.attr, a module/file alone "
+            "(every fieldmem.case registered in it), or a folder path such as examples/ (every case its "
+            "modules register). Default: the targets of [tool.fieldmem] in pyproject.toml.",
             show_default=False,
         ),
     ] = None,
@@ -224,13 +225,15 @@ def check(
         ),
     ] = False,
     fast_compile: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--fast-compile",
-            help="Compile with XLA:CPU's LLVM code generation at -O0: about 40% less compile time, the same "
-            "HLO, buffer assignment and findings; the generated code size is then unavailable.",
+            "--fast-compile/--no-fast-compile",
+            help="XLA:CPU's LLVM code generation at -O0 for what is only analysed (the default): the same HLO, "
+            "buffer assignment and findings in about 40% less compile time; the generated code size is then "
+            "unavailable. --run and --probe compile what they execute as XLA does by default. --no-fast-compile: "
+            "the default code generation everywhere (default: fast-compile in [tool.fieldmem], else on).",
         ),
-    ] = False,
+    ] = None,
     backend: Annotated[
         str | None,
         typer.Option(
@@ -404,7 +407,9 @@ def _cache_folder(request: CheckRequest) -> str | None:
     """
     from fieldmem.driver import cache_folder, default_cache_folder
 
-    return default_cache_folder() if request.default_cache else cache_folder(request.options.cache_dir)
+    if request.default_cache:
+        return default_cache_folder()
+    return cache_folder(request.options.cache_dir, request.cache_dir_origin)
 
 
 @app.command()
@@ -490,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         ctx = getattr(exc, "ctx", None)
         where = f"fieldmem {ctx.info_name} --help" if ctx is not None and ctx.parent is not None else "fieldmem --help"
-        typer.echo(f"fieldmem: error: {exc.format_message()} (see {where})", err=True)
+        typer.echo(one_line(f"fieldmem: error: {exc.format_message()} (see {where})"), err=True)
         return 2
     except typer.Exit as exc:
         return exc.exit_code

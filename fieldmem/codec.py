@@ -8,6 +8,12 @@ should be int, not str '4'``), and a word outside a ``Literal`` set the same
 way (``results[0].status should be one of 'ok', 'error', not 'fine'``).
 Unknown keys are ignored and missing fields with a default take it, so a
 newer fieldmem reads older documents.
+
+Hand-edited or hostile documents are refused the same way: an integer
+outside int64 (every count and size fieldmem writes is one) and a string
+that is not valid Unicode (a lone surrogate such as ``"\\ud800"``, which
+no file can hold) are errors naming their path, and every value quoted in a
+message is cut short (:func:`fieldmem.errors.quoted`).
 """
 
 from __future__ import annotations
@@ -16,6 +22,8 @@ import dataclasses
 import types
 import typing
 from typing import Any, Literal, Union
+
+from fieldmem.errors import quoted
 
 __all__ = ["decode", "encode"]
 
@@ -43,8 +51,11 @@ def _hints(cls: type) -> dict[str, Any]:
 _SCALARS: dict[Any, tuple[type, ...]] = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
 
 
+_INT64 = 2**63
+
+
 def _type_name(data: Any) -> str:
-    return f"{type(data).__name__} {data!r}" if isinstance(data, (bool, int, float, str)) else type(data).__name__
+    return f"{type(data).__name__} {quoted(data)}" if isinstance(data, (bool, int, float, str)) else type(data).__name__
 
 
 def decode(hint: Any, data: Any, where: str = "") -> Any:
@@ -70,7 +81,9 @@ def decode(hint: Any, data: Any, where: str = "") -> Any:
         _key, item = typing.get_args(hint)
         if not isinstance(data, dict):
             raise TypeError(f"{where or 'value'} should be an object, not {_type_name(data)}")
-        return {k: decode(item, v, f"{where}.{k}" if where else k) for k, v in data.items()}
+        return {
+            _scalar(str, k, where or "key"): decode(item, v, f"{where}.{k}" if where else k) for k, v in data.items()
+        }
     return data
 
 
@@ -109,7 +122,22 @@ def _is_scalar(hint: type, data: Any) -> bool:
 def _scalar(hint: type, data: Any, where: str) -> Any:
     if not _is_scalar(hint, data):
         raise TypeError(f"{where or 'value'} should be {hint.__name__}, not {_type_name(data)}")
-    return float(data) if hint is float else data
+    if hint is int and not -_INT64 <= data < _INT64:
+        raise ValueError(f"{where or 'value'} should be a 64-bit integer, not {quoted(data)}")
+    if hint is float:
+        try:
+            return float(data)
+        except OverflowError:
+            raise ValueError(f"{where or 'value'} should be a number, not {quoted(data)}") from None
+    if hint is str:
+        try:
+            data.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"{where or 'value'} is not valid Unicode text (it holds {exc.object[exc.start : exc.end]!r}, "
+                f"a lone surrogate): {quoted(data)}"
+            ) from None
+    return data
 
 
 def _dataclass(hint: type, data: Any, where: str) -> Any:

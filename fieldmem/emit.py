@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from fieldmem.errors import FieldmemError
+from fieldmem.errors import FieldmemError, one_line
 
 if TYPE_CHECKING:
     from fieldmem.gate.baseline import Baseline
@@ -68,7 +68,7 @@ def _print_errors(reports: Sequence[Report]) -> None:
                 # a case of a bare module or file has its own name: show both
                 label = result.target if result.name == result.target else f"{result.target} ({result.name})"
                 on = f" [{report.backend}]" if several else ""
-                typer.echo(f"fieldmem: error: {label}{on}: {result.error.message}", err=True)
+                typer.echo(one_line(f"fieldmem: error: {label}{on}: {result.error.message}"), err=True)
 
 
 def _write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:

@@ -2,9 +2,18 @@
 
 Every message says what was given, what is wrong and what would work, on one
 line, so that the CLI can print it without a traceback.
+
+Text that comes from the user (a target, a key of the config, a value read
+from a baseline or report, an exception's message) can be any length: every
+message is one line of at most :data:`MAX_LINE` characters
+(:func:`one_line`, applied by :class:`FieldmemError` itself), and the helpers
+:func:`quoted` and :func:`listing` keep a value or a list short where it
+enters a message, so the part that says what is wrong stays on screen.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 __all__ = [
     "ArgumentsError",
@@ -14,7 +23,59 @@ __all__ = [
     "OptionError",
     "RunError",
     "TargetError",
+    "listing",
+    "one_line",
+    "quoted",
 ]
+
+MAX_LINE = 2000  # characters in one error line; past it, the end is cut and its length said
+MAX_VALUE = 120  # characters of one quoted value inside a message
+MAX_ITEMS = 12  # names of a list shown inside a message
+
+
+def one_line(text: str, limit: int = MAX_LINE) -> str:
+    """``text`` as one line (line breaks become spaces) of at most ``limit`` characters.
+
+    A longer text keeps its beginning and says how long it was:
+    ``abc… (200000000 characters)``. Characters that cannot be written as
+    UTF-8 (a lone surrogate read from a file) are shown as escapes.
+    """
+    length = len(text)
+    note = f"… ({length} characters)" if length > limit else ""
+    if note:
+        text = text[: max(0, limit - len(note))]
+    if "\n" in text or "\r" in text:
+        text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    text += note
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def quoted(value: object, limit: int = MAX_VALUE) -> str:
+    """``repr(value)``, cut to ``limit`` characters (with the length said) and never raising.
+
+    An integer too long to print (Python refuses ints past 4300 digits) is
+    described by its number of digits.
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 4 * limit:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    if isinstance(value, str) and len(value) > limit:
+        return repr(value[:limit]) + f"… ({len(value)} characters)"
+    try:
+        text = repr(value)
+    except Exception:  # a user object whose repr raises
+        return f"a {type(value).__name__}"
+    return one_line(text, limit)
+
+
+def listing(items: Iterable[object], limit: int = MAX_ITEMS) -> str:
+    """``a, b, c``: the first ``limit`` items of ``items`` joined by commas, then ``… (40000 in all)``."""
+    names = [str(item) for item in items]
+    shown = ", ".join(one_line(name, MAX_VALUE) for name in names[:limit])
+    return shown + (f", … ({len(names)} in all)" if len(names) > limit else "")
 
 
 class FieldmemError(Exception):
@@ -24,6 +85,7 @@ class FieldmemError(Exception):
     kind = "error"
 
     def __init__(self, message: str) -> None:
+        message = one_line(message)
         super().__init__(message)
         self.message = message
 
@@ -71,5 +133,5 @@ class RunError(FieldmemError):
     kind = "run"
 
     def __init__(self, message: str, kind: str = "run") -> None:
-        super().__init__(message)
+        super().__init__(message)  # one line, bounded
         self.kind = kind

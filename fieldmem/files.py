@@ -39,6 +39,10 @@ def read_json(path: str | os.PathLike[str], what: str, error: type[FieldmemError
         raise error(
             f"{what} {shown!r} is not JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}): {hint}"
         ) from None
+    except RecursionError:
+        raise error(f"{what} {shown!r} is nested too deeply to be a fieldmem document: {hint}") from None
+    except ValueError as exc:  # a number past Python's integer-digit limit
+        raise error(f"{what} {shown!r} cannot be read ({exc}): {hint}") from None
 
 
 def _mode_for(target: Path) -> int:

@@ -105,6 +105,7 @@ class CompiledVariant:
     donation_dropped: str | None = None
     devices: tuple[int, ...] = ()  # ids of the devices the program runs on
     made_static: tuple[MadeStatic, ...] = ()  # held static where jax.jit would trace (or refuse) them
+    fast_compile: bool = False  # compiled with XLA:CPU codegen at -O0 (fieldmem.driver.lowering)
 
 
 @dataclass(frozen=True)

@@ -383,6 +383,8 @@ class Variant:
     lower_seconds: float | None = None
     compile_seconds: float | None = None
     run: RunCheck | None = None  # only with --run
+    # compiled with XLA:CPU's code generation at -O0 (--fast-compile, on for static checks); None: not recorded
+    fast_compile: bool | None = None
 
 
 @dataclass(frozen=True)

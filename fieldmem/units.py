@@ -63,15 +63,21 @@ def parse_bytes(text: str | int, option: str | None = None) -> int:
 
 
 def format_bytes(value: int | None) -> str:
-    """Human size in binary units: 1536 -> '1.5 KiB'; None -> 'n/a'."""
+    """Human size in binary units: 1536 -> '1.5 KiB'; None -> 'n/a'.
+
+    Any integer is formatted, however large (a size read from a hand-edited
+    baseline): exact integer arithmetic, no float to overflow.
+    """
     if value is None:
         return "n/a"
     sign = "-" if value < 0 else ""
-    size = float(abs(value))
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            if unit == "B":
-                return f"{sign}{int(size)} B"
-            return f"{sign}{size:.1f} {unit}"
-        size /= 1024
-    return f"{sign}{size:.1f} TiB"  # pragma: no cover
+    size = abs(int(value))
+    if size < 1024:
+        return f"{sign}{size} B"
+    power = next((p for p in (1, 2, 3) if size < 1024 ** (p + 1)), 4)
+    unit = ("KiB", "MiB", "GiB", "TiB")[power - 1]
+    scale = 1024**power
+    tenths = (size * 10 + scale // 2) // scale  # rounded to the nearest tenth, as f"{x:.1f}" does
+    if tenths >= 10**18:  # no one reads a 19-digit size: its order of magnitude says it all
+        return f"{sign}about 10^{len(str(tenths // 10)) - 1} {unit}" if tenths < 10**4000 else f"{sign}over 10^4000 TiB"
+    return f"{sign}{tenths // 10}.{tenths % 10} {unit}"

@@ -45,8 +45,9 @@ def test_defaults() -> None:
         False,
         False,
         True,
-        False,
+        True,
     )
+    assert options.compile_fast  # a static check compiles at -O0 by default
     assert options.cache_dir is None and request.default_cache  # the driver picks its default folder
     assert (request.output.format, request.output.file, request.output.html) == ("table", None, None)
     assert request.baseline.compare_with is None and request.baseline.save_to is None
@@ -64,12 +65,12 @@ def test_the_config_fills_in_what_the_command_line_leaves_out() -> None:
         format="json",
         jobs=3,
         cache_dir=".jax-cache",
-        fast_compile=True,
+        fast_compile=False,
     )
     request = build(config, targets=())
     assert request.targets == ("a:f", "b:g")
     assert request.target_options == TargetOptions(expect="in-place", max_peak=10)
-    assert (request.options.min_bytes, request.options.jobs, request.options.fast_compile) == (0, 3, True)
+    assert (request.options.min_bytes, request.options.jobs, request.options.fast_compile) == (0, 3, False)
     assert request.options.cache_dir == ".jax-cache" and not request.default_cache
     assert request.output.format == "json"
     assert request.baseline.compare_with == "b.json"
@@ -130,10 +131,28 @@ def test_the_command_lines_options_are_parsed() -> None:
 
 
 def test_probe_implies_run_and_the_speed_levers_pass_through() -> None:
-    request = build(probe=True, isolate=False, timeout=5.0, suggest=True, fast_compile=True, devices=4)
+    request = build(probe=True, isolate=False, suggest=True, fast_compile=True, devices=4)
     options = request.options
-    assert (options.run, options.probe, options.isolate, options.timeout) == (True, True, False, 5.0)
+    assert (options.run, options.probe, options.isolate, options.timeout) == (True, True, False, None)
     assert options.suggest and options.fast_compile and request.devices == 4
+    assert not options.compile_fast  # what the probe times is the default code generation
+    assert build(probe=True, timeout=5.0).options.timeout == 5.0
+
+
+@pytest.mark.parametrize(
+    ("flag", "key", "fast"),
+    [(None, None, True), (None, False, False), (False, None, False), (True, False, True), (False, True, False)],
+)
+def test_fast_compile_is_on_by_default_and_the_flag_beats_the_config(
+    flag: bool | None, key: bool | None, fast: bool
+) -> None:
+    request = build(Config(fast_compile=key), fast_compile=flag)
+    assert request.options.fast_compile is fast and request.options.compile_fast is fast
+
+
+@pytest.mark.parametrize(("run", "probe"), [(True, False), (False, True)])
+def test_what_runs_is_compiled_with_the_default_code_generation(run: bool, probe: bool) -> None:
+    assert not build(run=run, probe=probe).options.compile_fast
 
 
 @pytest.mark.parametrize(

@@ -784,24 +784,34 @@ def test_every_speed_lever_gives_identical_findings(tmp_path: Path) -> None:
     targets = [str(path) for path in sorted(examples.glob("*.py"))]
     cache = tmp_path / "jax-cache"
 
-    def run(*options: str) -> dict[str, Any]:
+    # jax logs each persistent-cache hit, and (explaining misses) each miss, at WARNING on stderr: the
+    # count of compiles, read from jax itself (in whatever process compiles), not from the cache folder
+    logged = dict(JAX_LOG_COMPILES="1", JAX_EXPLAIN_CACHE_MISSES="1")
+
+    def run(*options: str, env: dict[str, str] | None = None) -> tuple[dict[str, Any], str]:
         done = subprocess.run(
             [sys.executable, "-m", "fieldmem", "check", *targets, "-f", "json", "--min-bytes", "0", *options],
             capture_output=True,
             text=True,
             cwd=tmp_path,
-            env=_env(),
+            env={**_env(), **(env or {})},
             timeout=300,
         )
         assert done.returncode in (0, 1), done.stderr
-        return without_timings(json.loads(done.stdout))
+        return without_timings(json.loads(done.stdout)), done.stderr
 
-    without = run("--jobs", "1")
-    first = run("--jobs", "3", "--cache-dir", str(cache))
-    entries = sorted(p.name for p in cache.iterdir())
-    assert entries, "nothing was written to the cache"
-    second = run("--jobs", "3", "--cache-dir", str(cache))
-    assert sorted(p.name for p in cache.iterdir()) == entries  # every executable came from the cache
+    def compiles(stderr: str) -> tuple[int, int]:
+        """(executables loaded from the persistent cache, executables compiled by XLA)."""
+        return stderr.count("Persistent compilation cache hit for"), stderr.count("PERSISTENT COMPILATION CACHE MISS")
+
+    without, _ = run("--jobs", "1")
+    first, log = run("--jobs", "3", "--cache-dir", str(cache), env=logged)
+    hits, misses = compiles(log)
+    assert misses > 0, (hits, misses)  # (a program compiled twice in one run is a hit the second time)
+    assert any(cache.iterdir()), "nothing was written to the cache"
+    second, log = run("--jobs", "3", "--cache-dir", str(cache), env=logged)
+    # every executable came from the cache: as many loads as the first run asked for, and no compile
+    assert compiles(log) == (hits + misses, 0), log[-2000:]
     assert first == without and second == without
 
 
@@ -816,9 +826,10 @@ def _without(document: Any, figure: str) -> Any:
 
 @pytest.mark.compile
 def test_fast_compile_gives_identical_findings_on_every_example(tmp_path: Path) -> None:
-    """--fast-compile (LLVM at -O0) over every bundled example, --suggest on so the advisor's
-    verification compiles are fast too: the same report as a default compile, except the one
-    figure documented as changed (generated_code_bytes), which is then unavailable with the reason."""
+    """A static check's default (LLVM at -O0) over every bundled example, --suggest on so the advisor's
+    verification compiles are fast too: the same report as --no-fast-compile (XLA's default code
+    generation), except the one figure documented as changed (generated_code_bytes), which is then
+    unavailable with the reason, and the record of which code generation each variant had."""
     from fieldmem.driver import FAST_COMPILE_UNAVAILABLE
 
     examples = Path(__file__).resolve().parent.parent / "examples"
@@ -850,15 +861,18 @@ def test_fast_compile_gives_identical_findings_on_every_example(tmp_path: Path) 
         assert done.returncode in (0, 1), done.stderr
         return without_timings(json.loads(done.stdout))
 
-    default, fast = run(), run("--fast-compile")
+    default, fast = run("--no-fast-compile"), run()
     variants = [v for r in fast["results"] for v in r.get("variants", {}).values()]
     assert len(variants) >= 2 * len(targets)
     assert all(r["status"] == "ok" for r in fast["results"])
     for variant in variants:
         for figure, reason in FAST_COMPILE_UNAVAILABLE.items():
             assert variant["memory"][figure] is None and variant["memory"]["unavailable"][figure] == reason
+        assert variant["fast_compile"] is True
+    assert all(v["fast_compile"] is False for r in default["results"] for v in r.get("variants", {}).values())
     assert set(FAST_COMPILE_UNAVAILABLE) == {"generated_code_bytes"}
-    assert _without(fast, "generated_code_bytes") == _without(default, "generated_code_bytes")
+    strip = ("generated_code_bytes", "fast_compile")
+    assert _without(_without(fast, strip[0]), strip[1]) == _without(_without(default, strip[0]), strip[1])
 
 
 def test_a_cache_dir_that_cannot_be_made_stops_before_compiling(in_assets: Path, tmp_path: Path) -> None:

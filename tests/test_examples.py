@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import pytest
 
+from fieldmem.driver import FAST_COMPILE_UNAVAILABLE
 from fieldmem.engine.checker import check_targets
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec
@@ -109,11 +110,11 @@ def test_memory_figures_are_xla_verbatim(compiled_case: dict[str, Any], example_
         assert memory.footprint_bytes == (
             expected["argument_bytes"] + expected["output_bytes"] + expected["temp_bytes"] - expected["alias_bytes"]
         )
-        assert memory.unavailable == {}
+        assert memory.unavailable == FAST_COMPILE_UNAVAILABLE  # a static check compiles at -O0
     for name, saved in result.savings.items():
         plain = getattr(result.variants["plain"].memory, name)
         donated = getattr(result.variants["donated"].memory, name)
-        assert saved == plain - donated
+        assert saved == (None if plain is None or donated is None else plain - donated), name
 
 
 def test_claimed_aliases_happen_at_run_time(compiled_case: dict[str, Any], example_results: dict[str, Any]) -> None:

@@ -110,3 +110,40 @@ def test_an_optax_step_agrees_with_the_runtime(name: str, make_tx: Callable[[], 
     text = compiled.as_text()
     kept = [line for line in text.splitlines() if re.search(r"= \S+ copy(-start)?\(", line)]
     assert len(donated.copies) == len(kept), (donated.copies, kept)
+
+
+def _without_codegen(report: fieldmem.Report) -> dict[str, Any]:
+    """The report as JSON less what the code generation level may change: timings, the code size, the record of it."""
+    volatile = {"lower_seconds", "compile_seconds", "generated_code_bytes", "fast_compile", "unavailable", "created"}
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in volatile}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(report.to_dict())
+
+
+@pytest.mark.parametrize(
+    ("name", "make_tx"),
+    [
+        ("adamw", lambda: optax.adamw(1e-3, weight_decay=1e-4)),
+        ("clip+adam", lambda: optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3))),
+    ],
+)
+def test_the_cheap_code_generation_gives_the_same_findings_on_a_library_step(
+    name: str, make_tx: Callable[[], Any]
+) -> None:
+    """A static check compiles at -O0 by default; on a real optimizer step every finding and figure but the
+    code size is what XLA's default code generation gives, and the report says which one each variant had."""
+    tx = make_tx()
+    jitted = jax.jit(_step_for(tx), donate_argnums=(0, 1))
+    fast = fieldmem.check_function(jitted, *_arguments(tx), name=name, min_bytes=0)
+    full = fieldmem.check_function(jitted, *_arguments(tx), name=name, min_bytes=0, fast_compile=False)
+    for report, used in ((fast, True), (full, False)):
+        for variant in report.results[0].variants.values():
+            assert variant.fast_compile is used
+            assert (variant.memory.generated_code_bytes is None) is used
+    assert _without_codegen(fast) == _without_codegen(full)

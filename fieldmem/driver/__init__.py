@@ -21,6 +21,7 @@ Modules, in the order a check uses them:
 - :mod:`~fieldmem.driver.chain`: a step's outputs as the next step's arguments; the fused chain.
 - :mod:`~fieldmem.driver.shapes`: ``--shapes`` as abstract arguments; the bytes of a shape.
 - :mod:`~fieldmem.driver.paths`: pytree paths in words, the names of argument and output leaves.
+- :mod:`~fieldmem.driver.quiet`: jax's start without the accelerator plugins' known start-up noise on stderr.
 - :mod:`~fieldmem.driver.jaxerrors`: a jax exception in one line, for fieldmem's error messages.
 
 JAX internals are read each in one place and tolerated when missing:
@@ -49,6 +50,7 @@ from fieldmem.driver.execute import has_memory_stats, run_variant
 from fieldmem.driver.lowering import Compiled, PendingVariants, compile_donation, start_variants
 from fieldmem.driver.prepare import PreparedCall, prepare_call
 from fieldmem.driver.probe import probe_update
+from fieldmem.driver.quiet import start_jax
 from fieldmem.driver.shapes import shape_structs
 from fieldmem.driver.variant import FAST_COMPILE_UNAVAILABLE, MEMORY_FIELDS, read_memory
 
@@ -76,6 +78,7 @@ __all__ = [
     "shape_structs",
     "simulate_cpu_devices",
     "spread",
+    "start_jax",
     "start_variants",
     "state_donation",
     "step_key",

@@ -125,8 +125,11 @@ def _backends_started() -> bool:
         return True
 
 
-def cache_folder(path: str | None) -> str | None:
+def cache_folder(path: str | None, origin: str = "--cache-dir") -> str | None:
     """Create the compilation cache folder ``path`` (None: none), so a bad one stops a run before any compile.
+
+    ``origin`` names where the folder was given in messages (``--cache-dir``, or
+    the config's key and file: ``cache-dir in pyproject.toml``).
 
     Raises:
         OptionError: the folder cannot be created or written.
@@ -138,9 +141,9 @@ def cache_folder(path: str | None) -> str | None:
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
-        raise OptionError(f"--cache-dir {path!r} cannot be created: {exc.strerror or exc}") from None
+        raise OptionError(f"{origin} {path!r} cannot be created: {exc.strerror or exc}") from None
     if not os.access(path, os.W_OK | os.X_OK):
-        raise OptionError(f"--cache-dir {path!r} is not writable")
+        raise OptionError(f"{origin} {path!r} is not writable")
     return path
 
 

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from fieldmem.driver.backends import backend_devices
-from fieldmem.driver.jaxerrors import first_line
+from fieldmem.driver.jaxerrors import first_line, message_lines
 from fieldmem.driver.lowering import Compiled
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.driver.variant import executable_devices
@@ -109,7 +109,7 @@ def _deleted(value: Any) -> bool | None:
 def call_error(exc: BaseException) -> str:
     """A failed call's exception in one line. Where jax's message introduces a list on its first line
     ("Here are the 1 mismatches:"), the list follows on the same line, so the line names what disagrees."""
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    lines = message_lines(exc)
     if len(lines) <= 1 or not lines[0].endswith(":"):
         return first_line(exc)
     text = lines[0]
@@ -139,7 +139,7 @@ def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
     name = compiled.variant.name
     devices = executable_devices(compiled.executable) or [jax.devices()[0]]
     start = _read_stats(devices)
-    dyn_args, dyn_kwargs, leaves = fresh_arguments(call)
+    dyn_args, dyn_kwargs, leaves = fresh_arguments(call, f"the {name} variant")
     before = [_buffer(leaf) for leaf in leaves]
     ready = _read_stats(devices)
     began = time.perf_counter()
@@ -148,7 +148,7 @@ def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
         jax.block_until_ready(out)
     except Exception as exc:
         text = call_error(exc)
-        kind = "out-of-memory" if "RESOURCE_EXHAUSTED" in str(exc) or "out of memory" in str(exc).lower() else "run"
+        kind = "out-of-memory" if out_of_memory(exc) else "run"
         raise RunError(f"running the {name} variant failed: {text}", kind=kind) from None
     seconds = time.perf_counter() - began
     after = _read_stats(devices)
@@ -214,14 +214,32 @@ def with_dynamic_leaves(call: PreparedCall, leaves: list[Any], treedef: Any) -> 
     return dataclasses.replace(call, args=tuple(args), kwargs=kwargs)
 
 
-def fresh_arguments(call: PreparedCall) -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the device (or the host) ran out of memory."""
+    text = str(exc)
+    return isinstance(exc, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
+
+
+def fresh_arguments(call: PreparedCall, what: str = "the call") -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
     """New buffers for every dynamic argument leaf of ``call``, made and ready: the positional and
-    keyword arguments to call the executable with, and the leaves in report order."""
+    keyword arguments to call the executable with, and the leaves in report order.
+
+    Raises:
+        RunError: making them failed (``out-of-memory`` when the device ran out); ``what``
+            (``the donated variant``) names the call they were for.
+    """
     import jax
 
     leaves, treedef = dynamic_leaves(call)
-    fresh = [_fresh_argument(leaf) for leaf in leaves]
-    jax.block_until_ready(fresh)
+    try:
+        fresh = [_fresh_argument(leaf) for leaf in leaves]
+        jax.block_until_ready(fresh)
+    except Exception as exc:
+        if out_of_memory(exc):
+            raise RunError(
+                f"out of memory making the arguments of {what}: {call_error(exc)}", kind="out-of-memory"
+            ) from None
+        raise RunError(f"making the arguments of {what} failed: {call_error(exc)}") from None
     dynamic, keywords = jax.tree_util.tree_unflatten(treedef, fresh)
     names = [k for k in call.kwargs if k not in call.static_names]
     return tuple(dynamic), dict(zip(names, keywords)), fresh

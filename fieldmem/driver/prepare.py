@@ -23,6 +23,7 @@ from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.paths import path_string
+from fieldmem.driver.shapes import check_argument_sizes
 from fieldmem.driver.wrappers import LeafNames, WrappedCall, unwrap_call
 from fieldmem.errors import ArgumentsError, DonationError, FieldmemError
 from fieldmem.readings import MadeStatic
@@ -206,6 +207,8 @@ def prepare_call(
     holding an array for a plain function. A library wrapper is prepared as
     the jit it compiles through (:func:`_prepare_wrapped`).
     """
+    # an array XLA cannot hold aborts the process in the compile: refuse it first
+    check_argument_sizes(args, kwargs, _positional_names(signature_of(getattr(fn, "_fun", fn)), len(args)))
     wrapped = unwrap_call(fn, args, kwargs)
     if wrapped is not None:
         return _prepare_wrapped(wrapped, donate=donate, static=static)

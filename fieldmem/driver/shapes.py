@@ -8,7 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["dtype_name", "shape_bytes", "shape_structs"]
+from fieldmem.errors import ArgumentsError, quoted
+from fieldmem.units import format_bytes
+
+__all__ = ["check_argument_sizes", "dtype_name", "shape_bytes", "shape_structs"]
+
+# XLA sizes a shape in int64: an array of 2**63 bytes or more aborts the process while it compiles
+# ("overflow in static extent product"), and a dimension past int64 is refused by the binding
+XLA_MAX_BYTES = 2**63 - 1
 
 
 def shape_structs(shapes: Sequence[tuple[str, tuple[int, ...]]]) -> tuple[Any, ...]:
@@ -56,3 +63,88 @@ def shape_bytes(shape: tuple[int, ...], dtype: Any) -> int:
     except ValueError:  # no bit width (float0, void): numpy's item size
         return count * np.dtype(dtype).itemsize
     return (count * bits + 7) // 8
+
+
+def _exact_bytes(shape: tuple[int, ...], dtype: Any) -> int:
+    """The bytes of ``shape`` x ``dtype`` in exact integer arithmetic (no int64 to overflow)."""
+    import jax
+    import numpy as np
+
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    if _is_extended(dtype):
+        return count * int(dtype.itemsize)
+    try:
+        bits = int(jax.dtypes.itemsize_bits(np.dtype(dtype)))
+    except (ValueError, TypeError):
+        return count * np.dtype(dtype).itemsize
+    return (count * bits + 7) // 8
+
+
+def _argument_label(path: Any, names: Sequence[str]) -> str:
+    """``argument 'state'``, ``argument 0``, ``keyword 'x'``, then the leaf inside it (``['w']``)."""
+    import jax
+
+    if not path:
+        return "an argument"
+    top, rest = path[0], path[1:]
+    inner = jax.tree_util.keystr(tuple(rest)) if rest else ""
+    index = getattr(top, "idx", None)
+    key = getattr(top, "key", None)
+    if index is not None and len(path) > 1:  # (args, kwargs) -> args[i]
+        second = path[1]
+        position = getattr(second, "idx", None)
+        keyword = getattr(second, "key", None)
+        inner = jax.tree_util.keystr(tuple(path[2:])) if len(path) > 2 else ""
+        if index == 0 and position is not None:
+            name = names[position] if position < len(names) else None
+            return (f"argument {name!r}" if name else f"argument {position}") + inner
+        if keyword is not None:
+            return f"keyword argument {keyword!r}" + inner
+    return f"argument {key if key is not None else index}" + inner
+
+
+def check_argument_sizes(args: tuple[Any, ...], kwargs: dict[str, Any], names: Sequence[str] = ()) -> None:
+    """Refuse, before XLA sees them, array arguments XLA cannot hold (it would abort the whole process).
+
+    Every leaf with a ``shape`` and a ``dtype`` (arrays, ``ShapeDtypeStruct``,
+    from ``--shapes``, the config or an args factory) must have dimensions
+    that fit in int64 and a size below 2**63 bytes.
+
+    Raises:
+        ArgumentsError: a dimension or a size past what XLA can hold, naming the argument.
+    """
+    import jax
+
+    leaves = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]
+    for path, leaf in leaves:
+        shape = getattr(leaf, "shape", None)
+        dtype = getattr(leaf, "dtype", None)
+        if shape is None or dtype is None or not isinstance(shape, tuple):
+            continue
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+            continue  # a symbolic or odd dimension: jax says what is wrong with it
+        label = _argument_label(path, names)
+        for dim in shape:
+            if dim > XLA_MAX_BYTES or dim < 0:
+                raise ArgumentsError(
+                    f"{label} has the dimension {quoted(dim)}: XLA's dimensions are 0 to 2**63 - 1 "
+                    f"(shape {quoted(shape)})"
+                )
+        try:
+            size = _exact_bytes(shape, dtype)
+        except (TypeError, ValueError):
+            continue
+        if size > XLA_MAX_BYTES or (shape and _element_count(shape) > XLA_MAX_BYTES):
+            raise ArgumentsError(
+                f"{label} ({dtype_name(dtype)}{list(shape)}) is {format_bytes(size)}: XLA cannot hold an "
+                "array of 2**63 bytes or more (compiling it would abort the process); give a smaller shape"
+            )
+
+
+def _element_count(shape: tuple[int, ...]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count

@@ -89,6 +89,7 @@ def read_variant(
         donation_dropped=_donation_dropped(call, inputs) if donated else None,
         devices=tuple(d.id for d in executable_devices(compiled)),
         made_static=call.made_static,
+        fast_compile=fast,
     )
     return variant, output_structs
 

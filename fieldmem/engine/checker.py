@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fieldmem.engine.results import contained, error_result
-from fieldmem.errors import CompileError, FieldmemError, OptionError
+from fieldmem.errors import CompileError, FieldmemError, OptionError, TargetError, listing
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
 from fieldmem.report import Chain, DeviceInfo, Report, TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
-from fieldmem.request.target import ChainTarget, Step, Target, TargetOptions, resolve_target
+from fieldmem.request.target import ChainTarget, Step, Target, TargetOptions, folder_targets, resolve_target
 from fieldmem.version import __version__
 from fieldmem.xla.hlo import HloParseError
 
@@ -385,8 +385,9 @@ def check_targets(
     ``started(n)`` and ``done(n, (results, chains))`` are called around item
     ``n`` when it is checked in this process (a worker reports them to its parent).
     """
-    from fieldmem.driver import compilation_cache
+    from fieldmem.driver import compilation_cache, start_jax
 
+    start_jax()  # before anything imports jax: quiet about the plugins' start-up noise
     items = list(targets)
     with compilation_cache(options.cache_dir):
         isolated = [
@@ -512,18 +513,39 @@ def resolve_all(
     (already stacked over ``target_options`` by the caller); other specs get
     ``target_options``.
     """
+    from fieldmem.driver import start_jax
+
+    start_jax()  # the user's modules import jax: start it first, quiet about the plugins' start-up noise
     resolved: list[Target | ChainTarget | tuple[str, FieldmemError]] = []
     per_target = per_target or {}
     for spec in specs:
-        try:
-            resolved.extend(resolve_target(spec, per_target.get(spec, target_options)))
-        except FieldmemError as exc:
-            resolved.append((spec, exc))
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:
-            resolved.append((spec, contained(exc, "resolving it")))
+        options = per_target.get(spec, target_options)
+        files = folder_targets(spec)  # a folder: each of its files, those registering no case skipped
+        found = 0
+        for one in files if files is not None else (spec,):
+            targets: list[Target | ChainTarget | tuple[str, FieldmemError]]
+            try:
+                targets = list(resolve_target(one, options, in_folder=files is not None))
+            except FieldmemError as exc:
+                targets = [(one, exc)]
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                targets = [(one, contained(exc, "resolving it"))]
+            resolved.extend(targets)
+            found += len(targets)
+        if files is not None and not found:
+            resolved.append((spec, TargetError(_empty_folder(spec, files))))
     return resolved
+
+
+def _empty_folder(spec: str, files: Sequence[str]) -> str:
+    if not files:
+        return (
+            f"folder {spec!r} holds no .py file that mentions fieldmem: name a file or module, "
+            "or register cases with fieldmem.case(...) in the folder's modules"
+        )
+    return f"no module of folder {spec!r} registers a fieldmem.case(...) (looked in {listing(files)})"
 
 
 def check(

@@ -105,9 +105,10 @@ class _Worker:
 
     def run(self) -> str:
         """Check what the request asks; the last event's name (``end`` or ``yield``)."""
-        from fieldmem.driver import backend_devices, has_memory_stats
+        from fieldmem.driver import backend_devices, has_memory_stats, start_jax
         from fieldmem.engine.checker import check_targets
 
+        start_jax()  # before the user's modules import jax: quiet about the plugins' start-up noise
         backends: list[str | None] = self.request["backends"]
         if self.request["check_backends"]:
             for backend in backends:

@@ -462,6 +462,7 @@ def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> 
             jax_warnings=variant.lowering_warnings,
             lower_seconds=round(variant.lower_seconds, 4),
             compile_seconds=round(variant.compile_seconds, 4),
+            fast_compile=variant.fast_compile,
         ),
         program,
     )

@@ -8,7 +8,8 @@ device) and returns the result with a :class:`~fieldmem.report.RunCheck` per
 variant and the verdict revised:
 
 - every alias of the plan is *confirmed* when the output's buffer is the
-  donated input's on every shard; one that is not is an error finding
+  donated input's on every shard **and** jax deleted that input (the
+  runtime consumed the donation); one that is not is an error finding
   (``run-alias-missing``), so ``--expect in-place`` fails; one whose input
   or output has no device buffer to read (a Python scalar at call time) is
   *not comparable*, an info finding (``run-alias-not-comparable``) that says
@@ -95,7 +96,11 @@ def _reason(reasons: tuple[str | None, ...], index: int) -> str:
 
 
 def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ...]:
-    """Every alias of the plan, confirmed when the output came back in the input's buffer on every shard.
+    """Every alias of the plan, confirmed when the output came back in the input's buffer on every shard
+    and the input was deleted (the runtime consumed it, as a donation does).
+
+    The same address alone is not enough: an input still alive after the call
+    was not handed over, whatever the addresses say.
 
     A leaf without a device buffer to read (a Python scalar at call time, which
     jax puts on the device inside the call) makes its alias not comparable: the
@@ -109,11 +114,14 @@ def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ..
         )
         deleted = reading.deleted[alias.input_index] if alias.input_index < len(reading.deleted) else None
         comparable = before is not None and after is not None
-        confirmed = comparable and before == after
+        confirmed = comparable and before == after and deleted is True
         if confirmed:
-            detail = f"{alias.output} is in {alias.input}'s buffer on every shard ({_shards(after)})"
-            if deleted:
-                detail += f"; {alias.input} was consumed (deleted)"
+            detail = f"{alias.output} is in {alias.input}'s buffer on every shard ({_shards(after)}); {alias.input} was consumed (deleted)"
+        elif comparable and before == after:
+            detail = (
+                f"{alias.output} is at {alias.input}'s buffer address on every shard ({_shards(after)}), "
+                f"but {alias.input} was not deleted: the runtime did not consume the donation"
+            )
         elif before is None:
             detail = f"not comparable: {alias.input} is {_reason(reading.input_unreadable, alias.input_index)}"
         elif after is None:
@@ -279,8 +287,17 @@ def _run_summary(run: RunCheck) -> str:
     return words
 
 
-def probe_outcome(input: str, output: str, update: str, reading: ProbeReading | None) -> InPlaceProbe:
-    """Decide from the two sizes' medians whether the update's time grows with its buffer."""
+def probe_outcome(
+    input: str, output: str, update: str, reading: ProbeReading | None, *, aliased: bool = True
+) -> InPlaceProbe:
+    """Decide from the two sizes' medians whether one call's time grows with the updated buffer.
+
+    What the probe times is one whole call of the compiled program, not the
+    update alone: a time that grows with the buffer says that the call does
+    work in proportion to it (the update rewriting the buffer, or any other
+    work that grows with it), and the words say so. ``aliased``: whether the
+    timed program aliases ``output`` to ``input`` (the donated variant's plan).
+    """
     if reading is None:
         return InPlaceProbe(
             input,
@@ -294,10 +311,10 @@ def probe_outcome(input: str, output: str, update: str, reading: ProbeReading | 
     size_ratio = reading.large_bytes / reading.small_bytes
     growth = (large / small - 1) / (size_ratio - 1) if small > 0 and size_ratio > 1 else None
     timing = (
-        f"{_us(small)} with {format_bytes(reading.small_bytes)}, {_us(large)} with {format_bytes(reading.large_bytes)} "
-        f"(medians of {len(reading.small_seconds)})"
+        f"one call of the program took {_us(small)} with {input} at {format_bytes(reading.small_bytes)} and "
+        f"{_us(large)} at {format_bytes(reading.large_bytes)} (medians of {len(reading.small_seconds)})"
     )
-    code, message = _probe_verdict(input, output, update, growth, timing)
+    code, message = _probe_verdict(input, output, update, growth, timing, aliased)
     return InPlaceProbe(
         input,
         output,
@@ -314,18 +331,31 @@ def probe_outcome(input: str, output: str, update: str, reading: ProbeReading | 
     )
 
 
-def _probe_verdict(input: str, output: str, update: str, growth: float | None, timing: str) -> tuple[ProbeCode, str]:
+def _probe_verdict(
+    input: str, output: str, update: str, growth: float | None, timing: str, aliased: bool
+) -> tuple[ProbeCode, str]:
     if growth is None:
         return "inconclusive", f"{output}: no usable timing ({timing})"
     if growth >= WHOLE_BUFFER_GROWTH:
+        if not aliased:
+            return "whole-buffer", (
+                f"{output} is not aliased to {input} in this program, and its run time grows with the buffer: "
+                f"{timing}; the whole call was timed, so this is all the work of the call that grows with {input} "
+                "(without an alias, at least a copy of the buffer)"
+            )
         return "whole-buffer", (
-            f"{output} is aliased to {input} and updated by a {update}, yet its run time grows with the buffer: "
-            f"{timing}; the update rewrites the whole buffer at run time although the HLO is in place"
+            f"{output} is aliased to {input} and updated by a {update}, yet the call's run time grows with the "
+            f"buffer: {timing}; the whole call was timed, so the {update} or other work of the program rewrites "
+            "a buffer of that size at run time, although the HLO is in place"
         )
     if growth <= SLICE_ONLY_GROWTH:
-        return "slice-only", f"{output}: the {update} writes only its slice at run time ({timing})"
+        return "slice-only", (
+            f"{output}: the call's time does not grow with the buffer ({timing}), so the {update} writes only "
+            "its slice at run time"
+        )
     return "inconclusive", (
-        f"{output}: the {update}'s time grows with the buffer, but less than in proportion ({timing})"
+        f"{output}: the call's time grows with the buffer, but less than in proportion ({timing}); "
+        f"the whole call was timed, not the {update} alone"
     )
 
 

@@ -21,6 +21,7 @@ from rich.text import Text
 
 from fieldmem.gate.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
 from fieldmem.render import RenderOptions, text_console
+from fieldmem.render.layout import natural_width
 from fieldmem.render.pieces import FAIL, PASS, code, count, escape
 from fieldmem.units import format_bytes
 
@@ -112,6 +113,41 @@ def _column_header(column: Column) -> str:
 _STYLE = {SIGNIFICANT: "bold red", WITHIN: "yellow", "": ""}
 
 
+def _table(comparison: Comparison, columns: list[int], options: RenderOptions) -> Table:
+    """The comparison table of the reports ``columns`` (indices into ``comparison.columns``)."""
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    table.add_column("target", overflow="fold")
+    table.add_column("")
+    for column in columns:
+        table.add_column(_column_header(comparison.columns[column]), justify="right", overflow="fold")
+    for row in comparison.rows:
+        fields = _row_fields(row)
+        for n, (field_name, label) in enumerate(fields):
+            cells = []
+            for column in columns:
+                text, mark = _cell_text(row, column, field_name, options.verbose)
+                cells.append(Text(f"{text} {mark}" if mark else text, style=_STYLE[mark]))
+            table.add_row(row.name if n == 0 else "", label, *cells, end_section=n == len(fields) - 1)
+    return table
+
+
+def _column_groups(comparison: Comparison, options: RenderOptions) -> list[list[int]]:
+    """The reports of each table: all of them when they fit the width, else the reference and as many
+    others as fit, table after table (squeezed into one, 50 reports leave every cell empty)."""
+    everything = list(range(len(comparison.columns)))
+    if natural_width(_table(comparison, everything, options)) <= options.width:
+        return [everything]
+    groups: list[list[int]] = []
+    group = [0]
+    for column in everything[1:]:
+        if len(group) > 1 and natural_width(_table(comparison, [*group, column], options)) > options.width:
+            groups.append(group)
+            group = [0]
+        group.append(column)
+    groups.append(group)
+    return groups
+
+
 def render_table(comparison: Comparison, options: RenderOptions) -> str:
     buffer = io.StringIO()
     console = text_console(buffer, options)
@@ -125,20 +161,18 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
     if not comparison.rows:
         console.print("no targets in these reports")
         return buffer.getvalue()
-    table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    table.add_column("target", overflow="fold")
-    table.add_column("")
-    for header in comparison.columns:
-        table.add_column(_column_header(header), justify="right", overflow="fold")
-    for row in comparison.rows:
-        fields = _row_fields(row)
-        for n, (field_name, label) in enumerate(fields):
-            cells = []
-            for column in range(len(comparison.columns)):
-                text, mark = _cell_text(row, column, field_name, options.verbose)
-                cells.append(Text(f"{text} {mark}" if mark else text, style=_STYLE[mark]))
-            table.add_row(row.name if n == 0 else "", label, *cells, end_section=n == len(fields) - 1)
-    console.print(table)
+    groups = _column_groups(comparison, options)
+    for n, group in enumerate(groups):
+        if len(groups) > 1:
+            first, last = group[1] if len(group) > 1 else group[0], group[-1]
+            console.print(
+                Text(
+                    f"reports {first + 1}–{last + 1} of {len(comparison.columns)}, beside the reference "
+                    f"({n + 1}/{len(groups)}: too many to fit one table)",
+                    style="dim",
+                )
+            )
+        console.print(_table(comparison, group, options))
     for row in comparison.rows:
         if not row.differences:
             continue

@@ -16,6 +16,7 @@ cache folder is made by the driver, reading the baseline is the CLI's).
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,9 +25,9 @@ from pathlib import Path
 from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.config import Config
-from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_expect, parse_new
+from fieldmem.request.options import MAX_DEVICES, MIN_BYTES, CheckOptions, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
-from fieldmem.request.target import TargetOptions
+from fieldmem.request.target import TargetOptions, display_path
 from fieldmem.units import parse_bytes
 
 __all__ = [
@@ -60,7 +61,7 @@ class CheckFlags:
     suggest: bool = False
     cache_dir: str | None = None
     no_cache: bool = False
-    fast_compile: bool = False
+    fast_compile: bool | None = None  # None: the config's, else on
     backend: str | None = None
     jobs: int | None = None
     baseline: Path | None = None
@@ -109,6 +110,8 @@ class CheckRequest:
     default_cache: bool = False  # no folder named and no --no-cache: the driver's default folder
     backends: tuple[str, ...] | None = None  # --backend; None: jax's default, one report
     devices: int | None = None  # --devices: simulate this many CPU devices
+    # where options.cache_dir was named, for messages: the option, or the config's key and file
+    cache_dir_origin: str = "--cache-dir"
 
 
 def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
@@ -151,6 +154,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         default_cache=default_cache,
         backends=backends,
         devices=flags.devices,
+        cache_dir_origin=_cache_dir_origin(flags, config),
     )
 
 
@@ -167,10 +171,22 @@ def _check_alone(flags: CheckFlags) -> None:
     if flags.prune_baseline and flags.save_baseline is None:
         raise OptionError("--prune-baseline only applies with --save-baseline PATH")
     timeout = flags.timeout
-    if timeout is not None and timeout <= 0:
-        raise OptionError(f"--timeout {timeout:g} must be positive")
+    if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+        raise OptionError(f"--timeout {timeout:g} must be positive: a number of seconds, e.g. --timeout 60")
     if timeout is not None and not (flags.run or flags.probe):
         raise OptionError("--timeout only applies with --run")
+    if timeout is not None and not flags.isolate:
+        raise OptionError(
+            "--timeout needs the worker processes of --run: with --no-isolate the targets run in this "
+            "process, where a hanging call cannot be stopped; drop --no-isolate or --timeout"
+        )
+    if flags.devices is not None and flags.devices < 1:
+        raise OptionError(f"--devices {flags.devices} must be at least 1")
+    if flags.devices is not None and flags.devices > MAX_DEVICES:
+        raise OptionError(
+            f"--devices {flags.devices} is more than {MAX_DEVICES}, the most fieldmem simulates (jax takes "
+            "longer and longer to start more simulated devices)"
+        )
 
 
 def _output(flags: CheckFlags, config: Config) -> OutputSettings:
@@ -222,6 +238,14 @@ def _command_line_options(flags: CheckFlags) -> TargetOptions:
     )
 
 
+def _first_given(*values: bool | None) -> bool:
+    """The first of ``values`` that is not None (the flag, then the config, then the default)."""
+    for value in values:
+        if value is not None:
+            return value
+    raise ValueError("no value given")  # pragma: no cover - every caller ends with a default
+
+
 def _check_options(flags: CheckFlags, config: Config) -> tuple[CheckOptions, bool]:
     """How to check, and whether the driver picks the default compilation cache folder."""
     if flags.min_bytes is not None:
@@ -236,13 +260,20 @@ def _check_options(flags: CheckFlags, config: Config) -> tuple[CheckOptions, boo
         jobs=flags.jobs or config.jobs or max(1, (os.cpu_count() or 2) // 2),
         suggest=flags.suggest,
         cache_dir=cache_dir,
-        fast_compile=flags.fast_compile or bool(config.fast_compile),
+        fast_compile=_first_given(flags.fast_compile, config.fast_compile, True),
         run=flags.run or flags.probe,
         probe=flags.probe,
         isolate=flags.isolate,
         timeout=flags.timeout,
     )
     return options, not flags.no_cache and cache_dir is None
+
+
+def _cache_dir_origin(flags: CheckFlags, config: Config) -> str:
+    """Where the compilation cache folder was named: ``--cache-dir``, else the config's key and file."""
+    if flags.cache_dir is None and config.cache_dir is not None and config.path is not None:
+        return f"cache-dir in {display_path(str(config.path))} [tool.fieldmem]"
+    return "--cache-dir"
 
 
 def _baseline(flags: CheckFlags, config: Config) -> BaselineSettings:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.errors import FieldmemError, OptionError, listing, quoted
 from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.options import EXPECTATIONS, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
@@ -175,6 +175,12 @@ def _read_toml(file: Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{_shown(file)} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{_shown(file)} is not valid TOML: byte {exc.start} is not UTF-8 text (TOML files are UTF-8)"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"{_shown(file)} is nested too deeply to read (arrays or tables inside each other)") from None
     except OSError as exc:
         raise ConfigError(f"cannot read {_shown(file)}: {exc.strerror or exc}") from None
 
@@ -193,7 +199,9 @@ class _Table:
             if key not in allowed:
                 close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.7)
                 hint = f"did you mean {close[0]!r}? " if close else ""
-                raise ConfigError(f"{self.where()} has an unknown key {key!r}: {hint}known keys: {', '.join(allowed)}")
+                raise ConfigError(
+                    f"{self.where()} has an unknown key {quoted(key)}: {hint}known keys: {listing(allowed, len(allowed))}"
+                )
 
     def where(self, key: str | None = None) -> str:
         return f"{_shown(self.file)}: {self.name}" + (f" {key}" if key else "")

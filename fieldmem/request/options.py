@@ -13,11 +13,16 @@ from dataclasses import dataclass
 from fieldmem.errors import OptionError
 from fieldmem.report import EXPECTATIONS, Expectation
 
-__all__ = ["EXPECTATIONS", "MIN_BYTES", "CheckOptions", "parse_expect", "parse_new"]
+__all__ = ["EXPECTATIONS", "MAX_DEVICES", "MIN_BYTES", "CheckOptions", "parse_expect", "parse_new"]
 
 #: Copies and findings smaller than this stay in the JSON report but out of the
 #: verdict, the table and the baseline gate (``--min-bytes``; 1 KiB).
 MIN_BYTES = 1024
+
+#: The most CPU devices ``--devices`` simulates. jax starts 2048 in about 2 s and
+#: 4096 in about 12 s: the cost climbs steeply with the count (benchmarks/bench_devices.py,
+#: results in benchmarks/results/devices.json): a larger count is refused, not waited for.
+MAX_DEVICES = 4096
 
 
 @dataclass(frozen=True)
@@ -33,12 +38,14 @@ class CheckOptions:
     probe: bool = False  # with run: time each aliased slice update at two buffer sizes
     isolate: bool = True  # with run: each target in a worker process of its own (clean peak, crash-safe)
     timeout: float | None = None  # with run and isolate: seconds a target's worker may take
-    fast_compile: bool = False  # XLA:CPU codegen at -O0 (same HLO and buffer assignment; code size unavailable)
+    # XLA:CPU codegen at -O0 where nothing runs (same HLO and buffer assignment; code size unavailable)
+    fast_compile: bool = True
 
     @property
     def compile_fast(self) -> bool:
-        """Whether compiles use the fast options: not when --probe times the code they generate."""
-        return self.fast_compile and not self.probe
+        """Whether compiles use the fast options: a static check does; --run and --probe execute what
+        they compile, so they get the code XLA generates by default."""
+        return self.fast_compile and not self.run and not self.probe
 
 
 def parse_expect(value: object, option: str, *, required: bool = False) -> Expectation | None:

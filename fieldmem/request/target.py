@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from fieldmem.errors import ArgumentsError, TargetError
+from fieldmem.errors import ArgumentsError, TargetError, quoted
 from fieldmem.report import Expectation
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
@@ -36,6 +36,7 @@ __all__ = [
     "TargetOptions",
     "definition_of",
     "display_path",
+    "folder_targets",
     "is_file_spec",
     "load_module",
     "resolve_object",
@@ -240,7 +241,7 @@ def load_module(module_part: str) -> ModuleType:
         path = Path(module_part)
         if not path.is_file():
             hint = " (a module is written pkg.module, a file path/to/file.py)" if not path.suffix else ""
-            raise TargetError(f"file {module_part!r} does not exist{hint}")
+            raise TargetError(f"file {quoted(module_part)} does not exist{hint}")
         path = path.resolve()
         folder = str(path.parent)
         if folder not in sys.path:
@@ -255,19 +256,19 @@ def load_module(module_part: str) -> ModuleType:
                 return sys.modules[name]
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
-            raise TargetError(f"file {module_part!r} cannot be loaded as a Python module")
+            raise TargetError(f"file {quoted(module_part)} cannot be loaded as a Python module")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:
             del sys.modules[name]
-            raise TargetError(f"loading {module_part!r} raised {_describe(exc)}") from exc
+            raise TargetError(f"loading {quoted(module_part)} raised {_describe(exc)}") from exc
         return module
 
     if not all(part.isidentifier() for part in module_part.split(".")):
         raise TargetError(
-            f"{module_part!r} is not a module name: use the form pkg.module:function or path/to/file.py:function"
+            f"{quoted(module_part)} is not a module name: use the form pkg.module:function or path/to/file.py:function"
         )
     cwd = os.getcwd()
     if cwd not in sys.path and "" not in sys.path:
@@ -278,12 +279,12 @@ def load_module(module_part: str) -> ModuleType:
         missing = exc.name or ""
         if missing and (module_part == missing or module_part.startswith(missing + ".")):
             raise TargetError(
-                f"module {module_part!r} not found: is it installed or under the current directory? "
+                f"module {quoted(module_part)} not found: is it installed or under the current directory? "
                 "(a file also works: path/to/model.py:function)"
             ) from exc
-        raise TargetError(f"importing {module_part!r} raised {_describe(exc)}") from exc
+        raise TargetError(f"importing {quoted(module_part)} raised {_describe(exc)}") from exc
     except (Exception, SystemExit) as exc:
-        raise TargetError(f"importing {module_part!r} raised {_describe(exc)}") from exc
+        raise TargetError(f"importing {quoted(module_part)} raised {_describe(exc)}") from exc
 
 
 def _describe(exc: BaseException) -> str:
@@ -304,7 +305,7 @@ def resolve_object(module: ModuleType, module_part: str, attr_path: str) -> Any:
     walked = module_part
     for part in attr_path.split("."):
         if not part.isidentifier():
-            raise TargetError(f"{attr_path!r} is not an attribute path: use function or obj.method")
+            raise TargetError(f"{quoted(attr_path)} is not an attribute path: use function or obj.method")
         try:
             value = getattr(obj, part)
         except AttributeError:
@@ -312,9 +313,9 @@ def resolve_object(module: ModuleType, module_part: str, attr_path: str) -> Any:
             close = difflib.get_close_matches(part, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             what = "module" if isinstance(obj, ModuleType) else type(obj).__name__
-            raise TargetError(f"{what} {walked!r} has no {part!r}{hint}") from None
+            raise TargetError(f"{what} {quoted(walked)} has no {quoted(part)}{hint}") from None
         except Exception as exc:
-            raise TargetError(f"reading {part!r} of {walked!r} raised {_describe(exc)}") from exc
+            raise TargetError(f"reading {quoted(part)} of {quoted(walked)} raised {_describe(exc)}") from exc
         obj = value
         walked = f"{walked}:{part}" if walked == module_part else f"{walked}.{part}"
     return obj
@@ -331,25 +332,27 @@ def _load_factory(spec: str, module: ModuleType | None = None, module_name: str 
                 factory = resolve_object(module, module_name, attr)
             except TargetError as exc:
                 raise ArgumentsError(
-                    f"--args {spec!r}: the target's module {module_name!r} has no {attr!r} "
+                    f"--args {quoted(spec)}: the target's module {module_name!r} has no {attr!r} "
                     f"({exc.message}); name another module's factory as MODULE:FACTORY"
                 ) from exc
             if not callable(factory):
                 raise ArgumentsError(
-                    f"--args {spec!r} is {_a(type(factory).__name__)}, not a callable returning the arguments"
+                    f"--args {quoted(spec)} is {_a(type(factory).__name__)}, not a callable returning the arguments"
                 )
             return factory, f"{module_name}:{attr}"
     if not sep or not module_part or not attr:
         raise ArgumentsError(
-            f"--args {spec!r} is not FACTORY or MODULE:FACTORY (e.g. --args make_args, a factory in the "
+            f"--args {quoted(spec)} is not FACTORY or MODULE:FACTORY (e.g. --args make_args, a factory in the "
             "target's module, or --args pkg.model:make_args)"
         )
     try:
         factory = resolve_object(load_module(module_part), module_part, attr)
     except TargetError as exc:
-        raise ArgumentsError(f"--args {spec!r}: {exc.message}") from exc
+        raise ArgumentsError(f"--args {quoted(spec)}: {exc.message}") from exc
     if not callable(factory):
-        raise ArgumentsError(f"--args {spec!r} is {_a(type(factory).__name__)}, not a callable returning the arguments")
+        raise ArgumentsError(
+            f"--args {quoted(spec)} is {_a(type(factory).__name__)}, not a callable returning the arguments"
+        )
     return factory, spec
 
 
@@ -437,13 +440,15 @@ def _resolve_chain(
     names = [part.strip() for part in attr.split(",")]
     if any(not n for n in names):
         raise TargetError(
-            f"chain {spec!r} has an empty step: name each step, e.g. {module_part}:create,update1,update2"
+            f"chain {quoted(spec)} has an empty step: name each step, e.g. {module_part}:create,update1,update2"
         )
     functions = []
     for part in names:
         obj = resolve_object(module, module_part, part)
         if not callable(obj):
-            raise TargetError(f"step {part!r} of chain {spec!r} is {_a(type(obj).__name__)}, not a function")
+            raise TargetError(
+                f"step {quoted(part)} of chain {quoted(spec)} is {_a(type(obj).__name__)}, not a function"
+            )
         functions.append(obj)
     registered = [c for c in cases if c.is_chain and list(c.steps) == functions]
     if registered:
@@ -464,12 +469,41 @@ def _resolve_chain(
     return [_chain_from_case(spec, chain_case, options, module_name, names, module)]
 
 
-def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarget]:
+def folder_targets(spec: str) -> tuple[str, ...] | None:
+    """The file targets of a folder target (``examples/``), or None when ``spec`` is not a folder.
+
+    A folder (written as a path: ``examples/``, ``./examples``; a bare name is a module) stands for
+    every ``*.py`` file directly in it whose text mentions
+    ``fieldmem`` (a module that does not cannot register a case, and is not
+    imported: a ``setup.py`` or a script is never run), except files whose
+    name starts with ``_``; sorted by name, each as ``folder/file.py``.
+    Sub-folders are not entered. Nothing is imported here.
+    """
+    folder = Path(spec.strip())
+    # a bare name (``userpkg``) is a module, a package among them; a folder is written as a path
+    if not spec.strip() or not is_file_spec(spec.strip()) or not folder.is_dir():
+        return None
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_") or not path.is_file():
+            continue
+        try:
+            mentions = b"fieldmem" in path.read_bytes()
+        except OSError:
+            mentions = True  # unreadable: loading it says why
+        if mentions:
+            found.append(os.path.join(spec.strip(), path.name))
+    return tuple(found)
+
+
+def resolve_target(spec: str, options: TargetOptions, *, in_folder: bool = False) -> list[Target | ChainTarget]:
     """All targets named by ``spec``.
 
     ``module:fn`` gives that function (with its registered cases' settings
     when it has any); ``module:a,b,c`` the chain of those steps; a bare
-    module or file gives every case and chain it registers.
+    module or file gives every case and chain it registers. ``in_folder``:
+    ``spec`` is a file of a folder target (:func:`folder_targets`), where a
+    file that registers no case is no target (an empty list), not an error.
 
     Raises:
         TargetError: the module, file or attribute cannot be found, the object
@@ -480,17 +514,27 @@ def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarg
         raise TargetError("an empty target was given: use pkg.module:function or path/to/file.py:function")
     module_part, sep, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
     if sep and not attr:
-        raise TargetError(f"target {spec!r} ends with ':': name the function, e.g. {module_part}:update")
+        raise TargetError(f"target {quoted(spec)} ends with ':': name the function, e.g. {module_part}:update")
+    if ":" in module_part:
+        head, _, function = module_part.partition(":")
+        raise TargetError(
+            f"target {quoted(spec)} has more than one ':': write module:function or file.py:function, and a "
+            f"method or attribute with dots ({head}:{function}.{attr})"
+        )
+    if not sep and is_file_spec(module_part) and Path(module_part).is_dir():
+        raise TargetError(f"{quoted(spec)} is a folder: check it as a target of its own (fieldmem check {spec})")
     module = load_module(module_part)
     cases = registered_cases(module.__name__)
     # names shown to the user: the path as typed for a file, the dotted name otherwise
     module_name = module_part if is_file_spec(module_part) else module.__name__
     if not sep:
+        if not cases and in_folder:
+            return []
         if not cases:
             public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
             example = f" (e.g. {module_part}:{public[0]})" if public else ""
             raise TargetError(
-                f"{module_part!r} registers no fieldmem.case(...): name a function instead{example}, "
+                f"{quoted(module_part)} registers no fieldmem.case(...): name a function instead{example}, "
                 "or register cases in the module"
             )
         return [
@@ -504,7 +548,7 @@ def resolve_target(spec: str, options: TargetOptions) -> list[Target | ChainTarg
 
     obj = resolve_object(module, module_part, attr)
     if not callable(obj):
-        raise TargetError(f"{spec!r} is {_a(type(obj).__name__)}, not a function: point at the update function")
+        raise TargetError(f"{quoted(spec)} is {_a(type(obj).__name__)}, not a function: point at the update function")
     matching = [c for c in cases if c.function is obj and not c.is_chain]
     if matching:
         return [_from_case(spec, case, options, module_name, module) for case in matching]

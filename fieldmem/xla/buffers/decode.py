@@ -188,12 +188,36 @@ def decode_buffer_assignment(data: bytes, hlo_module_proto: bytes | None = None)
     except (DecodeError, TypeError) as error:
         raise BufferAssignmentError(f"cannot decode the buffer assignment proto: {error}") from None
     names = decode_instruction_ids(hlo_module_proto) if hlo_module_proto else {}
-    return BufferAssignment(
+    assignment = BufferAssignment(
         logical_buffers=tuple(_logical_buffer(b, names) for b in proto.logical_buffers),
         allocations=tuple(_allocation(a) for a in proto.buffer_allocations),
         aliases=tuple(BufferAlias(int(a.source_buffer_id), *_where(a.location, names)) for a in proto.buffer_aliases),
         heap_traces=tuple(_heap_trace(t) for t in proto.heap_simulator_traces),
     )
+    _check_placement(assignment)
+    return assignment
+
+
+def _check_placement(assignment: BufferAssignment) -> None:
+    """Every size is 0 or more and every slice lies inside its allocation (else a live peak could exceed
+    the memory of all allocations together): what XLA's own assignment always satisfies.
+
+    Raises:
+        BufferAssignmentError: the first size or slice that does not.
+    """
+    for buffer in assignment.logical_buffers:
+        if buffer.size < 0:
+            raise BufferAssignmentError(f"logical buffer {buffer.id} has a negative size ({buffer.size})")
+    for allocation in assignment.allocations:
+        if allocation.size < 0:
+            raise BufferAssignmentError(f"allocation {allocation.index} has a negative size ({allocation.size})")
+        for slot in allocation.assigned:
+            if slot.offset < 0 or slot.size < 0 or slot.offset + slot.size > allocation.size:
+                raise BufferAssignmentError(
+                    f"logical buffer {slot.logical_buffer_id} is placed at bytes {slot.offset} to "
+                    f"{slot.offset + slot.size} of allocation {allocation.index}, which holds {allocation.size}: "
+                    "a slice must lie inside its allocation"
+                )
 
 
 _Names = dict[int, tuple[str, str]]  # instruction id -> (computation, instruction)

@@ -12,6 +12,8 @@ on the one below it:
 - :mod:`.queries`: what the findings ask of a model (copies kept, loops,
   output producers and the inputs they read, source lines, slice updates,
   constants);
+- :mod:`.validate`: what the queries rely on, checked once after parsing
+  (operands that exist, no cycles, bounded nesting): :class:`HloStructureError`;
 - :mod:`.frames`: which frames of a source stack are library code, and the
   user's call site of a library line.
 
@@ -48,6 +50,7 @@ from .queries import (
     view_source,
 )
 from .text import HloParseError
+from .validate import HloStructureError
 
 __all__ = [
     "AliasEntry",
@@ -58,6 +61,7 @@ __all__ = [
     "HloInstruction",
     "HloModule",
     "HloParseError",
+    "HloStructureError",
     "LoopInfo",
     "SourceLocation",
     "call_site",

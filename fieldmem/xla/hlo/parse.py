@@ -42,6 +42,7 @@ from functools import cached_property
 
 from .model import AliasEntry, HloComputation, HloInstruction, HloModule, SourceLocation
 from .text import HloParseError, matching_bracket, split_top_level, unquote
+from .validate import check_structure
 
 __all__ = ["parse_hlo_module"]
 
@@ -499,6 +500,7 @@ def _parse_module(text: str) -> HloModule:
     header_line, body = _first_module(text)
     name, header = _parse_header(header_line)
     computations = _parse_computations(body, _parse_tables(body))
+    check_structure(computations)  # unknown operands, cycles, runaway nesting: HloStructureError
     params, result = _entry_layout(header["entry_computation_layout"])
     return HloModule(
         name=name,

@@ -1,0 +1,130 @@
+"""jax's start, without its known start-up noise on stderr.
+
+With the accelerator plugins installed (``fieldmem[gpu]``, ``fieldmem[tpu]``),
+importing jax and starting its backends on a machine without the device makes
+the plugins' native code log to file descriptor 2 before anyone can configure
+it: absl's "All log messages before absl::InitializeLog()..." banner, the CUDA
+stub's "Could not find cuda drivers on your machine", and (with
+``JAX_PLATFORMS`` unset) the CUDA plugin's traceback ending in "Unable to load
+CUDA" and libtpu's complaints about TPU host names. None of it is about the
+user's program, and it would land in fieldmem's stderr, where one line per
+error is the rule.
+
+:func:`start_jax` imports jax and starts its backends with file descriptor 2
+sent to a temporary file, then writes back every line that is not one of
+those known lines, in order: a real warning or error still reaches stderr.
+It is idempotent, and does nothing once jax has started its backends (in the
+user's process, their jax was started by them, and so was its noise).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+import threading
+from collections.abc import Iterable
+
+__all__ = ["known_noise", "start_jax"]
+
+# one line each: absl's banners and the CUDA stub's message (timestamps, thread ids and line numbers vary)
+_NOISE_LINES = (
+    re.compile(r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"),
+    re.compile(r"WARNING: Logging before InitGoogle\(\) is written to STDERR"),
+    re.compile(
+        r"[IWE]\d{4} [\d:. ]+\d+ cudart_stub\.cc:\d+\] Could not find cuda drivers on your machine, GPU will not be used\."
+    ),
+    re.compile(r"Failed to find host bounds for accelerator type: WARNING: could not determine TPU accelerator type.*"),
+)
+# a libtpu error about TPU host names on a machine with no TPU, and the lines of its source trace
+_TPU_HOSTS = re.compile(r"[IWE]\d{4} [\d:. ]+\d+ common_lib\.cc:\d+\] .*could not determine TPU worker hostnames.*")
+_TRACE_LINE = re.compile(r"=== Source Location Trace: ===\s*|\S+\.cc:\d+")
+# the CUDA plugin's traceback when no CUDA runtime loads (jax logs it and carries on without the GPU)
+_CUDA_START = "Jax plugin configuration error: Exception when calling jax_plugins.xla_cuda12.initialize()"
+_CUDA_END = "RuntimeError: Unable to load CUDA. Is it installed?"
+
+_lock = threading.Lock()
+
+
+def known_noise(lines: Iterable[str]) -> list[str]:
+    """``lines`` less the known start-up noise (each line without its newline), in order."""
+    kept: list[str] = []
+    pending: list[str] = []  # a CUDA plugin traceback being read: dropped when it ends as the known one
+    in_trace = False
+    for line in lines:
+        if pending:
+            pending.append(line)
+            if line.strip() == _CUDA_END:
+                pending = []
+            elif len(pending) > 60:  # not the known traceback after all
+                kept += pending
+                pending = []
+            continue
+        if line.strip() == _CUDA_START:
+            pending = [line]
+            continue
+        if _TPU_HOSTS.fullmatch(line.strip()):
+            in_trace = True
+            continue
+        if in_trace and _TRACE_LINE.fullmatch(line.strip()):
+            continue
+        in_trace = False
+        if any(p.fullmatch(line.strip()) for p in _NOISE_LINES):
+            continue
+        kept.append(line)
+    return kept + pending
+
+
+def _started() -> bool:
+    if "jax" not in sys.modules:
+        return False
+    try:
+        from jax._src import xla_bridge
+
+        return bool(getattr(xla_bridge, "_backends", {}))
+    except Exception:  # another jax layout: assume started
+        return True
+
+
+def start_jax() -> None:
+    """Import jax and start its backends, keeping only the lines of fd 2 that are not known noise.
+
+    Call it after the environment jax reads at start (``XLA_FLAGS``,
+    ``JAX_PLATFORMS``) is set. A backend that fails to start is jax's to
+    report later (``jax.devices(name)`` raises), as without this function.
+    """
+    with _lock:
+        if _started():
+            return
+        with _filtered_stderr():
+            import jax
+
+            try:
+                jax.devices()
+            except Exception:  # no default backend: the check that asks for one says so
+                pass
+
+
+class _filtered_stderr:
+    """File descriptor 2 into a temporary file while inside; then the lines that are not noise back to it."""
+
+    def __enter__(self) -> None:
+        sys.stderr.flush()
+        self._saved = os.dup(2)
+        self._file = tempfile.TemporaryFile()
+        os.dup2(self._file.fileno(), 2)
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            sys.stderr.flush()
+        except Exception:
+            pass
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        text = self._file.read().decode("utf-8", "replace")
+        self._file.close()
+        kept = known_noise(text.splitlines())
+        if kept:
+            os.write(2, ("\n".join(kept) + "\n").encode())
