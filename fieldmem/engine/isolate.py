@@ -159,6 +159,7 @@ class _Supervisor:
         self.spec_errors: dict[int, TargetResult] = {}
         self.got: dict[tuple[int, int, str], _Checked] = {}
         self.headers: list[Report | None] = [None] * len(backends)
+        self.need_headers = True
         self.one_at_a_time = False
 
     # -- what is left -------------------------------------------------------------------------------
@@ -294,7 +295,8 @@ class _Supervisor:
                     return
                 clock = time.monotonic()
                 self.on_event(event, watch)
-            if timeout is not None and time.monotonic() - clock > timeout:
+            busy = watch.resolving is not None or bool(watch.in_flight)  # on the user's code, not starting up
+            if timeout is not None and busy and time.monotonic() - clock > timeout:
                 process.kill()
                 process.wait()
                 watch.timed_out = True
@@ -394,7 +396,7 @@ class _Supervisor:
         stalled = 0
         while True:
             plan = self.todo()
-            if not self.anything(plan) and all(h is not None for h in self.headers):
+            if not self.anything(plan) and (not self.need_headers or all(h is not None for h in self.headers)):
                 break
             watch = self.run_worker(plan)
             if watch.last == "fatal":
@@ -416,7 +418,7 @@ class _Supervisor:
                     )
                 for name in todo or ():
                     self.got[(b, index, name)] = ([self.error(index, name, TargetError("its worker skipped it"))], [])
-        if any(header is None for header in self.headers):
+        if self.need_headers and any(header is None for header in self.headers):
             raise WorkerFailure("fieldmem's worker process did not report the environment it ran in")
 
     def assemble(self) -> Supervised:
@@ -454,17 +456,21 @@ def supervise(
     *,
     check_backends: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
+    headers: bool = True,
 ) -> Supervised:
     """Load, check (and run, as ``options`` say) every unit on every backend in worker processes.
 
     ``check_backends``: the first worker checks every named backend is
     available before it loads anything (as :func:`~fieldmem.engine.checker.check_backends`).
+    ``headers``: each backend's report without results is wanted (False: only the results).
 
     Raises:
         WorkerFailure: an error of the whole run (a backend that is not available),
             or a worker that cannot start at all.
     """
-    return _Supervisor(units, backends, options, check_backends, progress).run()
+    supervisor = _Supervisor(units, backends, options, check_backends, progress)
+    supervisor.need_headers = headers
+    return supervisor.run()
 
 
 def check_reports(
@@ -503,7 +509,7 @@ def check_isolated(targets: Sequence[Any], options: Any) -> list[_Checked]:
     for target in targets:
         first = getattr(target, "first", target)
         units.append(Unit(target.spec, first.options, (target.name,), first.definition))
-    supervised = supervise(units, [options.backend], dataclasses.replace(options, isolate=True))
+    supervised = supervise(units, [options.backend], dataclasses.replace(options, isolate=True), headers=False)
     return [
         (
             [r for pair in outcome for r in pair[0]],

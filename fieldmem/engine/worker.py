@@ -28,7 +28,7 @@ import threading
 from collections.abc import Sequence
 from typing import IO, Any
 
-from fieldmem.codec import decode, encode
+from fieldmem.codec import decode, encode, unbounded_integers
 from fieldmem.engine.protocol import WorkerResult, write_event
 from fieldmem.engine.results import error_result, internal_error
 from fieldmem.errors import FieldmemError
@@ -82,7 +82,8 @@ class _Worker:
 
         self.request = request
         self.events = events
-        self.options = decode(CheckOptions, request["check_options"])
+        with unbounded_integers():
+            self.options = decode(CheckOptions, request["check_options"])
 
     def event(self, what: str, **fields: Any) -> None:
         write_event(self.events, what, **fields)
@@ -97,7 +98,8 @@ class _Worker:
             if spec is None or all(todo[index] == [] for todo in self.request["todo"]):
                 continue
             self.event("resolve", spec=index)
-            target_options = decode(TargetOptions, spec["options"] or {})
+            with unbounded_integers():  # the options as the user gave them: the checker refuses what it must
+                target_options = decode(TargetOptions, spec["options"] or {})
             items = resolve_all([spec["spec"]], target_options)
             loaded[index] = items
             self.event("resolved", spec=index, names=[_name(item) for item in items])
@@ -164,6 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.dup2(devnull, 0)  # the user's code reads an empty stdin
     os.close(devnull)
     _die_with_parent(watched, int(args[1]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this process
     os.set_inheritable(int(args[0]), False)  # a process the user's code starts does not hold it open
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:  # what the user's code prints reaches the parent's stderr as it is printed
