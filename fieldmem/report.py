@@ -75,6 +75,7 @@ __all__ = [
     "LiveBufferKind",
     "MadeStatic",
     "MemoryFigures",
+    "MemorySpace",
     "OutputInfo",
     "ProbeCode",
     "Report",
@@ -114,7 +115,7 @@ MEMORY_FIGURES = (
 # checks the allowed values at run time. docs/report-schema.md describes each.
 TargetStatus = Literal["ok", "error"]
 Expectation = Literal["in-place", "any"]
-CopyKind = Literal["parameter", "loop", "conditional", "layout", "other"]
+CopyKind = Literal["parameter", "loop", "conditional", "layout", "other", "staging"]
 SourceRole = Literal["copy", "operand", "user", "definition"]
 CopyCause = Literal[
     "input-kept-intact",
@@ -123,7 +124,7 @@ CopyCause = Literal[
     "output-via-temporary",
     "layout-change",
 ]
-LiveBufferKind = Literal["parameter", "aliased", "output", "temporary"]
+LiveBufferKind = Literal["parameter", "aliased", "output", "temporary", "constant"]
 DonationCode = Literal["unused", "no-output-of-size", "outputs-taken", "not-reused"]
 LeafCode = Literal["reused", DonationCode, "copied", "via-temporary"]
 ArgumentCode = Literal["donate", LeafCode, "too-small", "no-saving", "mixed"]
@@ -182,11 +183,28 @@ class ReportError(ValueError):
 
 
 @dataclass(frozen=True)
+class MemorySpace:
+    """The figures of one memory space of the buffer assignment (an allocation's color).
+
+    ``memory_space`` 0 is the device's default memory (HBM on a GPU or TPU), which
+    XLA's argument, output and temp figures and fieldmem's footprint and live peak
+    count; on a TPU, 1 is VMEM (``S(1)`` in a shape's layout); docs/peaks.md
+    lists the others seen.
+    ``allocated_bytes``: the space's allocations (constants included, thread-local
+    ones not); ``live_peak_bytes``: the peak of the bytes live in them.
+    """
+
+    memory_space: int
+    allocated_bytes: int
+    live_peak_bytes: int
+
+
+@dataclass(frozen=True)
 class MemoryFigures:
     """XLA's figures verbatim (``memory_analysis()``), plus ``footprint_bytes``.
 
-    ``footprint_bytes`` = argument + output + temp - alias: what the executable
-    holds at once. ``live_peak_bytes``: the maximum over the schedule of the
+    ``footprint_bytes`` = argument + output + temp - alias + constant: what the
+    executable holds at once. ``live_peak_bytes``: the maximum over the schedule of the
     bytes the allocation slices live at one point cover (per allocation, the
     union of their byte ranges; fieldmem.xla.buffers).
     ``constant_bytes``: the arrays compiled into the program as constants (a
@@ -209,6 +227,9 @@ class MemoryFigures:
     host_alias_bytes: int | None = None
     host_temp_bytes: int | None = None
     unavailable: dict[str, str] = field(default_factory=dict)
+    # every memory space of the buffer assignment, ascending (empty without one):
+    # live_peak_bytes above is memory space 0's
+    memory_spaces: tuple[MemorySpace, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -255,6 +276,10 @@ class Copy:
     # the conditional's source line; the copy runs only when that branch runs
     branch: str | None = None
     branch_source: str | None = None
+    # the memory spaces it copies from and to (0: the device's default memory; on a TPU,
+    # 1 is VMEM); a "staging" copy is one between two of them that makes no second buffer
+    source_memory_space: int = 0
+    memory_space: int = 0
 
 
 @dataclass(frozen=True)

@@ -119,6 +119,15 @@ def xla_memory(compiled: Any, *, code: bool = False) -> dict[str, int]:
     }
 
 
+def constant_bytes(compiled: Any) -> int:
+    """Bytes of the constant allocations of XLA's buffer assignment (arrays and scalars compiled into
+    the program), which the footprint counts besides XLA's argument, output and temp figures."""
+    from fieldmem.xla import buffers
+
+    assignment = buffers.decode_buffer_assignment(compiled.memory_analysis().serialized_buffer_assignment_proto)
+    return sum(a.size for a in assignment.allocations if a.is_constant)
+
+
 def compile_quietly(jitted: Any, *args: Any, **kwargs: Any) -> Any:
     """``jitted.lower(...).compile()``, with jax's unusable-donation warning silenced."""
     with warnings.catch_warnings():

@@ -37,6 +37,7 @@ from helpers_compile import (
     check_reports,
     compile_quietly,
     compiled_variants,
+    constant_bytes,
     make_target,
     output_leaves,
     report_leaves,
@@ -82,7 +83,7 @@ def advise(
 
 def footprint(compiled: Any) -> int:
     m = xla_memory(compiled)
-    return m["argument_bytes"] + m["output_bytes"] + m["temp_bytes"] - m["alias_bytes"]
+    return m["argument_bytes"] + m["output_bytes"] + m["temp_bytes"] - m["alias_bytes"] + constant_bytes(compiled)
 
 
 def by_argument(suggestion: Suggestion) -> dict[str, Any]:

@@ -287,6 +287,9 @@ NOT_PRODUCED_ON_CPU: dict[str, dict[str, str]] = {
         "layout": "XLA:CPU emits a layout-changing copy as a `wrapped_copy` kLoop fusion, not a copy "
         "instruction (seen with Format-pinned out layouts after a while loop and a sort; transposes, dots "
         "and an inverse fuse theirs too), so no layout copy is left for the report on cpu",
+        "staging": "XLA:CPU has one memory space: a staging copy moves a value between two (a TPU's HBM and "
+        "VMEM); tests/test_accelerator_hlo.py::test_a_staging_copy_is_its_own_kind_and_no_finding reads "
+        "TPU v5e compiles made without the device (the goldens of make golden)",
     },
     "cause": {"layout-change": "the cause of the layout kind (above)"},
 }

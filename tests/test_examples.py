@@ -22,7 +22,7 @@ from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import Target, TargetOptions, resolve_target
 
-from helpers_compile import compile_quietly, materialize, run_and_check_aliases, xla_memory
+from helpers_compile import compile_quietly, constant_bytes, materialize, run_and_check_aliases, xla_memory
 
 pytestmark = pytest.mark.compile
 
@@ -108,7 +108,11 @@ def test_memory_figures_are_xla_verbatim(compiled_case: dict[str, Any], example_
         for name, value in expected.items():
             assert getattr(memory, name) == value, (variant, name)
         assert memory.footprint_bytes == (
-            expected["argument_bytes"] + expected["output_bytes"] + expected["temp_bytes"] - expected["alias_bytes"]
+            expected["argument_bytes"]
+            + expected["output_bytes"]
+            + expected["temp_bytes"]
+            - expected["alias_bytes"]
+            + constant_bytes(compiled_case[variant])
         )
         assert memory.unavailable == FAST_COMPILE_UNAVAILABLE  # a static check compiles at -O0
     for name, saved in result.savings.items():

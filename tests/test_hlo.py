@@ -93,6 +93,13 @@ def copies_by_name(name: str) -> dict[str, CopySite]:
 
 def test_every_golden_file_is_there_and_parses() -> None:
     expected = {f"{c}.{v}.hlo" for c in CASES for v in ("plain", "donated")} | {f"{h}.hlo" for h in HAND}
+    # the TPU and GPU compiles of tests/golden_buffers/accelerators.py (tests/test_accelerator_hlo.py)
+    expected |= {
+        f"acc_{c}.{b}.{v}.hlo"
+        for c in ("sparse_add", "stepper", "kv_write", "sgd")
+        for b in ("tpu_v5e", "gpu_h100")
+        for v in ("plain", "donated")
+    }
     present = {p.name for p in GOLDEN.glob("*.hlo")}
     assert present == expected
     for name in sorted(expected):

@@ -31,18 +31,23 @@ _RANGE = re.compile(r"^\s+([^\s{]+)(\{[\d,]*\}):(\d+)-(\d+)$")
 
 
 def union_peak(folder: Path) -> int:
-    """max over XLA's points of sum over allocations of |union of the live values' byte ranges|."""
+    """max over XLA's points of sum over allocations of |union of the live values' byte ranges|
+    (a constant allocation is live at every point: the executable holds it)."""
     (assignment_file,) = folder.glob("*after_optimizations-buffer-assignment.txt")
     (range_file,) = folder.glob("*after_optimizations-live-range.txt")
     placed: dict[tuple[str, str], tuple[int, int, int]] = {}  # (name, index) -> (allocation, start, end)
-    allocation, memory = -1, True
+    allocation, memory, constant = -1, True, False
+    always: set[tuple[str, str]] = set()  # constants
     for line in assignment_file.read_text().splitlines():
         if found := _ALLOCATION.match(line):
             allocation = int(found.group(1))
-            memory = "thread-local" not in found.group(3) and "constant" not in found.group(3)
+            memory = "thread-local" not in found.group(3)
+            constant = "constant" in found.group(3)
         elif (found := _VALUE.match(line)) and memory:
             size, offset = int(found.group(3)), int(found.group(4))
             placed[(found.group(1), found.group(2) or "{}")] = (allocation, offset, offset + size)
+            if constant:
+                always.add((found.group(1), found.group(2) or "{}"))
     live: dict[tuple[str, str], tuple[int, int]] = {}
     section = ""
     for line in range_file.read_text().splitlines():
@@ -57,7 +62,7 @@ def union_peak(folder: Path) -> int:
     for t in range(last + 1):
         spans: dict[int, list[tuple[int, int]]] = {}
         for key, (a, start, end) in placed.items():
-            if key in live and live[key][0] <= t <= live[key][1]:
+            if key in always or (key in live and live[key][0] <= t <= live[key][1]):
                 spans.setdefault(a, []).append((start, end))
         covered = 0
         for pieces in spans.values():

@@ -111,8 +111,8 @@ def test_an_input_the_runtime_cannot_consume_is_left_alive_and_its_alias_not_con
     real_fresh = execute.fresh_arguments
     views: list[Any] = []
 
-    def with_views(call: Any) -> Any:
-        args, kwargs, leaves = real_fresh(call)
+    def with_views(call: Any, *rest: Any) -> Any:
+        args, kwargs, leaves = real_fresh(call, *rest)
         views.extend(np.asarray(leaf) for leaf in leaves)  # held until the test ends
         return args, kwargs, leaves
 

@@ -412,7 +412,9 @@ def _observed(
                 result[leaf.index] = _Outcome(code, reason)
             continue
         of_input = [c for c in added if c.kind == "parameter" and c.input_index == leaf.index]
-        into_output = [c for c in added if c.kind != "parameter" and c.output == alias.output]
+        # a staging copy moves a value through another memory space (a TPU's VMEM): it makes
+        # no second buffer of it, so it takes nothing from what the donation saves
+        into_output = [c for c in added if c.kind not in ("parameter", "staging") and c.output == alias.output]
         saved = alias.bytes - sum(c.bytes for c in of_input + into_output)
         if saved > 0:
             outcome = _Outcome("reused", f"{alias.output} reuses its buffer", alias.output_index, saved)

@@ -34,6 +34,7 @@ from fieldmem.report import (
     LiveBufferKind,
     MadeStatic,
     MemoryFigures,
+    MemorySpace,
     OutputInfo,
     SourceRole,
     StaticCode,
@@ -74,8 +75,17 @@ def _constant_bytes(
 
 
 def _memory(
-    variant: CompiledVariant, live_peak: int | None, live_reason: str | None, constant_bytes: int | None = None
+    variant: CompiledVariant,
+    live_peak: int | None,
+    live_reason: str | None,
+    constant_bytes: int | None = None,
+    memory_spaces: tuple[MemorySpace, ...] = (),
+    device_constant_bytes: int | None = None,
 ) -> MemoryFigures:
+    """XLA's figures, and fieldmem's: the footprint adds the constants in the device's
+    default memory (``device_constant_bytes``, else all of ``constant_bytes``), which the
+    executable holds beside its arguments, outputs and temporaries and XLA's own figures
+    leave out."""
     m = variant.memory
     unavailable = dict(variant.memory_unavailable)
     if live_peak is None:
@@ -88,7 +98,8 @@ def _memory(
         unavailable["footprint_bytes"] = f"needs XLA's {', '.join(missing)} figure(s), which this backend does not give"
     else:
         argument, output, temp, alias = (int(p) for p in parts)  # type: ignore[arg-type]
-        footprint = argument + output + temp - alias
+        constants = device_constant_bytes if device_constant_bytes is not None else constant_bytes
+        footprint = argument + output + temp - alias + (constants or 0)
     return MemoryFigures(
         argument_bytes=m.get("argument_bytes"),
         output_bytes=m.get("output_bytes"),
@@ -104,6 +115,7 @@ def _memory(
         host_alias_bytes=m.get("host_alias_bytes"),
         host_temp_bytes=m.get("host_temp_bytes"),
         unavailable=unavailable,
+        memory_spaces=memory_spaces,
     )
 
 
@@ -275,7 +287,9 @@ def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
             program.leaf_of(site.parameter_number, site.parameter_index) if site.parameter_number is not None else None
         )
         kind: CopyKind
-        if site.branch is not None:
+        if site.staging:
+            kind = "staging"  # moves a value through another memory space: no second buffer of it
+        elif site.branch is not None:
             kind = "conditional"  # runs only when its branch runs, in or out of a loop
         elif site.loop is not None:
             kind = "loop"
@@ -316,6 +330,8 @@ def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
                 call_site=_call_site(site.source) if role != "definition" else None,
                 branch=site.branch.branch if site.branch is not None else None,
                 branch_source=branch_source,
+                source_memory_space=site.source_memory_space,
+                memory_space=site.memory_space,
             )
         )
     return tuple(sorted(copies, key=lambda c: (-(c.bytes_per_call or c.bytes), c.instruction)))
@@ -393,15 +409,17 @@ def _liveness(
     copied_inputs: dict[str, Copy],
     definition: str | None = None,
     decoded: tuple[buffers.BufferAssignment | None, str | None] | None = None,
-) -> tuple[int | None, str | None, tuple[LiveBuffer, ...], Timeline | None]:
-    """``live_peak_bytes``, the buffers live at that peak and the timeline, or why they are unavailable."""
+) -> tuple[int | None, str | None, tuple[LiveBuffer, ...], Timeline | None, tuple[MemorySpace, ...]]:
+    """``live_peak_bytes``, the buffers live at that peak, the timeline and every memory space's
+    figures, or why they are unavailable."""
     assignment, reason = decoded if decoded is not None else _assignment(program.variant)
     if assignment is None:
-        return None, reason, (), None
+        return None, reason, (), None, ()
     try:
         live = buffers.analyze_liveness(assignment, program.module)
     except buffers.BufferAssignmentError as exc:
-        return None, f"the buffer assignment could not be analysed: {exc}", (), None
+        return None, f"the buffer assignment could not be analysed: {exc}", (), None, ()
+    spaces = tuple(MemorySpace(s.memory_space, s.allocated_bytes, s.live_peak_bytes) for s in live.memory_spaces)
     parameters = {i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"}
     allocations = {a.index: a for a in assignment.allocations}
     top: list[LiveBuffer] = []
@@ -428,7 +446,7 @@ def _liveness(
         top.append(
             LiveBuffer(
                 bytes=live_slice.bytes,
-                kind=cast(LiveBufferKind, live_slice.kind),  # the analysis counts no constant or thread-local slice
+                kind=cast(LiveBufferKind, live_slice.kind),  # the analysis counts no thread-local slice
                 instruction=value.instruction,
                 shape=value.shape,
                 source=source,
@@ -436,7 +454,7 @@ def _liveness(
                 call_site=call_site,
             )
         )
-    return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition)
+    return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition), spaces
 
 
 def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, ProgramLeaves]:
@@ -447,13 +465,18 @@ def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> 
     copies = _copies(program, definition)
     copied_inputs = {c.instruction: c for c in copies if c.of_parameter is not None}
     decoded = _assignment(variant)
-    live_peak, live_reason, live_at_peak, timeline = _liveness(program, copied_inputs, definition, decoded)
+    live_peak, live_reason, live_at_peak, timeline, spaces = _liveness(program, copied_inputs, definition, decoded)
     constant_bytes, _ = _constant_bytes(module, decoded[0])
+    device_constants = (
+        sum(a.size for a in decoded[0].allocations if a.is_constant and a.color == 0)
+        if decoded[0] is not None
+        else None
+    )
     return (
         Variant(
             name=variant.name,
             donated_arguments=variant.donated_arguments,
-            memory=_memory(variant, live_peak, live_reason, constant_bytes),
+            memory=_memory(variant, live_peak, live_reason, constant_bytes, spaces, device_constants),
             live_at_peak=live_at_peak,
             timeline=timeline,
             aliases=aliases,
@@ -778,7 +801,12 @@ def _verdict(
                 Finding("warning", "new-unmatched", f"new={pattern!r} names no output (the outputs: {paths})")
             )
     for copy in donated.copies:
-        if copy.bytes >= min_bytes and (copy.kind in ("parameter", "loop") or copy.output is not None):
+        # a staging copy (through a TPU's VMEM) makes no second buffer: no finding of its own
+        if (
+            copy.bytes >= min_bytes
+            and copy.kind != "staging"
+            and (copy.kind in ("parameter", "loop") or copy.output is not None)
+        ):
             findings.append(_copy_finding(copy, inputs, once))
     for unusable in donated.unusable_donations:
         if unusable.bytes >= min_bytes:

@@ -23,7 +23,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fieldmem.render import RenderOptions
-from fieldmem.render.pieces import STATUS_WORDS, count, footprint_curve, pair, plural
+from fieldmem.render.pieces import (
+    STATUS_WORDS,
+    copy_kind_text,
+    count,
+    footprint_curve,
+    memory_space_lines,
+    pair,
+    plural,
+)
 from fieldmem.report import (
     MEMORY_FIGURES,
     BaselineComparison,
@@ -306,12 +314,13 @@ def _memory_table(result: TargetResult) -> str:
     )
     text += (
         '<p class="muted">XLA\'s figures verbatim (<code>memory_analysis()</code>), plus footprint = argument + '
-        "output + temp − alias, live peak = distinct allocation slices live at once and constant = the arrays "
-        "compiled into the program (held as long as it lives, in XLA's peak but in neither of fieldmem's).</p>\n"
+        "output + temp − alias + constant, live peak = distinct allocation slices live at once and constant = the "
+        "arrays compiled into the program (held as long as it lives: in XLA's peak and in both of fieldmem's).</p>\n"
     )
     reasons = sorted({**plain.memory.unavailable, **donated.memory.unavailable}.items())
     if reasons:
         text += "".join(f'<p class="muted">{_e(k)} unavailable: {_e(v)}</p>\n' for k, v in reasons)
+    text += "".join(f'<p class="muted">{_e(line)}</p>\n' for line in memory_space_lines(plain, donated))
     return text
 
 
@@ -322,7 +331,7 @@ def _copies_table(variant: Variant, min_bytes: int) -> str:
     rows = [
         (
             _e(format_bytes(c.bytes)),
-            f'<span class="kind {_e(c.kind)}">{_e(c.kind)}</span>',
+            f'<span class="kind {_e(c.kind)}">{_e(copy_kind_text(c) if c.kind == "staging" else c.kind)}</span>',
             _code(c.of_parameter),
             f'<span class="shape">{_e(c.shape)}</span>',
             _e(format_bytes(c.bytes_per_call))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from fieldmem.report import ChainStep
+from fieldmem.report import ChainStep, Copy, Variant
 from fieldmem.units import format_bytes
 
 __all__ = [
@@ -103,3 +103,29 @@ def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> s
     if scale <= 0:
         return ""
     return "".join(" " if v is None else block(v, scale) for v in values)
+
+
+def copy_kind_text(copy: Copy) -> str:
+    """A copy's kind as the renderers show it: a conditional copy says its branch, a staging
+    copy the memory spaces it moves the value between (0: device memory; on a TPU, 1 is VMEM)."""
+    if copy.kind == "staging":
+        return f"staging, memory space {copy.source_memory_space} → {copy.memory_space}"
+    if copy.branch is not None:
+        return f"{copy.kind}, branch {copy.branch} only"
+    return copy.kind
+
+
+def memory_space_lines(plain: Variant, donated: Variant) -> list[str]:
+    """One line per memory space when the buffer assignment has more than one (a TPU's VMEM):
+    its allocated bytes and live peak, plain and donated; nothing for a single space."""
+    spaces = sorted({s.memory_space for v in (plain, donated) for s in v.memory.memory_spaces})
+    if len(spaces) < 2:
+        return []
+    lines = []
+    for space in spaces:
+        figures = [next((s for s in v.memory.memory_spaces if s.memory_space == space), None) for v in (plain, donated)]
+        allocated = pair(*(f.allocated_bytes if f is not None else None for f in figures))
+        peak = pair(*(f.live_peak_bytes if f is not None else None for f in figures))
+        what = " (device memory: the figures above)" if space == 0 else ""
+        lines.append(f"memory space {space}{what}: allocated {allocated}, live peak {peak}")
+    return lines

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import Column, fitted_table, hanging
-from fieldmem.render.pieces import block, count, pair, source_text
+from fieldmem.render.pieces import block, copy_kind_text, count, memory_space_lines, pair, source_text
 from fieldmem.report import MEMORY_FIGURES, Copy, Report, TargetResult, Timeline, Variant
 from fieldmem.units import format_bytes
 
@@ -300,7 +300,7 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
         for name, c in shown:
             what = c.of_parameter or c.shape
             where = f" at {source_text(c.source, c.call_site)}" if c.source else ""
-            kind = f"{c.kind}, branch {c.branch} only" if c.branch is not None else c.kind
+            kind = copy_kind_text(c)
             console.print(hanging(f"{name} copy: ", f"{what} {format_bytes(c.bytes)} [{kind}]{where}", style="dim"))
         return
     _verbose(console, result, options)
@@ -313,7 +313,7 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     console.print(
         hanging(
             "",
-            "memory (XLA memory_analysis; footprint = argument + output + temp − alias; "
+            "memory (XLA memory_analysis; footprint = argument + output + temp − alias + constant; "
             "live peak = distinct slices live at once; constant = arrays compiled into the program)",
             style="dim",
         )
@@ -335,6 +335,8 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     )
     for name, reason in sorted(donated.memory.unavailable.items()):
         console.print(hanging(f"{name} unavailable: ", reason, style="dim"))
+    for space_line in memory_space_lines(plain, donated):
+        console.print(hanging("", space_line, style="dim"))
     for line in sparkline_lines(plain, donated, width=width):
         console.print(line)
 
@@ -410,7 +412,7 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                 ],
                 [
                     (
-                        c.kind,
+                        copy_kind_text(c) if c.kind == "staging" else c.kind,
                         format_bytes(c.bytes),
                         _per_call(c),
                         c.shape,

@@ -100,3 +100,12 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    # the TPU and GPU compiles (tpu_v5e_*, gpu_h100_*), made without the device by
+    # accelerators.py in a process of its own (the deviceless environment must hold before
+    # jax starts); called here, below main(), so the CPU goldens' line numbers stay as they are
+    import sys
+
+    sys.path.insert(0, str(HERE))
+    import accelerators
+
+    accelerators.run("buffers")

@@ -115,12 +115,13 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     _field(assignment, "heap_simulator_traces", 4, msg, repeated=True, type_name="HeapSimulatorTrace")
 
     # HloModuleProto, only what maps instruction ids to names:
-    # HloInstructionProto { name=1 opcode=2 parameter_number=9 id=35 }
+    # HloInstructionProto { name=1 opcode=2 parameter_number=9 id=35 called_computation_ids=38 }
     instruction = file.message_type.add(name="HloInstructionProto")
     _field(instruction, "name", 1, s)
     _field(instruction, "opcode", 2, s)
     _field(instruction, "parameter_number", 9, i64)
     _field(instruction, "id", 35, i64)
+    _field(instruction, "called_computation_ids", 38, i64, repeated=True)
     # HloComputationProto { name=1 instructions=2 id=5 root_id=6 }
     computation = file.message_type.add(name="HloComputationProto")
     _field(computation, "name", 1, s)

@@ -27,6 +27,7 @@ from .decode import (
     HeapEvent,
     HeapTrace,
     LogicalBuffer,
+    decode_async_wrappers,
     decode_buffer_assignment,
     decode_instruction_ids,
 )
@@ -34,6 +35,7 @@ from .liveness import (
     LiveAnalysis,
     LiveRange,
     LiveSlice,
+    MemorySpacePeak,
     SchedulePoint,
     Slice,
     ValueInfo,
@@ -52,10 +54,12 @@ __all__ = [
     "LiveRange",
     "LiveSlice",
     "LogicalBuffer",
+    "MemorySpacePeak",
     "SchedulePoint",
     "Slice",
     "ValueInfo",
     "analyze_liveness",
+    "decode_async_wrappers",
     "decode_buffer_assignment",
     "decode_instruction_ids",
 ]

@@ -34,6 +34,7 @@ __all__ = [
     "HeapEvent",
     "HeapTrace",
     "LogicalBuffer",
+    "decode_async_wrappers",
     "decode_buffer_assignment",
     "decode_instruction_ids",
 ]
@@ -97,8 +98,9 @@ class Allocation:
 
     @property
     def counts_as_memory(self) -> bool:
-        """False for thread-local (registers/stack of a fusion) and constant allocations."""
-        return not (self.is_thread_local or self.is_constant)
+        """False for thread-local allocations (registers/stack of a fusion). A constant
+        allocation is memory: the executable holds it for as long as it lives."""
+        return not self.is_thread_local
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,15 @@ class BufferAssignment:
     allocations: tuple[Allocation, ...]
     aliases: tuple[BufferAlias, ...] = ()
     heap_traces: tuple[HeapTrace, ...] = ()
+    # (wrapped computation, its root instruction, the computation of the async-start that
+    # runs it, that async-start): the optimized HLO text prints such an op as one
+    # instruction (``slice-start``) and leaves the wrapped computation out
+    async_wrappers: tuple[tuple[str, str, str, str], ...] = ()
+
+    def memory_spaces(self) -> tuple[int, ...]:
+        """The colors (memory spaces) of the allocations, ascending: 0 is the device's default
+        memory; on a TPU, 1 is VMEM (``S(1)`` in a shape's layout)."""
+        return tuple(sorted({a.color for a in self.allocations}))
 
     def placement(self) -> dict[int, tuple[Allocation, AssignedBuffer]]:
         """Logical buffer id -> (its allocation, where in it)."""
@@ -168,6 +179,33 @@ def decode_instruction_ids(hlo_module_proto: bytes) -> dict[int, tuple[str, str]
     return names
 
 
+def decode_async_wrappers(hlo_module_proto: bytes) -> tuple[tuple[str, str, str, str], ...]:
+    """Each computation an ``async-start`` runs: (computation, its root instruction, the caller's
+    computation, the ``async-start``), from ``HloModuleProto`` bytes.
+
+    Raises:
+        BufferAssignmentError: the bytes are not a protobuf message.
+    """
+    module = HloModuleProto()
+    try:
+        module.ParseFromString(bytes(hlo_module_proto))
+    except (DecodeError, TypeError) as error:
+        raise BufferAssignmentError(f"cannot decode the HLO module proto: {error}") from None
+    by_id = {int(c.id): c for c in module.computations}
+    found: list[tuple[str, str, str, str]] = []
+    for computation in module.computations:
+        for instruction in computation.instructions:
+            if instruction.opcode != "async-start" or not instruction.called_computation_ids:
+                continue
+            wrapped = by_id.get(int(instruction.called_computation_ids[0]))
+            if wrapped is None:
+                continue
+            root = next((i.name for i in wrapped.instructions if int(i.id) == int(wrapped.root_id)), None)
+            if root is not None:
+                found.append((wrapped.name, root, computation.name, instruction.name))
+    return tuple(found)
+
+
 def decode_buffer_assignment(data: bytes, hlo_module_proto: bytes | None = None) -> BufferAssignment:
     """Decode ``serialized_buffer_assignment_proto`` bytes.
 
@@ -193,6 +231,7 @@ def decode_buffer_assignment(data: bytes, hlo_module_proto: bytes | None = None)
         allocations=tuple(_allocation(a) for a in proto.buffer_allocations),
         aliases=tuple(BufferAlias(int(a.source_buffer_id), *_where(a.location, names)) for a in proto.buffer_aliases),
         heap_traces=tuple(_heap_trace(t) for t in proto.heap_simulator_traces),
+        async_wrappers=decode_async_wrappers(hlo_module_proto) if hlo_module_proto else (),
     )
     _check_placement(assignment)
     return assignment

@@ -43,18 +43,35 @@ offset 0 of its allocation and a smaller value XLA placed at offset 0 of the
 same allocation). ``live_peak_bytes`` is the maximum over points;
 ``live_at_peak`` lists the distinct slices, each with the bytes it shares with
 a slice listed before it, so that their ``counted_bytes`` add up to the peak. Thread-local allocations (values inside fusions and
-reducers: registers, not memory) and constant allocations (read-only data of
-the executable, in no figure of ``memory_analysis()``) are left out, so
-``live_peak_bytes <= argument + output + temp - alias`` (the footprint).
+reducers: registers, not memory) are left out. Constant allocations (read-only
+data of the executable, in none of ``memory_analysis()``'s argument, output and
+temp figures, but in its peak) are live at every point: the executable holds
+them before, during and after the call. So ``live_peak_bytes <= argument +
+output + temp - alias + constants`` (the footprint) on XLA:CPU and GPU; a TPU's
+asynchronous copies have tuple index tables that XLA's temp figure leaves out.
+
+Memory spaces
+-------------
+Each allocation has a color, its memory space (0 the device's default memory;
+on a TPU 1 is VMEM, ``S(1)`` in a layout). The curve, ``live_peak_bytes`` and
+``live_at_peak`` are memory space 0's, as XLA's argument, output and temp
+figures are; ``memory_spaces`` has every space's allocated bytes and live peak.
+
+Asynchronous ops pass values on as XLA's dataflow does: a ``copy-start``'s
+element 1 is its operand and its ``copy-done`` the destination (element 0);
+any other ``X-start`` holds its result in element 1, which ``X-done`` returns.
+The text prints an op run asynchronously in a computation of its own
+(``slice-start``) without that computation; its result, defined at the
+computation's root in the buffer assignment, is placed at element 1 of the start.
 
 This is neither XLA's ``peak_memory_in_bytes`` (on CPU it was seen to leave
-the temp block out) nor the "peak usage" of XLA's ``*-live-range.txt`` dump,
+the temp block out; on a TPU it adds VMEM) nor the "peak usage" of XLA's ``*-live-range.txt`` dump,
 which adds up values (counting a shared slice twice) and includes constants.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from fieldmem.xla.hlo import (
@@ -64,6 +81,7 @@ from fieldmem.xla.hlo import (
     SourceLocation,
     reader_source,
     sub_shape,
+    tuple_elements,
     view_source,
 )
 
@@ -73,6 +91,7 @@ __all__ = [
     "LiveAnalysis",
     "LiveRange",
     "LiveSlice",
+    "MemorySpacePeak",
     "SchedulePoint",
     "Slice",
     "ValueInfo",
@@ -154,6 +173,17 @@ class LiveSlice:
 
 
 @dataclass(frozen=True)
+class MemorySpacePeak:
+    """The allocations of one memory space (an allocation's color: 0 the device's default
+    memory, on a TPU 1 its VMEM): their bytes, and the peak of the bytes live in them."""
+
+    memory_space: int
+    allocated_bytes: int  # the space's allocations, constants included, thread-local ones not
+    live_peak_bytes: int
+    peak_index: int | None
+
+
+@dataclass(frozen=True)
 class LiveAnalysis:
     """What :func:`analyze_liveness` finds: the schedule, each value's range, the curve and its peak."""
 
@@ -164,8 +194,10 @@ class LiveAnalysis:
     live_peak_bytes: int
     peak_index: int | None  # the first point where the peak is reached
     live_at_peak: tuple[LiveSlice, ...]  # largest first
-    constant_bytes: int  # constant allocations, not counted in the curve
+    constant_bytes: int  # constant allocations (live over the whole schedule)
     unscheduled: tuple[int, ...] = field(default_factory=tuple)  # value ids no point touches
+    # every memory space's figures, ascending; the curve, peak and live_at_peak above are space 0's
+    memory_spaces: tuple[MemorySpacePeak, ...] = ()
 
     @property
     def peak_point(self) -> SchedulePoint | None:
@@ -245,6 +277,8 @@ class _Holdings:
 
         if op in ("bitcast", "optimization-barrier") and operands:
             merge(self.held(computation, operands[0]))
+        elif op.endswith(("-start", "-done", "-update")):
+            self._forward_async(computation, instruction, merge)
         elif op == "get-tuple-element" and operands and instruction.tuple_index is not None:
             k = instruction.tuple_index
             for index, ids in self.held(computation, operands[0]).items():
@@ -277,6 +311,37 @@ class _Holdings:
                     merge(self.held(caller_computation, caller.operands[number]))
         return out
 
+    def _forward_async(
+        self,
+        computation: str,
+        instruction: HloInstruction,
+        merge: Callable[[dict[tuple[int, ...], set[int]], tuple[int, ...]], None],
+    ) -> None:
+        """What an asynchronous op passes on, as XLA's dataflow has it: a ``copy-start``'s
+        element 1 is its operand (element 0 the destination it defines), and its
+        ``copy-done`` is that destination; any other ``X-start`` holds its operands in
+        element 0 and its result in element 1, which its ``X-done`` returns (an
+        ``all-reduce-start`` is its result, which ``all-reduce-done`` returns whole)."""
+        op, operands = instruction.opcode, instruction.operands
+        if not operands:
+            return
+        first = self.held(computation, operands[0])
+        if op == "copy-start":
+            merge(first, (1,))
+        elif op in ("copy-done", "recv-done"):
+            merge({index[1:]: ids for index, ids in first.items() if index[:1] == (0,)}, ())
+        elif op in ("all-reduce-done", "send-done") or op.endswith("-update"):
+            merge(first, ())
+        elif op.endswith("-done"):
+            merge({index[1:]: ids for index, ids in first.items() if index[:1] == (1,)}, ())
+        elif op.endswith("-start") and op not in ("all-reduce-start", "send-start", "recv-start"):
+            elements = tuple_elements(instruction.shape)
+            if len(operands) == 1 and elements and not elements[0].startswith("("):
+                merge(first, (0,))
+            else:
+                for i, operand in enumerate(operands):
+                    merge(self.held(computation, operand), (0, i))
+
     def all_held(self, computation: str, name: str) -> set[int]:
         ids: set[int] = set()
         for values in self.held(computation, name).values():
@@ -294,7 +359,20 @@ def _value_infos(
     home = {i.name: c.name for c in module.computations for i in c.instructions}
     infos: list[ValueInfo] = []
     defs: dict[tuple[str, str], dict[tuple[int, ...], set[int]]] = {}
-    for buffer in assignment.logical_buffers:
+    # the result of an op run asynchronously is defined at the root of the computation it wraps,
+    # which the text does not print: it is element 1 of the op's start (``slice-start``)
+    wrapped: dict[tuple[str | None, str | None], tuple[str, str]] = {
+        (computation, root): (caller_computation, start)
+        for computation, root, caller_computation, start in assignment.async_wrappers
+        if computation not in by_name and start in by_name.get(caller_computation, {})
+    }
+    for logical in assignment.logical_buffers:
+        buffer = logical
+        if (logical.computation, logical.instruction) in wrapped:
+            caller_computation, start = wrapped[(logical.computation, logical.instruction)]
+            buffer = replace(
+                logical, computation=caller_computation, instruction=start, shape_index=(1, *logical.shape_index)
+            )
         computation = buffer.computation or (home.get(buffer.instruction) if buffer.instruction else None)
         instruction = (
             by_name.get(computation, {}).get(buffer.instruction) if computation and buffer.instruction else None
@@ -395,9 +473,29 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
     live_out = holdings.all_held(entry.name, entry.root.name) if entry.root else set()
     allocations = {a.index: a for a in assignment.allocations}
     ranges, unscheduled = _live_ranges(infos, allocations, touches, live_out, entry.name, len(flat) - 1)
-    curve = _curve(ranges, len(flat))
-    peak = max(curve) if curve else 0
-    peak_index = curve.index(peak) if curve else None
+    # one curve per memory space (the allocations' color): the figures of the default
+    # memory (0) are the headline ones, as XLA's are; the others are listed beside them
+    spaces: list[MemorySpacePeak] = []
+    headline: tuple[list[int], int, int | None, tuple[LiveSlice, ...]] = ([0] * len(flat), 0, None, ())
+    for color in assignment.memory_spaces() or (0,):
+        in_space = [
+            r for r in ranges if r.value.slice is not None and allocations[r.value.slice.allocation].color == color
+        ]
+        curve = _curve(in_space, len(flat))
+        peak = max(curve) if curve else 0
+        peak_index = curve.index(peak) if curve else None
+        spaces.append(
+            MemorySpacePeak(
+                memory_space=color,
+                allocated_bytes=sum(a.size for a in assignment.allocations if a.color == color and a.counts_as_memory),
+                live_peak_bytes=peak,
+                peak_index=peak_index,
+            )
+        )
+        if color == 0:
+            live = _live_slices(in_space, peak_index) if peak_index is not None else ()
+            headline = (curve, peak, peak_index, live)
+    curve, peak, peak_index, live_at_peak = headline
     return LiveAnalysis(
         schedule=schedule,
         values=tuple(infos),
@@ -405,9 +503,10 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
         curve=tuple(curve),
         live_peak_bytes=peak,
         peak_index=peak_index,
-        live_at_peak=_live_slices(ranges, peak_index) if peak_index is not None else (),
+        live_at_peak=live_at_peak,
         constant_bytes=sum(a.size for a in assignment.allocations if a.is_constant),
         unscheduled=tuple(unscheduled),
+        memory_spaces=tuple(spaces),
     )
 
 
@@ -503,7 +602,12 @@ def _live_ranges(
     for value in infos:
         if value.slice is None:
             continue
-        if not allocations[value.slice.allocation].counts_as_memory:
+        allocation = allocations[value.slice.allocation]
+        if not allocation.counts_as_memory:
+            continue
+        if allocation.is_constant:
+            # read-only data of the executable: there before the call and after it
+            ranges.append(LiveRange(value, 0, last))
             continue
         times = touches.get(value.id)
         if not times:

@@ -27,6 +27,7 @@ __all__ = [
     "LoopInfo",
     "SourceLocation",
     "array_layout",
+    "memory_space",
     "shape_bytes",
     "sub_shape",
     "tuple_elements",
@@ -249,6 +250,11 @@ class CopySite:
     # reaches the body's root tuple, directly or as the buffer an update is written
     # into); None for any other value, and outside a while body
     carry: str | None = None
+    # the memory spaces it copies from and to (0 the device's default memory; on a TPU,
+    # S(1) is VMEM), and whether it only stages a value through another space (below)
+    source_memory_space: int = 0
+    memory_space: int = 0
+    staging: bool = False
 
 
 @dataclass(frozen=True)
@@ -283,10 +289,15 @@ def shape_bytes(shape: str) -> int:
     """Bytes of an HLO shape string such as ``f32[64,128]{1,0}`` or a tuple of them.
 
     Dynamic dimensions (``<=8``) count at their bound, as XLA allocates them.
+    A tiled layout (``{1,0:T(8,128)}``, an accelerator's) counts its padding:
+    the minor dimensions are rounded up to whole tiles, tile by tile, as XLA
+    sizes the buffer (``f32[1022,1024]{1,0:T(8,128)}`` is 1024 x 1024 x 4
+    bytes, ``s32[]{:T(128)}`` 512). A packed element size (``E(4)``) is used
+    for the bits per element.
     """
     total = 0
     for dtype, dims, layout in _ARRAY_SHAPE.findall(shape):
-        count = 1
+        sizes: list[int] = []
         for dim in dims.split(","):
             dim = dim.strip()
             if dim.startswith("<="):
@@ -296,16 +307,83 @@ def shape_bytes(shape: str) -> int:
             if not dim.isdigit():
                 # "?" (unbounded dynamic) has no size XLA could allocate up front
                 raise HloParseError(f"cannot size dimension {dim!r} of HLO shape {shape!r}")
-            count *= int(dim)
+            sizes.append(int(dim))
+        count = _tiled_elements(sizes, layout, shape)
         packed = _ELEMENT_BITS.search(layout)
-        if packed:  # a packed sub-byte type (s4[64]{0:E(4)}): XLA stores E bits per element
+        if packed:  # an element size in bits (s4[64]{0:E(4)} packed; pred{...E(32)} widened)
             total += (count * int(packed.group(1)) + 7) // 8
         else:
             total += count * _element_bytes(dtype)
     return total
 
 
-_MEMORY_SPACE = re.compile(r"S\(\d+\)")
+_TILES = re.compile(r"T((?:\([^()]*\))+)")
+_TILE = re.compile(r"\(([^()]*)\)")
+
+
+def _tiled_elements(sizes: list[int], layout: str, shape: str) -> int:
+    """Elements an array of ``sizes`` occupies in ``layout``: with its tiling padding, if tiled."""
+    count = 1
+    for size in sizes:
+        count *= size
+    tiles = _TILES.search(layout) if layout else None
+    if tiles is None:
+        return count
+    minor_to_major_text = layout[1:-1].partition(":")[0]
+    try:
+        minor_to_major = [int(x) for x in minor_to_major_text.split(",") if x.strip()]
+    except ValueError:
+        raise HloParseError(f"cannot read the layout of HLO shape {shape!r}") from None
+    if sorted(minor_to_major) != list(range(len(sizes))):
+        if minor_to_major:
+            raise HloParseError(f"the layout of HLO shape {shape!r} does not fit its dimensions")
+        minor_to_major = list(range(len(sizes) - 1, -1, -1))
+    # the dimensions as they lie in memory, major to minor; each tile then pads and
+    # splits the minor ones (a tile with more dimensions than the array pads it with 1s)
+    physical = [sizes[d] for d in reversed(minor_to_major)]
+    for tile_text in _TILE.findall(tiles.group(1)):
+        tile: list[int | None] = []
+        for part in tile_text.split(","):
+            part = part.strip()
+            if part == "*":  # a dimension combined with the next, not tiled
+                tile.append(None)
+            elif part.isdigit() and int(part) > 0:
+                tile.append(int(part))
+            else:
+                raise HloParseError(f"cannot read tile {tile_text!r} of HLO shape {shape!r}")
+        if not tile:
+            continue
+        if len(tile) > len(physical):
+            physical = [1] * (len(tile) - len(physical)) + physical
+        head, minor = physical[: -len(tile)], physical[-len(tile) :]
+        outer: list[int] = []
+        inner: list[int] = []
+        for size, t in zip(minor, tile):
+            if t is None:
+                outer.append(size)
+                inner.append(1)
+            else:
+                outer.append(-(-size // t))
+                inner.append(t)
+        physical = head + outer + inner
+    count = 1
+    for size in physical:
+        count *= size
+    return count
+
+
+_MEMORY_SPACE = re.compile(r"S\((\d+)\)")
+
+
+def memory_space(shape: str) -> int:
+    """The memory space of an array shape's layout (``S(1)``: on a TPU, its VMEM); 0, the
+    device's default memory, when the layout names none. A tuple shape is in 0 (its elements
+    each say where they are)."""
+    match = _ARRAY_SHAPE.fullmatch(shape.strip())
+    if not match or not match.group(3):
+        return 0
+    found = _MEMORY_SPACE.search(match.group(3).partition(":")[2])
+    return int(found.group(1)) if found else 0
 
 
 def array_layout(shape: str) -> str | None:

@@ -23,6 +23,7 @@ from .model import (
     LoopInfo,
     SourceLocation,
     array_layout,
+    memory_space,
     shape_bytes,
     tuple_elements,
 )
@@ -225,6 +226,8 @@ def find_copies(module: HloModule) -> list[CopySite]:
     entry_name = module.entry.name
     # inside a fusion a copy is a register move, not a buffer of its own
     fusion_bodies = _fusion_bodies(module)
+    fused = {c.name: c for c in module.computations if c.name in fusion_bodies}
+    aliased = {a.output_index: a.parameter_number for a in module.aliases}
     copies: list[CopySite] = []
     for computation in module.computations:
         if computation.name in fusion_bodies:
@@ -240,6 +243,8 @@ def find_copies(module: HloModule) -> list[CopySite]:
                     by_name,
                     users,
                     loops.get(computation.name),
+                    fused,
+                    aliased,
                 )
                 carry = _carry_role(site, computation, by_name, users) if computation.name in bodies else None
                 copies.append(replace(site, branch=branches.get(computation.name), carry=carry))
@@ -301,8 +306,12 @@ def _copy_site(
     by_name: dict[str, HloInstruction],
     users: dict[str, list[HloInstruction]],
     loop: LoopInfo | None,
+    fused: dict[str, HloComputation] | None = None,
+    aliased: dict[tuple[int, ...], int] | None = None,
 ) -> CopySite:
     """What one ``copy``/``copy-start`` copies, from where, to which outputs."""
+    fused = fused or {}
+    aliased = aliased or {}
     operand = instruction.operands[0] if instruction.operands else None
     parameter_number: int | None = None
     parameter_index: tuple[int, ...] = ()
@@ -314,6 +323,10 @@ def _copy_site(
         elements = tuple_elements(shape)
         shape = elements[0] if elements else shape
     operand_shape = by_name[operand].shape if operand in by_name else None
+    if instruction.opcode == "copy-start" and len(tuple_elements(instruction.shape)) > 1:
+        operand_shape = tuple_elements(instruction.shape)[1]  # element 1 is the source, as it is read
+    source_space = memory_space(operand_shape) if operand_shape is not None else 0
+    space = memory_space(shape)
     layout_change = bool(
         operand_shape is not None
         and array_layout(operand_shape) is not None
@@ -327,6 +340,11 @@ def _copy_site(
         copied = done[0].name if done else copied
     source, role = _copy_source(instruction, operand, copied, by_name, users)
     outputs = _output_positions(copied, computation, by_name) if in_entry else ()
+    staging, moved, moved_index = _memory_space_move(
+        space, source_space, operand, by_name, fused, outputs, aliased if in_entry else {}
+    )
+    if moved is not None and in_entry:
+        parameter_number, parameter_index = moved, moved_index
     return CopySite(
         instruction=instruction.name,
         computation=computation.name,
@@ -341,7 +359,77 @@ def _copy_site(
         source_role=role,
         feeds_output=bool(outputs),
         output_indices=outputs,
+        source_memory_space=source_space,
+        memory_space=space,
+        staging=staging,
     )
+
+
+def _memory_space_move(
+    space: int,
+    source_space: int,
+    operand: str | None,
+    by_name: dict[str, HloInstruction],
+    fused: dict[str, HloComputation],
+    outputs: tuple[tuple[int, ...], ...],
+    aliased: dict[tuple[int, ...], int],
+) -> tuple[bool, int | None, tuple[int, ...]]:
+    """Whether a copy only stages a value through another memory space, and for a copy
+    back into the default memory that is not staging, the entry parameter it copies.
+
+    A copy whose result lies outside the default memory (0) stages: a prefetch into a TPU's
+    VMEM (``S(1)``), a scalar into its scalar memory, a relayout inside VMEM. A copy back
+    into the default memory of a value that came from an entry parameter (through views,
+    copies and updates written in place: a TPU copies an input into VMEM, updates it there
+    and copies it out) is the copy of that parameter, unless it returns the value into the
+    parameter's own buffer (a donated one, aliased to the output): that stages too, as
+    does the copy back of any other value computed outside the default memory.
+    """
+    if space != 0:
+        return True, None, ()
+    if source_space == 0:
+        return False, None, ()
+    parameter = _updated_parameter(operand, by_name, fused)
+    if parameter is None:
+        return True, None, ()
+    number, index = parameter
+    if any(aliased.get(position) == number for position in outputs):
+        return True, None, ()
+    return False, number, index
+
+
+def _updated_parameter(
+    name: str | None, by_name: dict[str, HloInstruction], fused: dict[str, HloComputation]
+) -> tuple[int, tuple[int, ...]] | None:
+    """The entry parameter whose buffer ``name`` holds, through views, copies and in-place
+    updates (a ``dynamic-update-slice``/``scatter`` of it, or a fusion whose root is one)."""
+    index: list[int] = []
+    seen = 0
+    while name is not None and name in by_name and seen < 64:
+        seen += 1
+        instruction = by_name[name]
+        if instruction.opcode == "parameter":
+            return (instruction.parameter_number or 0), tuple(reversed(index))
+        if not instruction.operands:
+            return None
+        if instruction.opcode == "get-tuple-element" and instruction.tuple_index is not None:
+            index.append(instruction.tuple_index)
+        elif instruction.opcode == "fusion":
+            body = fused.get(instruction.called[0]) if instruction.called else None
+            root = body.root if body is not None else None
+            if root is None or root.opcode not in _SLICE_UPDATES or not root.operands:
+                return None
+            updated = body.by_name().get(root.operands[0]) if body is not None else None
+            if updated is None or updated.opcode != "parameter" or updated.parameter_number is None:
+                return None
+            if updated.parameter_number >= len(instruction.operands):
+                return None
+            name = instruction.operands[updated.parameter_number]
+            continue
+        elif instruction.opcode not in (*_TRANSPARENT, *_SLICE_UPDATES):
+            return None
+        name = instruction.operands[0]
+    return None
 
 
 def _copy_source(
