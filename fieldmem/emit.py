@@ -48,12 +48,15 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
     if baseline is not None:
         from fieldmem.gate.baseline import compare_to_baseline
 
-        reports = tuple(compare_to_baseline(report, baseline, request.baseline.tolerances) for report in reports)
+        settings = request.baseline
+        reports = tuple(
+            compare_to_baseline(report, baseline, settings.tolerances, root=settings.root) for report in reports
+        )
     _print_errors(reports)
     _write_files(reports, request.output, request.options.min_bytes)
     _print_reports(reports, request.output, request.options.min_bytes)
     if request.baseline.save_to is not None:
-        refused = _save_baseline(reports, request.baseline.save_to, request.baseline.prune)
+        refused = _save_baseline(reports, request.baseline.save_to, request.baseline.prune, request.baseline.root)
         if refused is not None:
             return refused
     return max(report.exit_code for report in reports)
@@ -128,11 +131,12 @@ def write_file(path: Path, text: str) -> None:
         raise WriteError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
 
 
-def _save_baseline(reports: Sequence[Report], path: Path, prune: bool) -> int | None:
+def _save_baseline(reports: Sequence[Report], path: Path, prune: bool, root: Path | None = None) -> int | None:
     """Record every report in the baseline file; None when saved, else the exit code of a refused save.
 
     A failing backend refuses the save before any backend's entries are
-    written. A refused save keeps the run's own exit code (1 for a failed
+    written. File targets are named relative to ``root`` (the config's
+    folder; None: the baseline's folder). A refused save keeps the run's own exit code (1 for a failed
     check or a regression, 2 for a target that errored); a write that fails
     after a passing run exits 2. The file on disk is never touched then.
     """
@@ -141,7 +145,7 @@ def _save_baseline(reports: Sequence[Report], path: Path, prune: bool) -> int | 
 
     for report in sorted(reports, key=lambda r: r.exit_code == 0):
         try:
-            saved = save_baseline(path, report, prune=prune)
+            saved = save_baseline(path, report, prune=prune, root=root)
         except BaselineError as exc:
             code = report.exit_code
             typer.echo(f"fieldmem: {'error: ' if code != 1 else ''}{exc.message}", err=True)

@@ -1,17 +1,48 @@
-"""Reading JSON documents with one-line errors, and writing files without ever leaving a half-written one."""
+"""Reading JSON documents with one-line errors, and writing files without ever leaving a half-written one.
+
+:func:`write_atomic` replaces a file through a temporary file in the same
+folder and a rename, so a reader sees the old file or the new one, never a
+mix. What is left behind when the writer is killed:
+
+- SIGTERM, SIGHUP or Ctrl-C: nothing. While a write (or a :func:`terminating`
+  block) runs, those signals become an exception, the temporary file is
+  removed, and the signal is then delivered again so the process ends as it
+  was asked to.
+- SIGKILL: on Linux the text is written to an unnamed file (``O_TMPFILE``),
+  which the kernel frees with the process; it gets a name only for the
+  instant between ``linkat`` and the rename. A temporary file that a killed
+  writer did leave (named ``.NAME.PID.XXXX.tmp``, on file systems without
+  ``O_TMPFILE``) is removed by the next write into the same folder once
+  process PID is gone.
+
+:func:`locked` serialises the read-modify-write of one file between processes
+(``fcntl.flock`` on a lock file beside it; an exclusive-create lock file
+where ``fcntl`` is missing).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import secrets
+import signal
 import stat
-import tempfile
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from fieldmem.errors import FieldmemError
 
-__all__ = ["read_json", "write_atomic"]
+try:  # not on Windows
+    import fcntl
+except ImportError:  # pragma: no cover - exercised by monkeypatching in the tests
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LockTimeout", "locked", "read_json", "temporary_files", "terminating", "write_atomic"]
 
 
 def read_json(path: str | os.PathLike[str], what: str, error: type[FieldmemError], missing: str, hint: str) -> Any:
@@ -19,20 +50,34 @@ def read_json(path: str | os.PathLike[str], what: str, error: type[FieldmemError
 
     ``what`` names the document in messages (``baseline``, ``report``);
     ``missing`` ends the message for a file that does not exist, ``hint`` the
-    others (what the user should give instead).
+    others (what the user should give instead). Only a regular file is read:
+    a FIFO, a device or a socket at ``path`` is refused at once, never waited on.
     """
     shown = os.fspath(path)
-    file = Path(path)
-    if file.is_dir():
-        raise error(f"{what} {shown!r} is a folder: {hint}")
     try:
-        text = file.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except FileNotFoundError:
         raise error(f"{what} {shown!r} does not exist: {missing}") from None
-    except UnicodeDecodeError:
-        raise error(f"{what} {shown!r} is not JSON (not UTF-8 text): {hint}") from None
+    except IsADirectoryError:
+        raise error(f"{what} {shown!r} is a folder: {hint}") from None
     except OSError as exc:
         raise error(f"cannot read the {what} {shown!r}: {exc.strerror or exc}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise error(f"{what} {shown!r} is a folder: {hint}")
+        if not stat.S_ISREG(mode):
+            raise error(f"{what} {shown!r} is not a regular file (a FIFO, device or socket): {hint}")
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise error(f"cannot read the {what} {shown!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise error(f"{what} {shown!r} is not JSON (not UTF-8 text): {hint}") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -43,6 +88,65 @@ def read_json(path: str | os.PathLike[str], what: str, error: type[FieldmemError
         raise error(f"{what} {shown!r} is nested too deeply to be a fieldmem document: {hint}") from None
     except ValueError as exc:  # a number past Python's integer-digit limit
         raise error(f"{what} {shown!r} cannot be read ({exc}): {hint}") from None
+
+
+# ----------------------------------------------------------------------------
+# Termination signals during a write
+
+
+class _Terminated(BaseException):
+    """SIGTERM/SIGHUP arrived inside :func:`terminating`: unwind (cleaning up), then die of it."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+_active = [False]  # a terminating() block is running (main thread only)
+
+
+@contextlib.contextmanager
+def terminating() -> Iterator[None]:
+    """Run the block so that SIGTERM/SIGHUP unwind it (``finally`` and ``except`` clauses run) first.
+
+    When the block ends because of such a signal, the previous handlers are
+    put back and the signal is raised again: the process ends as it would
+    have, only without leaving files behind. Off the main thread (where
+    Python cannot set handlers) the block runs unchanged. Nested blocks share
+    the outermost one's handlers.
+    """
+    if threading.current_thread() is not threading.main_thread() or _active[0]:
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise _Terminated(signum)
+
+    previous = {}
+    for number in _SIGNALS:
+        try:
+            previous[number] = signal.signal(number, handler)
+        except (OSError, ValueError):  # pragma: no cover - a signal this platform will not let us catch
+            pass
+    _active[0] = True
+    try:
+        yield
+    except _Terminated as exc:
+        _active[0] = False
+        for number, old in previous.items():
+            signal.signal(number, old)
+        previous.clear()
+        signal.raise_signal(exc.signum)
+        raise  # the previous handler returned: keep unwinding
+    finally:
+        _active[0] = False
+        for number, old in previous.items():
+            signal.signal(number, old)
+
+
+# ----------------------------------------------------------------------------
+# Writing
 
 
 def _mode_for(target: Path) -> int:
@@ -59,27 +163,223 @@ def _mode_for(target: Path) -> int:
         return 0o666 & ~umask
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
+def _temporary_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"^\.{re.escape(name)}\.(\d+)\.[0-9a-f]+\.tmp$")
 
-    A failure or an interruption leaves the previous file untouched (same
-    bytes, same permissions) and no temporary file behind.
-    """
+
+def temporary_files(path: str | os.PathLike[str]) -> list[Path]:
+    """The temporary files of writes to ``path`` present in its folder (of any process)."""
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
-    mode = _mode_for(target)
-    fd, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    pattern = _temporary_pattern(target.name)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            if hasattr(os, "fchmod"):  # not on Windows before Python 3.13
-                os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
-        os.replace(temporary, target)
-    except BaseException:
+        return sorted(folder / n for n in os.listdir(folder) if pattern.match(n))
+    except OSError:
+        return []
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError, OverflowError):
+        return True  # someone else's process, or a pid we cannot ask about: leave its file alone
+    return True
+
+
+def _remove_stale(target: Path) -> None:
+    """Remove the temporary files that killed writers of ``target`` left (their process is gone)."""
+    pattern = _temporary_pattern(target.name)
+    for file in temporary_files(target):
+        match = pattern.match(file.name)
+        if match and not _alive(int(match.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(file)
+
+
+def _temporary_name(folder: Path, target: Path) -> Path:
+    return folder / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+
+
+def _write_all(fd: int, data: bytes, mode: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    if hasattr(os, "fchmod"):  # not on Windows before Python 3.13
+        os.fchmod(fd, mode)
+    os.fsync(fd)
+
+
+_UNNAMED: dict[int, bool] = {}  # st_dev -> whether O_TMPFILE + linkat worked there
+
+
+def _write_unnamed(folder: Path, target: Path, data: bytes, mode: int) -> bool:
+    """Linux: write into an ``O_TMPFILE`` file, name it, rename it. False where that is not supported.
+
+    The file has no name while it is written, so a SIGKILL then leaves
+    nothing; it is named (``linkat`` through ``/proc/self/fd``) just before
+    the rename. Some file systems and sandboxes refuse one step or the other:
+    then False, remembered per device, and the caller writes a named file.
+    """
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag or not os.path.isdir("/proc/self/fd"):
+        return False
+    try:
+        device = os.stat(folder).st_dev
+    except OSError:
+        return False
+    if not _UNNAMED.get(device, True):
+        return False
+    try:
+        fd = os.open(folder, flag | os.O_WRONLY, 0o600)
+    except OSError:  # a file system without O_TMPFILE (EOPNOTSUPP, EISDIR on old kernels)
+        _UNNAMED[device] = False
+        return False
+    named: Path | None = None
+    try:
+        _write_all(fd, data, mode)
+        named = _temporary_name(folder, target)
         try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
+            os.link(f"/proc/self/fd/{fd}", named, follow_symlinks=True)  # linkat(AT_SYMLINK_FOLLOW)
+        except OSError:  # EXDEV, EPERM, ENOENT: this system does not name an O_TMPFILE file this way
+            named = None
+            _UNNAMED[device] = False
+            return False
+        _UNNAMED[device] = True
+        os.replace(named, target)
+        named = None
+    finally:
+        os.close(fd)
+        if named is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(named)
+    return True
+
+
+def write_atomic(path: str | os.PathLike[str], text: str, *, through_link: bool = False) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
+
+    A failure or an interruption (an exception, SIGTERM, SIGHUP, Ctrl-C)
+    leaves the previous file untouched (same bytes, same permissions) and no
+    temporary file behind; see the module docstring for SIGKILL.
+    ``through_link``: when ``path`` is a symbolic link, replace the file it
+    points to and keep the link (by default the link itself is replaced).
+    """
+    target = Path(path)
+    if through_link and target.is_symlink():
+        target = Path(os.path.realpath(target))
+    folder = target.parent if str(target.parent) else Path(".")
+    mode = _mode_for(target)
+    data = text.encode("utf-8")
+    with terminating():
+        _remove_stale(target)
+        if _write_unnamed(folder, target, data, mode):
+            return
+        temporary = _temporary_name(folder, target)
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
+        try:
+            try:
+                _write_all(fd, data, mode)
+            finally:
+                os.close(fd)
+            os.replace(temporary, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
+
+
+# ----------------------------------------------------------------------------
+# Locking
+
+
+class LockTimeout(OSError):
+    """The lock of a file was held by another process for longer than the caller would wait."""
+
+
+def lock_path(path: str | os.PathLike[str]) -> Path:
+    """The lock file of ``path``: ``.NAME.lock`` beside it."""
+    target = Path(path)
+    return target.with_name(f".{target.name}.lock")
+
+
+@contextlib.contextmanager
+def locked(path: str | os.PathLike[str], timeout: float) -> Iterator[None]:
+    """Hold the exclusive lock of ``path`` for the block (other processes calling this wait).
+
+    The lock file ``.NAME.lock`` beside ``path`` is removed when the block
+    ends; a lock file left by a killed process does not block anyone (the
+    kernel drops a dead process's ``flock``; without ``fcntl``, a lock file
+    whose process is gone is taken over).
+
+    Raises:
+        LockTimeout: another process held the lock for ``timeout`` seconds.
+        OSError: the lock file cannot be created (a read-only folder).
+    """
+    file = lock_path(path)
+    deadline = time.monotonic() + timeout
+    if fcntl is None:
+        with _locked_exclusive(file, deadline, timeout):
+            yield
+        return
+    while True:
+        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"another fieldmem held the lock {str(file)!r} for {timeout:g} s") from None
+            time.sleep(0.02)
+            continue
+        except BaseException:
+            os.close(fd)
+            raise
+        try:  # the holder before us may have removed the file we locked: lock the one at the path
+            same = os.path.samestat(os.fstat(fd), os.stat(file))
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(file)
+        os.close(fd)  # closing drops the flock
+
+
+@contextlib.contextmanager
+def _locked_exclusive(file: Path, deadline: float, timeout: float) -> Iterator[None]:
+    """The lock without ``fcntl``: create ``file`` exclusively, holding our pid; a dead holder's is taken over."""
+    while True:
+        try:
+            fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            try:
+                holder = int(file.read_text(encoding="ascii").strip() or "0")
+            except (OSError, ValueError):
+                holder = 0
+            if holder and not _alive(holder):
+                with contextlib.suppress(OSError):
+                    os.unlink(file)
+                continue
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"another fieldmem held the lock {str(file)!r} for {timeout:g} s") from None
+            time.sleep(0.02)
+            continue
+        try:
+            os.write(fd, str(os.getpid()).encode("ascii"))
+        finally:
+            os.close(fd)
+        break
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(file)

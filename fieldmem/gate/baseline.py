@@ -22,16 +22,18 @@ import dataclasses
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from fieldmem.codec import decode, encode
 from fieldmem.errors import FieldmemError
-from fieldmem.files import read_json, write_atomic
+from fieldmem.files import LockTimeout, lock_path, locked, read_json, terminating, write_atomic
 from fieldmem.gate.diff import CopyRecord, change_text, copy_record, match_aliases, match_copies, moved
 from fieldmem.gate.tolerance import COPIES, FIGURES, Tolerance, Tolerances
 from fieldmem.report import MEMORY_FIGURES, BaselineComparison, Change, Report, TargetResult, Variant
+from fieldmem.request.target import is_file_spec
 from fieldmem.units import format_bytes
 
 __all__ = [
@@ -48,9 +50,13 @@ __all__ = [
     "save_baseline",
 ]
 
-SCHEMA = "fieldmem.baseline/1"
-SUPPORTED_SCHEMAS = (SCHEMA,)
+SCHEMA = "fieldmem.baseline/2"
+LEGACY_SCHEMA = "fieldmem.baseline/1"  # file targets named relative to the folder it was saved from
+SUPPORTED_SCHEMAS = (SCHEMA, LEGACY_SCHEMA)
 VARIANTS = ("plain", "donated")
+LOCK_TIMEOUT = 60.0  # seconds a save waits for another process's save of the same baseline
+_LARGEST = 2**63  # a byte count at or above this is no real size
+_LISTED = 10  # names listed in one note before "and N more"
 
 
 class BaselineError(FieldmemError):
@@ -217,29 +223,164 @@ def _refuse_incomplete(report: Report, path: str) -> None:
         )
 
 
-def save_baseline(path: str | os.PathLike[str], report: Report, *, prune: bool = False) -> SavedBaseline:
-    """Record ``report`` in the baseline file at ``path``, atomically.
+def project_name(name: str, spec: str, root: str | os.PathLike[str]) -> str:
+    """A target's name as a baseline records it: the same wherever fieldmem runs from.
+
+    A file target's name starts with its path as typed (``../../good.py:upd``
+    from ``proj/sub``); that path is rewritten relative to ``root`` (the
+    folder of the ``pyproject.toml`` holding ``[tool.fieldmem]``, else the
+    baseline's folder), with ``/`` separators: ``good.py:upd``. A module
+    target's name (``pkg.model:update``) and a case's own name are kept.
+    """
+    module_part = spec.rpartition(":")[0] if ":" in spec else spec
+    if not module_part or not is_file_spec(module_part) or not name.startswith(module_part):
+        return name
+    rest = name[len(module_part) :]
+    if rest and not rest.startswith(":"):
+        return name
+    return _project_path(module_part, root) + rest
+
+
+def project_spec(spec: str, root: str | os.PathLike[str]) -> str:
+    """A target spec as a baseline records it: a file's path relative to ``root`` (see :func:`project_name`)."""
+    module_part, sep, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
+    if not module_part or not is_file_spec(module_part):
+        return spec
+    return _project_path(module_part, root) + sep + attr
+
+
+def _project_path(file: str, root: str | os.PathLike[str]) -> str:
+    absolute = os.path.realpath(file)
+    try:
+        relative = os.path.relpath(absolute, os.path.realpath(root))
+    except ValueError:  # another drive (Windows)
+        relative = absolute
+    return relative.replace(os.sep, "/")
+
+
+def default_root(baseline_path: str | os.PathLike[str]) -> Path:
+    """Where names are relative to when no ``[tool.fieldmem]`` config is found: the baseline's own folder."""
+    return Path(os.path.realpath(baseline_path)).parent
+
+
+def _root(root: str | os.PathLike[str] | None, baseline_path: str | os.PathLike[str]) -> str:
+    return os.fspath(root) if root is not None else os.fspath(default_root(baseline_path))
+
+
+def _migrated(baseline: Baseline, root: str) -> tuple[BaselineEntry, ...]:
+    """The entries keyed as this fieldmem keys them.
+
+    ``fieldmem.baseline/1`` named a file target by its path as typed, relative
+    to the folder fieldmem ran in when saving, which the file does not record.
+    Those names are read relative to the current folder, as the fieldmem that
+    wrote them read them (exact when it runs from the folder it was saved
+    from); saving the baseline again writes ``fieldmem.baseline/2`` names.
+    """
+    if baseline.schema != LEGACY_SCHEMA:
+        return baseline.entries
+    return tuple(
+        dataclasses.replace(e, name=project_name(e.name, e.target, root), target=project_spec(e.target, root))
+        for e in baseline.entries
+    )
+
+
+def _legacy_note(baseline: Baseline, root: str) -> str | None:
+    """Say so when a ``fieldmem.baseline/1`` file's names were rebased (they depend on the folder it was saved from)."""
+    if baseline.schema != LEGACY_SCHEMA:
+        return None
+    if all(project_name(e.name, e.target, root) == e.name for e in baseline.entries):
+        return None
+    return (
+        f"the baseline {baseline.path!r} is {LEGACY_SCHEMA}: its file targets are named relative to the "
+        "folder it was saved from, read here as relative to the current folder; save it again "
+        "(--save-baseline) so the names no longer depend on where fieldmem runs"
+    )
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:_LISTED])
+    return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+
+
+def _check_replaceable(file: Path, shown: str) -> None:
+    """A baseline file that is not a regular file, or is read-only, is never replaced."""
+    try:
+        info = file.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise BaselineError(f"cannot read the baseline {shown!r}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file (a FIFO, device or socket)"
+        raise BaselineError(f"not overwriting {shown!r}: it is {kind}; name a baseline file")
+    if not stat.S_IMODE(info.st_mode) & 0o222:
+        raise BaselineError(
+            f"not overwriting {shown!r}: it is read-only; make it writable (chmod u+w) to refresh it, "
+            "or save to another file"
+        )
+
+
+def save_baseline(
+    path: str | os.PathLike[str],
+    report: Report,
+    *,
+    prune: bool = False,
+    root: str | os.PathLike[str] | None = None,
+    lock_timeout: float = LOCK_TIMEOUT,
+) -> SavedBaseline:
+    """Record ``report`` in the baseline file at ``path``, atomically and under its lock.
 
     Entries of this run replace those of the same target, backend and device
     kind; every other entry in an existing file is kept (another backend's,
     or targets this run did not check). ``prune=True`` drops the entries of
     this run's backend and device kind whose target is not in this run.
+    Targets are named relative to ``root`` (:func:`project_name`; default:
+    the baseline's folder). The read-merge-write holds the lock beside the
+    file (:func:`fieldmem.files.locked`), so two processes saving into one
+    baseline at once keep both their targets. A symbolic link at ``path`` is
+    kept: the file it points to is replaced. A read-only baseline is refused.
 
     Raises:
         BaselineError: a target errored, a check failed, the run regressed
             against a baseline, the run is empty, the existing file is not a
-            fieldmem baseline (it is never overwritten), or the file cannot be
-            written. The existing file is then left exactly as it was.
+            fieldmem baseline, not a regular file or read-only (it is never
+            overwritten), the lock stayed held for ``lock_timeout`` seconds,
+            or the file cannot be written. The existing file is then left
+            exactly as it was.
     """
     shown = os.fspath(path)
     _refuse_incomplete(report, shown)
+    base = _root(root, path)
+    file = Path(os.path.realpath(path))  # a link is written through: the file it points to is replaced
+    _check_replaceable(file, shown)
+    try:
+        with terminating(), locked(file, lock_timeout):
+            return _merge_and_write(file, shown, report, prune, base)
+    except LockTimeout as exc:
+        raise BaselineError(
+            f"not saving the baseline {shown!r}: {exc}; is another fieldmem saving it? "
+            f"(a stale lock file {str(lock_path(file))!r} can be removed)"
+        ) from None
+    except OSError as exc:
+        raise BaselineError(f"cannot write the baseline {shown!r}: {exc.strerror or exc}") from None
+
+
+def _merge_and_write(file: Path, shown: str, report: Report, prune: bool, root: str) -> SavedBaseline:
+    """The read-merge-write of :func:`save_baseline`, under the lock."""
     existing: tuple[BaselineEntry, ...] = ()
-    if Path(path).exists():
+    if os.path.lexists(file):
+        _check_replaceable(file, shown)
         try:
-            existing = load_baseline(path).entries
+            existing = _migrated(load_baseline(file), root)
         except BaselineError as exc:
             raise BaselineError(f"not overwriting {shown!r}: {exc.message}") from None
-    fresh = {entry.key: entry for entry in (entry_from_result(r, report) for r in report.results)}
+    fresh = {}
+    for result in report.results:
+        entry = entry_from_result(result, report)
+        entry = dataclasses.replace(
+            entry, name=project_name(entry.name, entry.target, root), target=project_spec(entry.target, root)
+        )
+        fresh[entry.key] = entry
     backend, kind = report.backend, _device_kind(report) or ""
     kept, pruned = [], []
     merged = dict(fresh)
@@ -261,10 +402,7 @@ def save_baseline(path: str | os.PathLike[str], report: Report, *, prune: bool =
         device_kinds=tuple(dict.fromkeys(d.kind or d.platform for d in report.devices)),
         entries=tuple(merged[key] for key in sorted(merged)),
     )
-    try:
-        write_atomic(path, json.dumps(baseline.to_dict(), indent=2) + "\n")
-    except OSError as exc:
-        raise BaselineError(f"cannot write the baseline {shown!r}: {exc.strerror or exc}") from None
+    write_atomic(file, json.dumps(baseline.to_dict(), indent=2) + "\n")
     return SavedBaseline(
         baseline=baseline,
         written=tuple(e.name for e in fresh.values()),
@@ -274,12 +412,13 @@ def save_baseline(path: str | os.PathLike[str], report: Report, *, prune: bool =
 
 
 def load_baseline(path: str | os.PathLike[str]) -> Baseline:
-    """Read a baseline file.
+    """Read a baseline file (``fieldmem.baseline/2``, or ``/1`` as an older fieldmem wrote it).
 
     Raises:
-        BaselineError: the file is missing or unreadable, is not JSON, has
-            another schema, or does not match ``fieldmem.baseline/1``; each
-            with a one-line message naming the file.
+        BaselineError: the file is missing, unreadable or not a regular file
+            (a FIFO is refused, never waited on), is not JSON, has another
+            schema, does not match it, or holds a size that is negative or
+            not below 2**63; each with a one-line message naming the file.
     """
     shown = os.fspath(path)
     data = read_json(
@@ -302,9 +441,53 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
         )
     try:
         fields = {k: v for k, v in data.items() if k not in ("schema", "path")}
-        return decode(Baseline, {**fields, "path": shown, "schema": schema})
+        baseline = decode(Baseline, {**fields, "path": shown, "schema": schema})
     except (TypeError, ValueError, KeyError) as exc:
         raise BaselineError(f"baseline {shown!r} does not match {schema}: {exc}") from None
+    bad = _bad_size(baseline)
+    if bad is not None:
+        raise BaselineError(
+            f"baseline {shown!r} does not match {schema}: {bad} is not a byte count (0 to 2**63-1); "
+            "was the file edited by hand? save it again with --save-baseline"
+        )
+    return baseline
+
+
+def _bad_size(baseline: Baseline) -> str | None:
+    """The first size of ``baseline`` that no run could have measured (negative, or 2**63 and more), named."""
+
+    def wrong(value: int | None) -> bool:
+        return value is not None and not 0 <= value < _LARGEST
+
+    for n, entry in enumerate(baseline.entries):
+        where = f"entries[{n}] ({entry.name!r})"
+        if wrong(entry.min_bytes):
+            return f"{where}.min_bytes = {_short(entry.min_bytes)}"
+        for variant_name, variant in entry.variants.items():
+            at = f"{where}.variants.{variant_name}"
+            for figure, value in variant.memory.items():
+                if wrong(value):
+                    return f"{at}.memory.{figure} = {_short(value)}"
+            for kind, records in (
+                ("aliases", variant.aliases),
+                ("unusable_donations", variant.unusable_donations),
+                ("copies", variant.copies),
+            ):
+                for i, record in enumerate(records):
+                    for size_field in ("bytes", "bytes_per_call", "trip_count"):
+                        value = getattr(record, size_field, None)
+                        if isinstance(value, int) and wrong(value):
+                            return f"{at}.{kind}[{i}].{size_field} = {_short(value)}"
+    return None
+
+
+def _short(value: int | None) -> str:
+    text = (
+        str(value)
+        if value is None or abs(value) < 10**30
+        else f"{'-' if value < 0 else ''}a {len(str(abs(value)))}-digit number"
+    )
+    return text
 
 
 # ----------------------------------------------------------------------------
@@ -598,30 +781,48 @@ def _version_notes(compared: list[BaselineEntry], report: Report, found: _Collec
             )
 
 
-def compare_to_baseline(report: Report, baseline: Baseline, tolerances: Tolerances = Tolerances()) -> Report:
+def compare_to_baseline(
+    report: Report,
+    baseline: Baseline,
+    tolerances: Tolerances = Tolerances(),
+    *,
+    root: str | os.PathLike[str] | None = None,
+) -> Report:
     """``report`` with ``baseline=BaselineComparison(...)``: every regression and improvement.
 
-    Entries are matched by target name on this run's backend and device kind;
-    entries of another backend or device kind are not compared but noted. A
-    regression: a gated figure growing beyond its tolerance, a new or grown
-    copy, an alias lost, a donation becoming unusable, a verdict turning from
-    in place to not, a target that now errors or whose spec ran but no longer
-    yields it. Targets new to the baseline, or not checked in this run, are
-    notes.
+    Entries are matched by target name (:func:`project_name`, relative to
+    ``root``; default: the baseline's folder) on this run's backend and device
+    kind; entries of another backend or device kind are not compared but
+    noted. A regression: a gated figure growing beyond its tolerance, a new or
+    grown copy, an alias lost, a donation becoming unusable, a verdict turning
+    from in place to not, a target that now errors or whose spec ran but no
+    longer yields it, and a baseline none of whose entries this run could
+    compare (every target missing: the gate would otherwise pass on nothing).
+    Targets new to the baseline, or not checked in this run, are notes. Linear
+    in the entries and results.
     """
     found = _Collector()
+    base = _root(root, baseline.path)
     backend, kind = report.backend, _device_kind(report)
-    here = [e for e in baseline.entries if e.backend == backend and (e.device_kind or None) == kind]
-    elsewhere = [e for e in baseline.entries if e not in here]
+    here: list[BaselineEntry] = []
+    elsewhere: list[BaselineEntry] = []
+    for item in _migrated(baseline, base):
+        (here if item.backend == backend and (item.device_kind or None) == kind else elsewhere).append(item)
     by_name = {e.name: e for e in here}
+    other_names = {e.name for e in elsewhere}
     compared: list[BaselineEntry] = []
+    names: set[str] = set()
+    new: list[str] = []
+    matched = 0
     for result in report.results:
-        entry = by_name.get(result.name)
+        name = project_name(result.name, result.target, base)
+        names.add(name)
+        entry = by_name.get(name)
         if entry is None:
-            other = [f"{e.backend} ({e.device_kind})" for e in elsewhere if e.name == result.name]
-            if not other:
-                found.notes.append(f"{result.name}: new target, not in the baseline (--save-baseline adds it)")
+            if name not in other_names:
+                new.append(result.name)
             continue
+        matched += 1
         if result.status == "error":
             message = result.error.message if result.error is not None else "it could not be checked"
             found.regressions.append(
@@ -642,13 +843,13 @@ def compare_to_baseline(report: Report, baseline: Baseline, tolerances: Toleranc
         _compare_donation(entry, result, found)
         _compare_verdict(entry, result, found)
 
-    names = {r.name for r in report.results}
-    specs = {r.target for r in report.results}
+    specs = {project_spec(r.target, base) for r in report.results}
     unchecked = []
     for entry in here:
         if entry.name in names:
             continue
         if entry.target in specs:
+            matched += 1  # its spec ran: the gate did look for it
             found.regressions.append(
                 Change(
                     target=entry.name,
@@ -663,16 +864,28 @@ def compare_to_baseline(report: Report, baseline: Baseline, tolerances: Toleranc
             )
         else:
             unchecked.append(entry.name)
+    if here and not matched:
+        found.regressions.append(_nothing_compared(baseline, report, len(here), base))
+    if len(new) > _LISTED:
+        found.notes.append(f"{len(new)} new targets, not in the baseline (--save-baseline adds them): {_listed(new)}")
+    else:
+        found.notes.extend(f"{n}: new target, not in the baseline (--save-baseline adds it)" for n in new)
     if unchecked:
-        found.notes.append(f"not checked in this run, so not compared: {', '.join(unchecked)}")
+        found.notes.append(
+            f"{len(unchecked)} of the baseline's {len(here)} targets on {backend} not checked in this run, "
+            f"so not compared: {_listed(unchecked)}"
+        )
     groups: dict[tuple[str, str | None], list[str]] = {}
     for entry in elsewhere:
         groups.setdefault((entry.backend, entry.device_kind), []).append(entry.name)
     for (other_backend, other_kind), entry_names in groups.items():
         found.notes.append(
             f"{len(entry_names)} baseline entr{'y' if len(entry_names) == 1 else 'ies'} for {other_backend} "
-            f"({other_kind}) not compared: this run is on {backend} ({kind}): {', '.join(entry_names)}"
+            f"({other_kind}) not compared: this run is on {backend} ({kind}): {_listed(entry_names)}"
         )
+    legacy = _legacy_note(baseline, base)
+    if legacy is not None:
+        found.notes.append(legacy)
     _version_notes(compared, report, found)
     comparison = BaselineComparison(
         path=baseline.path,
@@ -682,3 +895,18 @@ def compare_to_baseline(report: Report, baseline: Baseline, tolerances: Toleranc
         tolerance=tolerances.describe(),
     )
     return dataclasses.replace(report, baseline=comparison)
+
+
+def _nothing_compared(baseline: Baseline, report: Report, here: int, root: str) -> Change:
+    """The regression of a gate that compared nothing: every baseline target of this backend is missing."""
+    checked = _listed([r.name for r in report.results]) or "nothing"
+    return Change(
+        target=baseline.path,
+        kind="status",
+        subject="missing",
+        message=f"the baseline {baseline.path!r} compared nothing: none of its {here} target(s) on "
+        f"{report.backend} was checked in this run (this run checked {checked}; baseline names are relative "
+        f"to {root!r}); check the targets, refresh the baseline with --save-baseline, or run with --no-baseline",
+        before=here,
+        after=0,
+    )

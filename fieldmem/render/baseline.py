@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from fieldmem.errors import listing
 from fieldmem.render.pieces import count
 from fieldmem.report import BaselineComparison
 
@@ -36,7 +37,7 @@ def render_saved(saved: SavedBaseline) -> str:
     """One line: where the baseline went and which entries it holds."""
     parts = [f"{count(len(saved.written), 'target')} recorded"]
     if saved.kept:
-        parts.append(f"{len(saved.kept)} kept from earlier runs ({', '.join(saved.kept)})")
+        parts.append(f"{len(saved.kept)} kept from earlier runs ({listing(saved.kept)})")
     if saved.pruned:
-        parts.append(f"{len(saved.pruned)} pruned ({', '.join(saved.pruned)})")
+        parts.append(f"{len(saved.pruned)} pruned ({listing(saved.pruned)})")
     return f"fieldmem: saved the baseline {saved.baseline.path}: {'; '.join(parts)}\n"

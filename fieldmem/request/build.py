@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ __all__ = [
     "CheckRequest",
     "OutputSettings",
     "build_request",
+    "check_distinct_outputs",
     "check_writable",
     "parse_backends",
 ]
@@ -95,6 +97,7 @@ class BaselineSettings:
     tolerances: Tolerances = Tolerances()
     save_to: Path | None = None  # written after the whole run, only when it passed
     prune: bool = False  # with save_to: drop entries of this backend whose target was not checked
+    root: Path | None = None  # file targets are named relative to it: the config's folder; None: the baseline's
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
     ):
         if path is not None:
             check_writable(path, option)
+    baseline = _baseline(flags, config)
+    check_distinct_outputs(output, baseline, backends)
     target_options, per_target = config.target_options(_command_line_options(flags), targets)
     options, default_cache = _check_options(flags, config)
     return CheckRequest(
@@ -150,7 +155,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         per_target=per_target,
         options=options,
         output=output,
-        baseline=_baseline(flags, config),
+        baseline=baseline,
         default_cache=default_cache,
         backends=backends,
         devices=flags.devices,
@@ -285,6 +290,78 @@ def _baseline(flags: CheckFlags, config: Config) -> BaselineSettings:
     path = None if flags.no_baseline else (flags.baseline or config.baseline)
     if path is not None and flags.baseline is None and flags.save_baseline is not None and not Path(path).exists():
         path = None
+    for baseline_path, option in ((path, "--baseline"), (flags.save_baseline, "--save-baseline")):
+        if baseline_path is not None:
+            _check_regular(Path(baseline_path), option)
     return BaselineSettings(
-        compare_with=path, tolerances=tolerances, save_to=flags.save_baseline, prune=flags.prune_baseline
+        compare_with=path,
+        tolerances=tolerances,
+        save_to=flags.save_baseline,
+        prune=flags.prune_baseline,
+        root=config.path.resolve().parent if config.path is not None else None,
     )
+
+
+def _check_regular(path: Path, option: str) -> None:
+    """A baseline path naming a FIFO, device or socket would hang or be destroyed: refuse it now."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return  # missing (save creates it; --baseline says so when read) or unreadable (said when read)
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise OptionError(f"{option} {str(path)!r} is not a regular file (a FIFO, device or socket): name a JSON file")
+
+
+def _file_identity(path: Path) -> tuple[str, tuple[int, int] | None]:
+    """What makes two paths the same file: the path with links resolved, and the inode where it exists."""
+    try:
+        info = path.stat()
+        inode: tuple[int, int] | None = (info.st_dev, info.st_ino)
+    except OSError:
+        inode = None
+    return os.path.normcase(os.path.realpath(path)), inode
+
+
+def check_distinct_outputs(
+    output: OutputSettings, baseline: BaselineSettings, backends: tuple[str, ...] | None = None
+) -> None:
+    """Refuse a run where two files it writes, or a file it writes and the baseline, are one file.
+
+    ``--save-baseline b.json --html b.json`` would replace the baseline with a
+    page, ``--baseline b.json -o b.json`` with a report. Paths are compared
+    after resolving symbolic links (and by inode, for hard links). Reading
+    and then saving one baseline (``--baseline b.json --save-baseline
+    b.json``) is the one pair allowed.
+
+    Raises:
+        OptionError: two of ``-o``, ``--html``, ``--save-baseline`` and the
+            baseline read name the same file.
+    """
+    several = backends is not None and len(backends) > 1
+    named: list[tuple[str, Path, bool]] = []  # (option, path, written)
+    for option, path in (("--output", output.file), ("--html", output.html)):
+        if path is None:
+            continue
+        for backend in backends if several and backends is not None else (None,):
+            file = path.with_name(f"{path.stem}.{backend}{path.suffix}") if backend is not None else path
+            named.append((option, file, True))
+    if baseline.save_to is not None:
+        named.append(("--save-baseline", baseline.save_to, True))
+    if baseline.compare_with is not None:
+        named.append(("--baseline", Path(baseline.compare_with), False))
+    seen: list[tuple[str, Path, bool, tuple[str, tuple[int, int] | None]]] = []
+    for option, path, written in named:
+        real, inode = _file_identity(path)
+        for other_option, other_path, other_written, (other_real, other_inode) in seen:
+            same = real == other_real or (inode is not None and inode == other_inode)
+            if not same or {option, other_option} == {"--baseline", "--save-baseline"}:
+                continue
+            if written and other_written:
+                what = f"both write {str(path)!r}"
+            else:
+                what = f"{other_option if other_written else option} would replace the baseline {str(path)!r}"
+            raise OptionError(
+                f"{other_option} {str(other_path)!r} and {option} {str(path)!r} name the same file: {what}; "
+                "give each output its own file"
+            )
+        seen.append((option, path, written, (real, inode)))
