@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from fieldmem.gate.baseline import Baseline
     from fieldmem.report import Report
     from fieldmem.request.build import CheckRequest
+    from fieldmem.request.options import CheckOptions
 
 app = typer.Typer(
     name="fieldmem",
@@ -301,8 +302,10 @@ def check(
         bool,
         typer.Option(
             "--isolate/--no-isolate",
-            help="With --run: a worker process per target (a clean device peak; a crash or hang is reported). "
-            "--no-isolate runs in this process: faster, but peaks accumulate and a crash ends the run.",
+            help="Load, check and run the targets in a worker process, never in the one that writes the report "
+            "(default): a target that exits, crashes or hangs (--timeout) is that target's error. With --run, "
+            "a worker per target where the device has memory statistics. --no-isolate checks in this process, "
+            "for debugging: a target that exits or crashes then ends the run.",
         ),
     ] = True,
     timeout: Annotated[
@@ -351,10 +354,14 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
 
     Before anything compiles: the simulated CPU devices are set, the
     compilation cache folder is made and the baseline is read, so that a
-    mistake in any of them stops the run at once.
+    mistake in any of them stops the run at once. The targets are loaded,
+    checked and run in a worker process (:mod:`fieldmem.engine.isolate`):
+    the user's code never runs in this process, which writes the report and
+    decides the exit code, and this process never imports jax.
+    ``--no-isolate`` checks here instead, for debugging (a target that calls
+    ``os._exit`` or crashes then ends the whole run).
     """
     from fieldmem.driver import simulate_cpu_devices
-    from fieldmem.engine import checker
     from fieldmem.gate.baseline import load_baseline
     from fieldmem.request.backends import deviceless_environment, parse_backend
 
@@ -373,20 +380,37 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
     compare_with = request.baseline.compare_with
     baseline = load_baseline(compare_with) if compare_with is not None else None
     with progress_display(_stderr_console()) as progress:
-        if request.backends is None:
-            report = checker.check(
-                request.targets, request.target_options, options, progress=progress, per_target=request.per_target
-            )
-            return (report,), baseline
-        reports = checker.check_backends(
-            request.targets,
-            request.backends,
-            request.target_options,
-            options,
-            progress=progress,
-            per_target=request.per_target,
+        if not options.isolate:
+            return _check_here(request, options, progress), baseline
+        from fieldmem.engine.isolate import Unit, check_reports
+
+        units = [Unit(spec, request.per_target.get(spec, request.target_options)) for spec in request.targets]
+        backends = list(request.backends) if request.backends is not None else [None]
+        reports = check_reports(
+            units, backends, options, check_backends=request.backends is not None, progress=progress
         )
         return reports, baseline
+
+
+def _check_here(
+    request: CheckRequest, options: CheckOptions, progress: Callable[[str, int, int], None] | None
+) -> tuple[Report, ...]:
+    """``--no-isolate``: every target loaded, checked and run in this process."""
+    from fieldmem.engine import checker
+
+    if request.backends is None:
+        report = checker.check(
+            request.targets, request.target_options, options, progress=progress, per_target=request.per_target
+        )
+        return (report,)
+    return checker.check_backends(
+        request.targets,
+        request.backends,
+        request.target_options,
+        options,
+        progress=progress,
+        per_target=request.per_target,
+    )
 
 
 def _cache_folder(request: CheckRequest) -> str | None:

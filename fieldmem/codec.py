@@ -18,6 +18,8 @@ message is cut short (:func:`fieldmem.errors.quoted`).
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import types
 import typing
@@ -25,7 +27,7 @@ from typing import Any, Literal, Union
 
 from fieldmem.errors import quoted
 
-__all__ = ["decode", "encode"]
+__all__ = ["decode", "encode", "unbounded_integers"]
 
 
 def encode(value: Any) -> Any:
@@ -52,6 +54,18 @@ _SCALARS: dict[Any, tuple[type, ...]] = {bool: (bool,), int: (int,), float: (int
 
 
 _INT64 = 2**63
+_BOUNDED: contextvars.ContextVar[bool] = contextvars.ContextVar("fieldmem_codec_bounded", default=True)
+
+
+@contextlib.contextmanager
+def unbounded_integers() -> typing.Iterator[None]:
+    """Decode integers of any size in this block: for what one fieldmem process hands another (the options
+    of a target, as the user gave them, which the checker then refuses in its own words), not for files."""
+    token = _BOUNDED.set(False)
+    try:
+        yield
+    finally:
+        _BOUNDED.reset(token)
 
 
 def _type_name(data: Any) -> str:
@@ -122,7 +136,7 @@ def _is_scalar(hint: type, data: Any) -> bool:
 def _scalar(hint: type, data: Any, where: str) -> Any:
     if not _is_scalar(hint, data):
         raise TypeError(f"{where or 'value'} should be {hint.__name__}, not {_type_name(data)}")
-    if hint is int and not -_INT64 <= data < _INT64:
+    if hint is int and _BOUNDED.get() and not -_INT64 <= data < _INT64:
         raise ValueError(f"{where or 'value'} should be a 64-bit integer, not {quoted(data)}")
     if hint is float:
         try:

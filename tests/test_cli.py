@@ -713,6 +713,7 @@ def test_several_backends_side_by_side(in_assets: Path, tmp_path: Path, fake_bac
         str(page),
         "--save-baseline",
         str(baseline),
+        "--no-isolate",  # the fake backend is patched into this process
     )
     assert result.exit_code == 0, result.output
     reports = {b: json.loads((tmp_path / f"report.{b}.json").read_text()) for b in ("cpu", "fake")}

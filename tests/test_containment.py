@@ -194,7 +194,7 @@ def test_an_exception_in_the_probe_is_that_targets_error(monkeypatch: pytest.Mon
 
 def test_the_cli_prints_one_line_and_the_other_result(monkeypatch: pytest.MonkeyPatch) -> None:
     _for_cast(monkeypatch, analysis, "analyze_target", lambda **k: k["name"] == "models:cast")
-    result = CliRunner().invoke(app, ["check", *TWO, "-f", "json"])
+    result = CliRunner().invoke(app, ["check", *TWO, "-f", "json", "--no-isolate"])  # the patch is in this process
     assert result.exit_code == 2
     assert isinstance(result.exception, SystemExit)
     assert "Traceback" not in result.output
@@ -298,7 +298,7 @@ def test_keyboard_interrupt_is_never_contained(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(analysis, "analyze_target", interrupted)
     with pytest.raises(KeyboardInterrupt):
         check(TWO)
-    result = CliRunner().invoke(app, ["check", *TWO])
+    result = CliRunner().invoke(app, ["check", *TWO, "--no-isolate"])  # the patch is in this process
     assert result.exit_code != 0 and "internal error" not in result.output
 
 
@@ -338,21 +338,19 @@ def _line(path: str, text: str) -> int:
 
 
 @pytest.mark.parametrize("where", ["check", "encode"])
-def test_the_worker_writes_an_internal_error_and_goes_on(
-    where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The worker's own steps, in this process: a fault checking one target, or writing its result, is
-    that target's result; the next target is checked and written."""
+def test_the_worker_writes_an_internal_error_and_goes_on(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's own steps, in this process: a fault checking one target, or encoding its result, is
+    that target's result; the next target is checked and sent."""
+    import io
+
     from fieldmem.codec import decode
     from fieldmem.engine import isolate, worker
-    from fieldmem.engine.workfolder import REQUEST, WorkerResult, result_file
-    from fieldmem.request.target import TargetOptions, resolve_target
+    from fieldmem.engine.protocol import WorkerResult, read_event
 
-    targets = [t for spec in TWO for t in resolve_target(spec, TargetOptions())]
-    request = isolate._request(targets, [0, 1], CheckOptions(run=True))
-    (tmp_path / REQUEST).write_text(json.dumps(request))
+    supervisor = isolate._Supervisor([isolate.Unit(spec) for spec in TWO], [None], CheckOptions(run=True), False, None)
+    request = json.loads(json.dumps(supervisor.request(supervisor.todo())))
     if where == "check":
-        _for_cast(monkeypatch, worker, "_check_item", lambda item, *a: item["name"] == "models:cast")
+        _for_cast(monkeypatch, checker, "_check_one", lambda target, *a: target.name == "models:cast")
         stage = "checking it"
     else:
         real = worker.encode
@@ -364,10 +362,16 @@ def test_the_worker_writes_an_internal_error_and_goes_on(
 
         monkeypatch.setattr(worker, "encode", encode)
         stage = "writing its result"
-    assert worker.main([str(tmp_path)]) == 0
-    (step,) = decode(WorkerResult, json.loads(result_file(tmp_path, 0).read_text())).results
-    (cast,) = decode(WorkerResult, json.loads(result_file(tmp_path, 1).read_text())).results
+    channel = io.StringIO()
+    assert worker._Worker(request, channel).run() == "end"
+    events = [read_event(line.encode()) for line in channel.getvalue().splitlines()]
+    assert [(e["e"], e.get("name")) for e in events if e["e"] in ("start", "done")] == [
+        ("start", STEP),
+        ("done", STEP),
+        ("start", "models:cast"),
+        ("done", "models:cast"),
+    ]
+    step, cast = (decode(WorkerResult, e["result"]).results[0] for e in events if e["e"] == "done")
     assert step.name == STEP and step.status == "ok" and step.variants["donated"].run.confirmed
     assert cast.name == "models:cast"
     _one_line_internal(cast, stage)
-    assert (tmp_path / "events").read_text().split("\n")[:4] == ["start 0", "done 0", "start 1", "done 1"]

@@ -379,29 +379,42 @@ def test_a_run_out_of_device_memory_is_that_targets_error(monkeypatch: pytest.Mo
 
 
 def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With device memory statistics each target gets a fresh worker (a clean peak); without, one worker
-    checks them all and a crash only costs a new one for the targets after it."""
-    from fieldmem.engine import isolate
+    """Without device memory statistics one worker checks all the targets and a crash only costs a new one
+    for the targets after it; with them, the worker stops after one target (a clean peak for the next)."""
+    import io
+
+    import fieldmem.driver as driver
+    from fieldmem.engine import isolate, worker
+    from fieldmem.engine.protocol import read_event
     from fieldmem.request.target import TargetOptions, resolve_target
 
-    real = isolate._watch
+    real = isolate._Supervisor.run_worker
     started: list[int] = []
 
-    def counting(folder: Path, timeout: Any) -> Any:
-        started.append(len(json.loads((folder / "request.json").read_text())["items"]))
-        return real(folder, timeout)
+    def counting(self: Any, plan: Any) -> Any:
+        started.append(sum(len(todo) for todo in plan[0]))
+        return real(self, plan)
 
-    monkeypatch.setattr(isolate, "_watch", counting)
+    monkeypatch.setattr(isolate._Supervisor, "run_worker", counting)
     targets = [t for name in ("fine", "crashes", "fine") for t in resolve_target(f"{FAULTS}:{name}", TargetOptions())]
     options = CheckOptions(run=True)
-    outcomes = isolate.check_isolated(targets, options, fresh_each=False)
+    outcomes = isolate.check_isolated(targets, options)
     assert started == [3, 1]  # one worker for all; after the crash, one for the target left
     kinds = [results[0].error.kind if results[0].error else results[0].status for results, _ in outcomes]
     assert kinds == ["ok", "crash", "ok"]
-    started.clear()
-    outcomes = isolate.check_isolated(targets, options, fresh_each=True)
-    assert started == [1, 1, 1]
-    assert [results[0].status for results, _ in outcomes] == ["ok", "error", "ok"]
+
+    monkeypatch.setattr(driver, "has_memory_stats", lambda backend=None: True)
+    units = [isolate.Unit(f"{FAULTS}:fine", TargetOptions(), ("faults:fine",)) for _ in range(2)]
+    supervisor = isolate._Supervisor(units, [None], options, False, None)
+    request = json.loads(json.dumps(supervisor.request(supervisor.todo())))
+    channel = io.StringIO()
+    assert worker._Worker(request, channel).run() == "yield"  # one target, then a fresh process
+    events = [read_event(line.encode()) for line in channel.getvalue().splitlines()]
+    assert [e["e"] for e in events if e is not None and e["e"] in ("start", "done", "header")] == [
+        "start",
+        "done",
+        "header",
+    ]
 
 
 def test_the_worst_device_is_the_one_with_the_largest_measured_peak() -> None:

@@ -8,8 +8,10 @@ target never hides the results of the others. An unexpected exception in
 any stage of one target (arguments, prepare, lower and compile, analyse,
 suggest, run, probe, a chain's steps) becomes that target's error of kind
 ``internal`` (:func:`fieldmem.engine.results.internal_error`), never a
-traceback; ``FIELDMEM_DEBUG=1`` raises it instead. KeyboardInterrupt and
-SystemExit are not contained. Progress is reported through a callback.
+traceback; ``FIELDMEM_DEBUG=1`` raises it instead. A ``SystemExit`` (a
+``sys.exit`` in the user's module, factory or function) or another
+``BaseException`` becomes that target's error of kind ``crash``; only
+KeyboardInterrupt is not contained (Ctrl-C stops the run). Progress is reported through a callback.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fieldmem.engine.results import error_result, internal_error
+from fieldmem.engine.results import contained, error_result
 from fieldmem.errors import CompileError, FieldmemError, OptionError, TargetError, listing
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
 from fieldmem.report import Chain, DeviceInfo, Deviceless, Report, TargetResult
@@ -55,15 +57,16 @@ def _made_on_backend(
     try:
         with backend_scope(options.backend):
             return make()
-    except Exception as exc:
+    except BaseException as exc:
         return _failed(target, exc, stage)
 
 
-def _failed(target: Target, exc: Exception, stage: str) -> TargetResult:
+def _failed(target: Target, exc: BaseException, stage: str) -> TargetResult:
     """The error result of ``target`` for ``exc``, raised while ``stage``: a fieldmem error as it is, any
-    other exception as one line of kind ``internal`` (``FIELDMEM_DEBUG=1`` re-raises it instead)."""
-    error = exc if isinstance(exc, FieldmemError) else internal_error(exc, stage)
-    return error_result(target.spec, target.name, error, target.definition)
+    other exception as one line of kind ``internal`` (``FIELDMEM_DEBUG=1`` re-raises it instead), a
+    ``SystemExit`` or another ``BaseException`` from the user's code as one line of kind ``crash``.
+    KeyboardInterrupt is raised again: Ctrl-C stops the run."""
+    return error_result(target.spec, target.name, contained(exc, stage), target.definition)
 
 
 def _check_one(target: Target, options: CheckOptions) -> TargetResult:
@@ -94,7 +97,7 @@ def _start(
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
             pending = start_variants(call, pool, fast=options.compile_fast)
             return _Started(target, pending.call, pending)  # the call compiled (scalars made static)
-    except Exception as exc:
+    except BaseException as exc:
         return _failed(target, exc, "preparing and lowering it")
 
 
@@ -106,7 +109,7 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
     target = started.target
     try:
         plain, donated = started.pending.result()
-    except Exception as exc:
+    except BaseException as exc:
         return _failed(target, exc, "compiling it"), None
     stage = "analysing its compiled program"
     try:
@@ -115,7 +118,7 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
             stage = "running it"
             result = _run(result, started.call, plain, donated, options)
         return result, donated.outputs
-    except Exception as exc:
+    except BaseException as exc:
         return _failed(target, exc, stage), None
 
 
@@ -296,7 +299,7 @@ def _check_chain(chain: ChainTarget, options: CheckOptions) -> tuple[list[Target
             composed = compose(
                 [s.function for s in chain.steps], name="_".join(s.name for s in chain.steps), extras=plan
             )
-        except Exception as exc:
+        except BaseException as exc:
             fused = _failed(fused_target, exc, "composing the chain's steps into one function")
         else:
             fused_target = dataclasses.replace(fused_target, function=composed)
@@ -350,7 +353,7 @@ def _check_step(
             target = dataclasses.replace(
                 target, donate=state_donation(target.donate, step.function, args, kwargs, state)
             )
-    except Exception as exc:
+    except BaseException as exc:
         return _failed(target, exc, "passing the previous step's outputs to it"), None, ()
     result, outputs = _check_call(target, args, kwargs, options)
     return result, outputs, names
@@ -373,8 +376,15 @@ def check_targets(
     targets: Iterable[Target | ChainTarget | tuple[str, FieldmemError]],
     options: CheckOptions = CheckOptions(),
     progress: ProgressCallback | None = None,
+    *,
+    started: Callable[[int], None] | None = None,
+    done: Callable[[int, _Checked], None] | None = None,
 ) -> Report:
-    """Analyse already-resolved targets (a pair ``(spec, error)`` stands for one that failed to load)."""
+    """Analyse already-resolved targets (a pair ``(spec, error)`` stands for one that failed to load).
+
+    ``started(n)`` and ``done(n, (results, chains))`` are called around item
+    ``n`` when it is checked in this process (a worker reports them to its parent).
+    """
     from fieldmem.driver import compilation_cache, start_jax
 
     start_jax()  # before anything imports jax: quiet about the plugins' start-up noise
@@ -389,7 +399,8 @@ def check_targets(
             and (item.first if isinstance(item, ChainTarget) else item).options is not None
         ]
         checked = _check_in_workers(items, isolated, options, progress) if isolated else {}
-        checked.update(_check_here(items, [n for n in range(len(items)) if n not in checked], options, progress))
+        here = [n for n in range(len(items)) if n not in checked]
+        checked.update(_check_here(items, here, options, progress, started, done))
     if progress is not None:
         progress("", len(items), len(items))
     results = [result for n in range(len(items)) for result in checked[n][0]]
@@ -404,12 +415,11 @@ def _check_in_workers(
     progress: ProgressCallback | None,
 ) -> dict[int, _Checked]:
     """Check and run ``items[n]`` for each of ``indices`` in worker processes (``--run``, isolated)."""
-    from fieldmem.driver import has_memory_stats
     from fieldmem.engine.isolate import check_isolated
 
     if progress is not None:
         progress(f"{len(indices)} target(s) in worker processes", indices[0], len(items))
-    outcomes = check_isolated([items[n] for n in indices], options, fresh_each=has_memory_stats(options.backend))
+    outcomes = check_isolated([items[n] for n in indices], options)
     return dict(zip(indices, outcomes))
 
 
@@ -418,6 +428,8 @@ def _check_here(
     indices: list[int],
     options: CheckOptions,
     progress: ProgressCallback | None,
+    started: Callable[[int], None] | None = None,
+    done: Callable[[int, _Checked], None] | None = None,
 ) -> dict[int, _Checked]:
     """Check ``items[n]`` for each of ``indices`` in this process, in order.
 
@@ -426,39 +438,48 @@ def _check_here(
     (lowering stays on this thread).
     """
     checked: dict[int, _Checked] = {}
+
+    def record(n: int, outcome: _Checked) -> None:
+        checked[n] = outcome
+        if done is not None:
+            done(n, outcome)
+
     pipelined = options.jobs > 1 and not options.run
     in_flight: deque[tuple[int, _Started | TargetResult]] = deque()
     with _pool(options.jobs if pipelined else 0) as pool:
         for n in indices:
             item = items[n]
+            if started is not None:
+                started(n)
             if isinstance(item, tuple):
                 spec, error = item
-                checked[n] = ([error_result(spec, spec, error)], [])
+                record(n, ([error_result(spec, spec, error)], []))
                 continue
             if progress is not None:
                 progress(item.name, n, len(items))
             try:
                 if isinstance(item, ChainTarget):
                     step_results, chain = _check_chain(item, options)
-                    checked[n] = (step_results, [chain])
+                    record(n, (step_results, [chain]))
                 elif pool is not None:
                     arguments = _arguments(item, options)
                     if isinstance(arguments, TargetResult):
-                        checked[n] = ([arguments], [])
+                        record(n, ([arguments], []))
                         continue
                     in_flight.append((n, _start(item, *arguments, options, pool)))
                     while len(in_flight) > options.jobs:
-                        done, started = in_flight.popleft()
-                        checked[done] = ([_finish(started, options)[0]], [])
+                        finished, pending = in_flight.popleft()
+                        record(finished, ([_finish(pending, options)[0]], []))
                 else:
-                    checked[n] = ([_check_one(item, options)], [])
-            except Exception as exc:  # what no stage contained (e.g. a chain's analysis): the item's error
+                    record(n, ([_check_one(item, options)], []))
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # what no stage contained (e.g. a chain's analysis): the item's error
                 first = item.first if isinstance(item, ChainTarget) else item
-                error = exc if isinstance(exc, FieldmemError) else internal_error(exc, "checking it")
-                checked[n] = ([error_result(item.spec, item.name, error, first.definition)], [])
+                record(n, ([error_result(item.spec, item.name, contained(exc, "checking it"), first.definition)], []))
         while in_flight:
-            done, started = in_flight.popleft()
-            checked[done] = ([_finish(started, options)[0]], [])
+            finished, pending = in_flight.popleft()
+            record(finished, ([_finish(pending, options)[0]], []))
     return checked
 
 
@@ -508,8 +529,10 @@ def resolve_all(
                 targets = list(resolve_target(one, options, in_folder=files is not None))
             except FieldmemError as exc:
                 targets = [(one, exc)]
-            except Exception as exc:
-                targets = [(one, internal_error(exc, "resolving it"))]
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:
+                targets = [(one, contained(exc, "resolving it"))]
             resolved.extend(targets)
             found += len(targets)
         if files is not None and not found:

@@ -1,51 +1,85 @@
-"""The parent side of ``--run`` isolation: targets checked and run in worker processes, crashes and hangs contained.
+"""The parent side of the worker: user code never runs in the process that writes the report.
 
-Why workers: ``Device.memory_stats()["peak_bytes_in_use"]`` is a high-water
-mark over the process's life with no reset, so only a fresh process gives
-one target's peak; and a target that crashes the runtime, hangs or runs the
-device out of memory must not take fieldmem down or hide the other targets.
+``fieldmem check`` (and ``--run`` from the Python API) hands its targets to a
+worker process (:mod:`fieldmem.engine.worker`): the worker imports the user's
+modules, calls their factories, traces, compiles, analyses and runs; this
+side only supervises it and collects plain results. It imports no jax and
+never raises for a target's fault:
 
-Where the backend has memory statistics (GPU, TPU), every target gets a
-worker of its own. Where it has none (CPU) there is no peak to keep clean, so
-one worker checks the targets one after the other, and only a crash or a hang
-costs a new one: the target it was on is reported, and the targets after it
-go to the next worker.
+- a worker that dies without delivering a target's result (``os._exit``, a
+  signal, a segfault, out of memory) makes that target an error of kind
+  ``crash`` (or ``out-of-memory``), naming how it died and the last line it
+  wrote; a worker that dies while loading a spec makes that spec one error;
+- with ``--run`` and ``--timeout``, a target (or a spec being loaded) that
+  takes longer has its worker killed and is an error of kind ``timeout``;
+- after a death, the targets not yet checked go to a fresh worker. When
+  several targets were in flight (compiles overlap with ``jobs`` > 1), none
+  is blamed: they are checked again one at a time, and the one that takes
+  its worker down again is charged.
 
-:func:`check_isolated` writes a request (each target's spec as typed, its
-name and the options it was resolved with; the check options, the working
-directory and ``sys.path``) to a temporary folder (:mod:`fieldmem.engine.workfolder`)
-and starts ``python -m fieldmem.engine.worker FOLDER``. It watches the
-worker's events: a target past ``--timeout`` seconds has its worker killed;
-a worker that dies takes only the target it was on with it. This module
-imports no jax (the worker does) and never raises for a target's fault.
+One worker checks every target on CPU. Where the backend has memory
+statistics (GPU, TPU) and targets run (``--run``), the worker stops after
+each target and the next gets a fresh process: ``peak_bytes_in_use`` is a
+high-water mark over a process's life, with no reset.
+
+What the worker (and the user's code in it) writes to stdout or stderr is
+shown on this process's stderr as it comes; stdout carries only the report.
+Results come back on a pipe of their own (:mod:`fieldmem.engine.protocol`), and
+no file is shared: nothing is left behind when either side dies. The worker
+dies with this process (:mod:`fieldmem.engine.worker`).
 """
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
-import tempfile
+import threading
 import time
-from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import IO, Any
 
 from fieldmem.codec import decode, encode
+from fieldmem.engine.protocol import WorkerResult, read_event
 from fieldmem.engine.results import error_result
-from fieldmem.engine.workfolder import EVENTS, REQUEST, WorkerResult, result_file
-from fieldmem.errors import RunError
-from fieldmem.report import Chain, TargetResult
+from fieldmem.errors import FieldmemError, RunError, TargetError
+from fieldmem.report import Chain, Report, TargetResult
 
-__all__ = ["check_isolated"]
+__all__ = ["Unit", "WorkerFailure", "check_isolated", "supervise"]
+
+_Checked = tuple[list[TargetResult], list[Chain]]
+_TAIL = 8192  # characters of the worker's output kept, for the last line of a dying worker
+_GRACE = 10.0  # seconds a worker may take to exit once its answers ended
+_LINE = 300  # at most this many characters of that line go into an error message
 
 
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+class WorkerFailure(FieldmemError):
+    """The worker could not do what a whole run needs (it died before jax started, or a backend is missing)."""
+
+    kind = "crash"
+
+
+@dataclasses.dataclass(frozen=True)
+class Unit:
+    """One spec the worker loads: as typed, with its target options; ``names``: only these of its targets."""
+
+    spec: str
+    options: Any = None  # TargetOptions
+    names: tuple[str, ...] | None = None
+    definition: str | None = None  # of its one named target, for an error result
+
+
+@dataclasses.dataclass
+class Supervised:
+    """What the workers gave back: per backend, its report without results, and per unit its targets' results."""
+
+    headers: list[Report | None]
+    outcomes: list[list[list[_Checked]]]  # [backend][unit] -> one (results, chains) per target, in order
 
 
 def _death(returncode: int) -> str:
@@ -57,134 +91,429 @@ def _death(returncode: int) -> str:
     return f"exited with status {returncode}"
 
 
-@dataclasses.dataclass
-class _Watch:
-    """What the parent saw of one worker: the targets it finished, the one it was on, how it ended."""
+class _Relay:
+    """Copies the worker's output to this process's standard error (file descriptor 2) as it comes, keeping
+    its tail. Byte for byte, to the descriptor: as the C-level logs of jax reach it in a process of its own."""
 
-    finished: list[int] = dataclasses.field(default_factory=list)
-    current: int | None = None
-    timed_out: bool = False
-    returncode: int = 0
-    stderr: str = ""
+    def __init__(self, source: IO[bytes]) -> None:
+        self.tail = ""
+        self._source = source
+        self._thread = threading.Thread(target=self._copy, name="fieldmem-worker-output", daemon=True)
+        self._thread.start()
 
-
-def _events(path: Path) -> list[tuple[str, int]]:
-    if not path.exists():
-        return []
-    found = []
-    for line in path.read_text().splitlines():
-        what, _, index = line.partition(" ")
-        if what in ("start", "done") and index.isdigit():
-            found.append((what, int(index)))
-    return found
-
-
-def _watch(folder: Path, timeout: float | None) -> _Watch:
-    """Run one worker on the request in ``folder``; kill it when a target takes longer than ``timeout``."""
-    watch = _Watch()
-    events_path = folder / EVENTS
-    with open(folder / "stderr.txt", "w") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "fieldmem.engine.worker", str(folder)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            env=os.environ.copy(),
-        )
-        clock = time.monotonic()  # when the target in progress (or the worker's start) began
-        seen = 0
+    def _copy(self) -> None:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        source = self._source.fileno()
         while True:
-            returncode = process.poll()
-            events = _events(events_path)
-            for what, index in events[seen:]:
-                if what == "start":
-                    watch.current, clock = index, time.monotonic()
+            try:
+                chunk = os.read(source, 65536)
+            except OSError:
+                chunk = b""
+            self.tail = (self.tail + decoder.decode(chunk, final=not chunk))[-_TAIL:]
+            if not chunk:
+                return
+            try:
+                while chunk:
+                    chunk = chunk[os.write(2, chunk) :]
+            except OSError:  # a closed or broken stderr: keep reading, show nothing
+                pass
+
+    def last_line(self) -> str:
+        self._thread.join(timeout=5)
+        lines = [line.strip() for line in self.tail.strip().splitlines() if line.strip()]
+        line = lines[-1] if lines else ""
+        return line if len(line) <= _LINE else line[: _LINE - 1] + "…"
+
+    def out_of_memory(self) -> bool:
+        return "RESOURCE_EXHAUSTED" in self.tail or "MemoryError" in self.tail
+
+
+@dataclasses.dataclass
+class _Worker:
+    """What the parent saw of one worker."""
+
+    returncode: int = 0
+    last: str | None = None  # its last event: end, yield or fatal; None: it died
+    fatal: str = ""
+    timed_out: bool = False
+    resolving: int | None = None  # the spec it was loading
+    in_flight: list[tuple[int, int, str]] = dataclasses.field(default_factory=list)  # (backend, spec, name)
+    progressed: bool = False
+    why: str = ""
+    out_of_memory: bool = False
+
+
+class _Supervisor:
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        backends: Sequence[str | None],
+        options: Any,
+        check_backends: bool,
+        progress: Callable[[str, int, int], None] | None,
+    ) -> None:
+        self.units, self.backends, self.options = list(units), list(backends), options
+        self.check_backends = check_backends
+        self.progress = progress
+        self.names: dict[int, list[str]] = {}
+        self.spec_errors: dict[int, TargetResult] = {}
+        self.got: dict[tuple[int, int, str], _Checked] = {}
+        self.headers: list[Report | None] = [None] * len(backends)
+        self.need_headers = True
+        self.one_at_a_time = False
+
+    # -- what is left -------------------------------------------------------------------------------
+
+    def wanted(self, index: int) -> list[str] | None:
+        """The names of spec ``index`` to check: all it has, or those its unit names (None: not loaded yet)."""
+        names = self.names.get(index)
+        only = self.units[index].names
+        if names is None:
+            return list(only) if only is not None else None
+        return [n for n in names if only is None or n in only]
+
+    def todo(self) -> list[list[list[str] | None]]:
+        plan: list[list[list[str] | None]] = []
+        for b in range(len(self.backends)):
+            row: list[list[str] | None] = []
+            for index in range(len(self.units)):
+                wanted = self.wanted(index)
+                if index in self.spec_errors:
+                    row.append([])
+                elif wanted is None:
+                    row.append(None)
                 else:
-                    watch.finished.append(index)
-                    watch.current = None
-            seen = len(events)
-            if returncode is not None:
-                watch.returncode = returncode
-                break
-            if timeout is not None and time.monotonic() - clock > timeout:
+                    row.append([n for n in wanted if (b, index, n) not in self.got])
+            plan.append(row)
+        return plan
+
+    @staticmethod
+    def anything(plan: list[list[list[str] | None]]) -> bool:
+        return any(todo is None or todo for row in plan for todo in row)
+
+    def next_pending(self, plan: list[list[list[str] | None]]) -> tuple[int, int, str | None] | None:
+        """The first target (or unloaded spec) still to do: whom a worker that died between targets is charged."""
+        for b, row in enumerate(plan):
+            for index, todo in enumerate(row):
+                if todo is None:
+                    return b, index, None
+                if todo:
+                    return b, index, todo[0]
+        return None
+
+    # -- one worker ---------------------------------------------------------------------------------
+
+    def request(self, plan: list[list[list[str] | None]]) -> dict[str, Any]:
+        options = self.options
+        if self.one_at_a_time:
+            options = dataclasses.replace(options, jobs=1)
+        return {
+            "specs": [
+                {"spec": unit.spec, "options": encode(unit.options) if unit.options is not None else None}
+                for unit in self.units
+            ],
+            "todo": plan,
+            "backends": self.backends,
+            "check_backends": self.check_backends,
+            "isolate": bool(options.isolate),
+            "check_options": encode(dataclasses.replace(options, isolate=False)),
+            "cwd": os.getcwd(),
+            "sys_path": list(sys.path),
+        }
+
+    def run_worker(self, plan: list[list[list[str] | None]]) -> _Worker:
+        watch = _Worker()
+        answers, answer_end = os.pipe()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "fieldmem.engine.worker", str(answer_end), str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=(answer_end,),
+                env=os.environ.copy(),
+            )
+        except BaseException:
+            os.close(answers)
+            raise
+        finally:
+            os.close(answer_end)
+        assert process.stdin is not None and process.stdout is not None
+        relay = _Relay(process.stdout)
+        events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        reader = threading.Thread(target=_read_events, args=(answers, events), daemon=True)
+        reader.start()
+        try:
+            try:
+                process.stdin.write(json.dumps(self.request(plan)).encode() + b"\n")
+                process.stdin.flush()  # stdin stays open: its end tells the worker this process is gone
+            except OSError:  # it died before it read the request: charged below like any death
+                pass
+            self.follow(process, events, reader, watch)
+        finally:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            watch.returncode = process.returncode
+            watch.why = relay.last_line()
+            watch.out_of_memory = relay.out_of_memory()
+            for stream in (process.stdin, process.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        return watch
+
+    def follow(
+        self,
+        process: subprocess.Popen[bytes],
+        events: queue.Queue[dict[str, Any] | None],
+        reader: threading.Thread,
+        watch: _Worker,
+    ) -> None:
+        """Take the worker's events until it ends; kill it when a target runs past ``--timeout``."""
+        timeout = self.options.timeout if self.options.run else None
+        clock = time.monotonic()
+        while True:
+            try:
+                event = events.get(timeout=0.05)
+            except queue.Empty:
+                event = None
+                if process.poll() is not None:
+                    reader.join(timeout=5)  # its pipe ends with it: take what is left
+                    while not events.empty():
+                        left = events.get()
+                        if left is not None:
+                            self.on_event(left, watch)
+                    return
+            else:
+                if event is None:  # the pipe ended: the worker is ending
+                    try:
+                        process.wait(timeout=_GRACE)
+                    except subprocess.TimeoutExpired:  # stuck after its answers (an atexit hook): done with it
+                        process.kill()
+                    return
+                clock = time.monotonic()
+                self.on_event(event, watch)
+            busy = watch.resolving is not None or bool(watch.in_flight)  # on the user's code, not starting up
+            if timeout is not None and busy and time.monotonic() - clock > timeout:
                 process.kill()
                 process.wait()
                 watch.timed_out = True
-                break
-            time.sleep(0.05)
-    watch.stderr = (folder / "stderr.txt").read_text(errors="replace")
-    return watch
+                return
 
+    def on_event(self, event: dict[str, Any], watch: _Worker) -> None:
+        what = event["e"]
+        if what == "resolve":
+            watch.resolving = int(event["spec"])
+        elif what == "resolved":
+            self.names[int(event["spec"])] = [str(n) for n in event["names"]]
+            watch.resolving = None
+        elif what == "start":
+            key = (int(event["b"]), int(event["spec"]), str(event["name"]))
+            watch.in_flight.append(key)
+            self.report_progress(key)
+        elif what == "done":
+            key = (int(event["b"]), int(event["spec"]), str(event["name"]))
+            if key in watch.in_flight:
+                watch.in_flight.remove(key)
+            self.got[key] = self.read_result(event.get("result"), key)
+            watch.progressed = True
+        elif what == "header":
+            b = int(event["b"])
+            try:
+                self.headers[b] = decode(Report, event["report"])
+            except (ValueError, TypeError, KeyError):
+                self.headers[b] = None
+        elif what == "fatal":
+            watch.last, watch.fatal = "fatal", str(event.get("message", ""))
+        elif what in ("end", "yield"):
+            watch.last = what
 
-def _request(targets: Sequence[Any], indices: Sequence[int], options: Any) -> dict[str, Any]:
-    items = []
-    for index in indices:
-        target = targets[index]
-        first = getattr(target, "first", target)
-        items.append(
-            {"index": index, "spec": target.spec, "name": target.name, "target_options": encode(first.options)}
+    def report_progress(self, key: tuple[int, int, str]) -> None:
+        if self.progress is None:
+            return
+        b = key[0]
+        total = sum(len(self.wanted(i) or [""]) for i in range(len(self.units)))
+        done = sum(1 for (gb, _, _) in self.got if gb == b)
+        self.progress(key[2], min(done, max(total - 1, 0)), total)
+
+    def read_result(self, encoded: Any, key: tuple[int, int, str]) -> _Checked:
+        try:
+            written = decode(WorkerResult, encoded)
+        except (ValueError, TypeError, KeyError) as exc:
+            error = RunError(f"its worker wrote a result fieldmem cannot read ({exc})", kind="crash")
+            return [self.error(key[1], key[2], error)], []
+        return list(written.results), list(written.chains)
+
+    def error(self, index: int, name: str, error: FieldmemError) -> TargetResult:
+        unit = self.units[index]
+        return error_result(unit.spec, name, error, unit.definition if unit.names is not None else None)
+
+    # -- after a worker ended -----------------------------------------------------------------------
+
+    def failure(self, watch: _Worker, stage: str) -> RunError:
+        if watch.timed_out:
+            message = (
+                f"did not finish within --timeout {self.options.timeout:g} s; its worker process was killed "
+                "(the other targets still ran)"
+            )
+            return RunError(message, kind="timeout")
+        message = f"its worker process {_death(watch.returncode)} while {stage}" + (
+            f": {watch.why}" if watch.why else ""
         )
-    return {
-        "items": items,
-        "check_options": encode(dataclasses.replace(options, isolate=False)),
-        "cwd": os.getcwd(),
-        "sys_path": list(sys.path),
-    }
+        return RunError(message, kind="out-of-memory" if watch.out_of_memory else "crash")
+
+    def charge(self, watch: _Worker, plan: list[list[list[str] | None]]) -> None:
+        """A worker died (or was killed): charge what it was on, so the next worker goes past it."""
+        checking = "checking or running it" if self.options.run else "checking it"
+        if watch.resolving is not None:
+            index = watch.resolving
+            self.spec_errors[index] = self.error(index, self.units[index].spec, self.failure(watch, "loading it"))
+            return
+        if len(watch.in_flight) == 1:
+            b, index, name = watch.in_flight[0]
+            self.got[(b, index, name)] = ([self.error(index, name, self.failure(watch, checking))], [])
+            return
+        if len(watch.in_flight) > 1 and not self.one_at_a_time:
+            self.one_at_a_time = True  # several compiles overlapped: check them again one by one
+            return
+        for key in watch.in_flight:
+            self.got[key] = ([self.error(key[1], key[2], self.failure(watch, checking))], [])
+        if watch.in_flight:
+            return
+        pending = self.next_pending(plan)
+        if pending is None:  # only the reports' headers were left: the worker cannot start at all
+            why = f": {watch.why}" if watch.why else ""
+            raise WorkerFailure(f"fieldmem's worker process {_death(watch.returncode)} before checking anything{why}")
+        b, index, pending_name = pending
+        if pending_name is None:
+            self.spec_errors[index] = self.error(index, self.units[index].spec, self.failure(watch, "loading it"))
+        else:
+            self.got[(b, index, pending_name)] = ([self.error(index, pending_name, self.failure(watch, checking))], [])
+
+    def run(self) -> Supervised:
+        stalled = 0
+        while True:
+            plan = self.todo()
+            if not self.anything(plan) and (not self.need_headers or all(h is not None for h in self.headers)):
+                break
+            watch = self.run_worker(plan)
+            if watch.last == "fatal":
+                raise WorkerFailure(watch.fatal)
+            if watch.last is None or watch.timed_out:
+                self.charge(watch, plan)
+                continue
+            stalled = 0 if watch.progressed else stalled + 1
+            if stalled >= 2:  # it ended twice without checking what is left: those targets are gone
+                self.give_up(plan)
+        return self.assemble()
+
+    def give_up(self, plan: list[list[list[str] | None]]) -> None:
+        for b, row in enumerate(plan):
+            for index, todo in enumerate(row):
+                if todo is None:
+                    self.spec_errors[index] = self.error(
+                        index, self.units[index].spec, TargetError("its worker did not load it")
+                    )
+                for name in todo or ():
+                    self.got[(b, index, name)] = ([self.error(index, name, TargetError("its worker skipped it"))], [])
+        if self.need_headers and any(header is None for header in self.headers):
+            raise WorkerFailure("fieldmem's worker process did not report the environment it ran in")
+
+    def assemble(self) -> Supervised:
+        outcomes: list[list[list[_Checked]]] = []
+        for b in range(len(self.backends)):
+            row: list[list[_Checked]] = []
+            for index, unit in enumerate(self.units):
+                if index in self.spec_errors:
+                    row.append([([self.spec_errors[index]], [])])
+                    continue
+                checked = [self.got[(b, index, name)] for name in self.wanted(index) or ()]
+                for name in unit.names or ():
+                    if name not in (self.names.get(index) or ()):
+                        error = TargetError(f"{unit.spec!r} no longer has a target named {name!r}")
+                        checked.append(([self.error(index, name, error)], []))
+                row.append(checked)
+            outcomes.append(row)
+        return Supervised(self.headers, outcomes)
 
 
-def check_isolated(
-    targets: Sequence[Any], options: Any, *, fresh_each: bool
-) -> list[tuple[list[TargetResult], list[Chain]]]:
-    """Check (and run, as ``options`` says) every target in worker processes; never raises for their faults.
+def _read_events(answers: int, events: queue.Queue[dict[str, Any] | None]) -> None:
+    """Put each event the worker sends on ``events``, then None when its pipe ends."""
+    with open(answers, "rb") as pipe:
+        for line in pipe:
+            event = read_event(line)
+            if event is not None:
+                events.put(event)
+    events.put(None)
+
+
+def supervise(
+    units: Sequence[Unit],
+    backends: Sequence[str | None],
+    options: Any,
+    *,
+    check_backends: bool = False,
+    progress: Callable[[str, int, int], None] | None = None,
+    headers: bool = True,
+) -> Supervised:
+    """Load, check (and run, as ``options`` say) every unit on every backend in worker processes.
+
+    ``check_backends``: the first worker checks every named backend is
+    available before it loads anything (as :func:`~fieldmem.engine.checker.check_backends`).
+    ``headers``: each backend's report without results is wanted (False: only the results).
+
+    Raises:
+        WorkerFailure: an error of the whole run (a backend that is not available),
+            or a worker that cannot start at all.
+    """
+    supervisor = _Supervisor(units, backends, options, check_backends, progress)
+    supervisor.need_headers = headers
+    return supervisor.run()
+
+
+def check_reports(
+    units: Sequence[Unit],
+    backends: Sequence[str | None],
+    options: Any,
+    *,
+    check_backends: bool,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[Report, ...]:
+    """One report per backend, every target checked in worker processes (``fieldmem check``)."""
+    supervised = supervise(units, backends, options, check_backends=check_backends, progress=progress)
+    reports = []
+    for header, row in zip(supervised.headers, supervised.outcomes):
+        assert header is not None
+        checked = [pair for unit in row for pair in unit]
+        results = tuple(result for pair in checked for result in pair[0])
+        chains = tuple(chain for pair in checked for chain in pair[1])
+        reports.append(dataclasses.replace(header, results=results, chains=chains))
+    if progress is not None:
+        total = sum(len(r.results) for r in reports[:1])
+        progress("", total, total)
+    return tuple(reports)
+
+
+def check_isolated(targets: Sequence[Any], options: Any) -> list[_Checked]:
+    """Check and run every resolved target in worker processes (``--run`` from the Python API).
 
     ``targets`` are :class:`~fieldmem.request.target.Target`s or
-    :class:`~fieldmem.request.target.ChainTarget`s that ``resolve_target`` made (each
-    carries the options it was resolved with). ``fresh_each``: a worker per
-    target (a clean device high-water mark each); else one worker for all,
-    and a new one only after a crash or a timeout. Returns, per target in
+    :class:`~fieldmem.request.target.ChainTarget`s that ``resolve_target`` made
+    (each carries the options it was resolved with): the worker loads each
+    spec again and checks the target of that name. Returns, per target in
     order, its results and chains.
     """
-    outcomes: dict[int, tuple[list[TargetResult], list[Chain]]] = {}
-    pending = list(range(len(targets)))
-    while pending:
-        batch = pending[:1] if fresh_each else pending
-        with tempfile.TemporaryDirectory(prefix="fieldmem-worker-") as tmp:
-            folder = Path(tmp)
-            (folder / REQUEST).write_text(json.dumps(_request(targets, batch, options)))
-            watch = _watch(folder, options.timeout)
-            for index in watch.finished:
-                outcomes[index] = _read_result(result_file(folder, index), targets[index])
-            stuck = watch.current
-            if stuck is None and len(watch.finished) < len(batch):
-                # it died before it started on a target (jax did not start): charge the next one
-                stuck = next(i for i in batch if i not in outcomes)
-            if stuck is not None and stuck not in outcomes:
-                outcomes[stuck] = ([_failure(targets[stuck], watch, options)], [])
-        pending = [i for i in pending if i not in outcomes]
-    return [outcomes[i] for i in range(len(targets))]
-
-
-def _read_result(path: Path, target: Any) -> tuple[list[TargetResult], list[Chain]]:
-    first = getattr(target, "first", target)
-    try:
-        written = decode(WorkerResult, json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError, KeyError) as exc:
-        error = RunError(f"its worker wrote a result fieldmem cannot read ({exc})", kind="crash")
-        return [error_result(target.spec, target.name, error, first.definition)], []
-    return list(written.results), list(written.chains)
-
-
-def _failure(target: Any, watch: _Watch, options: Any) -> TargetResult:
-    first = getattr(target, "first", target)
-    if watch.timed_out:
-        message = (
-            f"did not finish within --timeout {options.timeout:g} s; its worker process was killed "
-            "(the other targets still ran)"
+    units = []
+    for target in targets:
+        first = getattr(target, "first", target)
+        units.append(Unit(target.spec, first.options, (target.name,), first.definition))
+    supervised = supervise(units, [options.backend], dataclasses.replace(options, isolate=True), headers=False)
+    return [
+        (
+            [r for pair in outcome for r in pair[0]],
+            [c for pair in outcome for c in pair[1]],
         )
-        return error_result(target.spec, target.name, RunError(message, kind="timeout"), first.definition)
-    why = _last_line(watch.stderr)
-    message = f"its worker process {_death(watch.returncode)} while checking or running it" + (
-        f": {why}" if why else ""
-    )
-    kind = "out-of-memory" if "RESOURCE_EXHAUSTED" in watch.stderr or "MemoryError" in watch.stderr else "crash"
-    return error_result(target.spec, target.name, RunError(message, kind=kind), first.definition)
+        for outcome in supervised.outcomes[0]
+    ]

@@ -17,7 +17,7 @@ import os
 from fieldmem.errors import FieldmemError
 from fieldmem.report import ErrorInfo, TargetResult
 
-__all__ = ["DEBUG_VARIABLE", "InternalError", "error_result", "internal_error"]
+__all__ = ["DEBUG_VARIABLE", "ExitError", "InternalError", "contained", "error_result", "internal_error"]
 
 DEBUG_VARIABLE = "FIELDMEM_DEBUG"  # set (not "" or "0"): an unexpected exception is raised with its traceback
 
@@ -47,6 +47,38 @@ def internal_error(exc: Exception, stage: str) -> InternalError:
         f"internal error while {stage}: {what} — a fieldmem bug, please report it "
         f"(run with {DEBUG_VARIABLE}=1 for the traceback)"
     )
+
+
+class ExitError(FieldmemError):
+    """The user's code ended the check of one target: ``sys.exit``, another ``BaseException``, or (in a
+    worker) the worker's death. That target's error (exit 2), kind ``crash``."""
+
+    kind = "crash"
+
+
+def contained(exc: BaseException, stage: str) -> FieldmemError:
+    """``exc``, raised while ``stage``, as the error of the target it stopped (one line, no traceback).
+
+    A :class:`FieldmemError` is itself; another ``Exception`` is an :class:`InternalError`
+    (:func:`internal_error`); a ``SystemExit`` or another ``BaseException`` is an :class:`ExitError`.
+
+    Raises:
+        KeyboardInterrupt: ``exc`` itself: Ctrl-C stops the run, it is no target's error.
+        BaseException: ``exc`` itself, with ``FIELDMEM_DEBUG`` set, when it is not a fieldmem error.
+    """
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+    if isinstance(exc, FieldmemError):
+        return exc
+    if isinstance(exc, Exception):
+        return internal_error(exc, stage)
+    if debugging():
+        raise exc
+    if isinstance(exc, SystemExit):
+        return ExitError(f"called sys.exit({exc.code!r}) while {stage}")
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    what = f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+    return ExitError(f"raised {what} while {stage}")
 
 
 def error_result(spec: str, name: str, error: FieldmemError, definition: str | None = None) -> TargetResult:

@@ -1,87 +1,195 @@
-"""The child side of ``--run`` isolation: ``python -m fieldmem.engine.worker FOLDER`` checks and runs targets.
+"""The worker: ``python -m fieldmem.engine.worker FD PARENT`` loads, checks (and runs) targets for its parent.
 
-Started by :mod:`fieldmem.engine.isolate`, never by a user. It reads the
-request in ``FOLDER`` (:mod:`fieldmem.engine.workfolder`), takes the parent's
-working directory and ``sys.path``, and for each target appends ``start N``
-to the events, resolves the spec again, picks the target by name, checks and
-runs it in this process (through the checker, which imports jax), writes its
-:class:`~fieldmem.engine.workfolder.WorkerResult` and appends ``done N``. A
-crash or a hang here is the parent's to report.
+Started by :mod:`fieldmem.engine.isolate`, never by a user: the user's code
+(their modules, factories, tracing, ``--run``) runs here, never in the process
+that writes the report and decides the exit code. It reads the request, one
+JSON line, from stdin (:mod:`fieldmem.engine.protocol`), takes the parent's
+working directory and ``sys.path``, loads every spec it is asked for, then
+checks each target on each backend through the checker (which imports jax),
+sending an event around each step and each result on the pipe ``FD``. What it
+or the user's code prints goes to its stdout and stderr, which the parent
+shows on its stderr: results never travel that way. The user's code sees an
+empty stdin, as before.
+
+It dies with its parent: on Linux the kernel kills it when the parent dies
+(``PR_SET_PDEATHSIG``), and everywhere a thread watches stdin, whose other
+end only the parent holds, and exits at its end. It writes no file. A crash
+or a hang here is the parent's to report.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from fieldmem.codec import decode, encode
+from fieldmem.codec import decode, encode, unbounded_integers
+from fieldmem.engine.protocol import WorkerResult, write_event
 from fieldmem.engine.results import error_result, internal_error
-from fieldmem.engine.workfolder import EVENTS, REQUEST, WorkerResult, result_file
-from fieldmem.errors import FieldmemError, TargetError
+from fieldmem.errors import FieldmemError
 
 __all__ = ["main"]
 
+_PR_SET_PDEATHSIG = 1
 
-def _work(item: dict[str, Any], options: Any) -> WorkerResult:
-    """Check one target of the request; whatever goes wrong is that target's error, never the worker's end."""
+
+def _die_with_parent(watched: int, parent: int) -> None:
+    """Exit when the parent dies: (Linux) the kernel kills this process, and the pipe ``watched`` ends."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # pragma: no cover - no prctl: the pipe still watches
+            pass
+    if os.getppid() != parent:  # the parent died before the signal was asked for
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            try:
+                if not os.read(watched, 4096):
+                    break
+            except InterruptedError:  # pragma: no cover - retried by Python anyway
+                continue
+            except OSError:
+                break
+        os._exit(1)
+
+    threading.Thread(target=watch, name="fieldmem-parent-watch", daemon=True).start()
+
+
+def _encoded(written: WorkerResult, spec: str, name: str) -> Any:
     try:
-        return _check_item(item, options)
-    except FieldmemError as exc:
-        return WorkerResult((error_result(item["spec"], item["name"], exc),))
-    except Exception as exc:
-        return WorkerResult((error_result(item["spec"], item["name"], internal_error(exc, "checking it")),))
+        encoded = encode(written)
+        json.dumps(encoded)
+        return encoded
+    except Exception as exc:  # a result the codec cannot write is this target's error, not the worker's end
+        error = internal_error(exc, "writing its result")
+        return encode(WorkerResult((error_result(spec, name, error),)))
 
 
-def _check_item(item: dict[str, Any], options: Any) -> WorkerResult:
-    from fieldmem.driver import start_jax
-    from fieldmem.engine.checker import check_targets
-    from fieldmem.request.target import TargetOptions, resolve_target
+class _Worker:
+    """One worker's run over its request, answering on ``events``."""
 
-    start_jax()  # before the user's module imports jax: quiet about the plugins' start-up noise
+    def __init__(self, request: dict[str, Any], events: IO[str]) -> None:
+        from fieldmem.request.options import CheckOptions
 
-    target_options = decode(TargetOptions, item["target_options"] or {})
-    found = [t for t in resolve_target(item["spec"], target_options) if t.name == item["name"]]
-    if not found:
-        raise TargetError(f"{item['spec']!r} no longer has a target named {item['name']!r}")
-    report = check_targets(found[:1], options)
-    return WorkerResult(report.results, report.chains)
+        self.request = request
+        self.events = events
+        with unbounded_integers():
+            self.options = decode(CheckOptions, request["check_options"])
+
+    def event(self, what: str, **fields: Any) -> None:
+        write_event(self.events, what, **fields)
+
+    def resolve(self) -> dict[int, list[Any]]:
+        """Every spec some backend still needs, loaded: its items (targets, or ``(spec, error)``)."""
+        from fieldmem.engine.checker import resolve_all
+        from fieldmem.request.target import TargetOptions
+
+        loaded: dict[int, list[Any]] = {}
+        for index, spec in enumerate(self.request["specs"]):
+            if spec is None or all(todo[index] == [] for todo in self.request["todo"]):
+                continue
+            self.event("resolve", spec=index)
+            with unbounded_integers():  # the options as the user gave them: the checker refuses what it must
+                target_options = decode(TargetOptions, spec["options"] or {})
+            items = resolve_all([spec["spec"]], target_options)
+            loaded[index] = items
+            self.event("resolved", spec=index, names=[_name(item) for item in items])
+        return loaded
+
+    def run(self) -> str:
+        """Check what the request asks; the last event's name (``end`` or ``yield``)."""
+        from fieldmem.driver import backend_devices, has_memory_stats, start_jax
+        from fieldmem.engine.checker import check_targets
+
+        start_jax()  # before the user's modules import jax: quiet about the plugins' start-up noise
+        backends: list[str | None] = self.request["backends"]
+        if self.request["check_backends"]:
+            for backend in backends:
+                if backend is not None:
+                    backend_devices(backend)
+        loaded = self.resolve()
+        for b, backend in enumerate(backends):
+            options = dataclasses.replace(self.options, backend=backend, isolate=False)
+            fresh_each = self.request["isolate"] and options.run and has_memory_stats(backend)
+            todo = [
+                (index, position, item)
+                for index, items in loaded.items()
+                for position, item in enumerate(items)
+                if self.request["todo"][b][index] is None or _name(item) in self.request["todo"][b][index]
+            ]
+            if fresh_each and len(todo) > 1:  # a clean device high-water mark: one target, then a new process
+                todo = todo[:1]
+                yielding = True
+            else:
+                yielding = False
+
+            def started(n: int, todo: list[Any] = todo, b: int = b) -> None:
+                index, _, item = todo[n]
+                self.event("start", b=b, spec=index, name=_name(item))
+
+            def done(n: int, checked: Any, todo: list[Any] = todo, b: int = b) -> None:
+                index, _, item = todo[n]
+                spec = self.request["specs"][index]["spec"]
+                result = _encoded(WorkerResult(tuple(checked[0]), tuple(checked[1])), spec, _name(item))
+                self.event("done", b=b, spec=index, name=_name(item), result=result)
+
+            report = check_targets([item for _, _, item in todo], options, started=started, done=done)
+            header = dataclasses.replace(report, results=(), chains=())
+            self.event("header", b=b, report=encode(header))
+            if yielding:
+                return "yield"
+        return "end"
+
+
+def _name(item: Any) -> str:
+    return item[0] if isinstance(item, tuple) else item.name
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Check every target of the request in folder ``argv[0]``; 2 when started without one."""
+    """Do the request read from stdin for parent ``argv[1]``, answering on the pipe ``argv[0]``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m fieldmem.engine.worker FOLDER (started by fieldmem check --run)", file=sys.stderr)
+    if len(args) != 2 or not all(a.isdigit() for a in args):
+        print("usage: python -m fieldmem.engine.worker FD PARENT (started by fieldmem check)", file=sys.stderr)
         return 2
-    from fieldmem.request.options import CheckOptions
-
-    folder = Path(args[0])
-    request = json.loads((folder / REQUEST).read_text())
+    line = sys.stdin.buffer.readline()
+    watched = os.dup(0)  # the rest of stdin only ends, when the parent does
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)  # the user's code reads an empty stdin
+    os.close(devnull)
+    _die_with_parent(watched, int(args[1]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this process
+    os.set_inheritable(int(args[0]), False)  # a process the user's code starts does not hold it open
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:  # what the user's code prints reaches the parent's stderr as it is printed
+        reconfigure(line_buffering=True)
+    request = json.loads(line)
     os.chdir(request["cwd"])
     sys.path[:] = request["sys_path"]
-    options = decode(CheckOptions, request["check_options"])
-    with open(folder / EVENTS, "a", buffering=1) as events:
-        for item in request["items"]:
-            index = item["index"]
-            events.write(f"start {index}\n")
-            events.flush()
-            written = _work(item, options)
-            try:
-                text = json.dumps(encode(written))
-            except Exception as exc:  # a result the codec cannot write is this target's error, not the worker's end
-                error = internal_error(exc, "writing its result")
-                text = json.dumps(encode(WorkerResult((error_result(item["spec"], item["name"], error),))))
-            partial = folder / f"result-{index}.json.partial"
-            partial.write_text(text)
-            os.replace(partial, result_file(folder, index))
-            events.write(f"done {index}\n")
-            events.flush()
+    with open(int(args[0]), "w", buffering=1, encoding="utf-8") as events:
+        worker = _Worker(request, events)
+        try:
+            last = worker.run()
+        except FieldmemError as exc:  # the whole run's error (a backend not available): one line, exit 2
+            write_event(events, "fatal", message=exc.message)
+            return 0
+        write_event(events, last)
     return 0
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a process
-    raise SystemExit(main())
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)  # no atexit hook of the user's code or teardown of jax: the answers are in

@@ -1,0 +1,56 @@
+"""What a worker's parent (:mod:`fieldmem.engine.isolate`) and the worker (:mod:`fieldmem.engine.worker`) say to each other.
+
+No file is shared, so nothing is left behind when either dies. The parent
+writes the request, one JSON line, to the worker's stdin and keeps stdin
+open: its end (the worker then sees end-of-file) is how the worker learns
+that the parent is gone. The worker answers on a pipe of its own (its file
+descriptor is the worker's first argument), one JSON object per line
+(:func:`write_event`, read back by :func:`read_event`):
+
+- ``{"e": "resolve", "spec": i}`` before it loads spec ``i`` (imports the user's module),
+  ``{"e": "resolved", "spec": i, "names": [...]}`` after, with the names of its targets;
+- ``{"e": "start", "b": b, "spec": i, "name": n}`` before it checks target ``n`` of spec
+  ``i`` on backend ``b``, ``{"e": "done", ..., "result": WorkerResult}`` after;
+- ``{"e": "header", "b": b, "report": Report}``: the report of backend ``b`` without its
+  results (the versions, backend and devices only the worker can read);
+- ``{"e": "fatal", "message": ...}``: an error that stops the whole run (a backend that
+  is not available), ``{"e": "yield"}``: it stops so the next target gets a fresh
+  process, ``{"e": "end"}``: it did all it was asked.
+
+A worker that ends without ``end``, ``yield`` or ``fatal`` died: the parent
+charges the target (or spec) it was on. The worker's stdout and stderr carry
+only what it and the user's code print, never a result. No jax.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import IO, Any
+
+from fieldmem.report import Chain, TargetResult
+
+__all__ = ["WorkerResult", "read_event", "write_event"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerResult:
+    """What a worker gives back for one target: its results and, for a chain, the chain."""
+
+    results: tuple[TargetResult, ...]
+    chains: tuple[Chain, ...] = ()
+
+
+def write_event(channel: IO[str], what: str, **fields: Any) -> None:
+    """Send one event and flush it, so the parent has it even if the worker dies right after."""
+    channel.write(json.dumps({"e": what, **fields}) + "\n")
+    channel.flush()
+
+
+def read_event(line: bytes) -> dict[str, Any] | None:
+    """The event on one line; None for a line that is not one (cut short by the worker's death)."""
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and isinstance(event.get("e"), str) else None
