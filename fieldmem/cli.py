@@ -366,8 +366,8 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
     from fieldmem.request.backends import deviceless_environment, parse_backend
 
     # this process is fieldmem's own: a deviceless backend's environment is set here, before jax starts
-    backends = [parse_backend(name) for name in request.backends] if request.backends is not None else None
-    os.environ.update(deviceless_environment(backends))
+    named = [parse_backend(name) for name in request.backends] if request.backends is not None else None
+    os.environ.update(deviceless_environment(named))
     if request.devices is not None:
         simulate_cpu_devices(request.devices)
     elif request.implied_devices is not None:
@@ -385,7 +385,7 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
         from fieldmem.engine.isolate import Unit, check_reports
 
         units = [Unit(spec, request.per_target.get(spec, request.target_options)) for spec in request.targets]
-        backends = list(request.backends) if request.backends is not None else [None]
+        backends: list[str | None] = list(request.backends) if request.backends is not None else [None]
         reports = check_reports(
             units, backends, options, check_backends=request.backends is not None, progress=progress
         )
