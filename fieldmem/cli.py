@@ -363,10 +363,12 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
     """
     from fieldmem.driver import simulate_cpu_devices
     from fieldmem.gate.baseline import load_baseline
-    from fieldmem.request.backends import deviceless_environment, parse_backend
+    from fieldmem.request.backends import deviceless_environment, parse_backend, require_extra
 
     # this process is fieldmem's own: a deviceless backend's environment is set here, before jax starts
     named = [parse_backend(name) for name in request.backends] if request.backends is not None else None
+    for backend in named or ():
+        require_extra(backend)  # here, before a worker starts: one line, whichever process checks
     os.environ.update(deviceless_environment(named))
     if request.devices is not None:
         simulate_cpu_devices(request.devices)

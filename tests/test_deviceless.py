@@ -143,9 +143,9 @@ def test_running_on_a_deviceless_backend_is_refused(flag: str) -> None:
 def test_a_missing_extra_is_one_line_with_the_pip_install(
     backend: str, extra: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from fieldmem.driver import deviceless
+    from fieldmem.request import backends
 
-    monkeypatch.setattr(deviceless, "_installed", lambda module: False)
+    monkeypatch.setattr(backends, "_installed", lambda module: False)
     (tmp_path / "mod_missing.py").write_text("def step(x):\n    return x + 1\n")
     monkeypatch.chdir(tmp_path)
     result = _check("mod_missing:step", "--backend", f"cpu,{backend}", "--no-cache")

@@ -36,7 +36,7 @@ from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.errors import CompileError, OptionError
-from fieldmem.request.backends import DEVICELESS_ENV, GPU_KINDS, BackendName, parse_backend
+from fieldmem.request.backends import DEVICELESS_ENV, GPU_KINDS, BackendName, parse_backend, require_extra
 
 __all__ = [
     "DEVICELESS_NOTE",
@@ -62,8 +62,6 @@ DEVICELESS_NOTE = {
     "tpu": "the TPU compiler (libtpu) compiled for this topology; nothing was run",
 }
 
-_EXTRA = {"tpu": ("libtpu", "tpu"), "gpu": ("jax_plugins.xla_cuda12", "gpu")}
-
 
 @dataclass(frozen=True)
 class Target:
@@ -79,24 +77,6 @@ class Target:
     @property
     def device_kind(self) -> str | None:
         return getattr(self.devices[0], "device_kind", None)
-
-
-def _installed(module: str) -> bool:
-    """Whether ``module`` can be imported (the extras' packages; tests simulate a missing one here)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _require_extra(backend: BackendName) -> None:
-    module, extra = _EXTRA[backend.platform]
-    needed = [module] + (["nvidia.cuda_nvcc"] if backend.platform == "gpu" else [])
-    if not all(_installed(m) for m in needed):
-        raise OptionError(
-            f"--backend {backend.name} needs the {backend.platform.upper()} compiler, which is not installed: "
-            f'pip install "fieldmem[{extra}]"'
-        )
 
 
 def gpu_spec_names() -> dict[str, str]:
@@ -181,7 +161,7 @@ def target(name: str) -> Target:
             whose environment cannot compile without the device, or a topology jax refuses.
     """
     backend = parse_backend(name)
-    _require_extra(backend)
+    require_extra(backend)
     with _lock:
         return Target(backend, _devices(backend.name))
 

@@ -11,6 +11,7 @@ report, one baseline key).
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -27,6 +28,7 @@ __all__ = [
     "deviceless_environment",
     "known_backends",
     "parse_backend",
+    "require_extra",
 ]
 
 # TPU kind -> (the name jax's topology wants, number of axes)
@@ -160,6 +162,38 @@ def deviceless_environment(backends: Iterable[BackendName] | None) -> dict[str, 
     if any(b.platform == "tpu" and not b.deviceless for b in chosen):
         return {}
     return {k: v for k, v in DEVICELESS_ENV.items() if k != "JAX_PLATFORMS"}
+
+
+# the module each deviceless platform's extra brings, and the extra's name
+_EXTRA = {"tpu": ("libtpu", "tpu"), "gpu": ("jax_plugins.xla_cuda12", "gpu")}
+
+
+def _installed(module: str) -> bool:
+    """Whether ``module`` can be imported (the extras' packages; tests simulate a missing one here).
+    Looks it up without importing it (``jax_plugins`` is a namespace package: no jax starts)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def require_extra(backend: BackendName) -> None:
+    """Stop when the extra a deviceless ``backend`` needs is not installed (nothing to do for others).
+
+    The command line asks before it starts its worker, the driver before it compiles.
+
+    Raises:
+        OptionError: naming the ``pip install`` to run.
+    """
+    if not backend.deviceless:
+        return
+    module, extra = _EXTRA[backend.platform]
+    needed = [module] + (["nvidia.cuda_nvcc"] if backend.platform == "gpu" else [])
+    if not all(_installed(m) for m in needed):
+        raise OptionError(
+            f"--backend {backend.name} needs the {backend.platform.upper()} compiler, which is not installed: "
+            f'pip install "fieldmem[{extra}]"'
+        )
 
 
 def check_combination(backends: Iterable[BackendName]) -> None:
