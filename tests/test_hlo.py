@@ -966,3 +966,26 @@ def test_concurrent_parses_leave_the_collector_as_it_was() -> None:
     for t in threads:
         t.join()
     assert gc.isenabled()
+
+
+_GPU_TUPLE_PASS = """HloModule jit_update, entry_computation_layout={(f32[8,128]{1,0}, f32[8,128]{1,0})->(f32[8,128]{1,0}, f32[8,128]{1,0})}
+
+ENTRY %main.2 (field_u.1: f32[8,128], field_v.1: f32[8,128]) -> (f32[8,128], f32[8,128]) {
+  %field_v.1 = f32[8,128]{1,0} parameter(1), metadata={op_name="field.v"}
+  %field_u.1 = f32[8,128]{1,0} parameter(0), metadata={op_name="field.u"}
+  %negate.1 = f32[8,128]{1,0} negate(%field_u.1)
+  %tuple.9 = (f32[8,128]{1,0}, f32[8,128]{1,0}) tuple(%negate.1, %field_v.1)
+  %get-tuple-element.21 = f32[8,128]{1,0} get-tuple-element(%tuple.9), index=0
+  %get-tuple-element.22 = f32[8,128]{1,0} get-tuple-element(%tuple.9), index=1
+  %copy.1 = f32[8,128]{1,0} copy(%get-tuple-element.22)
+  ROOT %tuple.10 = (f32[8,128]{1,0}, f32[8,128]{1,0}) tuple(%get-tuple-element.21, %copy.1)
+}
+"""
+
+
+def test_a_copy_through_a_tuple_and_its_element_is_of_the_parameter_in_it() -> None:
+    """XLA:GPU leaves get-tuple-element(tuple(a, v), 1) in the entry (the H100 compile of
+    examples/field.py): the copy of it is a copy of parameter 1, as XLA:CPU's direct copy is."""
+    (site,) = find_copies(hlo.parse_hlo_module(_GPU_TUPLE_PASS))
+    assert (site.instruction, site.parameter_number, site.parameter_index) == ("copy.1", 1, ())
+    assert site.feeds_output and site.output_indices == ((1,),)

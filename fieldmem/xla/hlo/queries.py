@@ -171,6 +171,13 @@ def _trace_parameter(name: str, by_name: dict[str, HloInstruction]) -> tuple[int
         instruction = by_name[name]
         if instruction.opcode == "parameter":
             return instruction.parameter_number, tuple(reversed(index))
+        if instruction.opcode == "tuple" and index:
+            # get-tuple-element(tuple(a, b), 1) is b (XLA:GPU leaves such pairs in the entry)
+            position = index.pop()
+            if position >= len(instruction.operands):
+                return None, ()
+            name = instruction.operands[position]
+            continue
         if instruction.opcode not in _TRANSPARENT or not instruction.operands:
             return None, ()
         if instruction.opcode == "get-tuple-element" and instruction.tuple_index is not None:
