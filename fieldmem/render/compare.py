@@ -101,9 +101,12 @@ def _summary(comparison: Comparison) -> str:
 
 
 def _column_header(column: Column) -> str:
+    """The report's label, then its backend (when the label is not already that) and jax, then its devices:
+    one short line each, so that three or four reports fit side by side."""
     kind = column.device_kind or "no device"
     how_many = f"{column.device_count} × " if column.device_count > 1 else ""
-    return f"{column.label}\n{column.backend} · jax {column.jax_version} · {how_many}{kind}"
+    backend = f"{column.backend} · " if column.backend != column.label else ""
+    return f"{column.label}\n{backend}jax {column.jax_version}\n{how_many}{kind}"
 
 
 # ----------------------------------------------------------------------------
