@@ -167,11 +167,24 @@ def decode_instruction_ids(hlo_module_proto: bytes) -> dict[int, tuple[str, str]
     Raises:
         BufferAssignmentError: the bytes are not a protobuf message.
     """
+    return _instruction_ids(_module(hlo_module_proto))
+
+
+def _module(hlo_module_proto: bytes) -> HloModuleProto:
+    """The ``HloModuleProto`` of ``hlo_module_proto``.
+
+    Raises:
+        BufferAssignmentError: the bytes are not a protobuf message.
+    """
     module = HloModuleProto()
     try:
         module.ParseFromString(bytes(hlo_module_proto))
     except (DecodeError, TypeError) as error:
         raise BufferAssignmentError(f"cannot decode the HLO module proto: {error}") from None
+    return module
+
+
+def _instruction_ids(module: HloModuleProto) -> dict[int, tuple[str, str]]:
     names: dict[int, tuple[str, str]] = {}
     for computation in module.computations:
         for instruction in computation.instructions:
@@ -186,11 +199,10 @@ def decode_async_wrappers(hlo_module_proto: bytes) -> tuple[tuple[str, str, str,
     Raises:
         BufferAssignmentError: the bytes are not a protobuf message.
     """
-    module = HloModuleProto()
-    try:
-        module.ParseFromString(bytes(hlo_module_proto))
-    except (DecodeError, TypeError) as error:
-        raise BufferAssignmentError(f"cannot decode the HLO module proto: {error}") from None
+    return _async_wrappers(_module(hlo_module_proto))
+
+
+def _async_wrappers(module: HloModuleProto) -> tuple[tuple[str, str, str, str], ...]:
     by_id = {int(c.id): c for c in module.computations}
     found: list[tuple[str, str, str, str]] = []
     for computation in module.computations:
@@ -225,13 +237,14 @@ def decode_buffer_assignment(data: bytes, hlo_module_proto: bytes | None = None)
         proto.ParseFromString(bytes(data))
     except (DecodeError, TypeError) as error:
         raise BufferAssignmentError(f"cannot decode the buffer assignment proto: {error}") from None
-    names = decode_instruction_ids(hlo_module_proto) if hlo_module_proto else {}
+    module = _module(hlo_module_proto) if hlo_module_proto else None  # parsed once, read twice
+    names = _instruction_ids(module) if module is not None else {}
     assignment = BufferAssignment(
         logical_buffers=tuple(_logical_buffer(b, names) for b in proto.logical_buffers),
         allocations=tuple(_allocation(a) for a in proto.buffer_allocations),
         aliases=tuple(BufferAlias(int(a.source_buffer_id), *_where(a.location, names)) for a in proto.buffer_aliases),
         heap_traces=tuple(_heap_trace(t) for t in proto.heap_simulator_traces),
-        async_wrappers=decode_async_wrappers(hlo_module_proto) if hlo_module_proto else (),
+        async_wrappers=_async_wrappers(module) if module is not None else (),
     )
     _check_placement(assignment)
     return assignment
