@@ -201,14 +201,7 @@ def check_function(
         raise OptionError(f"{type(fn).__name__} is not callable: pass the update function first, then its arguments")
     display = name or _function_name(fn)
     target = _target(fn, display, args, kwargs, donate, static, expect, max_peak, max_live_peak, new)
-    options = CheckOptions(
-        min_bytes=parse_bytes(min_bytes, "min_bytes="),
-        run=run,
-        isolate=False,
-        fast_compile=fast_compile,
-        backend=_backend(backend),
-    )
-    report = check_targets([target], options)
+    report = check_targets([target], _options(min_bytes, run, fast_compile, backend))
     result = report.results[0]
     if result.status == "error":
         error = result.error
@@ -276,14 +269,18 @@ def check_chain(
             for n, s, e in zip(names, steps, extras)
         ),
     )
-    options = CheckOptions(
+    return check_targets([chain], _options(min_bytes, run, fast_compile, backend))
+
+
+def _options(min_bytes: int | str, run: bool, fast_compile: bool, backend: object) -> CheckOptions:
+    """How the Python API checks: in the caller's process (``isolate=False``), with the caller's options."""
+    return CheckOptions(
         min_bytes=parse_bytes(min_bytes, "min_bytes="),
         run=run,
         isolate=False,
         fast_compile=fast_compile,
         backend=_backend(backend),
     )
-    return check_targets([chain], options)
 
 
 def _backend(backend: object) -> str | None:
