@@ -13,7 +13,7 @@ no jax; iterative, linear in the size of the module.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from .model import HloComputation
 from .text import HloParseError
@@ -62,65 +62,69 @@ def _check_operands(computation: HloComputation) -> None:
                     f"instruction {_short(instruction.name)} of computation {_short(computation.name)} reads "
                     f"{_short(operand)}, which no instruction of the computation defines"
                 )
-    # a value that depends on itself: depth-first, without recursion (0 new, 1 on the path, 2 done)
-    state: dict[str, int] = {}
-    for start in by_name:
-        if state.get(start):
-            continue
-        stack: list[tuple[str, int]] = [(start, 0)]
-        state[start] = 1
-        while stack:
-            name, next_operand = stack[-1]
-            operands = by_name[name].operands
-            if next_operand == len(operands):
-                state[name] = 2
-                stack.pop()
-                continue
-            stack[-1] = (name, next_operand + 1)
-            operand = operands[next_operand]
-            mark = state.get(operand, 0)
-            if mark == 1:
-                raise HloStructureError(
-                    f"instruction {_short(operand)} of computation {_short(computation.name)} depends on itself"
-                    + (f" (through {_short(name)})" if name != operand else "")
-                )
-            if mark == 0:
-                state[operand] = 1
-                stack.append((operand, 0))
+
+    def depends_on_itself(name: str, operand: str) -> HloStructureError:
+        return HloStructureError(
+            f"instruction {_short(operand)} of computation {_short(computation.name)} depends on itself"
+            + (f" (through {_short(name)})" if name != operand else "")
+        )
+
+    _depth_first({name: instruction.operands for name, instruction in by_name.items()}, depends_on_itself)
 
 
 def _check_calls(computations: Sequence[HloComputation]) -> None:
     calls = {c.name: tuple(callee for i in c.instructions for callee in i.called) for c in computations}
     calls = {name: tuple(callee for callee in callees if callee in calls) for name, callees in calls.items()}
-    state: dict[str, int] = {}
     height: dict[str, int] = {}  # the longest chain of calls from a computation down, itself included
-    for start in calls:
+
+    def calls_itself(name: str, callee: str) -> HloStructureError:
+        return HloStructureError(
+            f"computation {_short(callee)} calls itself"
+            + (f" (through {_short(name)})" if name != callee else "")
+            + ": a loop body, branch or fusion cannot contain its own caller"
+        )
+
+    def measure(name: str) -> None:
+        height[name] = 1 + max((height[c] for c in calls[name]), default=0)
+        if height[name] > MAX_NESTING:
+            raise HloStructureError(
+                f"computations call each other more than {MAX_NESTING} levels deep "
+                f"(from {_short(name)}): no module XLA prints nests so deep"
+            )
+
+    _depth_first(calls, calls_itself, measure)
+
+
+def _depth_first(
+    edges: Mapping[str, Sequence[str]],
+    cycle: Callable[[str, str], HloStructureError],
+    done: Callable[[str], None] | None = None,
+) -> None:
+    """Walk the graph ``edges`` (node -> the nodes it reaches) depth-first, without recursion.
+
+    Raises ``cycle(node, target)`` for the first edge that closes a cycle; calls ``done(node)`` once every
+    node it reaches is done (children before parents).
+    """
+    state: dict[str, int] = {}  # 0 new, 1 on the path, 2 done
+    for start in edges:
         if state.get(start):
             continue
         stack: list[tuple[str, int]] = [(start, 0)]
         state[start] = 1
         while stack:
-            name, next_callee = stack[-1]
-            callees = calls[name]
-            if next_callee == len(callees):
+            name, following = stack[-1]
+            targets = edges[name]
+            if following == len(targets):
                 state[name] = 2
-                height[name] = 1 + max((height[c] for c in callees), default=0)
-                if height[name] > MAX_NESTING:
-                    raise HloStructureError(
-                        f"computations call each other more than {MAX_NESTING} levels deep "
-                        f"(from {_short(name)}): no module XLA prints nests so deep"
-                    )
+                if done is not None:
+                    done(name)
                 stack.pop()
                 continue
-            stack[-1] = (name, next_callee + 1)
-            callee = callees[next_callee]
-            mark = state.get(callee, 0)
+            stack[-1] = (name, following + 1)
+            target = targets[following]
+            mark = state.get(target, 0)
             if mark == 1:
-                raise HloStructureError(
-                    f"computation {_short(callee)} calls itself"
-                    + (f" (through {_short(name)})" if name != callee else "")
-                    + ": a loop body, branch or fusion cannot contain its own caller"
-                )
+                raise cycle(name, target)
             if mark == 0:
-                state[callee] = 1
-                stack.append((callee, 0))
+                state[target] = 1
+                stack.append((target, 0))
