@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
+from fieldmem.driver.quiet import jax_started
 from fieldmem.errors import OptionError
 from fieldmem.readings import Environment
 
@@ -119,7 +120,7 @@ def simulate_cpu_devices(count: int) -> None:
 
     if count < 1:
         raise OptionError(f"--devices {count} must be at least 1")
-    if _backends_started():
+    if jax_started():
         try:
             have = len(sys.modules["jax"].devices("cpu"))
         except RuntimeError:
@@ -132,20 +133,6 @@ def simulate_cpu_devices(count: int) -> None:
         return
     flags = re.sub(rf"\s*{_DEVICE_COUNT_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", ""))
     os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={count}".strip()
-
-
-def _backends_started() -> bool:
-    """Whether jax has created its backends in this process (after which XLA_FLAGS is not read again)."""
-    import sys
-
-    if "jax" not in sys.modules:
-        return False
-    try:
-        from jax._src import xla_bridge
-
-        return bool(getattr(xla_bridge, "_backends", {}))
-    except Exception:  # another jax layout: assume started, and compare the device count
-        return True
 
 
 def cache_folder(path: str | None, origin: str = "--cache-dir") -> str | None:

@@ -26,7 +26,7 @@ import tempfile
 import threading
 from collections.abc import Iterable
 
-__all__ = ["known_noise", "quiet_stderr", "start_jax"]
+__all__ = ["jax_started", "known_noise", "quiet_stderr", "start_jax"]
 
 # one line each: absl's banners and the CUDA stub's message (timestamps, thread ids and line numbers vary)
 _NOISE_LINES = (
@@ -76,7 +76,9 @@ def known_noise(lines: Iterable[str]) -> list[str]:
     return kept + pending
 
 
-def _started() -> bool:
+def jax_started() -> bool:
+    """Whether jax has created its backends in this process (after which XLA_FLAGS, JAX_PLATFORMS and
+    the plugins' start are past). Reads ``jax._src.xla_bridge._backends``; another jax layout: assumed started."""
     if "jax" not in sys.modules:
         return False
     try:
@@ -95,7 +97,7 @@ def start_jax() -> None:
     report later (``jax.devices(name)`` raises), as without this function.
     """
     with _lock:
-        if _started():
+        if jax_started():
             return
         with quiet_stderr():
             import jax
