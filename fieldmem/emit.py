@@ -114,8 +114,9 @@ def terminal_options(verbose: bool, min_bytes: int) -> RenderOptions:
 
 
 def _for_backend(path: Path, backend: str, several: bool) -> Path:
-    # a deviceless backend's name has colons (tpu:v5e:2x2): report.tpu-v5e-2x2.json
-    return path.with_name(f"{path.stem}.{backend.replace(':', '-')}{path.suffix}") if several else path
+    from fieldmem.request.build import backend_file
+
+    return backend_file(path, backend) if several else path
 
 
 def write_file(path: Path, text: str) -> None:

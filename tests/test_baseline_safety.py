@@ -100,6 +100,10 @@ def leftovers(folder: Path) -> list[str]:
             dict(output="r.json", html_output="r.json", backend="cpu,gpu"),
             "--output 'r.cpu.json' and --html 'r.cpu.json' name the same file",
         ),
+        (  # the file a deviceless backend's report is written to, as emit names it
+            dict(output="r.json", save_baseline="r.tpu-v5e.json", backend="cpu,tpu:v5e"),
+            "--output 'r.tpu-v5e.json' and --save-baseline 'r.tpu-v5e.json' name the same file",
+        ),
     ],
 )
 def test_outputs_naming_one_file_are_refused(

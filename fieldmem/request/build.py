@@ -37,6 +37,7 @@ __all__ = [
     "CheckFlags",
     "CheckRequest",
     "OutputSettings",
+    "backend_file",
     "build_request",
     "check_distinct_outputs",
     "check_writable",
@@ -325,6 +326,12 @@ def _file_identity(path: Path) -> tuple[str, tuple[int, int] | None]:
     return os.path.normcase(os.path.realpath(path)), inode
 
 
+def backend_file(path: Path, backend: str) -> Path:
+    """The file ``-o``/``--html`` ``path`` becomes for one of several backends: ``report.cpu.json``, and
+    ``report.tpu-v5e-2x2.json`` for a deviceless backend (its colons are no part of a file name)."""
+    return path.with_name(f"{path.stem}.{backend.replace(':', '-')}{path.suffix}")
+
+
 def check_distinct_outputs(
     output: OutputSettings, baseline: BaselineSettings, backends: tuple[str, ...] | None = None
 ) -> None:
@@ -346,8 +353,7 @@ def check_distinct_outputs(
         if path is None:
             continue
         for backend in backends if several and backends is not None else (None,):
-            file = path.with_name(f"{path.stem}.{backend}{path.suffix}") if backend is not None else path
-            named.append((option, file, True))
+            named.append((option, backend_file(path, backend) if backend is not None else path, True))
     if baseline.save_to is not None:
         named.append(("--save-baseline", baseline.save_to, True))
     if baseline.compare_with is not None:
