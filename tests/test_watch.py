@@ -221,3 +221,228 @@ def test_watch_checks_again_only_what_an_edit_changed(tmp_path: Path) -> None:
         assert any("watch stopped" in line for line in rest), rest
     finally:
         session.stop()
+
+
+HELPER_MODULE = """\
+import jax.numpy as jnp
+import fieldmem
+from helpers import SCALE
+
+
+def make():
+    return (jnp.zeros((8, 8)),)
+
+
+def scaled(u):
+    return u * SCALE
+
+
+def plain(u):
+    return u + 1.0
+
+
+fieldmem.case(scaled, args=make)
+fieldmem.case(plain, args=make)
+"""
+
+
+@pytest.mark.compile
+def test_watch_follows_a_local_module_the_target_imports(tmp_path: Path) -> None:
+    (tmp_path / "helpers.py").write_text("SCALE = 2.0\n")
+    (tmp_path / "model.py").write_text(HELPER_MODULE)
+    session = _Session(tmp_path, "model.py")
+    try:
+        _, err = session.until("watching")
+        assert "watching 2 file(s)" in err[-1]
+        _write(tmp_path / "helpers.py", "SCALE = 3.0\n")
+        out, err = session.until("again in")
+        assert any("helpers.py changed" in line for line in err)
+        assert "checked 1 target(s) again" in _summary(err) and "1 unchanged" in _summary(err)
+        assert any(line.startswith("model.py:scaled") for line in out)
+        assert not any(line.startswith("model.py:plain") for line in out)
+    finally:
+        session.stop()
+
+
+# ----------------------------------------------------------------------------
+# The pieces: options, the file watch, reloading, fingerprints
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        (["--run"], "--run would run your code"),
+        (["--probe"], "--probe would run your code"),
+        (["--save-baseline", "b.json"], "--save-baseline records one finished run"),
+        (["--no-isolate"], "drop --no-isolate"),
+        (["--format", "json"], "--format json needs -o FILE"),
+    ],
+)
+def test_watch_refuses_what_makes_no_sense_with_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, extra: list[str], words: str
+) -> None:
+    from fieldmem.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.py").write_text("def f(x):\n    return x\n")
+    assert main(["check", "m.py:f", "--watch", *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("fieldmem: error: --") and words in err[0], err
+
+
+def test_watch_writes_json_to_a_file(tmp_path: Path) -> None:
+    from fieldmem.request.build import CheckFlags, build_request
+    from fieldmem.request.config import Config
+
+    flags = CheckFlags(targets=("m.py:f",), watch=True, output_format="json", output=tmp_path / "r.json")
+    assert build_request(flags, Config()).watch
+
+
+def test_the_file_watch_sees_new_bytes_only(tmp_path: Path) -> None:
+    from fieldmem.watch import FileWatch
+
+    path = tmp_path / "m.py"
+    path.write_text("A = 1\n")
+    files = FileWatch([str(path)])
+    assert files.edited() == []
+    path.write_text("A = 1\n")  # the same bytes, a new modification time
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert files.edited() == []
+    path.write_text("A = 2\n")
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 2 * 10**9))
+    assert files.edited() == [str(path)]
+    assert files.edited() == []
+    path.unlink()
+    assert files.edited() == [str(path)]
+
+
+REGISTERING = """\
+import fieldmem
+
+
+def a(x):
+    return x + {n}
+
+
+def b(x):
+    return x * 2
+
+
+fieldmem.case(a)
+fieldmem.case(b)
+"""
+
+
+def test_a_reloaded_module_registers_its_cases_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fieldmem.engine.modules import forget, spec_files
+    from fieldmem.request.registry import registered_cases
+    from fieldmem.request.target import TargetOptions, resolve_target
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    path = tmp_path / "registering_mod.py"
+    path.write_text(REGISTERING.format(n=1))
+    try:
+        first = resolve_target("registering_mod.py", TargetOptions())
+        assert [t.name for t in first] == ["registering_mod.py:a", "registering_mod.py:b"]
+        assert spec_files("registering_mod.py") == [os.path.realpath(path)]
+        path.write_text(REGISTERING.format(n=2))
+        assert forget([str(path)]) == ["registering_mod"]
+        again = resolve_target("registering_mod.py", TargetOptions())
+        assert [t.name for t in again] == [t.name for t in first]
+        assert len(registered_cases("registering_mod")) == 2
+        assert again[0].function is not first[0].function and again[0].function(1) == 3
+    finally:
+        sys.modules.pop("registering_mod", None)
+
+
+FINGERPRINTED = """\
+import functools
+import jax
+import jax.numpy as jnp
+import fieldmem
+
+SCALE = {scale}
+
+
+def _helper(x):
+    return x * SCALE
+
+
+@functools.partial(jax.jit, donate_argnums={donate})
+def jitted(u):
+    return _helper(u) + 1.0
+
+
+def alone(u):
+    return u - {alone}
+
+
+fieldmem.case(jitted, args=lambda: (jnp.zeros((4,)),))
+fieldmem.case(alone, args=lambda: (jnp.zeros((4,)),))
+"""
+
+
+def _prints(tmp_path: Path, name: str, **values: object) -> dict[str, str | None]:
+    from fieldmem.driver import target_fingerprint
+    from fieldmem.engine.modules import forget
+    from fieldmem.request.target import TargetOptions, resolve_target
+
+    path = tmp_path / f"{name}.py"
+    settings = {"scale": 2.0, "donate": 0, "alone": 1.0, **values}
+    path.write_text(FINGERPRINTED.format(**settings))
+    forget([str(path)])
+    targets = resolve_target(f"{name}.py", TargetOptions())
+    return {t.name.split(":")[1]: target_fingerprint(t) for t in targets}
+
+
+def test_a_fingerprint_changes_with_what_the_check_depends_on_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        base = _prints(tmp_path, "fp_mod")
+        assert all(base.values())
+        assert _prints(tmp_path, "fp_mod") == base  # loaded again, unchanged: the same
+        scaled = _prints(tmp_path, "fp_mod", scale=3.0)  # a global the jitted function reads through a helper
+        assert scaled["jitted"] != base["jitted"] and scaled["alone"] == base["alone"]
+        donated = _prints(tmp_path, "fp_mod", donate="()")  # the jit's own options
+        assert donated["jitted"] != base["jitted"] and donated["alone"] == base["alone"]
+        alone = _prints(tmp_path, "fp_mod", alone=2.0)
+        assert alone["alone"] != base["alone"] and alone["jitted"] == base["jitted"]
+    finally:
+        sys.modules.pop("fp_mod", None)
+
+
+def test_a_fingerprint_it_cannot_vouch_for_is_none() -> None:
+    import io
+
+    from fieldmem.driver import target_fingerprint
+
+    thing = io.StringIO()  # a library's object, of no known kind
+
+    def uses(x: object) -> object:
+        return thing
+
+    def computes(x: object) -> object:
+        return globals()["thing"]
+
+    assert target_fingerprint(uses) is None
+    assert target_fingerprint(computes) is None
+
+
+class _Settings:
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+
+
+def test_an_object_of_the_users_own_class_is_hashed_by_its_attributes() -> None:
+    from fieldmem.driver import target_fingerprint
+
+    def step(settings: _Settings) -> object:
+        return lambda x: x * settings.rate
+
+    first, same, other = _Settings(0.5), _Settings(0.5), _Settings(0.25)
+    assert target_fingerprint((step, first)) == target_fingerprint((step, same)) is not None
+    assert target_fingerprint((step, other)) != target_fingerprint((step, first))

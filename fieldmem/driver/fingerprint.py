@@ -33,6 +33,7 @@ from typing import Any
 __all__ = ["is_local_file", "target_fingerprint"]
 
 _MAX_DEPTH = 64
+_DYNAMIC = frozenset({"globals", "vars", "eval", "exec", "__import__", "locals"})
 _MAX_ITEMS = 100_000  # a container larger than this is not hashed item by item: unknown
 
 
@@ -105,7 +106,7 @@ class _Hasher:
             return self.function(obj, deeper)
         if isinstance(obj, types.MethodType):
             return ("method", self.value(obj.__func__, deeper), self.value(obj.__self__, deeper))
-        if isinstance(obj, (types.BuiltinFunctionType, type)) or _jax_primitive(obj):
+        if isinstance(obj, (types.BuiltinFunctionType, type)):
             return self.named(obj, deeper)
         from fieldmem.driver.prepare import user_jit_info
 
@@ -115,6 +116,8 @@ class _Hasher:
             if " at 0x" in text:  # an option shown by address: not comparable across loads
                 raise _Unknown("jit options")
             return ("jit", text, self.value(getattr(obj, "_fun", None), deeper))
+        if _library_object(obj):
+            return ("named", obj.__module__, obj.__name__)
         if type(obj).__name__ == "partial" and hasattr(obj, "func"):  # functools.partial
             return (
                 "partial",
@@ -125,6 +128,8 @@ class _Hasher:
         if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
             fields = tuple((f.name, self.value(getattr(obj, f.name, None), deeper)) for f in dataclasses.fields(obj))
             return ("dataclass", self.named(type(obj), deeper), fields)
+        if _local_instance(obj):  # an object of the user's own class: its class and its attributes
+            return ("object", self.named(type(obj), deeper), self.value(dict(vars(obj)), deeper))
         if hasattr(obj, "__array__") and hasattr(obj, "shape") and hasattr(obj, "dtype"):
             return self.array(obj)
         if type(obj).__module__ == "numpy" and type(obj).__name__.startswith("dtype"):
@@ -138,13 +143,42 @@ class _Hasher:
         loaded = sys.modules.get(module)
         if isinstance(obj, type) and loaded is not None and is_local_file(getattr(loaded, "__file__", None)):
             members = tuple(
-                (key, self.value(value, depth + 1))
+                (key, self.member(key, value, depth + 1))
                 for key, value in vars(obj).items()
                 if key not in ("__dict__", "__weakref__", "__doc__")
             )
             bases = tuple(self.value(base, depth + 1) for base in obj.__bases__)
             return ("class", module, name, bases, members)
         return ("named", module, name)
+
+    def member(self, key: str, value: Any, depth: int) -> Any:
+        """A class member; a dataclass's own bookkeeping by what it says (its options and fields)."""
+        if key == "__dataclass_params__":
+            return ("params", repr(value))
+        if key == "__dataclass_fields__":
+            return (
+                "fields",
+                tuple(
+                    (
+                        name,
+                        repr(f.type),
+                        repr(f._field_type),
+                        f.init,
+                        f.compare,
+                        self.value(None if f.default is dataclasses.MISSING else f.default, depth),
+                        self.value(None if f.default_factory is dataclasses.MISSING else f.default_factory, depth),
+                        self.value(dict(f.metadata), depth),
+                    )
+                    for name, f in value.items()
+                ),
+            )
+        if (
+            isinstance(value, types.FunctionType)
+            and key.startswith("__")
+            and value.__code__.co_filename.startswith("<")
+        ):  # a method dataclasses (or namedtuple) made from the fields hashed above
+            return ("generated", key)
+        return self.value(value, depth)
 
     def module(self, module: types.ModuleType) -> Any:
         file = getattr(module, "__file__", None)
@@ -183,6 +217,8 @@ class _Hasher:
         deeper = depth + 1
         closure = tuple(self.value(cell.cell_contents, deeper) for cell in fn.__closure__ or () if _filled(cell))
         names = _global_names(fn.__code__)
+        if names & _DYNAMIC:  # reads names it computes: what it depends on cannot be listed
+            raise _Unknown("dynamic lookup")
         namespace = fn.__globals__
         builtins_ = namespace.get("__builtins__", {})
         if isinstance(builtins_, types.ModuleType):
@@ -232,10 +268,33 @@ def _filled(cell: types.CellType) -> bool:
     return True
 
 
-def _jax_primitive(obj: Any) -> bool:
-    """A library's callable object with a stable name (``jax.numpy`` ufuncs, numpy ufuncs, jax's custom_jvp)."""
-    module = type(obj).__module__ or ""
-    return module.split(".")[0] in ("numpy", "jax", "jaxlib") and callable(obj) and hasattr(obj, "__name__")
+def _local_instance(obj: Any) -> bool:
+    """An instance of a class the user's code defines, whose whole state is its ``__dict__``."""
+    cls = type(obj)
+    module = sys.modules.get(cls.__module__ or "")
+    if module is None or not is_local_file(getattr(module, "__file__", None)):
+        return False
+    if not hasattr(obj, "__dict__") or any("__slots__" in vars(c) for c in cls.__mro__[:-1]):
+        return False
+    return all(c.__module__ == "builtins" or _is_local_class(c) for c in cls.__mro__)
+
+
+def _is_local_class(cls: type) -> bool:
+    module = sys.modules.get(cls.__module__ or "")
+    return module is not None and is_local_file(getattr(module, "__file__", None))
+
+
+def _library_object(obj: Any) -> bool:
+    """An object a library module holds under its own name (``numpy.add``, ``jax.nn.relu``): made when the
+    library was imported, never again, so the same by name."""
+    name = getattr(obj, "__name__", None)
+    module = sys.modules.get(getattr(obj, "__module__", None) or "")
+    if not isinstance(name, str) or module is None or is_local_file(getattr(module, "__file__", None)):
+        return False
+    try:
+        return getattr(module, name, None) is obj
+    except Exception:  # a module whose attribute raises: not vouched for
+        return False
 
 
 def _global_names(code: types.CodeType) -> set[str]:

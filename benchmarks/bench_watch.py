@@ -1,0 +1,264 @@
+"""``fieldmem check --watch``: is an edited function checked again within its own compiles + 10%?
+
+Writes a synthetic module (``synth.py``: 20 functions, each a chain of 20
+steps over 4 leaves of f32[64,64]) to a temporary folder and starts
+``fieldmem check MODULE --watch`` on it (its own, empty compilation cache
+folder), in the same environment as the baseline (``JAX_PLATFORMS=cpu``).
+Once the first report is printed, it edits ONE function per round
+(``update7``: the constant of its step index grows by a multiple of 5, so
+the steps keep their kind but every program differs from all before it, and
+no cache can help) and times from the save (the file written and closed)
+to the line fieldmem prints after the new rows (``checked 1 target(s) again
+in ...``). The time counts everything the user waits for: the poll that sees
+the save (``fieldmem.watch.POLL``), the wait for the file to settle
+(``SETTLE``), loading the module again, the fingerprints of the 20 targets,
+the re-check and the printing.
+
+The reference is the function's own compiles: in a separate, warm Python
+process (jax imported, one unrelated function compiled first), each edited
+version of ``update7`` is lowered and compiled twice, without and with
+donation, ``jax.jit(fn, donate_argnums=...).lower(*args).compile()`` with the
+compiler options fieldmem uses by default for a static check
+(``fieldmem.driver.lowering.FAST_COMPILE_OPTIONS``), one after the other
+(fieldmem's default ``--jobs`` is half the CPU cores; on 2 cores, 1: the
+two variants one after the other too). The watch process is stopped before
+the reference runs, so the two never share the CPUs.
+
+Writes ``results/watch.json`` (date, machine, jax, raw times, medians, the
+ratio) and ``results/watch.md``. ``run(repeat=...)`` returns the same dict
+for ``make bench``.
+
+    python benchmarks/bench_watch.py [--repeat 5] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import queue
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from synth import write_module  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results"
+FUNCTIONS, CHAIN, LEAVES, SIZE = 20, 20, 4, 64
+EDITED = 7  # the function edited: update7
+LIMIT = 30.0  # the most to wait for a re-check: the 10% requirement is far below it
+
+_OWN = r"""
+import importlib.util, json, sys, time
+sys.modules["fieldmem"] = None  # the module's registrations are skipped: only jax here
+import jax
+from fieldmem_options import FAST
+def load(path, name):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+warm = load(sys.argv[1], "warm")
+fn, make_args, donate = warm.CASES[0]
+for d in ((), donate):  # a warm process: jax started, one program compiled
+    jax.jit(fn, donate_argnums=d).lower(*make_args()).compile(compiler_options=FAST)
+times = []
+for n, path in enumerate(sys.argv[2:]):
+    module = load(path, f"edited{n}")
+    fn, make_args, donate = module.CASES[int(__import__("os").environ["EDITED"])]
+    args = make_args()
+    start = time.perf_counter()
+    for d in ((), donate):
+        jax.jit(fn, donate_argnums=d).lower(*args).compile(compiler_options=FAST)
+    times.append(time.perf_counter() - start)
+print(json.dumps(times))
+"""
+
+
+def _edit(text: str, round_: int) -> str:
+    """``update7`` with its step index offset by ``5 * round_`` (the same kinds of step, new constants)."""
+    old = f"            x = _step(x, w, k + {EDITED})\n"
+    assert old in text, "synth.py's function template changed: update bench_watch._edit"
+    head, _, tail = text.partition(f"def update{EDITED}(")
+    return (
+        head
+        + f"def update{EDITED}("
+        + tail.replace(old, f"            x = _step(x, w, k + {EDITED} + {5 * round_})\n", 1)
+    )
+
+
+def _environment() -> dict[str, str]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), COLUMNS="160")
+    env.pop("FORCE_COLOR", None)
+    return env
+
+
+class _Watch:
+    """``fieldmem check MODULE --watch``, its stderr lines timestamped as they arrive."""
+
+    def __init__(self, folder: Path, module: Path) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "fieldmem", "check", module.name, "--watch", "--cache-dir", str(folder / "cache")],
+            cwd=folder,
+            env=_environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[tuple[float, str]] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.put((time.perf_counter(), line.rstrip("\n")))
+
+    def until(self, pattern: str, timeout: float) -> tuple[float, str]:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                when, line = self.lines.get(timeout=max(0.0, end - time.monotonic()))
+            except queue.Empty:
+                break
+            if re.search(pattern, line):
+                return when, line
+        raise RuntimeError(f"fieldmem --watch printed no {pattern!r} within {timeout:g} s")
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(2)  # Ctrl-C
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.reader.join(timeout=5)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+
+def _rechecks(folder: Path, module: Path, text: str, repeat: int) -> tuple[list[float], list[str]]:
+    """Seconds from each save to fieldmem's line after the new rows, and the edited texts."""
+    watch = _Watch(folder, module)
+    times: list[float] = []
+    edits: list[str] = []
+    try:
+        watch.until(r"^fieldmem: watching", timeout=900)
+        for round_ in range(1, repeat + 1):
+            edited = _edit(text, round_)
+            edits.append(edited)
+            time.sleep(0.3)  # the loop idles, as between two saves
+            with open(module, "w") as handle:
+                handle.write(edited)
+            saved = time.perf_counter()
+            when, line = watch.until(r"checked \d+ target\(s\) again", timeout=LIMIT)
+            if not line.startswith("fieldmem: checked 1 target(s) again"):
+                raise RuntimeError(f"expected one target checked again, got: {line}")
+            times.append(when - saved)
+    finally:
+        watch.stop()
+    return times, edits
+
+
+def _own_compiles(folder: Path, text: str, edits: list[str]) -> list[float]:
+    """Seconds for the edited function's two compiles, per edit, in one warm process."""
+    from fieldmem.driver.lowering import FAST_COMPILE_OPTIONS
+
+    (folder / "fieldmem_options.py").write_text(f"FAST = {FAST_COMPILE_OPTIONS!r}\n")
+    warm = folder / "own_warm.py"
+    warm.write_text(text.replace("k + 0)", "k + 0 + 1000)"))  # another program than any edit
+    paths = []
+    for n, edited in enumerate(edits):
+        path = folder / f"own_{n}.py"
+        path.write_text(edited)
+        paths.append(str(path))
+    env = dict(_environment(), EDITED=str(EDITED), PYTHONPATH=f"{folder}{os.pathsep}{ROOT}")
+    done = subprocess.run(
+        [sys.executable, "-c", _OWN, str(warm), *paths], capture_output=True, text=True, env=env, cwd=folder
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the reference compiles failed: {done.stderr.strip().splitlines()[-1:]}")
+    return [float(t) for t in json.loads(done.stdout.strip().splitlines()[-1])]
+
+
+def run(repeat: int = 5) -> dict[str, Any]:
+    """Measure ``repeat`` edits; write results/watch.{json,md}; return what was written."""
+    import jax
+
+    from fieldmem import watch as loop
+    from fieldmem.driver.lowering import FAST_COMPILE_OPTIONS
+
+    with tempfile.TemporaryDirectory(prefix="fieldmem-bench-watch-") as temp:
+        folder = Path(temp)
+        module = write_module(folder / "watched.py", functions=FUNCTIONS, chain=CHAIN, leaves=LEAVES, size=SIZE)
+        text = module.read_text()
+        rechecks, edits = _rechecks(folder, module, text, repeat)
+        own = _own_compiles(folder, text, edits)
+    recheck_median = statistics.median(rechecks)
+    own_median = statistics.median(own)
+    result: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count()},
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "module": {"functions": FUNCTIONS, "chain": CHAIN, "leaves": LEAVES, "size": SIZE, "edited": f"update{EDITED}"},
+        "poll_s": loop.POLL,
+        "settle_s": loop.SETTLE,
+        "poll_latency_counted": True,
+        "compiler_options": FAST_COMPILE_OPTIONS,
+        "repeat": repeat,
+        "recheck_s": [round(t, 4) for t in rechecks],
+        "own_compiles_s": [round(t, 4) for t in own],
+        "median": {"recheck_s": round(recheck_median, 4), "own_compiles_s": round(own_median, 4)},
+        "ratio": round(recheck_median / own_median, 3),
+        "within_10_percent": recheck_median <= 1.10 * own_median,
+    }
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "watch.json").write_text(json.dumps(result, indent=2) + "\n")
+    (RESULTS / "watch.md").write_text(_markdown(result))
+    return result
+
+
+def _markdown(result: dict[str, Any]) -> str:
+    m = result["module"]
+    median = result["median"]
+    return (
+        "# fieldmem check --watch: an edited function checked again vs its own compiles\n\n"
+        f"{result['date']} · {result['machine']['platform']} · {result['machine']['cpus']} CPUs · "
+        f"jax {result['jax']} · `benchmarks/bench_watch.py`\n\n"
+        f"Module: {m['functions']} functions × {m['chain']} steps × {m['leaves']} leaves of "
+        f"f32[{m['size']},{m['size']}]; `{m['edited']}` edited {result['repeat']} times, each time with new constants.\n\n"
+        "| | median | each |\n|---|---|---|\n"
+        f"| save → result printed (`--watch`, poll {result['poll_s']} s + settle {result['settle_s']} s counted) | "
+        f"{median['recheck_s']:.3f} s | {', '.join(f'{t:.3f}' for t in result['recheck_s'])} |\n"
+        f"| its own two compiles (lower + compile, warm process, {result['compiler_options']}) | "
+        f"{median['own_compiles_s']:.3f} s | {', '.join(f'{t:.3f}' for t in result['own_compiles_s'])} |\n\n"
+        f"Ratio: **{result['ratio']:.3f}** (requirement: ≤ 1.10; "
+        f"{'met' if result['within_10_percent'] else 'NOT met'}).\n"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5, help="edits timed (default 5)")
+    parser.add_argument("--quick", action="store_true", help="3 edits: a smoke run")
+    options = parser.parse_args()
+    result = run(repeat=3 if options.quick else options.repeat)
+    print(_markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
