@@ -21,14 +21,15 @@ donation, ``jax.jit(fn, donate_argnums=...).lower(*args).compile()`` with the
 compiler options fieldmem uses by default for a static check
 (``fieldmem.driver.lowering.FAST_COMPILE_OPTIONS``), one after the other
 (fieldmem's default ``--jobs`` is half the CPU cores; on 2 cores, 1: the
-two variants one after the other too). The watch process is stopped before
-the reference runs, so the two never share the CPUs.
+two variants one after the other too). The two alternate, edit by edit (a
+re-check, then the same edit's reference compiles), and never run at the
+same time: a load from elsewhere on the machine reaches both alike.
 
 Writes ``results/watch.json`` (date, machine, jax, raw times, medians, the
 ratio) and ``results/watch.md``. ``run(repeat=...)`` returns the same dict
 for ``make bench``.
 
-    python benchmarks/bench_watch.py [--repeat 5] [--quick]
+    python benchmarks/bench_watch.py [--repeat 11] [--quick]
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ EDITED = 7  # the function edited: update7
 LIMIT = 30.0  # the most to wait for a re-check: the 10% requirement is far below it
 
 _OWN = r"""
-import importlib.util, json, sys, time
+import importlib.util, json, os, sys, time
 sys.modules["fieldmem"] = None  # the module's registrations are skipped: only jax here
 import jax
 from fieldmem_options import FAST
@@ -73,16 +74,15 @@ warm = load(sys.argv[1], "warm")
 fn, make_args, donate = warm.CASES[0]
 for d in ((), donate):  # a warm process: jax started, one program compiled
     jax.jit(fn, donate_argnums=d).lower(*make_args()).compile(compiler_options=FAST)
-times = []
-for n, path in enumerate(sys.argv[2:]):
-    module = load(path, f"edited{n}")
-    fn, make_args, donate = module.CASES[int(__import__("os").environ["EDITED"])]
+print("ready", flush=True)
+for n, line in enumerate(sys.stdin):  # one edited module per line: its function's two compiles, timed
+    module = load(line.strip(), f"edited{n}")
+    fn, make_args, donate = module.CASES[int(os.environ["EDITED"])]
     args = make_args()
     start = time.perf_counter()
     for d in ((), donate):
         jax.jit(fn, donate_argnums=d).lower(*args).compile(compiler_options=FAST)
-    times.append(time.perf_counter() - start)
-print(json.dumps(times))
+    print(json.dumps(time.perf_counter() - start), flush=True)
 """
 
 
@@ -149,16 +149,67 @@ class _Watch:
             self.process.stderr.close()
 
 
-def _rechecks(folder: Path, module: Path, text: str, repeat: int) -> tuple[list[float], list[str]]:
-    """Seconds from each save to fieldmem's line after the new rows, and the edited texts."""
+class _Own:
+    """The reference: a warm process that compiles the edited function's two variants on request."""
+
+    def __init__(self, folder: Path, text: str) -> None:
+        from fieldmem.driver.lowering import FAST_COMPILE_OPTIONS
+
+        self.folder = folder
+        (folder / "fieldmem_options.py").write_text(f"FAST = {FAST_COMPILE_OPTIONS!r}\n")
+        warm = folder / "own_warm.py"
+        warm.write_text(text.replace("k + 0)", "k + 0 + 1000)"))  # another program than any edit
+        env = dict(_environment(), EDITED=str(EDITED), PYTHONPATH=f"{folder}{os.pathsep}{ROOT}")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _OWN, str(warm)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            cwd=folder,
+        )
+        self._answer()  # "ready"
+
+    def _answer(self) -> str:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("the reference process ended")
+        return line.strip()
+
+    def compiles(self, edited: str, n: int) -> float:
+        """Seconds for the two compiles of ``update7`` as ``edited`` defines it."""
+        path = self.folder / f"own_{n}.py"
+        path.write_text(edited)
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{path}\n")
+        self.process.stdin.flush()
+        return float(json.loads(self._answer()))
+
+    def stop(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+
+
+def _measure(folder: Path, module: Path, text: str, repeat: int) -> tuple[list[float], list[float]]:
+    """Per edit, alternating: the seconds from the save to fieldmem's line after the new rows, then the
+    seconds of the edited function's own two compiles in the warm reference process (same edit)."""
+    own = _Own(folder, text)
     watch = _Watch(folder, module)
-    times: list[float] = []
-    edits: list[str] = []
+    rechecks: list[float] = []
+    compiles: list[float] = []
     try:
         watch.until(r"^fieldmem: watching", timeout=900)
         for round_ in range(1, repeat + 1):
             edited = _edit(text, round_)
-            edits.append(edited)
             time.sleep(0.3)  # the loop idles, as between two saves
             with open(module, "w") as handle:
                 handle.write(edited)
@@ -166,51 +217,37 @@ def _rechecks(folder: Path, module: Path, text: str, repeat: int) -> tuple[list[
             when, line = watch.until(r"checked \d+ target\(s\) again", timeout=LIMIT)
             if not line.startswith("fieldmem: checked 1 target(s) again"):
                 raise RuntimeError(f"expected one target checked again, got: {line}")
-            times.append(when - saved)
+            rechecks.append(when - saved)
+            compiles.append(own.compiles(edited, round_))
     finally:
         watch.stop()
-    return times, edits
+        own.stop()
+    return rechecks, compiles
 
 
-def _own_compiles(folder: Path, text: str, edits: list[str]) -> list[float]:
-    """Seconds for the edited function's two compiles, per edit, in one warm process."""
-    from fieldmem.driver.lowering import FAST_COMPILE_OPTIONS
-
-    (folder / "fieldmem_options.py").write_text(f"FAST = {FAST_COMPILE_OPTIONS!r}\n")
-    warm = folder / "own_warm.py"
-    warm.write_text(text.replace("k + 0)", "k + 0 + 1000)"))  # another program than any edit
-    paths = []
-    for n, edited in enumerate(edits):
-        path = folder / f"own_{n}.py"
-        path.write_text(edited)
-        paths.append(str(path))
-    env = dict(_environment(), EDITED=str(EDITED), PYTHONPATH=f"{folder}{os.pathsep}{ROOT}")
-    done = subprocess.run(
-        [sys.executable, "-c", _OWN, str(warm), *paths], capture_output=True, text=True, env=env, cwd=folder
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"the reference compiles failed: {done.stderr.strip().splitlines()[-1:]}")
-    return [float(t) for t in json.loads(done.stdout.strip().splitlines()[-1])]
-
-
-def run(repeat: int = 5) -> dict[str, Any]:
+def run(repeat: int = 11) -> dict[str, Any]:
     """Measure ``repeat`` edits; write results/watch.{json,md}; return what was written."""
     import jax
 
     from fieldmem import watch as loop
     from fieldmem.driver.lowering import FAST_COMPILE_OPTIONS
 
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     with tempfile.TemporaryDirectory(prefix="fieldmem-bench-watch-") as temp:
         folder = Path(temp)
         module = write_module(folder / "watched.py", functions=FUNCTIONS, chain=CHAIN, leaves=LEAVES, size=SIZE)
         text = module.read_text()
-        rechecks, edits = _rechecks(folder, module, text, repeat)
-        own = _own_compiles(folder, text, edits)
+        rechecks, own = _measure(folder, module, text, repeat)
     recheck_median = statistics.median(rechecks)
     own_median = statistics.median(own)
     result: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count()},
+        "load_average_1min": {
+            "before": load_before,
+            "after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+        },
+        "pairs": "alternating: each edit's re-check, then the same edit's reference compiles",
         "python": platform.python_version(),
         "jax": jax.__version__,
         "module": {"functions": FUNCTIONS, "chain": CHAIN, "leaves": LEAVES, "size": SIZE, "edited": f"update{EDITED}"},
@@ -246,13 +283,15 @@ def _markdown(result: dict[str, Any]) -> str:
         f"| its own two compiles (lower + compile, warm process, {result['compiler_options']}) | "
         f"{median['own_compiles_s']:.3f} s | {', '.join(f'{t:.3f}' for t in result['own_compiles_s'])} |\n\n"
         f"Ratio: **{result['ratio']:.3f}** (requirement: ≤ 1.10; "
-        f"{'met' if result['within_10_percent'] else 'NOT met'}).\n"
+        f"{'met' if result['within_10_percent'] else 'NOT met'}). Edits and reference compiles alternate; "
+        f"load average (1 min) {result['load_average_1min']['before']} before, "
+        f"{result['load_average_1min']['after']} after, on {result['machine']['cpus']} CPUs.\n"
     )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=5, help="edits timed (default 5)")
+    parser.add_argument("--repeat", type=int, default=11, help="edits timed (default 11)")
     parser.add_argument("--quick", action="store_true", help="3 edits: a smoke run")
     options = parser.parse_args()
     result = run(repeat=3 if options.quick else options.repeat)

@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = ["POLL", "SETTLE", "FileWatch", "watch"]
 
-POLL = 0.02  # seconds between two looks at the watched files (a few stat calls)
-SETTLE = 0.02  # seconds a changed file must stay the same before it is read
+POLL = 0.01  # seconds between two looks at the watched files (one stat call per file)
+SETTLE = 0.01  # seconds a changed file must stay the same before it is read
 
 
 def _stat(path: str) -> tuple[int, int] | None:

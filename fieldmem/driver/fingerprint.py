@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import os
 import sys
@@ -41,6 +42,7 @@ class _Unknown(Exception):
     """Something the fingerprint cannot vouch for."""
 
 
+@functools.lru_cache(maxsize=1)
 def _library_roots() -> tuple[str, ...]:
     roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
     roots.add(os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # fieldmem itself
@@ -52,6 +54,11 @@ def is_local_file(file: str | None) -> bool:
     fieldmem): the files ``--watch`` watches and loads again."""
     if not file or not file.endswith(".py"):
         return False
+    return _is_local(file)
+
+
+@functools.lru_cache(maxsize=65536)
+def _is_local(file: str) -> bool:
     real = os.path.realpath(file)
     parts = real.replace("\\", "/").split("/")
     if "site-packages" in parts or "dist-packages" in parts:

@@ -32,7 +32,7 @@ __all__ = ["forget", "spec_files"]
 
 
 def _real(path: str) -> str:
-    return os.path.normcase(os.path.realpath(path))
+    return os.path.normcase(os.path.realpath(path))  # a local module's file: a few of them
 
 
 def _is_local(file: str | None) -> bool:
@@ -46,19 +46,37 @@ def _local_modules() -> dict[str, str]:
     found = {}
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None) if isinstance(module, types.ModuleType) else None
-        if file and _is_local(file):
+        if isinstance(file, str) and _is_local(file):
             found[name] = _real(file)
     return found
 
 
-def _imported_names(module: types.ModuleType, file: str) -> set[str]:
-    """The module names ``file``'s import statements name (``from a import b``: ``a`` and ``a.b``)."""
+_PARSED: dict[tuple[str, str], tuple[tuple[int, int], frozenset[str]]] = {}  # (file, package) -> (stat, names)
+
+
+def _imported_names(module: types.ModuleType, file: str) -> frozenset[str]:
+    """The module names ``file``'s import statements name (``from a import b``: ``a`` and ``a.b``); read
+    again only when the file's modification time or size changed."""
+    package = getattr(module, "__package__", None) or ""
+    try:
+        info = os.stat(file)
+    except OSError:
+        return frozenset()
+    stamp = (info.st_mtime_ns, info.st_size)
+    known = _PARSED.get((file, package))
+    if known is not None and known[0] == stamp:
+        return known[1]
+    names = frozenset(_parse_imports(file, package))
+    _PARSED[(file, package)] = (stamp, names)
+    return names
+
+
+def _parse_imports(file: str, package: str) -> set[str]:
     try:
         with open(file, "rb") as handle:
             tree = ast.parse(handle.read(), filename=file)
     except (OSError, SyntaxError, ValueError):
         return set()
-    package = getattr(module, "__package__", None) or ""
     names: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -105,9 +123,10 @@ def _module_of(spec_module: str, local: dict[str, str]) -> tuple[str | None, str
     return None, (_real(origin) if origin and _is_local(origin) else None)
 
 
-def spec_files(spec: str) -> list[str]:
-    """The files ``spec`` (as the user typed it) depends on: its module's file(s), and the local modules
-    they import, directly or not. A spec whose module failed to load still names its file when it can."""
+def spec_files(spec: str, also: Iterable[str] = ()) -> list[str]:
+    """The files ``spec`` (as the user typed it) depends on: its module's file(s), the modules named
+    ``also`` (those its targets' functions and factories come from), and the local modules they import,
+    directly or not. A spec whose module failed to load still names its file when it can."""
     spec = spec.strip()
     module_part = spec.rpartition(":")[0] if ":" in spec else spec
     parts = folder_targets(module_part) or (module_part,)
@@ -121,6 +140,7 @@ def spec_files(spec: str) -> list[str]:
             files.add(file)
         if name is not None:
             todo.append(name)
+    todo.extend(name for name in also if name in local)
     seen: set[str] = set()
     while todo:
         name = todo.pop()
@@ -154,8 +174,13 @@ def forget(files: Iterable[str]) -> list[str]:
             os.remove(importlib.util.cache_from_source(file))
         except (OSError, ValueError, NotImplementedError):
             pass
+    named = set(edited)
     for name in dropped:
-        sys.modules.pop(name, None)
+        module = sys.modules.pop(name, None)
+        origin = getattr(module, "__file__", None)
+        if isinstance(origin, str):
+            named.add(origin)
     importlib.invalidate_caches()
-    linecache.checkcache()  # source lines (definitions, copies' lines) are read from the files as they are now
+    for file in named:  # source lines (definitions, copies' lines) are read from the files as they are now
+        linecache.checkcache(file)
     return sorted(dropped)

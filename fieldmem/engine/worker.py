@@ -128,7 +128,7 @@ class _Worker:
             if self.serve:  # what to watch: its module's file and the local modules it imports
                 from fieldmem.engine.modules import spec_files
 
-                files["files"] = spec_files(spec["spec"])
+                files["files"] = spec_files(spec["spec"], _modules(items))
             self.event("resolved", spec=index, names=[_name(item) for item in items], **files)
         return loaded
 
@@ -205,6 +205,22 @@ class _Worker:
             if yielding:
                 return "yield"
         return "end"
+
+
+def _modules(items: list[Any]) -> set[str]:
+    """The modules the functions and factories of ``items`` come from (a factory of ``--args`` may live
+    in a module of its own)."""
+    names = set()
+    for item in items:
+        if isinstance(item, tuple):
+            continue
+        first = getattr(item, "first", item)
+        steps = [step.function for step in getattr(item, "steps", ())]
+        for obj in (first.function, first.args_factory, *steps):
+            module = getattr(obj, "__module__", None)
+            if isinstance(module, str):
+                names.add(module)
+    return names
 
 
 def _name(item: Any) -> str:
