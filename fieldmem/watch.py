@@ -42,7 +42,7 @@ from fieldmem.errors import one_line
 if TYPE_CHECKING:
     from fieldmem.engine.isolate import Recheck, WatchSession
     from fieldmem.gate.baseline import Baseline
-    from fieldmem.report import TargetResult
+    from fieldmem.report import Change, TargetResult
     from fieldmem.request.build import CheckRequest
 
 __all__ = ["POLL", "SETTLE", "FileWatch", "watch"]
@@ -215,4 +215,11 @@ def _changes(result: TargetResult, before: TargetResult | None, min_bytes: int) 
     changes = result_changes(before, result, min_bytes)
     if not changes:
         return [f"  {result.name}: no change since its last check"]
-    return [f"  {result.name}: {change.message}" for change in changes]
+    return [f"  {result.name}: {_words(change)}" for change in changes]
+
+
+def _words(change: Change) -> str:
+    """A change as ``fieldmem compare`` words it; a verdict without its summary (the row above has it)."""
+    if change.kind == "verdict":
+        return f"verdict {change.before} → {change.after}"
+    return change.message

@@ -201,6 +201,8 @@ def test_watch_checks_again_only_what_an_edit_changed(tmp_path: Path) -> None:
         out, err = session.until("again in")
         shown = "\n".join(out)
         assert "tiny.py:step: new alias: u → out" in shown
+        assert "tiny.py:step: verdict not in place → in place" in shown
+        assert "gone (its module" not in shown  # the failed load was no target
         assert "checked 1 target(s) again" in _summary(err) and "1 unchanged" in _summary(err)
 
         # the worker dies: the next save starts a new one, which checks the module's targets
@@ -260,6 +262,12 @@ def test_watch_follows_a_local_module_the_target_imports(tmp_path: Path) -> None
         assert "checked 1 target(s) again" in _summary(err) and "1 unchanged" in _summary(err)
         assert any(line.startswith("model.py:scaled") for line in out)
         assert not any(line.startswith("model.py:plain") for line in out)
+
+        # a case no longer registered is gone
+        _write(tmp_path / "model.py", HELPER_MODULE.replace("fieldmem.case(plain, args=make)\n", ""))
+        out, err = session.until("again in")
+        assert "  model.py:plain: gone (its module no longer has it)" in out
+        assert "checked 0 target(s) again" in _summary(err) and "1 unchanged" in _summary(err)
     finally:
         session.stop()
 

@@ -602,6 +602,12 @@ class Recheck:
     deaths: int = 0
 
 
+def _unloaded(checked: _Checked) -> bool:
+    """The result of a spec that could not be loaded (a syntax error): no target of its own."""
+    results = checked[0]
+    return len(results) == 1 and results[0].status == "error" and results[0].name == results[0].target
+
+
 class WatchSession:
     """``fieldmem check --watch``: the targets checked by one worker kept between checks (jax imported,
     compiled programs cached), and checked again after their files are edited.
@@ -674,7 +680,11 @@ class WatchSession:
             )
             same.append(tuple(key[2] for key in keys if key in supervisor.same))
             gone.append(
-                tuple(key[2] for key in current if key[0] == b and key[1] in units and key not in supervisor.got)
+                tuple(
+                    key[2]
+                    for key in current
+                    if key[0] == b and key[1] in units and key not in supervisor.got and not _unloaded(current[key])
+                )
             )
         return Recheck(
             reports=reports,
