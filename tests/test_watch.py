@@ -12,6 +12,7 @@ registry on reload, and the options --watch refuses.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -252,12 +253,17 @@ fieldmem.case(plain, args=make)
 def test_watch_follows_a_local_module_the_target_imports(tmp_path: Path) -> None:
     (tmp_path / "helpers.py").write_text("SCALE = 2.0\n")
     (tmp_path / "model.py").write_text(HELPER_MODULE)
-    session = _Session(tmp_path, "model.py")
+    session = _Session(tmp_path, "model.py", "-f", "json", "-o", "r.json")
     try:
         _, err = session.until("watching")
         assert "watching 2 file(s)" in err[-1]
+        first = json.loads((tmp_path / "r.json").read_text())
+        written = (tmp_path / "r.json").stat().st_mtime_ns
         _write(tmp_path / "helpers.py", "SCALE = 3.0\n")
         out, err = session.until("again in")
+        again = json.loads((tmp_path / "r.json").read_text())  # -o is written again, with every target
+        assert [r["name"] for r in again["results"]] == [r["name"] for r in first["results"]]
+        assert (tmp_path / "r.json").stat().st_mtime_ns != written
         assert any("helpers.py changed" in line for line in err)
         assert "checked 1 target(s) again" in _summary(err) and "1 unchanged" in _summary(err)
         assert any(line.startswith("model.py:scaled") for line in out)
