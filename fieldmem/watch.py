@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from fieldmem.errors import one_line
+from fieldmem.errors import FieldmemError, one_line
 
 if TYPE_CHECKING:
     from fieldmem.engine.isolate import Recheck, WatchSession
@@ -112,6 +112,8 @@ def watch(session: WatchSession, request: CheckRequest, baseline: Baseline | Non
     ``code``: the first check's exit code, returned when nothing is checked again.
     """
     files = FileWatch(_all_files(session))
+    # saved while the first check ran: the worker may have read them before the save
+    pending = [path for path in files.files if (_stat(path) or (0, 0))[0] >= session.started_ns]
     typer.echo(
         f"fieldmem: watching {len(files.files)} file(s) for changes; Ctrl-C to stop",
         err=True,
@@ -119,11 +121,15 @@ def watch(session: WatchSession, request: CheckRequest, baseline: Baseline | Non
     sys.stdout.flush()
     try:
         while True:
-            edited = files.edited()
+            edited, pending = sorted(set(files.edited()) | set(pending)), []
             if not edited:
                 time.sleep(POLL)
                 continue
-            code = _recheck(session, request, baseline, edited)
+            try:
+                code = _recheck(session, request, baseline, edited)
+            except FieldmemError as exc:  # the run's own error (its worker cannot start): said, and watched on
+                typer.echo(one_line(f"fieldmem: error: {exc.message}"), err=True)
+                code = 2
             files.add(_all_files(session))
     except KeyboardInterrupt:
         typer.echo("fieldmem: watch stopped", err=True)

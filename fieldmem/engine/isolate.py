@@ -630,6 +630,7 @@ class WatchSession:
     ) -> None:
         self._supervisor = _Supervisor(units, backends, options, check_backends, progress)
         self._supervisor.serve = True
+        self.started_ns = time.time_ns()  # files modified after this may have been read before their edit
 
     def check(self) -> tuple[Report, ...]:
         """Check every unit on every backend: the reports of ``fieldmem check`` without ``--watch``."""

@@ -195,7 +195,8 @@ class _Worker:
                 index, _, item = todo[n]
                 spec = self.request["specs"][index]["spec"]
                 result = _encoded(WorkerResult(tuple(checked[0]), tuple(checked[1])), spec, _name(item))
-                if n in prints:
+                if n in prints and all(result.status != "error" for result in checked[0]):
+                    # an error may have a cause outside the user's code (a data file): checked again
                     self.kept.prints[(b, spec, _name(item))] = prints[n]
                 self.event("done", b=b, spec=index, name=_name(item), result=result)
 
