@@ -127,12 +127,11 @@ class _Session:
 
 
 def _write(path: Path, text: str) -> None:
-    """Save as an editor does, in two writes (the first one partial)."""
-    with open(path, "w") as handle:
-        handle.write(text[: len(text) // 2])
-        handle.flush()
-    time.sleep(0.01)
-    path.write_text(text)
+    """Save as most editors do: a new file renamed over the old one (a save in two writes is
+    test_the_file_watch_waits_for_a_file_written_twice)."""
+    temporary = path.with_name(f".{path.name}.saving")
+    temporary.write_text(text)
+    os.replace(temporary, path)
 
 
 def _summary(err: list[str]) -> str:
@@ -185,8 +184,8 @@ def test_watch_checks_again_only_what_an_edit_changed(tmp_path: Path) -> None:
         assert "checked 1 target(s) again" in _summary(err) and "1 unchanged" in _summary(err)
 
         # the same bytes saved again: nothing happens
-        module.write_text(text)
-        os.utime(module, None)
+        _write(module, text)
+        os.utime(module, ns=(time.time_ns(), time.time_ns() + 10**9))
         assert session.quiet(1.0) == []
 
         # a syntax error: one line for the target, and the loop goes on
@@ -328,6 +327,31 @@ def test_the_file_watch_sees_new_bytes_only(tmp_path: Path) -> None:
     assert files.edited() == []
     path.unlink()
     assert files.edited() == [str(path)]
+
+
+def test_the_file_watch_waits_for_a_file_written_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fieldmem import watch
+
+    path = tmp_path / "m.py"
+    path.write_text("A = 1\n")
+    files = watch.FileWatch([str(path)])
+    writes = iter(["A = 2\nB = 3\n"])  # the editor's second write comes while the first settles
+    waited: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waited.append(seconds)
+        text = next(writes, None)
+        if text is not None:
+            path.write_text(text)
+            os.utime(path, ns=(time.time_ns(), time.time_ns() + 3 * 10**9))
+
+    path.write_text("A = 2\n")  # the first, partial write
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))
+    monkeypatch.setattr(watch.time, "sleep", sleep)
+    assert files.edited() == [str(path)]
+    assert waited == [watch.SETTLE, watch.SETTLE]  # it waited again after the second write
+    assert files.edited() == []  # read once, in its final form
+    assert path.read_text() == "A = 2\nB = 3\n"
 
 
 REGISTERING = """\

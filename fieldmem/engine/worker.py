@@ -4,7 +4,7 @@ Started by :mod:`fieldmem.engine.isolate`, never by a user: the user's code
 (their modules, factories, tracing, ``--run``) runs here, never in the process
 that writes the report and decides the exit code. It reads the request, one
 JSON line, from stdin (:mod:`fieldmem.engine.protocol`), takes the parent's
-working directory and ``sys.path``, loads every spec it is asked for, then
+environment, working directory and ``sys.path``, loads every spec it is asked for, then
 checks each target on each backend through the checker (which imports jax),
 sending an event around each step and each result on the pipe ``FD``. What it
 or the user's code prints goes to its stdout and stderr, which the parent
@@ -39,12 +39,8 @@ __all__ = ["main"]
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(watched: int, parent: int, requests: queue.Queue[bytes] | None = None) -> None:
-    """Exit when the parent dies: (Linux) the kernel kills this process, and the pipe ``watched`` ends.
-
-    ``requests``: a worker that serves (``--watch``) takes its next requests, one line each, from
-    ``watched``; they are put there. Otherwise what comes there is ignored.
-    """
+def _die_with_parent(parent: int) -> None:
+    """(Linux) Have the kernel kill this process when the parent dies; exit now if it already has."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -54,6 +50,14 @@ def _die_with_parent(watched: int, parent: int, requests: queue.Queue[bytes] | N
             pass
     if os.getppid() != parent:  # the parent died before the signal was asked for
         os._exit(1)
+
+
+def _watch_parent(watched: int, requests: queue.Queue[bytes] | None = None) -> None:
+    """Exit when the pipe ``watched``, whose other end only the parent holds, ends.
+
+    ``requests``: a worker that serves (``--watch``) takes its next requests, one line each, from
+    ``watched``; they are put there. Otherwise what comes there is ignored.
+    """
 
     def watch() -> None:
         pending = b""
@@ -74,6 +78,34 @@ def _die_with_parent(watched: int, parent: int, requests: queue.Queue[bytes] | N
         os._exit(1)
 
     threading.Thread(target=watch, name="fieldmem-parent-watch", daemon=True).start()
+
+
+def _warm_up() -> None:
+    """Load numpy, ml_dtypes and jaxlib (most of what importing jax takes) while the request is awaited.
+
+    None of them reads the environment the request brings when it is
+    imported: jax's own configuration (``JAX_PLATFORMS``), XLA's flags and the
+    TPU library's variables are read when jax is imported and its backends
+    start, after the request. jax itself is not imported here. A failure is
+    left for the real import to report.
+
+    jaxlib's logging reads ``TF_CPP_MIN_LOG_LEVEL`` as it loads: it gets the
+    default jax's ``__init__`` gives it before loading jaxlib (a value the
+    user set stays; this process inherited it).
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    saved = sys.path[:]
+    here = os.getcwd()
+    # not from the working directory (``-m`` put it first): a numpy.py of the user's must not stand in
+    sys.path[:] = [p for p in saved if p and os.path.abspath(p) != here]
+    try:
+        import jaxlib.xla_client  # noqa: F401
+        import ml_dtypes  # noqa: F401
+        import numpy  # noqa: F401
+    except Exception:  # pragma: no cover - reported when the checker imports jax
+        pass
+    finally:
+        sys.path[:] = saved
 
 
 def _encoded(written: WorkerResult, spec: str, name: str) -> Any:
@@ -234,21 +266,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 2 or not all(a.isdigit() for a in args):
         print("usage: python -m fieldmem.engine.worker FD PARENT (started by fieldmem check)", file=sys.stderr)
         return 2
+    _die_with_parent(int(args[1]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this process
+    _warm_up()
     # buffered: the parent writes nothing more before this request is answered (a serving worker's next
     # requests come then, on the same pipe, and are read below it)
     line = sys.stdin.buffer.readline()
+    if not line:  # the parent ended (or never needed this worker: it was started ahead of the request)
+        return 0
     watched = os.dup(0)  # the rest of stdin ends when the parent does; a serving worker's next requests
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the user's code reads an empty stdin
     os.close(devnull)
     request = json.loads(line)
     requests: queue.Queue[bytes] | None = queue.Queue() if request.get("serve") else None
-    _die_with_parent(watched, int(args[1]), requests)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this process
+    _watch_parent(watched, requests)
     os.set_inheritable(int(args[0]), False)  # a process the user's code starts does not hold it open
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:  # what the user's code prints reaches the parent's stderr as it is printed
         reconfigure(line_buffering=True)
+    if "environ" in request:  # the parent's environment now, not when this process started
+        os.environ.clear()
+        os.environ.update(request["environ"])
     os.chdir(request["cwd"])
     sys.path[:] = request["sys_path"]
     kept = _Kept()
