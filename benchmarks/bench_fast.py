@@ -1,0 +1,643 @@
+"""Issue 17's figures in one run: fieldmem by default against the naive script, and its own overhead.
+
+Sections (each in fresh processes; naive and fieldmem alternate, naive first):
+
+- ``fairness``: before anything is timed, both tools compile a small salted
+  module and the compile-heavy one with XLA's dump on; the programs they hand
+  XLA (``*.before_optimizations.txt``, metadata stripped) must be the same
+  multiset, two variants per function, and so must the optimized HLO. A
+  mismatch stops the run: the comparison would not be fair.
+- ``cold``: a 20-function ``synth.py`` module (chain 5, f32[128,128]) with
+  FRESH CONSTANTS for every process (a new ``salt``), so no cache can help;
+  ``fieldmem check MODULE`` with its defaults (its persistent compilation
+  cache on, in a folder of this run: ``$FIELDMEM_CACHE_DIR``) against
+  ``naive.py MODULE``; median of ``--pairs`` pairs. The cache files each
+  fieldmem run adds are counted: a cold run adds one per compile.
+- ``heavy``: the same on ``heavy.py``'s transformer training step, whose XLA
+  compile at the default code generation (the naive script's, timed inside
+  it) must take at least ``HEAVY_COMPILE_FLOOR`` seconds per variant.
+- ``warm``: the last cold module checked again with the cache it filled
+  (adds no cache file), against the naive script on that module.
+- ``overhead``: fieldmem's own share of its wall time by pytree leaves and by
+  functions per module. Share = (wall - floor - XLA) / wall where floor is
+  ``python -c 'import jax'`` (Python start + jax import, median, measured in
+  this run) and XLA is the sum of each variant's ``lower_seconds`` +
+  ``compile_seconds`` from fieldmem's own JSON report. These runs use
+  ``--jobs 1 --no-cache``: with --jobs > 1 compiles overlap and their seconds
+  add up to more than the wall time they take (the share would come out too
+  small), and with the cache on jax's cache writes would count as XLA. What
+  remains is fieldmem's: its own process start and imports, the worker's
+  start, loading the module, reading the compiled programs, the analysis and
+  the report; ``memory_analysis()`` and ``as_text()`` count as fieldmem's too.
+- ``watch``: ``bench_watch.run()`` (the watch loop's re-check time against
+  the changed function's own compiles). If ``bench_watch.py`` is missing the
+  run stops before measuring anything, unless ``--skip watch`` is given; the
+  section is then recorded as skipped and the results as incomplete.
+
+Every process runs with ``JAX_PLATFORMS=cpu`` (fieldmem sets it for itself;
+a bare ``import jax`` with the accelerator plugins installed would otherwise
+start them and the naive script would pay for it), the tree's fieldmem first
+on ``PYTHONPATH``, and ``JAX_COMPILATION_CACHE_DIR`` unset.
+
+Usage: ``python benchmarks/bench_fast.py [--quick] [--skip SECTION,...] [--out benchmarks/results]``
+(``make bench``; ``make bench-quick`` is ``--quick``). Writes ``fast.json`` and
+``fast.md`` (``fast-quick.*`` with ``--quick``); the .md is generated from the
+JSON (``--render FILE.json`` regenerates it alone). Exit 0: every measured
+target met; 1: a target missed or a section skipped; 2: the run could not
+measure (a tool failed, the fairness check failed, bench_watch.py missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import inspect
+import json
+import os
+import platform
+import random
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+import heavy  # noqa: E402
+
+from synth import write_module  # noqa: E402
+
+SECTIONS = ("fairness", "cold", "heavy", "warm", "overhead", "watch")
+COLD_MODULE = dict(functions=20, chain=5, size=128)
+TARGETS = {"cold": 0.75, "heavy": 0.65, "overhead": 0.10, "watch": 1.10}
+HEAVY_COMPILE_FLOOR = 2.0  # seconds: what makes the heavy module compile-heavy
+OVERHEAD_BASE = dict(functions=1, chain=5, leaves=1, size=128)  # bench_suite.py's BASE
+OVERHEAD = {
+    "leaves": ([1, 100, 1000, 5000], dict(size=8, chain=1)),  # many small arrays: the cost is the pytree
+    "functions": ([1, 5, 20, 50, 100], {}),
+}
+QUICK_OVERHEAD = {"leaves": [1, 100, 1000], "functions": [1, 5, 20]}
+
+
+class BenchError(Exception):
+    """The run cannot measure what it must: one line, exit 2."""
+
+
+# ---------------------------------------------------------------- processes
+
+
+def environment(cache: Path) -> dict[str, str]:
+    """The one environment every timed process runs in (naive and fieldmem alike)."""
+    env = dict(os.environ)
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["FIELDMEM_CACHE_DIR"] = str(cache)  # fieldmem's default cache, in this run's folder
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.pop("XLA_FLAGS", None)
+    return env
+
+
+def timed(command: list[str], env: dict[str, str], log: Path) -> float:
+    """Wall seconds of one fresh process (its output to ``log``); a crash is a BenchError."""
+    with open(log, "wb") as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        _, status, _ = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):  # fieldmem exits 1 when a check fails: still a complete run
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        raise BenchError(f"{' '.join(command)} exited {code}: {' | '.join(tail)}")
+    return wall
+
+
+def naive_command(module: Path, timings: Path | None = None) -> list[str]:
+    return [sys.executable, str(BENCH / "naive.py"), str(module), *([str(timings)] if timings else [])]
+
+
+def fieldmem_command(module: Path, report: Path, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "fieldmem", "check", str(module), "-f", "json", "-o", str(report), *flags]
+
+
+def xla_seconds(report: Path) -> tuple[float, int]:
+    """The sum of lower + compile seconds over every variant in fieldmem's JSON report, and the variants."""
+    data = json.loads(report.read_text())
+    total, variants = 0.0, 0
+    for result in data["results"]:
+        if result.get("error"):
+            raise BenchError(f"{report}: {result.get('target')} failed: {result['error']}")
+        for variant in result.get("variants", {}).values():
+            if variant.get("lower_seconds") is None or variant.get("compile_seconds") is None:
+                raise BenchError(f"{report}: a variant has no lower/compile seconds")
+            total += variant["lower_seconds"] + variant["compile_seconds"]
+            variants += 1
+    return total, variants
+
+
+def cache_entries(cache: Path) -> int:
+    """jax's persistent cache entries (``KEY-cache`` files) under ``cache``."""
+    return sum(1 for _ in cache.rglob("*-cache")) if cache.exists() else 0
+
+
+class Salts:
+    """Fresh salts: random (a rerun of the benchmark gets new ones too), never the same twice in a run."""
+
+    def __init__(self) -> None:
+        self.rng = random.Random()
+        self.used: set[int] = set()
+
+    def __call__(self) -> int:
+        while True:
+            salt = self.rng.randrange(1, 2**20)
+            if salt not in self.used:
+                self.used.add(salt)
+                return salt
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# ---------------------------------------------------------------- sections
+
+
+def fairness(work: Path, env: dict[str, str], salts: Salts, quick: bool) -> dict[str, Any]:
+    """The programs each tool hands XLA, from XLA's own dump: the same, two variants per function."""
+    modules = [("synth (3 functions)", 3, lambda p, s: write_module(p, functions=3, chain=5, size=32, salt=s))]
+    if not quick:
+        modules.append(("heavy", 1, lambda p, s: heavy.write_module(p, salt=s)))
+    out: dict[str, Any] = {"modules": []}
+    for name, functions, write in modules:
+        salt = salts()
+        module = write(work / f"fair_{salt}.py", salt)
+        dumps = {}
+        for who in ("naive", "fieldmem"):
+            folder = work / f"dump_{who}_{salt}"
+            dumped = {**env, "XLA_FLAGS": f"--xla_dump_to={folder} --xla_dump_hlo_as_text"}
+            command = (
+                naive_command(module)
+                if who == "naive"
+                else fieldmem_command(module, work / "fair.json", "--jobs", "1", "--no-cache")
+            )
+            timed(command, dumped, work / f"fair_{who}.log")
+            dumps[who] = {
+                stage: sorted(_normalised(p) for p in folder.glob(f"*.{stage}.txt"))
+                for stage in ("before_optimizations", "after_optimizations")
+            }
+        same_input = dumps["naive"]["before_optimizations"] == dumps["fieldmem"]["before_optimizations"]
+        same_optimized = dumps["naive"]["after_optimizations"] == dumps["fieldmem"]["after_optimizations"]
+        compiles = {who: len(d["before_optimizations"]) for who, d in dumps.items()}
+        entry = {
+            "module": name,
+            "functions": functions,
+            "programs_compiled": compiles,
+            "same_programs": same_input,
+            "same_optimized_hlo": same_optimized,
+        }
+        out["modules"].append(entry)
+        if not same_input or compiles["naive"] != 2 * functions:
+            raise BenchError(f"fairness: naive and fieldmem compile different programs for {name}: {entry}")
+    out["pass"] = all(m["same_programs"] for m in out["modules"])
+    return out
+
+
+def _normalised(path: Path) -> str:
+    """An HLO text dump without what differs between two processes compiling one program."""
+    blocks = path.read_text().split("\n\n")
+    # the stack-frame tables name the Python frames that traced each op: the caller's (naive.py or
+    # fieldmem's worker) differ by design, and XLA reads them only for error messages and profiles
+    frames = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+    text = "\n\n".join(b for b in blocks if not b.lstrip().startswith(frames))
+    text = re.sub(r", metadata=\{[^}]*\}", "", text)
+    text = re.sub(r"^HloModule \S+", "HloModule m", text, flags=re.M)
+    return text
+
+
+def alternate(
+    work: Path,
+    env: dict[str, str],
+    cache: Path,
+    pairs: int,
+    write: Callable[[Path, int], Path],
+    label: str,
+    salts: Salts,
+) -> dict[str, Any]:
+    """``pairs`` pairs of fresh processes, naive then fieldmem, each on a module with fresh constants."""
+    runs = []
+    last_module = None
+    for n in range(pairs):
+        naive_salt, fieldmem_salt = salts(), salts()
+        naive_module = write(work / f"{label}_naive_{naive_salt}.py", naive_salt)
+        timings = work / f"{label}_naive_{n}.json"
+        naive_wall = timed(naive_command(naive_module, timings), env, work / f"{label}_naive.log")
+        fieldmem_module = write(work / f"{label}_fieldmem_{fieldmem_salt}.py", fieldmem_salt)
+        report = work / f"{label}_report_{n}.json"
+        before = cache_entries(cache)
+        fieldmem_wall = timed(fieldmem_command(fieldmem_module, report), env, work / f"{label}_fieldmem.log")
+        xla, variants = xla_seconds(report)
+        naive_timings = json.loads(timings.read_text())["variants"]
+        runs.append(
+            {
+                "naive_salt": naive_salt,
+                "fieldmem_salt": fieldmem_salt,
+                "naive_s": naive_wall,
+                "fieldmem_s": fieldmem_wall,
+                "ratio": fieldmem_wall / naive_wall,
+                "fieldmem_variants": variants,
+                "fieldmem_lower_compile_s": xla,
+                "naive_compile_s": [t["compile_seconds"] for t in naive_timings],
+                "cache_entries_added": cache_entries(cache) - before,
+            }
+        )
+        print(f"  {label} pair {n + 1}: naive {naive_wall:.2f}s fieldmem {fieldmem_wall:.2f}s", flush=True)
+        last_module = fieldmem_module
+    naive_median = median([r["naive_s"] for r in runs])
+    fieldmem_median = median([r["fieldmem_s"] for r in runs])
+    return {
+        "runs": runs,
+        "naive_median_s": naive_median,
+        "fieldmem_median_s": fieldmem_median,
+        "ratio": fieldmem_median / naive_median,
+        "cold": all(r["cache_entries_added"] == r["fieldmem_variants"] for r in runs),
+        "_last_module": str(last_module),
+    }
+
+
+def cold(work: Path, env: dict[str, str], cache: Path, pairs: int, salts: Salts) -> dict[str, Any]:
+    result = alternate(work, env, cache, pairs, lambda p, s: write_module(p, salt=s, **COLD_MODULE), "cold", salts)
+    result["module"] = "synth.py: {functions} functions, chain {chain}, f32[{size},{size}]".format(**COLD_MODULE)
+    result["target"] = TARGETS["cold"]
+    result["pass"] = result["ratio"] <= TARGETS["cold"] and result["cold"]
+    return result
+
+
+def heavy_section(
+    work: Path, env: dict[str, str], cache: Path, pairs: int, salts: Salts, layers: int
+) -> dict[str, Any]:
+    result = alternate(
+        work, env, cache, pairs, lambda p, s: heavy.write_module(p, salt=s, layers=layers), "heavy", salts
+    )
+    result["module"] = f"heavy.py: transformer training step, {layers} blocks, AdamW"
+    plain = [r["naive_compile_s"][0] for r in result["runs"]]
+    donated = [r["naive_compile_s"][1] for r in result["runs"]]
+    result["compile_default_plain_s"] = median(plain)
+    result["compile_default_donated_s"] = median(donated)
+    result["compile_floor_s"] = HEAVY_COMPILE_FLOOR
+    result["compile_heavy"] = min(result["compile_default_plain_s"], result["compile_default_donated_s"]) >= (
+        HEAVY_COMPILE_FLOOR
+    )
+    result["target"] = TARGETS["heavy"]
+    result["pass"] = result["ratio"] <= TARGETS["heavy"] and result["cold"] and result["compile_heavy"]
+    return result
+
+
+def warm(work: Path, env: dict[str, str], cache: Path, pairs: int, module: Path) -> dict[str, Any]:
+    """The module a cold run checked (its cache entries in place), checked again; naive on the same file."""
+    runs = []
+    for n in range(pairs):
+        naive_wall = timed(naive_command(module), env, work / "warm_naive.log")
+        before = cache_entries(cache)
+        report = work / f"warm_report_{n}.json"
+        fieldmem_wall = timed(fieldmem_command(module, report), env, work / "warm_fieldmem.log")
+        xla, variants = xla_seconds(report)
+        runs.append(
+            {
+                "naive_s": naive_wall,
+                "fieldmem_s": fieldmem_wall,
+                "ratio": fieldmem_wall / naive_wall,
+                "fieldmem_variants": variants,
+                "fieldmem_lower_compile_s": xla,
+                "cache_entries_added": cache_entries(cache) - before,
+            }
+        )
+        print(f"  warm pair {n + 1}: naive {naive_wall:.2f}s fieldmem {fieldmem_wall:.2f}s", flush=True)
+    naive_median = median([r["naive_s"] for r in runs])
+    fieldmem_median = median([r["fieldmem_s"] for r in runs])
+    return {
+        "module": "the last cold module (synth.py, fresh constants), its cache entries written by that run",
+        "runs": runs,
+        "naive_median_s": naive_median,
+        "fieldmem_median_s": fieldmem_median,
+        "ratio": fieldmem_median / naive_median,
+        "warm": all(r["cache_entries_added"] == 0 for r in runs),
+    }
+
+
+def overhead(work: Path, env: dict[str, str], repeat: int, quick: bool, salts: Salts) -> dict[str, Any]:
+    floor_runs = [timed([sys.executable, "-c", "import jax"], env, work / "floor.log") for _ in range(repeat)]
+    points = []
+    for dimension, (values, extra) in OVERHEAD.items():
+        for value in QUICK_OVERHEAD[dimension] if quick else values:
+            params = {**OVERHEAD_BASE, **extra, dimension: value}
+            runs = []
+            for _ in range(repeat):
+                salt = salts()
+                module = write_module(work / f"over_{dimension}_{value}_{salt}.py", salt=salt, **params)
+                report = work / "over_report.json"
+                command = fieldmem_command(module, report, "--jobs", "1", "--no-cache")
+                wall = timed(command, env, work / "over.log")
+                xla, variants = xla_seconds(report)
+                runs.append({"wall_s": wall, "xla_s": xla, "variants": variants})
+            points.append({"dimension": dimension, "value": value, "params": params, "runs": runs})
+            print(f"  overhead {dimension}={value}: {[round(r['wall_s'], 2) for r in runs]} s", flush=True)
+    # the floor again at the end: the load changes during a run; all its runs make the median
+    floor_runs += [timed([sys.executable, "-c", "import jax"], env, work / "floor.log") for _ in range(repeat)]
+    floor = median(floor_runs)
+    for point in points:
+        for run in point["runs"]:
+            run["overhead_s"] = run["wall_s"] - floor - run["xla_s"]
+            run["share"] = run["overhead_s"] / run["wall_s"]
+        point["share"] = median([r["share"] for r in point["runs"]])
+        point["overhead_s"] = median([r["overhead_s"] for r in point["runs"]])
+        point["wall_s"] = median([r["wall_s"] for r in point["runs"]])
+        point["xla_s"] = median([r["xla_s"] for r in point["runs"]])
+        point["pass"] = point["share"] <= TARGETS["overhead"]
+    return {
+        "floor_runs_s": floor_runs,
+        "floor_s": floor,
+        "flags": "--jobs 1 --no-cache",
+        "points": points,
+        "max_share": max(p["share"] for p in points),
+        "target": TARGETS["overhead"],
+        "pass": all(p["pass"] for p in points),
+    }
+
+
+def watch_module() -> Any:
+    """``benchmarks/bench_watch.py`` (the watch loop's benchmark), or a BenchError saying it is missing."""
+    path = BENCH / "bench_watch.py"
+    if not path.is_file():
+        raise BenchError(
+            "benchmarks/bench_watch.py is missing: the watch loop's re-check cannot be measured "
+            "(give --skip watch to measure the rest; the results then say the run is incomplete)"
+        )
+    import bench_watch
+
+    if not callable(getattr(bench_watch, "run", None)):
+        raise BenchError("benchmarks/bench_watch.py has no run() to call")
+    return bench_watch
+
+
+def watch(module: Any, quick: bool, work: Path, env: dict[str, str]) -> dict[str, Any]:
+    """``bench_watch.run()`` with what it accepts of (quick, work, env); its dict is kept whole."""
+    offered = {"quick": quick, "work": work, "env": env}
+    accepted = inspect.signature(module.run).parameters
+    result = module.run(**{k: v for k, v in offered.items() if k in accepted})
+    if not isinstance(result, dict):
+        raise BenchError(f"bench_watch.run() returned {type(result).__name__}, not a dict")
+    result = json.loads(json.dumps(result, default=str))
+    if isinstance(result.get("pass"), bool):
+        passed = result["pass"]
+    elif isinstance(result.get("ratio"), (int, float)):
+        passed = result["ratio"] <= TARGETS["watch"]
+    else:
+        raise BenchError("bench_watch.run()'s dict has neither 'pass' nor 'ratio': nothing to judge")
+    return {"result": result, "target": TARGETS["watch"], "pass": passed}
+
+
+# ---------------------------------------------------------------- meta and report
+
+
+def meta(quick: bool, skipped: list[str]) -> dict[str, Any]:
+    from importlib.metadata import version
+
+    cpu = ""
+    try:
+        cpu = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+    except (OSError, StopIteration):
+        pass
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = bool(
+            subprocess.run(
+                ["git", "status", "--porcelain", "fieldmem"], cwd=ROOT, capture_output=True, text=True
+            ).stdout
+        )
+    except (OSError, subprocess.CalledProcessError):
+        commit, dirty = "unknown", False
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "cpu": cpu,
+        "load_average_start": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "jax": version("jax"),
+        "jaxlib": version("jaxlib"),
+        "fieldmem_commit": commit + ("+changes" if dirty else ""),
+        "environment": "JAX_PLATFORMS=cpu for every process (naive and fieldmem); JAX_COMPILATION_CACHE_DIR and "
+        "XLA_FLAGS unset; fieldmem's default cache folder is this run's ($FIELDMEM_CACHE_DIR)",
+        "quick": quick,
+        "skipped": skipped,
+    }
+
+
+def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per target of issue 17, measured or not."""
+    rows = []
+
+    def row(target: str, measured: Any, limit: Any, passed: Any, note: str = "") -> None:
+        rows.append({"target": target, "measured": measured, "limit": limit, "pass": passed, "note": note})
+
+    if "cold" in results:
+        c = results["cold"]
+        row("cold, 20 functions, fresh constants: fieldmem / naive", c["ratio"], TARGETS["cold"], c["pass"])
+    if "heavy" in results:
+        h = results["heavy"]
+        row("cold, compile-heavy module: fieldmem / naive", h["ratio"], TARGETS["heavy"], h["pass"])
+        row(
+            "compile-heavy: XLA compile of one variant, default codegen (s)",
+            h["compile_default_plain_s"],
+            HEAVY_COMPILE_FLOOR,
+            h["compile_heavy"],
+            "at least",
+        )
+    if "warm" in results:
+        w = results["warm"]
+        row("warm cache: fieldmem / naive", w["ratio"], None, w["warm"], "no target; pass = no cache entry added")
+    if "overhead" in results:
+        for p in results["overhead"]["points"]:
+            row(f"overhead, {p['dimension']} = {p['value']}", p["share"], TARGETS["overhead"], p["pass"])
+    if "watch" in results:
+        row(
+            "watch re-check / own compile",
+            results["watch"]["result"].get("ratio"),
+            TARGETS["watch"],
+            results["watch"]["pass"],
+        )
+    for name in results["meta"]["skipped"]:
+        row(f"{name}: skipped", None, None, False, "not measured in this run")
+    return rows
+
+
+def markdown(results: dict[str, Any]) -> str:
+    m = results["meta"]
+    lines = [
+        "# Issue 17 in one run: fieldmem by default against the naive script"
+        + (" (QUICK smoke run)" if m["quick"] else ""),
+        "",
+        f"- date: {m['date']}; machine: {m['machine']} ({m['cpu']}); Python {m['python']}; jax {m['jax']}, "
+        f"jaxlib {m['jaxlib']}; fieldmem {m['fieldmem_commit']}",
+        f"- load average at start {', '.join(f'{x:.2f}' for x in m['load_average_start'])}; at end "
+        f"{', '.join(f'{x:.2f}' for x in m['load_average_end'])}; whole run {m['seconds'] / 60:.1f} min",
+        f"- {m['environment']}",
+        "- every timed run is a fresh process; naive and fieldmem alternate, naive first; medians",
+    ]
+    if m["skipped"]:
+        lines.append(f"- **skipped: {', '.join(m['skipped'])}: this run is incomplete**")
+    lines += ["", "## Targets", "", "| target | measured | limit | pass |", "|---|---:|---:|---|"]
+    for r in results["summary"]:
+        measured = "—" if r["measured"] is None else f"{r['measured']:.3g}"
+        limit = "—" if r["limit"] is None else (("≥ " if r["note"] == "at least" else "≤ ") + f"{r['limit']:g}")
+        verdict = {True: "pass", False: "**FAIL**"}.get(r["pass"], "—")
+        note = f" ({r['note']})" if r["note"] and r["note"] != "at least" else ""
+        lines.append(f"| {r['target']}{note} | {measured} | {limit} | {verdict} |")
+    if "fairness" in results:
+        lines += ["", "## Fairness: what each tool hands XLA (XLA's dump)", ""]
+        lines += ["| module | programs naive / fieldmem | same programs | same optimized HLO |", "|---|---|---|---|"]
+        for f in results["fairness"]["modules"]:
+            pc = f["programs_compiled"]
+            lines.append(
+                f"| {f['module']} | {pc['naive']} / {pc['fieldmem']} | {f['same_programs']} | {f['same_optimized_hlo']} |"
+            )
+        lines.append("")
+        lines.append(
+            "fieldmem compiles with XLA:CPU's -O0 code generation by default (a static check runs nothing); "
+            "that changes neither the HLO nor the buffer assignment, only the machine code."
+        )
+    for key, title in (("cold", "Cold, fresh constants"), ("heavy", "Cold, compile-heavy"), ("warm", "Warm cache")):
+        if key not in results:
+            continue
+        s = results[key]
+        lines += ["", f"## {title}: {s['module']}", ""]
+        lines.append(
+            f"naive median {s['naive_median_s']:.2f} s, fieldmem median {s['fieldmem_median_s']:.2f} s: "
+            f"**{s['ratio']:.2f}**" + (f" (target ≤ {s['target']:g})" if "target" in s else "")
+        )
+        if key == "heavy":
+            lines.append("")
+            lines.append(
+                f"XLA compile at the default code generation (inside the naive script): plain "
+                f"{s['compile_default_plain_s']:.2f} s, donated {s['compile_default_donated_s']:.2f} s "
+                f"(medians; compile-heavy means ≥ {s['compile_floor_s']:g} s)"
+            )
+        lines += [
+            "",
+            "| pair | naive (s) | fieldmem (s) | ratio | fieldmem lower+compile (s) | cache entries added |",
+            "|---:|---:|---:|---:|---:|---:|",
+        ]
+        for n, r in enumerate(s["runs"], 1):
+            lines.append(
+                f"| {n} | {r['naive_s']:.2f} | {r['fieldmem_s']:.2f} | {r['ratio']:.2f} | "
+                f"{r['fieldmem_lower_compile_s']:.2f} | {r['cache_entries_added']} |"
+            )
+    if "overhead" in results:
+        o = results["overhead"]
+        lines += [
+            "",
+            f"## fieldmem's own overhead (`{o['flags']}`)",
+            "",
+            f"share = (wall − floor − lower − compile) / wall; floor (`python -c 'import jax'`) {o['floor_s']:.2f} s "
+            f"(median of {len(o['floor_runs_s'])}, at the start and the end)",
+            "",
+            "| dimension | value | wall (s) | lower + compile (s) | overhead (s) | share | pass | runs |",
+            "|---|---:|---:|---:|---:|---:|---|---:|",
+        ]
+        for p in o["points"]:
+            lines.append(
+                f"| {p['dimension']} | {p['value']} | {p['wall_s']:.2f} | {p['xla_s']:.2f} | {p['overhead_s']:.2f} | "
+                f"{p['share']:.1%} | {'pass' if p['pass'] else '**FAIL**'} | {len(p['runs'])} |"
+            )
+    if "watch" in results:
+        lines += [
+            "",
+            "## The watch loop (bench_watch.py)",
+            "",
+            "```",
+            json.dumps(results["watch"]["result"], indent=1),
+            "```",
+        ]
+    lines.append("")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: one pair each, fewer points")
+    parser.add_argument("--skip", default="", help=f"sections not to run, comma-separated: {', '.join(SECTIONS)}")
+    parser.add_argument("--out", type=Path, default=BENCH / "results")
+    parser.add_argument("--render", type=Path, help="only write the .md of this results JSON")
+    ns = parser.parse_args()
+    if ns.render:
+        ns.render.with_suffix(".md").write_text(markdown(json.loads(ns.render.read_text())))
+        return 0
+    skipped = [s.strip() for s in ns.skip.split(",") if s.strip()]
+    unknown = set(skipped) - set(SECTIONS)
+    if unknown:
+        print(f"bench_fast: error: unknown section {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    pairs = 1 if ns.quick else 3
+    try:
+        watcher = watch_module() if "watch" not in skipped else None
+        started = time.perf_counter()
+        results: dict[str, Any] = {"meta": meta(ns.quick, skipped)}
+        salts = Salts()
+        with tempfile.TemporaryDirectory(prefix="fieldmem-bench-fast-") as tmp:
+            work = Path(tmp)
+            cache = work / "cache"
+            env = environment(cache)
+            if "fairness" not in skipped:
+                print("fairness: the programs each tool compiles", flush=True)
+                results["fairness"] = fairness(work, env, salts, ns.quick)
+            last = None
+            if "cold" not in skipped:
+                print("cold: 20 functions, fresh constants", flush=True)
+                results["cold"] = cold(work, env, cache, pairs, salts)
+                last = Path(results["cold"].pop("_last_module"))
+            if "heavy" not in skipped:
+                print("heavy: transformer training step, fresh constants", flush=True)
+                results["heavy"] = heavy_section(work, env, cache, pairs, salts, heavy.LAYERS)
+                results["heavy"].pop("_last_module")
+            if "warm" not in skipped:
+                if last is None:
+                    raise BenchError("warm needs the cold section's module: do not skip cold")
+                print("warm: the last cold module again", flush=True)
+                results["warm"] = warm(work, env, cache, pairs, last)
+            if "overhead" not in skipped:
+                print("overhead: by leaves and by functions", flush=True)
+                results["overhead"] = overhead(work, env, pairs, ns.quick, salts)
+            if watcher is not None:
+                print("watch: bench_watch.run()", flush=True)
+                results["watch"] = watch(watcher, ns.quick, work, env)
+        results["meta"]["seconds"] = time.perf_counter() - started
+        results["meta"]["load_average_end"] = list(os.getloadavg())
+        results["summary"] = summary(results)
+    except BenchError as exc:
+        print(f"bench_fast: error: {exc}", file=sys.stderr)
+        return 2
+    name = "fast-quick" if ns.quick else "fast"
+    ns.out.mkdir(parents=True, exist_ok=True)
+    (ns.out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
+    text = markdown(results)
+    (ns.out / f"{name}.md").write_text(text)
+    print(text)
+    return 0 if all(r["pass"] for r in results["summary"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
