@@ -20,8 +20,8 @@ Sections (each in fresh processes; naive and fieldmem alternate, naive first):
   (adds no cache file), against the naive script on that module.
 - ``overhead``: fieldmem's own share of its wall time by pytree leaves and by
   functions per module. Share = (wall - floor - XLA) / wall where floor is
-  ``python -c 'import jax'`` (Python start + jax import, median, measured in
-  this run) and XLA is the sum of each variant's ``lower_seconds`` +
+  ``python -c 'import jax'`` (Python start + jax import), run just before
+  each fieldmem run (a point's floor: the median of its own) and XLA is the sum of each variant's ``lower_seconds`` +
   ``compile_seconds`` from fieldmem's own JSON report. These runs use
   ``--jobs 1 --no-cache``: with --jobs > 1 compiles overlap and their seconds
   add up to more than the wall time they take (the share would come out too
@@ -333,26 +333,27 @@ def warm(work: Path, env: dict[str, str], cache: Path, pairs: int, module: Path)
 
 
 def overhead(work: Path, env: dict[str, str], repeat: int, quick: bool, salts: Salts) -> dict[str, Any]:
-    floor_runs = [timed([sys.executable, "-c", "import jax"], env, work / "floor.log") for _ in range(repeat)]
+    """Each fieldmem run right after a floor run (``python -c 'import jax'``): a point's floor is the
+    median of its own floor runs, so a load that changes during the run moves both alike."""
+    floor_command = [sys.executable, "-c", "import jax"]
     points = []
     for dimension, (values, extra) in OVERHEAD.items():
         for value in QUICK_OVERHEAD[dimension] if quick else values:
             params = {**OVERHEAD_BASE, **extra, dimension: value}
             runs = []
             for _ in range(repeat):
+                floor = timed(floor_command, env, work / "floor.log")
                 salt = salts()
                 module = write_module(work / f"over_{dimension}_{value}_{salt}.py", salt=salt, **params)
                 report = work / "over_report.json"
                 command = fieldmem_command(module, report, "--jobs", "1", "--no-cache")
                 wall = timed(command, env, work / "over.log")
                 xla, variants = xla_seconds(report)
-                runs.append({"wall_s": wall, "xla_s": xla, "variants": variants})
+                runs.append({"floor_s": floor, "wall_s": wall, "xla_s": xla, "variants": variants})
             points.append({"dimension": dimension, "value": value, "params": params, "runs": runs})
             print(f"  overhead {dimension}={value}: {[round(r['wall_s'], 2) for r in runs]} s", flush=True)
-    # the floor again at the end: the load changes during a run; all its runs make the median
-    floor_runs += [timed([sys.executable, "-c", "import jax"], env, work / "floor.log") for _ in range(repeat)]
-    floor = median(floor_runs)
     for point in points:
+        floor = point["floor_s"] = median([r["floor_s"] for r in point["runs"]])
         for run in point["runs"]:
             run["overhead_s"] = run["wall_s"] - floor - run["xla_s"]
             run["share"] = run["overhead_s"] / run["wall_s"]
@@ -362,8 +363,7 @@ def overhead(work: Path, env: dict[str, str], repeat: int, quick: bool, salts: S
         point["xla_s"] = median([r["xla_s"] for r in point["runs"]])
         point["pass"] = point["share"] <= TARGETS["overhead"]
     return {
-        "floor_runs_s": floor_runs,
-        "floor_s": floor,
+        "floor_s": median([r["floor_s"] for p in points for r in p["runs"]]),
         "flags": "--jobs 1 --no-cache",
         "points": points,
         "max_share": max(p["share"] for p in points),
@@ -556,15 +556,17 @@ def markdown(results: dict[str, Any]) -> str:
             "",
             f"## fieldmem's own overhead (`{o['flags']}`)",
             "",
-            f"share = (wall − floor − lower − compile) / wall; floor (`python -c 'import jax'`) {o['floor_s']:.2f} s "
-            f"(median of {len(o['floor_runs_s'])}, at the start and the end)",
+            "share = (wall − floor − lower − compile) / wall, median over the runs; floor: "
+            "`python -c 'import jax'` run just before each fieldmem run, the median of the point's "
+            f"(of all: {o['floor_s']:.2f} s)",
             "",
-            "| dimension | value | wall (s) | lower + compile (s) | overhead (s) | share | pass | runs |",
-            "|---|---:|---:|---:|---:|---:|---|---:|",
+            "| dimension | value | wall (s) | floor (s) | lower + compile (s) | overhead (s) | share | pass | runs |",
+            "|---|---:|---:|---:|---:|---:|---:|---|---:|",
         ]
         for p in o["points"]:
             lines.append(
-                f"| {p['dimension']} | {p['value']} | {p['wall_s']:.2f} | {p['xla_s']:.2f} | {p['overhead_s']:.2f} | "
+                f"| {p['dimension']} | {p['value']} | {p['wall_s']:.2f} | {p['floor_s']:.2f} | {p['xla_s']:.2f} | "
+                f"{p['overhead_s']:.2f} | "
                 f"{p['share']:.1%} | {'pass' if p['pass'] else '**FAIL**'} | {len(p['runs'])} |"
             )
     if "watch" in results:
