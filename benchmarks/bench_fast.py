@@ -70,6 +70,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
+sys.path.insert(1, str(ROOT))  # bench_watch.run() imports fieldmem in this process: this tree's
 
 import heavy  # noqa: E402
 
@@ -386,9 +387,17 @@ def watch_module() -> Any:
     return bench_watch
 
 
+WATCH_QUICK_REPEAT = 3  # edits timed by a quick run, as ``bench_watch.py --quick``
+
+
 def watch(module: Any, quick: bool, work: Path, env: dict[str, str]) -> dict[str, Any]:
-    """``bench_watch.run()`` with what it accepts of (quick, work, env); its dict is kept whole."""
-    offered = {"quick": quick, "work": work, "env": env}
+    """``bench_watch.run()`` with what it accepts of (quick, repeat, work, env); its dict is kept whole.
+
+    Its verdict: ``within_10_percent`` or ``pass`` where it gives one, else its ``ratio`` against 1.10.
+    """
+    offered: dict[str, Any] = {"quick": quick, "work": work, "env": env}
+    if quick:
+        offered["repeat"] = WATCH_QUICK_REPEAT
     accepted = inspect.signature(module.run).parameters
     try:
         result = module.run(**{k: v for k, v in offered.items() if k in accepted})
@@ -397,12 +406,13 @@ def watch(module: Any, quick: bool, work: Path, env: dict[str, str]) -> dict[str
     if not isinstance(result, dict):
         raise BenchError(f"bench_watch.run() returned {type(result).__name__}, not a dict")
     result = json.loads(json.dumps(result, default=str))
-    if isinstance(result.get("pass"), bool):
-        passed = result["pass"]
+    verdicts = [result[k] for k in ("within_10_percent", "pass") if isinstance(result.get(k), bool)]
+    if verdicts:
+        passed = verdicts[0]
     elif isinstance(result.get("ratio"), (int, float)):
         passed = result["ratio"] <= TARGETS["watch"]
     else:
-        raise BenchError("bench_watch.run()'s dict has neither 'pass' nor 'ratio': nothing to judge")
+        raise BenchError("bench_watch.run()'s dict has no 'within_10_percent', 'pass' or 'ratio': nothing to judge")
     return {"result": result, "target": TARGETS["watch"], "pass": passed}
 
 

@@ -123,3 +123,12 @@ def test_watch_result_without_a_verdict_is_an_error(tmp_path: Path) -> None:
 
     result = fast.watch(Judged, True, tmp_path, {})
     assert result["pass"] is False and result["result"] == {"ratio": 1.2, "quick": True}
+
+    class Repeats:  # bench_watch.py's interface: run(repeat=...), a ratio and its own verdict
+        @staticmethod
+        def run(repeat: int = 11) -> dict:
+            return {"ratio": 1.05, "within_10_percent": True, "repeat": repeat}
+
+    result = fast.watch(Repeats, True, tmp_path, {})
+    assert result["pass"] is True and result["result"]["repeat"] == fast.WATCH_QUICK_REPEAT
+    assert fast.watch(Repeats, False, tmp_path, {})["result"]["repeat"] == 11
