@@ -390,11 +390,15 @@ def watch_module() -> Any:
 WATCH_QUICK_REPEAT = 3  # edits timed by a quick run, as ``bench_watch.py --quick``
 
 
-def watch(module: Any, quick: bool, work: Path, env: dict[str, str]) -> dict[str, Any]:
+def watch(module: Any, quick: bool, work: Path, env: dict[str, str], out: Path | None = None) -> dict[str, Any]:
     """``bench_watch.run()`` with what it accepts of (quick, repeat, work, env); its dict is kept whole.
 
     Its verdict: ``within_10_percent`` or ``pass`` where it gives one, else its ``ratio`` against 1.10.
+    bench_watch.py writes its own ``watch.{json,md}`` into its ``RESULTS`` folder: here into ``out``
+    (this run's results folder), and for a quick run into ``work``: a smoke run replaces no result.
     """
+    if hasattr(module, "RESULTS"):
+        module.RESULTS = work / "watch-results" if quick or out is None else out
     offered: dict[str, Any] = {"quick": quick, "work": work, "env": env}
     if quick:
         offered["repeat"] = WATCH_QUICK_REPEAT
@@ -652,7 +656,7 @@ def main() -> int:
             if watcher is not None:
                 print("watch: bench_watch.run()", flush=True)
                 load["watch"] = list(os.getloadavg())
-                results["watch"] = watch(watcher, ns.quick, work, env)
+                results["watch"] = watch(watcher, ns.quick, work, env, ns.out)
     except BenchError as exc:
         error = str(exc)
         results["error"] = error  # what was measured before it is written all the same

@@ -132,3 +132,20 @@ def test_watch_result_without_a_verdict_is_an_error(tmp_path: Path) -> None:
     result = fast.watch(Repeats, True, tmp_path, {})
     assert result["pass"] is True and result["result"]["repeat"] == fast.WATCH_QUICK_REPEAT
     assert fast.watch(Repeats, False, tmp_path, {})["result"]["repeat"] == 11
+
+
+def test_a_quick_run_replaces_no_watch_result(tmp_path: Path) -> None:
+    fast = _load("bench_fast")
+    written: list[Path] = []
+
+    class Writes:
+        RESULTS = BENCH / "results"
+
+        @classmethod
+        def run(cls, repeat: int = 11) -> dict:
+            written.append(cls.RESULTS)
+            return {"ratio": 1.0, "within_10_percent": True}
+
+    fast.watch(Writes, True, tmp_path, {}, BENCH / "results")
+    fast.watch(Writes, False, tmp_path, {}, tmp_path / "out")
+    assert written == [tmp_path / "watch-results", tmp_path / "out"]
