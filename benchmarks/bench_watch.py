@@ -100,8 +100,13 @@ def _edit(text: str, round_: int) -> str:
     )
 
 
+_EXTRA_ENV: dict[str, str] = {}  # run(env=...): given by make bench
+_WORK: Path | None = None  # run(work=...): where the temporary folders go
+
+
 def _environment() -> dict[str, str]:
-    env = dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), COLUMNS="160")
+    env = dict(os.environ, **_EXTRA_ENV)
+    env.update(JAX_PLATFORMS="cpu", PYTHONPATH=str(ROOT), COLUMNS="160")
     env.pop("FORCE_COLOR", None)
     return env
 
@@ -231,7 +236,7 @@ def _measure(folder: Path, module: Path, text: str, repeat: int) -> tuple[list[f
 
 def _one(chain: int, repeat: int) -> dict[str, Any]:
     """The re-checks and reference compiles of one module (``chain`` steps per function)."""
-    with tempfile.TemporaryDirectory(prefix="fieldmem-bench-watch-") as temp:
+    with tempfile.TemporaryDirectory(prefix="fieldmem-bench-watch-", dir=_WORK) as temp:
         folder = Path(temp)
         module = write_module(folder / "watched.py", functions=FUNCTIONS, chain=chain, leaves=LEAVES, size=SIZE)
         rechecks, own, session = _measure(folder, module, module.read_text(), repeat)
@@ -252,12 +257,24 @@ def _one(chain: int, repeat: int) -> dict[str, Any]:
     }
 
 
-def run(repeat: int = 11, heavy: bool = True) -> dict[str, Any]:
-    """Measure ``repeat`` edits on the 20-step module (and, with ``heavy``, on one whose functions take
-    about three times as long to compile); write results/watch.{json,md}; return what was written.
+def run(
+    repeat: int | None = None,
+    heavy: bool | None = None,
+    quick: bool = False,
+    work: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Measure ``repeat`` edits (default 11; ``quick``: 3) on the 20-step module and, with ``heavy``
+    (default: not ``quick``), on one whose functions take about three times as long to compile; write
+    ``RESULTS``/watch.{json,md}; return what was written. ``work``: the folder for temporary files;
+    ``env``: variables for every process started (``make bench`` passes its own).
 
     The top-level ``median``, ``ratio`` and ``module`` are the 20-step module's; ``heavy`` holds the other.
     """
+    global _EXTRA_ENV, _WORK
+    repeat = repeat if repeat is not None else (3 if quick else 11)
+    heavy = heavy if heavy is not None else not quick
+    _EXTRA_ENV, _WORK = dict(env or {}), work
     import jax
 
     from fieldmem import watch as loop
@@ -322,10 +339,10 @@ def _markdown(result: dict[str, Any]) -> str:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=11, help="edits timed (default 11)")
+    parser.add_argument("--repeat", type=int, default=11, help="edits timed per module (default 11)")
     parser.add_argument("--quick", action="store_true", help="3 edits, the 20-step module only: a smoke run")
     options = parser.parse_args()
-    result = run(repeat=3 if options.quick else options.repeat, heavy=not options.quick)
+    result = run(repeat=3 if options.quick else options.repeat, quick=options.quick)
     print(_markdown(result))
     return 0
 
