@@ -30,6 +30,7 @@ from fieldmem.errors import FieldmemError, OptionError, one_line
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from fieldmem.engine.isolate import WatchSession
     from fieldmem.gate.baseline import Baseline
     from fieldmem.report import Report
     from fieldmem.request.build import CheckRequest
@@ -324,6 +325,15 @@ def check(
             "updates on a laptop.",
         ),
     ] = None,
+    watch: Annotated[
+        bool,
+        typer.Option(
+            "--watch",
+            help="After the check, keep jax and the compiled programs warm and check again, on every save, the "
+            "targets whose code changed, printing what changed since their last check. Ctrl-C stops it (exit "
+            "code: as the last checks stand). Not with --run, --probe, --save-baseline or --no-isolate.",
+        ),
+    ] = False,
 ) -> None:
     """Compile each target with and without donation and report whether it is in place."""
     from fieldmem.emit import emit_reports
@@ -339,19 +349,30 @@ def check(
         backend=backend, jobs=jobs, baseline=baseline, no_baseline=no_baseline,
         save_baseline=save_baseline, prune_baseline=prune_baseline, tolerance=tolerance,
         run=run, probe=probe, isolate=isolate, timeout=timeout, devices=devices,
-        new=tuple(new) if new else None,
+        new=tuple(new) if new else None, watch=watch,
     )
     # fmt: on
+    session: WatchSession | None = None
     try:
         request = build_request(flags, load_config(config))
-        reports, baseline_read = _check_all(request)
+        reports, baseline_read, session = _check_all(request)
         code = emit_reports(reports, request, baseline_read)
     except FieldmemError as exc:
+        if session is not None:
+            session.close()
         raise _fail(exc.message) from None
+    except BaseException:
+        if session is not None:
+            session.close()
+        raise
+    if session is not None:
+        from fieldmem.watch import watch as watch_loop
+
+        code = watch_loop(session, request, baseline_read, code)
     raise typer.Exit(code)
 
 
-def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | None]:
+def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | None, WatchSession | None]:
     """Check every target of ``request`` (on each backend), and the baseline it is compared with.
 
     Before anything compiles: the simulated CPU devices are set, the
@@ -361,7 +382,8 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
     the user's code never runs in this process, which writes the report and
     decides the exit code, and this process never imports jax.
     ``--no-isolate`` checks here instead, for debugging (a target that calls
-    ``os._exit`` or crashes then ends the whole run).
+    ``os._exit`` or crashes then ends the whole run). With ``--watch``, the
+    worker is kept, in the session returned (None otherwise).
     """
     from fieldmem.driver import simulate_cpu_devices
     from fieldmem.gate.baseline import load_baseline
@@ -385,15 +407,21 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
     baseline = load_baseline(compare_with) if compare_with is not None else None
     with progress_display(_stderr_console()) as progress:
         if not options.isolate:
-            return _check_here(request, options, progress), baseline
-        from fieldmem.engine.isolate import Unit, check_reports
+            return _check_here(request, options, progress), baseline, None
+        from fieldmem.engine.isolate import Unit, WatchSession, check_reports
 
         units = [Unit(spec, request.per_target.get(spec, request.target_options)) for spec in request.targets]
         backends: list[str | None] = list(request.backends) if request.backends is not None else [None]
-        reports = check_reports(
-            units, backends, options, check_backends=request.backends is not None, progress=progress
-        )
-        return reports, baseline
+        check_backends = request.backends is not None
+        if request.watch:
+            session = WatchSession(units, backends, options, check_backends=check_backends, progress=progress)
+            try:
+                return session.check(), baseline, session
+            except BaseException:
+                session.close()
+                raise
+        reports = check_reports(units, backends, options, check_backends=check_backends, progress=progress)
+        return reports, baseline, None
 
 
 def _check_here(

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from fieldmem.report import Report
     from fieldmem.request.build import CheckRequest, OutputSettings
 
-__all__ = ["WriteError", "emit_reports", "write_file"]
+__all__ = ["WriteError", "emit_reports", "write_file", "write_files"]
 
 
 class WriteError(FieldmemError):
@@ -53,7 +53,7 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
             compare_to_baseline(report, baseline, settings.tolerances, root=settings.root) for report in reports
         )
     _print_errors(reports)
-    _write_files(reports, request.output, request.options.min_bytes)
+    write_files(reports, request.output, request.options.min_bytes)
     _print_reports(reports, request.output, request.options.min_bytes)
     if request.baseline.save_to is not None:
         refused = _save_baseline(reports, request.baseline.save_to, request.baseline.prune, request.baseline.root)
@@ -74,7 +74,7 @@ def _print_errors(reports: Sequence[Report]) -> None:
                 typer.echo(one_line(f"fieldmem: error: {label}{on}: {result.error.message}"), err=True)
 
 
-def _write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
+def write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
     """``-o`` in the chosen format and ``--html``; several backends: one file each (report.cpu.json)."""
     from fieldmem.render import RenderOptions, get_renderer
 

@@ -50,7 +50,7 @@ from fieldmem.engine.results import error_result
 from fieldmem.errors import FieldmemError, RunError, TargetError
 from fieldmem.report import Chain, Report, TargetResult
 
-__all__ = ["Unit", "WorkerFailure", "check_isolated", "prestart", "supervise"]
+__all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "prestart", "supervise"]
 
 _Checked = tuple[list[TargetResult], list[Chain]]
 _TAIL = 8192  # characters of the worker's output kept, for the last line of a dying worker
@@ -143,6 +143,54 @@ class _Worker:
     out_of_memory: bool = False
 
 
+@dataclasses.dataclass
+class _Process:
+    """A running worker: its process, the relay of its output and the events read from its answers."""
+
+    process: subprocess.Popen[bytes]
+    relay: _Relay
+    events: queue.Queue[dict[str, Any] | None]
+    reader: threading.Thread
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, request: dict[str, Any]) -> None:
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(json.dumps(request).encode() + b"\n")
+            self.process.stdin.flush()  # stdin stays open: its end tells the worker this process is gone
+        except OSError:  # it died before it read the request: charged like any death
+            pass
+
+    def close(self, watch: _Worker | None = None) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        if watch is not None:
+            watch.returncode = self.process.returncode
+            watch.why = self.relay.last_line()
+            watch.out_of_memory = self.relay.out_of_memory()
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+
+def _start_process() -> _Process:
+    """A worker: the one :func:`prestart` started, if still alive, else a new one."""
+    spawned = _take_prestarted() or _spawn()
+    process = spawned.process
+    assert process.stdin is not None and process.stdout is not None
+    relay = _Relay(process.stdout)
+    events: queue.Queue[dict[str, Any] | None] = queue.Queue()
+    reader = threading.Thread(target=_read_events, args=(spawned.answers, events), daemon=True)
+    reader.start()
+    return _Process(process, relay, events, reader)
+
+
 class _Supervisor:
     def __init__(
         self,
@@ -161,6 +209,17 @@ class _Supervisor:
         self.headers: list[Report | None] = [None] * len(backends)
         self.need_headers = True
         self.one_at_a_time = False
+        # --watch: one worker kept between requests (serve), the files to load again, whether unchanged
+        # targets may be answered "same", and what each target gave when last checked
+        self.serve = False
+        self.kept: _Process | None = None
+        self.reload: list[str] = []
+        self.skip_same = False
+        self.previous: dict[tuple[int, int, str], _Checked] = {}
+        self.same: set[tuple[int, int, str]] = set()
+        self.files: dict[int, set[str]] = {}
+        self.started = 0  # workers started
+        self.deaths = 0  # workers that died (or were killed) before answering
 
     # -- what is left -------------------------------------------------------------------------------
 
@@ -220,37 +279,38 @@ class _Supervisor:
             "cwd": os.getcwd(),
             "sys_path": list(sys.path),
             "environ": dict(os.environ),  # as now: a prestarted worker began before this process set it
+            "serve": self.serve,
+            "reload": self.reload,
+            "skip_same": self.skip_same,
         }
 
     def run_worker(self, plan: list[list[list[str] | None]]) -> _Worker:
         watch = _Worker()
-        spawned = _take_prestarted() or _spawn()
-        process, answers = spawned.process, spawned.answers
-        assert process.stdin is not None and process.stdout is not None
-        relay = _Relay(process.stdout)
-        events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        reader = threading.Thread(target=_read_events, args=(answers, events), daemon=True)
-        reader.start()
+        live = self.kept if self.kept is not None and self.kept.alive() else None
+        if live is None:
+            if self.kept is not None:
+                self.kept.close()
+            self.kept = None
+            live = _start_process()
+            self.started += 1
+        keep = False
         try:
-            try:
-                process.stdin.write(json.dumps(self.request(plan)).encode() + b"\n")
-                process.stdin.flush()  # stdin stays open: its end tells the worker this process is gone
-            except OSError:  # it died before it read the request: charged below like any death
-                pass
-            self.follow(process, events, reader, watch)
+            live.send(self.request(plan))
+            self.follow(live.process, live.events, live.reader, watch)
+            keep = self.serve and watch.last == "end" and live.alive()
         finally:
-            if process.poll() is None:
-                process.kill()
-            process.wait()
-            watch.returncode = process.returncode
-            watch.why = relay.last_line()
-            watch.out_of_memory = relay.out_of_memory()
-            for stream in (process.stdin, process.stdout):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
+            if keep:
+                self.kept = live
+            else:
+                self.kept = None
+                live.close(watch)
         return watch
+
+    def close(self) -> None:
+        """End the worker kept between requests, if any."""
+        if self.kept is not None:
+            self.kept.close()
+            self.kept = None
 
     def follow(
         self,
@@ -283,6 +343,8 @@ class _Supervisor:
                     return
                 clock = time.monotonic()
                 self.on_event(event, watch)
+                if self.serve and watch.last is not None:  # a serving worker waits for the next request
+                    return
             busy = watch.resolving is not None or bool(watch.in_flight)  # on the user's code, not starting up
             if timeout is not None and busy and time.monotonic() - clock > timeout:
                 process.kill()
@@ -297,6 +359,13 @@ class _Supervisor:
         elif what == "resolved":
             self.names[int(event["spec"])] = [str(n) for n in event["names"]]
             watch.resolving = None
+            if isinstance(event.get("files"), list):
+                self.files.setdefault(int(event["spec"]), set()).update(str(f) for f in event["files"])
+        elif what == "same":
+            key = (int(event["b"]), int(event["spec"]), str(event["name"]))
+            if key in self.previous:
+                self.got[key] = self.previous[key]
+                self.same.add(key)
         elif what == "start":
             key = (int(event["b"]), int(event["spec"]), str(event["name"]))
             watch.in_flight.append(key)
@@ -390,6 +459,7 @@ class _Supervisor:
             if watch.last == "fatal":
                 raise WorkerFailure(watch.fatal)
             if watch.last is None or watch.timed_out:
+                self.deaths += 1
                 self.charge(watch, plan)
                 continue
             stalled = 0 if watch.progressed else stalled + 1
@@ -534,6 +604,15 @@ def check_reports(
 ) -> tuple[Report, ...]:
     """One report per backend, every target checked in worker processes (``fieldmem check``)."""
     supervised = supervise(units, backends, options, check_backends=check_backends, progress=progress)
+    reports = _reports(supervised)
+    if progress is not None:
+        total = sum(len(r.results) for r in reports[:1])
+        progress("", total, total)
+    return reports
+
+
+def _reports(supervised: Supervised) -> tuple[Report, ...]:
+    """One report per backend: its header with every unit's results and chains, in order."""
     reports = []
     for header, row in zip(supervised.headers, supervised.outcomes):
         assert header is not None
@@ -541,10 +620,138 @@ def check_reports(
         results = tuple(result for pair in checked for result in pair[0])
         chains = tuple(chain for pair in checked for chain in pair[1])
         reports.append(dataclasses.replace(header, results=results, chains=chains))
-    if progress is not None:
-        total = sum(len(r.results) for r in reports[:1])
-        progress("", total, total)
     return tuple(reports)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rechecked:
+    """One target checked again: its name, its results and chains now, and those of its last check
+    (None: a new target)."""
+
+    name: str
+    now: _Checked
+    before: _Checked | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Recheck:
+    """What one re-check after an edit gave (``--watch``).
+
+    ``reports``: every target's latest results, one report per backend, as a full check would give
+    them. ``units``: the units loaded again. ``checked``: per backend, the targets checked again;
+    ``same``: per backend, the names of those whose code, settings and values did not change (their
+    last results stand); ``gone``: per backend, the targets their units no longer have.
+    ``restarted``: workers started for it (the kept one had died); ``deaths``: workers that died
+    while it ran.
+    """
+
+    reports: tuple[Report, ...]
+    units: tuple[int, ...]
+    checked: tuple[tuple[Rechecked, ...], ...]
+    same: tuple[tuple[str, ...], ...]
+    gone: tuple[tuple[str, ...], ...] = ()
+    restarted: int = 0
+    deaths: int = 0
+
+
+def _unloaded(checked: _Checked) -> bool:
+    """The result of a spec that could not be loaded (a syntax error): no target of its own."""
+    results = checked[0]
+    return len(results) == 1 and results[0].status == "error" and results[0].name == results[0].target
+
+
+class WatchSession:
+    """``fieldmem check --watch``: the targets checked by one worker kept between checks (jax imported,
+    compiled programs cached), and checked again after their files are edited.
+
+    :meth:`check` is the first, full check; :meth:`files` what to watch, per unit; :meth:`recheck`
+    sends the worker the edited files: it executes their modules (and the local modules importing
+    them) again, loads the units that depend on them, and checks each of their targets whose
+    fingerprint changed. A worker that died is replaced, and the units it did not answer are loaded
+    by the new one. :meth:`close` ends the worker.
+    """
+
+    def __init__(
+        self,
+        units: Sequence[Unit],
+        backends: Sequence[str | None],
+        options: Any,
+        *,
+        check_backends: bool,
+        progress: Callable[[str, int, int], None] | None = None,
+    ) -> None:
+        self._supervisor = _Supervisor(units, backends, options, check_backends, progress)
+        self._supervisor.serve = True
+        self.started_ns = time.time_ns()  # files modified after this may have been read before their edit
+
+    def check(self) -> tuple[Report, ...]:
+        """Check every unit on every backend: the reports of ``fieldmem check`` without ``--watch``."""
+        supervisor = self._supervisor
+        reports = _reports(supervisor.run())
+        if supervisor.progress is not None:
+            total = sum(len(r.results) for r in reports[:1])
+            supervisor.progress("", total, total)
+        supervisor.progress = None  # a re-check draws no progress line
+        return reports
+
+    def files(self) -> dict[int, set[str]]:
+        """Per unit, the files its targets depend on (its module's and the local modules it imports)."""
+        return {index: set(files) for index, files in self._supervisor.files.items()}
+
+    def recheck(self, edited: Sequence[str]) -> Recheck:
+        """Load again the units depending on ``edited`` (real paths) and check what changed in them."""
+        supervisor = self._supervisor
+        changed = set(edited)
+        units = tuple(
+            index
+            for index in range(len(supervisor.units))
+            if supervisor.files.get(index, set()) & changed or not supervisor.files.get(index)
+        )
+        current = dict(supervisor.got)
+        supervisor.previous = {**supervisor.previous, **current}  # each target's last check, kept
+        supervisor.same = set()
+        for index in units:
+            supervisor.names.pop(index, None)
+            supervisor.spec_errors.pop(index, None)
+            for key in [key for key in supervisor.got if key[1] == index]:
+                del supervisor.got[key]
+        started, deaths = supervisor.started, supervisor.deaths
+        supervisor.reload, supervisor.skip_same = sorted(changed), True
+        try:
+            reports = _reports(supervisor.run())
+        finally:
+            supervisor.reload, supervisor.skip_same = [], False
+        checked, same, gone = [], [], []
+        for b in range(len(supervisor.backends)):
+            keys = [key for key in supervisor.got if key[0] == b and key[1] in units]
+            checked.append(
+                tuple(
+                    Rechecked(key[2], supervisor.got[key], supervisor.previous.get(key))
+                    for key in keys
+                    if key not in supervisor.same
+                )
+            )
+            same.append(tuple(key[2] for key in keys if key in supervisor.same))
+            gone.append(
+                tuple(
+                    key[2]
+                    for key in current
+                    if key[0] == b and key[1] in units and key not in supervisor.got and not _unloaded(current[key])
+                )
+            )
+        return Recheck(
+            reports=reports,
+            units=units,
+            checked=tuple(checked),
+            same=tuple(same),
+            gone=tuple(gone),
+            restarted=supervisor.started - started,
+            deaths=supervisor.deaths - deaths,
+        )
+
+    def close(self) -> None:
+        """End the kept worker."""
+        self._supervisor.close()
 
 
 def check_isolated(targets: Sequence[Any], options: Any) -> list[_Checked]:

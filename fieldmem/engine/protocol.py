@@ -17,6 +17,15 @@ descriptor is the worker's first argument), one JSON object per line
   is not available), ``{"e": "yield"}``: it stops so the next target gets a fresh
   process, ``{"e": "end"}``: it did all it was asked.
 
+A worker asked to serve (``"serve": true`` in its request, ``fieldmem check --watch``) does not
+exit after ``end``: it waits for the next request, one more JSON line on stdin, and answers it the
+same way. Such a request may name ``"reload"``: files edited since, whose modules (and the local
+modules importing them) are executed again before its specs are loaded; and ``"skip_same"``: a
+target whose fingerprint (:func:`fieldmem.driver.target_fingerprint`) is the one it had when this
+worker last checked it is not checked again but answered ``{"e": "same", "b": b, "spec": i,
+"name": n}``. Its ``resolved`` events also carry ``"files"``: the spec's module file and the local
+modules it imports, which the parent watches.
+
 A worker that ends without ``end``, ``yield`` or ``fatal`` died: the parent
 charges the target (or spec) it was on. The worker's stdout and stderr carry
 only what it and the user's code print, never a result. No jax.

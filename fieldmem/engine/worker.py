@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import signal
 import sys
 import threading
@@ -51,18 +52,29 @@ def _die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def _watch_parent(watched: int) -> None:
-    """Exit when the pipe ``watched``, whose other end only the parent holds, ends."""
+def _watch_parent(watched: int, requests: queue.Queue[bytes] | None = None) -> None:
+    """Exit when the pipe ``watched``, whose other end only the parent holds, ends.
+
+    ``requests``: a worker that serves (``--watch``) takes its next requests, one line each, from
+    ``watched``; they are put there. Otherwise what comes there is ignored.
+    """
 
     def watch() -> None:
+        pending = b""
         while True:
             try:
-                if not os.read(watched, 4096):
-                    break
+                chunk = os.read(watched, 65536)
             except InterruptedError:  # pragma: no cover - retried by Python anyway
                 continue
             except OSError:
                 break
+            if not chunk:
+                break
+            if requests is not None:
+                pending += chunk
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    requests.put(line)
         os._exit(1)
 
     threading.Thread(target=watch, name="fieldmem-parent-watch", daemon=True).start()
@@ -106,14 +118,24 @@ def _encoded(written: WorkerResult, spec: str, name: str) -> Any:
         return encode(WorkerResult((error_result(spec, name, error),)))
 
 
+@dataclasses.dataclass
+class _Kept:
+    """What a serving worker (``--watch``) keeps between requests: per (backend, spec, target name), the
+    fingerprint of the target as last checked (:func:`~fieldmem.driver.target_fingerprint`)."""
+
+    prints: dict[tuple[int, str, str], str] = dataclasses.field(default_factory=dict)
+
+
 class _Worker:
     """One worker's run over its request, answering on ``events``."""
 
-    def __init__(self, request: dict[str, Any], events: IO[str]) -> None:
+    def __init__(self, request: dict[str, Any], events: IO[str], kept: _Kept | None = None) -> None:
         from fieldmem.request.options import CheckOptions
 
         self.request = request
         self.events = events
+        self.serve = bool(request.get("serve"))
+        self.kept = kept if kept is not None else _Kept()
         with unbounded_integers():
             self.options = decode(CheckOptions, request["check_options"])
 
@@ -134,8 +156,34 @@ class _Worker:
                 target_options = decode(TargetOptions, spec["options"] or {})
             items = resolve_all([spec["spec"]], target_options)
             loaded[index] = items
-            self.event("resolved", spec=index, names=[_name(item) for item in items])
+            files: dict[str, Any] = {}
+            if self.serve:  # what to watch: its module's file and the local modules it imports
+                from fieldmem.engine.modules import spec_files
+
+                files["files"] = spec_files(spec["spec"], _modules(items))
+            self.event("resolved", spec=index, names=[_name(item) for item in items], **files)
         return loaded
+
+    def unchanged(self, b: int, todo: list[Any]) -> tuple[list[Any], dict[int, str]]:
+        """``todo`` less the targets whose fingerprint is the one they had when last checked (each
+        answered ``same``); and the fingerprints of those left, by their place in what is returned."""
+        from fieldmem.driver import target_fingerprint
+
+        left, prints = [], {}
+        for index, position, item in todo:
+            if isinstance(item, tuple):  # a spec that failed to load: nothing to compare
+                left.append((index, position, item))
+                continue
+            digest = target_fingerprint(item)
+            key = (b, self.request["specs"][index]["spec"], _name(item))
+            if digest is not None and self.request.get("skip_same") and self.kept.prints.get(key) == digest:
+                self.event("same", b=b, spec=index, name=_name(item))
+                continue
+            self.kept.prints.pop(key, None)
+            if digest is not None:
+                prints[len(left)] = digest
+            left.append((index, position, item))
+        return left, prints
 
     def run(self) -> str:
         """Check what the request asks; the last event's name (``end`` or ``yield``)."""
@@ -143,6 +191,10 @@ class _Worker:
         from fieldmem.engine.checker import check_targets
 
         start_jax()  # before the user's modules import jax: quiet about the plugins' start-up noise
+        if self.request.get("reload"):  # edited files (--watch): their modules are executed again
+            from fieldmem.engine.modules import forget
+
+            forget(self.request["reload"])
         backends: list[str | None] = self.request["backends"]
         if self.request["check_backends"]:
             for backend in backends:
@@ -158,6 +210,9 @@ class _Worker:
                 for position, item in enumerate(items)
                 if self.request["todo"][b][index] is None or _name(item) in self.request["todo"][b][index]
             ]
+            prints: dict[int, str] = {}
+            if self.serve:
+                todo, prints = self.unchanged(b, todo)
             if fresh_each and len(todo) > 1:  # a clean device high-water mark: one target, then a new process
                 todo = todo[:1]
                 yielding = True
@@ -168,10 +223,13 @@ class _Worker:
                 index, _, item = todo[n]
                 self.event("start", b=b, spec=index, name=_name(item))
 
-            def done(n: int, checked: Any, todo: list[Any] = todo, b: int = b) -> None:
+            def done(n: int, checked: Any, todo: list[Any] = todo, b: int = b, prints: dict[int, str] = prints) -> None:
                 index, _, item = todo[n]
                 spec = self.request["specs"][index]["spec"]
                 result = _encoded(WorkerResult(tuple(checked[0]), tuple(checked[1])), spec, _name(item))
+                if n in prints and all(result.status != "error" for result in checked[0]):
+                    # an error may have a cause outside the user's code (a data file): checked again
+                    self.kept.prints[(b, spec, _name(item))] = prints[n]
                 self.event("done", b=b, spec=index, name=_name(item), result=result)
 
             report = check_targets([item for _, _, item in todo], options, started=started, done=done)
@@ -180,6 +238,22 @@ class _Worker:
             if yielding:
                 return "yield"
         return "end"
+
+
+def _modules(items: list[Any]) -> set[str]:
+    """The modules the functions and factories of ``items`` come from (a factory of ``--args`` may live
+    in a module of its own)."""
+    names = set()
+    for item in items:
+        if isinstance(item, tuple):
+            continue
+        first = getattr(item, "first", item)
+        steps = [step.function for step in getattr(item, "steps", ())]
+        for obj in (first.function, first.args_factory, *steps):
+            module = getattr(obj, "__module__", None)
+            if isinstance(module, str):
+                names.add(module)
+    return names
 
 
 def _name(item: Any) -> str:
@@ -195,33 +269,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     _die_with_parent(int(args[1]))
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this process
     _warm_up()
+    # buffered: the parent writes nothing more before this request is answered (a serving worker's next
+    # requests come then, on the same pipe, and are read below it)
     line = sys.stdin.buffer.readline()
     if not line:  # the parent ended (or never needed this worker: it was started ahead of the request)
         return 0
-    watched = os.dup(0)  # the rest of stdin only ends, when the parent does
+    watched = os.dup(0)  # the rest of stdin ends when the parent does; a serving worker's next requests
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the user's code reads an empty stdin
     os.close(devnull)
-    _watch_parent(watched)
+    request = json.loads(line)
+    requests: queue.Queue[bytes] | None = queue.Queue() if request.get("serve") else None
+    _watch_parent(watched, requests)
     os.set_inheritable(int(args[0]), False)  # a process the user's code starts does not hold it open
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:  # what the user's code prints reaches the parent's stderr as it is printed
         reconfigure(line_buffering=True)
-    request = json.loads(line)
     if "environ" in request:  # the parent's environment now, not when this process started
         os.environ.clear()
         os.environ.update(request["environ"])
     os.chdir(request["cwd"])
     sys.path[:] = request["sys_path"]
+    kept = _Kept()
     with open(int(args[0]), "w", buffering=1, encoding="utf-8") as events:
-        worker = _Worker(request, events)
-        try:
-            last = worker.run()
-        except FieldmemError as exc:  # the whole run's error (a backend not available): one line, exit 2
-            write_event(events, "fatal", message=exc.message)
-            return 0
-        write_event(events, last)
-    return 0
+        while True:
+            worker = _Worker(request, events, kept)
+            try:
+                last = worker.run()
+            except FieldmemError as exc:  # the whole run's error (a backend not available): one line, exit 2
+                write_event(events, "fatal", message=exc.message)
+                return 0
+            write_event(events, last)
+            if requests is None or last != "end":
+                return 0
+            request = json.loads(requests.get())  # serving (--watch): the next request, when the parent sends it
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a process

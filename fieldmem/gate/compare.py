@@ -59,6 +59,7 @@ __all__ = [
     "compare_files",
     "compare_reports",
     "load_report",
+    "result_changes",
 ]
 
 COMPARE_SCHEMA = "fieldmem.compare/1"
@@ -300,7 +301,9 @@ class _Against:
         significant: bool = True,
         source: str | None = None,
     ) -> Difference:
-        change = Change(self.target, kind, subject, f"{self.label}: {message}", before, after, source)
+        change = Change(
+            self.target, kind, subject, f"{self.label}: {message}" if self.label else message, before, after, source
+        )
         return Difference(self.column, field_name, change, significant)
 
 
@@ -500,6 +503,37 @@ def compare_reports(
         tolerance=tolerances.describe() if tolerances is not None else "exact",
         min_bytes=threshold,
     )
+
+
+def result_changes(before: TargetResult | None, after: TargetResult | None, min_bytes: int) -> tuple[Change, ...]:
+    """What changed for one target between two checks of it (``fieldmem check --watch``): its status,
+    verdict and checks, aliases, copies and figures as ``fieldmem compare`` words them (exact), and the
+    donations that became unusable or usable again. None ``before``: a new target."""
+    named = after if after is not None else before
+    against = _Against(0, "", named.name if named is not None else "")
+    reference = (_cell(before, min_bytes), before)
+    other = (_cell(after, min_bytes), after)
+    changes = [d.change for d in _differences(against, reference, other, min_bytes, None)]
+    if before is not None and after is not None and reference[0].status == other[0].status == "ok":
+        changes += [d.change for d in _donation_differences(against, before, after)]
+    return tuple(changes)
+
+
+def _donation_differences(against: _Against, before: TargetResult, after: TargetResult) -> list[Difference]:
+    """Donated leaves no output could take, by input leaf: new ones and those usable again."""
+    old_variant, new_variant = before.variants.get("donated"), after.variants.get("donated")
+    old = {d.input: d for d in (old_variant.unusable_donations if old_variant is not None else ())}
+    now = {d.input: d for d in (new_variant.unusable_donations if new_variant is not None else ())}
+    differences = []
+    for name, donation in now.items():
+        if name not in old:
+            message = f"donation of {name} is now unusable ({format_bytes(donation.bytes)}): {donation.reason}"
+            differences.append(against.difference("donated.aliases", "donation", name, message, None, donation.bytes))
+    for name, donation in old.items():
+        if name not in now:
+            message = f"donation of {name} is usable again ({format_bytes(donation.bytes)})"
+            differences.append(against.difference("donated.aliases", "donation", name, message, donation.bytes, None))
+    return differences
 
 
 def compare_files(

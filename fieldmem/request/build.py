@@ -87,6 +87,7 @@ class CheckFlags:
     timeout: float | None = None
     devices: int | None = None
     new: tuple[str, ...] | None = None  # --new, as given (each may be a comma list)
+    watch: bool = False  # --watch: after the check, check again what each save changes
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class CheckRequest:
     implied_devices: int | None = None  # without --devices: the chip count of a multi-chip deviceless backend
     # where options.cache_dir was named, for messages: the option, or the config's key and file
     cache_dir_origin: str = "--cache-dir"
+    watch: bool = False  # --watch: keep the worker and check again what each save changes
 
 
 def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
@@ -143,6 +145,11 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
             'under [tool.fieldmem] as targets = ["pkg.model:update"]'
         )
     output = _output(flags, config)
+    if flags.watch and output.format != "table" and output.file is None:
+        raise OptionError(
+            f"--watch prints its checks for a terminal, as a table: --format {output.format} needs -o FILE "
+            "(rewritten after every check)"
+        )
     backends = parse_backends(flags.backend) if flags.backend is not None else config.backends
     check_combination(parse_backend(b) for b in backends or ())
     deviceless = [b for b in backends or () if parse_backend(b).deviceless]
@@ -179,6 +186,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         devices=flags.devices,
         implied_devices=_implied_devices(backends) if flags.devices is None else None,
         cache_dir_origin=_cache_dir_origin(flags, config),
+        watch=flags.watch,
     )
 
 
@@ -212,12 +220,33 @@ def _check_alone(flags: CheckFlags) -> None:
             "--timeout needs the worker processes of --run: with --no-isolate the targets run in this "
             "process, where a hanging call cannot be stopped; drop --no-isolate or --timeout"
         )
+    if flags.watch:
+        _check_watch(flags)
     if flags.devices is not None and flags.devices < 1:
         raise OptionError(f"--devices {flags.devices} must be at least 1")
     if flags.devices is not None and flags.devices > MAX_DEVICES:
         raise OptionError(
             f"--devices {flags.devices} is more than {MAX_DEVICES}, the most fieldmem simulates (jax takes "
             "longer and longer to start more simulated devices)"
+        )
+
+
+def _check_watch(flags: CheckFlags) -> None:
+    """The options ``--watch`` cannot go with: it checks statically, again and again, in the worker it
+    keeps."""
+    if not flags.isolate:
+        raise OptionError(
+            "--watch loads your modules again in the worker process it keeps; --no-isolate has none: drop --no-isolate"
+        )
+    if flags.run or flags.probe:
+        option = "--probe" if flags.probe else "--run"
+        raise OptionError(
+            f"--watch checks on every save and {option} would run your code each time: use {option} without --watch"
+        )
+    if flags.save_baseline is not None:
+        raise OptionError(
+            "--save-baseline records one finished run, and --watch does not finish: save it with "
+            "fieldmem check --save-baseline PATH"
         )
 
 
