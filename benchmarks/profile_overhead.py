@@ -72,7 +72,8 @@ if "fieldmem.engine.worker" in getattr(sys, "orig_argv", ()) and os.environ.get(
 
 
 def env(tree: Path = ROOT, site: Path | None = None, **extra: str) -> dict[str, str]:
-    """The environment of every process here: JAX_PLATFORMS=cpu, fieldmem from ``tree``."""
+    """The environment of every process here: JAX_PLATFORMS=cpu, fieldmem from ``tree`` (the processes run
+    outside any checkout, so ``python -m fieldmem`` does not find one in its working directory first)."""
     result = dict(os.environ)
     result["JAX_PLATFORMS"] = "cpu"
     result["PYTHONPATH"] = os.pathsep.join([*([str(site)] if site else []), str(tree)])
@@ -82,7 +83,10 @@ def env(tree: Path = ROOT, site: Path | None = None, **extra: str) -> dict[str, 
 
 def wall(command: list[str], environment: dict[str, str]) -> float:
     start = time.perf_counter()
-    subprocess.run(command, cwd=ROOT, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # not from ROOT: `python -m` puts the working directory first on sys.path, and fieldmem must come from the tree
+    subprocess.run(
+        command, cwd=tempfile.gettempdir(), env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     return time.perf_counter() - start
 
 
@@ -152,14 +156,14 @@ def profiles(module: Path, work: Path, label: str, limit: int) -> list[tuple[str
     command = check_command(module, report)[1:]
     subprocess.run(
         [*profiled, str(parent), *command],
-        cwd=ROOT,
+        cwd=work,
         env=env(site=site, FIELDMEM_PROFILE_WORKER=str(worker)),
         stdout=subprocess.DEVNULL,
         check=False,
     )
     subprocess.run(
         [*profiled, str(alone), *check_command(module, report, "--no-isolate")[1:]],
-        cwd=ROOT,
+        cwd=work,
         env=env(),
         stdout=subprocess.DEVNULL,
         check=False,
