@@ -1,6 +1,6 @@
 """Where fieldmem's own time goes: ``fieldmem check`` under cProfile, on synthetic modules.
 
-For each module (``synth.write_module``: 1,000 and 5,000 leaves of f32[8,8]
+For each module (``synth.write_module``: 1, 1,000 and 5,000 leaves of f32[8,8]
 with chain 1, as the suite's leaves dimension, and the suite's one-function
 base module) this script
 
@@ -104,20 +104,27 @@ def check_command(module: Path, report: Path, *extra: str) -> list[str]:
     return [PYTHON, "-m", "fieldmem", "check", str(module), "-f", "json", "-o", str(report), "--no-cache", *extra]
 
 
-def timings(module: Path, work: Path, runs: int, floor: float, against: Path | None) -> dict[str, Any]:
-    """Fresh runs of naive.py and fieldmem (and fieldmem from the ``against`` checkout), alternating."""
+def timings(module: Path, work: Path, runs: int, against: Path | None) -> dict[str, Any]:
+    """Fresh runs of ``python -c 'import jax'``, naive.py and fieldmem (and fieldmem from the ``against``
+    checkout), alternating; the overhead of each run against the median ``import jax`` of this module's rounds."""
     report = work / "timed.json"
     trees = {"fieldmem": ROOT, **({"against": against} if against else {})}
-    walls: dict[str, list[float]] = {"naive": [], **{who: [] for who in trees}}
+    walls: dict[str, list[float]] = {"import_jax": [], "naive": [], **{who: [] for who in trees}}
     compiled: dict[str, list[float]] = {who: [] for who in trees}
     sizes: dict[str, int] = {}
     for _ in range(runs):
+        walls["import_jax"].append(wall([PYTHON, "-c", "import jax"], env()))
         walls["naive"].append(wall([PYTHON, str(ROOT / "benchmarks" / "naive.py"), str(module)], env()))
         for who, tree in trees.items():
             walls[who].append(wall(check_command(module, report), env(tree)))
             compiled[who].append(lower_compile_seconds(report))
             sizes[who] = report.stat().st_size
-    result: dict[str, Any] = {"runs": runs, "naive_wall": round(statistics.median(walls["naive"]), 3)}
+    floor = statistics.median(walls["import_jax"])
+    result: dict[str, Any] = {
+        "runs": runs,
+        "import_jax": round(floor, 3),
+        "naive_wall": round(statistics.median(walls["naive"]), 3),
+    }
     for who in trees:
         prefix = "" if who == "fieldmem" else "against_"
         result[f"{prefix}fieldmem_wall"] = round(statistics.median(walls[who]), 3)
@@ -126,6 +133,36 @@ def timings(module: Path, work: Path, runs: int, floor: float, against: Path | N
             statistics.median(max(0.0, w - floor - c) / w for w, c in zip(walls[who], compiled[who])), 3
         )
         result[f"{prefix}report_bytes"] = sizes[who]
+    return result
+
+
+IMPORTS = {"fieldmem": "import fieldmem", "fieldmem.cli": "import fieldmem.cli", "jax": "import jax"}
+
+
+def import_costs(runs: int, against: Path | None) -> dict[str, Any]:
+    """Median wall time of a fresh ``python -c 'import X'`` (less ``python -c pass``), alternating, and the
+    fieldmem modules ``import fieldmem`` loads."""
+    trees = {"fieldmem": ROOT, **({"against": against} if against else {})}
+    samples: dict[str, list[float]] = {}
+    for _ in range(runs):
+        samples.setdefault("python", []).append(wall([PYTHON, "-c", "pass"], env()))
+        for who, tree in trees.items():
+            for name, code in IMPORTS.items():
+                if name == "jax" and who != "fieldmem":
+                    continue
+                samples.setdefault(f"{who}:{name}", []).append(wall([PYTHON, "-c", code], env(tree)))
+    start = statistics.median(samples.pop("python"))
+    result: dict[str, Any] = {"python_start": round(start, 4)}
+    result.update({key: round(statistics.median(v) - start, 4) for key, v in samples.items()})
+    for who, tree in trees.items():
+        listing = subprocess.run(
+            [PYTHON, "-c", "import fieldmem, sys; print(sorted(m for m in sys.modules if m.startswith('fieldmem')))"],
+            cwd=tempfile.gettempdir(),
+            env=env(tree),
+            capture_output=True,
+            text=True,
+        )
+        result[f"{who}:modules"] = listing.stdout.strip()
     return result
 
 
@@ -177,7 +214,7 @@ def profiles(module: Path, work: Path, label: str, limit: int) -> list[tuple[str
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--leaves", type=int, nargs="*", default=[1000, 5000])
+    parser.add_argument("--leaves", type=int, nargs="*", default=[1, 1000, 5000])
     parser.add_argument("--no-functions-module", action="store_true", help="skip the one-function base module")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--runs", type=int, default=3, help="timed runs per module (5,000 leaves: 1)")
@@ -185,6 +222,12 @@ def main() -> None:
     parser.add_argument("--name", default="profile-overhead")
     parser.add_argument("--against", type=Path, help="another checkout of fieldmem, timed alternately (before/after)")
     parser.add_argument("--no-profiles", action="store_true", help="the timings only")
+    parser.add_argument(
+        "--source",
+        action="store_true",
+        help="leave fieldmem without bytecode (default: compile it first, as pip does when it installs; "
+        "with PYTHONDONTWRITEBYTECODE set, every process would compile fieldmem's source again)",
+    )
     ns = parser.parse_args()
 
     version = subprocess.run(
@@ -198,20 +241,27 @@ def main() -> None:
         "jax": version,
         "commit": commit.stdout.strip(),
     }
+    if not ns.source:
+        for tree in [ROOT, *([ns.against] if ns.against else [])]:
+            subprocess.run(
+                [PYTHON, "-m", "compileall", "-q", str(tree / "fieldmem")], check=True, stdout=subprocess.DEVNULL
+            )
+    meta["bytecode"] = "none (source compiled by every process)" if ns.source else "compiled first (compileall)"
     modules: list[tuple[str, dict[str, int]]] = [
         (f"leaves-{n}", dict(functions=1, chain=1, leaves=n, size=8)) for n in ns.leaves
     ]
     if not ns.no_functions_module:
         modules.append(("functions-1", dict(functions=1, chain=5, leaves=1, size=128)))
+    imports = import_costs(9, ns.against)
+    print("imports", imports, flush=True)
     results: dict[str, dict[str, float]] = {}
     sections: list[str] = []
     with tempfile.TemporaryDirectory(prefix="fieldmem-profile-") as tmp:
         work = Path(tmp)
-        floor = statistics.median(wall([PYTHON, "-c", "import jax"], env()) for _ in range(3))
         for label, params in modules:
             module = write_module(work / f"synthetic_{label.replace('-', '_')}.py", **params)
             runs = 1 if params["leaves"] >= 5000 else ns.runs
-            results[label] = timings(module, work, runs, floor, ns.against)
+            results[label] = timings(module, work, runs, ns.against)
             print(label, results[label], flush=True)
             for title, stats_file in [] if ns.no_profiles else profiles(module, work, label, ns.top):
                 if not stats_file.exists():
@@ -227,29 +277,47 @@ def main() -> None:
         "",
         f"- date: {meta['date']}; machine: {meta['machine']}; Python {meta['python']}; jax {meta['jax']}; "
         f"commit {meta['commit']}",
-        "- written by `benchmarks/profile_overhead.py`; every process with JAX_PLATFORMS=cpu",
-        f"- overhead as in `bench_suite.py`: (wall - lowering and compiling as the report says - "
-        f"`python -c 'import jax'` ({floor:.2f} s here)) / wall, median of the runs",
+        "- written by `benchmarks/profile_overhead.py`; every process with JAX_PLATFORMS=cpu; "
+        f"fieldmem's bytecode: {meta['bytecode']}",
+        "- overhead as in `bench_suite.py`: (wall - lowering and compiling as the report says - "
+        "`python -c 'import jax'`, timed in the same rounds) / wall, median of the runs",
         "- cProfile slows Python down: the profiles rank where time goes, the timings are without it",
         "",
-        "| module | runs | naive wall (s) | fieldmem wall (s) | lower + compile (s) | overhead | JSON report (bytes) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| module | runs | import jax (s) | naive wall (s) | fieldmem wall (s) | lower + compile (s) | overhead "
+        "| JSON report (bytes) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, r in results.items():
         rows = [("", label)] + ([("against_", f"{label}, {ns.against}")] if ns.against else [])
         for prefix, name in rows:
             head.append(
-                f"| {name} | {r['runs']} | {r['naive_wall']:.2f} | {r[prefix + 'fieldmem_wall']:.2f} | "
+                f"| {name} | {r['runs']} | {r['import_jax']:.2f} | {r['naive_wall']:.2f} | "
+                f"{r[prefix + 'fieldmem_wall']:.2f} | "
                 f"{r[prefix + 'lower_compile']:.2f} | {r[prefix + 'overhead']:.0%} | {r[prefix + 'report_bytes']} |"
             )
+    head += [
+        "",
+        "Import cost: median wall time of a fresh `python -c 'import X'` less `python -c 'pass'` "
+        f"({imports['python_start']:.3f} s), 9 alternating rounds:",
+        "",
+        "| import | seconds |",
+        "|---|---:|",
+        *(
+            f"| {key} | {value:.3f} |"
+            for key, value in imports.items()
+            if isinstance(value, float) and key != "python_start"
+        ),
+        "",
+        *(f"- {key}: {value}" for key, value in imports.items() if key.endswith(":modules")),
+    ]
     ns.out.mkdir(parents=True, exist_ok=True)
     (ns.out / f"{ns.name}.md").write_text("\n".join(head) + "\n\n" + "\n".join(sections))
     (ns.out / f"{ns.name}.json").write_text(
         json.dumps(
             {
                 "meta": meta,
-                "import_jax_seconds": round(floor, 3),
                 "against": str(ns.against) if ns.against else None,
+                "imports": imports,
                 "modules": results,
             },
             indent=1,
