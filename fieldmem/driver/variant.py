@@ -62,8 +62,9 @@ def read_variant(
     donated: bool = False,
     fast: bool = False,
 ) -> tuple[CompiledVariant, Any]:
-    """What ``compiled`` (lowered as ``lowered`` from ``call``) is, as plain data, and its outputs as a pytree
-    of ``ShapeDtypeStruct`` with the compiled shardings (a chain's next arguments).
+    """What ``compiled`` (lowered as ``lowered`` from ``call``) is, as plain data, and for the ``donated``
+    variant its outputs as a pytree of ``ShapeDtypeStruct`` with the compiled shardings (a chain's next
+    arguments; None for the plain variant, whose outputs nothing hands on).
 
     ``donated``: the variant asked for a donation (then a donation jax dropped
     is said, with why); ``fast``: compiled with the fast options (the figures
@@ -71,7 +72,7 @@ def read_variant(
     """
     kept, tuple_args = _kept_var_idx(lowered)
     memory = read_memory(compiled, fast)
-    outputs, output_structs = _outputs(lowered, compiled, call)
+    outputs, output_structs = _outputs(lowered, compiled, call, structs=donated)
     inputs = _leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input"))
     variant = CompiledVariant(
         name=name,
@@ -394,9 +395,11 @@ def _value(call: PreparedCall, slot: int | str) -> Any:
     return call.args[slot] if isinstance(slot, int) else call.kwargs[slot]
 
 
-def _outputs(lowered: Any, compiled: Any, call: PreparedCall) -> tuple[tuple[OutputLeaf, ...], Any]:
-    """The output leaves (named in the user's terms for a wrapper's program), and the outputs as a pytree
-    of ``ShapeDtypeStruct`` with the compiled shardings."""
+def _outputs(
+    lowered: Any, compiled: Any, call: PreparedCall, structs: bool = True
+) -> tuple[tuple[OutputLeaf, ...], Any]:
+    """The output leaves (named in the user's terms for a wrapper's program), and with ``structs`` the
+    outputs as a pytree of ``ShapeDtypeStruct`` with the compiled shardings (else None)."""
     import jax
 
     flat, treedef = jax.tree_util.tree_flatten_with_path(lowered.out_info)
@@ -408,14 +411,7 @@ def _outputs(lowered: Any, compiled: Any, call: PreparedCall) -> tuple[tuple[Out
     formats = _compiled_formats(compiled, "output")
     if formats is not None and len(formats) != len(flat):
         formats = None
-    try:
-        shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
-    except Exception:
-        shardings = []
-    if len(shardings) != len(flat):
-        shardings = [None] * len(flat)
     outputs = []
-    structs = []
     for n, (_, leaf) in enumerate(flat):
         shape = tuple(getattr(leaf, "shape", ()) or ())
         outputs.append(
@@ -429,8 +425,21 @@ def _outputs(lowered: Any, compiled: Any, call: PreparedCall) -> tuple[tuple[Out
                 layout=formats[n][1] if formats else None,
             )
         )
-        structs.append(jax.ShapeDtypeStruct(shape, leaf.dtype, sharding=shardings[n]))
-    returned = jax.tree_util.tree_unflatten(treedef, structs)
+    if not structs:
+        return tuple(outputs), None
+    try:
+        shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
+    except Exception:
+        shardings = []
+    if len(shardings) != len(flat):
+        shardings = [None] * len(flat)
+    returned = jax.tree_util.tree_unflatten(
+        treedef,
+        [
+            jax.ShapeDtypeStruct(out.shape, leaf.dtype, sharding=shardings[n])
+            for n, (out, (_, leaf)) in enumerate(zip(outputs, flat))
+        ],
+    )
     if call.leaf_names is not None and call.leaf_names.returned is not None:
         returned = call.leaf_names.returned(returned)  # what a wrapper hands back to its caller
     return tuple(outputs), returned
