@@ -76,3 +76,26 @@ def test_each_call_reads_its_own_leaves_and_only_the_donated_variant_hands_on_ou
         assert [(s.shape, s.dtype) for s in jax.tree_util.tree_leaves(donated.outputs)] == [
             (s.shape, s.dtype) for s in jax.tree_util.tree_leaves(reference)
         ]
+
+
+def test_a_quoted_string_unquotes_as_json_reads_it() -> None:
+    """Every string of up to 4 characters over escapes' letters: the shortcut for a backslash that starts no
+    JSON escape gives what trying json and falling back gives (as jax writes ``op_name="state[\\'w\\']"``)."""
+    import itertools
+    import json
+
+    from fieldmem.xla.hlo.text import unquote
+
+    def by_json(text: str) -> str:
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text[1:-1]
+
+    alphabet = ["\\", '"', "'", "u", "0", "a", "n", "/"]
+    for size in range(5):
+        for chars in itertools.product(alphabet, repeat=size):
+            text = '"' + "".join(chars) + '"'
+            assert unquote(text) == by_json(text), text
+    assert unquote("\"state[\\'leaf0\\']\"") == "state[\\'leaf0\\']"
+    assert unquote('"a\\u0041\\n"') == "aA\n"
