@@ -249,7 +249,9 @@ def check(
     jobs: Annotated[
         int | None,
         typer.Option(
-            "--jobs", "-j", help="Compile the two variants concurrently when > 1 (default: half the CPU cores)."
+            "--jobs",
+            "-j",
+            help="Compile the two variants, and up to N targets, concurrently when > 1 (default: the CPU cores, at most 8).",
         ),
     ] = None,
     baseline: Annotated[
@@ -490,6 +492,16 @@ def compare(
     raise typer.Exit(comparison.exit_code(fail_on_diff))
 
 
+def _prestart_worker(argv: list[str]) -> None:
+    """For ``fieldmem check`` (isolated, as by default): start the worker before the options are parsed,
+    so that it loads most of jax meanwhile (:func:`fieldmem.engine.isolate.prestart`)."""
+    if argv[:1] != ["check"] or any(a in ("--no-isolate", "--help", "-h") for a in argv):
+        return
+    from fieldmem.engine.isolate import prestart
+
+    prestart()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (``python -m fieldmem`` and the console script).
 
@@ -502,6 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     usage_error: Any = next(
         c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
     )  # click's, found at run time
+    _prestart_worker(sys.argv[1:] if argv is None else argv)
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="fieldmem", standalone_mode=False)

@@ -18,7 +18,7 @@ from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.build import CheckFlags, CheckRequest, build_request, check_writable, parse_backends
 from fieldmem.request.config import Config, TargetConfig
-from fieldmem.request.options import EXPECTATIONS, MIN_BYTES, parse_expect, parse_new
+from fieldmem.request.options import EXPECTATIONS, MIN_BYTES, default_jobs, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import TargetOptions
 
@@ -39,7 +39,7 @@ def test_defaults() -> None:
     assert request.target_options == TargetOptions() and dict(request.per_target) == {}
     options = request.options
     assert options.min_bytes == MIN_BYTES == 1024
-    assert options.jobs == max(1, (os.cpu_count() or 2) // 2)
+    assert options.jobs == default_jobs() == max(1, min(len(os.sched_getaffinity(0)), 8))
     assert (options.suggest, options.run, options.probe, options.isolate, options.fast_compile) == (
         False,
         False,

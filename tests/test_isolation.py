@@ -218,3 +218,47 @@ def test_check_function_raises_a_fieldmem_error_for_sys_exit() -> None:
 
     with pytest.raises(fieldmem.FieldmemError, match=r"called sys.exit\(0\) while preparing and lowering it"):
         fieldmem.check_function(exits, jnp.ones(4))
+
+
+@pytest.mark.compile
+def test_a_worker_started_before_the_options_are_read_checks_with_them(tmp_path: Path) -> None:
+    """``fieldmem check`` starts its worker before parsing the command line; what the options then set in the
+    environment (``--devices`` writes XLA_FLAGS; JAX_PLATFORMS=cpu for a CPU check) is what the worker's jax
+    starts with, and the worker's head start prints nothing (jaxlib loaded early logs at jax's level)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = _env(temp)
+    env.pop("JAX_PLATFORMS")
+    env.pop("XLA_FLAGS", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", "good.py", "--devices", "3", "-f", "json", "--no-cache"],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        env=env,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [d["platform"] for d in report["devices"]] == ["cpu"] * 3
+    assert done.stderr == ""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_worker_started_ahead_and_never_used_ends_with_its_parent(tmp_path: Path) -> None:
+    """A usage error or ``--no-isolate`` leaves the worker started ahead unused: it ends when the parent does."""
+    code = (
+        "from fieldmem.engine import isolate\nisolate.prestart()\nprint(isolate._prestarted.process.pid, flush=True)\n"
+    )
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=HERE, env=_env(temp), timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    worker = int(done.stdout.split()[0])
+    deadline = time.monotonic() + 20
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker), "the worker started ahead outlived its parent"
+    assert done.stderr == ""

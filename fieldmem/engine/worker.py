@@ -4,7 +4,7 @@ Started by :mod:`fieldmem.engine.isolate`, never by a user: the user's code
 (their modules, factories, tracing, ``--run``) runs here, never in the process
 that writes the report and decides the exit code. It reads the request, one
 JSON line, from stdin (:mod:`fieldmem.engine.protocol`), takes the parent's
-working directory and ``sys.path``, loads every spec it is asked for, then
+environment, working directory and ``sys.path``, loads every spec it is asked for, then
 checks each target on each backend through the checker (which imports jax),
 sending an event around each step and each result on the pipe ``FD``. What it
 or the user's code prints goes to its stdout and stderr, which the parent
@@ -38,8 +38,8 @@ __all__ = ["main"]
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(watched: int, parent: int) -> None:
-    """Exit when the parent dies: (Linux) the kernel kills this process, and the pipe ``watched`` ends."""
+def _die_with_parent(parent: int) -> None:
+    """(Linux) Have the kernel kill this process when the parent dies; exit now if it already has."""
     if sys.platform.startswith("linux"):
         try:
             import ctypes
@@ -49,6 +49,10 @@ def _die_with_parent(watched: int, parent: int) -> None:
             pass
     if os.getppid() != parent:  # the parent died before the signal was asked for
         os._exit(1)
+
+
+def _watch_parent(watched: int) -> None:
+    """Exit when the pipe ``watched``, whose other end only the parent holds, ends."""
 
     def watch() -> None:
         while True:
@@ -62,6 +66,34 @@ def _die_with_parent(watched: int, parent: int) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="fieldmem-parent-watch", daemon=True).start()
+
+
+def _warm_up() -> None:
+    """Load numpy, ml_dtypes and jaxlib (most of what importing jax takes) while the request is awaited.
+
+    None of them reads the environment the request brings when it is
+    imported: jax's own configuration (``JAX_PLATFORMS``), XLA's flags and the
+    TPU library's variables are read when jax is imported and its backends
+    start, after the request. jax itself is not imported here. A failure is
+    left for the real import to report.
+
+    jaxlib's logging reads ``TF_CPP_MIN_LOG_LEVEL`` as it loads: it gets the
+    default jax's ``__init__`` gives it before loading jaxlib (a value the
+    user set stays; this process inherited it).
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    saved = sys.path[:]
+    here = os.getcwd()
+    # not from the working directory (``-m`` put it first): a numpy.py of the user's must not stand in
+    sys.path[:] = [p for p in saved if p and os.path.abspath(p) != here]
+    try:
+        import jaxlib.xla_client  # noqa: F401
+        import ml_dtypes  # noqa: F401
+        import numpy  # noqa: F401
+    except Exception:  # pragma: no cover - reported when the checker imports jax
+        pass
+    finally:
+        sys.path[:] = saved
 
 
 def _encoded(written: WorkerResult, spec: str, name: str) -> str:
@@ -159,18 +191,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 2 or not all(a.isdigit() for a in args):
         print("usage: python -m fieldmem.engine.worker FD PARENT (started by fieldmem check)", file=sys.stderr)
         return 2
+    _die_with_parent(int(args[1]))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this process
+    _warm_up()
     line = sys.stdin.buffer.readline()
+    if not line:  # the parent ended (or never needed this worker: it was started ahead of the request)
+        return 0
     watched = os.dup(0)  # the rest of stdin only ends, when the parent does
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # the user's code reads an empty stdin
     os.close(devnull)
-    _die_with_parent(watched, int(args[1]))
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this process
+    _watch_parent(watched)
     os.set_inheritable(int(args[0]), False)  # a process the user's code starts does not hold it open
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:  # what the user's code prints reaches the parent's stderr as it is printed
         reconfigure(line_buffering=True)
     request = json.loads(line)
+    if "environ" in request:  # the parent's environment now, not when this process started
+        os.environ.clear()
+        os.environ.update(request["environ"])
     os.chdir(request["cwd"])
     sys.path[:] = request["sys_path"]
     with open(int(args[0]), "w", buffering=1, encoding="utf-8") as events:

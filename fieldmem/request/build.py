@@ -27,7 +27,15 @@ from fieldmem.errors import OptionError
 from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.backends import check_combination, parse_backend
 from fieldmem.request.config import Config
-from fieldmem.request.options import MAX_DEVICES, MIN_BYTES, CheckOptions, parse_backends, parse_expect, parse_new
+from fieldmem.request.options import (
+    MAX_DEVICES,
+    MIN_BYTES,
+    CheckOptions,
+    default_jobs,
+    parse_backends,
+    parse_expect,
+    parse_new,
+)
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions, display_path
 from fieldmem.units import parse_bytes
@@ -266,7 +274,7 @@ def _check_options(flags: CheckFlags, config: Config) -> tuple[CheckOptions, boo
     cache_dir = None if flags.no_cache else (flags.cache_dir if flags.cache_dir is not None else config.cache_dir)
     options = CheckOptions(
         min_bytes=min_bytes,
-        jobs=flags.jobs or config.jobs or max(1, (os.cpu_count() or 2) // 2),
+        jobs=flags.jobs or config.jobs or default_jobs(),
         suggest=flags.suggest,
         cache_dir=cache_dir,
         fast_compile=_first_given(flags.fast_compile, config.fast_compile, True),

@@ -7,13 +7,24 @@ reads files, prints or imports jax.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fieldmem.errors import OptionError
 from fieldmem.report import EXPECTATIONS, Expectation
 
-__all__ = ["EXPECTATIONS", "MAX_DEVICES", "MIN_BYTES", "CheckOptions", "parse_backends", "parse_expect", "parse_new"]
+__all__ = [
+    "EXPECTATIONS",
+    "MAX_DEVICES",
+    "MAX_JOBS",
+    "MIN_BYTES",
+    "CheckOptions",
+    "default_jobs",
+    "parse_backends",
+    "parse_expect",
+    "parse_new",
+]
 
 #: Copies and findings smaller than this stay in the JSON report but out of the
 #: verdict, the table and the baseline gate (``--min-bytes``; 1 KiB).
@@ -24,13 +35,34 @@ MIN_BYTES = 1024
 #: results in benchmarks/results/devices.json): a larger count is refused, not waited for.
 MAX_DEVICES = 4096
 
+#: The most concurrent compiles the default ``--jobs`` asks for, however many cores the machine has:
+#: each compile holds its HLO module and XLA's working memory.
+MAX_JOBS = 8
+
+
+def default_jobs() -> int:
+    """``--jobs`` when none is given: the CPU cores this process may use (its affinity mask, which
+    containers and ``taskset`` narrow), at most :data:`MAX_JOBS`.
+
+    A compile runs in XLA's C++ code without the GIL, so while the pool's
+    threads compile, this thread lowers the next target. At -O0 (the default
+    for a static check) XLA:CPU compiles a module on about one core, so a
+    core per job keeps them busy (benchmarks/bench_fast.py measures the
+    default against ``--jobs 1``).
+    """
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, MAX_JOBS))
+
 
 @dataclass(frozen=True)
 class CheckOptions:
     """How to check: thresholds and speed levers, shared by the CLI and the API."""
 
     min_bytes: int = MIN_BYTES
-    jobs: int = 1
+    jobs: int = field(default_factory=default_jobs)  # concurrent compiles (pool threads); 1: none
     suggest: bool = False  # also find (and verify by compiling) the donation that saves the most
     backend: str | None = None  # compile for this backend (cpu, gpu, tpu); None: jax's default
     cache_dir: str | None = None  # JAX's persistent compilation cache folder; None: jax's own setting
