@@ -221,6 +221,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--name", default="profile-overhead")
     parser.add_argument("--against", type=Path, help="another checkout of fieldmem, timed alternately (before/after)")
+    parser.add_argument("--against-label", help="how the tables name the --against checkout (default: its path)")
     parser.add_argument("--no-profiles", action="store_true", help="the timings only")
     parser.add_argument(
         "--source",
@@ -288,7 +289,9 @@ def main() -> None:
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for label, r in results.items():
-        rows = [("", label)] + ([("against_", f"{label}, {ns.against}")] if ns.against else [])
+        rows = [("", f"{label}, {meta['commit']}")] + (
+            [("against_", f"{label}, {ns.against_label or ns.against}")] if ns.against else []
+        )
         for prefix, name in rows:
             head.append(
                 f"| {name} | {r['runs']} | {r['import_jax']:.2f} | {r['naive_wall']:.2f} | "
@@ -316,7 +319,7 @@ def main() -> None:
         json.dumps(
             {
                 "meta": meta,
-                "against": str(ns.against) if ns.against else None,
+                "against": (ns.against_label or str(ns.against)) if ns.against else None,
                 "imports": imports,
                 "modules": results,
             },
