@@ -100,8 +100,14 @@ def lower_compile_seconds(report: Path) -> float:
     )
 
 
+CHECK_ARGS: list[str] = []  # --check-args: e.g. --jobs 1, so that the compiles' seconds add up to their wall time
+
+
 def check_command(module: Path, report: Path, *extra: str) -> list[str]:
-    return [PYTHON, "-m", "fieldmem", "check", str(module), "-f", "json", "-o", str(report), "--no-cache", *extra]
+    return [
+        PYTHON, "-m", "fieldmem", "check", str(module), "-f", "json", "-o", str(report), "--no-cache",
+        *CHECK_ARGS, *extra,
+    ]  # fmt: skip
 
 
 def timings(module: Path, work: Path, runs: int, against: Path | None) -> dict[str, Any]:
@@ -224,23 +230,32 @@ def main() -> None:
     parser.add_argument("--against-label", help="how the tables name the --against checkout (default: its path)")
     parser.add_argument("--no-profiles", action="store_true", help="the timings only")
     parser.add_argument(
+        "--check-args",
+        default="",
+        help="more options for every fieldmem check, e.g. '--jobs 1': with the compiles run one after the "
+        "other, the report's lower + compile seconds are their share of the wall time (with --jobs > 1 "
+        "the two variants compile at once, their seconds overlap and the overhead column reads too low)",
+    )
+    parser.add_argument(
         "--source",
         action="store_true",
         help="leave fieldmem without bytecode (default: compile it first, as pip does when it installs; "
         "with PYTHONDONTWRITEBYTECODE set, every process would compile fieldmem's source again)",
     )
     ns = parser.parse_args()
+    CHECK_ARGS[:] = ns.check_args.split()
 
     version = subprocess.run(
         [PYTHON, "-c", "import jax; print(jax.__version__)"], capture_output=True, text=True, env=env()
     ).stdout.strip()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-    meta = {
+    meta: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
         "jax": version,
         "commit": commit.stdout.strip(),
+        "check_args": ns.check_args,
     }
     if not ns.source:
         for tree in [ROOT, *([ns.against] if ns.against else [])]:
@@ -283,6 +298,9 @@ def main() -> None:
         "- overhead as in `bench_suite.py`: (wall - lowering and compiling as the report says - "
         "`python -c 'import jax'`, timed in the same rounds) / wall, median of the runs",
         "- cProfile slows Python down: the profiles rank where time goes, the timings are without it",
+        f"- fieldmem check options: `-f json -o REPORT --no-cache {ns.check_args}`"
+        if ns.check_args
+        else "- fieldmem check options: `-f json -o REPORT --no-cache` (its default --jobs)",
         "",
         "| module | runs | import jax (s) | naive wall (s) | fieldmem wall (s) | lower + compile (s) | overhead "
         "| JSON report (bytes) |",
