@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint golden bench bench-quick bench-backends gpu-check screenshot clean fuzz
+.PHONY: setup demo test test-fast lint golden bench bench-quick bench-more bench-backends gpu-check screenshot clean fuzz
 
 $(STAMP): pyproject.toml requirements-test.txt
 	$(PYTHON) -m venv $(VENV)
@@ -59,18 +59,25 @@ golden: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
 
-# fieldmem vs the naive baseline (examples, synthetic modules, HLO parsing):
-# writes benchmarks/results/*.md; under ~10 minutes on 2 cores.
+# Issue 17's figures in one run (about 10 minutes on 2 cores): fieldmem by default against the naive
+# script, cold on fresh constants (20 functions; a compile-heavy training step), warm, its own overhead by
+# leaves and functions, and the watch loop: writes benchmarks/results/fast.{json,md}; exit 1 when a target
+# is missed. Run it on a quiet machine.
 bench: $(STAMP)
+	$(BIN)/python benchmarks/bench_fast.py
+
+# A smoke run of the same (a minute or two, one pair each): benchmarks/results/fast-quick.{json,md}.
+bench-quick: $(STAMP)
+	$(BIN)/python benchmarks/bench_fast.py --quick
+
+# The older, longer benchmarks (about 10 minutes more): the bundled examples, the synthetic suite
+# (functions, chain, leaves, sizes), HLO parsing, the speed levers and the in-place probe.
+bench-more: $(STAMP)
 	$(BIN)/python benchmarks/bench_examples.py
 	$(BIN)/python benchmarks/bench_suite.py
 	$(BIN)/python benchmarks/bench_parse.py
 	$(BIN)/python benchmarks/bench_levers.py
 	$(BIN)/python benchmarks/bench_probe.py
-
-# A smoke run of the synthetic suite (a minute): results go to benchmarks/results/suite-quick.*
-bench-quick: $(STAMP)
-	$(BIN)/python benchmarks/bench_suite.py --quick
 
 # Deviceless compile time per backend (cpu, gpu:h100, tpu:v5e) against the naive script, and the
 # 256-chip pod example: writes benchmarks/results/backends-DATE.{json,md} (the pod check alone takes minutes).

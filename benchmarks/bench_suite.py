@@ -11,6 +11,15 @@ XLA lowering + compiling, so its own overhead is measured, not guessed.
 Ratios are taken within one run, point by point: the machines are shared and
 noisy, absolute seconds are not comparable across runs.
 
+Every process (naive, fieldmem, the ``import jax`` floor) runs with
+``JAX_PLATFORMS=cpu``: fieldmem sets it for itself, and a bare ``import jax``
+with the accelerator plugins installed would otherwise start them and charge
+the naive script (and the floor) for it. fieldmem runs with ``--jobs 1``: the
+naive script compiles one variant after the other, and the overhead is only
+honest when compiles do not overlap (with ``--jobs`` > 1 their seconds add
+up to more than the wall time they take, and the overhead would come out too
+small). ``bench_fast.py`` measures fieldmem's defaults against the naive script.
+
 Usage: ``python benchmarks/bench_suite.py [--quick] [--out benchmarks/results]``
 (``make bench`` runs it). Writes ``suite.md``, ``suite.json`` and
 ``suite.svg`` (the plot) under ``--out``.
@@ -81,11 +90,15 @@ class Point:
         )
 
 
+# one environment for every timed process: the CPU backend only, as fieldmem sets for itself
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+
+
 def measure(command: list[str], stdout_path: Path | None = None) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one fresh process."""
+    """Wall seconds and peak RSS (MiB) of one fresh process (in :data:`ENV`)."""
     with open(stdout_path, "wb") if stdout_path else contextlib.nullcontext(subprocess.DEVNULL) as out:
         start = time.perf_counter()
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.DEVNULL, env=ENV)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
     code = os.waitstatus_to_exitcode(status)
@@ -117,6 +130,8 @@ def run_point(point: Point, module: Path, work: Path) -> None:
         "-o",
         str(report),
         "--no-cache",
+        "--jobs",
+        "1",  # sequential compiles, as the naive script's: their seconds are the time they take
     ]
     naive_cmd = [sys.executable, str(ROOT / "benchmarks" / "naive.py"), str(module)]
     repeat = 1
@@ -186,6 +201,7 @@ def markdown(points: list[Point], meta: dict[str, str], seconds: float, floor: f
         f"{CHEAP_SECONDS:.0f} s repeated {REPEAT}x (medians); whole suite {seconds / 60:.1f} min",
         f"- base module: {BASE['functions']} function, chain {BASE['chain']}, {BASE['leaves']} leaf, "
         f"f32[{BASE['size']},{BASE['size']}]; the leaves dimension uses f32[8,8] leaves and chain 1",
+        "- every process with JAX_PLATFORMS=cpu; fieldmem with --no-cache --jobs 1",
         f"- overhead: share of fieldmem's wall time that is neither XLA lowering + compiling nor "
         f"starting Python and importing jax ({floor:.2f} s here, `python -c 'import jax'`, median of {REPEAT})",
         "",
