@@ -30,15 +30,26 @@ from fieldmem.errors import quoted
 __all__ = ["decode", "encode", "unbounded_integers"]
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # per dataclass: its fields' names, read once
+
+
 def encode(value: Any) -> Any:
     """``value`` with every dataclass a dict and every tuple a list."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: encode(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, (tuple, list)):
-        return [encode(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): encode(v) for k, v in value.items()}
-    return value
+    cls = value.__class__
+    if cls in _PLAIN:  # most values of a report: nothing to do
+        return value
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(value))
+        elif isinstance(value, (tuple, list)):
+            return [encode(v) for v in value]
+        elif isinstance(value, dict):
+            return {str(k): encode(v) for k, v in value.items()}
+        else:
+            return value
+    return {name: encode(getattr(value, name)) for name in names}
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -75,11 +86,26 @@ def _type_name(data: Any) -> str:
 def decode(hint: Any, data: Any, where: str = "") -> Any:
     """Rebuild a value of type ``hint`` from ``data``; ``where`` names it in errors.
 
+    A decoder made once per type (:func:`_fast`) rebuilds a valid document
+    without keeping track of where it is; when it meets anything it does not
+    accept, the document is read again by :func:`_decode`, which accepts
+    exactly the same values and names the path of the first one it refuses.
+
     Raises:
         TypeError: a value of the wrong JSON type (message names its path).
         ValueError: a value outside its ``Literal`` set (message names its path).
         KeyError: a required field is missing.
     """
+    if _BOUNDED.get():
+        try:
+            return _fast(hint)(data)
+        except Exception:  # refused somewhere: the careful reading says where
+            pass
+    return _decode(hint, data, where)
+
+
+def _decode(hint: Any, data: Any, where: str = "") -> Any:
+    """:func:`decode`, keeping the path of each value for its error."""
     origin = typing.get_origin(hint)
     if origin is Literal:
         return _literal(hint, data, where)
@@ -96,7 +122,7 @@ def decode(hint: Any, data: Any, where: str = "") -> Any:
         if not isinstance(data, dict):
             raise TypeError(f"{where or 'value'} should be an object, not {_type_name(data)}")
         return {
-            _scalar(str, k, where or "key"): decode(item, v, f"{where}.{k}" if where else k) for k, v in data.items()
+            _scalar(str, k, where or "key"): _decode(item, v, f"{where}.{k}" if where else k) for k, v in data.items()
         }
     return data
 
@@ -115,7 +141,7 @@ def _union(hint: Any, data: Any, where: str) -> Any:
     errors: list[Exception] = []
     for option in options:
         try:
-            return decode(option, data, where)
+            return _decode(option, data, where)
         except (TypeError, ValueError, KeyError) as exc:
             errors.append(exc)
     raise (
@@ -162,7 +188,7 @@ def _dataclass(hint: type, data: Any, where: str) -> Any:
     for f in dataclasses.fields(hint):
         inner = f"{where}.{f.name}" if where else f.name
         if f.name in data:
-            kwargs[f.name] = decode(hints[f.name], data[f.name], inner)
+            kwargs[f.name] = _decode(hints[f.name], data[f.name], inner)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise KeyError(f"{inner} is missing")
     return hint(**kwargs)
@@ -176,6 +202,153 @@ def _tuple(hint: Any, data: Any, where: str) -> tuple[Any, ...]:
         # a fixed-length tuple: tuple[str, tuple[int, ...]]
         if len(args) != len(data):
             raise TypeError(f"{where or 'value'} should have {len(args)} items, not {len(data)}")
-        return tuple(decode(item, v, f"{where}[{n}]") for n, (item, v) in enumerate(zip(args, data)))
+        return tuple(_decode(item, v, f"{where}[{n}]") for n, (item, v) in enumerate(zip(args, data)))
     item = args[0] if args else Any
-    return tuple(decode(item, v, f"{where}[{n}]") for n, v in enumerate(data))
+    return tuple(_decode(item, v, f"{where}[{n}]") for n, v in enumerate(data))
+
+
+# -- the fast decoders: one closure per type, no paths; any refusal raises and _decode reads again ------------
+
+_Decoder = typing.Callable[[Any], Any]
+_FAST: dict[Any, _Decoder] = {}
+
+
+class _Refused(Exception):
+    """A value the fast decoders do not accept (its path and words are :func:`_decode`'s to give)."""
+
+
+def _fast(hint: Any) -> _Decoder:
+    try:
+        return _FAST[hint]
+    except KeyError:
+        pass
+    except TypeError:  # an unhashable hint: built each time
+        return _build(hint)
+    # a placeholder first: a dataclass that refers to itself finds its own decoder
+    made: list[_Decoder] = []
+    _FAST[hint] = lambda data: made[0](data)
+    decoder = _build(hint)
+    made.append(decoder)
+    _FAST[hint] = decoder
+    return decoder
+
+
+def _build(hint: Any) -> _Decoder:
+    origin = typing.get_origin(hint)
+    if origin is Literal:
+        allowed = frozenset((type(a), a) for a in typing.get_args(hint))
+
+        def literal(data: Any) -> Any:
+            if (type(data), data) not in allowed:
+                raise _Refused
+            return data
+
+        return literal
+    if origin in (Union, types.UnionType):
+        options = [_fast(a) for a in typing.get_args(hint) if a is not type(None)]
+
+        def union(data: Any) -> Any:
+            if data is None:
+                return None
+            for option in options:
+                try:
+                    return option(data)
+                except (_Refused, TypeError, ValueError, KeyError):  # as _union: the next option
+                    continue
+            raise _Refused
+
+        return union
+    if hint is bool:
+        return _bool
+    if hint is int:
+        return _int
+    if hint is float:
+        return _float
+    if hint is str:
+        return _str
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return _dataclass_decoder(hint)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if len(args) >= 1 and not (len(args) == 2 and args[1] is Ellipsis):
+            items = [_fast(a) for a in args]
+
+            def fixed(data: Any) -> Any:
+                if not isinstance(data, list) or len(data) != len(items):
+                    raise _Refused
+                return tuple(item(v) for item, v in zip(items, data))
+
+            return fixed
+        item = _fast(args[0]) if args else _any
+
+        def variadic(data: Any) -> Any:
+            if not isinstance(data, list):
+                raise _Refused
+            return tuple(map(item, data))
+
+        return variadic
+    if origin is dict:
+        value = _fast(typing.get_args(hint)[1])
+
+        def mapping(data: Any) -> Any:
+            if not isinstance(data, dict):
+                raise _Refused
+            return {_str(k): value(v) for k, v in data.items()}
+
+        return mapping
+    return _any
+
+
+def _any(data: Any) -> Any:
+    return data
+
+
+def _bool(data: Any) -> Any:
+    if not isinstance(data, bool):
+        raise _Refused
+    return data
+
+
+def _int(data: Any) -> Any:
+    if not isinstance(data, int) or isinstance(data, bool) or not -_INT64 <= data < _INT64:
+        raise _Refused
+    return data
+
+
+def _float(data: Any) -> Any:
+    if not isinstance(data, (int, float)) or isinstance(data, bool):
+        raise _Refused
+    return float(data)
+
+
+def _str(data: Any) -> Any:
+    if not isinstance(data, str):
+        raise _Refused
+    if not data.isascii():
+        data.encode("utf-8")  # a lone surrogate raises
+    return data
+
+
+def _dataclass_decoder(hint: type) -> _Decoder:
+    hints = _hints(hint)
+    fields = [
+        (
+            f.name,
+            _fast(hints[f.name]),
+            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+        )
+        for f in dataclasses.fields(hint)
+    ]
+
+    def record(data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise _Refused
+        kwargs = {}
+        for name, field, required in fields:
+            if name in data:
+                kwargs[name] = field(data[name])
+            elif required:
+                raise _Refused
+        return hint(**kwargs)
+
+    return record

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args, get_origin
@@ -117,3 +118,78 @@ def test_every_word_the_codec_accepts_is_documented(words: str) -> None:
     allowed = get_args(getattr(report_module, words))
     missing = [w for w in allowed if not any(f"{q}{w}{e}" in text for q, e in _QUOTED)]
     assert not missing, f"{words}: {missing} are not in docs/report-schema.md"
+
+
+def _rich_report() -> Report:
+    """A report with every kind of value the codec meets: records, words, unions, tuples, mappings, errors."""
+    from factories import (
+        make_copy,
+        make_error_result,
+        make_input,
+        make_output,
+        make_result,
+        make_timeline,
+        make_variant,
+    )
+
+    donated = make_variant("donated", copies=(make_copy(),), timeline=make_timeline((1, 5, 2)), lower_seconds=0.5)
+    result = make_result(
+        inputs=tuple(make_input(f"u{n}", n) for n in range(3)),
+        outputs=tuple(make_output(f"out{n}", n) for n in range(3)),
+        donated=donated,
+    )
+    return make_report((result, make_error_result(), TargetResult(target="m:g", name="m:g", status="ok")))
+
+
+def test_the_fast_decoders_read_a_whole_report_without_the_careful_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A valid document never falls back to the path-keeping reading (which is several times slower)."""
+    import fieldmem.codec as codec
+
+    report = _rich_report()
+    document = report.to_dict()
+
+    def refused(*args: object) -> None:
+        raise AssertionError(f"the careful reading ran on a valid document: {args[0]!r}")
+
+    monkeypatch.setattr(codec, "_decode", refused)
+    assert Report.from_dict(document) == report
+    assert decode(Outer, encode(Outer("a", (Inner(1, 0.5),), {"x": None}, 2))) == Outer(
+        "a", (Inner(1, 0.5),), {"x": None}, 2
+    )
+
+
+def test_the_fast_and_the_careful_reading_agree_value_for_value() -> None:
+    from fieldmem.codec import _decode
+
+    document = _rich_report().to_dict()
+    assert decode(Report, document) == _decode(Report, document)
+    # ints where floats are declared become floats either way; bools are never ints
+    assert decode(Inner, {"n": 1, "ratio": 2}) == _decode(Inner, {"n": 1, "ratio": 2}) == Inner(1, 2.0)
+    assert type(decode(Inner, {"n": 1, "ratio": 2}).ratio) is float
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"name": "a", "items": [{"n": 2**63}]}, "items[0].n should be a 64-bit integer"),
+        ({"name": "a\ud800"}, "name is not valid Unicode text"),
+        ({"name": "a", "by_name": {"\ud800": 1}}, "is not valid Unicode text"),
+        ({"name": "a", "items": [{"n": 1, "ratio": 10**400}]}, "items[0].ratio should be a number"),
+    ],
+)
+def test_what_the_fast_decoders_refuse_is_refused_with_its_path(data: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        decode(Outer, data)
+
+
+def test_encode_reads_each_record_as_before() -> None:
+    """Cached field names: a subclass of a record and a record class itself encode as they did."""
+
+    @dataclass(frozen=True)
+    class More(Inner):
+        extra: str = "x"
+
+    assert encode(More(1)) == {"n": 1, "ratio": 1.0, "extra": "x"}
+    assert encode(Inner(2)) == {"n": 2, "ratio": 1.0}
+    assert encode(Inner) is Inner
+    assert encode({1: (Inner(3),)}) == {"1": [{"n": 3, "ratio": 1.0}]}

@@ -64,7 +64,7 @@ class Compiled:
 
     variant: CompiledVariant
     executable: Any  # the jax.stages.Compiled: what --run and --probe call
-    outputs: Any  # the outputs as a pytree of jax.ShapeDtypeStruct with their shardings: a chain's next arguments
+    outputs: Any  # the donated variant's outputs as a pytree of jax.ShapeDtypeStruct with their shardings: a chain's next arguments (None for the plain one)
 
 
 def fresh_function(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -36,12 +36,39 @@ def _is_extended(dtype: Any) -> bool:
         return False
 
 
+# dtype -> (the report's name, bits per element (None: numpy's item size in bytes), bytes per element of an
+# extended dtype (None: not one)): read from jax and numpy once per dtype, as thousands of leaves share a few
+_DTYPES: dict[Any, tuple[str, int | None, int | None]] = {}
+
+
+def _dtype_facts(dtype: Any) -> tuple[str, int | None, int | None]:
+    try:
+        return _DTYPES[dtype]
+    except (KeyError, TypeError):  # not seen yet, or unhashable: read it
+        pass
+    import jax
+    import numpy as np
+
+    facts: tuple[str, int | None, int | None]
+    if _is_extended(dtype):
+        facts = (str(dtype), None, int(dtype.itemsize))
+    else:
+        try:
+            bits: int | None = int(jax.dtypes.itemsize_bits(np.dtype(dtype)))
+        except ValueError:  # no bit width (float0, void): numpy's item size
+            bits = None
+        facts = (np.dtype(dtype).name, bits, None)
+    try:
+        _DTYPES[dtype] = facts
+    except TypeError:
+        pass
+    return facts
+
+
 def dtype_name(dtype: Any) -> str:
     """The report's name of ``dtype``: numpy's (``float32``, ``float8_e4m3fn``, ``int4``), or jax's for an
     extended dtype (``key<fry>``)."""
-    import numpy as np
-
-    return str(dtype) if _is_extended(dtype) else np.dtype(dtype).name
+    return _dtype_facts(dtype)[0]
 
 
 def shape_bytes(shape: tuple[int, ...], dtype: Any) -> int:
@@ -52,15 +79,19 @@ def shape_bytes(shape: tuple[int, ...], dtype: Any) -> int:
     an extended dtype takes the bytes of its physical form (a ``key<fry>``
     key is two ``uint32``: 8 bytes).
     """
-    import jax
-    import numpy as np
+    count = 1
+    for dim in shape:
+        count *= int(dim)
+    if not 0 <= count < 2**63:  # past int64: as XLA's int64 product (numpy's) wraps
+        import numpy as np
 
-    count = int(np.prod(shape, dtype=np.int64))
-    if _is_extended(dtype):
-        return count * int(dtype.itemsize)
-    try:
-        bits = int(jax.dtypes.itemsize_bits(np.dtype(dtype)))
-    except ValueError:  # no bit width (float0, void): numpy's item size
+        count = int(np.prod(shape, dtype=np.int64))
+    _, bits, extended = _dtype_facts(dtype)
+    if extended is not None:
+        return count * extended
+    if bits is None:
+        import numpy as np
+
         return count * np.dtype(dtype).itemsize
     return (count * bits + 7) // 8
 

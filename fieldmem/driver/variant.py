@@ -10,6 +10,8 @@ on. Nothing is lowered, compiled or run here; jax is imported on first use.
 
 from __future__ import annotations
 
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from fieldmem.driver.paths import path_string
@@ -60,8 +62,9 @@ def read_variant(
     donated: bool = False,
     fast: bool = False,
 ) -> tuple[CompiledVariant, Any]:
-    """What ``compiled`` (lowered as ``lowered`` from ``call``) is, as plain data, and its outputs as a pytree
-    of ``ShapeDtypeStruct`` with the compiled shardings (a chain's next arguments).
+    """What ``compiled`` (lowered as ``lowered`` from ``call``) is, as plain data, and for the ``donated``
+    variant its outputs as a pytree of ``ShapeDtypeStruct`` with the compiled shardings (a chain's next
+    arguments; None for the plain variant, whose outputs nothing hands on).
 
     ``donated``: the variant asked for a donation (then a donation jax dropped
     is said, with why); ``fast``: compiled with the fast options (the figures
@@ -69,7 +72,7 @@ def read_variant(
     """
     kept, tuple_args = _kept_var_idx(lowered)
     memory = read_memory(compiled, fast)
-    outputs, output_structs = _outputs(lowered, compiled, call)
+    outputs, output_structs = _outputs(lowered, compiled, call, structs=donated)
     inputs = _leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input"))
     variant = CompiledVariant(
         name=name,
@@ -300,62 +303,103 @@ def _leaves(
     import jax
 
     tree = jax.tree_util
-    names = call.positional_names
-    dyn_positional = [i for i in range(len(call.args)) if i not in call.static_positions]
-    dyn_keywords = [k for k in call.kwargs if k not in call.static_names]
-
     info_leaves = tree.tree_leaves(args_info, is_leaf=lambda x: hasattr(x, "donated") and hasattr(x, "_aval"))
-    jax_order: list[tuple[Any, tuple[Any, ...]]] = []
-    for i in dyn_positional:
-        for path, _ in tree.tree_flatten_with_path(call.args[i])[0]:
-            jax_order.append((i, path))
-    for key in sorted(dyn_keywords):
-        for path, _ in tree.tree_flatten_with_path(call.kwargs[key])[0]:
-            jax_order.append((key, path))
-    if len(info_leaves) != len(jax_order):
+    flat = _flat_arguments(call)
+    if len(info_leaves) != flat.count:
         raise CompileError(
-            f"fieldmem could not match the {len(jax_order)} argument leaves it sees to the "
+            f"fieldmem could not match the {flat.count} argument leaves it sees to the "
             f"{len(info_leaves)} jax lowered (jax {jax.__version__}); please report this"
         )
-    if formats is not None and len(formats) != len(jax_order):
+    if formats is not None and len(formats) != flat.count:
         formats = None  # jax grouped them another way: leave shardings and layouts unknown
-    kept_sorted = sorted(kept) if kept is not None else list(range(len(jax_order)))
+    kept_sorted = sorted(kept) if kept is not None else list(range(flat.count))
     hlo_number = {jax_index: number for number, jax_index in enumerate(kept_sorted)}
-    position_in_jax = {(slot, path_string(path)): n for n, (slot, path) in enumerate(jax_order)}
 
     result: list[InputLeaf] = []
-    slots: list[tuple[Any, str]] = [(i, names[i]) for i in dyn_positional] + [(k, k) for k in dyn_keywords]
-    user_names = call.leaf_names.inputs if call.leaf_names is not None else {}
-    for slot, display in slots:
-        value = call.args[slot] if isinstance(slot, int) else call.kwargs[slot]
-        for path, leaf in tree.tree_flatten_with_path(value)[0]:
-            where = path_string(path)
-            jax_index = position_in_jax[(slot, where)]
-            argument, leaf_path = user_names.get((slot, where), (display, display + where))
-            info = info_leaves[jax_index]
-            aval = getattr(info, "_aval", None)
-            shape = tuple(getattr(aval, "shape", ()) or ())
-            result.append(
-                InputLeaf(
-                    index=len(result),
-                    path=leaf_path,
-                    argument=argument,
-                    shape=shape,
-                    dtype=dtype_name(aval.dtype) if aval is not None else "unknown",
-                    bytes=shape_bytes(shape, aval.dtype) if aval is not None else 0,
-                    donated=bool(getattr(info, "donated", False)),
-                    hlo_parameter=hlo_number.get(jax_index),
-                    abstract=isinstance(leaf, jax.ShapeDtypeStruct),
-                    sharding=formats[jax_index][0] if formats else None,
-                    layout=formats[jax_index][1] if formats else None,
-                )
+    for jax_index, argument, leaf_path, abstract in flat.leaves:
+        info = info_leaves[jax_index]
+        aval = getattr(info, "_aval", None)
+        shape = tuple(getattr(aval, "shape", ()) or ())
+        result.append(
+            InputLeaf(
+                index=len(result),
+                path=leaf_path,
+                argument=argument,
+                shape=shape,
+                dtype=dtype_name(aval.dtype) if aval is not None else "unknown",
+                bytes=shape_bytes(shape, aval.dtype) if aval is not None else 0,
+                donated=bool(getattr(info, "donated", False)),
+                hlo_parameter=hlo_number.get(jax_index),
+                abstract=abstract,
+                sharding=formats[jax_index][0] if formats else None,
+                layout=formats[jax_index][1] if formats else None,
             )
+        )
     return tuple(result)
 
 
-def _outputs(lowered: Any, compiled: Any, call: PreparedCall) -> tuple[tuple[OutputLeaf, ...], Any]:
-    """The output leaves (named in the user's terms for a wrapper's program), and the outputs as a pytree
-    of ``ShapeDtypeStruct`` with the compiled shardings."""
+@dataclass(frozen=True)
+class _FlatArguments:
+    """A call's array leaves, flattened once for both variants: ``count`` leaves, and in report order
+    each leaf's (position in jax's order, argument, path, whether it is a ShapeDtypeStruct)."""
+
+    count: int
+    leaves: tuple[tuple[int, str, str, bool], ...]
+
+
+_flat_cache: tuple[weakref.ref[PreparedCall], _FlatArguments] | None = None  # the last call's: both variants read it
+
+
+def _flat_arguments(call: PreparedCall) -> _FlatArguments:
+    """The leaves of ``call``'s dynamic arguments, numbered as the report numbers them.
+
+    Report order: positional arguments, then keyword arguments in the order
+    given. jax's order: dynamic positional arguments, then dynamic keyword
+    arguments sorted by name. The two variants of a check read the same call:
+    its pytrees are flattened (and their paths written) once.
+    """
+    global _flat_cache
+    cached = _flat_cache
+    if cached is not None and cached[0]() is call:
+        return cached[1]
+    import jax
+
+    tree = jax.tree_util
+    names = call.positional_names
+    dyn_positional = [i for i in range(len(call.args)) if i not in call.static_positions]
+    dyn_keywords = [k for k in call.kwargs if k not in call.static_names]
+    slots: list[tuple[Any, str]] = [(i, names[i]) for i in dyn_positional] + [(k, k) for k in dyn_keywords]
+    flattened = {
+        slot: [(path_string(path), leaf) for path, leaf in tree.tree_flatten_with_path(_value(call, slot))[0]]
+        for slot, _ in slots
+    }
+    jax_slots = [*dyn_positional, *sorted(dyn_keywords)]
+    position_in_jax: dict[tuple[Any, str], int] = {}
+    count = 0
+    for slot in jax_slots:
+        for where, _ in flattened[slot]:
+            position_in_jax[(slot, where)] = count
+            count += 1
+    user_names = call.leaf_names.inputs if call.leaf_names is not None else {}
+    leaves = []
+    for slot, display in slots:
+        for where, leaf in flattened[slot]:
+            argument, leaf_path = user_names.get((slot, where), (display, display + where))
+            leaves.append((position_in_jax[(slot, where)], argument, leaf_path, isinstance(leaf, jax.ShapeDtypeStruct)))
+    flat = _FlatArguments(count, tuple(leaves))
+    _flat_cache = (weakref.ref(call), flat)
+    return flat
+
+
+def _value(call: PreparedCall, slot: int | str) -> Any:
+    return call.args[slot] if isinstance(slot, int) else call.kwargs[slot]
+
+
+def _outputs(
+    lowered: Any, compiled: Any, call: PreparedCall, structs: bool = True
+) -> tuple[tuple[OutputLeaf, ...], Any]:
+    """The output leaves (named in the user's terms for a wrapper's program), and with ``structs`` the
+    outputs as a pytree of ``ShapeDtypeStruct`` with the compiled shardings (else None)."""
     import jax
 
     flat, treedef = jax.tree_util.tree_flatten_with_path(lowered.out_info)
@@ -367,14 +411,7 @@ def _outputs(lowered: Any, compiled: Any, call: PreparedCall) -> tuple[tuple[Out
     formats = _compiled_formats(compiled, "output")
     if formats is not None and len(formats) != len(flat):
         formats = None
-    try:
-        shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
-    except Exception:
-        shardings = []
-    if len(shardings) != len(flat):
-        shardings = [None] * len(flat)
     outputs = []
-    structs = []
     for n, (_, leaf) in enumerate(flat):
         shape = tuple(getattr(leaf, "shape", ()) or ())
         outputs.append(
@@ -388,8 +425,21 @@ def _outputs(lowered: Any, compiled: Any, call: PreparedCall) -> tuple[tuple[Out
                 layout=formats[n][1] if formats else None,
             )
         )
-        structs.append(jax.ShapeDtypeStruct(shape, leaf.dtype, sharding=shardings[n]))
-    returned = jax.tree_util.tree_unflatten(treedef, structs)
+    if not structs:
+        return tuple(outputs), None
+    try:
+        shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
+    except Exception:
+        shardings = []
+    if len(shardings) != len(flat):
+        shardings = [None] * len(flat)
+    returned = jax.tree_util.tree_unflatten(
+        treedef,
+        [
+            jax.ShapeDtypeStruct(out.shape, leaf.dtype, sharding=shardings[n])
+            for n, (out, (_, leaf)) in enumerate(zip(outputs, flat))
+        ],
+    )
     if call.leaf_names is not None and call.leaf_names.returned is not None:
         returned = call.leaf_names.returned(returned)  # what a wrapper hands back to its caller
     return tuple(outputs), returned

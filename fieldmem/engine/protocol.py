@@ -35,11 +35,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import IO, Any
 
 from fieldmem.report import Chain, TargetResult
 
-__all__ = ["WorkerResult", "read_event", "write_event"]
+__all__ = ["WorkerResult", "encode_json", "read_event", "write_event"]
+
+_compact = json.JSONEncoder(separators=(",", ":")).encode
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +53,27 @@ class WorkerResult:
     chains: tuple[Chain, ...] = ()
 
 
-def write_event(channel: IO[str], what: str, **fields: Any) -> None:
-    """Send one event and flush it, so the parent has it even if the worker dies right after."""
-    channel.write(json.dumps({"e": what, **fields}) + "\n")
+def write_event(channel: IO[str], what: str, encoded: Mapping[str, str] | None = None, **fields: Any) -> None:
+    """Send one event and flush it, so the parent has it even if the worker dies right after.
+
+    ``encoded``: fields given as JSON text already (a result, written once by
+    :func:`encode_json`). The line is compact JSON: a result of thousands of
+    leaves crosses the pipe in one pass of the C encoder.
+    """
+    line = _compact({"e": what, **fields})
+    if encoded:
+        line = line[:-1] + "".join(f",{_compact(name)}:{text}" for name, text in encoded.items()) + "}"
+    channel.write(line + "\n")
     channel.flush()
+
+
+def encode_json(value: Any) -> str:
+    """``value`` (plain data, :func:`fieldmem.codec.encode` gave it) as compact JSON text.
+
+    Raises:
+        TypeError, ValueError: a value JSON cannot hold.
+    """
+    return _compact(value)
 
 
 def read_event(line: bytes) -> dict[str, Any] | None:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from fieldmem.codec import decode, encode, unbounded_integers
-from fieldmem.engine.protocol import WorkerResult, write_event
+from fieldmem.engine.protocol import WorkerResult, encode_json, write_event
 from fieldmem.engine.results import error_result, internal_error
 from fieldmem.errors import FieldmemError
 
@@ -108,14 +108,13 @@ def _warm_up() -> None:
         sys.path[:] = saved
 
 
-def _encoded(written: WorkerResult, spec: str, name: str) -> Any:
+def _encoded(written: WorkerResult, spec: str, name: str) -> str:
+    """The result as JSON text, written once (a result it cannot write is this target's error)."""
     try:
-        encoded = encode(written)
-        json.dumps(encoded)
-        return encoded
+        return encode_json(encode(written))
     except Exception as exc:  # a result the codec cannot write is this target's error, not the worker's end
         error = internal_error(exc, "writing its result")
-        return encode(WorkerResult((error_result(spec, name, error),)))
+        return encode_json(encode(WorkerResult((error_result(spec, name, error),))))
 
 
 @dataclasses.dataclass
@@ -227,10 +226,10 @@ class _Worker:
                 index, _, item = todo[n]
                 spec = self.request["specs"][index]["spec"]
                 result = _encoded(WorkerResult(tuple(checked[0]), tuple(checked[1])), spec, _name(item))
-                if n in prints and all(result.status != "error" for result in checked[0]):
+                if n in prints and all(r.status != "error" for r in checked[0]):
                     # an error may have a cause outside the user's code (a data file): checked again
                     self.kept.prints[(b, spec, _name(item))] = prints[n]
-                self.event("done", b=b, spec=index, name=_name(item), result=result)
+                write_event(self.events, "done", {"result": result}, b=b, spec=index, name=_name(item))
 
             report = check_targets([item for _, _, item in todo], options, started=started, done=done)
             header = dataclasses.replace(report, results=(), chains=())

@@ -10,13 +10,15 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fieldmem.errors import OptionError
-from fieldmem.report import Expectation
 from fieldmem.request.options import parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
+
+if TYPE_CHECKING:
+    from fieldmem.report import Expectation
 
 __all__ = ["Case", "case", "chain", "registered_cases", "step_factories", "step_names"]
 

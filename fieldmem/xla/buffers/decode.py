@@ -187,8 +187,8 @@ def _module(hlo_module_proto: bytes) -> HloModuleProto:
 def _instruction_ids(module: HloModuleProto) -> dict[int, tuple[str, str]]:
     names: dict[int, tuple[str, str]] = {}
     for computation in module.computations:
-        for instruction in computation.instructions:
-            names[int(instruction.id)] = (computation.name, instruction.name)
+        name = computation.name  # read once: each field read builds a new object
+        names.update({instruction.id: (name, instruction.name) for instruction in computation.instructions})
     return names
 
 
@@ -282,7 +282,7 @@ def _where(location: Any, names: _Names) -> tuple[int, str | None, str | None, t
     computation, name = names.get(instruction_id, (None, None))
     if name is None and location.instruction_name:
         name = location.instruction_name
-    return instruction_id, name, computation, tuple(int(i) for i in location.shape_index)
+    return instruction_id, name, computation, tuple(location.shape_index)  # int64 fields read as ints
 
 
 def _logical_buffer(buffer: Any, names: _Names) -> LogicalBuffer:

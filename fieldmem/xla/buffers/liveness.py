@@ -354,7 +354,7 @@ def _value_infos(
 ) -> tuple[list[ValueInfo], dict[tuple[str, str], dict[tuple[int, ...], set[int]]]]:
     placement = assignment.placement()
     by_name = {c.name: c.by_name() for c in module.computations}
-    users = {c.name: c.users() for c in module.computations}
+    computations = {c.name: c for c in module.computations}  # users() only where a reader is looked for
     # instruction name -> computation (names are unique in a module)
     home = {i.name: c.name for c in module.computations for i in c.instructions}
     infos: list[ValueInfo] = []
@@ -383,7 +383,7 @@ def _value_infos(
             source = _source(instruction, by_name[computation])
             role = "own" if source is not None else None
             if source is None and instruction.opcode != "parameter":
-                source = reader_source(instruction.name, users[computation])
+                source = reader_source(instruction.name, computations[computation].users())
                 role = "user" if source is not None else None
         placed = placement.get(buffer.id)
         if placed is None:
@@ -665,21 +665,25 @@ def _curve(ranges: list[LiveRange], length: int) -> list[int]:
         s = live.value.slice
         assert s is not None
         by_allocation.setdefault(s.allocation, set()).add(s)
-    coverage = {allocation: _Coverage(slices) for allocation, slices in by_allocation.items()}
+    # an allocation of one distinct slice (most: a leaf's buffer) covers that slice's bytes while it is
+    # live; only allocations shared by several slices count the pieces they cover
+    coverage = {allocation: _Coverage(slices) for allocation, slices in by_allocation.items() if len(slices) > 1}
     counts: dict[Slice, int] = {}  # live values per distinct slice
     total = 0
     for t in range(length):
         for live in starts.get(t, []):
             s = live.value.slice
             assert s is not None
-            counts[s] = counts.get(s, 0) + 1
-            if counts[s] == 1:
-                total += coverage[s.allocation].add(s, 1)
+            n = counts[s] = counts.get(s, 0) + 1
+            if n == 1:
+                shared = coverage.get(s.allocation)
+                total += shared.add(s, 1) if shared is not None else s.size
         curve.append(total)
         for live in ends.get(t, []):
             s = live.value.slice
             assert s is not None
-            counts[s] -= 1
-            if counts[s] == 0:
-                total += coverage[s.allocation].add(s, -1)
+            n = counts[s] = counts[s] - 1
+            if n == 0:
+                shared = coverage.get(s.allocation)
+                total += shared.add(s, -1) if shared is not None else -s.size
     return curve

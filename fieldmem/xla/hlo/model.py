@@ -128,7 +128,12 @@ class HloComputation:
         return {i.name: i for i in self.instructions}
 
     def users(self) -> dict[str, list[HloInstruction]]:
-        """For each value, the instructions that read it, in schedule order."""
+        """For each value, the instructions that read it, in schedule order (built once per computation,
+        when first asked for; do not modify it)."""
+        return self._users
+
+    @cached_property
+    def _users(self) -> dict[str, list[HloInstruction]]:
         users: dict[str, list[HloInstruction]] = {}
         for instruction in self.instructions:
             for operand in instruction.operands:

@@ -101,6 +101,10 @@ def split_top_level(text: str, sep: str = ",", strict: bool = False) -> list[str
     return parts
 
 
+# the escapes of a JSON string, read left to right as json reads them
+_JSON_ESCAPE = re.compile(r'\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4})')
+
+
 def unquote(text: str) -> str:
     """The characters of a quoted HLO string (JSON escapes undone); unquoted text as it is."""
     text = text.strip()
@@ -108,6 +112,10 @@ def unquote(text: str) -> str:
         if "\\" not in text:
             # without an escape, JSON gives the characters between the quotes or fails
             # (and then they are taken as they are): the same either way
+            return text[1:-1]
+        if "\\" in _JSON_ESCAPE.sub("", text[1:-1]):
+            # a backslash that starts no JSON escape (jax writes a path's quote as \'): JSON would fail
+            # on it, and raising costs more than the rest (one per leaf of a large pytree)
             return text[1:-1]
         try:
             return json.loads(text)
