@@ -1,6 +1,6 @@
 """``python -m fieldmem``: the same as the ``fieldmem`` command."""
 
-from fieldmem.cli import main
+from fieldmem.entry import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -409,7 +409,11 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
         if not options.isolate:
             return _check_here(request, options, progress), baseline, None
         from fieldmem.engine.isolate import Unit, WatchSession, check_reports
+        from fieldmem.render import preload
 
+        # the worker, started ahead, is still loading jax: the renderers are loaded meanwhile
+        output = request.output
+        preload({"table", output.format, *(["html"] if output.html is not None else [])})
         units = [Unit(spec, request.per_target.get(spec, request.target_options)) for spec in request.targets]
         backends: list[str | None] = list(request.backends) if request.backends is not None else [None]
         check_backends = request.backends is not None
@@ -520,16 +524,6 @@ def compare(
     raise typer.Exit(comparison.exit_code(fail_on_diff))
 
 
-def _prestart_worker(argv: list[str]) -> None:
-    """For ``fieldmem check`` (isolated, as by default): start the worker before the options are parsed,
-    so that it loads most of jax meanwhile (:func:`fieldmem.engine.isolate.prestart`)."""
-    if argv[:1] != ["check"] or any(a in ("--no-isolate", "--help", "-h") for a in argv):
-        return
-    from fieldmem.engine.isolate import prestart
-
-    prestart()
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code (``python -m fieldmem`` and the console script).
 
@@ -542,7 +536,9 @@ def main(argv: list[str] | None = None) -> int:
     usage_error: Any = next(
         c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
     )  # click's, found at run time
-    _prestart_worker(sys.argv[1:] if argv is None else argv)
+    from fieldmem.engine.spawn import prestart_for
+
+    prestart_for(sys.argv[1:] if argv is None else argv)  # where fieldmem.entry did not already
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="fieldmem", standalone_mode=False)

@@ -243,19 +243,26 @@ class PendingVariants:
             ]
         else:
             self._futures = None
+        self._plain_done: Compiled | None = None
+
+    def _compile(self, lowering: tuple[Any, tuple[str, ...], float], index: int) -> tuple[Any, float, bool]:
+        if self._futures is not None:
+            return self._futures[index].result()
+        return compile_lowered(lowering[0], self.fast, self.found)
+
+    def plain(self) -> Compiled:
+        """The plain variant, once its compile is done: the donated one may still be compiling (in a pool),
+        so reading and analysing this one meanwhile costs no wall time. Raises CompileError as the compile did."""
+        if self._plain_done is None:
+            self._plain_done = _compiled("plain", self.call, self._plain, self._compile(self._plain, 0))
+            self._plain = (None, (), 0.0)  # let the lowering go
+        return self._plain_done
 
     def result(self) -> tuple[Compiled, Compiled]:
         """The plain and the donated variant (raises CompileError as the compile did)."""
-        if self._futures is not None:
-            compiles = [f.result() for f in self._futures]
-        else:
-            compiles = [
-                compile_lowered(self._plain[0], self.fast, self.found),
-                compile_lowered(self._donated[0], self.fast, self.found),
-            ]
-        plain = _compiled("plain", self.call, self._plain, compiles[0])
-        donated = _compiled("donated", self.call, self._donated, compiles[1], donated=True)
-        self._plain = self._donated = (None, (), 0.0)  # let the lowerings go
+        plain = self.plain()
+        donated = _compiled("donated", self.call, self._donated, self._compile(self._donated, 1), donated=True)
+        self._donated = (None, (), 0.0)
         self._futures = None
         return plain, donated
 

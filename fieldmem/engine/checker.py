@@ -108,12 +108,13 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
         return started, None
     target = started.target
     try:
+        early = _analysed_early(started.pending.plain(), target)  # while the donated variant compiles
         plain, donated = started.pending.result()
     except BaseException as exc:
         return _failed(target, exc, "compiling it"), None
     stage = "analysing its compiled program"
     try:
-        result = _analyse(target, started.call, plain, donated, options)
+        result = _analyse(target, started.call, plain, donated, options, early)
         if options.run and result.status == "ok":
             stage = "running it"
             result = _run(result, started.call, plain, donated, options)
@@ -122,9 +123,21 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
         return _failed(target, exc, stage), None
 
 
+def _analysed_early(plain: Compiled, target: Target) -> Any:
+    """:func:`~fieldmem.findings.analysis.analyze_variant` of the plain variant, or None where it raised
+    (the analysis proper raises it again, in its own stage)."""
+    from fieldmem.findings.analysis import analyze_variant
+
+    try:
+        return analyze_variant(plain.variant, target.definition)
+    except Exception:
+        return None
+
+
 def _check_call(target: Target, args: tuple, kwargs: dict, options: CheckOptions) -> tuple[TargetResult, Any]:
-    """Compile ``target.function(*args, **kwargs)`` twice (concurrently when ``jobs`` > 1) and analyse it."""
-    with _pool(2 if options.jobs > 1 else 0) as pool:
+    """Compile ``target.function(*args, **kwargs)`` twice (concurrently when ``jobs`` > 1; with ``jobs`` 1
+    one after the other in a thread, while this one analyses the plain variant) and analyse it."""
+    with _pool(2 if options.jobs > 1 else 1) as pool:
         return _finish(_start(target, args, kwargs, options, pool), options)
 
 
@@ -177,7 +190,12 @@ def _probe(result: TargetResult, call: PreparedCall, donated: Compiled, options:
 
 
 def _analyse(
-    target: Target, call: PreparedCall, plain: Compiled, donated: Compiled, options: CheckOptions
+    target: Target,
+    call: PreparedCall,
+    plain: Compiled,
+    donated: Compiled,
+    options: CheckOptions,
+    plain_analysis: Any = None,
 ) -> TargetResult:
     from fieldmem.driver import backend_scope, compile_donation
     from fieldmem.findings.analysis import analyze_target
@@ -198,6 +216,7 @@ def _analyse(
             donated=donated.variant,
             min_bytes=options.min_bytes,
             new=target.new,
+            plain_analysis=plain_analysis,
         )
         if options.suggest:
             from fieldmem.findings.advisor import suggest

@@ -47,10 +47,12 @@ from typing import IO, Any
 from fieldmem.codec import decode, encode
 from fieldmem.engine.protocol import WorkerResult, read_event
 from fieldmem.engine.results import error_result
+from fieldmem.engine.spawn import spawn, take_prestarted
 from fieldmem.errors import FieldmemError, RunError, TargetError
 from fieldmem.report import Chain, Report, TargetResult
 
-__all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "prestart", "supervise"]
+__all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "supervise"]
+
 
 _Checked = tuple[list[TargetResult], list[Chain]]
 _TAIL = 8192  # characters of the worker's output kept, for the last line of a dying worker
@@ -180,8 +182,8 @@ class _Process:
 
 
 def _start_process() -> _Process:
-    """A worker: the one :func:`prestart` started, if still alive, else a new one."""
-    spawned = _take_prestarted() or _spawn()
+    """A worker: the one :func:`~fieldmem.engine.spawn.prestart` started, if still alive, else a new one."""
+    spawned = take_prestarted() or spawn()
     process = spawned.process
     assert process.stdin is not None and process.stdout is not None
     relay = _Relay(process.stdout)
@@ -495,69 +497,6 @@ class _Supervisor:
                 row.append(checked)
             outcomes.append(row)
         return Supervised(self.headers, outcomes)
-
-
-@dataclasses.dataclass(frozen=True)
-class _Spawned:
-    """A worker process, and the read end of the pipe it answers on."""
-
-    process: subprocess.Popen[bytes]
-    answers: int
-
-
-def _spawn() -> _Spawned:
-    """Start a worker. It waits for its request on stdin: it takes its environment, working directory and
-    ``sys.path`` from it, not from the moment it started."""
-    answers, answer_end = os.pipe()
-    try:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "fieldmem.engine.worker", str(answer_end), str(os.getpid())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            pass_fds=(answer_end,),
-            env=os.environ.copy(),
-        )
-    except BaseException:
-        os.close(answers)
-        raise
-    finally:
-        os.close(answer_end)
-    return _Spawned(process, answers)
-
-
-_prestarted: _Spawned | None = None
-
-
-def prestart() -> None:
-    """Start the first worker now, before the command line is even parsed (``fieldmem check``).
-
-    The worker loads numpy and jaxlib while it waits (:func:`fieldmem.engine.worker.main`),
-    which takes longer than this process takes to parse its options, read its
-    configuration and the baseline: that start-up runs side by side instead of
-    one after the other. The first :func:`supervise` uses it; where none does
-    (a usage error, ``--no-isolate``), it ends when this process does (its stdin
-    ends; on Linux the kernel kills it too).
-    """
-    global _prestarted
-    if _prestarted is None:
-        try:
-            _prestarted = _spawn()
-        except OSError:  # it is only a head start: a worker starts again when one is needed
-            _prestarted = None
-
-
-def _take_prestarted() -> _Spawned | None:
-    """The worker :func:`prestart` started, if it is still alive (it can be taken once)."""
-    global _prestarted
-    spawned, _prestarted = _prestarted, None
-    if spawned is not None and spawned.process.poll() is not None:
-        os.close(spawned.answers)
-        for stream in (spawned.process.stdin, spawned.process.stdout):
-            if stream is not None:
-                stream.close()
-        return None
-    return spawned
 
 
 def _read_events(answers: int, events: queue.Queue[dict[str, Any] | None]) -> None:

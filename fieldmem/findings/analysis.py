@@ -940,9 +940,12 @@ def analyze_target(
     min_bytes: int,
     max_live_peak: int | None = None,
     new: Sequence[str] = (),
+    plain_analysis: tuple[Variant, ProgramLeaves] | None = None,
 ) -> TargetResult:
-    """The full result for one target from its two compiles; ``new``: output paths declared new."""
-    plain_variant, _ = analyze_variant(plain, definition)
+    """The full result for one target from its two compiles; ``new``: output paths declared new;
+    ``plain_analysis``: what :func:`analyze_variant` gave for ``plain`` (the checker analyses it while
+    the donated variant still compiles)."""
+    plain_variant, _ = plain_analysis if plain_analysis is not None else analyze_variant(plain, definition)
     donated_variant, program = analyze_variant(donated, definition)
     verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new)
     made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from fieldmem.report import Report
 from fieldmem.request.options import MIN_BYTES
 
-__all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer", "text_console"]
+__all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer", "preload", "text_console"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,16 @@ def _lazy(module: str) -> Callable[[Report, RenderOptions], str]:
 
     render.__qualname__ = render.__name__ = f"render_{module.rsplit('.', 1)[-1]}"
     return render
+
+
+def preload(formats: Iterable[str]) -> None:
+    """Import the renderers of ``formats`` (and rich, for the table) now, while nothing else needs the
+    time: ``fieldmem check`` does it while its worker starts jax, so they cost nothing when the report is
+    ready. An unknown or missing one is left for :func:`get_renderer` to report."""
+    modules = {module for name, _, module in _FORMATS if name in set(formats)}
+    for module in sorted(modules):
+        if _available(module):
+            importlib.import_module(module)
 
 
 def _available(module: str) -> bool:

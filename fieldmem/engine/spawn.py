@@ -1,0 +1,86 @@
+"""Starting the worker process, with nothing but the standard library: the ``fieldmem`` command starts
+its worker (:func:`prestart`) before it even loads its command-line libraries.
+
+:mod:`fieldmem.engine.isolate` supervises the worker this starts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+
+__all__ = ["Spawned", "prestart", "prestart_for", "spawn", "take_prestarted"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Spawned:
+    """A worker process, and the read end of the pipe it answers on."""
+
+    process: subprocess.Popen[bytes]
+    answers: int
+
+
+def spawn() -> Spawned:
+    """Start a worker. It waits for its request on stdin: it takes its environment, working directory and
+    ``sys.path`` from it, not from the moment it started."""
+    answers, answer_end = os.pipe()
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "fieldmem.engine.worker", str(answer_end), str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(answer_end,),
+            env=os.environ.copy(),
+        )
+    except BaseException:
+        os.close(answers)
+        raise
+    finally:
+        os.close(answer_end)
+    return Spawned(process, answers)
+
+
+_prestarted: Spawned | None = None
+
+
+def prestart() -> None:
+    """Start the first worker now, before the command line is even parsed (``fieldmem check``).
+
+    The worker loads numpy and jaxlib while it waits (:func:`fieldmem.engine.worker.main`),
+    which takes longer than this process takes to parse its options, read its
+    configuration and the baseline: that start-up runs side by side instead of
+    one after the other. The first :func:`supervise` uses it; where none does
+    (a usage error, ``--no-isolate``), it ends when this process does (its stdin
+    ends; on Linux the kernel kills it too).
+    """
+    global _prestarted
+    if _prestarted is None:
+        try:
+            _prestarted = spawn()
+        except OSError:  # it is only a head start: a worker starts again when one is needed
+            _prestarted = None
+
+
+def take_prestarted() -> Spawned | None:
+    """The worker :func:`prestart` started, if it is still alive (it can be taken once)."""
+    global _prestarted
+    spawned, _prestarted = _prestarted, None
+    if spawned is not None and spawned.process.poll() is not None:
+        os.close(spawned.answers)
+        for stream in (spawned.process.stdin, spawned.process.stdout):
+            if stream is not None:
+                stream.close()
+        return None
+    return spawned
+
+
+def prestart_for(argv: Sequence[str]) -> None:
+    """:func:`prestart` for a ``fieldmem`` command line that checks in a worker (``check``, isolated,
+    not asking for help)."""
+    if list(argv[:1]) != ["check"] or any(a in ("--no-isolate", "--help", "-h") for a in argv):
+        return
+    prestart()

@@ -1,0 +1,62 @@
+"""The worker of ``fieldmem check`` is started first (fieldmem/engine/spawn.py, fieldmem/entry.py).
+
+Whether the worker started ahead takes the options given after it, and ends
+with a parent that never used it, is tested with real processes in
+tests/test_isolation.py; here: which command lines start it, and that
+starting it loads nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from fieldmem.engine import spawn
+
+
+@pytest.mark.parametrize(
+    ("argv", "started"),
+    [
+        (["check", "model.py"], True),
+        (["check", "model.py:update", "--run", "-j", "2"], True),
+        (["check", "model.py", "--watch"], True),
+        (["check", "model.py", "--no-isolate"], False),  # checked in this process: no worker
+        (["check", "--help"], False),
+        (["check", "-h"], False),
+        (["compare", "a.json", "b.json"], False),
+        (["--version"], False),
+        ([], False),
+    ],
+)
+def test_which_command_lines_start_the_worker_first(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], started: bool
+) -> None:
+    calls: list[bool] = []
+    monkeypatch.setattr(spawn, "prestart", lambda: calls.append(True))
+    spawn.prestart_for(argv)
+    assert calls == ([True] if started else [])
+
+
+def test_the_entry_point_loads_no_command_line_library_or_jax_before_the_worker_starts() -> None:
+    code = (
+        "import sys\n"
+        "import fieldmem.engine.spawn, fieldmem.entry\n"
+        "print(sorted(m for m in ('jax', 'numpy', 'typer', 'rich', 'click', 'pydantic') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_console_script_is_the_entry_point() -> None:
+    from pathlib import Path
+
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["fieldmem"] == "fieldmem.entry:main"
