@@ -989,3 +989,36 @@ def test_a_copy_through_a_tuple_and_its_element_is_of_the_parameter_in_it() -> N
     (site,) = find_copies(hlo.parse_hlo_module(_GPU_TUPLE_PASS))
     assert (site.instruction, site.parameter_number, site.parameter_index) == ("copy.1", 1, ())
     assert site.feeds_output and site.output_indices == ((1,),)
+
+
+def _without_the_last_module() -> None:
+    hlo_parse._last_lines = ("", {})
+
+
+@pytest.mark.parametrize(("first", "second"), [("acc_kv_write.gpu_h100.plain", "acc_kv_write.gpu_h100.donated")])
+def test_lines_the_module_parsed_before_had_parse_as_they_did(first: str, second: str) -> None:
+    """The donated program is parsed right after the plain one and shares most of its lines: those are taken
+    from it. The result is the module a parse from scratch gives."""
+    _without_the_last_module()
+    alone = hlo_parse._parse_module(text(second))
+    _without_the_last_module()
+    hlo_parse._parse_module(text(first))
+    shared = set(hlo_parse._last_lines[1])
+    after = hlo_parse._parse_module(text(second))
+    assert after == alone
+    taken = [line for line in text(second).splitlines() if line in shared]
+    assert len(taken) > 10  # the case is one where lines are shared
+
+
+def test_a_module_with_other_source_tables_takes_no_line_from_the_one_before() -> None:
+    """The same line under other FileNames names another file: it is parsed again."""
+    original = text("acc_kv_write.gpu_h100.plain")
+    renamed = original.replace('1 "tests/', '1 "elsewhere/tests/', 1)
+    assert renamed != original
+    _without_the_last_module()
+    before = hlo_parse._parse_module(original)
+    after = hlo_parse._parse_module(renamed)
+    _without_the_last_module()
+    assert after == hlo_parse._parse_module(renamed)
+    sources = {i.source for c in before.computations for i in c.instructions} - {None}
+    assert sources and sources != {i.source for c in after.computations for i in c.instructions} - {None}

@@ -235,14 +235,12 @@ class PendingVariants:
             function = fresh_function(call.function)
             self._plain = lower(call, donated=False, function=function)
         self.call = call
+        self._futures: list[Any] | None = None
+        if pool is not None:  # the plain variant compiles while the donated one is lowered
+            self._futures = [pool.submit(compile_lowered, self._plain[0], fast, self.found)]
         self._donated = lower(call, donated=True, function=function)
-        if pool is not None:
-            self._futures: list[Any] | None = [
-                pool.submit(compile_lowered, self._plain[0], fast, self.found),
-                pool.submit(compile_lowered, self._donated[0], fast, self.found),
-            ]
-        else:
-            self._futures = None
+        if self._futures is not None and pool is not None:
+            self._futures.append(pool.submit(compile_lowered, self._donated[0], fast, self.found))
         self._plain_done: Compiled | None = None
 
     def _compile(self, lowering: tuple[Any, tuple[str, ...], float], index: int) -> tuple[Any, float, bool]:
