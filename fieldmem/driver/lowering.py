@@ -219,7 +219,7 @@ class PendingVariants:
     scalar concrete, the call with it made static (:func:`~fieldmem.driver.prepare.concretize`).
     """
 
-    def __init__(self, call: PreparedCall, pool: Executor | None, fast: bool = False) -> None:
+    def __init__(self, call: PreparedCall, pool: Executor | None, fast: bool = False, early: bool = False) -> None:
         from fieldmem.driver.deviceless import active_target
 
         self.fast = fast
@@ -236,10 +236,12 @@ class PendingVariants:
             self._plain = lower(call, donated=False, function=function)
         self.call = call
         self._futures: list[Any] | None = None
-        if pool is not None:  # the plain variant compiles while the donated one is lowered
+        if pool is not None and early:  # the plain variant compiles while the donated one is lowered
             self._futures = [pool.submit(compile_lowered, self._plain[0], fast, self.found)]
         self._donated = lower(call, donated=True, function=function)
-        if self._futures is not None and pool is not None:
+        if pool is not None:
+            if self._futures is None:
+                self._futures = [pool.submit(compile_lowered, self._plain[0], fast, self.found)]
             self._futures.append(pool.submit(compile_lowered, self._donated[0], fast, self.found))
         self._plain_done: Compiled | None = None
 
@@ -281,7 +283,9 @@ def _compiled(
     return Compiled(variant, executable, outputs)
 
 
-def start_variants(call: PreparedCall, pool: Executor | None, *, fast: bool = False) -> PendingVariants:
+def start_variants(
+    call: PreparedCall, pool: Executor | None, *, fast: bool = False, early: bool = False
+) -> PendingVariants:
     """Lower ``call`` without donation (plain) and with it (donated) in this thread, and start the two XLA
     compiles in ``pool`` (None: at :meth:`~PendingVariants.result`).
 
@@ -290,9 +294,12 @@ def start_variants(call: PreparedCall, pool: Executor | None, *, fast: bool = Fa
     XLA compiles release the GIL, so several targets' compiles overlap in a
     pool while the next target is lowered. ``fast``: both compiled with
     :data:`FAST_COMPILE_OPTIONS` (on XLA:CPU; the figures they change are
-    then unavailable).
+    then unavailable). ``early``: the plain variant's compile starts before the
+    donated one is lowered (with ``--jobs`` > 1); otherwise no compile overlaps
+    a lowering, and the analysis of the plain variant is all that overlaps the
+    donated compile.
     """
-    return PendingVariants(call, pool, fast)
+    return PendingVariants(call, pool, fast, early)
 
 
 def compile_donation(
