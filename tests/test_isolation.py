@@ -247,9 +247,7 @@ def test_a_worker_started_before_the_options_are_read_checks_with_them(tmp_path:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_worker_started_ahead_and_never_used_ends_with_its_parent(tmp_path: Path) -> None:
     """A usage error or ``--no-isolate`` leaves the worker started ahead unused: it ends when the parent does."""
-    code = (
-        "from fieldmem.engine import spawn\nspawn.prestart()\nprint(spawn._prestarted.process.pid, flush=True)\n"
-    )
+    code = "from fieldmem.engine import spawn\nspawn.prestart()\nprint(spawn._prestarted.process.pid, flush=True)\n"
     temp = tmp_path / "tmp"
     temp.mkdir()
     done = subprocess.run(
