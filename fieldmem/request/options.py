@@ -45,10 +45,9 @@ def default_jobs() -> int:
     containers and ``taskset`` narrow), at most :data:`MAX_JOBS`.
 
     A compile runs in XLA's C++ code without the GIL, so while the pool's
-    threads compile, this thread lowers the next target. At -O0 (the default
-    for a static check) XLA:CPU compiles a module on about one core, so a
-    core per job keeps them busy (benchmarks/bench_fast.py measures the
-    default against ``--jobs 1``).
+    threads compile, this thread lowers the next target
+    (benchmarks/bench_jobs.py measures the default against ``--jobs 1``;
+    results/jobs.md).
     """
     try:
         cores = len(os.sched_getaffinity(0))
