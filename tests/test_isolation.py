@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from helpers_process import alive, children
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "tests" / "assets" / "isolation"
@@ -129,22 +130,6 @@ def test_the_report_writing_process_never_imports_jax(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["results"][0]["status"] == "ok"
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")  # a zombie has ended: only its exit status is left to collect
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("extra", [[], ["--run"]])
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGTERM])
@@ -172,14 +157,14 @@ def test_the_worker_dies_with_its_parent(tmp_path: Path, extra: list[str], how: 
         threading.Thread(target=watch, args=(parent.stderr,), daemon=True).start()
         if not hanging.wait(timeout=120):
             pytest.fail("no worker ever started on the target")
-        (worker,) = _children(parent.pid)
-        assert _alive(worker)
+        (worker,) = children(parent.pid)
+        assert alive(worker)
         parent.send_signal(how)
         parent.wait(timeout=30)
         deadline = time.monotonic() + 10
-        while _alive(worker) and time.monotonic() < deadline:
+        while alive(worker) and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert not _alive(worker), "the worker outlived its parent"
+        assert not alive(worker), "the worker outlived its parent"
         assert not list(temp.iterdir()), "a temporary file or folder was left behind"
     finally:
         if parent.poll() is None:
@@ -256,7 +241,7 @@ def test_a_worker_started_ahead_and_never_used_ends_with_its_parent(tmp_path: Pa
     assert done.returncode == 0, done.stderr
     worker = int(done.stdout.split()[0])
     deadline = time.monotonic() + 20
-    while _alive(worker) and time.monotonic() < deadline:
+    while alive(worker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _alive(worker), "the worker started ahead outlived its parent"
+    assert not alive(worker), "the worker started ahead outlived its parent"
     assert done.stderr == ""

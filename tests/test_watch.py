@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers_process import children
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,14 +139,6 @@ def _summary(err: list[str]) -> str:
     return next(line for line in err if "again in" in line)
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(p) for p in text.split()]
-
-
 @pytest.mark.compile
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_watch_checks_again_only_what_an_edit_changed(tmp_path: Path) -> None:
@@ -206,7 +199,7 @@ def test_watch_checks_again_only_what_an_edit_changed(tmp_path: Path) -> None:
         assert "checked 1 target(s) again" in _summary(err) and "1 unchanged" in _summary(err)
 
         # the worker dies: the next save starts a new one, which checks the module's targets
-        for child in _children(session.process.pid):
+        for child in children(session.process.pid):
             os.kill(child, signal.SIGKILL)
         time.sleep(0.3)
         _write(module, fixed.replace("u * 3.0 + row", "u * 4.0 + row"))
