@@ -73,18 +73,8 @@ if BACKEND == "pod":
 
     CASES = [(train_step.train_step, train_step.train_step_args, dict(donate_argnums=(0, 1)))]
 else:
-    import field
-    import optimizer
-    import sparse_row
-    import stencil_scan
-
-    CASES = [
-        (field.update, field.update_args, dict(donate_argnums=(0, 1))),
-        (sparse_row.set_row, sparse_row.set_row_args, dict(donate_argnums=(0,))),
-        (sparse_row.write_kv, sparse_row.write_kv_args, dict(donate_argnums=(0,))),
-        (stencil_scan.diffuse, stencil_scan.diffuse_args, dict(static_argnums=(1,), donate_argnums=(0,))),
-        (optimizer.sgd_step._fun, optimizer.step_args, dict(donate_argnums=(0, 1))),
-    ]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from example_cases import CASES
 
 devices = None if BACKEND == "cpu" else chips(BACKEND)
 options = compile_options()

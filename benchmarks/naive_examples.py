@@ -12,18 +12,9 @@ start = time.perf_counter()
 import jax  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
-import field  # noqa: E402
-import optimizer  # noqa: E402
-import sparse_row  # noqa: E402
-import stencil_scan  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from example_cases import CASES  # noqa: E402
 
-CASES = [
-    (field.update, field.update_args, dict(donate_argnums=(0, 1))),
-    (sparse_row.set_row, sparse_row.set_row_args, dict(donate_argnums=(0,))),
-    (sparse_row.write_kv, sparse_row.write_kv_args, dict(donate_argnums=(0,))),
-    (stencil_scan.diffuse, stencil_scan.diffuse_args, dict(static_argnums=(1,), donate_argnums=(0,))),
-    (optimizer.sgd_step._fun, optimizer.step_args, dict(donate_argnums=(0, 1))),
-]
 for fn, make_args, options in CASES:
     args = make_args()
     static = options.get("static_argnums", ())
