@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import hashlib
-import os
 import sys
 import types
 from typing import Any
+
+from fieldmem.xla.hlo import is_library_file
 
 __all__ = ["is_local_file", "target_fingerprint"]
 
@@ -42,28 +42,11 @@ class _Unknown(Exception):
     """Something the fingerprint cannot vouch for."""
 
 
-@functools.lru_cache(maxsize=1)
-def _library_roots() -> tuple[str, ...]:
-    roots = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
-    roots.add(os.path.realpath(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))  # fieldmem itself
-    return tuple(sorted(roots))
-
-
 def is_local_file(file: str | None) -> bool:
-    """Whether ``file`` is the user's own Python source (not the standard library, an installed package or
-    fieldmem): the files ``--watch`` watches and loads again."""
-    if not file or not file.endswith(".py"):
-        return False
-    return _is_local(file)
-
-
-@functools.lru_cache(maxsize=65536)
-def _is_local(file: str) -> bool:
-    real = os.path.realpath(file)
-    parts = real.replace("\\", "/").split("/")
-    if "site-packages" in parts or "dist-packages" in parts:
-        return False
-    return not any(real == root or real.startswith(root + os.sep) for root in _library_roots())
+    """Whether ``file`` is the user's own Python source: the files ``--watch`` watches and loads again.
+    Not library code as :func:`fieldmem.xla.hlo.is_library_file` defines it for source lines (the
+    standard library, installed packages, fieldmem), the one definition of both."""
+    return file is not None and file.endswith(".py") and not is_library_file(file)
 
 
 def _file_digest(file: str) -> str:
