@@ -536,9 +536,16 @@ def main(argv: list[str] | None = None) -> int:
     usage_error: Any = next(
         c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
     )  # click's, found at run time
-    from fieldmem.engine.spawn import prestart_for
+    from fieldmem.engine.spawn import discard_prestarted, prestart_for
 
     prestart_for(sys.argv[1:] if argv is None else argv)  # where fieldmem.entry did not already
+    try:
+        return _main(argv, usage_error)
+    finally:
+        discard_prestarted()  # a worker started ahead that no check took
+
+
+def _main(argv: list[str] | None, usage_error: Any) -> int:
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="fieldmem", standalone_mode=False)

@@ -60,3 +60,28 @@ def test_the_console_script_is_the_entry_point() -> None:
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["fieldmem"] == "fieldmem.entry:main"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_worker_started_ahead_that_no_check_takes_ends_with_the_command(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A usage error in ``fieldmem.cli.main`` called in a process that goes on (a test, a script): the worker
+    started ahead is ended on the way out, not left running until that process ends."""
+    from helpers_process import alive
+
+    from fieldmem.cli import main
+
+    started: list[spawn.Spawned] = []
+    real = spawn.spawn
+
+    def recording() -> spawn.Spawned:
+        started.append(real())
+        return started[-1]
+
+    monkeypatch.setattr(spawn, "spawn", recording)
+    assert main(["check", "--bogus", "model.py"]) == 2
+    assert "fieldmem: error:" in capsys.readouterr().err
+    (worker,) = started
+    assert spawn._prestarted is None
+    assert worker.process.returncode is not None and not alive(worker.process.pid)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-__all__ = ["Spawned", "prestart", "prestart_for", "spawn", "take_prestarted"]
+__all__ = ["Spawned", "discard_prestarted", "prestart", "prestart_for", "spawn", "take_prestarted"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +54,9 @@ def prestart() -> None:
     which takes longer than this process takes to parse its options, read its
     configuration and the baseline: that start-up runs side by side instead of
     one after the other. The first :func:`supervise` uses it; where none does
-    (a usage error, ``--no-isolate``), it ends when this process does (its stdin
-    ends; on Linux the kernel kills it too).
+    (a usage error, ``--no-isolate``), :func:`fieldmem.cli.main` ends it
+    (:func:`discard_prestarted`), and at the latest it ends with this process
+    (its stdin ends; on Linux the kernel kills it too).
     """
     global _prestarted
     if _prestarted is None:
@@ -65,17 +66,32 @@ def prestart() -> None:
             _prestarted = None
 
 
+def _close(spawned: Spawned) -> None:
+    os.close(spawned.answers)
+    for stream in (spawned.process.stdin, spawned.process.stdout):
+        if stream is not None:
+            stream.close()
+
+
 def take_prestarted() -> Spawned | None:
     """The worker :func:`prestart` started, if it is still alive (it can be taken once)."""
     global _prestarted
     spawned, _prestarted = _prestarted, None
     if spawned is not None and spawned.process.poll() is not None:
-        os.close(spawned.answers)
-        for stream in (spawned.process.stdin, spawned.process.stdout):
-            if stream is not None:
-                stream.close()
+        _close(spawned)
         return None
     return spawned
+
+
+def discard_prestarted() -> None:
+    """End the worker :func:`prestart` started, where nothing took it (a usage error, ``--no-isolate``):
+    at once, and its pipes closed, rather than when this process ends (a caller of
+    :func:`fieldmem.cli.main` in its own process, such as a test, goes on)."""
+    spawned = take_prestarted()
+    if spawned is not None:
+        spawned.process.kill()
+        spawned.process.wait()
+        _close(spawned)
 
 
 def prestart_for(argv: Sequence[str]) -> None:
