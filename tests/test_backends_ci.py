@@ -16,6 +16,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers_backends import installed, require_extra
 
 from fieldmem.errors import OptionError
 from fieldmem.request.backends import DEVICELESS_ENV
@@ -24,12 +25,6 @@ from fieldmem.request.config import Config, ConfigError, load_config
 from fieldmem.request.options import parse_backends
 
 pytest_plugins = ["pytester"]
-
-
-def _deviceless_installed() -> bool:
-    import importlib.util
-
-    return all(importlib.util.find_spec(m) is not None for m in ("libtpu", "jax_plugins.xla_cuda12"))
 
 
 def write(folder: Path, text: str) -> Path:
@@ -190,7 +185,7 @@ _OUTCOME = re.compile(r"^(\S+\.py::\S+) (PASSED|FAILED|ERROR)\b", re.MULTILINE)
 
 @pytest.mark.compile
 def test_plugin_backend(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    several = _deviceless_installed()
+    several = installed("tpu", "gpu")
     if not several and os.environ.get("FIELDMEM_REQUIRE_BACKENDS") == "1":
         pytest.fail('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
     pytester.makepyfile(updates=UPDATES, test_backends=TESTS, **({"test_several": SEVERAL} if several else {}))
@@ -266,10 +261,8 @@ def _fieldmem(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[st
 
 @pytest.mark.compile
 def test_compare_and_baselines_across_cpu_gpu_and_tpu(tmp_path: Path) -> None:
-    if not _deviceless_installed():
-        if os.environ.get("FIELDMEM_REQUIRE_BACKENDS") == "1":
-            pytest.fail('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
-        pytest.skip('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
+    require_extra("tpu")
+    require_extra("gpu")
     example = str(ROOT / "examples" / "interior.py")
     done = _fieldmem(tmp_path, "check", example, "--backend", "cpu,gpu:h100,tpu:v5e", "-f", "json", "-o", "r.json")
     assert done.returncode == 0, done.stderr
@@ -315,10 +308,8 @@ def test_compare_and_baselines_across_cpu_gpu_and_tpu(tmp_path: Path) -> None:
 def test_a_topology_gives_sharded_examples_its_mesh_without_devices(tmp_path: Path) -> None:
     """``examples/sharded.py`` shards over every device jax has: with ``--backend tpu:v5e:2x2`` and no
     ``--devices``, that is 4, so each chip holds a quarter of the 2 MiB field."""
-    if not _deviceless_installed():
-        if os.environ.get("FIELDMEM_REQUIRE_BACKENDS") == "1":
-            pytest.fail('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
-        pytest.skip('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
+    require_extra("tpu")
+    require_extra("gpu")
     example = str(ROOT / "examples" / "sharded.py")
     done = _fieldmem(tmp_path, "check", example, "--backend", "tpu:v5e:2x2", "-f", "json", "-o", "r.json")
     assert done.returncode == 0, done.stderr

@@ -9,7 +9,6 @@ a sparse row update's plain variant against the size of its table. These tests n
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_backends import EXTRAS, require_extra
 from typer.testing import CliRunner
 
 from fieldmem.cli import app
@@ -29,22 +29,9 @@ from fieldmem.request.backends import DEVICELESS_ENV, deviceless_environment, pa
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 
-_EXTRAS = {"tpu": ["libtpu"], "gpu": ["jax_plugins.xla_cuda12", "nvidia.cuda_nvcc"]}
-
-
-def require_extra(platform: str) -> None:
-    """Skip when the extra for ``platform`` is not installed; fail instead under FIELDMEM_REQUIRE_BACKENDS=1."""
-    missing = [m for m in _EXTRAS[platform] if importlib.util.find_spec(m.split(".")[0]) is None]
-    if not missing:
-        return
-    reason = f'fieldmem[{platform}] is not installed (no {", ".join(missing)}): pip install "fieldmem[{platform}]"'
-    if os.environ.get("FIELDMEM_REQUIRE_BACKENDS") == "1":
-        pytest.fail(f"FIELDMEM_REQUIRE_BACKENDS=1 but {reason}")
-    pytest.skip(reason)
-
 
 def test_require_backends_turns_the_skip_into_a_failure(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(_EXTRAS, "tpu", ["no_such_module_fieldmem"])
+    monkeypatch.setitem(EXTRAS, "tpu", ["no_such_module_fieldmem"])
     monkeypatch.delenv("FIELDMEM_REQUIRE_BACKENDS", raising=False)
     with pytest.raises(pytest.skip.Exception):
         require_extra("tpu")
