@@ -99,3 +99,27 @@ def test_a_quoted_string_unquotes_as_json_reads_it() -> None:
             assert unquote(text) == by_json(text), text
     assert unquote("\"state[\\'leaf0\\']\"") == "state[\\'leaf0\\']"
     assert unquote('"a\\u0041\\n"') == "aA\n"
+
+
+@pytest.mark.compile
+def test_the_two_variants_have_one_source_table_so_the_donated_one_takes_the_plain_ones_lines() -> None:
+    """jax records the Python stack of the lowering, fieldmem's frames included, in the HLO's source
+    tables; the donated program reuses the plain one's parsed lines only under the same tables. Both are
+    lowered from one line, so their tables are the same, and the second parse parses only the lines the
+    donated program has of its own (the aliased outputs' header and tuple)."""
+    from fieldmem.xla.hlo import parse as hlo_parse
+
+    state = {f"leaf{i}": jnp.full((2,), float(i)) for i in range(30)}
+    plain, donated = start_variants(_call(state), None).result()
+
+    def tables(text: str) -> str:
+        body = hlo_parse._first_module(text)[1]
+        return hlo_parse._parse_tables(body).key()
+
+    assert tables(plain.variant.hlo_text) == tables(donated.variant.hlo_text)
+    hlo_parse._last_lines = ("", {})
+    hlo_parse._parse_module(plain.variant.hlo_text)
+    shared = hlo_parse._last_lines[1]
+    donated_lines = [line for line in hlo_parse._first_module(donated.variant.hlo_text)[1] if line.startswith("  ") and " = " in line]
+    parsed_again = [line for line in donated_lines if line not in shared]
+    assert len(parsed_again) <= 3 < len(donated_lines) - len(parsed_again)

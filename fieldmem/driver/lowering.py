@@ -225,20 +225,25 @@ class PendingVariants:
         self.fast = fast
         self.found = active_target()  # read here: the compiles may run in a pool's threads
         function = fresh_function(call.function)  # one trace for both variants, none from an earlier check
-        try:
-            self._plain = lower(call, donated=False, function=function)
-        except CompileError as exc:
-            concrete = concretize(call, exc.__cause__ or exc, trace_error)
-            if concrete is None:
-                raise
-            call = concrete
-            function = fresh_function(call.function)
-            self._plain = lower(call, donated=False, function=function)
-        self.call = call
         self._futures: list[Any] | None = None
-        if pool is not None and early:  # the plain variant compiles while the donated one is lowered
-            self._futures = [pool.submit(compile_lowered, self._plain[0], fast, self.found)]
-        self._donated = lower(call, donated=True, function=function)
+        lowered: list[tuple[Any, tuple[str, ...], float]] = []
+        for donated in (False, True):
+            try:
+                # both variants are lowered from this one line: jax records the Python stack, ours
+                # included, in the HLO's source tables, and the parser shares the lines of two
+                # programs only when their tables are the same (a quarter of a check's own time)
+                lowered.append(lower(call, donated=donated, function=function))
+            except CompileError as exc:
+                concrete = None if donated else concretize(call, exc.__cause__ or exc, trace_error)
+                if concrete is None:
+                    raise
+                call = concrete
+                function = fresh_function(call.function)
+                lowered.append(lower(call, donated=False, function=function))
+            if pool is not None and early and not donated:  # the plain one compiles while the donated one is lowered
+                self._futures = [pool.submit(compile_lowered, lowered[0][0], fast, self.found)]
+        self.call = call
+        self._plain, self._donated = lowered
         if pool is not None:
             if self._futures is None:
                 self._futures = [pool.submit(compile_lowered, self._plain[0], fast, self.found)]
