@@ -8,6 +8,9 @@ bytes, the arguments' own paths, jax's own outputs.
 
 from __future__ import annotations
 
+import gc
+import threading
+
 import jax
 import jax.numpy as jnp
 import ml_dtypes
@@ -17,6 +20,8 @@ import pytest
 from fieldmem.driver import prepare_call, start_variants
 from fieldmem.driver.shapes import dtype_name, shape_bytes
 from fieldmem.request.spec import DonateSpec, StaticSpec
+
+from helpers_compile import make_target
 
 
 @pytest.mark.parametrize(
@@ -120,6 +125,116 @@ def test_the_two_variants_have_one_source_table_so_the_donated_one_takes_the_pla
     hlo_parse._last_lines = ("", {})
     hlo_parse._parse_module(plain.variant.hlo_text)
     shared = hlo_parse._last_lines[1]
-    donated_lines = [line for line in hlo_parse._first_module(donated.variant.hlo_text)[1] if line.startswith("  ") and " = " in line]
+    donated_lines = [
+        line for line in hlo_parse._first_module(donated.variant.hlo_text)[1] if line.startswith("  ") and " = " in line
+    ]
     parsed_again = [line for line in donated_lines if line not in shared]
     assert len(parsed_again) <= 3 < len(donated_lines) - len(parsed_again)
+
+
+class _Analysis:
+    """What ``memory_analysis()`` returns, with every figure fieldmem reads and no buffer assignment."""
+
+    def __getattr__(self, name: str) -> int:
+        if name.endswith("_in_bytes"):
+            return 64
+        raise AttributeError(name)
+
+
+class _Compiled:
+    """A compiled program whose ``memory_analysis()`` returns ``value``, raises it, or waits for ``gate``."""
+
+    def __init__(self, value: object, gate: threading.Event | None = None) -> None:
+        self.value, self.gate, self.thread = value, gate, ""
+
+    def memory_analysis(self) -> object:
+        self.thread = threading.current_thread().name
+        if self.gate is not None:
+            assert self.gate.wait(10)
+        if isinstance(self.value, Exception):
+            raise self.value
+        return self.value
+
+
+def test_the_memory_analysis_runs_beside_the_thread_that_started_it_and_its_failure_is_said() -> None:
+    """read_variant starts ``memory_analysis()`` (C++ that lets go of the GIL) in a thread of its own and
+    reads the rest meanwhile: the call waits here for this thread to go on, and is read after."""
+    from fieldmem.driver import variant
+
+    gate = threading.Event()
+    compiled = _Compiled(_Analysis(), gate)
+    started = variant._MemoryAnalysis(compiled)
+    gate.set()  # this thread went on while the analysis waited
+    reading = variant.read_memory(compiled, started=started)
+    assert compiled.thread != threading.current_thread().name
+    assert reading.figures["temp_bytes"] == 64 and reading.buffers_unavailable is not None
+
+    failed = variant.read_memory(_Compiled(RuntimeError("no analysis here")))
+    assert set(failed.figures.values()) == {None}
+    assert (
+        "memory_analysis() failed on this backend: RuntimeError: no analysis here" in failed.unavailable["temp_bytes"]
+    )
+    nothing = variant.read_memory(_Compiled(None))
+    assert nothing.unavailable["temp_bytes"] == "memory_analysis() returned nothing on this backend"
+
+
+def test_the_collector_paused_as_a_decorator_is_restored_as_it_was_even_on_error() -> None:
+    from fieldmem.xla.hlo import collector_paused
+
+    @collector_paused()
+    def inside(fail: bool) -> bool:
+        if fail:
+            raise ValueError("inside")
+        return gc.isenabled()
+
+    assert gc.isenabled()
+    assert inside(False) is False and gc.isenabled()
+    with pytest.raises(ValueError, match="inside"):
+        inside(True)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        assert inside(False) is False and not gc.isenabled()  # the user's choice stays
+    finally:
+        gc.enable()
+
+
+@pytest.mark.compile
+def test_a_worker_holds_what_a_check_leaves_to_free_and_nothing_is_held_otherwise() -> None:
+    """Inside releases_held, each target's compiled programs (executables and all) are kept in the list
+    given, for its owner to free after answering; outside, nothing outlives the check."""
+    import weakref
+
+    from fieldmem.driver import lowering
+    from fieldmem.engine.checker import check_targets, releases_held
+    from fieldmem.request.options import CheckOptions
+
+    compiled: list[weakref.ref] = []
+    original = lowering._compiled
+
+    def watched(*args: object, **kwargs: object) -> object:
+        handle = original(*args, **kwargs)
+        compiled.append(weakref.ref(handle))
+        return handle
+
+    def update(x: jax.Array) -> jax.Array:
+        return x * 2
+
+    target = make_target(update, lambda: (jnp.ones((4,)),), donate="0")
+    options = CheckOptions(jobs=1)
+    lowering._compiled = watched
+    try:
+        held: list[object] = []
+        with releases_held(held):
+            report = check_targets([target], options)
+        assert report.results[0].status == "ok", report.results[0].error
+        assert len(compiled) == 2 and all(ref() is not None for ref in compiled) and held
+        held.clear()
+        gc.collect()
+        assert all(ref() is None for ref in compiled)
+        compiled.clear()
+        check_targets([target], options)
+        gc.collect()
+        assert len(compiled) == 2 and all(ref() is None for ref in compiled)
+    finally:
+        lowering._compiled = original

@@ -17,6 +17,7 @@ KeyboardInterrupt is not contained (Ctrl-C stops the run). Progress is reported 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import datetime as _dt
 from collections import deque
@@ -117,12 +118,44 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
     stage = "analysing its compiled program"
     try:
         result = _analyse(target, started.call, plain, donated, options, early)
+        _hold(started, plain, donated, early)
         if options.run and result.status == "ok":
             stage = "running it"
             result = _run(result, started.call, plain, donated, options)
         return result, donated.outputs
     except BaseException as exc:
         return _failed(target, exc, stage), None
+
+
+# Where a target's compiled programs and analyses go when it is done, instead of being freed there and
+# then (see releases_held); None: freed as each target ends.
+_held: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("fieldmem_held", default=None)
+
+
+@contextlib.contextmanager
+def releases_held(into: list[Any]) -> Iterator[None]:
+    """Inside, each checked target's compiled programs, executables and analyses are appended to ``into``
+    rather than freed as the target ends; the caller frees them when it is done answering (``into.clear()``).
+
+    Freeing them is not free: on 5,000 leaves, letting go of one target's two
+    executables and the records read from them took 0.2 s, between the end
+    of its analysis and the answer. A worker answers first and frees after
+    (or never: a one-shot worker leaves by ``os._exit``). It frees what it
+    holds before each next target, so no more than the targets checked since
+    the last start are held at a time. Per thread (a context variable): the
+    API's concurrent checks each free their own as they go.
+    """
+    token = _held.set(into)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+
+
+def _hold(*objects: Any) -> None:
+    held = _held.get()
+    if held is not None:
+        held.append(objects)
 
 
 def _analysed_early(plain: Compiled, target: Target) -> Any:

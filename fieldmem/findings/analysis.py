@@ -47,6 +47,7 @@ from fieldmem.report import (
 from fieldmem.request.target import display_path
 from fieldmem.units import format_bytes
 from fieldmem.xla import buffers, hlo
+from fieldmem.xla.hlo import collector_paused
 
 __all__ = ["ProgramLeaves", "analyze_target", "analyze_variant", "decimate", "donation_obstacle", "savings"]
 
@@ -457,6 +458,7 @@ def _liveness(
     return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition), spaces
 
 
+@collector_paused()  # builds only fieldmem's records: see fieldmem.xla.hlo.collector
 def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, ProgramLeaves]:
     """Findings of one compiled variant (aliases, unusable donations, copies, memory)."""
     module = hlo.parse_hlo_module(variant.hlo_text)
@@ -927,6 +929,7 @@ def _checks(
     return tuple(checks)
 
 
+@collector_paused()  # builds only fieldmem's records: see fieldmem.xla.hlo.collector
 def analyze_target(
     *,
     target: str,

@@ -15,13 +15,16 @@ on the one below it:
 - :mod:`.validate`: what the queries rely on, checked once after parsing
   (operands that exist, no cycles, bounded nesting): :class:`HloStructureError`;
 - :mod:`.frames`: which frames of a source stack are library code, and the
-  user's call site of a library line.
+  user's call site of a library line;
+- :mod:`.collector`: the garbage collector paused while records are built
+  (:func:`collector_paused`, used by the other layers too).
 
 Callers use the names below (``from fieldmem.xla import hlo; hlo.find_copies(...)``).
 """
 
 from __future__ import annotations
 
+from .collector import collector_paused
 from .frames import call_site, is_library_file
 from .model import (
     AliasEntry,
@@ -66,6 +69,7 @@ __all__ = [
     "LoopInfo",
     "SourceLocation",
     "call_site",
+    "collector_paused",
     "conditional_branches",
     "find_constants",
     "find_copies",

@@ -31,15 +31,12 @@ golden instruction).
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import gc
 import re
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from .collector import collector_paused
 from .model import AliasEntry, HloComputation, HloInstruction, HloModule, SourceLocation
 from .text import HloParseError, matching_bracket, split_top_level, unquote
 from .validate import check_structure
@@ -472,32 +469,8 @@ def parse_hlo_module(text: str) -> HloModule:
     # a module is a few hundred thousand small objects, all kept: the collector would
     # walk them again and again while they are built (a third of the time) and free
     # nothing, so it waits until the module is complete
-    with _collector_paused():
+    with collector_paused():
         return _parse_module(text)
-
-
-_PAUSE_LOCK = threading.Lock()
-_pauses = 0
-_was_enabled = False
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Pause the garbage collector while any parse runs (parses on several threads share one pause);
-    the last one to finish restores it as it was before the first began."""
-    global _pauses, _was_enabled
-    with _PAUSE_LOCK:
-        if _pauses == 0:
-            _was_enabled = gc.isenabled()
-            gc.disable()
-        _pauses += 1
-    try:
-        yield
-    finally:
-        with _PAUSE_LOCK:
-            _pauses -= 1
-            if _pauses == 0 and _was_enabled:
-                gc.enable()
 
 
 def _parse_module(text: str) -> HloModule:
