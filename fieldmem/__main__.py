@@ -3,4 +3,4 @@
 from fieldmem.entry import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()  # ends the process (fieldmem.entry.leave)

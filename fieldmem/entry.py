@@ -1,18 +1,39 @@
 """The ``fieldmem`` command (and ``python -m fieldmem``): the worker of ``fieldmem check`` is started
 first (:func:`fieldmem.engine.spawn.prestart_for`, standard library only), then the command line
-libraries load and :func:`fieldmem.cli.main` runs, while the worker loads jax."""
+libraries load and :func:`fieldmem.cli.main` runs, while the worker loads jax. The process ends by
+``os._exit`` once its output is flushed (:func:`leave`)."""
 
 from __future__ import annotations
 
+import os
 import sys
+from typing import NoReturn
 
-__all__ = ["main"]
+__all__ = ["leave", "main"]
 
 
-def main() -> int:
+def main() -> NoReturn:
     from fieldmem.engine.spawn import prestart_for
 
     prestart_for(sys.argv[1:])
     from fieldmem.cli import main as cli_main
 
-    return cli_main()
+    leave(cli_main())
+
+
+def leave(code: int) -> NoReturn:
+    """End the process with ``code`` once stdout and stderr are flushed, without the interpreter's teardown.
+
+    The teardown frees, object by object, what the process is about to give
+    back whole: the decoded results and every module (0.06 s after a check of
+    5,000 leaves). By now every file fieldmem writes is closed (reports and
+    baselines are written to a temporary file and renamed), the worker it
+    started has answered or been ended, and no code of the user's ran in this
+    process, so no exit hook of theirs is skipped.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: what could be written was
+            pass
+    os._exit(code)

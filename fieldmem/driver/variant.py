@@ -173,7 +173,9 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
     """
     figures: dict[str, int | None] = {}
     unavailable: dict[str, str] = {}
-    analysis = (started if started is not None else _MemoryAnalysis(compiled)).result()
+    started = started if started is not None else _MemoryAnalysis(compiled)
+    module_proto = _module_proto(compiled)  # while the analysis runs: 0.09 s more of C++ on 5,000 leaves
+    analysis = started.result()
     if isinstance(analysis, Exception):
         reason = f"memory_analysis() failed on this backend: {type(analysis).__name__}: {analysis}"
         analysis = None
@@ -206,11 +208,16 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
             reason if analysis is None else "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
         )
         return MemoryReading(figures, unavailable, None, None, missing)
-    try:
-        module_proto = compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
-    except Exception:
-        module_proto = None  # older XLA still names instructions in the assignment itself
     return MemoryReading(figures, unavailable, bytes(assignment), module_proto, None)
+
+
+def _module_proto(compiled: Any) -> bytes | None:
+    """The compiled ``HloModuleProto``, serialized (None where jax gives none: a deviceless compile's comes
+    from XLA's dump; older XLA still names instructions in the assignment itself)."""
+    try:
+        return compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()
+    except Exception:
+        return None
 
 
 def _kept_var_idx(lowered: Any) -> tuple[set[int] | None, bool]:
