@@ -1010,6 +1010,36 @@ def test_lines_the_module_parsed_before_had_parse_as_they_did(first: str, second
     assert len(taken) > 10  # the case is one where lines are shared
 
 
+def test_a_computation_every_line_of_which_the_module_before_had_is_taken_whole() -> None:
+    """The donated program's computations that are the plain one's, line for line, are the very objects the
+    plain parse built (with what they built of themselves); the module equals a parse from scratch."""
+    first, second = text("acc_kv_write.gpu_h100.plain"), text("acc_kv_write.gpu_h100.donated")
+    _without_the_last_module()
+    alone = hlo_parse._parse_module(second)
+    _without_the_last_module()
+    before = {c.name: c for c in hlo_parse._parse_module(first).computations}
+    after = hlo_parse._parse_module(second)
+    assert after == alone
+    taken = [c for c in after.computations if before.get(c.name) is c]
+    assert taken and len(taken) < len(after.computations)  # the entry differs (its aliases): parsed anew
+    assert all(not c.is_entry for c in taken)
+
+
+def test_a_computation_taken_whole_is_checked_only_where_it_passed_before() -> None:
+    """A module that failed its structure check lends no computation as checked: the same broken
+    computation in the next module fails again."""
+    broken = (
+        "HloModule m\n\n%body (p: f32[]) -> f32[] {\n  %p = f32[] parameter(0)\n"
+        "  ROOT %r = f32[] add(%p, %missing)\n}\n\n"
+        "ENTRY %main (x: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n"
+        "  ROOT %c = f32[] call(%x), to_apply=%body\n}\n"
+    )
+    _without_the_last_module()
+    for _ in range(2):
+        with pytest.raises(hlo.HloStructureError, match="missing"):
+            hlo_parse._parse_module(broken)
+
+
 def test_a_module_with_other_source_tables_takes_no_line_from_the_one_before() -> None:
     """The same line under other FileNames names another file: it is parsed again."""
     original = text("acc_kv_write.gpu_h100.plain")

@@ -476,8 +476,13 @@ def parse_hlo_module(text: str) -> HloModule:
 def _parse_module(text: str) -> HloModule:
     header_line, body = _first_module(text)
     name, header = _parse_header(header_line)
-    computations = _parse_computations(body, _parse_tables(body))
-    check_structure(computations)  # unknown operands, cycles, runaway nesting: HloStructureError
+    global _last_computations
+    tables = _parse_tables(body)
+    computations = _parse_computations(body, tables)
+    # unknown operands, cycles, runaway nesting: HloStructureError (a computation taken whole from the
+    # module parsed before passed there: its operands are not checked again)
+    check_structure(computations, checked={id(c) for c in computations if _taken_whole(c)})
+    _last_computations = (tables.key(), {c.name: c for c in computations})  # only once they passed
     params, result = _entry_layout(header["entry_computation_layout"])
     return HloModule(
         name=name,
@@ -516,9 +521,33 @@ def _first_module(text: str) -> tuple[str, list[str]]:
 _last_lines: tuple[str, dict[str, HloInstruction]] = ("", {})
 
 
+# the computations of the module parsed last that passed check_structure, by name, under its source tables:
+# a computation every line of which is taken from there, in the same order, is taken whole (with what it
+# built of itself: instructions by name, users), and its operands are not checked again
+_last_computations: tuple[str, dict[str, HloComputation]] = ("", {})
+
+
+def _taken_whole(computation: HloComputation) -> bool:
+    """Whether ``computation`` is one of the module parsed before (the same object)."""
+    return _last_computations[1].get(computation.name) is computation
+
+
+def _same_computation(name: str, is_entry: bool, instructions: list[HloInstruction], key: str) -> HloComputation | None:
+    """The computation ``name`` of the module parsed last when it is these very instructions (None otherwise)."""
+    if _last_computations[0] != key:
+        return None
+    before = _last_computations[1].get(name)
+    if before is None or before.is_entry != is_entry or len(before.instructions) != len(instructions):
+        return None
+    if all(a is b for a, b in zip(before.instructions, instructions)):
+        return before
+    return None
+
+
 def _parse_computations(body: list[str], tables: _SourceTables) -> list[HloComputation]:
     """Every computation of the module body, its instructions parsed line by line (a line the module
-    parsed last also had, under the same source tables, is taken as it parsed there)."""
+    parsed last also had, under the same source tables, is taken as it parsed there; so is a computation
+    made of such lines only, in the same order)."""
     global _last_lines
     key = tables.key()
     previous = _last_lines[1] if _last_lines[0] == key else {}
@@ -541,7 +570,8 @@ def _parse_computations(body: list[str], tables: _SourceTables) -> list[HloCompu
         # '}, execution_thread="host"'
         stripped = raw.strip()
         if stripped == "}" or (raw.startswith("}") and raw[1:].lstrip().startswith(",")):
-            computations.append(HloComputation(current_name, current_entry, tuple(current)))
+            same = _same_computation(current_name, current_entry, current, key) if previous else None
+            computations.append(same or HloComputation(current_name, current_entry, tuple(current)))
             current_name = None
             if pending:
                 raise HloParseError(f"truncated HLO instruction: {pending[:160]!r}")
@@ -589,6 +619,8 @@ def _alias_entries(text: str | None) -> tuple[AliasEntry, ...]:
     )
 
 
+# the plain and the donated program of a check have the same layout (a shape per leaf): read once
+@functools.lru_cache(maxsize=4)
 def _entry_layout(layout: str | None) -> tuple[tuple[str, ...], str | None]:
     """The entry's parameter shapes and result shape, from ``entry_computation_layout``."""
     params: tuple[str, ...] = ()
