@@ -98,17 +98,15 @@ def shape_bytes(shape: tuple[int, ...], dtype: Any) -> int:
 
 def _exact_bytes(shape: tuple[int, ...], dtype: Any) -> int:
     """The bytes of ``shape`` x ``dtype`` in exact integer arithmetic (no int64 to overflow)."""
-    import jax
     import numpy as np
 
     count = 1
     for dim in shape:
         count *= int(dim)
-    if _is_extended(dtype):
-        return count * int(dtype.itemsize)
-    try:
-        bits = int(jax.dtypes.itemsize_bits(np.dtype(dtype)))
-    except (ValueError, TypeError):
+    _, bits, extended = _dtype_facts(dtype)
+    if extended is not None:
+        return count * extended
+    if bits is None:
         return count * np.dtype(dtype).itemsize
     return (count * bits + 7) // 8
 
@@ -156,18 +154,18 @@ def check_argument_sizes(args: tuple[Any, ...], kwargs: dict[str, Any], names: S
             continue
         if not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
             continue  # a symbolic or odd dimension: jax says what is wrong with it
-        label = _argument_label(path, names)
         for dim in shape:
             if dim > XLA_MAX_BYTES or dim < 0:
                 raise ArgumentsError(
-                    f"{label} has the dimension {quoted(dim)}: XLA's dimensions are 0 to 2**63 - 1 "
-                    f"(shape {quoted(shape)})"
+                    f"{_argument_label(path, names)} has the dimension {quoted(dim)}: XLA's dimensions are "
+                    f"0 to 2**63 - 1 (shape {quoted(shape)})"
                 )
         try:
             size = _exact_bytes(shape, dtype)
         except (TypeError, ValueError):
             continue
         if size > XLA_MAX_BYTES or (shape and _element_count(shape) > XLA_MAX_BYTES):
+            label = _argument_label(path, names)  # named only when refused: thousands of leaves pass
             raise ArgumentsError(
                 f"{label} ({dtype_name(dtype)}{list(shape)}) is {format_bytes(size)}: XLA cannot hold an "
                 "array of 2**63 bytes or more (compiling it would abort the process); give a smaller shape"
