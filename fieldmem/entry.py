@@ -29,8 +29,12 @@ def leave(code: int) -> NoReturn:
     5,000 leaves). By now every file fieldmem writes is closed (reports and
     baselines are written to a temporary file and renamed), the worker it
     started has answered or been ended, and no code of the user's ran in this
-    process, so no exit hook of theirs is skipped.
+    process, so no exit hook of theirs is skipped. Under a profiler, a
+    debugger or coverage (``sys.setprofile``/``sys.settrace``), the process
+    ends as usual: they write what they measured on the way out.
     """
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        raise SystemExit(code)  # under a profiler, a debugger or coverage: they write their results at exit
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
