@@ -238,3 +238,22 @@ def test_a_worker_holds_what_a_check_leaves_to_free_and_nothing_is_held_otherwis
         assert len(compiled) == 2 and all(ref() is None for ref in compiled)
     finally:
         lowering._compiled = original
+
+
+def test_a_worker_freezes_what_importing_jax_made_once_and_nothing_after() -> None:
+    """The first request's objects of the imports go out of the collector's sight; a later request (a
+    serving worker's) freezes nothing more, so the user's objects of one check stay collectable."""
+    from fieldmem.engine import worker
+
+    was = worker._frozen
+    worker._frozen = False
+    try:
+        worker._freeze_imports()
+        frozen = gc.get_freeze_count()
+        assert frozen > 0 and worker._frozen
+        later = [[object()] for _ in range(100)]
+        worker._freeze_imports()
+        assert gc.get_freeze_count() == frozen and later
+    finally:
+        gc.unfreeze()
+        worker._frozen = was

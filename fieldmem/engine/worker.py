@@ -20,6 +20,7 @@ or a hang here is the parent's to report.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import os
 import queue
@@ -195,6 +196,7 @@ class _Worker:
         from fieldmem.engine.checker import check_targets, releases_held
 
         start_jax()  # before the user's modules import jax: quiet about the plugins' start-up noise
+        _freeze_imports()
         if self.request.get("reload"):  # edited files (--watch): their modules are executed again
             from fieldmem.engine.modules import forget
 
@@ -245,6 +247,21 @@ class _Worker:
             if yielding:
                 return "yield"
         return "end"
+
+
+_frozen = False
+
+
+def _freeze_imports() -> None:
+    """Move what importing jax made (its modules, functions, tables: live as long as the process) out of
+    the collector's sight, once: every full collection while the user's code is traced, and fieldmem's
+    records are read, would walk them all again. ``gc.freeze`` leaves them to reference counting as
+    before; only cycles among them would never be collected, and these live until the process ends.
+    """
+    global _frozen
+    if not _frozen:
+        gc.freeze()
+        _frozen = True
 
 
 # what the last check of a one-shot worker left to free (_Worker.held): the process ends by os._exit, which
