@@ -110,6 +110,8 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
     if isinstance(started, TargetResult):
         return started, None
     target = started.target
+    import fieldmem.findings.analysis  # noqa: F401  (loaded while the compiles run, not after them)
+
     try:
         early = _analysed_early(started.pending.plain(), target)  # while the donated variant compiles
         plain, donated = started.pending.result()
