@@ -9,17 +9,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fieldmem.errors import FieldmemError
-from fieldmem.request.registry import Case, case, chain
 from fieldmem.version import __version__
 
 if TYPE_CHECKING:
     from fieldmem.api import NotInPlaceError, assert_in_place, check_chain, check_function
+    from fieldmem.errors import FieldmemError
     from fieldmem.report import Report
+    from fieldmem.request.registry import Case, case, chain
 
-# what a user's module needs to register its cases (fieldmem.case, fieldmem.chain) is imported here; the
-# checking API (and with it the report and its codec) when first used: tests/test_import_cost.py
-_FROM_API = ("NotInPlaceError", "assert_in_place", "check_chain", "check_function")
+# every name is imported when first used: registering cases (fieldmem.case, fieldmem.chain) brings the
+# registry, the checking API the report and its codec (tests/test_import_cost.py). The package itself
+# loads nothing, so the ``fieldmem`` command starts its worker before any of it (fieldmem.entry).
+_LAZY = {
+    "FieldmemError": "fieldmem.errors",
+    "Case": "fieldmem.request.registry",
+    "case": "fieldmem.request.registry",
+    "chain": "fieldmem.request.registry",
+    "NotInPlaceError": "fieldmem.api",
+    "assert_in_place": "fieldmem.api",
+    "check_chain": "fieldmem.api",
+    "check_function": "fieldmem.api",
+}
 
 __all__ = [
     "Case",
@@ -50,15 +60,15 @@ def check(*specs: str, **kwargs: Any) -> Report:
 
 
 def __getattr__(name: str) -> Any:
-    """The checking API's names, imported on first use (``fieldmem.check_function``, ``from fieldmem import
-    NotInPlaceError``)."""
-    if name in _FROM_API:
-        from fieldmem import api
+    """The public names, imported on first use (``fieldmem.case``, ``from fieldmem import NotInPlaceError``)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fieldmem' has no attribute {name!r}")
+    import importlib
 
-        value = getattr(api, name)
-        globals()[name] = value  # found directly from now on
-        return value
-    raise AttributeError(f"module 'fieldmem' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # found directly from now on
+    return value
 
 
 def __dir__() -> list[str]:

@@ -94,3 +94,20 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
     with pytest.raises(AttributeError, match="has no attribute 'nothing_here'"):
         fieldmem.nothing_here  # noqa: B018
     assert _modules_after("from fieldmem import *\nassert callable(check_function) and callable(case)")
+
+
+def test_the_package_loads_nothing_so_the_command_starts_its_worker_first() -> None:
+    """The ``fieldmem`` command spawns its worker from fieldmem.entry before anything else loads: importing
+    the package on the way there brings only its version (the registry, the report and the rest load when
+    first used), so the worker starts that much sooner."""
+    modules = _modules_after("import fieldmem.entry, fieldmem.engine.spawn")
+    assert [m for m in modules if m.split(".")[0] == "fieldmem"] == [
+        "fieldmem",
+        "fieldmem.engine",
+        "fieldmem.engine.spawn",
+        "fieldmem.entry",
+        "fieldmem.version",
+    ]
+    assert _heavy(modules) == ["fieldmem.engine", "fieldmem.engine.spawn"]  # the spawner only: standard library
+    names = _modules_after("import fieldmem\nfrom fieldmem import FieldmemError, case\nfieldmem.Case")
+    assert "fieldmem.request.registry" in names and "fieldmem.errors" in names
