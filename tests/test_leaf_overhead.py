@@ -76,6 +76,7 @@ def test_each_call_reads_its_own_leaves_and_only_the_donated_variant_hands_on_ou
             assert [leaf.bytes for leaf in variant.inputs] == [4 * state[k].size for k in sorted(state)] + [8]
         assert [leaf.donated for leaf in donated.variant.inputs] == [True] * len(expected)
         assert plain.outputs is None
+        assert "outputs" not in vars(donated)  # built only when a chain asks for them
         reference = jax.eval_shape(call.function, *call.args)
         assert jax.tree_util.tree_structure(donated.outputs) == jax.tree_util.tree_structure(reference)
         assert [(s.shape, s.dtype) for s in jax.tree_util.tree_leaves(donated.outputs)] == [

@@ -19,7 +19,8 @@ import time
 import warnings
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from fieldmem.driver.deviceless import Target
@@ -64,7 +65,14 @@ class Compiled:
 
     variant: CompiledVariant
     executable: Any  # the jax.stages.Compiled: what --run and --probe call
-    outputs: Any  # the donated variant's outputs as a pytree of jax.ShapeDtypeStruct with their shardings: a chain's next arguments (None for the plain one)
+    # builds :attr:`outputs` (None for the plain variant)
+    outputs_of: Callable[[], Any] | None = field(default=None, repr=False, compare=False)
+
+    @cached_property
+    def outputs(self) -> Any:
+        """The donated variant's outputs as a pytree of ``jax.ShapeDtypeStruct`` with their shardings: a
+        chain's next arguments (None for the plain one). Built when first asked for."""
+        return self.outputs_of() if self.outputs_of is not None else None
 
 
 def fresh_function(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -104,9 +104,10 @@ def _start(
         return _failed(target, exc, "preparing and lowering it")
 
 
-def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[TargetResult, Any]:
-    """Wait for the compiles, analyse (and run, with --run); also the donated compile's outputs as abstract
-    arrays (None on error), which a chain passes on. The compiled handles, executables and all, go here."""
+def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[TargetResult, Compiled | None]:
+    """Wait for the compiles, analyse (and run, with --run); also the donated variant's handle (None on
+    error), whose ``outputs`` (abstract arrays, built when asked for) a chain passes on. The compiled
+    handles, executables and all, go here."""
     if isinstance(started, TargetResult):
         return started, None
     target = started.target
@@ -124,7 +125,7 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
         if options.run and result.status == "ok":
             stage = "running it"
             result = _run(result, started.call, plain, donated, options)
-        return result, donated.outputs
+        return result, donated
     except BaseException as exc:
         return _failed(target, exc, stage), None
 
@@ -171,7 +172,9 @@ def _analysed_early(plain: Compiled, target: Target) -> Any:
         return None
 
 
-def _check_call(target: Target, args: tuple, kwargs: dict, options: CheckOptions) -> tuple[TargetResult, Any]:
+def _check_call(
+    target: Target, args: tuple, kwargs: dict, options: CheckOptions
+) -> tuple[TargetResult, Compiled | None]:
     """Compile ``target.function(*args, **kwargs)`` twice (concurrently when ``jobs`` > 1; with ``jobs`` 1
     one after the other in a thread, while this one analyses the plain variant) and analyse it."""
     with _pool(2 if options.jobs > 1 else 1) as pool:
@@ -411,8 +414,8 @@ def _check_step(
             )
     except BaseException as exc:
         return _failed(target, exc, "passing the previous step's outputs to it"), None, ()
-    result, outputs = _check_call(target, args, kwargs, options)
-    return result, outputs, names
+    result, donated = _check_call(target, args, kwargs, options)
+    return result, donated.outputs if donated is not None else None, names
 
 
 @contextlib.contextmanager

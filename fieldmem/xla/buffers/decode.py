@@ -244,7 +244,8 @@ def decode_buffer_assignment(data: bytes, hlo_module_proto: bytes | None = None)
         allocations=tuple(_allocation(a) for a in proto.buffer_allocations),
         aliases=tuple(BufferAlias(int(a.source_buffer_id), *_where(a.location, names)) for a in proto.buffer_aliases),
         heap_traces=tuple(_heap_trace(t) for t in proto.heap_simulator_traces),
-        async_wrappers=_async_wrappers(module) if module is not None else (),
+        # an opcode is a string in the proto's bytes: without "async-start" there, no instruction is one
+        async_wrappers=_async_wrappers(module) if module is not None and b"async-start" in hlo_module_proto else (),
     )
     _check_placement(assignment)
     return assignment
@@ -276,41 +277,44 @@ _Names = dict[int, tuple[str, str]]  # instruction id -> (computation, instructi
 # the protobuf messages below are built at run time (fieldmem.xla._proto): no static types, so Any
 
 
+# Thousands of buffers per program (two per leaf of a state): the records are built positionally, in the
+# order of their fields, and protobuf's int64 fields already read as ints.
+_NO_NAME = (None, None)
+
+
 def _where(location: Any, names: _Names) -> tuple[int, str | None, str | None, tuple[int, ...]]:
     """(instruction id, instruction name, computation name, shape index) of a ``LogicalBufferProto.Location``."""
-    instruction_id = int(location.instruction_id)
-    computation, name = names.get(instruction_id, (None, None))
+    instruction_id = location.instruction_id
+    computation, name = names.get(instruction_id, _NO_NAME)
     if name is None and location.instruction_name:
         name = location.instruction_name
-    return instruction_id, name, computation, tuple(location.shape_index)  # int64 fields read as ints
+    index = location.shape_index
+    return instruction_id, name, computation, tuple(index) if index else ()
 
 
 def _logical_buffer(buffer: Any, names: _Names) -> LogicalBuffer:
     instruction_id, name, computation, index = _where(buffer.defined_at, names)
-    return LogicalBuffer(
-        id=int(buffer.id),
-        size=int(buffer.size),
-        instruction_id=instruction_id,
-        instruction=name,
-        computation=computation,
-        shape_index=index,
-        color=int(buffer.color),
-    )
+    # id, size, instruction_id, instruction, computation, shape_index, color
+    return LogicalBuffer(buffer.id, buffer.size, instruction_id, name, computation, index, buffer.color)
 
 
 def _allocation(a: Any) -> Allocation:
+    parameter = bool(a.is_entry_computation_parameter)
+    shape_index = a.parameter_shape_index
+    # index, size, is_entry_computation_parameter, parameter_number, parameter_shape_index, maybe_live_out,
+    # is_tuple, is_constant, is_thread_local, color, assigned
     return Allocation(
-        index=int(a.index),
-        size=int(a.size),
-        is_entry_computation_parameter=bool(a.is_entry_computation_parameter),
-        parameter_number=int(a.parameter_number) if a.is_entry_computation_parameter else None,
-        parameter_shape_index=tuple(int(i) for i in a.parameter_shape_index),
-        maybe_live_out=bool(a.maybe_live_out),
-        is_tuple=bool(a.is_tuple),
-        is_constant=bool(a.is_constant),
-        is_thread_local=bool(a.is_thread_local),
-        color=int(a.color),
-        assigned=tuple(AssignedBuffer(int(x.logical_buffer_id), int(x.offset), int(x.size)) for x in a.assigned),
+        a.index,
+        a.size,
+        parameter,
+        a.parameter_number if parameter else None,
+        tuple(shape_index) if shape_index else (),
+        bool(a.maybe_live_out),
+        bool(a.is_tuple),
+        bool(a.is_constant),
+        bool(a.is_thread_local),
+        a.color,
+        tuple(AssignedBuffer(x.logical_buffer_id, x.offset, x.size) for x in a.assigned),
     )
 
 
