@@ -10,6 +10,7 @@ reads text beyond a shape string. Caches on the frozen records are
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -290,6 +291,8 @@ def _element_bytes(dtype: str) -> int:
     raise HloParseError(f"unknown HLO element type {dtype!r}")
 
 
+# a program of thousands of leaves has thousands of values of a few shapes: each shape string is sized once
+@functools.lru_cache(maxsize=8192)
 def shape_bytes(shape: str) -> int:
     """Bytes of an HLO shape string such as ``f32[64,128]{1,0}`` or a tuple of them.
 
