@@ -244,11 +244,16 @@ def decode_buffer_assignment(data: bytes, hlo_module_proto: bytes | None = None)
         allocations=tuple(_allocation(a) for a in proto.buffer_allocations),
         aliases=tuple(BufferAlias(int(a.source_buffer_id), *_where(a.location, names)) for a in proto.buffer_aliases),
         heap_traces=tuple(_heap_trace(t) for t in proto.heap_simulator_traces),
-        # an opcode is a string in the proto's bytes: without "async-start" there, no instruction is one
-        async_wrappers=_async_wrappers(module) if module is not None and b"async-start" in hlo_module_proto else (),
+        async_wrappers=_async_wrappers(module) if module is not None and _may_run_async(hlo_module_proto) else (),
     )
     _check_placement(assignment)
     return assignment
+
+
+def _may_run_async(hlo_module_proto: bytes | None) -> bool:
+    """Whether the module may hold an ``async-start``: an opcode is a string in the proto's bytes, so
+    without "async-start" there no instruction is one (bytes of another kind: it may)."""
+    return not isinstance(hlo_module_proto, (bytes, bytearray)) or b"async-start" in hlo_module_proto
 
 
 def _check_placement(assignment: BufferAssignment) -> None:
