@@ -187,7 +187,7 @@ def test_an_output_in_an_input_buffer_the_plan_does_not_alias_is_reported(monkey
 
 # ---- --probe on real updates: the positive path, and words that say what was timed ----------------
 
-MIB4 = (1024, 1024)  # float32: 4 MiB, above the probe's 1 MiB floor
+MIB16 = (2048, 2048)  # float32: 16 MiB, above the probe's 1 MiB floor and past the caches at both sizes
 
 
 def scaled_row(u, idx, row):
@@ -200,11 +200,11 @@ def scaled_row(u, idx, row):
 def test_the_probe_finds_a_call_whose_time_grows_with_the_buffer_and_says_the_whole_call_was_timed() -> None:
     """Aliased, the output made by a slice update, yet the call rewrites all of u (the scaling): the
     probe's positive path on a real program, worded as what was timed (the call), not the update."""
-    target = make_target(scaled_row, lambda: (jnp.ones(MIB4), jnp.int32(3), jnp.ones(1024)), donate="u")
+    target = make_target(scaled_row, lambda: (jnp.ones(MIB16), jnp.int32(3), jnp.ones(2048)), donate="u")
     # timing on a shared 2-core machine: XLA:CPU splits a large elementwise op over the cores, and other
-    # processes take them, so one probe can read less than in proportion; three tries, one must find it
+    # processes take them, so one probe can read less than in proportion; five tries, one must find it
     seen = []
-    for _ in range(3):
+    for _ in range(5):
         report = check_targets([target], CheckOptions(min_bytes=1024, run=True, probe=True, isolate=False))
         (result,) = report.results
         assert [(a.input, a.output) for a in result.variants["donated"].aliases] == [("u", "out")]
@@ -226,11 +226,17 @@ def test_the_probe_of_an_undonated_update_is_whole_buffer_and_does_not_claim_an_
     from fieldmem.request.spec import DonateSpec, StaticSpec
 
     call = prepare_call(
-        set_row, (jnp.zeros(MIB4), jnp.int32(3), jnp.ones(1024)), {}, donate=DonateSpec.parse("u"), static=StaticSpec()
+        set_row, (jnp.zeros(MIB16), jnp.int32(3), jnp.ones(2048)), {}, donate=DonateSpec.parse("u"), static=StaticSpec()
     )
     plain, donated = start_variants(call, None).result()
-    outcome = probe_outcome("u", "out", "dynamic-update-slice", probe_update(call, plain, 0, 0), aliased=False)
-    assert outcome.code == "whole-buffer", outcome.message
+    # timed on a shared machine, as above: three tries, one must read the copy's growth
+    seen = []
+    for _ in range(3):
+        outcome = probe_outcome("u", "out", "dynamic-update-slice", probe_update(call, plain, 0, 0), aliased=False)
+        seen.append(outcome.message)
+        if outcome.code == "whole-buffer":
+            break
+    assert outcome.code == "whole-buffer", seen
     assert outcome.message.startswith("out is not aliased to u in this program")
     assert "aliased to u and" not in outcome.message
     # the donated variant of the same update: the time does not grow in proportion
