@@ -16,7 +16,7 @@ mypy. This module imports nothing of fieldmem but the codec.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
 from fieldmem.codec import decode, encode
@@ -93,6 +93,7 @@ __all__ = [
     "Variant",
     "Verdict",
     "Verification",
+    "remember_encoding",
 ]
 
 # /2: ``backend`` may name a device kind compiled for without the device (``tpu:v5e:2x2``), and
@@ -758,7 +759,9 @@ class Report:
         return 0
 
     def to_dict(self) -> dict[str, Any]:
-        return encode(self)
+        document = encode(replace(self, results=()))
+        document["results"] = [_encoded(result) for result in self.results]  # in its place: keys keep their order
+        return document
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Report:
@@ -771,3 +774,20 @@ class Report:
             return decode(cls, data)
         except (TypeError, ValueError, KeyError) as exc:
             raise ReportError(f"the report does not match {schema}: {exc}") from exc
+
+
+# A result read back from the JSON a worker wrote keeps that JSON (remember_encoding): the report written from
+# it does not encode it a second time (0.05 s for a result of 5,000 leaves). A result made anew from it
+# (dataclasses.replace) is another object, without it, and is encoded as any other.
+_ENCODING = "_fieldmem_encoding"
+
+
+def remember_encoding(result: TargetResult, encoded: dict[str, Any]) -> None:
+    """Keep ``encoded`` (what :func:`~fieldmem.codec.encode` gave for ``result`` where it was made, and
+    :func:`~fieldmem.codec.decode` read it from) as ``result``'s JSON form."""
+    object.__setattr__(result, _ENCODING, encoded)
+
+
+def _encoded(result: TargetResult) -> Any:
+    kept = result.__dict__.get(_ENCODING)
+    return kept if kept is not None else encode(result)

@@ -49,7 +49,7 @@ from fieldmem.engine.protocol import WorkerResult, read_event
 from fieldmem.engine.results import error_result
 from fieldmem.engine.spawn import spawn, take_prestarted
 from fieldmem.errors import FieldmemError, RunError, TargetError
-from fieldmem.report import Chain, Report, TargetResult
+from fieldmem.report import Chain, Report, TargetResult, remember_encoding
 
 __all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "supervise"]
 
@@ -403,6 +403,8 @@ class _Supervisor:
         except (ValueError, TypeError, KeyError) as exc:
             error = RunError(f"its worker wrote a result fieldmem cannot read ({exc})", kind="crash")
             return [self.error(key[1], key[2], error)], []
+        for result, document in zip(written.results, encoded["results"]):
+            remember_encoding(result, document)  # the JSON report writes it as the worker encoded it
         return list(written.results), list(written.chains)
 
     def error(self, index: int, name: str, error: FieldmemError) -> TargetResult:
