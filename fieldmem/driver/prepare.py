@@ -328,14 +328,15 @@ def _plain_statics(
     for slot, display, value in slots:
         if slot in (static_positions if isinstance(slot, int) else static_names):
             continue
-        flat, treedef = jax.tree_util.tree_flatten_with_path(value)
-        traced = [k for k, (_, leaf) in enumerate(flat) if _is_traced(leaf)]
-        opaque = len(flat) == 1 and not flat[0][0]  # the argument is itself a leaf: no pytree to split
+        leaves, treedef = jax.tree_util.tree_flatten(value)  # the leaves' paths: only where one is named
+        paths: list[Any] = []
+        traced = [k for k, leaf in enumerate(leaves) if _is_traced(leaf)]
+        opaque = jax.tree_util.treedef_is_leaf(treedef)  # the argument is itself a leaf: no pytree to split
         if not traced and (_is_hashable(value) or opaque):
             # nothing jax.jit traces: static as a whole (an unhashable object is refused later)
             _add(slot, static_positions, static_names)
             continue
-        scalars = [k for k in traced if _is_python_scalar(flat[k][1])]
+        scalars = [k for k in traced if _is_python_scalar(leaves[k])]
         # an argument of Python scalars only is made static whole (static_argnums) where it must be
         whole = len(scalars) == len(traced) and _is_hashable(value)
         if whole:
@@ -345,9 +346,18 @@ def _plain_statics(
                 made.append(MadeStatic(display, "concrete", concrete[(slot, None)]))
                 continue
         kept: dict[int, Any] = {}
-        for k, (path, leaf) in enumerate(flat):
-            where = display + path_string(path)
-            if not _is_traced(leaf):
+        scalar_set = set(scalars)
+        for k, leaf in enumerate(leaves):
+            if k in scalar_set:
+                traced_leaf = True
+            elif _is_array(leaf):
+                continue  # an array: traced, nothing to say (most leaves; named only when something is said)
+            else:
+                traced_leaf = False
+            if not paths:
+                paths = [path for path, _ in jax.tree_util.tree_flatten_with_path(value)[0]]
+            where = display + path_string(paths[k])
+            if not traced_leaf:
                 kept[k] = leaf
                 kind = (
                     "a string"
@@ -357,7 +367,7 @@ def _plain_statics(
                     else f"a {type(leaf).__name__}"
                 )
                 made.append(MadeStatic(where, "not-traceable", NOT_TRACEABLE.format(kind=kind)))
-            elif not whole and k in scalars:
+            elif not whole:  # a Python scalar, in a pytree with arrays
                 units.append((slot, k))
                 if (slot, k) in concrete:
                     kept[k] = leaf

@@ -146,8 +146,13 @@ def check_argument_sizes(args: tuple[Any, ...], kwargs: dict[str, Any], names: S
     """
     import jax
 
-    leaves = jax.tree_util.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]
-    for path, leaf in leaves:
+    tree = (tuple(args), dict(kwargs))
+    leaves = jax.tree_util.tree_leaves(tree)
+
+    def path(n: int) -> Any:  # named only when refused: thousands of leaves pass
+        return jax.tree_util.tree_flatten_with_path(tree)[0][n][0]
+
+    for n, leaf in enumerate(leaves):
         shape = getattr(leaf, "shape", None)
         dtype = getattr(leaf, "dtype", None)
         if shape is None or dtype is None or not isinstance(shape, tuple):
@@ -157,7 +162,7 @@ def check_argument_sizes(args: tuple[Any, ...], kwargs: dict[str, Any], names: S
         for dim in shape:
             if dim > XLA_MAX_BYTES or dim < 0:
                 raise ArgumentsError(
-                    f"{_argument_label(path, names)} has the dimension {quoted(dim)}: XLA's dimensions are "
+                    f"{_argument_label(path(n), names)} has the dimension {quoted(dim)}: XLA's dimensions are "
                     f"0 to 2**63 - 1 (shape {quoted(shape)})"
                 )
         try:
@@ -165,7 +170,7 @@ def check_argument_sizes(args: tuple[Any, ...], kwargs: dict[str, Any], names: S
         except (TypeError, ValueError):
             continue
         if size > XLA_MAX_BYTES or (shape and _element_count(shape) > XLA_MAX_BYTES):
-            label = _argument_label(path, names)  # named only when refused: thousands of leaves pass
+            label = _argument_label(path(n), names)
             raise ArgumentsError(
                 f"{label} ({dtype_name(dtype)}{list(shape)}) is {format_bytes(size)}: XLA cannot hold an "
                 "array of 2**63 bytes or more (compiling it would abort the process); give a smaller shape"
