@@ -50,6 +50,7 @@ from fieldmem.engine.results import error_result
 from fieldmem.engine.spawn import spawn, take_prestarted
 from fieldmem.errors import FieldmemError, RunError, TargetError
 from fieldmem.report import Chain, Report, TargetResult, remember_encoding
+from fieldmem.xla.hlo import collector_paused
 
 __all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "supervise"]
 
@@ -399,7 +400,8 @@ class _Supervisor:
 
     def read_result(self, encoded: Any, key: tuple[int, int, str]) -> _Checked:
         try:
-            written = decode(WorkerResult, encoded)
+            with collector_paused():  # thousands of records, all kept until the report is written
+                written = decode(WorkerResult, encoded)
         except (ValueError, TypeError, KeyError) as exc:
             error = RunError(f"its worker wrote a result fieldmem cannot read ({exc})", kind="crash")
             return [self.error(key[1], key[2], error)], []
