@@ -258,3 +258,22 @@ def test_a_worker_freezes_what_importing_jax_made_once_and_nothing_after() -> No
     finally:
         gc.unfreeze()
         worker._frozen = was
+
+
+def test_a_deviceless_compile_takes_its_module_from_its_dump_and_serializes_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The module proto is serialized beside the memory analysis only where it is read: a deviceless
+    compile's buffer assignment and module come from XLA's dump (a pod-sized module is not serialized
+    for nothing)."""
+    from fieldmem.driver import deviceless, variant
+
+    compiled = _Compiled(_Analysis())
+    serialized: list[object] = []
+    monkeypatch.setattr(deviceless, "dumped", lambda c: (b"assignment", b"module") if c is compiled else None)
+    monkeypatch.setattr(variant, "_module_proto", lambda c: serialized.append(c) or b"serialized")
+    reading = variant.read_memory(compiled)
+    assert (reading.buffer_assignment, reading.hlo_module_proto) == (b"assignment", b"module")
+    assert serialized == []
+    variant.read_memory(_Compiled(_Analysis()))  # not deviceless: serialized while the analysis runs
+    assert len(serialized) == 1
