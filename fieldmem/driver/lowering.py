@@ -239,7 +239,7 @@ class PendingVariants:
             try:
                 # both variants are lowered from this one line: jax records the Python stack, ours
                 # included, in the HLO's source tables, and the parser shares the lines of two
-                # programs only when their tables are the same (a quarter of a check's own time)
+                # programs only when their tables are the same
                 lowered.append(lower(call, donated=donated, function=function))
             except CompileError as exc:
                 concrete = None if donated else concretize(call, exc.__cause__ or exc, trace_error)
