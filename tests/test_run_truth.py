@@ -202,9 +202,9 @@ def test_the_probe_finds_a_call_whose_time_grows_with_the_buffer_and_says_the_wh
     probe's positive path on a real program, worded as what was timed (the call), not the update."""
     target = make_target(scaled_row, lambda: (jnp.ones(MIB16), jnp.int32(3), jnp.ones(2048)), donate="u")
     # timing on a shared 2-core machine: XLA:CPU splits a large elementwise op over the cores, and other
-    # processes take them, so one probe can read less than in proportion; five tries, one must find it
+    # processes take them, so one probe can read less than in proportion; three tries, one must find it
     seen = []
-    for _ in range(5):
+    for _ in range(3):
         report = check_targets([target], CheckOptions(min_bytes=1024, run=True, probe=True, isolate=False))
         (result,) = report.results
         assert [(a.input, a.output) for a in result.variants["donated"].aliases] == [("u", "out")]
@@ -229,14 +229,8 @@ def test_the_probe_of_an_undonated_update_is_whole_buffer_and_does_not_claim_an_
         set_row, (jnp.zeros(MIB16), jnp.int32(3), jnp.ones(2048)), {}, donate=DonateSpec.parse("u"), static=StaticSpec()
     )
     plain, donated = start_variants(call, None).result()
-    # timed on a shared machine, as above: three tries, one must read the copy's growth
-    seen = []
-    for _ in range(3):
-        outcome = probe_outcome("u", "out", "dynamic-update-slice", probe_update(call, plain, 0, 0), aliased=False)
-        seen.append(outcome.message)
-        if outcome.code == "whole-buffer":
-            break
-    assert outcome.code == "whole-buffer", seen
+    outcome = probe_outcome("u", "out", "dynamic-update-slice", probe_update(call, plain, 0, 0), aliased=False)
+    assert outcome.code == "whole-buffer", outcome.message
     assert outcome.message.startswith("out is not aliased to u in this program")
     assert "aliased to u and" not in outcome.message
     # the donated variant of the same update: the time does not grow in proportion
