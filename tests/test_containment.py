@@ -353,14 +353,14 @@ def test_the_worker_writes_an_internal_error_and_goes_on(where: str, monkeypatch
         _for_cast(monkeypatch, checker, "_check_one", lambda target, *a: target.name == "models:cast")
         stage = "checking it"
     else:
-        real = worker.encode
+        real = worker.encode_result
 
-        def encode(value: Any) -> Any:
+        def encode_result(value: Any) -> Any:
             if isinstance(value, WorkerResult) and value.results[0].name == "models:cast" and value.results[0].verdict:
                 _boom()
             return real(value)
 
-        monkeypatch.setattr(worker, "encode", encode)
+        monkeypatch.setattr(worker, "encode_result", encode_result)
         stage = "writing its result"
     channel = io.StringIO()
     assert worker._Worker(request, channel).run() == "end"

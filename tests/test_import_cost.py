@@ -29,6 +29,7 @@ HEAVY = (
     "rich",
     "pydantic",
     "google.protobuf",
+    "msgspec",
     "fieldmem.api",
     "fieldmem.cli",
     "fieldmem.emit",

@@ -277,3 +277,73 @@ def test_a_deviceless_compile_takes_its_module_from_its_dump_and_serializes_none
     assert serialized == []
     variant.read_memory(_Compiled(_Analysis()))  # not deviceless: serialized while the analysis runs
     assert len(serialized) == 1
+
+
+# ----------------------------------------------------------------------------
+# A worker's answer: written and read by msgspec, as the codec writes and reads it
+
+
+@pytest.fixture(scope="module")
+def answers() -> list[object]:
+    """What a worker answers for a real check of several leaves (its result and an error's), and for a chain."""
+    from fieldmem.engine.checker import check_targets
+    from fieldmem.engine.protocol import WorkerResult
+    from fieldmem.engine.results import error_result
+    from fieldmem.errors import TargetError
+    from fieldmem.request.options import CheckOptions
+
+    def update(state: dict[str, jax.Array], w: jax.Array) -> dict[str, jax.Array]:
+        return {k: (v * w).at[0].set(1.0) for k, v in state.items()}
+
+    target = make_target(update, lambda: ({f"leaf{i}": jnp.ones((4,)) for i in range(6)}, jnp.ones((4,))), donate="0")
+    report = check_targets([target], CheckOptions(jobs=1))
+    assert report.results[0].status == "ok", report.results[0].error
+    error = error_result("pkg.mod:f", "pkg.mod:f", TargetError("no such target: é, ✓"), "mod.py:3")
+    return [WorkerResult(report.results), WorkerResult((error,))]
+
+
+def test_a_worker_answer_is_the_json_the_codec_writes_and_reads_back_as_the_codec_reads_it(
+    answers: list[object],
+) -> None:
+    """msgspec writes a result (records straight to JSON, in C) as the codec would: the same text where it is
+    ASCII, the same document otherwise; and reads it back into the same records the codec builds."""
+    import json
+
+    from fieldmem.codec import decode, encode
+    from fieldmem.engine.protocol import WorkerResult, decode_result, encode_json, encode_result
+
+    for written in answers:
+        text = encode_result(written)  # type: ignore[arg-type]
+        careful = encode_json(encode(written))
+        assert json.loads(text) == json.loads(careful)
+        if careful.isascii() and "\\u" not in careful:
+            assert text == careful
+        document = json.loads(text)
+        assert decode_result(document) == decode(WorkerResult, document) == written
+
+
+def test_what_msgspec_cannot_write_or_read_goes_by_the_codec(answers: list[object]) -> None:
+    """A name holding a lone surrogate (no UTF-8 for it) is written as JSON writes it; a line msgspec cannot
+    read (NaN, which Python's JSON writes) is read as Python's JSON reads it; and a refused document is
+    refused in the codec's words, with the path of what is wrong."""
+    import dataclasses
+    import json
+    import math
+
+    from fieldmem.codec import encode
+    from fieldmem.engine.protocol import WorkerResult, decode_result, encode_json, encode_result, read_event
+
+    written = answers[1]
+    assert isinstance(written, WorkerResult)
+    odd = WorkerResult((dataclasses.replace(written.results[0], name="bad \ud800 name"),))
+    text = encode_result(odd)
+    assert text == encode_json(encode(odd)) and "\\ud800" in text
+
+    event = read_event(b'{"e": "done", "seconds": NaN}')
+    assert event is not None and event["e"] == "done" and math.isnan(event["seconds"])
+    assert read_event(b'{"e": "done", "result": ') is None  # cut short by the worker's death
+
+    document = json.loads(encode_result(written))
+    document["results"][0]["status"] = "fine"
+    with pytest.raises(ValueError, match=r"results\[0\]\.status should be one of 'ok', 'error', not str 'fine'"):
+        decode_result(document)

@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from fieldmem.codec import decode, encode
-from fieldmem.engine.protocol import WorkerResult, read_event
+from fieldmem.engine.protocol import decode_result, read_event
 from fieldmem.engine.results import error_result
 from fieldmem.engine.spawn import spawn, take_prestarted
 from fieldmem.errors import FieldmemError, RunError, TargetError
@@ -401,7 +401,7 @@ class _Supervisor:
     def read_result(self, encoded: Any, key: tuple[int, int, str]) -> _Checked:
         try:
             with collector_paused():  # thousands of records, all kept until the report is written
-                written = decode(WorkerResult, encoded)
+                written = decode_result(encoded)
         except (ValueError, TypeError, KeyError) as exc:
             error = RunError(f"its worker wrote a result fieldmem cannot read ({exc})", kind="crash")
             return [self.error(key[1], key[2], error)], []
@@ -505,6 +505,8 @@ class _Supervisor:
 
 def _read_events(answers: int, events: queue.Queue[dict[str, Any] | None]) -> None:
     """Put each event the worker sends on ``events``, then None when its pipe ends."""
+    import msgspec.json  # noqa: F401  (15 ms to load: here, while the worker starts, not at its answer)
+
     with open(answers, "rb") as pipe:
         for line in pipe:
             event = read_event(line)

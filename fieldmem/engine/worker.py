@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from fieldmem.codec import decode, encode, unbounded_integers
-from fieldmem.engine.protocol import WorkerResult, encode_json, write_event
+from fieldmem.engine.protocol import WorkerResult, encode_result, write_event
 from fieldmem.engine.results import error_result, internal_error
 from fieldmem.errors import FieldmemError
 from fieldmem.xla.hlo import collector_paused
@@ -114,10 +114,10 @@ def _warm_up() -> None:
 def _encoded(written: WorkerResult, spec: str, name: str) -> str:
     """The result as JSON text, written once (a result it cannot write is this target's error)."""
     try:
-        return encode_json(encode(written))
+        return encode_result(written)
     except Exception as exc:  # a result the codec cannot write is this target's error, not the worker's end
         error = internal_error(exc, "writing its result")
-        return encode_json(encode(WorkerResult((error_result(spec, name, error),))))
+        return encode_result(WorkerResult((error_result(spec, name, error),)))
 
 
 @dataclasses.dataclass
