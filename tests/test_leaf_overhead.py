@@ -347,3 +347,63 @@ def test_what_msgspec_cannot_write_or_read_goes_by_the_codec(answers: list[objec
     document["results"][0]["status"] = "fine"
     with pytest.raises(ValueError, match=r"results\[0\]\.status should be one of 'ok', 'error', not str 'fine'"):
         decode_result(document)
+
+
+def test_the_collector_resumed_in_a_pause_and_kept_paused_on_the_way_out() -> None:
+    """Resumed: as before the pause, and paused again after (outside a pause, nothing changes). Kept paused:
+    the pause's end leaves it off (a one-shot worker ends by os._exit)."""
+    from fieldmem.xla.hlo import collector_paused, collector_resumed, collector_stays_paused
+
+    assert gc.isenabled()
+    with collector_resumed():
+        assert gc.isenabled()
+    with collector_paused():
+        assert not gc.isenabled()
+        with collector_resumed():
+            assert gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with collector_paused(), collector_resumed():
+            assert not gc.isenabled()  # the user had it off
+    finally:
+        gc.enable()
+    collector_stays_paused()  # outside a pause: nothing
+    assert gc.isenabled()
+    try:
+        with collector_paused():
+            collector_stays_paused()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+@pytest.mark.compile
+def test_a_worker_answers_within_one_pause_and_the_users_code_runs_with_the_collector_on() -> None:
+    """Inside a worker's pause, a check makes its arguments and traces the function with the collector as the
+    user left it, and reads, analyses and answers with it paused (no pass between the analysis and the
+    answer walks the records of the check)."""
+    from fieldmem.engine.checker import check_targets
+    from fieldmem.request.options import CheckOptions
+    from fieldmem.xla.hlo import collector_paused
+
+    seen: dict[str, bool] = {}
+
+    def arguments() -> tuple[jax.Array]:
+        seen["arguments"] = gc.isenabled()
+        return (jnp.ones((4,)),)
+
+    def update(x: jax.Array) -> jax.Array:
+        seen["tracing"] = gc.isenabled()
+        return x * 2
+
+    def done(n: int, checked: object) -> None:
+        seen["answer"] = gc.isenabled()
+
+    target = make_target(update, arguments, donate="0")
+    with collector_paused():
+        report = check_targets([target], CheckOptions(jobs=1), done=done)
+    assert report.results[0].status == "ok", report.results[0].error
+    assert seen == {"arguments": True, "tracing": True, "answer": False}
+    assert gc.isenabled()

@@ -34,7 +34,7 @@ from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import ChainTarget, Step, Target, TargetOptions, folder_targets, resolve_target
 from fieldmem.version import __version__
-from fieldmem.xla.hlo import HloParseError
+from fieldmem.xla.hlo import HloParseError, collector_paused, collector_resumed
 
 if TYPE_CHECKING:
     from fieldmem.driver import Compiled, PendingVariants, PreparedCall
@@ -56,7 +56,7 @@ def _made_on_backend(
     from fieldmem.driver import backend_scope
 
     try:
-        with backend_scope(options.backend):
+        with collector_resumed(), backend_scope(options.backend):  # the user's code
             return make()
     except BaseException as exc:
         return _failed(target, exc, stage)
@@ -70,11 +70,18 @@ def _failed(target: Target, exc: BaseException, stage: str) -> TargetResult:
     return error_result(target.spec, target.name, contained(exc, stage), target.definition)
 
 
-def _check_one(target: Target, options: CheckOptions) -> TargetResult:
+def _check_one(target: Target, options: CheckOptions, answer: Callable[[TargetResult], None]) -> None:
+    """Check ``target`` and hand its result to ``answer``, from the first read of its compiled programs to
+    the answer in one pause of the collector (:func:`~fieldmem.xla.hlo.collector_paused`): a worker's
+    answer (its result encoded and written) is made before any pass walks the records of the check."""
     arguments = _arguments(target, options)
     if isinstance(arguments, TargetResult):
-        return arguments
-    return _check_call(target, *arguments, options)[0]
+        answer(arguments)
+        return
+    with _pool(2 if options.jobs > 1 else 1) as pool:
+        started = _start(target, *arguments, options, pool)
+        with collector_paused():
+            answer(_finish(started, options)[0])
 
 
 @dataclass(frozen=True)
@@ -94,7 +101,7 @@ def _start(
     from fieldmem.driver import backend_scope, prepare_call, start_variants
 
     try:
-        with backend_scope(options.backend):
+        with collector_resumed(), backend_scope(options.backend):  # the user's code is traced
             call = prepare_call(target.function, args, kwargs, donate=target.donate, static=target.static)
             # with --jobs 1, one thing at a time: a compile never overlaps a lowering (the XLA seconds
             # a report gives then add up to the wall time they took)
@@ -113,18 +120,26 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
     target = started.target
     import fieldmem.findings.analysis  # noqa: F401  (loaded while the compiles run, not after them)
 
+    stage = "compiling it"
     try:
-        early = _analysed_early(started.pending.plain(), target)  # while the donated variant compiles
-        plain, donated = started.pending.result()
-    except BaseException as exc:
-        return _failed(target, exc, "compiling it"), None
-    stage = "analysing its compiled program"
-    try:
-        result = _analyse(target, started.call, plain, donated, options, early)
-        _hold(started, plain, donated, early)
-        if options.run and result.status == "ok":
-            stage = "running it"
-            result = _run(result, started.call, plain, donated, options)
+        # one pause of the collector from the first read to the end of the analysis (the callers that
+        # answer make it last to the answer); the user's code run after it (the advisor's compiles, a
+        # run) runs with the collector as the user left it
+        with collector_paused():
+            early = _analysed_early(started.pending.plain(), target)  # while the donated variant compiles
+            plain, donated = started.pending.result()
+            stage = "analysing its compiled program"
+            result = _analyse(target, started.call, plain, donated, options, early)
+            _hold(started, plain, donated, early)
+            # resumed only around code that runs: resuming lets the collector's next pass walk every
+            # record made so far
+            if options.suggest:
+                with collector_resumed():
+                    result = _suggested(target, result, started.call, plain, donated, options)
+            if options.run and result.status == "ok":
+                stage = "running it"
+                with collector_resumed():
+                    result = _run(result, started.call, plain, donated, options)
         return result, donated
     except BaseException as exc:
         return _failed(target, exc, stage), None
@@ -237,11 +252,10 @@ def _analyse(
     options: CheckOptions,
     plain_analysis: Any = None,
 ) -> TargetResult:
-    from fieldmem.driver import backend_scope, compile_donation
     from fieldmem.findings.analysis import analyze_target
 
     try:
-        result = analyze_target(
+        return analyze_target(
             target=target.spec,
             name=target.name,
             definition=target.definition,
@@ -258,29 +272,49 @@ def _analyse(
             new=target.new,
             plain_analysis=plain_analysis,
         )
-        if options.suggest:
-            from fieldmem.findings.advisor import suggest
-
-            with backend_scope(options.backend):
-                suggestion = suggest(
-                    call,
-                    plain.variant,
-                    donated.variant,
-                    compile_donation=compile_donation,
-                    result=result,
-                    min_bytes=options.min_bytes,
-                    fast=options.compile_fast,
-                )
-            result = dataclasses.replace(result, suggestion=suggestion)
-        return result
     except HloParseError as exc:
-        # XLA printed something this parser does not know: this target cannot be
-        # analysed, the others still can
-        error = CompileError(
-            f"fieldmem could not read the optimized HLO of this target: {exc}; "
-            "please report this with the output of jax.jit(fn).lower(...).compile().as_text()"
-        )
-        return error_result(target.spec, target.name, error, target.definition)
+        return _unreadable(target, exc)
+
+
+def _suggested(
+    target: Target,
+    result: TargetResult,
+    call: PreparedCall,
+    plain: Compiled,
+    donated: Compiled,
+    options: CheckOptions,
+) -> TargetResult:
+    """``result`` with the advisor's suggestion (``--suggest``): it lowers and compiles the call again,
+    so it runs outside the collector's pause, as the user's code does."""
+    from fieldmem.driver import backend_scope, compile_donation
+    from fieldmem.findings.advisor import suggest
+
+    if result.status != "ok":
+        return result
+    try:
+        with backend_scope(options.backend):
+            suggestion = suggest(
+                call,
+                plain.variant,
+                donated.variant,
+                compile_donation=compile_donation,
+                result=result,
+                min_bytes=options.min_bytes,
+                fast=options.compile_fast,
+            )
+    except HloParseError as exc:
+        return _unreadable(target, exc)
+    return dataclasses.replace(result, suggestion=suggestion)
+
+
+def _unreadable(target: Target, exc: HloParseError) -> TargetResult:
+    """The error result of a target whose optimized HLO this parser cannot read: XLA printed something it
+    does not know; this target cannot be analysed, the others still can."""
+    error = CompileError(
+        f"fieldmem could not read the optimized HLO of this target: {exc}; "
+        "please report this with the output of jax.jit(fn).lower(...).compile().as_text()"
+    )
+    return error_result(target.spec, target.name, error, target.definition)
 
 
 def _step_donation(donate: DonateSpec) -> DonateSpec:
@@ -528,9 +562,14 @@ def _check_here(
                     in_flight.append((n, _start(item, *arguments, options, pool)))
                     while len(in_flight) > options.jobs:
                         finished, pending = in_flight.popleft()
-                        record(finished, ([_finish(pending, options)[0]], []))
+                        with collector_paused():  # to the answer: see _check_one
+                            record(finished, ([_finish(pending, options)[0]], []))
                 else:
-                    record(n, ([_check_one(item, options)], []))
+
+                    def answer(result: TargetResult, n: int = n) -> None:
+                        record(n, ([result], []))
+
+                    _check_one(item, options, answer)
             except KeyboardInterrupt:
                 raise
             except BaseException as exc:  # what no stage contained (e.g. a chain's analysis): the item's error
@@ -538,7 +577,8 @@ def _check_here(
                 record(n, ([error_result(item.spec, item.name, contained(exc, "checking it"), first.definition)], []))
         while in_flight:
             finished, pending = in_flight.popleft()
-            record(finished, ([_finish(pending, options)[0]], []))
+            with collector_paused():  # to the answer: see _check_one
+                record(finished, ([_finish(pending, options)[0]], []))
     return checked
 
 

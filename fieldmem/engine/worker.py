@@ -34,7 +34,7 @@ from fieldmem.codec import decode, encode, unbounded_integers
 from fieldmem.engine.protocol import WorkerResult, encode_result, write_event
 from fieldmem.engine.results import error_result, internal_error
 from fieldmem.errors import FieldmemError
-from fieldmem.xla.hlo import collector_paused
+from fieldmem.xla.hlo import collector_paused, collector_resumed, collector_stays_paused
 
 __all__ = ["main"]
 
@@ -206,7 +206,8 @@ class _Worker:
             for backend in backends:
                 if backend is not None:
                     backend_devices(backend)
-        loaded = self.resolve()
+        with collector_resumed():  # the user's modules are imported
+            loaded = self.resolve()
         for b, backend in enumerate(backends):
             options = dataclasses.replace(self.options, backend=backend, isolate=False)
             fresh_each = self.request["isolate"] and options.run and has_memory_stats(backend)
@@ -218,7 +219,8 @@ class _Worker:
             ]
             prints: dict[int, str] = {}
             if self.serve:
-                todo, prints = self.unchanged(b, todo)
+                with collector_resumed():  # a fingerprint makes the target's arguments
+                    todo, prints = self.unchanged(b, todo)
             if fresh_each and len(todo) > 1:  # a clean device high-water mark: one target, then a new process
                 todo = todo[:1]
                 yielding = True
@@ -324,12 +326,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         while True:
             worker = _Worker(request, events, kept)
             try:
-                last = worker.run()
+                # fieldmem's own work runs with the collector paused, to the last event: a pass after the
+                # answer of the last target would walk every record it made, and hold up the end. The
+                # user's code resumes it (loading modules here, making arguments and tracing in the checker)
+                with collector_paused():
+                    last = worker.run()
+                    write_event(events, last)
+                    ending = requests is None or last != "end"
+                    if ending:  # it ends by os._exit now: no pass of the collector on the way
+                        collector_stays_paused()
             except FieldmemError as exc:  # the whole run's error (a backend not available): one line, exit 2
                 write_event(events, "fatal", message=exc.message)
                 return 0
-            write_event(events, last)
-            if requests is None or last != "end":
+            if ending or requests is None:
                 _LEFT_TO_EXIT.append(worker.held)  # not freed on the way out: os._exit ends the process
                 return 0
             worker.held.clear()  # answered: what the last target left is freed while the parent reads it

@@ -17,14 +17,15 @@ on the one below it:
 - :mod:`.frames`: which frames of a source stack are library code, and the
   user's call site of a library line;
 - :mod:`.collector`: the garbage collector paused while records are built
-  (:func:`collector_paused`, used by the other layers too).
+  (:func:`collector_paused`, used by the other layers too, and
+  :func:`collector_resumed` for the user's code run inside a pause).
 
 Callers use the names below (``from fieldmem.xla import hlo; hlo.find_copies(...)``).
 """
 
 from __future__ import annotations
 
-from .collector import collector_paused
+from .collector import collector_paused, collector_resumed, collector_stays_paused
 from .frames import call_site, is_library_file
 from .model import (
     AliasEntry,
@@ -70,6 +71,8 @@ __all__ = [
     "SourceLocation",
     "call_site",
     "collector_paused",
+    "collector_resumed",
+    "collector_stays_paused",
     "conditional_branches",
     "find_constants",
     "find_copies",

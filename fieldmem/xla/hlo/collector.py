@@ -17,6 +17,12 @@ it was before the first came in, so a collector the user turned off stays
 off. Memory is still freed by reference counting while paused: only cycles
 wait, and the pause ends with the phase.
 
+A pause is best kept whole: when it ends, the collector's first pass walks
+every record made during it (0.03 s on 5,000 leaves, once the analysis was
+done and before its answer was written). So the checker pauses from a
+target's first read to its answer, and resumes the collector
+(:func:`collector_resumed`) around the user's code it runs in between.
+
 It lives here, where the most records are built (a parse), since this
 package imports nothing outside itself; the driver, the findings and the
 worker use it as ``fieldmem.xla.hlo.collector_paused``.
@@ -29,7 +35,7 @@ import gc
 import threading
 from collections.abc import Iterator
 
-__all__ = ["collector_paused"]
+__all__ = ["collector_paused", "collector_resumed", "collector_stays_paused"]
 
 _LOCK = threading.Lock()
 _pauses = 0
@@ -53,3 +59,37 @@ def collector_paused() -> Iterator[None]:
             _pauses -= 1
             if _pauses == 0 and _was_enabled:
                 gc.enable()
+
+
+@contextlib.contextmanager
+def collector_resumed() -> Iterator[None]:
+    """Inside a pause, the collector as it was before the pause, for the user's code run from inside one
+    (the advisor's compiles, ``--run``); paused again after. Outside any pause, nothing changes.
+
+    While one thread is resumed, the others inside the pause run with the
+    collector on too: a pause saves time, it is not needed for correctness.
+    """
+    with _LOCK:
+        resumed = _pauses > 0 and _was_enabled
+        if resumed:
+            gc.enable()
+    try:
+        yield
+    finally:
+        with _LOCK:
+            if resumed and _pauses > 0:
+                gc.disable()
+
+
+def collector_stays_paused() -> None:
+    """The pause this thread is in does not end: the collector stays off when it is left.
+
+    For a process about to end by ``os._exit`` once it has answered (a
+    one-shot worker): nothing of the user's runs after, and a pass on the way
+    out would walk every record of the check for nothing, before the parent
+    sees the process end. Outside any pause, nothing changes.
+    """
+    global _was_enabled
+    with _LOCK:
+        if _pauses > 0:
+            _was_enabled = False
