@@ -509,7 +509,8 @@ def _read_events(answers: int, events: queue.Queue[dict[str, Any] | None]) -> No
 
     with open(answers, "rb") as pipe:
         for line in pipe:
-            event = read_event(line)
+            with collector_paused():  # a result's thousands of records, all kept until the report is written
+                event = read_event(line)
             if event is not None:
                 events.put(event)
     events.put(None)
