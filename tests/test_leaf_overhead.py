@@ -84,6 +84,34 @@ def test_each_call_reads_its_own_leaves_and_only_the_donated_variant_hands_on_ou
         ]
 
 
+@pytest.mark.compile
+def test_the_donated_variant_takes_the_plain_ones_output_leaves_only_where_they_are_its_own() -> None:
+    """Donation changes no output's path, shape or dtype: the donated variant takes the plain one's leaves
+    (the same tuple) where its output tree and compiled formats are the same, and reads its own otherwise."""
+    import dataclasses
+
+    from fieldmem.driver import lowering, variant
+
+    state = {f"leaf{i}": jnp.full((2,), float(i)) for i in range(7)}
+    call = _call(state)
+    plain, donated = start_variants(call, None).result()
+    assert donated.variant.outputs is plain.variant.outputs
+
+    lowered = lowering.lower(call, donated=True)[0]
+    compiled = lowered.compile()
+    formats = variant._compiled_formats(compiled, "output")
+    own = variant._output_leaves(lowered, call, formats)
+    assert own == plain.variant.outputs and [o.path for o in own] == [f"out['leaf{i}']" for i in range(7)]
+    tree = variant.out_tree(lowered)
+    assert variant._outputs(lowered, compiled, call, structs=False, like=(own, tree))[0] is own
+    elsewhere = tuple(dataclasses.replace(o, sharding="cpu:1") for o in own)  # compiled otherwise
+    for like in ((elsewhere, tree), (own, None), (own, jax.tree_util.tree_structure((1, 2)))):
+        taken = variant._outputs(lowered, compiled, call, structs=False, like=like)[0]
+        assert taken is not like[0] and taken == own
+    structs = variant._outputs(lowered, compiled, call, structs=True, like=(own, tree))[1]()
+    assert [(s.shape, s.dtype) for s in jax.tree_util.tree_leaves(structs)] == [((2,), jnp.float32)] * 7
+
+
 def test_a_quoted_string_unquotes_as_json_reads_it() -> None:
     """Every string of up to 4 characters over escapes' letters: the shortcut for a backslash that starts no
     JSON escape gives what trying json and falling back gives (as jax writes ``op_name="state[\\'w\\']"``)."""

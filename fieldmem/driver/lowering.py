@@ -26,9 +26,9 @@ from typing import Any
 from fieldmem.driver.deviceless import Target
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.prepare import PreparedCall, concretize, user_jit_info
-from fieldmem.driver.variant import read_variant
+from fieldmem.driver.variant import out_tree, read_variant
 from fieldmem.errors import CompileError, DonationError
-from fieldmem.readings import CompiledVariant
+from fieldmem.readings import CompiledVariant, OutputLeaf
 
 __all__ = [
     "FAST_COMPILE_OPTIONS",
@@ -257,6 +257,7 @@ class PendingVariants:
                 self._futures = [pool.submit(compile_lowered, self._plain[0], fast, self.found)]
             self._futures.append(pool.submit(compile_lowered, self._donated[0], fast, self.found))
         self._plain_done: Compiled | None = None
+        self._plain_tree: Any = None
 
     def _compile(self, lowering: tuple[Any, tuple[str, ...], float], index: int) -> tuple[Any, float, bool]:
         if self._futures is not None:
@@ -268,13 +269,17 @@ class PendingVariants:
         so reading and analysing this one meanwhile costs no wall time. Raises CompileError as the compile did."""
         if self._plain_done is None:
             self._plain_done = _compiled("plain", self.call, self._plain, self._compile(self._plain, 0))
+            self._plain_tree = out_tree(self._plain[0])
             self._plain = (None, (), 0.0)  # let the lowering go
         return self._plain_done
 
     def result(self) -> tuple[Compiled, Compiled]:
         """The plain and the donated variant (raises CompileError as the compile did)."""
         plain = self.plain()
-        donated = _compiled("donated", self.call, self._donated, self._compile(self._donated, 1), donated=True)
+        like = (plain.variant.outputs, self._plain_tree)  # one trace: the same outputs, unless compiled otherwise
+        donated = _compiled(
+            "donated", self.call, self._donated, self._compile(self._donated, 1), donated=True, like=like
+        )
         self._donated = (None, (), 0.0)
         self._futures = None
         return plain, donated
@@ -286,12 +291,23 @@ def _compiled(
     lowering: tuple[Any, tuple[str, ...], float],
     compiling: tuple[Any, float, bool],
     donated: bool = False,
+    like: tuple[tuple[OutputLeaf, ...], Any] | None = None,
 ) -> Compiled:
-    """The handle of one variant, from what :func:`lower` and :func:`compile_lowered` returned for it."""
+    """The handle of one variant, from what :func:`lower` and :func:`compile_lowered` returned for it
+    (``like``: the other variant's output leaves and tree, :func:`~fieldmem.driver.variant.read_variant`)."""
     lowered, lowering_warnings, lower_seconds = lowering
     executable, compile_seconds, fast = compiling
     variant, outputs = read_variant(
-        name, call, lowered, executable, lowering_warnings, lower_seconds, compile_seconds, donated=donated, fast=fast
+        name,
+        call,
+        lowered,
+        executable,
+        lowering_warnings,
+        lower_seconds,
+        compile_seconds,
+        donated=donated,
+        fast=fast,
+        like=like,
     )
     return Compiled(variant, executable, outputs)
 

@@ -64,6 +64,7 @@ def read_variant(
     compile_seconds: float,
     donated: bool = False,
     fast: bool = False,
+    like: tuple[tuple[OutputLeaf, ...], Any] | None = None,
 ) -> tuple[CompiledVariant, Any]:
     """What ``compiled`` (lowered as ``lowered`` from ``call``) is, as plain data, and for the ``donated``
     variant its outputs as a pytree of ``ShapeDtypeStruct`` with the compiled shardings (a chain's next
@@ -71,13 +72,15 @@ def read_variant(
 
     ``donated``: the variant asked for a donation (then a donation jax dropped
     is said, with why); ``fast``: compiled with the fast options (the figures
-    they change are unavailable).
+    they change are unavailable); ``like``: the output leaves of the other
+    variant of the same trace and its ``out_tree`` (taken as they are where
+    this program's output tree and formats are the same).
     """
     kept, tuple_args = _kept_var_idx(lowered)
     # XLA's memory analysis (0.18 s of C++ on a program of 5,000 leaves) lets go of the GIL: it runs
     # in a thread while this one reads the outputs, the leaves and the text
     analysis = _MemoryAnalysis(compiled)
-    outputs, output_structs = _outputs(lowered, compiled, call, structs=donated)  # the structs: when asked for
+    outputs, output_structs = _outputs(lowered, compiled, call, structs=donated, like=like)  # structs: when asked for
     inputs = _leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input"))
     hlo_text = compiled.as_text()
     memory = read_memory(compiled, fast, analysis)
@@ -437,20 +440,73 @@ def _value(call: PreparedCall, slot: int | str) -> Any:
 
 
 def _outputs(
-    lowered: Any, compiled: Any, call: PreparedCall, structs: bool = True
+    lowered: Any,
+    compiled: Any,
+    call: PreparedCall,
+    structs: bool = True,
+    like: tuple[tuple[OutputLeaf, ...], Any] | None = None,
 ) -> tuple[tuple[OutputLeaf, ...], Any]:
     """The output leaves (named in the user's terms for a wrapper's program), and with ``structs`` a function
     that builds the outputs as a pytree of ``ShapeDtypeStruct`` with the compiled shardings (else None): a
-    chain's next step asks for them, a single target never does (5,000 structs took 0.03 s)."""
+    chain's next step asks for them, a single target never does (5,000 structs took 0.03 s).
+
+    ``like``: the leaves read from the other variant of the same trace, and its ``out_tree``. Donation
+    changes no output's path, shape or dtype, so where the tree is the same and so are the compiled
+    formats, those leaves are this program's (on 5,000 leaves, 0.02 s less after the donated compile).
+    """
     import jax
 
-    flat, treedef = jax.tree_util.tree_flatten_with_path(lowered.out_info)
+    formats = _compiled_formats(compiled, "output")
+    tree = out_tree(lowered)
+    if (
+        like is not None
+        and tree is not None
+        and like[1] is not None
+        and tree == like[1]
+        and formats is not None
+        and formats == [(o.sharding, o.layout) for o in like[0]]
+    ):
+        outputs = like[0]
+    else:
+        outputs = _output_leaves(lowered, call, formats)
+    if not structs:
+        return outputs, None
+    leaf_names = call.leaf_names
+
+    def returned() -> Any:
+        flat, treedef = jax.tree_util.tree_flatten(lowered.out_info)
+        try:
+            shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
+        except Exception:
+            shardings = []
+        if len(shardings) != len(flat):
+            shardings = [None] * len(flat)
+        structs = jax.tree_util.tree_unflatten(
+            treedef,
+            [
+                jax.ShapeDtypeStruct(out.shape, leaf.dtype, sharding=shardings[n])
+                for n, (out, leaf) in enumerate(zip(outputs, flat))
+            ],
+        )
+        if leaf_names is not None and leaf_names.returned is not None:
+            structs = leaf_names.returned(structs)  # what a wrapper hands back to its caller
+        return structs
+
+    return outputs, returned
+
+
+def _output_leaves(
+    lowered: Any, call: PreparedCall, formats: list[tuple[str | None, str | None]] | None
+) -> tuple[OutputLeaf, ...]:
+    """The output leaves of ``lowered``, read from its ``out_info``, with the compiled ``formats``."""
+    import jax
+
+    flat, _ = jax.tree_util.tree_flatten_with_path(lowered.out_info)
     names = None
     if call.leaf_names is not None and call.leaf_names.outputs is not None:
         names = call.leaf_names.outputs(lowered.out_info)
     if names is None or len(names) != len(flat):
         names = ["out" + path_string(path) for path, _ in flat]
-    formats = _compiled_formats(compiled, "output")
     if formats is not None and len(formats) != len(flat):
         formats = None
     outputs = []
@@ -467,26 +523,12 @@ def _outputs(
                 layout=formats[n][1] if formats else None,
             )
         )
-    if not structs:
-        return tuple(outputs), None
-    leaf_names = call.leaf_names
+    return tuple(outputs)
 
-    def returned() -> Any:
-        try:
-            shardings = jax.tree_util.tree_leaves(compiled.output_shardings)
-        except Exception:
-            shardings = []
-        if len(shardings) != len(flat):
-            shardings = [None] * len(flat)
-        structs = jax.tree_util.tree_unflatten(
-            treedef,
-            [
-                jax.ShapeDtypeStruct(out.shape, leaf.dtype, sharding=shardings[n])
-                for n, (out, (_, leaf)) in enumerate(zip(outputs, flat))
-            ],
-        )
-        if leaf_names is not None and leaf_names.returned is not None:
-            structs = leaf_names.returned(structs)  # what a wrapper hands back to its caller
-        return structs
 
-    return tuple(outputs), returned
+def out_tree(lowered: Any) -> Any:
+    """The tree of a lowered program's outputs (None where jax does not say)."""
+    try:
+        return lowered.out_tree
+    except Exception:
+        return None
