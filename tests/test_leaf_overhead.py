@@ -355,17 +355,35 @@ def test_what_msgspec_cannot_write_or_read_goes_by_the_codec(answers: list[objec
     read (NaN, which Python's JSON writes) is read as Python's JSON reads it; and a refused document is
     refused in the codec's words, with the path of what is wrong."""
     import dataclasses
+    import io
     import json
     import math
 
     from fieldmem.codec import encode
-    from fieldmem.engine.protocol import WorkerResult, decode_result, encode_json, encode_result, read_event
+    from fieldmem.engine.protocol import (
+        READ_BY_JSON,
+        WorkerResult,
+        decode_result,
+        encode_json,
+        encode_result,
+        read_event,
+        write_event,
+    )
 
     written = answers[1]
     assert isinstance(written, WorkerResult)
     odd = WorkerResult((dataclasses.replace(written.results[0], name="bad \ud800 name"),))
     text = encode_result(odd)
     assert text == encode_json(encode(odd)) and "\\ud800" in text
+    # across the pipe, the codec refuses it as before (msgspec alone would let the surrogate through)
+    channel = io.StringIO()
+    write_event(channel, "done", {"result": text}, b=0, spec=0, name="m:f")
+    event = read_event(channel.getvalue().encode())
+    assert event is not None and event[READ_BY_JSON] is True
+    with pytest.raises(ValueError, match="lone surrogate"):
+        decode_result(event["result"], careful=bool(event.get(READ_BY_JSON)))
+    plain = read_event(encode_result(written).join(['{"e": "done", "result": ', "}"]).encode())
+    assert plain is not None and READ_BY_JSON not in plain
 
     event = read_event(b'{"e": "done", "seconds": NaN}')
     assert event is not None and event["e"] == "done" and math.isnan(event["seconds"])

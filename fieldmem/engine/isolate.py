@@ -45,7 +45,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from fieldmem.codec import decode, encode
-from fieldmem.engine.protocol import decode_result, read_event
+from fieldmem.engine.protocol import READ_BY_JSON, decode_result, read_event
 from fieldmem.engine.results import error_result
 from fieldmem.engine.spawn import spawn, take_prestarted
 from fieldmem.errors import FieldmemError, RunError, TargetError
@@ -377,7 +377,7 @@ class _Supervisor:
             key = (int(event["b"]), int(event["spec"]), str(event["name"]))
             if key in watch.in_flight:
                 watch.in_flight.remove(key)
-            self.got[key] = self.read_result(event.get("result"), key)
+            self.got[key] = self.read_result(event.get("result"), key, careful=bool(event.get(READ_BY_JSON)))
             watch.progressed = True
         elif what == "header":
             b = int(event["b"])
@@ -398,10 +398,10 @@ class _Supervisor:
         done = sum(1 for (gb, _, _) in self.got if gb == b)
         self.progress(key[2], min(done, max(total - 1, 0)), total)
 
-    def read_result(self, encoded: Any, key: tuple[int, int, str]) -> _Checked:
+    def read_result(self, encoded: Any, key: tuple[int, int, str], careful: bool = False) -> _Checked:
         try:
             with collector_paused():  # thousands of records, all kept until the report is written
-                written = decode_result(encoded)
+                written = decode_result(encoded, careful)
         except (ValueError, TypeError, KeyError) as exc:
             error = RunError(f"its worker wrote a result fieldmem cannot read ({exc})", kind="crash")
             return [self.error(key[1], key[2], error)], []
