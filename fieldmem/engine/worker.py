@@ -338,9 +338,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             except FieldmemError as exc:  # the whole run's error (a backend not available): one line, exit 2
                 write_event(events, "fatal", message=exc.message)
                 return 0
-            if ending or requests is None:
+            if ending:
                 _LEFT_TO_EXIT.append(worker.held)  # not freed on the way out: os._exit ends the process
                 return 0
+            assert requests is not None  # not ending: a serving worker, with its queue of requests
             worker.held.clear()  # answered: what the last target left is freed while the parent reads it
             request = json.loads(requests.get())  # serving (--watch): the next request, when the parent sends it
 
