@@ -55,7 +55,7 @@ ways = {
     "read: msgspec": lambda: msgspec.convert(msgspec.json.decode(line), WorkerResult),
 }
 out = {"bytes": len(line)}
-from fieldmem.xla.hlo import collector_paused
+from fieldmem.collector import collector_paused
 
 for way in sys.argv[2:]:
     with collector_paused():  # as the worker writes and the parent reads: records only, no collector pass

@@ -52,6 +52,7 @@ RUNS: dict[str, list[str]] = {
     "verbose-min-bytes": ["check", "examples/field.py", "examples/optimizer.py", "--min-bytes", "0"],
     "shapes": ["check", "examples/sparse_row.py:set_row", "--shapes", "f32[256,128] s32[] f32[128]"],
     "donate-none": ["check", "examples/field.py", "--donate", "none"],
+    "deviceless-backends": ["check", "examples/interior.py", "--backend", "gpu:h100,tpu:v5e"],
 }
 
 #: Keys whose values are clocks or wall times: dropped.
@@ -87,8 +88,11 @@ def _run(name: str, args: list[str], folder: Path) -> dict[str, object]:
         check=False,
     )
     record: dict[str, object] = {"exit_code": proc.returncode}
+    per_backend = sorted(folder.glob(f"{name}.*.json"))  # several backends: report.<backend>.json each
     if out.exists():
         record["report"] = _normalise(json.loads(out.read_text()))
+    elif per_backend:
+        record["reports"] = {p.name: _normalise(json.loads(p.read_text())) for p in per_backend}
     else:
         record["stderr"] = proc.stderr.strip().splitlines()[-1:] if proc.stderr else []
     return record

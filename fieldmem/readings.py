@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CallShape",
     "CompiledVariant",
     "DeviceStats",
     "Environment",
@@ -23,6 +24,23 @@ __all__ = [
     "ProbeReading",
     "RunReading",
 ]
+
+
+@dataclass(frozen=True)
+class CallShape:
+    """The call both variants were compiled from, as the advisor reasons about it (``--suggest``): its
+    arguments, what is static, and how the user jits it. Read off the driver's prepared call
+    (:func:`fieldmem.driver.call_shape`); the function and its arguments stay with the driver."""
+
+    function_name: str  # the name a suggested ``jax.jit(NAME, ...)`` line writes
+    parameters: tuple[str, ...]  # the function's parameter names (empty when its signature cannot be read)
+    positional_names: tuple[str, ...]  # display name of each positional argument, in order
+    keyword_names: tuple[str, ...]  # the call's keyword arguments, in the order given
+    static_positions: frozenset[int]
+    static_names: frozenset[str]
+    donation_source: str  # "spec" (fieldmem's --donate) or "jit" (the user's own jit)
+    wrapper: str | None = None  # a library wrapper's kind ("flax.nnx.jit", "equinox.filter_jit", ...)
+    user_jit: bool = False  # the target is the user's own jit object
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import pytest
 from jax import lax
 from rich.console import Console
 
-from fieldmem.driver import PreparedCall, compile_donation, prepare_call, start_variants
+from fieldmem.driver import PreparedCall, call_shape, compile_donation, prepare_call, start_variants
 from fieldmem.errors import CompileError
 from fieldmem.findings.advisor import suggest
 from fieldmem.findings.analysis import analyze_target
@@ -78,7 +78,12 @@ def advise(
         donated=donated,
         min_bytes=1024,
     )
-    return call, result, suggest(call, plain, donated, compile_donation=verify, result=result, min_bytes=1024)
+
+    def compile_with(positions: Any, names: Any, *, fast: bool = False) -> Any:
+        return verify(call, positions, names, fast=fast)
+
+    suggestion = suggest(call_shape(call), plain, donated, compile_donation=compile_with, result=result, min_bytes=1024)
+    return call, result, suggestion
 
 
 def footprint(compiled: Any) -> int:
@@ -414,10 +419,21 @@ def test_the_advisor_does_not_parse_the_plain_hlo_again() -> None:
         donated=donated,
         min_bytes=0,
     )
-    before = hlo.parse_hlo_module.cache_info()
-    suggest(call, plain, donated, compile_donation=compile_donation, result=result, min_bytes=0)
-    after = hlo.parse_hlo_module.cache_info()
-    assert after.hits > before.hits
+    parser = hlo.HloParser()
+    hlo.parse_hlo_module(plain.hlo_text, parser)  # as the check parsed it
+    before = parser.parsed
+    suggestion = suggest(
+        call_shape(call),
+        plain,
+        donated,
+        compile_donation=lambda positions, names, fast=False: compile_donation(call, positions, names, fast=fast),
+        result=result,
+        min_bytes=0,
+        parser=parser,
+    )
+    assert suggestion.tried  # a verification compile was made, and parsed
+    # the plain text is not parsed again: only the programs of the compiles the advisor added
+    assert parser.parsed == before + len(suggestion.tried)
 
 
 # ----------------------------------------------------------------------------

@@ -658,10 +658,10 @@ def test_unreadable_hlo_is_an_error_result_not_a_crash(monkeypatch: pytest.Monke
 
     real = hlo.parse_hlo_module
 
-    def picky(text: str) -> hlo.HloModule:
+    def picky(text: str, parser: hlo.HloParser | None = None) -> hlo.HloModule:
         if "jit_to_bf16" in text.splitlines()[0]:
             raise hlo.HloParseError("an instruction this parser does not know")
-        return real(text)
+        return real(text, parser)
 
     monkeypatch.setattr(hlo, "parse_hlo_module", picky)
     report = check_reports(

@@ -114,7 +114,7 @@ STAGES: dict[str, tuple[Any, str, Callable[..., bool], str, CheckOptions]] = {
     "suggest": (
         advisor,
         "suggest",
-        lambda call, *a, **k: call.function.__name__ == "cast",
+        lambda call, *a, **k: call.function_name == "cast",
         "analysing its compiled program",
         CheckOptions(suggest=True),
     ),

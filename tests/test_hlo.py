@@ -931,7 +931,9 @@ def test_whole_modules_read_the_same_by_the_general_path(monkeypatch: pytest.Mon
         assert find_copies(general) == find_copies(parsed), name
 
 
-def test_parsing_leaves_the_garbage_collector_as_it_was() -> None:
+def test_parsing_leaves_the_garbage_collector_alone() -> None:
+    """The parser is a pure reader: it neither pauses nor resumes the collector (its callers pause it,
+    from fieldmem.collector, outside this package)."""
     assert gc.isenabled()
     parse_hlo_module(text("sparse_row.plain") + "\n# gc on\n")
     assert gc.isenabled()
@@ -946,26 +948,42 @@ def test_parsing_leaves_the_garbage_collector_as_it_was() -> None:
         gc.enable()
 
 
-def test_concurrent_parses_leave_the_collector_as_it_was() -> None:
-    """Parses on several threads share one pause of the collector; it is back on when all are done."""
-    import gc
+def test_one_parser_shared_by_threads_gives_each_the_module_a_parse_from_scratch_gives() -> None:
+    """A parser's lock lets one parse at a time read and replace what it keeps: four threads parsing two
+    programs that share lines, through one parser, each get the modules a fresh parse gives."""
     import threading
 
-    text = sorted(GOLDEN.glob("*.hlo"))[0].read_text()
+    texts = [text("acc_kv_write.gpu_h100.plain"), text("acc_kv_write.gpu_h100.donated")]
+    alone = [parse_hlo_module(t) for t in texts]
+    parser = hlo.HloParser(keep=0)  # nothing kept whole: every parse runs, sharing lines
     barrier = threading.Barrier(4)
+    wrong: list[str] = []
 
-    def parse() -> None:
+    def parse(n: int) -> None:
         barrier.wait()
-        for _ in range(5):
-            hlo.parse_hlo_module.__wrapped__(text)
+        for round in range(6):
+            which = (n + round) % 2
+            if parse_hlo_module(texts[which], parser) != alone[which]:
+                wrong.append(f"thread {n}, round {round}")
 
-    assert gc.isenabled()
-    threads = [threading.Thread(target=parse) for _ in range(4)]
+    threads = [threading.Thread(target=parse, args=(n,)) for n in range(4)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert gc.isenabled()
+    assert wrong == []
+    assert parser.parsed == 24
+
+
+def test_a_parser_keeps_its_last_modules_and_no_other_parser_sees_them() -> None:
+    first, second = text("sparse_row.plain"), text("sparse_row.donated")
+    parser, other = hlo.HloParser(keep=1), hlo.HloParser()
+    module = parse_hlo_module(first, parser)
+    assert parse_hlo_module(first, parser) is module and parser.parsed == 1
+    assert parse_hlo_module(first, other) is not module and other.parsed == 1  # owned, not shared
+    parse_hlo_module(second, parser)
+    assert parse_hlo_module(first, parser) is not module and parser.parsed == 3  # keep=1: the first went
+    assert parse_hlo_module(first) is not parse_hlo_module(first)  # no parser: nothing kept
 
 
 _GPU_TUPLE_PASS = """HloModule jit_update, entry_computation_layout={(f32[8,128]{1,0}, f32[8,128]{1,0})->(f32[8,128]{1,0}, f32[8,128]{1,0})}
@@ -991,20 +1009,15 @@ def test_a_copy_through_a_tuple_and_its_element_is_of_the_parameter_in_it() -> N
     assert site.feeds_output and site.output_indices == ((1,),)
 
 
-def _without_the_last_module() -> None:
-    hlo_parse._last_lines = ("", {})
-
-
 @pytest.mark.parametrize(("first", "second"), [("acc_kv_write.gpu_h100.plain", "acc_kv_write.gpu_h100.donated")])
 def test_lines_the_module_parsed_before_had_parse_as_they_did(first: str, second: str) -> None:
     """The donated program is parsed right after the plain one and shares most of its lines: those are taken
     from it. The result is the module a parse from scratch gives."""
-    _without_the_last_module()
-    alone = hlo_parse._parse_module(text(second))
-    _without_the_last_module()
-    hlo_parse._parse_module(text(first))
-    shared = set(hlo_parse._last_lines[1])
-    after = hlo_parse._parse_module(text(second))
+    alone = parse_hlo_module(text(second))
+    parser = hlo.HloParser()
+    parse_hlo_module(text(first), parser)
+    shared = set(parser._lines[1])
+    after = parse_hlo_module(text(second), parser)
     assert after == alone
     taken = [line for line in text(second).splitlines() if line in shared]
     assert len(taken) > 10  # the case is one where lines are shared
@@ -1014,11 +1027,10 @@ def test_a_computation_every_line_of_which_the_module_before_had_is_taken_whole(
     """The donated program's computations that are the plain one's, line for line, are the very objects the
     plain parse built (with what they built of themselves); the module equals a parse from scratch."""
     first, second = text("acc_kv_write.gpu_h100.plain"), text("acc_kv_write.gpu_h100.donated")
-    _without_the_last_module()
-    alone = hlo_parse._parse_module(second)
-    _without_the_last_module()
-    before = {c.name: c for c in hlo_parse._parse_module(first).computations}
-    after = hlo_parse._parse_module(second)
+    alone = parse_hlo_module(second)
+    parser = hlo.HloParser()
+    before = {c.name: c for c in parse_hlo_module(first, parser).computations}
+    after = parse_hlo_module(second, parser)
     assert after == alone
     taken = [c for c in after.computations if before.get(c.name) is c]
     assert taken and len(taken) < len(after.computations)  # the entry differs (its aliases): parsed anew
@@ -1034,10 +1046,10 @@ def test_a_computation_taken_whole_is_checked_only_where_it_passed_before() -> N
         "ENTRY %main (x: f32[]) -> f32[] {\n  %x = f32[] parameter(0)\n"
         "  ROOT %c = f32[] call(%x), to_apply=%body\n}\n"
     )
-    _without_the_last_module()
+    parser = hlo.HloParser()
     for _ in range(2):
         with pytest.raises(hlo.HloStructureError, match="missing"):
-            hlo_parse._parse_module(broken)
+            parse_hlo_module(broken, parser)
 
 
 def test_a_module_with_other_source_tables_takes_no_line_from_the_one_before() -> None:
@@ -1045,10 +1057,9 @@ def test_a_module_with_other_source_tables_takes_no_line_from_the_one_before() -
     original = text("acc_kv_write.gpu_h100.plain")
     renamed = original.replace('1 "tests/', '1 "elsewhere/tests/', 1)
     assert renamed != original
-    _without_the_last_module()
-    before = hlo_parse._parse_module(original)
-    after = hlo_parse._parse_module(renamed)
-    _without_the_last_module()
-    assert after == hlo_parse._parse_module(renamed)
+    parser = hlo.HloParser()
+    before = parse_hlo_module(original, parser)
+    after = parse_hlo_module(renamed, parser)
+    assert after == parse_hlo_module(renamed)
     sources = {i.source for c in before.computations for i in c.instructions} - {None}
     assert sources and sources != {i.source for c in after.computations for i in c.instructions} - {None}

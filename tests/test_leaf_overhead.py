@@ -151,9 +151,9 @@ def test_the_two_variants_have_one_source_table_so_the_donated_one_takes_the_pla
         return hlo_parse._parse_tables(body).key()
 
     assert tables(plain.variant.hlo_text) == tables(donated.variant.hlo_text)
-    hlo_parse._last_lines = ("", {})
-    hlo_parse._parse_module(plain.variant.hlo_text)
-    shared = hlo_parse._last_lines[1]
+    parser = hlo_parse.HloParser()
+    parser.parse(plain.variant.hlo_text)
+    shared = parser._lines[1]
     donated_lines = [
         line for line in hlo_parse._first_module(donated.variant.hlo_text)[1] if line.startswith("  ") and " = " in line
     ]
@@ -208,7 +208,7 @@ def test_the_memory_analysis_runs_beside_the_thread_that_started_it_and_its_fail
 
 
 def test_the_collector_paused_as_a_decorator_is_restored_as_it_was_even_on_error() -> None:
-    from fieldmem.xla.hlo import collector_paused
+    from fieldmem.collector import collector_paused
 
     @collector_paused()
     def inside(fail: bool) -> bool:
@@ -398,7 +398,7 @@ def test_what_msgspec_cannot_write_or_read_goes_by_the_codec(answers: list[objec
 def test_the_collector_resumed_in_a_pause_and_kept_paused_on_the_way_out() -> None:
     """Resumed: as before the pause, and paused again after (outside a pause, nothing changes). Kept paused:
     the pause's end leaves it off (a one-shot worker ends by os._exit)."""
-    from fieldmem.xla.hlo import collector_paused, collector_resumed, collector_stays_paused
+    from fieldmem.collector import collector_paused, collector_resumed, collector_stays_paused
 
     assert gc.isenabled()
     with collector_resumed():
@@ -430,9 +430,9 @@ def test_a_worker_answers_within_one_pause_and_the_users_code_runs_with_the_coll
     """Inside a worker's pause, a check makes its arguments and traces the function with the collector as the
     user left it, and reads, analyses and answers with it paused (no pass between the analysis and the
     answer walks the records of the check)."""
+    from fieldmem.collector import collector_paused
     from fieldmem.engine.checker import check_targets
     from fieldmem.request.options import CheckOptions
-    from fieldmem.xla.hlo import collector_paused
 
     seen: dict[str, bool] = {}
 

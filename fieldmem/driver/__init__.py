@@ -50,7 +50,7 @@ from fieldmem.driver.chain import STEP_ARGS, compose, extra_names, spread, state
 from fieldmem.driver.execute import has_memory_stats, run_variant
 from fieldmem.driver.fingerprint import is_local_file, target_fingerprint
 from fieldmem.driver.lowering import Compiled, PendingVariants, compile_donation, start_variants
-from fieldmem.driver.prepare import PreparedCall, prepare_call
+from fieldmem.driver.prepare import PreparedCall, call_shape, prepare_call
 from fieldmem.driver.probe import probe_update
 from fieldmem.driver.quiet import start_jax
 from fieldmem.driver.shapes import shape_structs
@@ -66,6 +66,7 @@ __all__ = [
     "backend_devices",
     "backend_scope",
     "cache_folder",
+    "call_shape",
     "compilation_cache",
     "compile_donation",
     "compose",

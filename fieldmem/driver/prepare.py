@@ -26,10 +26,10 @@ from fieldmem.driver.paths import path_string
 from fieldmem.driver.shapes import check_argument_sizes
 from fieldmem.driver.wrappers import LeafNames, WrappedCall, unwrap_call
 from fieldmem.errors import ArgumentsError, DonationError, FieldmemError
-from fieldmem.readings import MadeStatic
+from fieldmem.readings import CallShape, MadeStatic
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
-__all__ = ["PreparedCall", "Unit", "concretize", "prepare_call", "signature_of", "user_jit_info"]
+__all__ = ["PreparedCall", "Unit", "call_shape", "concretize", "prepare_call", "signature_of", "user_jit_info"]
 
 
 # A traced Python scalar that fieldmem makes static when tracing needs it concrete: the argument
@@ -78,6 +78,25 @@ class PreparedCall:
     wrapper: str | None = None
     leaf_names: LeafNames | None = None
     lowering_context: Callable[[], AbstractContextManager[Any]] | None = None
+
+
+def call_shape(call: PreparedCall) -> CallShape:
+    """What the advisor reasons about of ``call``, as plain data (it never sees the function or its arguments)."""
+    try:
+        parameters = tuple(inspect.signature(call.function).parameters)
+    except (TypeError, ValueError):
+        parameters = ()
+    return CallShape(
+        function_name=getattr(call.function, "__name__", "fn"),
+        parameters=parameters,
+        positional_names=call.positional_names,
+        keyword_names=tuple(call.kwargs),
+        static_positions=call.static_positions,
+        static_names=call.static_names,
+        donation_source=call.donation_source,
+        wrapper=call.wrapper,
+        user_jit=call.user_jit is not None,
+    )
 
 
 def _is_python_scalar(value: Any) -> bool:

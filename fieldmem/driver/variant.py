@@ -15,12 +15,12 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from fieldmem.collector import collector_paused
 from fieldmem.driver.paths import path_string
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.driver.shapes import dtype_name, shape_bytes
 from fieldmem.errors import CompileError
 from fieldmem.readings import CompiledVariant, InputLeaf, MemoryReading, OutputLeaf
-from fieldmem.xla.hlo import collector_paused
 
 __all__ = [
     "FAST_COMPILE_UNAVAILABLE",
@@ -53,7 +53,7 @@ FAST_COMPILE_UNAVAILABLE: dict[str, str] = {
 }
 
 
-@collector_paused()  # builds only fieldmem's records: see fieldmem.xla.hlo.collector
+@collector_paused()  # builds only fieldmem's records: see fieldmem.collector
 def read_variant(
     name: str,
     call: PreparedCall,

@@ -26,6 +26,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fieldmem.collector import collector_paused, collector_resumed
 from fieldmem.engine.results import contained, error_result
 from fieldmem.errors import CompileError, FieldmemError, OptionError, TargetError, listing
 from fieldmem.findings.chains import StepOutcome, analyze_chain, fused_result_name, step_result_name
@@ -34,7 +35,7 @@ from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import ChainTarget, Step, Target, TargetOptions, folder_targets, resolve_target
 from fieldmem.version import __version__
-from fieldmem.xla.hlo import HloParseError, collector_paused, collector_resumed
+from fieldmem.xla.hlo import HloParseError, HloParser
 
 if TYPE_CHECKING:
     from fieldmem.driver import Compiled, PendingVariants, PreparedCall
@@ -72,7 +73,7 @@ def _failed(target: Target, exc: BaseException, stage: str) -> TargetResult:
 
 def _check_one(target: Target, options: CheckOptions, answer: Callable[[TargetResult], None]) -> None:
     """Check ``target`` and hand its result to ``answer``, from the first read of its compiled programs to
-    the answer in one pause of the collector (:func:`~fieldmem.xla.hlo.collector_paused`): a worker's
+    the answer in one pause of the collector (:func:`~fieldmem.collector.collector_paused`): a worker's
     answer (its result encoded and written) is made before any pass walks the records of the check."""
     arguments = _arguments(target, options)
     if isinstance(arguments, TargetResult):
@@ -91,6 +92,9 @@ class _Started:
     target: Target
     call: PreparedCall
     pending: PendingVariants
+    # parses the target's programs (its two variants, the advisor's compiles, the probe's reading), each
+    # sharing what the one before it parsed; owned by this target alone
+    parser: HloParser = dataclasses.field(default_factory=HloParser)
 
 
 def _start(
@@ -126,20 +130,21 @@ def _finish(started: _Started | TargetResult, options: CheckOptions) -> tuple[Ta
         # answer make it last to the answer); the user's code run after it (the advisor's compiles, a
         # run) runs with the collector as the user left it
         with collector_paused():
-            early = _analysed_early(started.pending.plain(), target)  # while the donated variant compiles
+            parser = started.parser
+            early = _analysed_early(started.pending.plain(), target, parser)  # while the donated variant compiles
             plain, donated = started.pending.result()
             stage = "analysing its compiled program"
-            result = _analyse(target, started.call, plain, donated, options, early)
+            result = _analyse(target, started.call, plain, donated, options, early, parser)
             _hold(started, plain, donated, early)
             # resumed only around code that runs: resuming lets the collector's next pass walk every
             # record made so far
             if options.suggest:
                 with collector_resumed():
-                    result = _suggested(target, result, started.call, plain, donated, options)
+                    result = _suggested(target, result, started.call, plain, donated, options, parser)
             if options.run and result.status == "ok":
                 stage = "running it"
                 with collector_resumed():
-                    result = _run(result, started.call, plain, donated, options)
+                    result = _run(result, started.call, plain, donated, options, parser)
         return result, donated
     except BaseException as exc:
         return _failed(target, exc, stage), None
@@ -176,13 +181,13 @@ def _hold(*objects: Any) -> None:
         held.append(objects)
 
 
-def _analysed_early(plain: Compiled, target: Target) -> Any:
+def _analysed_early(plain: Compiled, target: Target, parser: HloParser) -> Any:
     """:func:`~fieldmem.findings.analysis.analyze_variant` of the plain variant, or None where it raised
     (the analysis proper raises it again, in its own stage)."""
     from fieldmem.findings.analysis import analyze_variant
 
     try:
-        return analyze_variant(plain.variant, target.definition)
+        return analyze_variant(plain.variant, target.definition, parser)
     except Exception:
         return None
 
@@ -197,7 +202,12 @@ def _check_call(
 
 
 def _run(
-    result: TargetResult, call: PreparedCall, plain: Compiled, donated: Compiled, options: CheckOptions
+    result: TargetResult,
+    call: PreparedCall,
+    plain: Compiled,
+    donated: Compiled,
+    options: CheckOptions,
+    parser: HloParser | None = None,
 ) -> TargetResult:
     """Run both variants (donated first: the device's high-water mark is then its own) and read them
     against the plan; a run that fails makes the target an error that keeps the static verdict in words."""
@@ -214,11 +224,13 @@ def _run(
         return error_result(result.target, result.name, error, result.definition)
     result = apply_run(result, readings)
     if options.probe:
-        result = _probe(result, call, donated, options)
+        result = _probe(result, call, donated, options, parser)
     return result
 
 
-def _probe(result: TargetResult, call: PreparedCall, donated: Compiled, options: CheckOptions) -> TargetResult:
+def _probe(
+    result: TargetResult, call: PreparedCall, donated: Compiled, options: CheckOptions, parser: HloParser | None
+) -> TargetResult:
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
     from fieldmem.driver import backend_scope, probe_update
     from fieldmem.errors import RunError
@@ -226,7 +238,7 @@ def _probe(result: TargetResult, call: PreparedCall, donated: Compiled, options:
     from fieldmem.report import InPlaceProbe
 
     probes = []
-    for candidate in probe_candidates(result, donated.variant.hlo_text):
+    for candidate in probe_candidates(result, donated.variant.hlo_text, parser):
         if candidate.skip is not None:
             probes.append(
                 InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", candidate.skip)
@@ -251,6 +263,7 @@ def _analyse(
     donated: Compiled,
     options: CheckOptions,
     plain_analysis: Any = None,
+    parser: HloParser | None = None,
 ) -> TargetResult:
     from fieldmem.findings.analysis import analyze_target
 
@@ -271,6 +284,7 @@ def _analyse(
             min_bytes=options.min_bytes,
             new=target.new,
             plain_analysis=plain_analysis,
+            parser=parser,
         )
     except HloParseError as exc:
         return _unreadable(target, exc)
@@ -283,24 +297,31 @@ def _suggested(
     plain: Compiled,
     donated: Compiled,
     options: CheckOptions,
+    parser: HloParser | None = None,
 ) -> TargetResult:
     """``result`` with the advisor's suggestion (``--suggest``): it lowers and compiles the call again,
-    so it runs outside the collector's pause, as the user's code does."""
-    from fieldmem.driver import backend_scope, compile_donation
+    so it runs outside the collector's pause, as the user's code does. The advisor sees the call's shape
+    and a function that compiles it with another donation; the call itself stays here."""
+    from fieldmem.driver import backend_scope, call_shape, compile_donation
     from fieldmem.findings.advisor import suggest
 
     if result.status != "ok":
         return result
+
+    def compile_with(positions: Sequence[int], names: Sequence[str], *, fast: bool = False) -> Any:
+        return compile_donation(call, positions, names, fast=fast)
+
     try:
         with backend_scope(options.backend):
             suggestion = suggest(
-                call,
+                call_shape(call),
                 plain.variant,
                 donated.variant,
-                compile_donation=compile_donation,
+                compile_donation=compile_with,
                 result=result,
                 min_bytes=options.min_bytes,
                 fast=options.compile_fast,
+                parser=parser,
             )
     except HloParseError as exc:
         return _unreadable(target, exc)

@@ -45,12 +45,12 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from fieldmem.codec import decode, encode
+from fieldmem.collector import collector_paused
 from fieldmem.engine.protocol import READ_BY_JSON, decode_result, read_event
 from fieldmem.engine.results import error_result
 from fieldmem.engine.spawn import spawn, take_prestarted
 from fieldmem.errors import FieldmemError, RunError, TargetError
 from fieldmem.report import Chain, Report, TargetResult, remember_encoding
-from fieldmem.xla.hlo import collector_paused
 
 __all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "supervise"]
 

@@ -31,10 +31,10 @@ from collections.abc import Sequence
 from typing import IO, Any
 
 from fieldmem.codec import decode, encode, unbounded_integers
+from fieldmem.collector import collector_paused, collector_resumed, collector_stays_paused
 from fieldmem.engine.protocol import WorkerResult, encode_result, write_event
 from fieldmem.engine.results import error_result, internal_error
 from fieldmem.errors import FieldmemError
-from fieldmem.xla.hlo import collector_paused, collector_resumed, collector_stays_paused
 
 __all__ = ["main"]
 
@@ -110,7 +110,7 @@ def _warm_up() -> None:
         sys.path[:] = saved
 
 
-@collector_paused()  # builds only fieldmem's records: see fieldmem.xla.hlo.collector
+@collector_paused()  # builds only fieldmem's records: see fieldmem.collector
 def _encoded(written: WorkerResult, spec: str, name: str) -> str:
     """The result as JSON text, written once (a result it cannot write is this target's error)."""
     try:

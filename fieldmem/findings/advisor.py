@@ -29,15 +29,13 @@ This module never prints and never imports jax.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from fieldmem.errors import FieldmemError
 from fieldmem.findings.analysis import ProgramLeaves, analyze_variant, donation_obstacle, savings
-from fieldmem.readings import CompiledVariant, InputLeaf
+from fieldmem.readings import CallShape, CompiledVariant, InputLeaf
 from fieldmem.report import (
     ArgumentAdvice,
     ArgumentCode,
@@ -52,9 +50,6 @@ from fieldmem.report import (
 from fieldmem.request.options import MIN_BYTES
 from fieldmem.units import format_bytes
 from fieldmem.xla import hlo
-
-if TYPE_CHECKING:
-    from fieldmem.driver import PreparedCall
 
 __all__ = ["suggest"]
 
@@ -79,7 +74,7 @@ class _Outcome:
 
 
 def suggest(
-    call: PreparedCall,
+    call: CallShape,
     plain: CompiledVariant,
     donated: CompiledVariant,
     *,
@@ -87,19 +82,24 @@ def suggest(
     result: TargetResult | None = None,
     min_bytes: int = MIN_BYTES,
     fast: bool = False,
+    parser: hlo.HloParser | None = None,
 ) -> Suggestion:
     """The donation spec that saves the most for ``call``, verified by compiling it.
 
     Arguments:
-        call: the prepared call both variants were compiled from.
+        call: the shape of the call both variants were compiled from
+            (:func:`fieldmem.driver.call_shape`).
         plain, donated: the check's two compiles (reused: no compile repeats them).
-        compile_donation: compiles ``call`` donating exactly the positions and
-            keyword names it is given (``fast=`` as below), as
-            :func:`fieldmem.driver.compile_donation` does.
+        compile_donation: ``compile_donation(positions, names, fast=...)``
+            compiles the call donating exactly those positional arguments and
+            keyword names, as :func:`fieldmem.driver.compile_donation` does
+            for the prepared call.
         result: the check's analysed result of those compiles, if at hand
             (saves analysing them again).
         min_bytes: an argument saving less than this is not worth donating.
         fast: verify with a fast compile, as the check compiled (``--fast-compile``).
+        parser: the :class:`~fieldmem.xla.hlo.HloParser` that parsed the
+            check's programs (None: a fresh one).
 
     Returns:
         A :class:`~fieldmem.report.Suggestion`; ``compiles`` says how many
@@ -115,8 +115,9 @@ def suggest(
             'argument: compare its modes with --donate all (donate="all") and --donate none',
             spec="auto",
         )
-    plain_variant, donated_variant = _analysed(plain, donated, result)
-    program = ProgramLeaves(plain, hlo.parse_hlo_module(plain.hlo_text))
+    parser = parser if parser is not None else hlo.HloParser()
+    plain_variant, donated_variant = _analysed(plain, donated, result, parser)
+    program = ProgramLeaves(plain, hlo.parse_hlo_module(plain.hlo_text, parser))
     arguments = _arguments(call, plain.inputs)
     outputs = {o.index: o.path for o in plain.outputs}
     observed = _observed(donated, donated_variant, plain_variant, program)
@@ -135,6 +136,7 @@ def suggest(
         min_bytes,
         fast,
         compile_donation=compile_donation,
+        parser=parser,
     )
     chosen, verification, verified_by = check.chosen, check.variant, check.verified_by
     tried, notes = check.tried, check.notes
@@ -149,7 +151,7 @@ def suggest(
 
     verifying = len(tried)  # the compiles that verified the spec; the marginal ones come next
     marginals = _marginals(
-        call, chosen, already, plain_variant, donated_variant, verification, fast, tried, notes, compile_donation
+        chosen, already, plain_variant, donated_variant, verification, fast, tried, notes, compile_donation, parser
     )
     advice = tuple(
         dataclasses.replace(
@@ -178,14 +180,12 @@ def suggest(
 
 
 def _compile_spec(
-    call: PreparedCall,
     arguments: Sequence[_Argument],
     fast: bool,
     compile_donation: Callable[..., CompiledVariant],
 ) -> CompiledVariant:
-    """``call`` compiled donating exactly ``arguments``: by position where they have one, else by name."""
+    """The call compiled donating exactly ``arguments``: by position where they have one, else by name."""
     return compile_donation(
-        call,
         [a.position for a in arguments if a.position is not None],
         [a.name for a in arguments if a.position is None],
         fast=fast,
@@ -204,7 +204,7 @@ class _Verification:
 
 
 def _verify(
-    call: PreparedCall,
+    call: CallShape,
     chosen: list[_Argument],
     already: set[str],
     outcomes: dict[int, _Outcome],
@@ -215,6 +215,7 @@ def _verify(
     fast: bool = False,
     *,
     compile_donation: Callable[..., CompiledVariant],
+    parser: hlo.HloParser,
 ) -> _Verification:
     """Compile ``chosen`` and keep what pays; compile again only when an argument was dropped.
 
@@ -232,8 +233,8 @@ def _verify(
         spec = _spec_text(chosen)
         tried.append(spec)
         try:
-            compiled = _compile_spec(call, chosen, fast, compile_donation)
-            checked, _ = analyze_variant(compiled)
+            compiled = _compile_spec(chosen, fast, compile_donation)
+            checked, _ = analyze_variant(compiled, parser=parser)
         except (FieldmemError, hlo.HloParseError) as exc:
             # the check's own result stands; only the suggestion is lost
             notes.append(f"the verification compile of {spec} failed ({exc}), so nothing is suggested")
@@ -258,7 +259,6 @@ def _footprint(variant: Variant | None) -> int | None:
 
 
 def _marginals(
-    call: PreparedCall,
     chosen: list[_Argument],
     already: set[str],
     plain: Variant,
@@ -268,6 +268,7 @@ def _marginals(
     tried: list[str],
     notes: list[str],
     compile_donation: Callable[..., CompiledVariant],
+    parser: hlo.HloParser,
 ) -> dict[str, int]:
     """Per suggested argument, the footprint the suggestion needs more without it, the others still donated.
 
@@ -298,7 +299,8 @@ def _marginals(
             spec = _spec_text(rest)
             tried.append(spec)
             try:
-                without = _footprint(analyze_variant(_compile_spec(call, rest, fast, compile_donation))[0])
+                compiled = _compile_spec(rest, fast, compile_donation)
+                without = _footprint(analyze_variant(compiled, parser=parser)[0])
             except (FieldmemError, hlo.HloParseError) as exc:
                 notes.append(
                     f"the compile of {spec} (without {argument.name}) failed ({exc}): its saving is not measured"
@@ -332,13 +334,15 @@ def _note_interactions(
     )
 
 
-def _analysed(plain: CompiledVariant, donated: CompiledVariant, result: TargetResult | None) -> tuple[Variant, Variant]:
+def _analysed(
+    plain: CompiledVariant, donated: CompiledVariant, result: TargetResult | None, parser: hlo.HloParser
+) -> tuple[Variant, Variant]:
     if result is not None and {"plain", "donated"} <= set(result.variants):
         return result.variants["plain"], result.variants["donated"]
-    return analyze_variant(plain)[0], analyze_variant(donated)[0]
+    return analyze_variant(plain, parser=parser)[0], analyze_variant(donated, parser=parser)[0]
 
 
-def _arguments(call: PreparedCall, leaves: Sequence[InputLeaf]) -> list[_Argument]:
+def _arguments(call: CallShape, leaves: Sequence[InputLeaf]) -> list[_Argument]:
     """Dynamic arguments in report order (positional, then keywords as given), with their leaves."""
     by_argument: dict[str, list[InputLeaf]] = {}
     for leaf in leaves:
@@ -347,7 +351,7 @@ def _arguments(call: PreparedCall, leaves: Sequence[InputLeaf]) -> list[_Argumen
     for position, name in enumerate(call.positional_names):
         if position not in call.static_positions and name in by_argument:
             result.append(_Argument(name, position, tuple(by_argument[name])))
-    for key in call.kwargs:
+    for key in call.keyword_names:
         if key not in call.static_names and key in by_argument:
             result.append(_Argument(key, None, tuple(by_argument[key])))
     return result
@@ -702,14 +706,11 @@ def _summary(
     )
 
 
-def _parameter_names(call: PreparedCall) -> set[str]:
-    try:
-        return set(inspect.signature(call.function).parameters)
-    except (TypeError, ValueError):
-        return set()
+def _parameter_names(call: CallShape) -> set[str]:
+    return set(call.parameters)
 
 
-def _is_named(call: PreparedCall, argument: _Argument) -> bool:
+def _is_named(call: CallShape, argument: _Argument) -> bool:
     """Whether ``donate_argnames`` can name this argument (a real parameter name, not ``args[1]``)."""
     return argument.position is None or argument.name in _parameter_names(call)
 
@@ -719,7 +720,7 @@ def _tuple(items: Sequence[object]) -> str:
     return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
 
 
-def _code(call: PreparedCall, chosen: Sequence[_Argument]) -> tuple[str | None, str | None]:
+def _code(call: CallShape, chosen: Sequence[_Argument]) -> tuple[str | None, str | None]:
     """``jax.jit(fn, ...)`` with the suggested donation, by numbers and by names.
 
     jax keeps no trace of which form a jit object was written with (it fills
@@ -731,7 +732,7 @@ def _code(call: PreparedCall, chosen: Sequence[_Argument]) -> tuple[str | None, 
     """
     if not chosen:
         return None, None
-    function = getattr(call.function, "__name__", "fn")
+    function = call.function_name
     jit = "nnx.jit" if call.wrapper == "flax.nnx.jit" else "jax.jit"  # nnx.jit takes the same donate_arg*
     named = _parameter_names(call)
     static_positions = sorted(call.static_positions)
@@ -763,6 +764,6 @@ def _code(call: PreparedCall, chosen: Sequence[_Argument]) -> tuple[str | None, 
         return f"{jit}({', '.join(parts)})"
 
     numbers, names_form = by_numbers(), by_names()
-    if call.user_jit is not None and names_form is not None:
+    if call.user_jit and names_form is not None:
         return names_form, numbers if numbers != names_form else None
     return numbers, names_form if names_form != numbers else None

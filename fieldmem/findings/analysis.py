@@ -17,6 +17,7 @@ import re
 from collections.abc import Sequence
 from typing import cast
 
+from fieldmem.collector import collector_paused
 from fieldmem.readings import CompiledVariant, InputLeaf, OutputLeaf
 from fieldmem.report import (
     MEMORY_FIGURES,
@@ -47,7 +48,6 @@ from fieldmem.report import (
 from fieldmem.request.target import display_path
 from fieldmem.units import format_bytes
 from fieldmem.xla import buffers, hlo
-from fieldmem.xla.hlo import collector_paused
 
 __all__ = ["ProgramLeaves", "analyze_target", "analyze_variant", "decimate", "donation_obstacle", "savings"]
 
@@ -458,10 +458,13 @@ def _liveness(
     return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition), spaces
 
 
-@collector_paused()  # builds only fieldmem's records: see fieldmem.xla.hlo.collector
-def analyze_variant(variant: CompiledVariant, definition: str | None = None) -> tuple[Variant, ProgramLeaves]:
-    """Findings of one compiled variant (aliases, unusable donations, copies, memory)."""
-    module = hlo.parse_hlo_module(variant.hlo_text)
+@collector_paused()  # builds only fieldmem's records: see fieldmem.collector
+def analyze_variant(
+    variant: CompiledVariant, definition: str | None = None, parser: hlo.HloParser | None = None
+) -> tuple[Variant, ProgramLeaves]:
+    """Findings of one compiled variant (aliases, unusable donations, copies, memory); ``parser``: the
+    :class:`~fieldmem.xla.hlo.HloParser` that parsed the target's other programs (None: a fresh one)."""
+    module = hlo.parse_hlo_module(variant.hlo_text, parser)
     program = ProgramLeaves(variant, module)
     aliases = _aliases(program)
     copies = _copies(program, definition)
@@ -929,7 +932,7 @@ def _checks(
     return tuple(checks)
 
 
-@collector_paused()  # builds only fieldmem's records: see fieldmem.xla.hlo.collector
+@collector_paused()  # builds only fieldmem's records: see fieldmem.collector
 def analyze_target(
     *,
     target: str,
@@ -944,12 +947,14 @@ def analyze_target(
     max_live_peak: int | None = None,
     new: Sequence[str] = (),
     plain_analysis: tuple[Variant, ProgramLeaves] | None = None,
+    parser: hlo.HloParser | None = None,
 ) -> TargetResult:
     """The full result for one target from its two compiles; ``new``: output paths declared new;
     ``plain_analysis``: what :func:`analyze_variant` gave for ``plain`` (the checker analyses it while
-    the donated variant still compiles)."""
-    plain_variant, _ = plain_analysis if plain_analysis is not None else analyze_variant(plain, definition)
-    donated_variant, program = analyze_variant(donated, definition)
+    the donated variant still compiles); ``parser``: the target's (None: one for this call)."""
+    parser = parser if parser is not None else hlo.HloParser()
+    plain_variant, _ = plain_analysis if plain_analysis is not None else analyze_variant(plain, definition, parser)
+    donated_variant, program = analyze_variant(donated, definition, parser)
     verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new)
     made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)
     verdict = _with_made_static(verdict, made_static)

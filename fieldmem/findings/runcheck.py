@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from fieldmem.readings import ProbeReading, RunReading
 from fieldmem.report import (
@@ -42,6 +43,9 @@ from fieldmem.report import (
     Verdict,
 )
 from fieldmem.units import format_bytes
+
+if TYPE_CHECKING:
+    from fieldmem.xla.hlo import HloParser
 
 __all__ = [
     "PEAK_TOLERANCE",
@@ -393,14 +397,15 @@ class ProbeCandidate:
 PROBE_MAX_BYTES = 1 << 30  # a buffer this large is not grown (the larger copy would need several GiB)
 
 
-def probe_candidates(result: TargetResult, donated_hlo: str) -> list[ProbeCandidate]:
-    """The donated variant's aliases whose output is a dynamic-update-slice or scatter of its buffer."""
+def probe_candidates(result: TargetResult, donated_hlo: str, parser: HloParser | None = None) -> list[ProbeCandidate]:
+    """The donated variant's aliases whose output is a dynamic-update-slice or scatter of its buffer
+    (``parser``: the one that parsed the check's programs; None: a fresh one)."""
     from fieldmem.xla import hlo
 
     variant = result.variants.get("donated")
     if variant is None:
         return []
-    module = hlo.parse_hlo_module(donated_hlo)
+    module = hlo.parse_hlo_module(donated_hlo, parser)
     producers = hlo.output_values(module)
     found = []
     for alias in variant.aliases:

@@ -7,7 +7,8 @@ on the one below it:
 - :mod:`.text`: brackets, quoted strings, top-level splitting; :class:`HloParseError`;
 - :mod:`.model`: the frozen records (module, computation, instruction, loop,
   copy, source location) and shape-string arithmetic;
-- :mod:`.parse`: text -> model (:func:`parse_hlo_module`), the only code that
+- :mod:`.parse`: text -> model (:func:`parse_hlo_module`, and :class:`HloParser`, which
+  keeps what it parsed for the next text), the only code that
   knows how XLA prints a module;
 - :mod:`.queries`: what the findings ask of a model (copies kept, loops,
   output producers and the inputs they read, source lines, slice updates,
@@ -16,16 +17,12 @@ on the one below it:
   (operands that exist, no cycles, bounded nesting): :class:`HloStructureError`;
 - :mod:`.frames`: which frames of a source stack are library code, and the
   user's call site of a library line;
-- :mod:`.collector`: the garbage collector paused while records are built
-  (:func:`collector_paused`, used by the other layers too, and
-  :func:`collector_resumed` for the user's code run inside a pause).
 
 Callers use the names below (``from fieldmem.xla import hlo; hlo.find_copies(...)``).
 """
 
 from __future__ import annotations
 
-from .collector import collector_paused, collector_resumed, collector_stays_paused
 from .frames import call_site, is_library_file
 from .model import (
     AliasEntry,
@@ -42,7 +39,7 @@ from .model import (
     sub_shape,
     tuple_elements,
 )
-from .parse import parse_hlo_module
+from .parse import HloParser, parse_hlo_module
 from .queries import (
     conditional_branches,
     find_constants,
@@ -66,13 +63,11 @@ __all__ = [
     "HloInstruction",
     "HloModule",
     "HloParseError",
+    "HloParser",
     "HloStructureError",
     "LoopInfo",
     "SourceLocation",
     "call_site",
-    "collector_paused",
-    "collector_resumed",
-    "collector_stays_paused",
     "conditional_branches",
     "find_constants",
     "find_copies",

@@ -33,15 +33,16 @@ from __future__ import annotations
 
 import functools
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from .collector import collector_paused
 from .model import AliasEntry, HloComputation, HloInstruction, HloModule, SourceLocation
 from .text import HloParseError, matching_bracket, split_top_level, unquote
 from .validate import check_structure
 
-__all__ = ["parse_hlo_module"]
+__all__ = ["HloParser", "parse_hlo_module"]
 
 
 # ----------------------------------------------------------------------------
@@ -448,15 +449,162 @@ def _parse_instruction_general(line: str, tables: _SourceTables) -> HloInstructi
 # Module
 
 
-# The check analyses the plain variant's text and --suggest reads it again: the
-# last few parses are kept (a module is immutable), so a text is parsed once.
-@functools.lru_cache(maxsize=4)
-def parse_hlo_module(text: str) -> HloModule:
+class HloParser:
+    """Parses optimized HLO text, and keeps what it parsed for the next text it is given.
+
+    fieldmem parses a target's plain and donated programs one after the other,
+    and they share almost every line; ``--suggest`` reads the plain text
+    again. A parser keeps the last ``keep`` modules it parsed (a text given
+    again is not parsed again: a module is immutable) and, of the module it
+    parsed last, each instruction line with the record it parsed to and each
+    computation that passed :func:`~.validate.check_structure`, under that
+    module's source tables (a line means the same under the same tables).
+    A line of the next text found there is taken as it parsed; a computation
+    all of whose lines are taken, in the same order, is taken whole, with what
+    it built of itself (instructions by name, users), and its operands are not
+    checked again.
+
+    Whoever parses owns its parser (the checker makes one per target), so
+    nothing is shared between targets. One parser may be used from several
+    threads: a lock lets one parse at a time read and replace what it keeps.
+
+    Callers building many records pause the collector around a parse
+    (:mod:`fieldmem.collector`); this package does not reach outside itself to
+    do it.
+    """
+
+    def __init__(self, keep: int = 4) -> None:
+        self._keep = keep
+        self._lock = threading.Lock()
+        self._modules: OrderedDict[str, HloModule] = OrderedDict()
+        self._lines: tuple[str, dict[str, HloInstruction]] = ("", {})
+        self._computations: tuple[str, dict[str, HloComputation]] = ("", {})
+        #: texts parsed (not taken from the modules kept), for tests and benchmarks
+        self.parsed = 0
+
+    def parse(self, text: str) -> HloModule:
+        """:func:`parse_hlo_module` of ``text``, with what this parser kept."""
+        with self._lock:
+            module = self._modules.get(text)
+            if module is not None:
+                self._modules.move_to_end(text)
+                return module
+            module = self._parse_module(text)
+            self.parsed += 1
+            if self._keep > 0:
+                self._modules[text] = module
+                while len(self._modules) > self._keep:
+                    self._modules.popitem(last=False)
+            return module
+
+    def _parse_module(self, text: str) -> HloModule:
+        header_line, body = _first_module(text)
+        name, header = _parse_header(header_line)
+        tables = _parse_tables(body)
+        computations = self._parse_computations(body, tables)
+        # unknown operands, cycles, runaway nesting: HloStructureError (a computation taken whole from the
+        # module parsed before passed there: its operands are not checked again)
+        check_structure(computations, checked={id(c) for c in computations if self._taken_whole(c)})
+        self._computations = (tables.key(), {c.name: c for c in computations})  # only once they passed
+        params, result = _entry_layout(header["entry_computation_layout"])
+        return HloModule(
+            name=name,
+            computations=tuple(computations),
+            aliases=_alias_entries(header["input_output_alias"]),
+            buffer_donors=tuple(
+                (int(m.group(1)), _index_tuple(m.group(2))) for m in _DONOR_ENTRY.finditer(header["buffer_donor"] or "")
+            ),
+            is_scheduled=(header["is_scheduled"] or "").strip() == "true",
+            entry_parameter_shapes=params,
+            entry_result_shape=result,
+        )
+
+    def _taken_whole(self, computation: HloComputation) -> bool:
+        """Whether ``computation`` is one of the module parsed before (the same object)."""
+        return self._computations[1].get(computation.name) is computation
+
+    def _same_computation(
+        self, name: str, is_entry: bool, instructions: list[HloInstruction], key: str
+    ) -> HloComputation | None:
+        """The computation ``name`` of the module parsed last when it is these very instructions (None otherwise)."""
+        if self._computations[0] != key:
+            return None
+        before = self._computations[1].get(name)
+        if before is None or before.is_entry != is_entry or len(before.instructions) != len(instructions):
+            return None
+        if all(a is b for a, b in zip(before.instructions, instructions)):
+            return before
+        return None
+
+    def _parse_computations(self, body: list[str], tables: _SourceTables) -> list[HloComputation]:
+        """Every computation of the module body, its instructions parsed line by line (a line the module
+        parsed last also had, under the same source tables, is taken as it parsed there; so is a
+        computation made of such lines only, in the same order)."""
+        key = tables.key()
+        previous = self._lines[1] if self._lines[0] == key else {}
+        seen: dict[str, HloInstruction] = {}
+        metadata_cache: dict[str, tuple[str | None, SourceLocation | None]] = {}
+        computations: list[HloComputation] = []
+        current_name: str | None = None
+        current_entry = False
+        current: list[HloInstruction] = []
+        pending = ""
+        for raw in body:
+            if current_name is None:
+                start = _COMPUTATION_START.match(raw)
+                if start and not raw.startswith(" "):
+                    current_name = start.group(2)
+                    current_entry = bool(start.group(1))
+                    current = []
+                continue
+            # "}" ends a computation; one run on another thread prints
+            # '}, execution_thread="host"'
+            stripped = raw.strip()
+            if stripped == "}" or (raw.startswith("}") and raw[1:].lstrip().startswith(",")):
+                same = self._same_computation(current_name, current_entry, current, key) if previous else None
+                computations.append(same or HloComputation(current_name, current_entry, tuple(current)))
+                current_name = None
+                if pending:
+                    raise HloParseError(f"truncated HLO instruction: {pending[:160]!r}")
+                continue
+            if not stripped:
+                continue
+            line = pending + raw if pending else raw
+            known = previous.get(line)
+            if known is not None:
+                seen[line] = known
+                current.append(known)
+                pending = ""
+                continue
+            try:
+                instruction = _parse_instruction(line, tables, metadata_cache)
+                seen[line] = instruction
+                current.append(instruction)
+                pending = ""
+            except HloParseError:
+                # an instruction printed over several lines: keep reading
+                if line.count("(") + line.count("{") > line.count(")") + line.count("}"):
+                    pending = line + " "
+                    continue
+                raise
+        if current_name is not None:
+            raise HloParseError(f"computation {current_name!r} is not closed")
+        if not computations:
+            raise HloParseError("the HLO module has no computations")
+        if not any(c.is_entry for c in computations):
+            raise HloParseError("the HLO module has no ENTRY computation")
+        self._lines = (key, seen)
+        return computations
+
+
+def parse_hlo_module(text: str, parser: HloParser | None = None) -> HloModule:
     """Parse the optimized HLO text of one module.
 
     Arguments:
         text: what ``jax.stages.Compiled.as_text()`` returns (the first module
             when several are printed).
+        parser: the :class:`HloParser` to parse with, sharing what it kept of
+            the texts it parsed before; None parses from scratch and keeps nothing.
 
     Returns:
         An :class:`HloModule` with every computation and instruction, the
@@ -466,35 +614,7 @@ def parse_hlo_module(text: str) -> HloModule:
     Raises:
         HloParseError: the text has no ``HloModule`` header or cannot be read.
     """
-    # a module is a few hundred thousand small objects, all kept: the collector would
-    # walk them again and again while they are built (a third of the time) and free
-    # nothing, so it waits until the module is complete
-    with collector_paused():
-        return _parse_module(text)
-
-
-def _parse_module(text: str) -> HloModule:
-    header_line, body = _first_module(text)
-    name, header = _parse_header(header_line)
-    global _last_computations
-    tables = _parse_tables(body)
-    computations = _parse_computations(body, tables)
-    # unknown operands, cycles, runaway nesting: HloStructureError (a computation taken whole from the
-    # module parsed before passed there: its operands are not checked again)
-    check_structure(computations, checked={id(c) for c in computations if _taken_whole(c)})
-    _last_computations = (tables.key(), {c.name: c for c in computations})  # only once they passed
-    params, result = _entry_layout(header["entry_computation_layout"])
-    return HloModule(
-        name=name,
-        computations=tuple(computations),
-        aliases=_alias_entries(header["input_output_alias"]),
-        buffer_donors=tuple(
-            (int(m.group(1)), _index_tuple(m.group(2))) for m in _DONOR_ENTRY.finditer(header["buffer_donor"] or "")
-        ),
-        is_scheduled=(header["is_scheduled"] or "").strip() == "true",
-        entry_parameter_shapes=params,
-        entry_result_shape=result,
-    )
+    return (parser if parser is not None else HloParser(keep=0)).parse(text)
 
 
 def _first_module(text: str) -> tuple[str, list[str]]:
@@ -512,98 +632,6 @@ def _first_module(text: str) -> tuple[str, list[str]]:
             len(lines),
         )
     return lines[header_at], lines[header_at + 1 : end_at]
-
-
-# the instruction lines of the module parsed last, and what they parsed to, under its source tables:
-# fieldmem parses a target's plain and donated programs one after the other, and they share almost
-# every line (17,405 of the 17,596 lines of a transformer step's plain program are in its donated one).
-# An instruction is an immutable record; a line means the same under the same tables.
-_last_lines: tuple[str, dict[str, HloInstruction]] = ("", {})
-
-
-# the computations of the module parsed last that passed check_structure, by name, under its source tables:
-# a computation every line of which is taken from there, in the same order, is taken whole (with what it
-# built of itself: instructions by name, users), and its operands are not checked again
-_last_computations: tuple[str, dict[str, HloComputation]] = ("", {})
-
-
-def _taken_whole(computation: HloComputation) -> bool:
-    """Whether ``computation`` is one of the module parsed before (the same object)."""
-    return _last_computations[1].get(computation.name) is computation
-
-
-def _same_computation(name: str, is_entry: bool, instructions: list[HloInstruction], key: str) -> HloComputation | None:
-    """The computation ``name`` of the module parsed last when it is these very instructions (None otherwise)."""
-    if _last_computations[0] != key:
-        return None
-    before = _last_computations[1].get(name)
-    if before is None or before.is_entry != is_entry or len(before.instructions) != len(instructions):
-        return None
-    if all(a is b for a, b in zip(before.instructions, instructions)):
-        return before
-    return None
-
-
-def _parse_computations(body: list[str], tables: _SourceTables) -> list[HloComputation]:
-    """Every computation of the module body, its instructions parsed line by line (a line the module
-    parsed last also had, under the same source tables, is taken as it parsed there; so is a computation
-    made of such lines only, in the same order)."""
-    global _last_lines
-    key = tables.key()
-    previous = _last_lines[1] if _last_lines[0] == key else {}
-    seen: dict[str, HloInstruction] = {}
-    metadata_cache: dict[str, tuple[str | None, SourceLocation | None]] = {}
-    computations: list[HloComputation] = []
-    current_name: str | None = None
-    current_entry = False
-    current: list[HloInstruction] = []
-    pending = ""
-    for raw in body:
-        if current_name is None:
-            start = _COMPUTATION_START.match(raw)
-            if start and not raw.startswith(" "):
-                current_name = start.group(2)
-                current_entry = bool(start.group(1))
-                current = []
-            continue
-        # "}" ends a computation; one run on another thread prints
-        # '}, execution_thread="host"'
-        stripped = raw.strip()
-        if stripped == "}" or (raw.startswith("}") and raw[1:].lstrip().startswith(",")):
-            same = _same_computation(current_name, current_entry, current, key) if previous else None
-            computations.append(same or HloComputation(current_name, current_entry, tuple(current)))
-            current_name = None
-            if pending:
-                raise HloParseError(f"truncated HLO instruction: {pending[:160]!r}")
-            continue
-        if not stripped:
-            continue
-        line = pending + raw if pending else raw
-        known = previous.get(line)
-        if known is not None:
-            seen[line] = known
-            current.append(known)
-            pending = ""
-            continue
-        try:
-            instruction = _parse_instruction(line, tables, metadata_cache)
-            seen[line] = instruction
-            current.append(instruction)
-            pending = ""
-        except HloParseError:
-            # an instruction printed over several lines: keep reading
-            if line.count("(") + line.count("{") > line.count(")") + line.count("}"):
-                pending = line + " "
-                continue
-            raise
-    if current_name is not None:
-        raise HloParseError(f"computation {current_name!r} is not closed")
-    if not computations:
-        raise HloParseError("the HLO module has no computations")
-    if not any(c.is_entry for c in computations):
-        raise HloParseError("the HLO module has no ENTRY computation")
-    _last_lines = (key, seen)
-    return computations
 
 
 def _alias_entries(text: str | None) -> tuple[AliasEntry, ...]:

@@ -1,15 +1,13 @@
-"""Python's cyclic garbage collector, paused while fieldmem builds its own records (no jax).
+"""Python's cyclic garbage collector, paused while fieldmem builds its own records (shared ground, no jax).
 
 A check reads each compiled program into hundreds of thousands of small
 records (an instruction, a logical buffer, a live range, a leaf) that all live
 until the report is written and make no cycles of garbage. While they are
 built, the collector walks them again and again (each generation-2 pass
-walks every object in the process, jax's included) and frees nothing. On
-5,000 leaves it ran for 1.25 s of a check, 0.85 s of it while fieldmem read
-and analysed the two programs; on a transformer training step, 0.2 s in all
-(timed with ``gc.callbacks`` in the worker, 2026-12-03). So the phases that run only fieldmem's code (parsing, reading a
-compiled variant, analysing it, encoding the result) run with it paused; the
-user's code (importing a module, tracing) runs with it as the user left it.
+walks every object in the process, jax's included) and frees nothing. So the
+phases that run only fieldmem's code (reading a compiled variant, parsing and
+analysing it, encoding or decoding a result) run with it paused; the user's
+code (importing a module, tracing) runs with it as the user left it.
 
 One pause is shared by every thread inside one (the API and ``--jobs`` read
 variants on several threads); the last to leave restores the collector as
@@ -18,14 +16,13 @@ off. Memory is still freed by reference counting while paused: only cycles
 wait, and the pause ends with the phase.
 
 A pause is best kept whole: when it ends, the collector's first pass walks
-every record made during it (0.03 s on 5,000 leaves, once the analysis was
-done and before its answer was written). So the checker pauses from a
-target's first read to its answer, and resumes the collector
-(:func:`collector_resumed`) around the user's code it runs in between.
+every record made during it. So the checker pauses from a target's first
+read to its answer, and resumes the collector (:func:`collector_resumed`)
+around the user's code it runs in between.
 
-It lives here, where the most records are built (a parse), since this
-package imports nothing outside itself; the driver, the findings and the
-worker use it as ``fieldmem.xla.hlo.collector_paused``.
+It is ground every layer may stand on: the driver, the engine and the
+findings pause here. The pure readers of ``fieldmem.xla`` import nothing
+outside their package and do not pause themselves; their callers do.
 """
 
 from __future__ import annotations
