@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "NOTHING_DUMPED",
     "CallShape",
     "CompiledVariant",
     "DeviceStats",
@@ -88,6 +89,10 @@ class OutputLeaf:
     layout: str | None = None
 
 
+#: why a deviceless compile has no buffer assignment: its dump holds none
+NOTHING_DUMPED = "XLA dumped no buffer assignment for this deviceless compile"
+
+
 @dataclass(frozen=True)
 class MemoryReading:
     """``Compiled.memory_analysis()`` of one compile: the figures (None with a reason when absent) and the
@@ -98,6 +103,8 @@ class MemoryReading:
     buffer_assignment: bytes | None
     hlo_module_proto: bytes | None
     buffers_unavailable: str | None
+    # a deviceless compile's dumped HloProto, which holds its assignment and module (read by fieldmem.xla)
+    hlo_proto: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -118,6 +125,7 @@ class CompiledVariant:
     # inputs of the live-range analysis (fieldmem.xla.buffers); None with a reason when absent
     buffer_assignment: bytes | None = None
     hlo_module_proto: bytes | None = None
+    hlo_proto: bytes | None = None  # instead of the two above: a deviceless compile's dumped HloProto
     buffers_unavailable: str | None = None
     # why jax dropped the donation this variant asked for (None: it did not)
     donation_dropped: str | None = None

@@ -415,3 +415,24 @@ def test_sparse_update_donation_lowers_the_peak_by_u(regenerate) -> None:
     copies = [v for s in plain.live_at_peak for v in s.values if v.opcode == "copy"]
     assert copies and copies[0].bytes == args[0].nbytes
     assert plain.live_peak_bytes - donated.live_peak_bytes == args[0].nbytes
+
+
+def _length_delimited(number: int, data: bytes) -> bytes:
+    from google.protobuf.internal.encoder import _VarintBytes
+
+    return _VarintBytes((number << 3) | 2) + _VarintBytes(len(data)) + data
+
+
+def test_a_dumped_hlo_proto_splits_into_the_assignment_and_module_a_local_compile_gives() -> None:
+    """A deviceless compile's ``*after_optimizations.hlo.pb`` is an HloProto: module as field 1, buffer
+    assignment as field 3; both come out byte for byte, and an unknown field is skipped."""
+    from fieldmem.xla.buffers import BufferAssignmentError, split_hlo_proto
+
+    folder = Path(__file__).parent / "golden_buffers"
+    assignment = (folder / "gpu_h100_sparse_add_plain.buffer_assignment.pb").read_bytes()
+    module = (folder / "gpu_h100_sparse_add_plain.hlo_module.pb").read_bytes()
+    dumped = _length_delimited(1, module) + _length_delimited(7, b"newer") + _length_delimited(3, assignment)
+    assert split_hlo_proto(dumped) == (assignment, module)
+    assert split_hlo_proto(_length_delimited(1, module)) == (None, module)
+    with pytest.raises(BufferAssignmentError, match="dumped HloProto"):
+        split_hlo_proto(b"\xff\xff\xff")

@@ -298,10 +298,11 @@ def test_a_deviceless_compile_takes_its_module_from_its_dump_and_serializes_none
 
     compiled = _Compiled(_Analysis())
     serialized: list[object] = []
-    monkeypatch.setattr(deviceless, "dumped", lambda c: (b"assignment", b"module") if c is compiled else None)
+    monkeypatch.setattr(deviceless, "is_dumped", lambda c: c is compiled)
+    monkeypatch.setattr(deviceless, "dumped", lambda c: b"hlo proto" if c is compiled else None)
     monkeypatch.setattr(variant, "_module_proto", lambda c: serialized.append(c) or b"serialized")
     reading = variant.read_memory(compiled)
-    assert (reading.buffer_assignment, reading.hlo_module_proto) == (b"assignment", b"module")
+    assert (reading.buffer_assignment, reading.hlo_module_proto, reading.hlo_proto) == (None, None, b"hlo proto")
     assert serialized == []
     variant.read_memory(_Compiled(_Analysis()))  # not deviceless: serialized while the analysis runs
     assert len(serialized) == 1

@@ -9,8 +9,9 @@ target's chips (:func:`place_call`), with a mesh's shape, axis names and
 partition specs carried onto them. The program is compiled with XLA's dump
 on (:func:`compile_options`), because ``memory_analysis()`` gives no
 serialized buffer assignment for these backends: the dumped
-``*after_optimizations.hlo.pb`` (an ``HloProto``) holds it as field 3 and the
-module as field 1 (:func:`read_dump`, the one place it is read).
+``*after_optimizations.hlo.pb`` (an ``HloProto``) holds it and the module
+(:func:`read_dump` reads the file; ``fieldmem.xla.buffers.split_hlo_proto``
+takes the two out of it, where the other protos are read).
 
 A process compiles for these only where jax started with ``JAX_PLATFORMS=cpu``
 (or on a machine whose accelerator plugins start) and ``TPU_SKIP_MDS_QUERY=1``
@@ -47,6 +48,7 @@ __all__ = [
     "dumped",
     "gpu_spec",
     "gpu_spec_names",
+    "is_dumped",
     "place_call",
     "read_dump",
     "remember_dump",
@@ -339,63 +341,34 @@ def check_platform(compiled: Any, found: Target, devices: list[Any]) -> None:
     del compiled
 
 
-def read_dump(folder: str) -> tuple[bytes | None, bytes | None]:
-    """The buffer assignment and the HLO module (serialized protos) that a compile dumped to ``folder``;
-    None for what is not there."""
+def read_dump(folder: str) -> bytes | None:
+    """The serialized ``HloProto`` (the optimized module and its buffer assignment) that a compile dumped
+    to ``folder``; None when there is none."""
     found = sorted(Path(folder).glob("*after_optimizations.hlo.pb"))
-    if not found:
-        return None, None
-    data = found[0].read_bytes()
-    fields = _fields(data)
-    return fields.get(3), fields.get(1)
+    return found[0].read_bytes() if found else None
 
 
-def _fields(data: bytes) -> dict[int, bytes]:
-    """The first length-delimited value of each field number of a serialized protobuf message."""
-    fields: dict[int, bytes] = {}
-    pos = 0
-    while pos < len(data):
-        key, pos = _varint(data, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            _, pos = _varint(data, pos)
-        elif wire == 1:
-            pos += 8
-        elif wire == 2:
-            length, pos = _varint(data, pos)
-            fields.setdefault(number, data[pos : pos + length])
-            pos += length
-        elif wire == 5:
-            pos += 4
-        else:  # groups: not in an HloProto
-            break
-    return fields
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-
-
-_dumps: weakref.WeakKeyDictionary[Any, tuple[bytes | None, bytes | None]] = weakref.WeakKeyDictionary()
+_dumps: weakref.WeakKeyDictionary[Any, bytes | None] = weakref.WeakKeyDictionary()
 
 
 def remember_dump(compiled: Any, folder: str) -> None:
     """Keep what ``compiled``'s compile dumped, for :func:`dumped` (read_memory asks)."""
     try:
         _dumps[compiled] = read_dump(folder)
-    except (OSError, IndexError):
-        _dumps[compiled] = (None, None)
+    except OSError:
+        _dumps[compiled] = None
 
 
-def dumped(compiled: Any) -> tuple[bytes | None, bytes | None] | None:
-    """The buffer assignment and module dumped when ``compiled`` was compiled (None: not a deviceless compile)."""
+def is_dumped(compiled: Any) -> bool:
+    """Whether ``compiled`` is a deviceless compile, whose dump :func:`dumped` gives."""
+    try:
+        return compiled in _dumps
+    except TypeError:
+        return False
+
+
+def dumped(compiled: Any) -> bytes | None:
+    """The ``HloProto`` dumped when ``compiled`` was compiled (None: none was, or not a deviceless compile)."""
     try:
         return _dumps.get(compiled)
     except TypeError:

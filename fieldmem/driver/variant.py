@@ -20,7 +20,7 @@ from fieldmem.driver.paths import path_string
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.driver.shapes import dtype_name, shape_bytes
 from fieldmem.errors import CompileError
-from fieldmem.readings import CompiledVariant, InputLeaf, MemoryReading, OutputLeaf
+from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, MemoryReading, OutputLeaf
 
 __all__ = [
     "FAST_COMPILE_UNAVAILABLE",
@@ -98,6 +98,7 @@ def read_variant(
         compile_seconds=compile_seconds,
         buffer_assignment=memory.buffer_assignment,
         hlo_module_proto=memory.hlo_module_proto,
+        hlo_proto=memory.hlo_proto,
         buffers_unavailable=memory.buffers_unavailable,
         donation_dropped=_donation_dropped(call, inputs) if donated else None,
         devices=tuple(d.id for d in executable_devices(compiled)),
@@ -174,15 +175,15 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
     and the HLO module proto feed fieldmem.xla.buffers (recent XLA names a logical
     buffer's instruction only by id; the module proto maps ids to names).
     """
-    from fieldmem.driver.deviceless import dumped
+    from fieldmem.driver.deviceless import dumped, is_dumped
 
     figures: dict[str, int | None] = {}
     unavailable: dict[str, str] = {}
     started = started if started is not None else _MemoryAnalysis(compiled)
-    dump = dumped(compiled)  # a deviceless compile: the assignment and module XLA dumped
-    # the module proto is serialized while the analysis runs (0.09 s more of C++ on 5,000 leaves); a
-    # deviceless compile's comes from its dump, and is not serialized here at all
-    module_proto = _module_proto(compiled) if dump is None else None
+    deviceless = is_dumped(compiled)  # a deviceless compile: the module and assignment are in XLA's dump
+    # the module proto is serialized while the analysis runs (C++ that holds the GIL); a deviceless
+    # compile's comes from its dump, and is not serialized here at all
+    module_proto = None if deviceless else _module_proto(compiled)
     analysis = started.result()
     if isinstance(analysis, Exception):
         reason = f"memory_analysis() failed on this backend: {type(analysis).__name__}: {analysis}"
@@ -203,17 +204,16 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
 
     assignment = getattr(analysis, "serialized_buffer_assignment_proto", None) if analysis is not None else None
     if not assignment:
-        if dump is not None:  # memory_analysis() of a deviceless compile has no assignment: the dump's
-            if dump[0]:
-                return MemoryReading(figures, unavailable, dump[0], dump[1], None)
-            return MemoryReading(
-                figures, unavailable, None, None, "XLA dumped no buffer assignment for this deviceless compile"
-            )
+        if deviceless:  # memory_analysis() of a deviceless compile has no assignment: the dump has it
+            dump = dumped(compiled)
+            if dump:
+                return MemoryReading(figures, unavailable, None, None, None, hlo_proto=dump)
+            return MemoryReading(figures, unavailable, None, None, NOTHING_DUMPED)
         missing = (
             reason if analysis is None else "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
         )
         return MemoryReading(figures, unavailable, None, None, missing)
-    if dump is not None:  # a deviceless compile whose analysis has the assignment after all
+    if deviceless:  # a deviceless compile whose analysis has the assignment after all
         module_proto = _module_proto(compiled)
     return MemoryReading(figures, unavailable, bytes(assignment), module_proto, None)
 

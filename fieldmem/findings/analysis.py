@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from fieldmem.collector import collector_paused
-from fieldmem.readings import CompiledVariant, InputLeaf, OutputLeaf
+from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
 from fieldmem.report import (
     MEMORY_FIGURES,
     Alias,
@@ -397,10 +397,15 @@ def _peak_source(point: buffers.SchedulePoint, module: hlo.HloModule, definition
 
 def _assignment(variant: CompiledVariant) -> tuple[buffers.BufferAssignment | None, str | None]:
     """The decoded buffer assignment, or why there is none."""
-    if variant.buffer_assignment is None:
-        return None, variant.buffers_unavailable or "no buffer assignment from this backend"
+    assignment, module_proto = variant.buffer_assignment, variant.hlo_module_proto
     try:
-        return buffers.decode_buffer_assignment(variant.buffer_assignment, variant.hlo_module_proto), None
+        if variant.hlo_proto is not None:  # a deviceless compile: both are in the HloProto XLA dumped
+            assignment, module_proto = buffers.split_hlo_proto(variant.hlo_proto)
+            if assignment is None:
+                return None, NOTHING_DUMPED
+        if assignment is None:
+            return None, variant.buffers_unavailable or "no buffer assignment from this backend"
+        return buffers.decode_buffer_assignment(assignment, module_proto), None
     except buffers.BufferAssignmentError as exc:
         return None, f"the buffer assignment could not be analysed: {exc}"
 

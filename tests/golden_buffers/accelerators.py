@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from fieldmem.xla.buffers import split_hlo_proto
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 HLO_FOLDER = ROOT / "tests" / "golden"
@@ -104,22 +106,6 @@ def device(backend: str):
     return topologies.get_topology_desc(platform="cuda", topology="1x1x1", target_config=spec).devices[0]
 
 
-def _fields(data: bytes) -> dict[int, bytes]:
-    """The length-delimited top-level fields of a protobuf message (an ``HloProto``)."""
-    from google.protobuf.internal.decoder import _DecodeVarint
-
-    fields: dict[int, bytes] = {}
-    i = 0
-    while i < len(data):
-        key, i = _DecodeVarint(data, i)
-        if key & 7 != 2:
-            raise ValueError(f"unexpected wire type in field {key >> 3}")
-        length, i = _DecodeVarint(data, i)
-        fields[key >> 3] = data[i : i + length]
-        i += length
-    return fields
-
-
 def compile_case(backend: str, name: str, donated: bool, dump: str | None = None):
     import jax
 
@@ -178,10 +164,11 @@ def write_buffers() -> list[str]:
                 with tempfile.TemporaryDirectory() as dump:
                     compiled = compile_case(backend, name, variant == "donated", dump)
                     (found,) = [p for p in Path(dump).iterdir() if p.name.endswith("after_optimizations.hlo.pb")]
-                    fields = _fields(found.read_bytes())
+                    assignment, module = split_hlo_proto(found.read_bytes())
+                assert assignment is not None and module is not None, found
                 stem = f"{backend}_{name}_{variant}"
-                (HERE / f"{stem}.buffer_assignment.pb").write_bytes(fields[3])
-                (HERE / f"{stem}.hlo_module.pb").write_bytes(fields[1])
+                (HERE / f"{stem}.buffer_assignment.pb").write_bytes(assignment)
+                (HERE / f"{stem}.hlo_module.pb").write_bytes(module)
                 (HERE / f"{stem}.hlo.txt").write_text(_stable_text(compiled.as_text()))
                 (HERE / f"{stem}.memory.json").write_text(json.dumps(memory_figures(compiled), indent=2) + "\n")
                 written.append(stem)

@@ -26,6 +26,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 __all__ = [
     "BufferAssignmentProto",
     "HloModuleProto",
+    "HloProtoParts",
 ]
 
 _F = descriptor_pb2.FieldDescriptorProto
@@ -135,6 +136,11 @@ def _file() -> descriptor_pb2.FileDescriptorProto:
     _field(module, "computations", 3, msg, repeated=True, type_name="HloComputationProto")
     _field(module, "id", 5, i64)
     _field(module, "entry_computation_id", 6, i64)
+    # HloProto { hlo_module=1 buffer_assignment=3 }, both read as bytes (a message's wire form is a
+    # length-delimited field, as bytes are): split without decoding the module, decoded where needed
+    parts = file.message_type.add(name="HloProtoParts")
+    _field(parts, "hlo_module", 1, _F.TYPE_BYTES)
+    _field(parts, "buffer_assignment", 3, _F.TYPE_BYTES)
     return file
 
 
@@ -145,3 +151,4 @@ BufferAssignmentProto = message_factory.GetMessageClass(
     _POOL.FindMessageTypeByName(f"{_PACKAGE}.BufferAssignmentProto")
 )
 HloModuleProto = message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{_PACKAGE}.HloModuleProto"))
+HloProtoParts = message_factory.GetMessageClass(_POOL.FindMessageTypeByName(f"{_PACKAGE}.HloProtoParts"))

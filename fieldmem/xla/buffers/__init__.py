@@ -30,6 +30,7 @@ from .decode import (
     decode_async_wrappers,
     decode_buffer_assignment,
     decode_instruction_ids,
+    split_hlo_proto,
 )
 from .liveness import (
     LiveAnalysis,
@@ -62,4 +63,5 @@ __all__ = [
     "decode_async_wrappers",
     "decode_buffer_assignment",
     "decode_instruction_ids",
+    "split_hlo_proto",
 ]

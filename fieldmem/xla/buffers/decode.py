@@ -6,10 +6,15 @@ Inputs (plain bytes):
   XLA's ``BufferAssignmentProto`` (logical buffers, allocations, aliases and,
   where a backend records them, heap-simulator traces);
 - ``Compiled.runtime_executable().hlo_modules()[0].as_serialized_hlo_module_proto()``:
-  bytes of the ``HloModuleProto``. Recent XLA names a logical buffer's defining
-  instruction only by its 64-bit unique id; the module proto is the only
-  place that maps ids to names (the HLO text does not print ids). Older XLA
-  also wrote the (deprecated) instruction name, which is used when present.
+  bytes of the ``HloModuleProto``;
+- for a deviceless compile, whose ``memory_analysis()`` has no assignment, the
+  ``*after_optimizations.hlo.pb`` XLA dumps: an ``HloProto`` holding both
+  (:func:`split_hlo_proto`).
+
+Recent XLA names a logical buffer's defining instruction only by its 64-bit
+unique id; the module proto is the only place that maps ids to names (the HLO
+text does not print ids). Older XLA also wrote the (deprecated) instruction
+name, which is used when present.
 
 The messages are decoded with the ``protobuf`` package from definitions in
 :mod:`fieldmem.xla._proto`; unknown fields are skipped, absent ones read as 0.
@@ -24,7 +29,7 @@ from typing import Any
 
 from google.protobuf.message import DecodeError
 
-from fieldmem.xla._proto import BufferAssignmentProto, HloModuleProto
+from fieldmem.xla._proto import BufferAssignmentProto, HloModuleProto, HloProtoParts
 
 __all__ = [
     "Allocation",
@@ -38,11 +43,30 @@ __all__ = [
     "decode_async_wrappers",
     "decode_buffer_assignment",
     "decode_instruction_ids",
+    "split_hlo_proto",
 ]
 
 
 class BufferAssignmentError(ValueError):
     """The bytes are not a buffer assignment (or module) this module can read."""
+
+
+def split_hlo_proto(data: bytes) -> tuple[bytes | None, bytes | None]:
+    """The serialized buffer assignment and module of a serialized ``HloProto`` (None for one it lacks or
+    holds empty).
+
+    The two are taken as bytes, not decoded: :func:`decode_buffer_assignment`
+    reads them as it reads those of a local compile.
+
+    Raises:
+        BufferAssignmentError: ``data`` is not a protobuf message.
+    """
+    parts = HloProtoParts()
+    try:
+        parts.ParseFromString(data)
+    except DecodeError as exc:
+        raise BufferAssignmentError(f"the dumped HloProto cannot be read: {exc}") from None
+    return parts.buffer_assignment or None, parts.hlo_module or None  # absent or empty: none
 
 
 @dataclass(frozen=True)
