@@ -112,13 +112,20 @@ def test_cli_options_override_the_case(in_assets: Path) -> None:
     assert target.max_peak == 4096 and target.max_live_peak == 2048
 
 
-def test_shapes_give_the_factory(in_assets: Path) -> None:
+def test_shapes_are_held_as_data_and_the_driver_makes_them(in_assets: Path) -> None:
+    """A request holds --shapes as dtype and dims; the abstract arrays are the driver's to make (the
+    request layer never reaches into it), as the checker does."""
     import jax
 
+    from fieldmem.driver import shape_structs
+    from fieldmem.errors import ArgumentsError
+
     target = one("models:scale", TargetOptions(shapes=(("float32", (4, 4)), ("bfloat16", ()))))
-    assert target.args_origin == "--shapes"
-    args, kwargs = target.example_arguments()
-    assert kwargs == {}
+    assert target.args_origin == "--shapes" and target.args_factory is None
+    assert target.shapes == (("float32", (4, 4)), ("bfloat16", ()))
+    with pytest.raises(ArgumentsError, match="its --shapes: the driver makes them"):
+        target.example_arguments()
+    args = shape_structs(target.shapes)
     assert [type(a) for a in args] == [jax.ShapeDtypeStruct, jax.ShapeDtypeStruct]
     assert args[0].shape == (4, 4) and args[1].dtype == jax.numpy.bfloat16
 

@@ -46,8 +46,18 @@ ProgressCallback = Callable[[str, int, int], None]
 
 
 def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
-    """The target's example arguments (made on the target backend), or its error result."""
-    return _made_on_backend(target, target.example_arguments, "making its example arguments", options)
+    """The target's example arguments (made on the target backend), or its error result: what its factory
+    returns, or the abstract arrays of its ``--shapes``."""
+    make = target.example_arguments
+    if target.args_factory is None and target.shapes is not None:
+        shapes = target.shapes
+
+        def make() -> tuple[tuple, dict]:
+            from fieldmem.driver import shape_structs
+
+            return shape_structs(shapes), {}
+
+    return _made_on_backend(target, make, "making its example arguments", options)
 
 
 def _made_on_backend(

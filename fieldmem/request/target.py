@@ -103,7 +103,14 @@ class Target:
     new: tuple[str, ...] = ()  # output paths declared new: never a break of in place
 
     def example_arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """Call the args factory and check what it returns: ``args`` or ``(args, kwargs)``."""
+        """Call the args factory and check what it returns: ``args`` or ``(args, kwargs)``.
+
+        A target given ``--shapes`` has no factory: its arguments are the
+        abstract arrays of :attr:`shapes`, which only the driver can make
+        (``fieldmem.driver.shape_structs``; the checker does).
+        """
+        if self.args_factory is None and self.shapes is not None:
+            raise ArgumentsError(f"the example arguments of {self.name} are its --shapes: the driver makes them")
         if self.args_factory is None:
             raise ArgumentsError(
                 f"no example arguments for {self.name}: pass --args MODULE:FACTORY or "
@@ -356,15 +363,6 @@ def _load_factory(spec: str, module: ModuleType | None = None, module_name: str 
     return factory, spec
 
 
-def _shapes_factory(shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> Callable[[], tuple[Any, ...]]:
-    def make() -> tuple[Any, ...]:
-        from fieldmem.driver import shape_structs
-
-        return shape_structs(shapes)
-
-    return make
-
-
 def _from_case(
     spec: str, case: Case, options: TargetOptions, module_name: str, module: ModuleType | None = None
 ) -> Target:
@@ -377,7 +375,7 @@ def _from_case(
         factory, origin = _load_factory(options.args, module, module_name)
     elif options.shapes is not None:
         shapes = options.shapes
-        factory, origin = _shapes_factory(shapes), "--shapes"
+        factory, origin = None, "--shapes"  # abstract arrays, made by the driver from ``shapes``
     fn_name = getattr(case.function, "__qualname__", None) or getattr(
         getattr(case.function, "_fun", None), "__qualname__", "function"
     )
