@@ -33,7 +33,6 @@ from fieldmem.gate.baseline import (
     load_baseline,
     save_baseline,
 )
-from fieldmem.gate.tolerance import Tolerances
 from fieldmem.report import (
     Alias,
     BaselineComparison,
@@ -46,6 +45,7 @@ from fieldmem.report import (
     TargetResult,
     UnusableDonation,
 )
+from fieldmem.request.tolerance import Tolerances
 
 from factories import KIB, make_copy, make_error_result, make_memory, make_report, make_result, make_variant
 

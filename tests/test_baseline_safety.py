@@ -48,9 +48,9 @@ from fieldmem.gate.baseline import (
     project_name,
     save_baseline,
 )
-from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.build import CheckFlags, build_request
 from fieldmem.request.config import Config
+from fieldmem.request.tolerance import Tolerances
 
 from factories import make_report, make_result
 

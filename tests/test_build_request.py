@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 
 from fieldmem.errors import OptionError
-from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.build import CheckFlags, CheckRequest, build_request, check_writable, parse_backends
 from fieldmem.request.config import Config, TargetConfig
 from fieldmem.request.options import EXPECTATIONS, MIN_BYTES, default_jobs, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import TargetOptions
+from fieldmem.request.tolerance import Tolerances
 
 TARGET = "pkg.model:update"
 

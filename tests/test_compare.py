@@ -28,7 +28,6 @@ from fieldmem.gate.compare import (
     compare_reports,
     load_report,
 )
-from fieldmem.gate.tolerance import Tolerances
 from fieldmem.render import RenderOptions
 from fieldmem.render.compare import COMPARE_RENDERERS, get_compare_renderer
 from fieldmem.report import (
@@ -42,6 +41,7 @@ from fieldmem.report import (
 )
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import TargetOptions
+from fieldmem.request.tolerance import Tolerances
 
 from factories import MIB, make_copy, make_error_result, make_memory, make_report, make_result, make_variant
 
@@ -423,7 +423,7 @@ def test_unknown_compare_format_lists_the_known_ones() -> None:
 
 def test_comparing_imports_no_jax() -> None:
     code = (
-        "import sys, fieldmem.gate.compare, fieldmem.render.compare, fieldmem.gate.tolerance; "
+        "import sys, fieldmem.gate.compare, fieldmem.render.compare, fieldmem.request.tolerance; "
         "assert 'jax' not in sys.modules"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)

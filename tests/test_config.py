@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fieldmem.gate.tolerance import Tolerance, Tolerances
 from fieldmem.request.config import KEYS, Config, ConfigError, find_config, load_config
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import TargetOptions
+from fieldmem.request.tolerance import Tolerance, Tolerances
 
 FULL = """
 [project]

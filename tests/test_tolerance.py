@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from fieldmem.errors import OptionError
-from fieldmem.gate.tolerance import COPIES, FIGURES, GROUPS, Tolerance, Tolerances
+from fieldmem.request.tolerance import COPIES, FIGURES, GROUPS, Tolerance, Tolerances
 
 MIB = 1024 * 1024
 

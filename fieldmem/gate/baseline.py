@@ -31,9 +31,9 @@ from fieldmem.codec import decode, encode
 from fieldmem.errors import FieldmemError
 from fieldmem.files import LockTimeout, lock_path, locked, read_json, terminating, write_atomic
 from fieldmem.gate.diff import CopyRecord, change_text, copy_record, match_aliases, match_copies, moved
-from fieldmem.gate.tolerance import COPIES, FIGURES, Tolerance, Tolerances
 from fieldmem.report import MEMORY_FIGURES, BaselineComparison, Change, Report, TargetResult, Variant
 from fieldmem.request.target import is_file_spec
+from fieldmem.request.tolerance import COPIES, FIGURES, Tolerance, Tolerances
 from fieldmem.units import format_bytes
 
 __all__ = [

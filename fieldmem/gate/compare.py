@@ -40,8 +40,8 @@ from fieldmem.gate.diff import (
     match_copies,
     moved,
 )
-from fieldmem.gate.tolerance import COPIES, Tolerance, Tolerances
 from fieldmem.report import Alias, Change, Copy, Report, ReportError, TargetResult
+from fieldmem.request.tolerance import COPIES, Tolerance, Tolerances
 from fieldmem.units import format_bytes
 
 __all__ = [

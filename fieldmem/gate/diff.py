@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from fieldmem.gate.tolerance import Tolerance
 from fieldmem.report import Copy
+from fieldmem.request.tolerance import Tolerance
 from fieldmem.units import format_bytes
 
 __all__ = [
