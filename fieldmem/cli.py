@@ -355,6 +355,7 @@ def check(
     session: WatchSession | None = None
     try:
         request = build_request(flags, load_config(config))
+        _renderers_installed(request)
         reports, baseline_read, session = _check_all(request)
         code = emit_reports(reports, request, baseline_read)
     except FieldmemError as exc:
@@ -370,6 +371,16 @@ def check(
 
         code = watch_loop(session, request, baseline_read, code)
     raise typer.Exit(code)
+
+
+def _renderers_installed(request: CheckRequest) -> None:
+    """The renderers the output needs are there (a known format whose module is missing is refused here,
+    before anything compiles, as an unknown one is by the request)."""
+    from fieldmem.render import get_renderer
+
+    get_renderer(request.output.format)
+    if request.output.html is not None:
+        get_renderer("html")
 
 
 def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | None, WatchSession | None]:
@@ -498,10 +509,10 @@ def compare(
     """Show saved reports side by side per target (cpu vs gpu, jax 0.10 vs 0.11, main vs branch)."""
     from fieldmem.emit import terminal_options, write_file
     from fieldmem.gate.compare import compare_files
-    from fieldmem.gate.tolerance import Tolerances
     from fieldmem.render import RenderOptions
     from fieldmem.render.compare import get_compare_renderer
     from fieldmem.request.build import check_writable
+    from fieldmem.request.tolerance import Tolerances
     from fieldmem.units import parse_bytes
 
     try:

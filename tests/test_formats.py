@@ -293,6 +293,13 @@ def test_markdown_without_targets() -> None:
 # Registration
 
 
+def test_every_format_the_request_accepts_has_a_renderer_and_no_other() -> None:
+    from fieldmem.render import _MODULES
+    from fieldmem.request.options import FORMATS
+
+    assert set(_MODULES) == set(FORMATS) and [name for name, _, _ in _FORMATS] == list(FORMATS)
+
+
 def test_ci_formats_are_registered_with_extensions() -> None:
     assert (RENDERERS["github"].extension, RENDERERS["markdown"].extension) == (".txt", ".md")
     names = [name for name, _, module in _FORMATS if _available(module)]

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fieldmem.report import Report
-from fieldmem.request.options import MIN_BYTES
+from fieldmem.request.options import FORMATS, MIN_BYTES
 
 __all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer", "preload", "text_console"]
 
@@ -75,13 +75,16 @@ def _available(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-_FORMATS = (
-    ("table", ".txt", "fieldmem.render.table"),
-    ("json", ".json", "fieldmem.render.jsonout"),
-    ("github", ".txt", "fieldmem.render.github"),
-    ("markdown", ".md", "fieldmem.render.markdown"),
-    ("html", ".html", "fieldmem.render.html"),
-)
+# each of the formats the request layer knows (fieldmem.request.options.FORMATS), in its order: its file
+# extension and its module
+_MODULES = {
+    "table": (".txt", "fieldmem.render.table"),
+    "json": (".json", "fieldmem.render.jsonout"),
+    "github": (".txt", "fieldmem.render.github"),
+    "markdown": (".md", "fieldmem.render.markdown"),
+    "html": (".html", "fieldmem.render.html"),
+}
+_FORMATS = tuple((name, *_MODULES[name]) for name in FORMATS)
 
 RENDERERS: dict[str, Renderer] = {
     name: Renderer(name, extension, _lazy(module)) for name, extension, module in _FORMATS if _available(module)

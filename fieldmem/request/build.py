@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fieldmem.errors import OptionError
-from fieldmem.gate.tolerance import Tolerances
 from fieldmem.request.backends import check_combination, parse_backend
 from fieldmem.request.config import Config
 from fieldmem.request.options import (
@@ -34,10 +33,12 @@ from fieldmem.request.options import (
     default_jobs,
     parse_backends,
     parse_expect,
+    parse_format,
     parse_new,
 )
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions, display_path
+from fieldmem.request.tolerance import Tolerances
 from fieldmem.units import parse_bytes
 
 __all__ = [
@@ -251,10 +252,8 @@ def _check_watch(flags: CheckFlags) -> None:
 
 
 def _output(flags: CheckFlags, config: Config) -> OutputSettings:
-    from fieldmem.render import get_renderer
-
-    renderer = get_renderer(flags.output_format or config.format or "table")
-    return OutputSettings(format=renderer.name, file=flags.output, html=flags.html_output, verbose=flags.verbose)
+    output_format = parse_format(flags.output_format or config.format or "table")
+    return OutputSettings(format=output_format, file=flags.output, html=flags.html_output, verbose=flags.verbose)
 
 
 def check_writable(output: Path, option: str = "--output") -> None:

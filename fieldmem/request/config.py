@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from fieldmem.errors import FieldmemError, OptionError, listing, quoted
-from fieldmem.gate.tolerance import Tolerances
-from fieldmem.request.options import EXPECTATIONS, parse_backends, parse_expect, parse_new
+from fieldmem.request.options import EXPECTATIONS, FORMATS, parse_backends, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions, display_path, is_file_spec
+from fieldmem.request.tolerance import Tolerances
 from fieldmem.units import parse_bytes
 
 if sys.version_info >= (3, 11):
@@ -287,13 +287,8 @@ def _parse(data: Mapping[str, Any], file: Path) -> Config:
             'e.g. targets = ["pkg.model:update"]'
         )
     output_format = table.get("format", str)
-    if output_format is not None:
-        from fieldmem.render import RENDERERS
-
-        if output_format not in RENDERERS:
-            raise ConfigError(
-                f"{table.where('format')} = {output_format!r} is not known: use one of {', '.join(RENDERERS)}"
-            )
+    if output_format is not None and output_format not in FORMATS:
+        raise ConfigError(f"{table.where('format')} = {output_format!r} is not known: use one of {', '.join(FORMATS)}")
     jobs = table.get("jobs", int)
     if jobs is not None and jobs < 1:
         raise ConfigError(f"{table.where('jobs')} = {jobs} must be at least 1")

@@ -16,6 +16,7 @@ from fieldmem.report import EXPECTATIONS, Expectation
 
 __all__ = [
     "EXPECTATIONS",
+    "FORMATS",
     "MAX_DEVICES",
     "MAX_JOBS",
     "MIN_BYTES",
@@ -23,8 +24,25 @@ __all__ = [
     "default_jobs",
     "parse_backends",
     "parse_expect",
+    "parse_format",
     "parse_new",
 ]
+
+#: The output formats of ``--format`` (and ``format`` in ``[tool.fieldmem]``), in the order errors list
+#: them; :mod:`fieldmem.render` has one renderer each (tests/test_formats.py holds them equal).
+FORMATS = ("table", "json", "github", "markdown", "html")
+
+
+def parse_format(name: str, where: str = "--format") -> str:
+    """``name`` when it is one of :data:`FORMATS`.
+
+    Raises:
+        OptionError: naming what was given and the formats there are.
+    """
+    if name not in FORMATS:
+        raise OptionError(f"{where} {name!r} is not known: use one of {', '.join(FORMATS)}")
+    return name
+
 
 #: Copies and findings smaller than this stay in the JSON report but out of the
 #: verdict, the table and the baseline gate (``--min-bytes``; 1 KiB).
