@@ -367,7 +367,7 @@ def check(
             session.close()
         raise
     if session is not None:
-        from fieldmem.watch import watch as watch_loop
+        from fieldmem.watch.loop import watch as watch_loop
 
         code = watch_loop(session, request, baseline_read, code)
     raise typer.Exit(code)

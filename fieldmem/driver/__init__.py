@@ -23,7 +23,6 @@ Modules, in the order a check uses them:
 - :mod:`~fieldmem.driver.paths`: pytree paths in words, the names of argument and output leaves.
 - :mod:`~fieldmem.driver.quiet`: jax's start without the accelerator plugins' known start-up noise on stderr.
 - :mod:`~fieldmem.driver.jaxerrors`: a jax exception in one line, for fieldmem's error messages.
-- :mod:`~fieldmem.driver.fingerprint`: a target's code, settings and values hashed, for ``--watch``.
 
 JAX internals are read each in one place and tolerated when missing:
 ``Lowered._lowering.compile_args["kept_var_idx"]`` (which arguments jit kept,
@@ -48,7 +47,6 @@ from fieldmem.driver.backends import (
 )
 from fieldmem.driver.chain import STEP_ARGS, compose, extra_names, spread, state_donation, step_key
 from fieldmem.driver.execute import has_memory_stats, run_variant
-from fieldmem.driver.fingerprint import is_local_file, target_fingerprint
 from fieldmem.driver.lowering import Compiled, PendingVariants, compile_donation, start_variants
 from fieldmem.driver.prepare import PreparedCall, call_shape, prepare_call
 from fieldmem.driver.probe import probe_update
@@ -74,7 +72,6 @@ __all__ = [
     "environment",
     "extra_names",
     "has_memory_stats",
-    "is_local_file",
     "prepare_call",
     "probe_update",
     "read_memory",
@@ -86,5 +83,4 @@ __all__ = [
     "start_variants",
     "state_donation",
     "step_key",
-    "target_fingerprint",
 ]

@@ -26,7 +26,7 @@ import tempfile
 import threading
 from collections.abc import Iterable
 
-__all__ = ["jax_started", "known_noise", "quiet_stderr", "start_jax"]
+__all__ = ["jax_started", "known_noise", "preload_jaxlib", "quiet_stderr", "start_jax"]
 
 # one line each: absl's banners and the CUDA stub's message (timestamps, thread ids and line numbers vary)
 _NOISE_LINES = (
@@ -130,3 +130,25 @@ class quiet_stderr:
         kept = known_noise(text.splitlines())
         if kept:
             os.write(2, ("\n".join(kept) + "\n").encode())
+
+
+def preload_jaxlib() -> None:
+    """Load numpy, ml_dtypes and jaxlib (most of what importing jax takes), without importing jax.
+
+    For a worker waiting for its request: none of them reads the environment
+    the request brings when it is imported (jax's configuration, XLA's flags
+    and the TPU library's variables are read when jax is imported and its
+    backends start, after the request). A failure is left for the real import
+    to report.
+
+    jaxlib's logging reads ``TF_CPP_MIN_LOG_LEVEL`` as it loads: it gets the
+    default jax's ``__init__`` gives it before loading jaxlib (a value the
+    user set stays).
+    """
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+    try:
+        import jaxlib.xla_client  # noqa: F401
+        import ml_dtypes  # noqa: F401
+        import numpy  # noqa: F401
+    except Exception:  # pragma: no cover - reported when jax is imported
+        pass

@@ -21,7 +21,7 @@ A worker asked to serve (``"serve": true`` in its request, ``fieldmem check --wa
 exit after ``end``: it waits for the next request, one more JSON line on stdin, and answers it the
 same way. Such a request may name ``"reload"``: files edited since, whose modules (and the local
 modules importing them) are executed again before its specs are loaded; and ``"skip_same"``: a
-target whose fingerprint (:func:`fieldmem.driver.target_fingerprint`) is the one it had when this
+target whose fingerprint (:func:`fieldmem.watch.fingerprint.target_fingerprint`) is the one it had when this
 worker last checked it is not checked again but answered ``{"e": "same", "b": b, "spec": i,
 "name": n}``. Its ``resolved`` events also carry ``"files"``: the spec's module file and the local
 modules it imports, which the parent watches.

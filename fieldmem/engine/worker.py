@@ -83,29 +83,16 @@ def _watch_parent(watched: int, requests: queue.Queue[bytes] | None = None) -> N
 
 
 def _warm_up() -> None:
-    """Load numpy, ml_dtypes and jaxlib (most of what importing jax takes) while the request is awaited.
+    """Load what importing jax takes most of (:func:`fieldmem.driver.quiet.preload_jaxlib`) while the
+    request is awaited, not from the working directory (``-m`` put it first): a numpy.py of the user's
+    must not stand in."""
+    from fieldmem.driver.quiet import preload_jaxlib
 
-    None of them reads the environment the request brings when it is
-    imported: jax's own configuration (``JAX_PLATFORMS``), XLA's flags and the
-    TPU library's variables are read when jax is imported and its backends
-    start, after the request. jax itself is not imported here. A failure is
-    left for the real import to report.
-
-    jaxlib's logging reads ``TF_CPP_MIN_LOG_LEVEL`` as it loads: it gets the
-    default jax's ``__init__`` gives it before loading jaxlib (a value the
-    user set stays; this process inherited it).
-    """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     saved = sys.path[:]
     here = os.getcwd()
-    # not from the working directory (``-m`` put it first): a numpy.py of the user's must not stand in
     sys.path[:] = [p for p in saved if p and os.path.abspath(p) != here]
     try:
-        import jaxlib.xla_client  # noqa: F401
-        import ml_dtypes  # noqa: F401
-        import numpy  # noqa: F401
-    except Exception:  # pragma: no cover - reported when the checker imports jax
-        pass
+        preload_jaxlib()
     finally:
         sys.path[:] = saved
 
@@ -123,7 +110,7 @@ def _encoded(written: WorkerResult, spec: str, name: str) -> str:
 @dataclasses.dataclass
 class _Kept:
     """What a serving worker (``--watch``) keeps between requests: per (backend, spec, target name), the
-    fingerprint of the target as last checked (:func:`~fieldmem.driver.target_fingerprint`)."""
+    fingerprint of the target as last checked (:func:`~fieldmem.watch.fingerprint.target_fingerprint`)."""
 
     prints: dict[tuple[int, str, str], str] = dataclasses.field(default_factory=dict)
 
@@ -163,7 +150,7 @@ class _Worker:
             loaded[index] = items
             files: dict[str, Any] = {}
             if self.serve:  # what to watch: its module's file and the local modules it imports
-                from fieldmem.engine.modules import spec_files
+                from fieldmem.watch.modules import spec_files
 
                 files["files"] = spec_files(spec["spec"], _modules(items))
             self.event("resolved", spec=index, names=[_name(item) for item in items], **files)
@@ -172,7 +159,7 @@ class _Worker:
     def unchanged(self, b: int, todo: list[Any]) -> tuple[list[Any], dict[int, str]]:
         """``todo`` less the targets whose fingerprint is the one they had when last checked (each
         answered ``same``); and the fingerprints of those left, by their place in what is returned."""
-        from fieldmem.driver import target_fingerprint
+        from fieldmem.watch.fingerprint import target_fingerprint
 
         left, prints = [], {}
         for index, position, item in todo:
@@ -198,7 +185,7 @@ class _Worker:
         start_jax()  # before the user's modules import jax: quiet about the plugins' start-up noise
         _freeze_imports()
         if self.request.get("reload"):  # edited files (--watch): their modules are executed again
-            from fieldmem.engine.modules import forget
+            from fieldmem.watch.modules import forget
 
             forget(self.request["reload"])
         backends: list[str | None] = self.request["backends"]

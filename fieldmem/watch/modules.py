@@ -5,7 +5,7 @@ A spec's files are its module's file and, followed through their ``import``
 statements (read with :mod:`ast`, nothing executed), the local modules it
 imports, directly or not: modules whose file is the user's (not the
 standard library, an installed package or fieldmem,
-:func:`~fieldmem.driver.fingerprint.is_local_file`) and already imported.
+:func:`~fieldmem.watch.fingerprint.is_local_file`) and already imported.
 A module imported some other way (``importlib.import_module`` with a
 computed name, ``__import__``) is not followed.
 
@@ -36,7 +36,7 @@ def _real(path: str) -> str:
 
 
 def _is_local(file: str | None) -> bool:
-    from fieldmem.driver import is_local_file
+    from fieldmem.watch.fingerprint import is_local_file
 
     return is_local_file(file)
 

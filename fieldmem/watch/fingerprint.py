@@ -1,7 +1,7 @@
 """A target's fingerprint: what its check depends on in the user's code, hashed, so ``--watch`` re-checks
 only the targets an edit changed.
 
-After a module is loaded again (:mod:`fieldmem.engine.modules`), each of its
+After a module is loaded again (:mod:`fieldmem.watch.modules`), each of its
 targets is a new object. :func:`target_fingerprint` hashes what decides its
 check: the target's settings (spec, name, donation, static arguments,
 expectations, budgets, options), and for each function it holds (the

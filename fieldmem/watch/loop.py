@@ -4,7 +4,7 @@ The first check is the one ``fieldmem check`` makes, printed the same way.
 Then this process (which never imports jax) keeps the worker that checked
 (:class:`~fieldmem.engine.isolate.WatchSession`: jax imported, compiled
 programs cached) and polls the files the targets depend on: each target's
-module file and the local modules it imports (:mod:`fieldmem.engine.modules`).
+module file and the local modules it imports (:mod:`fieldmem.watch.modules`).
 A file is read again when its modification time or size changed, and it
 counts as edited only when its bytes did (a save of the same bytes does
 nothing); a file is read once it stayed the same for :data:`SETTLE` seconds
@@ -12,7 +12,7 @@ nothing); a file is read once it stayed the same for :data:`SETTLE` seconds
 
 On an edit, the worker executes the edited modules again, loads the targets
 depending on them, and checks each target whose code, settings or values
-changed (its fingerprint, :mod:`fieldmem.driver.fingerprint`); the others'
+changed (its fingerprint, :mod:`fieldmem.watch.fingerprint`); the others'
 results stand. This prints, per target checked again, its row as
 ``fieldmem check`` prints it and what changed since its last check
 (:func:`~fieldmem.gate.compare.result_changes`: a copy new or gone, an
