@@ -1,14 +1,19 @@
-"""The layers hold: only fieldmem.driver imports jax, and no fieldmem modules import each other in a circle.
+"""The layers hold: the whiteboard below is the architecture, and every import in the package obeys it.
 
-Both read the package as it is (every module pkgutil finds), so a module
-added later is covered without touching this file. Neither compiles.
+:data:`LAYERS` names each layer and the modules in it; :data:`ALLOWED` the
+arrows between layers. Every import is read (at the top, inside functions,
+under ``if TYPE_CHECKING:``); jax, jaxlib and the libraries a user's program
+is written with are imported only by the driver; and no fieldmem modules import
+each other in a circle. The tests read the package as it is (every module
+pkgutil finds), so a module added later is covered without touching this file
+(one no layer claims fails). None compiles.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import pkgutil
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,15 +23,133 @@ import fieldmem
 PACKAGE = Path(fieldmem.__file__).resolve().parent
 JAX_PACKAGE = "fieldmem.driver"
 
+#: The whiteboard: each layer and the modules in it. A module belongs to the layer of the longest name
+#: here that is it or a package holding it.
+LAYERS: dict[str, tuple[str, ...]] = {
+    # what users call: the command line, the Python API, the pytest plugin, writing files and the exit
+    # code, and the --watch loop (the parent's side)
+    "entry": (
+        "fieldmem",
+        "fieldmem.__main__",
+        "fieldmem.entry",
+        "fieldmem.cli",
+        "fieldmem.api",
+        "fieldmem.pytest_plugin",
+        "fieldmem.emit",
+        "fieldmem.watch",
+        "fieldmem.watch.loop",
+    ),
+    # scheduling targets, the supervising parent and its workers; the worker's side of --watch
+    "engine": ("fieldmem.engine", "fieldmem.watch.modules", "fieldmem.watch.fingerprint"),
+    "request": ("fieldmem.request",),  # what the user asked for
+    "driver": ("fieldmem.driver",),  # the only layer that drives jax
+    "xla": ("fieldmem.xla",),  # pure readers of XLA's text and protos
+    "findings": ("fieldmem.findings",),  # readings -> report pieces
+    "gate": ("fieldmem.gate",),  # diffs, baselines, comparisons
+    "render": ("fieldmem.render",),  # formatting a report
+    # shared ground: records, their codec, errors, units, files, the collector pause, bundled data
+    "ground": (
+        "fieldmem.errors",
+        "fieldmem.report",
+        "fieldmem.codec",
+        "fieldmem.units",
+        "fieldmem.files",
+        "fieldmem.version",
+        "fieldmem.readings",
+        "fieldmem.collector",
+        "fieldmem.specs",
+    ),
+}
 
-def _modules() -> dict[str, Path]:
-    """Every fieldmem module by dotted name, with its file (a package's is its ``__init__.py``)."""
-    found = {"fieldmem": PACKAGE / "__init__.py"}
-    for info in pkgutil.walk_packages([str(PACKAGE)], prefix="fieldmem."):
-        folder = Path(info.module_finder.path)  # type: ignore[union-attr]
-        leaf = info.name.rsplit(".", 1)[-1]
-        found[info.name] = folder / leaf / "__init__.py" if info.ispkg else folder / f"{leaf}.py"
+#: Packages of LAYERS that claim only their own ``__init__``: their modules are placed one by one.
+ONLY_ITSELF = frozenset({"fieldmem", "fieldmem.watch"})
+
+#: The arrows: the layers each layer may import (its own always). The core never prints (entry and
+#: render do), the entry points never compute (no findings, no xla), requests never reach into the
+#: driver, and the readers of XLA's output import nothing outside themselves.
+ALLOWED: dict[str, frozenset[str]] = {
+    "entry": frozenset({"engine", "request", "driver", "gate", "render", "ground"}),
+    "engine": frozenset({"request", "driver", "xla", "findings", "ground"}),
+    "driver": frozenset({"request", "ground"}),
+    "findings": frozenset({"request", "xla", "ground"}),
+    "render": frozenset({"gate", "request", "ground"}),
+    "gate": frozenset({"request", "ground"}),
+    "request": frozenset({"ground"}),
+    "xla": frozenset(),
+    "ground": frozenset(),
+}
+
+#: Top-level packages only the driver imports: jax itself, and the libraries user programs are written with
+#: (the driver recognises their wrappers).
+JAX_WORLD = frozenset({"jax", "jaxlib", "flax", "optax", "equinox"})
+
+
+def _modules(package: Path = PACKAGE) -> dict[str, Path]:
+    """Every fieldmem module under ``package`` by dotted name, with its file (a package's is its
+    ``__init__.py``). Read from the files (nothing is imported), so a scratch copy is read as it is."""
+    found: dict[str, Path] = {}
+    for path in sorted(package.rglob("*.py")):
+        folders = path.relative_to(package).parts[:-1]
+        if not all((package.joinpath(*folders[: n + 1]) / "__init__.py").is_file() for n in range(len(folders))):
+            continue  # not in a package (a script in a data folder)
+        parts = ["fieldmem", *folders] + ([] if path.name == "__init__.py" else [path.stem])
+        found[".".join(parts)] = path
     return found
+
+
+def layer_of(module: str) -> str | None:
+    """The layer ``module`` belongs to (None: no layer claims it)."""
+    best: tuple[int, str] | None = None
+    for layer, names in LAYERS.items():
+        for name in names:
+            claims = module == name or (name not in ONLY_ITSELF and module.startswith(name + "."))
+            if claims and (best is None or len(name) > best[0]):
+                best = (len(name), layer)
+    return best[1] if best is not None else None
+
+
+def every_import(module: str, is_package: bool, tree: ast.AST) -> list[tuple[str, int]]:
+    """Every module ``module`` imports, with the line: top level, in functions and under ``TYPE_CHECKING``
+    alike. ``from package import name`` names ``package.name`` (a module or not; the caller resolves it)."""
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((alias.name, node.lineno) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")[: len(module.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            found.append((base, node.lineno))
+            found.extend((f"{base}.{alias.name}", node.lineno) for alias in node.names)
+    return found
+
+
+def forbidden_arrows(package: Path = PACKAGE) -> list[str]:
+    """Each import of ``package`` (a fieldmem tree) the whiteboard forbids, as ``file:line: why``; and each
+    module no layer claims."""
+    modules = _modules(package)
+    problems: list[str] = []
+    for module, path in sorted(modules.items()):
+        here = layer_of(module)
+        where = path.relative_to(package.parent)
+        if here is None:
+            problems.append(f"{where}: {module} is in no layer of tests/test_layers.py's LAYERS")
+            continue
+        seen: set[tuple[str, int]] = set()
+        for imported, line in every_import(module, path.name == "__init__.py", ast.parse(path.read_text())):
+            top = imported.split(".")[0]
+            if top in JAX_WORLD and here != "driver" and (top, line) not in seen:
+                seen.add((top, line))
+                problems.append(f"{where}:{line}: {module} ({here}) imports {top}: only the driver may")
+                continue
+            if imported not in modules:
+                continue
+            there = layer_of(imported)
+            if there is None or there == here or there in ALLOWED[here]:
+                continue
+            problems.append(f"{where}:{line}: {module} ({here}) imports {imported} ({there}): {here} -> {there}")
+    return problems
 
 
 def _outside_the_driver() -> list[str]:
@@ -52,6 +175,70 @@ for name in json.loads(sys.argv[1]):
         failed[name] = f"{type(exc).__name__}: {exc}"
 print(json.dumps({"failed": failed, "jax_loaded": sorted(m for m in sys.modules if m.split(".")[0] in ("jax", "jaxlib"))}))
 """
+
+
+def test_the_whiteboard_names_every_layer_it_allows_and_no_layer_twice() -> None:
+    assert set(ALLOWED) == set(LAYERS)
+    assert all(allowed <= set(LAYERS) for allowed in ALLOWED.values())
+    names = [name for names in LAYERS.values() for name in names]
+    assert len(names) == len(set(names))
+
+
+def test_every_import_follows_the_whiteboard() -> None:
+    problems = forbidden_arrows()
+    assert problems == [], "imports the layer table forbids:\n" + "\n".join(problems)
+
+
+def _scratch_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "fieldmem"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    return copy
+
+
+def test_an_arrow_the_table_forbids_is_found_with_its_file_and_line(tmp_path: Path) -> None:
+    """In a scratch copy of the package: an import inside a function, one under TYPE_CHECKING, and jaxlib
+    outside the driver are each found, by file and line."""
+    copy = _scratch_copy(tmp_path)
+    table = copy / "render" / "table.py"
+    lines = table.read_text().splitlines()
+    lines += [
+        "",
+        "",
+        "def _reach_into_the_driver() -> None:",
+        "    from fieldmem.driver import prepare_call  # noqa: F401",
+    ]
+    table.write_text("\n".join(lines) + "\n")
+    in_function = len(lines)
+    target = copy / "request" / "target.py"
+    text = target.read_text()
+    target.write_text(text + "\nif TYPE_CHECKING:\n    from fieldmem.findings.analysis import ProgramLeaves\n")
+    checked_line = len((text + "\nif TYPE_CHECKING:").splitlines()) + 1
+    worker = copy / "engine" / "worker.py"
+    worker.write_text(worker.read_text() + "\n\ndef _warm() -> None:\n    import jaxlib.xla_client  # noqa: F401\n")
+    jaxlib_line = len(worker.read_text().splitlines())
+
+    problems = forbidden_arrows(copy)
+    assert (
+        f"fieldmem/render/table.py:{in_function}: fieldmem.render.table (render) imports fieldmem.driver "
+        in "\n".join(problems)
+    )
+    assert any(
+        p.startswith(f"fieldmem/request/target.py:{checked_line}: ") and "request -> findings" in p for p in problems
+    )
+    assert (
+        f"fieldmem/engine/worker.py:{jaxlib_line}: fieldmem.engine.worker (engine) imports jaxlib: only the driver may"
+        in problems
+    )
+    assert len(problems) == 3, problems
+    assert forbidden_arrows(_scratch_copy(tmp_path / "clean")) == []  # the copy alone: nothing found
+
+
+def test_a_module_no_layer_claims_is_found(tmp_path: Path) -> None:
+    copy = _scratch_copy(tmp_path)
+    (copy / "helpers.py").write_text('"""A grab-bag nobody placed on the whiteboard."""\n')
+    assert forbidden_arrows(copy) == [
+        "fieldmem/helpers.py: fieldmem.helpers is in no layer of tests/test_layers.py's LAYERS"
+    ]
 
 
 def test_every_module_outside_the_driver_imports_without_jax() -> None:
