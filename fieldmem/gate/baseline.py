@@ -30,7 +30,18 @@ from typing import Any
 from fieldmem.codec import decode, encode
 from fieldmem.errors import FieldmemError
 from fieldmem.files import LockTimeout, lock_path, locked, read_json, terminating, write_atomic
-from fieldmem.gate.diff import CopyRecord, change_text, copy_record, match_aliases, match_copies, moved
+from fieldmem.gate.diff import (
+    CopyRecord,
+    Delta,
+    DonationFacts,
+    TargetFacts,
+    VariantFacts,
+    change_text,
+    copy_record,
+    diff_targets,
+    facts_of_result,
+    moved,
+)
 from fieldmem.report import MEMORY_FIGURES, BaselineComparison, Change, Report, TargetResult, Variant
 from fieldmem.request.target import is_file_spec
 from fieldmem.request.tolerance import COPIES, FIGURES, Tolerance, Tolerances
@@ -519,28 +530,65 @@ def _at(source: str | None) -> str:
     return f" at {source}" if source else ""
 
 
-def _compare_figures(entry: BaselineEntry, result: TargetResult, tolerances: Tolerances, found: _Collector) -> None:
+def facts_of_entry(entry: BaselineEntry) -> TargetFacts:
+    """What the diff engine reads of a baseline entry (it records no checks, timeline or reasons)."""
+    return TargetFacts(
+        name=entry.name,
+        status=entry.status,
+        in_place=entry.in_place,
+        verdict=entry.verdict,
+        definition=entry.definition,
+        variants={
+            name: VariantFacts(
+                memory=record.memory,
+                aliases=record.aliases,
+                unusable=tuple(DonationFacts(d.input, d.bytes, d.code, d.reason) for d in record.unusable_donations),
+                copies=record.copies,
+            )
+            for name, record in entry.variants.items()
+        },
+    )
+
+
+def _classify(
+    entry: BaselineEntry, result: TargetResult, min_bytes: int, tolerances: Tolerances, found: _Collector
+) -> None:
+    """The deltas from ``entry`` to ``result`` (:func:`~fieldmem.gate.diff.diff_targets`), each filed as a
+    regression, an improvement or a note: the figures of both variants, then the donated variant's
+    copies, aliases and donations, then the verdict. What is not gated: the plain variant's copies,
+    aliases and donations (what a caller who donates runs is the donated variant), a rerouted alias
+    (the donated buffer is still reused), the checks (a baseline keeps none)."""
+    now = facts_of_result(result)
+    deltas = diff_targets(facts_of_entry(entry), now, min_bytes)
+    _gate_figures(result, now, [d for d in deltas if d.kind == "figure"], tolerances, found)
+    donated = [d for d in deltas if d.variant == "donated"]
+    _gate_copies(result.name, [d for d in donated if d.kind == "copy"], tolerances.for_figure(COPIES), found)
+    _gate_donation(result, donated, found)
+    for delta in deltas:
+        if delta.kind == "verdict" and delta.after is not None and delta.before is not None:
+            _gate_verdict(result, bool(delta.before), found)
+
+
+def _gate_figures(
+    result: TargetResult, now: TargetFacts, deltas: list[Delta], tolerances: Tolerances, found: _Collector
+) -> None:
     """Figures of the donated variant; the plain variant's where the donated one stayed within tolerance.
 
     The donated variant is what a caller who donates runs; a growth that only
     the plain variant shows is what every caller that does not donate pays,
     and is reported on its own rather than twice.
     """
+    by_key = {(d.variant, d.subject): d for d in deltas}
     reported: set[tuple[str, bool]] = set()  # (figure name, grew) already said of the donated variant
     for variant in ("donated", "plain"):
-        before_variant = entry.variants.get(variant)
-        after_variant = result.variants.get(variant)
-        if before_variant is None or after_variant is None:
-            continue
         for name, figure in FIGURES.items():
-            before = before_variant.memory.get(figure)
-            after = getattr(after_variant.memory, figure)
-            if before is None or after is None:
-                if before is not None:
-                    reason = after_variant.memory.unavailable.get(figure, "not given")
-                    found.notes.append(
-                        f"{result.name}: {variant} {name} not compared: this run has no value ({reason})"
-                    )
+            delta = by_key.get((variant, figure))
+            if delta is None or delta.before is None:
+                continue  # unchanged, or the baseline has no value to compare with
+            before, after = delta.before, delta.after
+            if after is None:
+                reason = now.variants[variant].unavailable.get(figure, "not given")
+                found.notes.append(f"{result.name}: {variant} {name} not compared: this run has no value ({reason})")
                 continue
             tolerance = tolerances.for_figure(figure)
             direction = moved(tolerance, before, after)
@@ -548,7 +596,7 @@ def _compare_figures(entry: BaselineEntry, result: TargetResult, tolerances: Tol
             if not direction or (variant == "plain" and (name, grew) in reported):
                 continue
             reported.add((name, grew))
-            source = _figure_source(after_variant, figure) or result.definition
+            source = (now.variants[variant].peak_source if figure == "live_peak_bytes" else None) or result.definition
             subject = f"{variant} {name}"
             message = f"{result.name}: {subject} {change_text(before, after)}"
             if grew:
@@ -567,13 +615,6 @@ def _compare_figures(entry: BaselineEntry, result: TargetResult, tolerances: Tol
             )
 
 
-def _figure_source(variant: Variant, figure: str) -> str | None:
-    """Where a figure is decided: the live peak's schedule point, when known."""
-    if figure == "live_peak_bytes" and variant.timeline is not None:
-        return variant.timeline.peak_source
-    return None
-
-
 def _tolerance_text(tolerance: Tolerance) -> str:
     return "exact (0)" if tolerance == Tolerance() else tolerance.describe()
 
@@ -590,50 +631,44 @@ def _copy_size(copy: CopyRecord) -> str:
     return format_bytes(copy.bytes)
 
 
-def _compare_copies(
-    entry: BaselineEntry, result: TargetResult, min_bytes: int, tolerances: Tolerances, found: _Collector
-) -> None:
-    """The donated variant's copies of at least ``min_bytes``: a new one always regresses."""
-    before_variant = entry.variants.get("donated")
-    after_variant = result.variants.get("donated")
-    if before_variant is None or after_variant is None:
-        return
-    before = [c for c in before_variant.copies if c.bytes >= min_bytes]
-    after = [copy_record(c) for c in after_variant.copies if c.bytes >= min_bytes]
-    matched = match_copies(before, after)
-    for copy in sorted((p.after for p in matched if p.before is None and p.after), key=lambda c: -c.per_call):
+def _gate_copies(target: str, deltas: list[Delta], tolerance: Tolerance, found: _Collector) -> None:
+    """The donated variant's copies: a new one always regresses (the largest first), one grown beyond the
+    tolerance regresses and one shrunk beyond it improves, and one gone improves."""
+    for delta in sorted((d for d in deltas if d.change == "new"), key=lambda d: -d.after.per_call):
+        copy: CopyRecord = delta.after
         cause = f" ({copy.cause})" if copy.cause else ""
         found.regressions.append(
             Change(
-                target=result.name,
+                target=target,
                 kind="copy",
                 subject=_copy_subject(copy),
-                message=f"{result.name}: new {_copy_subject(copy)} ({_copy_size(copy)}){_at(copy.source)}{cause}",
+                message=f"{target}: new {_copy_subject(copy)} ({_copy_size(copy)}){_at(copy.source)}{cause}",
                 before=None,
                 after=copy.per_call,
                 source=copy.source,
             )
         )
-    tolerance = tolerances.for_figure(COPIES)
-    for pair in matched:
-        if pair.before is not None and pair.after is not None:
-            _compare_copy_size(result.name, pair.before, pair.after, tolerance, found)
-    for copy in (p.before for p in matched if p.after is None and p.before):
-        found.improvements.append(
-            Change(
-                target=result.name,
-                kind="copy",
-                subject=_copy_subject(copy),
-                message=f"{result.name}: {_copy_subject(copy)} ({_copy_size(copy)}) is gone"
-                f" (was{_at(copy.source) or ' without a source line'})",
-                before=copy.per_call,
-                after=None,
-                source=copy.source,
+    for delta in deltas:
+        if delta.change in ("grew", "shrank"):
+            _gate_copy_size(target, delta.before, delta.after, tolerance, found)
+    for delta in deltas:
+        if delta.change == "gone":
+            gone: CopyRecord = delta.before
+            found.improvements.append(
+                Change(
+                    target=target,
+                    kind="copy",
+                    subject=_copy_subject(gone),
+                    message=f"{target}: {_copy_subject(gone)} ({_copy_size(gone)}) is gone"
+                    f" (was{_at(gone.source) or ' without a source line'})",
+                    before=gone.per_call,
+                    after=None,
+                    source=gone.source,
+                )
             )
-        )
 
 
-def _compare_copy_size(target: str, old: CopyRecord, now: CopyRecord, tolerance: Tolerance, found: _Collector) -> None:
+def _gate_copy_size(target: str, old: CopyRecord, now: CopyRecord, tolerance: Tolerance, found: _Collector) -> None:
     """A copy in both runs: grown beyond the tolerance regresses, shrunk beyond it improves."""
     direction = moved(tolerance, old.per_call, now.per_call)
     subject = _copy_subject(now)
@@ -658,64 +693,64 @@ def _compare_copy_size(target: str, old: CopyRecord, now: CopyRecord, tolerance:
     )
 
 
-def _compare_donation(entry: BaselineEntry, result: TargetResult, found: _Collector) -> None:
-    """Aliases lost or gained, donations becoming unusable or usable (donated variant, by input leaf)."""
-    before_variant = entry.variants.get("donated")
-    after_variant = result.variants.get("donated")
-    if before_variant is None or after_variant is None:
-        return
-    # an alias rerouted to another output still reuses the donated buffer: neither better nor worse
-    aliases = match_aliases(before_variant.aliases, after_variant.aliases)
-    for alias in aliases.lost:
-        found.regressions.append(
-            Change(
-                target=result.name,
-                kind="alias",
-                subject=alias.input,
-                message=f"{result.name}: alias lost: {alias.input} → {alias.output} ({format_bytes(alias.bytes)}) "
-                f"no longer reuses the donated buffer{_at(result.definition)}",
-                before=alias.output,
-                after=None,
-                source=result.definition,
-            )
-        )
-    for new_alias in aliases.new:
-        found.improvements.append(
-            Change(
-                target=result.name,
-                kind="alias",
-                subject=new_alias.input,
-                message=f"{result.name}: new alias {new_alias.input} → {new_alias.output} "
-                f"({format_bytes(new_alias.bytes)})",
-                before=None,
-                after=new_alias.output,
-                source=result.definition,
-            )
-        )
-    before_unusable = {d.input: d for d in before_variant.unusable_donations}
-    after_unusable = {d.input: d for d in after_variant.unusable_donations}
-    for name, donation in after_unusable.items():
-        if name not in before_unusable:
+def _gate_donation(result: TargetResult, deltas: list[Delta], found: _Collector) -> None:
+    """Aliases lost or gained, donations becoming unusable or usable (donated variant, by input leaf).
+
+    An alias rerouted to another output still reuses the donated buffer: neither better nor worse."""
+    name = result.name
+    for delta in deltas:
+        if delta.kind == "alias" and delta.change == "gone":
+            alias = delta.before
             found.regressions.append(
                 Change(
-                    target=result.name,
+                    target=name,
+                    kind="alias",
+                    subject=alias.input,
+                    message=f"{name}: alias lost: {alias.input} → {alias.output} ({format_bytes(alias.bytes)}) "
+                    f"no longer reuses the donated buffer{_at(result.definition)}",
+                    before=alias.output,
+                    after=None,
+                    source=result.definition,
+                )
+            )
+    for delta in deltas:
+        if delta.kind == "alias" and delta.change == "new":
+            alias = delta.after
+            found.improvements.append(
+                Change(
+                    target=name,
+                    kind="alias",
+                    subject=alias.input,
+                    message=f"{name}: new alias {alias.input} → {alias.output} ({format_bytes(alias.bytes)})",
+                    before=None,
+                    after=alias.output,
+                    source=result.definition,
+                )
+            )
+    for delta in deltas:
+        if delta.kind == "donation" and delta.change == "new":
+            donation: DonationFacts = delta.after
+            found.regressions.append(
+                Change(
+                    target=name,
                     kind="donation",
-                    subject=name,
-                    message=f"{result.name}: donation of {name} ({format_bytes(donation.bytes)}) became unusable "
-                    f"({donation.code}): {donation.reason}",
+                    subject=donation.input,
+                    message=f"{name}: donation of {donation.input} ({format_bytes(donation.bytes)}) became "
+                    f"unusable ({donation.code}): {donation.reason}",
                     before=None,
                     after=donation.code,
                     source=result.definition,
                 )
             )
-    for name, record in before_unusable.items():
-        if name not in after_unusable:
+    for delta in deltas:
+        if delta.kind == "donation" and delta.change == "gone":
+            record: DonationFacts = delta.before
             found.improvements.append(
                 Change(
-                    target=result.name,
+                    target=name,
                     kind="donation",
-                    subject=name,
-                    message=f"{result.name}: donation of {name} is no longer unusable (was {record.code})",
+                    subject=record.input,
+                    message=f"{name}: donation of {record.input} is no longer unusable (was {record.code})",
                     before=record.code,
                     after=None,
                     source=result.definition,
@@ -731,11 +766,11 @@ def _verdict_source(result: TargetResult) -> str | None:
     return result.definition
 
 
-def _compare_verdict(entry: BaselineEntry, result: TargetResult, found: _Collector) -> None:
-    if result.verdict is None or entry.in_place is None or entry.in_place == result.verdict.in_place:
-        return
+def _gate_verdict(result: TargetResult, was_in_place: bool, found: _Collector) -> None:
+    """A verdict that turned: from in place to not regresses, the other way improves."""
+    assert result.verdict is not None  # a result the diff read as checked
     source = _verdict_source(result)
-    if entry.in_place:
+    if was_in_place:
         found.regressions.append(
             Change(
                 target=result.name,
@@ -838,10 +873,7 @@ def compare_to_baseline(
             )
             continue
         compared.append(entry)
-        _compare_figures(entry, result, tolerances, found)
-        _compare_copies(entry, result, report.min_bytes, tolerances, found)
-        _compare_donation(entry, result, found)
-        _compare_verdict(entry, result, found)
+        _classify(entry, result, report.min_bytes, tolerances, found)
 
     specs = {project_spec(r.target, base) for r in report.results}
     unchecked = []

@@ -31,13 +31,15 @@ from typing import Any
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.files import read_json
 from fieldmem.gate.diff import (
-    CopyPair,
+    FIGURES,
+    VARIANTS,
     CopyRecord,
+    Delta,
+    TargetFacts,
     array_shape,
     change_text,
-    copy_record,
-    match_aliases,
-    match_copies,
+    diff_targets,
+    facts_of_result,
     moved,
 )
 from fieldmem.report import Alias, Change, Copy, Report, ReportError, TargetResult
@@ -63,8 +65,6 @@ __all__ = [
 ]
 
 COMPARE_SCHEMA = "fieldmem.compare/1"
-VARIANTS = ("donated", "plain")
-FIGURES = ("footprint_bytes", "live_peak_bytes", "temp_bytes", "peak_bytes")
 FIGURE_LABELS = {
     "footprint_bytes": "footprint",
     "live_peak_bytes": "live peak",
@@ -307,46 +307,38 @@ class _Against:
         return Difference(self.column, field_name, change, significant)
 
 
-def _figure_differences(against: _Against, ref: Cell, other: Cell, tolerances: Tolerances | None) -> list[Difference]:
-    differences = []
-    for variant in VARIANTS:
-        for figure in FIGURES:
-            before, after = ref.figures[variant][figure], other.figures[variant][figure]
-            if before == after:
-                continue
-            subject = f"{variant} {FIGURE_LABELS[figure]}"
-            if before is None or after is None:
-                message = (
-                    f"{subject}: {format_bytes(before)} → {format_bytes(after)} "
-                    "(not comparable: unavailable in one report)"
-                )
-                significant = True
-            else:
-                message = f"{subject}: {change_text(before, after)}"
-                tolerance = tolerances.for_figure(figure) if tolerances is not None else Tolerance()
-                significant = moved(tolerance, before, after) != 0
-            differences.append(
-                against.difference(f"{variant}.{figure}", "figure", subject, message, before, after, significant)
-            )
-    return differences
+def _figure_difference(against: _Against, delta: Delta, tolerances: Tolerances | None) -> Difference:
+    before, after = delta.before, delta.after
+    subject = f"{delta.variant} {FIGURE_LABELS[delta.subject]}"
+    if before is None or after is None:
+        message = (
+            f"{subject}: {format_bytes(before)} → {format_bytes(after)} (not comparable: unavailable in one report)"
+        )
+        significant = True
+    else:
+        message = f"{subject}: {change_text(before, after)}"
+        tolerance = tolerances.for_figure(delta.subject) if tolerances is not None else Tolerance()
+        significant = moved(tolerance, before, after) != 0
+    return against.difference(
+        f"{delta.variant}.{delta.subject}", "figure", subject, message, before, after, significant
+    )
 
 
 def _alias_text(alias: Alias) -> str:
     return f"{alias.input} → {alias.output}"
 
 
-def _alias_differences(against: _Against, ref: Cell, other: Cell) -> list[Difference]:
-    aliases = match_aliases(ref.aliases, other.aliases)
+def _alias_differences(against: _Against, deltas: Sequence[Delta]) -> list[Difference]:
     differences = []
-    for lost in sorted(aliases.lost, key=_alias_text):
-        subject = _alias_text(lost)
+    for delta in sorted((d for d in deltas if d.change == "gone"), key=lambda d: _alias_text(d.before)):
+        subject = _alias_text(delta.before)
         differences.append(against.difference("donated.aliases", "alias", subject, f"alias lost: {subject}", subject))
-    for old, now in aliases.rerouted:
-        subject, after = _alias_text(old), _alias_text(now)
+    for delta in (d for d in deltas if d.change == "rerouted"):
+        subject, after = _alias_text(delta.before), _alias_text(delta.after)
         message = f"alias rerouted: {subject} is now {after}"
         differences.append(against.difference("donated.aliases", "alias", subject, message, subject, after))
-    for new in sorted(aliases.new, key=_alias_text):
-        subject = _alias_text(new)
+    for delta in sorted((d for d in deltas if d.change == "new"), key=lambda d: _alias_text(d.after)):
+        subject = _alias_text(delta.after)
         message = f"new alias: {subject}"
         differences.append(against.difference("donated.aliases", "alias", subject, message, None, subject))
     return differences
@@ -361,19 +353,18 @@ def _describe_copy(variant: str, copy: CopyRecord) -> str:
     return text + (f" at {copy.source}" if copy.source else "")
 
 
-def _copy_difference(against: _Against, variant: str, pair: CopyPair, tolerance: Tolerance) -> Difference | None:
-    """A copy new, gone, or of another size per call than in the reference (None: the same)."""
-    field_name, old, now = f"{variant}.copies", pair.before, pair.after
-    if old is None and now is not None:
+def _copy_difference(against: _Against, delta: Delta, tolerance: Tolerance) -> Difference:
+    """A copy new, gone, or of another size per call than in the reference."""
+    field_name, old, now = f"{delta.variant}.copies", delta.before, delta.after
+    variant = str(delta.variant)
+    if old is None:
         subject = _describe_copy(variant, now)
         message = f"new {subject} ({format_bytes(now.per_call)})"
         return against.difference(field_name, "copy", subject, message, None, now.per_call, source=now.source)
-    if old is not None and now is None:
+    if now is None:
         subject = _describe_copy(variant, old)
         message = f"{subject} is gone ({format_bytes(old.per_call)})"
         return against.difference(field_name, "copy", subject, message, old.per_call, None, source=old.source)
-    if old is None or now is None or old.per_call == now.per_call:
-        return None
     subject = _describe_copy(variant, now)
     significant = moved(tolerance, old.per_call, now.per_call) != 0
     return against.difference(
@@ -388,59 +379,53 @@ def _copy_difference(against: _Against, variant: str, pair: CopyPair, tolerance:
     )
 
 
-def _copy_differences(
-    against: _Against,
-    ref_result: TargetResult,
-    other_result: TargetResult,
-    min_bytes: int,
-    tolerances: Tolerances | None,
-) -> list[Difference]:
-    tolerance = tolerances.for_figure(COPIES) if tolerances is not None else Tolerance()
-    differences = []
-    for variant in VARIANTS:
-        ref_variant, other_variant = ref_result.variants.get(variant), other_result.variants.get(variant)
-        before = [copy_record(c) for c in _shown(ref_variant.copies if ref_variant else (), min_bytes)]
-        after = [copy_record(c) for c in _shown(other_variant.copies if other_variant else (), min_bytes)]
-        for pair in match_copies(before, after):
-            difference = _copy_difference(against, variant, pair, tolerance)
-            if difference is not None:
-                differences.append(difference)
-    return differences
+def _donation_difference(against: _Against, delta: Delta) -> Difference:
+    """A donated leaf no output could take, now (new) or no longer (gone)."""
+    if delta.change == "new":
+        donation = delta.after
+        message = f"donation of {delta.subject} is now unusable ({format_bytes(donation.bytes)}): {donation.reason}"
+        return against.difference("donated.aliases", "donation", delta.subject, message, None, donation.bytes)
+    message = f"donation of {delta.subject} is usable again ({format_bytes(delta.before.bytes)})"
+    return against.difference("donated.aliases", "donation", delta.subject, message, delta.before.bytes, None)
 
 
-def _status_word(cell: Cell) -> str:
-    return {"missing": "missing", "error": "could not be checked"}.get(cell.status, "checked")
+def _status_word(status: str) -> str:
+    return {"missing": "missing", "error": "could not be checked"}.get(status, "checked")
 
 
 def _differences(
     against: _Against,
-    reference: tuple[Cell, TargetResult | None],
-    other: tuple[Cell, TargetResult | None],
+    before: TargetFacts,
+    after: TargetFacts,
     min_bytes: int,
     tolerances: Tolerances | None,
 ) -> list[Difference]:
-    (ref, ref_result), (cell, result) = reference, other
-    if ref.status != cell.status:
-        detail = f": {cell.error}" if cell.error else ""
-        message = f"{_status_word(ref)} in the reference, {_status_word(cell)} here{detail}"
-        return [against.difference("status", "status", "status", message, ref.status, cell.status)]
-    if ref.status != "ok" or ref_result is None or result is None:
-        return []
+    """The deltas from ``before`` to ``after`` (:func:`~fieldmem.gate.diff.diff_targets`) as compare words
+    them: the status alone when it differs; else the verdict, the checks, the donated variant's
+    aliases, both variants' copies and figures, then the donated variant's donations."""
+    deltas = diff_targets(before, after, min_bytes)
     differences = []
-    if ref.in_place != cell.in_place:
-        words = {True: "in place", False: "not in place"}
-        before, after = words[bool(ref.in_place)], words[bool(cell.in_place)]
-        message = f"verdict {before} → {after} ({cell.verdict})"
-        differences.append(against.difference("verdict", "verdict", "verdict", message, before, after))
-    for name in sorted(set(ref.failed_checks) ^ set(cell.failed_checks)):
-        now = "fails" if name in cell.failed_checks else "passes"
-        before_state, after_state = ("passed", "failed") if now == "fails" else ("failed", "passed")
-        differences.append(
-            against.difference("checks", "check", name, f"check {name} now {now}", before_state, after_state)
-        )
-    differences += _alias_differences(against, ref, cell)
-    differences += _copy_differences(against, ref_result, result, min_bytes, tolerances)
-    differences += _figure_differences(against, ref, cell, tolerances)
+    for delta in deltas:
+        if delta.kind == "status":
+            detail = f": {after.error}" if after.error else ""
+            message = f"{_status_word(delta.before)} in the reference, {_status_word(delta.after)} here{detail}"
+            return [against.difference("status", "status", "status", message, delta.before, delta.after)]
+        if delta.kind == "verdict":
+            words = {True: "in place", False: "not in place"}
+            was, now = words[bool(delta.before)], words[bool(delta.after)]
+            message = f"verdict {was} → {now} ({after.verdict})"
+            differences.append(against.difference("verdict", "verdict", "verdict", message, was, now))
+        elif delta.kind == "check":
+            state = "fails" if delta.change == "new" else "passes"
+            was_state, now_state = ("passed", "failed") if delta.change == "new" else ("failed", "passed")
+            message = f"check {delta.subject} now {state}"
+            differences.append(against.difference("checks", "check", delta.subject, message, was_state, now_state))
+    donated = [d for d in deltas if d.variant == "donated"]
+    differences += _alias_differences(against, [d for d in donated if d.kind == "alias"])
+    tolerance = tolerances.for_figure(COPIES) if tolerances is not None else Tolerance()
+    differences += [_copy_difference(against, d, tolerance) for d in deltas if d.kind == "copy"]
+    differences += [_figure_difference(against, d, tolerances) for d in deltas if d.kind == "figure"]
+    differences += [_donation_difference(against, d) for d in donated if d.kind == "donation"]
     return differences
 
 
@@ -490,12 +475,11 @@ def compare_reports(
     for name in names:
         results = [results.get(name) for results in indexed]
         cells = tuple(_cell(result, threshold) for result in results)
+        facts = [facts_of_result(result) for result in results]
         differences: list[Difference] = []
         for column in range(1, len(cells)):
             against = _Against(column, labels[column], name)
-            differences += _differences(
-                against, (cells[0], results[0]), (cells[column], results[column]), threshold, tolerances
-            )
+            differences += _differences(against, facts[0], facts[column], threshold, tolerances)
         rows.append(Row(name=name, cells=cells, differences=tuple(differences)))
     return Comparison(
         columns=columns,
@@ -506,34 +490,13 @@ def compare_reports(
 
 
 def result_changes(before: TargetResult | None, after: TargetResult | None, min_bytes: int) -> tuple[Change, ...]:
-    """What changed for one target between two checks of it (``fieldmem check --watch``): its status,
-    verdict and checks, aliases, copies and figures as ``fieldmem compare`` words them (exact), and the
-    donations that became unusable or usable again. None ``before``: a new target."""
+    """What changed for one target between two checks of it (``fieldmem check --watch``): every delta as
+    ``fieldmem compare`` words it (exact), without a column's label. None ``before``: a new target."""
     named = after if after is not None else before
     against = _Against(0, "", named.name if named is not None else "")
-    reference = (_cell(before, min_bytes), before)
-    other = (_cell(after, min_bytes), after)
-    changes = [d.change for d in _differences(against, reference, other, min_bytes, None)]
-    if before is not None and after is not None and reference[0].status == other[0].status == "ok":
-        changes += [d.change for d in _donation_differences(against, before, after)]
-    return tuple(changes)
-
-
-def _donation_differences(against: _Against, before: TargetResult, after: TargetResult) -> list[Difference]:
-    """Donated leaves no output could take, by input leaf: new ones and those usable again."""
-    old_variant, new_variant = before.variants.get("donated"), after.variants.get("donated")
-    old = {d.input: d for d in (old_variant.unusable_donations if old_variant is not None else ())}
-    now = {d.input: d for d in (new_variant.unusable_donations if new_variant is not None else ())}
-    differences = []
-    for name, donation in now.items():
-        if name not in old:
-            message = f"donation of {name} is now unusable ({format_bytes(donation.bytes)}): {donation.reason}"
-            differences.append(against.difference("donated.aliases", "donation", name, message, None, donation.bytes))
-    for name, donation in old.items():
-        if name not in now:
-            message = f"donation of {name} is usable again ({format_bytes(donation.bytes)})"
-            differences.append(against.difference("donated.aliases", "donation", name, message, donation.bytes, None))
-    return differences
+    return tuple(
+        d.change for d in _differences(against, facts_of_result(before), facts_of_result(after), min_bytes, None)
+    )
 
 
 def compare_files(

@@ -1,11 +1,20 @@
-"""The one diff engine: what is "the same" copy, alias and figure in two runs of a target.
+"""The one diff engine: what differs between two runs of a target, as neutral deltas.
 
-The baseline gate (:mod:`fieldmem.gate.baseline`) and ``fieldmem compare``
-(:mod:`fieldmem.gate.compare`) both ask this module which copies and aliases
-of two runs are the same, whether a figure moved beyond its tolerance, and
-how a change of bytes reads (:func:`change_text`). They decide only what a
-change means to them (a regression, a significant difference) and how their
-documents word it; every change they report is a :class:`~fieldmem.report.Change`.
+:func:`diff_targets` takes the facts of two runs (:class:`TargetFacts`: of a
+report's result, :func:`facts_of_result`, or of a baseline's entry) and gives
+every :class:`Delta` between them: a status or verdict that changed, a check
+that now fails or passes, an alias lost, new or rerouted, a donation that
+became unusable or usable again, a copy new, gone, grown or shrunk (copies
+paired by :func:`match_copies`, never by HLO instruction name), a figure
+that moved; each with the matched pair. What is "the same" copy, alias and
+figure is decided here, once.
+
+The front-ends only classify and word the deltas: the baseline gate
+(:mod:`fieldmem.gate.baseline`: a regression, an improvement, a note),
+``fieldmem compare`` (:mod:`fieldmem.gate.compare`: significant or not
+against a tolerance) and ``--watch`` (compare's words, exact). Every change
+they report is a :class:`~fieldmem.report.Change`; a change of bytes reads
+one way (:func:`change_text`).
 
 Pure: no jax, no files, nothing printed.
 """
@@ -13,26 +22,39 @@ Pure: no jax, no files, nothing printed.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from fieldmem.report import Copy
+from fieldmem.report import Copy, TargetResult
 from fieldmem.request.tolerance import Tolerance
 from fieldmem.units import format_bytes
 
 __all__ = [
+    "FIGURES",
+    "VARIANTS",
     "AliasMatch",
     "CopyPair",
     "CopyRecord",
+    "Delta",
+    "DonationFacts",
+    "TargetFacts",
+    "VariantFacts",
     "array_shape",
     "change_text",
     "copy_record",
+    "diff_targets",
+    "facts_of_result",
     "match_aliases",
     "match_copies",
     "moved",
     "signed_bytes",
 ]
+
+#: The variants a diff reads, in the order deltas come.
+VARIANTS = ("donated", "plain")
+#: The memory figures a diff compares, in the order deltas come.
+FIGURES = ("footprint_bytes", "live_peak_bytes", "temp_bytes", "peak_bytes")
 
 _LAYOUT = re.compile(r"\{[^}]*\}")
 
@@ -198,3 +220,155 @@ def change_text(before: int, after: int) -> str:
     diff = after - before
     percent = f", {diff / before:+.1%}" if before else ""
     return f"{format_bytes(before)} → {format_bytes(after)} ({signed_bytes(diff)}{percent})"
+
+
+# ----------------------------------------------------------------------------
+# The facts of one run, and the deltas between two
+
+
+@dataclass(frozen=True)
+class DonationFacts:
+    """A donated input leaf no output reuses."""
+
+    input: str
+    bytes: int
+    code: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class VariantFacts:
+    """What a diff reads of one variant of one run."""
+
+    memory: Mapping[str, int | None]  # figure -> bytes (None: unavailable)
+    aliases: tuple[Any, ...] = ()  # each with input, output, bytes (a report's Alias, a baseline's record)
+    unusable: tuple[DonationFacts, ...] = ()
+    copies: tuple[CopyRecord, ...] = ()
+    unavailable: Mapping[str, str] = field(default_factory=dict)  # figure -> why it has no value
+    peak_source: str | None = None  # the live peak's schedule point, where known
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """What a diff reads of one run of a target: a report's result, or a baseline's entry."""
+
+    name: str
+    status: str  # ok | error | missing
+    error: str | None = None
+    in_place: bool | None = None
+    verdict: str | None = None  # the verdict's summary
+    failed_checks: tuple[str, ...] | None = None  # None: not recorded (a baseline keeps no checks)
+    definition: str | None = None
+    variants: Mapping[str, VariantFacts] = field(default_factory=dict)
+
+
+def facts_of_result(result: TargetResult | None) -> TargetFacts:
+    """The facts of a report's result (None: the target is missing from that report)."""
+    if result is None:
+        return TargetFacts(name="", status="missing")
+    if result.status != "ok" or result.verdict is None:
+        error = result.error.message if result.error is not None else "unknown error"
+        return TargetFacts(name=result.name, status="error", error=error, definition=result.definition)
+    variants = {}
+    for name, variant in result.variants.items():
+        variants[name] = VariantFacts(
+            memory={f: getattr(variant.memory, f) for f in FIGURES},
+            aliases=variant.aliases,
+            unusable=tuple(DonationFacts(d.input, d.bytes, d.code, d.reason) for d in variant.unusable_donations),
+            copies=tuple(copy_record(c) for c in variant.copies),
+            unavailable=variant.memory.unavailable,
+            peak_source=variant.timeline.peak_source if variant.timeline is not None else None,
+        )
+    return TargetFacts(
+        name=result.name,
+        status="ok",
+        in_place=result.verdict.in_place,
+        verdict=result.verdict.summary,
+        failed_checks=tuple(c.name for c in result.failed_checks),
+        definition=result.definition,
+        variants=variants,
+    )
+
+
+DeltaKind = Literal["status", "verdict", "check", "alias", "donation", "copy", "figure"]
+DeltaChange = Literal["new", "gone", "grew", "shrank", "changed", "rerouted"]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """One thing that differs between two runs of a target, with the matched pair.
+
+    ``before`` and ``after`` are what the runs have: a status or a verdict
+    (``in_place``), a check's name, an alias or a donation record, a
+    :class:`CopyRecord`, a figure's bytes; None on the side that lacks it. A
+    figure or copy that ``changed`` has a value on one side only (unavailable
+    on the other).
+    """
+
+    kind: DeltaKind
+    change: DeltaChange
+    subject: str  # the status, verdict or check name; the alias's or donation's input leaf; a figure name
+    before: Any
+    after: Any
+    variant: str | None = None  # of alias, donation, copy and figure deltas
+
+
+def diff_targets(before: TargetFacts, after: TargetFacts, min_bytes: int) -> tuple[Delta, ...]:
+    """Every delta from ``before`` to ``after``; copies smaller than ``min_bytes`` (on both sides) are not read.
+
+    A status that differs is the only delta (nothing else compares), and so
+    is none when either run could not be checked. Then, in this order: the
+    verdict, the checks (where both runs record them), and per variant
+    (:data:`VARIANTS`) the aliases (lost, rerouted, new), the donations no
+    output takes (new, gone), the copies (in :func:`match_copies` order) and
+    the figures (:data:`FIGURES`).
+    """
+    if before.status != after.status:
+        return (Delta("status", "changed", "status", before.status, after.status),)
+    if before.status != "ok":
+        return ()
+    deltas: list[Delta] = []
+    if before.in_place != after.in_place:
+        deltas.append(Delta("verdict", "changed", "verdict", before.in_place, after.in_place))
+    if before.failed_checks is not None and after.failed_checks is not None:
+        for name in sorted(set(before.failed_checks) ^ set(after.failed_checks)):
+            deltas.append(Delta("check", "new" if name in after.failed_checks else "gone", name, name, name))
+    for variant in VARIANTS:
+        old, now = before.variants.get(variant), after.variants.get(variant)
+        if old is None or now is None:
+            continue
+        deltas += _variant_deltas(variant, old, now, min_bytes)
+    return tuple(deltas)
+
+
+def _variant_deltas(variant: str, old: VariantFacts, now: VariantFacts, min_bytes: int) -> list[Delta]:
+    deltas: list[Delta] = []
+    aliases = match_aliases(old.aliases, now.aliases)
+    deltas += [Delta("alias", "gone", a.input, a, None, variant) for a in aliases.lost]
+    deltas += [Delta("alias", "rerouted", a.input, a, b, variant) for a, b in aliases.rerouted]
+    deltas += [Delta("alias", "new", a.input, None, a, variant) for a in aliases.new]
+    unusable_before = {d.input: d for d in old.unusable}
+    unusable_after = {d.input: d for d in now.unusable}
+    deltas += [
+        Delta("donation", "new", n, None, d, variant) for n, d in unusable_after.items() if n not in unusable_before
+    ]
+    deltas += [
+        Delta("donation", "gone", n, d, None, variant) for n, d in unusable_before.items() if n not in unusable_after
+    ]
+    copies_before = [c for c in old.copies if c.bytes >= min_bytes]
+    copies_after = [c for c in now.copies if c.bytes >= min_bytes]
+    for pair in match_copies(copies_before, copies_after):
+        if pair.before is None:
+            deltas.append(Delta("copy", "new", "copy", None, pair.after, variant))
+        elif pair.after is None:
+            deltas.append(Delta("copy", "gone", "copy", pair.before, None, variant))
+        elif pair.before.per_call != pair.after.per_call:
+            change: DeltaChange = "grew" if pair.after.per_call > pair.before.per_call else "shrank"
+            deltas.append(Delta("copy", change, "copy", pair.before, pair.after, variant))
+    for figure in FIGURES:
+        a, b = old.memory.get(figure), now.memory.get(figure)
+        if a == b:
+            continue
+        change = "changed" if a is None or b is None else ("grew" if b > a else "shrank")
+        deltas.append(Delta("figure", change, figure, a, b, variant))
+    return deltas
