@@ -8,6 +8,7 @@ figure that grew; a verdict that turned. No compile.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from fieldmem.gate.baseline import compare_to_baseline, entry_from_result, facts_of_entry, load_baseline, save_baseline
@@ -124,3 +125,22 @@ def test_a_baseline_entry_keeps_every_fact_the_gate_diffs() -> None:
     kinds = {(d.kind, d.change) for d in from_report}
     assert {("copy", "grew"), ("copy", "gone"), ("copy", "new"), ("alias", "gone"), ("donation", "new")} <= kinds
     assert ("copy", "shrank") not in kinds  # the moved copy is the same copy, unchanged
+
+
+def test_a_donation_below_min_bytes_is_no_change_to_any_of_them(tmp_path: Path) -> None:
+    """A 4-byte scalar whose donation becomes unusable decides no verdict (below --min-bytes), so the gate,
+    compare and watch all leave it out; at min_bytes, all three report it."""
+    for size, reported in ((4, False), (1024, True)):
+        before, after = _pair()
+        scalar = UnusableDonation("f", 2, size, "no output has its size", "no-output-of-size")
+        donated = after.results[0].variants["donated"]
+        donated = dataclasses.replace(donated, unusable_donations=(*donated.unusable_donations, scalar))
+        after = make_report(
+            (dataclasses.replace(after.results[0], variants={**after.results[0].variants, "donated": donated}),)
+        )
+        (tmp_path / str(size)).mkdir()
+        gated = _baseline_changes(before, after, tmp_path / str(size))
+        compared = [d.change for d in compare_reports([("a.json", before), ("b.json", after)]).rows[0].differences]
+        watched = result_changes(before.results[0], after.results[0], before.min_bytes)
+        for changes in (gated, compared, watched):
+            assert ("f" in [c.subject for c in changes if c.kind == "donation"]) is reported, changes

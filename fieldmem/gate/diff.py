@@ -314,7 +314,8 @@ class Delta:
 
 
 def diff_targets(before: TargetFacts, after: TargetFacts, min_bytes: int) -> tuple[Delta, ...]:
-    """Every delta from ``before`` to ``after``; copies smaller than ``min_bytes`` (on both sides) are not read.
+    """Every delta from ``before`` to ``after``; copies, aliases and donations smaller than ``min_bytes`` are
+    not read (on either side: they decide no verdict, so no change of theirs is one).
 
     A status that differs is the only delta (nothing else compares), and so
     is none when either run could not be checked. Then, in this order: the
@@ -343,12 +344,14 @@ def diff_targets(before: TargetFacts, after: TargetFacts, min_bytes: int) -> tup
 
 def _variant_deltas(variant: str, old: VariantFacts, now: VariantFacts, min_bytes: int) -> list[Delta]:
     deltas: list[Delta] = []
-    aliases = match_aliases(old.aliases, now.aliases)
+    aliases = match_aliases(
+        [a for a in old.aliases if a.bytes >= min_bytes], [a for a in now.aliases if a.bytes >= min_bytes]
+    )
     deltas += [Delta("alias", "gone", a.input, a, None, variant) for a in aliases.lost]
     deltas += [Delta("alias", "rerouted", a.input, a, b, variant) for a, b in aliases.rerouted]
     deltas += [Delta("alias", "new", a.input, None, a, variant) for a in aliases.new]
-    unusable_before = {d.input: d for d in old.unusable}
-    unusable_after = {d.input: d for d in now.unusable}
+    unusable_before = {d.input: d for d in old.unusable if d.bytes >= min_bytes}
+    unusable_after = {d.input: d for d in now.unusable if d.bytes >= min_bytes}
     deltas += [
         Delta("donation", "new", n, None, d, variant) for n, d in unusable_after.items() if n not in unusable_before
     ]
