@@ -350,6 +350,7 @@ def assert_in_place(
         min_bytes=min_bytes,
         run=run,
         new=new,
+        fast_compile=fast_compile,
         backend=backend,
         **kwargs,
     )

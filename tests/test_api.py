@@ -89,6 +89,13 @@ def test_bad_expect_and_non_callable() -> None:
 
 
 @pytest.mark.compile
+@pytest.mark.parametrize("fast", [True, False])
+def test_assert_in_place_compiles_as_its_fast_compile_says(field: jax.Array, fast: bool) -> None:
+    (result,) = fieldmem.assert_in_place(add_row, field, 1.0, fast_compile=fast).results
+    assert {name: variant.fast_compile for name, variant in result.variants.items()} == {"plain": fast, "donated": fast}
+
+
+@pytest.mark.compile
 def test_in_place_with_donation_passes(field: jax.Array) -> None:
     report = fieldmem.assert_in_place(add_row, field, 1.0)
     assert isinstance(report, Report) and report.exit_code == 0
