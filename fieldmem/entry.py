@@ -25,8 +25,8 @@ def leave(code: int) -> NoReturn:
     """End the process with ``code`` once stdout and stderr are flushed, without the interpreter's teardown.
 
     The teardown frees, object by object, what the process is about to give
-    back whole: the decoded results and every module (0.06 s after a check of
-    5,000 leaves). By now every file fieldmem writes is closed (reports and
+    back whole: the decoded results and every module (time that grows with the
+    leaves checked). By now every file fieldmem writes is closed (reports and
     baselines are written to a temporary file and renamed), the worker it
     started has answered or been ended, and no code of the user's ran in this
     process, so no exit hook of theirs is skipped. Under a profiler, a

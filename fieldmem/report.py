@@ -777,7 +777,7 @@ class Report:
 
 
 # A result read back from the JSON a worker wrote keeps that JSON (remember_encoding): the report written from
-# it does not encode it a second time (0.05 s for a result of 5,000 leaves). A result made anew from it
+# it does not encode it a second time (a result of thousands of leaves is written once). A result made anew from it
 # (dataclasses.replace) is another object, without it, and is encoded as any other.
 _ENCODING = "_fieldmem_encoding"
 

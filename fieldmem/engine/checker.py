@@ -170,9 +170,9 @@ def releases_held(into: list[Any]) -> Iterator[None]:
     """Inside, each checked target's compiled programs, executables and analyses are appended to ``into``
     rather than freed as the target ends; the caller frees them when it is done answering (``into.clear()``).
 
-    Freeing them is not free: on 5,000 leaves, letting go of one target's two
-    executables and the records read from them took 0.2 s, between the end
-    of its analysis and the answer. A worker answers first and frees after
+    Freeing them is not free: letting go of a target's two executables and
+    the records read from them takes time that grows with its leaves, and it
+    would fall between the end of its analysis and the answer. A worker answers first and frees after
     (or never: a one-shot worker leaves by ``os._exit``). It frees what it
     holds before each next target, so no more than the targets checked since
     the last start are held at a time. Per thread (a context variable): the

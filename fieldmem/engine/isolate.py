@@ -505,7 +505,7 @@ class _Supervisor:
 
 def _read_events(answers: int, events: queue.Queue[dict[str, Any] | None]) -> None:
     """Put each event the worker sends on ``events``, then None when its pipe ends."""
-    import msgspec.json  # noqa: F401  (15 ms to load: here, while the worker starts, not at its answer)
+    import msgspec.json  # noqa: F401  (loaded here, while the worker starts, not at its answer)
 
     with open(answers, "rb") as pipe:
         for line in pipe:

@@ -80,7 +80,7 @@ def encode_json(value: Any) -> str:
 def encode_result(written: WorkerResult) -> str:
     """``written`` as compact JSON text: the same text :func:`encode_json` gives for
     :func:`fieldmem.codec.encode`'s plain data, but written by msgspec straight from the
-    records (3 ms for a result of 5,000 leaves, against 42: benchmarks/results/wire.md).
+    records (several times faster than the codec on big results: benchmarks/results/wire.md).
 
     What msgspec refuses (a lone surrogate in a name, which UTF-8 cannot hold) is
     written by the codec, which escapes it as JSON does; a value neither can write raises.
@@ -104,8 +104,8 @@ READ_BY_JSON = "_read_by_json"
 
 def decode_result(encoded: Any, careful: bool = False) -> WorkerResult:
     """The :class:`WorkerResult` a worker wrote (``encoded``: its JSON, read as plain data by
-    :func:`read_event`), rebuilt by msgspec (the two steps: 17 ms for 5,000 leaves, against 50 by
-    ``json.loads`` and :func:`fieldmem.codec.decode`: benchmarks/results/wire.md).
+    :func:`read_event`), rebuilt by msgspec (faster than ``json.loads`` and :func:`fieldmem.codec.decode`
+    on big results: benchmarks/results/wire.md).
 
     What msgspec refuses is read again by the codec, which accepts the same documents
     and names the path of what it refuses; so is all of it with ``careful`` (an event

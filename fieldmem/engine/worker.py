@@ -254,7 +254,7 @@ def _freeze_imports() -> None:
 
 
 # what the last check of a one-shot worker left to free (_Worker.held): the process ends by os._exit, which
-# frees nothing, so nothing frees it on the way (0.2 s on 5,000 leaves, after the parent has its answers)
+# frees nothing, so nothing frees it on the way (time that grows with the leaves, after the parent has its answers)
 _LEFT_TO_EXIT: list[Any] = []
 
 

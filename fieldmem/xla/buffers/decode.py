@@ -164,8 +164,8 @@ class BufferAssignment:
     """A decoded ``BufferAssignmentProto``: which logical buffer lives where.
 
     :attr:`aliases` and :attr:`heap_traces` are decoded when first read:
-    the live-range analysis reads neither, and a state of 5,000 leaves has
-    10,000 aliases (14 ms to decode).
+    the live-range analysis reads neither, and a donated state has about two
+    aliases per leaf, all decoded for nothing otherwise.
     """
 
     logical_buffers: tuple[LogicalBuffer, ...]
