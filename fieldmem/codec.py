@@ -7,7 +7,10 @@ the path of the offending key (``entries[0].variants.donated.memory.temp_bytes
 should be int, not str '4'``), and a word outside a ``Literal`` set the same
 way (``results[0].status should be one of 'ok', 'error', not 'fine'``).
 Unknown keys are ignored and missing fields with a default take it, so a
-newer fieldmem reads older documents.
+newer fieldmem reads older documents. An older fieldmem reads a newer one too:
+a ``Literal`` set registered as open (:func:`read_unknown_as`: a copy kind, a
+finding code) reads a word it does not know as its stand-in (``"unknown"``),
+and :func:`unknown_values` says where and what it was; a closed set refuses it.
 
 Hand-edited or hostile documents are refused the same way: an integer
 outside int64 (every count and size fieldmem writes is one) and a string
@@ -27,7 +30,7 @@ from typing import Any, Literal, Union
 
 from fieldmem.errors import quoted
 
-__all__ = ["decode", "encode", "unbounded_integers"]
+__all__ = ["decode", "encode", "read_unknown_as", "unbounded_integers", "unknown_values"]
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
@@ -77,6 +80,33 @@ def unbounded_integers() -> typing.Iterator[None]:
         yield
     finally:
         _BOUNDED.reset(token)
+
+
+# Literal sets a newer document may hold more words of: the set -> the word an unknown one reads as
+_OPEN: dict[Any, str] = {}
+# where unknown words were read as their stand-in, while unknown_values() collects them
+_FOUND: contextvars.ContextVar[list[tuple[str, str, str]] | None] = contextvars.ContextVar(
+    "fieldmem_codec_unknown", default=None
+)
+
+
+def read_unknown_as(hint: Any, stand_in: str) -> None:
+    """Read a string outside the ``Literal`` set ``hint`` as ``stand_in`` (one of the set), not refuse it."""
+    if stand_in not in typing.get_args(hint):
+        raise ValueError(f"{stand_in!r} is not one of {typing.get_args(hint)}")
+    _OPEN[hint] = stand_in
+
+
+@contextlib.contextmanager
+def unknown_values() -> typing.Iterator[list[tuple[str, str, str]]]:
+    """Inside, each word of an open set that :func:`decode` did not know is listed as
+    ``(path, word, stand-in)`` in the list given, in the order read."""
+    found: list[tuple[str, str, str]] = []
+    token = _FOUND.set(found)
+    try:
+        yield found
+    finally:
+        _FOUND.reset(token)
 
 
 def _type_name(data: Any) -> str:
@@ -130,6 +160,13 @@ def _decode(hint: Any, data: Any, where: str = "") -> Any:
 def _literal(hint: Any, data: Any, where: str) -> Any:
     allowed = typing.get_args(hint)
     if not any(type(data) is type(a) and data == a for a in allowed):
+        stand_in = _OPEN.get(hint)
+        if stand_in is not None and isinstance(data, str):
+            _scalar(str, data, where)  # not valid Unicode: refused as any string is
+            found = _FOUND.get()
+            if found is not None:
+                found.append((where or "value", data, stand_in))
+            return stand_in
         raise ValueError(f"{where or 'value'} should be one of {', '.join(map(repr, allowed))}, not {_type_name(data)}")
     return data
 

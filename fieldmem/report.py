@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
-from fieldmem.codec import decode, encode
+from fieldmem.codec import decode, encode, read_unknown_as, unknown_values
+from fieldmem.errors import quoted
 
 __all__ = [
     "ARGUMENT_CODES",
@@ -113,27 +114,36 @@ MEMORY_FIGURES = (
     "constant_bytes",
 )
 
-# The report's closed sets of words, one definition each. ``Literal`` lets the
-# type checker catch a misspelt comparison; the codec refuses a value outside
-# the set when it reads a report back; the tuples are for code that lists or
-# checks the allowed values at run time. docs/report-schema.md describes each.
+# The report's sets of words, one definition each. ``Literal`` lets the type
+# checker catch a misspelt comparison; the tuples below list the values
+# fieldmem emits, for code that lists or checks them at run time.
+# docs/report-schema.md describes each.
+#
+# Most sets are *open*: a newer fieldmem may add a value (a copy kind, a
+# finding code), and a report it wrote must still read here. Each open set
+# holds ``"unknown"``, which no analysis emits: the codec reads a value it does
+# not know there as ``"unknown"`` and says where (:func:`fieldmem.codec.unknown_values`).
+# The *closed* sets decide exit codes and the verdict's weight (a target's
+# status, an expectation, a finding's severity): a value outside them is refused.
+UNKNOWN = "unknown"
 TargetStatus = Literal["ok", "error"]
 Expectation = Literal["in-place", "any"]
-CopyKind = Literal["parameter", "loop", "conditional", "layout", "other", "staging"]
-SourceRole = Literal["copy", "operand", "user", "definition"]
+CopyKind = Literal["parameter", "loop", "conditional", "layout", "other", "staging", "unknown"]
+SourceRole = Literal["copy", "operand", "user", "definition", "unknown"]
 CopyCause = Literal[
     "input-kept-intact",
     "old-carry-read-after-update",
     "new-value-via-temporary",
     "output-via-temporary",
     "layout-change",
+    "unknown",
 ]
-LiveBufferKind = Literal["parameter", "aliased", "output", "temporary", "constant"]
-DonationCode = Literal["unused", "no-output-of-size", "outputs-taken", "not-reused"]
+LiveBufferKind = Literal["parameter", "aliased", "output", "temporary", "constant", "unknown"]
+DonationCode = Literal["unused", "no-output-of-size", "outputs-taken", "not-reused", "unknown"]
 LeafCode = Literal["reused", DonationCode, "copied", "via-temporary"]
 ArgumentCode = Literal["donate", LeafCode, "too-small", "no-saving", "mixed"]
-Verification = Literal["suggested", "donated", "plain", "none"]
-ProbeCode = Literal["slice-only", "whole-buffer", "inconclusive", "not-probed"]
+Verification = Literal["suggested", "donated", "plain", "none", "unknown"]
+ProbeCode = Literal["slice-only", "whole-buffer", "inconclusive", "not-probed", "unknown"]
 Severity = Literal["error", "warning", "info"]
 FindingCode = Literal[
     "new-buffer",
@@ -155,31 +165,61 @@ FindingCode = Literal[
     "run-peak-above-plan",
     "probe-whole-buffer",
     "made-static",
+    "unknown",
 ]
-CheckName = Literal["expect-in-place", "max-peak", "max-live-peak"]
-HandOffCode = Literal["dtype-change", "shape-change", "sharding-change", "layout-change", "reshard", "relayout"]
-ChainStepStatus = Literal["in-place", "grows", "breaks", "error", "not-checked"]
-CostLayout = Literal["steps", "fused"]
-StaticCode = Literal["concrete", "not-traceable"]
+CheckName = Literal["expect-in-place", "max-peak", "max-live-peak", "unknown"]
+HandOffCode = Literal[
+    "dtype-change", "shape-change", "sharding-change", "layout-change", "reshard", "relayout", "unknown"
+]
+ChainStepStatus = Literal["in-place", "grows", "breaks", "error", "not-checked", "unknown"]
+CostLayout = Literal["steps", "fused", "unknown"]
+StaticCode = Literal["concrete", "not-traceable", "unknown"]
+
+#: The open sets: a value a newer fieldmem wrote, unknown here, reads as ``"unknown"``.
+OPEN_SETS = (
+    CopyKind,
+    SourceRole,
+    CopyCause,
+    LiveBufferKind,
+    DonationCode,
+    LeafCode,
+    ArgumentCode,
+    Verification,
+    ProbeCode,
+    FindingCode,
+    CheckName,
+    HandOffCode,
+    ChainStepStatus,
+    CostLayout,
+    StaticCode,
+)
+for _open in OPEN_SETS:
+    read_unknown_as(_open, UNKNOWN)
+
+
+def _emitted(values: tuple[str, ...]) -> tuple[Any, ...]:
+    """The values of a set that fieldmem emits: all but ``"unknown"``."""
+    return tuple(v for v in values if v != UNKNOWN)
+
 
 TARGET_STATUSES: tuple[TargetStatus, ...] = get_args(TargetStatus)
 EXPECTATIONS: tuple[Expectation, ...] = get_args(Expectation)
-COPY_KINDS: tuple[CopyKind, ...] = get_args(CopyKind)
-SOURCE_ROLES: tuple[SourceRole, ...] = get_args(SourceRole)
-COPY_CAUSES: tuple[CopyCause, ...] = get_args(CopyCause)
-LIVE_BUFFER_KINDS: tuple[LiveBufferKind, ...] = get_args(LiveBufferKind)
-DONATION_CODES: tuple[DonationCode, ...] = get_args(DonationCode)
-LEAF_CODES: tuple[LeafCode, ...] = get_args(LeafCode)
-ARGUMENT_CODES: tuple[ArgumentCode, ...] = get_args(ArgumentCode)
-VERIFICATIONS: tuple[Verification, ...] = get_args(Verification)
-PROBE_CODES: tuple[ProbeCode, ...] = get_args(ProbeCode)
+COPY_KINDS: tuple[CopyKind, ...] = _emitted(get_args(CopyKind))
+SOURCE_ROLES: tuple[SourceRole, ...] = _emitted(get_args(SourceRole))
+COPY_CAUSES: tuple[CopyCause, ...] = _emitted(get_args(CopyCause))
+LIVE_BUFFER_KINDS: tuple[LiveBufferKind, ...] = _emitted(get_args(LiveBufferKind))
+DONATION_CODES: tuple[DonationCode, ...] = _emitted(get_args(DonationCode))
+LEAF_CODES: tuple[LeafCode, ...] = _emitted(get_args(LeafCode))
+ARGUMENT_CODES: tuple[ArgumentCode, ...] = _emitted(get_args(ArgumentCode))
+VERIFICATIONS: tuple[Verification, ...] = _emitted(get_args(Verification))
+PROBE_CODES: tuple[ProbeCode, ...] = _emitted(get_args(ProbeCode))
 SEVERITIES: tuple[Severity, ...] = get_args(Severity)
-FINDING_CODES: tuple[FindingCode, ...] = get_args(FindingCode)
-CHECK_NAMES: tuple[CheckName, ...] = get_args(CheckName)
-HANDOFF_CODES: tuple[HandOffCode, ...] = get_args(HandOffCode)
-CHAIN_STEP_STATUSES: tuple[ChainStepStatus, ...] = get_args(ChainStepStatus)
-COST_LAYOUTS: tuple[CostLayout, ...] = get_args(CostLayout)
-STATIC_CODES: tuple[StaticCode, ...] = get_args(StaticCode)
+FINDING_CODES: tuple[FindingCode, ...] = _emitted(get_args(FindingCode))
+CHECK_NAMES: tuple[CheckName, ...] = _emitted(get_args(CheckName))
+HANDOFF_CODES: tuple[HandOffCode, ...] = _emitted(get_args(HandOffCode))
+CHAIN_STEP_STATUSES: tuple[ChainStepStatus, ...] = _emitted(get_args(ChainStepStatus))
+COST_LAYOUTS: tuple[CostLayout, ...] = _emitted(get_args(CostLayout))
+STATIC_CODES: tuple[StaticCode, ...] = _emitted(get_args(StaticCode))
 
 
 class ReportError(ValueError):
@@ -764,16 +804,32 @@ class Report:
         return document
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Report:
+    def from_dict(cls, data: dict[str, Any], unknown: list[str] | None = None) -> Report:
+        """The report ``data`` holds; each word of an open set this fieldmem does not know (a newer
+        fieldmem wrote it) reads as ``"unknown"``, and is said in ``unknown`` when a list is given.
+
+        Raises:
+            ReportError: not a report of a schema this fieldmem reads, or not matching it (a closed
+                set's unknown word included).
+        """
         if not isinstance(data, dict):
             raise ReportError("a fieldmem report is a JSON object")
         schema = data.get("schema")
         if schema not in SUPPORTED_SCHEMAS:
             raise ReportError(f"schema {schema!r} is not one this fieldmem reads ({', '.join(SUPPORTED_SCHEMAS)})")
         try:
-            return decode(cls, data)
+            with unknown_values() as found:
+                report = decode(cls, data)
         except (TypeError, ValueError, KeyError) as exc:
             raise ReportError(f"the report does not match {schema}: {exc}") from exc
+        if unknown is not None:
+            writer = report.fieldmem_version
+            unknown.extend(
+                f"{where} is {quoted(word)}, which this fieldmem does not know (the report is from fieldmem "
+                f"{quoted(writer)}): read as {stand_in!r}"
+                for where, word, stand_in in found
+            )
+        return report
 
 
 # A result read back from the JSON a worker wrote keeps that JSON (remember_encoding): the report written from

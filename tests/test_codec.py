@@ -10,7 +10,7 @@ from typing import Literal, get_args, get_origin
 import pytest
 
 from fieldmem import report as report_module
-from fieldmem.codec import decode, encode
+from fieldmem.codec import decode, encode, read_unknown_as, unknown_values
 from fieldmem.report import Report, ReportError, TargetResult
 
 from factories import make_report
@@ -193,3 +193,29 @@ def test_encode_reads_each_record_as_before() -> None:
     assert encode(Inner(2)) == {"n": 2, "ratio": 1.0}
     assert encode(Inner) is Inner
     assert encode({1: (Inner(3),)}) == {"1": [{"n": 3, "ratio": 1.0}]}
+
+
+Open = Literal["a", "b", "other"]
+read_unknown_as(Open, "other")
+
+
+@dataclass(frozen=True)
+class WithOpenWords:
+    word: Open
+    closed: Status = "ok"
+
+
+def test_an_open_set_reads_a_word_it_does_not_know_as_its_stand_in_and_says_where() -> None:
+    with unknown_values() as found:
+        decoded = decode(tuple[WithOpenWords, ...], [{"word": "a"}, {"word": "zeta"}])
+    assert decoded == (WithOpenWords("a"), WithOpenWords("other"))
+    assert found == [("[1].word", "zeta", "other")]
+    assert decode(WithOpenWords, {"word": "zeta"}) == WithOpenWords("other")  # not collecting: read all the same
+    with pytest.raises(ValueError, match=r"^closed should be one of 'ok', 'error', not str 'zeta'$"):
+        decode(WithOpenWords, {"word": "a", "closed": "zeta"})  # a closed set still refuses
+    with pytest.raises(ValueError, match=r"word should be one of 'a', 'b', 'other', not int 3"):
+        decode(WithOpenWords, {"word": 3})  # only a word stands for a word
+    with pytest.raises(ValueError, match="lone surrogate"):
+        decode(WithOpenWords, {"word": "\ud800"})
+    with pytest.raises(ValueError, match="'nothing' is not one of"):
+        read_unknown_as(Open, "nothing")

@@ -537,3 +537,25 @@ def test_cli_compare_mistakes_are_one_line(saved: dict[str, str], args: list[str
     assert "Traceback" not in result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("fieldmem: error: ") and expected in lines[0], result.stderr
+
+
+def test_a_report_from_a_newer_fieldmem_with_a_copy_kind_this_one_does_not_know_is_compared(tmp_path: Path) -> None:
+    """An older reader keeps the report: the unknown kind reads as "unknown", the copy is still compared (as
+    new: no copy of the reference is of that kind), and a note names the file, the path and the word."""
+    ref = _write(tmp_path / "ref.json", _report(_result(live_peak=100 * MIB)))
+    document = _report(_result(live_peak=100 * MIB, copies=(_copy("model.py:14"),))).to_dict()
+    document["fieldmem_version"] = "0.9.0"
+    document["results"][0]["variants"]["donated"]["copies"][0]["kind"] = "dma"
+    newer = tmp_path / "newer.json"
+    write_atomic(newer, json.dumps(document))
+    result = invoke(str(ref), str(newer))
+    assert result.exit_code == 0, result.output
+    assert "new donated copy [unknown] of f32[512,512] at model.py:14" in result.stdout
+    note = (
+        f"note: {newer}: results[0].variants.donated.copies[0].kind is 'dma', which this fieldmem does not know "
+        "(the report is from fieldmem '0.9.0'): read as 'unknown'"
+    )
+    assert note in " ".join(result.stdout.split())
+    as_json = json.loads(invoke(str(ref), str(newer), "-f", "json").stdout)
+    assert as_json["notes"] == [note.removeprefix("note: ")]
+    assert json.loads(invoke(str(ref), str(ref), "-f", "json").stdout)["notes"] == []

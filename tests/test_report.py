@@ -8,6 +8,7 @@ produces, not only hand-made values.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -164,13 +165,42 @@ MALFORMED = {
     "version-a-number": (("jax_version",), 0.10),
     "savings-not-an-object": (("results", 0, "savings"), [1, 2]),
     "saving-a-string": (("results", 0, "savings", "peak_bytes"), "big"),
-    # the report's words (fieldmem.report's Literal types): one outside its set is refused
+    # the report's closed sets of words (a status, an expectation, a severity): one outside its set is refused
     "status-unknown": (("results", 0, "status"), "fine"),
     "expect-unknown": (("results", 0, "expect"), "in_place"),
-    "finding-code-unknown": (("results", 0, "verdict", "findings", 0, "code"), "plain-copies"),
     "severity-unknown": (("results", 0, "verdict", "findings", 0, "severity"), "fatal"),
-    "check-name-unknown": (("results", 0, "checks", 0, "name"), "expect-inplace"),
+    "finding-code-not-a-word": (("results", 0, "verdict", "findings", 0, "code"), 3),
+    "copy-kind-not-valid-unicode": (("results", 0, "variants", "plain", "copies", 0, "kind"), "\ud800"),
 }
+
+
+def test_a_word_a_newer_fieldmem_wrote_reads_as_unknown_and_is_said(document: dict[str, Any]) -> None:
+    """An open set (a copy kind, a finding code, a check name) may grow in a newer fieldmem: a word this one
+    does not know reads as "unknown", each named by its path, instead of refusing the whole report."""
+    newer = copy.deepcopy(document)
+    newer["fieldmem_version"] = "0.9.0"
+    _set(newer, ("results", 0, "variants", "plain", "copies", 0, "kind"), "dma")
+    _set(newer, ("results", 0, "verdict", "findings", 0, "code"), "plain-copies")
+    _set(newer, ("results", 0, "checks", 0, "name"), "max-transfer")
+    notes: list[str] = []
+    report = Report.from_dict(newer, notes)
+    result = report.results[0]
+    assert result.variants["plain"].copies[0].kind == "unknown"
+    assert result.verdict is not None and result.verdict.findings[0].code == "unknown"
+    assert (
+        result.checks[0].name == "unknown" and result.checks[0].passed == document["results"][0]["checks"][0]["passed"]
+    )
+    assert notes == [
+        "results[0].variants.plain.copies[0].kind is 'dma', which this fieldmem does not know "
+        "(the report is from fieldmem '0.9.0'): read as 'unknown'",
+        "results[0].verdict.findings[0].code is 'plain-copies', which this fieldmem does not know "
+        "(the report is from fieldmem '0.9.0'): read as 'unknown'",
+        "results[0].checks[0].name is 'max-transfer', which this fieldmem does not know "
+        "(the report is from fieldmem '0.9.0'): read as 'unknown'",
+    ]
+    assert Report.from_dict(newer) == report  # without a list: read the same, said nowhere
+    # everything else is as written
+    assert dataclasses.replace(result, variants=report.results[0].variants).name == document["results"][0]["name"]
 
 
 @pytest.mark.parametrize("case", sorted(MALFORMED))

@@ -170,6 +170,7 @@ class Comparison:
     tolerance: str  # "exact", or the tolerances in words
     min_bytes: int  # copies smaller than this are not counted or compared
     schema: str = COMPARE_SCHEMA
+    notes: tuple[str, ...] = ()  # what the reading of a report could not take as written (a newer report's words)
 
     @property
     def significant(self) -> tuple[tuple[str, Difference], ...]:
@@ -196,6 +197,7 @@ class Comparison:
                 for row in self.rows
             ],
             "significant_differences": len(self.significant),
+            "notes": list(self.notes),
         }
 
 
@@ -203,8 +205,9 @@ class Comparison:
 # Loading
 
 
-def load_report(path: str | os.PathLike[str]) -> Report:
-    """Read a report saved by ``fieldmem check --format json -o FILE``.
+def load_report(path: str | os.PathLike[str], notes: list[str] | None = None) -> Report:
+    """Read a report saved by ``fieldmem check --format json -o FILE``; a word a newer fieldmem wrote that
+    this one does not know (a copy kind) reads as ``"unknown"``, said in ``notes`` (named by the file).
 
     Raises:
         ReportFileError: the file is missing, a folder, unreadable, not JSON, or
@@ -213,10 +216,14 @@ def load_report(path: str | os.PathLike[str]) -> Report:
     shown = str(path)
     hint = "give a JSON report written by `fieldmem check --format json -o FILE`"
     data = read_json(path, "report", ReportFileError, missing=hint, hint=hint)
+    unknown: list[str] = []
     try:
-        return Report.from_dict(data)
+        report = Report.from_dict(data, unknown)
     except ReportError as exc:
         raise ReportFileError(f"{shown!r} is not a fieldmem report: {exc}") from None
+    if notes is not None:
+        notes.extend(f"{shown}: {note}" for note in unknown)
+    return report
 
 
 def _labels(paths: Sequence[str]) -> list[str]:
@@ -514,4 +521,6 @@ def compare_files(
         raise OptionError(
             f"compare needs at least two reports, got {len(paths)}: e.g. fieldmem compare cpu.json gpu.json"
         )
-    return compare_reports([(str(p), load_report(p)) for p in paths], tolerances, min_bytes)
+    notes: list[str] = []
+    comparison = compare_reports([(str(p), load_report(p, notes)) for p in paths], tolerances, min_bytes)
+    return dataclasses.replace(comparison, notes=tuple(notes))

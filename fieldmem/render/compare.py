@@ -187,6 +187,8 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
     console.print(
         Text(f"{SIGNIFICANT} differs from the reference · {WITHIN} differs within the tolerance", style="dim")
     )
+    for note in comparison.notes:
+        console.print(Text(f"note: {note}", style="yellow"))
     return buffer.getvalue()
 
 
@@ -248,6 +250,8 @@ def render_markdown(comparison: Comparison, options: RenderOptions) -> str:
         "",
         f"{SIGNIFICANT} differs from the reference ({code(comparison.columns[0].label)}) · {WITHIN} differs within the tolerance",
     ]
+    if comparison.notes:
+        lines += ["", *(f"> note: {escape(note)}" for note in comparison.notes)]
     return "\n".join(lines) + "\n"
 
 
