@@ -33,7 +33,6 @@ from fieldmem.files import LockTimeout, lock_path, locked, read_json, terminatin
 from fieldmem.gate.diff import (
     CopyRecord,
     Delta,
-    DonationFacts,
     TargetFacts,
     VariantFacts,
     change_text,
@@ -542,7 +541,7 @@ def facts_of_entry(entry: BaselineEntry) -> TargetFacts:
             name: VariantFacts(
                 memory=record.memory,
                 aliases=record.aliases,
-                unusable=tuple(DonationFacts(d.input, d.bytes, d.code, d.reason) for d in record.unusable_donations),
+                unusable=record.unusable_donations,
                 copies=record.copies,
             )
             for name, record in entry.variants.items()
@@ -729,7 +728,7 @@ def _gate_donation(result: TargetResult, deltas: list[Delta], found: _Collector)
             )
     for delta in deltas:
         if delta.kind == "donation" and delta.change == "new":
-            donation: DonationFacts = delta.after
+            donation = delta.after
             found.regressions.append(
                 Change(
                     target=name,
@@ -744,7 +743,7 @@ def _gate_donation(result: TargetResult, deltas: list[Delta], found: _Collector)
             )
     for delta in deltas:
         if delta.kind == "donation" and delta.change == "gone":
-            record: DonationFacts = delta.before
+            record = delta.before
             found.improvements.append(
                 Change(
                     target=name,

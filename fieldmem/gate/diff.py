@@ -37,7 +37,6 @@ __all__ = [
     "CopyPair",
     "CopyRecord",
     "Delta",
-    "DonationFacts",
     "TargetFacts",
     "VariantFacts",
     "array_shape",
@@ -226,14 +225,20 @@ def change_text(before: int, after: int) -> str:
 # The facts of one run, and the deltas between two
 
 
-@dataclass(frozen=True)
-class DonationFacts:
-    """A donated input leaf no output reuses."""
+class _DonationLike(Protocol):
+    """A report's :class:`~fieldmem.report.UnusableDonation` or a baseline's ``DonationRecord``."""
 
-    input: str
-    bytes: int
-    code: str
-    reason: str
+    @property
+    def input(self) -> str: ...
+
+    @property
+    def bytes(self) -> int: ...
+
+    @property
+    def code(self) -> str: ...
+
+    @property
+    def reason(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -242,7 +247,7 @@ class VariantFacts:
 
     memory: Mapping[str, int | None]  # figure -> bytes (None: unavailable)
     aliases: tuple[Any, ...] = ()  # each with input, output, bytes (a report's Alias, a baseline's record)
-    unusable: tuple[DonationFacts, ...] = ()
+    unusable: tuple[_DonationLike, ...] = ()  # donated leaves no output takes, each with input, bytes, code, reason
     copies: tuple[CopyRecord, ...] = ()
     unavailable: Mapping[str, str] = field(default_factory=dict)  # figure -> why it has no value
     peak_source: str | None = None  # the live peak's schedule point, where known
@@ -274,7 +279,7 @@ def facts_of_result(result: TargetResult | None) -> TargetFacts:
         variants[name] = VariantFacts(
             memory={f: getattr(variant.memory, f) for f in FIGURES},
             aliases=variant.aliases,
-            unusable=tuple(DonationFacts(d.input, d.bytes, d.code, d.reason) for d in variant.unusable_donations),
+            unusable=variant.unusable_donations,
             copies=tuple(copy_record(c) for c in variant.copies),
             unavailable=variant.memory.unavailable,
             peak_source=variant.timeline.peak_source if variant.timeline is not None else None,
