@@ -559,3 +559,27 @@ def test_a_report_from_a_newer_fieldmem_with_a_copy_kind_this_one_does_not_know_
     as_json = json.loads(invoke(str(ref), str(newer), "-f", "json").stdout)
     assert as_json["notes"] == [note.removeprefix("note: ")]
     assert json.loads(invoke(str(ref), str(ref), "-f", "json").stdout)["notes"] == []
+
+
+def test_a_donation_become_unusable_is_listed_but_marks_no_alias_count_that_did_not_change() -> None:
+    """A donated leaf no output takes now (the aliases as they were): one difference of its own field, so the
+    table does not mark the aliases row, whose counts are equal, as differing."""
+    from fieldmem.report import UnusableDonation
+
+    before = _result()
+    donated = dataclasses.replace(
+        before.variants["donated"],
+        unusable_donations=(UnusableDonation("v", 1, MIB, "no output has its size", "no-output-of-size"),),
+    )
+    after = dataclasses.replace(before, variants={**before.variants, "donated": donated})
+    comparison = _compare(_report(before), _report(after))
+    (difference,) = comparison.rows[0].differences
+    assert (difference.field, difference.change.kind, difference.change.subject) == (
+        "donated.unusable_donations",
+        "donation",
+        "v",
+    )
+    text = get_compare_renderer("table").render(comparison, RenderOptions(width=160))
+    aliases_row = next(line for line in text.splitlines() if "aliases (donated)" in line)
+    assert "≠" not in aliases_row and "≈" not in aliases_row
+    assert "≠ r1.json: donation of v is now unusable (1.0 MiB): no output has its size" in text

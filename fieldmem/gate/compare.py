@@ -121,7 +121,7 @@ class Difference:
     """A :class:`~fieldmem.report.Change` of one report's cell from the reference's, placed in the table.
 
     ``field`` names the row of the table it concerns: ``status``,
-    ``verdict``, ``checks``, ``donated.aliases``, ``<variant>.copies`` or
+    ``verdict``, ``checks``, ``donated.aliases``, ``donated.unusable_donations``, ``<variant>.copies`` or
     ``<variant>.<figure>`` (e.g. ``donated.live_peak_bytes``). The change's
     ``before`` is the reference's value; its ``message`` starts with the
     report's label.
@@ -386,14 +386,19 @@ def _copy_difference(against: _Against, delta: Delta, tolerance: Tolerance) -> D
     )
 
 
+# the field of a donation's difference: a row of its own in the documents, not the aliases' (whose count
+# it does not change: a table would mark equal counts as differing)
+_DONATIONS = "donated.unusable_donations"
+
+
 def _donation_difference(against: _Against, delta: Delta) -> Difference:
     """A donated leaf no output could take, now (new) or no longer (gone)."""
     if delta.change == "new":
         donation = delta.after
         message = f"donation of {delta.subject} is now unusable ({format_bytes(donation.bytes)}): {donation.reason}"
-        return against.difference("donated.aliases", "donation", delta.subject, message, None, donation.bytes)
+        return against.difference(_DONATIONS, "donation", delta.subject, message, None, donation.bytes)
     message = f"donation of {delta.subject} is usable again ({format_bytes(delta.before.bytes)})"
-    return against.difference("donated.aliases", "donation", delta.subject, message, delta.before.bytes, None)
+    return against.difference(_DONATIONS, "donation", delta.subject, message, delta.before.bytes, None)
 
 
 def _status_word(status: str) -> str:
