@@ -693,68 +693,34 @@ def _gate_copy_size(target: str, old: CopyRecord, now: CopyRecord, tolerance: To
 
 
 def _gate_donation(result: TargetResult, deltas: list[Delta], found: _Collector) -> None:
-    """Aliases lost or gained, donations becoming unusable or usable (donated variant, by input leaf).
+    """Aliases lost or gained, donations becoming unusable or usable (donated variant, by input leaf), in
+    the engine's order (aliases lost, new; donations become unusable, usable again).
 
     An alias rerouted to another output still reuses the donated buffer: neither better nor worse."""
     name = result.name
     for delta in deltas:
-        if delta.kind == "alias" and delta.change == "gone":
-            alias = delta.before
-            found.regressions.append(
-                Change(
-                    target=name,
-                    kind="alias",
-                    subject=alias.input,
-                    message=f"{name}: alias lost: {alias.input} → {alias.output} ({format_bytes(alias.bytes)}) "
-                    f"no longer reuses the donated buffer{_at(result.definition)}",
-                    before=alias.output,
-                    after=None,
-                    source=result.definition,
-                )
+        worse = delta.change == "new" if delta.kind == "donation" else delta.change == "gone"
+        if delta.kind == "alias" and delta.change in ("gone", "new"):
+            alias = delta.before if worse else delta.after
+            what = f"{alias.input} → {alias.output} ({format_bytes(alias.bytes)})"
+            message = (
+                f"{name}: alias lost: {what} no longer reuses the donated buffer{_at(result.definition)}"
+                if worse
+                else f"{name}: new alias {what}"
             )
-    for delta in deltas:
-        if delta.kind == "alias" and delta.change == "new":
-            alias = delta.after
-            found.improvements.append(
-                Change(
-                    target=name,
-                    kind="alias",
-                    subject=alias.input,
-                    message=f"{name}: new alias {alias.input} → {alias.output} ({format_bytes(alias.bytes)})",
-                    before=None,
-                    after=alias.output,
-                    source=result.definition,
-                )
+            before, after = (alias.output, None) if worse else (None, alias.output)
+        elif delta.kind == "donation":
+            donation = delta.after if worse else delta.before
+            message = (
+                f"{name}: donation of {donation.input} ({format_bytes(donation.bytes)}) became unusable "
+                f"({donation.code}): {donation.reason}"
+                if worse
+                else f"{name}: donation of {donation.input} is no longer unusable (was {donation.code})"
             )
-    for delta in deltas:
-        if delta.kind == "donation" and delta.change == "new":
-            donation = delta.after
-            found.regressions.append(
-                Change(
-                    target=name,
-                    kind="donation",
-                    subject=donation.input,
-                    message=f"{name}: donation of {donation.input} ({format_bytes(donation.bytes)}) became "
-                    f"unusable ({donation.code}): {donation.reason}",
-                    before=None,
-                    after=donation.code,
-                    source=result.definition,
-                )
-            )
-    for delta in deltas:
-        if delta.kind == "donation" and delta.change == "gone":
-            record = delta.before
-            found.improvements.append(
-                Change(
-                    target=name,
-                    kind="donation",
-                    subject=record.input,
-                    message=f"{name}: donation of {record.input} is no longer unusable (was {record.code})",
-                    before=record.code,
-                    after=None,
-                    source=result.definition,
-                )
-            )
+            before, after = (None, donation.code) if worse else (donation.code, None)
+        else:
+            continue
+        found.add(worse, Change(name, delta.kind, delta.subject, message, before, after, result.definition))
 
 
 def _verdict_source(result: TargetResult) -> str | None:
