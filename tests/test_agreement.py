@@ -13,7 +13,7 @@ from pathlib import Path
 
 from fieldmem.gate.baseline import compare_to_baseline, entry_from_result, facts_of_entry, load_baseline, save_baseline
 from fieldmem.gate.compare import compare_reports, result_changes
-from fieldmem.gate.diff import diff_targets, facts_of_result
+from fieldmem.gate.diff import Delta, diff_targets, facts_of_result
 from fieldmem.report import Alias, Change, Report, UnusableDonation
 
 from factories import MIB, make_copy, make_memory, make_report, make_result, make_variant
@@ -114,11 +114,11 @@ def test_a_baseline_entry_keeps_every_fact_the_gate_diffs() -> None:
     )
     from_report = diff_targets(facts_of_result(before.results[0]), facts_of_result(after.results[0]), 1024)
 
-    def gated(deltas: tuple[object, ...]) -> list[object]:
+    def gated(deltas: tuple[Delta, ...]) -> list[tuple[str, str, str, str | None]]:
         return [
-            (d.kind, d.change, d.subject, d.variant)  # type: ignore[attr-defined]
+            (d.kind, d.change, d.subject, d.variant)
             for d in deltas
-            if d.kind in ("verdict", "alias", "donation", "copy", "figure")  # type: ignore[attr-defined]
+            if d.kind in ("verdict", "alias", "donation", "copy", "figure")
         ]
 
     assert gated(from_entry) == gated(from_report)
