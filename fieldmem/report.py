@@ -195,6 +195,7 @@ OPEN_SETS = (
 )
 for _open in OPEN_SETS:
     read_unknown_as(_open, UNKNOWN)
+del _open
 
 
 def _emitted(values: tuple[str, ...]) -> tuple[Any, ...]:
