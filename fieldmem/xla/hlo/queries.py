@@ -345,7 +345,7 @@ def _copy_site(
     if instruction.opcode == "copy-start":
         done = [u for u in users.get(instruction.name, []) if u.opcode == "copy-done"]
         copied = done[0].name if done else copied
-    source, role = _copy_source(instruction, operand, copied, by_name, users)
+    source, role = _copy_source(instruction, operand, copied, by_name, users, fused)
     outputs = _output_positions(copied, computation, by_name) if in_entry else ()
     staging, moved, moved_index = _memory_space_move(
         space, source_space, operand, by_name, fused, outputs, aliased if in_entry else {}
@@ -439,18 +439,42 @@ def _updated_parameter(
     return None
 
 
+def _fusion_source(instruction: HloInstruction, fused: dict[str, HloComputation]) -> SourceLocation | None:
+    """The line a fusion's value was written at, read inside it: its slice update's, else its root's, else
+    the first line any of its instructions has."""
+    if instruction.opcode != "fusion" or not instruction.called:
+        return None
+    body = fused.get(instruction.called[0])
+    if body is None:
+        return None
+    inside = body.instructions
+    for wanted in (
+        lambda i: i.opcode in _SLICE_UPDATES,
+        lambda i: i.is_root,
+        lambda i: True,
+    ):
+        for candidate in inside:
+            if candidate.source is not None and wanted(candidate):
+                return candidate.source
+    return None
+
+
 def _copy_source(
     instruction: HloInstruction,
     operand: str | None,
     copied: str,
     by_name: dict[str, HloInstruction],
     users: dict[str, list[HloInstruction]],
+    fused: dict[str, HloComputation] | None = None,
 ) -> tuple[SourceLocation | None, str | None]:
-    """A copy's source line and its role: its own, its operand's, else its first reader's
-    (the reader of the ``copy-done`` for an async copy)."""
+    """A copy's source line and its role: its own, its operand's (for a fusion XLA printed without one, the
+    line of the update or the root inside it: the user's ``.at[].set``, not the function's ``def``), else
+    its first reader's (the reader of the ``copy-done`` for an async copy)."""
     source, role = instruction.source, "copy" if instruction.source else None
     if source is None and operand in by_name and by_name[operand].opcode != "parameter":
-        source, role = by_name[operand].source, "operand" if by_name[operand].source else None
+        found = by_name[operand]
+        source = found.source or _fusion_source(found, fused or {})
+        role = "operand" if source else None
     if source is None:
         source = reader_source(instruction.name, users)
         role = "user" if source is not None else None
