@@ -41,6 +41,7 @@ __all__ = [
     "SOURCE_ROLES",
     "STATIC_CODES",
     "TARGET_STATUSES",
+    "VERDICT_KINDS",
     "VERIFICATIONS",
     "Alias",
     "AliasCheck",
@@ -93,6 +94,7 @@ __all__ = [
     "UnusableDonation",
     "Variant",
     "Verdict",
+    "VerdictKind",
     "Verification",
     "remember_encoding",
 ]
@@ -165,6 +167,7 @@ FindingCode = Literal[
     "run-peak-above-plan",
     "probe-whole-buffer",
     "made-static",
+    "state-grows",
     "unknown",
 ]
 CheckName = Literal["expect-in-place", "max-peak", "max-live-peak", "unknown"]
@@ -174,6 +177,8 @@ HandOffCode = Literal[
 ChainStepStatus = Literal["in-place", "grows", "breaks", "error", "not-checked", "unknown"]
 CostLayout = Literal["steps", "fused", "unknown"]
 StaticCode = Literal["concrete", "not-traceable", "unknown"]
+# what the verdict rule (fieldmem.findings.verdict) decided: docs/verdicts.md has the table
+VerdictKind = Literal["in-place", "not-in-place", "nothing-to-update", "unknown"]
 
 #: The open sets: a value a newer fieldmem wrote, unknown here, reads as ``"unknown"``.
 OPEN_SETS = (
@@ -192,6 +197,7 @@ OPEN_SETS = (
     ChainStepStatus,
     CostLayout,
     StaticCode,
+    VerdictKind,
 )
 for _open in OPEN_SETS:
     read_unknown_as(_open, UNKNOWN)
@@ -221,6 +227,7 @@ HANDOFF_CODES: tuple[HandOffCode, ...] = _emitted(get_args(HandOffCode))
 CHAIN_STEP_STATUSES: tuple[ChainStepStatus, ...] = _emitted(get_args(ChainStepStatus))
 COST_LAYOUTS: tuple[CostLayout, ...] = _emitted(get_args(CostLayout))
 STATIC_CODES: tuple[StaticCode, ...] = _emitted(get_args(StaticCode))
+VERDICT_KINDS: tuple[VerdictKind, ...] = _emitted(get_args(VerdictKind))
 
 
 class ReportError(ValueError):
@@ -468,13 +475,27 @@ class Finding:
     output: str | None = None
     source: str | None = None
     call_site: str | None = None  # source is library code: the user's line that led there
+    # the memory it costs per call (a loop copy: its bytes times the trip count): what ranks the findings
+    bytes: int | None = None
 
 
 @dataclass(frozen=True)
 class Verdict:
-    in_place: bool
+    """What the verdict rule (:mod:`fieldmem.findings.verdict`) decided, the headline and the reasons,
+    ranked: what breaks in place first, then warnings, then notes, each by the bytes at stake."""
+
+    in_place: bool  # kind == "in-place": kept for readers of report/2 that know only this
     summary: str
     findings: tuple[Finding, ...] = ()
+    # None only in a report written before the kind existed: read there from in_place
+    kind: VerdictKind | None = None
+
+    def __post_init__(self) -> None:
+        # the kind decides; in_place follows it, except for a kind a newer fieldmem wrote ("unknown")
+        if self.kind is None:
+            object.__setattr__(self, "kind", "in-place" if self.in_place else "not-in-place")
+        elif self.kind != "unknown" and self.in_place != (self.kind == "in-place"):
+            object.__setattr__(self, "in_place", self.kind == "in-place")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,10 @@ deleted. The examples are at most a few tens of MiB, so they run as they are.
 
 from __future__ import annotations
 
+import html
 import inspect
+import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +65,13 @@ def example_targets() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def example_results(example_targets: dict[str, Any]) -> dict[str, Any]:
-    report = check_targets(list(example_targets.values()), CheckOptions(min_bytes=1024))
-    return {result.name: result for result in report.results}
+def example_report(example_targets: dict[str, Any]) -> Any:
+    return check_targets(list(example_targets.values()), CheckOptions(min_bytes=1024))
+
+
+@pytest.fixture(scope="module")
+def example_results(example_report: Any) -> dict[str, Any]:
+    return {result.name: result for result in example_report.results}
 
 
 def test_every_example_case_is_covered(example_targets: dict[str, Any]) -> None:
@@ -267,3 +274,82 @@ def test_arguments_live_at_the_peak_point_at_the_function(example_results: dict[
         # both peaks are where the outputs are gathered (the root tuple)
         assert variant.timeline is not None and variant.timeline.peak_instruction.startswith("tuple")
         assert variant.timeline.peak_source is not None and variant.timeline.peak_source.endswith(f"field.py:{line}")
+
+
+def test_every_headline_names_the_largest_finding(example_results: dict[str, Any]) -> None:
+    """The verdict of each bundled example leads with the finding that costs the most memory, and its
+    findings are listed breaks first, each kind by the bytes at stake."""
+    from fieldmem.findings.verdict import rank
+
+    order = {"error": 0, "warning": 1, "info": 2}
+    for name, result in example_results.items():
+        verdict = result.verdict
+        assert verdict is not None, name
+        assert verdict.findings == rank(verdict.findings), name
+        keys = [(order[f.severity], -(f.bytes if f.bytes is not None else -1)) for f in verdict.findings]
+        assert keys == sorted(keys), name
+        errors = [f for f in verdict.findings if f.severity == "error"]
+        if errors:
+            largest = max(errors, key=lambda f: f.bytes or 0)
+            assert verdict.summary.startswith(f"not in place: {largest.message}"), (name, verdict.summary)
+            assert largest.bytes is not None, (name, largest)
+        else:
+            assert verdict.kind in ("in-place", "nothing-to-update"), name
+
+
+_VERDICT_WORDS = {"in-place": "in place", "not-in-place": "not in place", "nothing-to-update": "nothing to update"}
+_ANY_VERDICT = re.compile(r"\b(not in place|nothing to update|in place)\b")
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_no_format_contradicts_the_verdict(example_report: Any, width: int) -> None:
+    """Every format says, for every bundled example, the verdict the rule decided, and nothing else: the
+    table's row (wide at 120 columns, stacked at 80) and its headline, the Markdown row, the GitHub summary
+    group, the HTML section and the JSON, with the expect-in-place check agreeing."""
+    from fieldmem.findings.verdict import expectation_met
+    from fieldmem.render import RenderOptions, get_renderer
+
+    report = example_report
+    results = report.results
+    options = RenderOptions(min_bytes=1024, width=width)
+    table = get_renderer("table").render(report, options).splitlines()
+    markdown = get_renderer("markdown").render(report, options).splitlines()
+    github = get_renderer("github").render(report, options)
+    html_page = get_renderer("html").render(report, options)
+    data = json.loads(get_renderer("json").render(report, options))
+    for result in results:
+        kind = result.verdict.kind
+        words = _VERDICT_WORDS[kind]
+        # the table's row: the first verdict words after the name are this verdict's
+        row = next(line for line in table if line.startswith(result.name + " "))
+        assert _ANY_VERDICT.search(row[len(result.name) :]).group(1) == words, (width, row)
+        # its headline opens the details, in the same words
+        header = table.index(next(line for line in table if line.startswith(f"{result.name}  (")))
+        assert table[header + 1].strip().startswith(words), table[header + 1]
+        assert result.verdict.summary.startswith(words)
+        for check in result.checks:
+            if check.name == "expect-in-place":
+                assert check.passed == expectation_met(kind, "in-place")
+                assert any(
+                    line.strip().startswith(("✓" if check.passed else "✗") + " expect-in-place") for line in table
+                )
+        # Markdown: the verdict cell of its row
+        md_row = next(line for line in markdown if line.startswith(f"| `{result.name}` |"))
+        assert _ANY_VERDICT.search(md_row.split("|")[2]).group(1) == words, md_row
+        # GitHub: the summary puts it in its verdict's group
+        group = {"in-place": "in place", "not-in-place": "not in place", "nothing-to-update": "with nothing to update"}[
+            kind
+        ]
+        assert re.search(rf"\d+ {group} \([^)]*\b{re.escape(result.name)}\b", github), (result.name, github[:400])
+        # HTML: its section's class
+        css = {"in-place": "in-place", "not-in-place": "not-in-place", "nothing-to-update": "nothing-to-update"}[kind]
+        found = re.search(
+            r'<details class="target ([^"]*)" id="[^"]*" data-filter="'
+            + re.escape(html.escape(result.name.lower()))
+            + " ",
+            html_page,
+        )
+        assert found is not None and found.group(1).split()[0] == css, result.name
+        # JSON: the kind and in_place agree
+        (entry,) = [r for r in data["results"] if r["name"] == result.name]
+        assert entry["verdict"]["kind"] == kind and entry["verdict"]["in_place"] == (kind == "in-place")

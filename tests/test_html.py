@@ -438,7 +438,7 @@ def test_chromium_collapses_what_needs_no_look_and_filters(browser: str, field_r
     broken = dataclasses.replace(
         real,
         name="field:broken",
-        verdict=dataclasses.replace(real.verdict, in_place=False, summary="not in place: test"),
+        verdict=dataclasses.replace(real.verdict, kind="not-in-place", summary="not in place: test"),
     )
     results = tuple(dataclasses.replace(real, name=f"field:copy{i}") for i in range(OPEN_ALL_UP_TO)) + (broken,)
     shown = _rendered(browser, _report(results), tmp_path)

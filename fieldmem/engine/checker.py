@@ -295,6 +295,10 @@ def _analyse(
             new=target.new,
             plain_analysis=plain_analysis,
             parser=parser,
+            # every argument holding arrays (fieldmem's default, or --donate all) is a blanket, not a choice
+            # of arguments: what it donates that nothing can use is a warning; a jit's own donation and a
+            # list of arguments are the user's choice
+            donation_by_user=call.donation_source == "jit" or target.donate.mode == "list",
         )
     except HloParseError as exc:
         return _unreadable(target, exc)

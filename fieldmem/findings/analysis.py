@@ -13,11 +13,13 @@ donors with outputs by byte size and position, not by dataflow, so an alias
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Sequence
 from typing import cast
 
 from fieldmem.collector import collector_paused
+from fieldmem.findings.verdict import expectation_met, expectation_words, judge
 from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
 from fieldmem.report import (
     MEMORY_FIGURES,
@@ -512,9 +514,38 @@ def _at(source: str | None, call_site: str | None = None) -> str:
     return f" at {source} (called from {call_site})" if call_site else f" at {source}"
 
 
-def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "") -> Finding:
+def _stake(copy: Copy) -> int:
+    """The bytes a copy costs per call: a loop copy's bytes times its trip count, when known."""
+    return copy.bytes_per_call if copy.bytes_per_call is not None else copy.bytes
+
+
+def _slice_update_copied(module: hlo.HloModule, copy: Copy) -> str | None:
+    """``dynamic-update-slice`` or ``scatter`` when ``copy`` copies the value of such an update (the user's
+    code writes a slice; the compiler chose to write it through a temporary), else None."""
+    computation = next((c for c in module.computations if c.name == copy.computation), None)
+    if computation is None:
+        return None
+    by_name = computation.by_name()
+    instruction = by_name.get(copy.instruction)
+    if instruction is None or not instruction.operands:
+        return None
+    operand = by_name.get(instruction.operands[0])
+    found = hlo.slice_update_kind(module, operand)
+    if found is None and operand is not None and operand.opcode == "fusion":
+        # an update fused with a conversion around it (bf16 updated in f32): the update is inside
+        bodies = {c.name: c for c in module.computations}
+        body = bodies.get(operand.called[0]) if operand.called else None
+        found = next(
+            (i.opcode for i in (body.instructions if body else ()) if i.opcode in ("dynamic-update-slice", "scatter")),
+            None,
+        )
+    return found
+
+
+def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "", slice_update: str | None = None) -> Finding:
     """The finding for one copy; ``once`` (" once per call" in a program with a loop) sets
-    one-off copies apart from the loop copies paid every iteration."""
+    one-off copies apart from the loop copies paid every iteration; ``slice_update``: the update
+    whose value an output copy copies (the copy is then the compiler's choice, and says so)."""
     size = format_bytes(copy.bytes)
     where = _at(copy.source, copy.call_site)
     if copy.kind == "loop":
@@ -535,14 +566,29 @@ def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "") -> F
         else:
             what = f"a loop value {copy.shape} ({size}) is copied every iteration{per_call}{where}"
             why = "the body keeps a second buffer for a value it computes (not the loop carry)"
-        return Finding("error", "loop-copy", f"{what}: {why}", source=copy.source, call_site=copy.call_site)
+        return Finding(
+            "error", "loop-copy", f"{what}: {why}", source=copy.source, call_site=copy.call_site, bytes=_stake(copy)
+        )
     if copy.kind != "parameter" and copy.output is not None:
         message = (
             f"{copy.output} is not written in place: XLA computes it into a {size} temporary and "
             f"copies it into the output buffer{once}{where}"
         )
+        if slice_update is not None:
+            # whose choice: the code writes a slice in place; this compile writes it through a temporary
+            message += (
+                f". The code updates a slice ({slice_update}); writing it through a temporary is this "
+                "compiler's choice, not a line to change: other backends may write it in place (compare "
+                "with --backend gpu:h100 or --backend tpu:v5e)"
+            )
         return Finding(
-            "error", "output-copy", message, output=copy.output, source=copy.source, call_site=copy.call_site
+            "error",
+            "output-copy",
+            message,
+            output=copy.output,
+            source=copy.source,
+            call_site=copy.call_site,
+            bytes=_stake(copy),
         )
     name = copy.of_parameter or copy.shape
     leaf = inputs.get(copy.input_index) if copy.input_index is not None else None
@@ -562,6 +608,7 @@ def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "") -> F
         output=copy.output,
         source=copy.source,
         call_site=copy.call_site,
+        bytes=_stake(copy),
     )
 
 
@@ -581,12 +628,17 @@ def _new_buffer_finding(
         f"{_at(source, call_site)}"
     )
     if not leaf.donated:
-        reason = f"{leaf.path} has its size but is not donated: donate {leaf.argument}"
+        reason = (
+            f"{leaf.path} has its size but is not donated: donate {leaf.argument} (or, if {out.path} is a new "
+            f"value rather than {leaf.path}'s next one, declare it with --new {out.path})"
+        )
     elif leaf.index in unusable_by_index:
         reason = f"{leaf.path} is donated but {unusable_by_index[leaf.index].reason}"
     else:
         reason = f"XLA did not reuse {leaf.path}"
-    return Finding("error", "new-buffer", f"{head}: {reason}", output=out.path, source=source, call_site=call_site)
+    return Finding(
+        "error", "new-buffer", f"{head}: {reason}", output=out.path, source=source, call_site=call_site, bytes=size
+    )
 
 
 _CONSTANTS_SHOWN = 5  # constants named one by one, largest first; the rest in one more finding
@@ -623,6 +675,7 @@ def _constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
                 "and can be neither donated nor shared: pass it as an argument",
                 source=source,
                 call_site=call_site,
+                bytes=site.bytes,
             )
         )
     rest = large[_CONSTANTS_SHOWN:]
@@ -633,6 +686,7 @@ def _constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
                 "constant",
                 f"and {len(rest)} more constant(s) of at least {format_bytes(max(min_bytes, 1))} "
                 f"({format_bytes(sum(site.bytes for site in rest))}) are compiled into the program",
+                bytes=sum(site.bytes for site in rest),
             )
         )
     return findings
@@ -661,7 +715,9 @@ def _conditional_copy_finding(copy: Copy) -> Finding:
         f"a {copy.shape} value ({size}) is copied{_at(copy.source, copy.call_site)} when "
         f"{_branch_text(copy.branch)} of {conditional} runs: {how_often}"
     )
-    return Finding("warning", "conditional-copy", message, source=copy.source, call_site=copy.call_site)
+    return Finding(
+        "warning", "conditional-copy", message, source=copy.source, call_site=copy.call_site, bytes=_stake(copy)
+    )
 
 
 def _has_loop(module: hlo.HloModule) -> bool:
@@ -685,13 +741,18 @@ def declared_new(path: str, patterns: Sequence[str]) -> bool:
     return False
 
 
-def _state_donor(out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tuple[Alias, ...]) -> InputLeaf | None:
+def _state_donor(
+    out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tuple[Alias, ...], state_bytes: int = 0
+) -> InputLeaf | None:
     """The input whose buffer ``out`` could reuse and whose not reusing it breaks in place, or None: a new output.
 
     A donated input the program reads, of the output's per-device byte size
     (XLA aliases by size, across dtype and shape), that no output reuses; or
     an input not donated whose shape and dtype are the output's (most likely
-    its previous value: donating it is the fix); or a donated input no output
+    its previous value: donating it is the fix), when the output is at least
+    ``state_bytes`` (the smallest state leaf that is reused: an output smaller
+    than every reused leaf, beside a state fully in place, is a new value that
+    happens to have an argument's shape, such as a decode step's logits); or a donated input no output
     reuses with the output's shape in another dtype (the state, cast: the cast
     prevents the reuse). An output with none of these (fresh
     logits, a loss, a value whose donors other outputs already reuse) is a new
@@ -710,6 +771,7 @@ def _state_donor(out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tu
             and leaf.shape == out.shape
             and leaf.dtype == out.dtype
             and program.input_bytes[leaf.index] == size
+            and size >= state_bytes
         ]
     if not free:
         # a donated input of its shape cast to another dtype: the state's update, and the cast is what breaks it
@@ -722,7 +784,12 @@ def _state_donor(out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tu
 
 
 def _new_output_finding(
-    out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tuple[Alias, ...], declared: bool
+    out: OutputLeaf,
+    size: int,
+    program: ProgramLeaves,
+    aliases: tuple[Alias, ...],
+    declared: bool,
+    could: InputLeaf | None = None,
 ) -> Finding:
     """An info finding for an output that needs a buffer of its own by nature (or by the user's word)."""
     location = program.output_location(out.index)
@@ -742,9 +809,17 @@ def _new_output_finding(
                 + ("…" if len(owners) > _OWNERS_SHOWN else "")
                 + "), so it needs a buffer of its own; not a break of in place"
             )
+        elif could is not None:
+            why = (
+                f"smaller than every state leaf reused, so taken for a new value, not a break of in place; "
+                f"{could.path} has its shape and dtype but is not donated: if {out.path} is {could.path}'s next "
+                f"value, donate {could.argument}"
+            )
         else:
             why = "no donated input has its size, so it needs a buffer of its own; not a break of in place"
-    return Finding("info", "new-output", f"{head}: {why}", output=out.path, source=source, call_site=call_site)
+    return Finding(
+        "info", "new-output", f"{head}: {why}", output=out.path, source=source, call_site=call_site, bytes=size
+    )
 
 
 def _donation_note(plain: Variant, donated: Variant, new_outputs: int, min_bytes: int) -> str:
@@ -781,29 +856,117 @@ def _difference(a: int | None, b: int | None) -> int | None:
     return a - b if a is not None and b is not None else None
 
 
+def _unusable_finding(unusable: UnusableDonation, breaks: bool, by_user: bool) -> Finding:
+    """The finding for a donated input nothing reuses: it breaks in place (``breaks``) when the user asked
+    for it while other outputs reuse theirs; otherwise a warning with the same fix."""
+    size = format_bytes(unusable.bytes)
+    if breaks:
+        tail = "don't donate it (jax warns that some donated buffers were not usable)"
+    elif by_user:
+        tail = "donating it does nothing: don't donate it"
+    else:
+        tail = "fieldmem donated every argument holding arrays; leave it out of donate_argnums"
+    return Finding(
+        "error" if breaks else "warning",
+        "unusable-donation",
+        f"{unusable.input} ({size}) is donated but unusable: {unusable.reason}; {tail}",
+        input=unusable.input,
+        bytes=unusable.bytes,
+    )
+
+
+def _grows_finding(out: OutputLeaf, size: int, program: ProgramLeaves, unusable: UnusableDonation) -> Finding:
+    """The break of a new output at least as large as a donated input nothing reuses: the state grows."""
+    location = program.output_location(out.index)
+    source, call_site = _display_source(location), _call_site(location)
+    return Finding(
+        "error",
+        "state-grows",
+        f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer"
+        f"{_at(source, call_site)}, at least as large as the donated {unusable.input} "
+        f"({format_bytes(unusable.bytes)}), whose buffer is too small to hold it: the state grows, so it cannot "
+        "be updated in place",
+        output=out.path,
+        source=source,
+        call_site=call_site,
+        bytes=size,
+    )
+
+
+def _nothing_summary(unusable: Sequence[UnusableDonation], min_bytes: int) -> str:
+    """The headline of a verdict with nothing to update in place (see :mod:`fieldmem.findings.verdict`)."""
+    large = sorted((u for u in unusable if u.bytes >= max(min_bytes, 1)), key=lambda u: -u.bytes)
+    if not large:
+        return (
+            "nothing to update in place: no output reuses an input's buffer, and none of at least the size "
+            "threshold could"
+        )
+    first = large[0]
+    more = f" (and {len(large) - 1} more donated input(s))" if len(large) > 1 else ""
+    return (
+        f"nothing to update in place: no output can reuse a donated buffer; {first.input} "
+        f"({format_bytes(first.bytes)}) is donated but {first.reason}{more}: don't donate it"
+    )
+
+
 def _verdict(
-    plain: Variant, donated: Variant, program: ProgramLeaves, min_bytes: int, new: Sequence[str] = ()
+    plain: Variant,
+    donated: Variant,
+    program: ProgramLeaves,
+    min_bytes: int,
+    new: Sequence[str] = (),
+    by_user: bool = True,
 ) -> Verdict:
+    """The findings of the two variants, and the verdict :mod:`fieldmem.findings.verdict` gives them.
+
+    ``by_user``: the donation is the user's (their jit's, or a ``--donate``/``donate=`` they gave), not
+    fieldmem's default of every argument holding arrays; an unusable donation then breaks in place.
+    """
     inputs = {leaf.index: leaf for leaf in program.variant.inputs}
     # where a loop may copy every iteration, say so of the copies that happen once
     once = " once per call" if _has_loop(program.module) else ""
     findings: list[Finding] = []
+    used = [leaf for leaf in program.variant.inputs if leaf.hlo_parameter is not None]
     if program.variant.donation_dropped:
-        findings.append(
-            Finding("error", "donation-dropped", f"jax dropped the donation: {program.variant.donation_dropped}")
+        # at stake: every buffer the donation would have lent
+        # (jax marks no leaf donated then: the inputs it was to lend are every input, at most)
+        dropped = sum(program.input_bytes[leaf.index] for leaf in used if leaf.donated) or sum(
+            program.input_bytes[leaf.index] for leaf in used
         )
+        findings.append(
+            Finding(
+                "error",
+                "donation-dropped",
+                f"jax dropped the donation: {program.variant.donation_dropped}",
+                bytes=dropped or None,
+            )
+        )
+    # nothing to update needs something that could have been: an input of at least the threshold
+    at_stake = any(program.input_bytes[leaf.index] >= max(min_bytes, 1) for leaf in used)
+    reused = bool(donated.aliases) or not at_stake
+    # the state: the smallest leaf of at least the threshold that an output reuses
+    state_bytes = min((a.bytes for a in donated.aliases if a.bytes >= max(min_bytes, 1)), default=0)
+    # the unusable donations the verdict counts: the user's, or every one when nothing is reused
+    counted = [u for u in donated.unusable_donations if u.bytes >= max(min_bytes, 1) and (by_user or not reused)]
     aliased_outputs = {a.output_index for a in donated.aliases}
     new_outputs = 0
     for out in program.variant.outputs:
         size = program.output_bytes[out.index]
         if size >= max(min_bytes, 1) and out.index not in aliased_outputs:
             declared = declared_new(out.path, new)
-            donor = None if declared else _state_donor(out, size, program, donated.aliases)
-            if donor is None:
-                new_outputs += 1
-                findings.append(_new_output_finding(out, size, program, donated.aliases, declared))
-            else:
+            donor = None if declared else _state_donor(out, size, program, donated.aliases, state_bytes)
+            outgrown = None if declared else next((u for u in counted if size >= u.bytes), None)
+            if donor is not None:
                 findings.append(_new_buffer_finding(out, size, donor, program, donated.unusable_donations))
+            elif outgrown is not None:
+                findings.append(_grows_finding(out, size, program, outgrown))
+            else:
+                new_outputs += 1
+                # an input of its shape not donated, passed over only because the output is smaller than the
+                # state: named, so that a state leaf left undonated is not hidden
+                could = None if declared or not state_bytes else _state_donor(out, size, program, donated.aliases)
+                could = could if could is not None and not could.donated else None
+                findings.append(_new_output_finding(out, size, program, donated.aliases, declared, could))
     for pattern in new:
         if not any(declared_new(out.path, (pattern,)) for out in program.variant.outputs):
             paths = ", ".join(out.path for out in program.variant.outputs[:8])
@@ -817,17 +980,11 @@ def _verdict(
             and copy.kind != "staging"
             and (copy.kind in ("parameter", "loop") or copy.output is not None)
         ):
-            findings.append(_copy_finding(copy, inputs, once))
+            update = _slice_update_copied(program.module, copy) if copy.output is not None else None
+            findings.append(_copy_finding(copy, inputs, once, update))
     for unusable in donated.unusable_donations:
         if unusable.bytes >= min_bytes:
-            findings.append(
-                Finding(
-                    "warning",
-                    "unusable-donation",
-                    f"{unusable.input} is donated but unusable: {unusable.reason}",
-                    input=unusable.input,
-                )
-            )
+            findings.append(_unusable_finding(unusable, breaks=by_user and reused, by_user=by_user))
     for copy in donated.copies:
         if copy.kind == "conditional" and copy.bytes >= min_bytes:
             findings.append(_conditional_copy_finding(copy))
@@ -840,6 +997,7 @@ def _verdict(
                     f"{_at(copy.source, copy.call_site)}" + (" to change its layout" if copy.kind == "layout" else ""),
                     source=copy.source,
                     call_site=copy.call_site,
+                    bytes=_stake(copy),
                 )
             )
     for copy in plain.copies:
@@ -855,36 +1013,40 @@ def _verdict(
                     output=copy.output,
                     source=copy.source,
                     call_site=copy.call_site,
+                    bytes=_stake(copy),
                 )
             )
     findings.extend(_constant_findings(program.module, min_bytes))
+    return judge(
+        findings,
+        reused,
+        in_place_summary=_in_place_summary(plain, donated, findings, new_outputs, min_bytes),
+        nothing_summary=_nothing_summary(donated.unusable_donations, min_bytes),
+    )
 
-    errors = [f for f in findings if f.severity == "error"]
-    in_place = not errors
-    if in_place:
-        reused = sum(a.bytes for a in donated.aliases)
-        if donated.aliases:
-            summary = (
-                f"in place with donation: {len(donated.aliases)} output(s) reuse donated input buffers "
-                f"({format_bytes(reused)})"
-            )
-        elif new_outputs:
-            summary = "in place: every output of at least the size threshold is a new output"
-        else:
-            summary = "in place: no output of at least the size threshold needs a buffer of its own"
-        if new_outputs:
-            summary += f"; {new_outputs} new output(s)"
-        plain_copies = [f for f in findings if f.code == "plain-copy"]
-        if plain_copies:
-            summary += f"; without donation {len(plain_copies)} input(s) are copied"
-        note = _donation_note(plain, donated, new_outputs, min_bytes)
-        if note:
-            summary += f"; {note}"
+
+def _in_place_summary(
+    plain: Variant, donated: Variant, findings: Sequence[Finding], new_outputs: int, min_bytes: int
+) -> str:
+    """The headline of an in-place verdict: what is reused, what is new, what donation saves."""
+    reused = sum(a.bytes for a in donated.aliases)
+    if donated.aliases:
+        summary = (
+            f"in place with donation: {len(donated.aliases)} output(s) reuse donated input buffers "
+            f"({format_bytes(reused)})"
+        )
     else:
-        summary = "not in place: " + errors[0].message
-        if len(errors) > 1:
-            summary += f" (and {len(errors) - 1} more)"
-    return Verdict(in_place=in_place, summary=summary, findings=tuple(findings))
+        summary = "in place: no input of at least the size threshold, so nothing to reuse"
+    if new_outputs:
+        new_bytes = sum(f.bytes or 0 for f in findings if f.code == "new-output")
+        summary += f"; {new_outputs} new output(s) ({format_bytes(new_bytes)})"
+    plain_copies = [f for f in findings if f.code == "plain-copy"]
+    if plain_copies:
+        summary += f"; without donation {len(plain_copies)} input(s) are copied"
+    note = _donation_note(plain, donated, new_outputs, min_bytes)
+    if note:
+        summary += f"; {note}"
+    return summary
 
 
 def savings(plain: Variant, donated: Variant) -> dict[str, int | None]:
@@ -924,10 +1086,8 @@ def _checks(
         checks.append(
             Check(
                 name="expect-in-place",
-                passed=verdict.in_place,
-                message="in place with donation"
-                if verdict.in_place
-                else "expected in place with donation, but it is not (see the findings)",
+                passed=expectation_met(verdict.kind, expect),
+                message=expectation_words(verdict),
             )
         )
     if max_peak is not None:
@@ -953,14 +1113,16 @@ def analyze_target(
     new: Sequence[str] = (),
     plain_analysis: tuple[Variant, ProgramLeaves] | None = None,
     parser: hlo.HloParser | None = None,
+    donation_by_user: bool = True,
 ) -> TargetResult:
     """The full result for one target from its two compiles; ``new``: output paths declared new;
     ``plain_analysis``: what :func:`analyze_variant` gave for ``plain`` (the checker analyses it while
-    the donated variant still compiles); ``parser``: the target's (None: one for this call)."""
+    the donated variant still compiles); ``parser``: the target's (None: one for this call);
+    ``donation_by_user``: the donation is the user's, not fieldmem's default (see :func:`_verdict`)."""
     parser = parser if parser is not None else hlo.HloParser()
     plain_variant, _ = plain_analysis if plain_analysis is not None else analyze_variant(plain, definition, parser)
     donated_variant, program = analyze_variant(donated, definition, parser)
-    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new)
+    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user)
     made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)
     verdict = _with_made_static(verdict, made_static)
     return TargetResult(
@@ -1021,4 +1183,4 @@ def _with_made_static(verdict: Verdict, made_static: Sequence[MadeStatic]) -> Ve
     )
     if not notes:
         return verdict
-    return Verdict(verdict.in_place, verdict.summary, verdict.findings + notes)
+    return dataclasses.replace(verdict, findings=verdict.findings + notes)

@@ -30,6 +30,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from fieldmem.findings.verdict import expectation_met, expectation_words, judge, rank
 from fieldmem.readings import ProbeReading, RunReading
 from fieldmem.report import (
     AliasCheck,
@@ -40,7 +41,6 @@ from fieldmem.report import (
     RunCheck,
     TargetResult,
     Variant,
-    Verdict,
 )
 from fieldmem.units import format_bytes
 
@@ -199,7 +199,8 @@ def _device_memory(variant: Variant, reading: RunReading) -> tuple[DeviceMemory,
     return tuple(devices)
 
 
-def _run_findings(name: str, run: RunCheck) -> list[Finding]:
+def _run_findings(name: str, run: RunCheck, sizes: Mapping[int, int]) -> list[Finding]:
+    """The findings of one variant's run; ``sizes``: the bytes of each input leaf, by index."""
     findings = []
     for check in run.aliases:
         if not check.comparable:
@@ -220,6 +221,7 @@ def _run_findings(name: str, run: RunCheck) -> list[Finding]:
                     f"at run time the {name} plan's alias {check.input} -> {check.output} did not happen: {check.detail}",
                     input=check.input,
                     output=check.output,
+                    bytes=sizes.get(check.input_index),
                 )
             )
     for check in run.unplanned:
@@ -236,6 +238,7 @@ def _run_findings(name: str, run: RunCheck) -> list[Finding]:
                     "run-peak-above-plan",
                     f"{name} run on device {device.device}: measured peak {format_bytes(device.measured_peak)} is "
                     f"{format_bytes(device.difference)} above the planned footprint {format_bytes(device.predicted)}",
+                    bytes=device.difference,
                 )
             )
     return findings
@@ -252,26 +255,33 @@ def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> Targe
             continue
         run = run_check(result, variants[name], readings[name])
         variants[name] = dataclasses.replace(variants[name], run=run)
-        findings += _run_findings(name, run)
+        findings += _run_findings(name, run, {leaf.index: leaf.bytes for leaf in result.inputs})
     verdict = result.verdict
     errors = [f for f in findings if f.severity == "error"]
-    in_place = verdict.in_place and not errors
-    if errors and verdict.in_place:
-        summary = "not in place at run time: " + errors[0].message
-        if len(errors) > 1:
-            summary += f" (and {len(errors) - 1} more)"
-    else:
-        summary = verdict.summary
-        donated_run = variants["donated"].run if "donated" in readings else None
-        if donated_run is not None and donated_run.aliases and not errors:
+    summary = verdict.summary
+    donated_run = variants["donated"].run if "donated" in readings else None
+    if donated_run is not None and donated_run.aliases and not errors:
+        if verdict.kind == "in-place":
             summary += "; " + _run_summary(donated_run)
-    revised = Verdict(in_place=in_place, summary=summary, findings=verdict.findings + tuple(findings))
+        else:
+            # two facts that do not contradict: the buffer is reused at run time, and the copy is made too
+            summary += (
+                f"; {_run_summary(donated_run)}, as planned: the buffers are reused, and what breaks in place "
+                "above happens as well"
+            )
+    # the run's findings join the static ones under the one rule: a static "in place" that the run
+    # contradicts is "not in place at run time", headed by what the run showed
+    revised = judge(
+        verdict.findings + tuple(findings),
+        reused=verdict.kind != "nothing-to-update",
+        in_place_summary=summary,
+        nothing_summary=summary,
+        prefix="not in place at run time" if errors and verdict.kind != "not-in-place" else "not in place",
+    )
+    if revised.kind == verdict.kind and not errors:
+        revised = dataclasses.replace(revised, summary=summary)
     checks = tuple(
-        dataclasses.replace(
-            c,
-            passed=in_place,
-            message=c.message if in_place else "expected in place with donation, but it is not (see the findings)",
-        )
+        dataclasses.replace(c, passed=expectation_met(revised.kind, "in-place"), message=expectation_words(revised))
         if c.name == "expect-in-place"
         else c
         for c in result.checks
@@ -371,12 +381,22 @@ def apply_probes(result: TargetResult, probes: Sequence[InPlaceProbe]) -> Target
     """``result`` with its probes, and a warning finding for each update that rewrites its whole buffer."""
     if result.verdict is None:
         return result
+    sizes = {leaf.path: leaf.bytes for leaf in result.inputs}
     findings = tuple(
-        Finding("warning", "probe-whole-buffer", probe.message, input=probe.input, output=probe.output)
+        Finding(
+            "warning",
+            "probe-whole-buffer",
+            # a fact about time beside the verdict's fact about memory: say which each is
+            f"{probe.message}. The verdict is about memory (which buffers exist), and stands: the time says the "
+            "update touches the whole buffer, not that a second one is made",
+            input=probe.input,
+            output=probe.output,
+            bytes=sizes.get(probe.input) if probe.input else None,
+        )
         for probe in probes
         if probe.code == "whole-buffer"
     )
-    verdict = dataclasses.replace(result.verdict, findings=result.verdict.findings + findings)
+    verdict = dataclasses.replace(result.verdict, findings=rank(result.verdict.findings + findings))
     return dataclasses.replace(result, probes=tuple(probes), verdict=verdict)
 
 

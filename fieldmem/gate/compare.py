@@ -109,6 +109,7 @@ class Cell:
     status: str
     error: str | None = None
     in_place: bool | None = None
+    kind: str | None = None  # the verdict's kind (fieldmem.findings.verdict)
     verdict: str | None = None  # the verdict's summary sentence
     failed_checks: tuple[str, ...] = ()
     figures: dict[str, dict[str, int | None]] = field(default_factory=dict)  # variant -> figure -> bytes
@@ -277,6 +278,7 @@ def _cell(result: TargetResult | None, min_bytes: int) -> Cell:
     return Cell(
         status="ok",
         in_place=result.verdict.in_place,
+        kind=result.verdict.kind,
         verdict=result.verdict.summary,
         failed_checks=tuple(c.name for c in result.failed_checks),
         figures=figures,

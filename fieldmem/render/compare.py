@@ -22,7 +22,7 @@ from rich.text import Text
 from fieldmem.gate.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import natural_width
-from fieldmem.render.pieces import FAIL, PASS, code, count, escape
+from fieldmem.render.pieces import FAIL, PASS, code, count, escape, verdict_words
 from fieldmem.units import format_bytes
 
 __all__ = [
@@ -48,7 +48,7 @@ def _value(cell: Cell, field_name: str, verbose: bool) -> str:
     if cell.status != "ok":  # the status row says why; one word in the verdict row is enough
         return ("missing" if cell.status == "missing" else "error") if field_name == "verdict" else ""
     if field_name == "verdict":
-        text = "in place" if cell.in_place else "not in place"
+        text = verdict_words(cell.kind)[0]
         return text + (f" ✗ {', '.join(cell.failed_checks)}" if cell.failed_checks else "")
     variant, _, what = field_name.partition(".")
     if what == "aliases":
@@ -130,7 +130,7 @@ def _table(comparison: Comparison, columns: list[int], options: RenderOptions) -
             for column in columns:
                 text, mark = _cell_text(row, column, field_name, options.verbose)
                 cells.append(Text(f"{text} {mark}" if mark else text, style=_STYLE[mark]))
-            table.add_row(row.name if n == 0 else "", label, *cells, end_section=n == len(fields) - 1)
+            table.add_row(Text(row.name) if n == 0 else "", label, *cells, end_section=n == len(fields) - 1)
     return table
 
 

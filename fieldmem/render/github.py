@@ -162,7 +162,18 @@ def _summary(report: Report) -> str:
         return f"fieldmem ({environment}): no targets were checked"
     groups = (
         ("in place", [r for r in results if r.status == "ok" and r.verdict is not None and r.verdict.in_place]),
-        ("not in place", [r for r in results if r.status == "ok" and r.verdict is not None and not r.verdict.in_place]),
+        (
+            "not in place",
+            [r for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "not-in-place"],
+        ),
+        (
+            "with nothing to update in place",
+            [
+                r
+                for r in results
+                if r.status == "ok" and r.verdict is not None and r.verdict.kind == "nothing-to-update"
+            ],
+        ),
         ("could not be checked", [r for r in results if r.status == "error" or r.verdict is None]),
     )
     parts = [f"{len(group)} {label} ({_names(group)})" for label, group in groups if group]

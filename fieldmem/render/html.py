@@ -32,6 +32,7 @@ from fieldmem.render.pieces import (
     memory_space_lines,
     pair,
     plural,
+    verdict_words,
 )
 from fieldmem.report import (
     MEMORY_FIGURES,
@@ -387,8 +388,7 @@ def _status(result: TargetResult) -> tuple[str, str]:
     """(css class, words) of a target's verdict, a failed check included."""
     if result.status == "error" or result.verdict is None:
         return "error", "error"
-    words = "in place" if result.verdict.in_place else "not in place"
-    css = "in-place" if result.verdict.in_place else "not-in-place"
+    words, _, css = verdict_words(result.verdict.kind)
     if result.failed_checks:
         return css + " failed", words + " ✗ " + ", ".join(c.name for c in result.failed_checks)
     return css, words
@@ -682,10 +682,15 @@ def _header(report: Report) -> str:
 
 def _counts(results: Sequence[TargetResult]) -> str:
     in_place = sum(1 for r in results if r.status == "ok" and r.verdict is not None and r.verdict.in_place)
+    nothing = sum(
+        1 for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "nothing-to-update"
+    )
     errors = sum(1 for r in results if r.status != "ok" or r.verdict is None)
-    not_in_place = len(results) - in_place - errors
+    not_in_place = len(results) - in_place - nothing - errors
     failed = sum(1 for r in results if r.failed_checks)
     words = [count(len(results), "target"), f"{in_place} in place", f"{not_in_place} not in place"]
+    if nothing:
+        words.append(f"{nothing} with nothing to update")
     if errors:
         words.append(count(errors, "error"))
     if failed:
@@ -767,19 +772,19 @@ table.summary td:first-child a{font-weight:600;color:var(--fg);text-decoration:n
 table.summary td:first-child a:hover{text-decoration:underline}
 .verdict{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;white-space:nowrap;
 color:#fff;background:var(--muted)}
-.verdict.in-place{background:var(--ok)}.verdict.not-in-place{background:var(--bad)}.verdict.error{background:#4b5563}
+.verdict.in-place{background:var(--ok)}.verdict.not-in-place{background:var(--bad)}.verdict.nothing-to-update,.verdict.unknown{background:var(--warn)}.verdict.error{background:#4b5563}
 .verdict.failed{outline:2px solid var(--warn);outline-offset:1px}
 p.counts{font-size:15px;margin:6px 0 10px}
 p.attention{background:#fff5f5;border:1px solid #ffc9c9;border-radius:6px;padding:8px 12px;margin:8px 0}
 p.attention.ok{background:#ebfbee;border-color:#b2f2bb}p.attention a{color:var(--bad);font-weight:600}
 details.target{border:1px solid var(--line);border-left:5px solid var(--muted);border-radius:6px;margin:12px 0;padding:0 16px}
-details.target.in-place{border-left-color:var(--ok)}details.target.not-in-place{border-left-color:var(--bad)}
+details.target.in-place{border-left-color:var(--ok)}details.target.not-in-place{border-left-color:var(--bad)}details.target.nothing-to-update{border-left-color:var(--warn)}
 details.target.error{border-left-color:#4b5563}
 details.target>summary{cursor:pointer;padding:10px 0;font-size:15px;list-style-position:outside}
 details.target>summary .name{font-weight:600}
 details.target[open]>summary{border-bottom:1px solid var(--line);margin-bottom:8px}
 p.verdict-words{font-size:15px;font-weight:600;margin:8px 0}
-p.verdict-words.in-place{color:var(--ok)}p.verdict-words.not-in-place{color:var(--bad)}
+p.verdict-words.in-place{color:var(--ok)}p.verdict-words.not-in-place{color:var(--bad)}p.verdict-words.nothing-to-update{color:var(--warn)}
 p.error-message{color:var(--bad)}
 ul.findings,ul.checks,ul.warnings,ul.legend{list-style:none;padding:0;margin:6px 0}
 ul.findings li,ul.checks li{padding:3px 8px;margin:3px 0;border-radius:4px;background:#f9fafb;border-left:3px solid var(--muted)}

@@ -12,7 +12,7 @@ hold ``|``, backticks or ``*``) safe in table cells and prose.
 from __future__ import annotations
 
 from fieldmem.render import RenderOptions
-from fieldmem.render.pieces import FAIL, PASS, WARN, code, count, deviceless_label, escape, pair
+from fieldmem.render.pieces import FAIL, PASS, WARN, code, count, deviceless_label, escape, pair, verdict_words
 from fieldmem.report import BaselineComparison, Change, Report, TargetResult, Variant
 from fieldmem.units import format_bytes
 
@@ -25,7 +25,7 @@ def verdict_text(result: TargetResult) -> str:
     """✅ in place / ❌ not in place / ❌ error, with the failed checks named."""
     if result.status == "error" or result.verdict is None:
         return f"{FAIL} error"
-    text = f"{PASS} in place" if result.verdict.in_place else f"{FAIL} not in place"
+    text = f"{PASS if result.verdict.in_place else FAIL} {verdict_words(result.verdict.kind)[0]}"
     failed = result.failed_checks
     if failed:
         text += f"; {FAIL} " + ", ".join(escape(c.name) for c in failed)

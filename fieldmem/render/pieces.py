@@ -18,6 +18,7 @@ __all__ = [
     "PASS",
     "SPARK_BLOCKS",
     "STATUS_WORDS",
+    "VERDICT_WORDS",
     "WARN",
     "block",
     "code",
@@ -28,11 +29,25 @@ __all__ = [
     "pair",
     "plural",
     "source_text",
+    "verdict_words",
 ]
 
 PASS, FAIL, WARN = "✅", "❌", "⚠️"
 
 SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
+
+#: a verdict's kind (fieldmem.findings.verdict) -> its words, its rich style, and the class the HTML page gives it
+VERDICT_WORDS = {
+    "in-place": ("in place", "green", "in-place"),
+    "not-in-place": ("not in place", "red", "not-in-place"),
+    "nothing-to-update": ("nothing to update", "yellow", "nothing-to-update"),
+}
+
+
+def verdict_words(kind: str | None) -> tuple[str, str, str]:
+    """The words, style and HTML class of a verdict's kind; one a newer fieldmem wrote is an unknown verdict."""
+    return VERDICT_WORDS.get(kind or "", ("unknown verdict", "yellow", "unknown"))
+
 
 #: a chain step's status -> its words, and the rich style the terminal shows them in
 STATUS_WORDS = {

@@ -27,6 +27,7 @@ from fieldmem.render.pieces import (
     memory_space_lines,
     pair,
     source_text,
+    verdict_words,
 )
 from fieldmem.report import MEMORY_FIGURES, Copy, Report, TargetResult, Timeline, Variant
 from fieldmem.units import format_bytes
@@ -48,10 +49,8 @@ def _verdict_cell(result: TargetResult) -> Text:
         # a run that died says how: timeout, crash, out-of-memory
         return Text(kind if kind in ("timeout", "crash", "out-of-memory") else "error", style="bold red")
     failed = result.failed_checks
-    if result.verdict.in_place:
-        text = Text("in place", style="bold green")
-    else:
-        text = Text("not in place", style="bold red")
+    words, style, _ = verdict_words(result.verdict.kind)
+    text = Text(words, style=f"bold {style}")
     if failed:
         text.append(f" ✗ {', '.join(c.name for c in failed)}", style="red")
     return text
@@ -154,12 +153,13 @@ def _wide_summary_table(report: Report, options: RenderOptions) -> Table:
     table.add_column("copies\nplain/donated", justify="right")
     for result in report.results:
         if result.status == "error":
-            table.add_row(result.name, "", _verdict_cell(result), "", "", "", "")
+            table.add_row(Text(result.name), "", _verdict_cell(result), "", "", "", "")
             continue
         plain, donated = result.variants["plain"], result.variants["donated"]
+        # Text: a name is the user's text, never rich markup ("chain[fused]" would lose "[fused]")
         table.add_row(
-            result.name,
-            ", ".join(donated.donated_arguments) or "(none)",
+            Text(result.name),
+            Text(", ".join(donated.donated_arguments) or "(none)"),
             _verdict_cell(result),
             pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes),
             format_bytes(result.savings.get("footprint_bytes")),
@@ -177,7 +177,7 @@ def _narrow_summary_table(report: Report, options: RenderOptions) -> Table:
     table.add_column("plain → donated", overflow="fold", ratio=5)
     for result in report.results:
         if result.status == "error":
-            table.add_row(result.name, _verdict_cell(result), "")
+            table.add_row(Text(result.name), _verdict_cell(result), "")
             continue
         plain, donated = result.variants["plain"], result.variants["donated"]
         saved = format_bytes(result.savings.get("footprint_bytes"))
@@ -185,11 +185,12 @@ def _narrow_summary_table(report: Report, options: RenderOptions) -> Table:
             (
                 f"footprint {pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes)} (saves {saved})",
                 f"live peak {pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes)}",
-                f"copies {_copy_counts(plain, donated, options.min_bytes)}"
+                # plain → donated, as the column's header and the lines above it read
+                f"copies {len(_copies_shown(plain, options.min_bytes))} → {len(_copies_shown(donated, options.min_bytes))}"
                 f" · donated {', '.join(donated.donated_arguments) or '(none)'}",
             )
         )
-        table.add_row(result.name, _verdict_cell(result), figures, end_section=True)
+        table.add_row(Text(result.name), _verdict_cell(result), Text(figures), end_section=True)
     return table
 
 

@@ -1,0 +1,190 @@
+"""The verdict rule: from a target's findings to its verdict, its headline, the order of its reasons and
+whether each ``--expect`` passes. Written once; the analysis, the run check, chains and every renderer
+take the verdict from here, and ``docs/verdicts.md`` shows :data:`RULES` (a test holds the two together).
+
+The rule reads only the findings (each with its severity, its code and the bytes it costs) and whether any
+output reuses a donated buffer. Which findings break in place (severity ``error``) is decided where each
+finding is made (:mod:`fieldmem.findings.analysis`, :mod:`fieldmem.findings.runcheck`); :data:`RULES`
+names, per row, the codes that make it. The first row that holds decides:
+
+1. **not in place**: a finding breaks in place (a copy of state, a carry copied every iteration, a state
+   output written to a new buffer, a state that grows, a donation the user asked for that nothing can use,
+   a donation jax dropped, an alias the run did not confirm).
+2. **nothing to update in place**: nothing breaks and no output reuses a donated buffer, because none can
+   (a reduction, a loss): donating does nothing here, and ``--expect in-place`` fails with the fix
+   (don't donate it).
+3. **in place**: nothing breaks and the outputs that can reuse a donated buffer do.
+
+New outputs (fresh logits, a loss) are reported with their bytes and decide nothing on their own: only
+one at least as large as the state it replaces is a finding that breaks (``state-grows``).
+
+This module never prints and never imports jax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from fieldmem.report import Expectation, Finding, FindingCode, Verdict, VerdictKind
+from fieldmem.units import format_bytes
+
+__all__ = ["RULES", "Rule", "decide", "expectation_met", "expectation_words", "judge", "rank"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the verdict table: the verdict, when it holds, the finding codes that make it (as errors;
+    empty for the rows that hold when nothing breaks), an example, and whether ``--expect in-place`` passes."""
+
+    kind: VerdictKind
+    when: str
+    codes: tuple[FindingCode, ...]
+    example: str
+
+    @property
+    def expect_in_place_passes(self) -> bool:
+        return expectation_met(self.kind, "in-place")
+
+
+#: The verdict table, in the order it is read: the first row that holds decides.
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "not-in-place",
+        "a state input is copied: donated but still copied (its old value is read after the update writes it), "
+        "or not donated and copied because it is updated",
+        ("parameter-copy",),
+        "`return x.at[0].set(1.0), x` with `x` donated (the old value is returned beside the new one)",
+    ),
+    Rule(
+        "not-in-place",
+        "a loop copies its carry (or a value of its body) every iteration",
+        ("loop-copy",),
+        "`fori_loop(0, n, lambda i, u: u + jnp.roll(u, 1), u)` where the new carry is computed while the old is read",
+    ),
+    Rule(
+        "not-in-place",
+        "an output is computed into a temporary and copied into its buffer",
+        ("output-copy",),
+        "`cache.at[:, pos].set(kv)` on a CPU compile that writes the new cache through a temporary",
+    ),
+    Rule(
+        "not-in-place",
+        "a state output is written to a new buffer although an input could hold it: the input is not donated, "
+        "or a dtype change prevents the reuse",
+        ("new-buffer",),
+        "`jax.jit(step)` without `donate_argnums`; `return x.astype(jnp.bfloat16)` with `x` donated",
+    ),
+    Rule(
+        "not-in-place",
+        "the state grows: an output at least as large as a donated input nothing can reuse is a new buffer",
+        ("state-grows",),
+        "`return jnp.concatenate([x, x])` with `x` donated",
+    ),
+    Rule(
+        "not-in-place",
+        "a donation you chose by argument (not a blanket: no donation given, or --donate all) is unusable while other outputs reuse theirs (jax warns "
+        "'Some donated buffers were not usable'): don't donate it",
+        ("unusable-donation",),
+        "`jax.jit(step, donate_argnums=(0, 1))` where argument 1 is the batch",
+    ),
+    Rule(
+        "not-in-place",
+        "jax dropped the donation (a backend or a wrapper that cannot donate)",
+        ("donation-dropped",),
+        "a donation on a backend whose jax does not implement it",
+    ),
+    Rule(
+        "not-in-place",
+        "with `--run`: an alias the plan predicts did not happen at run time",
+        ("run-alias-missing",),
+        "an argument placed elsewhere than the compiled program expects, so jax donates a moved copy",
+    ),
+    Rule(
+        "nothing-to-update",
+        "nothing breaks and no output reuses a donated buffer, because no output can hold one: donating does "
+        "nothing here (don't donate it)",
+        (),
+        "`return x.sum(axis=0)` or a loss `return jnp.mean((model(params, x) - y) ** 2)` with `params` donated",
+    ),
+    Rule(
+        "in-place",
+        "nothing breaks, and every output that can reuse a donated buffer does; new outputs (fresh logits, a "
+        "loss) are reported with their bytes",
+        (),
+        "`params, opt_state = step(params, opt_state, grads)` with `donate_argnums=(0, 1)`",
+    ),
+)
+
+_SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def rank(findings: Iterable[Finding]) -> tuple[Finding, ...]:
+    """``findings`` in the order every report lists them: what breaks in place first, then warnings, then
+    notes; within each, the most bytes at stake first (a finding without a size after those with one);
+    findings that tie keep the order they were found in."""
+    return tuple(
+        sorted(findings, key=lambda f: (_SEVERITY_ORDER.get(f.severity, 3), -(f.bytes if f.bytes is not None else -1)))
+    )
+
+
+def decide(findings: Iterable[Finding], reused: bool) -> VerdictKind:
+    """The verdict :data:`RULES` give: ``reused``, whether any output reuses a donated buffer."""
+    if any(f.severity == "error" for f in findings):
+        return "not-in-place"
+    return "in-place" if reused else "nothing-to-update"
+
+
+def expectation_met(kind: VerdictKind | None, expect: Expectation) -> bool:
+    """Whether ``--expect expect`` passes on a verdict of ``kind`` (its check fails, and the run exits 1,
+    otherwise)."""
+    return expect != "in-place" or kind == "in-place"
+
+
+def _more(rest: Sequence[Finding]) -> str:
+    if not rest:
+        return ""
+    sized = [f.bytes for f in rest if f.bytes is not None]
+    total = f", {format_bytes(sum(sized))} more at stake" if sized else ""
+    return f" (and {len(rest)} more{total})"
+
+
+def judge(
+    findings: Iterable[Finding], reused: bool, in_place_summary: str, nothing_summary: str, prefix: str = "not in place"
+) -> Verdict:
+    """The verdict of ``findings`` by :data:`RULES`, with them ranked (:func:`rank`) and the headline.
+
+    Not in place: the headline is ``prefix``, then the finding that breaks in place with the most bytes at
+    stake, then how many more there are and their bytes. The other verdicts take the summary given for them
+    (``in_place_summary``, ``nothing_summary``), which the caller writes from the figures.
+    """
+    ranked = rank(findings)
+    kind = decide(ranked, reused)
+    if kind == "not-in-place":
+        errors = [f for f in ranked if f.severity == "error"]
+        summary = f"{prefix}: {errors[0].message}{_more(errors[1:])}"
+    elif kind == "nothing-to-update":
+        summary = nothing_summary
+    else:
+        summary = in_place_summary
+    return Verdict(in_place=kind == "in-place", summary=summary, findings=ranked, kind=kind)
+
+
+def expectation_words(verdict: Verdict) -> str:
+    """The message of the ``expect-in-place`` check on ``verdict``."""
+    if verdict.kind == "in-place":
+        return "in place with donation"
+    if verdict.kind == "nothing-to-update":
+        donated = [f for f in verdict.findings if f.code == "unusable-donation" and f.input]
+        fix = (
+            f"don't donate {', '.join(dict.fromkeys(f.input for f in donated if f.input))}, or expect any"
+            if donated
+            else "expect any"
+        )
+        return (
+            f"expected in place, but there is nothing to update in place (no output can reuse a donated buffer): {fix}"
+        )
+    errors = [f for f in verdict.findings if f.severity == "error"]
+    if errors:
+        return f"expected in place with donation, but it is not: {errors[0].message}{_more(errors[1:])}"
+    return "expected in place with donation, but it is not (see the findings)"

@@ -1,0 +1,66 @@
+"""docs/verdicts.md shows the verdict rule as fieldmem applies it: the table between its markers is the one
+:data:`fieldmem.findings.verdict.RULES` renders, and every finding code that can break in place has a row.
+
+To write the table again after changing the rule: ``python tests/test_verdict_table.py``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from fieldmem.findings.verdict import RULES
+from fieldmem.report import FINDING_CODES
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "verdicts.md"
+BEGIN, END = "<!-- verdict-table: begin (tests/test_verdict_table.py writes it) -->", "<!-- verdict-table: end -->"
+_WORDS = {"in-place": "in place", "not-in-place": "not in place", "nothing-to-update": "nothing to update in place"}
+# the codes that can break in place: a finding of one of them may be made with severity "error"
+BREAKING = (
+    "parameter-copy",
+    "loop-copy",
+    "output-copy",
+    "new-buffer",
+    "state-grows",
+    "unusable-donation",
+    "donation-dropped",
+    "run-alias-missing",
+)
+
+
+def table() -> str:
+    lines = [
+        "| # | verdict | when | finding codes | example | `--expect in-place` | `--expect any` |",
+        "|--:|:--|:--|:--|:--|:--|:--|",
+    ]
+    for number, rule in enumerate(RULES, 1):
+        codes = ", ".join(f"`{c}`" for c in rule.codes) or "—"
+        expect = "passes (exit 0)" if rule.expect_in_place_passes else "fails (exit 1)"
+        lines.append(
+            f"| {number} | **{_WORDS[rule.kind]}** | {rule.when} | {codes} | {rule.example} | {expect} | passes (exit 0) |"
+        )
+    return "\n".join(lines)
+
+
+def _written() -> str:
+    text = DOC.read_text(encoding="utf-8")
+    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip()
+
+
+def test_the_docs_show_the_rule_fieldmem_applies() -> None:
+    assert _written() == table(), "docs/verdicts.md is out of date: run python tests/test_verdict_table.py"
+
+
+def test_every_breaking_code_has_its_row() -> None:
+    named = {code for rule in RULES for code in rule.codes}
+    assert set(BREAKING) <= set(FINDING_CODES)
+    assert named == set(BREAKING)
+    assert all(rule.kind == "not-in-place" for rule in RULES if rule.codes)
+
+
+if __name__ == "__main__":
+    text = DOC.read_text(encoding="utf-8")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    DOC.write_text(f"{head}{BEGIN}\n{table()}\n{END}{tail}", encoding="utf-8")
+    sys.exit(0)
