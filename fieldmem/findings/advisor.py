@@ -121,9 +121,10 @@ def suggest(
     arguments = _arguments(call, plain.inputs)
     outputs = {o.index: o.path for o in plain.outputs}
     observed = _observed(donated, donated_variant, plain_variant, program)
+    already = {a.name for a in arguments if any(leaf.donated for leaf in _leaves_of(a, donated))}
+    observed.update(_measured_alone(arguments, already, observed, plain_variant, donated_variant, min_bytes))
     outcomes = _predict(arguments, observed, program, outputs)
     chosen = _paying(arguments, outcomes, min_bytes)
-    already = {a.name for a in arguments if any(leaf.donated for leaf in _leaves_of(a, donated))}
 
     check = _verify(
         call,
@@ -149,6 +150,17 @@ def suggest(
         chosen, verification, verified_by = [], plain_variant, "plain"
         measured = savings(plain_variant, verification)
 
+    if verification is not None and verified_by in ("suggested", "plain") and already:
+        current = [a for a in arguments if a.name in already]
+        excess = _excess(verification, donated_variant, min_bytes) if {a.name for a in chosen} != already else None
+        if excess is not None:
+            # never advise a donation that needs more than the one checked: keep that one, and say why
+            notes.append(
+                f"donating {_spec_text(chosen)} would need {excess} than the donation checked "
+                f"({_spec_text(current)}), so that one is suggested: it is the best found"
+            )
+            chosen, verification, verified_by = current, donated_variant, "donated"
+            measured = savings(plain_variant, verification)
     verifying = len(tried)  # the compiles that verified the spec; the marginal ones come next
     marginals = _marginals(
         chosen, already, plain_variant, donated_variant, verification, fast, tried, notes, compile_donation, parser
@@ -177,6 +189,51 @@ def suggest(
         savings=measured,
         notes=tuple(notes),
     )
+
+
+def _excess(candidate: Variant, current: Variant, min_bytes: int) -> str | None:
+    """How much more footprint or live peak ``candidate`` needs than ``current``, in words, when it is at
+    least ``min_bytes`` more of either (figures both have); None when it is not worse."""
+    parts = []
+    for figure, words in (("footprint_bytes", "footprint"), ("live_peak_bytes", "live peak")):
+        a, b = getattr(candidate.memory, figure), getattr(current.memory, figure)
+        if a is not None and b is not None and a - b >= max(min_bytes, 1):
+            parts.append(f"{format_bytes(a - b)} more {words} ({format_bytes(b)} → {format_bytes(a)})")
+    return " and ".join(parts) or None
+
+
+def _measured_alone(
+    arguments: Sequence[_Argument],
+    already: set[str],
+    observed: dict[int, _Outcome],
+    plain: Variant,
+    donated: Variant,
+    min_bytes: int,
+) -> dict[int, _Outcome]:
+    """The outcomes of the one argument the check donated, when the leaf accounting says it saves nothing
+    but the two compiles measure a lower footprint (XLA writes the new value through a temporary, yet the
+    donated buffer still spares the output's): its largest reused leaf saves what was measured."""
+    if len(already) != 1:
+        return {}
+    (argument,) = [a for a in arguments if a.name in already]
+    leaves = [observed[leaf.index] for leaf in argument.leaves if leaf.index in observed]
+    measured = savings(plain, donated).get("footprint_bytes")
+    if measured is None or measured < max(min_bytes, 1) or sum(o.saved for o in leaves) >= max(min_bytes, 1):
+        return {}
+    candidates = [
+        (leaf, observed[leaf.index])
+        for leaf in argument.leaves
+        if leaf.index in observed and observed[leaf.index].output is not None
+    ]
+    if not candidates:
+        return {}
+    leaf, outcome = max(candidates, key=lambda pair: pair[0].bytes)
+    reason = (
+        f"its output reuses the buffer, and although XLA {outcome.reason.removeprefix('XLA would ').split(', so')[0]}, "
+        f"the donation lowers the footprint by {format_bytes(measured)} (measured: "
+        f"{format_bytes(plain.memory.footprint_bytes)} → {format_bytes(donated.memory.footprint_bytes)})"
+    )
+    return {leaf.index: _Outcome("reused", reason, outcome.output, measured)}
 
 
 def _compile_spec(
