@@ -144,6 +144,34 @@ def test_a_missing_extra_is_one_line_with_the_pip_install(
     ]
 
 
+@pytest.mark.parametrize(
+    ("installed", "expected"),
+    [
+        ({"jax_plugins.xla_cuda12", "nvidia.cuda_nvcc"}, [("jax_plugins.xla_cuda12", "nvidia.cuda_nvcc")]),
+        ({"jax_plugins.xla_cuda13", "nvidia.cu13"}, [("jax_plugins.xla_cuda13", "nvidia.cu13")]),
+        # a plugin without its CUDA's nvcc wheel (CUDA 13's plugin beside CUDA 12's ptxas) compiles nothing
+        ({"jax_plugins.xla_cuda13", "nvidia.cuda_nvcc"}, []),
+    ],
+    ids=["cuda12", "cuda13", "mismatched"],
+)
+def test_a_cuda_plugin_is_paired_with_its_own_cudas_ptxas(
+    installed: set[str], expected: list[tuple[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """jax's CUDA 13 plugin with nvidia-cuda-nvcc 13 (files under nvidia/cu13) compiles for a GPU as the CUDA 12
+    extra does; a plugin whose CUDA's ptxas is missing is the missing extra's one line."""
+    from fieldmem.errors import OptionError
+    from fieldmem.request import backends
+
+    monkeypatch.setattr(backends, "_installed", lambda module: module in installed)
+    assert backends.cuda_compilers() == expected
+    gpu = backends.parse_backend("gpu:h100")
+    if expected:
+        backends.require_extra(gpu)
+    else:
+        with pytest.raises(OptionError, match=r'pip install "fieldmem\[gpu\]"'):
+            backends.require_extra(gpu)
+
+
 # ---- figures, aliases and copies against the compile done by hand ---------------------------
 
 _MODULE = """

@@ -45,6 +45,12 @@ def test_known_noise_goes_and_everything_else_stays() -> None:
     assert known_noise(mixed) == real
 
 
+def test_the_cuda13_plugins_start_traceback_is_noise_too() -> None:
+    lines = NOISE.replace("xla_cuda12", "xla_cuda13").splitlines()
+    assert any("xla_cuda13" in line for line in lines)
+    assert known_noise(lines) == []
+
+
 def test_another_plugin_traceback_is_kept() -> None:
     lines = ["Jax plugin configuration error: Exception when calling jax_plugins.xla_cuda12.initialize()", "x"]
     lines += ["RuntimeError: CUDA version mismatch"]

@@ -18,6 +18,7 @@ A process compiles for these only where jax started with ``JAX_PLATFORMS=cpu``
 (``fieldmem.request.backends.deviceless_environment``; the command line sets
 them for its own process before jax starts). The compile uses the ptxas and
 libdevice of the ``nvidia-cuda-nvcc-cu12`` wheel (``xla_gpu_cuda_data_dir``),
+or, for jax's CUDA 13 plugin, of ``nvidia-cuda-nvcc`` 13 (``nvidia/cu13``),
 never a CUDA toolkit installed on the machine.
 """
 
@@ -37,7 +38,14 @@ from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.errors import CompileError, OptionError
-from fieldmem.request.backends import DEVICELESS_ENV, GPU_KINDS, BackendName, parse_backend, require_extra
+from fieldmem.request.backends import (
+    DEVICELESS_ENV,
+    GPU_KINDS,
+    BackendName,
+    cuda_compilers,
+    parse_backend,
+    require_extra,
+)
 
 __all__ = [
     "DEVICELESS_NOTE",
@@ -317,12 +325,13 @@ def compile_options(found: Target, folder: str) -> dict[str, Any]:
 
 
 def _nvcc_folder() -> str:
-    """The folder of the nvidia-cuda-nvcc wheel (bin/ptxas, nvvm/libdevice)."""
-    spec = importlib.util.find_spec("nvidia.cuda_nvcc")
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for location in locations:
-        if (Path(location) / "bin" / "ptxas").exists():
-            return str(location)
+    """The folder of the nvidia-cuda-nvcc wheel of an installed CUDA plugin (bin/ptxas, nvvm/libdevice):
+    CUDA 12's (fieldmem[gpu]) first, else CUDA 13's."""
+    for _, module in cuda_compilers():
+        spec = importlib.util.find_spec(module)
+        for location in list(spec.submodule_search_locations or []) if spec is not None else []:
+            if (Path(location) / "bin" / "ptxas").exists():
+                return str(location)
     raise OptionError('compiling for a GPU needs the ptxas of nvidia-cuda-nvcc-cu12: pip install "fieldmem[gpu]"')
 
 

@@ -41,7 +41,9 @@ _NOISE_LINES = (
 _TPU_HOSTS = re.compile(r"[IWE]\d{4} [\d:. ]+\d+ common_lib\.cc:\d+\] .*could not determine TPU worker hostnames.*")
 _TRACE_LINE = re.compile(r"=== Source Location Trace: ===\s*|\S+\.cc:\d+")
 # the CUDA plugin's traceback when no CUDA runtime loads (jax logs it and carries on without the GPU)
-_CUDA_START = "Jax plugin configuration error: Exception when calling jax_plugins.xla_cuda12.initialize()"
+_CUDA_START = re.compile(
+    r"Jax plugin configuration error: Exception when calling jax_plugins\.xla_cuda1[23]\.initialize\(\)"
+)
 _CUDA_END = "RuntimeError: Unable to load CUDA. Is it installed?"
 
 _lock = threading.Lock()
@@ -61,7 +63,7 @@ def known_noise(lines: Iterable[str]) -> list[str]:
                 kept += pending
                 pending = []
             continue
-        if line.strip() == _CUDA_START:
+        if _CUDA_START.fullmatch(line.strip()):
             pending = [line]
             continue
         if _TPU_HOSTS.fullmatch(line.strip()):

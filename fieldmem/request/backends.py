@@ -20,11 +20,13 @@ from dataclasses import dataclass
 from fieldmem.errors import OptionError
 
 __all__ = [
+    "CUDA_PLUGINS",
     "DEVICELESS_ENV",
     "GPU_KINDS",
     "TPU_KINDS",
     "BackendName",
     "check_combination",
+    "cuda_compilers",
     "deviceless_environment",
     "known_backends",
     "parse_backend",
@@ -166,6 +168,13 @@ def deviceless_environment(backends: Iterable[BackendName] | None) -> dict[str, 
 
 # the module each deviceless platform's extra brings, and the extra's name
 _EXTRA = {"tpu": ("libtpu", "tpu"), "gpu": ("jax_plugins.xla_cuda12", "gpu")}
+# the CUDA plugins a GPU compile can use, each with the module of the nvidia-cuda-nvcc wheel of its CUDA
+# (that wheel's bin/ptxas and nvvm/libdevice): fieldmem[gpu] brings CUDA 12's; a CUDA 13 install of jax
+# (jax-cuda13-plugin with nvidia-cuda-nvcc 13, whose files are under nvidia/cu13) works as well
+CUDA_PLUGINS: Mapping[str, str] = {
+    "jax_plugins.xla_cuda12": "nvidia.cuda_nvcc",
+    "jax_plugins.xla_cuda13": "nvidia.cu13",
+}
 
 
 def _installed(module: str) -> bool:
@@ -175,6 +184,12 @@ def _installed(module: str) -> bool:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
         return False
+
+
+def cuda_compilers() -> list[tuple[str, str]]:
+    """The installed CUDA plugins that have their nvidia-cuda-nvcc wheel, as (plugin, nvcc module) pairs,
+    CUDA 12 (fieldmem[gpu]) first."""
+    return [(plugin, nvcc) for plugin, nvcc in CUDA_PLUGINS.items() if _installed(plugin) and _installed(nvcc)]
 
 
 def require_extra(backend: BackendName) -> None:
@@ -188,8 +203,8 @@ def require_extra(backend: BackendName) -> None:
     if not backend.deviceless:
         return
     module, extra = _EXTRA[backend.platform]
-    needed = [module] + (["nvidia.cuda_nvcc"] if backend.platform == "gpu" else [])
-    if not all(_installed(m) for m in needed):
+    found = bool(cuda_compilers()) if backend.platform == "gpu" else _installed(module)
+    if not found:
         raise OptionError(
             f"--backend {backend.name} needs the {backend.platform.upper()} compiler, which is not installed: "
             f'pip install "fieldmem[{extra}]"'
