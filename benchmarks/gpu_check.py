@@ -84,8 +84,10 @@ def run_fieldmem(backend: str, output: Path, *extra: str, python: str = sys.exec
     command += ["-f", "json", "-o", str(output), "--no-cache", *extra]
     done = subprocess.run(command, cwd=ROOT, env=_environment(), capture_output=True, text=True)
     if done.returncode not in (0, 1) or not output.exists():
-        tail = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        raise SystemExit(f"gpu-check: fieldmem check --backend {backend} failed: {tail}")
+        lines = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        # the whole end of what it said, for a run on a lent machine that cannot be repeated at will
+        print("\n".join(lines[-40:]), file=sys.stderr)
+        raise SystemExit(f"gpu-check: fieldmem check --backend {backend} failed: {lines[-1]}")
 
 
 def _figures(variant: dict[str, Any] | None) -> dict[str, int | None]:
