@@ -3,9 +3,9 @@
 # what fieldmem needs beyond them carried as wheels in .whl/ (msgspec; nvidia-cuda-nvcc 13, whose ptxas the
 # deviceless gpu:KIND compile uses with jax's CUDA 13 plugin). Writes under $OUT (default /tmp/gpu-check):
 # env.txt (machine, versions, one fieldmem check --run of the Field example), gpu_check.log, and
-# gpu-check.{json,md,predicted.json,measured.json} (benchmarks/gpu_check.py), and corpus-gpu.txt: the verdict
-# corpus (tests/test_verdict_corpus.py) with jax on the GPU, each case's verdict first held to what jax does there
-# (its expected verdicts were read on the CPU). Each step has its own time limit
+# gpu-check.{json,md,predicted.json,measured.json} (benchmarks/gpu_check.py), and verdict-backend.json with
+# corpus-gpu.txt: the verdict corpus with jax on the GPU, fieldmem's verdicts against those jax's own facts
+# admit there (benchmarks/verdict_backend.py). Each step has its own time limit
 # so that a failing one still leaves the others' files.
 set -u
 out=${OUT:-/tmp/gpu-check}
@@ -26,7 +26,6 @@ export PYTHONPATH="/tmp/site:$PWD"
 } > "$out/env.txt" 2>&1
 timeout 300 python3 benchmarks/gpu_check.py --out "$out" > "$out/gpu_check.log" 2>&1
 echo "rc=$?" >> "$out/gpu_check.log"
-JAX_PLATFORMS=cuda,cpu timeout 150 python3 -m pytest -q -p no:cacheprovider -W ignore::DeprecationWarning \
-  tests/test_verdict_corpus.py > "$out/corpus-gpu.txt" 2>&1
+JAX_PLATFORMS=cuda,cpu timeout 150 python3 benchmarks/verdict_backend.py --out "$out" > "$out/corpus-gpu.txt" 2>&1
 echo "rc=$?" >> "$out/corpus-gpu.txt"
-tail -5 "$out/gpu_check.log" "$out/corpus-gpu.txt"
+tail -n 5 "$out/gpu_check.log" "$out/corpus-gpu.txt"

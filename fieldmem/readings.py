@@ -157,6 +157,8 @@ class DeviceStats:
     in_use_after: int | None = None
     peak: int | None = None  # peak_bytes_in_use after the call: a process-lifetime high-water mark
     unavailable: str | None = None
+    # peak_bytes_in_use before the arguments were made: a peak that did not rise past it was set earlier
+    peak_start: int | None = None
 
 
 @dataclass(frozen=True)

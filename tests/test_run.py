@@ -30,6 +30,7 @@ from fieldmem.findings.runcheck import WHOLE_BUFFER_GROWTH
 from fieldmem.readings import DeviceStats, ProbeReading, RunReading
 from fieldmem.report import Report
 from fieldmem.request.options import CheckOptions
+from fieldmem.units import format_bytes
 
 pytestmark = pytest.mark.compile
 
@@ -154,9 +155,13 @@ def test_device_memory_stats_are_read_per_device_and_held_against_the_plan(monke
 
 
 def test_a_measured_peak_above_the_plan_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(
-        execute, "device_memory_stats", lambda device: {"bytes_in_use": 0, "peak_bytes_in_use": 64 * 2**20}
-    )
+    reads = {"n": 0}
+
+    def stats(device: Any) -> dict[str, int]:  # each call raises the high-water mark a little: its peak is its own
+        reads["n"] += 1
+        return {"bytes_in_use": 0, "peak_bytes_in_use": 64 * 2**20 + reads["n"]}
+
+    monkeypatch.setattr(execute, "device_memory_stats", stats)
     report = check([f"{EXAMPLES / 'sparse_row.py'}:set_row"], options=IN_PROCESS)
     (result,) = report.results
     warnings = [f for f in result.verdict.findings if f.code == "run-peak-above-plan"]
@@ -439,6 +444,48 @@ def test_the_worst_device_is_the_one_with_the_largest_measured_peak() -> None:
     run = run_check(result, variant, reading)
     assert run.worst_device == 1
     assert [d.difference for d in run.devices] == [-100, 500, 200, 100]
+
+
+@pytest.mark.parametrize(
+    ("peak_start", "peak", "measured"),
+    [
+        (None, 3000, 2000),  # no reading before the arguments: as before
+        (2500, 3000, 2000),  # the call raised the high-water mark: the peak is its own
+        (4000, 4000, None),  # an earlier call set it (a chain's previous step): not this call's
+        (4000, 3500, None),
+    ],
+)
+def test_a_peak_an_earlier_call_set_is_not_charged_to_this_one(
+    peak_start: int | None, peak: int, measured: int | None
+) -> None:
+    """peak_bytes_in_use never resets: a call that did not raise it has no measured peak of its own, says so with
+    the bound it has, and gets no run-peak-above-plan finding (an H200 run gave four chain steps such findings)."""
+    from fieldmem.findings.runcheck import run_check
+    from fieldmem.report import MemoryFigures, TargetResult, Variant
+
+    variant = Variant("donated", (), MemoryFigures(footprint_bytes=1000))
+    result = TargetResult(target="t", name="t", status="ok", variants={"donated": variant})
+    reading = RunReading(
+        variant="donated",
+        input_pointers=(),
+        output_pointers=(),
+        deleted=(),
+        seconds=0.001,
+        memory=(
+            DeviceStats(
+                device=0, in_use_start=1000, in_use_before=2000, in_use_after=2000, peak=peak, peak_start=peak_start
+            ),
+        ),
+    )
+    run = run_check(result, variant, reading)
+    (device,) = run.devices
+    assert device.measured_peak == measured
+    if measured is None:
+        assert device.unavailable is not None and "earlier call" in device.unavailable
+        assert device.unavailable.endswith(f"at most {format_bytes(peak - 1000)}")
+        assert run.worst_device is None
+    else:
+        assert device.unavailable is None and device.difference == measured - 1000
 
 
 # ---------------------------------------------------------------------------

@@ -186,6 +186,7 @@ def _device_stats(
         in_use_before=(before or {}).get("bytes_in_use"),
         in_use_after=after.get("bytes_in_use"),
         peak=after.get("peak_bytes_in_use"),
+        peak_start=(start or {}).get("peak_bytes_in_use"),
     )
 
 

@@ -185,6 +185,23 @@ def _device_memory(variant: Variant, reading: RunReading) -> tuple[DeviceMemory,
             )
             continue
         measured = stats.peak - stats.in_use_start if stats.in_use_start is not None else None
+        if measured is not None and stats.peak_start is not None and stats.peak <= stats.peak_start:
+            # the high-water mark never resets: one this call did not raise was set by an earlier call of the
+            # process (a chain's previous step, the other variant), so this call's own peak cannot be read
+            devices.append(
+                DeviceMemory(
+                    device=stats.device,
+                    in_use_before=stats.in_use_before,
+                    in_use_after=stats.in_use_after,
+                    peak=stats.peak,
+                    predicted=predicted,
+                    unavailable=(
+                        "this call stayed under a high-water mark an earlier call set (peak_bytes_in_use "
+                        f"cannot be reset), so its own peak is unknown: at most {format_bytes(measured)}"
+                    ),
+                )
+            )
+            continue
         devices.append(
             DeviceMemory(
                 device=stats.device,
