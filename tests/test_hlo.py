@@ -1063,3 +1063,67 @@ def test_a_module_with_other_source_tables_takes_no_line_from_the_one_before() -
     assert after == parse_hlo_module(renamed)
     sources = {i.source for c in before.computations for i in c.instructions} - {None}
     assert sources and sources != {i.source for c in after.computations for i in c.instructions} - {None}
+
+
+# ---- why a donated parameter's old value is kept (hand-written modules, no compile) ----------------------------
+
+_OLD_VALUE = """HloModule m, is_scheduled=true, input_output_alias={ {0}: (0, {}, may-alias) }
+
+%body (p: f32[8]) -> f32[8] {
+  %p = f32[8]{0} parameter(0)
+  ROOT %n = f32[8]{0} negate(%p)
+}
+
+ENTRY %main (x: f32[8]) -> (f32[8], f32[8]) {
+  %x = f32[8]{0} parameter(0)
+  %c = f32[8]{0} copy(%x)
+BODY
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        # the old value (its copy) is an output beside the update
+        (
+            "  %u = f32[8]{0} fusion(%x), kind=kLoop, calls=%body\n  ROOT %t = (f32[8]{0}, f32[8]{0}) tuple(%u, %c)",
+            "returned",
+        ),
+        # r reads the old value and the updated one: it must run after the update
+        (
+            "  %u = f32[8]{0} fusion(%x), kind=kLoop, calls=%body\n  %r = f32[8]{0} add(%c, %u)\n"
+            "  ROOT %t = (f32[8]{0}, f32[8]{0}) tuple(%u, %r)",
+            "read-after-update",
+        ),
+        # through a bitcast of the update: still after it
+        (
+            "  %u = f32[8]{0} fusion(%x), kind=kLoop, calls=%body\n  %b = f32[8]{0} bitcast(%u)\n"
+            "  %r = f32[8]{0} add(%c, %u)\n  ROOT %t = (f32[8]{0}, f32[8]{0}) tuple(%b, %r)",
+            "read-after-update",
+        ),
+        # r reads only the old value: it could run first, and the copy is the compiler's choice
+        (
+            "  %r = f32[8]{0} fusion(%c), kind=kLoop, calls=%body\n  %u = f32[8]{0} fusion(%c), kind=kLoop, "
+            "calls=%body\n  ROOT %t = (f32[8]{0}, f32[8]{0}) tuple(%u, %r)",
+            "scheduling",
+        ),
+    ],
+    ids=["returned", "read-after-update", "through-a-bitcast", "scheduling"],
+)
+def test_why_a_donated_inputs_old_value_is_kept(body: str, expected: str) -> None:
+    from fieldmem.xla.hlo import old_value_use
+
+    module = parse_hlo_module(_OLD_VALUE.replace("BODY", body))
+    assert old_value_use(module, 0) == expected
+
+
+def test_an_input_no_output_reuses_has_no_old_value_reason() -> None:
+    from fieldmem.xla.hlo import old_value_use
+
+    text = _OLD_VALUE.replace("input_output_alias={ {0}: (0, {}, may-alias) }", "").replace(
+        "BODY", "  %u = f32[8]{0} fusion(%x), kind=kLoop, calls=%body\n  ROOT %t = (f32[8]{0}, f32[8]{0}) tuple(%u, %c)"
+    )
+    module = parse_hlo_module(text)
+    assert old_value_use(module, 0) is None
+    assert old_value_use(module, 5) is None  # no such parameter

@@ -542,10 +542,26 @@ def _slice_update_copied(module: hlo.HloModule, copy: Copy) -> str | None:
     return found
 
 
-def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "", slice_update: str | None = None) -> Finding:
+def _old_value_use(module: hlo.HloModule, copy: Copy, inputs: dict[int, InputLeaf]) -> hlo.OldValueUse | None:
+    """For a copy of a donated input (kind ``parameter``), why the program keeps its old value (see
+    :func:`fieldmem.xla.hlo.queries.old_value_use`); None for other copies or where it cannot be told."""
+    leaf = inputs.get(copy.input_index) if copy.input_index is not None else None
+    if copy.kind != "parameter" or leaf is None or not leaf.donated or leaf.hlo_parameter is None:
+        return None
+    return hlo.old_value_use(module, leaf.hlo_parameter)
+
+
+def _copy_finding(
+    copy: Copy,
+    inputs: dict[int, InputLeaf],
+    once: str = "",
+    slice_update: str | None = None,
+    old_use: hlo.OldValueUse | None = None,
+) -> Finding:
     """The finding for one copy; ``once`` (" once per call" in a program with a loop) sets
     one-off copies apart from the loop copies paid every iteration; ``slice_update``: the update
-    whose value an output copy copies (the copy is then the compiler's choice, and says so)."""
+    whose value an output copy copies (the copy is then the compiler's choice, and says so);
+    ``old_use``: why the program keeps a donated input's old value (whose choice its copy is)."""
     size = format_bytes(copy.bytes)
     where = _at(copy.source, copy.call_site)
     if copy.kind == "loop":
@@ -595,6 +611,24 @@ def _copy_finding(copy: Copy, inputs: dict[int, InputLeaf], once: str = "", slic
     if leaf is not None and not leaf.donated:
         tail = "donate it or stop returning it" if copy.output else "donate it"
         message = f"{name} is not donated and is copied{once} ({size}){where}: {tail}"
+    elif old_use == "returned":
+        message = (
+            f"{name} is donated but still copied{once} ({size}){where}: its old value is returned beside its "
+            "update, so both need a buffer; return only the new value (or don't donate it)"
+        )
+    elif old_use == "read-after-update":
+        message = (
+            f"{name} is donated but still copied{once} ({size}){where}: its old value is read by an expression "
+            "that also uses the updated value, so it must outlive the update; compute what needs the old value "
+            "before updating"
+        )
+    elif old_use == "scheduling":
+        # whose choice: nothing in the program needs the old value after the update
+        message = (
+            f"{name} is donated but still copied{once} ({size}){where}: every read of its old value could "
+            "come before the update, so this copy is the compiler's choice of order, not a line to change; "
+            "other backends may update it in place (compare with --backend gpu:h100 or --backend tpu:v5e)"
+        )
     else:
         message = (
             f"{name} is donated but still copied{once} ({size}){where}: its old value is read "
@@ -981,7 +1015,7 @@ def _verdict(
             and (copy.kind in ("parameter", "loop") or copy.output is not None)
         ):
             update = _slice_update_copied(program.module, copy) if copy.output is not None else None
-            findings.append(_copy_finding(copy, inputs, once, update))
+            findings.append(_copy_finding(copy, inputs, once, update, _old_value_use(program.module, copy, inputs)))
     for unusable in donated.unusable_donations:
         if unusable.bytes >= min_bytes:
             findings.append(_unusable_finding(unusable, breaks=by_user and reused, by_user=by_user))

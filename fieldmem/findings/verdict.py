@@ -51,8 +51,9 @@ class Rule:
 RULES: tuple[Rule, ...] = (
     Rule(
         "not-in-place",
-        "a state input is copied: donated but still copied (its old value is read after the update writes it), "
-        "or not donated and copied because it is updated",
+        "a state input is copied: donated but still copied (its old value is returned beside the update, read "
+        "by something that also needs the update, or kept by the compiler's choice of order, which the finding "
+        "says), or not donated and copied because it is updated",
         ("parameter-copy",),
         "`return x.at[0].set(1.0), x` with `x` donated (the old value is returned beside the new one)",
     ),

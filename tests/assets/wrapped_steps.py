@@ -49,6 +49,33 @@ def nnx_args() -> tuple:
     return model, optimizer, jnp.ones((3, 4)), jnp.zeros((3, 2))
 
 
+class Wide(nnx.Module):
+    """The issue's adamw step: XLA:CPU copies l2.kernel although every read of its old value could come first."""
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(64, 128, rngs=rngs)
+        self.l2 = nnx.Linear(128, 64, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.l2(jax.nn.relu(self.l1(x)))
+
+
+@nnx.jit(donate_argnums=(0, 1))
+def nnx_adamw_step(model: Wide, optimizer: nnx.Optimizer, x: jax.Array, y: jax.Array) -> jax.Array:
+    def loss_fn(m: Wide) -> jax.Array:
+        return jnp.mean((m(x) - y) ** 2)
+
+    loss, grads = nnx.value_and_grad(loss_fn)(model)
+    optimizer.update(model, grads)
+    return loss
+
+
+def nnx_adamw_args() -> tuple:
+    model = Wide(nnx.Rngs(0))
+    optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
+    return model, optimizer, jnp.ones((32, 64)), jnp.ones((32, 64))
+
+
 # ---- equinox -----------------------------------------------------------------------------------------
 
 OPTIMIZER = optax.adam(1e-2)

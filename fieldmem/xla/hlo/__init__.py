@@ -41,10 +41,12 @@ from .model import (
 )
 from .parse import HloParser, parse_hlo_module
 from .queries import (
+    OldValueUse,
     conditional_branches,
     find_constants,
     find_copies,
     loop_bodies,
+    old_value_use,
     output_parameters,
     output_values,
     reader_source,
@@ -66,6 +68,7 @@ __all__ = [
     "HloParser",
     "HloStructureError",
     "LoopInfo",
+    "OldValueUse",
     "SourceLocation",
     "call_site",
     "conditional_branches",
@@ -74,6 +77,7 @@ __all__ = [
     "is_library_file",
     "loop_bodies",
     "memory_space",
+    "old_value_use",
     "output_parameters",
     "output_values",
     "parse_hlo_module",

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import replace
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from .model import (
     BranchInfo,
@@ -30,10 +30,12 @@ from .model import (
 from .text import unquote
 
 __all__ = [
+    "OldValueUse",
     "conditional_branches",
     "find_constants",
     "find_copies",
     "loop_bodies",
+    "old_value_use",
     "output_parameters",
     "output_values",
     "reader_source",
@@ -614,6 +616,74 @@ def slice_update_kind(module: HloModule, instruction: HloInstruction | None) -> 
             continue
         return None
     return None
+
+
+# why a donated parameter's old value is kept beside its update (see old_value_use)
+OldValueUse = Literal["returned", "read-after-update", "scheduling"]
+# instructions whose value is a parameter's old value itself (a view or a copy of it)
+_OLD_VALUE_VIEWS = ("bitcast", "copy", "copy-start", "copy-done")
+
+
+def old_value_use(module: HloModule, parameter_number: int) -> OldValueUse | None:
+    """Why the entry keeps parameter ``parameter_number``'s old value while an output reusing its buffer
+    (``input_output_alias``) is written: a copy of a donated input is needed only for a reason in the program.
+
+    - ``returned``: the old value (or a copy or view of it) is itself an output, beside the update;
+    - ``read-after-update``: an instruction reads the old value and also depends on the updated one, so it must
+      run after the update has overwritten the buffer;
+    - ``scheduling``: neither: every read of the old value could run before the update, so a copy kept for it
+      is the compiler's choice of order, not something the program asks for.
+
+    None when the parameter has no alias or the update that writes it cannot be found.
+    """
+    entry = module.entry
+    by_name, users = entry.by_name(), entry.users()
+    root = entry.root
+    parameter = next(
+        (i for i in entry.instructions if i.opcode == "parameter" and i.parameter_number == parameter_number), None
+    )
+    outputs = [
+        a.output_index for a in module.aliases if a.parameter_number == parameter_number and not a.parameter_index
+    ]
+    if parameter is None or root is None or not outputs:
+        return None
+    writers: list[HloInstruction] = []
+    for index in outputs:
+        if index == () and root.opcode != "tuple":
+            writers.append(root)
+        elif len(index) == 1 and root.opcode == "tuple" and index[0] < len(root.operands):
+            found = by_name.get(root.operands[index[0]])
+            if found is not None:
+                writers.append(found)
+    if not writers:
+        return None
+    # the update's own producers: a bitcast or tuple element of the written value is the same write
+    producers: list[HloInstruction] = []
+    for writer in writers:
+        current: HloInstruction | None = writer
+        while current is not None and current not in producers:
+            producers.append(current)
+            if current.opcode not in ("bitcast", "get-tuple-element") or not current.operands:
+                break
+            current = by_name.get(current.operands[0])
+    old = {parameter.name}
+    frontier = [parameter.name]
+    while frontier:
+        for user in users.get(frontier.pop(), ()):
+            if user.opcode in _OLD_VALUE_VIEWS and user.name not in old and user not in producers:
+                old.add(user.name)
+                frontier.append(user.name)
+    if any(operand in old for operand in root.operands if root.opcode == "tuple") or root.name in old:
+        return "returned"
+    after: set[str] = set()
+    frontier = [p.name for p in producers]
+    while frontier:
+        for user in users.get(frontier.pop(), ()):
+            if user.name not in after and user is not root:
+                after.add(user.name)
+                frontier.append(user.name)
+    readers = {u.name for name in old for u in users.get(name, ()) if u.name not in old}
+    return "read-after-update" if readers & after else "scheduling"
 
 
 def _find(module: HloModule, name: str, hint: dict[str, HloComputation]) -> HloInstruction | None:
