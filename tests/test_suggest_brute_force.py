@@ -55,6 +55,46 @@ EXTRA = (
     ),
     Case("kv_not_donated", _kv, lambda: (jnp.zeros((4, 256, 64)), jnp.int32(3), jnp.ones((4, 64))), (), "not-in-place"),
 )
+
+
+def _mlp_loss(params, x):
+    h = jnp.tanh(x @ params["dense1"]["kernel"] + params["dense1"]["bias"])
+    return jnp.mean((h @ params["dense2"]["kernel"] + params["dense2"]["bias"]) ** 2)
+
+
+def _optax_case(name: str, make_tx, donate: tuple[int, ...]) -> Case:
+    """An optax step over a dict MLP, as users write it (tests/test_library_steps.py holds it to the runtime)."""
+    import optax
+
+    tx = make_tx()
+
+    def step(params, opt_state, x):
+        loss, grads = jax.value_and_grad(_mlp_loss)(params, x)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    def args():
+        k1, k2 = jax.random.split(jax.random.key(0))
+        params = {
+            "dense1": {"kernel": jax.random.normal(k1, (32, 64)), "bias": jnp.zeros(64)},
+            "dense2": {"kernel": jax.random.normal(k2, (64, 8)), "bias": jnp.zeros(8)},
+        }
+        return params, tx.init(params), jnp.ones((4, 32))
+
+    return Case(name, step, args, donate, "in-place")
+
+
+def _library_cases() -> tuple[Case, ...]:
+    import optax
+
+    return (
+        # the donation users write, and one that forgets the optimizer state
+        _optax_case("optax_adamw", lambda: optax.adamw(1e-3, weight_decay=1e-4), (0, 1)),
+        _optax_case("optax_clip_adam", lambda: optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3)), (0,)),
+    )
+
+
+EXTRA += _library_cases()
 NAMES = (
     "adam",
     "axpy",
