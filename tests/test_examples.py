@@ -353,3 +353,47 @@ def test_no_format_contradicts_the_verdict(example_report: Any, width: int) -> N
         # JSON: the kind and in_place agree
         (entry,) = [r for r in data["results"] if r["name"] == result.name]
         assert entry["verdict"]["kind"] == kind and entry["verdict"]["in_place"] == (kind == "in-place")
+
+
+def _finding_order(text: str, findings: Any) -> list[int]:
+    """Where each finding's message starts in ``text`` (its first 60 characters, as the format escapes them),
+    in the verdict's order; -1 for one the text does not show."""
+    return [text.find(f.message[:60]) for f in findings]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_verbose_and_compare_say_the_same_verdict_in_the_same_order(example_report: Any, width: int) -> None:
+    """``-v`` lists every finding in the verdict's order, under the same verdict words; ``fieldmem compare`` of
+    the report with itself gives each target its verdict's words, in the table and in its JSON."""
+    from fieldmem.gate.compare import compare_reports
+    from fieldmem.render import RenderOptions, get_renderer
+    from fieldmem.render.compare import get_compare_renderer
+
+    options = RenderOptions(min_bytes=1024, width=width, verbose=True)
+    verbose = get_renderer("table").render(example_report, options)
+    markdown = get_renderer("markdown").render(example_report, options)
+    comparison = compare_reports([("a.json", example_report), ("b.json", example_report)])
+    compared = get_compare_renderer("table").render(comparison, RenderOptions(width=width))
+    compared_json = json.loads(get_compare_renderer("json").render(comparison, RenderOptions(width=width)))
+    unwrapped = " ".join(line.strip() for line in verbose.splitlines())
+    found = 0
+    for result in example_report.results:
+        words = _VERDICT_WORDS[result.verdict.kind]
+        start = unwrapped.index(f"{result.name}  (")
+        section = unwrapped[start:]
+        assert section[section.index(")") + 1 :].strip().startswith(words), result.name
+        # every finding of at least --min-bytes is listed, in the verdict's order, in -v and in Markdown
+        shown = [f for f in result.verdict.findings if f.severity != "info" and (f.bytes or 0) >= 1024]
+        positions = _finding_order(section, shown)
+        assert -1 not in positions and positions == sorted(positions), (result.name, positions)
+        found += len(positions)
+        md_positions = [p for p in _finding_order(markdown[markdown.index(f"`{result.name}`") :], shown) if p >= 0]
+        assert md_positions == sorted(md_positions), (result.name, md_positions)
+        # compare: the verdict row of this target, in the table and the JSON
+        row = next(r for r in compared_json["rows"] if r["name"] == result.name)
+        assert all(cell["kind"] == result.verdict.kind for cell in row["cells"]), row
+        line = next(line for line in compared.splitlines() if line.lstrip().startswith(result.name[:20]))
+        block = compared[compared.index(line) :]
+        verdict_line = next(line for line in block.splitlines() if "verdict" in line)
+        assert _ANY_VERDICT.search(verdict_line.split("verdict", 1)[1]).group(1) == words, verdict_line
+    assert found >= 5  # the examples have findings to order
