@@ -95,23 +95,7 @@ def _library_cases() -> tuple[Case, ...]:
 
 
 EXTRA += _library_cases()
-NAMES = (
-    "adam",
-    "axpy",
-    "sgd_tree",
-    "decode_logits",
-    "ema",
-    "forgotten_momentum",
-    "batch_donated",
-    "sgd_default_donation",
-    "mixed_dtypes",
-    "shrink",
-    "loss",
-    "unused_donated",
-    "concat_state",
-    "not_donated",
-)
-BRUTE = tuple(c for c in CASES if c.name in NAMES) + EXTRA
+BRUTE = CASES + EXTRA  # every case of the verdict corpus, and the ones above
 
 
 def _footprint(case: Case, donate: tuple[int, ...]) -> int:
@@ -125,7 +109,7 @@ def _footprint(case: Case, donate: tuple[int, ...]) -> int:
 def suggested() -> dict[str, Any]:
     targets = [
         make_target(
-            case.fn,
+            case.jitted if case.jitted is not None else case.fn,
             (lambda case=case: case.args()),
             donate=list(case.donate) if case.donate is not None else None,
             name=case.name,
@@ -141,7 +125,10 @@ def test_the_suggestion_is_never_worse_and_equals_brute_force(case: Case, sugges
     args = case.args()
     arrays = [i for i, a in enumerate(args) if _leaves(a)]
     fp = {s: _footprint(case, s) for n in range(len(arrays) + 1) for s in itertools.combinations(arrays, n)}
-    current = case.donate if case.donate is not None else tuple(arrays)
+    if case.jitted is not None:  # the user's jit object: its own donation is the one checked
+        current = tuple(case.jit_donates)
+    else:
+        current = case.donate if case.donate is not None else tuple(arrays)
     result = suggested[case.name]
     suggestion = result.suggestion
     assert suggestion is not None and suggestion.memory is not None, result.suggestion

@@ -162,12 +162,38 @@ def suggest(
             chosen, verification, verified_by = current, donated_variant, "donated"
             measured = savings(plain_variant, verification)
     verifying = len(tried)  # the compiles that verified the spec; the marginal ones come next
-    marginals = _marginals(
+    marginals, without = _marginals(
         chosen, already, plain_variant, donated_variant, verification, fast, tried, notes, compile_donation, parser
     )
+    left_out: dict[str, str] = {}
+    for _ in range(MARGINAL_COMPILES):
+        # an argument whose donation, with the others', measures more footprint than without it is left out:
+        # the donations interact (a swap of two donated arrays writes one through a temporary)
+        costly = _costliest(chosen, marginals, without, verification, min_bytes)
+        if costly is None or verification is None:
+            break
+        rest = [a for a in chosen if a is not costly]
+        left_out[costly.name] = (
+            f"donated with {_spec_text(rest) or 'nothing else'}, it needs {format_bytes(-marginals[costly.name])} "
+            "more footprint than left out (measured): the donations interact"
+        )
+        notes.append(
+            f"donating {costly.name} with {_spec_text(rest) or 'nothing else'} needs "
+            f"{format_bytes(-marginals[costly.name])} more footprint than leaving it out (measured), so it is "
+            "left out: the donations interact (XLA assigns the buffers of the whole program at once)"
+        )
+        chosen, verification = rest, without[costly.name]
+        names = {a.name for a in chosen}
+        verified_by = "plain" if not chosen else "donated" if names == already else "suggested"
+        measured = savings(plain_variant, verification)
+        verifying = len(tried)  # the compiles that found and verified this spec
+        marginals, without = _marginals(
+            chosen, already, plain_variant, donated_variant, verification, fast, tried, notes, compile_donation, parser
+        )
     advice = tuple(
         dataclasses.replace(
-            _advice(a, outcomes, program, outputs, a in chosen, min_bytes), marginal_bytes=marginals.get(a.name)
+            _advice(a, outcomes, program, outputs, a in chosen, min_bytes, left_out.get(a.name)),
+            marginal_bytes=marginals.get(a.name),
         )
         for a in arguments
     )
@@ -189,6 +215,27 @@ def suggest(
         savings=measured,
         notes=tuple(notes),
     )
+
+
+def _costliest(
+    chosen: Sequence[_Argument],
+    marginals: dict[str, int],
+    without: dict[str, Variant],
+    verification: Variant | None,
+    min_bytes: int,
+) -> _Argument | None:
+    """The suggested argument whose donation costs the most footprint given the others' (its marginal saving
+    is ``-min_bytes`` or less), when leaving it out needs no more live peak either; None when there is none."""
+    if verification is None:
+        return None
+    candidates = [
+        a
+        for a in chosen
+        if marginals.get(a.name, 0) <= -max(min_bytes, 1)
+        and a.name in without
+        and _excess(without[a.name], verification, min_bytes) is None
+    ]
+    return min(candidates, key=lambda a: marginals[a.name], default=None)
 
 
 def _excess(candidate: Variant, current: Variant, min_bytes: int) -> str | None:
@@ -326,8 +373,9 @@ def _marginals(
     notes: list[str],
     compile_donation: Callable[..., CompiledVariant],
     parser: hlo.HloParser,
-) -> dict[str, int]:
-    """Per suggested argument, the footprint the suggestion needs more without it, the others still donated.
+) -> tuple[dict[str, int], dict[str, Variant]]:
+    """Per suggested argument, the footprint the suggestion needs more without it, the others still donated,
+    and the variant measured without it.
 
     Measured: the footprint of the suggestion donating every other suggested
     argument minus the suggestion's own. The spec without it is the plain
@@ -337,27 +385,31 @@ def _marginals(
     """
     total = _footprint(verification)
     if not chosen or total is None:
-        return {}
+        return {}, {}
     if len(chosen) > MARGINAL_COMPILES:
         notes.append(
             f"what each of the {len(chosen)} suggested arguments saves given the others is not measured "
             f"(one compile each, done for up to {MARGINAL_COMPILES})"
         )
-        return {}
+        return {}, {}
     marginals: dict[str, int] = {}
+    variants: dict[str, Variant] = {}
     for argument in chosen:
         rest = [a for a in chosen if a is not argument]
         without: int | None
         if not rest:
+            variants[argument.name] = plain
             without = _footprint(plain)
         elif {a.name for a in rest} == already:
+            variants[argument.name] = donated
             without = _footprint(donated)
         else:
             spec = _spec_text(rest)
             tried.append(spec)
             try:
                 compiled = _compile_spec(rest, fast, compile_donation)
-                without = _footprint(analyze_variant(compiled, parser=parser)[0])
+                variants[argument.name] = analyze_variant(compiled, parser=parser)[0]
+                without = _footprint(variants[argument.name])
             except (FieldmemError, hlo.HloParseError) as exc:
                 notes.append(
                     f"the compile of {spec} (without {argument.name}) failed ({exc}): its saving is not measured"
@@ -365,7 +417,7 @@ def _marginals(
                 continue
         if without is not None:
             marginals[argument.name] = without - total
-    return marginals
+    return marginals, variants
 
 
 def _note_interactions(
@@ -657,7 +709,10 @@ def _advice(
     outputs: dict[int, str],
     donate: bool,
     min_bytes: int,
+    costs: str | None = None,
 ) -> ArgumentAdvice:
+    """``costs``: why it was left out although its leaves pay alone (its donation measured a cost with the
+    others'), in words."""
     leaves = tuple(_leaf_advice(leaf, outcomes[leaf.index], program, outputs) for leaf in argument.leaves)
     total = sum(leaf.bytes for leaf in leaves)
     saved = sum(leaf.saved_bytes for leaf in leaves)
@@ -681,6 +736,9 @@ def _advice(
     elif 0 < saved < max(min_bytes, 1):
         code = "too-small"
         reason = f"saves only {format_bytes(saved)}, less than the --min-bytes threshold ({format_bytes(min_bytes)})"
+    elif reused and saved > 0 and costs is not None:
+        code = "no-saving"
+        reason = costs
     elif reused and saved > 0:
         # the leaves pay but the measured totals did not: the notes say why
         code = "no-saving"
