@@ -41,6 +41,7 @@ from fieldmem.report import (
     OutputInfo,
     TargetResult,
 )
+from fieldmem.request.target import fused_result_name, step_result_name
 from fieldmem.units import format_bytes
 
 __all__ = ["StepOutcome", "analyze_chain", "fused_result_name", "step_result_name"]
@@ -56,15 +57,6 @@ class StepOutcome:
     # the arguments the step takes besides the state (step_args): not state, so left out of the
     # hand-off checks, of "kept alive" and of whether the step creates its state
     extras: tuple[str, ...] = ()
-
-
-def step_result_name(chain_name: str, index: int, function: str) -> str:
-    """The name of step ``index`` (0-based)'s TargetResult: ``chain[2:update1]``."""
-    return f"{chain_name}[{index + 1}:{function}]"
-
-
-def fused_result_name(chain_name: str) -> str:
-    return f"{chain_name}[fused]"
 
 
 def _figure(result: TargetResult, variant: str, figure: str) -> int | None:

@@ -37,10 +37,12 @@ __all__ = [
     "definition_of",
     "display_path",
     "folder_targets",
+    "fused_result_name",
     "is_file_spec",
     "load_module",
     "resolve_object",
     "resolve_target",
+    "step_result_name",
 ]
 
 
@@ -169,6 +171,16 @@ class ChainTarget:
     @property
     def name(self) -> str:
         return self.first.name
+
+
+def step_result_name(chain_name: str, index: int, function: str) -> str:
+    """The name of step ``index`` (0-based) of a chain's results: ``forward:chain[2:update1]``."""
+    return f"{chain_name}[{index + 1}:{function}]"
+
+
+def fused_result_name(chain_name: str) -> str:
+    """The name of a chain fused into one jit among its results: ``forward:chain[fused]``."""
+    return f"{chain_name}[fused]"
 
 
 def _split_arguments(value: Any, origin: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
