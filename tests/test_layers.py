@@ -57,6 +57,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fieldmem.version",
         "fieldmem.readings",
         "fieldmem.collector",
+        "fieldmem.libraries",
         "fieldmem.specs",
     ),
 }

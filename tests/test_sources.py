@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from fieldmem.libraries import is_library_file
 from fieldmem.report import Report, TargetResult
 from fieldmem.xla import buffers, hlo
 
@@ -82,10 +83,10 @@ def test_a_stack_frame_knows_the_frames_that_called_it() -> None:
         ("<frozen runpy>", 88, "_run_code"),
     ]
     # the innermost frame of the user's own code: M.__call__, not step, not the interpreter
-    assert hlo.call_site(dense.source) == hlo.SourceLocation("/home/u/proj/model.py", 9, "M.__call__")
+    assert hlo.call_site(dense.source, is_library_file) == hlo.SourceLocation("/home/u/proj/model.py", 9, "M.__call__")
     mine = _instruction(SHIFTED, "mine")
     assert mine.source is not None and [f.line for f in mine.source.stack] == [21, 88]
-    assert hlo.call_site(mine.source) is None  # the user's own line is its own call site
+    assert hlo.call_site(mine.source, is_library_file) is None  # the user's own line is its own call site
 
 
 def test_parent_ids_printed_as_in_the_proto_are_read_too() -> None:
@@ -99,7 +100,7 @@ def test_parent_ids_printed_as_in_the_proto_are_read_too() -> None:
     assert direct != SHIFTED
     dense = _instruction(direct, "dense")
     assert dense.source is not None and [f.line for f in dense.source.stack] == [287, 9, 20, 88]
-    assert hlo.call_site(dense.source) == hlo.SourceLocation("/home/u/proj/model.py", 9, "M.__call__")
+    assert hlo.call_site(dense.source, is_library_file) == hlo.SourceLocation("/home/u/proj/model.py", 9, "M.__call__")
 
 
 def test_a_table_that_does_not_say_how_it_counts_gives_no_callers() -> None:
@@ -108,7 +109,7 @@ def test_a_table_that_does_not_say_how_it_counts_gives_no_callers() -> None:
     dense = _instruction(odd, "dense")
     assert dense.source is not None and dense.source.line == 287
     assert dense.source.callers == ()
-    assert hlo.call_site(dense.source) is None
+    assert hlo.call_site(dense.source, is_library_file) is None
 
 
 def test_a_parent_chain_that_loops_ends() -> None:
@@ -121,15 +122,15 @@ def test_a_parent_chain_that_loops_ends() -> None:
 def test_what_is_library_code() -> None:
     stdlib = sysconfig.get_paths()["stdlib"]
     purelib = sysconfig.get_paths()["purelib"]
-    assert hlo.is_library_file(os.path.join(stdlib, "runpy.py"))
-    assert hlo.is_library_file(os.path.join(purelib, "flax", "linen", "linear.py"))
-    assert hlo.is_library_file("/somewhere/else/lib/python3.12/site-packages/optax/_src/transform.py")
-    assert hlo.is_library_file("/usr/lib/python3/dist-packages/numpy/core.py")
-    assert hlo.is_library_file(hlo.__file__)  # fieldmem itself
-    assert hlo.is_library_file("<frozen runpy>") and hlo.is_library_file("<string>")
-    assert not hlo.is_library_file(str(HERE))  # the user's tests
-    assert not hlo.is_library_file("/home/u/proj/model.py")
-    assert not hlo.is_library_file("model.py")  # relative to where jax ran: the user's
+    assert is_library_file(os.path.join(stdlib, "runpy.py"))
+    assert is_library_file(os.path.join(purelib, "flax", "linen", "linear.py"))
+    assert is_library_file("/somewhere/else/lib/python3.12/site-packages/optax/_src/transform.py")
+    assert is_library_file("/usr/lib/python3/dist-packages/numpy/core.py")
+    assert is_library_file(hlo.__file__)  # fieldmem itself
+    assert is_library_file("<frozen runpy>") and is_library_file("<string>")
+    assert not is_library_file(str(HERE))  # the user's tests
+    assert not is_library_file("/home/u/proj/model.py")
+    assert not is_library_file("model.py")  # relative to where jax ran: the user's
 
 
 # ----------------------------------------------------------------------------
@@ -236,7 +237,7 @@ def test_the_text_stacks_are_the_proto_stacks() -> None:
     assert checked
     dense = [i for c in module.computations for i in c.instructions if i.source and "flax" in i.source.file]
     assert dense, "no instruction from flax"
-    site = hlo.call_site(dense[0].source)
+    site = hlo.call_site(dense[0].source, is_library_file)
     assert site is not None and site.file == str(HERE) and site.line == _line_of(M.__call__, "nn.Dense(8)(x)")
 
 

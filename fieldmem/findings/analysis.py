@@ -20,6 +20,7 @@ from typing import cast
 
 from fieldmem.collector import collector_paused
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge
+from fieldmem.libraries import is_library_file
 from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
 from fieldmem.report import (
     MEMORY_FIGURES,
@@ -62,7 +63,7 @@ def _display_source(location: hlo.SourceLocation | None) -> str | None:
 
 def _call_site(location: hlo.SourceLocation | None) -> str | None:
     """The user's line that led to ``location`` when that is library code (see fieldmem.xla.hlo.frames)."""
-    return _display_source(hlo.call_site(location))
+    return _display_source(hlo.call_site(location, is_library_file))
 
 
 def _constant_bytes(

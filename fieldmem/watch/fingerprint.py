@@ -29,7 +29,7 @@ import sys
 import types
 from typing import Any
 
-from fieldmem.xla.hlo import is_library_file
+from fieldmem.libraries import is_library_file
 
 __all__ = ["is_local_file", "target_fingerprint"]
 
@@ -44,7 +44,7 @@ class _Unknown(Exception):
 
 def is_local_file(file: str | None) -> bool:
     """Whether ``file`` is the user's own Python source: the files ``--watch`` watches and loads again.
-    Not library code as :func:`fieldmem.xla.hlo.is_library_file` defines it for source lines (the
+    Not library code as :func:`fieldmem.libraries.is_library_file` defines it for source lines (the
     standard library, installed packages, fieldmem), the one definition of both."""
     return file is not None and file.endswith(".py") and not is_library_file(file)
 

@@ -23,7 +23,7 @@ Callers use the names below (``from fieldmem.xla import hlo; hlo.find_copies(...
 
 from __future__ import annotations
 
-from .frames import call_site, is_library_file
+from .frames import call_site
 from .model import (
     AliasEntry,
     BranchInfo,
@@ -74,7 +74,6 @@ __all__ = [
     "conditional_branches",
     "find_constants",
     "find_copies",
-    "is_library_file",
     "loop_bodies",
     "memory_space",
     "old_value_use",

@@ -6,87 +6,21 @@ not where the user can change anything. The stack jax records with each
 instruction (:attr:`~.model.SourceLocation.callers`) leads back to the user's
 code, and :func:`call_site` picks the frame there.
 
-**User code** is any file that is not library code. **Library code** is a file
-
-- under an installation folder of this interpreter: ``sysconfig``'s
-  ``stdlib``, ``platstdlib``, ``purelib`` and ``platlib`` paths (the standard
-  library and site-packages of the environment fieldmem runs in), and
-  ``site``'s user site-packages;
-- in a folder named ``site-packages`` or ``dist-packages`` anywhere (another
-  environment's installs);
-- of fieldmem itself (its package folder: fieldmem calls the user's function
-  through a wrapper of its own);
-- or no file at all: a frozen module of the interpreter (``<frozen runpy>``)
-  or generated code (``<string>``: a dataclass's ``__init__``), which no one
-  can open at a line.
-
-A package the user installed without ``-e`` lives in site-packages and counts as
-library code; an editable install or a checkout on ``sys.path`` is user code.
-Pure (``os``, ``site``, ``sysconfig``), no jax; the folders are read once.
+What is library code is the caller's to say (``is_library_file``: fieldmem's one definition is
+:func:`fieldmem.libraries.is_library_file`, the files of the interpreter's installation folders, of
+any ``site-packages``, of fieldmem, and no file at all): this module reads no installation. Pure, no jax.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import site
-import sysconfig
+from collections.abc import Callable
 
 from .model import SourceLocation
 
-__all__ = ["call_site", "is_library_file", "library_folders"]
-
-_INSTALL_FOLDER_NAMES = frozenset({"site-packages", "dist-packages"})
-# fieldmem's package folder: this file is fieldmem/xla/hlo/frames.py
-_FIELDMEM = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+__all__ = ["call_site"]
 
 
-@functools.lru_cache(maxsize=1)
-def library_folders() -> tuple[str, ...]:
-    """The folders whose files are library code (absolute, real paths, no trailing separator)."""
-    found: list[str] = []
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            found.append(path)
-    try:
-        found.extend(site.getsitepackages())
-    except AttributeError:  # some virtualenvs' site module has no getsitepackages
-        pass
-    user_site = site.getusersitepackages() if hasattr(site, "getusersitepackages") else None
-    if isinstance(user_site, str):
-        found.append(user_site)
-    found.append(_FIELDMEM)
-    folders: list[str] = []
-    for path in found:
-        for variant in (os.path.abspath(path), os.path.realpath(path)):
-            variant = variant.rstrip(os.sep)
-            if variant and variant not in folders:
-                folders.append(variant)
-    return tuple(folders)
-
-
-@functools.lru_cache(maxsize=4096)
-def is_library_file(file: str) -> bool:
-    """Whether ``file`` (as XLA's metadata names it) is library code, as the module docstring defines it."""
-    if file.startswith("<"):
-        return True  # <frozen runpy>, <string>: no file to open
-    parts = file.replace("\\", "/").split("/")
-    if _INSTALL_FOLDER_NAMES.intersection(parts):
-        return True
-    paths = {os.path.abspath(file)}
-    try:
-        paths.add(os.path.realpath(file))
-    except (OSError, ValueError):
-        pass
-    for path in paths:
-        for folder in library_folders():
-            if path == folder or path.startswith(folder + os.sep):
-                return True
-    return False
-
-
-def call_site(location: SourceLocation | None) -> SourceLocation | None:
+def call_site(location: SourceLocation | None, is_library_file: Callable[[str], bool]) -> SourceLocation | None:
     """The innermost frame of the user's own code that led to ``location``, when ``location`` is library code.
 
     None when ``location`` is the user's code already (it is its own call site),
