@@ -1,7 +1,9 @@
-"""A worker's answer on the pipe: msgspec against Python's JSON and fieldmem's codec.
+"""A target's result as JSON: msgspec against Python's JSON and fieldmem's codec.
 
-A worker sends each target's result to its parent as one line of JSON
-(``fieldmem.engine.protocol``). This times both ways of writing and reading it,
+Until issue 26's second pass a worker sent each target's result to its parent as
+one line of JSON; it now sends readings (``fieldmem.engine.protocol``), and results
+are made in the parent. This still times both ways of writing and reading a result
+(what the JSON report and the baseline read back), kept for its recorded figures,
 on real results: ``fieldmem check`` of a ``synth.py`` module of 1,000 and 5,000
 leaves (one function, ``--jobs 1``), read back from its JSON report.
 
@@ -39,9 +41,16 @@ LEAVES = (1000, 5000)
 
 TIMER = r"""
 import json, sys, time
-from fieldmem.report import Report
-from fieldmem.engine.protocol import WorkerResult, encode_json
+import dataclasses
+from fieldmem.report import Chain, Report, TargetResult
 from fieldmem.codec import decode, encode
+
+@dataclasses.dataclass(frozen=True)
+class WorkerResult:  # what a worker sent for one target until issue 26's second pass
+    results: tuple[TargetResult, ...]
+    chains: tuple[Chain, ...] = ()
+
+encode_json = json.JSONEncoder(separators=(",", ":")).encode
 
 report = Report.from_dict(json.load(open(sys.argv[1])))
 written = WorkerResult(tuple(report.results))

@@ -96,7 +96,6 @@ __all__ = [
     "Verdict",
     "VerdictKind",
     "Verification",
-    "remember_encoding",
 ]
 
 # /2: ``backend`` may name a device kind compiled for without the device (``tpu:v5e:2x2``), and
@@ -822,7 +821,7 @@ class Report:
 
     def to_dict(self) -> dict[str, Any]:
         document = encode(replace(self, results=()))
-        document["results"] = [_encoded(result) for result in self.results]  # in its place: keys keep their order
+        document["results"] = [encode(result) for result in self.results]  # in its place: keys keep their order
         return document
 
     @classmethod
@@ -852,20 +851,3 @@ class Report:
                 for where, word, stand_in in found
             )
         return report
-
-
-# A result read back from the JSON a worker wrote keeps that JSON (remember_encoding): the report written from
-# it does not encode it a second time (a result of thousands of leaves is written once). A result made anew from it
-# (dataclasses.replace) is another object, without it, and is encoded as any other.
-_ENCODING = "_fieldmem_encoding"
-
-
-def remember_encoding(result: TargetResult, encoded: dict[str, Any]) -> None:
-    """Keep ``encoded`` (what :func:`~fieldmem.codec.encode` gave for ``result`` where it was made, and
-    :func:`~fieldmem.codec.decode` read it from) as ``result``'s JSON form."""
-    object.__setattr__(result, _ENCODING, encoded)
-
-
-def _encoded(result: TargetResult) -> Any:
-    kept = result.__dict__.get(_ENCODING)
-    return kept if kept is not None else encode(result)

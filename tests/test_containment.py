@@ -30,7 +30,7 @@ from typer.testing import CliRunner
 import fieldmem
 import fieldmem.driver as driver
 import fieldmem.driver.lowering as lowering
-import fieldmem.engine.checker as checker
+import fieldmem.engine.brain as brain
 import fieldmem.findings.advisor as advisor
 import fieldmem.findings.analysis as analysis
 import fieldmem.findings.runcheck as runcheck
@@ -273,7 +273,7 @@ def test_an_exception_handing_outputs_to_the_next_step_is_that_steps_error(
 
 
 def test_an_exception_in_the_chains_own_analysis_is_the_chains_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(checker, "analyze_chain", _boom)
+    monkeypatch.setattr(brain, "analyze_chain", _boom)
     report = check([FORWARD, f"{MODELS}:step"])
     results = _by_name(report)
     assert list(results) == ["forward:chain", "forward:jit", STEP]
@@ -337,33 +337,33 @@ def _line(path: str, text: str) -> int:
     return next(n for n, line in enumerate(Path(path).read_text().splitlines(), start=1) if text in line)
 
 
-@pytest.mark.parametrize("where", ["check", "encode"])
+@pytest.mark.parametrize("where", ["check", "send"])
 def test_the_worker_writes_an_internal_error_and_goes_on(where: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The worker's own steps, in this process: a fault checking one target, or encoding its result, is
-    that target's result; the next target is checked and sent."""
+    """The worker's own steps, in this process: a fault compiling one target, or sending its readings, is that
+    target's error result, sent in its place; the next target is served and its readings sent."""
     import io
+    import queue
 
-    from fieldmem.codec import decode
-    from fieldmem.engine import isolate, worker
-    from fieldmem.engine.protocol import WorkerResult, read_event
+    from fieldmem.engine import hands, isolate, worker
+    from fieldmem.engine.protocol import decode_value, read_event
 
     supervisor = isolate._Supervisor([isolate.Unit(spec) for spec in TWO], [None], CheckOptions(run=True), False, None)
     request = json.loads(json.dumps(supervisor.request(supervisor.todo())))
     if where == "check":
-        _for_cast(monkeypatch, checker, "_check_one", lambda target, *a: target.name == "models:cast")
-        stage = "checking it"
+        _for_cast(monkeypatch, hands.LocalHands, "variants", lambda self, job: job.target.name == "models:cast")
+        stage = "compiling it"
     else:
-        real = worker.encode_result
+        real = worker._Worker.emit
 
-        def encode_result(value: Any) -> Any:
-            if isinstance(value, WorkerResult) and value.results[0].name == "models:cast" and value.results[0].verdict:
+        def emit(self: Any, what: str, key: Any, *args: Any, **kwargs: Any) -> None:
+            if what == "variants" and key["name"] == "models:cast":
                 _boom()
-            return real(value)
+            real(self, what, key, *args, **kwargs)
 
-        monkeypatch.setattr(worker, "encode_result", encode_result)
-        stage = "writing its result"
+        monkeypatch.setattr(worker._Worker, "emit", emit)
+        stage = "sending its readings"
     channel = io.StringIO()
-    assert worker._Worker(request, channel).run() == "end"
+    assert worker._Worker(request, channel, queue.Queue()).run() == "end"
     events = [read_event(line.encode()) for line in channel.getvalue().splitlines()]
     assert [(e["e"], e.get("name")) for e in events if e["e"] in ("start", "done")] == [
         ("start", STEP),
@@ -371,7 +371,10 @@ def test_the_worker_writes_an_internal_error_and_goes_on(where: str, monkeypatch
         ("start", "models:cast"),
         ("done", "models:cast"),
     ]
-    step, cast = (decode(WorkerResult, e["result"]).results[0] for e in events if e["e"] == "done")
-    assert step.name == STEP and step.status == "ok" and step.variants["donated"].run.confirmed
+    kinds = {name: [e["e"] for e in events if e.get("name") == name] for name in (STEP, "models:cast")}
+    assert kinds[STEP] == ["start", "plain", "variants", "run", "done"]
+    assert kinds["models:cast"] == ["start", "plain", "error", "done"]
+    (ended,) = [e for e in events if e["e"] == "error"]
+    cast = decode_value(TargetResult, ended["result"])
     assert cast.name == "models:cast"
     _one_line_internal(cast, stage)

@@ -257,3 +257,106 @@ def test_a_worker_started_ahead_and_never_used_ends_with_its_parent(tmp_path: Pa
         time.sleep(0.1)
     assert not alive(worker), "the worker started ahead outlived its parent"
     assert done.stderr == ""
+
+
+# what a worker never needs: analysis (findings, xla), the report's formats and gates, the command line, the
+# parent's side of the engine, and every third-party package fieldmem itself depends on (a user's program may
+# need some of them itself, flax imports rich: those are the user's dependencies, so the target here is plain jax)
+_NOT_FOR_THE_WORKER = [
+    "fieldmem.findings",
+    "fieldmem.xla",
+    "fieldmem.gate",
+    "fieldmem.render",
+    "fieldmem.cli",
+    "fieldmem.api",
+    "fieldmem.emit",
+    "fieldmem.pytest_plugin",
+    "fieldmem.engine.checker",
+    "fieldmem.engine.brain",
+    "fieldmem.engine.isolate",
+    "fieldmem.engine.remote",
+    "typer",
+    "click",
+    "rich",
+    "msgspec",
+    "google.protobuf",
+]
+_BLOCKED_WORKER = """
+import importlib.abc, json, runpy, sys
+BLOCKED = json.loads(sys.argv[1])
+class Blocked(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+            raise ImportError(f"{name} is not for the worker")
+sys.meta_path.insert(0, Blocked())
+sys.argv = ["fieldmem.engine.worker", *sys.argv[2:]]
+runpy.run_module("fieldmem.engine.worker", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("extra", [{}, {"run": True}], ids=["check", "run"])
+def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path, extra: dict[str, Any]) -> None:
+    """A worker started with every fieldmem package but its own, the driver, the request and ground blocked,
+    and every third-party dependency of fieldmem's (msgspec, typer, rich, protobuf) too, loads an optimizer
+    step, compiles it (and runs it) and sends readings that the parent's brain turns into the result a full
+    check gives."""
+    from fieldmem.engine import isolate
+    from fieldmem.engine.brain import finish_job
+    from fieldmem.engine.checker import check
+    from fieldmem.engine.protocol import read_event
+    from fieldmem.engine.remote import RemoteHands, event_key
+    from fieldmem.request.options import CheckOptions
+    from fieldmem.request.target import TargetOptions, described_target
+
+    assets = ROOT / "examples"
+    options = CheckOptions(cache_dir=None, **extra)
+    unit = isolate.Unit("optimizer.py", TargetOptions())
+    supervisor = isolate._Supervisor([unit], [None], options, False, None)
+    request = {**supervisor.request(supervisor.todo()), "cwd": str(assets), "sys_path": [str(assets), *sys.path]}
+    answers, writer = os.pipe()
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _BLOCKED_WORKER, json.dumps(_NOT_FOR_THE_WORKER), str(writer), str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=(writer,),
+        cwd=assets,
+    )
+    os.close(writer)
+    assert worker.stdin is not None
+    worker.stdin.write(json.dumps(request).encode() + b"\n")
+    worker.stdin.flush()
+    events = []
+    with open(answers, "rb") as pipe:
+        for line in pipe:
+            event = read_event(line)
+            assert event is not None, line
+            events.append(event)
+            if event["e"] in ("end", "fatal", "yield"):
+                break
+    _, stderr = worker.communicate(timeout=60)  # its stdin's end lets it go
+    assert events[-1]["e"] == "end", (events[-1], stderr.decode(errors="replace")[-2000:])
+    kinds = [e["e"] for e in events if "name" in e]
+    assert "error" not in kinds, [e["result"]["error"] for e in events if e["e"] == "error"]
+    assert kinds == ["start", "plain", "variants", *(["run"] if extra else []), "done"], kinds
+
+    class Replay:  # the parent's side of the pipe, over the events the worker sent
+        def wait(self, key: Any, wanted: frozenset[str]) -> dict[str, Any]:
+            return next(e for e in events if e.get("name") and event_key(e) == key and e["e"] in wanted)
+
+        def send(self, request: dict[str, Any]) -> None:
+            raise AssertionError(f"nothing to ask: {request}")
+
+    start = next(e for e in events if e["e"] == "start")
+    hands = RemoteHands(Replay(), options)
+    result = finish_job(hands.job(event_key(start), described_target(start["target"])), options, hands)
+    assert result.status == "ok", result.error
+    assert result.verdict is not None and result.verdict.kind == "in-place"
+    assert result.variants["donated"].aliases
+    full = check([str(assets / "optimizer.py")], options=CheckOptions(cache_dir=None, isolate=False)).results
+    assert [a.input for a in result.variants["donated"].aliases] == [
+        a.input for a in full[0].variants["donated"].aliases
+    ]
+    if extra:
+        run = result.variants["donated"].run
+        assert run is not None and run.aliases and all(a.confirmed for a in run.aliases)

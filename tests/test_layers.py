@@ -39,8 +39,20 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fieldmem.watch",
         "fieldmem.watch.loop",
     ),
-    # scheduling targets, the supervising parent and its workers; the worker's side of --watch
-    "engine": ("fieldmem.engine", "fieldmem.watch.modules", "fieldmem.watch.fingerprint"),
+    # the brain: scheduling targets, analysing their readings (engine/brain.py), supervising the workers
+    "engine": ("fieldmem.engine",),
+    # the hands: what runs where jax and the user's code run (the worker, and a check in this process):
+    # loading specs, driving the driver, serving the brain's questions, the pipe's words; the worker's
+    # side of --watch. Never findings or xla: a worker needs no analysis
+    "hands": (
+        "fieldmem.engine.hands",
+        "fieldmem.engine.serve",
+        "fieldmem.engine.worker",
+        "fieldmem.engine.protocol",
+        "fieldmem.engine.results",
+        "fieldmem.watch.modules",
+        "fieldmem.watch.fingerprint",
+    ),
     "request": ("fieldmem.request",),  # what the user asked for
     "driver": ("fieldmem.driver",),  # the only layer that drives jax
     "xla": ("fieldmem.xla",),  # pure readers of XLA's text and protos
@@ -69,8 +81,9 @@ ONLY_ITSELF = frozenset({"fieldmem", "fieldmem.watch"})
 #: render do), the entry points never compute (no findings, no xla), requests never reach into the
 #: driver, and the readers of XLA's output import nothing outside themselves.
 ALLOWED: dict[str, frozenset[str]] = {
-    "entry": frozenset({"engine", "request", "driver", "gate", "render", "ground"}),
-    "engine": frozenset({"request", "driver", "xla", "findings", "ground"}),
+    "entry": frozenset({"engine", "hands", "request", "driver", "gate", "render", "ground"}),
+    "engine": frozenset({"hands", "request", "xla", "findings", "ground"}),
+    "hands": frozenset({"request", "driver", "ground"}),
     "driver": frozenset({"request", "ground"}),
     "findings": frozenset({"request", "xla", "ground"}),
     "render": frozenset({"gate", "request", "ground"}),
@@ -227,7 +240,7 @@ def test_an_arrow_the_table_forbids_is_found_with_its_file_and_line(tmp_path: Pa
         p.startswith(f"fieldmem/request/target.py:{checked_line}: ") and "request -> findings" in p for p in problems
     )
     assert (
-        f"fieldmem/engine/worker.py:{jaxlib_line}: fieldmem.engine.worker (engine) imports jaxlib: only the driver may"
+        f"fieldmem/engine/worker.py:{jaxlib_line}: fieldmem.engine.worker (hands) imports jaxlib: only the driver may"
         in problems
     )
     assert len(problems) == 3, problems

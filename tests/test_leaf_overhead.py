@@ -309,91 +309,90 @@ def test_a_deviceless_compile_takes_its_module_from_its_dump_and_serializes_none
 
 
 # ----------------------------------------------------------------------------
-# A worker's answer: written and read by msgspec, as the codec writes and reads it
+# A worker's readings: written and read by msgspec
 
 
 @pytest.fixture(scope="module")
 def answers() -> list[object]:
-    """What a worker answers for a real check of several leaves (its result and an error's), and for a chain."""
-    from fieldmem.engine.checker import check_targets
-    from fieldmem.engine.protocol import WorkerResult
+    """What a worker sends for a real check of several leaves: both variants' readings, the call's shape, the
+    run's readings, and an error result."""
+    from fieldmem.driver import call_shape, prepare_call, run_variant, start_variants
     from fieldmem.engine.results import error_result
     from fieldmem.errors import TargetError
-    from fieldmem.request.options import CheckOptions
+    from fieldmem.request.spec import DonateSpec, StaticSpec
 
     def update(state: dict[str, jax.Array], w: jax.Array) -> dict[str, jax.Array]:
         return {k: (v * w).at[0].set(1.0) for k, v in state.items()}
 
-    target = make_target(update, lambda: ({f"leaf{i}": jnp.ones((4,)) for i in range(6)}, jnp.ones((4,))), donate="0")
-    report = check_targets([target], CheckOptions(jobs=1))
-    assert report.results[0].status == "ok", report.results[0].error
+    call = prepare_call(
+        update,
+        ({f"leaf{i}": jnp.ones((4,)) for i in range(6)}, jnp.ones((4,))),
+        {},
+        donate=DonateSpec(),
+        static=StaticSpec(),
+    )
+    pending = start_variants(call, None)
+    plain, donated = pending.result()
+    runs = {"donated": run_variant(pending.call, donated), "plain": run_variant(pending.call, plain)}
     error = error_result("pkg.mod:f", "pkg.mod:f", TargetError("no such target: é, ✓"), "mod.py:3")
-    return [WorkerResult(report.results), WorkerResult((error,))]
+    return [plain.variant, donated.variant, call_shape(pending.call), runs, error]
 
 
-def test_a_worker_answer_is_the_json_the_codec_writes_and_reads_back_as_the_codec_reads_it(
-    answers: list[object],
-) -> None:
-    """msgspec writes a result (records straight to JSON, in C) as the codec would: the same text where it is
-    ASCII, the same document otherwise; and reads it back into the same records the codec builds."""
-    import json
+def test_a_reading_crosses_the_pipe_as_it_was_made(answers: list[object]) -> None:
+    """msgspec writes each reading (records straight to JSON, in C; bytes as base64) and reads it back into the
+    same records, through an event line as the worker writes it and the parent reads it."""
+    import io
 
-    from fieldmem.codec import decode, encode
-    from fieldmem.engine.protocol import WorkerResult, decode_result, encode_json, encode_result
+    from fieldmem.engine.protocol import decode_value, encode_value, read_event, write_event
+    from fieldmem.readings import CallShape, CompiledVariant, RunReading
+    from fieldmem.report import TargetResult
 
-    for written in answers:
-        text = encode_result(written)  # type: ignore[arg-type]
-        careful = encode_json(encode(written))
-        assert json.loads(text) == json.loads(careful)
-        if careful.isascii() and "\\u" not in careful:
-            assert text == careful
-        document = json.loads(text)
-        assert decode_result(document) == decode(WorkerResult, document) == written
+    kinds = [CompiledVariant, CompiledVariant, CallShape, dict[str, RunReading], TargetResult]
+    assert isinstance(answers[0], CompiledVariant) and answers[0].buffer_assignment  # bytes, not only text
+    for value, kind in zip(answers, kinds):
+        channel = io.StringIO()
+        write_event(channel, "plain", {"value": encode_value(value)}, b=0, spec=0, name="m:f")
+        event = read_event(channel.getvalue().encode())
+        assert event is not None and event["name"] == "m:f"
+        assert decode_value(kind, event["value"]) == value  # type: ignore[arg-type]
 
 
-def test_what_msgspec_cannot_write_or_read_goes_by_the_codec(answers: list[object]) -> None:
-    """A name holding a lone surrogate (no UTF-8 for it) is written as JSON writes it; a line msgspec cannot
-    read (NaN, which Python's JSON writes) is read as Python's JSON reads it; and a refused document is
-    refused in the codec's words, with the path of what is wrong."""
+def test_what_msgspec_cannot_write_or_read_goes_by_pythons_json(answers: list[object]) -> None:
+    """A name holding a lone surrogate (no UTF-8 for it) is written as JSON writes it, escaped, and read back;
+    a line msgspec cannot read (NaN, which Python's JSON writes) is read as Python's JSON reads it; a line
+    cut short is no event; a document that is not the record asked for is refused."""
     import dataclasses
     import io
-    import json
     import math
 
-    from fieldmem.codec import encode
-    from fieldmem.engine.protocol import (
-        READ_BY_JSON,
-        WorkerResult,
-        decode_result,
-        encode_json,
-        encode_result,
-        read_event,
-        write_event,
-    )
+    from fieldmem.engine.protocol import decode_value, encode_value, read_event, write_event
+    from fieldmem.report import TargetResult
 
-    written = answers[1]
-    assert isinstance(written, WorkerResult)
-    odd = WorkerResult((dataclasses.replace(written.results[0], name="bad \ud800 name"),))
-    text = encode_result(odd)
-    assert text == encode_json(encode(odd)) and "\\ud800" in text
-    # across the pipe, the codec refuses it as before (msgspec alone would let the surrogate through)
+    error = answers[4]
+    assert isinstance(error, TargetResult)
+    odd = dataclasses.replace(error, name="bad \ud800 name")
+    text = encode_value(odd)
+    assert "\\ud800" in text and text.isascii()
     channel = io.StringIO()
-    write_event(channel, "done", {"result": text}, b=0, spec=0, name="m:f")
+    write_event(channel, "error", {"result": text}, b=0, spec=0, name="m:f")
     event = read_event(channel.getvalue().encode())
-    assert event is not None and event[READ_BY_JSON] is True
-    with pytest.raises(ValueError, match="lone surrogate"):
-        decode_result(event["result"], careful=bool(event.get(READ_BY_JSON)))
-    plain = read_event(encode_result(written).join(['{"e": "done", "result": ', "}"]).encode())
-    assert plain is not None and READ_BY_JSON not in plain
+    assert event is not None and decode_value(TargetResult, event["result"]) == odd
 
     event = read_event(b'{"e": "done", "seconds": NaN}')
     assert event is not None and event["e"] == "done" and math.isnan(event["seconds"])
-    assert read_event(b'{"e": "done", "result": ') is None  # cut short by the worker's death
+    assert read_event(b'{"e": "error", "result": ') is None  # cut short by the worker's death
+    with pytest.raises(ValueError, match="status"):
+        decode_value(TargetResult, {**json_of(error), "status": "fine"})
 
-    document = json.loads(encode_result(written))
-    document["results"][0]["status"] = "fine"
-    with pytest.raises(ValueError, match=r"results\[0\]\.status should be one of 'ok', 'error', not str 'fine'"):
-        decode_result(document)
+
+def json_of(value: object) -> dict[str, object]:
+    import json
+
+    from fieldmem.engine.protocol import encode_value
+
+    document = json.loads(encode_value(value))
+    assert isinstance(document, dict)
+    return document
 
 
 def test_the_collector_resumed_in_a_pause_and_kept_paused_on_the_way_out() -> None:

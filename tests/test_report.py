@@ -238,25 +238,3 @@ def test_decimate_keeps_peak_envelope_and_ends():
     assert all(curve[p] == v for p, v in zip(positions, values))
     assert 31_337 in positions and max(values) == 5000
     assert 123 in positions and min(values) == -1
-
-
-def test_a_result_read_from_a_workers_json_is_written_as_that_json_and_a_changed_one_anew() -> None:
-    """The parent of an isolated check keeps each result's JSON as the worker wrote it, and the JSON report
-    writes that instead of encoding the result again; a result made anew from it is encoded as it is."""
-    import dataclasses
-
-    from fieldmem.codec import encode
-    from fieldmem.report import remember_encoding
-
-    from factories import make_report, make_result
-
-    first, second = make_result(target="a"), make_result(target="b")
-    plain = make_report((first, second)).to_dict()
-    kept = encode(first)
-    kept["name"] = "as the worker wrote it"  # a marker: the kept form is what is written
-    remember_encoding(first, kept)
-    written = make_report((first, second)).to_dict()
-    assert list(written) == list(plain)  # the same keys, in the same order
-    assert written["results"][0]["name"] == "as the worker wrote it" and written["results"][1] == plain["results"][1]
-    changed = dataclasses.replace(first, name="changed")
-    assert make_report((changed,)).to_dict()["results"][0]["name"] == "changed"

@@ -389,6 +389,7 @@ def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: 
     """Without device memory statistics one worker checks all the targets and a crash only costs a new one
     for the targets after it; with them, the worker stops after one target (a clean peak for the next)."""
     import io
+    import queue
 
     import fieldmem.driver as driver
     from fieldmem.engine import isolate, worker
@@ -415,12 +416,12 @@ def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: 
     supervisor = isolate._Supervisor(units, [None], options, False, None)
     request = json.loads(json.dumps(supervisor.request(supervisor.todo())))
     channel = io.StringIO()
-    assert worker._Worker(request, channel).run() == "yield"  # one target, then a fresh process
+    assert worker._Worker(request, channel, queue.Queue()).run() == "yield"  # one target, then a fresh process
     events = [read_event(line.encode()) for line in channel.getvalue().splitlines()]
-    assert [e["e"] for e in events if e is not None and e["e"] in ("start", "done", "header")] == [
+    assert [e["e"] for e in events if e is not None and e["e"] in ("start", "done", "environment")] == [
         "start",
         "done",
-        "header",
+        "environment",
     ]
 
 

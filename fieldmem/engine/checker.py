@@ -1,4 +1,4 @@
-"""Check targets end to end: resolve, load arguments, compile twice, analyse.
+"""Check targets end to end: resolve, load arguments, compile twice, analyse (the brain: engine/brain.py).
 
 :func:`check` is the core entry point behind ``fieldmem check`` and the Python
 API. It never prints and never exits: every target yields a
@@ -17,27 +17,21 @@ KeyboardInterrupt is not contained (Ctrl-C stops the run). Progress is reported 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import dataclasses
-import datetime as _dt
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
-from typing import Any
 
-from fieldmem.collector import collector_paused, collector_resumed
-from fieldmem.engine.hands import Hands, Job, LocalHands, failed
+from fieldmem.collector import collector_paused
+from fieldmem.engine.brain import check_chain, finish_job, report_header
+from fieldmem.engine.hands import Hands, Job, LocalHands, releases_held
 from fieldmem.engine.results import contained, error_result
-from fieldmem.errors import CompileError, FieldmemError
-from fieldmem.findings.chains import StepOutcome, analyze_chain
-from fieldmem.readings import CallShape, CompiledVariant
-from fieldmem.report import Chain, DeviceInfo, Deviceless, Report, TargetResult
+from fieldmem.errors import FieldmemError
+from fieldmem.report import Chain, Report, TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, Target, TargetOptions
-from fieldmem.version import __version__
-from fieldmem.xla.hlo import HloParseError, HloParser
 
-__all__ = ["check", "check_backends", "check_targets", "resolve_all"]
+__all__ = ["check", "check_backends", "check_targets", "releases_held", "resolve_all"]
 
 ProgressCallback = Callable[[str, int, int], None]
 
@@ -49,259 +43,12 @@ def _check_one(target: Target, options: CheckOptions, answer: Callable[[TargetRe
     with _pool(2 if options.jobs > 1 else 1) as pool:
         job = hands.start(target, options, pool)
         with collector_paused():
-            answer(_finish(job, options, hands))
-
-
-def _finish(job: Job | TargetResult, options: CheckOptions, hands: Hands) -> TargetResult:
-    """Wait for the compiles, analyse (suggest, run and probe, as asked); the job is released after."""
-    if isinstance(job, TargetResult):
-        return job
-    target = job.target
-    import fieldmem.findings.analysis  # noqa: F401  (loaded while the compiles run, not after them)
-
-    stage = "compiling it"
-    try:
-        # one pause of the collector from the first read to the end of the analysis (the callers that
-        # answer make it last to the answer); the user's code run after it (the advisor's compiles, a
-        # run) runs with the collector as the user left it
-        with collector_paused():
-            # parses the target's programs (its two variants, the advisor's compiles, the probe's reading),
-            # each sharing what the one before it parsed; owned by this target alone
-            parser = HloParser()
-            early = _analysed_early(hands.plain(job), target, parser)  # while the donated variant compiles
-            plain, donated = hands.variants(job)
-            stage = "analysing its compiled program"
-            shape = hands.call_shape(job)
-            result = _analyse(target, shape.donation_source, plain, donated, options, early, parser)
-            _hold(early, parser)
-            # resumed only around code that runs: resuming lets the collector's next pass walk every
-            # record made so far
-            if options.suggest:
-                with collector_resumed():
-                    result = _suggested(target, result, job, shape, plain, donated, options, parser, hands)
-            if options.run and result.status == "ok":
-                stage = "running it"
-                with collector_resumed():
-                    result = _run(result, job, donated, options, parser, hands)
-        return result
-    except BaseException as exc:
-        return failed(target, exc, stage)
-    finally:
-        hands.release(job)
-
-
-# Where a target's compiled programs and analyses go when it is done, instead of being freed there and
-# then (see releases_held); None: freed as each target ends.
-_held: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("fieldmem_held", default=None)
-
-
-@contextlib.contextmanager
-def releases_held(into: list[Any]) -> Iterator[None]:
-    """Inside, each checked target's compiled programs, executables and analyses are appended to ``into``
-    rather than freed as the target ends; the caller frees them when it is done answering (``into.clear()``).
-
-    Freeing them is not free: letting go of a target's two executables and
-    the records read from them takes time that grows with its leaves, and it
-    would fall between the end of its analysis and the answer. A worker answers first and frees after
-    (or never: a one-shot worker leaves by ``os._exit``). It frees what it
-    holds before each next target, so no more than the targets checked since
-    the last start are held at a time. Per thread (a context variable): the
-    API's concurrent checks each free their own as they go.
-    """
-    token = _held.set(into)
-    try:
-        yield
-    finally:
-        _held.reset(token)
-
-
-def _hold(*objects: Any) -> None:
-    held = _held.get()
-    if held is not None:
-        held.append(objects)
+            answer(finish_job(job, options, hands))
 
 
 def _local_hands() -> Hands:
-    """The hands of a check in this process: the driver, holding what a released job kept in ``_held``."""
-    return LocalHands(hold=_held.get)
-
-
-def _analysed_early(plain: CompiledVariant, target: Target, parser: HloParser) -> Any:
-    """:func:`~fieldmem.findings.analysis.analyze_variant` of the plain variant, or None where it raised
-    (the analysis proper raises it again, in its own stage)."""
-    from fieldmem.findings.analysis import analyze_variant
-
-    try:
-        return analyze_variant(plain, target.definition, parser)
-    except Exception:
-        return None
-
-
-def _run(
-    result: TargetResult,
-    job: Job,
-    donated: CompiledVariant,
-    options: CheckOptions,
-    parser: HloParser,
-    hands: Hands,
-) -> TargetResult:
-    """Run both variants (donated first: the device's high-water mark is then its own) and read them
-    against the plan; a run that fails makes the target an error that keeps the static verdict in words."""
-    from fieldmem.errors import RunError
-    from fieldmem.findings.runcheck import apply_run
-
-    try:
-        readings = hands.run(job)
-    except RunError as exc:
-        static = result.verdict.summary if result.verdict else "not analysed"
-        error = RunError(f"{exc.message} (static analysis: {static})", kind=exc.kind)
-        return error_result(result.target, result.name, error, result.definition)
-    result = apply_run(result, readings)
-    if options.probe:
-        result = _probe(result, job, donated, parser, hands)
-    return result
-
-
-def _probe(result: TargetResult, job: Job, donated: CompiledVariant, parser: HloParser, hands: Hands) -> TargetResult:
-    """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
-    from fieldmem.errors import RunError
-    from fieldmem.findings.runcheck import apply_probes, probe_candidates, probe_outcome
-    from fieldmem.report import InPlaceProbe
-
-    probes = []
-    for candidate in probe_candidates(result, donated.hlo_text, parser):
-        if candidate.skip is not None:
-            probes.append(
-                InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", candidate.skip)
-            )
-            continue
-        try:
-            reading = hands.probe(job, candidate.input_index, candidate.output_index, candidate.factor)
-        except RunError as exc:
-            probes.append(InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", exc.message))
-            continue
-        probes.append(probe_outcome(candidate.input, candidate.output, candidate.update, reading))
-    return apply_probes(result, probes)
-
-
-def _analyse(
-    target: Target,
-    donation_source: str,
-    plain: CompiledVariant,
-    donated: CompiledVariant,
-    options: CheckOptions,
-    plain_analysis: Any = None,
-    parser: HloParser | None = None,
-) -> TargetResult:
-    from fieldmem.findings.analysis import analyze_target
-
-    try:
-        return analyze_target(
-            target=target.spec,
-            name=target.name,
-            definition=target.definition,
-            # "auto" means the jit's own donation for a jit object, else every array argument
-            donate="jit"
-            if donation_source == "jit"
-            else ("all" if target.donate.mode == "auto" else target.donate.describe()),
-            expect=target.expect,
-            max_peak=target.max_peak,
-            max_live_peak=target.max_live_peak,
-            plain=plain,
-            donated=donated,
-            min_bytes=options.min_bytes,
-            new=target.new,
-            plain_analysis=plain_analysis,
-            parser=parser,
-            # every argument holding arrays (fieldmem's default, or --donate all) is a blanket, not a choice
-            # of arguments: what it donates that nothing can use is a warning; a jit's own donation and a
-            # list of arguments are the user's choice
-            donation_by_user=donation_source == "jit" or target.donate.mode == "list",
-        )
-    except HloParseError as exc:
-        return _unreadable(target, exc)
-
-
-def _suggested(
-    target: Target,
-    result: TargetResult,
-    job: Job,
-    shape: CallShape,
-    plain: CompiledVariant,
-    donated: CompiledVariant,
-    options: CheckOptions,
-    parser: HloParser,
-    hands: Hands,
-) -> TargetResult:
-    """``result`` with the advisor's suggestion (``--suggest``): it lowers and compiles the call again,
-    so it runs outside the collector's pause, as the user's code does. The advisor sees the call's shape
-    and a function that has the hands compile it with another donation; the call itself stays with them."""
-    from fieldmem.findings.advisor import suggest
-
-    if result.status != "ok":
-        return result
-
-    def compile_with(positions: Sequence[int], names: Sequence[str], *, fast: bool = False) -> CompiledVariant:
-        return hands.compile_donation(job, positions, names, fast=fast)
-
-    try:
-        suggestion = suggest(
-            shape,
-            plain,
-            donated,
-            compile_donation=compile_with,
-            result=result,
-            min_bytes=options.min_bytes,
-            fast=options.compile_fast,
-            parser=parser,
-        )
-    except HloParseError as exc:
-        return _unreadable(target, exc)
-    return dataclasses.replace(result, suggestion=suggestion)
-
-
-def _unreadable(target: Target, exc: HloParseError) -> TargetResult:
-    """The error result of a target whose optimized HLO this parser cannot read: XLA printed something it
-    does not know; this target cannot be analysed, the others still can."""
-    error = CompileError(
-        f"fieldmem could not read the optimized HLO of this target: {exc}; "
-        "please report this with the output of jax.jit(fn).lower(...).compile().as_text()"
-    )
-    return error_result(target.spec, target.name, error, target.definition)
-
-
-def _check_chain(chain: ChainTarget, options: CheckOptions, hands: Hands) -> tuple[list[TargetResult], Chain]:
-    """Every step (each with the previous step's outputs as its arguments, then its extras, which the hands
-    pass on) and the fused chain, each analysed as a target, then the chain."""
-    outcomes: list[StepOutcome] = []
-    results: list[TargetResult] = []
-    fused: TargetResult | None = None
-    jobs = hands.chain(chain, options)
-    went_through: bool | None = None
-    while True:
-        try:
-            step = next(jobs) if went_through is None else jobs.send(went_through)
-        except StopIteration:
-            break
-        if step.job is None:  # the step before failed: nothing to pass on
-            outcomes.append(StepOutcome(step.name, step.target.definition, None))
-            went_through = False
-            continue
-        result = _finish(step.job, options, hands)
-        went_through = result.status == "ok"
-        results.append(result)
-        if step.index is None:
-            fused = result
-        else:
-            outcomes.append(StepOutcome(step.name, step.target.definition, result, extras=step.extras))
-    return results, analyze_chain(
-        target=chain.spec,
-        name=chain.name,
-        outcomes=outcomes,
-        fused=fused,
-        expect=chain.first.expect,
-        min_bytes=options.min_bytes,
-    )
+    """The hands of a check in this process: the driver (what a released job kept goes to releases_held)."""
+    return LocalHands()
 
 
 @contextlib.contextmanager
@@ -405,7 +152,7 @@ def _check_here(
                 progress(item.name, n, len(items))
             try:
                 if isinstance(item, ChainTarget):
-                    step_results, chain = _check_chain(item, options, hands)
+                    step_results, chain = check_chain(item, options, hands)
                     record(n, (step_results, [chain]))
                 elif pool is not None:
                     job = hands.start(item, options, pool)
@@ -416,7 +163,7 @@ def _check_here(
                     while len(in_flight) > options.jobs:
                         finished, pending = in_flight.popleft()
                         with collector_paused():  # to the answer: see _check_one
-                            record(finished, ([_finish(pending, options, hands)], []))
+                            record(finished, ([finish_job(pending, options, hands)], []))
                 else:
 
                     def answer(result: TargetResult, n: int = n) -> None:
@@ -431,26 +178,14 @@ def _check_here(
         while in_flight:
             finished, pending = in_flight.popleft()
             with collector_paused():  # to the answer: see _check_one
-                record(finished, ([_finish(pending, options, hands)], []))
+                record(finished, ([finish_job(pending, options, hands)], []))
     return checked
 
 
 def _report(results: list[TargetResult], chains: list[Chain], options: CheckOptions, hands: Hands) -> Report:
     """The report of a check: its results and chains, with the environment they were checked in."""
-    env = hands.environment(options.backend)
-    return Report(
-        fieldmem_version=__version__,
-        jax_version=env.jax_version,
-        jaxlib_version=env.jaxlib_version,
-        backend=env.backend,
-        platform_version=env.platform_version,
-        devices=tuple(DeviceInfo(id=d["id"], platform=d["platform"], kind=d["kind"]) for d in env.devices),
-        deviceless=Deviceless(**env.deviceless) if env.deviceless is not None else None,
-        results=tuple(results),
-        chains=tuple(chains),
-        min_bytes=options.min_bytes,
-        created=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
-    )
+    header = report_header(hands.environment(options.backend), options)
+    return dataclasses.replace(header, results=tuple(results), chains=tuple(chains))
 
 
 def resolve_all(

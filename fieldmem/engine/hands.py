@@ -16,6 +16,7 @@ findings or xla (``tests/test_layers.py``).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
@@ -43,7 +44,18 @@ from fieldmem.request.target import (
 if TYPE_CHECKING:
     from fieldmem.driver import Compiled, PendingVariants, PreparedCall
 
-__all__ = ["ChainStepJob", "Hands", "Item", "Job", "LocalHands", "failed"]
+__all__ = [
+    "ChainStepJob",
+    "Failed",
+    "Hands",
+    "HandsLost",
+    "Item",
+    "Job",
+    "LocalHands",
+    "failed",
+    "hold",
+    "releases_held",
+]
 
 # what loading a spec gives: a target, a chain, or the spec with the error that stopped it
 Item = Target | ChainTarget | tuple[str, FieldmemError]
@@ -66,6 +78,21 @@ class ChainStepJob:
     target: Target
     job: Job | TargetResult | None  # None: the step before it failed, so nothing was passed on
     extras: tuple[str, ...] = ()
+
+
+class Failed(Exception):
+    """A question about a target that its hands answered with the target's end: its error result (a compile
+    that failed in another process). The brain reports ``result`` as the target's."""
+
+    def __init__(self, result: TargetResult) -> None:
+        super().__init__(result.error.message if result.error is not None else result.name)
+        self.result = result
+
+
+class HandsLost(BaseException):
+    """The hands are gone (their process died, or was killed past ``--timeout``): no target's error to
+    contain where it was asked; whoever supervises the hands charges it. A BaseException, so that the
+    brain's containment of a target's own errors lets it through."""
 
 
 class Hands(Protocol):
@@ -145,6 +172,38 @@ def failed(target: Target, exc: BaseException, stage: str) -> TargetResult:
     return error_result(target.spec, target.name, contained(exc, stage), target.definition)
 
 
+# Where a target's compiled programs and analyses go when it is done, instead of being freed there and
+# then (see releases_held); None: freed as each target ends.
+_held: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("fieldmem_held", default=None)
+
+
+@contextlib.contextmanager
+def releases_held(into: list[Any]) -> Iterator[None]:
+    """Inside, each checked target's compiled programs, executables and analyses are appended to ``into``
+    rather than freed as the target ends; the caller frees them when it is done answering (``into.clear()``).
+
+    Freeing them is not free: letting go of a target's two executables and
+    the records read from them takes time that grows with its leaves, and it
+    would fall between the end of its analysis and the answer. A worker answers first and frees after
+    (or never: a one-shot worker leaves by ``os._exit``). It frees what it
+    holds before each next target, so no more than the targets checked since
+    the last start are held at a time. Per thread (a context variable): the
+    API's concurrent checks each free their own as they go.
+    """
+    token = _held.set(into)
+    try:
+        yield
+    finally:
+        _held.reset(token)
+
+
+def hold(*objects: Any) -> None:
+    """Keep ``objects`` until the caller of :func:`releases_held` frees them (nothing to do outside it)."""
+    held = _held.get()
+    if held is not None:
+        held.append(objects)
+
+
 @dataclass
 class _LocalJob:
     """A target started in this process: its prepared call and its two variants compiling (then compiled)."""
@@ -159,12 +218,12 @@ class _LocalJob:
 class LocalHands:
     """The hands in this process: the driver, and the user's code run here.
 
-    ``hold``: where each released job's compiled programs go instead of being freed at once (a worker answers
-    first and frees after: :func:`fieldmem.engine.checker.releases_held`); None: freed when released.
+    A released job's compiled programs go where :func:`releases_held` says, if anywhere, instead of being
+    freed at once (a worker answers first and frees after).
     """
 
-    def __init__(self, hold: Callable[[], list[Any] | None] | None = None) -> None:
-        self._hold = hold
+    def __init__(self) -> None:
+        pass
 
     @contextlib.contextmanager
     def session(self, options: CheckOptions) -> Iterator[None]:
@@ -267,9 +326,7 @@ class LocalHands:
 
     def release(self, job: Job) -> None:
         local = _local(job)
-        held = self._hold() if self._hold is not None else None
-        if held is not None:
-            held.append((local.pending, local.compiled))
+        hold(local.pending, local.compiled)
 
     def chain(self, chain: ChainTarget, options: CheckOptions) -> Generator[ChainStepJob, bool, None]:
         return _chain_jobs(chain, options)

@@ -32,6 +32,7 @@ dies with this process (:mod:`fieldmem.engine.worker`).
 from __future__ import annotations
 
 import codecs
+import collections
 import dataclasses
 import json
 import os
@@ -44,13 +45,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
-from fieldmem.codec import decode, encode
+from fieldmem.codec import encode
 from fieldmem.collector import collector_paused
-from fieldmem.engine.protocol import READ_BY_JSON, decode_result, read_event
-from fieldmem.engine.results import error_result
+from fieldmem.engine.hands import HandsLost
+from fieldmem.engine.protocol import read_event
+from fieldmem.engine.results import contained, error_result
 from fieldmem.engine.spawn import spawn, take_prestarted
 from fieldmem.errors import FieldmemError, RunError, TargetError
-from fieldmem.report import Chain, Report, TargetResult, remember_encoding
+from fieldmem.report import Chain, Report, TargetResult
 
 __all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "supervise"]
 
@@ -194,6 +196,107 @@ def _start_process() -> _Process:
     return _Process(process, relay, events, reader)
 
 
+# the events about one target (or chain step) that its brain waits for; other events go on as they come
+_JOB_EVENTS = frozenset(("plain", "variants", "run", "error", "answer", "step", "chain-end", "done"))
+# the plain fields of a target that failed to load (fieldmem.request.target.described_target)
+_NO_TARGET = {
+    "definition": None,
+    "donate": ["auto", []],
+    "static": [],
+    "expect": "any",
+    "max_peak": None,
+    "max_live_peak": None,
+    "new": [],
+}
+
+
+class _Link:
+    """One worker's events, read for the brain (fieldmem.engine.remote.Link) and for the supervisor.
+
+    The events of a target other than the one the brain asks about are kept until it asks; a ``start``
+    of the next target (the worker pipelines) waits for the supervisor's loop, the others go to the
+    supervisor at once. A worker that dies, or is killed past ``--timeout`` while it is on a target,
+    raises HandsLost, after every event it sent before has been read.
+    """
+
+    def __init__(self, supervisor: _Supervisor, live: _Process, watch: _Worker) -> None:
+        self.supervisor, self.live, self.watch = supervisor, live, watch
+        self.timeout = supervisor.options.timeout if supervisor.options.run else None
+        self.clock = time.monotonic()
+        self.deferred: collections.deque[dict[str, Any]] = collections.deque()  # starts, for the loop
+        self.kept: dict[tuple[Any, ...], list[dict[str, Any]]] = {}  # by target: events not yet asked for
+        self.left: collections.deque[dict[str, Any] | None] | None = None  # a dead worker's last events
+
+    def next(self) -> dict[str, Any] | None:
+        """The next event for the supervisor's loop: a deferred start first; None when the pipe ended."""
+        if self.deferred:
+            return self.deferred.popleft()
+        return self.pull()
+
+    def pull(self) -> dict[str, Any] | None:
+        """The worker's next event; None when its pipe ended (it is ending).
+
+        Raises:
+            HandsLost: it died (after its last events were read), or ran past --timeout on a target.
+        """
+        if self.left is not None:
+            if self.left:
+                return self.left.popleft()
+            raise HandsLost()
+        live, watch = self.live, self.watch
+        while True:
+            try:
+                event = live.events.get(timeout=0.05)
+            except queue.Empty:
+                if live.process.poll() is not None:
+                    live.reader.join(timeout=5)  # its pipe ends with it: take what is left
+                    self.left = collections.deque()
+                    while not live.events.empty():
+                        remaining = live.events.get()
+                        if remaining is not None:
+                            self.left.append(remaining)
+                    return self.pull()
+            else:
+                self.clock = time.monotonic()
+                return event
+            busy = watch.resolving is not None or bool(watch.in_flight)  # on the user's code, not starting up
+            if self.timeout is not None and busy and time.monotonic() - self.clock > self.timeout:
+                live.process.kill()
+                live.process.wait()
+                watch.timed_out = True
+                raise HandsLost()
+
+    def wait(self, key: tuple[Any, ...], kinds: frozenset[str]) -> dict[str, Any]:
+        """The next event of a kind in ``kinds`` about ``key``, for the brain."""
+        from fieldmem.engine.remote import event_key
+
+        kept = self.kept.get(key)
+        for n, earlier in enumerate(kept or ()):
+            if earlier["e"] in kinds:
+                assert kept is not None
+                return kept.pop(n)
+        self.clock = time.monotonic()  # the brain's own time before it asked is not the worker's
+        while True:
+            event = self.pull()
+            if event is None:  # the worker ended without answering: it is gone as far as this target goes
+                raise HandsLost()
+            what = event["e"]
+            if what == "start":
+                self.supervisor.on_start(event, self.watch)  # on it from now: a death charges it too
+                self.deferred.append(event)
+            elif what in _JOB_EVENTS:
+                found = event_key(event)
+                if found == key and what in kinds:
+                    return event
+                if what != "done":
+                    self.kept.setdefault(found, []).append(event)
+            else:
+                self.supervisor.on_event(event, self.watch)
+
+    def send(self, request: dict[str, Any]) -> None:
+        self.live.send(request)
+
+
 class _Supervisor:
     def __init__(
         self,
@@ -299,7 +402,7 @@ class _Supervisor:
         keep = False
         try:
             live.send(self.request(plan))
-            self.follow(live.process, live.events, live.reader, watch)
+            self.follow(live, watch)
             keep = self.serve and watch.last == "end" and live.alive()
         finally:
             if keep:
@@ -315,45 +418,70 @@ class _Supervisor:
             self.kept.close()
             self.kept = None
 
-    def follow(
-        self,
-        process: subprocess.Popen[bytes],
-        events: queue.Queue[dict[str, Any] | None],
-        reader: threading.Thread,
-        watch: _Worker,
-    ) -> None:
-        """Take the worker's events until it ends; kill it when a target runs past ``--timeout``."""
-        timeout = self.options.timeout if self.options.run else None
-        clock = time.monotonic()
-        while True:
-            try:
-                event = events.get(timeout=0.05)
-            except queue.Empty:
-                event = None
-                if process.poll() is not None:
-                    reader.join(timeout=5)  # its pipe ends with it: take what is left
-                    while not events.empty():
-                        left = events.get()
-                        if left is not None:
-                            self.on_event(left, watch)
-                    return
-            else:
+    def follow(self, live: _Process, watch: _Worker) -> None:
+        """Take the worker's events until it ends, the brain answering each target it serves (the worker
+        dying, or killed past ``--timeout``, ends it too: :meth:`run` charges what it was on)."""
+        link = _Link(self, live, watch)
+        try:
+            while True:
+                event = link.next()
                 if event is None:  # the pipe ended: the worker is ending
                     try:
-                        process.wait(timeout=_GRACE)
+                        live.process.wait(timeout=_GRACE)
                     except subprocess.TimeoutExpired:  # stuck after its answers (an atexit hook): done with it
-                        process.kill()
+                        live.process.kill()
                     return
-                clock = time.monotonic()
+                if event["e"] == "start":
+                    self.serve_target(event, link, watch)
+                    continue
                 self.on_event(event, watch)
                 if self.serve and watch.last is not None:  # a serving worker waits for the next request
                     return
-            busy = watch.resolving is not None or bool(watch.in_flight)  # on the user's code, not starting up
-            if timeout is not None and busy and time.monotonic() - clock > timeout:
-                process.kill()
-                process.wait()
-                watch.timed_out = True
-                return
+        except HandsLost:  # it died, or was killed past --timeout, while its targets were on
+            return
+
+    def on_start(self, event: dict[str, Any], watch: _Worker) -> None:
+        """The worker started a target: it is on it until the brain has its result."""
+        key = (int(event["b"]), int(event["spec"]), str(event["name"]))
+        if key not in watch.in_flight:
+            watch.in_flight.append(key)
+            self.report_progress(key)
+
+    def serve_target(self, event: dict[str, Any], link: _Link, watch: _Worker) -> None:
+        """The brain's check of the target the worker started (``event``), from the readings it sends."""
+        from fieldmem.engine.brain import check_chain, finish_job
+        from fieldmem.engine.remote import RemoteHands, event_key
+        from fieldmem.request.target import described_chain, described_target
+
+        self.on_start(event, watch)
+        key = event_key(event)
+        b = key[0]
+        options = dataclasses.replace(self.options, backend=self.backends[b], isolate=False)
+        if self.one_at_a_time:
+            options = dataclasses.replace(options, jobs=1)
+        checked: _Checked
+        hands = RemoteHands(link, options, key if event.get("kind") == "chain" else None)
+        with collector_paused():  # thousands of records, all kept until the report is written
+            try:
+                if event.get("kind") == "chain":
+                    results, chain = check_chain(described_chain(event["chain"]), options, hands)
+                    checked = (results, [chain])
+                else:
+                    if event.get("kind") == "target":
+                        target = described_target(event["target"])
+                    else:  # a spec that failed to load: its error result is all there is
+                        target = described_target({**_NO_TARGET, "spec": self.units[key[1]].spec, "name": key[2]})
+                    checked = ([finish_job(hands.job(key, target), options, hands)], [])
+            except (HandsLost, KeyboardInterrupt):
+                raise
+            except BaseException as exc:  # what no stage of the brain contained (a chain's own analysis)
+                unit = self.units[key[1]]
+                checked = ([error_result(unit.spec, key[2], contained(exc, "checking it"))], [])
+                hands.abandon()  # the worker may wait on it: let it go on
+        self.got[key[:3]] = checked
+        if key[:3] in watch.in_flight:
+            watch.in_flight.remove(key[:3])
+        watch.progressed = True
 
     def on_event(self, event: dict[str, Any], watch: _Worker) -> None:
         what = event["e"]
@@ -369,22 +497,20 @@ class _Supervisor:
             if key in self.previous:
                 self.got[key] = self.previous[key]
                 self.same.add(key)
-        elif what == "start":
-            key = (int(event["b"]), int(event["spec"]), str(event["name"]))
-            watch.in_flight.append(key)
-            self.report_progress(key)
-        elif what == "done":
-            key = (int(event["b"]), int(event["spec"]), str(event["name"]))
-            if key in watch.in_flight:
-                watch.in_flight.remove(key)
-            self.got[key] = self.read_result(event.get("result"), key, careful=bool(event.get(READ_BY_JSON)))
-            watch.progressed = True
-        elif what == "header":
+        elif what == "environment":
+            from fieldmem.engine.brain import report_header
+            from fieldmem.engine.protocol import decode_value
+            from fieldmem.readings import Environment
+
             b = int(event["b"])
             try:
-                self.headers[b] = decode(Report, event["report"])
+                environment = decode_value(Environment, event["environment"])
             except (ValueError, TypeError, KeyError):
                 self.headers[b] = None
+            else:
+                self.headers[b] = report_header(
+                    environment, dataclasses.replace(self.options, backend=self.backends[b])
+                )
         elif what == "fatal":
             watch.last, watch.fatal = "fatal", str(event.get("message", ""))
         elif what in ("end", "yield"):
@@ -397,17 +523,6 @@ class _Supervisor:
         total = sum(len(self.wanted(i) or [""]) for i in range(len(self.units)))
         done = sum(1 for (gb, _, _) in self.got if gb == b)
         self.progress(key[2], min(done, max(total - 1, 0)), total)
-
-    def read_result(self, encoded: Any, key: tuple[int, int, str], careful: bool = False) -> _Checked:
-        try:
-            with collector_paused():  # thousands of records, all kept until the report is written
-                written = decode_result(encoded, careful)
-        except (ValueError, TypeError, KeyError) as exc:
-            error = RunError(f"its worker wrote a result fieldmem cannot read ({exc})", kind="crash")
-            return [self.error(key[1], key[2], error)], []
-        for result, document in zip(written.results, encoded["results"]):
-            remember_encoding(result, document)  # the JSON report writes it as the worker encoded it
-        return list(written.results), list(written.chains)
 
     def error(self, index: int, name: str, error: FieldmemError) -> TargetResult:
         unit = self.units[index]

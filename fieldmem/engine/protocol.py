@@ -1,21 +1,49 @@
 """What a worker's parent (:mod:`fieldmem.engine.isolate`) and the worker (:mod:`fieldmem.engine.worker`) say to each other.
 
-No file is shared, so nothing is left behind when either dies. The parent
-writes the request, one JSON line, to the worker's stdin and keeps stdin
-open: its end (the worker then sees end-of-file) is how the worker learns
-that the parent is gone. The worker answers on a pipe of its own (its file
-descriptor is the worker's first argument), one JSON object per line
-(:func:`write_event`, read back by :func:`read_event`):
+The worker is the hands, the parent the brain: the worker loads the user's
+modules, makes arguments, traces, compiles, runs and probes, and answers with
+**readings** (:mod:`fieldmem.readings`); the parent analyses them and writes the
+report. No file is shared, so nothing is left behind when either dies. The parent
+writes its request, one JSON line, to the worker's stdin and keeps stdin open:
+its end (the worker then sees end-of-file) is how the worker learns that the
+parent is gone. The worker answers on a pipe of its own (its file descriptor is
+the worker's first argument), one JSON object per line (:func:`write_event`, read
+back by :func:`read_event`). Records cross as :func:`encode_value` writes them
+and :func:`decode_value` reads them (msgspec; bytes as base64).
+
+Events of the whole run:
 
 - ``{"e": "resolve", "spec": i}`` before it loads spec ``i`` (imports the user's module),
   ``{"e": "resolved", "spec": i, "names": [...]}`` after, with the names of its targets;
-- ``{"e": "start", "b": b, "spec": i, "name": n}`` before it checks target ``n`` of spec
-  ``i`` on backend ``b``, ``{"e": "done", ..., "result": WorkerResult}`` after;
-- ``{"e": "header", "b": b, "report": Report}``: the report of backend ``b`` without its
-  results (the versions, backend and devices only the worker can read);
+- ``{"e": "environment", "b": b, "environment": Environment}``: the versions, backend and
+  devices of backend ``b``, after its targets;
 - ``{"e": "fatal", "message": ...}``: an error that stops the whole run (a backend that
   is not available), ``{"e": "yield"}``: it stops so the next target gets a fresh
   process, ``{"e": "end"}``: it did all it was asked.
+
+Events of one target, each with its ``b``, ``spec`` and ``name`` (and, for a chain's
+step, ``step``: its index, or ``"fused"``):
+
+- ``{"e": "start", "kind": "target", "target": {...}}`` as it starts it (its plain fields:
+  :func:`fieldmem.request.target.describe_target`; ``"kind": "chain"`` with ``"chain"``,
+  or ``"kind": "error"`` for a spec that failed to load);
+- ``{"e": "plain", "variant": CompiledVariant}`` as soon as the plain variant is compiled,
+  ``{"e": "variants", "donated": CompiledVariant, "call": CallShape}`` then;
+- ``{"e": "run", "readings": {"donated": RunReading, "plain": RunReading}}`` with
+  ``--run`` (or ``"error": {"type", "kind", "message"}`` when the run failed);
+- ``{"e": "error", "result": TargetResult}``: the hands could not go on (arguments,
+  tracing, compile, a run that crashed), and this is the target's error result;
+- ``{"e": "step", "at", "index", "step_name", "target", "extras", "passed"}`` for each
+  step of a chain (its events follow, keyed with ``step``), ``{"e": "chain-end"}`` after the last;
+- ``{"e": "answer", "value": ...}`` (or ``"error": {...}``) to a question of the parent;
+- ``{"e": "done"}``: the worker is done with it.
+
+With ``--suggest`` or ``--probe``, and for every chain step, the worker waits after
+``variants`` (and ``run``) for the parent's questions, one JSON line each on stdin:
+``{"op": "compile_donation", "positions", "names", "fast"}``, ``{"op": "probe",
+"input_index", "output_index", "factor"}``, each answered by an ``answer``, and
+``{"op": "release"}`` (for a chain step ``{"op": "release", "ok": went_through}``:
+whether the next step is given its outputs), after which it goes on.
 
 A worker asked to serve (``"serve": true`` in its request, ``fieldmem check --watch``) does not
 exit after ``end``: it waits for the next request, one more JSON line on stdin, and answers it the
@@ -28,37 +56,39 @@ modules it imports, which the parent watches.
 
 A worker that ends without ``end``, ``yield`` or ``fatal`` died: the parent
 charges the target (or spec) it was on. The worker's stdout and stderr carry
-only what it and the user's code print, never a result. No jax.
+only what it and the user's code print, never a reading. No jax.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
-from fieldmem.codec import decode, encode
-from fieldmem.report import Chain, TargetResult
+from fieldmem.errors import (
+    ArgumentsError,
+    CompileError,
+    DonationError,
+    FieldmemError,
+    OptionError,
+    RunError,
+    TargetError,
+)
 
-__all__ = ["READ_BY_JSON", "WorkerResult", "decode_result", "encode_json", "encode_result", "read_event", "write_event"]
+T = TypeVar("T")
+
+__all__ = ["decode_error", "decode_value", "encode_error", "encode_value", "read_event", "write_event"]
 
 _compact = json.JSONEncoder(separators=(",", ":")).encode
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerResult:
-    """What a worker gives back for one target: its results and, for a chain, the chain."""
-
-    results: tuple[TargetResult, ...]
-    chains: tuple[Chain, ...] = ()
 
 
 def write_event(channel: IO[str], what: str, encoded: Mapping[str, str] | None = None, **fields: Any) -> None:
     """Send one event and flush it, so the parent has it even if the worker dies right after.
 
-    ``encoded``: fields given as JSON text already (a result, written once by
-    :func:`encode_json`). The line is compact JSON: a result of thousands of
+    ``encoded``: fields given as JSON text already (a reading, written once by
+    :func:`encode_value`). The line is compact JSON: a reading of thousands of
     leaves crosses the pipe in one pass of the C encoder.
     """
     line = _compact({"e": what, **fields})
@@ -68,61 +98,70 @@ def write_event(channel: IO[str], what: str, encoded: Mapping[str, str] | None =
     channel.flush()
 
 
-def encode_json(value: Any) -> str:
-    """``value`` (plain data, :func:`fieldmem.codec.encode` gave it) as compact JSON text.
+def encode_value(value: Any) -> str:
+    """A reading (any record of :mod:`fieldmem.readings`, a result, plain data) as compact JSON text, by
+    msgspec (bytes as base64); what msgspec refuses (a lone surrogate) goes by Python's json, which escapes it.
+    A worker without msgspec (another interpreter's, which has only jax and the standard library) writes the
+    same document with Python's json alone.
 
     Raises:
-        TypeError, ValueError: a value JSON cannot hold.
+        TypeError, ValueError: a value neither can write.
     """
-    return _compact(value)
-
-
-def encode_result(written: WorkerResult) -> str:
-    """``written`` as compact JSON text: the same text :func:`encode_json` gives for
-    :func:`fieldmem.codec.encode`'s plain data, but written by msgspec straight from the
-    records (several times faster than the codec on big results: benchmarks/results/wire.md).
-
-    What msgspec refuses (a lone surrogate in a name, which UTF-8 cannot hold) is
-    written by the codec, which escapes it as JSON does; a value neither can write raises.
-
-    Raises:
-        TypeError, ValueError: a value JSON cannot hold.
-    """
-    import msgspec.json
-
     try:
-        return msgspec.json.encode(written).decode()
+        import msgspec.json
+    except ImportError:
+        return _compact(_builtins(value))
+    try:
+        return msgspec.json.encode(value).decode()
     except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
-        return encode_json(encode(written))
+        return _compact(msgspec.to_builtins(value))
 
 
-# set by read_event on an event msgspec could not read (Python's json read it): its result goes by the
-# codec, which refuses what msgspec would let through from such a line (a lone surrogate); no worker
-# writes a key that starts with "_"
-READ_BY_JSON = "_read_by_json"
+def _builtins(value: Any) -> Any:
+    """``value`` as the plain data msgspec's ``to_builtins`` gives: records as dicts, tuples and sets as lists,
+    bytes as base64 text."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {field.name: _builtins(getattr(value, field.name)) for field in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(key): _builtins(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_builtins(item) for item in value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return value
 
 
-def decode_result(encoded: Any, careful: bool = False) -> WorkerResult:
-    """The :class:`WorkerResult` a worker wrote (``encoded``: its JSON, read as plain data by
-    :func:`read_event`), rebuilt by msgspec (faster than ``json.loads`` and :func:`fieldmem.codec.decode`
-    on big results: benchmarks/results/wire.md).
-
-    What msgspec refuses is read again by the codec, which accepts the same documents
-    and names the path of what it refuses; so is all of it with ``careful`` (an event
-    marked :data:`READ_BY_JSON`).
+def decode_value(kind: type[T], data: Any) -> T:
+    """The record of type ``kind`` that :func:`encode_value` wrote (``data``: its JSON, read as plain data).
 
     Raises:
-        TypeError, ValueError, KeyError: as :func:`fieldmem.codec.decode`.
+        ValueError: ``data`` is not such a record (msgspec's ValidationError is one).
     """
     import msgspec
 
-    if not careful:
-        try:
-            return msgspec.convert(encoded, WorkerResult)
-        except msgspec.ValidationError:
-            pass
-    result: WorkerResult = decode(WorkerResult, encoded)
-    return result
+    return msgspec.convert(data, kind)
+
+
+# the errors a worker's answer can name, rebuilt as themselves on this side (another name: a FieldmemError)
+def encode_error(error: FieldmemError) -> dict[str, str]:
+    """A target's error as plain data: its class, kind and message (read back by :func:`decode_error`)."""
+    return {"type": type(error).__name__, "kind": error.kind, "message": error.message}
+
+
+def decode_error(data: Mapping[str, Any]) -> FieldmemError:
+    """The error :func:`encode_error` wrote: a :class:`~fieldmem.errors.RunError` as one (its kind kept), a
+    known :class:`~fieldmem.errors.FieldmemError` subclass as itself, any other as a FieldmemError of its kind."""
+    message, kind, name = str(data.get("message", "")), str(data.get("kind", "error")), str(data.get("type", ""))
+    if name == "RunError":
+        return RunError(message, kind=kind)
+    error = _ERRORS.get(name, FieldmemError)(message)
+    error.kind = kind
+    return error
+
+
+_ERRORS: dict[str, type[FieldmemError]] = {
+    cls.__name__: cls for cls in (OptionError, TargetError, ArgumentsError, DonationError, CompileError)
+}
 
 
 def read_event(line: bytes) -> dict[str, Any] | None:
@@ -136,6 +175,4 @@ def read_event(line: bytes) -> dict[str, Any] | None:
             event = json.loads(line)
         except ValueError:
             return None
-        if isinstance(event, dict):
-            event[READ_BY_JSON] = True
     return event if isinstance(event, dict) and isinstance(event.get("e"), str) else None

@@ -27,13 +27,12 @@ import queue
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import IO, Any
 
-from fieldmem.codec import decode, encode, unbounded_integers
+from fieldmem.codec import decode, unbounded_integers
 from fieldmem.collector import collector_paused, collector_resumed, collector_stays_paused
-from fieldmem.engine.protocol import WorkerResult, encode_result, write_event
-from fieldmem.engine.results import error_result, internal_error
+from fieldmem.engine.protocol import encode_value, write_event
 from fieldmem.errors import FieldmemError
 
 __all__ = ["main"]
@@ -57,8 +56,8 @@ def _die_with_parent(parent: int) -> None:
 def _watch_parent(watched: int, requests: queue.Queue[bytes] | None = None) -> None:
     """Exit when the pipe ``watched``, whose other end only the parent holds, ends.
 
-    ``requests``: a worker that serves (``--watch``) takes its next requests, one line each, from
-    ``watched``; they are put there. Otherwise what comes there is ignored.
+    ``requests``: the parent's later lines on ``watched`` (its questions about a target being served, and
+    a serving worker's next requests, ``--watch``) are put there, one line each; None: ignored.
     """
 
     def watch() -> None:
@@ -97,16 +96,6 @@ def _warm_up() -> None:
         sys.path[:] = saved
 
 
-@collector_paused()  # builds only fieldmem's records: see fieldmem.collector
-def _encoded(written: WorkerResult, spec: str, name: str) -> str:
-    """The result as JSON text, written once (a result it cannot write is this target's error)."""
-    try:
-        return encode_result(written)
-    except Exception as exc:  # a result the codec cannot write is this target's error, not the worker's end
-        error = internal_error(exc, "writing its result")
-        return encode_result(WorkerResult((error_result(spec, name, error),)))
-
-
 @dataclasses.dataclass
 class _Kept:
     """What a serving worker (``--watch``) keeps between requests: per (backend, spec, target name), the
@@ -118,11 +107,14 @@ class _Kept:
 class _Worker:
     """One worker's run over its request, answering on ``events``."""
 
-    def __init__(self, request: dict[str, Any], events: IO[str], kept: _Kept | None = None) -> None:
+    def __init__(
+        self, request: dict[str, Any], events: IO[str], requests: queue.Queue[bytes], kept: _Kept | None = None
+    ) -> None:
         from fieldmem.request.options import CheckOptions
 
         self.request = request
         self.events = events
+        self.requests = requests  # the parent's questions about the target being served, one line each
         self.serve = bool(request.get("serve"))
         self.kept = kept if kept is not None else _Kept()
         # what the checks leave to free (fieldmem.engine.checker.releases_held): freed before each next target
@@ -136,7 +128,7 @@ class _Worker:
 
     def resolve(self) -> dict[int, list[Any]]:
         """Every spec some backend still needs, loaded: its items (targets, or ``(spec, error)``)."""
-        from fieldmem.engine.checker import resolve_all
+        from fieldmem.engine.hands import LocalHands
         from fieldmem.request.target import TargetOptions
 
         loaded: dict[int, list[Any]] = {}
@@ -146,7 +138,7 @@ class _Worker:
             self.event("resolve", spec=index)
             with unbounded_integers():  # the options as the user gave them: the checker refuses what it must
                 target_options = decode(TargetOptions, spec["options"] or {})
-            items = resolve_all([spec["spec"]], target_options)
+            items = LocalHands().load([spec["spec"]], target_options)
             loaded[index] = items
             files: dict[str, Any] = {}
             if self.serve:  # what to watch: its module's file and the local modules it imports
@@ -177,10 +169,22 @@ class _Worker:
             left.append((index, position, item))
         return left, prints
 
+    def emit(self, what: str, key: Mapping[str, Any], encoded: Mapping[str, str] | None = None, **fields: Any) -> None:
+        """An event about one target (or chain step) for the parent's brain (fieldmem.engine.serve.Channel)."""
+        write_event(self.events, what, encoded, **key, **fields)
+
+    def ask(self) -> dict[str, Any]:
+        """The parent's next request about the target being served."""
+        request = json.loads(self.requests.get())
+        if not isinstance(request, dict):
+            raise FieldmemError(f"fieldmem's worker was sent {request!r}, which is not a request")
+        return request
+
     def run(self) -> str:
-        """Check what the request asks; the last event's name (``end`` or ``yield``)."""
+        """Serve what the request asks; the last event's name (``end`` or ``yield``)."""
         from fieldmem.driver import backend_devices, has_memory_stats, start_jax
-        from fieldmem.engine.checker import check_targets, releases_held
+        from fieldmem.engine.hands import LocalHands, releases_held
+        from fieldmem.engine.serve import serve_items
 
         start_jax()  # before the user's modules import jax: quiet about the plugins' start-up noise
         _freeze_imports()
@@ -195,6 +199,7 @@ class _Worker:
                     backend_devices(backend)
         with collector_resumed():  # the user's modules are imported
             loaded = self.resolve()
+        hands = LocalHands()
         for b, backend in enumerate(backends):
             options = dataclasses.replace(self.options, backend=backend, isolate=False)
             fresh_each = self.request["isolate"] and options.run and has_memory_stats(backend)
@@ -213,26 +218,23 @@ class _Worker:
                 yielding = True
             else:
                 yielding = False
+            keys = [{"b": b, "spec": index, "name": _name(item)} for index, _, item in todo]
 
-            def started(n: int, todo: list[Any] = todo, b: int = b) -> None:
+            def before(n: int) -> None:
                 self.held.clear()  # the targets answered before this one: freed now, not while answering them
-                index, _, item = todo[n]
-                self.event("start", b=b, spec=index, name=_name(item))
 
-            def done(n: int, checked: Any, todo: list[Any] = todo, b: int = b, prints: dict[int, str] = prints) -> None:
+            def after(
+                n: int, failed: bool, todo: list[Any] = todo, b: int = b, prints: dict[int, str] = prints
+            ) -> None:
                 index, _, item = todo[n]
-                spec = self.request["specs"][index]["spec"]
-                result = _encoded(WorkerResult(tuple(checked[0]), tuple(checked[1])), spec, _name(item))
-                if n in prints and all(r.status != "error" for r in checked[0]):
+                if n in prints and not failed:
                     # an error may have a cause outside the user's code (a data file): checked again
-                    self.kept.prints[(b, spec, _name(item))] = prints[n]
-                write_event(self.events, "done", {"result": result}, b=b, spec=index, name=_name(item))
+                    self.kept.prints[(b, self.request["specs"][index]["spec"], _name(item))] = prints[n]
 
-            with releases_held(self.held):
-                report = check_targets([item for _, _, item in todo], options, started=started, done=done)
-            header = dataclasses.replace(report, results=(), chains=())
-            self.event("header", b=b, report=encode(header))
-            self.held.append(report)  # its results, already answered: freed with the rest, after the answer
+            with hands.session(options):
+                with releases_held(self.held):
+                    serve_items([item for _, _, item in todo], keys, options, hands, self, before, after)
+                self.event("environment", b=b, environment=json.loads(encode_value(hands.environment(backend))))
             if yielding:
                 return "yield"
         return "end"
@@ -297,8 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.dup2(devnull, 0)  # the user's code reads an empty stdin
     os.close(devnull)
     request = json.loads(line)
-    requests: queue.Queue[bytes] | None = queue.Queue() if request.get("serve") else None
+    # the parent's questions about a target being served, and (a serving worker, --watch) its next requests
+    requests: queue.Queue[bytes] = queue.Queue()
     _watch_parent(watched, requests)
+    serving = bool(request.get("serve"))
     os.set_inheritable(int(args[0]), False)  # a process the user's code starts does not hold it open
     reconfigure = getattr(sys.stdout, "reconfigure", None)
     if reconfigure is not None:  # what the user's code prints reaches the parent's stderr as it is printed
@@ -311,7 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     kept = _Kept()
     with open(int(args[0]), "w", buffering=1, encoding="utf-8") as events:
         while True:
-            worker = _Worker(request, events, kept)
+            worker = _Worker(request, events, requests, kept)
             try:
                 # fieldmem's own work runs with the collector paused, to the last event: a pass after the
                 # answer of the last target would walk every record it made, and hold up the end. The
@@ -319,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 with collector_paused():
                     last = worker.run()
                     write_event(events, last)
-                    ending = requests is None or last != "end"
+                    ending = not serving or last != "end"
                     if ending:  # it ends by os._exit now: no pass of the collector on the way
                         collector_stays_paused()
             except FieldmemError as exc:  # the whole run's error (a backend not available): one line, exit 2
@@ -328,7 +332,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             if ending:
                 _LEFT_TO_EXIT.append(worker.held)  # not freed on the way out: os._exit ends the process
                 return 0
-            assert requests is not None  # not ending: a serving worker, with its queue of requests
             worker.held.clear()  # answered: what the last target left is freed while the parent reads it
             request = json.loads(requests.get())  # serving (--watch): the next request, when the parent sends it
 

@@ -35,6 +35,10 @@ __all__ = [
     "Target",
     "TargetOptions",
     "definition_of",
+    "describe_chain",
+    "describe_target",
+    "described_chain",
+    "described_target",
     "display_path",
     "folder_targets",
     "fused_result_name",
@@ -171,6 +175,63 @@ class ChainTarget:
     @property
     def name(self) -> str:
         return self.first.name
+
+
+def _elsewhere(*args: Any, **kwargs: Any) -> Any:
+    raise TargetError("this target's function lives in fieldmem's worker process, not here")
+
+
+def describe_target(target: Target) -> dict[str, Any]:
+    """What a process without the user's code knows of ``target``: its plain fields (its function, factory and
+    the options it was resolved with stay where its module was imported). Read back by :func:`described_target`."""
+    return {
+        "spec": target.spec,
+        "name": target.name,
+        "definition": target.definition,
+        "donate": [target.donate.mode, list(target.donate.items)],
+        "static": list(target.static.items),
+        "expect": target.expect,
+        "max_peak": target.max_peak,
+        "max_live_peak": target.max_live_peak,
+        "new": list(target.new),
+    }
+
+
+def described_target(data: dict[str, Any]) -> Target:
+    """The :class:`Target` :func:`describe_target` wrote, its function a stand-in that raises when called."""
+    mode, items = data["donate"]
+    return Target(
+        spec=str(data["spec"]),
+        name=str(data["name"]),
+        function=_elsewhere,
+        args_factory=None,
+        args_origin=None,
+        shapes=None,
+        donate=DonateSpec(str(mode), tuple(items)),
+        static=StaticSpec(tuple(data["static"])),
+        expect=data["expect"],
+        max_peak=data["max_peak"],
+        definition=data["definition"],
+        max_live_peak=data["max_live_peak"],
+        new=tuple(data["new"]),
+    )
+
+
+def describe_chain(chain: ChainTarget) -> dict[str, Any]:
+    """:func:`describe_target` of a chain: its first target, and each step's name and definition."""
+    return {
+        "first": describe_target(chain.first),
+        "steps": [[step.name, step.definition, step.extras is not None] for step in chain.steps],
+    }
+
+
+def described_chain(data: dict[str, Any]) -> ChainTarget:
+    """The :class:`ChainTarget` :func:`describe_chain` wrote (functions and factories are stand-ins)."""
+    steps = tuple(
+        Step(str(name), _elsewhere, definition, _elsewhere if extras else None)
+        for name, definition, extras in data["steps"]
+    )
+    return ChainTarget(described_target(data["first"]), steps)
 
 
 def step_result_name(chain_name: str, index: int, function: str) -> str:

@@ -1,28 +1,28 @@
 """Two targets, one of which meets a fault deep inside fieldmem, for the containment tests (tests/test_containment.py).
 
-Importing this module patches :func:`fieldmem.findings.runcheck.run_check` so
-that reading the run of ``internal:broken`` raises a RuntimeError, as a bug in
-fieldmem would. It is patched here, at import, so that the fault also happens
-in a ``--run`` worker process, which imports this module again; every other
-target's run is read as before.
+Importing this module patches :func:`fieldmem.driver.run_variant` so that running
+``internal:broken`` raises a RuntimeError, as a bug in fieldmem would. It is patched
+here, at import, so that the fault happens in the ``--run`` worker process, which
+imports this module (the process that writes the report never does); every other
+target runs as before.
 """
 
 import jax.numpy as jnp
 
 import fieldmem
-import fieldmem.findings.runcheck as runcheck
+import fieldmem.driver as driver
 
-_real_run_check = getattr(runcheck.run_check, "__wrapped__", runcheck.run_check)
+_real_run_variant = getattr(driver.run_variant, "__wrapped__", driver.run_variant)
 
 
-def _faulty_run_check(result, variant, reading):
-    if result.name == "internal:broken":
+def _faulty_run_variant(call, compiled):
+    if getattr(call.function, "__name__", "") == "broken":
         raise RuntimeError("injected fault while reading the run")
-    return _real_run_check(result, variant, reading)
+    return _real_run_variant(call, compiled)
 
 
-_faulty_run_check.__wrapped__ = _real_run_check
-runcheck.run_check = _faulty_run_check
+_faulty_run_variant.__wrapped__ = _real_run_variant
+driver.run_variant = _faulty_run_variant
 
 
 def broken(u):
