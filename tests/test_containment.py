@@ -302,17 +302,20 @@ def test_keyboard_interrupt_is_never_contained(monkeypatch: pytest.MonkeyPatch) 
     assert result.exit_code != 0 and "internal error" not in result.output
 
 
-def test_a_fault_in_the_run_worker_is_that_targets_error() -> None:
+@pytest.mark.parametrize("extra", [[], ["--suggest"], ["--probe"]], ids=["run", "run-suggest", "run-probe"])
+def test_a_fault_in_the_run_worker_is_that_targets_error(extra: list[str]) -> None:
     """``--run`` in a worker process: the fault (patched by the module the worker imports) is the target's error
-    and the worker goes on with the next target."""
+    and the worker goes on with the next target; where the parent still has questions about the target
+    (``--suggest``, ``--probe``), the worker answers them until it is released, and nothing waits forever."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     env.pop("FIELDMEM_DEBUG", None)
     done = subprocess.run(
-        [sys.executable, "-m", "fieldmem", "check", FAULT, "--run", "-f", "json"],
+        [sys.executable, "-m", "fieldmem", "check", FAULT, "--run", "-f", "json", *extra],
         capture_output=True,
         text=True,
         env=env,
         cwd=ROOT,
+        timeout=300,
     )
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and "Traceback" not in done.stdout

@@ -128,7 +128,7 @@ class RemoteHands:
     def _event(self, job: RemoteJob, kind: str) -> dict[str, Any]:
         event = self._link.wait(job.key, frozenset((kind, _ENDED)))
         if event["e"] == _ENDED:
-            job.waiting = False  # the worker is done with it
+            # the worker is done with it; one that had sent its variants still awaits the release
             raise Failed(decode_value(TargetResult, event["result"]))
         return event
 

@@ -124,6 +124,7 @@ def _serve_job(
         channel.emit("done", key)
         return True, None
     stage = "compiling it"
+    asked = False  # "variants" went out for an interactive job: the brain's release is awaited, come what may
     try:
         plain = hands.plain(job)
         stage = _SENDING
@@ -133,6 +134,7 @@ def _serve_job(
         shape = hands.call_shape(job)
         stage = _SENDING
         channel.emit("variants", key, encoded={"donated": encode_value(donated), "call": encode_value(shape)})
+        asked = interactive
         if options.run:
             stage = "running it"
             try:
@@ -147,7 +149,8 @@ def _serve_job(
         raise
     except BaseException as exc:
         channel.emit("error", key, encoded={"result": encode_value(failed(job.target, exc, stage))})
-        return True, None
+        # the brain, which has the variants, still asks and releases: answered until it does
+        return True, _questions(job, key, hands, channel) if asked else None
     finally:
         hands.release(job)
         channel.emit("done", key)
