@@ -37,6 +37,8 @@ RUNS: dict[str, list[str]] = {
     **{f"example-{Path(e).stem}": ["check", e] for e in EXAMPLES},
     "suggest-advisor": ["check", "examples/advisor.py", "--suggest"],
     "suggest-optimizer": ["check", "examples/optimizer.py", "--suggest"],
+    # every example in one command: several workers share them (one per spec, at most --jobs)
+    "all-examples": ["check", *EXAMPLES, "--jobs", "2"],
     "chain-forward": ["check", "examples/forward.py:create_field,update1,update2"],
     "chain-precision": ["check", "examples/precision_chain.py"],
     "run-field": ["check", "examples/field.py", "examples/sparse_row.py", "--run"],

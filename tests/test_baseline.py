@@ -569,11 +569,14 @@ fieldmem.case(step, args=make_args, name="slow:step")
 
 
 @pytest.mark.compile
-def test_an_interrupted_run_leaves_the_baseline_byte_identical(ci_project: Path) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_an_interrupted_run_leaves_the_baseline_byte_identical(ci_project: Path, workers: str) -> None:
+    """Ctrl-C while a slow target is checked: exit 130, the baseline as it was; with two workers too (only the
+    main thread gets the signal: both workers end with it)."""
     assert fieldmem("--save-baseline", "fieldmem-baseline.json").exit_code == 0
     before = (ci_project / "fieldmem-baseline.json").read_bytes()
     (ci_project / "slow.py").write_text(SLOW_MODEL)
-    env = dict(os.environ, COLUMNS="120")
+    env = dict(os.environ, COLUMNS="120", FIELDMEM_WORKERS=workers)
     process = subprocess.Popen(
         [sys.executable, "-m", "fieldmem", "check", "model.py", "slow.py", "--save-baseline", "fieldmem-baseline.json"],
         cwd=ci_project,

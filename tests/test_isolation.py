@@ -60,9 +60,15 @@ def _statuses(report: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
 
 
 @pytest.mark.compile
-@pytest.mark.parametrize(("code", "jobs"), [(0, "1"), (7, "4")])
-def test_a_target_that_ends_its_process_is_that_targets_error(tmp_path: Path, code: int, jobs: str) -> None:
-    """os._exit(0) or os._exit(7) at import, in a factory and at trace time: exit 2, every other result."""
+@pytest.mark.parametrize(
+    ("code", "jobs", "workers"), [(0, "1", "1"), (7, "4", "1"), (7, "4", "3")], ids=["one", "jobs", "workers"]
+)
+def test_a_target_that_ends_its_process_is_that_targets_error(
+    tmp_path: Path, code: int, jobs: str, workers: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """os._exit(0) or os._exit(7) at import, in a factory and at trace time: exit 2, every other result; the
+    same when three workers share the three files (``FIELDMEM_WORKERS=3``): a death is its own worker's."""
+    monkeypatch.setenv("FIELDMEM_WORKERS", workers)
     done = _check(tmp_path, "good.py", "exit_at_import.py", "exits.py", "-f", "json", "-j", jobs, code=code)
     assert done.returncode == 2, done.stderr
     report = json.loads(done.stdout)  # stdout is the report and nothing else
@@ -360,3 +366,40 @@ def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path,
     if extra:
         run = result.variants["donated"].run
         assert run is not None and run.aliases and all(a.confirmed for a in run.aliases)
+
+
+@pytest.mark.compile
+def test_several_workers_share_the_specs_and_give_the_report_one_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two specs on two backends with ``FIELDMEM_WORKERS=4`` and ``--jobs 4``: four workers, one per (backend,
+    spec), and the reports of one worker, result for result; a bad ``FIELDMEM_WORKERS`` is one line."""
+    from fieldmem.engine import isolate
+    from fieldmem.errors import OptionError
+    from fieldmem.request.options import CheckOptions
+
+    examples = ROOT / "examples"
+    units = [isolate.Unit(str(examples / name)) for name in ("field.py", "interior.py")]
+    options = CheckOptions(cache_dir=None, jobs=4)
+    backends: list[str | None] = [None, None]  # the same backend twice: two reports, as two backends give
+
+    def supervised(workers: str) -> tuple[int, list[Any]]:
+        monkeypatch.setenv("FIELDMEM_WORKERS", workers)
+        supervisor = isolate._Supervisor(units, backends, options, False, None)
+        reports = isolate._reports(supervisor.run())
+        return supervisor.started, [[r.to_dict()["results"] for r in reports]]
+
+    started_one, one = supervised("1")
+    started_four, four = supervised("4")
+    assert (started_one, started_four) == (1, 4)
+    strip = {"lower_seconds", "compile_seconds", "analysis_seconds"}
+
+    def timeless(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: timeless(v) for k, v in value.items() if k not in strip}
+        if isinstance(value, list):
+            return [timeless(v) for v in value]
+        return value
+
+    assert timeless(one) == timeless(four)
+    monkeypatch.setenv("FIELDMEM_WORKERS", "many")
+    with pytest.raises(OptionError, match="FIELDMEM_WORKERS='many': give a number of workers of at least 1"):
+        isolate._Supervisor(units, backends, options, False, None).run()

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import codecs
 import collections
+import contextlib
 import dataclasses
 import json
 import os
@@ -51,7 +52,7 @@ from fieldmem.engine.hands import HandsLost
 from fieldmem.engine.protocol import read_event
 from fieldmem.engine.results import contained, error_result
 from fieldmem.engine.spawn import spawn, take_prestarted
-from fieldmem.errors import FieldmemError, RunError, TargetError
+from fieldmem.errors import FieldmemError, OptionError, RunError, TargetError
 from fieldmem.report import Chain, Report, TargetResult
 
 __all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "supervise"]
@@ -326,6 +327,8 @@ class _Supervisor:
         self.files: dict[int, set[str]] = {}
         self.started = 0  # workers started
         self.deaths = 0  # workers that died (or were killed) before answering
+        self.lock = threading.Lock()  # what the threads of several workers share: progress, counts
+        self.running: list[_Process] = []  # the workers now running
 
     # -- what is left -------------------------------------------------------------------------------
 
@@ -368,10 +371,17 @@ class _Supervisor:
 
     # -- one worker ---------------------------------------------------------------------------------
 
-    def request(self, plan: list[list[list[str] | None]]) -> dict[str, Any]:
+    def request(
+        self, plan: list[list[list[str] | None]], jobs: int | None = None, report_idle: Sequence[int] | None = None
+    ) -> dict[str, Any]:
+        """The request of a worker doing ``plan``; ``jobs``: its share of ``--jobs`` (None: all of it);
+        ``report_idle``: the backends whose environment it reports though it has nothing to do on them
+        (None: every backend; of several workers, one reports those no worker has work on)."""
         options = self.options
         if self.one_at_a_time:
             options = dataclasses.replace(options, jobs=1)
+        elif jobs is not None:
+            options = dataclasses.replace(options, jobs=jobs)
         return {
             "specs": [
                 {"spec": unit.spec, "options": encode(unit.options) if unit.options is not None else None}
@@ -388,9 +398,60 @@ class _Supervisor:
             "serve": self.serve,
             "reload": self.reload,
             "skip_same": self.skip_same,
+            "report_idle": list(range(len(self.backends))) if report_idle is None else list(report_idle),
         }
 
-    def run_worker(self, plan: list[list[list[str] | None]]) -> _Worker:
+    # -- several workers --------------------------------------------------------------------------
+
+    def worker_count(self, plan: list[list[list[str] | None]]) -> int:
+        """How many workers share ``plan``: one per (backend, spec) with work, at most ``--jobs`` and
+        :func:`most_workers` (1 unless ``$FIELDMEM_WORKERS`` says more); one when
+        a worker is kept between requests (``--watch``), when targets run (``--run``: a device's memory
+        statistics and timings are only the target's own in a process alone), and while the targets of a
+        dead worker are checked again one at a time."""
+        if self.serve or self.one_at_a_time or self.options.run:
+            return 1
+        units = sum(1 for row in plan for todo in row if todo is None or todo)
+        return max(1, min(int(self.options.jobs), units, most_workers()))
+
+    @staticmethod
+    def split(plan: list[list[list[str] | None]], count: int) -> list[list[list[list[str] | None]]]:
+        """``plan`` in ``count`` parts, each (backend, spec) with work in one of them, in turn."""
+        parts: list[list[list[list[str] | None]]] = [[[[] for _ in row] for row in plan] for _ in range(count)]
+        n = 0
+        for b, row in enumerate(plan):
+            for index, todo in enumerate(row):
+                if todo is None or todo:
+                    parts[n % count][b][index] = todo
+                    n += 1
+        return parts
+
+    def run_workers(self, plan: list[list[list[str] | None]]) -> list[tuple[_Worker, list[list[list[str] | None]]]]:
+        """Do ``plan`` in :meth:`worker_count` workers at once (each followed on a thread of its own, the brain
+        answering its targets there): what each saw, with its part of the plan."""
+        count = self.worker_count(plan)
+        if count == 1:
+            return [(self.run_worker(plan), plan)]
+        parts = self.split(plan, count)
+        jobs = max(1, int(self.options.jobs) // count)  # the compiles of all the workers stay within --jobs
+        from concurrent.futures import ThreadPoolExecutor
+
+        idle = [b for b in range(len(self.backends)) if not any(todo is None or todo for todo in plan[b])]
+        with ThreadPoolExecutor(max_workers=count, thread_name_prefix="fieldmem-worker") as pool:
+            futures = [pool.submit(self.run_worker, part, jobs, idle if n == 0 else ()) for n, part in enumerate(parts)]
+            try:
+                return [(future.result(), part) for future, part in zip(futures, parts)]
+            except BaseException:  # Ctrl-C (only this thread gets it): the workers end now, their threads with them
+                with self.lock:
+                    running = list(self.running)
+                for live in running:
+                    with contextlib.suppress(OSError):
+                        live.process.kill()
+                raise
+
+    def run_worker(
+        self, plan: list[list[list[str] | None]], jobs: int | None = None, report_idle: Sequence[int] | None = None
+    ) -> _Worker:
         watch = _Worker()
         live = self.kept if self.kept is not None and self.kept.alive() else None
         if live is None:
@@ -398,13 +459,18 @@ class _Supervisor:
                 self.kept.close()
             self.kept = None
             live = _start_process()
-            self.started += 1
+            with self.lock:
+                self.started += 1
+        with self.lock:
+            self.running.append(live)
         keep = False
         try:
-            live.send(self.request(plan))
+            live.send(self.request(plan, jobs, report_idle))
             self.follow(live, watch)
             keep = self.serve and watch.last == "end" and live.alive()
         finally:
+            with self.lock:
+                self.running.remove(live)
             if keep:
                 self.kept = live
             else:
@@ -519,6 +585,11 @@ class _Supervisor:
     def report_progress(self, key: tuple[int, int, str]) -> None:
         if self.progress is None:
             return
+        with self.lock:  # several workers' threads
+            self._report_progress(key)
+
+    def _report_progress(self, key: tuple[int, int, str]) -> None:
+        assert self.progress is not None
         b = key[0]
         total = sum(len(self.wanted(i) or [""]) for i in range(len(self.units)))
         done = sum(1 for (gb, _, _) in self.got if gb == b)
@@ -576,14 +647,17 @@ class _Supervisor:
             plan = self.todo()
             if not self.anything(plan) and (not self.need_headers or all(h is not None for h in self.headers)):
                 break
-            watch = self.run_worker(plan)
-            if watch.last == "fatal":
-                raise WorkerFailure(watch.fatal)
-            if watch.last is None or watch.timed_out:
+            ran = self.run_workers(plan)
+            fatal = next((watch.fatal for watch, _ in ran if watch.last == "fatal"), None)
+            if fatal is not None:
+                raise WorkerFailure(fatal)
+            died = [(watch, part) for watch, part in ran if watch.last is None or watch.timed_out]
+            for watch, part in died:
                 self.deaths += 1
-                self.charge(watch, plan)
+                self.charge(watch, part)
+            if died:
                 continue
-            stalled = 0 if watch.progressed else stalled + 1
+            stalled = 0 if any(watch.progressed for watch, _ in ran) else stalled + 1
             if stalled >= 2:  # it ended twice without checking what is left: those targets are gone
                 self.give_up(plan)
         return self.assemble()
@@ -616,6 +690,28 @@ class _Supervisor:
                 row.append(checked)
             outcomes.append(row)
         return Supervised(self.headers, outcomes)
+
+
+WORKERS_ENV = "FIELDMEM_WORKERS"
+
+
+def most_workers() -> int:
+    """The most workers a check may start at once: ``$FIELDMEM_WORKERS`` (a positive number), else 1.
+
+    One worker by default, as measured (``benchmarks/results/workers.md``): on a 2-core machine a second
+    worker's start costs more than it saves, because one worker already compiles ``--jobs`` programs at once
+    while the parent analyses. Where cores are many and specs or backends several, ``FIELDMEM_WORKERS=4``
+    lets the parent share them among up to 4 workers (never more than ``--jobs``).
+
+    Raises:
+        OptionError: the variable holds something else.
+    """
+    value = os.environ.get(WORKERS_ENV, "").strip()
+    if not value:
+        return 1
+    if not value.isdigit() or int(value) < 1:
+        raise OptionError(f"{WORKERS_ENV}={value!r}: give a number of workers of at least 1, e.g. {WORKERS_ENV}=1")
+    return int(value)
 
 
 def _read_events(answers: int, events: queue.Queue[dict[str, Any] | None]) -> None:

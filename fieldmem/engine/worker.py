@@ -213,6 +213,8 @@ class _Worker:
             if self.serve:
                 with collector_resumed():  # a fingerprint makes the target's arguments
                     todo, prints = self.unchanged(b, todo)
+            if not todo and b not in self.request.get("report_idle", range(len(backends))):
+                continue  # another worker has this backend's targets, and reports its environment
             if fresh_each and len(todo) > 1:  # a clean device high-water mark: one target, then a new process
                 todo = todo[:1]
                 yielding = True
