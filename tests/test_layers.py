@@ -70,6 +70,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fieldmem.readings",
         "fieldmem.collector",
         "fieldmem.libraries",
+        "fieldmem.words",
         "fieldmem.specs",
     ),
 }

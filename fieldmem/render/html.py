@@ -46,6 +46,7 @@ from fieldmem.report import (
     Variant,
 )
 from fieldmem.units import format_bytes
+from fieldmem.words import copy_kind_label
 
 __all__ = ["OPEN_ALL_UP_TO", "render"]
 
@@ -333,7 +334,7 @@ def _copies_table(variant: Variant, min_bytes: int) -> str:
     rows = [
         (
             _e(format_bytes(c.bytes)),
-            f'<span class="kind {_e(c.kind)}">{_e(copy_kind_text(c) if c.kind == "staging" else c.kind)}</span>',
+            f'<span class="kind {_e(c.kind)}">{_e(copy_kind_text(c) if c.kind == "staging" else copy_kind_label(c.kind))}</span>',
             _code(c.of_parameter),
             f'<span class="shape">{_e(c.shape)}</span>',
             _e(format_bytes(c.bytes_per_call))

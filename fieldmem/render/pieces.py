@@ -12,6 +12,7 @@ import re
 
 from fieldmem.report import ChainStep, Copy, Report, Variant
 from fieldmem.units import format_bytes
+from fieldmem.words import copy_kind_label
 
 __all__ = [
     "FAIL",
@@ -140,8 +141,8 @@ def copy_kind_text(copy: Copy) -> str:
     if copy.kind == "staging":
         return f"staging, memory space {copy.source_memory_space} → {copy.memory_space}"
     if copy.branch is not None:
-        return f"{copy.kind}, branch {copy.branch} only"
-    return copy.kind
+        return f"{copy_kind_label(copy.kind)}, branch {copy.branch} only"
+    return copy_kind_label(copy.kind)
 
 
 def memory_space_lines(plain: Variant, donated: Variant) -> list[str]:

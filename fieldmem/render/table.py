@@ -31,6 +31,7 @@ from fieldmem.render.pieces import (
 )
 from fieldmem.report import MEMORY_FIGURES, Copy, Report, TargetResult, Timeline, Variant
 from fieldmem.units import format_bytes
+from fieldmem.words import copy_kind_label
 
 __all__ = ["render", "sparkline"]
 
@@ -421,7 +422,7 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                 ],
                 [
                     (
-                        copy_kind_text(c) if c.kind == "staging" else c.kind,
+                        copy_kind_text(c) if c.kind == "staging" else copy_kind_label(c.kind),
                         format_bytes(c.bytes),
                         _per_call(c),
                         c.shape,

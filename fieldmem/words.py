@@ -1,0 +1,208 @@
+"""fieldmem's words, each declared once: what a copy kind, a copy's cause or a finding code is called, means,
+weighs and how a table shows it.
+
+The report types them as ``Literal`` sets (:data:`fieldmem.report.CopyKind`,
+:data:`~fieldmem.report.CopyCause`, :data:`~fieldmem.report.FindingCode`, for the
+codec and mypy); the declarations here give each word its meaning (the schema's
+entry: docs/report-schema.md's tables are written from them), its label where a
+table shows something shorter or longer than the name, and, for a finding code,
+its severity. ``tests/test_words.py`` holds the three together: a word added to a
+``Literal`` without its declaration here, or the other way round, fails, and so does
+a schema page that no longer says what is declared here. Renderers take labels from
+:func:`copy_kind_label`. A word a newer fieldmem wrote (read as ``"unknown"``) has a
+declaration too.
+
+Shared ground: plain data, no imports beyond the standard library.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "COPY_CAUSE_WORDS",
+    "COPY_KIND_WORDS",
+    "FINDING_WORDS",
+    "FindingWord",
+    "Word",
+    "copy_kind_label",
+    "finding_word",
+]
+
+
+@dataclass(frozen=True)
+class Word:
+    """One word of the report: its name, what it means (the schema's entry), and how a table shows it."""
+
+    name: str
+    meaning: str
+    label: str | None = None  # None: the name itself
+
+    @property
+    def shown(self) -> str:
+        return self.label if self.label is not None else self.name
+
+
+@dataclass(frozen=True)
+class FindingWord(Word):
+    """A finding code, with the severities a finding of it is made with (its first is the usual one)."""
+
+    severities: tuple[str, ...] = ("warning",)
+
+
+COPY_KIND_WORDS: tuple[Word, ...] = (
+    Word("parameter", "a copy of an input"),
+    Word("loop", "inside a while/scan body: paid every iteration"),
+    Word(
+        "conditional",
+        "inside a branch of a `lax.cond`/`lax.switch`, in a loop or not: paid only when that branch runs",
+    ),
+    Word("layout", "changes the layout"),
+    Word("other", "any other copy XLA kept"),
+    Word(
+        "staging",
+        "moves a value between memory spaces without making a second buffer of it in device memory: a TPU "
+        "prefetching an input into VMEM, or copying a value computed in VMEM back into its buffer; no finding and "
+        "no advice to donate come of it — a copy of an input *through* VMEM into a new buffer in device memory is "
+        "a `parameter` copy, counted at the copy back",
+    ),
+    Word("unknown", "a kind a newer fieldmem wrote, which this one does not know", label="unknown kind"),
+)
+
+COPY_CAUSE_WORDS: tuple[Word, ...] = (
+    Word("input-kept-intact", "an undonated or still-read input"),
+    Word(
+        "old-carry-read-after-update",
+        "a loop copy of the carry the body was given: a view of the body's parameter",
+    ),
+    Word(
+        "new-value-via-temporary",
+        "a loop copy that becomes the carry the body returns: the body computes the new carry while reading the "
+        "old one and copies it back",
+    ),
+    Word("output-via-temporary", "an output computed into a temporary and copied into its buffer"),
+    Word("layout-change", "a copy that changes the layout"),
+    Word("unknown", "a cause a newer fieldmem wrote, which this one does not know"),
+)
+
+FINDING_WORDS: tuple[FindingWord, ...] = (
+    FindingWord(
+        "new-buffer",
+        "an output of at least `min_bytes` is written to a new buffer although an input could hold it: a donated "
+        "input of its per-device byte size that no output reuses (XLA aliases by size, across dtype and shape), or "
+        "an input not donated with its shape and dtype (when the output is at least as large as the smallest "
+        "reused state leaf: a small output beside a state in place is a new output), or a donated input no output "
+        "reuses with its shape in another dtype (the state, cast) (the reason says which: not donated, donation "
+        "unusable, not reused)",
+        severities=("error",),
+    ),
+    FindingWord(
+        "new-output",
+        "an output of at least `min_bytes` that no donated input could hold (none of its size, or every one already "
+        "reused by another output: fresh logits, a loss), or that the user declared new (`--new`, `new=`; the "
+        'message says "declared new"): counted in the figures, not a break of in place; the summary counts them '
+        '("N new output(s)")',
+        severities=("info",),
+    ),
+    FindingWord("new-unmatched", "a `--new` / `new=` pattern names no output of this target", severities=("warning",)),
+    FindingWord(
+        "parameter-copy",
+        "the donated variant still copies an input; the message says why its old value is kept (returned beside "
+        "its update, read by something that also needs the update, or the compiler's choice of order)",
+        severities=("error",),
+    ),
+    FindingWord(
+        "loop-copy",
+        "a loop copies a value every iteration (the carry, with the cause; or another value the body computes)",
+        severities=("error",),
+    ),
+    FindingWord(
+        "conditional-copy",
+        "a copy of at least `min_bytes` made only when a branch of a conditional runs: the message names the branch "
+        'and the `cond`\'s line and, in a loop, says "at most x*N* per call"',
+        severities=("warning",),
+    ),
+    FindingWord(
+        "output-copy",
+        "an output is computed into a temporary and copied into its buffer",
+        severities=("error",),
+    ),
+    FindingWord(
+        "donation-dropped",
+        "jax dropped the donation (a backend or a wrapper that cannot donate)",
+        severities=("error",),
+    ),
+    FindingWord(
+        "unusable-donation",
+        "a donated leaf of at least `min_bytes` no output reuses; an error when the user chose it by argument (a "
+        "list, a jit's `donate_argnums`) while other outputs reuse theirs, a warning under a blanket donation (the "
+        "default, `--donate all`) or when nothing is reused (then the verdict is nothing to update)",
+        severities=("error", "warning"),
+    ),
+    FindingWord(
+        "state-grows",
+        "an output of at least `min_bytes` that no donated input can hold is at least as large as a donated input "
+        "nothing reuses: the state grows into a new buffer",
+        severities=("error",),
+    ),
+    FindingWord("layout-copy", "a copy of at least `min_bytes` that changes the layout", severities=("warning",)),
+    FindingWord("other-copy", "another copy of at least `min_bytes`", severities=("warning",)),
+    FindingWord("plain-copy", "what the plain variant copies (what donation saves)", severities=("info",)),
+    FindingWord(
+        "constant",
+        "an array (not a scalar) of at least `min_bytes` is compiled into the program as a constant (a "
+        "closed-over array); `source` is where it is read. Pass it as an argument to donate or share it. The five "
+        "largest are named, the rest counted in one more finding",
+        severities=("warning",),
+    ),
+    FindingWord(
+        "run-alias-missing",
+        "with `--run`: an alias the plan predicts did not happen at run time",
+        severities=("error",),
+    ),
+    FindingWord(
+        "run-alias-not-comparable",
+        "with `--run`: an alias the plan predicts that cannot be compared at run time (no device buffer to read)",
+        severities=("info",),
+    ),
+    FindingWord(
+        "run-unplanned-alias",
+        "with `--run`: an output came back in an input's buffer that the plan does not alias",
+        severities=("info",),
+    ),
+    FindingWord(
+        "run-peak-above-plan",
+        "with `--run`: a device's measured peak is more than 10% above the planned footprint",
+        severities=("warning",),
+    ),
+    FindingWord(
+        "probe-whole-buffer",
+        "with `--probe`: an aliased slice update's time grows with its buffer (it touches the whole buffer); a fact "
+        "about time beside the verdict's about memory",
+        severities=("warning",),
+    ),
+    FindingWord(
+        "made-static",
+        "a Python scalar is held static because tracing needs its value (see *MadeStatic*)",
+        severities=("info",),
+    ),
+    FindingWord(
+        "unknown",
+        "a code a newer fieldmem wrote, which this one does not know",
+        severities=("error", "warning", "info"),
+    ),
+)
+
+_KINDS = {word.name: word for word in COPY_KIND_WORDS}
+_FINDINGS = {word.name: word for word in FINDING_WORDS}
+
+
+def copy_kind_label(kind: str) -> str:
+    """How a table shows copy kind ``kind`` (a kind no declaration names: as its name)."""
+    word = _KINDS.get(kind)
+    return word.shown if word is not None else kind
+
+
+def finding_word(code: str) -> FindingWord:
+    """The declaration of finding code ``code`` (one no declaration names: ``unknown``'s)."""
+    return _FINDINGS.get(code, _FINDINGS["unknown"])
