@@ -1,0 +1,119 @@
+"""A worker's readings on the pipe: msgspec (what crosses it) against fieldmem's typed codec (what reads files).
+
+Since issue 26's second pass the worker sends each compiled variant as a reading
+(``fieldmem.readings.CompiledVariant``: HLO text, leaves, XLA figures, buffer
+assignment bytes) and the parent rebuilds it. This times, for the donated variant
+of a function over 1,000 and 5,000 pytree leaves, compiled here:
+
+- **msgspec**: ``protocol.encode_value`` (what the worker writes) and
+  ``msgspec.json.decode`` + ``protocol.decode_value`` (what the parent reads);
+- **codec**: ``json.dumps(codec.encode(...))`` and ``codec.decode(json.loads(...))``, the path reports and
+  baselines take (the codec cannot write bytes, so the buffer assignment is left out of its document: it
+  would only cost it more).
+
+Best of 7 in one process, the collector paused as the worker and the parent pause it.
+Writes ``results/wire-readings.{json,md}``.
+
+Usage: ``python benchmarks/bench_wire_readings.py [--out benchmarks/results]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+LEAVES = (1000, 5000)
+
+
+def _best(action: Any, repeat: int = 7) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        began = time.perf_counter()
+        action()
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+def _reading(leaves: int) -> Any:
+    import jax.numpy as jnp
+
+    from fieldmem.driver import prepare_call, start_variants
+    from fieldmem.request.spec import DonateSpec, StaticSpec
+
+    def update(state: dict[str, Any], w: Any) -> dict[str, Any]:
+        return {k: v * w for k, v in state.items()}
+
+    args = ({f"leaf{i}": jnp.ones((4,)) for i in range(leaves)}, jnp.ones((4,)))
+    call = prepare_call(update, args, {}, donate=DonateSpec(), static=StaticSpec())
+    _, donated = start_variants(call, None).result()
+    return donated.variant
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT))
+    import msgspec
+
+    from fieldmem import codec
+    from fieldmem.collector import collector_paused
+    from fieldmem.engine.protocol import decode_value, encode_value
+    from fieldmem.readings import CompiledVariant
+
+    rows = []
+    for leaves in LEAVES:
+        variant = _reading(leaves)
+        text = encode_value(variant)
+        without_bytes = dataclasses.replace(variant, buffer_assignment=None, hlo_module_proto=None, hlo_proto=None)
+        codec_text = json.dumps(codec.encode(without_bytes))
+        with collector_paused():
+            row = {
+                "leaves": leaves,
+                "bytes": len(text),
+                "hlo_text_bytes": len(variant.hlo_text),
+                "write_s": {
+                    "msgspec": round(_best(lambda v=variant: encode_value(v)), 5),
+                    "codec": round(_best(lambda v=without_bytes: json.dumps(codec.encode(v))), 5),
+                },
+                "read_s": {
+                    "msgspec": round(_best(lambda t=text: decode_value(CompiledVariant, msgspec.json.decode(t))), 5),
+                    "codec": round(_best(lambda t=codec_text: codec.decode(CompiledVariant, json.loads(t))), 5),
+                },
+            }
+        rows.append(row)
+        print(row, flush=True)
+    document = {
+        "date": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+        "machine": {"python": platform.python_version(), "platform": platform.platform()},
+        "rows": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "wire-readings.json").write_text(json.dumps(document, indent=2) + "\n")
+    lines = [
+        f"# A compiled variant's reading on the pipe ({document['date']}, best of 7)",
+        "",
+        "| leaves | JSON bytes | write: msgspec | write: codec | read: msgspec | read: codec |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        w, r = row["write_s"], row["read_s"]
+        lines.append(
+            f"| {row['leaves']} | {row['bytes']} | {w['msgspec'] * 1000:.1f} ms | {w['codec'] * 1000:.1f} ms "
+            f"| {r['msgspec'] * 1000:.1f} ms | {r['codec'] * 1000:.1f} ms |"
+        )
+    (args.out / "wire-readings.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
