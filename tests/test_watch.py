@@ -477,3 +477,76 @@ def test_an_object_of_the_users_own_class_is_hashed_by_its_attributes() -> None:
     first, same, other = _Settings(0.5), _Settings(0.5), _Settings(0.25)
     assert target_fingerprint((step, first)) == target_fingerprint((step, same)) is not None
     assert target_fingerprint((step, other)) != target_fingerprint((step, first))
+
+
+# ----------------------------------------------------------------------------
+# No false pass (issue 29, item 1): watch never ends 0 on a state a fresh check fails
+
+GUARDED = """\
+import jax.numpy as jnp
+import fieldmem
+
+
+def make():
+    return (jnp.zeros((16, 16)),)
+
+
+def update(u):
+    return u.at[0].set(1.0)
+
+
+fieldmem.case(update, args=make, donate=(0,), expect="in-place")
+"""
+
+
+def _fresh_check(folder: Path, *args: str) -> int:
+    return subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", *args, "--no-cache"],
+        cwd=folder,
+        env=_env(folder),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    ).returncode
+
+
+@pytest.mark.compile
+def test_watch_forgets_cases_a_module_no_longer_registers(tmp_path: Path) -> None:
+    module = tmp_path / "guarded.py"
+    module.write_text(GUARDED)
+    session = _Session(tmp_path, "guarded.py")
+    try:
+        session.until("watching")
+        # the case line removed, and the function no longer in place: a fresh check fails (no case)
+        edited = GUARDED.replace('fieldmem.case(update, args=make, donate=(0,), expect="in-place")\n', "")
+        _write(module, edited.replace("u.at[0].set(1.0)", "u.T.at[0].set(1.0)"))
+        out, err = session.until("again in")
+        errors = [line for line in err if line.startswith("fieldmem: error:")]
+        assert len(errors) == 1 and "registers no fieldmem.case" in errors[0], err
+        assert "1 unchanged" not in _summary(err)
+        assert not any("gone (its module" in line for line in out)
+        session.process.send_signal(signal.SIGINT)
+        code = session.process.wait(timeout=30)
+    finally:
+        session.stop()
+    assert code == _fresh_check(tmp_path, "guarded.py") == 2
+
+
+@pytest.mark.compile
+def test_watch_reports_a_worker_that_ends_at_import_as_its_death(tmp_path: Path) -> None:
+    module = tmp_path / "guarded.py"
+    module.write_text(GUARDED)
+    session = _Session(tmp_path, "guarded.py")
+    try:
+        session.until("watching")
+        _write(module, "import os\nos._exit(0)\n" + GUARDED)
+        out, err = session.until("again in")
+        errors = [line for line in err if line.startswith("fieldmem: error:")]
+        assert len(errors) == 1 and "worker process" in errors[0] and "exit" in errors[0], err
+        assert not any("gone (its module" in line for line in out), out
+        assert not any("Traceback" in line for line in err)
+        session.process.send_signal(signal.SIGINT)
+        code = session.process.wait(timeout=30)
+    finally:
+        session.stop()
+    assert code == _fresh_check(tmp_path, "guarded.py") == 2

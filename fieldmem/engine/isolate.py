@@ -881,11 +881,20 @@ class WatchSession:
         checked, same, gone = [], [], []
         for b in range(len(supervisor.backends)):
             keys = [key for key in supervisor.got if key[0] == b and key[1] in units]
+            # a unit whose loading killed its worker (os._exit at import): that death is its result
+            failed = [
+                Rechecked(supervisor.units[index].spec, ([supervisor.spec_errors[index]], []), None)
+                for index in units
+                if index in supervisor.spec_errors
+            ]
             checked.append(
                 tuple(
-                    Rechecked(key[2], supervisor.got[key], supervisor.previous.get(key))
-                    for key in keys
-                    if key not in supervisor.same
+                    failed
+                    + [
+                        Rechecked(key[2], supervisor.got[key], supervisor.previous.get(key))
+                        for key in keys
+                        if key not in supervisor.same
+                    ]
                 )
             )
             same.append(tuple(key[2] for key in keys if key in supervisor.same))

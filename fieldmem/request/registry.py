@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from fieldmem.errors import OptionError
@@ -251,6 +252,14 @@ def _register(module_globals: dict[str, Any], registered: Case) -> None:
     _REGISTRY[module] = (module_globals, cases)
 
 
-def registered_cases(module: str) -> list[Case]:
-    """The cases registered while importing ``module``, in registration order."""
+def registered_cases(module: str | ModuleType) -> list[Case]:
+    """The cases registered while importing ``module``, in registration order.
+
+    Given the module itself, only the cases its current execution registered: a module executed
+    again (``--watch`` after an edit) that registers nothing has nothing, not the cases of its
+    earlier execution.
+    """
+    if isinstance(module, ModuleType):
+        owner, cases = _REGISTRY.get(module.__name__, (None, []))
+        return list(cases) if owner is vars(module) else []
     return list(_REGISTRY.get(module, (None, []))[1])

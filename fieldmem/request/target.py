@@ -595,7 +595,7 @@ def resolve_target(spec: str, options: TargetOptions, *, in_folder: bool = False
     if not sep and is_file_spec(module_part) and Path(module_part).is_dir():
         raise TargetError(f"{quoted(spec)} is a folder: check it as a target of its own (fieldmem check {spec})")
     module = load_module(module_part)
-    cases = registered_cases(module.__name__)
+    cases = registered_cases(module)
     # names shown to the user: the path as typed for a file, the dotted name otherwise
     module_name = module_part if is_file_spec(module_part) else module.__name__
     if not sep:
