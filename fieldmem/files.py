@@ -16,8 +16,8 @@ mix. What is left behind when the writer is killed:
   process PID is gone.
 
 :func:`locked` serialises the read-modify-write of one file between processes
-(``fcntl.flock`` on a lock file beside it; an exclusive-create lock file
-where ``fcntl`` is missing).
+(``fcntl.flock`` on the folder holding it, which leaves no file; an exclusive-create lock file
+where a folder cannot be locked).
 """
 
 from __future__ import annotations
@@ -42,7 +42,16 @@ try:  # not on Windows
 except ImportError:  # pragma: no cover - exercised by monkeypatching in the tests
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["LockTimeout", "locked", "read_json", "temporary_files", "terminating", "write_atomic"]
+__all__ = [
+    "LockTimeout",
+    "locked",
+    "read_json",
+    "remove_stale_scratch",
+    "scratch_folder",
+    "temporary_files",
+    "terminating",
+    "write_atomic",
+]
 
 
 def read_json(path: str | os.PathLike[str], what: str, error: type[FieldmemError], missing: str, hint: str) -> Any:
@@ -190,6 +199,45 @@ def _alive(pid: int) -> bool:
     return True
 
 
+# ----------------------------------------------------------------------------
+# Scratch folders: what a worker writes (XLA's dumps of a deviceless compile) lives in a folder its
+# parent names and removes, so a worker killed or aborting in XLA leaves nothing behind
+
+_SCRATCH = "fieldmem-xla-"
+_SCRATCH_NAME = re.compile(rf"^{re.escape(_SCRATCH)}(\d+)-[0-9a-f]{{8}}$")
+
+
+def scratch_folder() -> str:
+    """A new scratch folder's path for this process's workers, in the temporary directory: not created
+    (a worker creates it when it first needs it); ``fieldmem-xla-PID-XXXXXXXX``."""
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"{_SCRATCH}{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def remove_stale_scratch() -> list[str]:
+    """Remove the scratch folders of fieldmem processes that are gone (killed before they could remove
+    their own); the paths removed."""
+    import shutil
+    import tempfile
+
+    folder = tempfile.gettempdir()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        found = _SCRATCH_NAME.match(name)
+        if found is None or _alive(int(found.group(1))):
+            continue
+        path = os.path.join(folder, name)
+        shutil.rmtree(path, ignore_errors=True)
+        if not os.path.exists(path):
+            removed.append(path)
+    return removed
+
+
 def _remove_stale(target: Path) -> None:
     """Remove the temporary files that killed writers of ``target`` left (their process is gone)."""
     pattern = _temporary_pattern(target.name)
@@ -311,47 +359,52 @@ def lock_path(path: str | os.PathLike[str]) -> Path:
 def locked(path: str | os.PathLike[str], timeout: float) -> Iterator[None]:
     """Hold the exclusive lock of ``path`` for the block (other processes calling this wait).
 
-    The lock file ``.NAME.lock`` beside ``path`` is removed when the block
-    ends; a lock file left by a killed process does not block anyone (the
-    kernel drops a dead process's ``flock``; without ``fcntl``, a lock file
-    whose process is gone is taken over).
+    The lock is ``flock`` on the folder holding ``path``: no file is created, so a process killed while
+    it holds the lock leaves nothing behind (the kernel drops a dead process's ``flock``). Where a folder
+    cannot be locked (``fcntl`` missing, a file system that refuses ``flock`` on a folder), a lock file
+    ``.NAME.lock`` beside ``path`` is created exclusively and removed when the block ends; one whose
+    process is gone is taken over.
 
     Raises:
         LockTimeout: another process held the lock for ``timeout`` seconds.
-        OSError: the lock file cannot be created (a read-only folder).
+        OSError: the folder cannot be opened and the lock file cannot be created (a read-only folder).
     """
-    file = lock_path(path)
     deadline = time.monotonic() + timeout
-    if fcntl is None:
-        with _locked_exclusive(file, deadline, timeout):
+    folder = Path(path).parent
+    fd = _folder_fd(folder) if fcntl is not None else None
+    if fd is None:
+        with _locked_exclusive(lock_path(path), deadline, timeout):
             yield
         return
-    while True:
-        fd = os.open(file, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            if time.monotonic() >= deadline:
-                raise LockTimeout(f"another fieldmem held the lock {str(file)!r} for {timeout:g} s") from None
-            time.sleep(0.02)
-            continue
-        except BaseException:
-            os.close(fd)
-            raise
-        try:  # the holder before us may have removed the file we locked: lock the one at the path
-            same = os.path.samestat(os.fstat(fd), os.stat(file))
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)
     try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"another fieldmem held the lock on {str(folder)!r} for {timeout:g} s") from None
+                time.sleep(0.02)
         yield
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(file)
         os.close(fd)  # closing drops the flock
+
+
+def _folder_fd(folder: Path) -> int | None:
+    """An open descriptor of ``folder`` that ``flock`` accepts (tried once, released at once); None: none."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # does this file system lock folders at all?
+    except BlockingIOError:
+        return fd  # it does: another process holds it
+    except OSError:  # NFS (flock emulated by byte-range locks on a read-only descriptor) and the like
+        os.close(fd)
+        return None
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return fd
 
 
 @contextlib.contextmanager

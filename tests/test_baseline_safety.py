@@ -285,7 +285,7 @@ def test_killing_saves_at_random_moments_loses_nothing(tmp_path: Path) -> None:
         if number == signal.SIGKILL:
             sigkilled.add(process.pid)
         for name in leftovers(tmp_path):  # only the files of processes SIGKILLed, which the next save removes
-            assert name.endswith(".lock") or any(f".{pid}." in name for pid in sigkilled), (round_, name)
+            assert any(f".{pid}." in name for pid in sigkilled), (round_, name)  # never a lock file
     assert killed_inside >= 10  # the test did kill saves, not finished processes
     save_baseline(path, run_report("last:f"))
     assert leftovers(tmp_path) == []
@@ -525,6 +525,39 @@ def test_a_symlinked_baseline_is_written_through(tmp_path: Path) -> None:
     assert link.is_symlink() and os.readlink(link) == str(real)
     assert names_in(real) == ["a:f", "b:f"]
     assert leftovers(tmp_path) == [] and leftovers(tmp_path / "shared") == []
+
+
+def test_a_save_killed_holding_the_lock_leaves_no_lock_file(tmp_path: Path) -> None:
+    """Issue 29, item 6: SIGKILL while the lock is held (the worst moment) leaves no ``.NAME.lock``, and the
+    next save takes the lock at once."""
+    path = tmp_path / "b.json"
+    save_baseline(path, run_report("a:f"))
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from fieldmem import files\n"
+            f"with files.locked({str(path)!r}, 5.0):\n    print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])),
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(BaselineError, match="held the lock"):  # it is held
+            save_baseline(path, run_report("b:f"), lock_timeout=0.1)
+        holder.kill()
+        holder.wait()
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait()
+        assert holder.stdout is not None
+        holder.stdout.close()
+    assert leftovers(tmp_path) == []
+    save_baseline(path, run_report("b:f"), lock_timeout=0.5)
+    assert names_in(path) == ["a:f", "b:f"]
 
 
 def test_the_lock_is_beside_the_file_a_link_names(tmp_path: Path) -> None:

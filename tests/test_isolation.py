@@ -193,6 +193,54 @@ def test_the_worker_dies_with_its_parent(tmp_path: Path, extra: list[str], how: 
 
 
 @pytest.mark.compile
+def test_a_worker_aborting_in_xla_leaves_no_dump_folder(tmp_path: Path) -> None:
+    """Issue 29, item 6: XLA aborts (SIGABRT) in a deviceless compile while its dump folder is open; the
+    parent, which survives, removes it. A scratch folder of a fieldmem that was killed is removed too."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    stale = temp / "fieldmem-xla-999999999-0123abcd"  # a killed run's (no such process)
+    (stale / "fieldmem-xla-x").mkdir(parents=True)
+    other = temp / "fieldmem-xla-1-0123abcd"  # a live process's (init): left alone
+    other.mkdir()
+    done = _check(tmp_path, "aborts_in_xla.py", "--backend", "tpu:v5e")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in temp.iterdir()) == [other.name], "a dump folder was left behind"
+
+
+@pytest.mark.compile
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_a_child_the_target_left_running_ends_with_its_worker(tmp_path: Path) -> None:
+    """Issue 29, item 6: a child process the user's module started goes with the worker (its process group),
+    and fieldmem does not wait for it."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    pid_file = tmp_path / "child.pid"
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", "leaves_a_child.py", "--no-cache"],
+        capture_output=True,
+        text=True,
+        cwd=HERE,
+        env=_env(temp, FIELDMEM_TEST_CHILD_PID=str(pid_file)),
+        timeout=300,
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    child = int(pid_file.read_text())
+    try:
+        deadline = time.monotonic() + 5
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not alive(child), "the target's child outlived its worker"
+    finally:
+        if alive(child):
+            os.kill(child, signal.SIGKILL)
+    assert took < 60
+    assert not list(temp.iterdir())
+
+
+@pytest.mark.compile
 def test_base_exceptions_in_the_callers_process_are_that_targets_error() -> None:
     """The Python API checks in the caller's process: sys.exit and a BaseException subclass are contained."""
     from fieldmem.engine.checker import check

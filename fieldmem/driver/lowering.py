@@ -181,15 +181,29 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
     return compiled, time.perf_counter() - start, options is not None
 
 
+_DUMP_ROOT: list[str | None] = [None]  # where deviceless compiles dump: the parent's scratch folder
+
+
+def dump_under(folder: str | None) -> None:
+    """Deviceless compiles dump under ``folder`` (created when first needed), a folder the parent removes
+    whatever happens here (a worker killed in XLA); None: in the temporary directory, removed after each
+    compile (in-process checks)."""
+    _DUMP_ROOT[0] = folder
+
+
 def _compile_deviceless(lowered: Any, found: Target) -> tuple[Any, float, bool]:
     """Compile ``lowered`` for ``found``'s chips, keeping the buffer assignment XLA dumps."""
+    import os
     import tempfile
 
     from fieldmem.driver.deviceless import check_platform, compile_options, remember_dump
     from fieldmem.driver.quiet import quiet_stderr
     from fieldmem.driver.variant import executable_devices
 
-    with tempfile.TemporaryDirectory(prefix="fieldmem-xla-") as folder:
+    root = _DUMP_ROOT[0]
+    if root is not None:
+        os.makedirs(root, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="fieldmem-xla-", dir=root) as folder:
         start = time.perf_counter()
         try:
             with quiet_stderr():

@@ -38,6 +38,7 @@ import dataclasses
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,8 +52,9 @@ from fieldmem.collector import collector_paused
 from fieldmem.engine.hands import HandsLost
 from fieldmem.engine.protocol import read_event
 from fieldmem.engine.results import contained, error_result
-from fieldmem.engine.spawn import spawn, take_prestarted
+from fieldmem.engine.spawn import end_group, spawn, take_prestarted
 from fieldmem.errors import FieldmemError, OptionError, RunError, TargetError
+from fieldmem.files import remove_stale_scratch, scratch_folder
 from fieldmem.report import Chain, Report, TargetResult
 
 __all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "supervise"]
@@ -169,10 +171,12 @@ class _Process:
         except OSError:  # it died before it read the request: charged like any death
             pass
 
+    def kill(self) -> None:
+        """End the worker and what it started (its process group), now."""
+        end_group(self.process)
+
     def close(self, watch: _Worker | None = None) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
+        end_group(self.process)  # also after the worker ended: a child it left running goes with it
         if watch is not None:
             watch.returncode = self.process.returncode
             watch.why = self.relay.last_line()
@@ -262,7 +266,7 @@ class _Link:
                 return event
             busy = watch.resolving is not None or bool(watch.in_flight)  # on the user's code, not starting up
             if self.timeout is not None and busy and time.monotonic() - self.clock > self.timeout:
-                live.process.kill()
+                live.kill()
                 live.process.wait()
                 watch.timed_out = True
                 raise HandsLost()
@@ -329,6 +333,10 @@ class _Supervisor:
         self.deaths = 0  # workers that died (or were killed) before answering
         self.lock = threading.Lock()  # what the threads of several workers share: progress, counts
         self.running: list[_Process] = []  # the workers now running
+        # what the workers write (XLA's dumps) goes under this folder, removed after each run: a worker
+        # killed or aborting in XLA cannot remove its own; and those of fieldmem runs that were killed
+        remove_stale_scratch()
+        self.scratch = scratch_folder()
 
     # -- what is left -------------------------------------------------------------------------------
 
@@ -399,6 +407,7 @@ class _Supervisor:
             "reload": self.reload,
             "skip_same": self.skip_same,
             "report_idle": list(range(len(self.backends))) if report_idle is None else list(report_idle),
+            "scratch": self.scratch,
         }
 
     # -- several workers --------------------------------------------------------------------------
@@ -446,7 +455,7 @@ class _Supervisor:
                     running = list(self.running)
                 for live in running:
                     with contextlib.suppress(OSError):
-                        live.process.kill()
+                        live.kill()
                 raise
 
     def run_worker(
@@ -495,7 +504,7 @@ class _Supervisor:
                     try:
                         live.process.wait(timeout=_GRACE)
                     except subprocess.TimeoutExpired:  # stuck after its answers (an atexit hook): done with it
-                        live.process.kill()
+                        live.kill()
                     return
                 if event["e"] == "start":
                     self.serve_target(event, link, watch)
@@ -642,6 +651,12 @@ class _Supervisor:
             self.got[(b, index, pending_name)] = ([self.error(index, pending_name, self.failure(watch, checking))], [])
 
     def run(self) -> Supervised:
+        try:
+            return self._run()
+        finally:  # every worker of this run has ended or waits between requests (--watch)
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _run(self) -> Supervised:
         stalled = 0
         while True:
             plan = self.todo()

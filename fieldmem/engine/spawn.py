@@ -12,7 +12,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-__all__ = ["Spawned", "discard_prestarted", "prestart", "prestart_for", "spawn", "take_prestarted"]
+__all__ = ["Spawned", "discard_prestarted", "end_group", "prestart", "prestart_for", "spawn", "take_prestarted"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,6 +35,8 @@ def spawn() -> Spawned:
             stderr=subprocess.STDOUT,
             pass_fds=(answer_end,),
             env=os.environ.copy(),
+            # a process group of its own: what the user's code starts in it ends with it (end_group)
+            start_new_session=os.name == "posix",
         )
     except BaseException:
         os.close(answers)
@@ -66,6 +68,21 @@ def prestart() -> None:
             _prestarted = None
 
 
+def end_group(process: subprocess.Popen[bytes]) -> None:
+    """Kill a worker and every process still in its group (a child its target started and left running);
+    the worker is waited for."""
+    if os.name == "posix":
+        import signal
+
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:  # the group is empty (or was never ours)
+            pass
+    if process.poll() is None:
+        process.kill()
+    process.wait()
+
+
 def _close(spawned: Spawned) -> None:
     os.close(spawned.answers)
     for stream in (spawned.process.stdin, spawned.process.stdout):
@@ -89,8 +106,7 @@ def discard_prestarted() -> None:
     :func:`fieldmem.cli.main` in its own process, such as a test, goes on)."""
     spawned = take_prestarted()
     if spawned is not None:
-        spawned.process.kill()
-        spawned.process.wait()
+        end_group(spawned.process)
         _close(spawned)
 
 

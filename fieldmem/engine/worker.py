@@ -314,6 +314,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.update(request["environ"])
     os.chdir(request["cwd"])
     sys.path[:] = request["sys_path"]
+    from fieldmem.driver.lowering import dump_under
+
+    dump_under(request.get("scratch"))  # XLA's dumps where the parent removes them, also after a crash
     kept = _Kept()
     with open(int(args[0]), "w", buffering=1, encoding="utf-8") as events:
         while True:

@@ -368,8 +368,8 @@ def save_baseline(
             return _merge_and_write(file, shown, report, prune, base)
     except LockTimeout as exc:
         raise BaselineError(
-            f"not saving the baseline {shown!r}: {exc}; is another fieldmem saving it? "
-            f"(a stale lock file {str(lock_path(file))!r} can be removed)"
+            f"not saving the baseline {shown!r}: {exc}; is another fieldmem saving it?"
+            + (f" (a stale lock file {str(stale)!r} can be removed)" if (stale := lock_path(file)).exists() else "")
         ) from None
     except OSError as exc:
         raise BaselineError(f"cannot write the baseline {shown!r}: {exc.strerror or exc}") from None
