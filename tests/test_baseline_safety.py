@@ -586,3 +586,28 @@ def test_the_saved_line_stays_one_short_line_for_a_huge_baseline() -> None:
     assert line.count("\n") == 1 and len(line) < 1000
     assert "200000 kept from earlier runs (pkg.mod:step_0, " in line and "(200000 in all)" in line
     assert "3 pruned (pkg.mod:step_0, pkg.mod:step_1, pkg.mod:step_2)" in line
+
+
+def test_fields_a_newer_fieldmem_wrote_are_kept_or_said_to_be_dropped(tmp_path: Path) -> None:
+    """Issue 29, item 7: saving into a baseline a newer fieldmem wrote dropped the fields it does not know,
+    silently. An entry this run does not write again keeps them as written; one it writes again loses them,
+    and the save says which."""
+    from fieldmem.render.baseline import render_saved
+
+    path = tmp_path / "b.json"
+    save_baseline(path, run_report("kept:f", "again:f"))
+    document = json.loads(path.read_text())
+    for entry in document["entries"]:
+        entry["flame"] = {"model.py:3": 4096}  # a field from the future
+        entry["variants"]["donated"]["padding_bytes"] = 12
+    document["written_by"] = "fieldmem 9"
+    path.write_text(json.dumps(document))
+    saved = save_baseline(path, run_report("again:f"))
+    after = {e["name"]: e for e in json.loads(path.read_text())["entries"]}
+    assert after["kept:f"]["flame"] == {"model.py:3": 4096}
+    assert after["kept:f"]["variants"]["donated"]["padding_bytes"] == 12
+    assert "flame" not in after["again:f"]
+    assert sorted(saved.dropped) == ["again:f: flame", "again:f: variants.donated.padding_bytes", "written_by"]
+    line = render_saved(saved)
+    assert "3 fields a newer fieldmem wrote and this one does not know not kept" in line
+    assert load_baseline(path).entries  # still a baseline this fieldmem reads

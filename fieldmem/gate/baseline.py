@@ -159,6 +159,9 @@ class SavedBaseline:
     written: tuple[str, ...]
     kept: tuple[str, ...]
     pruned: tuple[str, ...]
+    # fields a newer fieldmem wrote that this one does not know, in entries this run wrote again (or at
+    # the top of the file): not kept, and said so. Those of the entries kept are kept as they were.
+    dropped: tuple[str, ...] = ()
 
 
 # ----------------------------------------------------------------------------
@@ -378,12 +381,20 @@ def save_baseline(
 def _merge_and_write(file: Path, shown: str, report: Report, prune: bool, root: str) -> SavedBaseline:
     """The read-merge-write of :func:`save_baseline`, under the lock."""
     existing: tuple[BaselineEntry, ...] = ()
+    raw: dict[str, Any] = {}  # the file as written: what a newer fieldmem put there that this one does not read
+    raw_entries: dict[tuple[str, str, str], dict[str, Any]] = {}
     if os.path.lexists(file):
         _check_replaceable(file, shown)
         try:
-            existing = _migrated(load_baseline(file), root)
+            old = load_baseline(file)
+            existing = _migrated(old, root)
         except BaselineError as exc:
             raise BaselineError(f"not overwriting {shown!r}: {exc.message}") from None
+        if old.schema == SCHEMA:
+            raw = _raw_document(file)
+            entries = raw.get("entries")
+            if isinstance(entries, list) and len(entries) == len(existing):
+                raw_entries = {e.key: r for e, r in zip(existing, entries) if isinstance(r, dict)}
     fresh = {}
     for result in report.results:
         entry = entry_from_result(result, report)
@@ -412,13 +423,56 @@ def _merge_and_write(file: Path, shown: str, report: Report, prune: bool, root: 
         device_kinds=tuple(dict.fromkeys(d.kind or d.platform for d in report.devices)),
         entries=tuple(merged[key] for key in sorted(merged)),
     )
-    write_atomic(file, json.dumps(baseline.to_dict(), indent=2) + "\n")
+    document = baseline.to_dict()
+    dropped = [f"{name}" for name in _unknown_fields(raw, document, "", skip=("entries",))]
+    written = document["entries"]
+    for n, key in enumerate(sorted(merged)):
+        before = raw_entries.get(key)
+        if before is None:
+            continue
+        unknown = _unknown_fields(before, written[n], "")
+        if not unknown:
+            continue
+        if key in fresh:  # measured again: what this fieldmem cannot write is gone, and said so
+            dropped.extend(f"{key[0]}: {path}" for path in unknown)
+        else:  # kept as the newer fieldmem wrote it
+            written[n] = before
+    write_atomic(file, json.dumps(document, indent=2) + "\n")
     return SavedBaseline(
         baseline=baseline,
         written=tuple(e.name for e in fresh.values()),
         kept=tuple(kept),
         pruned=tuple(pruned),
+        dropped=tuple(dropped),
     )
+
+
+def _raw_document(file: Path) -> dict[str, Any]:
+    try:
+        with open(file, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _unknown_fields(raw: Any, known: Any, where: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """The paths of the fields of ``raw`` (a document as a newer fieldmem wrote it) that ``known`` (the same
+    document as this fieldmem writes it) lacks, at any depth."""
+    found: list[str] = []
+    if isinstance(raw, dict) and isinstance(known, dict):
+        for key, value in raw.items():
+            if key in skip:
+                continue
+            at = f"{where}.{key}" if where else str(key)
+            if key not in known:
+                found.append(at)
+            else:
+                found.extend(_unknown_fields(value, known[key], at))
+    elif isinstance(raw, list) and isinstance(known, list) and len(raw) == len(known):
+        for n, (value, mine) in enumerate(zip(raw, known)):
+            found.extend(_unknown_fields(value, mine, f"{where}[{n}]"))
+    return found
 
 
 def load_baseline(path: str | os.PathLike[str]) -> Baseline:

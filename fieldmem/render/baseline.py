@@ -40,4 +40,9 @@ def render_saved(saved: SavedBaseline) -> str:
         parts.append(f"{len(saved.kept)} kept from earlier runs ({listing(saved.kept)})")
     if saved.pruned:
         parts.append(f"{len(saved.pruned)} pruned ({listing(saved.pruned)})")
+    if saved.dropped:
+        parts.append(
+            f"{count(len(saved.dropped), 'field')} a newer fieldmem wrote and this one does not know not kept "
+            f"({listing(saved.dropped)})"
+        )
     return f"fieldmem: saved the baseline {saved.baseline.path}: {'; '.join(parts)}\n"
