@@ -53,13 +53,24 @@ def parse_bytes(text: str | int, option: str | None = None) -> int:
     if isinstance(text, int):
         if text < 0:
             raise OptionError(f"{label} is negative: a size is 0 or more bytes")
-        return text
+        return _bounded(text, label)
     match = _SIZE.match(text)
     unit = match.group(2).lower() if match else None
     if not match or unit not in _UNITS:
         hint = " (a size is 0 or more bytes)" if text.strip().startswith("-") else ""
         raise OptionError(f"{label} is not understood{hint}: write e.g. 64MiB, 512KiB, 2GB or 1048576")
-    return int(Decimal(match.group(1)) * _UNITS[unit])
+    return _bounded(int(Decimal(match.group(1)) * _UNITS[unit]), label)
+
+
+LARGEST = 2**63  # no buffer, device or report holds this many bytes (XLA's sizes are 64-bit signed)
+
+
+def _bounded(value: int, label: str) -> int:
+    """``value``, refused when it is no size a device could have: a budget or a threshold that large
+    would silently turn its check off."""
+    if value >= LARGEST:
+        raise OptionError(f"{label} is more than any device holds: a size is below 8 EiB (2**63 bytes)")
+    return value
 
 
 def format_bytes(value: int | None) -> str:

@@ -583,3 +583,29 @@ def test_a_donation_become_unusable_is_listed_but_marks_no_alias_count_that_did_
     aliases_row = next(line for line in text.splitlines() if "aliases (donated)" in line)
     assert "≠" not in aliases_row and "≈" not in aliases_row
     assert "≠ r1.json: donation of v is now unusable (1.0 MiB): no output has its size" in text
+
+
+@pytest.mark.parametrize(
+    ("edit", "named"),
+    [
+        (lambda d: d["results"][0]["variants"]["donated"]["memory"].__setitem__("temp_bytes", -5), "temp_bytes = -5"),
+        (lambda d: d.__setitem__("min_bytes", -1), "min_bytes = -1"),
+        (lambda d: d["results"][0]["variants"]["plain"]["memory"].__setitem__("peak_bytes", 2**63), "peak_bytes"),
+        (
+            lambda d: d["results"][0]["variants"]["donated"]["copies"][0].__setitem__("bytes", -1),
+            "copies[0].bytes = -1",
+        ),
+    ],
+)
+def test_a_report_with_a_size_no_run_could_measure_is_refused(tmp_path: Path, edit: Any, named: str) -> None:
+    """Issue 29, item 7: compare read ``temp_bytes=-5`` or ``min_bytes=-1`` as figures; one line, exit 2."""
+    ref = _write(tmp_path / "ref.json", _report(_result(live_peak=100 * MIB, copies=(_copy("model.py:14"),))))
+    document = json.loads(ref.read_text())
+    edit(document)
+    bad = tmp_path / "bad.json"
+    write_atomic(bad, json.dumps(document))
+    with pytest.raises(ReportFileError) as caught:
+        load_report(bad)
+    assert named in caught.value.message and "\n" not in caught.value.message
+    result = invoke(str(ref), str(bad))
+    assert result.exit_code == 2

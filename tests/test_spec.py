@@ -53,6 +53,15 @@ def test_parse_bytes_rejects_non_sizes(value: object) -> None:
         parse_bytes(value)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("value", [10**30, 2**63, "100000000TB", "9300000000000000000"])
+def test_a_size_no_device_has_is_refused(value: int | str) -> None:
+    """Issue 29, item 7: ``min_bytes=10**30`` in the plugin silently turned off the in-place check (every
+    finding below it); a budget that large would turn off its gate. The largest real size passes."""
+    with pytest.raises(OptionError, match=r"more than any device holds"):
+        parse_bytes(value, "min_bytes=")
+    assert parse_bytes(2**63 - 1) == 2**63 - 1
+
+
 def test_parse_bytes_names_the_option() -> None:
     with pytest.raises(OptionError) as info:
         parse_bytes("lots", "--max-peak")
