@@ -422,3 +422,57 @@ def test_a_file_of_an_installed_package_is_shown_from_the_package_on() -> None:
     assert display_path("/usr/lib/python3/dist-packages/flax/linen/linear.py") == "flax/linen/linear.py"
     assert display_path("/a/site-packages/b/site-packages/pkg/mod.py") == "pkg/mod.py"
     assert display_path("/etc/site-packages.py") == "/etc/site-packages.py"
+
+
+DUPLICATE_NAMES = """\
+import jax.numpy as jnp
+import fieldmem
+
+
+def make():
+    return (jnp.zeros((64, 64)),)
+
+
+def good(u):
+    return u + 1
+
+
+def bad(u):
+    return u.T + 1
+
+
+fieldmem.case({first}, args=make, name="step", expect="in-place")
+fieldmem.case({second}, args=make, name="step", expect="in-place")
+"""
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("isolate", [True, False], ids=["worker", "in-process"])
+@pytest.mark.parametrize(("first", "second"), [("good", "bad"), ("bad", "good")])
+def test_two_cases_of_one_name_are_never_one_verdict_twice(
+    tmp_path: Path, isolate: bool, first: str, second: str
+) -> None:
+    """Issue 29, item 7: two cases named alike gave two rows, and the worker (which answers by name) gave
+    the second's verdict for both: with the bad case second, a pass. Now the first is checked, the second
+    is an error that says why (exit 2), in the worker and in-process alike."""
+    import json
+    import os
+    import subprocess
+
+    (tmp_path / "dup.py").write_text(DUPLICATE_NAMES.format(first=first, second=second))
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", "dup.py", "-f", "json", "--no-cache"]
+        + ([] if isolate else ["--no-isolate"]),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, JAX_PLATFORMS="cpu", PYTHONPATH=str(root)),
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    results = json.loads(done.stdout)["results"]
+    assert [r["name"] for r in results] == ["step", "step (2)"]
+    assert results[0]["verdict"]["in_place"] is (first == "good")
+    assert results[1]["status"] == "error"
+    assert "more than one case named 'step'" in results[1]["error"]["message"]

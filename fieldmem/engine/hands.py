@@ -215,6 +215,35 @@ class _LocalJob:
     compiled: tuple[Compiled, Compiled] | None = None
 
 
+def _one_name_each(items: list[Item], spec: str) -> list[Item]:
+    """``items`` with a name given twice (two ``fieldmem.case(name="step")``, or one function registered
+    twice under its default name) kept for the first: each later one is an error of a name of its own
+    (``step (2)``). Two results of one name cannot be told apart in a report or a baseline, and a check
+    answering by name would give the first's verdict for both."""
+    seen: dict[str, int] = {}
+    unique: list[Item] = []
+    for item in items:
+        name = item[0] if isinstance(item, tuple) else item.name
+        count = seen.get(name, 0) + 1
+        seen[name] = count
+        if count == 1:
+            unique.append(item)
+            continue
+        while f"{name} ({count})" in seen:
+            count += 1
+        seen[f"{name} ({count})"] = 1
+        unique.append(
+            (
+                f"{name} ({count})",
+                TargetError(
+                    f"{spec} registers more than one case named {name!r}: their results could not be told apart; "
+                    "give each fieldmem.case(...) its own name="
+                ),
+            )
+        )
+    return unique
+
+
 class LocalHands:
     """The hands in this process: the driver, and the user's code run here.
 
@@ -258,7 +287,7 @@ class LocalHands:
                     raise
                 except BaseException as exc:
                     targets = [(one, contained(exc, "resolving it"))]
-                resolved.extend(targets)
+                resolved.extend(_one_name_each(targets, one))
                 found += len(targets)
             if files is not None and not found:
                 resolved.append((spec, TargetError(_empty_folder(spec, files))))

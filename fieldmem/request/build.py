@@ -139,7 +139,8 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
             (the spec parsers' and the tolerance parser's own errors pass through).
     """
     _check_alone(flags)
-    targets = tuple(flags.targets or config.all_targets)
+    # a target named twice is checked once: its results, its baseline entry and its row are one
+    targets = tuple(dict.fromkeys(t.strip() for t in (flags.targets or config.all_targets)))
     if not targets:
         raise OptionError(
             "no targets: name them (fieldmem check pkg.model:update) or list them in pyproject.toml "
