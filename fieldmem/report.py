@@ -857,6 +857,9 @@ class Report:
         return report
 
 
+_DIFFERENCES = frozenset({"savings", "baseline", "changes"})  # fields of differences, which may be negative
+
+
 def _is_size(name: str) -> bool:
     """A field that holds a size or a count of bytes (not a difference, which may be negative)."""
     return ("bytes" in name and not name.startswith(("saved", "marginal", "delta"))) or name == "trip_count"
@@ -867,6 +870,8 @@ def _impossible_size(value: Any, where: str) -> str | None:
     measured, negative or 2**63 and more, named by its path; None: none."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         for item in dataclasses.fields(value):
+            if item.name in _DIFFERENCES:
+                continue
             inner = getattr(value, item.name)
             at = f"{where}.{item.name}" if where else item.name
             if isinstance(inner, int) and not isinstance(inner, bool):
