@@ -153,7 +153,9 @@ def check(
     expect: Annotated[
         str | None,
         typer.Option(
-            "--expect", help="in-place: exit 1 when the donated variant is not in place. any (default): report only."
+            "--expect",
+            help="in-place: exit 1 when the donated variant is not in place. fits: exit 1 unless it is known to fit "
+            "the device's memory (--backend gpu:h100, tpu:v5e, or a GPU/TPU here). any (default): report only.",
         ),
     ] = None,
     new: Annotated[

@@ -12,10 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fieldmem.units import format_bytes
+
 __all__ = [
     "NOTHING_DUMPED",
     "CallShape",
     "CompiledVariant",
+    "DeviceMemory",
     "DeviceStats",
     "Environment",
     "InputLeaf",
@@ -108,6 +111,22 @@ class MemoryReading:
 
 
 @dataclass(frozen=True)
+class DeviceMemory:
+    """The memory one program has on one device: ``bytes``, who has it in words (``holder``: "an H100"),
+    what follows the size in words (``after``) and where the figure comes from (``source``). A deviceless
+    kind's from :func:`fieldmem.request.backends.device_memory`, a local device's from jax's allocator."""
+
+    bytes: int
+    holder: str
+    source: str
+    after: str = ""
+
+    def words(self) -> str:
+        """``an H100 has 79.1 GiB``."""
+        return f"{self.holder} has {format_bytes(self.bytes)}{self.after}"
+
+
+@dataclass(frozen=True)
 class CompiledVariant:
     """What one compile produced, before any analysis."""
 
@@ -132,6 +151,11 @@ class CompiledVariant:
     devices: tuple[int, ...] = ()  # ids of the devices the program runs on
     made_static: tuple[MadeStatic, ...] = ()  # held static where jax.jit would trace (or refuse) them
     fast_compile: bool = False  # compiled with XLA:CPU codegen at -O0 (fieldmem.driver.lowering)
+    # the memory the program has on each device it runs on (None: not known, as on XLA:CPU)
+    device_memory: DeviceMemory | None = None
+    # the compiler's own word that the program does not fit the device (libtpu's RESOURCE_EXHAUSTED); the
+    # variant was compiled again without that check, so its figures are there
+    out_of_memory: str | None = None
 
 
 @dataclass(frozen=True)

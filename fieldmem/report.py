@@ -129,7 +129,7 @@ MEMORY_FIGURES = (
 # status, an expectation, a finding's severity): a value outside them is refused.
 UNKNOWN = "unknown"
 TargetStatus = Literal["ok", "error"]
-Expectation = Literal["in-place", "any"]
+Expectation = Literal["in-place", "fits", "any"]
 CopyKind = Literal["parameter", "loop", "conditional", "layout", "other", "staging", "unknown"]
 SourceRole = Literal["copy", "operand", "user", "definition", "unknown"]
 CopyCause = Literal[
@@ -168,9 +168,10 @@ FindingCode = Literal[
     "probe-whole-buffer",
     "made-static",
     "state-grows",
+    "exceeds-device-memory",
     "unknown",
 ]
-CheckName = Literal["expect-in-place", "max-peak", "max-live-peak", "unknown"]
+CheckName = Literal["expect-in-place", "expect-fits", "max-peak", "max-live-peak", "unknown"]
 HandOffCode = Literal[
     "dtype-change", "shape-change", "sharding-change", "layout-change", "reshard", "relayout", "unknown"
 ]
@@ -178,7 +179,7 @@ ChainStepStatus = Literal["in-place", "grows", "breaks", "error", "not-checked",
 CostLayout = Literal["steps", "fused", "unknown"]
 StaticCode = Literal["concrete", "not-traceable", "unknown"]
 # what the verdict rule (fieldmem.findings.verdict) decided: docs/verdicts.md has the table
-VerdictKind = Literal["in-place", "not-in-place", "nothing-to-update", "unknown"]
+VerdictKind = Literal["in-place", "not-in-place", "nothing-to-update", "does-not-fit", "unknown"]
 
 #: The open sets: a value a newer fieldmem wrote, unknown here, reads as ``"unknown"``.
 OPEN_SETS = (
@@ -762,6 +763,9 @@ class Deviceless:
     chips: int = 1
     compiled_without_device: bool = True
     note: str = ""
+    # the memory a program has on one chip (GPU: its target config's device_memory_size; TPU: what libtpu
+    # leaves a program of the chip's HBM); None in reports written before it was recorded
+    device_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,16 @@ FINDING_WORDS: tuple[FindingWord, ...] = (
         severities=("info",),
     ),
     FindingWord(
+        "exceeds-device-memory",
+        "the program needs more memory per device than the device has: its footprint (where XLA gives none, its "
+        "arguments and outputs alone) is above the memory of the device kind compiled for without the device "
+        "(a GPU's target config, what libtpu leaves a program of a TPU chip's HBM) or of jax's allocator on a "
+        "local device, or the compiler refused it for that (libtpu's RESOURCE_EXHAUSTED; the message quotes it). "
+        "An error for the donated variant (the verdict is then does not fit); a note when only the plain one "
+        "does not fit (donating is what makes it fit)",
+        severities=("error", "info"),
+    ),
+    FindingWord(
         "unknown",
         "a code a newer fieldmem wrote, which this one does not know",
         severities=("error", "warning", "info"),

@@ -78,7 +78,7 @@ def test_bad_option_is_an_option_error(options: dict[str, Any], message: str) ->
 
 
 def test_bad_expect_and_non_callable() -> None:
-    with pytest.raises(OptionError, match="expect='in place' is not known: use one of in-place, any"):
+    with pytest.raises(OptionError, match="expect='in place' is not known: use one of in-place, fits, any"):
         fieldmem.check_function(add_row, None, 1.0, expect="in place")
     with pytest.raises(OptionError, match="int is not callable"):
         fieldmem.check_function(3, None)

@@ -199,7 +199,7 @@ def test_several_backends() -> None:
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        ({"expect": "sometimes"}, "--expect 'sometimes' is not known: use one of in-place, any"),
+        ({"expect": "sometimes"}, "--expect 'sometimes' is not known: use one of in-place, fits, any"),
         ({"args": "m:f", "shapes": "f32[3]"}, "--args and --shapes both give example arguments: use one of them"),
         ({"jobs": 0}, "--jobs 0 must be at least 1"),
         (
@@ -280,11 +280,11 @@ def test_check_writable_accepts_a_bare_file_name(tmp_path: Path, monkeypatch: py
 @pytest.mark.parametrize(
     ("option", "message"),
     [
-        ("--expect", "--expect 'never' is not known: use one of in-place, any"),
-        ("expect=", "expect='never' is not known: use one of in-place, any"),
+        ("--expect", "--expect 'never' is not known: use one of in-place, fits, any"),
+        ("expect=", "expect='never' is not known: use one of in-place, fits, any"),
         (
             "pyproject.toml: [tool.fieldmem] expect =",
-            "pyproject.toml: [tool.fieldmem] expect = 'never' is not known: use one of in-place, any",
+            "pyproject.toml: [tool.fieldmem] expect = 'never' is not known: use one of in-place, fits, any",
         ),
     ],
 )
@@ -295,7 +295,7 @@ def test_parse_expect_names_the_setting_as_written(option: str, message: str) ->
 
 
 def test_parse_expect_accepts_the_expectations_and_none_unless_required() -> None:
-    assert [parse_expect(e, "--expect") for e in EXPECTATIONS] == ["in-place", "any"]
+    assert [parse_expect(e, "--expect") for e in EXPECTATIONS] == ["in-place", "fits", "any"]
     assert parse_expect(None, "--expect") is None
     with pytest.raises(OptionError, match="expect=None is not known"):
         parse_expect(None, "expect=", required=True)

@@ -376,7 +376,7 @@ def test_per_target_option_errors(in_assets: Path, options: list[str], message: 
         (["--shapes", ""], "--shapes is empty"),
         (["--format", "xml"], "--format 'xml' is not known: use one of table, json"),
         (["-f", "yaml"], "--format 'yaml' is not known"),
-        (["--expect", "sometimes"], "--expect 'sometimes' is not known: use one of in-place, any"),
+        (["--expect", "sometimes"], "--expect 'sometimes' is not known: use one of in-place, fits, any"),
         (["--max-peak", "lots"], "--max-peak 'lots' is not understood: write e.g. 64MiB"),
         (["--max-peak", "-1"], "--max-peak '-1' is not understood (a size is 0 or more bytes)"),
         (["--min-bytes", "1 parsec"], "--min-bytes '1 parsec' is not understood"),

@@ -151,7 +151,7 @@ def test_no_config_is_an_empty_one(project: Path) -> None:
         ("[tool.fieldmem]\nfast-compile = 'yes'\n", "fast-compile = 'yes' is a string: it should be true or false"),
         ("[tool.fieldmem]\nmax-peak = 'lots'\n", "[tool.fieldmem] max-peak 'lots' is not understood: write e.g. 64MiB"),
         ("[tool.fieldmem]\nmin-bytes = 1.5\n", "min-bytes = 1.5 is a float"),
-        ("[tool.fieldmem]\nexpect = 'always'\n", "expect = 'always' is not known: use one of in-place, any"),
+        ("[tool.fieldmem]\nexpect = 'always'\n", "expect = 'always' is not known: use one of in-place, fits, any"),
         ("[tool.fieldmem]\nnew = 'logits'\n", "[tool.fieldmem] new = 'logits' is not an output path"),
         ("[tool.fieldmem]\nnew = 3\n", "new = 3 is an integer"),
         ("[[tool.fieldmem.target]]\ntarget = 'a:f'\nnew = ['out', 4]\n", "new = 4 is not an output path"),

@@ -339,7 +339,7 @@ def test_case_defaults() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"expect": "sometimes"}, "expect='sometimes' is not known: use one of in-place, any"),
+        ({"expect": "sometimes"}, "expect='sometimes' is not known: use one of in-place, fits, any"),
         ({"donate": "a b"}, "donate='a b': 'a b' is neither an argument number nor an argument name"),
         ({"donate": -1}, "donate=-1: argument numbers start at 0"),
         ({"donate": 1.5}, "donate=1.5 is not understood: use 'all', 'none'"),

@@ -14,7 +14,14 @@ from fieldmem.report import FINDING_CODES
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "verdicts.md"
 BEGIN, END = "<!-- verdict-table: begin (tests/test_verdict_table.py writes it) -->", "<!-- verdict-table: end -->"
-_WORDS = {"in-place": "in place", "not-in-place": "not in place", "nothing-to-update": "nothing to update in place"}
+_WORDS = {
+    "in-place": "in place",
+    "not-in-place": "not in place",
+    "nothing-to-update": "nothing to update in place",
+    "does-not-fit": "does not fit",
+}
+# the codes that say the program does not fit its device (as errors: the verdict is then does not fit)
+FIT = ("exceeds-device-memory",)
 # the codes that can break in place: a finding of one of them may be made with severity "error"
 BREAKING = (
     "parameter-copy",
@@ -30,14 +37,16 @@ BREAKING = (
 
 def table() -> str:
     lines = [
-        "| # | verdict | when | finding codes | example | `--expect in-place` | `--expect any` |",
-        "|--:|:--|:--|:--|:--|:--|:--|",
+        "| # | verdict | when | finding codes | example | `--expect in-place` | `--expect fits` | `--expect any` |",
+        "|--:|:--|:--|:--|:--|:--|:--|:--|",
     ]
     for number, rule in enumerate(RULES, 1):
         codes = ", ".join(f"`{c}`" for c in rule.codes) or "—"
         expect = "passes (exit 0)" if rule.expect_in_place_passes else "fails (exit 1)"
+        fits = "passes (exit 0) where the device's memory is known" if rule.expect_fits_passes else "fails (exit 1)"
         lines.append(
-            f"| {number} | **{_WORDS[rule.kind]}** | {rule.when} | {codes} | {rule.example} | {expect} | passes (exit 0) |"
+            f"| {number} | **{_WORDS[rule.kind]}** | {rule.when} | {codes} | {rule.example} | {expect} | {fits} "
+            "| passes (exit 0) |"
         )
     return "\n".join(lines)
 
@@ -53,9 +62,10 @@ def test_the_docs_show_the_rule_fieldmem_applies() -> None:
 
 def test_every_breaking_code_has_its_row() -> None:
     named = {code for rule in RULES for code in rule.codes}
-    assert set(BREAKING) <= set(FINDING_CODES)
-    assert named == set(BREAKING)
-    assert all(rule.kind == "not-in-place" for rule in RULES if rule.codes)
+    assert set(BREAKING) | set(FIT) <= set(FINDING_CODES)
+    assert named == set(BREAKING) | set(FIT)
+    assert all(rule.kind == "does-not-fit" for rule in RULES if set(rule.codes) & set(FIT))
+    assert all(rule.kind == "not-in-place" for rule in RULES if set(rule.codes) & set(BREAKING))
 
 
 if __name__ == "__main__":

@@ -273,8 +273,10 @@ def environment(backend: str | None = None) -> Environment:
 def _deviceless_facts(name: str) -> dict[str, Any]:
     """What a deviceless backend is, for the report's label."""
     from fieldmem.driver.deviceless import DEVICELESS_NOTE, target
+    from fieldmem.request.backends import device_memory
 
     found = target(name)
+    memory = device_memory(found.backend)
     return {
         "backend": found.backend.name,
         "platform": found.platform,
@@ -283,4 +285,5 @@ def _deviceless_facts(name: str) -> dict[str, Any]:
         "topology": found.backend.topology,
         "chips": len(found.devices),
         "note": DEVICELESS_NOTE[found.platform],
+        "device_memory_bytes": memory.bytes if memory is not None else None,
     }

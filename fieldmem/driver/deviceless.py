@@ -29,6 +29,7 @@ import contextvars
 import functools
 import importlib.util
 import os
+import re
 import threading
 import weakref
 from collections.abc import Iterator
@@ -41,29 +42,38 @@ from fieldmem.errors import CompileError, OptionError
 from fieldmem.request.backends import (
     DEVICELESS_ENV,
     GPU_KINDS,
+    GPU_SPECS,
     BackendName,
     cuda_compilers,
+    gpu_spec_text,
     parse_backend,
     require_extra,
 )
 
 __all__ = [
     "DEVICELESS_NOTE",
+    "XLA_DOUBTS",
+    "CompileNotes",
     "Target",
     "active_target",
+    "callback_refused",
+    "compile_notes",
     "compile_options",
     "deviceless_scope",
+    "does_not_fit",
     "dumped",
     "gpu_spec",
     "gpu_spec_names",
     "is_dumped",
+    "out_of_memory",
     "place_call",
     "read_dump",
     "remember_dump",
+    "retry_options",
     "target",
 ]
 
-SPECS = Path(__file__).resolve().parent.parent / "specs" / "gpu"
+SPECS = GPU_SPECS
 
 # what compiling without the device changes, said on every deviceless report
 DEVICELESS_NOTE = {
@@ -96,7 +106,7 @@ def gpu_spec_names() -> dict[str, str]:
 
 def gpu_spec(kind: str) -> str:
     """The GpuTargetConfigProto text of GPU ``kind`` (``h100``), from fieldmem/specs/gpu/."""
-    return (SPECS / gpu_spec_names()[kind]).read_text()
+    return gpu_spec_text(kind)
 
 
 _lock = threading.Lock()
@@ -348,6 +358,152 @@ def check_platform(compiled: Any, found: Target, devices: list[Any]) -> None:
             "no argument of the call is an array (nothing places it on the target's chips)"
         )
     del compiled
+
+
+#: what XLA logs when it finds its own figures wrong while compiling. Seen from XLA:GPU's scheduler when the
+#: arguments and outputs alone pass its memory limit (80% of the target config's device memory): "The byte
+#: size of input/output arguments (2199023255552) exceeds the base limit (67954383257). This indicates an
+#: error in the calculation!"
+XLA_DOUBTS = re.compile(r"This indicates an error in the calculation")
+
+
+def retry_options(found: Target, exc: BaseException, folder: str) -> tuple[str, dict[str, Any]] | None:
+    """When ``exc`` is libtpu refusing a program that does not fit the chip's HBM (RESOURCE_EXHAUSTED): its
+    words, and the options that compile the program anyway (``xla_tpu_no_crash_on_oom``: the same passes, the
+    out-of-memory check off), dumping to ``folder``; else None (the compile failed for another reason)."""
+    said = out_of_memory(exc)
+    if found.platform != "tpu" or said is None:
+        return None
+    return said, {**compile_options(found, folder), "xla_tpu_no_crash_on_oom": True}
+
+
+def does_not_fit(found: Target, said: str, again: BaseException) -> CompileError:
+    """The error of a program libtpu refused for not fitting (``said``) and cannot compile even with that check
+    off (``again``: a single buffer larger than the chip's HBM): its kind is ``out-of-memory``, as a run's."""
+    from fieldmem.request.backends import device_memory
+
+    memory = device_memory(found.backend)
+    holder = f" {memory.holder}" if memory is not None else ""
+    detail = (str(again).strip().splitlines() or [""])[0].removeprefix("RESOURCE_EXHAUSTED:").split(" :: ")[0]
+    error = CompileError(
+        f"does not fit{holder}: libtpu refuses to compile it for {found.backend.name} ({said.rstrip('.')}), and "
+        f"cannot compile it at all to tell its figures ({detail.strip() or first_line(again)})"
+    )
+    error.kind = "out-of-memory"
+    return error
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """libtpu's words when ``exc`` says the program needs more HBM than the chip has (None: it does not)."""
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    if not text.startswith("RESOURCE_EXHAUSTED") or "memory" not in text.lower():
+        return None
+    return text.removeprefix("RESOURCE_EXHAUSTED:").strip()
+
+
+@dataclass(frozen=True)
+class CompileNotes:
+    """What a deviceless compile said beside its program: the target, libtpu's out-of-memory words when it
+    was compiled again without that check, and the lines where XLA doubted its own figures."""
+
+    target: Target
+    out_of_memory: str | None = None
+    doubts: tuple[str, ...] = ()
+
+
+_notes: weakref.WeakKeyDictionary[Any, CompileNotes] = weakref.WeakKeyDictionary()
+
+
+def remember_notes(compiled: Any, notes: CompileNotes) -> None:
+    """Keep what ``compiled``'s compile said, for :func:`compile_notes` (read_variant asks)."""
+    try:
+        _notes[compiled] = notes
+    except TypeError:  # pragma: no cover - jax's executables take weak references
+        pass
+
+
+def compile_notes(compiled: Any) -> CompileNotes | None:
+    """What :func:`remember_notes` kept for ``compiled`` (None: not a deviceless compile)."""
+    try:
+        return _notes.get(compiled)
+    except TypeError:
+        return None
+
+
+# the lowering rules of jax's host callbacks, by the name a user writes them with
+_CALLBACKS = {
+    "debug_print_lowering_rule": "jax.debug.print",
+    "debug_callback_lowering": "jax.debug.callback",
+    "pure_callback_lowering": "jax.pure_callback",
+    "io_callback_lowering": "jax.experimental.io_callback",
+}
+
+
+def callback_refused(exc: BaseException, found: Target) -> str | None:
+    """Why lowering for ``found`` failed, in words, when it failed on a host callback (None: it did not).
+
+    jax lowers ``jax.pure_callback``, ``io_callback``, ``jax.debug.print`` and ``jax.debug.callback`` for a
+    GPU through the GPU's runtime client (``emit_python_callback`` asks for the backend), which a machine
+    without the GPU does not start: jax says "Unknown backend: 'gpu' requested". libtpu lowers them for a
+    TPU without one. Read from the traceback's frames (jax's function names; tolerated when they change).
+    """
+    frames = _frames(exc)
+    names = [f.f_code.co_name for f in frames]
+    if "emit_python_callback" not in names:
+        return None
+    which = next((_CALLBACKS[n] for n in names if n in _CALLBACKS), "a host callback")
+    where = _equation_line(exc)
+    device = found.platform.upper()
+    return (
+        f"{which}{f' at {where}' if where else ''} cannot be compiled for {found.backend.name} without the {device}: "
+        f"jax builds a host callback for a {device} through the {device}'s runtime, which only a machine with one "
+        "starts; check this function on cpu or a tpu: backend, or without the callback"
+    )
+
+
+def _frames(exc: BaseException) -> list[Any]:
+    """The frames of ``exc``'s traceback, outermost first, and of the exceptions it was raised from: jax's
+    traceback filtering leaves its own frames out of the one it raises and keeps them in its cause."""
+    return [frame for _, tb in _chain(exc) for frame, _ in _entries(tb)]
+
+
+def _chain(exc: BaseException) -> list[tuple[BaseException, Any]]:
+    """``exc`` and the exceptions it was raised from or during, each with its traceback."""
+    found: list[tuple[BaseException, Any]] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not e for e, _ in found):
+        found.append((current, current.__traceback__))
+        current = current.__cause__ or current.__context__
+    return found
+
+
+def _entries(tb: Any) -> list[tuple[Any, int]]:
+    """(frame, line) of each entry of traceback ``tb``, outermost first."""
+    entries = []
+    while tb is not None:
+        entries.append((tb.tb_frame, tb.tb_lineno))
+        tb = tb.tb_next
+    return entries
+
+
+def _equation_line(exc: BaseException) -> str | None:
+    """``file.py:LINE`` of the user's line that called the callback: the innermost frame outside jax and
+    fieldmem of the stack jax kept from tracing (``JaxStackTraceBeforeTransformation``, which it chains to
+    a lowering error); None when jax kept none."""
+    import jax
+
+    skip = tuple(
+        os.path.join(d, "") for d in (os.path.dirname(jax.__file__), os.path.dirname(os.path.dirname(__file__)))
+    )
+    for error, tb in _chain(exc):
+        if type(error).__name__ != "JaxStackTraceBeforeTransformation":
+            continue
+        for frame, line in reversed(_entries(tb)):
+            file = os.path.abspath(frame.f_code.co_filename)
+            if not file.startswith(skip):
+                path = os.path.relpath(file)
+                return f"{file if path.startswith('..') else path}:{line}"
+    return None
 
 
 def read_dump(folder: str) -> bytes | None:

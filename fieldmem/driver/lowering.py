@@ -133,7 +133,7 @@ def lower(
     Raises:
         CompileError: tracing or lowering raised.
     """
-    from fieldmem.driver.deviceless import active_target, place_call
+    from fieldmem.driver.deviceless import active_target, callback_refused, place_call
 
     found = active_target()
     if found is not None:  # compiled without the device: the arguments as ShapeDtypeStructs on its chips
@@ -146,6 +146,9 @@ def lower(
         try:
             lowered = jitted.lower(*call.args, **call.kwargs)
         except Exception as exc:
+            refused = callback_refused(exc, found) if found is not None else None
+            if refused is not None:
+                raise CompileError(refused) from exc
             raise CompileError(f"tracing/lowering failed: {first_line(exc)}") from exc
     messages = tuple(str(w.message) for w in caught)
     return lowered, messages, time.perf_counter() - start
@@ -192,11 +195,23 @@ def dump_under(folder: str | None) -> None:
 
 
 def _compile_deviceless(lowered: Any, found: Target) -> tuple[Any, float, bool]:
-    """Compile ``lowered`` for ``found``'s chips, keeping the buffer assignment XLA dumps."""
+    """Compile ``lowered`` for ``found``'s chips, keeping the buffer assignment XLA dumps and what the compile
+    said beside it (:class:`~fieldmem.driver.deviceless.CompileNotes`): a program libtpu refuses because it does
+    not fit the chip's HBM is compiled again without that check, so that its figures can say by how much; a
+    line where XLA doubts its own figures is kept (and not printed)."""
     import os
     import tempfile
 
-    from fieldmem.driver.deviceless import check_platform, compile_options, remember_dump
+    from fieldmem.driver.deviceless import (
+        XLA_DOUBTS,
+        CompileNotes,
+        check_platform,
+        compile_options,
+        does_not_fit,
+        remember_dump,
+        remember_notes,
+        retry_options,
+    )
     from fieldmem.driver.quiet import quiet_stderr
     from fieldmem.driver.variant import executable_devices
 
@@ -205,14 +220,25 @@ def _compile_deviceless(lowered: Any, found: Target) -> tuple[Any, float, bool]:
         os.makedirs(root, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fieldmem-xla-", dir=root) as folder:
         start = time.perf_counter()
-        try:
-            with quiet_stderr():
+        said = None
+        dumps = folder
+        with quiet_stderr(take=XLA_DOUBTS) as log:
+            try:
                 compiled = lowered.compile(compiler_options=compile_options(found, folder))
-        except Exception as exc:
-            raise CompileError(f"XLA compilation for {found.backend.name} failed: {first_line(exc)}") from exc
+            except Exception as exc:
+                dumps = os.path.join(folder, "again")
+                retry = retry_options(found, exc, dumps)
+                if retry is None:
+                    raise CompileError(f"XLA compilation for {found.backend.name} failed: {first_line(exc)}") from exc
+                said, options = retry
+                try:
+                    compiled = lowered.compile(compiler_options=options)
+                except Exception as again:
+                    raise does_not_fit(found, said, again) from exc
         seconds = time.perf_counter() - start
         check_platform(compiled, found, executable_devices(compiled))
-        remember_dump(compiled, folder)
+        remember_dump(compiled, dumps)
+        remember_notes(compiled, CompileNotes(found, said, tuple(log.taken)))
     return compiled, seconds, False
 
 

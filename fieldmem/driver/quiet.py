@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterable
+from typing import Any
 
 __all__ = ["jax_started", "known_noise", "preload_jaxlib", "quiet_stderr", "start_jax"]
 
@@ -110,28 +111,90 @@ def start_jax() -> None:
                 pass
 
 
-class quiet_stderr:
-    """File descriptor 2 into a temporary file while inside; then the lines that are not noise back to it."""
+# a line absl/glog logged: severity, date, time, then the native id of the thread that logged it
+_LOGGED_BY = re.compile(r"[IWEF]\d{4} [\d:.]+\s+(\d+) ")
 
-    def __enter__(self) -> None:
-        sys.stderr.flush()
-        self._saved = os.dup(2)
-        self._file = tempfile.TemporaryFile()
-        os.dup2(self._file.fileno(), 2)
+
+class _Redirect:
+    """fd 2's one redirection, shared by every thread inside a :class:`quiet_stderr` (compiles run in a
+    pool): the first in sends fd 2 to the file, the last out puts it back and writes the lines that are not
+    noise (nor taken)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.depth = 0
+        self.saved = -1
+        self.file: Any = None
+        self.taken: set[str] = set()
+
+
+_redirect = _Redirect()
+
+
+class quiet_stderr:
+    """File descriptor 2 into a temporary file while inside; then the lines that are not noise back to it.
+
+    Threads inside at once share one redirection (fd 2 is the process's): the last to leave writes the lines
+    back, in order. ``take``: a pattern; the lines that this thread logged (absl's prefix names the thread)
+    and that match it are kept in :attr:`taken` after the block, and not written back (the caller reports
+    them in its own words). ``take`` needs ``os.pread``: without it nothing is taken.
+    """
+
+    def __init__(self, take: re.Pattern[str] | None = None) -> None:
+        self._take = take
+        self.taken: list[str] = []
+
+    def __enter__(self) -> quiet_stderr:
+        self._thread = threading.get_native_id()
+        state = _redirect
+        with state.lock:
+            _flush_stderr()
+            if state.depth == 0:
+                state.saved = os.dup(2)
+                state.file = tempfile.TemporaryFile()
+                os.dup2(state.file.fileno(), 2)
+            state.depth += 1
+            self._start = os.fstat(state.file.fileno()).st_size
+        return self
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            sys.stderr.flush()
-        except Exception:
-            pass
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-        self._file.seek(0)
-        text = self._file.read().decode("utf-8", "replace")
-        self._file.close()
-        kept = known_noise(text.splitlines())
+        state = _redirect
+        with state.lock:
+            _flush_stderr()
+            if self._take is not None and hasattr(os, "pread"):
+                self._take_lines(state)
+            state.depth -= 1
+            if state.depth:
+                return
+            os.dup2(state.saved, 2)
+            os.close(state.saved)
+            state.file.seek(0)
+            text = state.file.read().decode("utf-8", "replace")
+            state.file.close()
+            kept = [line for line in known_noise(text.splitlines()) if line not in state.taken]
+            state.taken.clear()
+            state.file, state.saved = None, -1
         if kept:
             os.write(2, ("\n".join(kept) + "\n").encode())
+
+    def _take_lines(self, state: _Redirect) -> None:
+        """Keep the lines this thread logged since it came in that match ``take`` (read without moving the
+        file's offset, which fd 2 shares)."""
+        assert self._take is not None
+        fd = state.file.fileno()
+        text = os.pread(fd, os.fstat(fd).st_size - self._start, self._start).decode("utf-8", "replace")
+        for line in text.splitlines():
+            logged = _LOGGED_BY.match(line)
+            if logged and int(logged.group(1)) == self._thread and self._take.search(line):
+                self.taken.append(line)
+                state.taken.add(line)
+
+
+def _flush_stderr() -> None:
+    try:
+        sys.stderr.flush()
+    except Exception:
+        pass
 
 
 def preload_jaxlib() -> None:

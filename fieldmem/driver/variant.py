@@ -20,7 +20,7 @@ from fieldmem.driver.paths import path_string
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.driver.shapes import dtype_name, shape_bytes
 from fieldmem.errors import CompileError
-from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, MemoryReading, OutputLeaf
+from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, DeviceMemory, InputLeaf, MemoryReading, OutputLeaf
 
 __all__ = [
     "FAST_COMPILE_UNAVAILABLE",
@@ -104,8 +104,47 @@ def read_variant(
         devices=tuple(d.id for d in executable_devices(compiled)),
         made_static=call.made_static,
         fast_compile=fast,
+        device_memory=_device_memory(compiled),
+        out_of_memory=_out_of_memory(compiled),
     )
     return variant, output_structs
+
+
+def _device_memory(compiled: Any) -> DeviceMemory | None:
+    """The memory the program has on each device it runs on: a deviceless kind's
+    (:func:`fieldmem.request.backends.device_memory`), else the least ``bytes_limit`` that jax's allocator
+    gives of those devices (``Device.memory_stats()``; None where it gives none, as on XLA:CPU)."""
+    from fieldmem.driver.deviceless import compile_notes
+    from fieldmem.request.backends import device_memory
+
+    notes = compile_notes(compiled)
+    if notes is not None:
+        return device_memory(notes.target.backend)
+    limits = []
+    for device in executable_devices(compiled):
+        try:
+            stats = device.memory_stats()
+        except Exception:
+            return None
+        limit = stats.get("bytes_limit") if isinstance(stats, dict) else None
+        if not isinstance(limit, int) or limit <= 0:
+            return None
+        limits.append((limit, device.id, getattr(device, "device_kind", device.platform)))
+    if not limits:
+        return None
+    limit, number, kind = min(limits)
+    return DeviceMemory(
+        limit, f"jax's allocator on device {number} ({kind})", "Device.memory_stats()['bytes_limit'] of the device"
+    )
+
+
+def _out_of_memory(compiled: Any) -> str | None:
+    """The compiler's words when it refused ``compiled`` for not fitting the device, before it was compiled
+    again without that check (:func:`fieldmem.driver.lowering.compile_lowered`)."""
+    from fieldmem.driver.deviceless import compile_notes
+
+    notes = compile_notes(compiled)
+    return notes.out_of_memory if notes is not None else None
 
 
 def _donation_dropped(call: PreparedCall, inputs: tuple[InputLeaf, ...]) -> str | None:
@@ -201,6 +240,12 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
         for name, why in FAST_COMPILE_UNAVAILABLE.items():
             figures[name] = None
             unavailable[name] = why
+    doubted = _doubted(compiled)
+    if doubted is not None:  # XLA said its own calculation is wrong: what it planned is not told
+        for name in DOUBTED_FIGURES:
+            figures[name] = None
+            unavailable[name] = doubted
+        return MemoryReading(figures, unavailable, None, None, doubted)
 
     assignment = getattr(analysis, "serialized_buffer_assignment_proto", None) if analysis is not None else None
     if not assignment:
@@ -216,6 +261,24 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
     if deviceless:  # a deviceless compile whose analysis has the assignment after all
         module_proto = _module_proto(compiled)
     return MemoryReading(figures, unavailable, bytes(assignment), module_proto, None)
+
+
+#: the figures XLA's plan decides (the schedule and the buffer assignment), unavailable when XLA says its own
+#: calculation is wrong; the arguments', outputs' and aliases' sizes are the call's and stay
+DOUBTED_FIGURES = ("temp_bytes", "peak_bytes", "host_temp_bytes")
+
+
+def _doubted(compiled: Any) -> str | None:
+    """Why ``compiled``'s planned figures are not told, when XLA logged while compiling it that its own
+    calculation is wrong (:data:`fieldmem.driver.deviceless.XLA_DOUBTS`); None when it did not."""
+    from fieldmem.driver.deviceless import compile_notes
+
+    notes = compile_notes(compiled)
+    if notes is None or not notes.doubts:
+        return None
+    line = notes.doubts[0]
+    said = line.split("] ", 1)[1] if "] " in line else line  # without absl's prefix (time, thread, file)
+    return f"XLA said while compiling that its own calculation is wrong: {said}"
 
 
 def _module_proto(compiled: Any) -> bytes | None:

@@ -454,7 +454,8 @@ def _chain_jobs(chain: ChainTarget, options: CheckOptions) -> Generator[ChainSte
             name=step_result_name(chain.name, index, step.name),
             function=step.function,
             definition=step.definition,
-            expect="any",  # the chain's expectation is checked on the chain
+            # the chain's in-place expectation is checked on the chain; whether it fits, on each program
+            expect="fits" if first.expect == "fits" else "any",
             donate=first.donate if index == 0 else _step_donation(first.donate),
             static=first.static if index == 0 else StaticSpec(),
         )
@@ -489,7 +490,9 @@ def _chain_jobs(chain: ChainTarget, options: CheckOptions) -> Generator[ChainSte
 
     if isinstance(arguments, TargetResult):
         return
-    fused_target = dataclasses.replace(first, name=fused_result_name(chain.name), expect="any")
+    fused_target = dataclasses.replace(
+        first, name=fused_result_name(chain.name), expect="fits" if first.expect == "fits" else "any"
+    )
     args, kwargs = arguments
     try:
         missing = [

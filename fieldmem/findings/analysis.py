@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from fieldmem.collector import collector_paused
+from fieldmem.findings.capacity import fit_check, fit_findings
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge
 from fieldmem.libraries import is_library_file
 from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
@@ -951,11 +952,13 @@ def _verdict(
     min_bytes: int,
     new: Sequence[str] = (),
     by_user: bool = True,
+    fit: Sequence[Finding] = (),
 ) -> Verdict:
     """The findings of the two variants, and the verdict :mod:`fieldmem.findings.verdict` gives them.
 
     ``by_user``: the donation is the user's (their jit's, or a ``--donate``/``donate=`` they gave), not
     fieldmem's default of every argument holding arrays; an unusable donation then breaks in place.
+    ``fit``: whether the program fits its device (:func:`fieldmem.findings.capacity.fit_findings`).
     """
     inputs = {leaf.index: leaf for leaf in program.variant.inputs}
     # where a loop may copy every iteration, say so of the copies that happen once
@@ -1052,6 +1055,7 @@ def _verdict(
                 )
             )
     findings.extend(_constant_findings(program.module, min_bytes))
+    findings.extend(fit)
     return judge(
         findings,
         reused,
@@ -1114,7 +1118,12 @@ def _budget(name: CheckName, figure: str, words: str, limit: int, memory: Memory
 
 
 def _checks(
-    expect: Expectation, max_peak: int | None, max_live_peak: int | None, verdict: Verdict, donated: Variant
+    expect: Expectation,
+    max_peak: int | None,
+    max_live_peak: int | None,
+    verdict: Verdict,
+    donated: Variant,
+    compiled: CompiledVariant,
 ) -> tuple[Check, ...]:
     checks = []
     if expect == "in-place":
@@ -1125,6 +1134,8 @@ def _checks(
                 message=expectation_words(verdict),
             )
         )
+    if expect == "fits":
+        checks.append(fit_check(verdict, compiled, donated.memory))
     if max_peak is not None:
         checks.append(_budget("max-peak", "footprint_bytes", "footprint", max_peak, donated.memory))
     if max_live_peak is not None:
@@ -1157,7 +1168,8 @@ def analyze_target(
     parser = parser if parser is not None else hlo.HloParser()
     plain_variant, _ = plain_analysis if plain_analysis is not None else analyze_variant(plain, definition, parser)
     donated_variant, program = analyze_variant(donated, definition, parser)
-    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user)
+    fit = fit_findings(plain, donated, plain_variant.memory, donated_variant.memory)
+    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user, fit)
     made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)
     verdict = _with_made_static(verdict, made_static)
     return TargetResult(
@@ -1197,7 +1209,7 @@ def analyze_target(
         devices=donated.devices,
         verdict=verdict,
         savings=savings(plain_variant, donated_variant),
-        checks=_checks(expect, max_peak, max_live_peak, verdict, donated_variant),
+        checks=_checks(expect, max_peak, max_live_peak, verdict, donated_variant, donated),
         made_static=made_static,
     )
 

@@ -7,13 +7,16 @@ output reuses a donated buffer. Which findings break in place (severity ``error`
 finding is made (:mod:`fieldmem.findings.analysis`, :mod:`fieldmem.findings.runcheck`); :data:`RULES`
 names, per row, the codes that make it. The first row that holds decides:
 
-1. **not in place**: a finding breaks in place (a copy of state, a carry copied every iteration, a state
+1. **does not fit**: the donated program needs more memory per device than the device has (its capacity is
+   known: a deviceless GPU or TPU kind, or a local device whose jax allocator gives a limit), or the
+   compiler refused it for that. Nothing else about it matters before it fits; its other findings stay.
+2. **not in place**: a finding breaks in place (a copy of state, a carry copied every iteration, a state
    output written to a new buffer, a state that grows, a donation the user asked for that nothing can use,
    a donation jax dropped, an alias the run did not confirm).
-2. **nothing to update in place**: nothing breaks and no output reuses a donated buffer, because none can
+3. **nothing to update in place**: nothing breaks and no output reuses a donated buffer, because none can
    (a reduction, a loss): donating does nothing here, and ``--expect in-place`` fails with the fix
    (don't donate it).
-3. **in place**: nothing breaks and the outputs that can reuse a donated buffer do.
+4. **in place**: nothing breaks and the outputs that can reuse a donated buffer do.
 
 New outputs (fresh logits, a loss) are reported with their bytes and decide nothing on their own: only
 one at least as large as the state it replaces is a finding that breaks (``state-grows``).
@@ -29,13 +32,17 @@ from dataclasses import dataclass
 from fieldmem.report import Expectation, Finding, FindingCode, Verdict, VerdictKind
 from fieldmem.units import format_bytes
 
-__all__ = ["RULES", "Rule", "decide", "expectation_met", "expectation_words", "judge", "rank"]
+__all__ = ["FIT_CODES", "RULES", "Rule", "decide", "expectation_met", "expectation_words", "judge", "rank"]
+
+#: the finding codes that make a verdict "does not fit" (as errors); every other error breaks in place
+FIT_CODES: tuple[FindingCode, ...] = ("exceeds-device-memory",)
 
 
 @dataclass(frozen=True)
 class Rule:
     """One row of the verdict table: the verdict, when it holds, the finding codes that make it (as errors;
-    empty for the rows that hold when nothing breaks), an example, and whether ``--expect in-place`` passes."""
+    empty for the rows that hold when nothing breaks), an example, and whether ``--expect in-place`` and
+    ``--expect fits`` pass."""
 
     kind: VerdictKind
     when: str
@@ -46,9 +53,24 @@ class Rule:
     def expect_in_place_passes(self) -> bool:
         return expectation_met(self.kind, "in-place")
 
+    @property
+    def expect_fits_passes(self) -> bool:
+        """Whether ``--expect fits`` can pass on this row: where the device's memory and the footprint are
+        known and within it (the check says which; unknown fails)."""
+        return expectation_met(self.kind, "fits")
+
 
 #: The verdict table, in the order it is read: the first row that holds decides.
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "does-not-fit",
+        "the donated program needs more memory per device than the device has: its footprint (where XLA gives "
+        "none, its arguments and outputs alone) is above the memory of the device kind compiled for without the "
+        "device (`gpu:h100`, `tpu:v5e`) or of jax's allocator on a local GPU or TPU, or the compiler refused it "
+        "for that; whether it is in place is still said by its other findings",
+        ("exceeds-device-memory",),
+        "a 1 TiB argument with `--backend gpu:h100`: needs 1.0 TiB per device; an H100 has 79.1 GiB",
+    ),
     Rule(
         "not-in-place",
         "a state input is copied: donated but still copied (its old value is returned beside the update, read "
@@ -131,15 +153,23 @@ def rank(findings: Iterable[Finding]) -> tuple[Finding, ...]:
 
 def decide(findings: Iterable[Finding], reused: bool) -> VerdictKind:
     """The verdict :data:`RULES` give: ``reused``, whether any output reuses a donated buffer."""
-    if any(f.severity == "error" for f in findings):
+    errors = [f for f in findings if f.severity == "error"]
+    if any(f.code in FIT_CODES for f in errors):
+        return "does-not-fit"
+    if errors:
         return "not-in-place"
     return "in-place" if reused else "nothing-to-update"
 
 
-def expectation_met(kind: VerdictKind | None, expect: Expectation) -> bool:
+def expectation_met(kind: VerdictKind | None, expect: Expectation, fit_known: bool = True) -> bool:
     """Whether ``--expect expect`` passes on a verdict of ``kind`` (its check fails, and the run exits 1,
-    otherwise)."""
-    return expect != "in-place" or kind == "in-place"
+    otherwise). ``fit_known``: the device's memory and the program's footprint are both known (``fits``
+    never passes on what is not known)."""
+    if expect == "in-place":
+        return kind == "in-place"
+    if expect == "fits":
+        return fit_known and kind != "does-not-fit"
+    return True
 
 
 def _more(rest: Sequence[Finding]) -> str:
@@ -161,7 +191,12 @@ def judge(
     """
     ranked = rank(findings)
     kind = decide(ranked, reused)
-    if kind == "not-in-place":
+    if kind == "does-not-fit":
+        fit = next(f for f in ranked if f.severity == "error" and f.code in FIT_CODES)
+        errors = [f for f in ranked if f.severity == "error" and f.code not in FIT_CODES]
+        breaks = f"; {prefix} either: {errors[0].message}{_more(errors[1:])}" if errors else ""
+        summary = f"does not fit: {fit.message}{breaks}"
+    elif kind == "not-in-place":
         errors = [f for f in ranked if f.severity == "error"]
         summary = f"{prefix}: {errors[0].message}{_more(errors[1:])}"
     elif kind == "nothing-to-update":
@@ -175,6 +210,8 @@ def expectation_words(verdict: Verdict) -> str:
     """The message of the ``expect-in-place`` check on ``verdict``."""
     if verdict.kind == "in-place":
         return "in place with donation"
+    if verdict.kind == "does-not-fit":
+        return f"expected in place with donation, but it {verdict.summary}"
     if verdict.kind == "nothing-to-update":
         donated = [f for f in verdict.findings if f.code == "unusable-donation" and f.input]
         fix = (

@@ -174,6 +174,10 @@ def _summary(report: Report) -> str:
                 if r.status == "ok" and r.verdict is not None and r.verdict.kind == "nothing-to-update"
             ],
         ),
+        (
+            "do not fit the device",
+            [r for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "does-not-fit"],
+        ),
         ("could not be checked", [r for r in results if r.status == "error" or r.verdict is None]),
     )
     parts = [f"{len(group)} {label} ({_names(group)})" for label, group in groups if group]

@@ -687,11 +687,14 @@ def _counts(results: Sequence[TargetResult]) -> str:
         1 for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "nothing-to-update"
     )
     errors = sum(1 for r in results if r.status != "ok" or r.verdict is None)
-    not_in_place = len(results) - in_place - nothing - errors
+    too_big = sum(1 for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "does-not-fit")
+    not_in_place = len(results) - in_place - nothing - errors - too_big
     failed = sum(1 for r in results if r.failed_checks)
     words = [count(len(results), "target"), f"{in_place} in place", f"{not_in_place} not in place"]
     if nothing:
         words.append(f"{nothing} with nothing to update")
+    if too_big:
+        words.append(f"{too_big} that do not fit the device")
     if errors:
         words.append(count(errors, "error"))
     if failed:

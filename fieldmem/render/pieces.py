@@ -42,6 +42,7 @@ VERDICT_WORDS = {
     "in-place": ("in place", "green", "in-place"),
     "not-in-place": ("not in place", "red", "not-in-place"),
     "nothing-to-update": ("nothing to update", "yellow", "nothing-to-update"),
+    "does-not-fit": ("does not fit", "red", "not-in-place does-not-fit"),
 }
 
 

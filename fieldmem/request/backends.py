@@ -6,7 +6,9 @@ A deviceless name is ``PLATFORM:KIND[:TOPOLOGY]``. A TPU topology is the
 chips along each axis (``2x2``; v4 and v5p have three axes, ``2x2x1``); a GPU
 topology is the number of GPUs (``8``). The canonical name leaves out a
 topology of one chip, so ``tpu:v5e:1x1`` and ``tpu:v5e`` are one backend (one
-report, one baseline key).
+report, one baseline key). A topology stays within what the product is sold as
+(:data:`TPU_PODS`, :data:`GPU_DOMAINS`), and each kind knows the memory a program
+has on one of its chips (:func:`device_memory`).
 """
 
 from __future__ import annotations
@@ -16,18 +18,28 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from fieldmem.errors import OptionError
+from fieldmem.readings import DeviceMemory
 
 __all__ = [
     "CUDA_PLUGINS",
     "DEVICELESS_ENV",
+    "GPU_DOMAINS",
     "GPU_KINDS",
+    "GPU_SPECS",
+    "TPU_HBM",
     "TPU_KINDS",
+    "TPU_PODS",
     "BackendName",
+    "DeviceMemory",
+    "TpuPod",
     "check_combination",
     "cuda_compilers",
+    "device_memory",
     "deviceless_environment",
+    "gpu_spec_text",
     "known_backends",
     "parse_backend",
     "require_extra",
@@ -46,6 +58,59 @@ GPU_KINDS: Mapping[str, str] = {
     "h100": "h100_sxm",
     "h200": "h200",
     "b200": "b200",
+}
+GPU_SPECS = Path(__file__).resolve().parent.parent / "specs" / "gpu"
+
+
+@dataclass(frozen=True)
+class TpuPod:
+    """The slices of one TPU generation Google offers, as fieldmem bounds a ``tpu:KIND:TOPOLOGY``.
+
+    ``largest``: the most chips along each axis (in increasing order): a topology's axes, sorted, may not
+    exceed them, nor its chips ``chips``; ``source`` says so in words. ``fours``: Google's rule for the 3D
+    generations ("AxBxC ... A, B and C are all <= 4 or all integer multiples of 4"); the 2D ones have none.
+    """
+
+    largest: tuple[int, ...]
+    chips: int
+    source: str
+    fours: bool = False
+
+
+# the slices of each generation, from Google's pages (cloud.google.com/tpu/docs/<kind>, .../types-topologies):
+# v5e and v6e: a pod of 256 chips, a 2D torus 16x16, slices 1x1 up to 16x16; v4: a pod of 4096 chips (a
+# 3D mesh/torus, 16x16x16; tori such as 12x12x24 too), axes all <= 4 or all multiples of 4; v5p: a pod of
+# 8960 chips whose largest slice (the largest job one can schedule) is 16x16x24, 6144 chips, same axis rule.
+# libtpu itself makes any topology asked for (v5e:100x100 included), so the bounds are fieldmem's
+TPU_PODS: Mapping[str, TpuPod] = {
+    "v4": TpuPod((16, 16, 24), 4096, "a v4 pod has 4096 chips (16x16x16; tori up to 12x12x24)", fours=True),
+    "v5e": TpuPod((16, 16), 256, "a v5e pod is 16x16, 256 chips"),
+    "v5p": TpuPod((16, 16, 24), 6144, "the largest v5p slice is 16x16x24, 6144 chips", fours=True),
+    "v6e": TpuPod((16, 16), 256, "a v6e pod is 16x16, 256 chips"),
+}
+
+# GPU kind -> the most GPUs of it that one NVLink domain joins, and which product that is. jax compiles a
+# gpu:KIND:N as one host of N GPUs (XLA's topology 1x1xN: every pair of GPUs a peer on one fabric), so N
+# stops where NVIDIA's largest all-to-all NVLink fabric for that GPU stops: two HGX A100 8-GPU baseboards
+# joined back to back by NVSwitch (16, NVIDIA's "Introducing HGX A100" post); the NVLink Switch System for
+# Hopper (256 H100s or H200s, NVIDIA's H100 and H200 pages); GB200 NVL72 for Blackwell (72, the largest
+# NVLink domain NVIDIA ships). XLA itself compiles for 100000 GPUs on one "host"
+GPU_DOMAINS: Mapping[str, tuple[int, str]] = {
+    "a100": (16, "two HGX A100 8-GPU baseboards joined by NVSwitch"),
+    "h100": (256, "the NVLink Switch System"),
+    "h200": (256, "the NVLink Switch System"),
+    "b200": (72, "a GB200 NVL72 rack"),
+}
+
+# TPU kind -> the bytes of HBM libtpu lets one program use on a chip of it, as libtpu 0.0.42 says when a
+# program needs more ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, ... exceeds available HBM (15.75G)",
+# binary units, two decimals; tests/test_capacity.py holds each figure to libtpu's message). The chips'
+# HBM per Google's pages: v4 32 GiB, v5e 16 GiB, v5p 95 GB, v6e 32 GiB; libtpu keeps some of it for itself
+TPU_HBM: Mapping[str, int] = {
+    "v4": round(30.75 * 2**30),
+    "v5e": round(15.75 * 2**30),
+    "v5p": round(95.74 * 2**30),
+    "v6e": round(31.25 * 2**30),
 }
 
 # what a process needs before jax starts to compile without the device (see deviceless_environment)
@@ -85,6 +150,38 @@ class BackendName:
             count = TPU_KINDS[self.kind][1]
             return tuple(int(n) for n in self.topology.split("x")) if self.topology else (1,) * count
         return (self.chips,)
+
+
+def gpu_spec_text(kind: str) -> str:
+    """The GpuTargetConfigProto text of GPU ``kind`` (``h100``), shipped in fieldmem/specs/gpu/."""
+    return (GPU_SPECS / f"{GPU_KINDS[kind]}.txtpb").read_text()
+
+
+_DEVICE_MEMORY_SIZE = re.compile(r"^\s*device_memory_size:\s*(\d+)\s*$", re.M)
+
+
+def device_memory(backend: BackendName) -> DeviceMemory | None:
+    """The memory a program has on one chip of deviceless ``backend`` (None: a backend of this machine, whose
+    devices the driver asks). A GPU's is its target config's ``device_memory_size`` (what the GPU reports as
+    its memory: 79.1 GiB for the H100 80GB), a TPU's what libtpu lets a program use (:data:`TPU_HBM`)."""
+    if backend.kind is None:
+        return None
+    if backend.platform == "tpu":
+        return DeviceMemory(
+            TPU_HBM[backend.kind],
+            f"a TPU {backend.kind} chip",
+            "the HBM libtpu lets one program use on the chip (libtpu's RESOURCE_EXHAUSTED message)",
+            " for a program (what libtpu leaves of its HBM)",
+        )
+    found = _DEVICE_MEMORY_SIZE.search(gpu_spec_text(backend.kind))
+    if found is None:  # pragma: no cover - every shipped spec has it (tests/test_capacity.py)
+        return None
+    article = "an" if backend.kind[0] in "aefhilmnorsx" else "a"  # as the letter is said: an H100, a B200
+    return DeviceMemory(
+        int(found.group(1)),
+        f"{article} {backend.kind.upper()}",
+        f"device_memory_size in XLA's target config for the {backend.kind.upper()} (fieldmem/specs/gpu/)",
+    )
 
 
 def known_backends() -> str:
@@ -132,6 +229,12 @@ def _topology(text: str, platform: str, kind: str, topology: str) -> str | None:
             raise OptionError(
                 f"--backend {text!r}: a GPU topology is the number of GPUs, e.g. gpu:{kind}:8 (got {topology!r})"
             )
+        most, domain = GPU_DOMAINS[kind]
+        if int(topology) > most:
+            raise OptionError(
+                f"--backend {text!r}: at most {most} GPUs: fieldmem compiles them as one host whose GPUs are all "
+                f"NVLink peers, and the largest such set of {kind.upper()}s is {domain} ({most})"
+            )
         return None if int(topology) == 1 else str(int(topology))
     axes = TPU_KINDS[kind][1]
     if not _TPU_TOPOLOGY.fullmatch(topology) or len(topology.split("x")) != axes:
@@ -141,7 +244,20 @@ def _topology(text: str, platform: str, kind: str, topology: str) -> str | None:
             f"e.g. tpu:{kind}:{example} (got {topology!r})"
         )
     numbers = [int(n) for n in topology.split("x")]
+    _within_pod(text, kind, numbers)
     return None if math.prod(numbers) == 1 else "x".join(map(str, numbers))
+
+
+def _within_pod(text: str, kind: str, numbers: list[int]) -> None:
+    """Refuse a TPU topology no slice of its generation has (:data:`TPU_PODS`), in one line."""
+    pod = TPU_PODS[kind]
+    if math.prod(numbers) > pod.chips or any(n > m for n, m in zip(sorted(numbers), pod.largest)):
+        raise OptionError(f"--backend {text!r}: no tpu:{kind} slice is that large: {pod.source}")
+    if pod.fours and not (all(n <= 4 for n in numbers) or all(n % 4 == 0 for n in numbers)):
+        raise OptionError(
+            f"--backend {text!r}: a tpu:{kind} slice has every axis at most 4 (2x2x1, 2x4x4) or every axis a "
+            "multiple of 4 (4x4x8, 8x8x16), as Google sells them"
+        )
 
 
 def deviceless_environment(backends: Iterable[BackendName] | None) -> dict[str, str]:

@@ -136,7 +136,7 @@ def parse_expect(value: object, option: str, *, required: bool = False) -> Expec
 
     What a target may be expected to be (defined with the report, which
     records it): ``in-place`` fails the check when the donated variant is not
-    in place; ``any`` only reports. ``option`` names the setting as the user
+    in place; ``fits`` when it is not known to fit the device's memory; ``any`` only reports. ``option`` names the setting as the user
     wrote it: ``--expect`` on the command line, ``expect=`` in Python,
     ``<file>: [tool.fieldmem] expect =`` in the config. A keyword (``expect=``) is glued to the value, anything
     else is followed by a space. ``required``: None is a mistake too (the
