@@ -91,11 +91,15 @@ def progress_display(console: Console | None) -> Iterator[Callable[[str, int, in
     )
     task = display.add_task("targets", total=None, start=True)
 
+    from rich.markup import escape
+
+    from fieldmem.escaping import visible
+
     def progress(name: str, done: int, total: int) -> None:
         if done >= total:
             display.update(task, description="done", completed=total, total=total)
-        else:
-            display.update(task, description=name, completed=done, total=total)
+        else:  # the column reads markup: the name is the user's text, shown as it is
+            display.update(task, description=escape(visible(name)), completed=done, total=total)
         display.refresh()
 
     with display:
@@ -552,10 +556,22 @@ def main(argv: list[str] | None = None) -> int:
     from fieldmem.engine.spawn import discard_prestarted, prestart_for
 
     prestart_for(sys.argv[1:] if argv is None else argv)  # where fieldmem.entry did not already
+    _streams_never_raise()
     try:
         return _main(argv, usage_error)
     finally:
         discard_prestarted()  # a worker started ahead that no check took
+
+
+def _streams_never_raise() -> None:
+    """stdout and stderr write a character their encoding has no bytes for (``→`` on a Latin-1 terminal) as
+    its escape (``\\u2192``) rather than stop the run with a traceback. What fieldmem prints is escaped
+    already where it came from the user (:mod:`fieldmem.escaping`); this covers its own characters."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", None) not in ("backslashreplace", None):
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                reconfigure(errors="backslashreplace")
 
 
 def _main(argv: list[str] | None, usage_error: Any) -> int:

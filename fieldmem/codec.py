@@ -13,10 +13,14 @@ finding code) reads a word it does not know as its stand-in (``"unknown"``),
 and :func:`unknown_values` says where and what it was; a closed set refuses it.
 
 Hand-edited or hostile documents are refused the same way: an integer
-outside int64 (every count and size fieldmem writes is one) and a string
-that is not valid Unicode (a lone surrogate such as ``"\\ud800"``, which
-no file can hold) are errors naming their path, and every value quoted in a
-message is cut short (:func:`fieldmem.errors.quoted`).
+outside int64 (every count and size fieldmem writes is one) and a word of a
+``Literal`` set that is not valid Unicode (a lone surrogate such as
+``"\\ud800"``) are errors naming their path, and every value quoted in a
+message is cut short (:func:`fieldmem.errors.quoted`). Free text (a name, a
+message) is read as written, a lone surrogate included: JSON holds one as an
+escape, fieldmem writes it so for a case named so, and every output shows it
+escaped (:mod:`fieldmem.escaping`), so a baseline or report fieldmem wrote
+reads back.
 """
 
 from __future__ import annotations
@@ -162,7 +166,7 @@ def _literal(hint: Any, data: Any, where: str) -> Any:
     if not any(type(data) is type(a) and data == a for a in allowed):
         stand_in = _OPEN.get(hint)
         if stand_in is not None and isinstance(data, str):
-            _scalar(str, data, where)  # not valid Unicode: refused as any string is
+            _word(data, where)
             found = _FOUND.get()
             if found is not None:
                 found.append((where or "value", data, stand_in))
@@ -206,15 +210,18 @@ def _scalar(hint: type, data: Any, where: str) -> Any:
             return float(data)
         except OverflowError:
             raise ValueError(f"{where or 'value'} should be a number, not {quoted(data)}") from None
-    if hint is str:
-        try:
-            data.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError(
-                f"{where or 'value'} is not valid Unicode text (it holds {exc.object[exc.start : exc.end]!r}, "
-                f"a lone surrogate): {quoted(data)}"
-            ) from None
     return data
+
+
+def _word(data: str, where: str) -> None:
+    """A word of an open set is never a lone surrogate (no fieldmem writes such a word): refused."""
+    try:
+        data.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{where or 'value'} is not valid Unicode text (it holds {exc.object[exc.start : exc.end]!r}, "
+            f"a lone surrogate): {quoted(data)}"
+        ) from None
 
 
 def _dataclass(hint: type, data: Any, where: str) -> Any:
@@ -361,8 +368,6 @@ def _float(data: Any) -> Any:
 def _str(data: Any) -> Any:
     if not isinstance(data, str):
         raise _Refused
-    if not data.isascii():
-        data.encode("utf-8")  # a lone surrogate raises
     return data
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from fieldmem.escaping import visible
+
 __all__ = [
     "ArgumentsError",
     "CompileError",
@@ -37,20 +39,20 @@ def one_line(text: str, limit: int = MAX_LINE) -> str:
     """``text`` as one line (line breaks become spaces) of at most ``limit`` characters.
 
     A longer text keeps its beginning and says how long it was:
-    ``abc… (200000000 characters)``. Characters that cannot be written as
-    UTF-8 (a lone surrogate read from a file) are shown as escapes.
+    ``abc… (200000000 characters)``. What is left that would act rather than
+    show (a control character, a lone surrogate, the start of a GitHub workflow
+    command) is shown as its escape (:func:`fieldmem.escaping.visible`), so the
+    line can be printed on any terminal, log or UTF-8 stream as it is.
     """
     length = len(text)
-    note = f"… ({length} characters)" if length > limit else ""
-    if note:
-        text = text[: max(0, limit - len(note))]
+    if length > limit:  # escaping never has to look past what can be shown
+        text = text[:limit]
     if "\n" in text or "\r" in text:
         text = " ".join(line.strip() for line in text.splitlines() if line.strip())
-    text += note
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = visible(text)
+    if length > limit or len(text) > limit:
+        note = f"… ({length} characters)"
+        text = text[: max(0, limit - len(note))] + note
     return text
 
 

@@ -59,7 +59,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "findings": ("fieldmem.findings",),  # readings -> report pieces
     "gate": ("fieldmem.gate",),  # diffs, baselines, comparisons
     "render": ("fieldmem.render",),  # formatting a report
-    # shared ground: records, their codec, errors, units, files, the collector pause, bundled data
+    # shared ground: records, their codec, errors, units, files, the collector pause, bundled data, and the
+    # one rule by which every output shows user text (escaping)
     "ground": (
         "fieldmem.errors",
         "fieldmem.report",
@@ -71,6 +72,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fieldmem.collector",
         "fieldmem.libraries",
         "fieldmem.words",
+        "fieldmem.escaping",
         "fieldmem.specs",
     ),
 }

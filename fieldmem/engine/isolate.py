@@ -50,7 +50,7 @@ from typing import IO, Any
 from fieldmem.codec import encode
 from fieldmem.collector import collector_paused
 from fieldmem.engine.hands import HandsLost
-from fieldmem.engine.protocol import read_event
+from fieldmem.engine.protocol import PIPE_LOST, read_event
 from fieldmem.engine.results import contained, error_result
 from fieldmem.engine.spawn import end_group, spawn, take_prestarted
 from fieldmem.errors import FieldmemError, OptionError, RunError, TargetError
@@ -88,6 +88,16 @@ class Supervised:
 
     headers: list[Report | None]
     outcomes: list[list[list[_Checked]]]  # [backend][unit] -> one (results, chains) per target, in order
+
+
+def _still_running(process: subprocess.Popen[bytes], grace: float = 1.0) -> bool:
+    """Whether ``process`` still runs ``grace`` seconds after its pipe ended: a worker that dies closes its
+    pipe as it goes, one whose pipe the user's code closed goes on (until it next writes, status PIPE_LOST)."""
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        return True
+    return process.returncode == PIPE_LOST
 
 
 def _death(returncode: int) -> str:
@@ -149,6 +159,7 @@ class _Worker:
     progressed: bool = False
     why: str = ""
     out_of_memory: bool = False
+    pipe_lost: bool = False  # its pipe ended while it still ran: the code it ran closed it
 
 
 @dataclasses.dataclass
@@ -284,6 +295,7 @@ class _Link:
         while True:
             event = self.pull()
             if event is None:  # the worker ended without answering: it is gone as far as this target goes
+                self.watch.pipe_lost = _still_running(self.live.process)
                 raise HandsLost()
             what = event["e"]
             if what == "start":
@@ -617,6 +629,12 @@ class _Supervisor:
                 "(the other targets still ran)"
             )
             return RunError(message, kind="timeout")
+        if watch.pipe_lost or watch.returncode == PIPE_LOST:
+            return RunError(
+                f"its worker process lost its pipe to fieldmem while {stage}: the code it ran closed a file "
+                "descriptor it does not own (os.closerange or os.close?)",
+                kind="crash",
+            )
         message = f"its worker process {_death(watch.returncode)} while {stage}" + (
             f": {watch.why}" if watch.why else ""
         )

@@ -55,8 +55,12 @@ worker last checked it is not checked again but answered ``{"e": "same", "b": b,
 modules it imports, which the parent watches.
 
 A worker that ends without ``end``, ``yield`` or ``fatal`` died: the parent
-charges the target (or spec) it was on. The worker's stdout and stderr carry
-only what it and the user's code print, never a reading. No jax.
+charges the target (or spec) it was on. A worker whose pipe is gone (the user's
+code closed its descriptor: ``os.closerange``, ``os.close``) cannot answer: it
+exits with status :data:`PIPE_LOST`, printing nothing, and the parent says so
+(as it does when the pipe ends while the worker still runs). The worker's
+stdout and stderr carry only what it and the user's code print, never a
+reading. No jax.
 """
 
 from __future__ import annotations
@@ -79,7 +83,19 @@ from fieldmem.errors import (
 
 T = TypeVar("T")
 
-__all__ = ["decode_error", "decode_value", "encode_error", "encode_value", "read_event", "write_event"]
+__all__ = [
+    "PIPE_LOST",
+    "decode_error",
+    "decode_value",
+    "encode_error",
+    "encode_value",
+    "read_event",
+    "write_event",
+]
+
+#: the exit status of a worker whose pipe to its parent is gone: the code it ran closed it (a status no
+#: Python or fieldmem exit gives, and one a target's own ``sys.exit`` is unlikely to pick)
+PIPE_LOST = 86
 
 _compact = json.JSONEncoder(separators=(",", ":")).encode
 

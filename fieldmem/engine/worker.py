@@ -19,6 +19,7 @@ or a hang here is the parent's to report.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import json
@@ -28,11 +29,11 @@ import signal
 import sys
 import threading
 from collections.abc import Mapping, Sequence
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from fieldmem.codec import decode, unbounded_integers
 from fieldmem.collector import collector_paused, collector_resumed, collector_stays_paused
-from fieldmem.engine.protocol import encode_value, write_event
+from fieldmem.engine.protocol import PIPE_LOST, encode_value, write_event
 from fieldmem.errors import FieldmemError
 
 __all__ = ["main"]
@@ -318,27 +319,64 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     dump_under(request.get("scratch"))  # XLA's dumps where the parent removes them, also after a crash
     kept = _Kept()
-    with open(int(args[0]), "w", buffering=1, encoding="utf-8") as events:
-        while True:
-            worker = _Worker(request, events, requests, kept)
-            try:
-                # fieldmem's own work runs with the collector paused, to the last event: a pass after the
-                # answer of the last target would walk every record it made, and hold up the end. The
-                # user's code resumes it (loading modules here, making arguments and tracing in the checker)
-                with collector_paused():
-                    last = worker.run()
-                    write_event(events, last)
-                    ending = not serving or last != "end"
-                    if ending:  # it ends by os._exit now: no pass of the collector on the way
-                        collector_stays_paused()
-            except FieldmemError as exc:  # the whole run's error (a backend not available): one line, exit 2
-                write_event(events, "fatal", message=exc.message)
-                return 0
-            if ending:
-                _LEFT_TO_EXIT.append(worker.held)  # not freed on the way out: os._exit ends the process
-                return 0
-            worker.held.clear()  # answered: what the last target left is freed while the parent reads it
-            request = json.loads(requests.get())  # serving (--watch): the next request, when the parent sends it
+    # closed in the finally below, never by a with: closing a descriptor the user's code closed must not raise
+    pipe = open(int(args[0]), "w", buffering=1, encoding="utf-8")  # noqa: SIM115
+    try:
+        return _answer(cast(IO[str], _Answers(pipe)), request, requests, serving, kept)
+    except _PipeLost:  # the user's code closed the pipe: nothing more can reach the parent; the status says why
+        return PIPE_LOST
+    finally:
+        with contextlib.suppress(OSError, ValueError):  # a descriptor already closed
+            pipe.close()
+
+
+def _answer(events: IO[str], request: dict[str, Any], requests: queue.Queue[bytes], serving: bool, kept: _Kept) -> int:
+    """Answer ``request`` on ``events`` (and, serving, each next request); the worker's exit status."""
+    while True:
+        worker = _Worker(request, events, requests, kept)
+        try:
+            # fieldmem's own work runs with the collector paused, to the last event: a pass after the
+            # answer of the last target would walk every record it made, and hold up the end. The
+            # user's code resumes it (loading modules here, making arguments and tracing in the checker)
+            with collector_paused():
+                last = worker.run()
+                write_event(events, last)
+                ending = not serving or last != "end"
+                if ending:  # it ends by os._exit now: no pass of the collector on the way
+                    collector_stays_paused()
+        except FieldmemError as exc:  # the whole run's error (a backend not available): one line, exit 2
+            write_event(events, "fatal", message=exc.message)
+            return 0
+        if ending:
+            _LEFT_TO_EXIT.append(worker.held)  # not freed on the way out: os._exit ends the process
+            return 0
+        worker.held.clear()  # answered: what the last target left is freed while the parent reads it
+        request = json.loads(requests.get())  # serving (--watch): the next request, when the parent sends it
+
+
+class _PipeLost(BaseException):
+    """The pipe to the parent refused a write: the user's code closed its descriptor (``os.closerange``).
+    A BaseException, so that no handler of a target's errors takes it for one: it ends the worker."""
+
+
+class _Answers:
+    """The pipe to the parent, as :func:`~fieldmem.engine.protocol.write_event` writes to it: a write or
+    flush it refuses (a closed descriptor) raises :class:`_PipeLost`, never a traceback of its own."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except (OSError, ValueError):
+            raise _PipeLost() from None
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except (OSError, ValueError):
+            raise _PipeLost() from None
 
 
 if __name__ == "__main__":  # pragma: no cover - run as a process

@@ -2,6 +2,9 @@
 
 Every renderer has the same interface, ``render(report, options) -> str``,
 and a file extension, so the CLI, tests and ``-o FILE`` treat them alike.
+Each shows user text by one rule (:mod:`fieldmem.escaping`): it makes the
+report's strings visible first and passes its whole output through
+``defused`` (JSON: ``json_defused``) last.
 Each renderer's module is imported only when it renders, so importing this
 package stays cheap and a renderer that is not installed breaks nothing else.
 """
@@ -29,7 +32,11 @@ class RenderOptions:
 
 
 def text_console(file: Any, options: RenderOptions) -> Any:
-    """A rich Console writing into ``file`` at the options' width, colored only when asked."""
+    """A rich Console writing into ``file`` at the options' width, colored only when asked.
+
+    It reads no markup (``[bold]``) and no emoji codes (``:warning:``) in the strings it prints: every
+    string is shown as it is, a user's name included.
+    """
     from rich.console import Console
 
     return Console(
@@ -39,6 +46,8 @@ def text_console(file: Any, options: RenderOptions) -> Any:
         color_system="auto" if options.color else None,
         highlight=False,
         soft_wrap=False,
+        markup=False,
+        emoji=False,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fieldmem.errors import listing
+from fieldmem.escaping import defused, visible, visible_strings
 from fieldmem.render.pieces import count
 from fieldmem.report import BaselineComparison
 
@@ -21,6 +22,7 @@ __all__ = ["render_comparison", "render_saved"]
 
 def render_comparison(comparison: BaselineComparison) -> str:
     """``baseline PATH (tolerance T): N regressions, M improvements`` and one line per item."""
+    comparison = visible_strings(comparison)  # paths, names and messages as fieldmem shows user text
     tolerance = comparison.tolerance or "exact"
     lines = [
         f"baseline {comparison.path} (tolerance {tolerance}): "
@@ -30,7 +32,7 @@ def render_comparison(comparison: BaselineComparison) -> str:
     lines += [f"  ✗ {r.message}" for r in comparison.regressions]
     lines += [f"  ✓ {r.message}" for r in comparison.improvements]
     lines += [f"  • {note}" for note in comparison.notes]
-    return "\n".join(lines) + "\n"
+    return defused("\n".join(lines) + "\n")
 
 
 def render_saved(saved: SavedBaseline) -> str:
@@ -45,4 +47,5 @@ def render_saved(saved: SavedBaseline) -> str:
             f"{count(len(saved.dropped), 'field')} a newer fieldmem wrote and this one does not know not kept "
             f"({listing(saved.dropped)})"
         )
-    return f"fieldmem: saved the baseline {saved.baseline.path}: {'; '.join(parts)}\n"
+    # the names went through listing (one_line: visible); the path is the user's text too
+    return defused(f"fieldmem: saved the baseline {visible(saved.baseline.path)}: {'; '.join(parts)}\n")

@@ -19,6 +19,7 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
+from fieldmem.escaping import defused, json_defused, visible_strings
 from fieldmem.gate.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import natural_width
@@ -152,6 +153,7 @@ def _column_groups(comparison: Comparison, options: RenderOptions) -> list[list[
 
 
 def render_table(comparison: Comparison, options: RenderOptions) -> str:
+    comparison = visible_strings(comparison)  # every label, name and message as fieldmem shows user text
     buffer = io.StringIO()
     console = text_console(buffer, options)
     console.print(
@@ -163,7 +165,7 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
     )
     if not comparison.rows:
         console.print("no targets in these reports")
-        return buffer.getvalue()
+        return defused(buffer.getvalue(), color=options.color)
     groups = _column_groups(comparison, options)
     for n, group in enumerate(groups):
         if len(groups) > 1:
@@ -189,7 +191,7 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
     )
     for note in comparison.notes:
         console.print(Text(f"note: {note}", style="yellow"))
-    return buffer.getvalue()
+    return defused(buffer.getvalue(), color=options.color)
 
 
 # ----------------------------------------------------------------------------
@@ -197,7 +199,7 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
 
 
 def render_json(comparison: Comparison, options: RenderOptions) -> str:
-    return json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False) + "\n"
+    return json_defused(json.dumps(comparison.to_dict(), indent=2, ensure_ascii=False) + "\n")
 
 
 # ----------------------------------------------------------------------------
@@ -228,6 +230,7 @@ def _md_environment(comparison: Comparison) -> list[str]:
 
 
 def render_markdown(comparison: Comparison, options: RenderOptions) -> str:
+    comparison = visible_strings(comparison)  # every label, name and message as fieldmem shows user text
     mark = FAIL if comparison.significant else PASS
     lines = [f"## {mark} fieldmem compare: {escape(_summary(comparison))}", ""]
     lines += _md_environment(comparison)
@@ -252,7 +255,7 @@ def render_markdown(comparison: Comparison, options: RenderOptions) -> str:
     ]
     if comparison.notes:
         lines += ["", *(f"> note: {escape(note)}" for note in comparison.notes)]
-    return "\n".join(lines) + "\n"
+    return defused("\n".join(lines) + "\n")
 
 
 # ----------------------------------------------------------------------------

@@ -8,9 +8,13 @@ failed check, a baseline regression or a target that could not be checked;
 emits nothing; the last line is always one ``::notice::`` summary. Like every
 renderer it decides nothing: severities, sources and messages are the report's.
 
-Escaping follows GitHub's toolkit (``@actions/core``): in a message ``%``,
-``\\r`` and ``\\n`` become ``%25``, ``%0D`` and ``%0A``; in a property (file,
-title) ``:`` and ``,`` are escaped too, as ``%3A`` and ``%2C``.
+User text is first made visible by fieldmem's one rule
+(:mod:`fieldmem.escaping`: a line break or ESC in a name shows as ``\\n`` or
+``\\x1b``, ``##[`` as ``##\\[``), then escaped as GitHub's toolkit
+(``@actions/core``) escapes it: in a message ``%``, ``\\r`` and ``\\n`` become
+``%25``, ``%0D`` and ``%0A``; in a property (file, title) ``:`` and ``,`` are
+escaped too, as ``%3A`` and ``%2C``. So every line is one of fieldmem's own
+commands, and no user text can start another or end one early.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions
 from fieldmem.render.pieces import count
 from fieldmem.report import Chain, Change, Report, TargetResult
@@ -193,6 +198,7 @@ def _summary(report: Report) -> str:
 
 
 def render(report: Report, options: RenderOptions) -> str:
+    report = visible_strings(report)  # every name, path and message as fieldmem shows user text
     lines: list[str] = []
     for result in report.results:
         lines.extend(_target_annotations(result))
@@ -206,4 +212,4 @@ def render(report: Report, options: RenderOptions) -> str:
             for note in report.baseline.notes
         )
     lines.append(annotation("notice", _summary(report)))
-    return "\n".join(lines) + "\n"
+    return defused("\n".join(lines) + "\n", commands=True)

@@ -22,6 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions
 from fieldmem.render.pieces import (
     STATUS_WORDS,
@@ -717,6 +718,7 @@ def _attention(results: Sequence[TargetResult], anchors: list[str], shown: int =
 
 def render(report: Report, options: RenderOptions) -> str:
     """The whole page as one string (write it with ``fieldmem.files.write_atomic``)."""
+    report = visible_strings(report)  # every name, path and message as fieldmem shows user text
     results = report.results
     anchors = _anchors(results)
     many = len(results) > OPEN_ALL_UP_TO
@@ -746,7 +748,7 @@ def render(report: Report, options: RenderOptions) -> str:
         )
     parts.append("</main>\n")
     parts.append(f"<script>{_JS}</script>\n</body>\n</html>\n")
-    return "".join(parts)
+    return defused("".join(parts))
 
 
 _CSS = """

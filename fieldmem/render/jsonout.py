@@ -6,7 +6,9 @@ program reads the same document as before (the layout is whitespace); a
 person finds a target with ``grep`` or pretty-prints one with ``jq``. A
 report of thousands of leaves so takes about half the bytes of an indented
 one, and Python writes it with its C encoder (``indent`` falls back to the
-pure-Python one, several times slower).
+pure-Python one, several times slower). Every string is the report's own,
+exactly, in JSON's escapes; ``##[`` is written ``##\\u005b``, so that no
+GitHub workflow command can be read in a line of it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fieldmem.escaping import json_defused
 from fieldmem.render import RenderOptions
 from fieldmem.report import Report
 
@@ -36,4 +39,4 @@ def document_text(document: dict[str, Any]) -> str:
             lines.append(f"  {compact(key)}: [\n{items}\n  ]")
         else:
             lines.append(f"  {compact(key)}: {compact(value)}")
-    return "{\n" + ",\n".join(lines) + "\n}\n"
+    return json_defused("{\n" + ",\n".join(lines) + "\n}\n")

@@ -56,7 +56,7 @@ class Column:
 
 def natural_width(renderable: RenderableType) -> int:
     """The width ``renderable`` takes when nothing constrains it (nothing folded or wrapped)."""
-    console = Console(width=100_000, color_system=None)
+    console = Console(width=100_000, color_system=None, markup=False, emoji=False)  # as text_console reads text
     return Measurement.get(console, console.options, renderable).maximum
 
 

@@ -6,11 +6,13 @@ each target that is not fine with their source lines, the baseline
 regressions and improvements when the run had a baseline, and the
 environment. It formats the report and decides nothing; ``escape`` and
 ``code`` (from :mod:`fieldmem.render.pieces`) make user names (which may
-hold ``|``, backticks or ``*``) safe in table cells and prose.
+hold ``|``, backticks or ``*``) safe in table cells and prose, after the
+one rule of :mod:`fieldmem.escaping` made them visible.
 """
 
 from __future__ import annotations
 
+from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions
 from fieldmem.render.pieces import FAIL, PASS, WARN, code, count, deviceless_label, escape, pair, verdict_words
 from fieldmem.report import BaselineComparison, Change, Report, TargetResult, Variant
@@ -157,6 +159,7 @@ def _heading(report: Report) -> str:
 
 
 def render(report: Report, options: RenderOptions) -> str:
+    report = visible_strings(report)  # every name, path and message as fieldmem shows user text
     lines = [_heading(report), ""]
     if report.results:
         lines += _table(report, options)
@@ -173,4 +176,4 @@ def render(report: Report, options: RenderOptions) -> str:
     if report.baseline is not None:
         lines += _baseline(report.baseline)
     lines += _environment(report, options)
-    return "\n".join(lines) + "\n"
+    return defused("\n".join(lines) + "\n")

@@ -17,6 +17,7 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import Column, fitted_table, hanging
 from fieldmem.render.pieces import (
@@ -452,6 +453,7 @@ def _per_call(c: Copy) -> str:
 
 
 def render(report: Report, options: RenderOptions) -> str:
+    report = visible_strings(report)  # every name, path and message as fieldmem shows user text
     buffer = io.StringIO()
     console = text_console(buffer, options)
     devices = len(report.devices)
@@ -467,7 +469,7 @@ def render(report: Report, options: RenderOptions) -> str:
         console.print(Text(label, style="yellow"))
     if not report.results:
         console.print("no targets were checked")
-        return _trimmed(buffer.getvalue())
+        return _trimmed(buffer.getvalue(), options.color)
     console.print(_summary_table(report, options, console))
     for result in report.results:
         _details(console, result, options)
@@ -481,9 +483,13 @@ def render(report: Report, options: RenderOptions) -> str:
         from fieldmem.render.baseline import render_comparison
 
         console.print(Text(render_comparison(report.baseline).rstrip("\n")))
-    return _trimmed(buffer.getvalue())
+    return _trimmed(buffer.getvalue(), options.color)
 
 
-def _trimmed(text: str) -> str:
-    """Each line without the trailing blanks the grids pad their last column with."""
-    return "".join(line.rstrip() + "\n" for line in text.splitlines())
+def _trimmed(text: str, color: bool = False) -> str:
+    """Each line without the trailing blanks the grids pad their last column with; printable as it is
+    (:func:`~fieldmem.escaping.defused`)."""
+    lines = text.split("\n")  # the console's own line breaks only: anything else is escaped, not split on
+    if lines[-1] == "":
+        lines.pop()
+    return defused("".join(line.rstrip() + "\n" for line in lines), color=color)

@@ -323,6 +323,7 @@ def load_module(module_part: str) -> ModuleType:
             hint = " (a module is written pkg.module, a file path/to/file.py)" if not path.suffix else ""
             raise TargetError(f"file {quoted(module_part)} does not exist{hint}")
         path = path.resolve()
+        _refuse_non_utf8(module_part, str(path))
         folder = str(path.parent)
         if folder not in sys.path:
             sys.path.insert(0, folder)
@@ -365,6 +366,24 @@ def load_module(module_part: str) -> ModuleType:
         raise TargetError(f"importing {quoted(module_part)} raised {_describe(exc)}") from exc
     except (Exception, SystemExit) as exc:
         raise TargetError(f"importing {quoted(module_part)} raised {_describe(exc)}") from exc
+
+
+def _refuse_non_utf8(module_part: str, path: str) -> None:
+    """A file whose path has a byte that is not UTF-8 (decoded by Python as a lone surrogate, ``\\udcff``) is
+    refused: jax records the file of each line it traces, and fails on such a name (``std::bad_cast``).
+
+    Raises:
+        TargetError: the path is not valid UTF-8.
+    """
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        found = ord(exc.object[exc.start])
+        byte = f"the byte 0x{found - 0xDC00:02x}" if 0xDC80 <= found <= 0xDCFF else f"{chr(found)!r}"
+        raise TargetError(
+            f"file {quoted(module_part)}: its path holds {byte}, which is not UTF-8, and jax cannot compile code "
+            "from such a file: rename it (or the folder holding it)"
+        ) from None
 
 
 def _describe(exc: BaseException) -> str:

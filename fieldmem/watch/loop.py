@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from fieldmem.errors import FieldmemError, one_line
+from fieldmem.escaping import visible
 
 if TYPE_CHECKING:
     from fieldmem.engine.isolate import Recheck, WatchSession
@@ -146,7 +147,7 @@ def _recheck(session: WatchSession, request: CheckRequest, baseline: Baseline | 
     from fieldmem.emit import write_files
     from fieldmem.request.target import display_path
 
-    shown = ", ".join(display_path(path) for path in edited)
+    shown = visible(", ".join(display_path(path) for path in edited))
     typer.echo(f"fieldmem: {shown} changed: checking again", err=True)
     started = time.perf_counter()
     recheck = session.recheck(edited)
@@ -204,10 +205,10 @@ def _print_recheck(recheck: Recheck, request: CheckRequest) -> None:
             shown = dataclasses.replace(report, results=tuple(ok), chains=tuple(chains), baseline=None)
             typer.echo(get_renderer("table").render(shown, options), nl=False)
         for line in lines:
-            typer.echo(f"{line}{on}")
+            typer.echo(visible(f"{line}{on}"))  # names and messages as fieldmem shows user text
         if not spec_failed:
             for name in gone:
-                typer.echo(f"  {name}{on}: gone (its module no longer has it)")
+                typer.echo(f"  {visible(name)}{on}: gone (its module no longer has it)")
 
 
 def _changes(result: TargetResult, before: TargetResult | None, min_bytes: int) -> list[str]:
