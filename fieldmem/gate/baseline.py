@@ -263,7 +263,10 @@ def project_spec(spec: str, root: str | os.PathLike[str]) -> str:
 
 
 def _project_path(file: str, root: str | os.PathLike[str]) -> str:
-    absolute = os.path.realpath(file)
+    try:
+        absolute = os.path.realpath(file)
+    except ValueError:  # a NUL in it: no file has that path, so it is kept as written
+        return file
     try:
         relative = os.path.relpath(absolute, os.path.realpath(root))
     except ValueError:  # another drive (Windows)
