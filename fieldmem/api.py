@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Expectation, Report
-from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_backends, parse_expect, parse_new
-from fieldmem.request.spec import DonateSpec, StaticSpec
+from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_backends, parse_expect
 from fieldmem.units import parse_bytes
 from fieldmem.version import __version__
-
-if TYPE_CHECKING:
-    from fieldmem.request.target import Target
 
 __all__ = [
     "NotInPlaceError",
@@ -33,6 +29,8 @@ __all__ = [
     "check_function",
     "combine_reports",
     "failure_message",
+    "raise_for_error",
+    "worker_options",
 ]
 
 
@@ -58,8 +56,10 @@ def failure_message(report: Report, width: int = 160) -> str:
     the field, the line and the fix), a budget by its check's message; the
     table renderer (no color) formats the rest. Nothing here is computed.
     """
+    from fieldmem.escaping import defused, visible_strings
     from fieldmem.render import RenderOptions, get_renderer
 
+    report = visible_strings(report)  # names and messages as every output shows user text (a CI log prints it)
     lines = []
     for result in report.results:
         for check in result.failed_checks:
@@ -71,19 +71,7 @@ def failure_message(report: Report, width: int = 160) -> str:
         for check in chain.failed_checks:
             lines.append(f"chain {chain.name}: {chain.summary if check.name == 'expect-in-place' else check.message}")
     table = get_renderer("table").render(report, RenderOptions(min_bytes=report.min_bytes, width=width))
-    return "\n".join([*lines, table.rstrip()])
-
-
-def _function_name(fn: Callable[..., Any]) -> str:
-    """``module:qualname`` of ``fn`` (of the function inside a ``jax.jit`` object)."""
-    inner = getattr(fn, "_fun", fn)
-    qualname = getattr(inner, "__qualname__", None) or getattr(inner, "__name__", None) or type(fn).__name__
-    module = getattr(inner, "__module__", None)
-    return f"{module}:{qualname}" if module else qualname
-
-
-def _size(value: int | str | None, option: str) -> int | None:
-    return None if value is None else parse_bytes(value, option)
+    return defused("\n".join([*lines, table.rstrip()]))
 
 
 def _error_class(kind: str) -> type[FieldmemError]:
@@ -95,40 +83,6 @@ def _error_class(kind: str) -> type[FieldmemError]:
             return cls
         pending.extend(cls.__subclasses__())
     return FieldmemError
-
-
-def _target(
-    fn: Callable[..., Any],
-    display: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    donate: Any,
-    static: Any,
-    expect: Expectation,
-    max_peak: int | str | None,
-    max_live_peak: int | str | None,
-    new: Any = None,
-) -> Target:
-    """A target for ``fn`` called with the arguments in hand (options parsed as the CLI parses them)."""
-    from fieldmem.request.target import Target, definition_of
-
-    call_args, call_kwargs = tuple(args), dict(kwargs)
-    return Target(
-        spec=display,
-        name=display,
-        function=fn,
-        # the (args, kwargs) form, so that a single tuple argument is never unpacked
-        args_factory=lambda: (call_args, call_kwargs),
-        args_origin=f"the arguments given to {display}",
-        shapes=None,
-        donate=DonateSpec.parse(donate, "donate="),
-        static=StaticSpec.parse(static, "static="),
-        expect=expect,
-        max_peak=_size(max_peak, "max_peak="),
-        max_live_peak=_size(max_live_peak, "max_live_peak="),
-        definition=definition_of(fn),
-        new=parse_new(new, "new=") or (),
-    )
 
 
 def check_function(
@@ -195,20 +149,35 @@ def check_function(
         print(report.results[0].verdict.summary)
     """
     from fieldmem.engine.checker import check_targets
+    from fieldmem.request.target import in_hand
 
     parse_expect(expect, "expect=", required=True)
-    if not callable(fn):
-        raise OptionError(f"{type(fn).__name__} is not callable: pass the update function first, then its arguments")
-    display = name or _function_name(fn)
-    target = _target(fn, display, args, kwargs, donate, static, expect, max_peak, max_live_peak, new)
+    settings = dict(donate=donate, static=static, name=name, expect=expect, max_peak=max_peak)
+    target = in_hand("function", fn, args, kwargs, **settings, max_live_peak=max_live_peak, new=new)
+    display = target.name
     report = check_targets([target], _options(min_bytes, run, fast_compile, backend))
+    raise_for_error(report, display)
+    return report
+
+
+def raise_for_error(report: Report, display: str) -> None:
+    """Raise the error of a check of one function that could not be checked (as the checker recorded it).
+
+    Raises:
+        FieldmemError: the subclass of the recorded kind (``CompileError``, a worker's ``crash``...).
+    """
     result = report.results[0]
     if result.status == "error":
         error = result.error
         raise _error_class(error.kind if error else "error")(
             f"{display}: {error.message if error else 'could not be checked'}"
         )
-    return report
+
+
+def worker_options(min_bytes: int | str, backend: object) -> CheckOptions:
+    """How the pytest plugin checks a function in hand in its supervised worker: as the API does, with
+    fast compiles, on ``backend``."""
+    return _options(min_bytes, False, True, backend)
 
 
 def check_chain(
@@ -251,24 +220,11 @@ def check_chain(
         assert report.chains[0].in_place, report.chains[0].summary
     """
     from fieldmem.engine.checker import check_targets
-    from fieldmem.request.registry import step_factories
-    from fieldmem.request.target import ChainTarget, Step, definition_of
+    from fieldmem.request.target import in_hand
 
-    steps = list(steps)
-    if len(steps) < 2 or not all(callable(s) for s in steps):
-        raise OptionError("check_chain needs a sequence of at least two functions, then the first one's arguments")
     parse_expect(expect, "expect=", required=True)
-    names = [_function_name(s).rpartition(":")[2] for s in steps]
-    display = name or f"{_function_name(steps[0]).rpartition(':')[0]}:{','.join(names)}"
-    first = _target(steps[0], display, args, kwargs, donate, static, expect, max_peak, max_live_peak)
-    extras = step_factories(tuple(steps), step_args, "check_chain") or (None,) * len(steps)
-    chain = ChainTarget(
-        first=first,
-        steps=tuple(
-            Step(name=n, function=s, definition=definition_of(s), extras=_in_hand(e))
-            for n, s, e in zip(names, steps, extras)
-        ),
-    )
+    settings = dict(donate=donate, static=static, name=name, expect=expect, max_peak=max_peak)
+    chain = in_hand("chain", steps, args, kwargs, **settings, max_live_peak=max_live_peak, step_args=step_args)
     return check_targets([chain], _options(min_bytes, run, fast_compile, backend))
 
 
@@ -295,13 +251,6 @@ def _backend(backend: object) -> str | None:
     if len(names) > 1:
         raise OptionError(f"backend={backend!r} names {len(names)} backends: check on one per call")
     return names[0]
-
-
-def _in_hand(extras: Any) -> Callable[[], Any] | None:
-    """A ``step_args`` value as a factory: a callable as it is, extras in hand returned as given."""
-    if extras is None or callable(extras):
-        return extras
-    return lambda: extras
 
 
 def assert_in_place(

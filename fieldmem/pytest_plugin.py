@@ -75,6 +75,22 @@ _SIZE_OPTIONS = (
         "copies and outputs smaller than this do not decide the verdict (default 1KiB)",
     ),
 )
+_ISOLATE_OPTION = _Option(
+    "isolate",
+    "--fieldmem-isolate",
+    "fieldmem_isolate",
+    "yes|no",
+    "trace and compile each fieldmem_check in fieldmem's supervised worker process, where a crash, os._exit or "
+    "hang fails that test only (yes, the default), or in pytest's own process (no)",
+)
+_TIMEOUT_OPTION = _Option(
+    "timeout",
+    "--fieldmem-timeout",
+    "fieldmem_timeout",
+    "SECONDS",
+    f"a fieldmem_check taking longer fails its test, and its worker process is killed (default {600:g}; 0: no limit)",
+)
+DEFAULT_TIMEOUT = 600.0
 _REPORT_OPTION = _Option(
     "report",
     "--fieldmem-report",
@@ -111,6 +127,59 @@ class _Session:
     targets: set[str] = field(default_factory=set)
     written: str | None = None
     write_error: str | None = None
+    isolate: bool = True
+    timeout: float | None = DEFAULT_TIMEOUT
+    worker: Any = None  # fieldmem.engine.isolate.CallSession, started by the first check
+
+    def check(
+        self,
+        kind: str,
+        subject: Any,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        settings: dict[str, Any],
+        min_bytes: int,
+        backend: str | None,
+    ) -> Report:
+        """One check of a function (``kind`` ``"function"``) or chain in hand: in the supervised worker when
+        it can be sent there (a function that could not be checked, a worker that died or hung, is an error
+        result of the report), else (and with ``--fieldmem-isolate no``) in this process.
+
+        Raises:
+            FieldmemError: in this process, the function could not be checked (as check_function).
+        """
+        from fieldmem.api import check_chain, check_function
+
+        if self.isolate:
+            from fieldmem.driver.sendable import NotSendable, dumps
+
+            try:
+                call = dumps((kind, subject, args, kwargs, settings))
+            except NotSendable as exc:
+                _warn_in_process(kind, subject, settings, str(exc))
+            else:
+                return self._check_in_worker(kind, subject, call, settings, min_bytes, backend)
+        if kind == "function":
+            return check_function(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
+        return check_chain(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
+
+    def _check_in_worker(
+        self, kind: str, subject: Any, call: bytes, settings: dict[str, Any], min_bytes: int, backend: str | None
+    ) -> Report:
+        from fieldmem.api import worker_options
+        from fieldmem.engine.isolate import CallSession
+        from fieldmem.request.target import in_hand_name
+
+        if self.worker is None:
+            self.worker = CallSession(self.timeout)
+        label = in_hand_name(kind, subject, settings.get("name"))
+        report: Report = self.worker.check(call, label, worker_options(min_bytes, backend))
+        return report
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
 
     def record(self, report: Report, nodeid: str, backend: str | None = None) -> None:
         """Keep ``report`` for --fieldmem-report, its result keyed by the test's node id (and the backend,
@@ -130,9 +199,28 @@ _SESSION = pytest.StashKey[_Session]()
 _UNSET: Any = object()
 
 
+class FieldmemWarning(UserWarning):
+    """A fieldmem_check that could not be checked the way the session asked (in the supervised worker)."""
+
+
+def _warn_in_process(kind: str, subject: Any, settings: dict[str, Any], why: str) -> None:
+    import warnings
+
+    from fieldmem.request.target import in_hand_name
+
+    name = in_hand_name(kind, subject, settings.get("name"))
+    warnings.warn(
+        FieldmemWarning(
+            f"fieldmem: {name} was checked in pytest's own process, not the supervised worker: {why} "
+            "(define it at module level to have it supervised)"
+        ),
+        stacklevel=4,
+    )
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fieldmem", "fieldmem: in-place and memory checks of jitted JAX updates")
-    for option in (*_SIZE_OPTIONS, _REPORT_OPTION):
+    for option in (*_SIZE_OPTIONS, _ISOLATE_OPTION, _TIMEOUT_OPTION, _REPORT_OPTION):
         group.addoption(
             option.flag, dest=f"fieldmem_{option.dest}", metavar=option.metavar, default=None, help=option.help
         )
@@ -177,7 +265,23 @@ def _parse_session(config: pytest.Config) -> _Session:
             raise OptionError(
                 f"{label} cannot collect the checks of pytest-xdist workers: run the fieldmem tests without -n/--dist"
             )
-    return _Session(defaults=defaults, report_path=report_path)
+    value, label = _setting(config, _ISOLATE_OPTION)
+    isolate = True
+    if value is not None:
+        if value.lower() not in ("yes", "no", "true", "false", "1", "0"):
+            raise OptionError(f"{label} {value!r} is not understood: use yes or no")
+        isolate = value.lower() in ("yes", "true", "1")
+    value, label = _setting(config, _TIMEOUT_OPTION)
+    timeout: float | None = DEFAULT_TIMEOUT
+    if value is not None:
+        try:
+            timeout = float(value)
+        except ValueError:
+            timeout = -1.0
+        if not 0 <= timeout < float("inf"):
+            raise OptionError(f"{label} {value!r} is not understood: give seconds, e.g. 600 (0: no limit)")
+        timeout = timeout or None
+    return _Session(defaults=defaults, report_path=report_path, isolate=isolate, timeout=timeout)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -279,8 +383,6 @@ class FieldmemCheck:
             NotInPlaceError: a check failed; the message is the CLI's verdict.
         """
         __tracebackhide__ = True
-        from fieldmem.api import check_function
-
         given = dict(
             in_place=in_place,
             max_peak=max_peak,
@@ -291,7 +393,7 @@ class FieldmemCheck:
             new=new,
             backend=backend,
         )
-        return self._check(check_function, fn, args, kwargs, given, name)
+        return self._check("function", fn, args, kwargs, given, name)
 
     def chain(
         self,
@@ -321,8 +423,6 @@ class FieldmemCheck:
             NotInPlaceError: a check failed; the message names the step, the leaf and the line.
         """
         __tracebackhide__ = True
-        from fieldmem.api import check_chain
-
         given = dict(
             in_place=in_place,
             max_peak=max_peak,
@@ -334,43 +434,48 @@ class FieldmemCheck:
         )
         if step_args is not None:
             kwargs = {**kwargs, "step_args": step_args}
-        return self._check(check_chain, steps, args, kwargs, given, name)
+        return self._check("chain", steps, args, kwargs, given, name)
 
     def _check(
         self,
-        check: Callable[..., Report],
+        kind: str,
         subject: Any,
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         given: dict[str, Any],
         name: str | None,
     ) -> Report:
-        """Run ``check(subject, *args)`` under the limits in force (``given`` overriding them), record
-        the report for --fieldmem-report, and fail the test when a check failed."""
+        """Check ``subject`` (a function, or a chain's steps: ``kind``) on ``args`` under the limits in force
+        (``given`` overriding them), record the report for --fieldmem-report, and fail the test when a check
+        failed."""
         __tracebackhide__ = True
         from fieldmem.api import NotInPlaceError
 
         limits = _override(self.limits, {k: v for k, v in given.items() if v is not _UNSET}, "{}=")
-        if "new" in given:  # a single function (a chain's outputs are its steps')
-            kwargs = {**kwargs, "new": limits.new}
+        settings: dict[str, Any] = dict(
+            donate=limits.donate,
+            static=limits.static,
+            name=name,
+            expect="in-place" if limits.in_place else "any",
+            max_peak=limits.max_peak,
+            max_live_peak=limits.max_live_peak,
+        )
+        if kind == "function":  # a chain's outputs are its steps'
+            settings["new"] = limits.new
+        elif "step_args" in kwargs:
+            kwargs = dict(kwargs)
+            settings["step_args"] = kwargs.pop("step_args")
         report: Report | None = None
         failed: NotInPlaceError | None = None
         for backend in limits.backend or (None,):
-            report = check(
-                subject,
-                *args,
-                donate=limits.donate,
-                static=limits.static,
-                name=name,
-                expect="in-place" if limits.in_place else "any",
-                max_peak=limits.max_peak,
-                max_live_peak=limits.max_live_peak,
-                min_bytes=limits.min_bytes,
-                backend=backend,
-                **kwargs,
-            )
+            report = self._session.check(kind, subject, args, kwargs, settings, limits.min_bytes, backend)
             several = limits.backend is not None and len(limits.backend) > 1
             self._session.record(report, self._nodeid, backend if several else None)
+            broken = next((r for r in report.results if r.status == "error" and r.error is not None), None)
+            if broken is not None and broken.error is not None:  # recorded, then the test's failure
+                on = f" on {backend}" if several else ""
+                problem = f"fieldmem: error: {broken.name}{on}: {broken.error.message}"
+                pytest.fail(problem, pytrace=False)
             if report.exit_code != 0 and failed is None:
                 failed = NotInPlaceError(report)
                 if several:  # say which backend failed, and keep checking the others
@@ -420,6 +525,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return
     state.written = f"{len(report.results)} fieldmem check(s) written to {state.report_path}"
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the worker the session's checks kept warm."""
+    state = config.stash.get(_SESSION, None)
+    if state is not None:
+        state.close()
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

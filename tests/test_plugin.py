@@ -492,3 +492,113 @@ def test_the_fixture_checks_chains_and_names_the_breaking_step(pytester: pytest.
     assert f"test_chains.py:{HALF_LINE}" in text
     report = json.loads((pytester.path / "out" / "report.json").read_text())
     assert [c["name"] for c in report["chains"]] == ["test_chains:scale,shift,scale", "test_chains:scale,to_half,shift"]
+
+
+# ----------------------------------------------------------------------------
+# Run 5: the supervised worker (issue 29, item 2): a crash, an os._exit or a hang while traced fails its
+# test, never the session; the report is written whatever happens
+
+HOSTILE = textwrap.dedent(
+    """\
+    import os
+    import time
+
+    import jax.numpy as jnp
+    import pytest
+
+    from updates import SMALL, update
+
+    CONSTANT = jnp.ones((64, 64))
+
+
+    def exits(u, f):
+        os._exit(0)
+
+
+    def hangs(u, f):
+        time.sleep(60)
+        return u
+
+
+    def test_a_failure_first(fieldmem_check):
+        fieldmem_check(update, SMALL, 1.0, donate="none")
+
+
+    def test_exits_while_traced(fieldmem_check):
+        fieldmem_check(exits, SMALL, 1.0)
+
+
+    def test_checked_after_the_death(fieldmem_check):
+        fieldmem_check(update, SMALL, 1.0)
+
+
+    def test_hangs_while_traced(fieldmem_check):
+        fieldmem_check(hangs, SMALL, 1.0)
+
+
+    def test_a_local_function_is_supervised(fieldmem_check):
+        def local(u, f):
+            os._exit(3)
+
+        fieldmem_check(local, SMALL, 1.0)
+
+
+    def test_a_closure_over_an_array_is_supervised(fieldmem_check):
+        def scaled(u, f):
+            return u.at[0].add(f * CONSTANT[0, 0] + LOCAL[0])
+
+        LOCAL = jnp.ones((4,))
+        report = fieldmem_check(scaled, SMALL, 1.0)
+        assert report.results[0].verdict.in_place
+
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise TypeError("this object stays here")
+
+
+    def takes_a_setting(u, f, setting):
+        return u.at[0].add(f)
+
+
+    def test_what_cannot_be_sent_is_checked_here(fieldmem_check):
+        fieldmem_check(takes_a_setting, SMALL, 1.0, Unpicklable(), static="setting")
+    """
+)
+
+
+@pytest.mark.compile
+def test_a_target_ending_its_process_or_hanging_fails_its_test_not_the_session(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(updates=UPDATES, test_hostile=HOSTILE)
+    result = pytester.runpytest_subprocess(
+        "-v", "--fieldmem-report=report.json", "--fieldmem-timeout=5", "-W", "always"
+    )
+    assert outcomes(result) == {
+        "test_a_failure_first": "FAILED",
+        "test_exits_while_traced": "FAILED",
+        "test_checked_after_the_death": "PASSED",
+        "test_hangs_while_traced": "FAILED",
+        "test_a_local_function_is_supervised": "FAILED",
+        "test_a_closure_over_an_array_is_supervised": "PASSED",
+        "test_what_cannot_be_sent_is_checked_here": "PASSED",
+    }, result.stdout.str()
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    text = result.stdout.str()
+    assert "fieldmem: error: test_hostile:exits: its worker process exited with status 0 while checking it" in text
+    assert "did not finish within --fieldmem-timeout 5 s" in text
+    assert "exited with status 3" in section(result, "test_a_local_function_is_supervised")
+    assert "test_hostile:takes_a_setting was checked in pytest's own process, not the supervised worker" in text
+    assert "this object stays here" in text
+    report = json.loads((pytester.path / "report.json").read_text())
+    statuses = {r["name"]: r["status"] for r in report["results"]}
+    assert statuses["test_hostile:exits"] == "error" and statuses["test_hostile:hangs"] == "error"
+    assert len(report["results"]) == 7
+
+
+def test_the_isolation_options_are_parsed(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    for flag in ("--fieldmem-isolate=maybe", "--fieldmem-timeout=soon", "--fieldmem-timeout=-1"):
+        result = pytester.runpytest(flag)
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, flag
+        assert "fieldmem: error: --fieldmem-" in result.stderr.str()
+    assert pytester.runpytest("--fieldmem-isolate=no", "--fieldmem-timeout=0").ret == pytest.ExitCode.OK

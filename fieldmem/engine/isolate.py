@@ -80,6 +80,7 @@ class Unit:
     options: Any = None  # TargetOptions
     names: tuple[str, ...] | None = None
     definition: str | None = None  # of its one named target, for an error result
+    call: str | None = None  # a function in hand and its arguments (fieldmem.driver.sendable, base64): the plugin's
 
 
 @dataclasses.dataclass
@@ -237,7 +238,13 @@ class _Link:
 
     def __init__(self, supervisor: _Supervisor, live: _Process, watch: _Worker) -> None:
         self.supervisor, self.live, self.watch = supervisor, live, watch
-        self.timeout = supervisor.options.timeout if supervisor.options.run else None
+        self.timeout = (
+            supervisor.check_timeout
+            if supervisor.check_timeout is not None
+            else supervisor.options.timeout
+            if supervisor.options.run
+            else None
+        )
         self.clock = time.monotonic()
         self.deferred: collections.deque[dict[str, Any]] = collections.deque()  # starts, for the loop
         self.kept: dict[tuple[Any, ...], list[dict[str, Any]]] = {}  # by target: events not yet asked for
@@ -345,6 +352,8 @@ class _Supervisor:
         self.deaths = 0  # workers that died (or were killed) before answering
         self.lock = threading.Lock()  # what the threads of several workers share: progress, counts
         self.running: list[_Process] = []  # the workers now running
+        self.check_timeout: float | None = None  # seconds a target may take, run or not (the pytest plugin)
+        self.timeout_option = "--timeout"  # the option that set it, as the user knows it
         # what the workers write (XLA's dumps) goes under this folder, removed after each run: a worker
         # killed or aborting in XLA cannot remove its own; and those of fieldmem runs that were killed
         remove_stale_scratch()
@@ -404,7 +413,11 @@ class _Supervisor:
             options = dataclasses.replace(options, jobs=jobs)
         return {
             "specs": [
-                {"spec": unit.spec, "options": encode(unit.options) if unit.options is not None else None}
+                {
+                    "spec": unit.spec,
+                    "options": encode(unit.options) if unit.options is not None else None,
+                    **({"call": unit.call} if unit.call is not None else {}),
+                }
                 for unit in self.units
             ],
             "todo": plan,
@@ -624,8 +637,9 @@ class _Supervisor:
 
     def failure(self, watch: _Worker, stage: str) -> RunError:
         if watch.timed_out:
+            limit = self.check_timeout if self.check_timeout is not None else self.options.timeout
             message = (
-                f"did not finish within --timeout {self.options.timeout:g} s; its worker process was killed "
+                f"did not finish within {self.timeout_option} {limit:g} s; its worker process was killed "
                 "(the other targets still ran)"
             )
             return RunError(message, kind="timeout")
@@ -951,6 +965,39 @@ class WatchSession:
     def close(self) -> None:
         """End the kept worker."""
         self._supervisor.close()
+
+
+class CallSession:
+    """The pytest plugin's checks of functions in hand (:mod:`fieldmem.driver.sendable` sends each with its
+    arguments), in one worker kept warm between them: the user's code traced and compiled where a crash,
+    an ``os._exit`` or a hang (past ``timeout`` seconds) is that check's error, never the test session's
+    end. A worker that died is replaced by the next check. :meth:`close` ends it.
+    """
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+        self._kept: _Process | None = None
+
+    def check(self, call: bytes, label: str, options: Any) -> Report:
+        """The report (one backend: ``options.backend``) of the function in hand ``call`` names; ``label``:
+        its result's name, should the worker die before it loaded it."""
+        import base64
+
+        unit = Unit(label, None, None, None, base64.b64encode(call).decode("ascii"))
+        supervisor = _Supervisor([unit], [options.backend], dataclasses.replace(options, isolate=True), False, None)
+        supervisor.serve = True  # the worker waits for the next check
+        supervisor.kept = self._kept
+        supervisor.check_timeout, supervisor.timeout_option = self.timeout, "--fieldmem-timeout"
+        try:
+            return _reports(supervisor.run())[0]
+        finally:
+            self._kept = supervisor.kept
+
+    def close(self) -> None:
+        """End the kept worker."""
+        if self._kept is not None:
+            self._kept.close()
+            self._kept = None
 
 
 def check_isolated(targets: Sequence[Any], options: Any) -> list[_Checked]:

@@ -137,12 +137,15 @@ class _Worker:
             if spec is None or all(todo[index] == [] for todo in self.request["todo"]):
                 continue
             self.event("resolve", spec=index)
-            with unbounded_integers():  # the options as the user gave them: the checker refuses what it must
-                target_options = decode(TargetOptions, spec["options"] or {})
-            items = LocalHands().load([spec["spec"]], target_options)
+            if spec.get("call") is not None:  # a function in hand (the pytest plugin), with its arguments
+                items = _in_hand(spec)
+            else:
+                with unbounded_integers():  # the options as the user gave them: the checker refuses what it must
+                    target_options = decode(TargetOptions, spec["options"] or {})
+                items = LocalHands().load([spec["spec"]], target_options)
             loaded[index] = items
             files: dict[str, Any] = {}
-            if self.serve:  # what to watch: its module's file and the local modules it imports
+            if self.serve and spec.get("call") is None:  # what to watch: its module's file and the local modules
                 from fieldmem.watch.modules import spec_files
 
                 files["files"] = spec_files(spec["spec"], _modules(items))
@@ -277,6 +280,27 @@ def _modules(items: list[Any]) -> set[str]:
             if isinstance(module, str):
                 names.add(module)
     return names
+
+
+def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
+    """The target of a function in hand that the pytest plugin sent (:mod:`fieldmem.driver.sendable`), or
+    why it could not be made here."""
+    import base64
+
+    from fieldmem.driver.sendable import loads
+    from fieldmem.engine.results import contained
+    from fieldmem.request.target import in_hand
+
+    try:
+        with collector_resumed():  # the test's module may be imported
+            kind, subject, args, kwargs, settings = loads(base64.b64decode(spec["call"]))
+            return [in_hand(kind, subject, args, kwargs, **settings)]
+    except FieldmemError as exc:
+        return [(spec["spec"], exc)]
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        return [(spec["spec"], contained(exc, "loading what the test gave it"))]
 
 
 def _name(item: Any) -> str:

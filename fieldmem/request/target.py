@@ -42,6 +42,8 @@ __all__ = [
     "display_path",
     "folder_targets",
     "fused_result_name",
+    "in_hand",
+    "in_hand_name",
     "is_file_spec",
     "load_module",
     "resolve_object",
@@ -653,3 +655,102 @@ def resolve_target(spec: str, options: TargetOptions, *, in_folder: bool = False
         module=module_name,
     )
     return [_from_case(spec, bare, options, module_name, module)]
+
+
+# ----------------------------------------------------------------------------
+# A function (or a chain) in hand, with its arguments: the Python API, the pytest plugin's checks (in
+# the caller's process, or in a worker from what fieldmem.driver.sendable sent)
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    """``module:qualname`` of ``fn`` (of the function inside a ``jax.jit`` object)."""
+    inner = getattr(fn, "_fun", fn)
+    qualname = getattr(inner, "__qualname__", None) or getattr(inner, "__name__", None) or type(fn).__name__
+    module = getattr(inner, "__module__", None)
+    return f"{module}:{qualname}" if module else qualname
+
+
+def _function_target(
+    fn: Callable[..., Any],
+    display: str,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    settings: dict[str, Any],
+) -> Target:
+    from fieldmem.request.options import parse_new
+    from fieldmem.units import parse_bytes
+
+    call_args, call_kwargs = tuple(args), dict(kwargs)
+    max_peak, max_live_peak = settings.get("max_peak"), settings.get("max_live_peak")
+    return Target(
+        spec=display,
+        name=display,
+        function=fn,
+        # the (args, kwargs) form, so that a single tuple argument is never unpacked
+        args_factory=lambda: (call_args, call_kwargs),
+        args_origin=f"the arguments given to {display}",
+        shapes=None,
+        donate=DonateSpec.parse(settings.get("donate"), "donate="),
+        static=StaticSpec.parse(settings.get("static"), "static="),
+        expect=settings.get("expect") or "any",
+        max_peak=None if max_peak is None else parse_bytes(max_peak, "max_peak="),
+        max_live_peak=None if max_live_peak is None else parse_bytes(max_live_peak, "max_live_peak="),
+        definition=definition_of(fn),
+        new=parse_new(settings.get("new"), "new=") or (),
+    )
+
+
+def in_hand_name(kind: str, subject: Any, name: str | None) -> str:
+    """The name :func:`in_hand` gives a function (``module:qualname``) or a chain (``module:a,b,c``)."""
+    if name:
+        return name
+    if kind == "function":
+        return _callable_name(subject)
+    steps = list(subject)
+    if not steps:
+        return "chain"
+    names = [_callable_name(s).rpartition(":")[2] for s in steps]
+    return f"{_callable_name(steps[0]).rpartition(':')[0]}:{','.join(names)}"
+
+
+def _extras_in_hand(extras: Any) -> Callable[[], Any] | None:
+    """A ``step_args`` value as a factory: a callable as it is, extras in hand returned as given."""
+    if extras is None or callable(extras):
+        return extras
+    return lambda: extras
+
+
+def in_hand(
+    kind: str, subject: Any, args: tuple[Any, ...], kwargs: dict[str, Any], **settings: Any
+) -> Target | ChainTarget:
+    """The target of a function (``kind`` ``"function"``) or a chain of steps (``"chain"``) in hand, called
+    with ``args`` and ``kwargs``; ``settings`` as :func:`fieldmem.check_function` and
+    :func:`fieldmem.check_chain` take them (``donate``, ``static``, ``name``, ``expect``, ``max_peak``,
+    ``max_live_peak``, ``new``, ``step_args``), parsed as the command line parses them.
+
+    Raises:
+        OptionError: not a function, fewer than two steps, or a setting fieldmem cannot use.
+    """
+    from fieldmem.errors import OptionError
+    from fieldmem.request.registry import step_factories
+
+    if kind == "function":
+        if not callable(subject):
+            raise OptionError(
+                f"{type(subject).__name__} is not callable: pass the update function first, then its arguments"
+            )
+        return _function_target(subject, in_hand_name(kind, subject, settings.get("name")), args, kwargs, settings)
+    steps = list(subject)
+    if len(steps) < 2 or not all(callable(s) for s in steps):
+        raise OptionError("check_chain needs a sequence of at least two functions, then the first one's arguments")
+    names = [_callable_name(s).rpartition(":")[2] for s in steps]
+    display = in_hand_name(kind, steps, settings.get("name"))
+    first = _function_target(steps[0], display, args, kwargs, {**settings, "new": None})
+    extras = step_factories(tuple(steps), settings.get("step_args"), "check_chain") or (None,) * len(steps)
+    return ChainTarget(
+        first=first,
+        steps=tuple(
+            Step(name=n, function=s, definition=definition_of(s), extras=_extras_in_hand(e))
+            for n, s, e in zip(names, steps, extras)
+        ),
+    )
