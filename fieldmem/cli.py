@@ -36,7 +36,20 @@ if TYPE_CHECKING:
     from fieldmem.request.build import CheckRequest
     from fieldmem.request.options import CheckOptions
 
+
+class _Commands(typer.core.TyperGroup):
+    """fieldmem's commands, keeping the command line as typed: which targets each ``--args`` follows
+    (:func:`~fieldmem.request.build.pair_args`) is in its order, which the parsed options lose."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: Any = None, **extra: Any) -> Any:
+        _TYPED[0] = list(args)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+
+_TYPED: list[list[str]] = [[]]  # the command line as typed, set as it is parsed
+
 app = typer.Typer(
+    cls=_Commands,
     name="fieldmem",
     help="Is your jitted JAX update really in place? Compile it with and without donation and see where the memory goes.",
     add_completion=False,
@@ -129,11 +142,12 @@ def check(
         ),
     ] = None,
     args: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--args",
             help="FACTORY (in the target's own module) or MODULE:FACTORY returning the positional args tuple, "
-            "or (args, kwargs).",
+            "or (args, kwargs). Once: for every target; after each target: for the targets before it "
+            "(a.py:f --args m:f_args b.py:g --args m:g_args).",
         ),
     ] = None,
     shapes: Annotated[
@@ -343,12 +357,18 @@ def check(
 ) -> None:
     """Compile each target with and without donation and report whether it is in place."""
     from fieldmem.emit import emit_reports
-    from fieldmem.request.build import CheckFlags, build_request
+    from fieldmem.request.build import CheckFlags, build_request, pair_args
     from fieldmem.request.config import load_config
 
+    typed = _TYPED[0][1:] if _TYPED[0][:1] == ["check"] else []
+    try:
+        every, each = pair_args(typed, tuple(targets or ()), args or ())
+    except FieldmemError as exc:
+        raise _fail(exc.message) from None
     # fmt: off
     flags = CheckFlags(
-        targets=tuple(targets or ()), args=args, shapes=shapes, donate=donate, static=static,
+        targets=tuple(targets or ()), args=every, args_for=tuple(each.items()), shapes=shapes, donate=donate,
+        static=static,
         expect=expect, max_peak=max_peak, max_live_peak=max_live_peak, min_bytes=min_bytes,
         output_format=output_format, output=output, html_output=html_output, verbose=verbose,
         suggest=suggest, cache_dir=cache_dir, no_cache=no_cache, fast_compile=fast_compile,

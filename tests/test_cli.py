@@ -920,3 +920,46 @@ def test_the_default_compilation_cache_is_used_unless_turned_off(
         folder_for(str(blocker / "cache"), False, None)
     with pytest.raises(OptionError, match="contradict"):
         folder_for(str(tmp_path / "given"), True, None)
+
+
+# ---- --args per target (issue 30, item 4) -------------------------------------
+
+
+@pytest.mark.compile
+def test_args_after_each_target_are_that_targets(in_assets: Path) -> None:
+    """``a --args A b --args B``: each --args for the targets before it (the last one silently won)."""
+    results = check_json("models:scale", "--args", "models:make_scale_args", "models:cast", "--args", "models:make_u")
+    assert results["models:scale"]["status"] == "ok" and results["models:cast"]["status"] == "ok"
+    assert [i["path"] for i in results["models:scale"]["inputs"]] == ["u", "factor"]  # make_u would not do
+    assert [i["path"] for i in results["models:cast"]["inputs"]] == ["u"]  # make_scale_args would not either
+    # given once, after both: every target's (as before)
+    results = check_json("models:step", "models:model.update", "--args", "models:make_args")
+    assert all(r["status"] == "ok" for r in results.values())
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["models:scale", "models:cast", "--args", "models:make_u", "--args", "models:make_args"], "follows no target"),
+        (
+            ["models:scale", "--args", "models:make_scale_args", "models:cast", "--args", "m:x", "models:step"],
+            "models:step has none",
+        ),
+    ],
+)
+def test_args_that_pair_with_no_target_are_one_line(in_assets: Path, argv: list[str], words: str) -> None:
+    result = invoke(*argv)
+    lines = assert_user_error(result, words)
+    assert "write each target's --args after it" in lines[0]
+
+
+def test_pair_args_reads_the_command_line_in_order() -> None:
+    from fieldmem.request.build import pair_args
+
+    tokens = ["a.py:f", "b.py:g", "--args", "m:fg", "-o", "r.json", "c.py:h", "--args=m:h"]
+    assert pair_args(tokens, ["a.py:f", "b.py:g", "c.py:h"], ["m:fg", "m:h"]) == (
+        None,
+        {"a.py:f": "m:fg", "b.py:g": "m:fg", "c.py:h": "m:h"},
+    )
+    assert pair_args(tokens, ["a.py:f"], ["m:fg"]) == ("m:fg", {})
+    assert pair_args([], ["a.py:f"], []) == (None, {})

@@ -16,10 +16,11 @@ cache folder is made by the driver, reading the baseline is the CLI's).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +60,8 @@ class CheckFlags:
     """The command line of ``fieldmem check`` as typed: None (or False) where an option is not given."""
 
     targets: tuple[str, ...] = ()
-    args: str | None = None
+    args: str | None = None  # for every target
+    args_for: tuple[tuple[str, str], ...] = ()  # (target, factory): --args given after each target
     shapes: str | None = None
     donate: str | None = None
     static: str | None = None
@@ -175,6 +177,9 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
     baseline = _baseline(flags, config)
     check_distinct_outputs(output, baseline, backends)
     target_options, per_target = config.target_options(_command_line_options(flags), targets)
+    for spec, factory in flags.args_for:  # --args given after this target: its own, over every layer
+        spec = spec.strip()
+        per_target[spec] = dataclasses.replace(per_target.get(spec, target_options), args=factory, shapes=None)
     options, default_cache = _check_options(flags, config)
     return CheckRequest(
         targets=targets,
@@ -204,7 +209,7 @@ def _check_alone(flags: CheckFlags) -> None:
     """The checks that need neither the config nor the file system."""
     parse_expect(flags.expect, "--expect")
     parse_new(flags.new, "--new")
-    if flags.args is not None and flags.shapes is not None:
+    if (flags.args is not None or flags.args_for) and flags.shapes is not None:
         raise OptionError("--args and --shapes both give example arguments: use one of them")
     if flags.jobs is not None and flags.jobs < 1:
         raise OptionError(f"--jobs {flags.jobs} must be at least 1")
@@ -268,6 +273,58 @@ def check_writable(output: Path, option: str = "--output") -> None:
         raise OptionError(f"{option} {str(output)!r} is a folder: name a file, e.g. {str(output / 'report.json')!r}")
     if not folder.is_dir():
         raise OptionError(f"{option} {str(output)!r}: the folder {str(folder)!r} does not exist")
+
+
+def pair_args(tokens: Sequence[str], targets: Sequence[str], given: Sequence[str]) -> tuple[str | None, dict[str, str]]:
+    """Which targets each ``--args`` of a command line is for: given once, every target; given more than
+    once, each applies to the targets written before it (since the previous one):
+    ``fieldmem check a.py:decode --args m:decode_args a.py:rollout --args m:rollout_args``.
+
+    ``tokens``: the command line as typed (after ``check``); ``targets`` and ``given``: the targets and the
+    ``--args`` values, in order, as the parser read them. Returns the factory for every target (given once)
+    or None, and the factory of each target (given more than once).
+
+    Raises:
+        OptionError: given more than once, and a target comes after the last ``--args`` (or none before
+            one), or one target is given two factories.
+    """
+    if len(given) <= 1:
+        return (given[0] if given else None), {}
+    usage = (
+        "write each target's --args after it (fieldmem check a.py:f --args m:f_args b.py:g --args m:g_args), "
+        "or give --args once for every target"
+    )
+    pending: list[str] = []
+    paired: dict[str, str] = {}
+    next_target, next_args, n = 0, 0, 0
+    while n < len(tokens):
+        token = tokens[n]
+        value: str | None = None
+        if token == "--args" and n + 1 < len(tokens):
+            value, n = tokens[n + 1], n + 2
+        elif token.startswith("--args="):
+            value, n = token[len("--args=") :], n + 1
+        else:
+            if next_target < len(targets) and token == targets[next_target]:
+                pending.append(token)
+                next_target += 1
+            n += 1
+            continue
+        if next_args < len(given) and value == given[next_args]:
+            next_args += 1
+            if not pending:
+                raise OptionError(f"--args {value} follows no target: {usage}")
+            for target in pending:
+                if paired.get(target, value) != value:
+                    raise OptionError(f"{target} is given two --args ({paired[target]} and {value}): {usage}")
+                paired[target] = value
+            pending = []
+    left = [t for t in targets if t not in paired]
+    if left:
+        raise OptionError(
+            f"--args is given {len(given)} times, each for the targets before it, and {left[0]} has none: {usage}"
+        )
+    return None, paired
 
 
 def _command_line_options(flags: CheckFlags) -> TargetOptions:
