@@ -588,6 +588,19 @@ def folder_targets(spec: str) -> tuple[str, ...] | None:
     return tuple(found)
 
 
+def _defined_here(module: ModuleType) -> list[str]:
+    """The public functions ``module`` defines itself (a jit of one included), not those it imported
+    (``functools.partial``, ``jnp``): what a suggestion may name."""
+    names = []
+    for name, value in vars(module).items():
+        if name.startswith("_") or not callable(value) or isinstance(value, type):
+            continue
+        inner = getattr(value, "__wrapped__", None) or getattr(value, "_fun", None) or value
+        if getattr(inner, "__module__", None) == module.__name__:
+            names.append(name)
+    return names
+
+
 def resolve_target(spec: str, options: TargetOptions, *, in_folder: bool = False) -> list[Target | ChainTarget]:
     """All targets named by ``spec``.
 
@@ -623,7 +636,7 @@ def resolve_target(spec: str, options: TargetOptions, *, in_folder: bool = False
         if not cases and in_folder:
             return []
         if not cases:
-            public = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+            public = _defined_here(module)
             example = f" (e.g. {module_part}:{public[0]})" if public else ""
             raise TargetError(
                 f"{quoted(module_part)} registers no fieldmem.case(...): name a function instead{example}, "
