@@ -6,26 +6,35 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-fast lint golden bench bench-quick bench-more bench-backends gpu-check screenshot clean fuzz
 
+# The installers' output goes to a log, shown only when a step fails.
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check
+INSTALL_LOG := $(VENV).install.log
+
 $(STAMP): pyproject.toml requirements-test.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-test.txt
-	$(BIN)/pip install --quiet --no-deps -e .
-	touch $(STAMP)
+	@echo "make: installing fieldmem and its test requirements into $(VENV) (log: $(INSTALL_LOG))"
+	@{ $(PYTHON) -m venv $(VENV) && $(PIP) --upgrade pip && $(PIP) -r requirements-test.txt \
+	  && $(PIP) --no-deps -e . ; } > $(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
+	@touch $(STAMP)
 
 setup: $(STAMP)
 
 # Check the bundled examples: the table, then the Field example in detail.
+# Each command is shown as a user would type it, then what fieldmem prints.
 demo: $(STAMP)
-	$(BIN)/fieldmem check examples/field.py examples/sparse_row.py examples/stencil_scan.py examples/optimizer.py \
-	  --html fieldmem-report.html; \
-	  status=$$?; [ $$status -le 1 ] || exit $$status
-	$(BIN)/fieldmem check examples/field.py -v
-	$(BIN)/fieldmem check examples/advisor.py --suggest
-	$(BIN)/fieldmem check examples/forward.py:create_field,update1,update2 examples/precision_chain.py
-	$(BIN)/fieldmem check examples/sharded.py examples/sparse_row.py --devices 4 --probe
-	$(BIN)/fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e
-	@echo "the HTML report of the examples: fieldmem-report.html"
+	@echo '$$ fieldmem check examples/field.py examples/sparse_row.py examples/stencil_scan.py examples/optimizer.py --html fieldmem-report.html'
+	@$(BIN)/fieldmem check examples/field.py examples/sparse_row.py examples/stencil_scan.py examples/optimizer.py \
+	  --html fieldmem-report.html; status=$$?; [ $$status -le 1 ] || exit $$status
+	@echo; echo '$$ fieldmem check examples/field.py -v'
+	@$(BIN)/fieldmem check examples/field.py -v
+	@echo; echo '$$ fieldmem check examples/advisor.py --suggest'
+	@$(BIN)/fieldmem check examples/advisor.py --suggest
+	@echo; echo '$$ fieldmem check examples/forward.py:create_field,update1,update2 examples/precision_chain.py'
+	@$(BIN)/fieldmem check examples/forward.py:create_field,update1,update2 examples/precision_chain.py
+	@echo; echo '$$ fieldmem check examples/sharded.py examples/sparse_row.py --devices 4 --probe'
+	@$(BIN)/fieldmem check examples/sharded.py examples/sparse_row.py --devices 4 --probe
+	@echo; echo '$$ fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e'
+	@$(BIN)/fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e
+	@echo; echo "the HTML report of the examples: fieldmem-report.html"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
