@@ -52,7 +52,7 @@ app = typer.Typer(
     cls=_Commands,
     name="fieldmem",
     help="Is your jitted JAX update really in place? Compile it with and without donation and see where the memory goes.",
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -286,8 +286,8 @@ def check(
         Path | None,
         typer.Option(
             "--save-baseline",
-            help="Record this run in this baseline file, after the whole run and only when it passed "
-            "(entries of other targets and backends are kept).",
+            help="Record this run in this baseline file, after the whole run and only when it passed, or with "
+            "--accept-current as it is (entries of other targets and backends are kept).",
         ),
     ] = None,
     prune_baseline: Annotated[
@@ -295,6 +295,15 @@ def check(
         typer.Option(
             "--prune-baseline",
             help="With --save-baseline: drop entries of this backend whose target this run did not check.",
+        ),
+    ] = False,
+    accept_current: Annotated[
+        bool,
+        typer.Option(
+            "--accept-current",
+            help="With --save-baseline: record this run as it is, failing checks included (not a target that "
+            "could not be checked): the gate accepts each while it fails the same way, so a run with "
+            "--baseline fails only when something changes. Not with --baseline.",
         ),
     ] = False,
     tolerance: Annotated[
@@ -373,7 +382,8 @@ def check(
         output_format=output_format, output=output, html_output=html_output, verbose=verbose,
         suggest=suggest, cache_dir=cache_dir, no_cache=no_cache, fast_compile=fast_compile,
         backend=backend, jobs=jobs, baseline=baseline, no_baseline=no_baseline,
-        save_baseline=save_baseline, prune_baseline=prune_baseline, tolerance=tolerance,
+        save_baseline=save_baseline, prune_baseline=prune_baseline, accept_current=accept_current,
+        tolerance=tolerance,
         run=run, probe=probe, isolate=isolate, timeout=timeout, devices=devices,
         new=tuple(new) if new else None, watch=watch,
     )

@@ -963,3 +963,10 @@ def test_pair_args_reads_the_command_line_in_order() -> None:
     )
     assert pair_args(tokens, ["a.py:f"], ["m:fg"]) == ("m:fg", {})
     assert pair_args([], ["a.py:f"], []) == (None, {})
+
+
+def test_shell_completion_is_on() -> None:
+    """Issue 30, item 5: ``fieldmem --install-completion`` and ``--show-completion`` exist (they were off)."""
+    result = runner.invoke(app, ["--show-completion", "bash"])
+    assert result.exit_code == 0, result.output
+    assert "_fieldmem_completion" in result.output
