@@ -4,8 +4,11 @@
 answer, and does, in this order: gate them against the baseline read before
 the run; print one ``fieldmem: error:`` line per target that errored; write
 ``-o``/``--html`` atomically (one file per backend when there are several);
+append the job summary to ``$GITHUB_STEP_SUMMARY`` for ``--format github``;
 print the reports (then, for several backends, side by side); save the
-baseline. It returns the exit code.
+baseline (``--accept-current``: the run is gated against what it records, so
+it shows and exits as the next run with that baseline will). It returns the
+exit code.
 
 Renderers format and the gate compares; nothing here computes a finding. A
 file that cannot be written raises :class:`WriteError` for the CLI to print;
@@ -14,6 +17,7 @@ nothing else here raises for a user's mistake.
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -45,18 +49,24 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
     Raises:
         WriteError: an ``-o``/``--html`` file cannot be written (nothing is printed to stdout then).
     """
-    if baseline is not None:
+    settings = request.baseline
+    if settings.accept_current and settings.save_to is not None:
+        from fieldmem.gate.baseline import gate_as_recorded
+
+        # recorded as it is: the run shows (and exits as) what the next run against that file will
+        reports = tuple(gate_as_recorded(report, settings.save_to, root=settings.root) for report in reports)
+    elif baseline is not None:
         from fieldmem.gate.baseline import compare_to_baseline
 
-        settings = request.baseline
         reports = tuple(
             compare_to_baseline(report, baseline, settings.tolerances, root=settings.root) for report in reports
         )
     _print_errors(reports)
     write_files(reports, request.output, request.options.min_bytes)
+    write_job_summary(reports, request.output, request.options.min_bytes)
     _print_reports(reports, request.output, request.options.min_bytes)
-    if request.baseline.save_to is not None:
-        refused = _save_baseline(reports, request.baseline.save_to, request.baseline.prune, request.baseline.root)
+    if settings.save_to is not None:
+        refused = _save_baseline(reports, settings.save_to, settings.prune, settings.root, settings.accept_current)
         if refused is not None:
             return refused
     return max(report.exit_code for report in reports)
@@ -87,6 +97,27 @@ def write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: in
         if output.html is not None:
             text = get_renderer("html").render(report, file_options)
             write_file(_for_backend(output.html, report.backend, several), text)
+
+
+def write_job_summary(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
+    """With ``--format github`` on a GitHub runner: append the job summary (Markdown: a headline per
+    target, then every regression, check and finding) to the file ``$GITHUB_STEP_SUMMARY`` names.
+
+    Raises:
+        WriteError: the file cannot be written.
+    """
+    summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
+    if output.format != "github" or not summary_file:
+        return
+    from fieldmem.render import RenderOptions
+    from fieldmem.render.github import job_summary
+
+    text = "".join(job_summary(report, RenderOptions(verbose=True, min_bytes=min_bytes)) for report in reports)
+    try:
+        with open(summary_file, "a", encoding="utf-8", errors="backslashreplace") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise WriteError(f"cannot write the job summary {summary_file!r}: {exc.strerror or exc}") from None
 
 
 def _print_reports(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
@@ -133,7 +164,9 @@ def write_file(path: Path, text: str) -> None:
         raise WriteError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
 
 
-def _save_baseline(reports: Sequence[Report], path: Path, prune: bool, root: Path | None = None) -> int | None:
+def _save_baseline(
+    reports: Sequence[Report], path: Path, prune: bool, root: Path | None = None, accept_current: bool = False
+) -> int | None:
     """Record every report in the baseline file; None when saved, else the exit code of a refused save.
 
     A failing backend refuses the save before any backend's entries are
@@ -147,7 +180,7 @@ def _save_baseline(reports: Sequence[Report], path: Path, prune: bool, root: Pat
 
     for report in sorted(reports, key=lambda r: r.exit_code == 0):
         try:
-            saved = save_baseline(path, report, prune=prune, root=root)
+            saved = save_baseline(path, report, prune=prune, root=root, accept_current=accept_current)
         except BaselineError as exc:
             code = report.exit_code
             typer.echo(f"fieldmem: {'error: ' if code != 1 else ''}{exc.message}", err=True)

@@ -42,8 +42,10 @@ __all__ = [
     "SOURCE_ROLES",
     "STATIC_CODES",
     "TARGET_STATUSES",
+    "TRANSFER_KINDS",
     "VERDICT_KINDS",
     "VERIFICATIONS",
+    "Accepted",
     "Alias",
     "AliasCheck",
     "ArgumentAdvice",
@@ -80,6 +82,7 @@ __all__ = [
     "MadeStatic",
     "MemoryFigures",
     "MemorySpace",
+    "ModuleSettings",
     "OutputInfo",
     "ProbeCode",
     "Report",
@@ -92,6 +95,10 @@ __all__ = [
     "TargetResult",
     "TargetStatus",
     "Timeline",
+    "Transfer",
+    "TransferKind",
+    "TransferRun",
+    "Transfers",
     "UnusableDonation",
     "Variant",
     "Verdict",
@@ -169,6 +176,9 @@ FindingCode = Literal[
     "made-static",
     "state-grows",
     "exceeds-device-memory",
+    "resharded-donation",
+    "transfer",
+    "run-transfer-mismatch",
     "unknown",
 ]
 CheckName = Literal["expect-in-place", "expect-fits", "max-peak", "max-live-peak", "unknown"]
@@ -178,6 +188,8 @@ HandOffCode = Literal[
 ChainStepStatus = Literal["in-place", "grows", "breaks", "error", "not-checked", "unknown"]
 CostLayout = Literal["steps", "fused", "unknown"]
 StaticCode = Literal["concrete", "not-traceable", "unknown"]
+# how jax gets an argument leaf to the program before each call (Transfer.kind)
+TransferKind = Literal["host-to-device", "across-devices", "memory-kind", "unknown"]
 # what the verdict rule (fieldmem.findings.verdict) decided: docs/verdicts.md has the table
 VerdictKind = Literal["in-place", "not-in-place", "nothing-to-update", "does-not-fit", "unknown"]
 
@@ -199,6 +211,7 @@ OPEN_SETS = (
     CostLayout,
     StaticCode,
     VerdictKind,
+    TransferKind,
 )
 for _open in OPEN_SETS:
     read_unknown_as(_open, UNKNOWN)
@@ -229,6 +242,7 @@ CHAIN_STEP_STATUSES: tuple[ChainStepStatus, ...] = _emitted(get_args(ChainStepSt
 COST_LAYOUTS: tuple[CostLayout, ...] = _emitted(get_args(CostLayout))
 STATIC_CODES: tuple[StaticCode, ...] = _emitted(get_args(StaticCode))
 VERDICT_KINDS: tuple[VerdictKind, ...] = _emitted(get_args(VerdictKind))
+TRANSFER_KINDS: tuple[TransferKind, ...] = _emitted(get_args(TransferKind))
 
 
 class ReportError(ValueError):
@@ -521,6 +535,8 @@ class InputInfo:
     used: bool  # False: jit dropped it as unused
     sharding: str | None = None  # where the compiled program expects it (see docs/report-schema.md)
     layout: str | None = None
+    device_shape: tuple[int, ...] | None = None  # the piece each device holds, where the program splits it
+    memory_kind: str | None = None  # a memory kind other than the device's ("pinned_host": offloaded); None: device
 
 
 @dataclass(frozen=True)
@@ -532,6 +548,8 @@ class OutputInfo:
     bytes: int
     sharding: str | None = None
     layout: str | None = None
+    device_shape: tuple[int, ...] | None = None
+    memory_kind: str | None = None  # a memory kind other than the device's ("pinned_host": offloaded); None: device
 
 
 @dataclass(frozen=True)
@@ -619,6 +637,65 @@ class MadeStatic:
 
 
 @dataclass(frozen=True)
+class Transfer:
+    """One argument leaf jax copies onto the devices before every call, because the call gives it elsewhere than
+    the program takes it.
+
+    ``kind``: ``host-to-device`` (a NumPy array, a Python number the program takes as an array),
+    ``across-devices`` (a jax array on another device or sharding: an uncommitted one, which jax moves) or
+    ``memory-kind`` (the same devices, another memory). ``donated``: jax donates the copy it made, so the
+    given buffer stays alive (on a device, the donation is lost: a ``resharded-donation`` finding).
+    """
+
+    input: str
+    input_index: int
+    kind: TransferKind
+    given: str  # where the call gives it, in words ("cpu:0 (uncommitted)", "a NumPy array on the host")
+    wanted: str | None  # where the program takes it (its sharding, in words)
+    bytes: int  # what jax writes onto the devices per call, every shard counted
+    device_bytes: int  # the most of it on one device: the copy that device holds beside the rest
+    devices: int = 1  # the devices it is written to
+    donated: bool = False
+    fix: str = ""
+    held_bytes: int = 0  # the given array's own buffer on one device: what a donation lost to the move leaves alive
+
+
+@dataclass(frozen=True)
+class TransferRun:
+    """The copies jax's transfer guard logged during the donated run (``--run``) against the plan's.
+
+    ``bytes``: what it logged copying the arguments onto the devices (None: not measured, ``unavailable``
+    says why); ``agrees``: every leaf moved as many bytes as planned, and nothing else was logged.
+    """
+
+    planned: int
+    bytes: int | None
+    agrees: bool
+    detail: str
+    unavailable: str | None = None
+
+
+@dataclass(frozen=True)
+class Transfers:
+    """What jax copies onto the devices before every call of the program, the arguments given as the check
+    gives them, and which leaves the program holds in host memory (``pinned_host``: offloaded).
+
+    ``bytes_per_call``: every :class:`Transfer`'s ``bytes``; ``summary``: the section in words, with the fix.
+    ``offloaded_*``: the leaves the program takes or returns in a host memory kind, and their bytes per device
+    (fieldmem's from the leaves, beside XLA's ``host_*`` figures).
+    """
+
+    leaves: tuple[Transfer, ...] = ()
+    bytes_per_call: int = 0
+    summary: str = ""
+    offloaded_inputs: tuple[str, ...] = ()
+    offloaded_outputs: tuple[str, ...] = ()
+    offloaded_argument_bytes: int = 0
+    offloaded_output_bytes: int = 0
+    run: TransferRun | None = None  # only with --run
+
+
+@dataclass(frozen=True)
 class TargetResult:
     """Everything fieldmem found for one target, or why it could not look."""
 
@@ -639,6 +716,8 @@ class TargetResult:
     devices: tuple[int, ...] = ()  # ids of the devices the program runs on (one program per device)
     probes: tuple[InPlaceProbe, ...] = ()  # only with --probe
     made_static: tuple[MadeStatic, ...] = ()  # held static where jax.jit would trace (or refuse) them
+    # what jax copies onto the devices before each call, and what the program holds in host memory (None: nothing)
+    transfers: Transfers | None = None
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -692,6 +771,7 @@ class ChainStep:
     handoffs: tuple[HandOff, ...] = ()
     grows_by: int | None = None  # donated footprint minus the previous step's (None for the first)
     extras: tuple[str, ...] = ()  # the arguments it takes besides the state (step_args): not state
+    transfer_bytes: int | None = None  # what jax copies onto the devices before each call of it (None: not known)
 
 
 @dataclass(frozen=True)
@@ -733,6 +813,8 @@ class Chain:
     cost_summary: str | None = None  # separate steps against the fused chain, in words
     expect: Expectation = "any"
     checks: tuple[Check, ...] = ()
+    # what jax copies onto the devices for one pass through the steps, each its own jit (None: a step not known)
+    transfer_bytes: int | None = None
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -769,6 +851,19 @@ class Deviceless:
 
 
 @dataclass(frozen=True)
+class ModuleSettings:
+    """What a target's module set for jax when it was imported, in force while its targets were checked:
+    the ``XLA_*`` and ``JAX_*`` variables it changed from fieldmem's environment (None: removed) and the
+    ``jax.config.update`` calls it made (name to the value as Python writes it). ``note``: what fieldmem did
+    not take of it, in one line (``--devices 8 wins over its own count of 4 CPU devices``)."""
+
+    target: str  # the spec as typed
+    environment: dict[str, str | None] = field(default_factory=dict)
+    config: dict[str, str] = field(default_factory=dict)
+    note: str | None = None
+
+
+@dataclass(frozen=True)
 class Change:
     """One thing that differs for a target between two runs (``fieldmem.gate.diff`` finds them).
 
@@ -786,6 +881,19 @@ class Change:
 
 
 @dataclass(frozen=True)
+class Accepted:
+    """A target this run compared with its baseline entry.
+
+    What the entry recorded is accepted (its findings are not new), and
+    ``checks`` names the checks that fail now as they failed when the entry was
+    recorded (``--save-baseline FILE --accept-current``): they do not fail the run.
+    """
+
+    target: str  # the result's name, as in the report
+    checks: tuple[str, ...] = ()  # names of its failed checks the baseline accepts
+
+
+@dataclass(frozen=True)
 class BaselineComparison:
     """This run against a saved baseline (``--baseline``)."""
 
@@ -794,6 +902,18 @@ class BaselineComparison:
     improvements: tuple[Change, ...] = ()
     notes: tuple[str, ...] = ()  # flagged mismatches: another backend, an older jax, new or missing targets
     tolerance: str | None = None
+    # the targets compared with an entry, each with the failing checks the entry accepts; absent in reports
+    # written before issue 30 (read: none compared, none accepted)
+    accepted: tuple[Accepted, ...] = ()
+
+    def accepts(self, target: str, check: str | None = None) -> bool:
+        """Whether the baseline compared ``target`` and, given a check's name, accepts that check failing."""
+        by_target = self.__dict__.get("_accepted")
+        if by_target is None:  # read once: a report of 16,000 targets asks for each
+            by_target = {a.target: frozenset(a.checks) for a in self.accepted}
+            object.__setattr__(self, "_accepted", by_target)
+        checks = by_target.get(target)
+        return checks is not None and (check is None or check in checks)
 
 
 @dataclass(frozen=True)
@@ -811,18 +931,32 @@ class Report:
     chains: tuple[Chain, ...] = ()
     schema: str = SCHEMA
     deviceless: Deviceless | None = None  # compiled for a device kind this machine does not have
+    # what the targets' modules set for jax at import (XLA_FLAGS, JAX_*, jax.config.update); () where none did
+    module_settings: tuple[ModuleSettings, ...] = ()
 
     @property
     def exit_code(self) -> int:
-        """2 when a target could not be checked, else 1 when a check failed or a
-        baseline regressed, else 0."""
+        """2 when a target could not be checked, else 1 when a check failed that the
+        baseline does not accept or a baseline regressed, else 0."""
         if any(r.status == "error" for r in self.results):
             return 2
-        if any(r.failed_checks for r in self.results) or any(c.failed_checks for c in self.chains):
+        if any(self.unaccepted_failures(r) for r in self.results) or any(c.failed_checks for c in self.chains):
             return 1
         if self.baseline is not None and self.baseline.regressions:
             return 1
         return 0
+
+    def accepted_failures(self, result: TargetResult) -> tuple[Check, ...]:
+        """``result``'s failed checks that the baseline accepts (recorded failing, failing the same way)."""
+        baseline = self.baseline
+        if baseline is None or not baseline.accepted:
+            return ()
+        return tuple(c for c in result.failed_checks if baseline.accepts(result.name, c.name))
+
+    def unaccepted_failures(self, result: TargetResult) -> tuple[Check, ...]:
+        """``result``'s failed checks that fail the run: all of them, but those the baseline accepts."""
+        accepted = self.accepted_failures(result)
+        return tuple(c for c in result.failed_checks if c not in accepted)
 
     def to_dict(self) -> dict[str, Any]:
         document = encode(replace(self, results=()))

@@ -34,6 +34,7 @@ from fieldmem.gate.baseline import (
     save_baseline,
 )
 from fieldmem.report import (
+    Accepted,
     Alias,
     BaselineComparison,
     Change,
@@ -470,6 +471,78 @@ def test_another_jax_version_is_compared_and_flagged(then: str, note: str | None
         assert note in text and f"jax {then}" in text
 
 
+# ---- recording a run as it is (--accept-current) ------------------------------
+
+NOT_IN_PLACE = Check("expect-in-place", False, "expected in place with donation, but it is not")
+
+
+def not_yet(*checks: Check, copies: tuple[Copy, ...] = ()) -> TargetResult:
+    """``ci:step`` as a team adopting fieldmem finds it: not in place, its expectation failing."""
+    return result(in_place=False, checks=checks or (NOT_IN_PLACE,), copies=copies)
+
+
+def test_accept_current_records_the_failing_checks_and_the_gate_accepts_them_while_they_fail_alike(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "b.json"
+    first = report(not_yet())
+    with pytest.raises(BaselineError, match="--accept-current"):  # the refusal says how to record it as it is
+        save_baseline(path, first)
+    save_baseline(path, first, accept_current=True)
+    (entry,) = json.loads(path.read_text())["entries"]
+    assert entry["accepted_checks"] == [{"name": "expect-in-place", "limit": None}]
+    before = load_baseline(path)
+
+    # the same check failing the same way: accepted, shown as such, exit 0
+    again = compare_to_baseline(report(not_yet()), before)
+    assert again.exit_code == 0 and again.baseline is not None
+    assert again.baseline.accepted == (Accepted("ci:step", ("expect-in-place",)),)
+    assert again.accepted_failures(again.results[0]) == (NOT_IN_PLACE,)
+    assert again.baseline.regressions == ()
+    # ... but not a regression: a new copy still fails the run
+    assert compare_to_baseline(report(not_yet(copies=(copy(),))), before).exit_code == 1
+    # a check the baseline did not accept fails the run
+    over = Check("max-peak", False, "over budget", 1024, 32 * KIB)
+    assert compare_to_baseline(report(not_yet(NOT_IN_PLACE, over)), before).exit_code == 1
+    # an accepted check that passes now is an improvement
+    fixed = compare_to_baseline(report(result(checks=(dataclasses.replace(NOT_IN_PLACE, passed=True),))), before)
+    assert fixed.exit_code == 0 and fixed.baseline is not None
+    assert [(c.kind, c.subject, c.before, c.after) for c in fixed.baseline.improvements][-1] == (
+        "check",
+        "expect-in-place",
+        "failed",
+        "passed",
+    )
+
+    # a budget is accepted failing at the limit it was recorded with, not at another
+    save_baseline(path, report(not_yet(over)), accept_current=True)
+    budget = load_baseline(path)
+    assert compare_to_baseline(report(not_yet(over)), budget).exit_code == 0
+    tighter = compare_to_baseline(report(not_yet(dataclasses.replace(over, limit=512))), budget)
+    assert tighter.exit_code == 1 and tighter.baseline is not None
+    assert any("accepted it failing with the limit 1.0 KiB" in note for note in tighter.baseline.notes)
+
+
+def test_a_refresh_keeps_accepting_what_still_fails_and_an_older_file_accepts_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    save_baseline(path, report(not_yet()), accept_current=True)
+    gated = compare_to_baseline(report(not_yet()), load_baseline(path))
+    save_baseline(path, gated)  # a plain refresh of a run the baseline accepted: allowed, still accepted
+    assert json.loads(path.read_text())["entries"][0]["accepted_checks"] == [{"name": "expect-in-place", "limit": None}]
+    # a passing run's entry has no such key: files are written as before the field existed
+    save_baseline(path, report(result()))
+    assert "accepted_checks" not in json.loads(path.read_text())["entries"][0]
+    # a file without it (any fieldmem before issue 30): nothing accepted, the failed check fails the run
+    assert compare_to_baseline(report(not_yet()), load_baseline(path)).exit_code == 1
+
+
+def test_accept_current_never_records_a_target_that_could_not_be_checked(tmp_path: Path) -> None:
+    path = tmp_path / "b.json"
+    with pytest.raises(BaselineError, match=r"could not be checked \(ci:bad\)"):
+        save_baseline(path, report(not_yet(), make_error_result("ci:bad", target="bad.py")), accept_current=True)
+    assert not path.exists()
+
+
 # ---- the whole loop, for real -------------------------------------------------
 
 runner = CliRunner()
@@ -543,6 +616,100 @@ def test_a_failing_target_leaves_the_baseline_byte_identical(ci_project: Path) -
     assert "fieldmem: error: not saving the baseline 'fieldmem-baseline.json'" in result.stderr
     assert (ci_project / "fieldmem-baseline.json").read_bytes() == before
     assert sorted(p.name for p in ci_project.iterdir() if p.name.startswith(".")) == []
+
+
+@pytest.mark.compile
+def test_a_first_baseline_on_code_not_yet_in_place_is_one_command(ci_project: Path) -> None:
+    """``--save-baseline FILE --accept-current`` records the code as it is, its failing expectation included;
+    the gate then passes until something changes."""
+    from fieldmem.cli import app
+
+    assert fieldmem("--save-baseline", "b.json", "--accept-current", "--baseline", "b.json").exit_code == 2
+    assert fieldmem("--accept-current").exit_code == 2  # it records: only with --save-baseline
+    _copy_a_field(ci_project)  # not in place: the old state.u is returned beside its update
+    refused = fieldmem("--expect", "in-place", "--save-baseline", "fieldmem-baseline.json")
+    assert refused.exit_code == 1 and "--accept-current" in refused.stderr, refused.output
+    assert not (ci_project / "fieldmem-baseline.json").exists()
+
+    recorded = fieldmem("--expect", "in-place", "--save-baseline", "fieldmem-baseline.json", "--accept-current")
+    assert recorded.exit_code == 0, recorded.output
+    assert "saved the baseline fieldmem-baseline.json: 1 target recorded" in recorded.stderr
+    assert "not in place ✗ expect-in-place (accepted)" in recorded.stdout  # shown, not hidden
+
+    again = fieldmem("--expect", "in-place")  # [tool.fieldmem] names the baseline
+    assert again.exit_code == 0, again.output
+    assert "0 regressions" in again.stdout
+    assert "ci:step: expect-in-place fails as recorded: accepted by the baseline" in again.stdout
+    github = runner.invoke(app, ["check", "--expect", "in-place", "--format", "github"], env={"COLUMNS": "200"})
+    assert github.exit_code == 0, github.output
+    assert not any(line.startswith("::error") for line in github.stdout.splitlines())
+    assert "::notice file=model.py,line=30,title=fieldmem%3A ci%3Astep%3A expect-in-place failing%2C accepted" in (
+        github.stdout
+    )
+
+    model = ci_project / "model.py"
+    model.write_text(model.read_text().replace(", state.u\n", ", state.u, state.v\n"))  # a copy more
+    changed = fieldmem("--expect", "in-place")
+    assert changed.exit_code == 1, changed.output
+    assert "ci:step: new parameter copy of state.v" in changed.stdout
+
+
+WIDE = """
+import jax.numpy as jnp
+
+import fieldmem
+
+
+def step(fields):
+    return [f.at[0].add(1.0) for f in fields]
+
+
+def make_args():
+    return ([jnp.zeros((32, 32), jnp.float32) + i for i in range(10)],)
+
+
+fieldmem.case(step, args=make_args, name="wide:step")
+"""
+
+
+@pytest.mark.compile
+def test_the_regression_is_the_only_error_annotation_beside_20_accepted_findings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--format github`` with a baseline: what it accepts (20 findings, more than the 10 error annotations
+    GitHub shows) is not an error, the regression is the first and only one, and the job summary has all."""
+    from fieldmem.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    wide = tmp_path / "wide.py"
+    wide.write_text(WIDE)  # not donated: each of the 10 fields is written to a new buffer and copied
+    options = ["wide.py", "--donate", "none", "--tolerance", "peak:10%"]
+    assert fieldmem(*options, "--save-baseline", "b.json").exit_code == 0
+    wide.write_text(WIDE.replace("for f in fields]", "for f in fields], fields[0]"))  # a copy of fields[0] more
+    summary = tmp_path / "summary.md"
+    summary.write_text("an earlier step's summary\n")
+    sys.modules.pop("wide", None)
+    run = runner.invoke(
+        app,
+        ["check", *options, "--baseline", "b.json", "--format", "github"],
+        env={"COLUMNS": "200", "GITHUB_STEP_SUMMARY": str(summary)},
+    )
+    assert run.exit_code == 1, run.output
+    lines = run.stdout.splitlines()
+    errors = [line for line in lines if line.startswith("::error")]
+    assert errors == lines[:1], lines
+    assert "title=fieldmem%3A wide%3Astep%3A copy regressed against the baseline::" in errors[0]
+    assert "new parameter copy of fields[0] (4.0 KiB) at wide.py:" in errors[0]
+    assert not any("new-buffer" in line or "parameter-copy" in line for line in lines)  # accepted: not annotated
+    assert lines[-1].startswith("::notice::") and "1 regression" in lines[-1]
+
+    text = summary.read_text()
+    assert text.startswith("an earlier step's summary\n## ❌ fieldmem: ")  # appended, as GitHub expects
+    assert "\n- ❌ `wide:step`: not in place: " in text  # the target's headline, with its regression
+    assert "**1 regression**: new parameter copy of fields\\[0\\]" in text
+    for n in range(10):  # every finding, annotated or not
+        assert f"fields\\[{n}\\] is not donated and is copied" in text
+        assert f"out\\[0\\]\\[{n}\\] (float32\\[32,32\\], 4.0 KiB) is written to a new buffer" in text
 
 
 SLOW_MODEL = """

@@ -581,6 +581,11 @@ def test_a_named_config(in_assets: Path, tmp_path: Path) -> None:
         (["--baseline", "missing.json"], "baseline 'missing.json' does not exist: create it with"),
         (["--baseline", "x.json", "--no-baseline"], "--baseline and --no-baseline contradict each other"),
         (["--prune-baseline"], "--prune-baseline only applies with --save-baseline PATH"),
+        (["--accept-current"], "--accept-current only applies with --save-baseline PATH"),
+        (
+            ["--baseline", "b.json", "--save-baseline", "b.json", "--accept-current"],
+            "--accept-current records this run as it is, whatever an earlier baseline says",
+        ),
         (["--save-baseline", "nope/b.json"], "--save-baseline 'nope/b.json': the folder 'nope' does not exist"),
     ],
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from fieldmem.render import _FORMATS, RENDERERS, RenderOptions, _available, get_
 from fieldmem.render.github import annotation, escape_data, escape_property, location
 from fieldmem.render.pieces import code, escape
 from fieldmem.report import (
+    Accepted,
     Alias,
     BaselineComparison,
     Change,
@@ -174,32 +176,119 @@ def test_github_locations_are_relative_to_the_working_directory(
 
 
 def test_github_annotates_each_offending_thing_at_its_line() -> None:
-    text = get_renderer("github").render(_report((GOOD, FAILED, BROKEN, CRASHED), BASELINE), RenderOptions())
+    text = get_renderer("github").render(_report((GOOD, FAILED, BROKEN, CRASHED)), RenderOptions())
     lines = _lines(text)
+    # errors first (GitHub shows 10 of each kind): what fails the run, then the error findings
     assert lines[:-1] == [
         "::error file=model.py,line=30,title=fieldmem%3A model%3Acast%3A expect-in-place failed::"
         "expected in place with donation, but it is not (see the findings)",
+        "::error title=fieldmem%3A model.py%3Astepp could not be checked::"
+        "target: module 'model' has no 'stepp'; did you mean 'step'?",
+        "::error file=model.py,line=40,title=fieldmem%3A model%3Aboom could not be checked::"
+        "compile: XLA compilation failed: RuntimeError: 50%25 of%0Asomething",
         "::error file=model.py,line=31,title=fieldmem%3A model%3Acast%3A new-buffer::"
         "out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31",
         # a finding without a source sits at the function's definition
         "::warning file=model.py,line=30,title=fieldmem%3A model%3Acast%3A unusable-donation::"
         "x is donated but no output reuses it: 100%25 wasted",
-        "::error title=fieldmem%3A model.py%3Astepp could not be checked::"
-        "target: module 'model' has no 'stepp'; did you mean 'step'?",
-        "::error file=model.py,line=40,title=fieldmem%3A model%3Aboom could not be checked::"
-        "compile: XLA compilation failed: RuntimeError: 50%25 of%0Asomething",
-        "::error file=model.py,line=14,title=fieldmem%3A model%3Aupdate%3A copy regressed against the baseline::"
-        "new copy of field.v (1.0 MiB) at model.py:14",
-        # no source of its own: the target's definition
-        "::error file=model.py,line=12,title=fieldmem%3A model%3Aupdate%3A figure regressed against the baseline::"
-        "live peak 2.0 MiB → 3.0 MiB",
-        "::warning title=fieldmem%3A baseline fieldmem-baseline.json::the baseline was made on gpu, this run is on cpu",
     ]
     summary = lines[-1]
     assert summary.startswith("::notice::fieldmem (jax 0.10.2, cpu): 4 targets: ")
     assert "1 in place (model:update)" in summary and "1 not in place (model:cast)" in summary
     assert "2 could not be checked (model.py:stepp, model:boom)" in summary
+    assert "1 check failed" in summary
+
+
+def test_github_with_a_baseline_puts_regressions_first_and_leaves_accepted_findings_out() -> None:
+    compared = replace(BASELINE, accepted=(Accepted("model:update"), Accepted("model:cast")))
+    text = get_renderer("github").render(_report((GOOD, FAILED, BROKEN, CRASHED), compared), RenderOptions())
+    lines = _lines(text)
+    assert lines[:-1] == [
+        "::error file=model.py,line=14,title=fieldmem%3A model%3Aupdate%3A copy regressed against the baseline::"
+        "new copy of field.v (1.0 MiB) at model.py:14",
+        # no source of its own: the target's definition
+        "::error file=model.py,line=12,title=fieldmem%3A model%3Aupdate%3A figure regressed against the baseline::"
+        "live peak 2.0 MiB → 3.0 MiB",
+        # the baseline did not accept it failing: an error still
+        "::error file=model.py,line=30,title=fieldmem%3A model%3Acast%3A expect-in-place failed::"
+        "expected in place with donation, but it is not (see the findings)",
+        "::error title=fieldmem%3A model.py%3Astepp could not be checked::"
+        "target: module 'model' has no 'stepp'; did you mean 'step'?",
+        "::error file=model.py,line=40,title=fieldmem%3A model%3Aboom could not be checked::"
+        "compile: XLA compilation failed: RuntimeError: 50%25 of%0Asomething",
+        # model:cast's findings are the baseline's: in the job summary, not annotated
+        "::warning title=fieldmem%3A baseline fieldmem-baseline.json::the baseline was made on gpu, this run is on cpu",
+    ]
+    summary = lines[-1]
     assert "1 check failed" in summary and "2 regressions, 1 improvement" in summary
+    # the check accepted failing is a notice, and no longer fails the run
+    accepting = replace(BASELINE, regressions=(), accepted=(Accepted("model:cast", ("expect-in-place",)),))
+    report = _report((GOOD, FAILED), accepting)
+    assert report.exit_code == 0
+    lines = _lines(get_renderer("github").render(report, RenderOptions()))
+    assert not any(line.startswith("::error") for line in lines)
+    assert lines[-2] == (
+        "::notice file=model.py,line=30,title=fieldmem%3A model%3Acast%3A expect-in-place failing%2C accepted by the "
+        "baseline::expected in place with donation, but it is not (see the findings)"
+    )
+    assert "1 failing check accepted by the baseline" in lines[-1]
+    # a target new to the baseline: its error finding is a warning (nothing fails on it)
+    assert "::warning file=model.py,line=31,title=fieldmem%3A model%3Acast%3A new-buffer::" in get_renderer(
+        "github"
+    ).render(_report((GOOD, FAILED), replace(accepting, accepted=(Accepted("model:update"),))), RenderOptions())
+
+
+def test_github_beyond_the_annotation_limits_the_job_summary_has_everything() -> None:
+    """GitHub shows 10 annotations of each kind per step: what fails comes first, the summary notice is
+    always shown and says how many went beyond, and the job summary lists every one, a headline per target."""
+    from fieldmem.render.github import ANNOTATIONS_SHOWN, job_summary
+
+    names = [f"model:t{n:02d}" for n in range(14)]
+    results = tuple(replace(FAILED, name=name, definition=f"model.py:{100 + n}") for n, name in enumerate(names))
+    regressions = tuple(
+        Change(name, "copy", "field.v", f"{name}: new copy of field.v (1.0 MiB) at model.py:{200 + n}", None, MIB)
+        for n, name in enumerate(names[:12])
+    )
+    comparison = BaselineComparison(
+        "b.json",
+        regressions=regressions,
+        accepted=tuple(Accepted(name, ("expect-in-place",)) for name in names),
+    )
+    report = _report(results, comparison)
+    lines = _lines(get_renderer("github").render(report, RenderOptions()))
+    errors = [line for line in lines if line.startswith("::error")]
+    notices = [line for line in lines if line.startswith("::notice")]
+    assert errors == lines[:12] and all("regressed against the baseline" in line for line in errors)
+    assert not any(line.startswith("::warning") for line in lines)  # the accepted findings: not annotated
+    assert len(notices) == ANNOTATIONS_SHOWN and notices[-1] == lines[-1]  # the summary is among those shown
+    assert all("expect-in-place failing%2C accepted by the baseline" in line for line in notices[:-1])
+    assert "14 failing checks accepted by the baseline" in lines[-1]
+    assert "2 errors, 5 notices not annotated: the job summary lists everything" in lines[-1]
+
+    summary = job_summary(report, RenderOptions())
+    for name in names:
+        assert f"- ❌ `{name}`: not in place: " in summary or f"- ☑️ `{name}`: not in place: " in summary  # headline
+        assert f"- ☑️ `{name}`: expect-in-place: expected in place with donation" in summary  # the baseline's list
+    assert summary.count("- ☑️ expect-in-place (failing, accepted by the baseline): ") == 14  # each target's section
+    assert summary.count("- ❌ `model:t") == 12 + 12  # 12 headlines with a regression, 12 regressions listed
+    assert "- ☑️ `model:t13`: not in place: out (bfloat16\\[512,512\\], 512.0 KiB)" in summary
+    assert summary.index("**12 regressions**") < summary.index("### `model:t00`")  # regressions first
+    assert "- ⚠️ x is donated but no output reuses it: 100% wasted" in summary  # every finding
+    assert report.exit_code == 1
+
+
+def test_the_job_summary_stays_within_what_github_keeps(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fieldmem.render import github
+
+    report = _report((GOOD, FAILED))
+    whole = github.job_summary(report, RenderOptions())
+    assert "- ℹ️ without donation, field.v is copied" in whole  # -v: the info findings too
+    monkeypatch.setattr(github, "SUMMARY_LIMIT", len(whole.encode()) - 1)
+    shorter = github.job_summary(report, RenderOptions())
+    assert "ℹ️" not in shorter and "- ❌ `model:cast`: not in place" in shorter  # the headlines stay
+    monkeypatch.setattr(github, "SUMMARY_LIMIT", 800)
+    cut = github.job_summary(report, RenderOptions())
+    assert len(cut.encode()) <= 800 and cut.endswith("`--format json -o FILE` writes the whole report.**\n")
 
 
 def test_github_emits_only_the_summary_for_fine_results() -> None:

@@ -3,7 +3,9 @@
 A baseline file (``fieldmem.baseline/1``, documented in ``docs/baselines.md``)
 holds one entry per target name, backend and device kind: the memory figures
 of both variants, the aliases, unusable donations and copies of the donated
-variant, the verdict, and the versions that produced them. It records only
+variant, the verdict, the checks failing when it was recorded with
+``--accept-current`` (accepted while they fail the same way), and the
+versions that produced them. It records only
 what is stable from one run of the same code to the next (no timings, no HLO
 instruction names), so a refreshed baseline changes in git exactly when the
 findings change.
@@ -41,13 +43,23 @@ from fieldmem.gate.diff import (
     facts_of_result,
     moved,
 )
-from fieldmem.report import MEMORY_FIGURES, BaselineComparison, Change, Report, TargetResult, Variant
+from fieldmem.report import (
+    MEMORY_FIGURES,
+    Accepted,
+    BaselineComparison,
+    Change,
+    Check,
+    Report,
+    TargetResult,
+    Variant,
+)
 from fieldmem.request.target import is_file_spec
 from fieldmem.request.tolerance import COPIES, FIGURES, Tolerance, Tolerances
 from fieldmem.units import format_bytes
 
 __all__ = [
     "SCHEMA",
+    "AcceptedCheck",
     "AliasRecord",
     "Baseline",
     "BaselineEntry",
@@ -56,6 +68,7 @@ __all__ = [
     "SavedBaseline",
     "VariantRecord",
     "compare_to_baseline",
+    "gate_as_recorded",
     "load_baseline",
     "save_baseline",
 ]
@@ -99,6 +112,16 @@ class DonationRecord:
 
 
 @dataclass(frozen=True)
+class AcceptedCheck:
+    """A check that failed when the entry was recorded (``--accept-current``): the gate accepts it while it
+    fails the same way, i.e. a check of this name with this limit (a budget's bytes; None for an
+    expectation)."""
+
+    name: str
+    limit: int | None = None
+
+
+@dataclass(frozen=True)
 class VariantRecord:
     memory: dict[str, int | None]
     aliases: tuple[AliasRecord, ...] = ()
@@ -125,6 +148,9 @@ class BaselineEntry:
     jax_version: str
     jaxlib_version: str
     variants: dict[str, VariantRecord] = field(default_factory=dict)
+    # the checks failing when it was recorded, accepted while they fail the same way; written only when there
+    # are some, absent in files before issue 30 (none accepted)
+    accepted_checks: tuple[AcceptedCheck, ...] = ()
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -148,7 +174,15 @@ class Baseline:
     def to_dict(self) -> dict[str, Any]:
         data = encode(self)
         del data["path"]
+        for entry in data["entries"]:
+            for name in _OPTIONAL_ENTRY_FIELDS:
+                if not entry.get(name):
+                    del entry[name]  # none: the file stays as a fieldmem before the field wrote it
         return {"schema": data.pop("schema"), **data}
+
+
+#: entry fields written only when they hold something (older files lack them, and mean "none")
+_OPTIONAL_ENTRY_FIELDS = ("accepted_checks",)
 
 
 @dataclass(frozen=True)
@@ -188,8 +222,13 @@ def _variant_record(variant: Variant) -> VariantRecord:
     )
 
 
-def entry_from_result(result: TargetResult, report: Report) -> BaselineEntry:
-    """The baseline entry recording ``result`` (a checked target of ``report``)."""
+def entry_from_result(result: TargetResult, report: Report, *, accept_current: bool = False) -> BaselineEntry:
+    """The baseline entry recording ``result`` (a checked target of ``report``).
+
+    Its accepted checks: every failed check with ``accept_current``, else those the report's own
+    baseline comparison accepted (a refresh keeps accepting what still fails the same way).
+    """
+    failed = result.failed_checks if accept_current else report.accepted_failures(result)
     return BaselineEntry(
         name=result.name,
         target=result.target,
@@ -206,6 +245,7 @@ def entry_from_result(result: TargetResult, report: Report) -> BaselineEntry:
         jax_version=report.jax_version,
         jaxlib_version=report.jaxlib_version,
         variants={name: _variant_record(result.variants[name]) for name in VARIANTS},
+        accepted_checks=tuple(AcceptedCheck(c.name, c.limit) for c in failed),
     )
 
 
@@ -213,8 +253,9 @@ def entry_from_result(result: TargetResult, report: Report) -> BaselineEntry:
 # Saving and loading
 
 
-def _refuse_incomplete(report: Report, path: str) -> None:
-    """A baseline records a complete, passing run; anything else would hide a problem."""
+def _refuse_incomplete(report: Report, path: str, accept_current: bool = False) -> None:
+    """A baseline records a complete, passing run; anything else would hide a problem. With
+    ``accept_current`` a failed check is recorded (as accepted), but a target that errored is not."""
     where = f"not saving the baseline {path!r}"
     if not report.results:
         raise BaselineError(f"{where}: the run checked no target")
@@ -226,9 +267,14 @@ def _refuse_incomplete(report: Report, path: str) -> None:
     incomplete = [r.name for r in report.results if any(v not in r.variants for v in VARIANTS)]
     if incomplete:
         raise BaselineError(f"{where}: {', '.join(incomplete)} lack the plain or donated variant")
-    failed = [f"{r.name} {c.name}" for r in report.results for c in r.failed_checks]
+    failed = (
+        [] if accept_current else [f"{r.name} {c.name}" for r in report.results for c in report.unaccepted_failures(r)]
+    )
     if failed:
-        raise BaselineError(f"{where}: the run failed ({', '.join(failed)}); a baseline records a passing run")
+        raise BaselineError(
+            f"{where}: the run failed ({_listed(failed)}); a baseline records a passing run, or, with "
+            "--accept-current, the run as it is (the gate then fails only when something changes)"
+        )
     if report.baseline is not None and report.baseline.regressions:
         raise BaselineError(
             f"{where}: the run has {len(report.baseline.regressions)} regression(s) against "
@@ -343,6 +389,7 @@ def save_baseline(
     prune: bool = False,
     root: str | os.PathLike[str] | None = None,
     lock_timeout: float = LOCK_TIMEOUT,
+    accept_current: bool = False,
 ) -> SavedBaseline:
     """Record ``report`` in the baseline file at ``path``, atomically and under its lock.
 
@@ -356,8 +403,14 @@ def save_baseline(
     baseline at once keep both their targets. A symbolic link at ``path`` is
     kept: the file it points to is replaced. A read-only baseline is refused.
 
+    A failed check is refused, unless the report's baseline comparison accepts
+    it (then it stays accepted) or ``accept_current`` records the run as it
+    is: each entry then lists its failed checks in ``accepted_checks``, and
+    :func:`compare_to_baseline` accepts them while they fail the same way.
+
     Raises:
-        BaselineError: a target errored, a check failed, the run regressed
+        BaselineError: a target errored, a check failed (without
+            ``accept_current``, and not accepted by the compared baseline), the run regressed
             against a baseline, the run is empty, the existing file is not a
             fieldmem baseline, not a regular file or read-only (it is never
             overwritten), the lock stayed held for ``lock_timeout`` seconds,
@@ -365,13 +418,13 @@ def save_baseline(
             exactly as it was.
     """
     shown = os.fspath(path)
-    _refuse_incomplete(report, shown)
+    _refuse_incomplete(report, shown, accept_current)
     base = _root(root, path)
     file = Path(os.path.realpath(path))  # a link is written through: the file it points to is replaced
     _check_replaceable(file, shown)
     try:
         with terminating(), locked(file, lock_timeout):
-            return _merge_and_write(file, shown, report, prune, base)
+            return _merge_and_write(file, shown, report, prune, base, accept_current)
     except LockTimeout as exc:
         raise BaselineError(
             f"not saving the baseline {shown!r}: {exc}; is another fieldmem saving it?"
@@ -381,7 +434,9 @@ def save_baseline(
         raise BaselineError(f"cannot write the baseline {shown!r}: {exc.strerror or exc}") from None
 
 
-def _merge_and_write(file: Path, shown: str, report: Report, prune: bool, root: str) -> SavedBaseline:
+def _merge_and_write(
+    file: Path, shown: str, report: Report, prune: bool, root: str, accept_current: bool = False
+) -> SavedBaseline:
     """The read-merge-write of :func:`save_baseline`, under the lock."""
     existing: tuple[BaselineEntry, ...] = ()
     raw: dict[str, Any] = {}  # the file as written: what a newer fieldmem put there that this one does not read
@@ -398,13 +453,7 @@ def _merge_and_write(file: Path, shown: str, report: Report, prune: bool, root: 
             entries = raw.get("entries")
             if isinstance(entries, list) and len(entries) == len(existing):
                 raw_entries = {e.key: r for e, r in zip(existing, entries) if isinstance(r, dict)}
-    fresh = {}
-    for result in report.results:
-        entry = entry_from_result(result, report)
-        entry = dataclasses.replace(
-            entry, name=project_name(entry.name, entry.target, root), target=project_spec(entry.target, root)
-        )
-        fresh[entry.key] = entry
+    fresh = {entry.key: entry for entry in _entries(report, root, accept_current)}
     backend, kind = report.backend, _device_kind(report) or ""
     kept, pruned = [], []
     merged = dict(fresh)
@@ -433,7 +482,7 @@ def _merge_and_write(file: Path, shown: str, report: Report, prune: bool, root: 
         before = raw_entries.get(key)
         if before is None:
             continue
-        unknown = _unknown_fields(before, written[n], "")
+        unknown = _unknown_fields(before, written[n], "", skip=_OPTIONAL_ENTRY_FIELDS)
         if not unknown:
             continue
         if key in fresh:  # measured again: what this fieldmem cannot write is gone, and said so
@@ -448,6 +497,57 @@ def _merge_and_write(file: Path, shown: str, report: Report, prune: bool, root: 
         pruned=tuple(pruned),
         dropped=tuple(dropped),
     )
+
+
+def _entries(report: Report, root: str, accept_current: bool) -> list[BaselineEntry]:
+    """The entries recording ``report``'s targets, named relative to ``root``."""
+    entries = []
+    for result in report.results:
+        entry = entry_from_result(result, report, accept_current=accept_current)
+        entries.append(
+            dataclasses.replace(
+                entry, name=project_name(entry.name, entry.target, root), target=project_spec(entry.target, root)
+            )
+        )
+    return entries
+
+
+def gate_as_recorded(
+    report: Report, path: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None
+) -> Report:
+    """``report`` gated against the baseline ``--save-baseline PATH --accept-current`` records of it.
+
+    Every failed check is accepted (nothing else can differ from itself), so the
+    run shows what the next run with ``--baseline PATH`` accepts, and passes
+    as that run will until something changes. A report that cannot be
+    recorded (a target errored or lacks a variant, no target) is returned as it is:
+    the save refuses it.
+    """
+    shown = os.fspath(path)
+    if not report.results or any(
+        r.status == "error" or any(v not in r.variants for v in VARIANTS) for r in report.results
+    ):
+        return report
+    base = _root(root, path)
+    recorded = Baseline(
+        path=shown,
+        fieldmem_version=report.fieldmem_version,
+        jax_version=report.jax_version,
+        jaxlib_version=report.jaxlib_version,
+        backend=report.backend,
+        platform_version=report.platform_version,
+        device_kinds=tuple(dict.fromkeys(d.kind or d.platform for d in report.devices)),
+        entries=tuple(_entries(report, base, accept_current=True)),
+    )
+    gated = compare_to_baseline(report, recorded, root=base)
+    assert gated.baseline is not None
+    accepted = sum(len(a.checks) for a in gated.baseline.accepted)
+    checks = f"{accepted} failing check{'' if accepted == 1 else 's'} accepted" if accepted else "no check fails"
+    note = (
+        f"this run is recorded as it is (--accept-current), {checks}: the next run with --baseline {shown} "
+        "fails only on a regression or a check failing that the baseline does not accept"
+    )
+    return dataclasses.replace(gated, baseline=dataclasses.replace(gated.baseline, notes=(*gated.baseline.notes, note)))
 
 
 def _raw_document(file: Path) -> dict[str, Any]:
@@ -530,6 +630,9 @@ def _bad_size(baseline: Baseline) -> str | None:
         where = f"entries[{n}] ({entry.name!r})"
         if wrong(entry.min_bytes):
             return f"{where}.min_bytes = {_short(entry.min_bytes)}"
+        for i, check in enumerate(entry.accepted_checks):
+            if wrong(check.limit):
+                return f"{where}.accepted_checks[{i}].limit = {_short(check.limit)}"
         for variant_name, variant in entry.variants.items():
             at = f"{where}.variants.{variant_name}"
             for figure, value in variant.memory.items():
@@ -857,6 +960,13 @@ def compare_to_baseline(
     compare (every target missing: the gate would otherwise pass on nothing).
     Targets new to the baseline, or not checked in this run, are notes. Linear
     in the entries and results.
+
+    Each target compared is listed in the comparison's ``accepted``, with its
+    failed checks that the entry accepts (recorded failing by ``--save-baseline
+    --accept-current``, failing the same way: same name, same limit), which
+    then do not fail the run (``Report.exit_code``); an accepted check that now
+    passes is an improvement. A failed check the entry does not accept fails
+    the run as it does without a baseline.
     """
     found = _Collector()
     base = _root(root, baseline.path)
@@ -870,6 +980,7 @@ def compare_to_baseline(
     compared: list[BaselineEntry] = []
     names: set[str] = set()
     new: list[str] = []
+    accepted: list[Accepted] = []
     matched = 0
     for result in report.results:
         name = project_name(result.name, result.target, base)
@@ -896,6 +1007,7 @@ def compare_to_baseline(
             continue
         compared.append(entry)
         _classify(entry, result, report.min_bytes, tolerances, found)
+        accepted.append(_gate_checks(entry, result, found))
 
     specs = {project_spec(r.target, base) for r in report.results}
     unchecked = []
@@ -947,8 +1059,46 @@ def compare_to_baseline(
         improvements=tuple(found.improvements),
         notes=tuple(found.notes),
         tolerance=tolerances.describe(),
+        accepted=tuple(accepted),
     )
     return dataclasses.replace(report, baseline=comparison)
+
+
+def _gate_checks(entry: BaselineEntry, result: TargetResult, found: _Collector) -> Accepted:
+    """The failed checks of ``result`` that ``entry`` accepts; an accepted check now passing is an
+    improvement, one failing with another limit or no longer made is noted."""
+    recorded = {(a.name, a.limit) for a in entry.accepted_checks}
+    accepted = tuple(c.name for c in result.failed_checks if (c.name, c.limit) in recorded)
+    by_name: dict[str, Check] = {c.name: c for c in result.checks}
+    for was in entry.accepted_checks:
+        check = by_name.get(was.name)
+        if check is None:
+            found.notes.append(
+                f"{result.name}: {was.name} is no longer checked (the baseline accepted it failing); "
+                "refresh the baseline with --save-baseline"
+            )
+        elif check.passed:
+            found.improvements.append(
+                Change(
+                    target=result.name,
+                    kind="check",
+                    subject=was.name,
+                    message=f"{result.name}: {was.name} passes now (the baseline accepted it failing)",
+                    before="failed",
+                    after="passed",
+                    source=result.definition,
+                )
+            )
+        elif check.limit != was.limit:
+            found.notes.append(
+                f"{result.name}: {was.name} fails with the limit {_limit(check.limit)}; the baseline accepted it "
+                f"failing with the limit {_limit(was.limit)}, not this one"
+            )
+    return Accepted(target=result.name, checks=accepted)
+
+
+def _limit(limit: int | None) -> str:
+    return "none" if limit is None else format_bytes(limit)
 
 
 def _nothing_compared(baseline: Baseline, report: Report, here: int, root: str) -> Change:

@@ -21,7 +21,8 @@ __all__ = ["render_comparison", "render_saved"]
 
 
 def render_comparison(comparison: BaselineComparison) -> str:
-    """``baseline PATH (tolerance T): N regressions, M improvements`` and one line per item."""
+    """``baseline PATH (tolerance T): N regressions, M improvements`` and one line per item: each regression,
+    improvement, failing check the baseline accepts, and note."""
     comparison = visible_strings(comparison)  # paths, names and messages as fieldmem shows user text
     tolerance = comparison.tolerance or "exact"
     lines = [
@@ -31,6 +32,11 @@ def render_comparison(comparison: BaselineComparison) -> str:
     ]
     lines += [f"  ✗ {r.message}" for r in comparison.regressions]
     lines += [f"  ✓ {r.message}" for r in comparison.improvements]
+    lines += [
+        f"  = {a.target}: {check} fails as recorded: accepted by the baseline"
+        for a in comparison.accepted
+        for check in a.checks
+    ]
     lines += [f"  • {note}" for note in comparison.notes]
     return defused("\n".join(lines) + "\n")
 

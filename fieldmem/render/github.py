@@ -2,11 +2,20 @@
 
 ``fieldmem check --format github`` in a workflow step turns each problem into
 an annotation at the line that causes it (for a line in library code, at the
-user's call site that led there, the finding's ``call_site``): ``::error`` for an error finding, a
-failed check, a baseline regression or a target that could not be checked;
-``::warning`` for a warning finding or a baseline note. A target that is fine
-emits nothing; the last line is always one ``::notice::`` summary. Like every
-renderer it decides nothing: severities, sources and messages are the report's.
+user's call site that led there, the finding's ``call_site``). ``::error`` is
+for what fails the run, regressions first (GitHub shows only the first 10
+annotations of each kind in a step): a baseline regression, a failed check the
+baseline does not accept, a target that could not be checked, and, without a
+baseline, an error finding. With a baseline, what it accepts is no error: a
+compared target's findings are left to the job summary, and a failed check it
+accepts is a ``::notice``; a target new to it has its findings as warnings.
+``::warning`` is also for a warning finding and a baseline note. A target that
+is fine emits nothing; the last line is always one ``::notice::`` summary,
+which says how many annotations went beyond GitHub's limits.
+:func:`job_summary` is the Markdown the CLI appends to ``$GITHUB_STEP_SUMMARY``:
+everything, a one-line headline per target first. Like every renderer it
+decides nothing: severities, sources, messages and what the baseline accepts
+are the report's.
 
 User text is first made visible by fieldmem's one rule
 (:mod:`fieldmem.escaping`: a line break or ESC in a name shows as ``\\n`` or
@@ -25,11 +34,15 @@ from pathlib import Path
 from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions
 from fieldmem.render.pieces import count
-from fieldmem.report import Chain, Change, Report, TargetResult
+from fieldmem.report import Chain, Change, Check, Report, TargetResult
 
-__all__ = ["annotation", "escape_data", "escape_property", "location", "render"]
+__all__ = ["annotation", "annotations_by_level", "escape_data", "escape_property", "job_summary", "location", "render"]
 
 _NAMES_IN_SUMMARY = 10  # target names listed per group in the summary line
+# GitHub shows 10 error, 10 warning and 10 notice annotations of a step (and 50 of a job); the rest stay in
+# the log (actions/toolkit, docs/problem-matchers.md, "Limitations")
+ANNOTATIONS_SHOWN = 10
+SUMMARY_LIMIT = 1024 * 1024  # bytes GitHub keeps of one step's summary ($GITHUB_STEP_SUMMARY)
 
 
 def escape_data(text: str) -> str:
@@ -75,30 +88,38 @@ def annotation(level: str, message: str, *, title: str | None = None, source: st
     return f"{head}::{escape_data(message)}"
 
 
-def _target_annotations(result: TargetResult) -> list[str]:
-    if result.status == "error" or result.verdict is None:
-        message = result.error.message if result.error is not None else "unknown error"
-        kind = f"{result.error.kind}: " if result.error is not None else ""
-        return [
-            annotation(
-                "error",
-                f"{kind}{message}",
-                title=f"fieldmem: {result.name} could not be checked",
-                source=result.definition,
-            )
-        ]
-    lines = [
-        annotation(
-            "error", check.message, title=f"fieldmem: {result.name}: {check.name} failed", source=result.definition
-        )
-        for check in result.failed_checks
-    ]
+def _error_annotation(result: TargetResult) -> str:
+    message = result.error.message if result.error is not None else "unknown error"
+    kind = f"{result.error.kind}: " if result.error is not None else ""
+    return annotation(
+        "error",
+        f"{kind}{message}",
+        title=f"fieldmem: {result.name} could not be checked",
+        source=result.definition,
+    )
+
+
+def _check_annotation(level: str, result: TargetResult, check: Check, accepted: bool = False) -> str:
+    title = (
+        f"fieldmem: {result.name}: {check.name} failing, accepted by the baseline"
+        if accepted
+        else f"fieldmem: {result.name}: {check.name} failed"
+    )
+    return annotation(level, check.message, title=title, source=result.definition)
+
+
+def _finding_annotations(result: TargetResult, demoted: bool) -> tuple[list[str], list[str]]:
+    """The target's error and warning findings, at their lines; ``demoted``: both as warnings."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    assert result.verdict is not None
     for finding in result.verdict.findings:
         if finding.severity not in ("error", "warning"):
             continue
-        lines.append(
+        level = "warning" if demoted else finding.severity
+        (errors if level == "error" else warnings).append(
             annotation(
-                finding.severity,
+                level,
                 finding.message,
                 title=f"fieldmem: {result.name}: {finding.code}",
                 # a line in library code (site-packages) is not in the workspace: the annotation goes
@@ -106,12 +127,12 @@ def _target_annotations(result: TargetResult) -> list[str]:
                 source=finding.call_site or finding.source or result.definition,
             )
         )
-    return lines
+    return errors, warnings
 
 
-def _chain_annotations(chain: Chain) -> list[str]:
-    """The chain's first break at its line: an error when the chain's expectation fails, else a warning."""
-    lines = [
+def _chain_annotations(chain: Chain) -> tuple[list[str], list[str]]:
+    """The chain's failed checks as errors at its first break; without a failed check, the break as a warning."""
+    errors = [
         annotation(
             "error",
             check.message,
@@ -120,9 +141,10 @@ def _chain_annotations(chain: Chain) -> list[str]:
         )
         for check in chain.failed_checks
     ]
+    warnings = []
     if chain.first_break is not None and not chain.failed_checks:
         brk = chain.first_break
-        lines.append(
+        warnings.append(
             annotation(
                 "warning",
                 chain.summary,
@@ -130,7 +152,7 @@ def _chain_annotations(chain: Chain) -> list[str]:
                 source=brk.source,
             )
         )
-    return lines
+    return errors, warnings
 
 
 def _definitions(report: Report) -> dict[str, str]:
@@ -158,7 +180,7 @@ def _names(results: list[TargetResult]) -> str:
     return ", ".join(names) + (f" and {more} more" if more > 0 else "")
 
 
-def _summary(report: Report) -> str:
+def _summary(report: Report, left_out: dict[str, int]) -> str:
     results = list(report.results)
     environment = f"jax {report.jax_version}, {report.backend}" + (
         ", compiled without the device" if report.deviceless is not None else ""
@@ -186,30 +208,111 @@ def _summary(report: Report) -> str:
         ("could not be checked", [r for r in results if r.status == "error" or r.verdict is None]),
     )
     parts = [f"{len(group)} {label} ({_names(group)})" for label, group in groups if group]
-    failed = sum(len(r.failed_checks) for r in results)
+    failed = sum(len(report.unaccepted_failures(r)) for r in results)
     if failed:
         parts.append(f"{count(failed, 'check')} failed")
+    accepted = sum(len(report.accepted_failures(r)) for r in results)
+    if accepted:
+        parts.append(f"{count(accepted, 'failing check')} accepted by the baseline")
     if report.baseline is not None:
         regressions, improvements = len(report.baseline.regressions), len(report.baseline.improvements)
         parts.append(
             f"against {report.baseline.path}: {count(regressions, 'regression')}, {count(improvements, 'improvement')}"
         )
-    return f"fieldmem ({environment}): {count(len(results), 'target')}: " + "; ".join(parts)
+    text = f"fieldmem ({environment}): {count(len(results), 'target')}: " + "; ".join(parts)
+    beyond = [f"{n} {level}" for level, n in left_out.items() if n]
+    if beyond:
+        text += (
+            f"; beyond what GitHub shows per step ({ANNOTATIONS_SHOWN} of each kind): "
+            f"{', '.join(beyond)} not annotated: the job summary lists everything"
+        )
+    return text
+
+
+def annotations_by_level(report: Report) -> dict[str, list[str]]:
+    """The annotations of ``report`` (its strings already visible), by level, each in the order GitHub
+    should show them.
+
+    Errors are what fails the run, regressions first: the regressions, the failed checks the baseline
+    does not accept, the targets that could not be checked; then, without a baseline, the error
+    findings. With a baseline, what it accepts is not an error: a compared target's findings are left
+    to the job summary and each failed check it accepts is a notice; a target new to it has its
+    findings as warnings (nothing accepted them, nothing fails on them).
+    """
+    errors: list[str] = []
+    warnings: list[str] = []
+    notices: list[str] = []
+    comparison = report.baseline
+    if comparison is not None:
+        definitions = _definitions(report)
+        errors.extend(_regression_annotation(r, definitions) for r in comparison.regressions)
+    for result in report.results:
+        if result.status == "ok" and result.verdict is not None:
+            errors.extend(_check_annotation("error", result, c) for c in report.unaccepted_failures(result))
+    for chain in report.chains:
+        chain_errors, chain_warnings = _chain_annotations(chain)
+        errors += chain_errors
+        warnings += chain_warnings
+    # a target the baseline had, and that now errors, is that regression's error already
+    now_erroring = {r.target for r in comparison.regressions if r.kind == "status"} if comparison is not None else set()
+    for result in report.results:
+        if (result.status == "error" or result.verdict is None) and result.name not in now_erroring:
+            errors.append(_error_annotation(result))
+    for result in report.results:
+        if result.status != "ok" or result.verdict is None:
+            continue
+        accepted = comparison is not None and comparison.accepts(result.name)
+        if accepted:
+            notices.extend(
+                _check_annotation("notice", result, c, accepted=True) for c in report.accepted_failures(result)
+            )
+            continue
+        finding_errors, finding_warnings = _finding_annotations(result, demoted=comparison is not None)
+        errors += finding_errors
+        warnings += finding_warnings
+    if comparison is not None:
+        warnings.extend(
+            annotation("warning", note, title=f"fieldmem: baseline {comparison.path}") for note in comparison.notes
+        )
+    return {"error": errors, "warning": warnings, "notice": notices}
 
 
 def render(report: Report, options: RenderOptions) -> str:
     report = visible_strings(report)  # every name, path and message as fieldmem shows user text
-    lines: list[str] = []
-    for result in report.results:
-        lines.extend(_target_annotations(result))
-    for chain in report.chains:
-        lines.extend(_chain_annotations(chain))
-    if report.baseline is not None:
-        definitions = _definitions(report)
-        lines.extend(_regression_annotation(r, definitions) for r in report.baseline.regressions)
-        lines.extend(
-            annotation("warning", note, title=f"fieldmem: baseline {report.baseline.path}")
-            for note in report.baseline.notes
-        )
-    lines.append(annotation("notice", _summary(report)))
+    by_level = annotations_by_level(report)
+    # errors and warnings are all written (the log keeps them; GitHub shows the first of each kind, so what
+    # fails the run comes first); notices stop short of the limit, so that the summary's is shown
+    notices = by_level["notice"][: ANNOTATIONS_SHOWN - 1]
+    left_out = {
+        "errors": max(0, len(by_level["error"]) - ANNOTATIONS_SHOWN),
+        "warnings": max(0, len(by_level["warning"]) - ANNOTATIONS_SHOWN),
+        "notices": len(by_level["notice"]) - len(notices),
+    }
+    lines = [*by_level["error"], *by_level["warning"], *notices, annotation("notice", _summary(report, left_out))]
     return defused("\n".join(lines) + "\n", commands=True)
+
+
+def job_summary(report: Report, options: RenderOptions) -> str:
+    """The Markdown ``--format github`` appends to ``$GITHUB_STEP_SUMMARY``: everything, annotated or not.
+
+    The outcome, a one-line headline per target, the table, the baseline's regressions, improvements,
+    accepted checks and notes, and every target's checks and findings (``-v``'s Markdown). Over GitHub's
+    limit for one step's summary, what ``-v`` adds (``info`` findings, passed checks, the sections of fine
+    targets) is left out first; what still does not fit is cut, and the summary says so.
+    """
+    from dataclasses import replace
+
+    from fieldmem.render.markdown import render as markdown
+
+    text = markdown(report, replace(options, verbose=True), headlines=True)
+    if len(text.encode("utf-8", "backslashreplace")) <= SUMMARY_LIMIT:
+        return text
+    text = markdown(report, replace(options, verbose=False), headlines=True)
+    data = text.encode("utf-8", "backslashreplace")
+    if len(data) <= SUMMARY_LIMIT:
+        return text
+    cut = data[: SUMMARY_LIMIT - 512].decode("utf-8", "ignore").rsplit("\n", 1)[0]
+    return (
+        cut + "\n\n> **Cut here: the summary is larger than the 1 MiB GitHub keeps for a step. "
+        "`--format json -o FILE` writes the whole report.**\n"
+    )

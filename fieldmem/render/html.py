@@ -25,14 +25,18 @@ from dataclasses import dataclass
 from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions
 from fieldmem.render.pieces import (
+    HOST_FIGURES,
     STATUS_WORDS,
+    chain_transfer_line,
     copy_kind_text,
     count,
     deviceless_label,
     footprint_curve,
+    host_figures_shown,
     memory_space_lines,
     pair,
     plural,
+    transfer_lines,
     verdict_words,
 )
 from fieldmem.report import (
@@ -308,6 +312,14 @@ def _memory_table(result: TargetResult) -> str:
             _e(format_bytes(result.savings.get(name))),
         )
         for name in MEMORY_FIGURES
+    ] + [
+        (
+            f"<code>{name}</code>",
+            _e(format_bytes(getattr(plain.memory, name))),
+            _e(format_bytes(getattr(donated.memory, name))),
+            "",
+        )
+        for name in (HOST_FIGURES if host_figures_shown(result) else ())
     ]
     text = _table(
         "memory figures",
@@ -487,6 +499,7 @@ def _section(result: TargetResult, anchor: str, opened: bool, min_bytes: int) ->
         _memory_table(result),
         _aliases_table(donated),
         _unusable_table(donated),
+        "".join(f'<p class="muted">{_e(line.strip())}</p>\n' for line in transfer_lines(result)),
         _copies_table(plain, min_bytes),
         _copies_table(donated, min_bytes),
     ]
@@ -587,6 +600,13 @@ def _baseline(comparison: BaselineComparison) -> str:
         parts.append(f'<ul class="regressions">{items(comparison.regressions, "regression")}</ul>\n')
     if comparison.improvements:
         parts.append(f'<ul class="improvements">{items(comparison.improvements, "improvement")}</ul>\n')
+    accepted = [(a.target, check) for a in comparison.accepted for check in a.checks]
+    if accepted:  # failing as recorded (--accept-current): shown, not hidden
+        parts.append(
+            '<ul class="notes">'
+            + "".join(f"<li>{_e(t)}: {_e(c)} fails as recorded: accepted by the baseline</li>" for t, c in accepted)
+            + "</ul>\n"
+        )
     if comparison.notes:
         parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in comparison.notes) + "</ul>\n")
     parts.append("</section>\n")
@@ -641,6 +661,9 @@ def _chains(report: Report, anchors: dict[str, str]) -> str:
         )
         if chain.cost_summary:
             parts.append(f"<p>{_e(chain.cost_summary)}</p>\n")
+        moved = chain_transfer_line(chain)
+        if moved:
+            parts.append(f'<p class="muted">{_e(moved)}</p>\n')
         breaking = [h for s in chain.steps for h in s.handoffs if h.breaks]
         if breaking:
             parts.append(

@@ -1,5 +1,6 @@
 """The pieces every renderer shares: pass/fail marks, Markdown escaping and code spans,
-``plain → donated`` byte pairs, block eighths, plurals, the words for a chain step's status.
+``plain → donated`` byte pairs, block eighths, plurals, the words for a chain step's status, the
+transfers section in words.
 
 Renderers import this module; it imports no renderer (and not rich), so no renderer
 needs another one for a helper. Each piece formats the values it is given and decides
@@ -10,26 +11,31 @@ from __future__ import annotations
 
 import re
 
-from fieldmem.report import ChainStep, Copy, Report, Variant
+from fieldmem.report import Chain, ChainStep, Copy, Report, TargetResult, Variant
 from fieldmem.units import format_bytes
 from fieldmem.words import copy_kind_label
 
 __all__ = [
     "FAIL",
+    "HOST_FIGURES",
     "PASS",
     "SPARK_BLOCKS",
     "STATUS_WORDS",
     "VERDICT_WORDS",
     "WARN",
     "block",
+    "chain_transfer_line",
     "code",
     "count",
     "deviceless_label",
     "escape",
     "footprint_curve",
+    "host_figures_shown",
+    "module_settings_text",
     "pair",
     "plural",
     "source_text",
+    "transfer_lines",
     "verdict_words",
 ]
 
@@ -136,6 +142,22 @@ def deviceless_label(report: Report) -> str | None:
     return f"{d.backend} · {d.chips} × {kind}{topology} · compiled without the device: {d.note}"
 
 
+def module_settings_text(report: Report) -> str | None:
+    """What the targets' modules set for jax at import, for the report's header line (None: none set any).
+
+    ``flags4.py set XLA_FLAGS=--xla_force_host_platform_device_count=4; x64.py set jax_enable_x64=True``
+    """
+    parts = []
+    for settings in report.module_settings:
+        said = [
+            f"{name}={value}" if value is not None else f"{name} unset" for name, value in settings.environment.items()
+        ]
+        said += [f"{name}={value}" for name, value in settings.config.items()]
+        text = f"{settings.target} set {', '.join(said)}" if said else settings.target
+        parts.append(text + (f" ({settings.note})" if settings.note else ""))
+    return "; ".join(parts) or None
+
+
 def copy_kind_text(copy: Copy) -> str:
     """A copy's kind as the renderers show it: a conditional copy says its branch, a staging
     copy the memory spaces it moves the value between (0: device memory; on a TPU, 1 is VMEM)."""
@@ -160,3 +182,50 @@ def memory_space_lines(plain: Variant, donated: Variant) -> list[str]:
         what = " (device memory: the figures above)" if space == 0 else ""
         lines.append(f"memory space {space}{what}: allocated {allocated}, live peak {peak}")
     return lines
+
+
+#: XLA's figures of host memory (``memory_analysis()``'s ``host_*``), in the order a table shows them
+HOST_FIGURES = ("host_argument_bytes", "host_output_bytes", "host_alias_bytes", "host_temp_bytes")
+
+_KIND = {"host-to-device": "from the host", "across-devices": "across devices", "memory-kind": "across memories"}
+
+
+def transfer_lines(result: TargetResult, verbose: bool = True) -> list[str]:
+    """The section as lines: its summary, then (``verbose``) a line per leaf copied, and what a run logged."""
+    transfers = result.transfers
+    if transfers is None:
+        return []
+    lines = [f"transfers: {transfers.summary}"] if transfers.summary else []
+    if verbose:
+        for t in transfers.leaves:
+            lost = (
+                "; donated as the moved copy: its own buffer stays alive"
+                if t.donated and t.kind != "host-to-device"
+                else ""
+            )
+            each = f" ({format_bytes(t.device_bytes)} on each of {t.devices} devices)" if t.devices > 1 else ""
+            lines.append(
+                f"  {t.input}: {format_bytes(t.bytes)} {_KIND.get(t.kind, t.kind)} per call{each}, given {t.given}, "
+                f"taken as {t.wanted or '?'}{lost}"
+            )
+    if transfers.run is not None:
+        lines.append(f"  run: {transfers.run.detail}")
+    return lines
+
+
+def host_figures_shown(result: TargetResult) -> bool:
+    """Whether XLA's ``host_*`` figures have something to say for ``result``: one is not 0 in a variant, or the
+    program holds leaves in host memory (then XLA's figures are shown beside fieldmem's, or why not)."""
+    if result.transfers is not None and (result.transfers.offloaded_inputs or result.transfers.offloaded_outputs):
+        return True
+    return any(getattr(v.memory, name, None) for v in result.variants.values() for name in HOST_FIGURES)
+
+
+def chain_transfer_line(chain: Chain) -> str | None:
+    """The chain's copies before each call, per step and per pass, in one line (None where none copies)."""
+    steps = [s for s in chain.steps if s.transfer_bytes]
+    if not steps:
+        return None
+    each = ", ".join(f"step {s.index + 1} {format_bytes(s.transfer_bytes)}" for s in steps)
+    total = f"; {format_bytes(chain.transfer_bytes)} per pass through the steps" if chain.transfer_bytes else ""
+    return f"transfers before each call: {each}{total}"

@@ -21,16 +21,20 @@ from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import Column, fitted_table, hanging
 from fieldmem.render.pieces import (
+    HOST_FIGURES,
     block,
     copy_kind_text,
     count,
     deviceless_label,
+    host_figures_shown,
     memory_space_lines,
+    module_settings_text,
     pair,
     source_text,
+    transfer_lines,
     verdict_words,
 )
-from fieldmem.report import MEMORY_FIGURES, Copy, Report, TargetResult, Timeline, Variant
+from fieldmem.report import MEMORY_FIGURES, Check, Copy, Report, TargetResult, Timeline, Variant
 from fieldmem.units import format_bytes
 from fieldmem.words import copy_kind_label
 
@@ -45,16 +49,18 @@ def _copies_shown(variant: Variant, min_bytes: int) -> list:
     return [c for c in variant.copies if c.bytes >= min_bytes]
 
 
-def _verdict_cell(result: TargetResult) -> Text:
+def _verdict_cell(result: TargetResult, accepted: tuple[Check, ...] = ()) -> Text:
     if result.status == "error" or result.verdict is None:
         kind = result.error.kind if result.error is not None else None
         # a run that died says how: timeout, crash, out-of-memory
         return Text(kind if kind in ("timeout", "crash", "out-of-memory") else "error", style="bold red")
-    failed = result.failed_checks
+    failed = [c for c in result.failed_checks if c not in accepted]
     words, style, _ = verdict_words(result.verdict.kind)
     text = Text(words, style=f"bold {style}")
     if failed:
         text.append(f" ✗ {', '.join(c.name for c in failed)}", style="red")
+    if accepted:  # failing as the baseline recorded (--accept-current): shown, not hidden
+        text.append(f" ✗ {', '.join(c.name for c in accepted)} (accepted)", style="yellow")
     return text
 
 
@@ -162,7 +168,7 @@ def _wide_summary_table(report: Report, options: RenderOptions) -> Table:
         table.add_row(
             Text(result.name),
             Text(", ".join(donated.donated_arguments) or "(none)"),
-            _verdict_cell(result),
+            _verdict_cell(result, report.accepted_failures(result)),
             pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes),
             format_bytes(result.savings.get("footprint_bytes")),
             pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes),
@@ -192,7 +198,9 @@ def _narrow_summary_table(report: Report, options: RenderOptions) -> Table:
                 f" · donated {', '.join(donated.donated_arguments) or '(none)'}",
             )
         )
-        table.add_row(Text(result.name), _verdict_cell(result), Text(figures), end_section=True)
+        table.add_row(
+            Text(result.name), _verdict_cell(result, report.accepted_failures(result)), Text(figures), end_section=True
+        )
     return table
 
 
@@ -260,7 +268,7 @@ def format_seconds(value: float | None) -> str:
     return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
 
 
-def _details(console: Console, result: TargetResult, options: RenderOptions) -> None:
+def _details(console: Console, result: TargetResult, options: RenderOptions, accepted: tuple[Check, ...] = ()) -> None:
     console.print(Text(result.name, style="bold"), end="")
     if result.definition:
         console.print(Text(f"  ({result.definition})", style="dim"), end="")
@@ -275,6 +283,9 @@ def _details(console: Console, result: TargetResult, options: RenderOptions) -> 
         return
     console.print(hanging("", result.verdict.summary))
     for check in result.checks:
+        if check in accepted:
+            console.print(hanging("✗ ", f"{check.name} (accepted by the baseline): {check.message}", style="yellow"))
+            continue
         mark, style = ("✓", "green") if check.passed else ("✗", "red")
         console.print(hanging(f"{mark} ", f"{check.name}: {check.message}", style=style))
     findings = (
@@ -340,6 +351,10 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                     format_bytes(result.savings.get(name)),
                 )
                 for name in MEMORY_FIGURES
+            ]
+            + [
+                (name, format_bytes(getattr(plain.memory, name)), format_bytes(getattr(donated.memory, name)), "")
+                for name in (HOST_FIGURES if host_figures_shown(result) else ())
             ],
             width,
         )
@@ -406,6 +421,10 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                 title="unusable donations",
             )
         )
+    for line in transfer_lines(result):
+        console.print(
+            hanging("  " if line.startswith("  ") else "", line.strip(), style="dim" if line.startswith("  ") else "")
+        )
     for variant in (plain, donated):
         copies = _copies_shown(variant, options.min_bytes)
         if not copies:
@@ -460,7 +479,8 @@ def render(report: Report, options: RenderOptions) -> str:
     console.print(
         Text(
             f"fieldmem {report.fieldmem_version} · jax {report.jax_version} · {report.backend}"
-            f" · {count(devices, 'device')} (figures are per device)",
+            f" · {count(devices, 'device')} (figures are per device)"
+            + (f" · {settings}" if (settings := module_settings_text(report)) else ""),
             style="dim",
         )
     )
@@ -472,7 +492,7 @@ def render(report: Report, options: RenderOptions) -> str:
         return _trimmed(buffer.getvalue(), options.color)
     console.print(_summary_table(report, options, console))
     for result in report.results:
-        _details(console, result, options)
+        _details(console, result, options, report.accepted_failures(result))
     if report.chains:
         from fieldmem.render.chains import chain_renderables
 

@@ -83,6 +83,7 @@ class CheckFlags:
     no_baseline: bool = False
     save_baseline: Path | None = None
     prune_baseline: bool = False
+    accept_current: bool = False  # --accept-current: record the run as it is, failing checks accepted
     tolerance: str | None = None
     run: bool = False
     probe: bool = False
@@ -111,6 +112,8 @@ class BaselineSettings:
     tolerances: Tolerances = Tolerances()
     save_to: Path | None = None  # written after the whole run, only when it passed
     prune: bool = False  # with save_to: drop entries of this backend whose target was not checked
+    # with save_to: record the run as it is (failing checks accepted) and gate it against that, not compare_with
+    accept_current: bool = False
     root: Path | None = None  # file targets are named relative to it: the config's folder; None: the baseline's
 
 
@@ -217,6 +220,13 @@ def _check_alone(flags: CheckFlags) -> None:
         raise OptionError("--baseline and --no-baseline contradict each other: use one of them")
     if flags.prune_baseline and flags.save_baseline is None:
         raise OptionError("--prune-baseline only applies with --save-baseline PATH")
+    if flags.accept_current and flags.save_baseline is None:
+        raise OptionError("--accept-current only applies with --save-baseline PATH: it records the run as it is")
+    if flags.accept_current and flags.baseline is not None:
+        raise OptionError(
+            "--accept-current records this run as it is, whatever an earlier baseline says; --baseline compares "
+            "it with one: drop --baseline (review the regressions with --baseline first, then record)"
+        )
     timeout = flags.timeout
     if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
         raise OptionError(f"--timeout {timeout:g} must be positive: a number of seconds, e.g. --timeout 60")
@@ -385,7 +395,8 @@ def _baseline(flags: CheckFlags, config: Config) -> BaselineSettings:
         tolerances = Tolerances.parse(flags.tolerance)
     else:
         tolerances = config.tolerance or Tolerances()
-    path = None if flags.no_baseline else (flags.baseline or config.baseline)
+    # --accept-current records the run as it is: the config's baseline is not compared with
+    path = None if flags.no_baseline or flags.accept_current else (flags.baseline or config.baseline)
     if path is not None and flags.baseline is None and flags.save_baseline is not None and not Path(path).exists():
         path = None
     for baseline_path, option in ((path, "--baseline"), (flags.save_baseline, "--save-baseline")):
@@ -396,6 +407,7 @@ def _baseline(flags: CheckFlags, config: Config) -> BaselineSettings:
         tolerances=tolerances,
         save_to=flags.save_baseline,
         prune=flags.prune_baseline,
+        accept_current=flags.accept_current,
         root=config.path.resolve().parent if config.path is not None else None,
     )
 
