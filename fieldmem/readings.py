@@ -25,6 +25,7 @@ __all__ = [
     "MadeStatic",
     "MemoryReading",
     "OutputLeaf",
+    "Placement",
     "ProbeReading",
     "RunReading",
 ]
@@ -47,6 +48,32 @@ class CallShape:
     user_jit: bool = False  # the target is the user's own jit object
 
 
+#: how an argument leaf reaches the program when it is not already where the program takes it
+MOVES = ("host-to-device", "across-devices", "memory-kind")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one argument leaf is when the call is made, against where the compiled program takes it, and
+    what jax copies before every call to give it to the program (:mod:`fieldmem.driver.placement`).
+
+    ``given``: ``array`` (a committed jax array), ``uncommitted`` (a jax array made without a device, which
+    jax moves wherever a program wants it), ``numpy`` (a NumPy array or scalar, on the host), ``scalar``
+    (a Python number the program takes as an array) or ``abstract`` (a ``ShapeDtypeStruct``: nothing to move).
+    ``moves``: None where the program takes the leaf where it is; else ``host-to-device``,
+    ``across-devices`` (another device or sharding) or ``memory-kind`` (the same devices, another memory).
+    """
+
+    given: str
+    where: str | None = None  # a moved array's sharding in words ("cpu:0"); None: the host, or where it is taken
+    memory_kind: str | None = None  # an array's memory kind ("device", "pinned_host")
+    moves: str | None = None
+    bytes: int = 0  # what jax writes onto the devices before each call, every shard counted (0: no move)
+    device_bytes: int = 0  # the most of it on one device: the copy that device holds beside the rest
+    devices: int = 0  # the devices it is written to
+    held_bytes: int = 0  # the most of the given array on one device: its own buffer, left alive when it is moved
+
+
 @dataclass(frozen=True)
 class InputLeaf:
     """One array leaf of the arguments, numbered as the report numbers it."""
@@ -62,6 +89,9 @@ class InputLeaf:
     abstract: bool  # a ShapeDtypeStruct: nothing allocated
     sharding: str | None = None  # how the compiled program expects it laid out over devices
     layout: str | None = None  # its on-device layout, major to minor
+    memory_kind: str | None = None  # a memory the program takes it in other than the device's ("pinned_host")
+    placement: Placement | None = None  # where the example argument is (None: not read, as without a device)
+    device_shape: tuple[int, ...] | None = None  # the piece each device holds, where the program splits it
 
 
 @dataclass(frozen=True)
@@ -90,6 +120,8 @@ class OutputLeaf:
     bytes: int
     sharding: str | None = None
     layout: str | None = None
+    memory_kind: str | None = None  # a memory the program returns it in other than the device's ("pinned_host")
+    device_shape: tuple[int, ...] | None = None  # the piece each device holds, where the program splits it
 
 
 #: why a deviceless compile has no buffer assignment: its dump holds none
@@ -198,6 +230,11 @@ class RunReading:
     # per input and output leaf, why its pointers are None (e.g. a Python scalar at call time); None where read
     input_unreadable: tuple[str | None, ...] = ()
     output_unreadable: tuple[str | None, ...] = ()
+    # per input leaf (report order): the bytes jax's transfer guard logged it copying onto the devices for the
+    # call (empty: not measured, and ``transfers_unavailable`` says why)
+    transferred: tuple[int, ...] = ()
+    transfers_unmatched: int = 0  # transfers it logged that match no argument leaf
+    transfers_unavailable: str | None = None
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from fieldmem.driver.deviceless import Target
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.prepare import PreparedCall, concretize, user_jit_info
 from fieldmem.driver.variant import out_tree, read_variant
-from fieldmem.errors import CompileError, DonationError
+from fieldmem.driver.wrappers import PMAP_KINDS
+from fieldmem.errors import CompileError, DonationError, TargetError
 from fieldmem.readings import CompiledVariant, OutputLeaf
 
 __all__ = [
@@ -136,6 +137,11 @@ def lower(
     from fieldmem.driver.deviceless import active_target, callback_refused, place_call
 
     found = active_target()
+    if found is not None and call.wrapper in PMAP_KINDS:
+        raise TargetError(
+            f"--backend {found.backend.name}: {call.wrapper} builds its program for the devices jax runs on "
+            "(its mesh is made when it is called), not for another backend's chips; check it here with --devices N"
+        )
     if found is not None:  # compiled without the device: the arguments as ShapeDtypeStructs on its chips
         call = place_call(call, found)
     jitted = _jit(call, donated, function)

@@ -272,15 +272,15 @@ def _prepare_wrapped(wrapped: WrappedCall, *, donate: DonateSpec, static: Static
 
     Raises:
         DonationError: ``--donate``/``--static`` name arguments of a wrapper whose program does not
-            take the user's arguments one by one (equinox.filter_jit).
+            take the user's arguments one by one (equinox.filter_jit, the pmap family).
     """
     if not wrapped.argument_items:
         for what, items in (("--donate", donate.items), ("--static", static.items)):
             if items:
                 raise DonationError(
                     f"{what} {','.join(map(str, items))}: the target is {wrapped.kind}, whose program takes "
-                    "its arrays split from the rest, not argument by argument; use --donate auto (its own "
-                    "donate= mode), all or none, and no --static (it holds every non-array static)"
+                    "its arrays split from the rest, not argument by argument; use --donate auto (the "
+                    "wrapper's own donation), all or none, and no --static (the wrapper decides what is static)"
                 )
     call = prepare_call(wrapped.jit, wrapped.args, wrapped.kwargs, donate=donate, static=static)
     # an argument of the inner program with no array in it donates nothing (filter_jit's donated part

@@ -10,10 +10,11 @@ on. Nothing is lowered, compiled or run here; jax is imported on first use.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fieldmem.collector import collector_paused
 from fieldmem.driver.paths import path_string
@@ -81,7 +82,8 @@ def read_variant(
     # in a thread while this one reads the outputs, the leaves and the text
     analysis = _MemoryAnalysis(compiled)
     outputs, output_structs = _outputs(lowered, compiled, call, structs=donated, like=like)  # structs: when asked for
-    inputs = _leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input"))
+    inputs = _leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input"), _placed(compiled))
+    inputs, outputs = _with_device_shapes(call, compiled, inputs, outputs)
     hlo_text = compiled.as_text()
     memory = read_memory(compiled, fast, analysis)
     variant = CompiledVariant(
@@ -344,7 +346,8 @@ def describe_sharding(sharding: Any) -> str | None:
     devices = getattr(sharding, "device_set", None)
     if devices is not None and len(devices) == 1 and type(sharding).__name__ == "SingleDeviceSharding":
         device = next(iter(devices))
-        return f"{device.platform}:{device.id}"
+        memory = getattr(sharding, "memory_kind", None)
+        return f"{device.platform}:{device.id}" + (f" in {memory}" if memory not in (None, "device") else "")
     return repr(sharding)
 
 
@@ -394,20 +397,36 @@ def _compiled_formats(compiled: Any, which: str) -> list[tuple[str | None, str |
     return None
 
 
+def _placed(compiled: Any) -> list[Any] | None:
+    """The compiled program's input shardings, flat in jax's order, to say where it takes each argument
+    leaf; None for a deviceless compile (its arguments exist only as placed for it) or where jax does not say."""
+    from fieldmem.driver.deviceless import compile_notes
+    from fieldmem.driver.placement import flat_shardings
+
+    if compile_notes(compiled) is not None:
+        return None
+    return flat_shardings(compiled, "input")
+
+
 def _leaves(
     call: PreparedCall,
     args_info: Any,
     kept: set[int] | None,
     formats: list[tuple[str | None, str | None]] | None = None,
+    shardings: list[Any] | None = None,
 ) -> tuple[InputLeaf, ...]:
     """Number the array leaves as the report does and map them to HLO parameters.
 
     Report order: positional arguments, then keyword arguments in the order
     given. jax's order: dynamic positional arguments, then dynamic keyword
     arguments sorted by name. ``args_info`` (jax's order) tells which leaf is
-    donated; ``kept`` (jax's order) which ones the HLO still has.
+    donated; ``kept`` (jax's order) which ones the HLO still has; ``shardings``
+    (jax's order) where the program takes each, against where the call's
+    argument is (:func:`fieldmem.driver.placement.placement`).
     """
     import jax
+
+    from fieldmem.driver.placement import other_memory, placement
 
     tree = jax.tree_util
     info_leaves = tree.tree_leaves(args_info, is_leaf=lambda x: hasattr(x, "donated") and hasattr(x, "_aval"))
@@ -419,6 +438,7 @@ def _leaves(
         )
     if formats is not None and len(formats) != flat.count:
         formats = None  # jax grouped them another way: leave shardings and layouts unknown
+    values = _jax_order_values(call) if shardings is not None and len(shardings) == flat.count else None
     kept_sorted = sorted(kept) if kept is not None else list(range(flat.count))
     hlo_number = {jax_index: number for number, jax_index in enumerate(kept_sorted)}
 
@@ -440,9 +460,25 @@ def _leaves(
                 abstract=abstract,
                 sharding=formats[jax_index][0] if formats else None,
                 layout=formats[jax_index][1] if formats else None,
+                memory_kind=other_memory(shardings[jax_index]) if values is not None and shardings else None,
+                placement=(
+                    placement(values[jax_index], shardings[jax_index], shape, aval.dtype, describe_sharding)
+                    if values is not None and shardings and aval is not None
+                    else None
+                ),
             )
         )
     return tuple(result)
+
+
+def _jax_order_values(call: PreparedCall) -> list[Any]:
+    """The call's dynamic argument leaves, in jax's order (positional, then keywords sorted by name); not
+    kept with the flattened call (:func:`_flat_arguments`), which would keep the user's arrays alive."""
+    import jax
+
+    dyn_positional = [call.args[i] for i in range(len(call.args)) if i not in call.static_positions]
+    dyn_keywords = [call.kwargs[k] for k in sorted(call.kwargs) if k not in call.static_names]
+    return [leaf for value in (*dyn_positional, *dyn_keywords) for leaf in jax.tree_util.tree_leaves(value)]
 
 
 @dataclass(frozen=True)
@@ -498,6 +534,11 @@ def _flat_arguments(call: PreparedCall) -> _FlatArguments:
     return flat
 
 
+def flat_order(call: PreparedCall) -> list[int]:
+    """For each dynamic argument leaf of ``call`` in report order, its position in jax's order."""
+    return [jax_index for jax_index, _, _, _ in _flat_arguments(call).leaves]
+
+
 def _value(call: PreparedCall, slot: int | str) -> Any:
     return call.args[slot] if isinstance(slot, int) else call.kwargs[slot]
 
@@ -531,7 +572,7 @@ def _outputs(
     ):
         outputs = like[0]
     else:
-        outputs = _output_leaves(lowered, call, formats)
+        outputs = _output_leaves(lowered, call, formats, _memory_kinds(compiled))
     if not structs:
         return outputs, None
     leaf_names = call.leaf_names
@@ -558,10 +599,22 @@ def _outputs(
     return outputs, returned
 
 
+def _memory_kinds(compiled: Any) -> list[str | None] | None:
+    """The memory kind of each output of ``compiled``, flat (None where jax does not say)."""
+    from fieldmem.driver.placement import flat_shardings, other_memory
+
+    shardings = flat_shardings(compiled, "output")
+    return [other_memory(s) for s in shardings] if shardings is not None else None
+
+
 def _output_leaves(
-    lowered: Any, call: PreparedCall, formats: list[tuple[str | None, str | None]] | None
+    lowered: Any,
+    call: PreparedCall,
+    formats: list[tuple[str | None, str | None]] | None,
+    kinds: list[str | None] | None = None,
 ) -> tuple[OutputLeaf, ...]:
-    """The output leaves of ``lowered``, read from its ``out_info``, with the compiled ``formats``."""
+    """The output leaves of ``lowered``, read from its ``out_info``, with the compiled ``formats`` and
+    memory ``kinds``."""
     import jax
 
     flat, _ = jax.tree_util.tree_flatten_with_path(lowered.out_info)
@@ -572,6 +625,8 @@ def _output_leaves(
         names = ["out" + path_string(path) for path, _ in flat]
     if formats is not None and len(formats) != len(flat):
         formats = None
+    if kinds is not None and len(kinds) != len(flat):
+        kinds = None
     outputs = []
     for n, (_, leaf) in enumerate(flat):
         shape = tuple(getattr(leaf, "shape", ()) or ())
@@ -584,6 +639,7 @@ def _output_leaves(
                 bytes=shape_bytes(shape, leaf.dtype),
                 sharding=formats[n][0] if formats else None,
                 layout=formats[n][1] if formats else None,
+                memory_kind=kinds[n] if kinds else None,
             )
         )
     return tuple(outputs)
@@ -595,3 +651,52 @@ def out_tree(lowered: Any) -> Any:
         return lowered.out_tree
     except Exception:
         return None
+
+
+def _with_device_shapes(
+    call: PreparedCall, compiled: Any, inputs: tuple[InputLeaf, ...], outputs: tuple[OutputLeaf, ...]
+) -> tuple[tuple[InputLeaf, ...], tuple[OutputLeaf, ...]]:
+    """``inputs`` and ``outputs`` with the shape of the piece each device holds of every leaf the compiled
+    program splits over devices (a pmap's mapped axis: ``(4, 256)`` is ``(1, 256)`` on each of 4 devices);
+    the same tuples where no leaf is split (one device) or jax does not say."""
+    taken = _compiled_shardings(compiled, "input")
+    given = _compiled_shardings(compiled, "output")
+    if not any(len(getattr(s, "device_set", ())) > 1 for s in (*(taken or ()), *(given or ()))):
+        return inputs, outputs  # one device: every leaf whole
+    flat = _flat_arguments(call)
+    if taken is not None and len(taken) == flat.count == len(inputs):
+        # the report numbers inputs in its order; the shardings are in jax's
+        inputs = _same_or(
+            inputs, tuple(_piece(leaf, taken[at]) for leaf, (at, *_) in zip(inputs, flat.leaves, strict=True))
+        )
+    if given is not None and len(given) == len(outputs):
+        outputs = _same_or(outputs, tuple(_piece(leaf, s) for leaf, s in zip(outputs, given, strict=True)))
+    return inputs, outputs
+
+
+def _same_or(old: tuple[Any, ...], new: tuple[Any, ...]) -> tuple[Any, ...]:
+    """``old`` where ``new`` holds the same leaves (the donated variant shares the plain one's outputs)."""
+    return old if all(a is b for a, b in zip(old, new, strict=True)) else new
+
+
+def _compiled_shardings(compiled: Any, which: str) -> list[Any] | None:
+    """The sharding objects of ``compiled``'s ``input_shardings``/``output_shardings``, flat (None: unreadable)."""
+    import jax
+
+    try:
+        tree = getattr(compiled, f"{which}_shardings")
+        return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: hasattr(x, "shard_shape"))
+    except Exception:
+        return None
+
+
+_Leaf = TypeVar("_Leaf", InputLeaf, OutputLeaf)
+
+
+def _piece(leaf: _Leaf, sharding: Any) -> _Leaf:
+    """``leaf`` with ``device_shape`` where ``sharding`` splits it over devices."""
+    try:
+        piece = tuple(int(d) for d in sharding.shard_shape(leaf.shape))
+    except Exception:
+        return leaf
+    return dataclasses.replace(leaf, device_shape=piece) if piece != leaf.shape else leaf

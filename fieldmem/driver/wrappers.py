@@ -16,16 +16,28 @@ leaves in the user's terms (``model.l1.kernel``, ``opt.opt_state[0].mu.l1.kernel
   (``donate="all"``, ``"warn"``: every array; ``"all-except-first"``,
   ``"warn-except-first"``: every array but the first argument's; ``"none"``:
   nothing), and returns ``(marker, arrays, static)``.
+- ``jax.pmap``: in jax 0.10 a ``jax.jit`` of a ``shard_map``, with the
+  pmap's ``in_shardings``/``out_shardings`` and its ``donate_argnums`` on the
+  flattened arguments; the pmap's own ``infer_params`` (a cell of the
+  function ``jax.pmap`` returns) gives that jit and those arguments, as the
+  pmap's own ``lower`` uses them. The program is the per-device (SPMD) one.
+- ``flax.nnx.pmap`` (graph mode): the graph nodes become ``NodeStates``
+  (``extract.to_tree`` inside ``update_context('pmap')``, as its wrapper
+  calls it), then the ``jax.pmap`` above.
+- ``equinox.filter_pmap``: arrays split from the rest (the first lines of
+  ``_PmapWrapper._call``), then the ``jax.pmap`` ``_filter_pmap_cache`` gives.
 - a ``jax.jit`` reached through an instance (``solver.advance``, a bound
   method whose ``self`` is static) and ``functools.partial`` of any of these.
 
 Anything else that compiles on its own (a callable with ``lower``/``trace``,
-a function wrapping a jit or a pmap) is refused with one line naming it
-(:class:`~fieldmem.errors.TargetError`), never analysed as another program.
-Recognising wrappers happens here only. The private attributes read
-(``JitWrapped.jitted_fn``, ``_get_pure_args_kwargs``, ``_JitWrapper._cached``,
-``equinox._jit._preprocess``) are read here only; a version without them is
-refused in words.
+a function wrapping a jit, a ``shard_map`` around a jit) is refused with one
+line naming it (:class:`~fieldmem.errors.TargetError`), never analysed as
+another program. Recognising wrappers happens here only. The private
+attributes read (``JitWrapped.jitted_fn``, ``_get_pure_args_kwargs``,
+``_JitWrapper._cached``, ``equinox._jit._preprocess``, the pmap's
+``infer_params`` cell, nnx.pmap's ``pmapped_fn``/``in_axes`` cells,
+``equinox._vmap_pmap``'s helpers) are read here only; a version without them
+is refused in words.
 """
 
 from __future__ import annotations
@@ -38,10 +50,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.paths import path_string
-from fieldmem.errors import TargetError
+from fieldmem.errors import ArgumentsError, TargetError
 
-__all__ = ["LeafNames", "WrappedCall", "unwrap_call"]
+__all__ = ["PMAP_KINDS", "LeafNames", "WrappedCall", "unwrap_call"]
+
+#: the wrappers whose program is a pmap's: a jit of a shard_map over the devices jax runs on
+PMAP_KINDS = ("jax.pmap", "flax.nnx.pmap", "equinox.filter_pmap")
 
 # a name for each input leaf: (slot, path_string of its path inside the slot) -> (argument, display path)
 InputNames = dict[tuple[Any, str], tuple[str, str]]
@@ -63,7 +79,7 @@ class LeafNames:
 class WrappedCall:
     """The jit a wrapper compiles through and what it calls that jit with."""
 
-    kind: str  # "flax.nnx.jit", "equinox.filter_jit", "jitted method", "functools.partial"
+    kind: str  # "flax.nnx.jit", "equinox.filter_jit", "jax.pmap", "jitted method", "functools.partial", ...
     jit: Any  # the inner jax.jit object: its own static and donated arguments are the wrapper's
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
@@ -98,8 +114,9 @@ def unwrap_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Wrapp
     """The inner jit of a wrapper target and its arguments; None for a plain function or ``jax.jit`` object.
 
     Raises:
-        TargetError: ``fn`` compiles through something fieldmem cannot map (``jax.pmap``,
-            ``eqx.filter_pmap``, ``nnx.pmap``, a function wrapping a jit, an unknown class with ``lower``).
+        TargetError: ``fn`` compiles through something fieldmem cannot map (a ``shard_map`` or a
+            function wrapping a jit, ``nnx.pmap(graph=False)``, an unknown class with ``lower``).
+        ArgumentsError: a pmap refuses the example arguments (too few devices for its mapped axis).
     """
     if _is_jax_jit(fn):
         return None
@@ -122,6 +139,13 @@ def unwrap_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Wrapp
         return _nnx_jit(fn, args, kwargs)
     if _is_eqx_jit(fn):
         return _eqx_jit(fn, args, kwargs)
+    if _is_jax_pmap(fn):
+        return _jax_pmap(fn, args, kwargs)
+    if _is_eqx_pmap(fn):
+        return _eqx_pmap(fn, args, kwargs)
+    nnx_pmap = _nnx_pmap_parts(fn)
+    if nnx_pmap is not None:
+        return _nnx_pmap(fn, nnx_pmap, args, kwargs)
     _refuse_hidden_compile(fn, fn)
     return None
 
@@ -151,10 +175,42 @@ def _describe(obj: Any) -> str:
         return known[name]
     if isinstance(obj, types.FunctionType):
         library = _library_of(where)
+        if library == "flax" and qualname.endswith("simple_pmap_wrapper"):
+            return "flax.nnx.pmap(graph=False or graph_updates=False)"
+        if _is_shard_map(obj):
+            return "jax.shard_map"
         if library is not None:  # functools.wraps gave it the user's names: say whose code it is
             return f"a {library} function wrapper ({qualname})"
         return f"function {getattr(obj, '__module__', None) or '?'}.{obj.__qualname__}"
     return f"a {name}"
+
+
+def _jax_source(fn: Any, module: str) -> bool:
+    """Whether ``fn`` is a function defined in ``jax/_src/<module>``."""
+    code = getattr(fn, "__code__", None)
+    return code is not None and (code.co_filename or "").replace("\\", "/").endswith(f"jax/_src/{module}")
+
+
+def _is_shard_map(fn: Any) -> bool:
+    """Whether ``fn`` is what ``jax.shard_map(f, ...)`` returns (its ``wrapped``, maybe behind jax's
+    ``api_boundary``)."""
+    if not isinstance(fn, types.FunctionType):
+        return False
+    if _jax_source(fn, "shard_map.py"):
+        return True
+    return _jax_source(fn, "traceback_util.py") and _jax_source(_cells(fn).get("fun"), "shard_map.py")
+
+
+def _cells(fn: Any) -> dict[str, Any]:
+    """The values ``fn`` closes over by name (an empty cell left out)."""
+    code = getattr(fn, "__code__", None)
+    found: dict[str, Any] = {}
+    for name, cell in zip(getattr(code, "co_freevars", ()), getattr(fn, "__closure__", None) or ()):
+        try:
+            found[name] = cell.cell_contents
+        except ValueError:
+            continue
+    return found
 
 
 def _library_of(file: str) -> str | None:
@@ -201,11 +257,20 @@ def _refuse_hidden_compile(fn: Any, target: Any) -> None:
     if _compiles(fn):
         raise TargetError(
             f"{_describe(fn)} is a compiled-function wrapper fieldmem cannot analyse faithfully: "
-            "point fieldmem at a jax.jit, flax.nnx.jit or equinox.filter_jit function "
-            "(or the plain function, to analyse it under jax.jit)"
+            "point fieldmem at a jax.jit, jax.pmap, flax.nnx.jit or pmap, or equinox.filter_jit or filter_pmap "
+            "function (or the plain function, to analyse it under jax.jit)"
         )
     if isinstance(fn, types.FunctionType) and getattr(fn, "__wrapped__", None) is not None:
         found = _compiling_inside(fn)
+        if found is not None and _is_shard_map(fn):
+            # measured (jax 0.10): shard_map called outside a jit runs its body op by op on copies of the
+            # arguments in its per-device layout; the inner jit donates those, the caller's buffers stay
+            raise TargetError(
+                f"jax.shard_map around {'a jax.jit' if _is_jax_jit(found) else _describe(found)} never reuses "
+                "your buffers: called outside a jit, shard_map runs it on copies of the arguments in its "
+                "per-device layout, so the inner donation frees only those copies; jit the shard_map instead "
+                "(jax.jit(jax.shard_map(f, ...), donate_argnums=...)) and point fieldmem at that"
+            )
         if found is not None:
             raise TargetError(
                 f"{_describe(target)} wraps {_describe(found) if not _is_jax_jit(found) else 'a jax.jit'}, "
@@ -410,3 +475,238 @@ def _eqx_jit(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WrappedC
         positional_names=_EQX_SLOTS,
         argument_items=False,
     )
+
+
+# ---- jax.pmap, flax.nnx.pmap, equinox.filter_pmap ------------------------------------------------------
+
+
+def _is_jax_pmap(fn: Any) -> bool:
+    """What ``jax.pmap(f, ...)`` returns: a function of ``jax/_src/pmap.py`` closing over its ``infer_params``."""
+    return isinstance(fn, types.FunctionType) and _jax_source(fn, "pmap.py") and "infer_params" in _cells(fn)
+
+
+def _is_eqx_pmap(fn: Any) -> bool:
+    return _type_name(fn) == "equinox._vmap_pmap._PmapWrapper"
+
+
+@dataclass(frozen=True)
+class _PmapProgram:
+    """The jit a ``jax.pmap`` calls for some arguments, with the flat arguments it is called with."""
+
+    jit: Any  # the pmap's jax.jit of its shard_map, with its in/out shardings and donate_argnums
+    flat: tuple[Any, ...]  # the dynamic (non-static) argument leaves, in jax's flattening of (args, kwargs)
+    paths: tuple[Any, ...]  # each leaf's key path in (dynamic positional args, kwargs)
+    dynamic: tuple[int, ...]  # the positions of the dynamic positional arguments
+
+
+def _pmap_program(pmapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any], kind: str) -> _PmapProgram:
+    """What ``pmapped(*args, **kwargs)`` runs: the jit and flat arguments its ``infer_params`` gives, which
+    its call and its ``lower`` both use (jax 0.10's ``jax.pmap`` is a ``jit`` of a ``shard_map``).
+
+    Raises:
+        TargetError: this jax's pmap is not built so, or it spans several processes.
+        ArgumentsError: the pmap refuses the arguments (no mapped axis, fewer devices than its size).
+    """
+    import jax
+
+    try:
+        infer = _cells(pmapped)["infer_params"]
+        static = tuple(_cells(infer)["static_broadcasted_tuple"])
+    except KeyError as exc:
+        raise TargetError(
+            f"this jax version's pmap keeps no {exc.args[0]}: fieldmem cannot see the program {kind} compiles"
+        ) from None
+    try:
+        inferred = infer(*args, **kwargs)
+    except Exception as exc:
+        raise ArgumentsError(f"{kind} refuses the example arguments: {first_line(exc)}") from exc
+    try:
+        cached, jitted, flat, _tree, _donated, processes, _clean = inferred
+    except (TypeError, ValueError):
+        raise TargetError(
+            f"this jax version's pmap is built otherwise: fieldmem cannot see the program {kind} compiles"
+        ) from None
+    if not _is_jax_jit(jitted):
+        raise TargetError(f"this jax version's pmap calls no jax.jit: fieldmem cannot see the program {kind} compiles")
+    if processes > 1:
+        raise TargetError(
+            f"{kind} over {processes} processes: fieldmem compiles one process's program and cannot run the "
+            "others' part of it; check it in a single process (--devices N)"
+        )
+    _check_axis_size(cached, flat, kind)
+    dynamic = tuple(i for i in range(len(args)) if i not in static)
+    leaves = jax.tree_util.tree_flatten_with_path(([args[i] for i in dynamic], kwargs))[0]
+    paths = tuple(path for path, _ in leaves) if len(leaves) == len(flat) else ()
+    return _PmapProgram(jitted, tuple(flat), paths, dynamic)
+
+
+def _check_axis_size(cached: Any, flat: Any, kind: str) -> None:
+    """Refuse a mapped axis longer than the devices the pmap runs on: jax takes the first devices of the
+    process, and with too few its per-device program fails to squeeze the axis out.
+
+    Raises:
+        ArgumentsError: the mapped axis has more entries than there are devices.
+    """
+    devices = int(getattr(getattr(cached, "mesh", None), "size", 0) or 0)
+    for leaf, spec in zip(flat, getattr(cached, "in_specs_flat", ()) or ()):
+        shape = getattr(leaf, "shape", None)
+        for axis, entry in enumerate(tuple(spec) if spec is not None else ()):
+            if entry is None or shape is None or axis >= len(shape) or not devices:
+                continue
+            if shape[axis] != devices:
+                raise ArgumentsError(
+                    f"{kind} maps an axis of {shape[axis]} over {devices} device(s) ({kind} needs one device per "
+                    f"entry): check it with --devices {shape[axis]}, or on {shape[axis]} devices"
+                )
+
+
+def _jax_pmap(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WrappedCall:
+    """``jax.pmap``: its jit on the flattened arguments, each leaf named by its place in the user's arguments
+    (``params['w']``); the outputs are the user's function's, under ``out``."""
+    program = _pmap_program(fn, args, kwargs, "jax.pmap")
+    arg_names = _parameter_names(getattr(fn, "__wrapped__", fn), len(args), kwargs)
+    names: InputNames = {}
+    if program.paths:
+        for k, path in enumerate(program.paths):
+            # path: (0 for positional or 1 for keyword, the position among the dynamic ones or the keyword, ...)
+            where, key, rest = path[0].idx, path[1], path[2:]
+            argument = arg_names[program.dynamic[key.idx]] if where == 0 else str(key.key)
+            names[(k, "")] = (argument, argument + path_string(rest))
+    else:  # flattened otherwise than fieldmem expects: by identity of the arrays
+        user = _pytree_leaves([*zip(arg_names, args), *kwargs.items()])
+        names = _names_by_identity(user, list(enumerate(program.flat)))
+    return _pmap_call("jax.pmap", program, names)
+
+
+def _pmap_call(
+    kind: str,
+    program: _PmapProgram,
+    names: InputNames,
+    outputs: Callable[[Any], list[str] | None] | None = None,
+    returned: Callable[[Any], Any] | None = None,
+    context: Callable[[], contextlib.AbstractContextManager[Any]] | None = None,
+) -> WrappedCall:
+    positional = tuple(names[(k, "")][1] if (k, "") in names else f"{kind} leaf {k}" for k in range(len(program.flat)))
+    return WrappedCall(
+        kind,
+        program.jit,
+        program.flat,
+        {},
+        names=LeafNames(names, outputs, returned),
+        positional_names=positional,
+        context=context,
+        argument_items=False,
+    )
+
+
+def _eqx_pmap(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WrappedCall:
+    """``equinox.filter_pmap``: arrays split from everything else as ``_PmapWrapper._call`` splits them, then
+    the ``jax.pmap`` it caches for them (its donation: every array with ``donate="all"``/``"warn"``)."""
+    try:
+        import equinox as eqx
+        from equinox import _vmap_pmap as eqx_pmap
+
+        maybe_dummy = eqx_pmap._common_preprocess(fn._axis_size, kwargs)
+        in_axes = eqx_pmap._resolve_axes(args, eqx_pmap._named_in_axes(fn._fun, fn._in_axes, args))
+        dynamic, static = eqx.partition((fn._fun, args, maybe_dummy, fn._out_axes), eqx.is_array)
+        struct = _structs(dynamic)
+        pmapped = eqx_pmap._filter_pmap_cache(
+            fn._fun, static, struct, (None, in_axes, 0, None), fn._axis_name, fn._axis_size, fn._pmapkwargs
+        )
+    except AttributeError as exc:
+        raise TargetError(
+            f"this equinox version's filter_pmap has no {exc.name or 'attribute fieldmem reads'}: "
+            "fieldmem cannot see the program it compiles"
+        ) from exc
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ArgumentsError(f"equinox.filter_pmap refuses the example arguments: {first_line(exc)}") from exc
+    if not _is_jax_pmap(pmapped):
+        raise TargetError("this equinox version's filter_pmap compiles through no jax.pmap fieldmem knows")
+    program = _pmap_program(pmapped, (dynamic,), {}, "equinox.filter_pmap")
+    user_fn = getattr(fn, "__wrapped__", None) or fn._fun
+    user_leaves = _pytree_leaves([*zip(_parameter_names(user_fn, len(args), {}), args)])
+    label = getattr(user_fn, "__qualname__", None) or "the function"
+    user_leaves.extend(_pytree_leaves([(label, fn._fun)]))
+    names = _names_by_identity(user_leaves, list(enumerate(program.flat)))
+
+    def outputs(out_info: Any) -> list[str] | None:
+        import jax
+
+        try:
+            mapped, unmapped, _static = out_info
+        except (TypeError, ValueError):
+            return None
+        # (the output's leaves mapped over each axis, as out's tree with None elsewhere; its unmapped arrays)
+        result = ["out" + path_string(p[1:]) for p, _ in jax.tree_util.tree_flatten_with_path(mapped)[0]]
+        return result + ["out" + path_string(p) for p, _ in jax.tree_util.tree_flatten_with_path(unmapped)[0]]
+
+    def returned(structs: Any) -> Any:
+        return eqx_pmap._postprocess(structs)  # the arrays combined with the static part, as filter_pmap returns
+
+    return _pmap_call("equinox.filter_pmap", program, names, outputs, returned)
+
+
+def _structs(tree: Any) -> Any:
+    """``tree`` with each array a ``jax.ShapeDtypeStruct`` of its shape and dtype (as filter_pmap caches by)."""
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), tree)
+
+
+def _nnx_pmap_parts(fn: Any) -> tuple[Any, Any, Any] | None:
+    """``flax.nnx.pmap`` in graph mode (flax's default): ``functools.wraps(f)`` of ``update_context('pmap')``
+    around its ``vmap_wrapper``, which closes over the ``jax.pmap`` and ``in_axes``. Returns (the update
+    context's tag, the jax.pmap, in_axes); None for anything else."""
+    if not isinstance(fn, types.FunctionType) or _library_of(fn.__code__.co_filename) != "flax":
+        return None
+    outer = _cells(fn)
+    inner, tag = outer.get("f"), getattr(outer.get("self"), "tag", None)
+    if not isinstance(inner, types.FunctionType) or tag is None:
+        return None
+    cells = _cells(inner)
+    pmapped = cells.get("pmapped_fn")
+    if inner.__code__.co_name != "vmap_wrapper" or not _is_jax_pmap(pmapped) or "in_axes" not in cells:
+        return None
+    return tag, pmapped, cells["in_axes"]
+
+
+def _nnx_pmap(fn: Any, parts: tuple[Any, Any, Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> WrappedCall:
+    """``flax.nnx.pmap``: the graph nodes split into ``NodeStates`` as its wrapper splits them (inside its
+    update context), then its ``jax.pmap`` on them; outputs as ``nnx.jit``'s (updated graph-node state
+    named as its input, then ``out``)."""
+    tag, pmapped, in_axes = parts
+    if kwargs:
+        raise ArgumentsError("flax.nnx.pmap takes positional arguments only")
+    try:
+        from flax.nnx import extract, graphlib
+        from flax.nnx.transforms import iteration
+
+        with graphlib.update_context(tag):
+            pure_args = extract.to_tree(args, prefix=in_axes, split_fn=iteration._vmap_split_fn, ctxtag=tag)
+    except (AttributeError, ImportError) as exc:
+        raise TargetError(
+            f"this flax version's nnx.pmap is built otherwise ({first_line(exc)}): "
+            "fieldmem cannot see the program it compiles"
+        ) from exc
+    program = _pmap_program(pmapped, tuple(pure_args), {}, "flax.nnx.pmap")
+    arg_names = _parameter_names(getattr(fn, "__wrapped__", fn), len(args), {})
+    user_leaves: list[tuple[str, str, Any]] = []
+    for argument, value in zip(arg_names, args):
+        user_leaves.extend(_nnx_leaves(graphlib, argument, value))
+    names = _names_by_identity(user_leaves, list(enumerate(program.flat)))
+    by_argument = _names_by_identity(user_leaves, list(enumerate(pure_args)))
+
+    def context() -> contextlib.AbstractContextManager[Any]:
+        return graphlib.update_context(tag)
+
+    def outputs(out_info: Any) -> list[str] | None:
+        try:
+            args_out, out = out_info
+        except (TypeError, ValueError):
+            return None
+        return _nnx_output_names((args_out, {}, out), tuple(pure_args), {}, by_argument, arg_names)
+
+    def returned(structs: Any) -> Any:
+        return structs[1]  # (args_out, out): the graph nodes are updated, out is returned
+
+    return _pmap_call("flax.nnx.pmap", program, names, outputs, returned, context)

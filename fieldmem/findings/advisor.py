@@ -53,6 +53,10 @@ from fieldmem.xla import hlo
 
 __all__ = ["suggest"]
 
+# the wrappers whose program fieldmem compiles on the flattened leaves of the user's arguments
+# (fieldmem.driver.wrappers.PMAP_KINDS, which findings may not import)
+_PMAP_WRAPPERS = ("jax.pmap", "flax.nnx.pmap", "equinox.filter_pmap")
+
 
 @dataclass(frozen=True)
 class _Argument:
@@ -113,6 +117,13 @@ def suggest(
         return Suggestion(
             summary="not available for equinox.filter_jit, which donates by its donate= mode rather than by "
             'argument: compare its modes with --donate all (donate="all") and --donate none',
+            spec="auto",
+        )
+    if call.wrapper in _PMAP_WRAPPERS:
+        # its program takes the flattened leaves: a donation of fieldmem's would name leaves, not arguments
+        return Suggestion(
+            summary=f"not available for {call.wrapper}, whose program fieldmem compiles on the flattened array "
+            "leaves rather than on your arguments: compare --donate all and --donate none",
             spec="auto",
         )
     parser = parser if parser is not None else hlo.HloParser()

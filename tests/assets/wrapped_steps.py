@@ -139,16 +139,11 @@ def scaled_args() -> tuple:
     return jnp.ones((64, 32)), jnp.ones((64, 32))
 
 
-# ---- wrappers fieldmem cannot analyse ---------------------------------------------------------------
+# ---- wrappers fieldmem cannot analyse (the pmap family it can: tests/assets/pmapped_steps.py) ---------
 
 
 def _double(x: jax.Array) -> jax.Array:
     return x * 2
-
-
-pmapped = jax.pmap(_double)
-eqx_pmapped = eqx.filter_pmap(_double)
-nnx_pmapped = nnx.pmap(_double)
 
 
 @functools.wraps(_double)
