@@ -197,6 +197,28 @@ FINDING_WORDS: tuple[FindingWord, ...] = (
         severities=("error", "info"),
     ),
     FindingWord(
+        "resharded-donation",
+        "a donated leaf of at least `min_bytes` that an output reuses in the compiled plan is given on another "
+        "device, sharding or memory kind than the program takes it (an uncommitted array on one device for a "
+        "program sharded over several): jax moves it there before every call and donates the moved copy, so the "
+        "leaf's own buffer stays alive beside it. The message gives the copy's bytes and the fix (put it where the "
+        "program takes it once); `--run` shows the leaf not deleted",
+        severities=("error",),
+    ),
+    FindingWord(
+        "transfer",
+        "an argument leaf of at least `min_bytes` (on one device) that jax copies onto the devices before every "
+        "call (see *Transfers*): a warning for one moved across devices or memory kinds, a note for one copied "
+        "from the host (a NumPy array, a Python number the program takes as an array)",
+        severities=("warning", "info"),
+    ),
+    FindingWord(
+        "run-transfer-mismatch",
+        "with `--run`: the copies jax's transfer guard logged during the call are not the transfers the plan "
+        "predicts (see *Transfers*)",
+        severities=("warning",),
+    ),
+    FindingWord(
         "unknown",
         "a code a newer fieldmem wrote, which this one does not know",
         severities=("error", "warning", "info"),

@@ -31,6 +31,7 @@ BREAKING = (
     "state-grows",
     "unusable-donation",
     "donation-dropped",
+    "resharded-donation",
     "run-alias-missing",
 )
 

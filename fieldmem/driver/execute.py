@@ -12,7 +12,10 @@ plan. jax is imported on first use.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -60,14 +63,16 @@ def _read_stats(devices: Sequence[Any]) -> dict[int, dict[str, int] | None]:
     return {d.id: device_memory_stats(d) for d in devices}
 
 
-def _fresh_argument(value: Any) -> Any:
+def _fresh_argument(value: Any, host: bool = False) -> Any:
     """A new device buffer for one argument leaf, so each run starts from buffers of its own.
 
     An array keeps its committedness: a committed one is copied onto its own
     sharding, an uncommitted one (``jnp.int32(7)``, anything made without a
     device) is copied uncommitted, so that jit still places it where the
     compiled program wants it, as it would the user's. Pinning it to the
-    device it happens to be on makes a sharded program refuse it.
+    device it happens to be on makes a sharded program refuse it. A NumPy
+    array is put on the device, or with ``host`` stays a NumPy array: the call
+    copies it onto the device, as the user's call does (and a run measures that copy).
     """
     import jax
     import numpy as np
@@ -80,14 +85,21 @@ def _fresh_argument(value: Any) -> Any:
             return jax.device_put(value, value.sharding, may_alias=False)
         return jax.device_put(value, may_alias=False)
     if isinstance(value, (np.ndarray, np.generic)):
-        return jax.numpy.asarray(value)
+        # with ``host``, it stays on the host: the call copies it onto the device, as the user's does
+        return value.copy() if host else jax.numpy.asarray(value)
     return value
 
 
 def _buffer(value: Any) -> tuple[tuple[int, ...] | None, str | None]:
     """The per-shard buffer addresses of one leaf (device order), or None and why they cannot be read."""
     import jax
+    import numpy as np
 
+    if isinstance(value, (np.ndarray, np.generic)):
+        return None, (
+            "a NumPy array, on the host at call time: jax copies it onto the device inside the call, in a buffer "
+            "the run cannot read"
+        )
     if not isinstance(value, jax.Array):
         return None, (
             f"a Python {type(value).__name__}, not an array, at call time: jax puts it on the device inside "
@@ -139,18 +151,21 @@ def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
     name = compiled.variant.name
     devices = executable_devices(compiled.executable) or [jax.devices()[0]]
     start = _read_stats(devices)
-    dyn_args, dyn_kwargs, leaves = fresh_arguments(call, f"the {name} variant")
+    dyn_args, dyn_kwargs, leaves = fresh_arguments(call, f"the {name} variant", True)  # host: as given
     before = [_buffer(leaf) for leaf in leaves]
     ready = _read_stats(devices)
+    guard = _TransferLog()
     began = time.perf_counter()
     try:
-        out = compiled.executable(*dyn_args, **dyn_kwargs)
-        jax.block_until_ready(out)
+        with guard:
+            out = compiled.executable(*dyn_args, **dyn_kwargs)
+            jax.block_until_ready(out)
     except Exception as exc:
         text = call_error(exc)
         kind = "out-of-memory" if out_of_memory(exc) else "run"
         raise RunError(f"running the {name} variant failed: {text}", kind=kind) from None
     seconds = time.perf_counter() - began
+    transferred, unmatched, unavailable = guard.per_leaf(call, compiled, leaves)
     after = _read_stats(devices)
     outputs = jax.tree_util.tree_leaves(out)
     returned = [_buffer(leaf) for leaf in outputs]
@@ -163,9 +178,113 @@ def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
         seconds=seconds,
         input_unreadable=tuple(why for _, why in before),
         output_unreadable=tuple(why for _, why in returned),
+        transferred=transferred,
+        transfers_unmatched=unmatched,
+        transfers_unavailable=unavailable,
     )
     del out, outputs, leaves, dyn_args, dyn_kwargs
     return reading
+
+
+class _TransferLog:
+    """The call run under jax's transfer guard in ``log`` mode, with fd 2 caught: jax logs one line per shard
+    it copies onto a device for the call (:data:`fieldmem.driver.placement.TRANSFER_LOG`), and
+    :meth:`per_leaf` reads them back as the bytes it copied of each argument leaf."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.unavailable: str | None = None
+        level = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "")
+        if level.strip().isdigit() and int(level) >= 2:
+            self.unavailable = (
+                f"TF_CPP_MIN_LOG_LEVEL={level} hides the warnings jax's transfer guard logs each transfer with"
+            )
+        elif not hasattr(os, "pread"):
+            self.unavailable = "reading jax's transfer log needs os.pread, which this platform lacks"
+
+    def __enter__(self) -> _TransferLog:
+        if self.unavailable is not None:
+            self._stack = contextlib.ExitStack()
+            return self
+        import jax
+
+        from fieldmem.driver.placement import TRANSFER_LOG
+        from fieldmem.driver.quiet import quiet_stderr
+
+        self._stack = contextlib.ExitStack()
+        try:
+            self._quiet = self._stack.enter_context(quiet_stderr(take=re.compile(TRANSFER_LOG)))
+            self._stack.enter_context(jax.transfer_guard("log"))
+        except Exception as exc:
+            self._stack.close()
+            self.unavailable = f"jax's transfer guard could not be set to log ({first_line(exc)})"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+        if self.unavailable is None:
+            self.lines = list(self._quiet.taken)
+
+    def per_leaf(
+        self, call: PreparedCall, compiled: Compiled, leaves: Sequence[Any]
+    ) -> tuple[tuple[int, ...], int, str | None]:
+        """The bytes logged copying each of ``leaves`` (report order) onto the devices, the logged copies
+        that match no leaf, and why nothing was measured (then the first is empty)."""
+        if self.unavailable is not None:
+            return (), 0, self.unavailable
+        from fieldmem.driver.placement import TRANSFER_LOG, flat_shardings, moved, sharding_key
+        from fieldmem.driver.variant import flat_order
+
+        shardings = flat_shardings(compiled.executable, "input")
+        order = flat_order(call)
+        if shardings is None or len(order) != len(leaves) or len(shardings) != len(leaves):
+            return (), 0, "the program's input shardings could not be matched to the argument leaves"
+        pattern = re.compile(TRANSFER_LOG)
+        logged: dict[str, int] = {}
+        for line in self.lines:
+            found = pattern.search(line)
+            if found:
+                key = f"aval={found.group(2)}, dst_sharding={found.group(3)}"
+                logged[key] = logged.get(key, 0) + 1
+        inputs = compiled.variant.inputs
+        # a leaf jax was to move takes its copies first among the leaves of one key (they cannot be told apart)
+        moving = {leaf.index for leaf in inputs if leaf.placement is not None and leaf.placement.moves}
+        ranked = sorted(range(len(leaves)), key=lambda i: i not in moving)
+        transferred = [0] * len(leaves)
+        for index in ranked:
+            target = shardings[order[index]]
+            aval = _aval_text(leaves[index])
+            if aval is None:
+                continue
+            key = sharding_key(aval, target)
+            lines = logged.get(key, 0)
+            if not lines:
+                continue
+            shape = tuple(getattr(leaves[index], "shape", ()) or ())
+            _, each, devices = moved(target, shape, _dtype(leaves[index]))
+            taken = min(lines, devices)
+            logged[key] = lines - taken
+            transferred[index] = taken * each
+        return tuple(transferred), sum(logged.values()), None
+
+
+def _aval_text(value: Any) -> str | None:
+    """How jax names ``value``'s abstract value in its transfer log (None where it has none)."""
+    import jax
+
+    try:
+        return repr(jax.typeof(value))
+    except Exception:
+        return None
+
+
+def _dtype(value: Any) -> Any:
+    import jax
+
+    try:
+        return jax.typeof(value).dtype
+    except Exception:
+        return getattr(value, "dtype", None)
 
 
 def _device_stats(
@@ -221,9 +340,12 @@ def out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or "RESOURCE_EXHAUSTED" in text or "out of memory" in text.lower()
 
 
-def fresh_arguments(call: PreparedCall, what: str = "the call") -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
+def fresh_arguments(
+    call: PreparedCall, what: str = "the call", host: bool = False
+) -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
     """New buffers for every dynamic argument leaf of ``call``, made and ready: the positional and
-    keyword arguments to call the executable with, and the leaves in report order.
+    keyword arguments to call the executable with, and the leaves in report order (``host``: a NumPy
+    array stays one, so the call copies it as the user's does).
 
     Raises:
         RunError: making them failed (``out-of-memory`` when the device ran out); ``what``
@@ -233,7 +355,7 @@ def fresh_arguments(call: PreparedCall, what: str = "the call") -> tuple[tuple[A
 
     leaves, treedef = dynamic_leaves(call)
     try:
-        fresh = [_fresh_argument(leaf) for leaf in leaves]
+        fresh = [_fresh_argument(leaf, host) for leaf in leaves]
         jax.block_until_ready(fresh)
     except Exception as exc:
         if out_of_memory(exc):

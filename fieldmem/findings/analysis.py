@@ -20,6 +20,7 @@ from typing import cast
 
 from fieldmem.collector import collector_paused
 from fieldmem.findings.capacity import fit_check, fit_findings
+from fieldmem.findings.transfers import host_figures, transfer_findings, transfers_of
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge
 from fieldmem.libraries import is_library_file
 from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
@@ -490,7 +491,13 @@ def analyze_variant(
         Variant(
             name=variant.name,
             donated_arguments=variant.donated_arguments,
-            memory=_memory(variant, live_peak, live_reason, constant_bytes, spaces, device_constants),
+            memory=host_figures(
+                _memory(variant, live_peak, live_reason, constant_bytes, spaces, device_constants),
+                variant,
+                aliases,
+                program.input_bytes,
+                program.output_bytes,
+            ),
             live_at_peak=live_at_peak,
             timeline=timeline,
             aliases=aliases,
@@ -953,12 +960,14 @@ def _verdict(
     new: Sequence[str] = (),
     by_user: bool = True,
     fit: Sequence[Finding] = (),
+    moved: Sequence[Finding] = (),
 ) -> Verdict:
     """The findings of the two variants, and the verdict :mod:`fieldmem.findings.verdict` gives them.
 
     ``by_user``: the donation is the user's (their jit's, or a ``--donate``/``donate=`` they gave), not
     fieldmem's default of every argument holding arrays; an unusable donation then breaks in place.
-    ``fit``: whether the program fits its device (:func:`fieldmem.findings.capacity.fit_findings`).
+    ``fit``: whether the program fits its device (:func:`fieldmem.findings.capacity.fit_findings`);
+    ``moved``: what jax copies before each call (:func:`fieldmem.findings.transfers.transfer_findings`).
     """
     inputs = {leaf.index: leaf for leaf in program.variant.inputs}
     # where a loop may copy every iteration, say so of the copies that happen once
@@ -1056,6 +1065,7 @@ def _verdict(
             )
     findings.extend(_constant_findings(program.module, min_bytes))
     findings.extend(fit)
+    findings.extend(moved)
     return judge(
         findings,
         reused,
@@ -1169,7 +1179,9 @@ def analyze_target(
     plain_variant, _ = plain_analysis if plain_analysis is not None else analyze_variant(plain, definition, parser)
     donated_variant, program = analyze_variant(donated, definition, parser)
     fit = fit_findings(plain, donated, plain_variant.memory, donated_variant.memory)
-    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user, fit)
+    transfers = transfers_of(donated, donated_variant.aliases, program.input_bytes, program.output_bytes)
+    moved = transfer_findings(transfers, donated_variant.aliases, program.input_bytes, min_bytes)
+    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user, fit, moved)
     made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)
     verdict = _with_made_static(verdict, made_static)
     return TargetResult(
@@ -1190,6 +1202,8 @@ def analyze_target(
                 used=leaf.hlo_parameter is not None,
                 sharding=leaf.sharding,
                 layout=leaf.layout,
+                device_shape=leaf.device_shape,
+                memory_kind=leaf.memory_kind if leaf.memory_kind not in (None, "device") else None,
             )
             for leaf in donated.inputs
         ),
@@ -1202,6 +1216,8 @@ def analyze_target(
                 bytes=o.bytes,
                 sharding=o.sharding,
                 layout=o.layout,
+                device_shape=o.device_shape,
+                memory_kind=o.memory_kind if o.memory_kind not in (None, "device") else None,
             )
             for o in donated.outputs
         ),
@@ -1211,6 +1227,7 @@ def analyze_target(
         savings=savings(plain_variant, donated_variant),
         checks=_checks(expect, max_peak, max_live_peak, verdict, donated_variant, donated),
         made_static=made_static,
+        transfers=transfers,
     )
 
 

@@ -284,6 +284,7 @@ def _step(
         kept_alive=kept,
         handoffs=tuple(handoffs),
         extras=outcome.extras,
+        transfer_bytes=result.transfers.bytes_per_call if result.transfers is not None else 0,
     )
 
 
@@ -426,4 +427,7 @@ def analyze_chain(
         cost_summary=_cost_summary(costs, steps),
         expect=expect,
         checks=checks,
+        transfer_bytes=(
+            sum(s.transfer_bytes or 0 for s in steps) if all(s.transfer_bytes is not None for s in steps) else None
+        ),
     )

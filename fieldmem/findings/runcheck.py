@@ -16,6 +16,10 @@ variant and the verdict revised:
   why and never fails the run;
 - an output found in an input's buffer without an alias in the plan is
   reported (``run-unplanned-alias``);
+- what jax's transfer guard logged copying the arguments onto the devices
+  for the donated call is held against the plan's transfers
+  (:func:`fieldmem.findings.transfers.transfer_run`; ``run-transfer-mismatch``
+  where they differ);
 - where the backend has device memory statistics, the measured peak per
   device is held against the static footprint; where it has none (cpu) the
   figures are None with the reason, never 0.
@@ -30,6 +34,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from fieldmem.findings.transfers import transfer_run
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge, rank
 from fieldmem.readings import ProbeReading, RunReading
 from fieldmem.report import (
@@ -40,6 +45,7 @@ from fieldmem.report import (
     ProbeCode,
     RunCheck,
     TargetResult,
+    Transfers,
     Variant,
 )
 from fieldmem.units import format_bytes
@@ -85,7 +91,7 @@ def run_check(result: TargetResult, variant: Variant, reading: RunReading) -> Ru
     worst = max(measured, key=lambda d: d.measured_peak or 0).device if measured else None
     return RunCheck(
         worst_device=worst,
-        aliases=_alias_checks(variant, reading),
+        aliases=_alias_checks(variant, reading, result.transfers if variant.name == "donated" else None),
         unplanned=_unplanned_aliases(result, variant, reading),
         deleted=deleted,
         kept=kept,
@@ -99,7 +105,7 @@ def _reason(reasons: tuple[str | None, ...], index: int) -> str:
     return why or "a leaf with no device buffer the run could read"
 
 
-def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ...]:
+def _alias_checks(variant: Variant, reading: RunReading, transfers: Transfers | None = None) -> tuple[AliasCheck, ...]:
     """Every alias of the plan, confirmed when the output came back in the input's buffer on every shard
     and the input was deleted (the runtime consumed it, as a donation does).
 
@@ -111,6 +117,11 @@ def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ..
     check says why and neither confirms nor refutes it.
     """
     checks = []
+    moved = (
+        {t.input_index for t in transfers.leaves if t.donated and t.kind != "host-to-device"}
+        if transfers is not None
+        else set()
+    )
     for alias in variant.aliases:
         before = reading.input_pointers[alias.input_index] if alias.input_index < len(reading.input_pointers) else None
         after = (
@@ -136,6 +147,8 @@ def _alias_checks(variant: Variant, reading: RunReading) -> tuple[AliasCheck, ..
                 f"{alias.output} is in a new buffer at run time ({same} of {len(after or ())} shards reused"
                 f"{'' if deleted else f'; {alias.input} was not deleted'})"
             )
+            if alias.input_index in moved and not deleted:
+                detail += f": jax moved {alias.input} before the call and donated the moved copy, as planned"
         checks.append(
             AliasCheck(alias.input, alias.input_index, alias.output, alias.output_index, confirmed, detail, comparable)
         )
@@ -273,6 +286,10 @@ def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> Targe
         run = run_check(result, variants[name], readings[name])
         variants[name] = dataclasses.replace(variants[name], run=run)
         findings += _run_findings(name, run, {leaf.index: leaf.bytes for leaf in result.inputs})
+    transfers = result.transfers
+    if "donated" in readings:
+        transfers, mismatch = _transfers_run(result, readings["donated"])
+        findings += mismatch
     verdict = result.verdict
     errors = [f for f in findings if f.severity == "error"]
     summary = verdict.summary
@@ -303,7 +320,27 @@ def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> Targe
         else c
         for c in result.checks
     )
-    return dataclasses.replace(result, variants=variants, verdict=revised, checks=checks)
+    return dataclasses.replace(result, variants=variants, verdict=revised, checks=checks, transfers=transfers)
+
+
+def _transfers_run(result: TargetResult, reading: RunReading) -> tuple[Transfers | None, list[Finding]]:
+    """``result``'s transfers with what the donated run logged copying (:func:`transfer_run`), and a warning
+    where the two differ."""
+    measured = transfer_run(result.transfers, reading, {leaf.index: leaf.path for leaf in result.inputs})
+    if measured is None:
+        return result.transfers, []
+    transfers = result.transfers if result.transfers is not None else Transfers(summary="nothing planned")
+    transfers = dataclasses.replace(transfers, run=measured)
+    if measured.bytes is None or measured.agrees:
+        return transfers, []
+    return transfers, [
+        Finding(
+            "warning",
+            "run-transfer-mismatch",
+            f"donated run: {measured.detail}",
+            bytes=abs(measured.bytes - measured.planned) or None,
+        )
+    ]
 
 
 def _run_summary(run: RunCheck) -> str:

@@ -12,7 +12,8 @@ names, per row, the codes that make it. The first row that holds decides:
    compiler refused it for that. Nothing else about it matters before it fits; its other findings stay.
 2. **not in place**: a finding breaks in place (a copy of state, a carry copied every iteration, a state
    output written to a new buffer, a state that grows, a donation the user asked for that nothing can use,
-   a donation jax dropped, an alias the run did not confirm).
+   a donation jax dropped, a donation lost because jax moves the leaf first, an alias the run did not
+   confirm).
 3. **nothing to update in place**: nothing breaks and no output reuses a donated buffer, because none can
    (a reduction, a loss): donating does nothing here, and ``--expect in-place`` fails with the fix
    (don't donate it).
@@ -119,9 +120,17 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "not-in-place",
+        "a donated leaf the plan reuses is given on another device, sharding or memory kind than the program "
+        "takes it: jax moves it first and donates the moved copy, so its own buffer stays alive",
+        ("resharded-donation",),
+        "`jax.jit(step, in_shardings=s, donate_argnums=0)` over 4 devices, given `jnp.ones(n)` on one device",
+    ),
+    Rule(
+        "not-in-place",
         "with `--run`: an alias the plan predicts did not happen at run time",
         ("run-alias-missing",),
-        "an argument placed elsewhere than the compiled program expects, so jax donates a moved copy",
+        "a donated leaf the check could not place (a `ShapeDtypeStruct` without a sharding) that the run's "
+        "arguments give elsewhere than the program takes it, so jax donates a moved copy",
     ),
     Rule(
         "nothing-to-update",

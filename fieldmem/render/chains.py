@@ -13,7 +13,17 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldmem.render.layout import Column, fitted_table, hanging, natural_width
-from fieldmem.render.pieces import FAIL, PASS, STATUS_WORDS, WARN, code, escape, footprint_curve, pair
+from fieldmem.render.pieces import (
+    FAIL,
+    PASS,
+    STATUS_WORDS,
+    WARN,
+    chain_transfer_line,
+    code,
+    escape,
+    footprint_curve,
+    pair,
+)
 from fieldmem.report import Chain, ChainCost
 from fieldmem.units import format_bytes
 
@@ -104,6 +114,9 @@ def chain_renderables(chain: Chain, verbose: bool = False, width: int = 120) -> 
         items.append(Text(f"  donated footprint per step  {curve}", style="dim"))
     if chain.cost_summary:
         items.append(hanging("", chain.cost_summary))
+    moved = chain_transfer_line(chain)
+    if moved:
+        items.append(hanging("", moved, style="dim"))
     for step in chain.steps:
         for handoff in step.handoffs:
             if handoff.breaks or verbose:
@@ -147,6 +160,9 @@ def chain_markdown(chain: Chain) -> list[str]:
     lines.append("")
     if chain.cost_summary:
         lines += [escape(chain.cost_summary), ""]
+    moved = chain_transfer_line(chain)
+    if moved:
+        lines += [escape(moved), ""]
     breaking = [(s, h) for s in chain.steps for h in s.handoffs if h.breaks]
     for step, handoff in breaking:
         lines.append(f"- {FAIL} step {step.index + 1}: {escape(handoff.message)}")
