@@ -465,13 +465,17 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
         backends: list[str | None] = list(request.backends) if request.backends is not None else [None]
         check_backends = request.backends is not None
         if request.watch:
-            session = WatchSession(units, backends, options, check_backends=check_backends, progress=progress)
+            session = WatchSession(
+                units, backends, options, check_backends=check_backends, progress=progress, devices=request.devices
+            )
             try:
                 return session.check(), baseline, session
             except BaseException:
                 session.close()
                 raise
-        reports = check_reports(units, backends, options, check_backends=check_backends, progress=progress)
+        reports = check_reports(
+            units, backends, options, check_backends=check_backends, progress=progress, devices=request.devices
+        )
         return reports, baseline, None
 
 

@@ -16,12 +16,15 @@ Modules, in the order a check uses them:
 - :mod:`~fieldmem.driver.prepare`: static and donated arguments, a user's jit options.
 - :mod:`~fieldmem.driver.lowering`: lowering and compiling both variants, the advisor's compile.
 - :mod:`~fieldmem.driver.variant`: a compiled program read into a plain ``CompiledVariant``.
+- :mod:`~fieldmem.driver.placement`: where each example argument is against where the program takes it.
 - :mod:`~fieldmem.driver.execute`: ``--run``, one call and its buffers and device memory.
 - :mod:`~fieldmem.driver.probe`: ``--probe``, an update timed at two buffer sizes.
 - :mod:`~fieldmem.driver.chain`: a step's outputs as the next step's arguments; the fused chain.
 - :mod:`~fieldmem.driver.shapes`: ``--shapes`` as abstract arguments; the bytes of a shape.
 - :mod:`~fieldmem.driver.paths`: pytree paths in words, the names of argument and output leaves.
 - :mod:`~fieldmem.driver.quiet`: jax's start without the accelerator plugins' known start-up noise on stderr.
+- :mod:`~fieldmem.driver.settings`: what a user's module sets for jax at import (``XLA_*``, ``JAX_*``,
+  ``jax.config.update``), and whether it is what the worker's jax runs with.
 - :mod:`~fieldmem.driver.jaxerrors`: a jax exception in one line, for fieldmem's error messages.
 
 JAX internals are read each in one place and tolerated when missing:
@@ -31,7 +34,8 @@ prepare), the wrappers' own internals (``JitWrapped.jitted_fn``, ``equinox._jit.
 wrappers), ``Lowered._lowering.compile_args["backend"]`` (the platform a fast
 compile is for, in lowering), ``jax._src.xla_bridge._backends`` (whether jax
 started, for ``--devices``, in backends) and ``Compiled.memory_analysis()``
-(documented as unstable, in variant).
+(documented as unstable, in variant); ``Config.update`` is wrapped in the worker to record a module's
+``jax.config.update`` calls (in settings).
 """
 
 from __future__ import annotations

@@ -27,8 +27,10 @@ __all__ = [
     "cache_folder",
     "compilation_cache",
     "default_cache_folder",
+    "device_count",
     "environment",
     "simulate_cpu_devices",
+    "with_device_count",
 ]
 
 
@@ -115,7 +117,6 @@ def simulate_cpu_devices(count: int) -> None:
         OptionError: ``count`` is below 1, or jax already started with another number of CPU devices.
     """
     import os
-    import re
     import sys
 
     if count < 1:
@@ -131,8 +132,23 @@ def simulate_cpu_devices(count: int) -> None:
                 f"set XLA_FLAGS={_DEVICE_COUNT_FLAG}={count} before importing jax"
             )
         return
-    flags = re.sub(rf"\s*{_DEVICE_COUNT_FLAG}=\S+", "", os.environ.get("XLA_FLAGS", ""))
-    os.environ["XLA_FLAGS"] = f"{flags} {_DEVICE_COUNT_FLAG}={count}".strip()
+    os.environ["XLA_FLAGS"] = with_device_count(os.environ.get("XLA_FLAGS", ""), count)
+
+
+def device_count(flags: str) -> int | None:
+    """The CPU device count ``flags`` (an ``XLA_FLAGS`` value) asks for, the last one given (None: none)."""
+    import re
+
+    found = re.findall(rf"{_DEVICE_COUNT_FLAG}=(\d+)(?:\s|$)", flags)
+    return int(found[-1]) if found else None
+
+
+def with_device_count(flags: str, count: int) -> str:
+    """``flags`` (an ``XLA_FLAGS`` value) asking for ``count`` CPU devices, whatever count it asked for."""
+    import re
+
+    kept = re.sub(rf"\s*{_DEVICE_COUNT_FLAG}=\S*", "", flags)
+    return f"{kept} {_DEVICE_COUNT_FLAG}={count}".strip()
 
 
 def cache_folder(path: str | None, origin: str = "--cache-dir") -> str | None:

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["jax_started", "known_noise", "preload_jaxlib", "quiet_stderr", "start_jax"]
+__all__ = ["jax_started", "known_noise", "preload_jaxlib", "quiet_backends_start", "quiet_stderr", "start_jax"]
 
 # one line each: absl's banners and the CUDA stub's message (timestamps, thread ids and line numbers vary)
 _NOISE_LINES = (
@@ -109,6 +109,30 @@ def start_jax() -> None:
                 jax.devices()
             except Exception:  # no default backend: the check that asks for one says so
                 pass
+
+
+def quiet_backends_start() -> None:
+    """Have jax's backends start without the known noise whoever starts them: the user's module, imported
+    before jax starts in the worker, may (a ``jax.devices()`` or an array at its top) where
+    :func:`start_jax` would have. Wraps ``jax._src.xla_bridge.backends``, through which every start goes;
+    tolerated when missing (then such a start is as noisy as under ``python``). Call it once jax is imported.
+    """
+    try:
+        from jax._src import xla_bridge
+    except Exception:  # another jax layout
+        return
+    original = getattr(xla_bridge, "backends", None)
+    if original is None or getattr(original, "_fieldmem_quiet", False):
+        return
+
+    def backends() -> Any:
+        if getattr(xla_bridge, "_backends", None):  # started: as it is, on every call after
+            return original()
+        with quiet_stderr():
+            return original()
+
+    backends._fieldmem_quiet = True  # type: ignore[attr-defined]
+    xla_bridge.backends = backends
 
 
 # a line absl/glog logged: severity, date, time, then the native id of the thread that logged it
@@ -208,7 +232,10 @@ def preload_jaxlib() -> None:
 
     jaxlib's logging reads ``TF_CPP_MIN_LOG_LEVEL`` as it loads: it gets the
     default jax's ``__init__`` gives it before loading jaxlib (a value the
-    user set stays).
+    user set stays). jaxlib's GPU kernels are loaded too, without their
+    known noise (with the CUDA plugin installed and no GPU, each says it
+    found no CUDA driver): the user's module, imported before jax starts,
+    then imports jax without it.
     """
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
     try:
@@ -216,4 +243,22 @@ def preload_jaxlib() -> None:
         import ml_dtypes  # noqa: F401
         import numpy  # noqa: F401
     except Exception:  # pragma: no cover - reported when jax is imported
-        pass
+        return
+    import importlib
+
+    with quiet_stderr():
+        for name in _GPU_KERNELS:  # what jax's import loads of them (jax._src.lib), in its order
+            try:
+                importlib.import_module(name)
+            except Exception:  # pragma: no cover - jax's import says why, if it minds
+                pass
+
+
+_GPU_KERNELS = (
+    "jaxlib.gpu_solver",
+    "jaxlib.gpu_sparse",
+    "jaxlib.gpu_prng",
+    "jaxlib.gpu_linalg",
+    "jaxlib.gpu_rnn",
+    "jaxlib.gpu_triton",
+)

@@ -249,10 +249,14 @@ class LocalHands:
 
     A released job's compiled programs go where :func:`releases_held` says, if anywhere, instead of being
     freed at once (a worker answers first and frees after).
+
+    ``modules_first``: :meth:`load` imports the user's modules before jax starts (the worker, which starts
+    it after the first: what that module sets for jax is in force, :mod:`fieldmem.driver.settings`); else
+    jax is started first, and a module's own ``XLA_FLAGS`` or ``JAX_*`` settings come too late for it.
     """
 
-    def __init__(self) -> None:
-        pass
+    def __init__(self, modules_first: bool = False) -> None:
+        self.modules_first = modules_first
 
     @contextlib.contextmanager
     def session(self, options: CheckOptions) -> Iterator[None]:
@@ -268,9 +272,10 @@ class LocalHands:
         target_options: TargetOptions,
         per_target: Mapping[str, TargetOptions] | None = None,
     ) -> list[Item]:
-        from fieldmem.driver import start_jax
+        if not self.modules_first:
+            from fieldmem.driver import start_jax
 
-        start_jax()  # the user's modules import jax: start it first, quiet about the plugins' start-up noise
+            start_jax()  # the user's modules import jax: start it first, quiet about the plugins' start-up noise
         resolved: list[Item] = []
         per_target = per_target or {}
         for spec in specs:

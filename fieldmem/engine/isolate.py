@@ -52,10 +52,10 @@ from fieldmem.collector import collector_paused
 from fieldmem.engine.hands import HandsLost
 from fieldmem.engine.protocol import PIPE_LOST, read_event
 from fieldmem.engine.results import contained, error_result
-from fieldmem.engine.spawn import end_group, spawn, take_prestarted
+from fieldmem.engine.spawn import end_group, prestart, spawn, take_prestarted
 from fieldmem.errors import FieldmemError, OptionError, RunError, TargetError
 from fieldmem.files import remove_stale_scratch, scratch_folder
-from fieldmem.report import Chain, Report, TargetResult
+from fieldmem.report import Chain, ModuleSettings, Report, TargetResult
 
 __all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "supervise"]
 
@@ -89,6 +89,7 @@ class Supervised:
 
     headers: list[Report | None]
     outcomes: list[list[list[_Checked]]]  # [backend][unit] -> one (results, chains) per target, in order
+    settings: tuple[ModuleSettings, ...] = ()  # what the units' modules set for jax at import, in unit order
 
 
 def _still_running(process: subprocess.Popen[bytes], grace: float = 1.0) -> bool:
@@ -337,7 +338,10 @@ class _Supervisor:
         self.spec_errors: dict[int, TargetResult] = {}
         self.got: dict[tuple[int, int, str], _Checked] = {}
         self.headers: list[Report | None] = [None] * len(backends)
+        self.reported: set[int] = set()  # the backends whose header this run has: the first worker's stands
         self.need_headers = True
+        self.devices: int | None = None  # --devices: it wins over a module's own count of CPU devices
+        self.settings: dict[int, dict[str, Any]] = {}  # per unit: what its module set for jax at import
         self.one_at_a_time = False
         # --watch: one worker kept between requests (serve), the files to load again, whether unchanged
         # targets may be answered "same", and what each target gave when last checked
@@ -433,6 +437,7 @@ class _Supervisor:
             "skip_same": self.skip_same,
             "report_idle": list(range(len(self.backends))) if report_idle is None else list(report_idle),
             "scratch": self.scratch,
+            "devices": self.devices,
         }
 
     # -- several workers --------------------------------------------------------------------------
@@ -590,6 +595,13 @@ class _Supervisor:
         elif what == "resolved":
             self.names[int(event["spec"])] = [str(n) for n in event["names"]]
             watch.resolving = None
+            if isinstance(event.get("settings"), dict):
+                self.settings[int(event["spec"])] = event["settings"]
+            else:
+                self.settings.pop(int(event["spec"]), None)
+            if event.get("elsewhere"):  # its module sets jax otherwise: the worker that checks it starts now
+                with self.lock:
+                    prestart()
             if isinstance(event.get("files"), list):
                 self.files.setdefault(int(event["spec"]), set()).update(str(f) for f in event["files"])
         elif what == "same":
@@ -603,6 +615,10 @@ class _Supervisor:
             from fieldmem.readings import Environment
 
             b = int(event["b"])
+            with self.lock:  # several workers of one run (modules that set jax otherwise): the first's stands
+                if b in self.reported:
+                    return
+                self.reported.add(b)
             try:
                 environment = decode_value(Environment, event["environment"])
             except (ValueError, TypeError, KeyError):
@@ -690,6 +706,7 @@ class _Supervisor:
 
     def _run(self) -> Supervised:
         stalled = 0
+        self.reported = set()
         while True:
             plan = self.todo()
             if not self.anything(plan) and (not self.need_headers or all(h is not None for h in self.headers)):
@@ -736,7 +753,27 @@ class _Supervisor:
                         checked.append(([self.error(index, name, error)], []))
                 row.append(checked)
             outcomes.append(row)
-        return Supervised(self.headers, outcomes)
+        return Supervised(self.headers, outcomes, self.module_settings())
+
+    def module_settings(self) -> tuple[ModuleSettings, ...]:
+        """What the units' modules set for jax at import, in unit order (those that set nothing left out)."""
+        found = []
+        for index, unit in enumerate(self.units):
+            settings = self.settings.get(index)
+            if settings is None or index in self.spec_errors:
+                continue
+            try:
+                found.append(
+                    ModuleSettings(
+                        target=unit.spec,
+                        environment={str(k): None if v is None else str(v) for k, v in settings["environment"].items()},
+                        config={str(k): str(v) for k, v in settings["config"].items()},
+                        note=None if settings.get("note") is None else str(settings["note"]),
+                    )
+                )
+            except (KeyError, AttributeError, TypeError):  # not what a worker sends: left out
+                continue
+        return tuple(found)
 
 
 WORKERS_ENV = "FIELDMEM_WORKERS"
@@ -782,12 +819,15 @@ def supervise(
     check_backends: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
     headers: bool = True,
+    devices: int | None = None,
 ) -> Supervised:
     """Load, check (and run, as ``options`` say) every unit on every backend in worker processes.
 
     ``check_backends``: the first worker checks every named backend is
-    available before it loads anything (as :func:`~fieldmem.engine.checker.check_backends`).
+    available before it checks anything (as :func:`~fieldmem.engine.checker.check_backends`;
+    after it imported the first module, whose settings for jax must come before jax starts).
     ``headers``: each backend's report without results is wanted (False: only the results).
+    ``devices``: ``--devices``, which wins over a module's own count of CPU devices.
 
     Raises:
         WorkerFailure: an error of the whole run (a backend that is not available),
@@ -795,6 +835,7 @@ def supervise(
     """
     supervisor = _Supervisor(units, backends, options, check_backends, progress)
     supervisor.need_headers = headers
+    supervisor.devices = devices
     return supervisor.run()
 
 
@@ -805,9 +846,11 @@ def check_reports(
     *,
     check_backends: bool,
     progress: Callable[[str, int, int], None] | None = None,
+    devices: int | None = None,
 ) -> tuple[Report, ...]:
-    """One report per backend, every target checked in worker processes (``fieldmem check``)."""
-    supervised = supervise(units, backends, options, check_backends=check_backends, progress=progress)
+    """One report per backend, every target checked in worker processes (``fieldmem check``); ``devices``:
+    ``--devices``, which wins over a module's own count of CPU devices."""
+    supervised = supervise(units, backends, options, check_backends=check_backends, progress=progress, devices=devices)
     reports = _reports(supervised)
     if progress is not None:
         total = sum(len(r.results) for r in reports[:1])
@@ -823,7 +866,7 @@ def _reports(supervised: Supervised) -> tuple[Report, ...]:
         checked = [pair for unit in row for pair in unit]
         results = tuple(result for pair in checked for result in pair[0])
         chains = tuple(chain for pair in checked for chain in pair[1])
-        reports.append(dataclasses.replace(header, results=results, chains=chains))
+        reports.append(dataclasses.replace(header, results=results, chains=chains, module_settings=supervised.settings))
     return tuple(reports)
 
 
@@ -883,9 +926,11 @@ class WatchSession:
         *,
         check_backends: bool,
         progress: Callable[[str, int, int], None] | None = None,
+        devices: int | None = None,
     ) -> None:
         self._supervisor = _Supervisor(units, backends, options, check_backends, progress)
         self._supervisor.serve = True
+        self._supervisor.devices = devices
         self.started_ns = time.time_ns()  # files modified after this may have been read before their edit
 
     def check(self) -> tuple[Report, ...]:

@@ -14,7 +14,12 @@ and :func:`decode_value` reads them (msgspec; bytes as base64).
 Events of the whole run:
 
 - ``{"e": "resolve", "spec": i}`` before it loads spec ``i`` (imports the user's module),
-  ``{"e": "resolved", "spec": i, "names": [...]}`` after, with the names of its targets;
+  ``{"e": "resolved", "spec": i, "names": [...]}`` after, with the names of its targets; and
+  ``"settings": {"environment", "config", "note"}`` where its module set anything for jax at
+  import (:mod:`fieldmem.driver.settings`), ``"elsewhere": true`` where that is not what this
+  worker's jax runs with: its targets are not checked here, and the worker ends with ``yield``
+  so that a fresh one (the request's ``"devices"``: ``--devices``, winning over a module's own
+  count) loads it first;
 - ``{"e": "environment", "b": b, "environment": Environment}``: the versions, backend and
   devices of backend ``b``, after its targets;
 - ``{"e": "fatal", "message": ...}``: an error that stops the whole run (a backend that

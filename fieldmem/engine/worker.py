@@ -4,7 +4,9 @@ Started by :mod:`fieldmem.engine.isolate`, never by a user: the user's code
 (their modules, factories, tracing, ``--run``) runs here, never in the process
 that writes the report and decides the exit code. It reads the request, one
 JSON line, from stdin (:mod:`fieldmem.engine.protocol`), takes the parent's
-environment, working directory and ``sys.path``, loads every spec it is asked for, then
+environment, working directory and ``sys.path``, loads every spec it is asked for (the
+first before jax starts, so that what its module sets for jax is in force; a spec whose
+module sets jax otherwise is left to a fresh worker: :mod:`fieldmem.driver.settings`), then
 checks each target on each backend through the checker (which imports jax),
 sending an event around each step and each result on the pipe ``FD``. What it
 or the user's code prints goes to its stdout and stderr, which the parent
@@ -100,9 +102,12 @@ def _warm_up() -> None:
 @dataclasses.dataclass
 class _Kept:
     """What a serving worker (``--watch``) keeps between requests: per (backend, spec, target name), the
-    fingerprint of the target as last checked (:func:`~fieldmem.watch.fingerprint.target_fingerprint`)."""
+    fingerprint of the target as last checked (:func:`~fieldmem.watch.fingerprint.target_fingerprint`); and
+    the jax settings of the process (:class:`~fieldmem.driver.settings.ImportSettings`: those of the first
+    module it imported are in force)."""
 
     prints: dict[tuple[int, str, str], str] = dataclasses.field(default_factory=dict)
+    settings: Any = None
 
 
 class _Worker:
@@ -121,6 +126,7 @@ class _Worker:
         # what the checks leave to free (fieldmem.engine.checker.releases_held): freed before each next target
         # and after the last answer (a one-shot worker leaves by os._exit instead)
         self.held: list[Any] = []
+        self.elsewhere = False  # a spec whose module sets jax otherwise than the one in force: a fresh worker's
         with unbounded_integers():
             self.options = decode(CheckOptions, request["check_options"])
 
@@ -132,23 +138,33 @@ class _Worker:
         from fieldmem.engine.hands import LocalHands
         from fieldmem.request.target import TargetOptions
 
+        def load(spec: dict[str, Any]) -> list[Any]:
+            if spec.get("call") is not None:  # a function in hand (the pytest plugin), with its arguments
+                return _in_hand(spec)
+            with unbounded_integers():  # the options as the user gave them: the checker refuses what it must
+                target_options = decode(TargetOptions, spec["options"] or {})
+            return LocalHands(modules_first=True).load([spec["spec"]], target_options)
+
         loaded: dict[int, list[Any]] = {}
         for index, spec in enumerate(self.request["specs"]):
             if spec is None or all(todo[index] == [] for todo in self.request["todo"]):
                 continue
             self.event("resolve", spec=index)
-            if spec.get("call") is not None:  # a function in hand (the pytest plugin), with its arguments
-                items = _in_hand(spec)
-            else:
-                with unbounded_integers():  # the options as the user gave them: the checker refuses what it must
-                    target_options = decode(TargetOptions, spec["options"] or {})
-                items = LocalHands().load([spec["spec"]], target_options)
-            loaded[index] = items
+            # imported before jax starts (the first), what it sets for jax in force as under python
+            items, found, here = self.kept.settings.load(lambda spec=spec: load(spec), _start_jax)
+            if here:
+                loaded[index] = items
+            else:  # it sets jax otherwise than the module in force here: a fresh worker checks it, first
+                self.elsewhere = True
             files: dict[str, Any] = {}
             if self.serve and spec.get("call") is None:  # what to watch: its module's file and the local modules
                 from fieldmem.watch.modules import spec_files
 
                 files["files"] = spec_files(spec["spec"], _modules(items))
+            if found:
+                files["settings"] = found.as_dict()
+            if not here:
+                files["elsewhere"] = True
             self.event("resolved", spec=index, names=[_name(item) for item in items], **files)
         return loaded
 
@@ -186,23 +202,26 @@ class _Worker:
 
     def run(self) -> str:
         """Serve what the request asks; the last event's name (``end`` or ``yield``)."""
-        from fieldmem.driver import backend_devices, has_memory_stats, start_jax
+        from fieldmem.driver import backend_devices, has_memory_stats
+        from fieldmem.driver.settings import ImportSettings
         from fieldmem.engine.hands import LocalHands, releases_held
         from fieldmem.engine.serve import serve_items
 
-        start_jax()  # before the user's modules import jax: quiet about the plugins' start-up noise
-        _freeze_imports()
         if self.request.get("reload"):  # edited files (--watch): their modules are executed again
             from fieldmem.watch.modules import forget
 
             forget(self.request["reload"])
+        if self.kept.settings is None:
+            self.kept.settings = ImportSettings()
+        self.kept.settings.begin(self.request.get("environ", os.environ), self.request.get("devices"))
+        with collector_resumed():  # the user's modules are imported; jax starts after the first
+            loaded = self.resolve()
+        _start_jax()  # where no module was imported: quiet about the plugins' start-up noise
         backends: list[str | None] = self.request["backends"]
         if self.request["check_backends"]:
             for backend in backends:
                 if backend is not None:
                     backend_devices(backend)
-        with collector_resumed():  # the user's modules are imported
-            loaded = self.resolve()
         hands = LocalHands()
         for b, backend in enumerate(backends):
             options = dataclasses.replace(self.options, backend=backend, isolate=False)
@@ -243,7 +262,16 @@ class _Worker:
                 self.event("environment", b=b, environment=json.loads(encode_value(hands.environment(backend))))
             if yielding:
                 return "yield"
-        return "end"
+        return "yield" if self.elsewhere else "end"
+
+
+def _start_jax() -> None:
+    """Start jax's backends, quiet about the plugins' start-up noise (:func:`fieldmem.driver.start_jax`): after
+    the first module is imported, with what it set for jax in force."""
+    from fieldmem.driver import start_jax
+
+    start_jax()
+    _freeze_imports()
 
 
 _frozen = False
