@@ -465,16 +465,7 @@ def _merge_and_write(
             continue
         kept.append(entry.name)
         merged[entry.key] = entry
-    baseline = Baseline(
-        path=shown,
-        fieldmem_version=report.fieldmem_version,
-        jax_version=report.jax_version,
-        jaxlib_version=report.jaxlib_version,
-        backend=report.backend,
-        platform_version=report.platform_version,
-        device_kinds=tuple(dict.fromkeys(d.kind or d.platform for d in report.devices)),
-        entries=tuple(merged[key] for key in sorted(merged)),
-    )
+    baseline = _written_by(report, shown, tuple(merged[key] for key in sorted(merged)))
     document = baseline.to_dict()
     dropped = [f"{name}" for name in _unknown_fields(raw, document, "", skip=("entries",))]
     written = document["entries"]
@@ -529,16 +520,7 @@ def gate_as_recorded(
     ):
         return report
     base = _root(root, path)
-    recorded = Baseline(
-        path=shown,
-        fieldmem_version=report.fieldmem_version,
-        jax_version=report.jax_version,
-        jaxlib_version=report.jaxlib_version,
-        backend=report.backend,
-        platform_version=report.platform_version,
-        device_kinds=tuple(dict.fromkeys(d.kind or d.platform for d in report.devices)),
-        entries=tuple(_entries(report, base, accept_current=True)),
-    )
+    recorded = _written_by(report, shown, tuple(_entries(report, base, accept_current=True)))
     gated = compare_to_baseline(report, recorded, root=base)
     assert gated.baseline is not None
     accepted = sum(len(a.checks) for a in gated.baseline.accepted)
@@ -548,6 +530,20 @@ def gate_as_recorded(
         "fails only on a regression or a check failing that the baseline does not accept"
     )
     return dataclasses.replace(gated, baseline=dataclasses.replace(gated.baseline, notes=(*gated.baseline.notes, note)))
+
+
+def _written_by(report: Report, shown: str, entries: tuple[BaselineEntry, ...]) -> Baseline:
+    """A baseline of ``entries`` as ``report``'s run writes it (its versions, backend and device kinds)."""
+    return Baseline(
+        path=shown,
+        fieldmem_version=report.fieldmem_version,
+        jax_version=report.jax_version,
+        jaxlib_version=report.jaxlib_version,
+        backend=report.backend,
+        platform_version=report.platform_version,
+        device_kinds=tuple(dict.fromkeys(d.kind or d.platform for d in report.devices)),
+        entries=entries,
+    )
 
 
 def _raw_document(file: Path) -> dict[str, Any]:
