@@ -975,3 +975,17 @@ def test_shell_completion_is_on() -> None:
     result = runner.invoke(app, ["--show-completion", "bash"])
     assert result.exit_code == 0, result.output
     assert "_fieldmem_completion" in result.output
+
+
+def test_every_option_of_check_is_in_the_readme_table() -> None:
+    """Issue 30, item 7: the README's options table lacked --new, --no-baseline, --prune-baseline, --isolate."""
+    import re
+
+    import typer
+
+    command = typer.main.get_command(app).commands["check"]  # type: ignore[attr-defined]
+    options = [o for p in command.params for o in (*p.opts, *p.secondary_opts) if o.startswith("--")]
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = "\n".join(line for line in readme.splitlines() if line.startswith("| `"))
+    missing = [o for o in options if not re.search(re.escape(o) + r"(?![\w-])", table)]
+    assert len(options) > 30 and not missing, missing
