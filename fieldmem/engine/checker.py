@@ -16,15 +16,13 @@ KeyboardInterrupt is not contained (Ctrl-C stops the run). Progress is reported 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from fieldmem.collector import collector_paused
 from fieldmem.engine.brain import check_chain, finish_job, report_header
-from fieldmem.engine.hands import Hands, Job, LocalHands, releases_held
+from fieldmem.engine.hands import Hands, Job, LocalHands, compile_pool, releases_held
 from fieldmem.engine.results import contained, error_result
 from fieldmem.errors import FieldmemError
 from fieldmem.report import Chain, Report, TargetResult
@@ -40,7 +38,7 @@ def _check_one(target: Target, options: CheckOptions, answer: Callable[[TargetRe
     """Check ``target`` and hand its result to ``answer``, from the first read of its compiled programs to
     the answer in one pause of the collector (:func:`~fieldmem.collector.collector_paused`): a worker's
     answer (its result encoded and written) is made before any pass walks the records of the check."""
-    with _pool(2 if options.jobs > 1 else 1) as pool:
+    with compile_pool(2 if options.jobs > 1 else 1) as pool:
         job = hands.start(target, options, pool)
         with collector_paused():
             answer(finish_job(job, options, hands))
@@ -49,16 +47,6 @@ def _check_one(target: Target, options: CheckOptions, answer: Callable[[TargetRe
 def _local_hands() -> Hands:
     """The hands of a check in this process: the driver (what a released job kept goes to releases_held)."""
     return LocalHands()
-
-
-@contextlib.contextmanager
-def _pool(workers: int) -> Iterator[Executor | None]:
-    """A thread pool for XLA compiles (None when ``workers`` is 0: compile in place)."""
-    if workers <= 0:
-        yield None
-        return
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        yield pool
 
 
 _Checked = tuple[list[TargetResult], list[Chain]]  # what one item gave: its results, and its chain if it is one
@@ -139,7 +127,7 @@ def _check_here(
 
     pipelined = options.jobs > 1 and not options.run
     in_flight: deque[tuple[int, Job | TargetResult]] = deque()
-    with _pool(options.jobs if pipelined else 0) as pool:
+    with compile_pool(options.jobs if pipelined else 0) as pool:
         for n in indices:
             item = items[n]
             if started is not None:

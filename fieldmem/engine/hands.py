@@ -483,7 +483,7 @@ def _chain_jobs(chain: ChainTarget, options: CheckOptions) -> Generator[ChainSte
             continue
         given_state = arguments if index == 0 and not isinstance(arguments, TargetResult) else None
         with contextlib.ExitStack() as stack:
-            pool = stack.enter_context(_pool(2 if options.jobs > 1 else 1))
+            pool = stack.enter_context(compile_pool(2 if options.jobs > 1 else 1))
             job, names = _step_job(step, step_target, previous, given_state, extras, options, pool)
             ok = yield ChainStepJob(index, step.name, step_target, job, names)
             # its outputs, abstract: the next step's arguments (built here, before its pool closes)
@@ -522,7 +522,7 @@ def _chain_jobs(chain: ChainTarget, options: CheckOptions) -> Generator[ChainSte
             fused_target, donate=state_donation(first.donate, composed, args, kwargs, state)
         )
         kwargs = {**kwargs, STEP_ARGS: given}
-    with _pool(2 if options.jobs > 1 else 1) as pool:
+    with compile_pool(2 if options.jobs > 1 else 1) as pool:
         yield ChainStepJob(None, chain.name, fused_target, _start(fused_target, args, kwargs, options, pool))
 
 
@@ -565,8 +565,9 @@ def _step_job(
 
 
 @contextlib.contextmanager
-def _pool(workers: int) -> Iterator[Executor | None]:
-    """A thread pool for XLA compiles (None when ``workers`` is 0: compile in place)."""
+def compile_pool(workers: int) -> Iterator[Executor | None]:
+    """A thread pool for XLA compiles (None when ``workers`` is 0: compile in place); the one the worker's
+    loop, the in-process checker and a job's own compiles share."""
     if workers <= 0:
         yield None
         return

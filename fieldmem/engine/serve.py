@@ -21,13 +21,11 @@ or xla (``tests/test_layers.py``).
 
 from __future__ import annotations
 
-import contextlib
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from fieldmem.engine.hands import Hands, Item, Job, failed
+from fieldmem.engine.hands import Hands, Item, Job, compile_pool, failed
 from fieldmem.engine.protocol import encode_error, encode_value
 from fieldmem.engine.results import contained, error_result
 from fieldmem.errors import FieldmemError, RunError
@@ -66,7 +64,7 @@ def serve_items(
     interactive = options.suggest or options.probe
     pipelined = options.jobs > 1 and not options.run and not interactive
     in_flight: deque[tuple[int, Job]] = deque()
-    with _pool(options.jobs if pipelined else 0) as pool:
+    with compile_pool(options.jobs if pipelined else 0) as pool:
         for n, item in enumerate(items):
             if before is not None:
                 before(n)
@@ -96,7 +94,7 @@ def serve_items(
                     done, pending = in_flight.popleft()
                     _after(after, done, _serve_job(pending, keys[done], options, hands, channel, False)[0])
                 continue
-            with _pool(2 if options.jobs > 1 else 1) as own:
+            with compile_pool(2 if options.jobs > 1 else 1) as own:
                 job = hands.start(item, options, own)
                 _after(after, n, _serve_job(job, key, options, hands, channel, interactive)[0])
         while in_flight:
@@ -219,13 +217,3 @@ def _serve_chain(
         went_through = not ended and bool(released)
     channel.emit("chain-end", key)
     return any_failed
-
-
-@contextlib.contextmanager
-def _pool(workers: int) -> Iterator[Executor | None]:
-    """A thread pool for XLA compiles (None when ``workers`` is 0: compile in place)."""
-    if workers <= 0:
-        yield None
-        return
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        yield pool
