@@ -602,3 +602,51 @@ def test_the_isolation_options_are_parsed(pytester: pytest.Pytester) -> None:
         assert result.ret == pytest.ExitCode.USAGE_ERROR, flag
         assert "fieldmem: error: --fieldmem-" in result.stderr.str()
     assert pytester.runpytest("--fieldmem-isolate=no", "--fieldmem-timeout=0").ret == pytest.ExitCode.OK
+
+
+# ----------------------------------------------------------------------------
+# The supervised worker gets arrays as their shapes, but keeps where they were: a donation jax must move
+# first is lost in the plugin as on the command line (issue 28, part 2)
+
+MOVED = textwrap.dedent(
+    """\
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+
+    def _rows():
+        return NamedSharding(jax.make_mesh((len(jax.devices()),), ("x",)), P("x"))
+
+
+    def _update(w, g):
+        return w - 0.1 * g
+
+
+    step = jax.jit(_update, in_shardings=(_rows(), _rows()), out_shardings=_rows(), donate_argnums=0)
+
+
+    def test_arrays_made_on_one_device(fieldmem_check):
+        fieldmem_check(step, jnp.ones((64, 64)), jnp.ones((64, 64)))
+
+
+    def test_arrays_placed_where_the_program_takes_them(fieldmem_check):
+        fieldmem_check(step, *(jax.device_put(jnp.ones((64, 64)), _rows()) for _ in range(2)))
+    """
+)
+
+
+@pytest.mark.compile
+def test_a_donation_lost_to_a_move_fails_in_the_worker_too(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    pytester.makepyfile(test_moved=MOVED)
+    result = pytester.runpytest_subprocess("-v")
+    assert outcomes(result) == {
+        "test_arrays_made_on_one_device": "FAILED",
+        "test_arrays_placed_where_the_program_takes_them": "PASSED",
+    }, result.stdout.str()
+    assert "jax.device_put" in section(result, "test_arrays_made_on_one_device")

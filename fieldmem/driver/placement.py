@@ -80,8 +80,16 @@ def placement(
     import numpy as np
 
     if isinstance(value, jax.ShapeDtypeStruct):
-        sharding = getattr(value, "sharding", None)
-        return Placement("abstract", describe_sharding(sharding) if sharding is not None else None)
+        stood = stood_for(value)
+        if stood is None:
+            sharding = getattr(value, "sharding", None)
+            return Placement("abstract", describe_sharding(sharding) if sharding is not None else None)
+        if target is None:
+            return None
+        committed, sharding = stood  # an array the pytest plugin sent as its shape: where it was
+        return _array_placement(
+            "array" if committed else "uncommitted", sharding, target, shape, dtype, describe_sharding
+        )
     if target is None:
         return None
     if isinstance(value, (np.ndarray, np.generic)):
@@ -97,6 +105,35 @@ def placement(
     except Exception:  # a deleted array, a tracer: nothing to say
         return None
     given = "array" if getattr(value, "committed", True) else "uncommitted"
+    return _array_placement(given, sharding, target, shape, dtype, describe_sharding)
+
+
+# arrays sent to a worker as their shape (fieldmem.driver.sendable): id -> (the stand-in, committed, sharding);
+# kept for the worker's life (a few small records per check)
+_STOOD_FOR: dict[int, tuple[Any, bool, Any]] = {}
+
+
+def stand_in(struct: Any, committed: bool, sharding: Any) -> Any:
+    """Record that ``struct`` (a ``ShapeDtypeStruct``) stands for a jax array of ``sharding`` (``committed``
+    or not), so that its placement is that array's, not "nothing to move"; returns ``struct``."""
+    _STOOD_FOR[id(struct)] = (struct, committed, sharding)
+    return struct
+
+
+def stood_for(struct: Any) -> tuple[bool, Any] | None:
+    """``(committed, sharding)`` of the array ``struct`` stands for (:func:`stand_in`); None: a shape the user gave."""
+    entry = _STOOD_FOR.get(id(struct))
+    return (entry[1], entry[2]) if entry is not None and entry[0] is struct else None
+
+
+def _array_placement(
+    given: str,
+    sharding: Any,
+    target: Any,
+    shape: tuple[int, ...],
+    dtype: Any,
+    describe_sharding: Callable[[Any], str | None],
+) -> Placement:
     kind = memory_kind(sharding)
     wanted_kind = memory_kind(target)
     try:

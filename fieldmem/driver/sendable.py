@@ -70,11 +70,18 @@ class _Pickler(pickle.Pickler):
                 raise NotSendable("an argument is a traced value (the check was called inside a jax transformation)")
             if isinstance(obj, jax.Array):
                 sharding = getattr(obj, "sharding", None)
+                committed = bool(getattr(obj, "committed", True))
                 if self._inside_function:  # a constant the function computes with (or returns): its value
                     import numpy as np
 
                     return _concrete, (np.asarray(obj), sharding)
-                return _abstract, (tuple(obj.shape), obj.dtype, bool(getattr(obj, "weak_type", False)), sharding)
+                return _abstract, (
+                    tuple(obj.shape),
+                    obj.dtype,
+                    bool(getattr(obj, "weak_type", False)),
+                    sharding,
+                    committed,
+                )
             if isinstance(obj, jax.Device):
                 return _device, (obj.platform, obj.id)
         if isinstance(obj, type) or callable(obj):
@@ -224,7 +231,12 @@ def _concrete(data: Any, sharding: Any) -> Any:
     return jax.device_put(data, sharding)
 
 
-def _abstract(shape: tuple[int, ...], dtype: Any, weak_type: bool, sharding: Any) -> Any:
+def _abstract(shape: tuple[int, ...], dtype: Any, weak_type: bool, sharding: Any, committed: bool = True) -> Any:
+    """The array's abstract value; an uncommitted array (``jnp.ones``: no fixed device) carries no sharding,
+    as jax lowers it. Where the array was is kept for its placement (a move before each call)."""
     import jax
 
-    return jax.ShapeDtypeStruct(shape, dtype, weak_type=weak_type, sharding=sharding)
+    from fieldmem.driver.placement import stand_in
+
+    struct = jax.ShapeDtypeStruct(shape, dtype, weak_type=weak_type, sharding=sharding if committed else None)
+    return stand_in(struct, committed, sharding)
