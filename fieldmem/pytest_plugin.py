@@ -151,10 +151,10 @@ class _Session:
         from fieldmem.api import check_chain, check_function
 
         if self.isolate:
-            from fieldmem.driver.sendable import NotSendable, dumps
+            from fieldmem.driver.sendable import NotSendable, dumps, tracing_config
 
-            try:
-                call = dumps((kind, subject, args, kwargs, settings))
+            try:  # with jax's settings as the test has them (jax_enable_x64...): the program the test builds
+                call = dumps((tracing_config(), dumps((kind, subject, args, kwargs, settings))))
             except NotSendable as exc:
                 _warn_in_process(kind, subject, settings, str(exc))
             else:

@@ -650,3 +650,39 @@ def test_a_donation_lost_to_a_move_fails_in_the_worker_too(
         "test_arrays_placed_where_the_program_takes_them": "PASSED",
     }, result.stdout.str()
     assert "jax.device_put" in section(result, "test_arrays_made_on_one_device")
+
+
+X64 = textwrap.dedent(
+    """\
+    import jax
+    import jax.numpy as jnp
+
+
+    def update(u):
+        return u.at[0].set(1.0)
+
+
+    def test_x64_as_the_test_has_it(fieldmem_check):
+        jax.config.update("jax_enable_x64", True)
+        try:
+            report = fieldmem_check(update, jnp.zeros((64, 64), jnp.float64))
+        finally:
+            jax.config.update("jax_enable_x64", False)
+        assert report.results[0].inputs[0].dtype == "float64", report.results[0].inputs[0]
+
+
+    def test_and_back_to_float32(fieldmem_check):
+        report = fieldmem_check(update, jnp.zeros((64, 64), jnp.float64))
+        assert report.results[0].inputs[0].dtype == "float32", report.results[0].inputs[0]
+    """
+)
+
+
+@pytest.mark.compile
+def test_the_worker_traces_with_the_tests_jax_settings(pytester: pytest.Pytester) -> None:
+    """jax_enable_x64 set by the test reached only pytest's jax: the worker checked a float32 program."""
+    pytester.makepyfile(test_x64=X64)
+    result = pytester.runpytest_subprocess("-v")
+    assert outcomes(result) == {"test_x64_as_the_test_has_it": "PASSED", "test_and_back_to_float32": "PASSED"}, (
+        result.stdout.str()
+    )

@@ -25,7 +25,7 @@ import sys
 import types
 from typing import Any
 
-__all__ = ["NotSendable", "dumps", "loads"]
+__all__ = ["NotSendable", "apply_tracing_config", "dumps", "loads", "tracing_config"]
 
 
 class NotSendable(Exception):
@@ -51,6 +51,48 @@ def dumps(value: Any) -> bytes:
 def loads(data: bytes) -> Any:
     """What :func:`dumps` sent: arrays as ``jax.ShapeDtypeStruct``, functions as this process imports them."""
     return pickle.loads(data)
+
+
+# jax's settings that change the program a trace builds (its dtypes, precision, random bits, partitioner),
+# as the calling process has them: a worker's jax, started with its own defaults, would build another
+_TRACING = (
+    "jax_enable_x64",
+    "jax_default_matmul_precision",
+    "jax_numpy_dtype_promotion",
+    "jax_numpy_rank_promotion",
+    "jax_default_prng_impl",
+    "jax_threefry_partitionable",
+    "jax_enable_custom_prng",
+    "jax_softmax_custom_jvp",
+    "jax_use_shardy_partitioner",
+    "jax_remove_size_one_mesh_axis_from_type",
+)
+
+
+def tracing_config() -> dict[str, Any]:
+    """This process's values of jax's settings that change what a trace builds (those this jax has)."""
+    jax = sys.modules.get("jax")
+    if jax is None:
+        return {}
+    values = jax.config.values
+    found = {}
+    for name in _TRACING:
+        if name in values:
+            value = values[name]
+            found[name] = getattr(value, "value", value)  # an enum (dtype promotion) as its word
+    return found
+
+
+def apply_tracing_config(config: dict[str, Any]) -> None:
+    """Set jax's settings to ``config`` (:func:`tracing_config` of the process that sent a call) where they
+    differ here, so the worker traces the program the caller's jax would."""
+    import jax
+
+    values = jax.config.values
+    for name, value in config.items():
+        current = values.get(name)
+        if getattr(current, "value", current) != value:
+            jax.config.update(name, value)
 
 
 def _why(exc: BaseException) -> str:

@@ -315,13 +315,15 @@ def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
     why it could not be made here."""
     import base64
 
-    from fieldmem.driver.sendable import loads
+    from fieldmem.driver.sendable import apply_tracing_config, loads
     from fieldmem.engine.results import contained
     from fieldmem.request.target import in_hand
 
     try:
         with collector_resumed():  # the test's module may be imported
-            kind, subject, args, kwargs, settings = loads(base64.b64decode(spec["call"]))
+            config, call = loads(base64.b64decode(spec["call"]))
+            apply_tracing_config(config)  # jax_enable_x64 and the like, as the caller's jax has them, first
+            kind, subject, args, kwargs, settings = loads(call)
             return [in_hand(kind, subject, args, kwargs, **settings)]
     except FieldmemError as exc:
         return [(spec["spec"], exc)]
