@@ -322,6 +322,9 @@ class _Link:
         self.live.send(request)
 
 
+_SWEPT: list[list[str]] = []  # the stale scratch folders this process removed, once
+
+
 class _Supervisor:
     def __init__(
         self,
@@ -359,8 +362,10 @@ class _Supervisor:
         self.check_timeout: float | None = None  # seconds a target may take, run or not (the pytest plugin)
         self.timeout_option = "--timeout"  # the option that set it, as the user knows it
         # what the workers write (XLA's dumps) goes under this folder, removed after each run: a worker
-        # killed or aborting in XLA cannot remove its own; and those of fieldmem runs that were killed
-        remove_stale_scratch()
+        # killed or aborting in XLA cannot remove its own; and those of fieldmem runs that were killed (looked
+        # for once a process: a pytest session makes a supervisor per check)
+        if not _SWEPT:
+            _SWEPT.append(remove_stale_scratch())
         self.scratch = scratch_folder()
 
     # -- what is left -------------------------------------------------------------------------------
