@@ -109,8 +109,13 @@ def placement(
 
 
 # arrays sent to a worker as their shape (fieldmem.driver.sendable): id -> (the stand-in, committed, sharding);
-# kept for the worker's life (a few small records per check)
+# those of one call, dropped when the next call's arrive (forget_stand_ins)
 _STOOD_FOR: dict[int, tuple[Any, bool, Any]] = {}
+
+
+def forget_stand_ins() -> None:
+    """Drop the records of the arrays an earlier call sent (a warm worker serves a whole pytest session)."""
+    _STOOD_FOR.clear()
 
 
 def stand_in(struct: Any, committed: bool, sharding: Any) -> Any:

@@ -315,6 +315,7 @@ def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
     why it could not be made here."""
     import base64
 
+    from fieldmem.driver.placement import forget_stand_ins
     from fieldmem.driver.sendable import apply_tracing_config, loads
     from fieldmem.engine.results import contained
     from fieldmem.request.target import in_hand
@@ -323,6 +324,7 @@ def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
         with collector_resumed():  # the test's module may be imported
             config, call = loads(base64.b64decode(spec["call"]))
             apply_tracing_config(config)  # jax_enable_x64 and the like, as the caller's jax has them, first
+            forget_stand_ins()  # the arrays of the calls before this one
             kind, subject, args, kwargs, settings = loads(call)
             return [in_hand(kind, subject, args, kwargs, **settings)]
     except FieldmemError as exc:
