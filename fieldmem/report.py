@@ -73,6 +73,7 @@ __all__ = [
     "FindingCode",
     "HandOff",
     "HandOffCode",
+    "HostFromShardings",
     "InPlaceProbe",
     "InputInfo",
     "LeafAdvice",
@@ -267,6 +268,28 @@ class MemorySpace:
 
 
 @dataclass(frozen=True)
+class HostFromShardings:
+    """A ``host_*`` figure that is fieldmem's reading, not XLA's: ``memory_analysis()`` gives 0 for it
+    although the compiled program takes or returns leaves in a host memory kind (``pinned_host``), because
+    the backend counts host memory in its device figures (XLA:CPU does).
+
+    ``figure``: the figure (``host_argument_bytes``, ``host_output_bytes``, ``host_alias_bytes``);
+    ``bytes``: its value in :class:`MemoryFigures`, the bytes per device of ``leaves``, the input or output
+    leaves the program's own input or output shardings put in host memory (for ``host_alias_bytes``, the
+    aliased inputs among them); ``xla_bytes``: what ``memory_analysis()`` gave (0), kept so nothing is
+    hidden; ``counted_in``: the device figure that holds these bytes instead (``argument_bytes``);
+    ``note``: all of it in words, for the renderers.
+    """
+
+    figure: str
+    bytes: int
+    xla_bytes: int
+    counted_in: str
+    leaves: tuple[str, ...] = ()
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class MemoryFigures:
     """XLA's figures verbatim (``memory_analysis()``), plus ``footprint_bytes``.
 
@@ -277,7 +300,9 @@ class MemoryFigures:
     ``constant_bytes``: the arrays compiled into the program as constants (a
     closed-over array), which XLA holds for the executable's lifetime, outside
     the argument, output and temp figures (docs/peaks.md). A figure the backend
-    does not give is None, and ``unavailable`` says why.
+    does not give is None, and ``unavailable`` says why. The ``host_*`` figures are XLA's too, except each
+    one ``host_from_shardings`` lists: XLA gave 0 for it although the program holds leaves in host memory,
+    and the figure is fieldmem's reading of the compiled program's own shardings, XLA's 0 kept beside it.
     """
 
     argument_bytes: int | None = None
@@ -297,6 +322,8 @@ class MemoryFigures:
     # every memory space of the buffer assignment, ascending (empty without one):
     # live_peak_bytes above is memory space 0's
     memory_spaces: tuple[MemorySpace, ...] = ()
+    # the host_* figures read from the program's shardings, where XLA gives 0 (XLA:CPU); empty: all XLA's
+    host_from_shardings: tuple[HostFromShardings, ...] = ()
 
 
 @dataclass(frozen=True)

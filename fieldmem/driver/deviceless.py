@@ -214,7 +214,9 @@ def place_call(call: Any, found: Target) -> Any:
     """``call`` (a PreparedCall) with every array leaf of its traced arguments a ShapeDtypeStruct on
     ``found``'s chips: a mesh of N devices onto a mesh of the same shape over the N chips (same axis names
     and partition specs); an unsharded leaf onto the first chip, or replicated over the mesh when another
-    leaf is sharded.
+    leaf is sharded. A leaf in a host memory kind (``pinned_host``: an offloaded state) stays in it there,
+    and so does each of the jit's ``in_shardings``/``out_shardings``: the target compiles the offload the
+    user's program makes, and XLA gives its ``host_*`` figures.
 
     Raises:
         OptionError: a mesh of another size than the target's chips, or a sharding that is not a mesh.
@@ -245,13 +247,14 @@ def place_call(call: Any, found: Target) -> Any:
         if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype") or isinstance(leaf, (int, float, complex, bool)):
             return leaf
         sharding: Any = getattr(leaf, "sharding", None)
+        kind = _host_kind(sharding)
         new: Any
         if target_mesh is None:
-            new = jax.sharding.SingleDeviceSharding(found.devices[0])
+            new = jax.sharding.SingleDeviceSharding(found.devices[0], memory_kind=kind)
         elif _mesh_of(sharding, found) is not None:
-            new = jax.sharding.NamedSharding(target_mesh, sharding.spec)
+            new = jax.sharding.NamedSharding(target_mesh, sharding.spec, memory_kind=kind)
         else:
-            new = jax.sharding.NamedSharding(target_mesh, jax.sharding.PartitionSpec())
+            new = jax.sharding.NamedSharding(target_mesh, jax.sharding.PartitionSpec(), memory_kind=kind)
         return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=new, weak_type=getattr(leaf, "weak_type", False))
 
     def place_tree(value: Any) -> Any:
@@ -264,6 +267,13 @@ def place_call(call: Any, found: Target) -> Any:
         if key in jit_options and jit_options[key] is not None:
             jit_options[key] = _remap_shardings(jit_options[key], target_mesh, found)
     return dataclasses.replace(call, args=args, kwargs=kwargs, jit_options=jit_options)
+
+
+def _host_kind(sharding: Any) -> str | None:
+    """The host memory kind ``sharding`` names (``pinned_host``, ``unpinned_host``), carried onto the
+    target's chips; None for the device's own memory (the target's default there)."""
+    kind = getattr(sharding, "memory_kind", None)
+    return kind if kind in ("pinned_host", "unpinned_host") else None
 
 
 def _mesh_of(sharding: Any, found: Target) -> Any | None:
@@ -310,9 +320,9 @@ def _remap_shardings(tree: Any, target_mesh: Any, found: Target) -> Any:
 
     def remap(s: Any) -> Any:
         if isinstance(s, jax.sharding.NamedSharding) and target_mesh is not None:
-            return jax.sharding.NamedSharding(target_mesh, s.spec)
+            return jax.sharding.NamedSharding(target_mesh, s.spec, memory_kind=_host_kind(s))
         if isinstance(s, jax.sharding.SingleDeviceSharding):
-            return jax.sharding.SingleDeviceSharding(found.devices[0])
+            return jax.sharding.SingleDeviceSharding(found.devices[0], memory_kind=_host_kind(s))
         return s
 
     return jax.tree_util.tree_map(remap, tree, is_leaf=lambda x: isinstance(x, jax.sharding.Sharding))

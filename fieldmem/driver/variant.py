@@ -82,7 +82,14 @@ def read_variant(
     # in a thread while this one reads the outputs, the leaves and the text
     analysis = _MemoryAnalysis(compiled)
     outputs, output_structs = _outputs(lowered, compiled, call, structs=donated, like=like)  # structs: when asked for
-    inputs = _leaves(call, lowered.args_info, kept, _compiled_formats(compiled, "input"), _placed(compiled))
+    inputs = _leaves(
+        call,
+        lowered.args_info,
+        kept,
+        _compiled_formats(compiled, "input"),
+        _placed(compiled),
+        _memory_kinds(compiled, "input"),
+    )
     inputs, outputs = _with_device_shapes(call, compiled, inputs, outputs)
     hlo_text = compiled.as_text()
     memory = read_memory(compiled, fast, analysis)
@@ -414,6 +421,7 @@ def _leaves(
     kept: set[int] | None,
     formats: list[tuple[str | None, str | None]] | None = None,
     shardings: list[Any] | None = None,
+    kinds: list[str | None] | None = None,
 ) -> tuple[InputLeaf, ...]:
     """Number the array leaves as the report does and map them to HLO parameters.
 
@@ -422,11 +430,13 @@ def _leaves(
     arguments sorted by name. ``args_info`` (jax's order) tells which leaf is
     donated; ``kept`` (jax's order) which ones the HLO still has; ``shardings``
     (jax's order) where the program takes each, against where the call's
-    argument is (:func:`fieldmem.driver.placement.placement`).
+    argument is (:func:`fieldmem.driver.placement.placement`); ``kinds`` (jax's
+    order) the memory each is taken in, where not the device's: read for a
+    deviceless compile too, which has no ``shardings`` to place against.
     """
     import jax
 
-    from fieldmem.driver.placement import other_memory, placement
+    from fieldmem.driver.placement import placement
 
     tree = jax.tree_util
     info_leaves = tree.tree_leaves(args_info, is_leaf=lambda x: hasattr(x, "donated") and hasattr(x, "_aval"))
@@ -439,6 +449,8 @@ def _leaves(
     if formats is not None and len(formats) != flat.count:
         formats = None  # jax grouped them another way: leave shardings and layouts unknown
     values = _jax_order_values(call) if shardings is not None and len(shardings) == flat.count else None
+    if kinds is not None and len(kinds) != flat.count:
+        kinds = None
     kept_sorted = sorted(kept) if kept is not None else list(range(flat.count))
     hlo_number = {jax_index: number for number, jax_index in enumerate(kept_sorted)}
 
@@ -460,7 +472,7 @@ def _leaves(
                 abstract=abstract,
                 sharding=formats[jax_index][0] if formats else None,
                 layout=formats[jax_index][1] if formats else None,
-                memory_kind=other_memory(shardings[jax_index]) if values is not None and shardings else None,
+                memory_kind=kinds[jax_index] if kinds is not None else None,
                 placement=(
                     placement(values[jax_index], shardings[jax_index], shape, aval.dtype, describe_sharding)
                     if values is not None and shardings and aval is not None
@@ -599,11 +611,12 @@ def _outputs(
     return outputs, returned
 
 
-def _memory_kinds(compiled: Any) -> list[str | None] | None:
-    """The memory kind of each output of ``compiled``, flat (None where jax does not say)."""
+def _memory_kinds(compiled: Any, which: str = "output") -> list[str | None] | None:
+    """The memory kind of each output (or input) of ``compiled``, flat, where not the device's own
+    (None where jax does not say)."""
     from fieldmem.driver.placement import flat_shardings, other_memory
 
-    shardings = flat_shardings(compiled, "output")
+    shardings = flat_shardings(compiled, which)
     return [other_memory(s) for s in shardings] if shardings is not None else None
 
 

@@ -17,7 +17,9 @@ this module says what that costs:
   copied too, but its own buffer is on the host: the device memory is reused as planned, and it is a
   transfer only;
 - the leaves the program takes or returns in a host memory kind (``pinned_host``: offloaded) are named with
-  their bytes, beside XLA's ``host_*`` figures.
+  their bytes, beside XLA's ``host_*`` figures; where XLA gives those 0 although the program holds such
+  leaves (XLA:CPU counts host memory in its device figures), the figures are read from the program's own
+  shardings instead, and say so (:func:`host_figures`).
 
 It never imports jax and never prints.
 """
@@ -28,7 +30,16 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 
 from fieldmem.readings import CompiledVariant, InputLeaf, OutputLeaf, Placement, RunReading
-from fieldmem.report import Alias, Finding, MemoryFigures, Transfer, TransferKind, TransferRun, Transfers
+from fieldmem.report import (
+    Alias,
+    Finding,
+    HostFromShardings,
+    MemoryFigures,
+    Transfer,
+    TransferKind,
+    TransferRun,
+    Transfers,
+)
 from fieldmem.units import format_bytes
 
 __all__ = ["HOST_MEMORY_KINDS", "host_figures", "is_host_memory", "transfer_findings", "transfer_run", "transfers_of"]
@@ -260,32 +271,73 @@ def host_figures(
     output_bytes: Mapping[int, int],
 ) -> MemoryFigures:
     """``memory`` with each of XLA's ``host_*`` figures that leaves out the leaves the program holds in host
-    memory (it gives 0 although some are: XLA:CPU counts them in the device figures) made unavailable, with
-    why: a figure the backend does not give is never 0."""
+    memory (it gives 0 although some are: XLA:CPU counts them in the device figures) read from the compiled
+    program's own shardings instead: the bytes per device (``input_bytes``, ``output_bytes``) of the input or
+    output leaves it takes or returns in a host memory kind, and for ``host_alias_bytes`` those of the
+    ``aliases`` whose input is one. Each such figure is a :class:`~fieldmem.report.HostFromShardings` in
+    ``host_from_shardings``, with XLA's 0 and the device figure that counts the bytes; a figure XLA gives
+    (a TPU's, a GPU's) is left as it is."""
     host_in = [leaf for leaf in variant.inputs if leaf.hlo_parameter is not None and is_host_memory(leaf.memory_kind)]
     host_out = [out for out in variant.outputs if is_host_memory(out.memory_kind)]
     host_indices = {leaf.index for leaf in host_in}
+    host_aliases = [a for a in aliases if a.input_index in host_indices]
     held = {
-        "host_argument_bytes": (sum(input_bytes.get(leaf.index, leaf.bytes) for leaf in host_in), "argument"),
-        "host_output_bytes": (sum(output_bytes.get(out.index, out.bytes) for out in host_out), "output"),
-        "host_alias_bytes": (sum(a.bytes for a in aliases if a.input_index in host_indices), "aliased input"),
+        "host_argument_bytes": (
+            sum(input_bytes.get(leaf.index, leaf.bytes) for leaf in host_in),
+            tuple(leaf.path for leaf in host_in),
+            {leaf.memory_kind or "" for leaf in host_in},
+            "argument_bytes",
+            "the program's input shardings take",
+        ),
+        "host_output_bytes": (
+            sum(output_bytes.get(out.index, out.bytes) for out in host_out),
+            tuple(out.path for out in host_out),
+            {out.memory_kind or "" for out in host_out},
+            "output_bytes",
+            "the program's output shardings return",
+        ),
+        "host_alias_bytes": (
+            sum(a.bytes for a in host_aliases),
+            tuple(a.input for a in host_aliases),
+            {leaf.memory_kind or "" for leaf in host_in if leaf.index in {a.input_index for a in host_aliases}},
+            "alias_bytes",
+            "the outputs reuse the buffers of",
+        ),
     }
-    changes: set[str] = set()
-    unavailable = dict(memory.unavailable)
-    for figure, (size, what) in held.items():
-        if size and getattr(memory, figure) == 0:
-            changes.add(figure)
-            unavailable[figure] = (
-                f"memory_analysis() gives 0, though the program holds {format_bytes(size)} of {what}s in host "
-                f"memory (pinned_host): this backend does not count host memory apart (XLA:CPU counts it in "
-                f"{figure.removeprefix('host_')})"
+    read: list[HostFromShardings] = []
+    for figure, (size, paths, kinds, counted_in, how) in held.items():
+        xla = getattr(memory, figure)
+        if not size or xla != 0:
+            continue
+        names = ", ".join(paths) if len(paths) <= 4 else f"{', '.join(paths[:3])} and {len(paths) - 3} more"
+        memories = " and ".join(sorted(kinds))
+        device = getattr(memory, counted_in)
+        where = (
+            f"counts these bytes in {counted_in}, with the device's memory (as XLA:CPU does: its peaks count them too)"
+            if device is not None and device >= size
+            else "leaves them out of its figures"
+        )
+        read.append(
+            HostFromShardings(
+                figure=figure,
+                bytes=size,
+                xla_bytes=xla,
+                counted_in=counted_in,
+                leaves=paths,
+                note=(
+                    f"{how} {names} in {memories} ({format_bytes(size)} per device); memory_analysis() gives "
+                    f"{figure} 0 and {where}"
+                ),
             )
-    if not changes:
+        )
+    if not read:
         return memory
+    values = {r.figure: r.bytes for r in read}
     return dataclasses.replace(
         memory,
-        unavailable=unavailable,
-        host_argument_bytes=None if "host_argument_bytes" in changes else memory.host_argument_bytes,
-        host_output_bytes=None if "host_output_bytes" in changes else memory.host_output_bytes,
-        host_alias_bytes=None if "host_alias_bytes" in changes else memory.host_alias_bytes,
+        host_argument_bytes=values.get("host_argument_bytes", memory.host_argument_bytes),
+        host_output_bytes=values.get("host_output_bytes", memory.host_output_bytes),
+        host_alias_bytes=values.get("host_alias_bytes", memory.host_alias_bytes),
+        unavailable={k: v for k, v in memory.unavailable.items() if k not in values},
+        host_from_shardings=tuple(read),
     )

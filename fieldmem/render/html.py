@@ -32,6 +32,8 @@ from fieldmem.render.pieces import (
     count,
     deviceless_label,
     footprint_curve,
+    host_figure_label,
+    host_figure_lines,
     host_figures_shown,
     memory_space_lines,
     pair,
@@ -302,11 +304,17 @@ def _live_table(variant: Variant) -> str:
     return _table(caption, header, rows, f"live {variant.name}", {0}) + _more(len(rows_all), _MAX_ROWS, "buffers")
 
 
+def _figure(result: TargetResult, name: str) -> str:
+    """A figure's name, with what :func:`~fieldmem.render.pieces.host_figure_label` adds to it."""
+    label = host_figure_label(result, name)
+    return f"<code>{_e(name)}</code>{_e(label.removeprefix(name))}"
+
+
 def _memory_table(result: TargetResult) -> str:
     plain, donated = result.variants["plain"], result.variants["donated"]
     rows = [
         (
-            f"<code>{name}</code>",
+            _figure(result, name),
             _e(format_bytes(getattr(plain.memory, name))),
             _e(format_bytes(getattr(donated.memory, name))),
             _e(format_bytes(result.savings.get(name))),
@@ -314,7 +322,7 @@ def _memory_table(result: TargetResult) -> str:
         for name in MEMORY_FIGURES
     ] + [
         (
-            f"<code>{name}</code>",
+            _figure(result, name),
             _e(format_bytes(getattr(plain.memory, name))),
             _e(format_bytes(getattr(donated.memory, name))),
             "",
@@ -336,6 +344,7 @@ def _memory_table(result: TargetResult) -> str:
     reasons = sorted({**plain.memory.unavailable, **donated.memory.unavailable}.items())
     if reasons:
         text += "".join(f'<p class="muted">{_e(k)} unavailable: {_e(v)}</p>\n' for k, v in reasons)
+    text += "".join(f'<p class="muted">{_e(line)}</p>\n' for line in host_figure_lines(result))
     text += "".join(f'<p class="muted">{_e(line)}</p>\n' for line in memory_space_lines(plain, donated))
     return text
 

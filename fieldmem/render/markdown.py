@@ -24,6 +24,8 @@ from fieldmem.render.pieces import (
     count,
     deviceless_label,
     escape,
+    host_figure_lines,
+    host_memory_line,
     pair,
     transfer_lines,
     verdict_words,
@@ -156,6 +158,9 @@ def _details(report: Report, result: TargetResult, verbose: bool) -> list[str]:
     moved = transfer_lines(result, verbose)
     if moved:
         lines += [f"- {escape(moved[0])}", *(f"  - {escape(line.strip())}" for line in moved[1:])]
+    host = host_memory_line(result)
+    if host is not None:
+        lines += [f"- {escape(host)}", *(f"  - {escape(line)}" for line in host_figure_lines(result))]
     return lines
 
 

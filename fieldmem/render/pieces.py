@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from fieldmem.report import Chain, ChainStep, Copy, Report, TargetResult, Variant
+from fieldmem.report import Chain, ChainStep, Copy, HostFromShardings, Report, TargetResult, Variant
 from fieldmem.units import format_bytes
 from fieldmem.words import copy_kind_label
 
@@ -30,7 +30,10 @@ __all__ = [
     "deviceless_label",
     "escape",
     "footprint_curve",
+    "host_figure_label",
+    "host_figure_lines",
     "host_figures_shown",
+    "host_memory_line",
     "module_settings_text",
     "pair",
     "plural",
@@ -214,11 +217,56 @@ def transfer_lines(result: TargetResult, verbose: bool = True) -> list[str]:
 
 
 def host_figures_shown(result: TargetResult) -> bool:
-    """Whether XLA's ``host_*`` figures have something to say for ``result``: one is not 0 in a variant, or the
-    program holds leaves in host memory (then XLA's figures are shown beside fieldmem's, or why not)."""
+    """Whether the ``host_*`` figures have something to say for ``result``: one is not 0 in a variant, or the
+    program holds leaves in host memory (then the figures are shown, XLA's or read from its shardings)."""
     if result.transfers is not None and (result.transfers.offloaded_inputs or result.transfers.offloaded_outputs):
         return True
     return any(getattr(v.memory, name, None) for v in result.variants.values() for name in HOST_FIGURES)
+
+
+def _host_read(result: TargetResult) -> dict[str, HostFromShardings]:
+    """The ``host_*`` figures of ``result`` read from the program's shardings, by figure: the donated
+    variant's, then the plain one's."""
+    read: dict[str, HostFromShardings] = {}
+    for name in ("donated", "plain"):
+        variant = result.variants.get(name)
+        for r in variant.memory.host_from_shardings if variant is not None else ():
+            read.setdefault(r.figure, r)
+    return read
+
+
+def host_figure_label(result: TargetResult, name: str) -> str:
+    """A memory figure's name as a table of figures shows it: a ``host_*`` figure read from the program's
+    shardings says so, and a device figure that counts host bytes (XLA:CPU's) says that."""
+    read = _host_read(result)
+    if name in read:
+        return f"{name} (program's shardings)"
+    if any(r.counted_in == name for r in read.values()):
+        return f"{name} (incl. host)"
+    return name
+
+
+def host_figure_lines(result: TargetResult) -> list[str]:
+    """A line per ``host_*`` figure read from the program's shardings: where from, and XLA's own figure."""
+    return [f"{r.figure} {format_bytes(r.bytes)}: {r.note}" for r in _host_read(result).values()]
+
+
+def host_memory_line(result: TargetResult) -> str | None:
+    """The donated variant's ``host_*`` figures in one line, and where they come from (None where they have
+    nothing to say)."""
+    donated = result.variants.get("donated")
+    if donated is None or not host_figures_shown(result):
+        return None
+    read = {r.figure for r in donated.memory.host_from_shardings}
+    figures = ", ".join(
+        f"{name} {format_bytes(getattr(donated.memory, name))}{'*' if name in read else ''}" for name in HOST_FIGURES
+    )
+    if not read:
+        return f"host memory (donated, per device; XLA's memory_analysis()): {figures}"
+    return (
+        f"host memory (donated, per device): {figures} (* read from the program's shardings, where XLA's "
+        "memory_analysis() gives 0)"
+    )
 
 
 def chain_transfer_line(chain: Chain) -> str | None:

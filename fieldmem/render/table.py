@@ -26,6 +26,8 @@ from fieldmem.render.pieces import (
     copy_kind_text,
     count,
     deviceless_label,
+    host_figure_label,
+    host_figure_lines,
     host_figures_shown,
     memory_space_lines,
     module_settings_text,
@@ -345,7 +347,7 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
             [Column("figure"), Column("plain", "right"), Column("donated", "right"), Column("saved", "right")],
             [
                 (
-                    name,
+                    host_figure_label(result, name),
                     format_bytes(getattr(plain.memory, name)),
                     format_bytes(getattr(donated.memory, name)),
                     format_bytes(result.savings.get(name)),
@@ -353,7 +355,12 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                 for name in MEMORY_FIGURES
             ]
             + [
-                (name, format_bytes(getattr(plain.memory, name)), format_bytes(getattr(donated.memory, name)), "")
+                (
+                    host_figure_label(result, name),
+                    format_bytes(getattr(plain.memory, name)),
+                    format_bytes(getattr(donated.memory, name)),
+                    "",
+                )
                 for name in (HOST_FIGURES if host_figures_shown(result) else ())
             ],
             width,
@@ -361,6 +368,8 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     )
     for name, reason in sorted(donated.memory.unavailable.items()):
         console.print(hanging(f"{name} unavailable: ", reason, style="dim"))
+    for note in host_figure_lines(result):
+        console.print(hanging("", note, style="dim"))
     for space_line in memory_space_lines(plain, donated):
         console.print(hanging("", space_line, style="dim"))
     for line in sparkline_lines(plain, donated, width=width):
