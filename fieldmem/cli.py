@@ -547,7 +547,7 @@ def compare(
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Also list aliases and copies per report.")] = False,
 ) -> None:
     """Show saved reports side by side per target (cpu vs gpu, jax 0.10 vs 0.11, main vs branch)."""
-    from fieldmem.emit import terminal_options, write_file
+    from fieldmem.emit import echo_rendered, terminal_options, write_file
     from fieldmem.gate.compare import compare_files
     from fieldmem.render import RenderOptions
     from fieldmem.render.compare import get_compare_renderer
@@ -571,7 +571,8 @@ def compare(
             renderer = get_compare_renderer("table")
     except FieldmemError as exc:
         raise _fail(exc.message) from None
-    typer.echo(renderer.render(comparison, terminal_options(verbose, comparison.min_bytes)), nl=False)
+    options = terminal_options(verbose, comparison.min_bytes)
+    echo_rendered(renderer.render(comparison, options), options)
     raise typer.Exit(comparison.exit_code(fail_on_diff))
 
 

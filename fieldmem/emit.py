@@ -18,7 +18,6 @@ nothing else here raises for a user's mistake.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +33,7 @@ if TYPE_CHECKING:
     from fieldmem.report import Report
     from fieldmem.request.build import CheckRequest, OutputSettings
 
-__all__ = ["WriteError", "emit_reports", "write_file", "write_files"]
+__all__ = ["WriteError", "echo_rendered", "emit_reports", "terminal_options", "write_file", "write_files"]
 
 
 class WriteError(FieldmemError):
@@ -127,21 +126,44 @@ def _print_reports(reports: Sequence[Report], output: OutputSettings, min_bytes:
     options = terminal_options(output.verbose, min_bytes)
     renderer = get_renderer("table" if output.file is not None else output.format)
     for report in reports:
-        typer.echo(renderer.render(report, options), nl=False)
+        echo_rendered(renderer.render(report, options), options)
     if len(reports) > 1 and renderer.name == "table":
         from fieldmem.gate.compare import compare_reports
         from fieldmem.render.compare import get_compare_renderer
 
         side_by_side = compare_reports([(report.backend, report) for report in reports], min_bytes=min_bytes)
-        typer.echo(get_compare_renderer("table").render(side_by_side, options), nl=False)
+        echo_rendered(get_compare_renderer("table").render(side_by_side, options), options)
 
 
 def terminal_options(verbose: bool, min_bytes: int) -> RenderOptions:
-    """How to render for this terminal: its width (80 at least) and color when stdout is one."""
+    """How to render for stdout, as rich decides it (fieldmem adds no rule of its own).
+
+    Width: ``COLUMNS``, else the terminal's (stdout's, or stdin's or stderr's when stdout is piped), else
+    80. Colour: on a terminal, or when ``FORCE_COLOR`` (non-empty) or ``TTY_COMPATIBLE=1`` asks for it
+    through a pipe; never on ``TERM=dumb`` or with ``TTY_COMPATIBLE=0``; ``NO_COLOR`` keeps the styles
+    (bold, dim) without colours. Print what it renders with :func:`echo_rendered`, which keeps the
+    colours a pipe was given.
+    """
+    from rich.console import Console
+
     from fieldmem.render import RenderOptions
 
-    width = shutil.get_terminal_size((120, 24)).columns
-    return RenderOptions(verbose=verbose, min_bytes=min_bytes, width=max(width, 80), color=sys.stdout.isatty())
+    console = Console(file=sys.stdout)
+    color_system = console.color_system  # None: not a terminal (nor forced), or a dumb one
+    return RenderOptions(
+        verbose=verbose,
+        min_bytes=min_bytes,
+        width=console.width,
+        color=color_system is not None,
+        color_system=color_system or "standard",
+        no_color=console.no_color,
+    )
+
+
+def echo_rendered(text: str, options: RenderOptions) -> None:
+    """``text`` rendered with ``options`` on stdout; click would drop its colour codes on a pipe, and
+    ``options`` already said whether there are any (:func:`terminal_options`)."""
+    typer.echo(text, nl=False, color=options.color)
 
 
 def _for_backend(path: Path, backend: str, several: bool) -> Path:

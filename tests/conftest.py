@@ -46,6 +46,8 @@ def isolated_imports(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     imported: importing jax twice in one process does not work.
     """
     monkeypatch.setenv("COLUMNS", "120")
+    for name in ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE"):  # no colour unless a test asks (rich reads these)
+        monkeypatch.delenv(name, raising=False)
     # no persistent compilation cache unless a test asks for one (subprocesses inherit this)
     monkeypatch.setenv("FIELDMEM_CACHE_DIR", "none")
     monkeypatch.setenv("LINES", "40")

@@ -10,9 +10,12 @@ terminal mode shows the target and the elapsed time; a pipe gets nothing.
 from __future__ import annotations
 
 import io
+import os
 import re
+import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -329,3 +332,204 @@ def test_a_real_check_reports_each_target_to_the_progress() -> None:
 def test_the_cli_writes_no_progress_to_a_pipe(in_assets: Path) -> None:
     result = CliRunner().invoke(app, ["check", "models.py:step", "models.py:scale", "--args", "models:make_args"])
     assert "checking" not in result.stderr and "\r" not in result.stderr and "\x1b" not in result.stderr
+
+
+# ---- colour and width: rich decides, from stdout and the environment ------------------------------------
+
+_SGR = re.compile(r"\x1b\[([0-9;]*)m")
+_TERMINAL_ENV = ("FORCE_COLOR", "NO_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS", "TERM")
+
+
+def _colours(text: str) -> set[int]:
+    """The SGR parameters in ``text`` that set a colour (foreground or background), not bold, dim or reset."""
+    params = {int(p) for group in _SGR.findall(text) for p in group.split(";") if p}
+    return {p for p in params if 30 <= p <= 38 or 40 <= p <= 48 or 90 <= p <= 107}
+
+
+def _fieldmem(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``fieldmem ARGS`` in a process of its own, its stdout a pipe, with only ``env``'s terminal settings."""
+    clean = {k: v for k, v in os.environ.items() if k not in _TERMINAL_ENV}
+    return subprocess.run(
+        [sys.executable, "-m", "fieldmem", *args],
+        cwd=cwd,
+        env={**clean, **env},
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
+    )
+
+
+@pytest.fixture
+def saved_report(tmp_path: Path) -> Path:
+    """A saved report: ``fieldmem compare`` shows it beside itself without compiling anything."""
+    from factories import make_report, make_result
+
+    path = tmp_path / "report.json"
+    path.write_text(get_renderer("json").render(make_report((make_result("model:step"),)), RenderOptions()))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("env", "styles", "colours"),
+    [
+        ({}, False, False),  # a pipe: plain text
+        ({"FORCE_COLOR": "1"}, True, True),  # asked for through the pipe (the issue: it was ignored)
+        ({"TTY_COMPATIBLE": "1"}, True, True),
+        ({"NO_COLOR": "1"}, False, False),
+        ({"FORCE_COLOR": "1", "NO_COLOR": "1"}, True, False),  # styles (bold, dim) but no colour
+        ({"FORCE_COLOR": "1", "TERM": "dumb"}, False, False),
+        ({"FORCE_COLOR": "1", "TTY_COMPATIBLE": "0"}, False, False),
+    ],
+)
+def test_colour_is_what_rich_reads_of_the_environment(
+    saved_report: Path, env: dict[str, str], styles: bool, colours: bool
+) -> None:
+    result = _fieldmem(["compare", str(saved_report), str(saved_report)], env, saved_report.parent)
+    assert result.returncode == 0, result.stderr
+    assert "no differences" in result.stdout
+    assert ("\x1b[" in result.stdout) is styles, repr(result.stdout[:300])
+    assert bool(_colours(result.stdout)) is colours, _colours(result.stdout)
+    assert "\x1b" not in result.stderr
+
+
+def test_the_terminal_options_are_rich_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``COLUMNS`` is the width whatever it is (no floor of fieldmem's own); colour follows FORCE_COLOR."""
+    from fieldmem.emit import terminal_options
+
+    monkeypatch.setenv("COLUMNS", "57")
+    monkeypatch.setattr(sys, "stdout", io.StringIO())  # a pipe
+    options = terminal_options(False, 1024)
+    assert (options.width, options.color) == (57, False)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    forced = terminal_options(False, 1024)
+    assert (forced.color, forced.color_system, forced.no_color) == (True, "256", False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert terminal_options(False, 1024).no_color
+
+
+@pytest.mark.compile
+def test_the_check_s_width_and_colour_come_from_the_environment(in_assets: Path) -> None:
+    """COLUMNS=140: the summary as one row per target (in colour, FORCE_COLOR through a pipe);
+    COLUMNS=60: stacked, plain, no line wider than 60."""
+    args = ["check", "models.py:step", "--args", "models:make_args"]
+    wide = _fieldmem(args, {"COLUMNS": "140", "FORCE_COLOR": "1"}, in_assets)
+    assert wide.returncode == 0, wide.stderr
+    plain = _SGR.sub("", wide.stdout)
+    assert "plain/donated" in plain and "copies 1 → 0" not in plain  # the wide table's header, no stack
+    assert _colours(wide.stdout), repr(wide.stdout[:300])
+    narrow = _fieldmem(args, {"COLUMNS": "60"}, in_assets)
+    assert narrow.returncode == 0, narrow.stderr
+    assert "plain/donated" not in narrow.stdout and "copies 1 → 0 · donated u, row" in narrow.stdout
+    assert "\x1b" not in narrow.stdout
+    assert all(len(line) <= 60 for line in narrow.stdout.splitlines()), narrow.stdout
+
+
+# ---- no wrapped line starts at the left margin -----------------------------------------------------------
+
+_RULE = re.compile(r"^[─━═ ]+$")
+
+
+def _margin_heads(text: str) -> set[str]:
+    """The first word of each line that starts at the left margin."""
+    return {line.split()[0] for line in text.splitlines() if line.strip() and not line[0].isspace()}
+
+
+def assert_no_line_wraps_to_the_margin(render: Callable[[int], str], widths: tuple[int, ...]) -> None:
+    """At each width, a line at the left margin begins what begins a line there when nothing wraps (a
+    heading, the summary table's header, a row's target, folded or whole), or is a table's rule: never
+    the continuation of a wrapped line. No line is wider than the width."""
+    heads = _margin_heads(render(100_000))
+    assert heads
+    for width in widths:
+        text = render(width)
+        for line in text.splitlines():
+            assert len(line) <= width, (width, line, text)
+            if not line.strip() or line[0].isspace() or _RULE.match(line):
+                continue
+            first = line.split()[0]
+            assert any(head.startswith(first) for head in heads), (width, line, text)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("name", ["optimizer", "advisor", "chain"])
+@pytest.mark.parametrize("verbose", [False, True])
+def test_no_line_of_the_examples_wraps_to_the_margin(reports: dict[str, Report], name: str, verbose: bool) -> None:
+    assert_no_line_wraps_to_the_margin(lambda width: table(reports[name], width, verbose), MARGIN_WIDTHS)
+
+
+MARGIN_WIDTHS = (60, 80, 100)
+_LONG = "models.training.transformer_with_a_rather_long_module_path:train_step_with_gradient_accumulation"
+
+
+def _baseline_report() -> Report:
+    """A report gated against a baseline: long target names in regressions, improvements, accepted
+    checks and notes, and a long baseline path."""
+    from fieldmem.report import Accepted, BaselineComparison, Change
+
+    from factories import make_report, make_result
+
+    def change(kind: str, message: str) -> Change:
+        return Change(target=_LONG, kind=kind, subject="footprint_bytes", message=f"{_LONG}: {message}")
+
+    comparison = BaselineComparison(
+        path="ci/baselines/a_baseline_file_in_a_folder_of_its_own/fieldmem-baseline.json",
+        regressions=(
+            change("figure", "donated footprint 2.0 MiB → 6.0 MiB (+4.0 MiB, +200.0%) over the tolerance 5%"),
+            change("copy", "new donated copy [loop] of f32[512,512] at models/training.py:14 (1.0 MiB)"),
+        ),
+        improvements=(change("alias", "alias gained: params['layer0']['w'] → out[0]['layer0']['w']"),),
+        notes=(f"{_LONG}: recorded with jax 0.10.1, checked with jax 0.10.2: figures may differ for that alone",),
+        tolerance="5%",
+        accepted=(Accepted(target=_LONG, checks=("max-peak",)),),
+    )
+    return make_report((make_result(_LONG),), baseline=comparison)
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_the_baseline_summary_hangs_under_its_marks(verbose: bool) -> None:
+    """Issue 30: the baseline summary's lines wrapped back to column 0."""
+    report = _baseline_report()
+    assert_no_line_wraps_to_the_margin(lambda width: table(report, width, verbose), MARGIN_WIDTHS)
+    text = table(report, 60, verbose)
+    lines = text.splitlines()
+    start = next(n for n, line in enumerate(lines) if line.startswith("baseline "))
+    marks = [n for n, line in enumerate(lines) if n > start and line.startswith(("  ✗ ", "  ✓ ", "  = ", "  • "))]
+    assert len(marks) == 5, text
+    for n in marks:  # each item's wrapped lines continue under its text, after the mark
+        following = lines[n + 1 : next((m for m in marks if m > n), len(lines))]
+        assert following and all(line.startswith("    ") and line[4] != " " for line in following), text
+    flat = " ".join(text.split())
+    assert "5%): 2 regressions, 1 improvement" in flat  # the headline reads whole, wrapped or not
+
+
+def test_wrapped_continues_two_columns_in() -> None:
+    from fieldmem.render.layout import wrapped
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=30, color_system=None)
+    console.print(wrapped("fieldmem 0.1.0 · jax 0.10.2 · cpu · 1 device (figures are per device)"))
+    console.print(wrapped("a_name_much_longer_than_the_thirty_columns_it_has", indent=2))
+    lines = buffer.getvalue().splitlines()
+    assert lines[:3] == ["fieldmem 0.1.0 · jax 0.10.2 ·", "  cpu · 1 device (figures are", "  per device)"]
+    assert lines[3:] == ["  a_name_much_longer_than_the_", "    thirty_columns_it_has"]
+
+
+def test_the_side_by_side_comparison_wraps_under_its_text_too() -> None:
+    """``fieldmem compare`` (and ``--backend a,b``): a long target name folds under itself, each difference
+    hangs under its mark."""
+    from fieldmem.gate.compare import compare_reports
+    from fieldmem.render.compare import get_compare_renderer
+
+    from factories import MIB, make_memory, make_report, make_result, make_variant
+
+    def report(alias: int) -> Report:
+        memory = make_memory(argument=2 * MIB, output=2 * MIB, alias=alias)
+        return make_report((make_result(_LONG, donated=make_variant("donated", memory)),))
+
+    comparison = compare_reports([("reference.json", report(2 * MIB)), ("without-the-aliases.json", report(0))])
+    assert comparison.rows[0].differences
+    assert_no_line_wraps_to_the_margin(
+        lambda width: get_compare_renderer("table").render(comparison, RenderOptions(width=width)), MARGIN_WIDTHS
+    )

@@ -25,25 +25,35 @@ __all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer", "preload", 
 
 @dataclass(frozen=True)
 class RenderOptions:
+    """How to lay out a report: ``width`` in columns; ``color``: with ANSI styles, in rich's
+    ``color_system`` (``standard``, ``256``, ``truecolor``, ``windows``), and ``no_color``: styles (bold,
+    dim) without colours. For the terminal, :func:`fieldmem.emit.terminal_options` takes all four from
+    what rich reads of stdout and the environment; files get plain text."""
+
     verbose: bool = False
     min_bytes: int = MIN_BYTES
     width: int = 120
     color: bool = False
+    color_system: str = "standard"
+    no_color: bool = False
 
 
 def text_console(file: Any, options: RenderOptions) -> Any:
     """A rich Console writing into ``file`` at the options' width, colored only when asked.
 
     It reads no markup (``[bold]``) and no emoji codes (``:warning:``) in the strings it prints: every
-    string is shown as it is, a user's name included.
+    string is shown as it is, a user's name included. Nothing here reads the environment: the options
+    say what the terminal wants.
     """
     from rich.console import Console
 
     return Console(
         file=file,
         width=options.width,
+        height=25,  # with both given, rich takes the size as it is (TERM=dumb would make it 80 columns)
         force_terminal=options.color,
-        color_system="auto" if options.color else None,
+        color_system=options.color_system if options.color else None,  # type: ignore[arg-type]
+        no_color=options.no_color,
         highlight=False,
         soft_wrap=False,
         markup=False,

@@ -1,44 +1,66 @@
 """Plain text for a baseline comparison, and for what ``--save-baseline`` wrote.
 
-The table renderer ends with :func:`render_comparison`; the CLI prints
-:func:`render_saved` on stderr after ``--save-baseline``. It formats what the comparison holds and
-decides nothing: every regression, improvement and note, in the order found.
+The table renderer ends with :func:`comparison_renderables` (the same lines as
+:func:`render_comparison`, each wrapping under its own text at the terminal's
+width); the CLI prints :func:`render_saved` on stderr after ``--save-baseline``.
+It formats what the comparison holds and decides nothing: every regression,
+improvement and note, in the order found.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.console import RenderableType
+
 from fieldmem.errors import listing
 from fieldmem.escaping import defused, visible, visible_strings
+from fieldmem.render.layout import hanging
 from fieldmem.render.pieces import count
 from fieldmem.report import BaselineComparison
 
 if TYPE_CHECKING:
     from fieldmem.gate.baseline import SavedBaseline
 
-__all__ = ["render_comparison", "render_saved"]
+__all__ = ["comparison_renderables", "render_comparison", "render_saved"]
 
 
-def render_comparison(comparison: BaselineComparison) -> str:
-    """``baseline PATH (tolerance T): N regressions, M improvements`` and one line per item: each regression,
-    improvement, failing check the baseline accepts, and note."""
+def _comparison_lines(comparison: BaselineComparison) -> list[tuple[str, str, str]]:
+    """(prefix, text, style) per line: the headline (``baseline PATH (tolerance T): N regressions, M
+    improvements``), then each regression, improvement, failing check the baseline accepts, and note."""
     comparison = visible_strings(comparison)  # paths, names and messages as fieldmem shows user text
     tolerance = comparison.tolerance or "exact"
-    lines = [
-        f"baseline {comparison.path} (tolerance {tolerance}): "
-        f"{count(len(comparison.regressions), 'regression')}, "
+    headline = (
+        f"{comparison.path} (tolerance {tolerance}): {count(len(comparison.regressions), 'regression')}, "
         f"{count(len(comparison.improvements), 'improvement')}"
-    ]
-    lines += [f"  ✗ {r.message}" for r in comparison.regressions]
-    lines += [f"  ✓ {r.message}" for r in comparison.improvements]
+    )
+    lines = [("baseline ", headline, "")]
+    lines += [("✗ ", r.message, "red") for r in comparison.regressions]
+    lines += [("✓ ", r.message, "green") for r in comparison.improvements]
     lines += [
-        f"  = {a.target}: {check} fails as recorded: accepted by the baseline"
+        ("= ", f"{a.target}: {check} fails as recorded: accepted by the baseline", "yellow")
         for a in comparison.accepted
         for check in a.checks
     ]
-    lines += [f"  • {note}" for note in comparison.notes]
+    lines += [("• ", note, "dim") for note in comparison.notes]
+    return lines
+
+
+def render_comparison(comparison: BaselineComparison) -> str:
+    """The comparison as plain lines, one per item (no wrapping)."""
+    lines = [
+        f"{'' if n == 0 else '  '}{prefix}{text}" for n, (prefix, text, _) in enumerate(_comparison_lines(comparison))
+    ]
     return defused("\n".join(lines) + "\n")
+
+
+def comparison_renderables(comparison: BaselineComparison) -> list[RenderableType]:
+    """The lines of :func:`render_comparison` for the terminal: a line that wraps continues under its
+    text (after ``baseline``, after its mark), a long target name included."""
+    return [
+        hanging(prefix, text, style=style, indent=0 if n == 0 else 2)
+        for n, (prefix, text, style) in enumerate(_comparison_lines(comparison))
+    ]
 
 
 def render_saved(saved: SavedBaseline) -> str:

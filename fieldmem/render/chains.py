@@ -12,7 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from fieldmem.render.layout import Column, fitted_table, hanging, natural_width
+from fieldmem.render.layout import Column, fitted_table, hanging, natural_width, wrapped
 from fieldmem.render.pieces import (
     FAIL,
     PASS,
@@ -52,7 +52,7 @@ def chain_renderables(chain: Chain, verbose: bool = False, width: int = 120) -> 
     items: list[RenderableType] = []
     head = Text(f"chain {chain.name}", style="bold")
     head.append(f"  ({len(chain.steps)} steps)", style="dim")
-    items.append(head)
+    items.append(wrapped(head))
     style = "green" if chain.in_place else "red"
     items.append(hanging("", chain.summary, style=style))
     for check in chain.checks:
@@ -111,7 +111,7 @@ def chain_renderables(chain: Chain, verbose: bool = False, width: int = 120) -> 
         )
     curve = footprint_curve(chain.steps)
     if curve:
-        items.append(Text(f"  donated footprint per step  {curve}", style="dim"))
+        items.append(hanging("donated footprint per step  ", curve, style="dim"))
     if chain.cost_summary:
         items.append(hanging("", chain.cost_summary))
     moved = chain_transfer_line(chain)

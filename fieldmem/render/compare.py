@@ -22,7 +22,7 @@ from rich.text import Text
 from fieldmem.escaping import defused, json_defused, visible_strings
 from fieldmem.gate.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
 from fieldmem.render import RenderOptions, text_console
-from fieldmem.render.layout import natural_width
+from fieldmem.render.layout import hanging, natural_width, wrapped
 from fieldmem.render.pieces import FAIL, PASS, code, count, escape, verdict_words
 from fieldmem.units import format_bytes
 
@@ -131,7 +131,8 @@ def _table(comparison: Comparison, columns: list[int], options: RenderOptions) -
             for column in columns:
                 text, mark = _cell_text(row, column, field_name, options.verbose)
                 cells.append(Text(f"{text} {mark}" if mark else text, style=_STYLE[mark]))
-            table.add_row(Text(row.name) if n == 0 else "", label, *cells, end_section=n == len(fields) - 1)
+            name = wrapped(Text(row.name)) if n == 0 else ""  # a long name folds under itself
+            table.add_row(name, label, *cells, end_section=n == len(fields) - 1)
     return table
 
 
@@ -156,8 +157,9 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
     comparison = visible_strings(comparison)  # every label, name and message as fieldmem shows user text
     buffer = io.StringIO()
     console = text_console(buffer, options)
+    # every line that wraps continues under its own text (fieldmem.render.layout)
     console.print(
-        Text(
+        wrapped(
             f"fieldmem compare · reference: {comparison.columns[0].label} · tolerance: {comparison.tolerance}"
             f" · copies ≥ {format_bytes(comparison.min_bytes)} · figures are per device",
             style="dim",
@@ -165,13 +167,13 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
     )
     if not comparison.rows:
         console.print("no targets in these reports")
-        return defused(buffer.getvalue(), color=options.color)
+        return defused(_trimmed(buffer.getvalue()), color=options.color)
     groups = _column_groups(comparison, options)
     for n, group in enumerate(groups):
         if len(groups) > 1:
             first, last = group[1] if len(group) > 1 else group[0], group[-1]
             console.print(
-                Text(
+                wrapped(
                     f"reports {first + 1}–{last + 1} of {len(comparison.columns)}, beside the reference "
                     f"({n + 1}/{len(groups)}: too many to fit one table)",
                     style="dim",
@@ -181,17 +183,25 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
     for row in comparison.rows:
         if not row.differences:
             continue
-        console.print(Text(row.name, style="bold"))
+        console.print(wrapped(row.name, style="bold"))
         for d in row.differences:
             mark = SIGNIFICANT if d.significant else WITHIN
-            console.print(Text(f"  {mark} {d.change.message}", style=_STYLE[mark]))
-    console.print(Text(_summary(comparison), style="bold red" if comparison.significant else "green"))
+            console.print(hanging(f"{mark} ", d.change.message, style=_STYLE[mark]))
+    console.print(wrapped(_summary(comparison), style="bold red" if comparison.significant else "green"))
     console.print(
-        Text(f"{SIGNIFICANT} differs from the reference · {WITHIN} differs within the tolerance", style="dim")
+        wrapped(f"{SIGNIFICANT} differs from the reference · {WITHIN} differs within the tolerance", style="dim")
     )
     for note in comparison.notes:
-        console.print(Text(f"note: {note}", style="yellow"))
-    return defused(buffer.getvalue(), color=options.color)
+        console.print(hanging("note: ", note, style="yellow", indent=0))
+    return defused(_trimmed(buffer.getvalue()), color=options.color)
+
+
+def _trimmed(text: str) -> str:
+    """Each line without the blanks a grid pads its last column with."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return "".join(line.rstrip(" ") + "\n" for line in lines)
 
 
 # ----------------------------------------------------------------------------

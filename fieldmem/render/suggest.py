@@ -9,7 +9,6 @@ argument, the verbose view adds every leaf and the measured figures.
 from __future__ import annotations
 
 from rich.console import RenderableType
-from rich.text import Text
 
 from fieldmem.render.layout import Column, fitted_table, hanging
 from fieldmem.report import MEMORY_FIGURES, Suggestion
@@ -70,7 +69,12 @@ def suggestion_renderables(
         items.append(hanging(f"{mark} ", f"{argument.argument}{saved}: {argument.reason}", style=style, indent=4))
     if hidden:
         items.append(
-            Text(f"    … {hidden} argument(s) under {format_bytes(min_bytes)} not donated (use -v)", style="dim")
+            hanging(
+                "… ",
+                f"{hidden} argument(s) under {format_bytes(min_bytes)} not donated (use -v)",
+                style="dim",
+                indent=4,
+            )
         )
     for note in suggestion.notes:
         items.append(hanging("note: ", note, style="dim", indent=4))

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions, text_console
-from fieldmem.render.layout import Column, fitted_table, hanging
+from fieldmem.render.layout import Column, fitted_table, hanging, wrapped
 from fieldmem.render.pieces import (
     HOST_FIGURES,
     block,
@@ -100,7 +100,8 @@ def sparkline_lines(plain: Variant, donated: Variant, width: int = SPARK_WIDTH +
     A heading, then per variant its name, its sparkline and its peak; where
     the peak (with its source) does not fit beside the sparkline in ``width``,
     it goes on the next line under the sparkline, whole, rather than folding
-    in a narrow column.
+    in a narrow column. A terminal narrower than the label and the sparkline
+    gets a sparkline that fits it (one block per column still shows a peak).
     """
     variants = [v for v in (plain, donated) if v.timeline is not None and v.timeline.live_bytes]
     if not variants:
@@ -115,6 +116,7 @@ def sparkline_lines(plain: Variant, donated: Variant, width: int = SPARK_WIDTH +
         )
     ]
     label = 12  # "    donated "
+    spark_width = max(min(SPARK_WIDTH, width - label), 8)
     for variant in variants:
         timeline = variant.timeline
         assert timeline is not None
@@ -123,8 +125,8 @@ def sparkline_lines(plain: Variant, donated: Variant, width: int = SPARK_WIDTH +
             where += f" ({timeline.peak_source})"
         peak = f"peak {format_bytes(peaks[variant.name])}{where}"
         line = Text(f"    {variant.name:<7} ")
-        line.append(sparkline(timeline, scale), style="dark_orange" if variant.name == "plain" else "blue")
-        if label + SPARK_WIDTH + 1 + len(peak) <= width:
+        line.append(sparkline(timeline, scale, spark_width), style="dark_orange" if variant.name == "plain" else "blue")
+        if label + spark_width + 1 + len(peak) <= width:
             line.append(f" {peak}")
             lines.append(line)
         else:
@@ -185,9 +187,10 @@ def _narrow_summary_table(report: Report, options: RenderOptions) -> Table:
     table.add_column("target", overflow="fold", ratio=2)
     table.add_column("verdict", ratio=2)
     table.add_column("plain → donated", overflow="fold", ratio=5)
+    # each cell's wrapped lines hang two columns in, under their own first line (a long name folds so too)
     for result in report.results:
         if result.status == "error":
-            table.add_row(Text(result.name), _verdict_cell(result), "")
+            table.add_row(wrapped(Text(result.name)), wrapped(_verdict_cell(result)), "")
             continue
         plain, donated = result.variants["plain"], result.variants["donated"]
         saved = format_bytes(result.savings.get("footprint_bytes"))
@@ -201,7 +204,10 @@ def _narrow_summary_table(report: Report, options: RenderOptions) -> Table:
             )
         )
         table.add_row(
-            Text(result.name), _verdict_cell(result, report.accepted_failures(result)), Text(figures), end_section=True
+            wrapped(Text(result.name)),
+            wrapped(_verdict_cell(result, report.accepted_failures(result))),
+            wrapped(figures),
+            end_section=True,
         )
     return table
 
@@ -271,10 +277,10 @@ def format_seconds(value: float | None) -> str:
 
 
 def _details(console: Console, result: TargetResult, options: RenderOptions, accepted: tuple[Check, ...] = ()) -> None:
-    console.print(Text(result.name, style="bold"), end="")
+    heading = Text(result.name, style="bold")
     if result.definition:
-        console.print(Text(f"  ({result.definition})", style="dim"), end="")
-    console.print()
+        heading.append(f"  ({result.definition})", style="dim")
+    console.print(wrapped(heading))
     if result.status == "error" or result.verdict is None:
         message = (result.error.message if result.error else "") or "unknown error"
         if options.verbose:
@@ -486,7 +492,7 @@ def render(report: Report, options: RenderOptions) -> str:
     console = text_console(buffer, options)
     devices = len(report.devices)
     console.print(
-        Text(
+        wrapped(
             f"fieldmem {report.fieldmem_version} · jax {report.jax_version} · {report.backend}"
             f" · {count(devices, 'device')} (figures are per device)"
             + (f" · {settings}" if (settings := module_settings_text(report)) else ""),
@@ -495,7 +501,7 @@ def render(report: Report, options: RenderOptions) -> str:
     )
     label = deviceless_label(report)
     if label is not None:
-        console.print(Text(label, style="yellow"))
+        console.print(wrapped(label, style="yellow"))
     if not report.results:
         console.print("no targets were checked")
         return _trimmed(buffer.getvalue(), options.color)
@@ -509,9 +515,10 @@ def render(report: Report, options: RenderOptions) -> str:
             for item in chain_renderables(chain, verbose=options.verbose, width=options.width):
                 console.print(item)
     if report.baseline is not None:
-        from fieldmem.render.baseline import render_comparison
+        from fieldmem.render.baseline import comparison_renderables
 
-        console.print(Text(render_comparison(report.baseline).rstrip("\n")))
+        for item in comparison_renderables(report.baseline):
+            console.print(item)
     return _trimmed(buffer.getvalue(), options.color)
 
 

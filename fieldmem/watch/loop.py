@@ -177,7 +177,7 @@ def _recheck(session: WatchSession, request: CheckRequest, baseline: Baseline | 
 def _print_recheck(recheck: Recheck, request: CheckRequest) -> None:
     """Per backend: one error line per target that could not be checked, the rows of those checked,
     and under them what changed for each since its last check."""
-    from fieldmem.emit import terminal_options
+    from fieldmem.emit import echo_rendered, terminal_options
     from fieldmem.render import get_renderer
 
     min_bytes = request.options.min_bytes
@@ -203,7 +203,7 @@ def _print_recheck(recheck: Recheck, request: CheckRequest) -> None:
             chains += list(target_chains)
         if ok:
             shown = dataclasses.replace(report, results=tuple(ok), chains=tuple(chains), baseline=None)
-            typer.echo(get_renderer("table").render(shown, options), nl=False)
+            echo_rendered(get_renderer("table").render(shown, options), options)
         for line in lines:
             typer.echo(visible(f"{line}{on}"))  # names and messages as fieldmem shows user text
         if not spec_failed:
