@@ -223,6 +223,15 @@ def check(
         bool,
         typer.Option("--verbose", "-v", help="Per target: every figure, alias, unusable donation, copy and finding."),
     ] = False,
+    top: Annotated[
+        int,
+        typer.Option(
+            "--top",
+            metavar="N",
+            help="Per target: the N largest contributors to the live peak, by line of your code "
+            "(an argument by its path), plain and donated.",
+        ),
+    ] = 0,
     suggest: Annotated[
         bool,
         typer.Option(
@@ -379,7 +388,7 @@ def check(
         targets=tuple(targets or ()), args=every, args_for=tuple(each.items()), shapes=shapes, donate=donate,
         static=static,
         expect=expect, max_peak=max_peak, max_live_peak=max_live_peak, min_bytes=min_bytes,
-        output_format=output_format, output=output, html_output=html_output, verbose=verbose,
+        output_format=output_format, output=output, html_output=html_output, verbose=verbose, top=top,
         suggest=suggest, cache_dir=cache_dir, no_cache=no_cache, fast_compile=fast_compile,
         backend=backend, jobs=jobs, baseline=baseline, no_baseline=no_baseline,
         save_baseline=save_baseline, prune_baseline=prune_baseline, accept_current=accept_current,

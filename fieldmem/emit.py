@@ -17,6 +17,7 @@ nothing else here raises for a user's mistake.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
@@ -123,7 +124,7 @@ def _print_reports(reports: Sequence[Report], output: OutputSettings, min_bytes:
     """Each report on stdout (the table when ``-o`` took the format), then several backends side by side."""
     from fieldmem.render import get_renderer
 
-    options = terminal_options(output.verbose, min_bytes)
+    options = dataclasses.replace(terminal_options(output.verbose, min_bytes), top=output.top)
     renderer = get_renderer("table" if output.file is not None else output.format)
     for report in reports:
         echo_rendered(renderer.render(report, options), options)

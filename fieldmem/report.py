@@ -36,6 +36,7 @@ __all__ = [
     "HANDOFF_CODES",
     "LEAF_CODES",
     "LIVE_BUFFER_KINDS",
+    "PEAK_SOURCE_KINDS",
     "PROBE_CODES",
     "SCHEMA",
     "SEVERITIES",
@@ -85,12 +86,18 @@ __all__ = [
     "MemorySpace",
     "ModuleSettings",
     "OutputInfo",
+    "PeakBreakdown",
+    "PeakBuffer",
+    "PeakLine",
+    "PeakSource",
+    "PeakSourceKind",
     "ProbeCode",
     "Report",
     "ReportError",
     "RunCheck",
     "Severity",
     "SourceRole",
+    "StackFrame",
     "StaticCode",
     "Suggestion",
     "TargetResult",
@@ -149,6 +156,9 @@ CopyCause = Literal[
     "unknown",
 ]
 LiveBufferKind = Literal["parameter", "aliased", "output", "temporary", "constant", "unknown"]
+# what a group of the bytes at the peak is (PeakSource.kind): an argument's buffer, a computed
+# output or temporary, the executable's constants
+PeakSourceKind = Literal["argument", "output", "temporary", "constant", "unknown"]
 DonationCode = Literal["unused", "no-output-of-size", "outputs-taken", "not-reused", "unknown"]
 LeafCode = Literal["reused", DonationCode, "copied", "via-temporary"]
 ArgumentCode = Literal["donate", LeafCode, "too-small", "no-saving", "mixed"]
@@ -200,6 +210,7 @@ OPEN_SETS = (
     SourceRole,
     CopyCause,
     LiveBufferKind,
+    PeakSourceKind,
     DonationCode,
     LeafCode,
     ArgumentCode,
@@ -230,6 +241,7 @@ COPY_KINDS: tuple[CopyKind, ...] = _emitted(get_args(CopyKind))
 SOURCE_ROLES: tuple[SourceRole, ...] = _emitted(get_args(SourceRole))
 COPY_CAUSES: tuple[CopyCause, ...] = _emitted(get_args(CopyCause))
 LIVE_BUFFER_KINDS: tuple[LiveBufferKind, ...] = _emitted(get_args(LiveBufferKind))
+PEAK_SOURCE_KINDS: tuple[PeakSourceKind, ...] = _emitted(get_args(PeakSourceKind))
 DONATION_CODES: tuple[DonationCode, ...] = _emitted(get_args(DonationCode))
 LEAF_CODES: tuple[LeafCode, ...] = _emitted(get_args(LeafCode))
 ARGUMENT_CODES: tuple[ArgumentCode, ...] = _emitted(get_args(ArgumentCode))
@@ -390,6 +402,76 @@ class LiveBuffer:
 
 
 @dataclass(frozen=True)
+class StackFrame:
+    """One frame of the Python stack jax recorded with an operation: a file (as fieldmem shows paths),
+    a line, the function; ``library``: code the user does not edit (flax, optax, jax, the interpreter)."""
+
+    file: str
+    line: int
+    function: str | None = None
+    library: bool = False
+
+
+@dataclass(frozen=True)
+class PeakBuffer:
+    """One allocation slice live at the live peak, as counted in its :class:`PeakSource`."""
+
+    bytes: int  # what it adds to the peak: its size less bytes a slice counted before it shares
+    kind: LiveBufferKind
+    instruction: str | None
+    shape: str | None
+    padding_bytes: int = 0  # its size beyond its elements' (tiled layouts of a TPU or GPU)
+
+
+@dataclass(frozen=True)
+class PeakSource:
+    """The bytes live at the peak that come from one place of the user's program.
+
+    An argument's buffer (``kind`` "argument": ``input`` names the leaf; a donated input's
+    buffer holding what was written into it stays its input's), a value the program computes
+    (``stack``: the Python stack of the operation that made it, outermost first, from the user's
+    outermost frame; ``output``: the result leaf it is, when it is returned), or the executable's
+    constants. ``line`` is the user's own line it comes from: the innermost frame of the user's code.
+    """
+
+    kind: PeakSourceKind
+    bytes: int
+    line: str | None = None
+    stack: tuple[StackFrame, ...] = ()
+    input: str | None = None
+    output: str | None = None
+    padding_bytes: int = 0
+    buffers: tuple[PeakBuffer, ...] = ()  # largest first
+
+
+@dataclass(frozen=True)
+class PeakLine:
+    """The bytes at the peak by the user's line (an argument by its path): what ``--top`` lists and a
+    change of peak is worded by. ``label``: ``model.py:61``, or the argument's path."""
+
+    label: str
+    kind: PeakSourceKind
+    bytes: int
+    buffers: int
+    share: float  # of the live peak
+
+
+@dataclass(frozen=True)
+class PeakBreakdown:
+    """Where the live peak comes from: every byte live at it, grouped by source (docs/peaks.md).
+
+    ``sources`` and ``lines`` each add up to ``bytes``, the variant's ``live_peak_bytes``, exactly;
+    the device's default memory (memory space 0), as the live peak is.
+    """
+
+    bytes: int
+    sources: tuple[PeakSource, ...] = ()  # largest first
+    lines: tuple[PeakLine, ...] = ()  # largest first
+    padding_bytes: int = 0
+    peak_instruction: str | None = None  # the operation at which the peak is reached
+
+
+@dataclass(frozen=True)
 class Timeline:
     """Bytes the live allocation slices cover over the schedule, decimated for display.
 
@@ -499,6 +581,7 @@ class Variant:
     jax_warnings: tuple[str, ...] = ()
     live_at_peak: tuple[LiveBuffer, ...] = ()  # largest first
     timeline: Timeline | None = None
+    peak: PeakBreakdown | None = None  # every byte at the live peak by source (None: no buffer assignment)
     lower_seconds: float | None = None
     compile_seconds: float | None = None
     run: RunCheck | None = None  # only with --run

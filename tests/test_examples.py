@@ -44,6 +44,7 @@ JIT_OF: dict[str, Any] = {
     "forward:jit": {"donate_argnums": (0,), "static_argnums": ()},
     "sharded:relax": {"donate_argnums": (0,), "static_argnums": ()},
     "interior:add_interior": {"donate_argnums": (0,), "static_argnums": ()},
+    "train_step:train_step": "jit",
 }
 
 

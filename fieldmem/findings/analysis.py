@@ -20,6 +20,7 @@ from typing import cast
 
 from fieldmem.collector import collector_paused
 from fieldmem.findings.capacity import fit_check, fit_findings
+from fieldmem.findings.peak import peak_breakdown
 from fieldmem.findings.transfers import host_figures, transfer_findings, transfers_of
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge
 from fieldmem.libraries import is_library_file
@@ -42,6 +43,7 @@ from fieldmem.report import (
     MemoryFigures,
     MemorySpace,
     OutputInfo,
+    PeakBreakdown,
     SourceRole,
     StaticCode,
     TargetResult,
@@ -420,16 +422,18 @@ def _liveness(
     copied_inputs: dict[str, Copy],
     definition: str | None = None,
     decoded: tuple[buffers.BufferAssignment | None, str | None] | None = None,
-) -> tuple[int | None, str | None, tuple[LiveBuffer, ...], Timeline | None, tuple[MemorySpace, ...]]:
-    """``live_peak_bytes``, the buffers live at that peak, the timeline and every memory space's
-    figures, or why they are unavailable."""
+) -> tuple[
+    int | None, str | None, tuple[LiveBuffer, ...], Timeline | None, tuple[MemorySpace, ...], PeakBreakdown | None
+]:
+    """``live_peak_bytes``, the buffers live at that peak, the timeline, every memory space's
+    figures and the peak by source, or why they are unavailable."""
     assignment, reason = decoded if decoded is not None else _assignment(program.variant)
     if assignment is None:
-        return None, reason, (), None, ()
+        return None, reason, (), None, (), None
     try:
         live = buffers.analyze_liveness(assignment, program.module)
     except buffers.BufferAssignmentError as exc:
-        return None, f"the buffer assignment could not be analysed: {exc}", (), None, ()
+        return None, f"the buffer assignment could not be analysed: {exc}", (), None, (), None
     spaces = tuple(MemorySpace(s.memory_space, s.allocated_bytes, s.live_peak_bytes) for s in live.memory_spaces)
     parameters = {i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"}
     allocations = {a.index: a for a in assignment.allocations}
@@ -465,7 +469,21 @@ def _liveness(
                 call_site=call_site,
             )
         )
-    return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition), spaces
+    entry = program.module.entry.name
+    breakdown = peak_breakdown(
+        live,
+        lambda number, index: _leaf_path(program.leaf_of(number, index)),
+        lambda index: _leaf_path(program.output_of(index)),
+        allocations,
+        {(entry, name): number for name, number in parameters.items() if number is not None},
+        {name: copy.source for name, copy in copied_inputs.items()},
+        definition,
+    )
+    return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition), spaces, breakdown
+
+
+def _leaf_path(leaf: InputLeaf | OutputLeaf | None) -> str | None:
+    return leaf.path if leaf is not None else None
 
 
 @collector_paused()  # builds only fieldmem's records: see fieldmem.collector
@@ -480,7 +498,9 @@ def analyze_variant(
     copies = _copies(program, definition)
     copied_inputs = {c.instruction: c for c in copies if c.of_parameter is not None}
     decoded = _assignment(variant)
-    live_peak, live_reason, live_at_peak, timeline, spaces = _liveness(program, copied_inputs, definition, decoded)
+    live_peak, live_reason, live_at_peak, timeline, spaces, breakdown = _liveness(
+        program, copied_inputs, definition, decoded
+    )
     constant_bytes, _ = _constant_bytes(module, decoded[0])
     device_constants = (
         sum(a.size for a in decoded[0].allocations if a.is_constant and a.color == 0)
@@ -500,6 +520,7 @@ def analyze_variant(
             ),
             live_at_peak=live_at_peak,
             timeline=timeline,
+            peak=breakdown,
             aliases=aliases,
             unusable_donations=_unusable(program, aliases),
             copies=copies,

@@ -42,6 +42,8 @@ from fieldmem.gate.diff import (
     diff_targets,
     facts_of_result,
     moved,
+    peak_line_text,
+    peak_lines_of,
 )
 from fieldmem.report import (
     MEMORY_FIGURES,
@@ -127,6 +129,10 @@ class VariantRecord:
     aliases: tuple[AliasRecord, ...] = ()
     unusable_donations: tuple[DonationRecord, ...] = ()
     copies: tuple[CopyRecord, ...] = ()
+    # bytes at the live peak by the user's line (an argument by its path), the largest kept:
+    # gate.diff.peak_lines_of (None: not recorded, as in baselines written before them)
+    peak_lines: dict[str, int] | None = None
+    peak_lines_floor: int = 0
 
 
 @dataclass(frozen=True)
@@ -219,6 +225,7 @@ def _variant_record(variant: Variant) -> VariantRecord:
             DonationRecord(d.input, d.bytes, d.code, d.reason) for d in variant.unusable_donations
         ),
         copies=tuple(copy_record(c) for c in variant.copies),
+        **peak_lines_of(variant.peak),
     )
 
 
@@ -699,6 +706,8 @@ def facts_of_entry(entry: BaselineEntry) -> TargetFacts:
                 aliases=record.aliases,
                 unusable=record.unusable_donations,
                 copies=record.copies,
+                peak_lines=record.peak_lines,
+                peak_lines_floor=record.peak_lines_floor,
             )
             for name, record in entry.variants.items()
         },
@@ -715,7 +724,7 @@ def _classify(
     (the donated buffer is still reused), the checks (a baseline keeps none)."""
     now = facts_of_result(result)
     deltas = diff_targets(facts_of_entry(entry), now, min_bytes)
-    _gate_figures(result, now, [d for d in deltas if d.kind == "figure"], tolerances, found)
+    _gate_figures(result, now, [d for d in deltas if d.kind in ("figure", "peak-line")], tolerances, found)
     donated = [d for d in deltas if d.variant == "donated"]
     _gate_copies(result.name, [d for d in donated if d.kind == "copy"], tolerances.for_figure(COPIES), found)
     _gate_donation(result, donated, found)
@@ -733,7 +742,11 @@ def _gate_figures(
     the plain variant shows is what every caller that does not donate pays,
     and is reported on its own rather than twice.
     """
-    by_key = {(d.variant, d.subject): d for d in deltas}
+    by_key = {(d.variant, d.subject): d for d in deltas if d.kind == "figure"}
+    peak_lines = {
+        variant: [d for d in deltas if d.kind == "peak-line" and d.variant == variant]
+        for variant in ("donated", "plain")
+    }
     reported: set[tuple[str, bool]] = set()  # (figure name, grew) already said of the donated variant
     for variant in ("donated", "plain"):
         for name, figure in FIGURES.items():
@@ -754,8 +767,12 @@ def _gate_figures(
             source = (now.variants[variant].peak_source if figure == "live_peak_bytes" else None) or result.definition
             subject = f"{variant} {name}"
             message = f"{result.name}: {subject} {change_text(before, after)}"
+            lines = peak_lines[variant] if figure == "live_peak_bytes" else []
             if grew:
-                message += f", beyond the tolerance {_tolerance_text(tolerance)}{_at(source)}"
+                # the lines whose bytes at the peak moved say where, better than the peak's one point
+                message += f", beyond the tolerance {_tolerance_text(tolerance)}{'' if lines else _at(source)}"
+            if lines:
+                message += ": " + ", ".join(peak_line_text(d) for d in lines[:_PEAK_LINES_SAID])
             found.add(
                 grew,
                 Change(
@@ -768,6 +785,10 @@ def _gate_figures(
                     source=source,
                 ),
             )
+
+
+#: how many lines a change of live peak names (the largest moves)
+_PEAK_LINES_SAID = 3
 
 
 def _tolerance_text(tolerance: Tolerance) -> str:

@@ -41,6 +41,7 @@ from fieldmem.gate.diff import (
     diff_targets,
     facts_of_result,
     moved,
+    peak_line_text,
 )
 from fieldmem.report import Alias, Change, Copy, Report, ReportError, TargetResult
 from fieldmem.request.tolerance import COPIES, Tolerance, Tolerances
@@ -316,7 +317,11 @@ class _Against:
         return Difference(self.column, field_name, change, significant)
 
 
-def _figure_difference(against: _Against, delta: Delta, tolerances: Tolerances | None) -> Difference:
+def _figure_difference(
+    against: _Against, delta: Delta, tolerances: Tolerances | None, lines: Sequence[Delta] = ()
+) -> Difference:
+    """A figure's change; ``lines``: for the live peak, the lines whose bytes at it moved (named, the
+    largest three)."""
     before, after = delta.before, delta.after
     subject = f"{delta.variant} {FIGURE_LABELS[delta.subject]}"
     if before is None or after is None:
@@ -326,6 +331,8 @@ def _figure_difference(against: _Against, delta: Delta, tolerances: Tolerances |
         significant = True
     else:
         message = f"{subject}: {change_text(before, after)}"
+        if lines:
+            message += " (" + ", ".join(peak_line_text(line) for line in lines[:3]) + ")"
         tolerance = tolerances.for_figure(delta.subject) if tolerances is not None else Tolerance()
         significant = moved(tolerance, before, after) != 0
     return against.difference(
@@ -438,7 +445,14 @@ def _differences(
     differences += _alias_differences(against, [d for d in donated if d.kind == "alias"])
     tolerance = tolerances.for_figure(COPIES) if tolerances is not None else Tolerance()
     differences += [_copy_difference(against, d, tolerance) for d in deltas if d.kind == "copy"]
-    differences += [_figure_difference(against, d, tolerances) for d in deltas if d.kind == "figure"]
+    lines = {v: [d for d in deltas if d.kind == "peak-line" and d.variant == v] for v in ("donated", "plain")}
+    differences += [
+        _figure_difference(
+            against, d, tolerances, lines.get(d.variant or "", []) if d.subject == "live_peak_bytes" else []
+        )
+        for d in deltas
+        if d.kind == "figure"
+    ]
     differences += [_donation_difference(against, d) for d in donated if d.kind == "donation"]
     return differences
 

@@ -26,12 +26,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from fieldmem.report import Copy, TargetResult
+from fieldmem.report import Copy, PeakBreakdown, TargetResult
 from fieldmem.request.tolerance import Tolerance
 from fieldmem.units import format_bytes
 
 __all__ = [
     "FIGURES",
+    "PEAK_LINES_KEPT",
     "VARIANTS",
     "AliasMatch",
     "CopyPair",
@@ -47,6 +48,8 @@ __all__ = [
     "match_aliases",
     "match_copies",
     "moved",
+    "peak_line_text",
+    "peak_lines_of",
     "signed_bytes",
 ]
 
@@ -56,6 +59,7 @@ VARIANTS = ("donated", "plain")
 FIGURES = ("footprint_bytes", "live_peak_bytes", "temp_bytes", "peak_bytes")
 
 _LAYOUT = re.compile(r"\{[^}]*\}")
+_SOURCE_LINE = re.compile(r":\d+$")
 
 
 @dataclass(frozen=True)
@@ -251,6 +255,10 @@ class VariantFacts:
     copies: tuple[CopyRecord, ...] = ()
     unavailable: Mapping[str, str] = field(default_factory=dict)  # figure -> why it has no value
     peak_source: str | None = None  # the live peak's schedule point, where known
+    # bytes at the live peak by the user's line (an argument by its path): the largest PEAK_LINES_KEPT;
+    # ``peak_lines_floor``: the bytes of the smallest kept when some were left out (0: all are there)
+    peak_lines: Mapping[str, int] | None = None
+    peak_lines_floor: int = 0
 
 
 @dataclass(frozen=True)
@@ -283,6 +291,7 @@ def facts_of_result(result: TargetResult | None) -> TargetFacts:
             copies=tuple(copy_record(c) for c in variant.copies),
             unavailable=variant.memory.unavailable,
             peak_source=variant.timeline.peak_source if variant.timeline is not None else None,
+            **peak_lines_of(variant.peak),
         )
     return TargetFacts(
         name=result.name,
@@ -295,7 +304,28 @@ def facts_of_result(result: TargetResult | None) -> TargetFacts:
     )
 
 
-DeltaKind = Literal["status", "verdict", "check", "alias", "donation", "copy", "figure"]
+#: how many lines of a variant's live peak by line a baseline keeps (the largest)
+PEAK_LINES_KEPT = 256
+
+
+def peak_lines_of(peak: PeakBreakdown | None) -> dict[str, Any]:
+    """``peak_lines`` and ``peak_lines_floor`` of a :class:`VariantFacts` (or a baseline's record) from
+    a variant's breakdown of its live peak."""
+    if peak is None:
+        return {"peak_lines": None, "peak_lines_floor": 0}
+    kept = peak.lines[:PEAK_LINES_KEPT]
+    floor = kept[-1].bytes if len(peak.lines) > len(kept) else 0
+    return {"peak_lines": {line.label: line.bytes for line in kept}, "peak_lines_floor": floor}
+
+
+def peak_line_text(delta: Delta) -> str:
+    """``+8.0 MiB at model.py:61``: one line's change of bytes at the live peak."""
+    before, after = delta.before or 0, delta.after or 0
+    where = "at" if _SOURCE_LINE.search(delta.subject) else "in"  # a line of code, or an argument's buffer
+    return f"{signed_bytes(after - before)} {where} {delta.subject}"
+
+
+DeltaKind = Literal["status", "verdict", "check", "alias", "donation", "copy", "figure", "peak-line"]
 DeltaChange = Literal["new", "gone", "grew", "shrank", "changed", "rerouted"]
 
 
@@ -379,4 +409,26 @@ def _variant_deltas(variant: str, old: VariantFacts, now: VariantFacts, min_byte
             continue
         change = "changed" if a is None or b is None else ("grew" if b > a else "shrank")
         deltas.append(Delta("figure", change, figure, a, b, variant))
+    deltas += _peak_line_deltas(variant, old, now, min_bytes)
     return deltas
+
+
+def _peak_line_deltas(variant: str, old: VariantFacts, now: VariantFacts, min_bytes: int) -> list[Delta]:
+    """The lines whose bytes at the live peak moved by ``min_bytes`` or more, the largest move first.
+
+    A line one side does not list is 0 there when that side lists every line; when it kept only the
+    largest, the line is left out (its bytes there are unknown, below that side's floor)."""
+    if old.peak_lines is None or now.peak_lines is None:
+        return []
+    found: list[Delta] = []
+    for label in dict.fromkeys([*old.peak_lines, *now.peak_lines]):
+        a, b = old.peak_lines.get(label), now.peak_lines.get(label)
+        if (a is None and old.peak_lines_floor) or (b is None and now.peak_lines_floor):
+            continue
+        a, b = a or 0, b or 0
+        if abs(b - a) < max(min_bytes, 1):
+            continue
+        change: DeltaChange = "new" if a == 0 else "gone" if b == 0 else "grew" if b > a else "shrank"
+        found.append(Delta("peak-line", change, label, a, b, variant))
+    found.sort(key=lambda d: (-abs(d.after - d.before), d.subject))
+    return found

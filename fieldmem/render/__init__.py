@@ -36,6 +36,7 @@ class RenderOptions:
     color: bool = False
     color_system: str = "standard"
     no_color: bool = False
+    top: int = 0  # the table's "live peak by line" lists this many lines per target (0: not shown)
 
 
 def text_console(file: Any, options: RenderOptions) -> Any:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions
+from fieldmem.render.flame import FLAME_CSS, FLAME_JS, MAX_BUFFERS, MAX_CHILDREN, flame_data, script_json
 from fieldmem.render.pieces import (
     HOST_FIGURES,
     STATUS_WORDS,
@@ -304,6 +305,106 @@ def _live_table(variant: Variant) -> str:
     return _table(caption, header, rows, f"live {variant.name}", {0}) + _more(len(rows_all), _MAX_ROWS, "buffers")
 
 
+def _peak_lines_table(result: TargetResult) -> str:
+    """The live peak by the user's line (an argument by its path): each variant's ``peak.lines``, largest
+    first at either peak, then one row for the lines beyond the table's length and the peak itself, so each
+    column adds up to its variant's live peak."""
+    breakdowns = {name: result.variants[name].peak for name in _VARIANTS if name in result.variants}
+    if not any(breakdowns.values()):
+        return ""
+    lines = {name: {line.label: line for line in b.lines} if b else {} for name, b in breakdowns.items()}
+    labels = list(dict.fromkeys(label for name in ("donated", "plain") for label in lines.get(name, {})))
+    labels.sort(key=lambda label: -max(v[label].bytes if label in v else 0 for v in lines.values()))
+
+    def cells(label: str) -> list[str]:
+        out = []
+        for name in _VARIANTS:
+            line = lines.get(name, {}).get(label)
+            out += [_e(format_bytes(line.bytes)), _e(f"{100 * line.share:.1f} %")] if line else ["", ""]
+        return out
+
+    rows = []
+    for label in labels[:_MAX_ROWS]:
+        line = next(v[label] for v in (lines.get("donated", {}), lines.get("plain", {})) if label in v)
+        where = _code(label) if line.kind == "argument" else _src(label)
+        rows.append((where, f'<span class="kind {_e(line.kind)}">{_e(line.kind)}</span>', *cells(label)))
+    rest = labels[_MAX_ROWS:]
+    totals: list[str] = []
+    others: list[str] = []
+    for name in _VARIANTS:
+        breakdown = breakdowns.get(name)
+        if breakdown is None:
+            totals += ["—", ""]
+            others += ["", ""]
+            continue
+        size = sum(lines[name][label].bytes for label in rest if label in lines[name])
+        others += [_e(format_bytes(size)), _e(f"{100 * size / breakdown.bytes:.1f} %") if breakdown.bytes else ""]
+        totals += [f"<b>{_e(format_bytes(breakdown.bytes))}</b>", "100.0 %"]
+    if rest:
+        rows.append((f"<em>{len(rest)} more lines</em>", "", *others))
+    rows.append(("<b>live peak</b>", "", *totals))
+    peaks = " → ".join(f"{name} {format_bytes(b.bytes)}" for name, b in breakdowns.items() if b is not None)
+    caption = f"live peak by line ({_e(peaks)}; {count(len(labels), 'line')}, largest first)"
+    header = ("line or argument", "kind", "plain", "share", "donated", "share")
+    return _table(caption, header, rows, "peak-lines", {2, 3, 4, 5})
+
+
+def _flame(result: TargetResult, anchor: str) -> str:
+    """The icicle of each variant's live peak, side by side on one byte scale; drawn by the page's script
+    from the JSON block (:mod:`fieldmem.render.flame`)."""
+    data = flame_data(result)
+    if data is None:
+        return ""
+    panels = []
+    for variant in data["variants"]:
+        name = variant["variant"]
+        panels.append(
+            f'<div class="flame-panel" data-variant="{name}"><h4><span class="swatch {name}"></span>'
+            f'{_VARIANT_LABEL[name]}: live peak <b class="flame-peak">{_e(format_bytes(variant["peak"]))}</b></h4>'
+            f'<div class="icicle" id="{anchor}-icicle-{name}" role="group" '
+            f'aria-label="flame graph of the {name} live peak"></div></div>'
+        )
+    capped = sum(v["capped"] for v in data["variants"])
+    buffers_capped = sum(v["buffers_capped"] for v in data["variants"])
+    notes = []
+    if capped:
+        notes.append(
+            f"each frame shows its {MAX_CHILDREN - 1} largest children and one striped “… more” frame for the "
+            f"rest ({count(capped, 'such frame')}; search does not reach inside them)"
+        )
+    if buffers_capped:
+        notes.append(f"the panel lists at most {MAX_BUFFERS} buffers of each source")
+    capping = f" On this target {'; '.join(notes)}: the JSON report keeps them all." if notes else ""
+    legend = "".join(
+        f'<li><span class="box k-{kind}"></span>{words}</li>'
+        for kind, words in (
+            ("argument", "argument"),
+            ("frame", "your code"),
+            ("library", "library code"),
+            ("output", "output"),
+            ("temporary", "temporaries"),
+            ("constant", "constants"),
+        )
+    )
+    return (
+        f'<section class="flame" id="{anchor}-flame" data-json="{anchor}-flame-data">\n'
+        "<h3>Where the live peak comes from</h3>\n"
+        f'<script type="application/json" id="{anchor}-flame-data">{script_json(data)}</script>\n'
+        '<p class="muted flame-nojs">The flame graph is drawn by the page\'s JavaScript; the table below has '
+        "the same numbers.</p>\n"
+        '<div class="flame-controls"></div>\n'
+        f'<div class="flame-panels">{"".join(panels)}</div>\n'
+        f'<ul class="flame-legend">{legend}</ul>\n'
+        '<div class="flame-detail" hidden></div>\n'
+        '<p class="chart-note">Every byte live at each variant\'s live peak, by where it comes from: the '
+        "arguments by pytree path, the values the program computes by the Python stack of the operation that "
+        "made them (your outermost frame on top; library frames dashed; an output's path under its frames), "
+        "and the constants. Widths are bytes, both variants on one scale. Hover a frame for its bytes and share; "
+        f"click one to list its buffers and zoom into it (click the root to zoom out).{capping}</p>\n"
+        "</section>\n"
+    )
+
+
 def _figure(result: TargetResult, name: str) -> str:
     """A figure's name, with what :func:`~fieldmem.render.pieces.host_figure_label` adds to it."""
     label = host_figure_label(result, name)
@@ -503,6 +604,8 @@ def _section(result: TargetResult, anchor: str, opened: bool, min_bytes: int) ->
         _findings(result),
         "<h3>Memory over the schedule</h3>\n",
         _chart(result, anchor),
+        _flame(result, anchor),
+        _peak_lines_table(result),
         _live_table(plain),
         _live_table(donated),
         _memory_table(result),
@@ -758,7 +861,7 @@ def render(report: Report, options: RenderOptions) -> str:
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
         f"<title>fieldmem report · {count(len(results), 'target')} · {_e(report.backend)}</title>\n",
-        f"<style>{_CSS}</style>\n</head>\n<body>\n",
+        f"<style>{_CSS}{FLAME_CSS}</style>\n</head>\n<body>\n",
         _header(report),
         "<main>\n",
     ]
@@ -779,7 +882,7 @@ def render(report: Report, options: RenderOptions) -> str:
             for result, anchor in zip(results, anchors)
         )
     parts.append("</main>\n")
-    parts.append(f"<script>{_JS}</script>\n</body>\n</html>\n")
+    parts.append(f"<script>{_JS}{FLAME_JS}</script>\n</body>\n</html>\n")
     return defused("".join(parts))
 
 

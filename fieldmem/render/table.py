@@ -321,6 +321,11 @@ def _details(console: Console, result: TargetResult, options: RenderOptions, acc
             target=result.target,
         ):
             console.print(item)
+    if options.top:
+        from fieldmem.render.peak import peak_table
+
+        for item in peak_table(result, options.top, options.width):
+            console.print(item)
     if not options.verbose:
         shown = [
             (name, c)

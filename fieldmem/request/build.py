@@ -73,6 +73,7 @@ class CheckFlags:
     output: Path | None = None
     html_output: Path | None = None
     verbose: bool = False
+    top: int = 0
     suggest: bool = False
     cache_dir: str | None = None
     no_cache: bool = False
@@ -102,6 +103,7 @@ class OutputSettings:
     file: Path | None = None  # -o: one file per backend when there are several (report.cpu.json)
     html: Path | None = None  # --html: likewise
     verbose: bool = False
+    top: int = 0  # --top: the largest contributors to each live peak, by line (0: none)
 
 
 @dataclass(frozen=True)
@@ -269,7 +271,11 @@ def _check_watch(flags: CheckFlags) -> None:
 
 def _output(flags: CheckFlags, config: Config) -> OutputSettings:
     output_format = parse_format(flags.output_format or config.format or "table")
-    return OutputSettings(format=output_format, file=flags.output, html=flags.html_output, verbose=flags.verbose)
+    if flags.top < 0:
+        raise OptionError(f"--top {flags.top} must be 0 or more: the number of lines to list per target")
+    return OutputSettings(
+        format=output_format, file=flags.output, html=flags.html_output, verbose=flags.verbose, top=flags.top
+    )
 
 
 def check_writable(output: Path, option: str = "--output") -> None:

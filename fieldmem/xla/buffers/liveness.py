@@ -198,6 +198,8 @@ class LiveAnalysis:
     unscheduled: tuple[int, ...] = field(default_factory=tuple)  # value ids no point touches
     # every memory space's figures, ascending; the curve, peak and live_at_peak above are space 0's
     memory_spaces: tuple[MemorySpacePeak, ...] = ()
+    # value id -> the index in the entry's result it is returned at (the first, when it is at several)
+    output_index: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     @property
     def peak_point(self) -> SchedulePoint | None:
@@ -233,6 +235,72 @@ _VIEWS = ("bitcast", "get-tuple-element", "copy", "copy-start", "copy-done", "tu
 
 def _source(instruction: HloInstruction, by_name: dict[str, HloInstruction]) -> SourceLocation | None:
     return view_source(instruction, by_name, _VIEWS)
+
+
+def _callers(computations: dict[str, HloComputation]) -> dict[str, tuple[str, HloInstruction]]:
+    """Computation -> the instruction that runs it (a while, conditional or call), and where it is."""
+    callers: dict[str, tuple[str, HloInstruction]] = {}
+    for outer in computations.values():
+        for instruction in outer.instructions:
+            if instruction.opcode in _SEQUENTIAL:
+                for callee in instruction.called:
+                    callers.setdefault(callee, (outer.name, instruction))
+    return callers
+
+
+def _operand_source(instruction: HloInstruction, by_name: dict[str, HloInstruction]) -> SourceLocation | None:
+    """The line of the first of a tuple's (or an asynchronous start's) operands that has one."""
+    if instruction.opcode not in ("tuple", "async-start") and not instruction.opcode.endswith("-start"):
+        return None
+    for operand in instruction.operands:
+        source = _source(by_name[operand], by_name) if operand in by_name else None
+        if source is not None:
+            return source
+    return None
+
+
+def _far_reader_source(name: str, users: dict[str, list[HloInstruction]], depth: int = 8) -> SourceLocation | None:
+    """The line of the nearest instruction that reads ``name``, through readers that have none."""
+    frontier, seen = [name], {name}
+    for _ in range(depth):
+        following: list[str] = []
+        for value in frontier:
+            for user in users.get(value, []):
+                if user.source is not None:
+                    return user.source
+                if user.name not in seen:
+                    seen.add(user.name)
+                    following.append(user.name)
+        frontier = following
+    return None
+
+
+def _fused_source(fusion: HloInstruction, computations: dict[str, HloComputation]) -> SourceLocation | None:
+    """The line of the operation a fusion computes, when XLA kept no metadata on the fusion itself (its
+    own ``transpose_copy_fusion``s, say): the fused root's, else the nearest fused operand's, walking
+    back from the root breadth first, into fusions nested in it."""
+    frontier = [(fusion.called[0], None)]
+    seen: set[tuple[str, str | None]] = set()
+    while frontier:
+        name, start = frontier.pop(0)
+        body = computations.get(name)
+        if body is None or body.root is None or (name, start) in seen or len(seen) > 64:
+            continue
+        seen.add((name, start))
+        inside = body.by_name()
+        queue: list[HloInstruction | None] = [inside.get(start) if start else body.root]
+        visited: set[str] = set()
+        while queue:
+            instruction = queue.pop(0)
+            if instruction is None or instruction.name in visited:
+                continue
+            visited.add(instruction.name)
+            if instruction.source is not None:
+                return instruction.source
+            if instruction.opcode == "fusion" and instruction.called:
+                frontier.append((instruction.called[0], None))
+            queue.extend(inside.get(operand) for operand in instruction.operands)
+    return None
 
 
 class _Holdings:
@@ -357,6 +425,7 @@ def _value_infos(
     computations = {c.name: c for c in module.computations}  # users() only where a reader is looked for
     # instruction name -> computation (names are unique in a module)
     home = {i.name: c.name for c in module.computations for i in c.instructions}
+    callers = _callers(computations)
     infos: list[ValueInfo] = []
     defs: dict[tuple[str, str], dict[tuple[int, ...], set[int]]] = {}
     # the result of an op run asynchronously is defined at the root of the computation it wraps,
@@ -382,9 +451,24 @@ def _value_infos(
         if instruction is not None and computation:
             source = _source(instruction, by_name[computation])
             role = "own" if source is not None else None
+            if source is None and instruction.called and instruction.opcode == "fusion":
+                source = _fused_source(instruction, computations)
+                role = "fused" if source is not None else None
             if source is None and instruction.opcode != "parameter":
                 source = reader_source(instruction.name, computations[computation].users())
                 role = "user" if source is not None else None
+            if source is None and instruction.opcode != "parameter":
+                # a tuple's index table, an asynchronous op's: the line of what it holds, else of what
+                # reads it, however far (XLA:TPU's slice-start -> slice-done -> custom-call -> fusion)
+                source = _operand_source(instruction, by_name[computation]) or _far_reader_source(
+                    instruction.name, computations[computation].users()
+                )
+                role = "near" if source is not None else None
+            if source is None and instruction.opcode == "parameter" and computation != module.entry.name:
+                # a loop's state or a branch's operand: the line of the loop or branch
+                caller = callers.get(computation)
+                source = _source(caller[1], by_name[caller[0]]) if caller is not None else None
+                role = "caller" if source is not None else None
         placed = placement.get(buffer.id)
         if placed is None:
             slice_, kind = None, "unassigned"
@@ -470,7 +554,12 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
     touches = _touches(flat, holdings)
     _extend_through_loops(module, flat, holdings, touches)
     entry = module.entry
-    live_out = holdings.all_held(entry.name, entry.root.name) if entry.root else set()
+    returned = holdings.held(entry.name, entry.root.name) if entry.root else {}
+    live_out = {value for values in returned.values() for value in values}
+    output_index: dict[int, tuple[int, ...]] = {}
+    for index in sorted(returned):
+        for value in returned[index]:
+            output_index.setdefault(value, index)
     allocations = {a.index: a for a in assignment.allocations}
     ranges, unscheduled = _live_ranges(infos, allocations, touches, live_out, entry.name, len(flat) - 1)
     # one curve per memory space (the allocations' color): the figures of the default
@@ -507,6 +596,7 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
         constant_bytes=sum(a.size for a in assignment.allocations if a.is_constant),
         unscheduled=tuple(unscheduled),
         memory_spaces=tuple(spaces),
+        output_index=output_index,
     )
 
 

@@ -1,0 +1,438 @@
+"""Where the live peak comes from (``Variant.peak``): every byte at it, by source, on real steps.
+
+The breakdown is checked three ways: it adds up to the live peak exactly, and
+to XLA's own account of the same compile (its ``*-buffer-assignment.txt`` and
+``*-live-range.txt`` dumps, read here without fieldmem: the union peak, and the
+values live at a point where it is reached); no temporary comes out without a
+line of the user's code, on steps written with flax and optax and on a KV
+decode step, for the CPU and compiled without the device for a GPU and a TPU;
+and what it says by line moves the way the program does (remat's activations;
+a changed line named in the baseline gate and ``fieldmem compare``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+from helpers_backends import require_extra
+from test_peaks_truth import union_peak
+
+import fieldmem
+from fieldmem.findings.peak import user_stack
+from fieldmem.gate.diff import Delta, TargetFacts, VariantFacts, diff_targets, peak_line_text
+from fieldmem.xla.hlo import SourceLocation
+
+optax = pytest.importorskip("optax")
+linen = pytest.importorskip("flax.linen")
+
+
+# ----------------------------------------------------------------------------
+# Pure: stacks and line deltas
+
+
+def test_the_stack_starts_at_the_users_outermost_frame_and_keeps_library_frames_under_it() -> None:
+    def is_library(file: str) -> bool:
+        return "site-packages" in file or "fieldmem/" in file
+
+    inner = SourceLocation(
+        "/x/site-packages/flax/linen/linear.py",
+        281,
+        "__call__",
+        callers=(
+            SourceLocation("/home/u/model.py", 12, "block"),
+            SourceLocation("/home/u/model.py", 30, "loss"),
+            SourceLocation("/x/site-packages/fieldmem/driver/lowering.py", 90, "lower"),
+            # what called fieldmem in-process (a script, a notebook cell): not the program's
+            SourceLocation("/home/u/make_report.py", 8, "<module>"),
+        ),
+    )
+    stack, line = user_stack(inner, is_library)
+    assert [(f.line, f.library) for f in stack] == [(30, False), (12, False), (281, True)]
+    assert line.endswith("model.py:12")  # the innermost frame of the user's own code
+    only_library = SourceLocation("/x/site-packages/optax/_src/alias.py", 7, "adam")
+    stack, line = user_stack(only_library, is_library)
+    assert len(stack) == 1 and line.endswith("alias.py:7")
+
+
+def _facts(lines: dict[str, int] | None, floor: int = 0, peak: int = 0) -> TargetFacts:
+    memory = {"footprint_bytes": peak, "live_peak_bytes": peak, "temp_bytes": 0, "peak_bytes": peak}
+    variant = VariantFacts(memory=memory, peak_lines=lines, peak_lines_floor=floor)
+    return TargetFacts(name="m.py:f", status="ok", in_place=True, variants={"donated": variant})
+
+
+def _line_deltas(before: TargetFacts, after: TargetFacts, min_bytes: int = 1024) -> list[Delta]:
+    return [d for d in diff_targets(before, after, min_bytes) if d.kind == "peak-line"]
+
+
+def test_line_deltas_name_what_moved_largest_first_and_skip_lines_below_a_kept_floor() -> None:
+    before = _facts({"m.py:3": 4 << 20, "m.py:5": 1 << 20, "x": 2 << 20}, peak=7 << 20)
+    after = _facts({"m.py:3": 4 << 20, "m.py:5": 3 << 20, "m.py:9": 8 << 20}, peak=17 << 20)
+    deltas = _line_deltas(before, after)
+    assert [(d.subject, d.change) for d in deltas] == [("m.py:9", "new"), ("m.py:5", "grew"), ("x", "gone")]
+    assert [peak_line_text(d) for d in deltas] == ["+8.0 MiB at m.py:9", "+2.0 MiB at m.py:5", "-2.0 MiB in x"]
+    # a line the other side does not list, where that side kept only its largest lines: unknown, not 0
+    truncated = _facts({"m.py:3": 4 << 20}, floor=4 << 20, peak=7 << 20)
+    assert [d.subject for d in _line_deltas(truncated, after)] == []
+    # moves below min_bytes are no change of a line; a side without lines (an old baseline) gives none
+    assert _line_deltas(before, _facts({"m.py:3": (4 << 20) + 100, "m.py:5": 1 << 20, "x": 2 << 20})) == []
+    assert _line_deltas(_facts(None), after) == []
+
+
+# ----------------------------------------------------------------------------
+# Real compiles on the CPU
+
+
+def _mlp(n: int, h: int) -> dict[str, dict[str, jax.Array]]:
+    k1, k2 = jax.random.split(jax.random.key(0))
+    return {
+        "dense1": {"kernel": jax.random.normal(k1, (n, h)), "bias": jnp.zeros(h)},
+        "dense2": {"kernel": jax.random.normal(k2, (h, 8)), "bias": jnp.zeros(8)},
+    }
+
+
+def _loss(params: dict[str, Any], x: jax.Array) -> jax.Array:
+    h = jnp.tanh(x @ params["dense1"]["kernel"] + params["dense1"]["bias"])
+    return jnp.mean((h @ params["dense2"]["kernel"] + params["dense2"]["bias"]) ** 2)
+
+
+def _assert_adds_up(variant: Any, min_bytes: int = 1024) -> None:
+    peak = variant.peak
+    assert peak is not None
+    assert peak.bytes == variant.memory.live_peak_bytes
+    assert sum(s.bytes for s in peak.sources) == peak.bytes
+    assert sum(line.bytes for line in peak.lines) == peak.bytes
+    for source in peak.sources:
+        assert source.bytes == sum(b.bytes for b in source.buffers)
+        if source.kind in ("temporary", "output") and source.bytes >= min_bytes:
+            assert source.line, (source, "a temporary with no line of the user's code")
+
+
+@pytest.mark.compile
+def test_the_breakdown_is_xlas_account_of_the_same_compile(tmp_path: Path) -> None:
+    tx = optax.adamw(1e-3, weight_decay=1e-4)
+
+    def step(params: Any, opt_state: Any, x: jax.Array) -> tuple[Any, Any, jax.Array]:
+        loss, grads = jax.value_and_grad(_loss)(params, x)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    def arguments() -> tuple[Any, Any, jax.Array]:
+        params = _mlp(256, 256)
+        return params, tx.init(params), jnp.ones((16, 256))
+
+    jitted = jax.jit(step, donate_argnums=(0, 1))
+    (result,) = fieldmem.check_function(jitted, *arguments(), name="adamw").results
+    donated = result.variants["donated"]
+    _assert_adds_up(donated)
+    _assert_adds_up(result.variants["plain"])
+    lowered = jitted.lower(*arguments())
+    compiled = lowered.compile({"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})
+    assert compiled.memory_analysis().temp_size_in_bytes == donated.memory.temp_bytes  # the same program
+    assert donated.peak is not None and donated.peak.bytes == union_peak(tmp_path)
+    # every buffer the breakdown counts is a value XLA has live at a point where its peak is reached
+    live_sets = _live_at_union_peak(tmp_path)
+    ours = {b.instruction for s in donated.peak.sources for b in s.buffers if b.kind != "constant"}
+    assert any(ours <= names for names in live_sets), ours
+    # the arguments are the step's own leaves, by path
+    arguments_named = {s.input for s in donated.peak.sources if s.kind == "argument"}
+    assert "x" in arguments_named and any(name and name.startswith("params[") for name in arguments_named)
+
+
+_ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
+_VALUE = re.compile(r"^ value: <\d+ ([^\s{>]+)(\{[\d,]*\})?(?: \(phi\))? @\d+> \(size=(\d+),offset=(\d+)\)")
+_RANGE = re.compile(r"^\s+([^\s{]+)(\{[\d,]*\}):(\d+)-(\d+)$")
+
+
+def _live_at_union_peak(folder: Path) -> list[set[str]]:
+    """The instruction names of the values XLA has live at each point where the union peak is reached."""
+    peak = union_peak(folder)
+    (assignment_file,) = folder.glob("*after_optimizations-buffer-assignment.txt")
+    (range_file,) = folder.glob("*after_optimizations-live-range.txt")
+    placed: dict[tuple[str, str], tuple[int, int, int]] = {}
+    constants: set[tuple[str, str]] = set()
+    allocation, memory, constant = -1, True, False
+    for line in assignment_file.read_text().splitlines():
+        if found := _ALLOCATION.match(line):
+            allocation, memory = int(found.group(1)), "thread-local" not in found.group(3)
+            constant = "constant" in found.group(3)
+        elif (found := _VALUE.match(line)) and memory:
+            key = (found.group(1), found.group(2) or "{}")
+            placed[key] = (allocation, int(found.group(4)), int(found.group(4)) + int(found.group(3)))
+            if constant:
+                constants.add(key)
+    live: dict[tuple[str, str], tuple[int, int]] = {}
+    section = ""
+    for line in range_file.read_text().splitlines():
+        stripped = line.strip()
+        if stripped.endswith(":") and not stripped[0].isdigit():
+            section = stripped
+        elif section == "BufferLiveRange:" and (found := _RANGE.match(line)):
+            live[(found.group(1), found.group(2))] = (int(found.group(3)), int(found.group(4)))
+    sets = []
+    for t in range(max(end for _, end in live.values()) + 1):
+        keys = [k for k in placed if k in constants or (k in live and live[k][0] <= t <= live[k][1])]
+        spans: dict[int, list[tuple[int, int]]] = {}
+        for key in keys:
+            a, start, end = placed[key]
+            spans.setdefault(a, []).append((start, end))
+        covered = 0
+        for pieces in spans.values():
+            reach = -1
+            for start, end in sorted(pieces):
+                start = max(start, reach)
+                if end > start:
+                    covered += end - start
+                    reach = end
+        if covered == peak:
+            sets.append({name for name, _ in keys})
+    return sets
+
+
+class _Block(linen.Module):
+    """A pre-norm transformer block, as flax's examples write one."""
+
+    features: int = 64
+    heads: int = 4
+
+    @linen.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y = linen.LayerNorm()(x)
+        x = x + linen.MultiHeadDotProductAttention(num_heads=self.heads, qkv_features=self.features)(y, y)
+        y = linen.LayerNorm()(x)
+        y = linen.Dense(4 * self.features)(y)
+        return x + linen.Dense(self.features)(linen.gelu(y))
+
+
+@pytest.mark.compile
+def test_a_linen_transformer_step_with_a_frozen_subtree_has_every_byte_placed() -> None:
+    block = _Block()
+    x = jnp.ones((4, 32, 64))
+    params = block.init(jax.random.key(0), x)["params"]
+    # the attention is frozen: optax zeroes its updates, and only the rest trains
+    labels = {name: ("frozen" if name.startswith("MultiHeadDotProductAttention") else "train") for name in params}
+    tx = optax.multi_transform({"train": optax.adam(1e-3), "frozen": optax.set_to_zero()}, labels)
+
+    def loss(params: Any, x: jax.Array) -> jax.Array:
+        return jnp.mean(block.apply({"params": params}, x) ** 2)
+
+    def step(params: Any, opt_state: Any, x: jax.Array) -> tuple[Any, Any]:
+        grads = jax.grad(loss)(params, x)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    report = fieldmem.check_function(jax.jit(step, donate_argnums=(0, 1)), params, tx.init(params), x)
+    (result,) = report.results
+    assert result.status == "ok", result.error
+    for name in ("plain", "donated"):
+        _assert_adds_up(result.variants[name])
+    peak = result.variants["plain"].peak
+    assert peak is not None
+    # flax's frames are kept under the user's line, marked as library code
+    this_file = Path(__file__).name
+    computed = [s for s in peak.sources if s.stack]
+    assert computed and all(s.line and this_file in s.line for s in computed if not s.stack[-1].library or s.line)
+    assert any(f.library and "flax" in f.file for s in computed for f in s.stack)
+
+
+# ----------------------------------------------------------------------------
+# CPU, GPU and TPU: one subprocess compiles the module for the three
+
+MODULE = textwrap.dedent(
+    """
+    import jax
+    import jax.numpy as jnp
+
+    import fieldmem
+
+
+    def block(w, x):
+        h = jnp.tanh(x @ w[0])
+        return x + h @ w[1]
+
+
+    def loss(ws, x):
+        for w in ws:
+            x = block(w, x)
+        return jnp.sum(x**2)
+
+
+    def loss_remat(ws, x):
+        for w in ws:
+            x = jax.checkpoint(block)(w, x)
+        return jnp.sum(x**2)
+
+
+    def grads(ws, x):
+        return jax.grad(loss)(ws, x)
+
+
+    def grads_remat(ws, x):
+        return jax.grad(loss_remat)(ws, x)
+
+
+    def mlp_args():
+        w = (jax.ShapeDtypeStruct((128, 1024), jnp.float32), jax.ShapeDtypeStruct((1024, 128), jnp.float32))
+        return ([w] * 4, jax.ShapeDtypeStruct((1024, 128), jnp.float32))
+
+
+    def decode(cache_k, cache_v, q, k, v, pos):
+        cache_k = cache_k.at[:, pos].set(k)
+        cache_v = cache_v.at[:, pos].set(v)
+        scores = jnp.einsum("bhd,bthd->bht", q, cache_k) / 8.0
+        weights = jax.nn.softmax(scores, axis=-1)
+        out = jnp.einsum("bht,bthd->bhd", weights, cache_v)
+        return cache_k, cache_v, out
+
+
+    def decode_args():
+        cache = jax.ShapeDtypeStruct((8, 512, 8, 64), jnp.float32)
+        token = jax.ShapeDtypeStruct((8, 8, 64), jnp.float32)
+        return (cache, cache, token, token, token, jax.ShapeDtypeStruct((), jnp.int32))
+
+
+    fieldmem.case(grads, args=mlp_args, donate="none")
+    fieldmem.case(grads_remat, args=mlp_args, donate="none")
+    fieldmem.case(decode, args=decode_args, donate="cache_k,cache_v")
+    """
+)
+
+BACKENDS = ("cpu", "gpu:h100", "tpu:v5e")
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    require_extra("gpu")
+    require_extra("tpu")
+    folder = tmp_path_factory.mktemp("peak_sources")
+    (folder / "steps.py").write_text(MODULE)
+    out = folder / "report.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", "steps.py", "--backend", ",".join(BACKENDS)]
+        + ["--format", "json", "-o", str(out)],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    found = {}
+    for backend in BACKENDS:
+        path = folder / f"report.{backend.replace(':', '-')}.json"
+        found[backend] = {r["name"]: r for r in json.loads(path.read_text())["results"]}
+    return found
+
+
+def _peak(result: dict[str, Any], variant: str) -> dict[str, Any]:
+    assert result["status"] == "ok", result.get("error")
+    peak = result["variants"][variant]["peak"]
+    assert peak is not None
+    assert peak["bytes"] == result["variants"][variant]["memory"]["live_peak_bytes"]
+    assert sum(s["bytes"] for s in peak["sources"]) == peak["bytes"] == sum(x["bytes"] for x in peak["lines"])
+    return peak
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_no_temporary_of_the_decode_step_is_without_a_line(reports: dict[str, Any], backend: str) -> None:
+    for variant in ("plain", "donated"):
+        peak = _peak(reports[backend]["steps.py:decode"], variant)
+        unplaced = [
+            s for s in peak["sources"] if s["kind"] in ("temporary", "output") and s["bytes"] >= 1024 and not s["line"]
+        ]
+        assert unplaced == [], (backend, variant, unplaced)
+        # the caches are arguments by their names; the attention's lines are the module's own
+        labels = {line["label"] for line in peak["lines"]}
+        assert {"cache_k", "cache_v"} <= labels
+    if backend == "tpu:v5e":
+        assert _peak(reports[backend]["steps.py:decode"], "plain")["padding_bytes"] > 0  # tiled layouts
+
+
+def _line_bytes(peak: dict[str, Any], suffix: str) -> int:
+    return sum(line["bytes"] for line in peak["lines"] if line["label"].endswith(suffix))
+
+
+@pytest.mark.compile
+def test_remat_removes_the_activations_of_its_line_on_a_gpu(reports: dict[str, Any]) -> None:
+    # line 9 is `h = jnp.tanh(x @ w[0])`: without remat, every block's h is kept for the backward pass
+    assert MODULE.splitlines()[8].strip() == "h = jnp.tanh(x @ w[0])"
+    gpu = reports["gpu:h100"]
+    kept, remat = _peak(gpu["steps.py:grads"], "plain"), _peak(gpu["steps.py:grads_remat"], "plain")
+    assert remat["bytes"] < kept["bytes"]
+    drop = _line_bytes(kept, "steps.py:9") - _line_bytes(remat, "steps.py:9")
+    assert drop > 0
+    assert drop >= (kept["bytes"] - remat["bytes"]) // 2  # the line makes most of the peak's drop
+    for backend in BACKENDS:
+        for name in ("steps.py:grads", "steps.py:grads_remat"):
+            _peak(reports[backend][name], "plain")
+
+
+# ----------------------------------------------------------------------------
+# The command line: --top, and a change of peak named by line
+
+STEP = "import jax.numpy as jnp\n\n\ndef step(x):\n    y = jnp.sin(x) * 2.0\n    return x + y.sum()\n"
+GROWN = (
+    "import jax.numpy as jnp\n\n\ndef step(x):\n    y = jnp.sin(x) * 2.0\n"
+    "    z = jnp.sort(y, axis=0)\n    return x + y.sum() + z * 3.0\n"
+)
+
+
+def _fieldmem(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", "m.py:step", "--shapes", "f32[256,256]", *args],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+
+
+@pytest.mark.compile
+def test_top_lists_the_largest_lines_at_80_columns_and_gates_name_the_line_that_grew(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text(STEP)
+    saved = _fieldmem(tmp_path, "--save-baseline", "base.json", "--format", "json", "-o", "before.json")
+    assert saved.returncode == 0, saved.stderr
+    (tmp_path / "m.py").write_text(GROWN)
+    gated = _fieldmem(tmp_path, "--baseline", "base.json", "--top", "3", "--format", "json", "-o", "after.json")
+    assert gated.returncode == 1, gated.stdout + gated.stderr
+    lines = gated.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
+    at = next(i for i, line in enumerate(lines) if line.strip().startswith("live peak by line"))
+    table = "\n".join(lines[at : at + 8])
+    assert "m.py:6" in table and "argument x" in table and "plain" in table and "donated" in table
+    assert re.search(r"m\.py:6\s+\d+(\.\d)? KiB", table), table  # bytes, then the share
+    # the baseline gate names the new line, with its bytes at the peak
+    after = json.loads((tmp_path / "after.json").read_text())["results"][0]
+    grown = next(x for x in after["variants"]["donated"]["peak"]["lines"] if x["label"].endswith("m.py:6"))
+    regression = next(line for line in gated.stdout.splitlines() if "donated live-peak" in line)
+    rest = gated.stdout[gated.stdout.index(regression) :]
+    assert "at m.py:6" in " ".join(rest.split()[:40]), rest
+    assert fieldmem.units.format_bytes(grown["bytes"]) in " ".join(rest.split()[:40])
+    # fieldmem compare says it the same way
+    compared = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "compare", "before.json", "after.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert "at m.py:6" in compared.stdout, compared.stdout + compared.stderr
+    # and --watch, which words a change as compare does, from the same two reports
+    from fieldmem.gate.compare import load_report, result_changes
+
+    (old,) = load_report(tmp_path / "before.json").results
+    (new,) = load_report(tmp_path / "after.json").results
+    assert old.variants["donated"].peak is not None  # the breakdown reads back from the JSON
+    watched = [c.message for c in result_changes(old, new, 1024) if "live peak" in c.message]
+    assert any("+256.0 KiB at m.py:6" in message for message in watched), watched
