@@ -9,13 +9,26 @@ a test calls the ``fieldmem_check`` fixture, through
 
 Where a limit comes from, first match wins: the fixture call's keyword, the
 closest ``@pytest.mark.fieldmem(...)``, the command-line option, its ini twin,
-the default. Every value is parsed once (options at configure time, a marker
-when its test is set up) and a bad one is a usage error naming it.
+``[tool.fieldmem]`` (the keys that make sense for a check in hand: budgets,
+``min-bytes``, ``backends``, ``tolerance``, ``baseline``), the default. Every
+value is parsed once (options at configure time, a marker when its test is set
+up) and a bad one is a usage error naming it.
+
+Each check is also recorded under the name ``fieldmem check`` gives the same
+function in a baseline (:func:`fieldmem.request.target.in_hand_key`), so the
+two share one baseline file. When the session ends the checks are gated
+against ``--fieldmem-baseline`` (every regression collected, listed once in
+the terminal summary, and with ``--fieldmem-compare-fail`` failing the run)
+and saved with ``--fieldmem-save-baseline``, by :mod:`fieldmem.gate.baseline`.
+Under pytest-xdist each worker hands its checks to the controller
+(``workeroutput``, read in ``pytest_testnodedown``), which alone writes the
+report and the baseline.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +38,7 @@ import pytest
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.request.options import MIN_BYTES, parse_backends, parse_new
+from fieldmem.request.tolerance import Tolerances
 from fieldmem.units import parse_bytes
 
 if TYPE_CHECKING:
@@ -98,6 +112,31 @@ _REPORT_OPTION = _Option(
     "PATH",
     "write the JSON report (fieldmem.report/2) of every fieldmem_check in the session to PATH",
 )
+_BASELINE_OPTION = _Option(
+    "baseline",
+    "--fieldmem-baseline",
+    "fieldmem_baseline",
+    "PATH",
+    "compare every fieldmem_check with this baseline (fieldmem check --save-baseline or --fieldmem-save-baseline "
+    "writes it) and list each regression at the end (default with --fieldmem-compare-fail: the baseline of "
+    "[tool.fieldmem])",
+)
+_TOLERANCE_OPTION = _Option(
+    "tolerance",
+    "--fieldmem-tolerance",
+    "fieldmem_tolerance",
+    "TOLERANCE",
+    "growth the baseline comparison allows, as fieldmem check --tolerance: e.g. 2% or peak:5%,temp:1MiB "
+    "(default: [tool.fieldmem] tolerance, else exact)",
+)
+_COMPARE_FAIL_HELP = (
+    "fail the session when a fieldmem_check regressed against the baseline (every regression listed once, "
+    "as fieldmem check --baseline fails)"
+)
+_SAVE_HELP = (
+    "save every fieldmem_check of the session into this baseline (atomically, under its lock; entries of other "
+    "targets and backends are kept), when every check passed and none regressed"
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +169,16 @@ class _Session:
     isolate: bool = True
     timeout: float | None = DEFAULT_TIMEOUT
     worker: Any = None  # fieldmem.engine.isolate.CallSession, started by the first check
+    # (test node id, the check's report with every result named by its baseline key)
+    keyed: list[tuple[str, Report]] = field(default_factory=list)
+    baseline: Path | None = None  # compared with at the end
+    compare_fail: bool = False  # a regression fails the session
+    save_to: Path | None = None  # --fieldmem-save-baseline
+    tolerances: Tolerances = Tolerances()
+    root: Path | None = None  # baseline names are relative to it: the [tool.fieldmem] folder; None: the baseline's
+    from_workers: bool = False  # pytest-xdist: the checks came from the workers, in the order they ended
+    summary: list[str] = field(default_factory=list)  # what the baseline gate and save say, for the summary
+    gate_failed: bool = False
 
     def check(
         self,
@@ -181,9 +230,10 @@ class _Session:
             self.worker.close()
             self.worker = None
 
-    def record(self, report: Report, nodeid: str, backend: str | None = None) -> None:
+    def record(self, report: Report, nodeid: str, backend: str | None = None, display: str = "", key: str = "") -> None:
         """Keep ``report`` for --fieldmem-report, its result keyed by the test's node id (and the backend,
-        when the test checks on several)."""
+        when the test checks on several); and for the baseline, its results named by ``key`` (what
+        ``fieldmem check`` names the function checked as ``display``) instead."""
         result = report.results[0]
         base = f"{nodeid}::{result.name}" + (f"[{backend}]" if backend is not None else "")
         target = base
@@ -193,6 +243,32 @@ class _Session:
             n += 1
         self.targets.add(target)
         self.reports.append(dataclasses.replace(report, results=(dataclasses.replace(result, target=target),)))
+        if display and key:
+            renamed = tuple(
+                dataclasses.replace(
+                    r, name=key + r.name[len(display) :] if r.name.startswith(display) else r.name, target=key
+                )
+                for r in report.results
+            )
+            self.keyed.append((nodeid, dataclasses.replace(report, results=renamed)))
+
+    def handed_over(self) -> str:
+        """This worker's checks as the controller reads them back (:meth:`take_over`)."""
+        return json.dumps(
+            {
+                "reports": [r.to_dict() for r in self.reports],
+                "keyed": [[nodeid, r.to_dict()] for nodeid, r in self.keyed],
+            }
+        )
+
+    def take_over(self, text: str) -> None:
+        """The checks a pytest-xdist worker handed over (:meth:`handed_over`)."""
+        from fieldmem.report import Report
+
+        data = json.loads(text)
+        self.reports.extend(Report.from_dict(r) for r in data["reports"])
+        self.keyed.extend((str(nodeid), Report.from_dict(r)) for nodeid, r in data["keyed"])
+        self.from_workers = True
 
 
 _SESSION = pytest.StashKey[_Session]()
@@ -220,11 +296,40 @@ def _warn_in_process(kind: str, subject: Any, settings: dict[str, Any], why: str
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("fieldmem", "fieldmem: in-place and memory checks of jitted JAX updates")
-    for option in (*_SIZE_OPTIONS, _ISOLATE_OPTION, _TIMEOUT_OPTION, _REPORT_OPTION):
+    for option in (
+        *_SIZE_OPTIONS,
+        _ISOLATE_OPTION,
+        _TIMEOUT_OPTION,
+        _REPORT_OPTION,
+        _BASELINE_OPTION,
+        _TOLERANCE_OPTION,
+    ):
         group.addoption(
-            option.flag, dest=f"fieldmem_{option.dest}", metavar=option.metavar, default=None, help=option.help
+            # argparse formats help with %: a tolerance's 2% is written 2%%
+            option.flag,
+            dest=f"fieldmem_{option.dest}",
+            metavar=option.metavar,
+            default=None,
+            help=option.help.replace("%", "%%"),
         )
         parser.addini(option.ini, f"{option.help} (ini twin of {option.flag})", type="string", default=None)
+    group.addoption(
+        "--fieldmem-compare-fail",
+        dest="fieldmem_compare_fail",
+        action="store_true",
+        default=None,
+        help=_COMPARE_FAIL_HELP,
+    )
+    parser.addini(
+        "fieldmem_compare_fail",
+        f"{_COMPARE_FAIL_HELP} (ini twin of --fieldmem-compare-fail)",
+        type="bool",
+        default=False,
+    )
+    # no ini twin: a baseline saved by every run would never gate anything
+    group.addoption(
+        "--fieldmem-save-baseline", dest="fieldmem_save_baseline", metavar="PATH", default=None, help=_SAVE_HELP
+    )
 
 
 def _setting(config: pytest.Config, option: _Option) -> tuple[str | None, str]:
@@ -238,33 +343,40 @@ def _setting(config: pytest.Config, option: _Option) -> tuple[str | None, str]:
     return value.strip(), f"ini {option.ini}"
 
 
+def _path(config: pytest.Config, value: str, label: str, flag: str) -> Path:
+    """A path option's file: a command-line path is relative to where pytest runs, an ini one to the ini file."""
+    base = (
+        config.invocation_params.dir
+        if label == flag
+        else (config.inipath.parent if config.inipath is not None else config.rootpath)
+    )
+    return base / value
+
+
 def _parse_session(config: pytest.Config) -> _Session:
+    from fieldmem.request.config import load_config
+
+    project = load_config(start=config.invocation_params.dir)  # [tool.fieldmem], as fieldmem check finds it
     sizes: dict[str, Any] = {}  # int | None each
+    from_project = {
+        "max_peak": project.options.max_peak,
+        "max_live_peak": project.options.max_live_peak,
+        "min_bytes": project.min_bytes,
+    }
     for option in _SIZE_OPTIONS:
         value, label = _setting(config, option)
-        sizes[option.dest] = parse_bytes(value, label) if value is not None else None
+        sizes[option.dest] = parse_bytes(value, label) if value is not None else from_project[option.dest]
     min_bytes = sizes.pop("min_bytes")
-    defaults = Limits(min_bytes=MIN_BYTES if min_bytes is None else min_bytes, **sizes)
+    defaults = Limits(min_bytes=MIN_BYTES if min_bytes is None else min_bytes, backend=project.backends, **sizes)
     value, label = _setting(config, _REPORT_OPTION)
     report_path = None
     if value is not None:
-        # a command-line path is relative to where pytest runs, an ini one to the ini file
-        base = (
-            config.invocation_params.dir
-            if label == _REPORT_OPTION.flag
-            else (config.inipath.parent if config.inipath is not None else config.rootpath)
-        )
-        report_path = base / value
+        report_path = _path(config, value, label, _REPORT_OPTION.flag)
         if report_path.is_dir():
             example = str(Path(value) / "fieldmem.json")
             raise OptionError(f"{label} {value!r} is a folder: name a file, e.g. {example!r}")
         if not report_path.parent.is_dir():
             raise OptionError(f"{label} {value!r}: the folder {str(report_path.parent)!r} does not exist")
-        if getattr(config.option, "numprocesses", None) or getattr(config.option, "dist", "no") != "no":
-            # pytest-xdist: the checks run in the workers, and this process would write none of them
-            raise OptionError(
-                f"{label} cannot collect the checks of pytest-xdist workers: run the fieldmem tests without -n/--dist"
-            )
     value, label = _setting(config, _ISOLATE_OPTION)
     isolate = True
     if value is not None:
@@ -281,7 +393,56 @@ def _parse_session(config: pytest.Config) -> _Session:
         if not 0 <= timeout < float("inf"):
             raise OptionError(f"{label} {value!r} is not understood: give seconds, e.g. 600 (0: no limit)")
         timeout = timeout or None
-    return _Session(defaults=defaults, report_path=report_path, isolate=isolate, timeout=timeout)
+    session = _Session(defaults=defaults, report_path=report_path, isolate=isolate, timeout=timeout)
+    _parse_baseline(config, project, session)
+    return session
+
+
+def _parse_baseline(config: pytest.Config, project: Any, session: _Session) -> None:
+    """The baseline options into ``session``: what is compared with, saved to, and how strictly.
+
+    Raises:
+        OptionError: a tolerance fieldmem cannot read, a baseline to compare with that does not exist (and is
+            not the one this session saves), --fieldmem-compare-fail with no baseline, a path that is a folder.
+    """
+    value, label = _setting(config, _TOLERANCE_OPTION)
+    session.tolerances = Tolerances.parse(value, label) if value is not None else project.tolerance or Tolerances()
+    session.compare_fail = bool(config.getoption("fieldmem_compare_fail") or config.getini("fieldmem_compare_fail"))
+    session.root = project.path.resolve().parent if project.path is not None else None
+    saved = config.getoption("fieldmem_save_baseline")
+    if saved is not None:
+        session.save_to = config.invocation_params.dir / saved
+        if session.save_to.is_dir():
+            raise OptionError(
+                f"--fieldmem-save-baseline {saved!r} is a folder: name a file, e.g. 'fieldmem-baseline.json'"
+            )
+        if not session.save_to.parent.is_dir():
+            raise OptionError(
+                f"--fieldmem-save-baseline {saved!r}: the folder {str(session.save_to.parent)!r} does not exist"
+            )
+    value, label = _setting(config, _BASELINE_OPTION)
+    if value is not None:
+        baseline: Path | None = _path(config, value, label, _BASELINE_OPTION.flag)
+    elif session.compare_fail and project.baseline is not None:
+        baseline, value, label = Path(project.baseline).absolute(), project.baseline, "[tool.fieldmem] baseline"
+    elif session.compare_fail:
+        raise OptionError(
+            "--fieldmem-compare-fail needs a baseline: give --fieldmem-baseline PATH "
+            '(or baseline = "fieldmem-baseline.json" in [tool.fieldmem])'
+        )
+    else:
+        return
+    assert baseline is not None
+    if baseline.is_dir():
+        raise OptionError(f"{label} {value!r} is a folder: name a baseline file")
+    if not baseline.exists():
+        if session.save_to is not None and baseline.absolute() == session.save_to.absolute():
+            return  # this session creates it
+        raise OptionError(
+            f"{label} {value!r} does not exist: save one with --fieldmem-save-baseline {value} "
+            f"(or fieldmem check ... --save-baseline {value})"
+        )
+    session.baseline = baseline
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -450,6 +611,7 @@ class FieldmemCheck:
         failed."""
         __tracebackhide__ = True
         from fieldmem.api import NotInPlaceError
+        from fieldmem.request.target import in_hand_key, in_hand_name
 
         limits = _override(self.limits, {k: v for k, v in given.items() if v is not _UNSET}, "{}=")
         settings: dict[str, Any] = dict(
@@ -467,10 +629,11 @@ class FieldmemCheck:
             settings["step_args"] = kwargs.pop("step_args")
         report: Report | None = None
         failed: NotInPlaceError | None = None
+        display, key = in_hand_name(kind, subject, name), in_hand_key(kind, subject, name)
         for backend in limits.backend or (None,):
             report = self._session.check(kind, subject, args, kwargs, settings, limits.min_bytes, backend)
             several = limits.backend is not None and len(limits.backend) > 1
-            self._session.record(report, self._nodeid, backend if several else None)
+            self._session.record(report, self._nodeid, backend if several else None, display, key)
             broken = next((r for r in report.results if r.status == "error" and r.error is not None), None)
             if broken is not None and broken.error is not None:  # recorded, then the test's failure
                 on = f" on {backend}" if several else ""
@@ -505,11 +668,37 @@ def fieldmem_check(request: pytest.FixtureRequest) -> FieldmemCheck:
     pytest.fail(f"fieldmem: error: {problem}", pytrace=False)
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """pytest-xdist, in the controller: take the checks a worker handed over when it ended."""
+    state = node.config.stash.get(_SESSION, None)
+    handed = getattr(node, "workeroutput", {}).get("fieldmem")
+    if state is not None and handed:
+        state.take_over(handed)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Write --fieldmem-report (atomically) once every test has run."""
+    """A pytest-xdist worker hands its checks to the controller; the controller (or pytest without xdist)
+    writes --fieldmem-report (atomically) once every test has run, then gates against and saves the baseline."""
     state = session.config.stash.get(_SESSION, None)
-    if state is None or state.report_path is None or hasattr(session.config, "workerinput"):
+    if state is None:
+        return
+    if hasattr(session.config, "workerinput"):
+        session.config.workeroutput["fieldmem"] = state.handed_over()  # type: ignore[attr-defined]
+        return
+    if state.from_workers:  # in the order the tests are named, not the order the workers ended
+        state.reports.sort(key=lambda r: r.results[0].target)
+        state.keyed.sort(key=lambda pair: pair[0])
+    _write_report(session, state)
+    if state.baseline is not None or state.save_to is not None:
+        _gate(state)
+        if state.gate_failed and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _write_report(session: pytest.Session, state: _Session) -> None:
+    if state.report_path is None:
         return
     from fieldmem.api import combine_reports
     from fieldmem.files import write_atomic
@@ -527,6 +716,84 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     state.written = f"{len(report.results)} fieldmem check(s) written to {state.report_path}"
 
 
+def _by_backend(state: _Session) -> list[Report]:
+    """The session's checks as one report per backend and device kind (a baseline entry's key), their results
+    named by their baseline keys.
+
+    Raises:
+        BaselineError: two checks have one key on one backend (a baseline holds one entry per key).
+    """
+    from fieldmem.api import combine_reports
+    from fieldmem.gate.baseline import BaselineError, project_name
+
+    groups: dict[tuple[str, str], list[Report]] = {}
+    checked_by: dict[tuple[str, str, str], list[str]] = {}
+    for nodeid, report in state.keyed:
+        kind = (report.devices[0].kind or report.devices[0].platform) if report.devices else ""
+        groups.setdefault((report.backend, kind), []).append(report)
+        root = state.root or (state.baseline or state.save_to or Path()).absolute().parent
+        for result in report.results:
+            checked_by.setdefault((report.backend, kind, project_name(result.name, result.target, root)), []).append(
+                nodeid
+            )
+    clashes = [(key, nodeids) for key, nodeids in checked_by.items() if len(nodeids) > 1]
+    if clashes:
+        (backend, _, name), nodeids = clashes[0]
+        more = f" ({len(clashes) - 1} more name(s) likewise)" if len(clashes) > 1 else ""
+        raise BaselineError(
+            f"{name} is checked {len(nodeids)} times on {backend} ({', '.join(dict.fromkeys(nodeids))}){more}: "
+            "a baseline holds one entry per name, so give each check its own, "
+            "e.g. fieldmem_check(update, *args, name='update-64x64')"
+        )
+    return [combine_reports(reports, state.defaults.min_bytes) for reports in groups.values()]
+
+
+def _gate(state: _Session) -> None:
+    """Compare the session's checks with the baseline (every regression collected, said once) and save them,
+    with :mod:`fieldmem.gate.baseline` as ``fieldmem check`` does; what it says goes to the terminal summary."""
+    from fieldmem.gate.baseline import BaselineError, compare_to_baseline, load_baseline, save_baseline
+    from fieldmem.render.baseline import render_comparison, render_saved
+
+    if not state.keyed:
+        state.summary.append("fieldmem: no fieldmem_check ran: nothing compared with or saved in the baseline")
+        return
+    try:
+        reports = _by_backend(state)
+        if state.baseline is not None:
+            baseline = load_baseline(state.baseline)
+            reports = [compare_to_baseline(r, baseline, state.tolerances, root=state.root) for r in reports]
+    except BaselineError as exc:
+        state.summary.append(f"fieldmem: error: {exc.message}")
+        state.gate_failed = True
+        return
+    regressions = 0
+    for report in reports:
+        if report.baseline is not None:
+            state.summary.extend(render_comparison(report.baseline).rstrip("\n").splitlines())
+            regressions += len(report.baseline.regressions)
+    if regressions and state.compare_fail:
+        state.summary.append(
+            f"fieldmem: error: {regressions} regression(s) against the baseline {str(state.baseline)!r}: "
+            "the session fails (--fieldmem-compare-fail)"
+        )
+        state.gate_failed = True
+    elif regressions:
+        state.summary.append(
+            f"fieldmem: {regressions} regression(s) against the baseline {str(state.baseline)!r} "
+            "(add --fieldmem-compare-fail to fail the session on them)"
+        )
+    if state.save_to is None:
+        return
+    for report in sorted(reports, key=lambda r: r.exit_code == 0):  # a refused save writes no backend
+        try:
+            saved = save_baseline(state.save_to, report, root=state.root)
+        except BaselineError as exc:
+            state.summary.append(f"fieldmem: error: {exc.message}")
+            state.gate_failed = True
+            return
+        state.summary.extend(render_saved(saved).rstrip("\n").splitlines())
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """End the worker the session's checks kept warm."""
     state = config.stash.get(_SESSION, None)
@@ -542,3 +809,5 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(f"fieldmem: error: {state.write_error}", red=True)
     elif state.written is not None:
         terminalreporter.write_line(f"fieldmem: {state.written}")
+    for line in state.summary:
+        terminalreporter.write_line(line, red=line.startswith(("fieldmem: error:", "  ✗")))

@@ -46,6 +46,7 @@ from fieldmem.gate.baseline import (
     compare_to_baseline,
     load_baseline,
     project_name,
+    project_spec,
     save_baseline,
 )
 from fieldmem.request.build import CheckFlags, build_request
@@ -380,6 +381,50 @@ def test_project_names_do_not_depend_on_the_working_folder(tmp_path: Path, monke
     assert project_name("../good.py:upd", "../good.py", tmp_path) == "pkg/good.py:upd"  # a bare file spec
     assert project_name("pkg.model:update", "pkg.model:update", tmp_path) == "pkg.model:update"  # a module
     assert project_name("my case", "../good.py", tmp_path) == "my case"  # a case's own name
+
+
+def test_one_name_per_target_however_it_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A module, a file and ./file name one target alike (issue 30, item 3); an installed module keeps its name."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "__init__.py").write_text("")
+    (tmp_path / "models" / "train.py").write_text("")
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "models", raising=False)
+    written = [
+        ("models.train:step", "models.train:step"),
+        ("models/train.py:step", "models/train.py"),
+        ("./models/train.py:step", "./models/train.py:step"),
+    ]
+    assert {project_name(name, spec, tmp_path) for name, spec in written} == {"models/train.py:step"}
+    assert {project_spec(spec, tmp_path) for _, spec in written} == {"models/train.py:step", "models/train.py"}
+    # a chain's step results and a registered case without a name of its own
+    assert project_name("models.train:a,b[2:b]", "models.train", tmp_path) == "models/train.py:a,b[2:b]"
+    assert project_name("my case", "models.train", tmp_path) == "my case"
+    assert project_name("optax:sgd", "optax:sgd", tmp_path) == "optax:sgd"  # installed: its module names it
+    monkeypatch.chdir(tmp_path / "sub")
+    assert project_name("../models/train.py:step", "../models/train.py:step", tmp_path) == "models/train.py:step"
+
+
+def test_a_module_named_baseline_entry_is_migrated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An entry keyed ``mymodels:rollout`` (before issue 30) matches ``mymodels.py:rollout``; the next save writes
+    the new key and loses no entry."""
+    (tmp_path / "mymodels.py").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "mymodels", raising=False)
+    path = tmp_path / "b.json"
+    save_baseline(path, run_report("ci:other", "mymodels.py:rollout", spec="mymodels.py"))
+    document = json.loads(path.read_text())
+    for entry in document["entries"]:
+        if entry["name"] == "mymodels.py:rollout":
+            entry.update(name="mymodels:rollout", target="mymodels:rollout")  # as fieldmem check wrote a module
+    path.write_text(json.dumps(document))
+    compared = compare_to_baseline(run_report("mymodels.py:rollout", spec="mymodels.py:rollout"), load_baseline(path))
+    assert compared.exit_code == 0 and compared.baseline is not None, compared.baseline
+    assert not any("new target" in note for note in compared.baseline.notes), compared.baseline.notes
+    save_baseline(path, compared)
+    assert sorted(names_in(path)) == ["ci:other", "mymodels.py:rollout"]
+    assert [e["target"] for e in json.loads(path.read_text())["entries"]] == ["mymodels.py", "mymodels.py:rollout"]
 
 
 def test_a_baseline_none_of_whose_targets_ran_fails() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import textwrap
 from pathlib import Path
 
@@ -383,8 +384,12 @@ def test_marker_and_options_are_registered(pytester: pytest.Pytester) -> None:
         ("--fieldmem-max-live-peak=SIZE", "fieldmem_max_live_peak"),
         ("--fieldmem-min-bytes=SIZE", "fieldmem_min_bytes"),
         ("--fieldmem-report=PATH", "fieldmem_report"),
+        ("--fieldmem-baseline=PATH", "fieldmem_baseline"),
+        ("--fieldmem-tolerance=TOLERANCE", "fieldmem_tolerance"),
     ]:
         assert flag in help_text and f"{ini} (string)" in help_text
+    assert "--fieldmem-compare-fail" in help_text and "fieldmem_compare_fail (bool)" in help_text
+    assert "--fieldmem-save-baseline=PATH" in help_text
 
 
 @pytest.mark.parametrize(
@@ -424,16 +429,42 @@ def test_report_option_must_name_a_file(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["ERROR: fieldmem: error: --fieldmem-report 'reports' is a folder: name a file, *"])
 
 
-def test_report_option_refuses_xdist_workers(pytester: pytest.Pytester) -> None:
-    # pytest-xdist is not installed here: its --numprocesses (-n) option is declared with xdist's dest
-    pytester.makeconftest(
-        "def pytest_addoption(parser):\n    parser.addoption('--numprocesses', dest='numprocesses', default=None)\n"
-    )
-    result = pytester.runpytest("--numprocesses=2", "--fieldmem-report=report.json")
-    assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(
-        ["ERROR: fieldmem: error: --fieldmem-report cannot collect the checks of pytest-xdist workers*"]
-    )
+@pytest.mark.parametrize(
+    ("flags", "pyproject", "message"),
+    [
+        pytest.param(
+            ["--fieldmem-compare-fail"],
+            None,
+            "--fieldmem-compare-fail needs a baseline: give --fieldmem-baseline*",
+            id="compare-fail-alone",
+        ),
+        pytest.param(
+            ["--fieldmem-baseline=gone.json"],
+            None,
+            "--fieldmem-baseline 'gone.json' does not exist: save one with --fieldmem-save-baseline gone.json*",
+            id="missing-baseline",
+        ),
+        pytest.param(
+            ["--fieldmem-compare-fail"],
+            '[tool.fieldmem]\nbaseline = "gone.json"\n',
+            "[[]tool.fieldmem[]] baseline 'gone.json' does not exist*",
+            id="config-baseline-missing",
+        ),
+        pytest.param(["--fieldmem-tolerance=lots"], None, "*lots*", id="tolerance"),
+        pytest.param(
+            [], '[tool.fieldmem]\nmax-peak = "lots"\n', "*pyproject.toml: [[]tool.fieldmem[]] max-peak*", id="config"
+        ),
+    ],
+)
+def test_bad_baseline_options_and_config_are_usage_errors(
+    pytester: pytest.Pytester, flags: list[str], pyproject: str | None, message: str
+) -> None:
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    if pyproject is not None:
+        pytester.makefile(".toml", pyproject=pyproject)
+    result = pytester.runpytest(*flags)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, result.stderr.str()
+    result.stderr.fnmatch_lines([f"ERROR: fieldmem: error: {message}"])
 
 
 def test_ini_report_path_is_relative_to_the_ini_file(
@@ -686,3 +717,104 @@ def test_the_worker_traces_with_the_tests_jax_settings(pytester: pytest.Pytester
     assert outcomes(result) == {"test_x64_as_the_test_has_it": "PASSED", "test_and_back_to_float32": "PASSED"}, (
         result.stdout.str()
     )
+
+
+# ----------------------------------------------------------------------------
+# Run 8: one baseline for the CLI and the plugin, under pytest-xdist (issue 30, item 3)
+
+SHARED = textwrap.dedent(
+    """\
+    import jax.numpy as jnp
+
+
+    def update(u, f):
+        return u.at[0].add(f)
+
+
+    def shift(u, f):
+        return u.at[1].add(f)
+
+
+    SMALL = jnp.zeros((64, 64), jnp.float32)
+
+
+    def args():
+        return (SMALL, 1.0)
+    """
+)
+# DONATE=none: the tests still pass (budgets only), and each check loses its alias against the baseline
+CHECKS = """\
+import os
+
+from updates import SMALL, {fn}
+
+DONATE = os.environ.get("DONATE", "all")
+
+
+def test_{fn}(fieldmem_check):
+    fieldmem_check({fn}, SMALL, 1.0, donate=DONATE, in_place=DONATE == "all")
+"""
+
+
+def baseline_names(path: Path) -> list[str]:
+    return [entry["name"] for entry in json.loads(path.read_text())["entries"]]
+
+
+@pytest.mark.compile
+def test_the_cli_and_the_plugin_share_one_baseline_under_xdist(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(updates=SHARED, test_a=CHECKS.format(fn="update"), test_b=CHECKS.format(fn="shift"))
+    pytester.makefile(".toml", pyproject='[tool.fieldmem]\nmax-live-peak = "1MiB"\ntolerance = "1%"\n')
+    baseline = pytester.path / "b.json"
+    cli = ("-m", "fieldmem", "check", "--args", "updates:args", "--no-cache")
+    # the CLI names the module target updates:update as the file updates.py:update
+    saved = pytester.run(sys.executable, *cli, "updates:update", "--save-baseline", "b.json")
+    assert saved.ret == 0, saved.stdout.str() + saved.stderr.str()
+    assert baseline_names(baseline) == ["updates.py:update"]
+
+    xdist = ("-n", "2", "--dist", "loadfile", "-v", "--fieldmem-isolate=no", "--fieldmem-baseline=b.json")
+    result = pytester.runpytest_subprocess(
+        *xdist, "--fieldmem-compare-fail", "--fieldmem-save-baseline=b.json", "--fieldmem-report=r.json"
+    )
+    text = result.stdout.str()
+    assert result.ret == pytest.ExitCode.OK, text
+    assert "[gw0]" in text and "[gw1]" in text  # one test file on each worker
+    # the plugin compared updates.py:update with the CLI's entry, found updates.py:shift new, and saved both
+    result.stdout.fnmatch_lines(
+        ["baseline * (tolerance 1%): 0 regressions, 0 improvements", "*updates.py:shift: new target*"]
+    )
+    assert "updates.py:update: new target" not in text
+    assert baseline_names(baseline) == ["updates.py:shift", "updates.py:update"]
+    report = json.loads((pytester.path / "r.json").read_text())
+    assert sorted(r["target"] for r in report["results"]) == [
+        "test_a.py::test_update::updates:update",
+        "test_b.py::test_shift::updates:shift",
+    ]
+    # [tool.fieldmem] max-live-peak is every check's budget
+    assert {c["limit"] for r in report["results"] for c in r["checks"] if c["name"] == "max-live-peak"} == {2**20}
+
+    # the CLI reads what the plugin wrote, the target written as a file
+    read = pytester.run(sys.executable, *cli, "updates.py:shift", "--baseline", "b.json")
+    assert read.ret == 0, read.stdout.str() + read.stderr.str()
+    assert "0 regressions" in read.stdout.str() and "new target" not in read.stdout.str()
+
+    # every regression of both workers is listed, and the session fails once; the baseline is left alone
+    before = baseline.read_bytes()
+    monkeypatch.setenv("DONATE", "none")
+    worse = pytester.runpytest_subprocess(*xdist, "--fieldmem-compare-fail")
+    assert worse.ret == pytest.ExitCode.TESTS_FAILED, worse.stdout.str()
+    assert (
+        "PASSED test_a.py::test_update" in worse.stdout.str() and "PASSED test_b.py::test_shift" in worse.stdout.str()
+    )
+    worse.stdout.fnmatch_lines(
+        [
+            "baseline * (tolerance 1%): * regressions, 0 improvements",
+            "*✗ updates.py:update: *",
+            "*✗ updates.py:shift: *",
+            "fieldmem: error: * regression(s) against the baseline *: the session fails (--fieldmem-compare-fail)",
+        ],
+        consecutive=False,
+    )
+    assert worse.stdout.str().count("the session fails") == 1
+    assert baseline.read_bytes() == before

@@ -1,7 +1,8 @@
 """Baselines: save a run's findings, and compare a later run against them.
 
-A baseline file (``fieldmem.baseline/1``, documented in ``docs/baselines.md``)
-holds one entry per target name, backend and device kind: the memory figures
+A baseline file (``fieldmem.baseline/2``, documented in ``docs/baselines.md``)
+holds one entry per target name (:func:`project_name`: one name per target, however it is
+written and wherever fieldmem runs), backend and device kind: the memory figures
 of both variants, the aliases, unusable donations and copies of the donated
 variant, the verdict, the checks failing when it was recorded with
 ``--accept-current`` (accepted while they fail the same way), and the
@@ -55,7 +56,7 @@ from fieldmem.report import (
     TargetResult,
     Variant,
 )
-from fieldmem.request.target import is_file_spec
+from fieldmem.request.target import is_file_spec, is_installed, module_file
 from fieldmem.request.tolerance import COPIES, FIGURES, Tolerance, Tolerances
 from fieldmem.units import format_bytes
 
@@ -290,29 +291,44 @@ def _refuse_incomplete(report: Report, path: str, accept_current: bool = False) 
 
 
 def project_name(name: str, spec: str, root: str | os.PathLike[str]) -> str:
-    """A target's name as a baseline records it: the same wherever fieldmem runs from.
+    """A target's name as a baseline records it: the same wherever fieldmem runs from, and whether the
+    target was written as a file or as a module.
 
-    A file target's name starts with its path as typed (``../../good.py:upd``
-    from ``proj/sub``); that path is rewritten relative to ``root`` (the
-    folder of the ``pyproject.toml`` holding ``[tool.fieldmem]``, else the
-    baseline's folder), with ``/`` separators: ``good.py:upd``. A module
-    target's name (``pkg.model:update``) and a case's own name are kept.
+    A name starting with its spec's file or module (``../../good.py:upd`` from
+    ``proj/sub``, ``pkg.model:update``) starts instead with the path of that file
+    relative to ``root`` (the folder of the ``pyproject.toml`` holding
+    ``[tool.fieldmem]``, else the baseline's folder), with ``/`` separators:
+    ``good.py:upd``, ``pkg/model.py:update`` (:func:`key_path`). A module of an
+    installed package (or one whose file is not found) keeps its module name,
+    and a case keeps its own name.
     """
-    module_part = spec.rpartition(":")[0] if ":" in spec else spec
-    if not module_part or not is_file_spec(module_part) or not name.startswith(module_part):
+    module_part = _module_part(spec)
+    if not module_part or not name.startswith(module_part):
         return name
     rest = name[len(module_part) :]
     if rest and not rest.startswith(":"):
         return name
-    return _project_path(module_part, root) + rest
+    path = key_path(module_part, root)
+    return name if path is None else path + rest
 
 
 def project_spec(spec: str, root: str | os.PathLike[str]) -> str:
-    """A target spec as a baseline records it: a file's path relative to ``root`` (see :func:`project_name`)."""
+    """A target spec as a baseline records it: its file's path relative to ``root`` (see :func:`project_name`)."""
     module_part, sep, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
-    if not module_part or not is_file_spec(module_part):
-        return spec
-    return _project_path(module_part, root) + sep + attr
+    path = key_path(module_part, root) if module_part else None
+    return spec if path is None else path + sep + attr
+
+
+def key_path(module_part: str, root: str | os.PathLike[str]) -> str | None:
+    """The path a baseline names the file or module ``module_part`` of a spec by, relative to ``root``
+    (``../shared/step.py`` for a file outside it); None for a module of an installed package or one whose
+    file is not found (named by its module)."""
+    if is_file_spec(module_part):
+        return _project_path(module_part, root)
+    file = module_file(module_part)
+    if file is None or is_installed(file):
+        return None
+    return _project_path(file, root)
 
 
 def _project_path(file: str, root: str | os.PathLike[str]) -> str:
@@ -337,27 +353,39 @@ def _root(root: str | os.PathLike[str] | None, baseline_path: str | os.PathLike[
 
 
 def _migrated(baseline: Baseline, root: str) -> tuple[BaselineEntry, ...]:
-    """The entries keyed as this fieldmem keys them.
+    """The entries keyed as this fieldmem keys them (:func:`project_name`).
 
+    A module target named by its module (``mymodels:rollout``, as fieldmem
+    named module targets before issue 30) is read as the file that module is
+    now (``mymodels.py:rollout``), so it matches the target however it is
+    written; a name this fieldmem wrote is unchanged by this (an installed
+    module keeps its name), and so is a file target's.
     ``fieldmem.baseline/1`` named a file target by its path as typed, relative
-    to the folder fieldmem ran in when saving, which the file does not record.
-    Those names are read relative to the current folder, as the fieldmem that
+    to the folder fieldmem ran in when saving, which the file does not record:
+    those names are read relative to the current folder, as the fieldmem that
     wrote them read them (exact when it runs from the folder it was saved
-    from); saving the baseline again writes ``fieldmem.baseline/2`` names.
+    from). Saving the baseline again writes the names as read; no entry is lost.
     """
-    if baseline.schema != LEGACY_SCHEMA:
-        return baseline.entries
-    return tuple(
-        dataclasses.replace(e, name=project_name(e.name, e.target, root), target=project_spec(e.target, root))
-        for e in baseline.entries
-    )
+    legacy = baseline.schema == LEGACY_SCHEMA
+    migrated = []
+    for e in baseline.entries:
+        if legacy or not is_file_spec(_module_part(e.target)):
+            e = dataclasses.replace(e, name=project_name(e.name, e.target, root), target=project_spec(e.target, root))
+        migrated.append(e)
+    return tuple(migrated)
+
+
+def _module_part(spec: str) -> str:
+    return spec.rpartition(":")[0] if ":" in spec else spec
 
 
 def _legacy_note(baseline: Baseline, root: str) -> str | None:
     """Say so when a ``fieldmem.baseline/1`` file's names were rebased (they depend on the folder it was saved from)."""
     if baseline.schema != LEGACY_SCHEMA:
         return None
-    if all(project_name(e.name, e.target, root) == e.name for e in baseline.entries):
+    if all(
+        project_name(e.name, e.target, root) == e.name for e in baseline.entries if is_file_spec(_module_part(e.target))
+    ):
         return None
     return (
         f"the baseline {baseline.path!r} is {LEGACY_SCHEMA}: its file targets are named relative to the "

@@ -43,9 +43,12 @@ __all__ = [
     "folder_targets",
     "fused_result_name",
     "in_hand",
+    "in_hand_key",
     "in_hand_name",
     "is_file_spec",
+    "is_installed",
     "load_module",
+    "module_file",
     "resolve_object",
     "resolve_target",
     "step_result_name",
@@ -298,11 +301,14 @@ def definition_of(fn: Any) -> str | None:
     return f"{display_path(file)}:{line}"
 
 
+_INSTALLED = ("site-packages", "dist-packages")
+
+
 def display_path(file: str) -> str:
     """``file`` relative to the working directory when it lies below it, else as given; a file of an
     installed package from the package on (``optax/_src/transform.py``), the same on every machine."""
     parts = file.replace("\\", "/").split("/")
-    for folder in ("site-packages", "dist-packages"):
+    for folder in _INSTALLED:
         if folder in parts[:-1]:
             return "/".join(parts[len(parts) - parts[::-1].index(folder) :])
     try:
@@ -310,6 +316,66 @@ def display_path(file: str) -> str:
     except ValueError:
         return file
     return relative if not relative.startswith("..") else file
+
+
+def is_installed(file: str) -> bool:
+    """``file`` lies in an installed package (a ``site-packages`` or ``dist-packages`` folder)."""
+    return any(folder in file.replace("\\", "/").split("/")[:-1] for folder in _INSTALLED)
+
+
+def module_file(module_name: str) -> str | None:
+    """The file of the module ``pkg.model``: the loaded module's, else the one importing it from the
+    current folder would load (looked up on the file system, nothing imported); None when there is none
+    (not found, a namespace package, a built-in module).
+
+    Lets a target written as a module (``pkg.model:update``) be named like the same target written as a
+    file (``pkg/model.py:update``) in a process that does not import the user's code (the CLI's parent).
+    """
+    loaded = sys.modules.get(module_name)
+    if loaded is not None:
+        file = getattr(loaded, "__file__", None)
+        return str(file) if file else None
+    if not module_name or not all(part.isidentifier() for part in module_name.split(".")):
+        return None
+    from importlib.machinery import PathFinder
+
+    search: list[str] | None = [os.getcwd(), *(p or os.getcwd() for p in sys.path if isinstance(p, str))]
+    found = None
+    parts = module_name.split(".")
+    for n in range(len(parts)):
+        try:
+            found = PathFinder.find_spec(".".join(parts[: n + 1]), search)
+        except (ImportError, ValueError, OSError):
+            return None
+        if found is None:
+            return None
+        search = list(found.submodule_search_locations or []) if n + 1 < len(parts) else None
+        if n + 1 < len(parts) and not search:
+            return None
+    origin = found.origin if found is not None else None
+    return origin if origin and os.path.isfile(origin) else None
+
+
+def in_hand_key(kind: str, subject: Any, name: str | None) -> str:
+    """The name a baseline keys a function (or chain) in hand by, as a target spec the gate reads
+    (:func:`fieldmem.gate.baseline.project_name`): ``name`` when given (a case's own name), else the file
+    of the function's module relative to the working folder with the qualified name
+    (``models/train.py:step``, ``../updates.py:update``), as ``fieldmem check`` names the same function
+    written as a file or a module; a module of an installed package (or one with no file) keeps
+    :func:`in_hand_name`'s ``module:qualname``.
+    """
+    display = in_hand_name(kind, subject, name)
+    if name:
+        return display
+    module_part, sep, rest = display.partition(":")
+    file = module_file(module_part) if sep else None
+    if file is None or is_installed(file):
+        return display
+    try:
+        shown = os.path.relpath(os.path.realpath(file))
+    except ValueError:  # another drive (Windows)
+        shown = os.path.realpath(file)
+    return f"{shown.replace(os.sep, '/')}:{rest}"
 
 
 def is_file_spec(module_part: str) -> bool:
