@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint golden bench bench-quick bench-more bench-backends gpu-check screenshot clean fuzz
+.PHONY: setup demo test test-fast lint golden bench bench-quick bench-more bench-backends gpu-check screenshot clean fuzz schema package-check
 
 # The installers' output goes to a log, shown only when a step fails.
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check
@@ -54,6 +54,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check fieldmem tests benchmarks
 	$(BIN)/mypy fieldmem
 
+# The JSON Schemas of the report and the baseline (fieldmem/schemas), written again from the records
+# (tests/test_schema.py fails while they differ).
+schema: $(STAMP)
+	$(BIN)/python -m fieldmem.schema
+
+# Build the wheel and the sdist (dist/), install the wheel with the tpu and gpu extras into a fresh venv
+# (build/package-check/venv) and run the demo from it, outside the checkout (about a minute; .ci/run runs it).
+package-check: $(STAMP)
+	$(BIN)/python tests/package_check.py
+
 # The Field example's HTML report as a PNG for the docs (needs chromium).
 screenshot: $(STAMP)
 	$(BIN)/python docs/make_screenshot.py
@@ -66,7 +76,7 @@ golden: $(STAMP)
 	$(BIN)/python tests/golden_buffers/regenerate.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info
+	rm -rf $(VENV) .pytest_cache build dist *.egg-info
 
 # Issue 17's figures in one run (about 10 minutes on 2 cores): fieldmem by default against the naive
 # script, cold on fresh constants (20 functions; a compile-heavy training step), warm, its own overhead by

@@ -34,7 +34,7 @@ from typing import Any, Literal, Union
 
 from fieldmem.errors import quoted
 
-__all__ = ["decode", "encode", "read_unknown_as", "unbounded_integers", "unknown_values"]
+__all__ = ["decode", "encode", "read_unknown_as", "stand_in_for", "unbounded_integers", "unknown_values"]
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
@@ -99,6 +99,11 @@ def read_unknown_as(hint: Any, stand_in: str) -> None:
     if stand_in not in typing.get_args(hint):
         raise ValueError(f"{stand_in!r} is not one of {typing.get_args(hint)}")
     _OPEN[hint] = stand_in
+
+
+def stand_in_for(hint: Any) -> str | None:
+    """The word an unknown word of the open ``Literal`` set ``hint`` reads as; None for a closed set."""
+    return _OPEN.get(hint)
 
 
 @contextlib.contextmanager

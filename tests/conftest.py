@@ -7,15 +7,23 @@ no test sees a module or a path another test left behind.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
 
+from fieldmem.gate.baseline import Baseline
+from fieldmem.render.jsonout import document_text
+from fieldmem.report import Report
 from fieldmem.request import registry
 from fieldmem.request.backends import DEVICELESS_ENV
+from fieldmem.schema import SCHEMA_FOLDER
 
 # before jax starts in this process: the deviceless tests (tests/test_deviceless.py) compile for TPUs and
 # GPUs without them, which needs jax started on the CPU alone (as the fieldmem command does for itself)
@@ -74,3 +82,91 @@ def in_assets(monkeypatch: pytest.MonkeyPatch) -> Path:
     """Run from tests/assets, as a user runs fieldmem from their project folder."""
     monkeypatch.chdir(ASSETS)
     return ASSETS
+
+
+# -- every report and baseline the suite writes matches the shipped JSON Schema (fieldmem/schemas) -------------
+
+_KINDS = {"fieldmem.report/": "report", "fieldmem.baseline/": "baseline"}
+
+
+@functools.cache
+def _validator(kind: str) -> jsonschema.protocols.Validator:
+    schema = json.loads((SCHEMA_FOLDER / f"{kind}.schema.json").read_text(encoding="utf-8"))
+    return jsonschema.Draft202012Validator(schema)
+
+
+def schema_violations(document: Any) -> list[str]:
+    """What in ``document`` (a report or a baseline, by its ``schema``) the shipped schema refuses: one line
+    each, the path first; [] for a valid one or a document of neither kind."""
+    name = document.get("schema") if isinstance(document, dict) else None
+    kind = next((k for prefix, k in _KINDS.items() if isinstance(name, str) and name.startswith(prefix)), None)
+    if kind is None:
+        return []
+    return [f"{kind} {error.json_path}: {error.message[:300]}" for error in _validator(kind).iter_errors(document)]
+
+
+def _written_by_fieldmem(text: str, document: Any) -> bool:
+    """Whether ``text`` is laid out exactly as fieldmem writes a report or a baseline: what a fieldmem
+    process wrote, not a file a test made by hand (hand-made ones are often wrong on purpose)."""
+    name = str(document.get("schema", ""))
+    if name.startswith("fieldmem.report/"):
+        return document_text(document) == text
+    return json.dumps(document, indent=2) + "\n" == text
+
+
+@pytest.fixture(autouse=True)
+def documents_match_their_schema(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Fail a test in which fieldmem wrote a report or a baseline that the shipped JSON Schema refuses.
+
+    In this process, every ``Report.to_dict()`` and ``Baseline.to_dict()`` (the one way each document is
+    written: ``-f json``, ``-o``, the plugin's report, ``--save-baseline``) is checked as it is made. What
+    fieldmem processes the test started wrote into its ``tmp_path`` (or at the top of its pytester folder) is checked
+    when the test ends: each ``*.json`` of either kind, laid out as fieldmem writes it, that the test did
+    not write itself with ``Path.write_text``/``write_bytes``.
+    """
+    problems: list[str] = []
+    by_test: set[Path] = set()
+
+    def checked(to_dict: Callable[[Any], dict[str, Any]]) -> Callable[[Any], dict[str, Any]]:
+        def to_dict_checked(self: Any) -> dict[str, Any]:
+            document = to_dict(self)
+            problems.extend(schema_violations(document))
+            return document
+
+        return to_dict_checked
+
+    def noting(write: Callable[..., Any]) -> Callable[..., Any]:
+        def write_noted(self: Path, *args: Any, **kwargs: Any) -> Any:
+            by_test.add(Path(os.path.abspath(self)))
+            return write(self, *args, **kwargs)
+
+        return write_noted
+
+    monkeypatch.setattr(Report, "to_dict", checked(Report.to_dict))
+    monkeypatch.setattr(Baseline, "to_dict", checked(Baseline.to_dict))
+    monkeypatch.setattr(Path, "write_text", noting(Path.write_text))
+    monkeypatch.setattr(Path, "write_bytes", noting(Path.write_bytes))
+    files: list[Callable[[], Iterator[Path]]] = []
+    if "tmp_path" in request.fixturenames:
+        files.append(functools.partial(request.getfixturevalue("tmp_path").rglob, "*.json"))
+    if "pytester" in request.fixturenames:  # its own files: those of the tests it runs are theirs to check
+        files.append(functools.partial(request.getfixturevalue("pytester").path.glob, "*.json"))
+    yield
+    for found in files:
+        for path in sorted(found()):
+            if Path(os.path.abspath(path)) in by_test or not path.is_file():
+                continue
+            try:
+                text = path.read_text(encoding="utf-8")
+                document = json.loads(text)
+            except (OSError, ValueError):
+                continue
+            if isinstance(document, dict) and _written_by_fieldmem(text, document):
+                problems.extend(f"{path}: {problem}" for problem in schema_violations(document))
+    if problems:
+        shown = "\n  ".join(problems[:20])
+        pytest.fail(
+            f"fieldmem wrote {len(problems)} thing(s) its JSON Schema refuses (fieldmem/schemas; make schema "
+            f"regenerates it from the records):\n  {shown}",
+            pytrace=False,
+        )

@@ -58,7 +58,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "xla": ("fieldmem.xla",),  # pure readers of XLA's text and protos
     "findings": ("fieldmem.findings",),  # readings -> report pieces
     "gate": ("fieldmem.gate",),  # diffs, baselines, comparisons
-    "render": ("fieldmem.render",),  # formatting a report
+    # formatting a report; and the JSON Schemas of the report and the baseline, made from their records
+    "render": ("fieldmem.render", "fieldmem.schema"),
     # shared ground: records, their codec, errors, units, files, the collector pause, bundled data, and the
     # one rule by which every output shows user text (escaping)
     "ground": (
