@@ -460,11 +460,13 @@ class PeakLine:
 class PeakBreakdown:
     """Where the live peak comes from: every byte live at it, grouped by source (docs/peaks.md).
 
-    ``sources`` and ``lines`` each add up to ``bytes``, the variant's ``live_peak_bytes``, exactly;
-    the device's default memory (memory space 0), as the live peak is.
+    ``sources`` and ``lines`` each add up to ``bytes`` exactly: for memory space 0 (the device's
+    default memory) the variant's ``live_peak_bytes``; for another space (a TPU's VMEM, host memory) that
+    space's own live peak (:class:`MemorySpace`).
     """
 
     bytes: int
+    memory_space: int = 0  # 0: the device's default memory (the live peak); else that space at its own peak
     sources: tuple[PeakSource, ...] = ()  # largest first
     lines: tuple[PeakLine, ...] = ()  # largest first
     padding_bytes: int = 0
@@ -582,6 +584,8 @@ class Variant:
     live_at_peak: tuple[LiveBuffer, ...] = ()  # largest first
     timeline: Timeline | None = None
     peak: PeakBreakdown | None = None  # every byte at the live peak by source (None: no buffer assignment)
+    # the same for each other memory space with bytes live in it (a TPU's VMEM, host memory), at its own peak
+    space_peaks: tuple[PeakBreakdown, ...] = ()
     lower_seconds: float | None = None
     compile_seconds: float | None = None
     run: RunCheck | None = None  # only with --run

@@ -219,6 +219,24 @@ def test_live_peak_is_at_most_the_footprint_on_every_example(example_results: di
             assert sizes == sorted(sizes, reverse=True), (name, variant.name)
 
 
+def test_every_byte_at_the_live_peak_has_a_source_on_every_example(example_results: dict[str, Any]) -> None:
+    """The peak by source adds up to the live peak, by source and by line, and no temporary or output of
+    a KiB or more is left without a line of the example (issue 31; gpu:h100 and tpu:v5e in
+    tests/test_peak_sources.py)."""
+    for name, result in example_results.items():
+        for variant in result.variants.values():
+            peak = variant.peak
+            assert peak is not None, (name, variant.name)
+            assert peak.bytes == variant.memory.live_peak_bytes, (name, variant.name)
+            assert sum(s.bytes for s in peak.sources) == peak.bytes == sum(line.bytes for line in peak.lines)
+            for source in peak.sources:
+                assert source.bytes == sum(b.bytes for b in source.buffers), (name, source)
+                if source.kind in ("temporary", "output") and source.bytes >= 1024:
+                    assert source.line and "examples/" in source.line, (name, variant.name, source)
+                if source.kind == "argument":
+                    assert source.input, (name, source)
+
+
 @pytest.mark.parametrize(
     ("name", "file", "field", "needle", "saved"),
     [

@@ -143,6 +143,18 @@ def test_the_breakdown_is_xlas_account_of_the_same_compile(tmp_path: Path) -> No
     live_sets = _live_at_union_peak(tmp_path)
     ours = {b.instruction for s in donated.peak.sources for b in s.buffers if b.kind != "constant"}
     assert any(ours <= names for names in live_sets), ours
+    # each buffer made by an instruction that carries its own line of this file is placed on that line,
+    # as the dump's own metadata tables say (read here, not by fieldmem's parser)
+    lines = _metadata_lines(tmp_path)
+    here = Path(__file__).name
+    checked = 0
+    for source in donated.peak.sources:
+        for buffer in source.buffers:
+            file_line = lines.get(buffer.instruction or "")
+            if file_line is not None and Path(file_line[0]).name == here:
+                assert source.line is not None and source.line.endswith(f"{here}:{file_line[1]}"), (buffer, source)
+                checked += 1
+    assert checked >= 3
     # the arguments are the step's own leaves, by path
     arguments_named = {s.input for s in donated.peak.sources if s.kind == "argument"}
     assert "x" in arguments_named and any(name and name.startswith("params[") for name in arguments_named)
@@ -196,6 +208,39 @@ def _live_at_union_peak(folder: Path) -> list[set[str]]:
         if covered == peak:
             sets.append({name for name, _ in keys})
     return sets
+
+
+_SECTION = re.compile(r"^(FileNames|FunctionNames|FileLocations|StackFrames)$")
+_ENTRY = re.compile(r"^(\d+) (.*)$")
+_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*metadata=\{[^}]*stack_frame_id=(\d+)")
+
+
+def _metadata_lines(folder: Path) -> dict[str, tuple[str, int]]:
+    """Instruction name -> (file, line) of the frame its metadata names, from the optimized module's dump."""
+    (text_file,) = folder.glob("*after_optimizations.txt")
+    tables: dict[str, dict[int, str]] = {}
+    section = None
+    names: dict[str, int] = {}
+    for line in text_file.read_text().splitlines():
+        if _SECTION.match(line):
+            section = line
+            tables[section] = {}
+        elif section and (found := _ENTRY.match(line)):
+            tables[section][int(found.group(1))] = found.group(2)
+        elif not line.strip():
+            section = None
+        if found := _INSTRUCTION.match(line):
+            names[found.group(1)] = int(found.group(2))
+    files = {k: v.strip('"') for k, v in tables.get("FileNames", {}).items()}
+    locations = {}
+    for key, value in tables.get("FileLocations", {}).items():
+        fields = dict(re.findall(r"(\w+)=(\d+)", value))
+        locations[key] = (files[int(fields["file_name_id"])], int(fields["line"]))
+    frames = {
+        k: int(dict(re.findall(r"(\w+)=(\d+)", v))["file_location_id"])
+        for k, v in tables.get("StackFrames", {}).items()
+    }
+    return {name: locations[frames[frame]] for name, frame in names.items() if frame in frames}
 
 
 class _Block(linen.Module):
@@ -436,3 +481,75 @@ def test_top_lists_the_largest_lines_at_80_columns_and_gates_name_the_line_that_
     assert old.variants["donated"].peak is not None  # the breakdown reads back from the JSON
     watched = [c.message for c in result_changes(old, new, 1024) if "live peak" in c.message]
     assert any("+256.0 KiB at m.py:6" in message for message in watched), watched
+
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture(scope="module")
+def example_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """The bundled examples compiled for a GPU and a TPU without the device (the CPU's: test_examples.py)."""
+    require_extra("gpu")
+    require_extra("tpu")
+    folder = tmp_path_factory.mktemp("peak_examples")
+    out = folder / "report.json"
+    files = sorted(str(f) for f in EXAMPLES.glob("*.py"))
+    done = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", *files, "--backend", "gpu:h100,tpu:v5e", "--format", "json"]
+        + ["-o", str(out)],
+        cwd=EXAMPLES.parent,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode in (0, 1), done.stderr
+    return {
+        backend: json.loads((folder / f"report.{backend.replace(':', '-')}.json").read_text())
+        for backend in ("gpu:h100", "tpu:v5e")
+    }
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("backend", ["gpu:h100", "tpu:v5e"])
+def test_every_examples_peak_has_every_byte_placed_without_the_device(
+    example_reports: dict[str, dict[str, Any]], backend: str
+) -> None:
+    results = example_reports[backend]["results"]
+    assert len(results) >= 9
+    for result in results:
+        for variant in ("plain", "donated"):
+            peak = _peak(result, variant)
+            for source in peak["sources"]:
+                assert source["bytes"] == sum(b["bytes"] for b in source["buffers"])
+                if source["kind"] in ("temporary", "output") and source["bytes"] >= 1024:
+                    assert source["line"] and "examples/" in source["line"], (result["name"], variant, source)
+    if backend == "tpu:v5e":  # tiled layouts: the padding is counted, and is part of the peak
+        assert any(_peak(r, "plain")["padding_bytes"] > 0 for r in results)
+    # every other memory space with bytes in it (a TPU's VMEM) is broken down at its own peak
+    spaces_seen = set()
+    for result in results:
+        for variant in result["variants"].values():
+            figures = {m["memory_space"]: m["live_peak_bytes"] for m in variant["memory"]["memory_spaces"]}
+            for breakdown in variant["space_peaks"]:
+                space = breakdown["memory_space"]
+                spaces_seen.add(space)
+                assert space != 0 and breakdown["bytes"] == figures[space] > 0
+                assert sum(s["bytes"] for s in breakdown["sources"]) == breakdown["bytes"]
+                assert sum(x["bytes"] for x in breakdown["lines"]) == breakdown["bytes"]
+            assert {b["memory_space"] for b in variant["space_peaks"]} == {s for s, v in figures.items() if s and v}
+    assert (1 in spaces_seen) == (backend == "tpu:v5e")  # VMEM
+
+
+@pytest.mark.compile
+def test_top_adds_a_line_per_memory_space_with_its_largest_lines(example_reports: dict[str, Any]) -> None:
+    from fieldmem.render.peak import space_lines
+    from fieldmem.report import Report
+
+    results = {r.name: r for r in Report.from_dict(example_reports["tpu:v5e"]).results}
+    result = results["stencil_scan:diffuse"]
+    (vmem,) = [b for b in result.variants["donated"].space_peaks if b.memory_space == 1]
+    lines = space_lines(result, 2)
+    first = next(line for line in lines if line.startswith("memory space 1 (on a TPU, VMEM): "))
+    largest = vmem.lines[0]
+    assert f"{fieldmem.units.format_bytes(largest.bytes)} at {largest.label}" in first
+    assert "donated peak " + fieldmem.units.format_bytes(vmem.bytes) in first

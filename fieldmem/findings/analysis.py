@@ -423,17 +423,17 @@ def _liveness(
     definition: str | None = None,
     decoded: tuple[buffers.BufferAssignment | None, str | None] | None = None,
 ) -> tuple[
-    int | None, str | None, tuple[LiveBuffer, ...], Timeline | None, tuple[MemorySpace, ...], PeakBreakdown | None
+    int | None, str | None, tuple[LiveBuffer, ...], Timeline | None, tuple[MemorySpace, ...], tuple[PeakBreakdown, ...]
 ]:
     """``live_peak_bytes``, the buffers live at that peak, the timeline, every memory space's
     figures and the peak by source, or why they are unavailable."""
     assignment, reason = decoded if decoded is not None else _assignment(program.variant)
     if assignment is None:
-        return None, reason, (), None, (), None
+        return None, reason, (), None, (), ()
     try:
         live = buffers.analyze_liveness(assignment, program.module)
     except buffers.BufferAssignmentError as exc:
-        return None, f"the buffer assignment could not be analysed: {exc}", (), None, (), None
+        return None, f"the buffer assignment could not be analysed: {exc}", (), None, (), ()
     spaces = tuple(MemorySpace(s.memory_space, s.allocated_bytes, s.live_peak_bytes) for s in live.memory_spaces)
     parameters = {i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"}
     allocations = {a.index: a for a in assignment.allocations}
@@ -470,16 +470,21 @@ def _liveness(
             )
         )
     entry = program.module.entry.name
-    breakdown = peak_breakdown(
-        live,
-        lambda number, index: _leaf_path(program.leaf_of(number, index)),
-        lambda index: _leaf_path(program.output_of(index)),
-        allocations,
-        {(entry, name): number for name, number in parameters.items() if number is not None},
-        {name: copy.source for name, copy in copied_inputs.items()},
-        definition,
+    breakdowns = tuple(
+        peak_breakdown(
+            live,
+            lambda number, index: _leaf_path(program.leaf_of(number, index)),
+            lambda index: _leaf_path(program.output_of(index)),
+            allocations,
+            {(entry, name): number for name, number in parameters.items() if number is not None},
+            {name: copy.source for name, copy in copied_inputs.items()},
+            definition,
+            memory_space=space.memory_space,
+        )
+        for space in live.memory_spaces
+        if space.memory_space == 0 or space.live_peak_bytes > 0
     )
-    return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition), spaces, breakdown
+    return live.live_peak_bytes, None, tuple(top), _timeline(live, program.module, definition), spaces, breakdowns
 
 
 def _leaf_path(leaf: InputLeaf | OutputLeaf | None) -> str | None:
@@ -498,7 +503,7 @@ def analyze_variant(
     copies = _copies(program, definition)
     copied_inputs = {c.instruction: c for c in copies if c.of_parameter is not None}
     decoded = _assignment(variant)
-    live_peak, live_reason, live_at_peak, timeline, spaces, breakdown = _liveness(
+    live_peak, live_reason, live_at_peak, timeline, spaces, breakdowns = _liveness(
         program, copied_inputs, definition, decoded
     )
     constant_bytes, _ = _constant_bytes(module, decoded[0])
@@ -520,7 +525,8 @@ def analyze_variant(
             ),
             live_at_peak=live_at_peak,
             timeline=timeline,
-            peak=breakdown,
+            peak=next((b for b in breakdowns if b.memory_space == 0), None),
+            space_peaks=tuple(b for b in breakdowns if b.memory_space != 0),
             aliases=aliases,
             unusable_donations=_unusable(program, aliases),
             copies=copies,

@@ -99,6 +99,7 @@ def peak_breakdown(
     entry_parameters: Mapping[tuple[str, str], int],
     copied_sources: Mapping[str, str | None] | None = None,
     definition: str | None = None,
+    memory_space: int = 0,
 ) -> PeakBreakdown:
     """Every byte live at the peak of ``live``, by source.
 
@@ -108,11 +109,17 @@ def peak_breakdown(
     at an index of the entry's result; ``copied_sources``: the line of each copy
     of an input fieldmem reports (a copy XLA kept no metadata for is placed there); ``definition``: the
     function's own line, where a result no operation of which has a line is placed (the index table of
-    the tuple it returns).
+    the tuple it returns); ``memory_space``: whose peak (0, the device's default memory, is the live
+    peak; another, a TPU's VMEM say, at its own peak).
     """
     copied_sources = copied_sources or {}
     groups: dict[tuple[object, ...], dict[str, object]] = {}
-    for live_slice in live.live_at_peak:
+    if memory_space == 0:
+        slices, peak, index = live.live_at_peak, live.live_peak_bytes, live.peak_index
+    else:
+        space = next(s for s in live.memory_spaces if s.memory_space == memory_space)
+        slices, peak, index = space.live_at_peak, space.live_peak_bytes, space.peak_index
+    for live_slice in slices:
         value = live_slice.value
         kind, line, stack, input_path, output = _classify(
             live_slice, value, live, input_of_parameter, output_path, allocations, entry_parameters, copied_sources
@@ -151,10 +158,10 @@ def peak_breakdown(
             )
         )
     sources.sort(key=lambda s: (-s.bytes, _label(s)))
-    peak = live.live_peak_bytes
-    point = live.peak_point
+    point = live.schedule[index] if index is not None and index < len(live.schedule) else None
     return PeakBreakdown(
         bytes=peak,
+        memory_space=memory_space,
         sources=tuple(sources),
         lines=_lines(sources, peak),
         padding_bytes=sum(s.padding_bytes for s in sources),

@@ -15,7 +15,7 @@ from fieldmem.render.layout import Column, fitted_table, hanging
 from fieldmem.report import PeakBreakdown, PeakLine, TargetResult
 from fieldmem.units import format_bytes
 
-__all__ = ["peak_rows", "peak_table", "peak_title"]
+__all__ = ["peak_rows", "peak_table", "peak_title", "space_lines"]
 
 
 def _where(line: PeakLine) -> str:
@@ -80,4 +80,26 @@ def peak_table(result: TargetResult, top: int, width: int) -> list[RenderableTyp
     return [
         hanging("", peak_title(result, top, count)),
         fitted_table([Column("at"), Column("plain", "right"), Column("donated", "right")], rows, width),
+        *(hanging("", line, style="dim") for line in space_lines(result, top)),
     ]
+
+
+_SPACE_NAMES = {1: "on a TPU, VMEM"}
+
+
+def space_lines(result: TargetResult, top: int) -> list[str]:
+    """One line per memory space other than the device's default memory, each at its own peak: its
+    largest lines (``Variant.space_peaks``), plain and donated."""
+    lines = []
+    spaces = sorted({b.memory_space for name in ("plain", "donated") for b in result.variants[name].space_peaks})
+    for space in spaces:
+        parts = []
+        for name in ("plain", "donated"):
+            breakdown = next((b for b in result.variants[name].space_peaks if b.memory_space == space), None)
+            if breakdown is None:
+                continue
+            largest = ", ".join(f"{format_bytes(line.bytes)} at {_where(line)}" for line in breakdown.lines[:top])
+            parts.append(f"{name} peak {format_bytes(breakdown.bytes)} ({largest})")
+        what = f" ({_SPACE_NAMES[space]})" if space in _SPACE_NAMES else ""
+        lines.append(f"memory space {space}{what}: " + "; ".join(parts))
+    return lines

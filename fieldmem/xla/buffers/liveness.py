@@ -181,6 +181,7 @@ class MemorySpacePeak:
     allocated_bytes: int  # the space's allocations, constants included, thread-local ones not
     live_peak_bytes: int
     peak_index: int | None
+    live_at_peak: tuple[LiveSlice, ...] = ()  # the space's slices live at its own peak, largest first
 
 
 @dataclass(frozen=True)
@@ -573,16 +574,17 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
         curve = _curve(in_space, len(flat))
         peak = max(curve) if curve else 0
         peak_index = curve.index(peak) if curve else None
+        live = _live_slices(in_space, peak_index) if peak_index is not None else ()
         spaces.append(
             MemorySpacePeak(
                 memory_space=color,
                 allocated_bytes=sum(a.size for a in assignment.allocations if a.color == color and a.counts_as_memory),
                 live_peak_bytes=peak,
                 peak_index=peak_index,
+                live_at_peak=live,
             )
         )
         if color == 0:
-            live = _live_slices(in_space, peak_index) if peak_index is not None else ()
             headline = (curve, peak, peak_index, live)
     curve, peak, peak_index, live_at_peak = headline
     return LiveAnalysis(
