@@ -71,6 +71,20 @@ def nnx_arrays(model: Any, optimizer: Any) -> dict[str, Any]:
     return found
 
 
+def assert_peak_placed(result: Any, argument_roots: set[str]) -> None:
+    """Issue 31 on a real-library step: the peak by source adds up to the live peak, every argument's
+    bytes are under one of its roots, and no temporary of a KiB or more lacks a line of the user's code."""
+    for variant in result.variants.values():
+        peak = variant.peak
+        assert peak is not None and peak.bytes == variant.memory.live_peak_bytes
+        assert sum(s.bytes for s in peak.sources) == peak.bytes == sum(line.bytes for line in peak.lines)
+        for source in peak.sources:
+            if source.kind == "argument":
+                assert any(source.input.startswith(root) for root in argument_roots), source.input
+            elif source.kind in ("temporary", "output") and source.bytes >= 1024:
+                assert source.line, source
+
+
 @pytest.mark.compile
 def test_nnx_adam_step_updates_model_and_optimizer_in_place() -> None:
     result = check_one(make_target(w.nnx_step, w.nnx_args), min_bytes=0)
@@ -89,6 +103,7 @@ def test_nnx_adam_step_updates_model_and_optimizer_in_place() -> None:
     assert not donated.unusable_donations
     assert {i.path for i in result.inputs} == set(state) | {"x", "y"}
     assert [o.path for o in result.outputs][-1] == "out"  # the loss, a new output
+    assert_peak_placed(result, {"model.", "optimizer.", "x", "y"})
 
     # runtime truth: the user's own nnx.jit, called on fresh arguments
     before = dict(state)
@@ -189,6 +204,7 @@ def test_eqx_mlp_step_aliases_the_weights() -> None:
     weights = eqx_weights(model, "model")
     assert weights and all(aliased.get(p) == "out[0]" + p[len("model") :] for p in weights), aliased
     assert not any(a.input.startswith("opt_state") for a in donated.aliases)  # all-except-first keeps it
+    assert_peak_placed(result, {"model.", "opt_state", "x", "y"})
 
     taken = pointers(weights)
     new_model, _ = w.eqx_step(opt_state, model, x, y)
