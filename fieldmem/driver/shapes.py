@@ -54,7 +54,7 @@ def _dtype_facts(dtype: Any) -> tuple[str, int | None, int | None]:
         facts = (str(dtype), None, int(dtype.itemsize))
     else:
         try:
-            bits: int | None = int(jax.dtypes.itemsize_bits(np.dtype(dtype)))
+            bits: int | None = _bit_width(jax, np.dtype(dtype))
         except ValueError:  # no bit width (float0, void): numpy's item size
             bits = None
         facts = (np.dtype(dtype).name, bits, None)
@@ -63,6 +63,35 @@ def _dtype_facts(dtype: Any) -> tuple[str, int | None, int | None]:
     except TypeError:
         pass
     return facts
+
+
+def _bit_width(jax: Any, dtype: Any) -> int:
+    """The bits of one element of ``dtype`` (4 for int4): ``jax.dtypes.itemsize_bits`` (jax 0.8 and later),
+    ``bit_width`` of jax's private dtypes module before it; ml_dtypes' or numpy's where neither is there.
+
+    Raises:
+        ValueError: ``dtype`` has no bit width (float0, void).
+    """
+    read = getattr(jax.dtypes, "itemsize_bits", None)
+    if read is None:
+        try:
+            from jax._src import dtypes as private
+
+            read = getattr(private, "bit_width", None)
+        except ImportError:  # pragma: no cover - a jax without it
+            read = None
+    if read is not None:
+        return int(read(dtype))
+    if dtype.kind != "V":  # numpy's own types
+        return int(dtype.itemsize) * 8
+    import ml_dtypes
+
+    for info in (ml_dtypes.iinfo, ml_dtypes.finfo):  # int4, bfloat16, float8_*: numpy sees them as void
+        try:
+            return int(info(dtype).bits)
+        except (TypeError, ValueError):
+            continue
+    raise ValueError(f"no bit width: {dtype}")
 
 
 def dtype_name(dtype: Any) -> str:
