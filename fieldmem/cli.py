@@ -130,6 +130,11 @@ def _stderr_console() -> Console | None:
     return Console(file=sys.stderr)
 
 
+def _say(line: str) -> None:
+    """A line of what fieldmem is doing before the check (making a jax environment), on stderr."""
+    typer.echo(f"fieldmem: {line}", err=True)
+
+
 @app.command()
 def check(
     targets: Annotated[
@@ -638,3 +643,91 @@ def _main(argv: list[str] | None, usage_error: Any) -> int:
     if result == 130:  # typer turns Ctrl-C into a returned 130; fieldmem itself never exits 130
         typer.echo("fieldmem: interrupted", err=True)
     return result if isinstance(result, int) else 0
+
+
+# ----------------------------------------------------------------------------
+# fieldmem envs: the cached jax environments (fieldmem/engine/envs.py makes, finds and removes them)
+
+envs_app = typer.Typer(
+    name="envs",
+    help="The cached environments with another jax that --jax checks under: list, create, remove.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+app.add_typer(envs_app)
+
+
+def _env_what(env: Any) -> str:
+    """What an environment holds, as ``fieldmem envs`` shows it: ``jax 0.9.2, jaxlib 0.9.2, libtpu 0.0.37``."""
+    return ", ".join(
+        f"{name} {version}" for name, version in (("jax", env.jax), ("jaxlib", env.jaxlib), *env.plugins, *env.packages)
+    )
+
+
+@envs_app.command("list")
+def envs_list() -> None:
+    """List the cached environments: version, jax/jaxlib, plugins and packages, size on disk, folder."""
+    from fieldmem.engine.envs import env_root, env_size, list_envs
+    from fieldmem.escaping import visible
+    from fieldmem.units import format_bytes
+
+    found = list_envs()
+    if not found:
+        typer.echo(f"no jax environments in {visible(str(env_root()))} (fieldmem envs create VERSION makes one)")
+        return
+    rows = [("version", "installed", "size", "folder")]
+    rows += [(env.version, _env_what(env), format_bytes(env_size(env)), str(env.folder)) for env in found]
+    widths = [max(len(row[column]) for row in rows) for column in range(3)]
+    for row in rows:
+        typer.echo(visible("  ".join([*(cell.ljust(width) for cell, width in zip(row, widths)), row[3]])))
+
+
+@envs_app.command("create")
+def envs_create(
+    version: Annotated[str, typer.Argument(help="The jax release, e.g. 0.9.2 (jaxlib at the same).")],
+    plugin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--plugin",
+            help="A backend kind (tpu, gpu: its deviceless compilers at that jax) or a requirement; repeatable.",
+        ),
+    ] = None,
+    requirements: Annotated[
+        Path | None, typer.Option("--requirements", "-r", help="A requirements file installed there too.")
+    ] = None,
+    package: Annotated[
+        list[str] | None,
+        typer.Option("--package", help="A package of yours (flax, 'optax>=0.2') at a release that fits; repeatable."),
+    ] = None,
+) -> None:
+    """Make the environment for a jax release now (or show the cached one), as --jax does on first use."""
+    from fieldmem.engine.envs import ensure_env
+    from fieldmem.escaping import visible
+
+    try:
+        env = ensure_env(
+            version,
+            plugins=tuple(plugin or ()),
+            requirements=requirements,
+            packages=tuple(package or ()),
+            progress=_say,
+        )
+    except FieldmemError as exc:
+        raise _fail(exc.message) from None
+    typer.echo(visible(f"jax {env.version}: {_env_what(env)} in {env.folder}"))
+
+
+@envs_app.command("remove")
+def envs_remove(
+    version: Annotated[str, typer.Argument(help="The jax release (every environment of it), or a folder's name.")],
+) -> None:
+    """Remove the cached environments of a jax release."""
+    from fieldmem.engine.envs import remove_env
+    from fieldmem.escaping import visible
+
+    try:
+        removed = remove_env(version)
+    except FieldmemError as exc:
+        raise _fail(exc.message) from None
+    for env in removed:
+        typer.echo(visible(f"removed jax {env.version}: {_env_what(env)} in {env.folder}"))

@@ -21,6 +21,7 @@ __all__ = [
     "ArgumentsError",
     "CompileError",
     "DonationError",
+    "EnvError",
     "FieldmemError",
     "OptionError",
     "RunError",
@@ -123,6 +124,13 @@ class CompileError(FieldmemError):
     """The function fails to trace, lower or compile with the given arguments."""
 
     kind = "compile"
+
+
+class EnvError(FieldmemError):
+    """A jax environment (``--jax``, ``fieldmem envs``) cannot be made, found or removed: a release the
+    package index does not have, packages that do not work with that jax, the index out of reach."""
+
+    kind = "environment"
 
 
 class RunError(FieldmemError):

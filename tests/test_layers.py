@@ -39,8 +39,9 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fieldmem.watch",
         "fieldmem.watch.loop",
     ),
-    # the brain: scheduling targets, analysing their readings (engine/brain.py), supervising the workers
-    "engine": ("fieldmem.engine",),
+    # the brain: scheduling targets, analysing their readings (engine/brain.py), supervising the workers;
+    # and the cached environments with another jax they can run under (engine/envs.py: no jax, the parent's)
+    "engine": ("fieldmem.engine", "fieldmem.engine.envs"),
     # the hands: what runs where jax and the user's code run (the worker, and a check in this process):
     # loading specs, driving the driver, serving the brain's questions, the pipe's words; the worker's
     # side of --watch. Never findings or xla: a worker needs no analysis
