@@ -281,6 +281,23 @@ def check(
             "report.tpu-v5e.json).",
         ),
     ] = None,
+    jax: Annotated[
+        str | None,
+        typer.Option(
+            "--jax",
+            metavar="VERSIONS",
+            help="Check under these jax releases, e.g. 0.9.2,0.10.2: each in a cached environment of its own "
+            "(made on first use: fieldmem envs), one report each, then side by side.",
+        ),
+    ] = None,
+    python: Annotated[
+        Path | None,
+        typer.Option(
+            "--python",
+            metavar="PATH",
+            help="Run the workers under this Python (a venv you prepared, with its own jax) instead.",
+        ),
+    ] = None,
     jobs: Annotated[
         int | None,
         typer.Option(
@@ -395,7 +412,7 @@ def check(
         expect=expect, max_peak=max_peak, max_live_peak=max_live_peak, min_bytes=min_bytes,
         output_format=output_format, output=output, html_output=html_output, verbose=verbose, top=top,
         suggest=suggest, cache_dir=cache_dir, no_cache=no_cache, fast_compile=fast_compile,
-        backend=backend, jobs=jobs, baseline=baseline, no_baseline=no_baseline,
+        backend=backend, jax=jax, python=python, jobs=jobs, baseline=baseline, no_baseline=no_baseline,
         save_baseline=save_baseline, prune_baseline=prune_baseline, accept_current=accept_current,
         tolerance=tolerance,
         run=run, probe=probe, isolate=isolate, timeout=timeout, devices=devices,
@@ -487,9 +504,19 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
             except BaseException:
                 session.close()
                 raise
-        reports = check_reports(
-            units, backends, options, check_backends=check_backends, progress=progress, devices=request.devices
-        )
+        from fieldmem.engine.interpreters import worker_interpreters
+
+        reports: tuple[Report, ...] = ()
+        for interpreter in worker_interpreters(request.jax_versions, request.python, request.backends, _say):
+            reports += check_reports(
+                units,
+                backends,
+                options,
+                check_backends=check_backends,
+                progress=progress,
+                devices=request.devices,
+                interpreter=interpreter,
+            )
         return reports, baseline, None
 
 

@@ -72,15 +72,33 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
     return max(report.exit_code for report in reports)
 
 
+def report_labels(reports: Sequence[Report]) -> list[str]:
+    """What each of several reports is called, side by side and in file names: its backend (``cpu``,
+    ``tpu:v5e``); where the reports were made under several jax releases (``--jax``), its release too
+    (``jax 0.9.2``, or ``cpu · jax 0.9.2`` with several backends)."""
+    versions = {report.jax_version for report in reports}
+    backends = {report.backend for report in reports}
+    if len(versions) < 2:
+        return [report.backend for report in reports]
+    if len(backends) < 2:
+        return [f"jax {report.jax_version}" for report in reports]
+    return [f"{report.backend} · jax {report.jax_version}" for report in reports]
+
+
+def _file_label(label: str) -> str:
+    """A label as a part of a file name: ``tpu-v5e``, ``cpu.jax-0.9.2``."""
+    return label.replace(" · ", ".").replace("jax ", "jax-").replace(":", "-").replace(" ", "-")
+
+
 def _print_errors(reports: Sequence[Report]) -> None:
     """One stderr line per target that could not be checked, naming the backend when there are several."""
     several = len(reports) > 1
-    for report in reports:
+    for report, name in zip(reports, report_labels(reports)):
         for result in report.results:
             if result.status == "error" and result.error is not None:
                 # a case of a bare module or file has its own name: show both
                 label = result.target if result.name == result.target else f"{result.target} ({result.name})"
-                on = f" [{report.backend}]" if several else ""
+                on = f" [{name}]" if several else ""
                 typer.echo(one_line(f"fieldmem: error: {label}{on}: {result.error.message}"), err=True)
 
 
@@ -90,13 +108,13 @@ def write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: in
 
     file_options = RenderOptions(verbose=output.verbose, min_bytes=min_bytes)
     several = len(reports) > 1
-    for report in reports:
+    for report, label in zip(reports, report_labels(reports)):
         if output.file is not None:
             text = get_renderer(output.format).render(report, file_options)
-            write_file(_for_backend(output.file, report.backend, several), text)
+            write_file(_for_backend(output.file, _file_label(label), several), text)
         if output.html is not None:
             text = get_renderer("html").render(report, file_options)
-            write_file(_for_backend(output.html, report.backend, several), text)
+            write_file(_for_backend(output.html, _file_label(label), several), text)
 
 
 def write_job_summary(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
@@ -132,7 +150,7 @@ def _print_reports(reports: Sequence[Report], output: OutputSettings, min_bytes:
         from fieldmem.gate.compare import compare_reports
         from fieldmem.render.compare import get_compare_renderer
 
-        side_by_side = compare_reports([(report.backend, report) for report in reports], min_bytes=min_bytes)
+        side_by_side = compare_reports(list(zip(report_labels(reports), reports)), min_bytes=min_bytes)
         echo_rendered(get_compare_renderer("table").render(side_by_side, options), options)
 
 

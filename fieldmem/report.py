@@ -992,6 +992,9 @@ class Change:
     before: int | str | None = None
     after: int | str | None = None
     source: str | None = None  # file.py:LINE of the copy or function concerned
+    # what changed besides the code, where the run knows: "jax 0.9.2 → 0.10.2" for a baseline recorded
+    # under another jax release (None: nothing else the run knows of)
+    cause: str | None = None
 
 
 @dataclass(frozen=True)

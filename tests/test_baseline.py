@@ -471,6 +471,19 @@ def test_another_jax_version_is_compared_and_flagged(then: str, note: str | None
         assert note in text and f"jax {then}" in text
 
 
+def test_a_regression_under_another_jax_names_the_upgrade_as_its_cause() -> None:
+    """``fieldmem check --jax NEW --baseline OLD.json``: what the upgrade breaks fails the gate, named."""
+    before = baseline_of(result(), jax="0.9.2")
+    comparison = compare(before, result(copies=(copy(),)), jax="0.10.2")
+    (regression,) = comparison.regressions
+    assert regression.cause == "jax 0.9.2 → 0.10.2"
+    assert regression.message.startswith("ci:step: new parameter copy of state.u")
+    assert regression.message.endswith("[jax 0.9.2 → 0.10.2: the upgrade's, unless the code changed too]")
+    # under the same jax, a regression is the code's: no cause is named
+    (same,) = compare(baseline_of(result()), result(copies=(copy(),))).regressions
+    assert same.cause is None and "upgrade" not in same.message
+
+
 # ---- recording a run as it is (--accept-current) ------------------------------
 
 NOT_IN_PLACE = Check("expect-in-place", False, "expected in place with donation, but it is not")

@@ -76,6 +76,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fieldmem.words",
         "fieldmem.escaping",
         "fieldmem.specs",
+        "fieldmem.versions",
     ),
 }
 

@@ -52,7 +52,7 @@ from fieldmem.collector import collector_paused
 from fieldmem.engine.hands import HandsLost
 from fieldmem.engine.protocol import PIPE_LOST, read_event
 from fieldmem.engine.results import contained, error_result
-from fieldmem.engine.spawn import end_group, prestart, spawn, take_prestarted
+from fieldmem.engine.spawn import Interpreter, end_group, prestart, spawn, take_prestarted
 from fieldmem.errors import FieldmemError, OptionError, RunError, TargetError
 from fieldmem.files import remove_stale_scratch, scratch_folder
 from fieldmem.report import Chain, ModuleSettings, Report, TargetResult
@@ -202,9 +202,10 @@ class _Process:
                 pass
 
 
-def _start_process() -> _Process:
-    """A worker: the one :func:`~fieldmem.engine.spawn.prestart` started, if still alive, else a new one."""
-    spawned = take_prestarted() or spawn()
+def _start_process(interpreter: Interpreter | None = None) -> _Process:
+    """A worker: the one :func:`~fieldmem.engine.spawn.prestart` started, if still alive, else a new one;
+    under ``interpreter``, always a new one under it."""
+    spawned = spawn(interpreter) if interpreter is not None else (take_prestarted() or spawn())
     process = spawned.process
     assert process.stdin is not None and process.stdout is not None
     relay = _Relay(process.stdout)
@@ -360,6 +361,7 @@ class _Supervisor:
         self.lock = threading.Lock()  # what the threads of several workers share: progress, counts
         self.running: list[_Process] = []  # the workers now running
         self.check_timeout: float | None = None  # seconds a target may take, run or not (the pytest plugin)
+        self.interpreter: Interpreter | None = None  # the workers' Python, where not this one (--jax, --python)
         self.timeout_option = "--timeout"  # the option that set it, as the user knows it
         # what the workers write (XLA's dumps) goes under this folder, removed after each run: a worker
         # killed or aborting in XLA cannot remove its own; and those of fieldmem runs that were killed (looked
@@ -435,14 +437,26 @@ class _Supervisor:
             "isolate": bool(options.isolate),
             "check_options": encode(dataclasses.replace(options, isolate=False)),
             "cwd": os.getcwd(),
-            "sys_path": list(sys.path),
-            "environ": dict(os.environ),  # as now: a prestarted worker began before this process set it
+            **self._paths(),
             "serve": self.serve,
             "reload": self.reload,
             "skip_same": self.skip_same,
             "report_idle": list(range(len(self.backends))) if report_idle is None else list(report_idle),
             "scratch": self.scratch,
             "devices": self.devices,
+        }
+
+    def _paths(self) -> dict[str, Any]:
+        """Where the worker finds modules, and its environment: this process's (as now: a prestarted worker
+        began before this process set it). Under another interpreter, only the user's own folders of
+        ``sys.path`` (its own installation keeps its own libraries: ``own_path``), and the environment the
+        interpreter needs on top of this one's."""
+        if self.interpreter is None:
+            return {"sys_path": list(sys.path), "environ": dict(os.environ)}
+        return {
+            "sys_path": [p for p in sys.path if not _installed_here(p)],
+            "own_path": True,
+            "environ": {**os.environ, **dict(self.interpreter.environ)},
         }
 
     # -- several workers --------------------------------------------------------------------------
@@ -502,7 +516,7 @@ class _Supervisor:
             if self.kept is not None:
                 self.kept.close()
             self.kept = None
-            live = _start_process()
+            live = _start_process(self.interpreter)
             with self.lock:
                 self.started += 1
         with self.lock:
@@ -803,6 +817,19 @@ def most_workers() -> int:
     return int(value)
 
 
+def _installed_here(entry: str) -> bool:
+    """Whether a ``sys.path`` entry is this Python's installation (its standard library, its site-packages,
+    the folder of fieldmem itself): what a worker under another interpreter must not import from."""
+    if not entry:
+        return False
+    path = os.path.abspath(entry)
+    parts = path.replace("\\", "/").split("/")
+    if "site-packages" in parts or "dist-packages" in parts:
+        return True
+    prefixes = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+    return any(path == p or path.startswith(p + os.sep) for p in prefixes)
+
+
 def _read_events(answers: int, events: queue.Queue[dict[str, Any] | None]) -> None:
     """Put each event the worker sends on ``events``, then None when its pipe ends."""
     import msgspec.json  # noqa: F401  (loaded here, while the worker starts, not at its answer)
@@ -825,6 +852,7 @@ def supervise(
     progress: Callable[[str, int, int], None] | None = None,
     headers: bool = True,
     devices: int | None = None,
+    interpreter: Interpreter | None = None,
 ) -> Supervised:
     """Load, check (and run, as ``options`` say) every unit on every backend in worker processes.
 
@@ -832,7 +860,8 @@ def supervise(
     available before it checks anything (as :func:`~fieldmem.engine.checker.check_backends`;
     after it imported the first module, whose settings for jax must come before jax starts).
     ``headers``: each backend's report without results is wanted (False: only the results).
-    ``devices``: ``--devices``, which wins over a module's own count of CPU devices.
+    ``devices``: ``--devices``, which wins over a module's own count of CPU devices. ``interpreter``: the
+    Python the workers run under (another venv, with another jax); None: this one.
 
     Raises:
         WorkerFailure: an error of the whole run (a backend that is not available),
@@ -841,6 +870,7 @@ def supervise(
     supervisor = _Supervisor(units, backends, options, check_backends, progress)
     supervisor.need_headers = headers
     supervisor.devices = devices
+    supervisor.interpreter = interpreter
     return supervisor.run()
 
 
@@ -852,10 +882,20 @@ def check_reports(
     check_backends: bool,
     progress: Callable[[str, int, int], None] | None = None,
     devices: int | None = None,
+    interpreter: Interpreter | None = None,
 ) -> tuple[Report, ...]:
     """One report per backend, every target checked in worker processes (``fieldmem check``); ``devices``:
-    ``--devices``, which wins over a module's own count of CPU devices."""
-    supervised = supervise(units, backends, options, check_backends=check_backends, progress=progress, devices=devices)
+    ``--devices``, which wins over a module's own count of CPU devices; ``interpreter``: the workers'
+    Python, where not this one (``--jax``, ``--python``)."""
+    supervised = supervise(
+        units,
+        backends,
+        options,
+        check_backends=check_backends,
+        progress=progress,
+        devices=devices,
+        interpreter=interpreter,
+    )
     reports = _reports(supervised)
     if progress is not None:
         total = sum(len(r.results) for r in reports[:1])

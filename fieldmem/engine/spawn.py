@@ -12,7 +12,28 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-__all__ = ["Spawned", "discard_prestarted", "end_group", "prestart", "prestart_for", "spawn", "take_prestarted"]
+__all__ = [
+    "Interpreter",
+    "Spawned",
+    "discard_prestarted",
+    "end_group",
+    "prestart",
+    "prestart_for",
+    "spawn",
+    "take_prestarted",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Interpreter:
+    """Another Python to run workers under (another venv, with another jax): ``python`` its executable,
+    ``environ`` what its workers' environment adds to this process's (``PYTHONPATH`` with the folder of
+    fieldmem's own package, so that ``fieldmem.driver`` imports there), ``label`` how reports name it
+    (``jax 0.9.2``)."""
+
+    python: str
+    environ: tuple[tuple[str, str], ...] = ()
+    label: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,18 +44,20 @@ class Spawned:
     answers: int
 
 
-def spawn() -> Spawned:
-    """Start a worker. It waits for its request on stdin: it takes its environment, working directory and
-    ``sys.path`` from it, not from the moment it started."""
+def spawn(interpreter: Interpreter | None = None) -> Spawned:
+    """Start a worker (under ``interpreter``, else this Python). It waits for its request on stdin: it takes
+    its environment, working directory and ``sys.path`` from it, not from the moment it started."""
     answers, answer_end = os.pipe()
+    python = interpreter.python if interpreter is not None else sys.executable
+    environ = {**os.environ, **dict(interpreter.environ)} if interpreter is not None else os.environ.copy()
     try:
         process = subprocess.Popen(
-            [sys.executable, "-m", "fieldmem.engine.worker", str(answer_end), str(os.getpid())],
+            [python, "-m", "fieldmem.engine.worker", str(answer_end), str(os.getpid())],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             pass_fds=(answer_end,),
-            env=os.environ.copy(),
+            env=environ,
             # a process group of its own: what the user's code starts in it ends with it (end_group)
             start_new_session=os.name == "posix",
         )

@@ -370,7 +370,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.clear()
         os.environ.update(request["environ"])
     os.chdir(request["cwd"])
-    sys.path[:] = request["sys_path"]
+    # the parent's sys.path; under another interpreter (another jax), the user's folders the parent sent,
+    # then this interpreter's own libraries
+    sys.path[:] = request["sys_path"] + (
+        [p for p in sys.path if p not in request["sys_path"]] if request.get("own_path") else []
+    )
     from fieldmem.driver.lowering import dump_under
 
     dump_under(request.get("scratch"))  # XLA's dumps where the parent removes them, also after a crash

@@ -1027,6 +1027,7 @@ def compare_to_baseline(
     new: list[str] = []
     accepted: list[Accepted] = []
     matched = 0
+    made_with: dict[str, str] = {}  # target -> the jax its entry was recorded with, where not this run's
     for result in report.results:
         name = project_name(result.name, result.target, base)
         names.add(name)
@@ -1036,6 +1037,8 @@ def compare_to_baseline(
                 new.append(result.name)
             continue
         matched += 1
+        if entry.jax_version and entry.jax_version != report.jax_version:
+            made_with[result.name] = entry.jax_version
         if result.status == "error":
             message = result.error.message if result.error is not None else "it could not be checked"
             found.regressions.append(
@@ -1098,6 +1101,7 @@ def compare_to_baseline(
     if legacy is not None:
         found.notes.append(legacy)
     _version_notes(compared, report, found)
+    found.regressions[:] = [_the_upgrades(change, made_with, report.jax_version) for change in found.regressions]
     comparison = BaselineComparison(
         path=baseline.path,
         regressions=tuple(found.regressions),
@@ -1107,6 +1111,17 @@ def compare_to_baseline(
         accepted=tuple(accepted),
     )
     return dataclasses.replace(report, baseline=comparison)
+
+
+def _the_upgrades(change: Change, made_with: dict[str, str], now: str) -> Change:
+    """A regression of a target whose entry was recorded under another jax, said to come with the upgrade
+    (``fieldmem check --jax NEW --baseline OLD.json``): the code may have changed too, which only the
+    user knows."""
+    then = made_with.get(change.target)
+    if then is None:
+        return change
+    cause = f" [jax {then} → {now}: the upgrade's, unless the code changed too]"
+    return dataclasses.replace(change, message=change.message + cause, cause=f"jax {then} → {now}")
 
 
 def _gate_checks(entry: BaselineEntry, result: TargetResult, found: _Collector) -> Accepted:

@@ -35,6 +35,7 @@ from fieldmem.request.options import (
     parse_backends,
     parse_expect,
     parse_format,
+    parse_jax_versions,
     parse_new,
 )
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
@@ -93,6 +94,8 @@ class CheckFlags:
     devices: int | None = None
     new: tuple[str, ...] | None = None  # --new, as given (each may be a comma list)
     watch: bool = False  # --watch: after the check, check again what each save changes
+    jax: str | None = None  # --jax 0.9.2,0.10.2: each target under each release
+    python: Path | None = None  # --python PATH: the workers' interpreter, with its own jax
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,9 @@ class CheckRequest:
     baseline: BaselineSettings
     default_cache: bool = False  # no folder named and no --no-cache: the driver's default folder
     backends: tuple[str, ...] | None = None  # --backend; None: jax's default, one report
+    # --jax: each target under each of these jax releases, one report each (None: this environment's jax)
+    jax_versions: tuple[str, ...] | None = None
+    python: Path | None = None  # --python: the workers run under this interpreter (its own jax)
     devices: int | None = None  # --devices: simulate this many CPU devices
     implied_devices: int | None = None  # without --devices: the chip count of a multi-chip deviceless backend
     # where options.cache_dir was named, for messages: the option, or the config's key and file
@@ -161,6 +167,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         )
     backends = parse_backends(flags.backend) if flags.backend is not None else config.backends
     check_combination(parse_backend(b) for b in backends or ())
+    jax_versions = _jax_versions(flags, config)
     deviceless = [b for b in backends or () if parse_backend(b).deviceless]
     if deviceless and (flags.run or flags.probe):
         raise OptionError(
@@ -195,6 +202,8 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         baseline=baseline,
         default_cache=default_cache,
         backends=backends,
+        jax_versions=jax_versions,
+        python=flags.python,
         devices=flags.devices,
         implied_devices=_implied_devices(backends) if flags.devices is None else None,
         cache_dir_origin=_cache_dir_origin(flags, config),
@@ -208,6 +217,34 @@ def _implied_devices(backends: tuple[str, ...] | None) -> int | None:
     size of the topology. None where no backend (or several of different sizes) implies one."""
     chips = {b.chips for b in map(parse_backend, backends or ()) if b.deviceless and 1 < b.chips <= MAX_DEVICES}
     return chips.pop() if len(chips) == 1 else None
+
+
+def _jax_versions(flags: CheckFlags, config: Config) -> tuple[str, ...] | None:
+    """``--jax`` (else ``[tool.fieldmem] jax``), each release in range; with ``--python``, none."""
+    versions = parse_jax_versions(flags.jax) if flags.jax is not None else config.jax
+    if flags.python is not None:
+        if flags.jax is not None:
+            raise OptionError("--jax and --python both say which jax the workers use: give one of them")
+        if not (flags.python.is_file() and os.access(flags.python, os.X_OK)):
+            raise OptionError(f"--python {flags.python}: no Python interpreter there (name its bin/python)")
+        if not flags.isolate:
+            raise OptionError("--python runs the workers under that interpreter: drop --no-isolate")
+        return None  # the interpreter's own jax; [tool.fieldmem] jax gives way to it
+    if versions is not None:
+        from fieldmem.versions import check_supported
+
+        for version in versions:
+            check_supported(version)
+    if versions is not None and flags.watch:
+        raise OptionError("--watch checks one jax at a time: drop --jax (or [tool.fieldmem] jax) with --watch")
+    if versions is not None and len(versions) > 1 and flags.save_baseline is not None:
+        raise OptionError(
+            "--save-baseline records one jax release per target: save under one --jax release "
+            "(each entry keeps the release it was made with)"
+        )
+    if versions is not None and not flags.isolate:
+        raise OptionError("--jax runs workers under another jax: it needs them, drop --no-isolate")
+    return versions
 
 
 def _check_alone(flags: CheckFlags) -> None:

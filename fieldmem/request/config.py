@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from fieldmem.errors import FieldmemError, OptionError, listing, quoted
-from fieldmem.request.options import EXPECTATIONS, FORMATS, parse_backends, parse_expect, parse_new
+from fieldmem.request.options import (
+    EXPECTATIONS,
+    FORMATS,
+    parse_backends,
+    parse_expect,
+    parse_jax_versions,
+    parse_new,
+)
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions, display_path, is_file_spec
 from fieldmem.request.tolerance import Tolerances
@@ -56,6 +63,7 @@ KEYS: dict[str, str] = {
     "cache-dir": 'a folder for JAX\'s compilation cache, e.g. ".jax-cache"',
     "fast-compile": "true or false",
     "backends": 'backends to check on, each with its own report, e.g. ["cpu", "tpu:v5e", "gpu:h100"]',
+    "jax": 'jax releases to check under, each in its own cached environment, e.g. ["0.9.2", "0.10.2"]',
     "target": '[[tool.fieldmem.target]] tables, each with target = "pkg.model:update"',
 }
 TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak", "max-live-peak", "new")
@@ -92,6 +100,7 @@ class Config:
     cache_dir: str | None = None
     fast_compile: bool | None = None
     backends: tuple[str, ...] | None = None  # each target on each, as --backend cpu,tpu:v5e
+    jax: tuple[str, ...] | None = None  # each target under each jax release, as --jax 0.9.2,0.10.2
 
     @property
     def all_targets(self) -> tuple[str, ...]:
@@ -309,6 +318,7 @@ def _parse(data: Mapping[str, Any], file: Path) -> Config:
         cache_dir=_rebase(cache_dir, root) if cache_dir else None,
         fast_compile=table.get("fast-compile", bool),
         backends=table.parsed("backends", lambda value, where: parse_backends(value, f"{where} ="), str, list),
+        jax=table.parsed("jax", lambda value, where: parse_jax_versions(value, f"{where} ="), str, list),
     )
 
 

@@ -8,6 +8,7 @@ reads files, prints or imports jax.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -95,6 +96,32 @@ class CheckOptions:
         """Whether compiles use the fast options: a static check does; --run and --probe execute what
         they compile, so they get the code XLA generates by default."""
         return self.fast_compile and not self.run and not self.probe
+
+
+_JAX_VERSION = re.compile(r"^\d+\.\d+\.\d+(\.\d+)?$")
+
+
+def parse_jax_versions(value: object, option: str = "--jax") -> tuple[str, ...]:
+    """``"0.9.2,0.10.2"`` or ``["0.9.2", "0.10.2"]`` -> ``("0.9.2", "0.10.2")``: the jax releases to check
+    under, each in its own environment (:mod:`fieldmem.engine.envs`), in the order given.
+
+    Raises:
+        OptionError: a value that is not a release number (``0.10.2``), or one named twice.
+    """
+    glued = option.endswith("=") and not option.endswith(" =")
+    given = f"{option}{value!r}" if glued else f"{option} {value!r}"
+    if isinstance(value, str):
+        versions = tuple(v.strip() for v in value.split(","))
+    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        versions = tuple(v.strip() for v in value)
+    else:
+        raise OptionError(f'{given}: name jax releases as a string or a list of strings, e.g. ["0.9.2", "0.10.2"]')
+    for version in versions:
+        if not _JAX_VERSION.match(version):
+            raise OptionError(f"{given}: {version!r} is not a jax release: name them as 0.9.2,0.10.2")
+    if len(set(versions)) != len(versions):
+        raise OptionError(f"{given}: a release is named twice")
+    return versions
 
 
 def parse_backends(value: object, option: str = "--backend") -> tuple[str, ...]:

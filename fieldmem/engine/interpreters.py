@@ -1,0 +1,57 @@
+"""Which Python the workers run under: this one, one the user prepared (``--python``), or a cached
+environment per jax release (``--jax``, :mod:`fieldmem.engine.envs`).
+
+A worker needs only the standard library, jax and fieldmem's own driver, request and ground modules
+(``tests/test_isolation.py``), so under another interpreter it imports fieldmem from this one's package
+folder (first on its ``PYTHONPATH``: :func:`fieldmem.engine.envs.package_folder`, a folder of one link
+where fieldmem is installed in a ``site-packages``, so this environment's jax never comes along) and
+everything else (jax, the user's libraries) from its own installation.
+
+Standard library only; runs in the parent, which never imports jax.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from fieldmem.engine.envs import ensure_env, package_folder, user_packages, worker_environment
+from fieldmem.engine.spawn import Interpreter
+
+__all__ = ["interpreter_for_python", "worker_interpreters"]
+
+
+def interpreter_for_python(python: Path) -> Interpreter:
+    """``--python PATH``: the workers run under that interpreter, with its own jax and libraries."""
+    venv = python.parent.parent if (python.parent.parent / "pyvenv.cfg").is_file() else None
+    environ = {
+        "PYTHONPATH": package_folder(),
+        "VIRTUAL_ENV": str(venv) if venv is not None else "",
+        "PYTHONHOME": "",
+        "PYTHONNOUSERSITE": "1",
+    }
+    return Interpreter(python=str(python), environ=tuple(environ.items()), label=f"python {python}")
+
+
+def worker_interpreters(
+    versions: Sequence[str] | None,
+    python: Path | None,
+    backends: Sequence[str] | None,
+    say: Callable[[str], None] | None = None,
+) -> list[Interpreter | None]:
+    """The interpreters to check under, in order: one per ``--jax`` release (its environment made on first
+    use, with the compilers of the deviceless ``backends`` and this environment's libraries built on jax,
+    :func:`~fieldmem.engine.envs.user_packages`), the ``--python`` one, or this one (None)."""
+    if python is not None:
+        return [interpreter_for_python(python)]
+    if not versions:
+        return [None]
+    plugins = tuple(sorted({name.split(":")[0] for name in backends or () if ":" in name}))
+    packages = user_packages()
+    found: list[Interpreter | None] = []
+    for version in versions:
+        env = ensure_env(version, plugins=plugins, packages=packages, progress=say)
+        found.append(
+            Interpreter(python=str(env.python), environ=tuple(worker_environment(env).items()), label=f"jax {version}")
+        )
+    return found

@@ -1,0 +1,178 @@
+"""``fieldmem check --jax A,B`` and ``--python``: options, names, and a real check under two releases.
+
+A worker under another interpreter imports fieldmem's driver from this checkout and jax from its own
+installation (``fieldmem.engine.interpreters``). These tests check the options that ask for it, how the
+reports of several releases are named, and, with real environments of jaxlib 0.7.1 and 0.7.2, that one
+command shows the published regression between them (openxla/xla#45912, examples/upgrade/loop_update.py)
+at the user's line, and that a baseline recorded under the one names the upgrade when checked under the
+other.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fieldmem.cli import app
+from fieldmem.emit import report_labels
+from fieldmem.engine import interpreters
+
+from factories import make_report
+
+runner = CliRunner()
+ROOT = Path(__file__).resolve().parents[1]
+UPGRADE = ROOT / "examples" / "upgrade" / "loop_update.py"
+
+
+def _check(*args: str) -> Any:
+    return runner.invoke(app, ["check", *args], env={"COLUMNS": "120"})
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--jax", "0.10"], "'0.10' is not a jax release"),
+        (["--jax", "0.9.2,0.9.2"], "named twice"),
+        (["--jax", "0.6.2"], "it supports jax 0.7.0 to"),
+        (["--jax", "0.9.2", "--python", "/usr/bin/python3"], "give one of them"),
+        (["--jax", "0.9.2", "--watch"], "--watch checks one jax at a time"),
+        (["--jax", "0.9.2", "--no-isolate"], "drop --no-isolate"),
+        (["--jax", "0.9.2,0.10.2", "--save-baseline", "b.json"], "save under one --jax release"),
+        (["--python", "/nonexistent/bin/python"], "no Python interpreter there"),
+    ],
+)
+def test_release_options_are_one_line_and_exit_2(args: list[str], says: str) -> None:
+    result = _check("examples/field.py", *args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and says in lines[0], result.stderr
+
+
+def test_reports_of_several_releases_are_named_by_release_and_backend() -> None:
+    def report(backend: str, jax: str) -> Any:
+        return make_report((), backend=backend, jax_version=jax)
+
+    one = [report("cpu", "0.10.2"), report("tpu:v5e", "0.10.2")]
+    assert report_labels(one) == ["cpu", "tpu:v5e"]  # one release: as --backend names them
+    two = [report("cpu", "0.9.2"), report("cpu", "0.10.2")]
+    assert report_labels(two) == ["jax 0.9.2", "jax 0.10.2"]
+    both = [report(b, v) for v in ("0.9.2", "0.10.2") for b in ("cpu", "gpu:h100")]
+    assert report_labels(both)[1] == "gpu:h100 · jax 0.9.2"
+
+
+def test_a_python_the_user_names_imports_fieldmem_from_here_and_its_own_jax(tmp_path: Path) -> None:
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    (tmp_path / "venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    interpreter = interpreters.interpreter_for_python(python)
+    environ = dict(interpreter.environ)
+    root = Path(environ["PYTHONPATH"])
+    assert (root / "fieldmem" / "driver").is_dir() and not (root / "jax").exists()
+    assert environ["VIRTUAL_ENV"] == str(tmp_path / "venv") and environ["PYTHONNOUSERSITE"] == "1"
+    assert interpreter.python == str(python)
+
+
+# ----------------------------------------------------------------------------
+# Real environments: jaxlib 0.7.1 and 0.7.2 (made once for the module, with pip's cache)
+
+
+@pytest.fixture(scope="module")
+def two_releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("releases")
+    environ = {**os.environ, "FIELDMEM_ENVS": str(folder / "envs"), "COLUMNS": "120"}
+    command = [sys.executable, "-m", "fieldmem", "check", str(UPGRADE), "--jax", "0.7.1,0.7.2"]
+    done = subprocess.run(
+        [*command, "--format", "json", "-o", str(folder / "r.json")],
+        cwd=folder,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    again = subprocess.run(command, cwd=folder, env=environ, capture_output=True, text=True, timeout=600)
+    # the oldest release fieldmem supports, beside the next one: the same program, no change of its own
+    oldest = subprocess.run(
+        [*command[:-1], "0.7.0,0.7.1"], cwd=folder, env=environ, capture_output=True, text=True, timeout=1200
+    )
+    return {"folder": folder, "environ": environ, "first": done, "again": again, "oldest": oldest}
+
+
+def _donated(path: Path) -> Any:
+    (result,) = json.loads(path.read_text())["results"]
+    return result["variants"]["donated"]
+
+
+@pytest.mark.compile
+def test_one_command_shows_the_published_regression_between_two_releases(two_releases: dict[str, Any]) -> None:
+    folder = two_releases["folder"]
+    before, after = _donated(folder / "r.jax-0.7.1.json"), _donated(folder / "r.jax-0.7.2.json")
+    element_bytes = 65536 * 4
+    assert before["memory"]["temp_bytes"] < 1024 <= element_bytes <= after["memory"]["temp_bytes"]
+    grown = after["memory"]["live_peak_bytes"] - before["memory"]["live_peak_bytes"]
+    assert grown >= element_bytes - 1024  # the temporary, less a few small buffers 0.7.2 no longer keeps
+    # the bytes the newer release adds are at the user's jnp.exp line
+    lines = {line["label"]: line["bytes"] for line in after["peak"]["lines"]}
+    exp_line = next(n for n, text in enumerate(UPGRADE.read_text().splitlines(), 1) if "jnp.exp(x)" in text)
+    label = next(label for label in lines if label.endswith(f"loop_update.py:{exp_line}"))
+    assert lines[label] >= element_bytes
+    # side by side in the terminal: the second release's column says what moved, at that line
+    text = two_releases["again"].stdout
+    assert "jax 0.7.1" in text and "jax 0.7.2" in text
+    assert f"loop_update.py:{exp_line}" in text and "donated live peak" in text
+    # and each report names its release
+    assert json.loads((folder / "r.jax-0.7.2.json").read_text())["jaxlib_version"] == "0.7.2"
+
+
+@pytest.mark.compile
+def test_two_releases_that_change_nothing_show_nothing_but_xlas_own_peak(two_releases: dict[str, Any]) -> None:
+    """jax 0.7.0 (the oldest fieldmem supports) against 0.7.1: the same buffers, copies and aliases; at most
+    XLA's own peak estimate moves, by a few bytes (seen once: 12 B), and it is said as what it is."""
+    done = two_releases["oldest"]
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    moved = [line for line in done.stdout.splitlines() if line.strip().startswith("≠ jax 0.7.1:")]
+    assert all("XLA peak" in line for line in moved), moved  # never a figure of fieldmem's, a copy, an alias
+    assert all(re.search(r"\([+-]\d{1,2} B, [+-]0\.0%\)", line) for line in moved), moved
+    assert moved or "no differences from jax 0.7.0" in done.stdout, done.stdout[-2000:]
+
+
+@pytest.mark.compile
+def test_environments_are_made_once_and_reused(two_releases: dict[str, Any]) -> None:
+    assert "making an environment" in two_releases["first"].stderr
+    assert "making an environment" not in two_releases["again"].stderr  # the second run starts no installer
+
+
+@pytest.mark.compile
+def test_a_baseline_from_one_release_fails_under_the_next_naming_the_upgrade(two_releases: dict[str, Any]) -> None:
+    folder = two_releases["folder"]
+    # recorded under 0.7.1, checked under 0.7.2: the regression names the upgrade
+    old = folder / "old.json"
+    subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", str(UPGRADE), "--jax", "0.7.1", "--save-baseline", str(old)],
+        cwd=folder,
+        env=two_releases["environ"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    assert {entry["jax_version"] for entry in json.loads(old.read_text())["entries"]} == {"0.7.1"}
+    gated = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", str(UPGRADE), "--jax", "0.7.2", "--baseline", str(old)],
+        cwd=folder,
+        env=two_releases["environ"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert gated.returncode == 1, gated.stdout + gated.stderr
+    said = " ".join(gated.stdout.split())
+    assert "live-peak" in said and "[jax 0.7.1 → 0.7.2: the upgrade's, unless the code changed too]" in said
