@@ -9,7 +9,7 @@ to a report or sent between processes as it is.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fieldmem.units import format_bytes
@@ -201,6 +201,7 @@ class Environment:
     devices: tuple[dict[str, Any], ...]
     # compiled without the device: backend, platform, kind, device_kind, topology, chips, note (None: a real device)
     deviceless: dict[str, Any] | None = None
+    plugin_versions: dict[str, str] = field(default_factory=dict)  # the backend's compiler plugins, installed
 
 
 @dataclass(frozen=True)

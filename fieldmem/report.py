@@ -1050,6 +1050,9 @@ class Report:
     deviceless: Deviceless | None = None  # compiled for a device kind this machine does not have
     # what the targets' modules set for jax at import (XLA_FLAGS, JAX_*, jax.config.update); () where none did
     module_settings: tuple[ModuleSettings, ...] = ()
+    # the compiler plugins of the backend the report was made with, by distribution: libtpu for a TPU, the
+    # CUDA plugin, its PJRT and nvcc for a GPU (empty: the CPU, or none installed)
+    plugin_versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:

@@ -239,6 +239,16 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     return found
 
 
+def test_each_report_names_the_compiler_plugins_it_was_made_with(reports: dict[str, dict[str, Any]]) -> None:
+    """Issue 33, item 6: a report says which libtpu or CUDA plugin compiled it, as installed."""
+    from importlib import metadata
+
+    assert reports["tpu:v5e"]["plugin_versions"] == {"libtpu": metadata.version("libtpu")}
+    gpu = reports["gpu:h100"]["plugin_versions"]
+    assert gpu["jax-cuda12-plugin"] == metadata.version("jax-cuda12-plugin")
+    assert gpu["nvidia-cuda-nvcc-cu12"] == metadata.version("nvidia-cuda-nvcc-cu12")
+
+
 _BY_HAND: dict[tuple[str, str], Any] = {}
 
 

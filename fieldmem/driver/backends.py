@@ -283,7 +283,30 @@ def environment(backend: str | None = None) -> Environment:
         platform_version=platform_version,
         devices=tuple({"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", None)} for d in devices),
         deviceless=_deviceless_facts(backend) if deviceless and backend is not None else None,
+        plugin_versions=_plugin_versions(devices[0].platform if devices else None),
     )
+
+
+#: the distributions that compile for each platform, beside jaxlib (the report names those installed)
+_PLUGINS = {
+    "tpu": ("libtpu", "libtpu-nightly"),
+    "gpu": ("jax-cuda12-plugin", "jax-cuda12-pjrt", "nvidia-cuda-nvcc-cu12", "jax-cuda13-plugin", "jax-cuda13-pjrt"),
+    "cuda": ("jax-cuda12-plugin", "jax-cuda12-pjrt", "nvidia-cuda-nvcc-cu12", "jax-cuda13-plugin", "jax-cuda13-pjrt"),
+    "rocm": ("jax-rocm60-plugin", "jax-rocm60-pjrt"),
+}
+
+
+def _plugin_versions(platform: str | None) -> dict[str, str]:
+    """The versions of ``platform``'s compiler plugins installed here, by distribution name."""
+    from importlib import metadata
+
+    found = {}
+    for name in _PLUGINS.get(platform or "", ()):
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return found
 
 
 def _deviceless_facts(name: str) -> dict[str, Any]:

@@ -799,6 +799,7 @@ def _header(report: Report) -> str:
         ("fieldmem", report.fieldmem_version),
         ("jax", report.jax_version),
         ("jaxlib", report.jaxlib_version),
+        *((name, version) for name, version in sorted(report.plugin_versions.items())),
         (
             "backend",
             report.backend

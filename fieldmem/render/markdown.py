@@ -27,6 +27,7 @@ from fieldmem.render.pieces import (
     host_figure_lines,
     host_memory_line,
     pair,
+    plugins_text,
     transfer_lines,
     verdict_words,
 )
@@ -204,6 +205,7 @@ def _environment(report: Report, options: RenderOptions) -> list[str]:
         "",
         f"fieldmem {escape(report.fieldmem_version)} · jax {escape(report.jax_version)}"
         f" · jaxlib {escape(report.jaxlib_version)} · backend {escape(report.backend)}{platform}"
+        f"{escape(plugins_text(report))}"
         f" · devices: {devices} · figures are per device · copies of at least {format_bytes(options.min_bytes)} counted"
         + (f" · {escape(report.created)}" if report.created else ""),
         "",

@@ -36,6 +36,7 @@ __all__ = [
     "host_memory_line",
     "module_settings_text",
     "pair",
+    "plugins_text",
     "plural",
     "source_text",
     "transfer_lines",
@@ -130,6 +131,14 @@ def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> s
     if scale <= 0:
         return ""
     return "".join(" " if v is None else block(v, scale) for v in values)
+
+
+def plugins_text(report: Report) -> str:
+    """`` (libtpu 0.0.42.1)``: the compiler plugins the report was made with, after its backend; ""
+    where none (the CPU)."""
+    if not report.plugin_versions:
+        return ""
+    return " (" + ", ".join(f"{name} {version}" for name, version in sorted(report.plugin_versions.items())) + ")"
 
 
 def deviceless_label(report: Report) -> str | None:

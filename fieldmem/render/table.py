@@ -32,6 +32,7 @@ from fieldmem.render.pieces import (
     memory_space_lines,
     module_settings_text,
     pair,
+    plugins_text,
     source_text,
     transfer_lines,
     verdict_words,
@@ -498,7 +499,7 @@ def render(report: Report, options: RenderOptions) -> str:
     devices = len(report.devices)
     console.print(
         wrapped(
-            f"fieldmem {report.fieldmem_version} · jax {report.jax_version} · {report.backend}"
+            f"fieldmem {report.fieldmem_version} · jax {report.jax_version} · {report.backend}{plugins_text(report)}"
             f" · {count(devices, 'device')} (figures are per device)"
             + (f" · {settings}" if (settings := module_settings_text(report)) else ""),
             style="dim",
