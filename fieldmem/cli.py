@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from fieldmem.engine.isolate import WatchSession
+    from fieldmem.engine.spawn import Interpreter
     from fieldmem.gate.baseline import Baseline
     from fieldmem.report import Report
     from fieldmem.request.build import CheckRequest
@@ -465,12 +466,16 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
     """
     from fieldmem.driver import simulate_cpu_devices
     from fieldmem.gate.baseline import load_baseline
-    from fieldmem.request.backends import deviceless_environment, parse_backend, require_extra
+    from fieldmem.request.backends import deviceless_environment, extra_installed, parse_backend, require_extra
 
     # this process is fieldmem's own: a deviceless backend's environment is set here, before jax starts
     named = [parse_backend(name) for name in request.backends] if request.backends is not None else None
-    for backend in named or ():
-        require_extra(backend)  # here, before a worker starts: one line, whichever process checks
+    # a deviceless backend whose compiler is not installed here is checked in a cached environment that has
+    # it (--jax environments always do; --python's interpreter is the user's to equip: its worker says so)
+    elsewhere = [b.name for b in named or () if not extra_installed(b)] if request.python is None else []
+    if not request.options.isolate or request.watch:  # here, or in the one worker --watch keeps
+        for backend in named or ():
+            require_extra(backend)  # checked in this process: it must be here; one line before anything
     os.environ.update(deviceless_environment(named))
     if request.devices is not None:
         simulate_cpu_devices(request.devices)
@@ -504,20 +509,47 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
             except BaseException:
                 session.close()
                 raise
-        from fieldmem.engine.interpreters import worker_interpreters
-
         reports: tuple[Report, ...] = ()
-        for interpreter in worker_interpreters(request.jax_versions, request.python, request.backends, _say):
-            reports += check_reports(
+        for interpreter, these in _interpreters(request, backends, elsewhere):
+            done = check_reports(
                 units,
-                backends,
+                these,
                 options,
                 check_backends=check_backends,
                 progress=progress,
                 devices=request.devices,
                 interpreter=interpreter,
             )
-        return reports, baseline, None
+            reports += done
+        # in the order the backends were asked for, each release's in turn
+        order = {name: n for n, name in enumerate(backends)}
+        return tuple(sorted(reports, key=lambda r: order.get(r.backend, 0))) if elsewhere else reports, baseline, None
+
+
+def _interpreters(
+    request: CheckRequest, backends: list[str | None], elsewhere: list[str]
+) -> list[tuple[Interpreter | None, list[str | None]]]:
+    """Which workers check which backends: each ``--jax`` release (or ``--python``'s interpreter) all of
+    them; else this environment those it has the compilers of, and a cached environment of this jax with
+    the missing compilers the others (:func:`~fieldmem.engine.interpreters.compilers_interpreter`)."""
+    from fieldmem.engine.interpreters import compilers_interpreter, worker_interpreters
+
+    if request.jax_versions or request.python is not None or not elsewhere:
+        return [
+            (i, backends) for i in worker_interpreters(request.jax_versions, request.python, request.backends, _say)
+        ]
+    from importlib import metadata
+
+    from fieldmem.versions import check_supported
+
+    version = metadata.version("jax")
+    check_supported(version)
+    here: list[str | None] = [b for b in backends if b not in elsewhere]
+    platforms = [name.split(":")[0] for name in elsewhere]
+    _say(f"{', '.join(elsewhere)}: its compiler is not installed here; checking in a cached environment that has it")
+    away: list[str | None] = list(elsewhere)
+    found: list[tuple[Interpreter | None, list[str | None]]] = [(compilers_interpreter(platforms, version, _say), away)]
+    return ([(None, here)] if here else []) + found
 
 
 def _check_here(

@@ -127,15 +127,17 @@ def test_running_on_a_deviceless_backend_is_refused(flag: str) -> None:
 
 
 @pytest.mark.parametrize(("backend", "extra"), [("tpu:v5e", "tpu"), ("gpu:h100:8", "gpu")])
-def test_a_missing_extra_is_one_line_with_the_pip_install(
+def test_a_missing_extra_is_one_line_with_the_pip_install_where_it_must_be_here(
     backend: str, extra: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """With --no-isolate the compile is in this process: its compiler must be installed here (checked in a
+    worker, a cached environment brings it: tests/test_jax_releases.py)."""
     from fieldmem.request import backends
 
     monkeypatch.setattr(backends, "_installed", lambda module: False)
     (tmp_path / "mod_missing.py").write_text("def step(x):\n    return x + 1\n")
     monkeypatch.chdir(tmp_path)
-    result = _check("mod_missing:step", "--backend", f"cpu,{backend}", "--no-cache")
+    result = _check("mod_missing:step", "--backend", f"cpu,{backend}", "--no-cache", "--no-isolate")
     assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert lines == [

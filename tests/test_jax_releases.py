@@ -176,3 +176,54 @@ def test_a_baseline_from_one_release_fails_under_the_next_naming_the_upgrade(two
     assert gated.returncode == 1, gated.stdout + gated.stderr
     said = " ".join(gated.stdout.split())
     assert "live-peak" in said and "[jax 0.7.1 → 0.7.2: the upgrade's, unless the code changed too]" in said
+
+
+# ----------------------------------------------------------------------------
+# A deviceless compiler fieldmem's own environment holds, not the user's
+
+_WITHOUT_LIBTPU = """
+import sys
+import fieldmem.request.backends as backends
+
+installed = backends._installed
+backends._installed = lambda module: False if module == "libtpu" else installed(module)  # as if not installed
+from fieldmem.entry import main
+
+sys.argv = ["fieldmem", *sys.argv[1:]]
+main()
+"""
+
+
+@pytest.mark.compile
+def test_a_tpu_compile_without_libtpu_here_runs_in_a_cached_environment_and_says_the_same(tmp_path: Path) -> None:
+    """Issue 33, item 5: --backend tpu:v5e where the user's environment has no libtpu is checked by workers
+    under a cached environment of the same jax with it; the report is the one the installed libtpu gives."""
+    example = ROOT / "examples" / "interior.py"
+    environ = {**os.environ, "FIELDMEM_ENVS": str(tmp_path / "envs"), "COLUMNS": "120"}
+    args = ["check", str(example), "--backend", "cpu,tpu:v5e", "--format", "json"]
+    away = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_LIBTPU, *args, "-o", str(tmp_path / "away.json")],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert away.returncode in (0, 1), away.stderr[-3000:]
+    assert "tpu:v5e: its compiler is not installed here" in away.stderr
+    here = subprocess.run(
+        [sys.executable, "-m", "fieldmem", *args, "-o", str(tmp_path / "here.json")],
+        cwd=tmp_path,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert here.returncode == away.returncode, here.stderr[-3000:]
+    for backend in ("cpu", "tpu-v5e"):
+        a = json.loads((tmp_path / f"away.{backend}.json").read_text())
+        h = json.loads((tmp_path / f"here.{backend}.json").read_text())
+        assert a["backend"] == h["backend"] and a["plugin_versions"] == h["plugin_versions"]
+        for ra, rh in zip(a["results"], h["results"], strict=True):
+            for variant in ("plain", "donated"):
+                assert ra["variants"][variant]["memory"] == rh["variants"][variant]["memory"], (backend, variant)

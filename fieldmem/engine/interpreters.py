@@ -18,7 +18,7 @@ from pathlib import Path
 from fieldmem.engine.envs import ensure_env, package_folder, user_packages, worker_environment
 from fieldmem.engine.spawn import Interpreter
 
-__all__ = ["interpreter_for_python", "worker_interpreters"]
+__all__ = ["compilers_interpreter", "interpreter_for_python", "worker_interpreters"]
 
 
 def interpreter_for_python(python: Path) -> Interpreter:
@@ -55,3 +55,18 @@ def worker_interpreters(
             Interpreter(python=str(env.python), environ=tuple(worker_environment(env).items()), label=f"jax {version}")
         )
     return found
+
+
+def compilers_interpreter(
+    platforms: Sequence[str], jax_version: str, say: Callable[[str], None] | None = None
+) -> Interpreter:
+    """Workers for deviceless backends whose compiler (libtpu, the CUDA plugin) is not installed here: a
+    cached environment of this environment's jax release with those compilers and this environment's
+    libraries built on jax, so that the user's own environment never has to hold them."""
+    plugins = tuple(sorted(set(platforms)))
+    env = ensure_env(jax_version, plugins=plugins, packages=user_packages(), progress=say)
+    return Interpreter(
+        python=str(env.python),
+        environ=tuple(worker_environment(env).items()),
+        label=f"jax {jax_version} with {', '.join(plugins)}",
+    )

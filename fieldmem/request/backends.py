@@ -308,6 +308,14 @@ def cuda_compilers() -> list[tuple[str, str]]:
     return [(plugin, nvcc) for plugin, nvcc in CUDA_PLUGINS.items() if _installed(plugin) and _installed(nvcc)]
 
 
+def extra_installed(backend: BackendName) -> bool:
+    """Whether the compiler a deviceless ``backend`` needs is installed here (True for every other)."""
+    if not backend.deviceless:
+        return True
+    module, _ = _EXTRA[backend.platform]
+    return bool(cuda_compilers()) if backend.platform == "gpu" else _installed(module)
+
+
 def require_extra(backend: BackendName) -> None:
     """Stop when the extra a deviceless ``backend`` needs is not installed (nothing to do for others).
 
@@ -316,11 +324,8 @@ def require_extra(backend: BackendName) -> None:
     Raises:
         OptionError: naming the ``pip install`` to run.
     """
-    if not backend.deviceless:
-        return
-    module, extra = _EXTRA[backend.platform]
-    found = bool(cuda_compilers()) if backend.platform == "gpu" else _installed(module)
-    if not found:
+    if not extra_installed(backend):
+        _, extra = _EXTRA[backend.platform]
         raise OptionError(
             f"--backend {backend.name} needs the {backend.platform.upper()} compiler, which is not installed: "
             f'pip install "fieldmem[{extra}]"'
