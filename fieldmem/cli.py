@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from fieldmem.engine.isolate import WatchSession
-    from fieldmem.engine.spawn import Interpreter
     from fieldmem.gate.baseline import Baseline
     from fieldmem.report import Report
     from fieldmem.request.build import CheckRequest
@@ -510,7 +509,10 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
                 session.close()
                 raise
         reports: tuple[Report, ...] = ()
-        for interpreter, these in _interpreters(request, backends, elsewhere):
+        from fieldmem.engine.interpreters import interpreters_for
+
+        plan = interpreters_for(request.jax_versions, request.python, backends, elsewhere, _say)
+        for interpreter, these in plan:
             done = check_reports(
                 units,
                 these,
@@ -524,32 +526,6 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
         # in the order the backends were asked for, each release's in turn
         order = {name: n for n, name in enumerate(backends)}
         return tuple(sorted(reports, key=lambda r: order.get(r.backend, 0))) if elsewhere else reports, baseline, None
-
-
-def _interpreters(
-    request: CheckRequest, backends: list[str | None], elsewhere: list[str]
-) -> list[tuple[Interpreter | None, list[str | None]]]:
-    """Which workers check which backends: each ``--jax`` release (or ``--python``'s interpreter) all of
-    them; else this environment those it has the compilers of, and a cached environment of this jax with
-    the missing compilers the others (:func:`~fieldmem.engine.interpreters.compilers_interpreter`)."""
-    from fieldmem.engine.interpreters import compilers_interpreter, worker_interpreters
-
-    if request.jax_versions or request.python is not None or not elsewhere:
-        return [
-            (i, backends) for i in worker_interpreters(request.jax_versions, request.python, request.backends, _say)
-        ]
-    from importlib import metadata
-
-    from fieldmem.versions import check_supported
-
-    version = metadata.version("jax")
-    check_supported(version)
-    here: list[str | None] = [b for b in backends if b not in elsewhere]
-    platforms = [name.split(":")[0] for name in elsewhere]
-    _say(f"{', '.join(elsewhere)}: its compiler is not installed here; checking in a cached environment that has it")
-    away: list[str | None] = list(elsewhere)
-    found: list[tuple[Interpreter | None, list[str | None]]] = [(compilers_interpreter(platforms, version, _say), away)]
-    return ([(None, here)] if here else []) + found
 
 
 def _check_here(

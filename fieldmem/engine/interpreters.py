@@ -18,7 +18,7 @@ from pathlib import Path
 from fieldmem.engine.envs import ensure_env, package_folder, user_packages, worker_environment
 from fieldmem.engine.spawn import Interpreter
 
-__all__ = ["compilers_interpreter", "interpreter_for_python", "worker_interpreters"]
+__all__ = ["compilers_interpreter", "interpreter_for_python", "interpreters_for", "worker_interpreters"]
 
 
 def interpreter_for_python(python: Path) -> Interpreter:
@@ -70,3 +70,37 @@ def compilers_interpreter(
         environ=tuple(worker_environment(env).items()),
         label=f"jax {jax_version} with {', '.join(plugins)}",
     )
+
+
+def interpreters_for(
+    versions: Sequence[str] | None,
+    python: Path | None,
+    backends: Sequence[str | None],
+    elsewhere: Sequence[str],
+    say: Callable[[str], None] | None = None,
+) -> list[tuple[Interpreter | None, list[str | None]]]:
+    """Which workers check which backends: each ``--jax`` release (or ``--python``'s interpreter) all of
+    them; else this environment those it has the compilers of, and a cached environment of this jax with
+    the missing compilers the others, ``elsewhere`` (:func:`compilers_interpreter`)."""
+    if versions or python is not None or not elsewhere:
+        names = [b for b in backends if b is not None] or None
+        return [(i, list(backends)) for i in worker_interpreters(versions, python, names, say)]
+    from importlib import metadata
+
+    from fieldmem.versions import check_supported
+
+    version = metadata.version("jax")
+    check_supported(version)
+    here: list[str | None] = [b for b in backends if b not in elsewhere]
+    if say is not None:
+        say(f"{', '.join(elsewhere)}: its compiler is not installed here; checking in a cached environment that has it")
+    away: list[str | None] = list(elsewhere)
+    plan: list[tuple[Interpreter | None, list[str | None]]] = [
+        (compilers_interpreter(elsewhere_platforms(elsewhere), version, say), away)
+    ]
+    return ([(None, here)] if here else []) + plan
+
+
+def elsewhere_platforms(backends: Sequence[str]) -> list[str]:
+    """The platforms (``tpu``, ``gpu``) of deviceless backend names."""
+    return [name.split(":")[0] for name in backends]
