@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from fieldmem.version import __version__
 
 if TYPE_CHECKING:
-    from fieldmem.api import NotInPlaceError, assert_in_place, check_chain, check_function
+    from fieldmem.api import NotInPlaceError, assert_in_place, check_chain, check_function, check_releases
     from fieldmem.errors import FieldmemError
     from fieldmem.report import Report
     from fieldmem.request.registry import Case, case, chain
@@ -29,6 +29,7 @@ _LAZY = {
     "assert_in_place": "fieldmem.api",
     "check_chain": "fieldmem.api",
     "check_function": "fieldmem.api",
+    "check_releases": "fieldmem.api",
 }
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "check",
     "check_chain",
     "check_function",
+    "check_releases",
 ]
 
 

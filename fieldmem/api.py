@@ -180,6 +180,42 @@ def worker_options(min_bytes: int | str, backend: object) -> CheckOptions:
     return _options(min_bytes, False, True, backend)
 
 
+def check_releases(
+    *specs: str,
+    jax: Sequence[str],
+    backend: str | None = None,
+    min_bytes: int | str = MIN_BYTES,
+) -> tuple[Report, ...]:
+    """``fieldmem check SPEC... --jax A,B`` from Python: one Report per jax release in ``jax`` (and per backend
+    of ``backend``, a name or ``"cpu,tpu:v5e"``), in that order, each checked by workers under a cached
+    environment of that release (:mod:`fieldmem.engine.envs`, made on first use). Unlike :func:`check`,
+    nothing runs in this process: a release other than this environment's needs a Python of its own.
+    ``fieldmem.gate.compare.compare_reports`` puts the reports side by side.
+
+    Raises:
+        OptionError: a release outside the supported range, a bad backend or size.
+        EnvError: an environment that cannot be made (the release is not on the index, the index is out of
+            reach).
+    """
+    from fieldmem.engine.interpreters import worker_interpreters
+    from fieldmem.engine.isolate import Unit, check_reports
+    from fieldmem.request.options import parse_jax_versions
+    from fieldmem.request.target import TargetOptions
+    from fieldmem.versions import check_supported
+
+    versions = parse_jax_versions(list(jax), "jax=")
+    for version in versions:
+        check_supported(version)
+    backends: list[str | None] = list(parse_backends(backend, "backend=")) if backend is not None else [None]
+    options = CheckOptions(min_bytes=parse_bytes(min_bytes) if isinstance(min_bytes, str) else min_bytes)
+    units = [Unit(spec, TargetOptions()) for spec in specs]
+    names = [b for b in backends if b is not None] or None
+    reports: tuple[Report, ...] = ()
+    for interpreter in worker_interpreters(versions, None, names):
+        reports += check_reports(units, backends, options, check_backends=backend is not None, interpreter=interpreter)
+    return reports
+
+
 def check_chain(
     steps: Sequence[Callable[..., Any]],
     *args: Any,

@@ -227,3 +227,19 @@ def test_a_tpu_compile_without_libtpu_here_runs_in_a_cached_environment_and_says
         for ra, rh in zip(a["results"], h["results"], strict=True):
             for variant in ("plain", "donated"):
                 assert ra["variants"][variant]["memory"] == rh["variants"][variant]["memory"], (backend, variant)
+
+
+@pytest.mark.compile
+def test_the_api_checks_under_each_release_in_the_environments_made_before(
+    two_releases: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``fieldmem.check_releases``: the same reports from Python, from the cached environments (no installer)."""
+    import fieldmem
+    from fieldmem.engine import envs
+
+    monkeypatch.setenv("FIELDMEM_ENVS", two_releases["environ"]["FIELDMEM_ENVS"])
+    monkeypatch.setattr(envs, "_run_logged", lambda *a, **k: pytest.fail("an installer started"))
+    reports = fieldmem.check_releases(str(UPGRADE), jax=["0.7.1", "0.7.2"])
+    assert [r.jax_version for r in reports] == ["0.7.1", "0.7.2"]
+    before, after = (r.results[0].variants["donated"].memory for r in reports)
+    assert after.live_peak_bytes - before.live_peak_bytes >= 65536 * 4 - 1024
