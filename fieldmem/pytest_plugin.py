@@ -105,6 +105,14 @@ _TIMEOUT_OPTION = _Option(
     f"a fieldmem_check taking longer fails its test, and its worker process is killed (default {600:g}; 0: no limit)",
 )
 DEFAULT_TIMEOUT = 600.0
+_JAX_OPTION = _Option(
+    "jax",
+    "--fieldmem-jax",
+    "fieldmem_jax",
+    "VERSION",
+    "check under this jax release, in a cached environment of its own (fieldmem envs; made on first use), "
+    "rather than the jax installed here: one release per session",
+)
 _REPORT_OPTION = _Option(
     "report",
     "--fieldmem-report",
@@ -169,6 +177,7 @@ class _Session:
     isolate: bool = True
     timeout: float | None = DEFAULT_TIMEOUT
     worker: Any = None  # fieldmem.engine.isolate.CallSession, started by the first check
+    jax: str | None = None  # --fieldmem-jax: the workers run under a cached environment of this release
     # (test node id, the check's report with every result named by its baseline key)
     keyed: list[tuple[str, Report]] = field(default_factory=list)
     baseline: Path | None = None  # compared with at the end
@@ -220,7 +229,12 @@ class _Session:
         from fieldmem.request.target import in_hand_name
 
         if self.worker is None:
-            self.worker = CallSession(self.timeout)
+            interpreter = None
+            if self.jax is not None:
+                from fieldmem.engine.interpreters import worker_interpreters
+
+                (interpreter,) = worker_interpreters([self.jax], None, [backend] if backend else None)
+            self.worker = CallSession(self.timeout, interpreter)
         label = in_hand_name(kind, subject, settings.get("name"))
         report: Report = self.worker.check(call, label, worker_options(min_bytes, backend))
         return report
@@ -300,6 +314,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         *_SIZE_OPTIONS,
         _ISOLATE_OPTION,
         _TIMEOUT_OPTION,
+        _JAX_OPTION,
         _REPORT_OPTION,
         _BASELINE_OPTION,
         _TOLERANCE_OPTION,
@@ -393,7 +408,20 @@ def _parse_session(config: pytest.Config) -> _Session:
         if not 0 <= timeout < float("inf"):
             raise OptionError(f"{label} {value!r} is not understood: give seconds, e.g. 600 (0: no limit)")
         timeout = timeout or None
-    session = _Session(defaults=defaults, report_path=report_path, isolate=isolate, timeout=timeout)
+    value, label = _setting(config, _JAX_OPTION)
+    jax_release: str | None = None
+    if value is not None:
+        from fieldmem.request.options import parse_jax_versions
+        from fieldmem.versions import check_supported
+
+        releases = parse_jax_versions(value, label)
+        if len(releases) != 1:
+            raise OptionError(f"{label} {value!r}: one release per session (run pytest once per release)")
+        jax_release = releases[0]
+        check_supported(jax_release)
+        if not isolate:
+            raise OptionError(f"{label} checks in a worker under that release: drop --fieldmem-isolate no")
+    session = _Session(defaults=defaults, report_path=report_path, isolate=isolate, timeout=timeout, jax=jax_release)
     _parse_baseline(config, project, session)
     return session
 

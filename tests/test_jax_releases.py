@@ -28,6 +28,7 @@ from fieldmem.engine import interpreters
 from factories import make_report
 
 runner = CliRunner()
+pytest_plugins = ["pytester"]
 ROOT = Path(__file__).resolve().parents[1]
 UPGRADE = ROOT / "examples" / "upgrade" / "loop_update.py"
 
@@ -243,3 +244,35 @@ def test_the_api_checks_under_each_release_in_the_environments_made_before(
     assert [r.jax_version for r in reports] == ["0.7.1", "0.7.2"]
     before, after = (r.results[0].variants["donated"].memory for r in reports)
     assert after.live_peak_bytes - before.live_peak_bytes >= 65536 * 4 - 1024
+
+
+_PLUGIN_TEST = """
+import jax
+import jax.numpy as jnp
+
+from loop_update import N, loop_update
+
+
+def test_the_loop_update_makes_no_temporary(fieldmem_check):
+    report = fieldmem_check(loop_update, jax.ShapeDtypeStruct((N,), jnp.float32), donate="x")
+    assert report.jax_version == EXPECTED
+    assert report.results[0].variants["donated"].memory.temp_bytes < 1024
+"""
+
+
+@pytest.mark.compile
+def test_the_pytest_plugin_checks_under_the_release_it_is_given(
+    two_releases: dict[str, Any], pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--fieldmem-jax``: the session's checks run under that release's environment (made before: no
+    installer), so a test suite can be run against a candidate jax; one release per session."""
+    monkeypatch.setenv("FIELDMEM_ENVS", two_releases["environ"]["FIELDMEM_ENVS"])
+    (pytester.path / "loop_update.py").write_text(UPGRADE.read_text())
+    for release, outcome in (("0.7.1", {"passed": 1}), ("0.7.2", {"failed": 1})):
+        pytester.makepyfile(test_loop=f"EXPECTED = {release!r}\n" + _PLUGIN_TEST)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--fieldmem-jax", release)
+        result.assert_outcomes(**outcome)
+        assert "making an environment" not in result.stderr.str()
+    refused = pytester.runpytest_subprocess("--fieldmem-jax", "0.7.1,0.7.2")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    assert "one release per session" in refused.stderr.str()

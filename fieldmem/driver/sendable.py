@@ -90,7 +90,9 @@ def apply_tracing_config(config: dict[str, Any]) -> None:
 
     values = jax.config.values
     for name, value in config.items():
-        current = values.get(name)
+        if name not in values:  # a setting the caller's jax has and this release does not (--fieldmem-jax)
+            continue
+        current = values[name]
         if getattr(current, "value", current) != value:
             jax.config.update(name, value)
 
@@ -126,6 +128,9 @@ class _Pickler(pickle.Pickler):
                 )
             if isinstance(obj, jax.Device):
                 return _device, (obj.platform, obj.id)
+            if isinstance(obj, jax.ShapeDtypeStruct):  # by its public fields: a worker's jax may be another release
+                weak = bool(getattr(obj, "weak_type", False))
+                return _struct, (tuple(obj.shape), obj.dtype, weak, getattr(obj, "sharding", None))
         if isinstance(obj, type) or callable(obj):
             if getattr(obj, "__module__", None) == __name__:
                 return NotImplemented  # this module's reconstructors: pickle sends them by name
@@ -265,6 +270,14 @@ def _device(platform: str, device_id: int) -> Any:
         if device.id == device_id:
             return device
     raise LookupError(f"the worker has no {platform} device {device_id}")
+
+
+def _struct(shape: tuple[int, ...], dtype: Any, weak_type: bool, sharding: Any) -> Any:
+    """A ``jax.ShapeDtypeStruct`` the test gave, made again by its constructor (its private fields differ
+    between jax releases, and a worker under ``--fieldmem-jax`` runs another)."""
+    import jax
+
+    return jax.ShapeDtypeStruct(shape, dtype, weak_type=weak_type, sharding=sharding)
 
 
 def _concrete(data: Any, sharding: Any) -> Any:

@@ -1064,8 +1064,9 @@ class CallSession:
     end. A worker that died is replaced by the next check. :meth:`close` ends it.
     """
 
-    def __init__(self, timeout: float | None) -> None:
+    def __init__(self, timeout: float | None, interpreter: Interpreter | None = None) -> None:
         self.timeout = timeout
+        self.interpreter = interpreter  # the workers' Python, where not this one (--fieldmem-jax)
         self._kept: _Process | None = None
 
     def check(self, call: bytes, label: str, options: Any) -> Report:
@@ -1077,6 +1078,7 @@ class CallSession:
         supervisor = _Supervisor([unit], [options.backend], dataclasses.replace(options, isolate=True), False, None)
         supervisor.serve = True  # the worker waits for the next check
         supervisor.kept = self._kept
+        supervisor.interpreter = self.interpreter
         supervisor.check_timeout, supervisor.timeout_option = self.timeout, "--fieldmem-timeout"
         try:
             return _reports(supervisor.run())[0]
