@@ -18,6 +18,7 @@ from typing import Any
 
 import jax
 import pytest
+from test_peaks_truth import assert_adds_up
 
 from fieldmem.driver import FAST_COMPILE_UNAVAILABLE
 from fieldmem.engine.checker import check_targets
@@ -225,12 +226,8 @@ def test_every_byte_at_the_live_peak_has_a_source_on_every_example(example_resul
     tests/test_peak_sources.py)."""
     for name, result in example_results.items():
         for variant in result.variants.values():
-            peak = variant.peak
-            assert peak is not None, (name, variant.name)
-            assert peak.bytes == variant.memory.live_peak_bytes, (name, variant.name)
-            assert sum(s.bytes for s in peak.sources) == peak.bytes == sum(line.bytes for line in peak.lines)
-            for source in peak.sources:
-                assert source.bytes == sum(b.bytes for b in source.buffers), (name, source)
+            assert_adds_up(variant)
+            for source in variant.peak.sources:
                 if source.kind in ("temporary", "output") and source.bytes >= 1024:
                     assert source.line and "examples/" in source.line, (name, variant.name, source)
                 if source.kind == "argument":

@@ -1,9 +1,8 @@
 """Where the live peak comes from (``Variant.peak``): every byte at it, by source, on real steps.
 
-The breakdown is checked three ways: it adds up to the live peak exactly, and
-to XLA's own account of the same compile (its ``*-buffer-assignment.txt`` and
-``*-live-range.txt`` dumps, read here without fieldmem: the union peak, and the
-values live at a point where it is reached); no temporary comes out without a
+The breakdown is checked three ways: it adds up to the live peak exactly,  and
+to XLA's own account of the same compile (test_peaks_truth.py, which reads XLA's
+dumps of an optax step without fieldmem); no temporary comes out without a
 line of the user's code, on steps written with flax and optax and on a KV
 decode step, for the CPU and compiled without the device for a GPU and a TPU;
 and what it says by line moves the way the program does (remat's activations;
@@ -25,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from helpers_backends import require_extra
-from test_peaks_truth import union_peak
+from test_peaks_truth import assert_adds_up
 
 import fieldmem
 from fieldmem.findings.peak import user_stack
@@ -92,157 +91,6 @@ def test_line_deltas_name_what_moved_largest_first_and_skip_lines_below_a_kept_f
 # Real compiles on the CPU
 
 
-def _mlp(n: int, h: int) -> dict[str, dict[str, jax.Array]]:
-    k1, k2 = jax.random.split(jax.random.key(0))
-    return {
-        "dense1": {"kernel": jax.random.normal(k1, (n, h)), "bias": jnp.zeros(h)},
-        "dense2": {"kernel": jax.random.normal(k2, (h, 8)), "bias": jnp.zeros(8)},
-    }
-
-
-def _loss(params: dict[str, Any], x: jax.Array) -> jax.Array:
-    h = jnp.tanh(x @ params["dense1"]["kernel"] + params["dense1"]["bias"])
-    return jnp.mean((h @ params["dense2"]["kernel"] + params["dense2"]["bias"]) ** 2)
-
-
-def _assert_adds_up(variant: Any, min_bytes: int = 1024) -> None:
-    peak = variant.peak
-    assert peak is not None
-    assert peak.bytes == variant.memory.live_peak_bytes
-    assert sum(s.bytes for s in peak.sources) == peak.bytes
-    assert sum(line.bytes for line in peak.lines) == peak.bytes
-    for source in peak.sources:
-        assert source.bytes == sum(b.bytes for b in source.buffers)
-        if source.kind in ("temporary", "output") and source.bytes >= min_bytes:
-            assert source.line, (source, "a temporary with no line of the user's code")
-
-
-@pytest.mark.compile
-def test_the_breakdown_is_xlas_account_of_the_same_compile(tmp_path: Path) -> None:
-    tx = optax.adamw(1e-3, weight_decay=1e-4)
-
-    def step(params: Any, opt_state: Any, x: jax.Array) -> tuple[Any, Any, jax.Array]:
-        loss, grads = jax.value_and_grad(_loss)(params, x)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
-
-    def arguments() -> tuple[Any, Any, jax.Array]:
-        params = _mlp(256, 256)
-        return params, tx.init(params), jnp.ones((16, 256))
-
-    jitted = jax.jit(step, donate_argnums=(0, 1))
-    (result,) = fieldmem.check_function(jitted, *arguments(), name="adamw").results
-    donated = result.variants["donated"]
-    _assert_adds_up(donated)
-    _assert_adds_up(result.variants["plain"])
-    lowered = jitted.lower(*arguments())
-    compiled = lowered.compile({"xla_dump_to": str(tmp_path), "xla_dump_hlo_as_text": True})
-    assert compiled.memory_analysis().temp_size_in_bytes == donated.memory.temp_bytes  # the same program
-    assert donated.peak is not None and donated.peak.bytes == union_peak(tmp_path)
-    # every buffer the breakdown counts is a value XLA has live at a point where its peak is reached
-    live_sets = _live_at_union_peak(tmp_path)
-    ours = {b.instruction for s in donated.peak.sources for b in s.buffers if b.kind != "constant"}
-    assert any(ours <= names for names in live_sets), ours
-    # each buffer made by an instruction that carries its own line of this file is placed on that line,
-    # as the dump's own metadata tables say (read here, not by fieldmem's parser)
-    lines = _metadata_lines(tmp_path)
-    here = Path(__file__).name
-    checked = 0
-    for source in donated.peak.sources:
-        for buffer in source.buffers:
-            file_line = lines.get(buffer.instruction or "")
-            if file_line is not None and Path(file_line[0]).name == here:
-                assert source.line is not None and source.line.endswith(f"{here}:{file_line[1]}"), (buffer, source)
-                checked += 1
-    assert checked >= 3
-    # the arguments are the step's own leaves, by path
-    arguments_named = {s.input for s in donated.peak.sources if s.kind == "argument"}
-    assert "x" in arguments_named and any(name and name.startswith("params[") for name in arguments_named)
-
-
-_ALLOCATION = re.compile(r"^allocation (\d+): size (\d+)(.*):$")
-_VALUE = re.compile(r"^ value: <\d+ ([^\s{>]+)(\{[\d,]*\})?(?: \(phi\))? @\d+> \(size=(\d+),offset=(\d+)\)")
-_RANGE = re.compile(r"^\s+([^\s{]+)(\{[\d,]*\}):(\d+)-(\d+)$")
-
-
-def _live_at_union_peak(folder: Path) -> list[set[str]]:
-    """The instruction names of the values XLA has live at each point where the union peak is reached."""
-    peak = union_peak(folder)
-    (assignment_file,) = folder.glob("*after_optimizations-buffer-assignment.txt")
-    (range_file,) = folder.glob("*after_optimizations-live-range.txt")
-    placed: dict[tuple[str, str], tuple[int, int, int]] = {}
-    constants: set[tuple[str, str]] = set()
-    allocation, memory, constant = -1, True, False
-    for line in assignment_file.read_text().splitlines():
-        if found := _ALLOCATION.match(line):
-            allocation, memory = int(found.group(1)), "thread-local" not in found.group(3)
-            constant = "constant" in found.group(3)
-        elif (found := _VALUE.match(line)) and memory:
-            key = (found.group(1), found.group(2) or "{}")
-            placed[key] = (allocation, int(found.group(4)), int(found.group(4)) + int(found.group(3)))
-            if constant:
-                constants.add(key)
-    live: dict[tuple[str, str], tuple[int, int]] = {}
-    section = ""
-    for line in range_file.read_text().splitlines():
-        stripped = line.strip()
-        if stripped.endswith(":") and not stripped[0].isdigit():
-            section = stripped
-        elif section == "BufferLiveRange:" and (found := _RANGE.match(line)):
-            live[(found.group(1), found.group(2))] = (int(found.group(3)), int(found.group(4)))
-    sets = []
-    for t in range(max(end for _, end in live.values()) + 1):
-        keys = [k for k in placed if k in constants or (k in live and live[k][0] <= t <= live[k][1])]
-        spans: dict[int, list[tuple[int, int]]] = {}
-        for key in keys:
-            a, start, end = placed[key]
-            spans.setdefault(a, []).append((start, end))
-        covered = 0
-        for pieces in spans.values():
-            reach = -1
-            for start, end in sorted(pieces):
-                start = max(start, reach)
-                if end > start:
-                    covered += end - start
-                    reach = end
-        if covered == peak:
-            sets.append({name for name, _ in keys})
-    return sets
-
-
-_SECTION = re.compile(r"^(FileNames|FunctionNames|FileLocations|StackFrames)$")
-_ENTRY = re.compile(r"^(\d+) (.*)$")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = .*metadata=\{[^}]*stack_frame_id=(\d+)")
-
-
-def _metadata_lines(folder: Path) -> dict[str, tuple[str, int]]:
-    """Instruction name -> (file, line) of the frame its metadata names, from the optimized module's dump."""
-    (text_file,) = folder.glob("*after_optimizations.txt")
-    tables: dict[str, dict[int, str]] = {}
-    section = None
-    names: dict[str, int] = {}
-    for line in text_file.read_text().splitlines():
-        if _SECTION.match(line):
-            section = line
-            tables[section] = {}
-        elif section and (found := _ENTRY.match(line)):
-            tables[section][int(found.group(1))] = found.group(2)
-        elif not line.strip():
-            section = None
-        if found := _INSTRUCTION.match(line):
-            names[found.group(1)] = int(found.group(2))
-    files = {k: v.strip('"') for k, v in tables.get("FileNames", {}).items()}
-    locations = {}
-    for key, value in tables.get("FileLocations", {}).items():
-        fields = dict(re.findall(r"(\w+)=(\d+)", value))
-        locations[key] = (files[int(fields["file_name_id"])], int(fields["line"]))
-    frames = {
-        k: int(dict(re.findall(r"(\w+)=(\d+)", v))["file_location_id"])
-        for k, v in tables.get("StackFrames", {}).items()
-    }
-    return {name: locations[frames[frame]] for name, frame in names.items() if frame in frames}
-
-
 class _Block(linen.Module):
     """A pre-norm transformer block, as flax's examples write one."""
 
@@ -279,7 +127,7 @@ def test_a_linen_transformer_step_with_a_frozen_subtree_has_every_byte_placed() 
     (result,) = report.results
     assert result.status == "ok", result.error
     for name in ("plain", "donated"):
-        _assert_adds_up(result.variants[name])
+        assert_adds_up(result.variants[name])
     peak = result.variants["plain"].peak
     assert peak is not None
     # flax's frames are kept under the user's line, marked as library code
