@@ -98,6 +98,26 @@ class CheckOptions:
         return self.fast_compile and not self.run and not self.probe
 
 
+def _given(option: str, value: object) -> tuple[str, bool]:
+    """The setting as the user wrote it, with its value (``--backend 'x'``, ``backend='x'``), and whether
+    the name and the value are glued (``backend=``)."""
+    glued = option.endswith("=") and not option.endswith(" =")
+    return (f"{option}{value!r}" if glued else f"{option} {value!r}"), glued
+
+
+def _names(value: object, given: str, what: str, example: str) -> tuple[str, ...]:
+    """A comma-separated string or a list of strings, each stripped.
+
+    Raises:
+        OptionError: anything else, naming ``what`` and an ``example`` list.
+    """
+    if isinstance(value, str):
+        return tuple(name.strip() for name in value.split(","))
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
+        return tuple(name.strip() for name in value)
+    raise OptionError(f"{given}: name {what} as a string or a list of strings, e.g. {example}")
+
+
 _JAX_VERSION = re.compile(r"^\d+\.\d+\.\d+(\.\d+)?$")
 
 
@@ -108,14 +128,8 @@ def parse_jax_versions(value: object, option: str = "--jax") -> tuple[str, ...]:
     Raises:
         OptionError: a value that is not a release number (``0.10.2``), or one named twice.
     """
-    glued = option.endswith("=") and not option.endswith(" =")
-    given = f"{option}{value!r}" if glued else f"{option} {value!r}"
-    if isinstance(value, str):
-        versions = tuple(v.strip() for v in value.split(","))
-    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-        versions = tuple(v.strip() for v in value)
-    else:
-        raise OptionError(f'{given}: name jax releases as a string or a list of strings, e.g. ["0.9.2", "0.10.2"]')
+    given, _ = _given(option, value)
+    versions = _names(value, given, "jax releases", '["0.9.2", "0.10.2"]')
     for version in versions:
         if not _JAX_VERSION.match(version):
             raise OptionError(f"{given}: {version!r} is not a jax release: name them as 0.9.2,0.10.2")
@@ -138,14 +152,8 @@ def parse_backends(value: object, option: str = "--backend") -> tuple[str, ...]:
     """
     from fieldmem.request.backends import parse_backend
 
-    glued = option.endswith("=") and not option.endswith(" =")
-    given = f"{option}{value!r}" if glued else f"{option} {value!r}"
-    if isinstance(value, str):
-        names = tuple(name.strip() for name in value.split(","))
-    elif isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
-        names = tuple(name.strip() for name in value)
-    else:
-        raise OptionError(f'{given}: name backends as a string or a list of strings, e.g. ["cpu", "tpu:v5e"]')
+    given, glued = _given(option, value)
+    names = _names(value, given, "backends", '["cpu", "tpu:v5e"]')
     if not all(names):
         raise OptionError(f"{given}: name backends separated by commas, e.g. cpu,gpu")
     try:
