@@ -97,25 +97,33 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make_screenshot: the Field example did not check: {report.results}", file=sys.stderr)
         return 2
     page = get_renderer("html").render(report, RenderOptions())
+    if _shoot(browser, page, output, WINDOW):
+        return 2
+    if options.keep_html:
+        write_atomic(output.with_suffix(".html"), page)
+    return flame_screenshot(browser, options.flame_output.resolve())
+
+
+def _shoot(browser: str, page: str, output: Path, window: tuple[int, int]) -> int:
+    """Write ``output``, the picture of ``page`` in a ``window``, and the record of what it was made from;
+    1 (said on stderr) where the browser fails."""
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fieldmem-screenshot-") as folder:
-        html = Path(folder) / "field-report.html"
+        html = Path(folder) / "page.html"
         html.write_text(page, encoding="utf-8")
-        shot = Path(folder) / "field-report.png"
+        shot = Path(folder) / "page.png"
         try:
-            screenshot(browser, html, shot, window=WINDOW)
+            screenshot(browser, html, shot, window=window)
         except BrowserError as exc:
             print(f"make_screenshot: {exc}", file=sys.stderr)
-            return 2
+            return 1
         # written through a rename, so an interrupted run never leaves a broken image in the docs
         temporary = output.with_name(f".{output.name}.tmp")
         temporary.write_bytes(shot.read_bytes())
         temporary.replace(output)
     write_sources(output, output.with_name(output.name + ".source"))
-    if options.keep_html:
-        write_atomic(output.with_suffix(".html"), page)
     print(f"wrote {output} ({output.stat().st_size // 1024} KiB)")
-    return flame_screenshot(browser, options.flame_output.resolve())
+    return 0
 
 
 # The second picture: the flame graph of a real train step's live peak (docs/peaks.md, docs/html-report.md).
@@ -131,10 +139,8 @@ _FLAME_ONLY = (
 
 def flame_screenshot(browser: str, output: Path) -> int:
     """Write ``output``: the flame graph of ``examples/train_step.py`` (flax linen + optax) in Chromium."""
-    output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fieldmem-screenshot-") as folder:
-        # checked as `fieldmem check` checks it, in its worker: a check in this process would record this
-        # script's frames above the user's in every stack
+        # checked as `fieldmem check` checks it, in its worker, as a user would run it
         written = Path(folder) / "report.json"
         subprocess.run(
             [sys.executable, "-m", "fieldmem", "check", "examples/train_step.py", "-f", "json", "-o", str(written)],
@@ -143,24 +149,11 @@ def flame_screenshot(browser: str, output: Path) -> int:
             check=False,
         )
         report = Report.from_dict(json.loads(written.read_text(encoding="utf-8"))) if written.is_file() else None
-        if report is None or any(result.status != "ok" for result in report.results):
-            print(f"make_screenshot: the train step example did not check: {report}", file=sys.stderr)
-            return 2
-        page = get_renderer("html").render(report, RenderOptions())
-        html = Path(folder) / "train-step.html"
-        html.write_text(page.replace("</head>", _FLAME_ONLY + "</head>", 1), encoding="utf-8")
-        shot = Path(folder) / "train-step-flame.png"
-        try:
-            screenshot(browser, html, shot, window=FLAME_WINDOW)
-        except BrowserError as exc:
-            print(f"make_screenshot: {exc}", file=sys.stderr)
-            return 2
-        temporary = output.with_name(f".{output.name}.tmp")
-        temporary.write_bytes(shot.read_bytes())
-        temporary.replace(output)
-    write_sources(output, output.with_name(output.name + ".source"))
-    print(f"wrote {output} ({output.stat().st_size // 1024} KiB)")
-    return 0
+    if report is None or any(result.status != "ok" for result in report.results):
+        print(f"make_screenshot: the train step example did not check: {report}", file=sys.stderr)
+        return 2
+    page = get_renderer("html").render(report, RenderOptions())
+    return 2 if _shoot(browser, page.replace("</head>", _FLAME_ONLY + "</head>", 1), output, FLAME_WINDOW) else 0
 
 
 if __name__ == "__main__":
