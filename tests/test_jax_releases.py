@@ -85,25 +85,25 @@ def test_a_python_the_user_names_imports_fieldmem_from_here_and_its_own_jax(tmp_
 # Real environments: jaxlib 0.7.1 and 0.7.2 (made once for the module, with pip's cache)
 
 
+def _run(folder: Path, environ: dict[str, str], *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` (``-m fieldmem check ...``, ``-c CODE ...``) in ``folder`` with ``environ``."""
+    return subprocess.run(
+        [sys.executable, *args], cwd=folder, env=environ, capture_output=True, text=True, timeout=timeout
+    )
+
+
 @pytest.fixture(scope="module")
 def two_releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     folder = tmp_path_factory.mktemp("releases")
     environ = {**os.environ, "FIELDMEM_ENVS": str(folder / "envs"), "COLUMNS": "120"}
-    command = [sys.executable, "-m", "fieldmem", "check", str(UPGRADE), "--jax", "0.7.1,0.7.2"]
-    done = subprocess.run(
-        [*command, "--format", "json", "-o", str(folder / "r.json")],
-        cwd=folder,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=1200,
+    command = ["-m", "fieldmem", "check", str(UPGRADE), "--jax"]
+    done = _run(
+        folder, environ, *command, "0.7.1,0.7.2", "--format", "json", "-o", str(folder / "r.json"), timeout=1200
     )
     assert done.returncode in (0, 1), done.stderr[-3000:]
-    again = subprocess.run(command, cwd=folder, env=environ, capture_output=True, text=True, timeout=600)
+    again = _run(folder, environ, *command, "0.7.1,0.7.2")
     # the oldest release fieldmem supports, beside the next one: the same program, no change of its own
-    oldest = subprocess.run(
-        [*command[:-1], "0.7.0,0.7.1"], cwd=folder, env=environ, capture_output=True, text=True, timeout=1200
-    )
+    oldest = _run(folder, environ, *command, "0.7.0,0.7.1", timeout=1200)
     return {"folder": folder, "environ": environ, "first": done, "again": again, "oldest": oldest}
 
 
@@ -155,25 +155,13 @@ def test_environments_are_made_once_and_reused(two_releases: dict[str, Any]) -> 
 def test_a_baseline_from_one_release_fails_under_the_next_naming_the_upgrade(two_releases: dict[str, Any]) -> None:
     folder = two_releases["folder"]
     # recorded under 0.7.1, checked under 0.7.2: the regression names the upgrade
-    old = folder / "old.json"
-    subprocess.run(
-        [sys.executable, "-m", "fieldmem", "check", str(UPGRADE), "--jax", "0.7.1", "--save-baseline", str(old)],
-        cwd=folder,
-        env=two_releases["environ"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=True,
+    old, environ = folder / "old.json", two_releases["environ"]
+    saved = _run(
+        folder, environ, "-m", "fieldmem", "check", str(UPGRADE), "--jax", "0.7.1", "--save-baseline", str(old)
     )
+    assert saved.returncode == 0, saved.stderr[-3000:]
     assert {entry["jax_version"] for entry in json.loads(old.read_text())["entries"]} == {"0.7.1"}
-    gated = subprocess.run(
-        [sys.executable, "-m", "fieldmem", "check", str(UPGRADE), "--jax", "0.7.2", "--baseline", str(old)],
-        cwd=folder,
-        env=two_releases["environ"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    gated = _run(folder, environ, "-m", "fieldmem", "check", str(UPGRADE), "--jax", "0.7.2", "--baseline", str(old))
     assert gated.returncode == 1, gated.stdout + gated.stderr
     said = " ".join(gated.stdout.split())
     assert "live-peak" in said and "[jax 0.7.1 → 0.7.2: the upgrade's, unless the code changed too]" in said
@@ -202,24 +190,10 @@ def test_a_tpu_compile_without_libtpu_here_runs_in_a_cached_environment_and_says
     example = ROOT / "examples" / "interior.py"
     environ = {**os.environ, "FIELDMEM_ENVS": str(tmp_path / "envs"), "COLUMNS": "120"}
     args = ["check", str(example), "--backend", "cpu,tpu:v5e", "--format", "json"]
-    away = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_LIBTPU, *args, "-o", str(tmp_path / "away.json")],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    away = _run(tmp_path, environ, "-c", _WITHOUT_LIBTPU, *args, "-o", str(tmp_path / "away.json"), timeout=1200)
     assert away.returncode in (0, 1), away.stderr[-3000:]
     assert "tpu:v5e: its compiler is not installed here" in away.stderr
-    here = subprocess.run(
-        [sys.executable, "-m", "fieldmem", *args, "-o", str(tmp_path / "here.json")],
-        cwd=tmp_path,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    here = _run(tmp_path, environ, "-m", "fieldmem", *args, "-o", str(tmp_path / "here.json"))
     assert here.returncode == away.returncode, here.stderr[-3000:]
     for backend in ("cpu", "tpu-v5e"):
         a = json.loads((tmp_path / f"away.{backend}.json").read_text())
