@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["BROWSER_NAMES", "BrowserError", "dump_dom", "find_browser", "screenshot"]
+__all__ = ["BROWSER_NAMES", "BrowserError", "dump_dom", "find_browser", "require_browser", "screenshot"]
 
 BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 TIMEOUT_S = 90.0
@@ -51,6 +51,20 @@ def find_browser() -> str | None:
         if found:
             return found
     return None
+
+
+def require_browser() -> str:
+    """The browser, for a test; without one, skip saying why — or fail, where CI requires one
+    (``FIELDMEM_REQUIRE_BROWSER=1``)."""
+    import pytest
+
+    found = find_browser()
+    if found is None:
+        reason = f"no headless browser: none of {', '.join(BROWSER_NAMES)} is on PATH (apt-get install chromium)"
+        if os.environ.get("FIELDMEM_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"FIELDMEM_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+    return found
 
 
 def _run(browser: str, arguments: list[str], url: str, timeout: float) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import struct
 import time
@@ -42,7 +41,7 @@ from fieldmem.report import (
 )
 from fieldmem.units import format_bytes
 
-from browser import BROWSER_NAMES, dump_dom, find_browser, screenshot
+from browser import dump_dom, require_browser, screenshot
 from factories import (
     MIB,
     make_copy,
@@ -302,20 +301,9 @@ document.getElementById('fieldmem-check').textContent=JSON.stringify(out);
 """
 
 
-def _require_browser() -> str:
-    """The browser; without one, skip saying why — or fail, where CI requires it."""
-    found = find_browser()
-    if found is None:
-        reason = f"no headless browser: none of {', '.join(BROWSER_NAMES)} is on PATH (apt-get install chromium)"
-        if os.environ.get("FIELDMEM_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"FIELDMEM_REQUIRE_BROWSER=1 but {reason}")
-        pytest.skip(reason)
-    return found
-
-
 @pytest.fixture(scope="module")
 def browser() -> str:
-    return _require_browser()
+    return require_browser()
 
 
 def test_without_a_browser_the_tests_skip_unless_ci_requires_one(
@@ -324,10 +312,10 @@ def test_without_a_browser_the_tests_skip_unless_ci_requires_one(
     monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no browser anywhere
     monkeypatch.delenv("FIELDMEM_REQUIRE_BROWSER", raising=False)
     with pytest.raises(pytest.skip.Exception, match="no headless browser: none of chromium, chromium-browser"):
-        _require_browser()
+        require_browser()
     monkeypatch.setenv("FIELDMEM_REQUIRE_BROWSER", "1")
     with pytest.raises(pytest.fail.Exception, match="FIELDMEM_REQUIRE_BROWSER=1 but no headless browser"):
-        _require_browser()
+        require_browser()
 
 
 @pytest.fixture(scope="module")

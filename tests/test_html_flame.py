@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import subprocess
 import sys
@@ -28,7 +27,7 @@ from fieldmem.render.flame import MAX_BUFFERS, MAX_CHILDREN, FlameNode, flame_da
 from fieldmem.report import PeakBreakdown, PeakBuffer, PeakLine, PeakSource, Report, StackFrame, TargetResult
 from fieldmem.units import format_bytes
 
-from browser import BROWSER_NAMES, dump_dom, find_browser
+from browser import dump_dom, require_browser
 from factories import KIB, MIB, make_memory, make_report, make_result, make_variant
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -295,16 +294,6 @@ document.getElementById('fieldmem-flame-check').textContent=JSON.stringify(out);
 """
 
 
-def _require_browser() -> str:
-    found = find_browser()
-    if found is None:
-        reason = f"no headless browser: none of {', '.join(BROWSER_NAMES)} is on PATH (apt-get install chromium)"
-        if os.environ.get("FIELDMEM_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"FIELDMEM_REQUIRE_BROWSER=1 but {reason}")
-        pytest.skip(reason)
-    return found
-
-
 @pytest.fixture(scope="module")
 def train_report(tmp_path_factory: pytest.TempPathFactory) -> Report:
     """The report of examples/train_step.py as ``fieldmem check`` makes it: its stacks start at the
@@ -340,7 +329,7 @@ def test_the_tree_of_a_real_train_step_adds_up_to_its_live_peak(train_report: Re
 @pytest.fixture(scope="module")
 def shown(train_report: Report, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """What Chromium drew and did on the train step's page, measured by the injected script."""
-    browser = _require_browser()
+    browser = require_browser()
     page = _html(train_report)
     checked = tmp_path_factory.mktemp("flame") / "checked.html"
     checker = _CHECKER.replace("__QUERY__", json.dumps(QUERY)).replace("__CLICK__", json.dumps(CLICK))
