@@ -1,7 +1,9 @@
-"""Frozen dataclasses <-> JSON-ready values, driven by their type hints.
+"""Frozen dataclasses <-> JSON, driven by their type hints.
 
-One codec for every document fieldmem writes and reads back (the report,
-the baseline): :func:`encode` turns records into dicts and lists,
+The one codec for everything fieldmem writes and reads back: the report, the
+baseline and what a worker and its parent say to each other (readings,
+results). :func:`encode` turns records into dicts and lists (bytes as base64
+text), :func:`dumps` into compact JSON text (the same document), and
 :func:`decode` rebuilds them and refuses a value of the wrong JSON type with
 the path of the offending key (``entries[0].variants.donated.memory.temp_bytes
 should be int, not str '4'``), and a word outside a ``Literal`` set the same
@@ -25,16 +27,26 @@ reads back.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import contextvars
 import dataclasses
+import json
 import types
 import typing
 from typing import Any, Literal, Union
 
 from fieldmem.errors import quoted
 
-__all__ = ["decode", "encode", "read_unknown_as", "stand_in_for", "unbounded_integers", "unknown_values"]
+__all__ = [
+    "decode",
+    "dumps",
+    "encode",
+    "read_unknown_as",
+    "stand_in_for",
+    "unbounded_integers",
+    "unknown_values",
+]
 
 
 _PLAIN = frozenset({str, int, float, bool, type(None)})
@@ -42,7 +54,7 @@ _FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # per dataclass: its fields' nam
 
 
 def encode(value: Any) -> Any:
-    """``value`` with every dataclass a dict and every tuple a list."""
+    """``value`` with every dataclass a dict, every tuple or set a list and bytes base64 text."""
     cls = value.__class__
     if cls in _PLAIN:  # most values of a report: nothing to do
         return value
@@ -50,13 +62,37 @@ def encode(value: Any) -> Any:
     if names is None:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(value))
-        elif isinstance(value, (tuple, list)):
+        elif isinstance(value, (tuple, list, set, frozenset)):
             return [encode(v) for v in value]
         elif isinstance(value, dict):
             return {str(k): encode(v) for k, v in value.items()}
+        elif isinstance(value, (bytes, bytearray, memoryview)):
+            return base64.b64encode(bytes(value)).decode("ascii")
         else:
             return value
     return {name: encode(getattr(value, name)) for name in names}
+
+
+_compact = json.JSONEncoder(separators=(",", ":")).encode
+
+
+def dumps(value: Any) -> str:
+    """``value`` as compact JSON text: the document of :func:`encode`, written by msgspec in one pass of C
+    (a reading of thousands of leaves); what msgspec refuses (a lone surrogate in a name) and a process without
+    msgspec (a worker under another interpreter, with jax and the standard library only) write it by Python's
+    json, which escapes what UTF-8 cannot hold.
+
+    Raises:
+        TypeError, ValueError: a value neither can write.
+    """
+    try:
+        import msgspec.json
+    except ImportError:
+        return _compact(encode(value))
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
+        return _compact(encode(value))
 
 
 _HINTS: dict[type, dict[str, Any]] = {}
@@ -123,24 +159,69 @@ def _type_name(data: Any) -> str:
 
 
 def decode(hint: Any, data: Any, where: str = "") -> Any:
-    """Rebuild a value of type ``hint`` from ``data``; ``where`` names it in errors.
+    """Rebuild a value of type ``hint`` from ``data`` (JSON read as plain data); ``where`` names it in errors.
 
-    A decoder made once per type (:func:`_fast`) rebuilds a valid document
-    without keeping track of where it is; when it meets anything it does not
-    accept, the document is read again by :func:`_decode`, which accepts
-    exactly the same values and names the path of the first one it refuses.
+    msgspec rebuilds a valid document in C (``msgspec.convert``: it accepts what
+    :func:`_decode` accepts, ints as floats included), after a walk that finds
+    any integer outside int64 (msgspec takes any size) unless
+    :func:`unbounded_integers` says not to look. When either refuses anything,
+    and where msgspec is missing or cannot hold ``hint``, the document is read
+    by :func:`_decode`, which names the path of the first value it refuses and
+    reads a word it does not know of an open set as its stand-in.
 
     Raises:
         TypeError: a value of the wrong JSON type (message names its path).
         ValueError: a value outside its ``Literal`` set (message names its path).
         KeyError: a required field is missing.
     """
-    if _BOUNDED.get():
+    convert = _converter(hint)
+    if convert is not None and (not _BOUNDED.get() or _within_int64(data)):
         try:
-            return _fast(hint)(data)
-        except Exception:  # refused somewhere: the careful reading says where
+            return convert(data)
+        except ValueError:  # msgspec's ValidationError: the careful reading says where, or reads it as it may
             pass
     return _decode(hint, data, where)
+
+
+# hints msgspec cannot hold (a union of two records): read by _decode alone, without asking msgspec each time
+_NOT_MSGSPEC: set[Any] = set()
+
+
+def _converter(hint: Any) -> typing.Callable[[Any], Any] | None:
+    try:
+        if hint in _NOT_MSGSPEC:
+            return None
+    except TypeError:  # an unhashable hint
+        return None
+    try:
+        import msgspec
+    except ImportError:
+        return None
+
+    def convert(data: Any) -> Any:
+        try:
+            return msgspec.convert(data, hint, str_keys=True)
+        except TypeError:  # msgspec cannot hold this type: never asked again
+            _NOT_MSGSPEC.add(hint)
+            raise ValueError(hint) from None
+
+    return convert
+
+
+def _within_int64(data: Any) -> bool:
+    """Whether every integer in ``data`` (plain JSON data) fits int64."""
+    stack = [data]
+    pop, extend = stack.pop, stack.extend
+    while stack:
+        value = pop()
+        kind = type(value)
+        if kind is dict:
+            extend(value.values())
+        elif kind is list:
+            extend(value)
+        elif kind is int and not -_INT64 <= value < _INT64:
+            return False
+    return True
 
 
 def _decode(hint: Any, data: Any, where: str = "") -> Any:
@@ -152,10 +233,17 @@ def _decode(hint: Any, data: Any, where: str = "") -> Any:
         return _union(hint, data, where)
     if hint in _SCALARS:
         return _scalar(hint, data, where)
+    if hint is bytes:
+        return _bytes(data, where)
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return _dataclass(hint, data, where)
     if origin is tuple:
         return _tuple(hint, data, where)
+    if origin in (frozenset, set):
+        if not isinstance(data, list):
+            raise TypeError(f"{where or 'value'} should be a list, not {_type_name(data)}")
+        (item,) = typing.get_args(hint) or (Any,)
+        return origin(_decode(item, v, f"{where}[{n}]") for n, v in enumerate(data))
     if origin is dict:
         _key, item = typing.get_args(hint)
         if not isinstance(data, dict):
@@ -218,6 +306,15 @@ def _scalar(hint: type, data: Any, where: str) -> Any:
     return data
 
 
+def _bytes(data: Any, where: str) -> bytes:
+    if isinstance(data, str):
+        try:
+            return base64.b64decode(data, validate=True)
+        except ValueError:
+            pass
+    raise TypeError(f"{where or 'value'} should be base64 text, not {_type_name(data)}")
+
+
 def _word(data: str, where: str) -> None:
     """A word of an open set is never a lone surrogate (no fieldmem writes such a word): refused."""
     try:
@@ -254,148 +351,3 @@ def _tuple(hint: Any, data: Any, where: str) -> tuple[Any, ...]:
         return tuple(_decode(item, v, f"{where}[{n}]") for n, (item, v) in enumerate(zip(args, data)))
     item = args[0] if args else Any
     return tuple(_decode(item, v, f"{where}[{n}]") for n, v in enumerate(data))
-
-
-# -- the fast decoders: one closure per type, no paths; any refusal raises and _decode reads again ------------
-
-_Decoder = typing.Callable[[Any], Any]
-_FAST: dict[Any, _Decoder] = {}
-
-
-class _Refused(Exception):
-    """A value the fast decoders do not accept (its path and words are :func:`_decode`'s to give)."""
-
-
-def _fast(hint: Any) -> _Decoder:
-    try:
-        return _FAST[hint]
-    except KeyError:
-        pass
-    except TypeError:  # an unhashable hint: built each time
-        return _build(hint)
-    # a placeholder first: a dataclass that refers to itself finds its own decoder
-    made: list[_Decoder] = []
-    _FAST[hint] = lambda data: made[0](data)
-    decoder = _build(hint)
-    made.append(decoder)
-    _FAST[hint] = decoder
-    return decoder
-
-
-def _build(hint: Any) -> _Decoder:
-    origin = typing.get_origin(hint)
-    if origin is Literal:
-        allowed = frozenset((type(a), a) for a in typing.get_args(hint))
-
-        def literal(data: Any) -> Any:
-            if (type(data), data) not in allowed:
-                raise _Refused
-            return data
-
-        return literal
-    if origin in (Union, types.UnionType):
-        options = [_fast(a) for a in typing.get_args(hint) if a is not type(None)]
-
-        def union(data: Any) -> Any:
-            if data is None:
-                return None
-            for option in options:
-                try:
-                    return option(data)
-                except (_Refused, TypeError, ValueError, KeyError):  # as _union: the next option
-                    continue
-            raise _Refused
-
-        return union
-    if hint is bool:
-        return _bool
-    if hint is int:
-        return _int
-    if hint is float:
-        return _float
-    if hint is str:
-        return _str
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
-        return _dataclass_decoder(hint)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if len(args) >= 1 and not (len(args) == 2 and args[1] is Ellipsis):
-            items = [_fast(a) for a in args]
-
-            def fixed(data: Any) -> Any:
-                if not isinstance(data, list) or len(data) != len(items):
-                    raise _Refused
-                return tuple(item(v) for item, v in zip(items, data))
-
-            return fixed
-        item = _fast(args[0]) if args else _any
-
-        def variadic(data: Any) -> Any:
-            if not isinstance(data, list):
-                raise _Refused
-            return tuple(map(item, data))
-
-        return variadic
-    if origin is dict:
-        value = _fast(typing.get_args(hint)[1])
-
-        def mapping(data: Any) -> Any:
-            if not isinstance(data, dict):
-                raise _Refused
-            return {_str(k): value(v) for k, v in data.items()}
-
-        return mapping
-    return _any
-
-
-def _any(data: Any) -> Any:
-    return data
-
-
-def _bool(data: Any) -> Any:
-    if not isinstance(data, bool):
-        raise _Refused
-    return data
-
-
-def _int(data: Any) -> Any:
-    if not isinstance(data, int) or isinstance(data, bool) or not -_INT64 <= data < _INT64:
-        raise _Refused
-    return data
-
-
-def _float(data: Any) -> Any:
-    if not isinstance(data, (int, float)) or isinstance(data, bool):
-        raise _Refused
-    return float(data)
-
-
-def _str(data: Any) -> Any:
-    if not isinstance(data, str):
-        raise _Refused
-    return data
-
-
-def _dataclass_decoder(hint: type) -> _Decoder:
-    hints = _hints(hint)
-    fields = [
-        (
-            f.name,
-            _fast(hints[f.name]),
-            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-        )
-        for f in dataclasses.fields(hint)
-    ]
-
-    def record(data: Any) -> Any:
-        if not isinstance(data, dict):
-            raise _Refused
-        kwargs = {}
-        for name, field, required in fields:
-            if name in data:
-                kwargs[name] = field(data[name])
-            elif required:
-                raise _Refused
-        return hint(**kwargs)
-
-    return record

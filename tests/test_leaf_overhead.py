@@ -339,11 +339,15 @@ def answers() -> list[object]:
 
 
 def test_a_reading_crosses_the_pipe_as_it_was_made(answers: list[object]) -> None:
-    """msgspec writes each reading (records straight to JSON, in C; bytes as base64) and reads it back into the
-    same records, through an event line as the worker writes it and the parent reads it."""
+    """The codec writes each reading (records straight to JSON by msgspec, in C; bytes as base64) and reads it
+    back into the same records, through an event line as the worker writes it and the parent reads it; the
+    document is the one :func:`fieldmem.codec.encode` makes for files, and the careful reading (which names
+    paths and keeps unknown words) rebuilds the same records from it."""
     import io
+    import json
 
-    from fieldmem.engine.protocol import decode_value, encode_value, read_event, write_event
+    from fieldmem.codec import _decode, dumps, encode
+    from fieldmem.engine.protocol import decode_value, read_event, write_event
     from fieldmem.readings import CallShape, CompiledVariant, RunReading
     from fieldmem.report import TargetResult
 
@@ -351,10 +355,12 @@ def test_a_reading_crosses_the_pipe_as_it_was_made(answers: list[object]) -> Non
     assert isinstance(answers[0], CompiledVariant) and answers[0].buffer_assignment  # bytes, not only text
     for value, kind in zip(answers, kinds):
         channel = io.StringIO()
-        write_event(channel, "plain", {"value": encode_value(value)}, b=0, spec=0, name="m:f")
+        write_event(channel, "plain", {"value": dumps(value)}, b=0, spec=0, name="m:f")
         event = read_event(channel.getvalue().encode())
         assert event is not None and event["name"] == "m:f"
         assert decode_value(kind, event["value"]) == value  # type: ignore[arg-type]
+        assert json.loads(dumps(value)) == encode(value)
+        assert _decode(kind, event["value"]) == value
 
 
 def test_what_msgspec_cannot_write_or_read_goes_by_pythons_json(answers: list[object]) -> None:
@@ -365,13 +371,14 @@ def test_what_msgspec_cannot_write_or_read_goes_by_pythons_json(answers: list[ob
     import io
     import math
 
-    from fieldmem.engine.protocol import decode_value, encode_value, read_event, write_event
+    from fieldmem.codec import dumps
+    from fieldmem.engine.protocol import decode_value, read_event, write_event
     from fieldmem.report import TargetResult
 
     error = answers[4]
     assert isinstance(error, TargetResult)
     odd = dataclasses.replace(error, name="bad \ud800 name")
-    text = encode_value(odd)
+    text = dumps(odd)
     assert "\\ud800" in text and text.isascii()
     channel = io.StringIO()
     write_event(channel, "error", {"result": text}, b=0, spec=0, name="m:f")
@@ -388,9 +395,9 @@ def test_what_msgspec_cannot_write_or_read_goes_by_pythons_json(answers: list[ob
 def json_of(value: object) -> dict[str, object]:
     import json
 
-    from fieldmem.engine.protocol import encode_value
+    from fieldmem.codec import dumps
 
-    document = json.loads(encode_value(value))
+    document = json.loads(dumps(value))
     assert isinstance(document, dict)
     return document
 

@@ -8,8 +8,9 @@ writes its request, one JSON line, to the worker's stdin and keeps stdin open:
 its end (the worker then sees end-of-file) is how the worker learns that the
 parent is gone. The worker answers on a pipe of its own (its file descriptor is
 the worker's first argument), one JSON object per line (:func:`write_event`, read
-back by :func:`read_event`). Records cross as :func:`encode_value` writes them
-and :func:`decode_value` reads them (msgspec; bytes as base64).
+back by :func:`read_event`). Records cross as :func:`fieldmem.codec.dumps` writes
+them and :func:`decode_value` reads them: the codec of the report and the
+baseline (bytes as base64).
 
 Events of the whole run:
 
@@ -70,12 +71,11 @@ reading. No jax.
 
 from __future__ import annotations
 
-import base64
-import dataclasses
 import json
 from collections.abc import Mapping
 from typing import IO, Any, TypeVar
 
+from fieldmem.codec import decode, unbounded_integers
 from fieldmem.errors import (
     ArgumentsError,
     CompileError,
@@ -93,7 +93,6 @@ __all__ = [
     "decode_error",
     "decode_value",
     "encode_error",
-    "encode_value",
     "read_event",
     "write_event",
 ]
@@ -109,7 +108,7 @@ def write_event(channel: IO[str], what: str, encoded: Mapping[str, str] | None =
     """Send one event and flush it, so the parent has it even if the worker dies right after.
 
     ``encoded``: fields given as JSON text already (a reading, written once by
-    :func:`encode_value`). The line is compact JSON: a reading of thousands of
+    :func:`fieldmem.codec.dumps`). The line is compact JSON: a reading of thousands of
     leaves crosses the pipe in one pass of the C encoder.
     """
     line = _compact({"e": what, **fields})
@@ -119,48 +118,16 @@ def write_event(channel: IO[str], what: str, encoded: Mapping[str, str] | None =
     channel.flush()
 
 
-def encode_value(value: Any) -> str:
-    """A reading (any record of :mod:`fieldmem.readings`, a result, plain data) as compact JSON text, by
-    msgspec (bytes as base64); what msgspec refuses (a lone surrogate) goes by Python's json, which escapes it.
-    A worker without msgspec (another interpreter's, which has only jax and the standard library) writes the
-    same document with Python's json alone.
-
-    Raises:
-        TypeError, ValueError: a value neither can write.
-    """
-    try:
-        import msgspec.json
-    except ImportError:
-        return _compact(_builtins(value))
-    try:
-        return msgspec.json.encode(value).decode()
-    except (TypeError, ValueError):  # UnicodeEncodeError is a ValueError
-        return _compact(msgspec.to_builtins(value))
-
-
-def _builtins(value: Any) -> Any:
-    """``value`` as the plain data msgspec's ``to_builtins`` gives: records as dicts, tuples and sets as lists,
-    bytes as base64 text."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {field.name: _builtins(getattr(value, field.name)) for field in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(key): _builtins(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_builtins(item) for item in value]
-    if isinstance(value, (bytes, bytearray, memoryview)):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    return value
-
-
 def decode_value(kind: type[T], data: Any) -> T:
-    """The record of type ``kind`` that :func:`encode_value` wrote (``data``: its JSON, read as plain data).
+    """The record of type ``kind`` that :func:`fieldmem.codec.dumps` wrote (``data``: its JSON, read as plain
+    data), by :func:`fieldmem.codec.decode` without the walk for integers past int64: every count a worker
+    sends is one XLA or jax measured.
 
     Raises:
-        ValueError: ``data`` is not such a record (msgspec's ValidationError is one).
+        TypeError, ValueError, KeyError: ``data`` is not such a record (the message names the path).
     """
-    import msgspec
-
-    return msgspec.convert(data, kind)
+    with unbounded_integers():
+        return decode(kind, data)
 
 
 # the errors a worker's answer can name, rebuilt as themselves on this side (another name: a FieldmemError)

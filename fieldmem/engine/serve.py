@@ -25,8 +25,9 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from fieldmem.codec import dumps
 from fieldmem.engine.hands import Hands, Item, Job, compile_pool, failed
-from fieldmem.engine.protocol import encode_error, encode_value
+from fieldmem.engine.protocol import encode_error
 from fieldmem.engine.results import contained, error_result
 from fieldmem.errors import FieldmemError, RunError
 from fieldmem.report import TargetResult
@@ -118,7 +119,7 @@ def _serve_job(
     """Send a started target's readings (and answer the brain's questions when ``interactive``): whether the
     hands ended it with an error result, and what the brain's ``release`` said (None: no release awaited)."""
     if isinstance(job, TargetResult):
-        channel.emit("error", key, encoded={"result": encode_value(job)})
+        channel.emit("error", key, encoded={"result": dumps(job)})
         channel.emit("done", key)
         return True, None
     stage = "compiling it"
@@ -126,12 +127,12 @@ def _serve_job(
     try:
         plain = hands.plain(job)
         stage = _SENDING
-        channel.emit("plain", key, encoded={"variant": encode_value(plain)})
+        channel.emit("plain", key, encoded={"variant": dumps(plain)})
         stage = "compiling it"
         _, donated = hands.variants(job)
         shape = hands.call_shape(job)
         stage = _SENDING
-        channel.emit("variants", key, encoded={"donated": encode_value(donated), "call": encode_value(shape)})
+        channel.emit("variants", key, encoded={"donated": dumps(donated), "call": dumps(shape)})
         asked = interactive
         if options.run:
             stage = "running it"
@@ -141,12 +142,12 @@ def _serve_job(
                 channel.emit("run", key, error=encode_error(exc))
             else:
                 stage = _SENDING
-                channel.emit("run", key, encoded={"readings": encode_value(readings)})
+                channel.emit("run", key, encoded={"readings": dumps(readings)})
         return False, _questions(job, key, hands, channel) if interactive else None
     except KeyboardInterrupt:
         raise
     except BaseException as exc:
-        channel.emit("error", key, encoded={"result": encode_value(failed(job.target, exc, stage))})
+        channel.emit("error", key, encoded={"result": dumps(failed(job.target, exc, stage))})
         # the brain, which has the variants, still asks and releases: answered until it does
         return True, _questions(job, key, hands, channel) if asked else None
     finally:
@@ -178,7 +179,7 @@ def _questions(job: Job, key: Mapping[str, Any], hands: Hands, channel: Channel)
                 )
             else:
                 raise FieldmemError(f"fieldmem's worker was asked {op!r}, which it does not know")
-            channel.emit("answer", key, encoded={"value": encode_value(value)})
+            channel.emit("answer", key, encoded={"value": dumps(value)})
         except KeyboardInterrupt:
             raise
         except BaseException as exc:

@@ -33,9 +33,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import IO, Any, cast
 
-from fieldmem.codec import decode, unbounded_integers
+from fieldmem.codec import decode, dumps, unbounded_integers
 from fieldmem.collector import collector_paused, collector_resumed, collector_stays_paused
-from fieldmem.engine.protocol import PIPE_LOST, encode_value, write_event
+from fieldmem.engine.protocol import PIPE_LOST, write_event
 from fieldmem.errors import FieldmemError
 
 __all__ = ["main"]
@@ -259,7 +259,7 @@ class _Worker:
             with hands.session(options):
                 with releases_held(self.held):
                     serve_items([item for _, _, item in todo], keys, options, hands, self, before, after)
-                self.event("environment", b=b, environment=json.loads(encode_value(hands.environment(backend))))
+                self.event("environment", b=b, environment=json.loads(dumps(hands.environment(backend))))
             if yielding:
                 return "yield"
         return "yield" if self.elsewhere else "end"
