@@ -16,6 +16,9 @@
 
 A package the user installed without ``-e`` lives in site-packages and counts as
 library code; an editable install or a checkout on ``sys.path`` is user code.
+A worker under another interpreter (``--python``, ``--jax``) names its own
+installation folders (:func:`add_library_folders`): its standard library is
+library code too, wherever it lives.
 Pure (``os``, ``site``, ``sysconfig``), no jax; the folders are read once.
 """
 
@@ -25,12 +28,27 @@ import functools
 import os
 import site
 import sysconfig
+from collections.abc import Iterable
 
-__all__ = ["is_library_file", "library_folders"]
+__all__ = ["add_library_folders", "is_library_file", "library_folders"]
 
 _INSTALL_FOLDER_NAMES = frozenset({"site-packages", "dist-packages"})
 # fieldmem's package folder: this file is fieldmem/libraries.py
 _FIELDMEM = os.path.dirname(os.path.abspath(__file__))
+
+
+# the installation folders of other interpreters whose workers this process heard from
+_OTHER_INTERPRETERS: list[str] = []
+
+
+def add_library_folders(folders: Iterable[str]) -> None:
+    """Count the files under ``folders`` (another interpreter's :func:`library_folders`, as its worker sent
+    them) as library code from now on."""
+    new = [str(f) for f in folders if isinstance(f, str) and f and str(f) not in _OTHER_INTERPRETERS]
+    if new:
+        _OTHER_INTERPRETERS.extend(new)
+        library_folders.cache_clear()
+        is_library_file.cache_clear()
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,6 +67,7 @@ def library_folders() -> tuple[str, ...]:
     if isinstance(user_site, str):
         found.append(user_site)
     found.append(_FIELDMEM)
+    found.extend(_OTHER_INTERPRETERS)
     folders: list[str] = []
     for path in found:
         for variant in (os.path.abspath(path), os.path.realpath(path)):

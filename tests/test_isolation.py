@@ -259,6 +259,28 @@ def test_base_exceptions_in_the_callers_process_are_that_targets_error() -> None
 
 
 @pytest.mark.compile
+def test_the_parent_counts_the_workers_installation_folders_as_library_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a worker names as its interpreter's folders (another Python's, under --python or --jax) is library
+    code in the parent that picks each value's source line."""
+    from fieldmem import libraries
+    from fieldmem.engine import isolate
+    from fieldmem.request.options import CheckOptions
+    from fieldmem.request.target import TargetOptions
+
+    own = libraries.library_folders()
+    monkeypatch.setattr(libraries, "_OTHER_INTERPRETERS", [])
+    try:
+        unit = isolate.Unit(str(ROOT / "examples" / "field.py"), TargetOptions())
+        (report,) = isolate.check_reports([unit], [None], CheckOptions(cache_dir=None), check_backends=False)
+        assert report.results and all(r.status == "ok" for r in report.results)
+        assert libraries._OTHER_INTERPRETERS[:] == list(own)  # what the worker said: its own folders
+    finally:
+        monkeypatch.undo()
+        libraries.library_folders.cache_clear()
+        libraries.is_library_file.cache_clear()
+
+
+@pytest.mark.compile
 def test_check_function_raises_a_fieldmem_error_for_sys_exit() -> None:
     import jax.numpy as jnp
 
@@ -392,6 +414,10 @@ def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path,
     assert events[-1]["e"] == "end", (events[-1], stderr.decode(errors="replace")[-2000:])
     kinds = [e["e"] for e in events if "name" in e]
     assert "error" not in kinds, [e["result"]["error"] for e in events if e["e"] == "error"]
+    from fieldmem.libraries import library_folders
+
+    resolved = next(e for e in events if e["e"] == "resolved")
+    assert resolved["libraries"] == list(library_folders())  # whose files are library code, said once
     assert kinds == ["start", "plain", "variants", *(["run"] if extra else []), "done"], kinds
 
     class Replay:  # the parent's side of the pipe, over the events the worker sent

@@ -119,6 +119,30 @@ def test_a_parent_chain_that_loops_ends() -> None:
     assert dense.source is not None and dense.source.callers == ()
 
 
+def test_another_interpreters_folders_are_library_code_once_its_worker_names_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker under another Python (--python, --jax) names its installation folders; its standard library,
+    which lies in no site-packages, is then library code here too, and the user's files stay theirs."""
+    from fieldmem import libraries
+
+    monkeypatch.setattr(libraries, "_OTHER_INTERPRETERS", [])
+    other = "/opt/python3.12/lib/python3.12"
+    try:
+        libraries.library_folders.cache_clear()
+        libraries.is_library_file.cache_clear()
+        assert not is_library_file(f"{other}/functools.py")  # read before the worker said it
+        libraries.add_library_folders([other, other])
+        assert is_library_file(f"{other}/functools.py")
+        assert libraries.library_folders().count(other) == 1
+        assert not is_library_file("/home/u/proj/model.py")
+    finally:
+        monkeypatch.undo()
+        libraries.library_folders.cache_clear()
+        libraries.is_library_file.cache_clear()
+    assert not is_library_file(f"{other}/functools.py")
+
+
 def test_what_is_library_code() -> None:
     stdlib = sysconfig.get_paths()["stdlib"]
     purelib = sysconfig.get_paths()["purelib"]

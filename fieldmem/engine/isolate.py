@@ -623,6 +623,10 @@ class _Supervisor:
                     prestart()
             if isinstance(event.get("files"), list):
                 self.files.setdefault(int(event["spec"]), set()).update(str(f) for f in event["files"])
+            if isinstance(event.get("libraries"), list):  # a worker under another interpreter: its stdlib
+                from fieldmem.libraries import add_library_folders
+
+                add_library_folders(event["libraries"])
         elif what == "same":
             key = (int(event["b"]), int(event["spec"]), str(event["name"]))
             if key in self.previous:

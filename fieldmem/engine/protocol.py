@@ -20,7 +20,9 @@ Events of the whole run:
   import (:mod:`fieldmem.driver.settings`), ``"elsewhere": true`` where that is not what this
   worker's jax runs with: its targets are not checked here, and the worker ends with ``yield``
   so that a fresh one (the request's ``"devices"``: ``--devices``, winning over a module's own
-  count) loads it first;
+  count) loads it first; the worker's first ``resolved`` also carries ``"libraries"``: its
+  interpreter's installation folders (:func:`fieldmem.libraries.library_folders`), whose files
+  the parent counts as library code when it picks a value's source line;
 - ``{"e": "environment", "b": b, "environment": Environment}``: the versions, backend and
   devices of backend ``b``, after its targets;
 - ``{"e": "fatal", "message": ...}``: an error that stops the whole run (a backend that

@@ -127,6 +127,7 @@ class _Worker:
         # and after the last answer (a one-shot worker leaves by os._exit instead)
         self.held: list[Any] = []
         self.elsewhere = False  # a spec whose module sets jax otherwise than the one in force: a fresh worker's
+        self.libraries_sent = False  # its first resolved event names its interpreter's installation folders
         with unbounded_integers():
             self.options = decode(CheckOptions, request["check_options"])
 
@@ -165,6 +166,11 @@ class _Worker:
                 files["settings"] = found.as_dict()
             if not here:
                 files["elsewhere"] = True
+            if not self.libraries_sent:  # whose files are library code, for the parent's source lines
+                from fieldmem.libraries import library_folders
+
+                files["libraries"] = list(library_folders())
+                self.libraries_sent = True
             self.event("resolved", spec=index, names=[_name(item) for item in items], **files)
         return loaded
 
