@@ -141,7 +141,7 @@ def _rich_report() -> Report:
     return make_report((result, make_error_result(), TargetResult(target="m:g", name="m:g", status="ok")))
 
 
-def test_the_fast_decoders_read_a_whole_report_without_the_careful_reading(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_msgspec_reads_a_whole_report_without_the_careful_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     """A valid document never falls back to the path-keeping reading (which is several times slower)."""
     import fieldmem.codec as codec
 
@@ -158,7 +158,7 @@ def test_the_fast_decoders_read_a_whole_report_without_the_careful_reading(monke
     )
 
 
-def test_the_fast_and_the_careful_reading_agree_value_for_value() -> None:
+def test_msgspec_and_the_careful_reading_agree_value_for_value() -> None:
     from fieldmem.codec import _decode
 
     document = _rich_report().to_dict()
@@ -175,9 +175,31 @@ def test_the_fast_and_the_careful_reading_agree_value_for_value() -> None:
         ({"name": "a", "items": [{"n": 1, "ratio": 10**400}]}, "items[0].ratio should be a number"),
     ],
 )
-def test_what_the_fast_decoders_refuse_is_refused_with_its_path(data: dict, message: str) -> None:
+def test_what_msgspec_accepts_and_the_codec_does_not_is_refused_with_its_path(data: dict, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         decode(Outer, data)
+
+
+def test_a_process_without_msgspec_writes_and_reads_the_same_documents(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker under another interpreter has jax and the standard library only: the codec writes the same JSON
+    and reads the same records there, bytes and sets included."""
+    import json
+    import sys
+
+    from fieldmem.codec import dumps
+
+    @dataclass(frozen=True)
+    class Blob:
+        data: bytes
+        names: frozenset[str]
+        inner: tuple[Inner, ...]
+
+    value = Blob(b"\x00\xffhlo", frozenset({"a"}), (Inner(1, 0.5),))
+    written = dumps(value)
+    monkeypatch.setitem(sys.modules, "msgspec", None)  # import msgspec raises ImportError
+    monkeypatch.setitem(sys.modules, "msgspec.json", None)
+    assert json.loads(dumps(value)) == json.loads(written) == encode(value)
+    assert decode(Blob, json.loads(written)) == value
 
 
 def test_free_text_with_a_lone_surrogate_reads_back_as_written() -> None:
