@@ -7,9 +7,11 @@ measurement a fresh process, the two alternating, repeated; the ratio of
 medians is what to read (both include starting jax and, for a TPU, libtpu).
 
 Part 2: ``fieldmem check examples/pod/train_step.py --backend tpu:v5e:16x16``
-(a 7B-parameter train step on 256 chips, all ShapeDtypeStructs) and
-``naive_backends.py pod``, once each: wall time and peak resident memory of
-the process (``os.wait4``), and the per-chip figures fieldmem reported.
+(a 7B-parameter train step on 256 chips, all ShapeDtypeStructs) with its
+default ``--jobs`` (the two variants compile at once) and with ``--jobs 1`` (one
+after the other), and ``naive_backends.py pod``, alternating, ``--pod-repeat``
+times: medians of the wall time, the largest peak resident memory of the
+process (``os.wait4``), and the per-chip figures fieldmem reported.
 
 Writes ``benchmarks/results/backends-DATE.json`` and ``.md``.
 """
@@ -80,13 +82,24 @@ def per_backend(repeat: int, scratch: Path) -> dict[str, Any]:
     return found
 
 
-def pod(scratch: Path, devices: int | None) -> dict[str, Any]:
+def pod(scratch: Path, devices: int | None, repeat: int = 1) -> dict[str, Any]:
     report_path = scratch / "pod.json"
     extra = ["--devices", str(devices)] if devices else []
-    seconds, rss = measured(fieldmem_command([POD], POD_BACKEND, str(report_path), *extra))
-    print(f"pod: fieldmem {seconds:.1f} s, {rss:.0f} MiB", flush=True)
-    naive_seconds, naive_rss = measured([sys.executable, "benchmarks/naive_backends.py", "pod"])
-    print(f"pod: naive {naive_seconds:.1f} s, {naive_rss:.0f} MiB", flush=True)
+    commands = {
+        "naive": [sys.executable, "benchmarks/naive_backends.py", "pod"],
+        "fieldmem": fieldmem_command([POD], POD_BACKEND, str(report_path), *extra),
+        "fieldmem_jobs1": fieldmem_command([POD], POD_BACKEND, str(scratch / "pod-jobs1.json"), *extra, "-j", "1"),
+    }
+    walls: dict[str, list[float]] = {who: [] for who in commands}
+    rss: dict[str, float] = dict.fromkeys(commands, 0.0)
+    for _ in range(repeat):
+        for who, command in commands.items():
+            seconds, peak = measured(command)
+            walls[who].append(round(seconds, 1))
+            rss[who] = max(rss[who], peak)
+            print(f"pod: {who} {seconds:.1f} s, {peak:.0f} MiB", flush=True)
+    seconds, naive_seconds = statistics.median(walls["fieldmem"]), statistics.median(walls["naive"])
+    jobs1_seconds = statistics.median(walls["fieldmem_jobs1"])
     report = json.loads(report_path.read_text())
     [result] = report["results"]
     if result["status"] != "ok":
@@ -105,11 +118,17 @@ def pod(scratch: Path, devices: int | None) -> dict[str, Any]:
         "device_kind": deviceless.get("device_kind"),
         "parameters": parameters,
         "parameters_billions": round(parameters / 1e9, 2),
+        "repeat": repeat,
+        "runs_s": walls,
         "fieldmem_s": round(seconds, 1),
-        "fieldmem_peak_rss_mib": round(rss),
+        "fieldmem_peak_rss_mib": round(rss["fieldmem"]),
+        "fieldmem_jobs1_s": round(jobs1_seconds, 1),
+        "fieldmem_jobs1_peak_rss_mib": round(rss["fieldmem_jobs1"]),
         "naive_s": round(naive_seconds, 1),
-        "naive_peak_rss_mib": round(naive_rss),
+        "naive_peak_rss_mib": round(rss["naive"]),
         "ratio": round(seconds / naive_seconds, 2),
+        "jobs1_ratio": round(jobs1_seconds / naive_seconds, 2),
+        "compile_s": {v: result["variants"][v]["compile_seconds"] for v in ("plain", "donated")},
         "verdict": result["verdict"]["summary"],
         "in_place": result["verdict"]["in_place"],
         "per_chip": figures,
@@ -132,12 +151,15 @@ def markdown(document: dict[str, Any]) -> str:
         "",
         f"- date: {document['date']}",
         f"- machine: {document['machine']}; jax {document['jax']}",
-        f"- bundled examples: {', '.join(EXAMPLES)} (5 targets, 10 compiles); "
-        f"{document['repeat']} alternating runs, fresh process each",
-        "",
-        "| backend | naive median (s) | fieldmem median (s) | fieldmem / naive |",
-        "|---|---:|---:|---:|",
     ]
+    if document["backends"]:
+        lines += [
+            f"- bundled examples: {', '.join(EXAMPLES)} (5 targets, 10 compiles); "
+            f"{document['repeat']} alternating runs, fresh process each",
+            "",
+            "| backend | naive median (s) | fieldmem median (s) | fieldmem / naive |",
+            "|---|---:|---:|---:|",
+        ]
     for backend, row in document["backends"].items():
         lines.append(f"| {backend} | {row['naive_s']:.2f} | {row['fieldmem_s']:.2f} | {row['ratio']:.2f} |")
     pod_row = document.get("pod")
@@ -146,10 +168,22 @@ def markdown(document: dict[str, Any]) -> str:
             "",
             f"## Pod: `{POD}` on `{pod_row['backend']}` ({pod_row['chips']} chips, {pod_row['device_kind']})",
             "",
-            "| run | wall (s) | peak RSS (MiB) |",
-            "|---|---:|---:|",
-            f"| fieldmem check | {pod_row['fieldmem_s']:.1f} | {pod_row['fieldmem_peak_rss_mib']} |",
-            f"| naive (2 compiles by hand) | {pod_row['naive_s']:.1f} | {pod_row['naive_peak_rss_mib']} |",
+            f"Medians of {pod_row.get('repeat', 1)} alternating runs; peak RSS: the largest.",
+            "",
+            "| run | wall (s) | peak RSS (MiB) | / naive |",
+            "|---|---:|---:|---:|",
+            f"| fieldmem check (variants compiled at once) | {pod_row['fieldmem_s']:.1f} "
+            f"| {pod_row['fieldmem_peak_rss_mib']} | {pod_row['ratio']:.2f} |",
+            *(
+                [
+                    f"| fieldmem check -j 1 (one after the other) | {pod_row['fieldmem_jobs1_s']:.1f} "
+                    f"| {pod_row['fieldmem_jobs1_peak_rss_mib']} | {pod_row['jobs1_ratio']:.2f} |"
+                ]
+                if "fieldmem_jobs1_s" in pod_row
+                else []
+            ),
+            f"| naive (2 compiles by hand, one after the other) | {pod_row['naive_s']:.1f} "
+            f"| {pod_row['naive_peak_rss_mib']} | 1.00 |",
             "",
             f"Verdict: {pod_row['verdict']}",
             "",
@@ -170,6 +204,7 @@ def main() -> None:
     parser.add_argument("--no-pod", action="store_true", help="leave out the pod example")
     parser.add_argument("--pod-only", action="store_true", help="only the pod example")
     parser.add_argument("--pod-devices", type=int, default=None, help="pass --devices N to the pod check")
+    parser.add_argument("--pod-repeat", type=int, default=3, help="alternating runs of each pod command")
     args = parser.parse_args()
     import jax
 
@@ -186,7 +221,7 @@ def main() -> None:
         if not args.pod_only:
             document["backends"] = per_backend(args.repeat, Path(scratch))
         if not args.no_pod:
-            document["pod"] = pod(Path(scratch), args.pod_devices)
+            document["pod"] = pod(Path(scratch), args.pod_devices, args.pod_repeat)
     RESULTS.mkdir(parents=True, exist_ok=True)
     stem = RESULTS / f"backends-{date}"
     if stem.with_suffix(".json").exists():  # a part measured alone joins the rest of the day's run
