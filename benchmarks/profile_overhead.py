@@ -230,6 +230,14 @@ def main() -> None:
     parser.add_argument("--against-label", help="how the tables name the --against checkout (default: its path)")
     parser.add_argument("--no-profiles", action="store_true", help="the timings only")
     parser.add_argument(
+        "--module",
+        type=Path,
+        action="append",
+        default=[],
+        help="profile this module instead of the synthetic ones (repeatable; no timings: naive.py compiles for "
+        "this machine only), e.g. examples/pod/train_step.py with --check-args '--backend tpu:v5e:16x16 -j 1'",
+    )
+    parser.add_argument(
         "--check-args",
         default="",
         help="more options for every fieldmem check, e.g. '--jobs 1': with the compiles run one after the "
@@ -264,9 +272,9 @@ def main() -> None:
             )
     meta["bytecode"] = "none (source compiled by every process)" if ns.source else "compiled first (compileall)"
     modules: list[tuple[str, dict[str, int]]] = [
-        (f"leaves-{n}", dict(functions=1, chain=1, leaves=n, size=8)) for n in ns.leaves
+        (f"leaves-{n}", dict(functions=1, chain=1, leaves=n, size=8)) for n in ns.leaves if not ns.module
     ]
-    if not ns.no_functions_module:
+    if not ns.no_functions_module and not ns.module:
         modules.append(("functions-1", dict(functions=1, chain=5, leaves=1, size=128)))
     imports = import_costs(9, ns.against)
     print("imports", imports, flush=True)
@@ -274,11 +282,13 @@ def main() -> None:
     sections: list[str] = []
     with tempfile.TemporaryDirectory(prefix="fieldmem-profile-") as tmp:
         work = Path(tmp)
-        for label, params in modules:
-            module = write_module(work / f"synthetic_{label.replace('-', '_')}.py", **params)
-            runs = 1 if params["leaves"] >= 5000 else ns.runs
-            results[label] = timings(module, work, runs, ns.against)
-            print(label, results[label], flush=True)
+        given = [(path.stem, path.resolve()) for path in ns.module]
+        made = [(label, write_module(work / f"synthetic_{label.replace('-', '_')}.py", **p)) for label, p in modules]
+        for label, module in [*made, *given]:
+            if not ns.module:
+                runs = 1 if dict(modules)[label]["leaves"] >= 5000 else ns.runs
+                results[label] = timings(module, work, runs, ns.against)
+                print(label, results[label], flush=True)
             for title, stats_file in [] if ns.no_profiles else profiles(module, work, label, ns.top):
                 if not stats_file.exists():
                     sections.append(f"### {label}: {title}\n\n(no profile written)\n")
@@ -302,9 +312,15 @@ def main() -> None:
         if ns.check_args
         else "- fieldmem check options: `-f json -o REPORT --no-cache` (its default --jobs)",
         "",
-        "| module | runs | import jax (s) | naive wall (s) | fieldmem wall (s) | lower + compile (s) | overhead "
-        "| JSON report (bytes) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        *(
+            [
+                "| module | runs | import jax (s) | naive wall (s) | fieldmem wall (s) | lower + compile (s) | overhead "
+                "| JSON report (bytes) |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|",
+            ]
+            if results
+            else ["No timings: `--module` profiles only (naive.py compiles for this machine alone)."]
+        ),
     ]
     for label, r in results.items():
         rows = [("", f"{label}, {meta['commit']}")] + (
