@@ -6,7 +6,8 @@ have written: a pre-norm transformer of ``layers`` blocks (attention with
 loss, ``jax.value_and_grad`` and an optax AdamW update, in one ``train_step``
 that takes the parameters and optimizer state (donated) and a batch, and
 returns the new ones and the loss. The layers are a Python loop, as most
-model code is, so XLA sees (and compiles) every block.
+model code is, so XLA sees (and compiles) every block; with ``scan=True``
+they are one ``lax.scan`` over stacked weights (XLA compiles one block).
 
 The module exposes ``CASES`` as ``synth.py``'s modules do, and registers the
 case with ``fieldmem.case`` when fieldmem is importable, so
@@ -35,23 +36,25 @@ import jax.numpy as jnp
 import optax
 
 BATCH, SEQ, WIDTH, HEADS, LAYERS = 8, 128, 256, 4, {layers}
+SCANNED = {scan}  # the blocks as one lax.scan over stacked weights, not a Python loop
 SALT = {salt_value!r}
 LEARNING_RATE = 1e-3 * (1.0 + SALT)
 optimizer = optax.adamw(LEARNING_RATE, weight_decay=1e-4)
 
 
 def init_shapes():
-    def block():
+    def block(*stack):
         return {{
-            "ln1": jax.ShapeDtypeStruct((WIDTH,), jnp.float32),
-            "qkv": jax.ShapeDtypeStruct((WIDTH, 3 * WIDTH), jnp.float32),
-            "out": jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32),
-            "ln2": jax.ShapeDtypeStruct((WIDTH,), jnp.float32),
-            "up": jax.ShapeDtypeStruct((WIDTH, 4 * WIDTH), jnp.float32),
-            "down": jax.ShapeDtypeStruct((4 * WIDTH, WIDTH), jnp.float32),
+            "ln1": jax.ShapeDtypeStruct((*stack, WIDTH), jnp.float32),
+            "qkv": jax.ShapeDtypeStruct((*stack, WIDTH, 3 * WIDTH), jnp.float32),
+            "out": jax.ShapeDtypeStruct((*stack, WIDTH, WIDTH), jnp.float32),
+            "ln2": jax.ShapeDtypeStruct((*stack, WIDTH), jnp.float32),
+            "up": jax.ShapeDtypeStruct((*stack, WIDTH, 4 * WIDTH), jnp.float32),
+            "down": jax.ShapeDtypeStruct((*stack, 4 * WIDTH, WIDTH), jnp.float32),
         }}
 
-    return {{"blocks": [block() for _ in range(LAYERS)], "head": jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32)}}
+    blocks = block(LAYERS) if SCANNED else [block() for _ in range(LAYERS)]
+    return {{"blocks": blocks, "head": jax.ShapeDtypeStruct((WIDTH, WIDTH), jnp.float32)}}
 
 
 def make_args():
@@ -81,10 +84,17 @@ def attention(x, qkv, out):
     return mixed.transpose(0, 2, 1, 3).reshape(BATCH, SEQ, WIDTH) @ out
 
 
+def apply_block(x, block):
+    x = x + attention(layer_norm(x, block["ln1"]), block["qkv"], block["out"])
+    return x + jax.nn.gelu(layer_norm(x, block["ln2"]) @ block["up"]) @ block["down"]
+
+
 def forward(params, x):
-    for block in params["blocks"]:
-        x = x + attention(layer_norm(x, block["ln1"]), block["qkv"], block["out"])
-        x = x + jax.nn.gelu(layer_norm(x, block["ln2"]) @ block["up"]) @ block["down"]
+    if SCANNED:
+        x, _ = jax.lax.scan(lambda x, block: (apply_block(x, block), None), x, params["blocks"])
+    else:
+        for block in params["blocks"]:
+            x = apply_block(x, block)
     return x @ params["head"]
 
 
@@ -111,9 +121,9 @@ if fieldmem is not None:
 '''
 
 
-def write_module(path: Path, *, salt: int = 0, layers: int = LAYERS) -> Path:
+def write_module(path: Path, *, salt: int = 0, layers: int = LAYERS, scan: bool = False) -> Path:
     """Write the module and return its path (its name must be importable: letters, digits, _)."""
     if not 0 <= salt < 2**20:
         raise ValueError(f"salt {salt} must be in [0, 2**20)")
-    path.write_text(TEMPLATE.format(layers=layers, salt=salt, salt_value=salt_value(salt)))
+    path.write_text(TEMPLATE.format(layers=layers, salt=salt, salt_value=salt_value(salt), scan=scan))
     return path
