@@ -63,13 +63,13 @@ def fieldmem_command(targets: list[str], backend: str, output: str, *extra: str)
     ]
 
 
-def per_backend(repeat: int, scratch: Path) -> dict[str, Any]:
+def per_backend(repeat: int, scratch: Path, flags: tuple[str, ...] = ("-j", "1")) -> dict[str, Any]:
     found: dict[str, Any] = {}
     for backend in BACKENDS:
         runs: dict[str, list[float]] = {"naive": [], "fieldmem": []}
         for _ in range(repeat):
             runs["naive"].append(measured([sys.executable, "benchmarks/naive_backends.py", backend])[0])
-            command = fieldmem_command(EXAMPLES, backend, str(scratch / "examples.json"), "-j", "1")
+            command = fieldmem_command(EXAMPLES, backend, str(scratch / "examples.json"), *flags)
             runs["fieldmem"].append(measured(command)[0])
         naive, fieldmem = statistics.median(runs["naive"]), statistics.median(runs["fieldmem"])
         found[backend] = {

@@ -1,4 +1,4 @@
-"""Issue 17's figures in one run: fieldmem by default against the naive script, and its own overhead.
+"""Issues 17 and 32 in one run: fieldmem by default against the naive script, its own overhead, heavy programs.
 
 Sections (each in fresh processes; naive and fieldmem alternate, naive first):
 
@@ -29,6 +29,16 @@ Sections (each in fresh processes; naive and fieldmem alternate, naive first):
   remains is fieldmem's: its own process start and imports, the worker's
   start, loading the module, reading the compiled programs, the analysis and
   the report; ``memory_analysis()`` and ``as_text()`` count as fieldmem's too.
+- ``backends`` (issue 32): ``bench_backends.per_backend`` with fieldmem's default
+  ``--jobs``: the bundled examples on ``gpu:h100`` and ``tpu:v5e`` compiled without
+  the device (and ``cpu``) against ``naive_backends.py``, alternating.
+- ``pod`` (issue 32): ``bench_backends.pod``: the 256-chip pod example, fieldmem's
+  default and ``--jobs 1`` against the naive script's two compiles, alternating;
+  wall time and peak resident memory.
+- ``scaling`` (issue 32): ``scaling.sweep``: fieldmem's own time against the HLO
+  instruction count of a transformer step, 2 to 32 layers unrolled and 2 to 128
+  scanned, on ``cpu`` and ``tpu:v5e``; own time per instruction at the deepest
+  point over that at 8 layers (linear growth: at most 1.5).
 - ``watch``: ``bench_watch.run()`` (the watch loop's re-check time against
   the changed function's own compiles). If ``bench_watch.py`` is missing the
   run stops before measuring anything, unless ``--skip watch`` is given; the
@@ -78,9 +88,19 @@ import heavy  # noqa: E402
 
 from synth import write_module  # noqa: E402
 
-SECTIONS = ("fairness", "cold", "heavy", "warm", "overhead", "watch")
+SECTIONS = ("fairness", "cold", "heavy", "warm", "overhead", "backends", "pod", "scaling", "watch")
 COLD_MODULE = dict(functions=20, chain=5, size=128)
-TARGETS = {"cold": 0.75, "heavy": 0.65, "overhead": 0.10, "watch": 1.10}
+# issue 17's targets, with issue 32's: the compile-heavy step at 0.6, deviceless backends at 0.75, the pod at
+# 0.65 with no more resident memory than the naive script, own time per instruction growing at most 1.5x
+TARGETS = {
+    "cold": 0.75,
+    "heavy": 0.60,
+    "overhead": 0.10,
+    "watch": 1.10,
+    "deviceless": 0.75,
+    "pod": 0.65,
+    "scaling": 1.5,
+}
 HEAVY_COMPILE_FLOOR = 2.0  # seconds: what makes the heavy module compile-heavy
 OVERHEAD_BASE = dict(functions=1, chain=5, leaves=1, size=128)  # bench_suite.py's BASE
 OVERHEAD = {
@@ -505,6 +525,26 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
                 row(f"overhead, {p['dimension']} = {p['value']}", p["share"], None, None, "no target: a diagnostic")
             else:
                 row(f"overhead, {p['dimension']} = {p['value']}", p["share"], TARGETS["overhead"], p["pass"])
+    if "backends" in results:
+        for backend, b in results["backends"].items():
+            limit = None if backend == "cpu" else TARGETS["deviceless"]
+            passed = None if limit is None else b["ratio"] <= limit
+            row(f"bundled examples on {backend}: fieldmem / naive", b["ratio"], limit, passed)
+    if "pod" in results:
+        p = results["pod"]
+        row("pod example on tpu:v5e:16x16: fieldmem / naive", p["ratio"], TARGETS["pod"], p["ratio"] <= TARGETS["pod"])
+        row(
+            "pod example: fieldmem's peak RSS / naive's",
+            round(p["fieldmem_peak_rss_mib"] / p["naive_peak_rss_mib"], 2),
+            1.0,
+            p["fieldmem_peak_rss_mib"] <= p["naive_peak_rss_mib"],
+            "at most",
+        )
+    if "scaling" in results:
+        for series, f in results["scaling"]["fits"].items():
+            growth = f.get("deepest_over_8")
+            passed = None if growth is None else growth <= TARGETS["scaling"]
+            row(f"own time per instruction, deepest / 8 layers: {series}", growth, TARGETS["scaling"], passed)
     if "watch" in results:
         row(
             "watch re-check / own compile",
@@ -522,7 +562,7 @@ def summary(results: dict[str, Any]) -> list[dict[str, Any]]:
 def markdown(results: dict[str, Any]) -> str:
     m = results["meta"]
     lines = [
-        "# Issue 17 in one run: fieldmem by default against the naive script"
+        "# Issues 17 and 32 in one run: fieldmem by default against the naive script"
         + (" (QUICK smoke run)" if m["quick"] else ""),
         "",
         f"- date: {m['date']}; machine: {m['machine']} ({m['cpu']}); Python {m['python']}; jax {m['jax']}, "
@@ -598,6 +638,18 @@ def markdown(results: dict[str, Any]) -> str:
                 f"{p['overhead_s']:.2f} | "
                 f"{p['share']:.1%} | {'—' if p.get('diagnostic') else 'pass' if p['pass'] else '**FAIL**'} | {len(p['runs'])} |"
             )
+    if "backends" in results or "pod" in results:
+        import bench_backends
+
+        document = {"date": m.get("date", ""), "machine": m.get("machine", ""), "jax": m.get("jax", "")}
+        document |= {"repeat": m.get("pairs"), "backends": results.get("backends", {})}
+        if "pod" in results:
+            document["pod"] = results["pod"]
+        lines += ["", *bench_backends.markdown(document).splitlines()[4:]]
+    if "scaling" in results:
+        import scaling
+
+        lines += ["", "## Scaling", "", *scaling.markdown(results["scaling"]).splitlines()[2:]]
     if "watch" in results:
         lines += [
             "",
@@ -643,6 +695,7 @@ def main() -> int:
     started = time.perf_counter()
     results: dict[str, Any] = {"meta": meta(ns.quick, skipped)}
     results["meta"]["bytecode"] = "fieldmem's compiled first (compileall), as pip install does"
+    results["meta"]["pairs"] = pairs
     salts = Salts()
     error = None
     try:
@@ -676,6 +729,28 @@ def main() -> int:
                 print("overhead: by leaves and by functions", flush=True)
                 load["overhead"] = list(os.getloadavg())
                 results["overhead"] = overhead(work, env, pairs, ns.quick, salts)
+            if "backends" not in skipped:
+                import bench_backends
+
+                print("backends: the bundled examples on each backend", flush=True)
+                load["backends"] = list(os.getloadavg())
+                results["backends"] = bench_backends.per_backend(pairs, work, flags=())
+            if "pod" not in skipped:
+                import bench_backends
+
+                print("pod: the 256-chip pod example", flush=True)
+                load["pod"] = list(os.getloadavg())
+                results["pod"] = bench_backends.pod(work, None, pairs)
+            if "scaling" not in skipped:
+                import scaling
+
+                print("scaling: own time against HLO instructions", flush=True)
+                load["scaling"] = list(os.getloadavg())
+                shape = ([2, 8], [2, 8], 1, ["cpu"]) if ns.quick else ([2, 8, 16, 32], [2, 8, 32, 128], pairs, None)
+                layers, scanned, runs, backends = shape
+                results["scaling"] = scaling.sweep(
+                    layers, scanned, runs, backends or ["cpu", "tpu:v5e"], ["unrolled", "scanned"], work
+                )
             if watcher is not None:
                 print("watch: bench_watch.run()", flush=True)
                 load["watch"] = list(os.getloadavg())
