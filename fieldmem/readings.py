@@ -202,6 +202,8 @@ class Environment:
     # compiled without the device: backend, platform, kind, device_kind, topology, chips, note (None: a real device)
     deviceless: dict[str, Any] | None = None
     plugin_versions: dict[str, str] = field(default_factory=dict)  # the backend's compiler plugins, installed
+    # a worker under another interpreter (--jax, --python): the libraries built on jax it has, by distribution
+    library_versions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -1053,6 +1053,9 @@ class Report:
     # the compiler plugins of the backend the report was made with, by distribution: libtpu for a TPU, the
     # CUDA plugin, its PJRT and nvcc for a GPU (empty: the CPU, or none installed)
     plugin_versions: dict[str, str] = field(default_factory=dict)
+    # checked under another interpreter (--jax, --python): the releases of the libraries built on jax (flax,
+    # optax…) that its environment has, by distribution, which can differ from yours (empty: your own)
+    library_versions: dict[str, str] = field(default_factory=dict)
 
     @property
     def exit_code(self) -> int:

@@ -228,6 +228,27 @@ def test_columns_say_where_each_report_comes_from() -> None:
     assert [c.label for c in same.columns] == ["a.json", "a.json (2)"]
 
 
+def test_columns_name_the_libraries_whose_releases_differ_and_say_jax_once() -> None:
+    """Reports made under two --jax releases whose environments resolved flax differently: each column names
+    its flax, not the optax both share, and its jax once; the markdown table lists every library."""
+    import dataclasses
+
+    from fieldmem.emit import report_labels
+
+    reports = [
+        dataclasses.replace(_report(_result()), jax_version=v, library_versions={"flax": flax, "optax": "0.2.5"})
+        for v, flax in (("0.7.1", "0.11.2"), ("0.7.2", "0.12.0"))
+    ]
+    comparison = compare_reports(list(zip(report_labels(reports), reports)))
+    text = get_compare_renderer("table").render(comparison, RenderOptions(width=160))
+    assert "flax 0.11.2" in text and "flax 0.12.0" in text and "optax" not in text, text
+    assert text.count("jax 0.7.2") == 1, text
+    markdown = get_compare_renderer("markdown").render(comparison, RenderOptions())
+    assert "| libraries | flax 0.11.2, optax 0.2.5 | flax 0.12.0, optax 0.2.5 |" in markdown, markdown
+    plain = get_compare_renderer("markdown").render(_compare(_report(_result()), _report(_result())), RenderOptions())
+    assert "| libraries |" not in plain  # your own environment: no row of empty cells
+
+
 def test_compare_needs_two_reports() -> None:
     with pytest.raises(OptionError, match="at least two reports, got 1"):
         compare_reports([("a.json", _report())])

@@ -134,6 +134,30 @@ def test_one_command_shows_the_published_regression_between_two_releases(two_rel
 
 
 @pytest.mark.compile
+def test_each_report_names_the_libraries_of_its_releases_environment(two_releases: dict[str, Any]) -> None:
+    """The libraries built on jax in a --jax environment are resolved against its release and can differ from
+    the user's: each report names the ones its environment has (read there, not here); the side-by-side
+    table names those whose releases differ between the two."""
+    from fieldmem.engine.envs import user_packages
+
+    folder = two_releases["folder"]
+    found = {}
+    for release in ("0.7.1", "0.7.2"):
+        report = json.loads((folder / f"r.jax-{release}.json").read_text())
+        (python,) = (folder / "envs").glob(f"jax-{release}-*/bin/python")
+        code = "import sys, importlib.metadata as m\nfor n in sys.argv[1:]:\n    try: print(n, m.version(n))\n"
+        code += "    except m.PackageNotFoundError: pass"
+        there = subprocess.run([str(python), "-c", code, *user_packages()], capture_output=True, text=True, check=True)
+        expected = dict(line.split() for line in there.stdout.splitlines())
+        assert expected and report["library_versions"] == expected
+        assert "flax" in expected  # a library this test environment has, whatever release pip picked for 0.7.x
+        found[release] = expected
+    differing = {name for name in found["0.7.1"] if found["0.7.1"][name] != found["0.7.2"].get(name)}
+    side_by_side = two_releases["again"].stdout
+    assert all(name in side_by_side for name in differing), (differing, side_by_side[:2000])
+
+
+@pytest.mark.compile
 def test_two_releases_that_change_nothing_show_nothing_but_xlas_own_peak(two_releases: dict[str, Any]) -> None:
     """jax 0.7.0 (the oldest fieldmem supports) against 0.7.1: the same buffers, copies and aliases; at most
     XLA's own peak estimate moves, by a few bytes (seen once: 12 B), and it is said as what it is."""

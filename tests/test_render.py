@@ -271,3 +271,15 @@ def test_the_shared_pieces_import_no_renderer_and_renderers_form_no_cycle() -> N
 
     for module in graph:
         visit(module, ())
+
+
+@pytest.mark.parametrize("name", ["table", "markdown", "github", "html"])
+def test_a_report_from_another_environment_names_its_libraries_after_jax(name: str) -> None:
+    """Checked under --jax/--python, a report says which flax and optax that environment had (they can differ
+    from yours); a report of your own environment says nothing of them."""
+    report = make_report((), jax_version="0.7.2", library_versions={"flax": "0.12.0", "optax": "0.2.5"})
+    text = get_renderer(name).render(report, RenderOptions(width=200))
+    assert "flax" in text and "0.12.0" in text and "optax" in text and "0.2.5" in text
+    if name != "html":
+        assert "jax 0.7.2 (flax 0.12.0, optax 0.2.5)" in text
+    assert "flax" not in get_renderer(name).render(make_report(()), RenderOptions(width=200))

@@ -263,6 +263,7 @@ def report_header(env: Environment, options: CheckOptions) -> Report:
         devices=tuple(DeviceInfo(id=d["id"], platform=d["platform"], kind=d["kind"]) for d in env.devices),
         deviceless=Deviceless(**env.deviceless) if env.deviceless is not None else None,
         plugin_versions=dict(env.plugin_versions),
+        library_versions=dict(env.library_versions),
         results=(),
         chains=(),
         min_bytes=options.min_bytes,

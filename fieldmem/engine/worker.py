@@ -265,7 +265,11 @@ class _Worker:
             with hands.session(options):
                 with releases_held(self.held):
                     serve_items([item for _, _, item in todo], keys, options, hands, self, before, after)
-                self.event("environment", b=b, environment=json.loads(dumps(hands.environment(backend))))
+                environment = hands.environment(backend)
+                if self.request.get("library_names"):
+                    versions = _installed_versions(self.request["library_names"])
+                    environment = dataclasses.replace(environment, library_versions=versions)
+                self.event("environment", b=b, environment=json.loads(dumps(environment)))
             if yielding:
                 return "yield"
         return "yield" if self.elsewhere else "end"
@@ -339,6 +343,20 @@ def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
         raise
     except BaseException as exc:
         return [(spec["spec"], contained(exc, "loading what the test gave it"))]
+
+
+def _installed_versions(names: Sequence[str]) -> dict[str, str]:
+    """The release of each distribution of ``names`` installed where this worker runs (those not installed
+    left out): the libraries built on jax that a worker under another interpreter has."""
+    from importlib import metadata
+
+    found = {}
+    for name in names:
+        try:
+            found[str(name)] = metadata.version(str(name))
+        except (metadata.PackageNotFoundError, ValueError):
+            continue
+    return found
 
 
 def _name(item: Any) -> str:

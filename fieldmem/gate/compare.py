@@ -93,6 +93,8 @@ class Column:
     jaxlib_version: str
     fieldmem_version: str
     created: str | None
+    # the libraries built on jax of a report made under --jax or --python (empty: the user's own environment)
+    library_versions: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -252,6 +254,7 @@ def _column(label: str, path: str, report: Report) -> Column:
         jaxlib_version=report.jaxlib_version,
         fieldmem_version=report.fieldmem_version,
         created=report.created,
+        library_versions=dict(report.library_versions),
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from rich import box
@@ -101,13 +101,18 @@ def _summary(comparison: Comparison) -> str:
     return f"{', '.join(parts)} from {reference} (tolerance: {comparison.tolerance})"
 
 
-def _column_header(column: Column) -> str:
-    """The report's label, then its backend (when the label is not already that) and jax, then its devices:
-    one short line each, so that three or four reports fit side by side."""
+def _column_header(column: Column, libraries: Iterable[str] = ()) -> str:
+    """The report's label, then its backend and jax (each unless the label already says it) with the
+    ``libraries`` whose releases differ between the columns (``--jax`` environments), then its devices: one
+    short line each, so that three or four reports fit side by side."""
     kind = column.device_kind or "no device"
     how_many = f"{column.device_count} × " if column.device_count > 1 else ""
-    backend = f"{column.backend} · " if column.backend != column.label else ""
-    return f"{column.label}\n{backend}jax {column.jax_version}\n{how_many}{kind}"
+    said = set(column.label.split(" · "))
+    jax = "" if f"jax {column.jax_version}" in said else f"jax {column.jax_version}"
+    versions = column.library_versions
+    shown = ", ".join(f"{name} {versions.get(name, '—')}" for name in sorted(libraries))
+    middle = " · ".join(part for part in (column.backend if column.backend not in said else "", jax, shown) if part)
+    return "\n".join(part for part in (column.label, middle, f"{how_many}{kind}") if part)
 
 
 # ----------------------------------------------------------------------------
@@ -122,8 +127,10 @@ def _table(comparison: Comparison, columns: list[int], options: RenderOptions) -
     table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
     table.add_column("target", overflow="fold")
     table.add_column("")
+    everyone = [comparison.columns[column].library_versions for column in columns]
+    differing = {name for versions in everyone for name in versions if len({v.get(name) for v in everyone}) > 1}
     for column in columns:
-        table.add_column(_column_header(comparison.columns[column]), justify="right", overflow="fold")
+        table.add_column(_column_header(comparison.columns[column], differing), justify="right", overflow="fold")
     for row in comparison.rows:
         fields = _row_fields(row)
         for n, (field_name, label) in enumerate(fields):
@@ -231,10 +238,13 @@ def _md_environment(comparison: Comparison) -> list[str]:
         ("backend", lambda c: c.backend),
         ("devices", lambda c: f"{c.device_count} × {c.device_kind or 'none'}"),
         ("jax / jaxlib", lambda c: f"{c.jax_version} / {c.jaxlib_version}"),
+        ("libraries", lambda c: ", ".join(f"{n} {v}" for n, v in sorted(c.library_versions.items()))),
         ("fieldmem", lambda c: c.fieldmem_version),
         ("created", lambda c: c.created or ""),
     )
     for label, value in rows:
+        if label == "libraries" and not any(c.library_versions for c in columns):
+            continue  # none checked under --jax or --python
         lines.append(f"| {label} | " + " | ".join(escape(value(c)) for c in columns) + " |")
     return lines
 

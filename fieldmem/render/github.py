@@ -33,7 +33,7 @@ from pathlib import Path
 
 from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions
-from fieldmem.render.pieces import count, plugins_text
+from fieldmem.render.pieces import count, libraries_text, plugins_text
 from fieldmem.report import Chain, Change, Check, Report, TargetResult
 
 __all__ = ["annotation", "annotations_by_level", "escape_data", "escape_property", "job_summary", "location", "render"]
@@ -182,7 +182,7 @@ def _names(results: list[TargetResult]) -> str:
 
 def _summary(report: Report, left_out: dict[str, int]) -> str:
     results = list(report.results)
-    environment = f"jax {report.jax_version}, {report.backend}{plugins_text(report)}" + (
+    environment = f"jax {report.jax_version}{libraries_text(report)}, {report.backend}{plugins_text(report)}" + (
         ", compiled without the device" if report.deviceless is not None else ""
     )
     if not results:

@@ -800,6 +800,7 @@ def _header(report: Report) -> str:
         ("jax", report.jax_version),
         ("jaxlib", report.jaxlib_version),
         *((name, version) for name, version in sorted(report.plugin_versions.items())),
+        *((name, version) for name, version in sorted(report.library_versions.items())),
         (
             "backend",
             report.backend

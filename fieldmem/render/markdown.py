@@ -26,6 +26,7 @@ from fieldmem.render.pieces import (
     escape,
     host_figure_lines,
     host_memory_line,
+    libraries_text,
     pair,
     plugins_text,
     transfer_lines,
@@ -204,6 +205,7 @@ def _environment(report: Report, options: RenderOptions) -> list[str]:
         "<sub>",
         "",
         f"fieldmem {escape(report.fieldmem_version)} · jax {escape(report.jax_version)}"
+        f"{escape(libraries_text(report))}"
         f" · jaxlib {escape(report.jaxlib_version)} · backend {escape(report.backend)}{platform}"
         f"{escape(plugins_text(report))}"
         f" · devices: {devices} · figures are per device · copies of at least {format_bytes(options.min_bytes)} counted"

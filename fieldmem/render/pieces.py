@@ -34,6 +34,7 @@ __all__ = [
     "host_figure_lines",
     "host_figures_shown",
     "host_memory_line",
+    "libraries_text",
     "module_settings_text",
     "pair",
     "plugins_text",
@@ -131,6 +132,14 @@ def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> s
     if scale <= 0:
         return ""
     return "".join(" " if v is None else block(v, scale) for v in values)
+
+
+def libraries_text(report: Report) -> str:
+    """`` (flax 0.12.0, optax 0.2.5)``: the libraries built on jax of the environment a report was checked in
+    under ``--jax``/``--python``, after its jax version; "" for your own environment."""
+    if not report.library_versions:
+        return ""
+    return " (" + ", ".join(f"{name} {version}" for name, version in sorted(report.library_versions.items())) + ")"
 
 
 def plugins_text(report: Report) -> str:

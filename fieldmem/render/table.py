@@ -29,6 +29,7 @@ from fieldmem.render.pieces import (
     host_figure_label,
     host_figure_lines,
     host_figures_shown,
+    libraries_text,
     memory_space_lines,
     module_settings_text,
     pair,
@@ -499,7 +500,8 @@ def render(report: Report, options: RenderOptions) -> str:
     devices = len(report.devices)
     console.print(
         wrapped(
-            f"fieldmem {report.fieldmem_version} · jax {report.jax_version} · {report.backend}{plugins_text(report)}"
+            f"fieldmem {report.fieldmem_version} · jax {report.jax_version}{libraries_text(report)}"
+            f" · {report.backend}{plugins_text(report)}"
             f" · {count(devices, 'device')} (figures are per device)"
             + (f" · {settings}" if (settings := module_settings_text(report)) else ""),
             style="dim",
