@@ -178,7 +178,7 @@ def decode(hint: Any, data: Any, where: str = "") -> Any:
     if convert is not None and (not _BOUNDED.get() or _within_int64(data)):
         try:
             return convert(data)
-        except ValueError:  # msgspec's ValidationError: the careful reading says where, or reads it as it may
+        except Exception:  # ValidationError, or what a record raised: the careful reading says where, or reads it
             pass
     return _decode(hint, data, where)
 
