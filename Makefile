@@ -78,11 +78,11 @@ golden: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache build dist *.egg-info
 
-# Issues 17 and 32 in one run (25 minutes on 2 cores, benchmarks/results/fast-2026-12-05-0057.json): fieldmem by default against the naive
-# script, cold on fresh constants (20 functions; a compile-heavy training step), warm, its own overhead by
-# leaves and functions, the bundled examples per backend, the 256-chip pod example, own time against HLO
-# instructions, and the watch loop: writes benchmarks/results/fast.{json,md}; exit 1 when a target is
-# missed. Run it on a quiet machine.
+# Issues 17 and 32 in one run (25 minutes on 2 cores: benchmarks/results/fast-2026-12-05-0057.json):
+# fieldmem by default against the naive script, cold on fresh constants (20 functions; a compile-heavy
+# training step), warm, its own overhead by leaves and functions, the bundled examples per backend, the
+# 256-chip pod example, own time against HLO instructions, and the watch loop: writes
+# benchmarks/results/fast.{json,md}; exit 1 when a target is missed. Run it on a quiet machine.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_fast.py
 
