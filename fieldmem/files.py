@@ -45,6 +45,7 @@ except ImportError:  # pragma: no cover - exercised by monkeypatching in the tes
 __all__ = [
     "LockTimeout",
     "locked",
+    "process_alive",
     "read_json",
     "remove_stale_scratch",
     "scratch_folder",
@@ -187,7 +188,9 @@ def temporary_files(path: str | os.PathLike[str]) -> list[Path]:
         return []
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` may still run: this one, one that exists, or one that cannot be asked about
+    (someone else's): only a process known to have ended is not."""
     if pid == os.getpid():
         return True
     try:
@@ -229,7 +232,7 @@ def remove_stale_scratch() -> list[str]:
     removed = []
     for name in names:
         found = _SCRATCH_NAME.match(name)
-        if found is None or _alive(int(found.group(1))):
+        if found is None or process_alive(int(found.group(1))):
             continue
         path = os.path.join(folder, name)
         shutil.rmtree(path, ignore_errors=True)
@@ -243,7 +246,7 @@ def _remove_stale(target: Path) -> None:
     pattern = _temporary_pattern(target.name)
     for file in temporary_files(target):
         match = pattern.match(file.name)
-        if match and not _alive(int(match.group(1))):
+        if match and not process_alive(int(match.group(1))):
             with contextlib.suppress(OSError):
                 os.unlink(file)
 
@@ -418,7 +421,7 @@ def _locked_exclusive(file: Path, deadline: float, timeout: float) -> Iterator[N
                 holder = int(file.read_text(encoding="ascii").strip() or "0")
             except (OSError, ValueError):
                 holder = 0
-            if holder and not _alive(holder):
+            if holder and not process_alive(holder):
                 with contextlib.suppress(OSError):
                     os.unlink(file)
                 continue

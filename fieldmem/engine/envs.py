@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from fieldmem.errors import EnvError, listing, quoted
-from fieldmem.files import LockTimeout, locked, terminating, write_atomic
+from fieldmem.files import LockTimeout, locked, process_alive, terminating, write_atomic
 
 __all__ = [
     "MARKER",
@@ -597,25 +597,12 @@ def _temporary(root: Path, name: str, suffix: str) -> Path:
     return root / f".{name}.{os.getpid()}.{secrets.token_hex(4)}.{suffix}"
 
 
-def _gone(pid: int) -> bool:
-    """Whether process ``pid`` has ended (one that is someone else's, or cannot be asked about, has not)."""
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except (OSError, OverflowError):
-        return False
-    return False
-
-
 def _remove_stale(root: Path) -> None:
     """Remove what creations and removals killed on the way left (their process is gone)."""
     with contextlib.suppress(OSError):
         for entry in os.scandir(root):
             found = _TEMPORARY.match(entry.name)
-            if found and _gone(int(found.group(2))):
+            if found and not process_alive(int(found.group(2))):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
