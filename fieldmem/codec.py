@@ -174,10 +174,13 @@ def decode(hint: Any, data: Any, where: str = "") -> Any:
         ValueError: a value outside its ``Literal`` set (message names its path).
         KeyError: a required field is missing.
     """
-    convert = _converter(hint)
-    if convert is not None and (not _BOUNDED.get() or _within_int64(data)):
+    if _msgspec_holds(hint) and (not _BOUNDED.get() or _within_int64(data)):
+        import msgspec
+
         try:
-            return convert(data)
+            return msgspec.convert(data, hint, str_keys=True)
+        except TypeError:  # a type msgspec cannot hold (or a record's own TypeError): not asked again
+            _NOT_MSGSPEC.add(hint)
         except Exception:  # ValidationError, or what a record raised: the careful reading says where, or reads it
             pass
     return _decode(hint, data, where)
@@ -187,25 +190,19 @@ def decode(hint: Any, data: Any, where: str = "") -> Any:
 _NOT_MSGSPEC: set[Any] = set()
 
 
-def _converter(hint: Any) -> typing.Callable[[Any], Any] | None:
+def _msgspec_holds(hint: Any) -> bool:
+    """Whether to ask msgspec for ``hint``: it is installed (a worker under another interpreter may lack it),
+    the hint is hashable and msgspec has not refused its type."""
     try:
         if hint in _NOT_MSGSPEC:
-            return None
+            return False
     except TypeError:  # an unhashable hint
-        return None
+        return False
     try:
-        import msgspec
+        import msgspec  # noqa: F401
     except ImportError:
-        return None
-
-    def convert(data: Any) -> Any:
-        try:
-            return msgspec.convert(data, hint, str_keys=True)
-        except TypeError:  # msgspec cannot hold this type: never asked again
-            _NOT_MSGSPEC.add(hint)
-            raise ValueError(hint) from None
-
-    return convert
+        return False
+    return True
 
 
 def _within_int64(data: Any) -> bool:
