@@ -43,8 +43,10 @@ _OTHER_INTERPRETERS: list[str] = []
 
 def add_library_folders(folders: Iterable[str]) -> None:
     """Count the files under ``folders`` (another interpreter's :func:`library_folders`, as its worker sent
-    them) as library code from now on."""
-    new = [str(f) for f in folders if isinstance(f, str) and f and str(f) not in _OTHER_INTERPRETERS]
+    them) as library code from now on; folders known already (a worker under this interpreter names this
+    one's) change nothing."""
+    known = set(library_folders())
+    new = [f for f in dict.fromkeys(folders) if isinstance(f, str) and f and f.rstrip(os.sep) not in known]
     if new:
         _OTHER_INTERPRETERS.extend(new)
         library_folders.cache_clear()

@@ -261,19 +261,24 @@ def test_base_exceptions_in_the_callers_process_are_that_targets_error() -> None
 @pytest.mark.compile
 def test_the_parent_counts_the_workers_installation_folders_as_library_code(monkeypatch: pytest.MonkeyPatch) -> None:
     """What a worker names as its interpreter's folders (another Python's, under --python or --jax) is library
-    code in the parent that picks each value's source line."""
+    code in the parent that picks each value's source line. The worker here runs this Python: the parent is
+    made not to know fieldmem's own folder, so that the worker's naming it is news."""
     from fieldmem import libraries
     from fieldmem.engine import isolate
     from fieldmem.request.options import CheckOptions
     from fieldmem.request.target import TargetOptions
 
-    own = libraries.library_folders()
+    fieldmem_folder = libraries._FIELDMEM
     monkeypatch.setattr(libraries, "_OTHER_INTERPRETERS", [])
+    monkeypatch.setattr(libraries, "_FIELDMEM", "/nowhere/fieldmem")
+    libraries.library_folders.cache_clear()
     try:
         unit = isolate.Unit(str(ROOT / "examples" / "field.py"), TargetOptions())
         (report,) = isolate.check_reports([unit], [None], CheckOptions(cache_dir=None), check_backends=False)
         assert report.results and all(r.status == "ok" for r in report.results)
-        assert libraries._OTHER_INTERPRETERS[:] == list(own)  # what the worker said: its own folders
+        # of what the worker named, only the folder the parent did not know is added
+        assert libraries._OTHER_INTERPRETERS[:] == [fieldmem_folder], libraries._OTHER_INTERPRETERS
+        assert libraries.is_library_file(f"{fieldmem_folder}/codec.py")
     finally:
         monkeypatch.undo()
         libraries.library_folders.cache_clear()
