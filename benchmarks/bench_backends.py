@@ -145,13 +145,19 @@ def pod_parameters() -> int:
     return int(done.stdout.split()[-1])
 
 
-def markdown(document: dict[str, Any]) -> str:
-    lines = [
-        "# Deviceless compile time per backend: fieldmem vs the naive script",
-        "",
-        f"- date: {document['date']}",
-        f"- machine: {document['machine']}; jax {document['jax']}",
-    ]
+def markdown(document: dict[str, Any], title: bool = True) -> str:
+    """``backends-DATE.md``; without ``title`` (its heading, date and machine), the tables alone, for a
+    report that says those itself (``bench_fast.py``)."""
+    lines = (
+        [
+            "# Deviceless compile time per backend: fieldmem vs the naive script",
+            "",
+            f"- date: {document['date']}",
+            f"- machine: {document['machine']}; jax {document['jax']}",
+        ]
+        if title
+        else []
+    )
     if document["backends"]:
         lines += [
             f"- bundled examples: {', '.join(EXAMPLES)} (5 targets, 10 compiles); "

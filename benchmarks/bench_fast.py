@@ -641,15 +641,14 @@ def markdown(results: dict[str, Any]) -> str:
     if "backends" in results or "pod" in results:
         import bench_backends
 
-        document = {"date": m.get("date", ""), "machine": m.get("machine", ""), "jax": m.get("jax", "")}
-        document |= {"repeat": m.get("pairs"), "backends": results.get("backends", {})}
+        document = {"repeat": m.get("pairs"), "backends": results.get("backends", {})}
         if "pod" in results:
             document["pod"] = results["pod"]
-        lines += ["", *bench_backends.markdown(document).splitlines()[4:]]
+        lines += ["", *bench_backends.markdown(document, title=False).splitlines()]
     if "scaling" in results:
         import scaling
 
-        lines += ["", "## Scaling", "", *scaling.markdown(results["scaling"]).splitlines()[2:]]
+        lines += ["", "## Scaling", "", *scaling.markdown(results["scaling"], title=False).splitlines()]
     if "watch" in results:
         lines += [
             "",
@@ -746,11 +745,13 @@ def main() -> int:
 
                 print("scaling: own time against HLO instructions", flush=True)
                 load["scaling"] = list(os.getloadavg())
-                shape = ([2, 8], [2, 8], 1, ["cpu"]) if ns.quick else ([2, 8, 16, 32], [2, 8, 32, 128], pairs, None)
-                layers, scanned, runs, backends = shape
-                results["scaling"] = scaling.sweep(
-                    layers, scanned, runs, backends or ["cpu", "tpu:v5e"], ["unrolled", "scanned"], work
-                )
+                layouts = ["unrolled", "scanned"]
+                if ns.quick:
+                    results["scaling"] = scaling.sweep([2, 8], [2, 8], 1, ["cpu"], layouts, work)
+                else:
+                    results["scaling"] = scaling.sweep(
+                        [2, 8, 16, 32], [2, 8, 32, 128], pairs, ["cpu", "tpu:v5e"], layouts, work
+                    )
             if watcher is not None:
                 print("watch: bench_watch.run()", flush=True)
                 load["watch"] = list(os.getloadavg())

@@ -205,11 +205,14 @@ def fit(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return fits
 
 
-def markdown(document: dict[str, Any]) -> str:
-    """``results/scaling.md``, from the document :func:`sweep` returns."""
+def markdown(document: dict[str, Any], title: bool = True) -> str:
+    """``results/scaling.md``, from the document :func:`sweep` returns (without ``title``: its heading)."""
     lines = [
-        f"# fieldmem's own time against the program's size ({document['date']}, median of {document['runs']})",
-        "",
+        *(
+            [f"# fieldmem's own time against the program's size ({document['date']}, median of {document['runs']})", ""]
+            if title
+            else []
+        ),
         f"`import jax` floor: {document['import_jax_s']:.2f} s, subtracted. Own = wall − XLA (lowering + compiles) − floor.",
         "",
         "| backend | layout | layers | instructions | wall (s) | XLA (s) | own (s) | own µs/instr | marginal µs/instr |",
