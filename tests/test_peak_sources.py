@@ -63,6 +63,22 @@ def test_the_stack_starts_at_the_users_outermost_frame_and_keeps_library_frames_
     assert len(stack) == 1 and line.endswith("alias.py:7")
 
 
+def test_fieldmems_own_frames_are_told_from_the_working_directory_given(tmp_path: Path) -> None:
+    """A relative name is read from the working directory: fieldmem's driver named from its package's
+    parent is fieldmem's (and what called it is left out), the same name from elsewhere is not."""
+    root = Path(fieldmem.__file__).resolve().parent.parent
+    inner = SourceLocation(
+        "/home/u/model.py",
+        12,
+        "block",
+        callers=(SourceLocation("fieldmem/check_helper.py", 3, "f"), SourceLocation("/home/u/run.py", 1, "main")),
+    )
+    stack, _ = user_stack(inner, lambda file: False, cwd=str(root))
+    assert [f.line for f in stack] == [12]
+    stack, _ = user_stack(inner, lambda file: False, cwd=str(tmp_path))
+    assert [f.line for f in stack] == [1, 3, 12]
+
+
 def _facts(lines: dict[str, int] | None, floor: int = 0, peak: int = 0) -> TargetFacts:
     memory = {"footprint_bytes": peak, "live_peak_bytes": peak, "temp_bytes": 0, "peak_bytes": peak}
     variant = VariantFacts(memory=memory, peak_lines=lines, peak_lines_floor=floor)

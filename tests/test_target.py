@@ -424,6 +424,21 @@ def test_a_file_of_an_installed_package_is_shown_from_the_package_on() -> None:
     assert display_path("/etc/site-packages.py") == "/etc/site-packages.py"
 
 
+def test_a_file_is_shown_from_the_working_directory_of_the_moment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shown names are cached per working directory: a change of it changes them."""
+    (tmp_path / "pkg").mkdir()
+    file = str(tmp_path / "pkg" / "model.py")
+    monkeypatch.chdir(tmp_path)
+    assert display_path(file) == "pkg/model.py"
+    monkeypatch.chdir(tmp_path / "pkg")
+    assert display_path(file) == "model.py"
+    assert display_path(file, cwd=str(tmp_path)) == "pkg/model.py"
+    monkeypatch.chdir("/")
+    assert display_path("pkg/model.py", cwd=str(tmp_path)) == "pkg/model.py"
+
+
 DUPLICATE_NAMES = """\
 import jax.numpy as jnp
 import fieldmem

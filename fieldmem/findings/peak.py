@@ -23,6 +23,7 @@ Pure: records in, records out; no jax.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -59,29 +60,35 @@ def _element_bytes(shape: str | None) -> int | None:
 _FIELDMEM_FOLDER = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the fieldmem package
 
 
-def _is_fieldmem_file(file: str) -> bool:
-    """A file of fieldmem's own package (here, or a worker's: the same package path from another root)."""
+@functools.lru_cache(maxsize=8192)
+def _is_fieldmem_file(file: str, cwd: str) -> bool:
+    """A file of fieldmem's own package (here, or a worker's: the same package path from another root), a
+    relative name read from ``cwd``; cached, since a peak's thousands of frames name a few files."""
     path = file.replace("\\", "/")
-    return os.path.abspath(file).startswith(_FIELDMEM_FOLDER + os.sep) or "/fieldmem/driver/" in path
+    return (
+        os.path.normpath(os.path.join(cwd, file)).startswith(_FIELDMEM_FOLDER + os.sep) or "/fieldmem/driver/" in path
+    )
 
 
 def user_stack(
-    location: hlo.SourceLocation, is_library: Callable[[str], bool] = is_library_file
+    location: hlo.SourceLocation, is_library: Callable[[str], bool] = is_library_file, cwd: str | None = None
 ) -> tuple[tuple[StackFrame, ...], str]:
     """The stack of ``location``, outermost first, and the user's line in it (``file:line``).
 
     The frames above the user's outermost one (whatever called fieldmem, fieldmem's
     own driver, the interpreter's) are left out; the library frames under the user's line (flax,
     optax) are kept, marked. When every frame is library code the whole stack is
-    kept and its innermost frame is the line.
+    kept and its innermost frame is the line. ``cwd``: the working directory names are shown from (default:
+    the process's).
     """
+    cwd = os.getcwd() if cwd is None else cwd
     outermost_first = list(reversed(location.stack))
     # what called fieldmem (a script, a notebook cell, a test) is above fieldmem's own frames: not the
     # program's; the stack starts under the innermost frame of fieldmem's
-    ours = [i for i, f in enumerate(outermost_first) if _is_fieldmem_file(f.file)]
+    ours = [i for i, f in enumerate(outermost_first) if _is_fieldmem_file(f.file, cwd)]
     if ours:
         outermost_first = outermost_first[ours[-1] + 1 :] or outermost_first
-    frames = [StackFrame(display_path(f.file), f.line, f.function, is_library(f.file)) for f in outermost_first]
+    frames = [StackFrame(display_path(f.file, cwd), f.line, f.function, is_library(f.file)) for f in outermost_first]
     first_user = next((i for i, f in enumerate(frames) if not f.library), None)
     if first_user is None:
         innermost = frames[-1]
@@ -113,6 +120,7 @@ def peak_breakdown(
     peak; another, a TPU's VMEM say, at its own peak).
     """
     copied_sources = copied_sources or {}
+    cwd = os.getcwd()
     groups: dict[tuple[object, ...], dict[str, object]] = {}
     if memory_space == 0:
         slices, peak, index = live.live_at_peak, live.live_peak_bytes, live.peak_index
@@ -122,7 +130,7 @@ def peak_breakdown(
     for live_slice in slices:
         value = live_slice.value
         kind, line, stack, input_path, output = _classify(
-            live_slice, value, live, input_of_parameter, output_path, allocations, entry_parameters, copied_sources
+            live_slice, value, live, input_of_parameter, output_path, allocations, entry_parameters, copied_sources, cwd
         )
         if kind == "output" and line is None:
             line = definition
@@ -178,6 +186,7 @@ def _classify(
     allocations: Mapping[int, buffers.Allocation],
     entry_parameters: Mapping[tuple[str, str], int],
     copied_sources: Mapping[str, str | None],
+    cwd: str,
 ) -> tuple[PeakSourceKind, str | None, tuple[StackFrame, ...], str | None, str | None]:
     """(kind, line, stack, input, output) of one live slice."""
     if live_slice.kind == "constant":
@@ -195,7 +204,7 @@ def _classify(
     output = output_path(returned) if returned is not None else None
     kind: PeakSourceKind = "output" if returned is not None else "temporary"
     if value.source is not None:
-        stack, line = user_stack(value.source)
+        stack, line = user_stack(value.source, cwd=cwd)
         return kind, line, stack, None, output
     return kind, copied_sources.get(value.instruction or ""), (), None, output
 

@@ -304,15 +304,22 @@ def definition_of(fn: Any) -> str | None:
 _INSTALLED = ("site-packages", "dist-packages")
 
 
-def display_path(file: str) -> str:
-    """``file`` relative to the working directory when it lies below it, else as given; a file of an
-    installed package from the package on (``optax/_src/transform.py``), the same on every machine."""
+def display_path(file: str, cwd: str | None = None) -> str:
+    """``file`` relative to the working directory (``cwd``, or the process's) when it lies below it, else as
+    given; a file of an installed package from the package on (``optax/_src/transform.py``), the same on
+    every machine."""
+    return _display_path(file, os.getcwd() if cwd is None else cwd)
+
+
+@functools.lru_cache(maxsize=8192)
+def _display_path(file: str, cwd: str) -> str:
+    # per working directory: a peak's thousands of frames name a few files (relpath is the cost)
     parts = file.replace("\\", "/").split("/")
     for folder in _INSTALLED:
         if folder in parts[:-1]:
             return "/".join(parts[len(parts) - parts[::-1].index(folder) :])
     try:
-        relative = os.path.relpath(file)
+        relative = os.path.relpath(file, cwd)
     except ValueError:
         return file
     return relative if not relative.startswith("..") else file
