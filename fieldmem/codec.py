@@ -39,6 +39,7 @@ from typing import Any, Literal, Union
 from fieldmem.errors import quoted
 
 __all__ = [
+    "builtins",
     "decode",
     "dumps",
     "encode",
@@ -71,6 +72,20 @@ def encode(value: Any) -> Any:
         else:
             return value
     return {name: encode(getattr(value, name)) for name in names}
+
+
+def builtins(value: Any) -> Any:
+    """What :func:`encode` gives, for a JSON writer (a tuple may stay a tuple): by msgspec's walk in C where
+    msgspec is here and takes ``value`` (a report of thousands of leaves: several times faster), else by
+    :func:`encode`. Either way Python's json writes the same text from it."""
+    try:
+        import msgspec
+    except ImportError:
+        return encode(value)
+    try:
+        return msgspec.to_builtins(value)
+    except (TypeError, ValueError):
+        return encode(value)
 
 
 _compact = json.JSONEncoder(separators=(",", ":")).encode

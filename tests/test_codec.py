@@ -248,3 +248,26 @@ def test_an_open_set_reads_a_word_it_does_not_know_as_its_stand_in_and_says_wher
         decode(WithOpenWords, {"word": "\ud800"})
     with pytest.raises(ValueError, match="'nothing' is not one of"):
         read_unknown_as(Open, "nothing")
+
+
+def test_builtins_is_encode_for_a_json_writer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report renderer's walk in C gives the text :func:`encode`'s document gives, bytes, sets and lone
+    surrogates included, and is :func:`encode` itself without msgspec."""
+    import json
+    import sys
+
+    from fieldmem.codec import builtins
+
+    @dataclass(frozen=True)
+    class Blob:
+        data: bytes
+        names: frozenset[str]
+        inner: tuple[Inner, ...]
+        by_number: dict[int, str]
+
+    values = [_rich_report(), Blob(b"\x00\xffhlo", frozenset({"a"}), (Inner(1, 0.5),), {3: "x\ud800"})]
+    for value in values:
+        assert json.dumps(builtins(value)) == json.dumps(encode(value))
+    monkeypatch.setitem(sys.modules, "msgspec", None)
+    for value in values:
+        assert builtins(value) == encode(value)

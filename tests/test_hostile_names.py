@@ -398,6 +398,37 @@ def test_json_defused_means_the_same_document() -> None:
         assert not RAW.search(text) and not commands(text) and text.isascii() >= ascii_only
 
 
+def test_json_defused_reads_ascii_text_in_its_quick_path() -> None:
+    # text the encoder wrote as ASCII takes the quick test; a raw control character or DEL in it is still
+    # escaped, and "##[" still defused
+    for raw in (*map(chr, [*range(0x09), *range(0x0B, 0x20)]), "\x7f"):
+        text = json_defused('{"a": "x' + raw + 'y"}\n')
+        assert raw not in text and f"\\u{ord(raw):04x}" in text
+    assert json_defused('{"a": "##[error]"}') == '{"a": "##\\u005b' + 'error]"}'
+    assert json_defused('{"a": "fine\\n"}\n\t') == '{"a": "fine\\n"}\n\t'
+
+
+@pytest.mark.parametrize(
+    "acting",
+    [*map(chr, range(0x20)), "\x7f", "\x85", "\x9f", "\u2028", "\u2029", "\u202e", "\u2066", "\ud800", "##["],
+)
+def test_visible_strings_quick_test_never_passes_what_the_walk_escapes(acting: str) -> None:
+    # the quick test (msgspec's JSON of the report) lets a report through unwalked only when the walk would
+    # return it unchanged: one character that acts, anywhere (a name, a dict key, a message), and it walks
+    clean = _rich_report()
+    result = clean.results[0]
+    assert result.verdict is not None and visible_strings(clean) is clean
+    prose = "a" + acting + "b"
+    summary = dataclasses.replace(result, verdict=dataclasses.replace(result.verdict, summary=prose))
+    for changed, kept in (
+        (dataclasses.replace(result, name=prose), False),
+        (dataclasses.replace(result, variants={**result.variants, prose: result.variants["plain"]}), False),
+        (summary, acting in ("\n", "\r")),  # a sentence keeps its own line breaks
+    ):
+        report = dataclasses.replace(clean, results=(changed,))
+        assert (visible_strings(report) is report) == kept
+
+
 def test_visible_strings_walks_records_and_returns_the_same_object_when_clean(hostile: Report) -> None:
     clean = _rich_report()
     assert visible_strings(clean) is clean

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from fieldmem.codec import builtins
 from fieldmem.escaping import json_defused
 from fieldmem.render import RenderOptions
 from fieldmem.report import Report
@@ -26,7 +27,7 @@ _ITEMS_ON_LINES = ("results", "chains")  # lists of records: one per line
 
 
 def render(report: Report, options: RenderOptions) -> str:
-    return document_text(report.to_dict())
+    return document_text(builtins(report))  # the text of report.to_dict(), by a walk in C
 
 
 def document_text(document: dict[str, Any]) -> str:
@@ -34,7 +35,7 @@ def document_text(document: dict[str, Any]) -> str:
     compact = json.JSONEncoder(separators=(",", ":")).encode
     lines = []
     for key, value in document.items():
-        if key in _ITEMS_ON_LINES and isinstance(value, list) and value:
+        if key in _ITEMS_ON_LINES and isinstance(value, (list, tuple)) and value:
             items = ",\n".join("    " + compact(item) for item in value)
             lines.append(f"  {compact(key)}: [\n{items}\n  ]")
         else:
