@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from fieldmem.collector import collector_paused
 from fieldmem.errors import FieldmemError, one_line
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class WriteError(FieldmemError):
     kind = "write"
 
 
+@collector_paused()  # builds only fieldmem's documents and text, from records that all live on: see fieldmem.collector
 def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Baseline | None) -> int:
     """Gate, print, write and save the reports of one run; return the run's exit code.
 
