@@ -179,15 +179,18 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
     Raises:
         CompileError: XLA raised, or a deviceless compile came out for another platform.
     """
-    if found is not None:
-        return _compile_deviceless(lowered, found)
-    options = _fast_options(lowered) if fast else None
-    start = time.perf_counter()
-    try:
-        compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
-    except Exception as exc:
-        raise CompileError(f"XLA compilation failed: {first_line(exc)}") from exc
-    return compiled, time.perf_counter() - start, options is not None
+    from fieldmem.driver.compile_memory import GATE
+
+    with GATE.compiling():  # waits while the memory left holds no other compile beside those running
+        if found is not None:
+            return _compile_deviceless(lowered, found)
+        options = _fast_options(lowered) if fast else None
+        start = time.perf_counter()
+        try:
+            compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
+        except Exception as exc:
+            raise CompileError(f"XLA compilation failed: {first_line(exc)}") from exc
+        return compiled, time.perf_counter() - start, options is not None
 
 
 _DUMP_ROOT: list[str | None] = [None]  # where deviceless compiles dump: the parent's scratch folder

@@ -1,0 +1,158 @@
+"""How many XLA compiles run at once: ``--jobs`` by cores, and this gate by the memory left.
+
+A compile takes memory beside its process: 0.2 to 2.6 GiB for the compile-heavy step on this
+machine's CPU, 1 GiB for the 256-chip pod example (``benchmarks/results/compile-memory.md``), and
+more than the program's size predicts (XLA:CPU's fusions grow faster than the layers, an SPMD
+partition over many chips more). Two at once on a machine that holds one is killed, and the
+check with it. So a compile that would start beside others still running waits until the memory
+available now covers a reserve and, for it and each running one, the most any compile of this
+process has taken so far: it starts when one of them ends. A compile with none running always
+starts (one at a time is how the naive script compiles; no fewer can run), and so do compiles
+before any has ended (nothing is known yet: ``--jobs`` bounds them) and wherever the memory
+available cannot be read (not Linux).
+
+The memory a compile takes is measured, not estimated: its process's resident memory is sampled
+while compiles run, and a compile's peak less the memory when it started is what it took (with
+compiles overlapping, each is charged their joint growth: more than its own, never less).
+Available memory is the kernel's ``MemAvailable``, or a cgroup's limit less its use where that is
+less (a container, a CI runner).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterator
+
+__all__ = ["GATE", "RESERVE", "CompileGate", "admits", "available_memory", "resident_memory"]
+
+RESERVE = 1 << 30  # left to everything else (the parent, the analysis, the system)
+SAMPLE_SECONDS = 0.02  # how often the resident memory is read while compiles run
+
+
+def admits(available: int | None, per_compile: int | None, running: int, reserve: int = RESERVE) -> bool:
+    """Whether a compile may start beside ``running`` others, with ``available`` bytes of memory left
+    and ``per_compile`` the most one compile of this process took so far (None: not known yet)."""
+    if running == 0 or available is None or per_compile is None:
+        return True
+    return available >= reserve + per_compile * (running + 1)
+
+
+def _meminfo_available(text: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+_CGROUP_FILES = (  # (limit, use): cgroup v2, then v1
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+)
+_NO_LIMIT = 1 << 60  # v1 writes "no limit" as a number near 2**63
+
+
+def available_memory(read: Callable[[str], str | None] = _read) -> int | None:
+    """The bytes of memory this process may still take: the host's ``MemAvailable``, or its cgroup's limit
+    less what the cgroup uses where that is less; None where neither can be read."""
+    found = []
+    meminfo = read("/proc/meminfo")
+    host = _meminfo_available(meminfo) if meminfo else None
+    if host is not None:
+        found.append(host)
+    for limit_file, use_file in _CGROUP_FILES:
+        limit, use = read(limit_file), read(use_file)
+        if limit is None or use is None:
+            continue
+        limit, use = limit.strip(), use.strip()
+        if limit.isdigit() and use.isdigit() and int(limit) < _NO_LIMIT:
+            found.append(max(0, int(limit) - int(use)))
+        break
+    return min(found) if found else None
+
+
+def resident_memory(read: Callable[[str], str | None] = _read) -> int | None:
+    """This process's resident memory in bytes (``VmRSS``); None where it cannot be read."""
+    status = read("/proc/self/status")
+    if status is None:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+class CompileGate:
+    """Compiles admitted by :func:`admits`, each one's memory measured as it runs (see the module)."""
+
+    def __init__(
+        self,
+        available: Callable[[], int | None] = available_memory,
+        resident: Callable[[], int | None] = resident_memory,
+        sample_seconds: float = SAMPLE_SECONDS,
+        reserve: int = RESERVE,
+    ) -> None:
+        self._available = available
+        self._resident = resident
+        self._sample_seconds = sample_seconds
+        self._reserve = reserve
+        self._changed = threading.Condition()
+        self._running: dict[object, list[int]] = {}  # each running compile: [resident memory at start, peak]
+        self._sampler: threading.Thread | None = None
+        self.per_compile: int | None = None  # the most one compile took so far (bytes)
+        self.waited = 0  # compiles that waited for memory
+
+    @contextlib.contextmanager
+    def compiling(self) -> Iterator[None]:
+        """Hold a compile's place: wait until memory admits it, measure it while it runs."""
+        token = object()
+        with self._changed:
+            waited = False
+            while not admits(self._available(), self.per_compile, len(self._running), self._reserve):
+                waited = True
+                self._changed.wait()
+            self.waited += waited
+            now = self._resident()
+            if now is not None:
+                self._running[token] = [now, now]
+                if self._sampler is None:
+                    self._sampler = threading.Thread(target=self._sample, name="fieldmem-compile-memory", daemon=True)
+                    self._sampler.start()
+            else:
+                self._running[token] = []  # nothing to measure: it counts as running
+        try:
+            yield
+        finally:
+            with self._changed:
+                reading = self._running.pop(token)
+                now = self._resident()
+                if reading and now is not None:
+                    took = max(reading[1], now) - reading[0]
+                    self.per_compile = max(self.per_compile or 0, took)
+                self._changed.notify_all()
+
+    def _sample(self) -> None:
+        """Keep each running compile's peak, until none runs."""
+        while True:
+            with self._changed:
+                if not self._running:
+                    self._sampler = None
+                    return
+                now = self._resident()
+                if now is not None:
+                    for reading in self._running.values():
+                        if reading:
+                            reading[1] = max(reading[1], now)
+                self._changed.wait(self._sample_seconds)
+
+
+#: the one gate of this process: every compile a check makes goes through it
+GATE = CompileGate()

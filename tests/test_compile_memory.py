@@ -1,0 +1,150 @@
+"""Issue 32, item 1: compiles run at once as memory allows (fieldmem.driver.compile_memory)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from fieldmem.driver.compile_memory import GATE, CompileGate, admits, available_memory, resident_memory
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("available", "per_compile", "running", "admitted"),
+    [
+        (0, 10 * GIB, 0, True),  # none running: always (one at a time cannot be fewer)
+        (None, 10 * GIB, 3, True),  # memory unknown: --jobs alone
+        (1, None, 3, True),  # no compile ended yet: nothing known
+        (4 * GIB, GIB, 1, True),  # reserve 1 + 2 compiles of 1
+        (3 * GIB - 1, GIB, 1, False),
+        (3 * GIB, GIB, 1, True),
+        (23 * GIB, int(2.5 * GIB), 1, True),  # this machine and the largest compile measured here
+        (6 * GIB, int(2.5 * GIB), 2, False),
+    ],
+)
+def test_a_compile_starts_beside_others_only_where_memory_holds_it(
+    available: int | None, per_compile: int | None, running: int, admitted: bool
+) -> None:
+    assert admits(available, per_compile, running) is admitted
+
+
+def _reader(files: dict[str, str]):
+    return lambda path: files.get(path)
+
+
+def test_available_memory_is_the_hosts_or_the_cgroups_whichever_is_less() -> None:
+    meminfo = "MemTotal:  24000000 kB\nMemAvailable:  20000000 kB\n"
+    assert available_memory(_reader({"/proc/meminfo": meminfo})) == 20000000 * 1024
+    v2 = {"/sys/fs/cgroup/memory.max": "8589934592\n", "/sys/fs/cgroup/memory.current": "2147483648\n"}
+    assert available_memory(_reader({"/proc/meminfo": meminfo, **v2})) == 6 * GIB
+    unlimited_v2 = {"/sys/fs/cgroup/memory.max": "max\n", "/sys/fs/cgroup/memory.current": "2147483648\n"}
+    assert available_memory(_reader({"/proc/meminfo": meminfo, **unlimited_v2})) == 20000000 * 1024
+    unlimited_v1 = {
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes": "9223372036854771712\n",
+        "/sys/fs/cgroup/memory/memory.usage_in_bytes": "2630897664\n",
+    }
+    assert available_memory(_reader({"/proc/meminfo": meminfo, **unlimited_v1})) == 20000000 * 1024
+    over = {"/sys/fs/cgroup/memory.max": "1073741824", "/sys/fs/cgroup/memory.current": "2147483648"}
+    assert available_memory(_reader(over)) == 0  # over its limit already
+    assert available_memory(_reader({})) is None
+
+
+def test_resident_memory_reads_vmrss() -> None:
+    status = "Name:\tpython\nVmHWM:\t  900 kB\nVmRSS:\t  512 kB\n"
+    assert resident_memory(_reader({"/proc/self/status": status})) == 512 * 1024
+    assert resident_memory(_reader({})) is None
+    here = resident_memory()
+    assert here is None or here > 0
+
+
+class _Machine:
+    """A fake machine: what compiles hold now, and the memory left."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.held = total, 0
+        self.sampled = threading.Event()  # the gate read the memory while a compile held some
+
+    def available(self) -> int:
+        return self.total - self.held
+
+    def resident(self) -> int:
+        if self.held:
+            self.sampled.set()
+        return self.held
+
+    def take(self, size: int) -> None:
+        """Hold ``size`` more until the gate has read it (its sampler runs on its own thread)."""
+        self.sampled.clear()
+        self.held += size
+        assert self.sampled.wait(5)
+
+
+def test_a_second_compile_waits_for_the_first_where_memory_holds_one() -> None:
+    machine = _Machine(total=4 * GIB)
+    gate = CompileGate(machine.available, machine.resident, sample_seconds=0.001)
+    order: list[str] = []
+
+    def compile_(name: str, takes: int, hold: threading.Event | None = None) -> None:
+        with gate.compiling():
+            order.append(f"{name} starts")
+            machine.take(takes)
+            if hold is not None:
+                hold.wait(5)
+            machine.held -= takes
+            order.append(f"{name} ends")
+
+    compile_("first", 2 * GIB)  # alone: measured, 2 GiB
+    assert gate.per_compile == 2 * GIB and gate.waited == 0
+    release = threading.Event()
+    second = threading.Thread(target=compile_, args=("second", 2 * GIB, release))
+    second.start()
+    while "second starts" not in order:
+        time.sleep(0.001)
+    third = threading.Thread(target=compile_, args=("third", GIB))
+    third.start()  # 1 reserve + 2 x 2 GiB > 4 GiB: it waits for the second
+    time.sleep(0.05)
+    assert order == ["first starts", "first ends", "second starts"]
+    release.set()
+    second.join(5)
+    third.join(5)
+    assert order[3:] == ["second ends", "third starts", "third ends"] and gate.waited == 1
+
+
+def test_compiles_run_at_once_where_memory_holds_them() -> None:
+    machine = _Machine(total=64 * GIB)
+    gate = CompileGate(machine.available, machine.resident, sample_seconds=0.001)
+    inside = threading.Barrier(3, timeout=5)
+
+    def compile_() -> None:
+        with gate.compiling():
+            machine.held += GIB
+            inside.wait()  # all three at once, or the barrier breaks
+            machine.held -= GIB
+
+    with gate.compiling():  # one ended first: its measure known
+        machine.take(GIB)
+        machine.held -= GIB
+    threads = [threading.Thread(target=compile_) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert not inside.broken and gate.waited == 0
+
+
+@pytest.mark.compile
+def test_every_compile_of_a_check_goes_through_the_gate() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from fieldmem.driver.lowering import compile_lowered
+
+    before = GATE.per_compile
+    lowered = jax.jit(lambda x: jnp.sin(x) * 2).lower(jnp.ones((64, 64)))
+    compiled, seconds, _ = compile_lowered(lowered)
+    assert seconds > 0 and compiled is not None
+    if resident_memory() is not None:
+        assert GATE.per_compile is not None and GATE.per_compile >= (before or 0)
