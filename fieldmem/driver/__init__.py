@@ -15,6 +15,7 @@ Modules, in the order a check uses them:
   methods, partials) as the jit they compile through, its arguments and the user's leaf names; refusals.
 - :mod:`~fieldmem.driver.prepare`: static and donated arguments, a user's jit options.
 - :mod:`~fieldmem.driver.lowering`: lowering and compiling both variants, the advisor's compile.
+- :mod:`~fieldmem.driver.compile_memory`: how many compiles run at once, by the memory left and measured.
 - :mod:`~fieldmem.driver.variant`: a compiled program read into a plain ``CompiledVariant``.
 - :mod:`~fieldmem.driver.placement`: where each example argument is against where the program takes it.
 - :mod:`~fieldmem.driver.execute`: ``--run``, one call and its buffers and device memory.
