@@ -21,6 +21,7 @@ less (a container, a CI runner).
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 
@@ -79,15 +80,17 @@ def available_memory(read: Callable[[str], str | None] = _read) -> int | None:
     return min(found) if found else None
 
 
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
 def resident_memory(read: Callable[[str], str | None] = _read) -> int | None:
-    """This process's resident memory in bytes (``VmRSS``); None where it cannot be read."""
-    status = read("/proc/self/status")
-    if status is None:
+    """This process's resident memory in bytes (``/proc/self/statm``'s second field, in pages: cheaper to
+    read than ``status``, while a compile runs); None where it cannot be read."""
+    statm = read("/proc/self/statm")
+    if statm is None:
         return None
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return None
+    fields = statm.split()
+    return int(fields[1]) * _PAGE if len(fields) > 1 and fields[1].isdigit() else None
 
 
 class CompileGate:
@@ -116,7 +119,12 @@ class CompileGate:
         token = object()
         with self._changed:
             waited = False
-            while not admits(self._available(), self.per_compile, len(self._running), self._reserve):
+            # the memory left is read only where it could decide (a compile running, one measured)
+            while (
+                self._running
+                and self.per_compile is not None
+                and not admits(self._available(), self.per_compile, len(self._running), self._reserve)
+            ):
                 waited = True
                 self._changed.wait()
             self.waited += waited
