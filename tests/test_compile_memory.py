@@ -7,7 +7,14 @@ import time
 
 import pytest
 
-from fieldmem.driver.compile_memory import GATE, CompileGate, admits, available_memory, resident_memory
+from fieldmem.driver.compile_memory import (
+    GATE,
+    UNMEASURED,
+    CompileGate,
+    admits,
+    available_memory,
+    resident_memory,
+)
 
 GIB = 1 << 30
 
@@ -17,7 +24,9 @@ GIB = 1 << 30
     [
         (0, 10 * GIB, 0, True),  # none running: always (one at a time cannot be fewer)
         (None, 10 * GIB, 3, True),  # memory unknown: --jobs alone
-        (1, None, 3, True),  # no compile ended yet: nothing known
+        # none ended yet: each taken to need UNMEASURED, with the reserve; below it, one after the other
+        (GIB + 2 * UNMEASURED, None, 1, True),
+        (GIB + 2 * UNMEASURED - 1, None, 1, False),
         (4 * GIB, GIB, 1, True),  # reserve 1 + 2 compiles of 1
         (3 * GIB - 1, GIB, 1, False),
         (3 * GIB, GIB, 1, True),
@@ -29,6 +38,15 @@ def test_a_compile_starts_beside_others_only_where_memory_holds_it(
     available: int | None, per_compile: int | None, running: int, admitted: bool
 ) -> None:
     assert admits(available, per_compile, running) is admitted
+
+
+def test_before_any_compile_is_measured_each_needs_the_largest_measured_here() -> None:
+    import json
+    from pathlib import Path
+
+    record = json.loads((Path(__file__).parent.parent / "benchmarks/results/compile-memory.json").read_text())
+    largest = max(case["growth_mib"] for case in record["cases"]) * (1 << 20)
+    assert largest <= UNMEASURED < largest * 1.05
 
 
 def _reader(files: dict[str, str]):

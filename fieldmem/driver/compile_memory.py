@@ -8,10 +8,12 @@ check with it. So a compile that would start beside others still running waits u
 available now covers a reserve and, for it and each running one, the most any compile of this
 process has taken so far: it starts when one of them ends. A compile with none running always
 starts (one at a time is how the naive script compiles; no fewer can run), and so do compiles
-before any has ended (nothing is known yet: ``--jobs`` bounds them) and wherever the memory
-available cannot be read (not Linux).
+wherever the memory available cannot be read (not Linux). Before any compile has ended each is
+taken to need the most one took in fieldmem's own measurements (:data:`UNMEASURED`, 2600 MiB): on a
+machine with less than about 6 GiB left, a target's two variants then compile one after the other until
+one compile has been measured.
 
-The memory a compile takes is measured, not estimated: its process's resident memory is sampled
+The memory a compile takes is measured, not estimated from the program: its process's resident memory is sampled
 while compiles run, and a compile's peak less the memory when it started is what it took (with
 compiles overlapping, each is charged their joint growth: more than its own, never less).
 Available memory is the kernel's ``MemAvailable``, or a cgroup's limit less its use where that is
@@ -25,18 +27,25 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 
-__all__ = ["GATE", "RESERVE", "CompileGate", "admits", "available_memory", "resident_memory"]
+__all__ = ["GATE", "RESERVE", "UNMEASURED", "CompileGate", "admits", "available_memory", "resident_memory"]
 
 RESERVE = 1 << 30  # left to everything else (the parent, the analysis, the system)
 SAMPLE_SECONDS = 0.02  # how often the resident memory is read while compiles run
 
 
+#: what a compile is taken to need before any has ended: the largest measured in
+#: benchmarks/results/compile-memory.md (2572 MiB, the 32-block step on the CPU), rounded up
+UNMEASURED = 2600 << 20
+
+
 def admits(available: int | None, per_compile: int | None, running: int, reserve: int = RESERVE) -> bool:
     """Whether a compile may start beside ``running`` others, with ``available`` bytes of memory left
-    and ``per_compile`` the most one compile of this process took so far (None: not known yet)."""
-    if running == 0 or available is None or per_compile is None:
+    and ``per_compile`` the most one compile of this process took so far (None: none has ended, and each
+    is taken to need :data:`UNMEASURED`)."""
+    if running == 0 or available is None:
         return True
-    return available >= reserve + per_compile * (running + 1)
+    need = UNMEASURED if per_compile is None else per_compile
+    return available >= reserve + need * (running + 1)
 
 
 def _meminfo_available(text: str) -> int | None:
@@ -119,12 +128,8 @@ class CompileGate:
         token = object()
         with self._changed:
             waited = False
-            # the memory left is read only where it could decide (a compile running, one measured)
-            while (
-                self._running
-                and self.per_compile is not None
-                and not admits(self._available(), self.per_compile, len(self._running), self._reserve)
-            ):
+            # the memory left is read only where it could decide (a compile running)
+            while self._running and not admits(self._available(), self.per_compile, len(self._running), self._reserve):
                 waited = True
                 self._changed.wait()
             self.waited += waited
