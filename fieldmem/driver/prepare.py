@@ -131,6 +131,19 @@ def _has_array_leaves(value: Any) -> bool:
     return any(_is_array(leaf) for leaf in jax.tree_util.tree_leaves(value))
 
 
+def _stands_in(value: Any) -> bool:
+    """Whether ``value`` holds a ``ShapeDtypeStruct`` that stands for an array
+    (:func:`~fieldmem.driver.placement.stand_in`): where the array would be refused, so is it."""
+    import jax
+
+    from fieldmem.driver.placement import stood_for
+
+    return any(
+        isinstance(leaf, jax.ShapeDtypeStruct) and stood_for(leaf) is not None
+        for leaf in jax.tree_util.tree_leaves(value)
+    )
+
+
 def _is_hashable(value: Any) -> bool:
     try:
         hash(value)
@@ -566,6 +579,8 @@ def _donated_arguments(
 def _check_hashable(value: Any, name: str, *, explicit: bool = False) -> None:
     try:
         hash(value)
+        if _stands_in(value):  # a ShapeDtypeStruct standing for an array (a traced factory's): as unhashable
+            raise TypeError
     except TypeError:
         if explicit:
             what = "an array" if _has_array_leaves(value) else f"a {type(value).__name__}"

@@ -519,6 +519,8 @@ def _flat_arguments(call: PreparedCall) -> _FlatArguments:
         return cached[1]
     import jax
 
+    from fieldmem.driver.placement import stood_for
+
     tree = jax.tree_util
     names = call.positional_names
     dyn_positional = [i for i in range(len(call.args)) if i not in call.static_positions]
@@ -540,7 +542,9 @@ def _flat_arguments(call: PreparedCall) -> _FlatArguments:
     for slot, display in slots:
         for where, leaf in flattened[slot]:
             argument, leaf_path = user_names.get((slot, where), (display, display + where))
-            leaves.append((position_in_jax[(slot, where)], argument, leaf_path, isinstance(leaf, jax.ShapeDtypeStruct)))
+            # abstract: a shape the user gave; not one standing for an array (a traced factory's, the plugin's)
+            abstract = isinstance(leaf, jax.ShapeDtypeStruct) and stood_for(leaf) is None
+            leaves.append((position_in_jax[(slot, where)], argument, leaf_path, abstract))
     flat = _FlatArguments(count, tuple(leaves))
     _flat_cache = (weakref.ref(call), flat)
     return flat

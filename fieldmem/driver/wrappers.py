@@ -150,6 +150,21 @@ def unwrap_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Wrapp
     return None
 
 
+def takes_abstract_arguments(fn: Any) -> bool:
+    """Whether ``fn`` compiles the same program for ``jax.ShapeDtypeStruct`` arguments as for arrays of their
+    shapes (:mod:`fieldmem.driver.traced`): not a wrapper that sorts its arguments by whether they are arrays
+    (``equinox.filter_jit`` and ``filter_pmap`` hold a ``ShapeDtypeStruct`` static) or that places them on
+    the devices it maps over (the pmaps), behind any partials and methods."""
+    while True:
+        if _is_partial(fn):
+            fn = fn.func
+        elif isinstance(fn, types.MethodType):
+            fn = fn.__func__
+        else:
+            break
+    return not (_is_eqx_jit(fn) or _is_eqx_pmap(fn) or _is_jax_pmap(fn) or _nnx_pmap_parts(fn) is not None)
+
+
 # ---- what fieldmem cannot map --------------------------------------------------------------------------
 
 
