@@ -121,6 +121,12 @@ class Hands(Protocol):
         """The versions, backend and devices a report of ``backend`` records."""
         ...
 
+    def prepare(self, item: Item, options: CheckOptions) -> None:
+        """Before ``item`` starts: make what must be made before the parent hears of it (traced example
+        arguments, :class:`LocalHands`), or nothing. Raises ``ArgumentsLeaked`` (:mod:`fieldmem.driver.traced`)
+        when this process must not go on."""
+        ...
+
     def start(self, target: Target, options: CheckOptions, pool: Executor | None) -> Job | TargetResult:
         """Make the target's example arguments, prepare the call and lower both variants; their compiles go to
         ``pool`` (None: when first asked for). The error result of the target when any of it failed."""
@@ -255,8 +261,32 @@ class LocalHands:
     jax is started first, and a module's own ``XLA_FLAGS`` or ``JAX_*`` settings come too late for it.
     """
 
-    def __init__(self, modules_first: bool = False) -> None:
+    def __init__(self, modules_first: bool = False, trace_arguments: bool = False) -> None:
         self.modules_first = modules_first
+        self.trace_arguments = trace_arguments
+        # the arguments :meth:`prepare` made, by the item's id (with the item, so the id stays its own)
+        self._made: dict[int, tuple[Item, tuple[tuple, dict] | TargetResult]] = {}
+
+    def prepare(self, item: Item, options: CheckOptions) -> None:
+        """Make the example arguments of ``item`` (a target, or a chain's first step) now, before the worker
+        says it started it, when they are traced (:mod:`fieldmem.driver.traced`; ``trace_arguments``, and
+        neither ``--run`` nor ``--probe``, which call the program on them): :meth:`start` and :meth:`chain`
+        take them. Anything else is made as it starts.
+
+        Raises:
+            ArgumentsLeaked: its factory kept a traced array; this process must not call it again, so the
+                item is left to a fresh one.
+        """
+        target = item.first if isinstance(item, ChainTarget) else item
+        if not isinstance(target, Target) or not _traced(target, options, self.trace_arguments):
+            return
+        self._made[id(item)] = (item, _arguments(target, options, trace=True))
+
+    def _take(self, item: Item, target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
+        made = self._made.pop(id(item), None)
+        if made is not None and made[0] is item:
+            return made[1]
+        return _arguments(target, options)
 
     @contextlib.contextmanager
     def session(self, options: CheckOptions) -> Iterator[None]:
@@ -309,7 +339,7 @@ class LocalHands:
         return environment(backend)
 
     def start(self, target: Target, options: CheckOptions, pool: Executor | None) -> _LocalJob | TargetResult:
-        arguments = _arguments(target, options)
+        arguments = self._take(target, target, options)
         if isinstance(arguments, TargetResult):
             return arguments
         return _start(target, *arguments, options, pool)
@@ -363,7 +393,7 @@ class LocalHands:
         hold(local.pending, local.compiled)
 
     def chain(self, chain: ChainTarget, options: CheckOptions) -> Generator[ChainStepJob, bool, None]:
-        return _chain_jobs(chain, options)
+        return _chain_jobs(chain, options, self._take(chain, chain.first, options))
 
 
 def _local(job: Job) -> _LocalJob:
@@ -386,9 +416,24 @@ def _empty_folder(spec: str, files: Sequence[str]) -> str:
     return f"no module of folder {spec!r} registers a fieldmem.case(...) (looked in {listing(files)})"
 
 
-def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
+def _traced(target: Target, options: CheckOptions, trace_arguments: bool) -> bool:
+    """Whether ``target``'s factory is traced rather than run: asked for, nothing calls the program on the
+    arguments (``--run``, ``--probe``), and its function compiles the same program for abstract arguments."""
+    if not trace_arguments or target.args_factory is None or options.run or options.probe:
+        return False
+    from fieldmem.driver.wrappers import takes_abstract_arguments
+
+    return takes_abstract_arguments(target.function)
+
+
+def _arguments(target: Target, options: CheckOptions, trace: bool = False) -> tuple[tuple, dict] | TargetResult:
     """The target's example arguments (made on the target backend), or its error result: what its factory
-    returns, or the abstract arrays of its ``--shapes``."""
+    returns (``trace``: traced where a trace stands for a run, :mod:`fieldmem.driver.traced`), or the
+    abstract arrays of its ``--shapes``.
+
+    Raises:
+        ArgumentsLeaked: traced, the factory kept a tracer.
+    """
     make = target.example_arguments
     if target.args_factory is None and target.shapes is not None:
         shapes = target.shapes
@@ -398,18 +443,35 @@ def _arguments(target: Target, options: CheckOptions) -> tuple[tuple, dict] | Ta
 
             return shape_structs(shapes), {}
 
+    elif trace:
+        run = make
+        origin = target.args_origin or str(getattr(target.args_factory, "__qualname__", "the args factory"))
+
+        def make() -> tuple[tuple, dict]:
+            from fieldmem.driver.traced import traced_arguments
+
+            traced = traced_arguments(run, origin)
+            return run() if traced is None else traced
+
     return _made_on_backend(target, make, "making its example arguments", options)
 
 
 def _made_on_backend(
     target: Target, make: Callable[[], tuple[tuple, dict]], stage: str, options: CheckOptions
 ) -> tuple[tuple, dict] | TargetResult:
-    """``make()`` on the target backend: arguments, or the error result of ``target`` (``stage`` names it)."""
+    """``make()`` on the target backend: arguments, or the error result of ``target`` (``stage`` names it).
+
+    Raises:
+        ArgumentsLeaked: a traced factory kept a tracer (not the target's error: the process's).
+    """
     from fieldmem.driver import backend_scope
+    from fieldmem.driver.traced import ArgumentsLeaked
 
     try:
         with collector_resumed(), backend_scope(options.backend):  # the user's code
             return make()
+    except ArgumentsLeaked:
+        raise
     except BaseException as exc:
         return failed(target, exc, stage)
 
@@ -441,15 +503,17 @@ def _step_donation(donate: DonateSpec) -> DonateSpec:
     return donate if donate.mode in ("all", "none") else DonateSpec()
 
 
-def _chain_jobs(chain: ChainTarget, options: CheckOptions) -> Generator[ChainStepJob, bool, None]:
-    """Every step (each with the previous step's outputs as its arguments, then its extras) and the fused chain.
+def _chain_jobs(
+    chain: ChainTarget, options: CheckOptions, arguments: tuple[tuple, dict] | TargetResult
+) -> Generator[ChainStepJob, bool, None]:
+    """Every step (each with the previous step's outputs as its arguments, then its extras) and the fused chain;
+    ``arguments``: the first step's (or the error result they gave).
 
     A step is started in its own pool; the next is started once the brain has taken this one (its variants
     compiled: their outputs are what the next step is given)."""
     from fieldmem.driver import STEP_ARGS, compose, state_donation, step_key
 
     first = chain.first
-    arguments = _arguments(first, options)  # the first step's, or the error result they gave
     previous = None  # the outputs of the step before, abstract (None: it failed)
     given: dict[str, dict[str, Any]] = {}  # each step's extras by name, for the fused chain
     plan: list[tuple[str, tuple[str, ...], tuple[str, ...]] | None] = []

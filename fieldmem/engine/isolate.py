@@ -347,6 +347,9 @@ class _Supervisor:
         self.devices: int | None = None  # --devices: it wins over a module's own count of CPU devices
         self.settings: dict[int, dict[str, Any]] = {}  # per unit: what its module set for jax at import
         self.one_at_a_time = False
+        # the workers trace args factories rather than run them (fieldmem.driver.traced), until one finds a
+        # factory that keeps what it made: from then on they run them
+        self.trace_arguments = os.environ.get(TRACE_ENV, "1") != "0"
         # --watch: one worker kept between requests (serve), the files to load again, whether unchanged
         # targets may be answered "same", and what each target gave when last checked
         self.serve = False
@@ -444,6 +447,7 @@ class _Supervisor:
             "report_idle": list(range(len(self.backends))) if report_idle is None else list(report_idle),
             "scratch": self.scratch,
             "devices": self.devices,
+            "trace_arguments": self.trace_arguments,
         }
 
     def _paths(self) -> dict[str, Any]:
@@ -654,6 +658,8 @@ class _Supervisor:
                 self.headers[b] = report_header(
                     environment, dataclasses.replace(self.options, backend=self.backends[b])
                 )
+        elif what == "leaked":  # a traced factory kept a tracer: that worker stopped, the next runs factories
+            self.trace_arguments = False
         elif what == "fatal":
             watch.last, watch.fatal = "fatal", str(event.get("message", ""))
         elif what in ("end", "yield"):
@@ -804,6 +810,7 @@ class _Supervisor:
 
 
 WORKERS_ENV = "FIELDMEM_WORKERS"
+TRACE_ENV = "FIELDMEM_TRACE_ARGS"  # 0: the workers run every args factory, none is traced
 
 
 def most_workers() -> int:

@@ -25,6 +25,10 @@ Events of the whole run:
   the parent counts as library code when it picks a value's source line;
 - ``{"e": "environment", "b": b, "environment": Environment}``: the versions, backend and
   devices of backend ``b``, after its targets;
+- ``{"e": "leaked", "origin": ...}``: an args factory it traced (the request's
+  ``"trace_arguments": true``, :mod:`fieldmem.driver.traced`) kept a traced array, so this
+  process must not call it again: the targets it started are answered, it ends with
+  ``yield``, and the parent's next workers run every factory (``"trace_arguments": false``);
 - ``{"e": "fatal", "message": ...}``: an error that stops the whole run (a backend that
   is not available), ``{"e": "yield"}``: it stops so the next target gets a fresh
   process, ``{"e": "end"}``: it did all it was asked.

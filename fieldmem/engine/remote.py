@@ -120,6 +120,9 @@ class RemoteHands:
     def environment(self, backend: str | None) -> Environment:
         raise FieldmemError("the worker reports its environment after its targets")
 
+    def prepare(self, item: Item, options: CheckOptions) -> None:
+        raise FieldmemError("the worker makes its targets' arguments itself")
+
     def start(self, target: Target, options: CheckOptions, pool: Executor | None) -> Job | TargetResult:
         raise FieldmemError("the worker starts its targets in the order of its request")
 

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from fieldmem.codec import dumps
+from fieldmem.driver.traced import ArgumentsLeaked
 from fieldmem.engine.hands import Hands, Item, Job, compile_pool, failed
 from fieldmem.engine.protocol import encode_error
 from fieldmem.engine.results import contained, error_result
@@ -61,7 +62,12 @@ def serve_items(
     """Serve every item in order: ``keys[n]`` names item ``n`` in its events (backend, spec, name).
 
     ``before(n)`` is called as item ``n`` starts; ``after(n, failed)`` once the worker is done with it,
-    ``failed`` when the hands ended it (or a step of its chain) with an error result."""
+    ``failed`` when the hands ended it (or a step of its chain) with an error result.
+
+    Raises:
+        ArgumentsLeaked: an item's traced args factory kept a tracer (:meth:`LocalHands.prepare`): the items
+            before it are answered, it and those after it are not, and this process must serve no more.
+    """
     interactive = options.suggest or options.probe
     pipelined = options.jobs > 1 and not options.run and not interactive
     in_flight: deque[tuple[int, Job]] = deque()
@@ -70,6 +76,13 @@ def serve_items(
             if before is not None:
                 before(n)
             key = keys[n]
+            try:
+                hands.prepare(item, options)  # traced arguments: made before the parent hears of the item
+            except ArgumentsLeaked:  # this process is done: those started are answered, the rest left
+                while in_flight:
+                    done, pending = in_flight.popleft()
+                    _after(after, done, _serve_job(pending, keys[done], options, hands, channel, False)[0])
+                raise
             if isinstance(item, tuple):
                 spec, error = item
                 channel.emit("start", key, kind="error")

@@ -210,6 +210,7 @@ class _Worker:
         """Serve what the request asks; the last event's name (``end`` or ``yield``)."""
         from fieldmem.driver import backend_devices, has_memory_stats
         from fieldmem.driver.settings import ImportSettings
+        from fieldmem.driver.traced import ArgumentsLeaked
         from fieldmem.engine.hands import LocalHands, releases_held
         from fieldmem.engine.serve import serve_items
 
@@ -228,7 +229,8 @@ class _Worker:
             for backend in backends:
                 if backend is not None:
                     backend_devices(backend)
-        hands = LocalHands()
+        # factories traced, not run, unless an earlier worker of this check found one that keeps a tracer
+        hands = LocalHands(trace_arguments=bool(self.request.get("trace_arguments")))
         for b, backend in enumerate(backends):
             options = dataclasses.replace(self.options, backend=backend, isolate=False)
             fresh_each = self.request["isolate"] and options.run and has_memory_stats(backend)
@@ -264,7 +266,11 @@ class _Worker:
 
             with hands.session(options):
                 with releases_held(self.held):
-                    serve_items([item for _, _, item in todo], keys, options, hands, self, before, after)
+                    try:
+                        serve_items([item for _, _, item in todo], keys, options, hands, self, before, after)
+                    except ArgumentsLeaked as exc:  # no more here: a fresh worker runs the factories
+                        self.event("leaked", origin=exc.origin)
+                        return "yield"
                 environment = hands.environment(backend)
                 if self.request.get("library_names"):
                     versions = _installed_versions(self.request["library_names"])
