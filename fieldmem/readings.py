@@ -86,7 +86,7 @@ class InputLeaf:
     bytes: int
     donated: bool
     hlo_parameter: int | None  # None: jit dropped it as unused
-    abstract: bool  # a ShapeDtypeStruct: nothing allocated
+    abstract: bool  # a ShapeDtypeStruct the user gave (not one standing for an array): nothing allocated
     sharding: str | None = None  # how the compiled program expects it laid out over devices
     layout: str | None = None  # its on-device layout, major to minor
     memory_kind: str | None = None  # a memory the program takes it in other than the device's ("pinned_host")
