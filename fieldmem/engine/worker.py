@@ -209,11 +209,13 @@ class _Worker:
     def run(self) -> str:
         """Serve what the request asks; the last event's name (``end`` or ``yield``)."""
         from fieldmem.driver import backend_devices, has_memory_stats
+        from fieldmem.driver.placement import forget_stand_ins
         from fieldmem.driver.settings import ImportSettings
         from fieldmem.driver.traced import ArgumentsLeaked
         from fieldmem.engine.hands import LocalHands, releases_held
         from fieldmem.engine.serve import serve_items
 
+        forget_stand_ins()  # those of the requests before (a serving worker's traced arguments): held no longer
         if self.request.get("reload"):  # edited files (--watch): their modules are executed again
             from fieldmem.watch.modules import forget
 
