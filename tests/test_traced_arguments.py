@@ -84,6 +84,22 @@ def test_one_array_returned_twice_stays_one_object() -> None:
     assert traced[0][0] is traced[0][1]
 
 
+class _Opaque:
+    """Not a pytree: a leaf, kept as the factory returned it."""
+
+
+def test_a_leaf_given_twice_is_kept_as_one_object() -> None:
+    opaque = _Opaque()
+
+    def twice() -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return (opaque, opaque, 3, 3, jnp.zeros(2)), {}
+
+    traced = _traced(twice)
+    assert traced is not None
+    assert traced[0][0] is traced[0][1] is opaque
+    assert isinstance(traced[0][4], jax.ShapeDtypeStruct)
+
+
 def _placed() -> tuple:
     return (jax.device_put(jnp.zeros(4), jax.devices()[0]),), {}
 
@@ -117,18 +133,29 @@ def _raises() -> tuple:
     raise RuntimeError("no data file here")
 
 
-class _Box:
-    pass
+@jax.tree_util.register_pytree_node_class
+class _Node:
+    """A pytree node of its own: rebuilt by unflattening, as an nnx module or variable is."""
+
+    def __init__(self, u: Any) -> None:
+        self.u = u
+
+    def tree_flatten(self) -> tuple[tuple[Any], None]:
+        return (self.u,), None
+
+    @classmethod
+    def tree_unflatten(cls, aux: None, children: tuple[Any]) -> _Node:
+        return cls(*children)
 
 
-def _shared_object() -> tuple:
-    box = _Box()
-    return (box, box), {}
+def _shared_node() -> tuple:
+    node = _Node(jnp.zeros(3))
+    return (node, node), {}
 
 
 @pytest.mark.parametrize(
     "make",
-    [_placed, _sharded, _constrained, _reads, _to_numpy, _prints, _raises, _shared_object],
+    [_placed, _sharded, _constrained, _reads, _to_numpy, _prints, _raises, _shared_node],
     ids=lambda f: f.__name__.strip("_"),
 )
 def test_a_trace_that_cannot_stand_for_a_run_is_refused_and_the_factory_still_runs(make: Any) -> None:

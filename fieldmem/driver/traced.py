@@ -27,9 +27,10 @@ runs as before (the caller's job), where that is not certain:
 - it has effects (a callback, ``jax.debug.print``: a run would call them);
 - a traced output is not a plain array (a reference), or carries a mesh or a
   memory space other than the device's;
-- one object other than a tuple, list or dict is met twice in what it returns
-  (an ``nnx`` module or variable given twice): rebuilt from the trace, the
-  two would be two objects, and ``nnx.jit`` tells shared from equal.
+- one pytree node other than a tuple, list or dict is met twice in what it
+  returns (an ``nnx`` module or variable given twice): rebuilt from the trace,
+  the two would be two objects, and ``nnx.jit`` tells shared from equal (a
+  leaf given twice is kept as it is, one object).
 
 The danger is a factory that keeps what it made: a ``functools.cache``, a
 module-level dict, an ``nnx.Module`` kept for the next call. Traced, it would
@@ -49,6 +50,7 @@ a factory runs in, to see whether it outlived the trace), ``ShapedArray``'s
 
 from __future__ import annotations
 
+import collections
 import gc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -113,19 +115,17 @@ def traced_arguments(
         box["trace"] = trace._weakref
         del trace
         value = make()
-        nodes: set[int] = set()
-        shared = False
+        seen: list[int] = []  # every subtree's id, leaves included (is_leaf is asked of each)
 
-        def visit(node: Any) -> bool:  # every node of the tree: a custom node met twice is shared
-            nonlocal shared
-            if node is not None and type(node) not in (tuple, list, dict) and not isinstance(node, tracer_type):
-                shared = shared or id(node) in nodes
-                nodes.add(id(node))
+        def visit(node: Any) -> bool:
+            if node is not None and type(node) not in (tuple, list, dict):
+                seen.append(id(node))
             return False
 
-        jax.tree_util.tree_flatten(value, is_leaf=visit)
-        box["shared"] = shared
-        leaves, box["treedef"] = jax.tree_util.tree_flatten(value)
+        leaves, box["treedef"] = jax.tree_util.tree_flatten(value, is_leaf=visit)
+        # a pytree node met twice: unflattening rebuilds it as two objects (a leaf is kept as it is)
+        kept = {id(leaf) for leaf in leaves}
+        box["shared"] = any(n > 1 and key not in kept for key, n in collections.Counter(seen).items())
         del value
         # each traced array once (by identity), in order; the other leaves as they are
         traced: list[Any] = []
@@ -147,7 +147,6 @@ def traced_arguments(
         closed = jax.make_jaxpr(factory)()
     except Exception:  # it reads a value, or fails as it would run: run, it fails as the user knows it
         closed = None
-        box.pop("slots", None)
     trace_ref = box.pop("trace", None)
     if trace_ref is None:  # the trace did not start (another jax): run the factory
         return None
