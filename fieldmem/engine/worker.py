@@ -215,7 +215,9 @@ class _Worker:
         from fieldmem.engine.hands import LocalHands, releases_held
         from fieldmem.engine.serve import serve_items
 
-        forget_stand_ins()  # those of the requests before (a serving worker's traced arguments): held no longer
+        # the stand-ins of the requests before (the plugin's arrays of earlier calls, a serving worker's traced
+        # arguments), held no longer: those of this request are made from here on
+        forget_stand_ins()
         if self.request.get("reload"):  # edited files (--watch): their modules are executed again
             from fieldmem.watch.modules import forget
 
@@ -333,7 +335,6 @@ def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
     why it could not be made here."""
     import base64
 
-    from fieldmem.driver.placement import forget_stand_ins
     from fieldmem.driver.sendable import apply_tracing_config, loads
     from fieldmem.engine.results import contained
     from fieldmem.request.target import in_hand
@@ -342,7 +343,6 @@ def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
         with collector_resumed():  # the test's module may be imported
             config, call = loads(base64.b64decode(spec["call"]))
             apply_tracing_config(config)  # jax_enable_x64 and the like, as the caller's jax has them, first
-            forget_stand_ins()  # the arrays of the calls before this one
             kind, subject, args, kwargs, settings = loads(call)
             return [in_hand(kind, subject, args, kwargs, **settings)]
     except FieldmemError as exc:
