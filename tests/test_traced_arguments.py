@@ -33,6 +33,7 @@ import pytest
 
 from fieldmem.driver.placement import stood_for
 from fieldmem.driver.traced import ArgumentsLeaked, traced_arguments
+from tests.helpers_compile import make_target
 
 pytestmark = pytest.mark.compile
 
@@ -208,6 +209,43 @@ def test_a_factory_that_fails_under_the_trace_and_keeps_a_tracer_is_caught() -> 
 
 
 # ---- through the command line, in fresh processes ------------------------------------------------------
+
+
+def _step(state: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    return {k: v * 2 for k, v in state.items()}
+
+
+def _weights() -> tuple:
+    return ({"w": jnp.ones((16, 16)), "b": jnp.zeros(16)},), {}
+
+
+def test_a_released_target_leaves_no_stand_in_behind() -> None:
+    from fieldmem.driver import placement
+    from fieldmem.engine.hands import LocalHands
+    from fieldmem.request.options import CheckOptions
+
+    options = CheckOptions(jobs=1)
+    target = make_target(_step, _weights, donate="0")
+    hands = LocalHands(trace_arguments=True)
+    before = set(placement._STOOD_FOR)
+    with hands.session(options):
+        hands.prepare(target, options)
+        made = set(placement._STOOD_FOR) - before
+        assert len(made) == 2  # the two traced arrays, standing in for what running the factory makes
+        job = hands.start(target, options, None)
+        hands.variants(job)
+        hands.release(job)
+    assert set(placement._STOOD_FOR) == before  # a long run's stand-ins do not pile up
+    # a factory run, not traced, leaves nothing to forget: releasing its job forgets nothing else
+    hands = LocalHands(trace_arguments=False)
+    kept = placement.stand_in(jax.ShapeDtypeStruct((2,), jnp.float32), False, None)
+    with hands.session(options):
+        job = hands.start(target, options, None)
+        hands.variants(job)
+        hands.release(job)
+    assert stood_for(kept) is not None
+    placement.forget_stand_ins([kept])
+    assert stood_for(kept) is None
 
 
 def _check(tmp_path: Path, label: str, trace: bool, *args: str) -> tuple[dict[str, Any], str]:

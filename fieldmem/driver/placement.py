@@ -13,7 +13,7 @@ jax is imported on first use.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fieldmem.driver.shapes import shape_bytes
@@ -108,14 +108,24 @@ def placement(
     return _array_placement(given, sharding, target, shape, dtype, describe_sharding)
 
 
-# arrays sent to a worker as their shape (fieldmem.driver.sendable): id -> (the stand-in, committed, sharding);
-# those of one call, dropped when the next call's arrive (forget_stand_ins)
+# arrays sent to a worker as their shape (fieldmem.driver.sendable) or traced (fieldmem.driver.traced):
+# id -> (the stand-in, committed, sharding); a target's dropped when it is released, the rest when the
+# next request arrives (forget_stand_ins). A ShapeDtypeStruct takes no weak reference: the record holds
+# it, so its id is never another object's while recorded.
 _STOOD_FOR: dict[int, tuple[Any, bool, Any]] = {}
 
 
-def forget_stand_ins() -> None:
-    """Drop the records of the arrays an earlier call sent (a warm worker serves a whole pytest session)."""
-    _STOOD_FOR.clear()
+def forget_stand_ins(structs: Iterable[Any] | None = None) -> None:
+    """Drop the records of ``structs`` (the stand-ins of a target done with), or of every stand-in (None: the
+    arrays an earlier request sent; a warm worker serves a whole pytest session). Anything in ``structs``
+    that is not a recorded stand-in is left alone."""
+    if structs is None:
+        _STOOD_FOR.clear()
+        return
+    for struct in structs:
+        entry = _STOOD_FOR.get(id(struct))
+        if entry is not None and entry[0] is struct:
+            del _STOOD_FOR[id(struct)]
 
 
 def stand_in(struct: Any, committed: bool, sharding: Any) -> Any:

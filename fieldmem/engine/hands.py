@@ -219,6 +219,7 @@ class _LocalJob:
     pending: PendingVariants
     backend: str | None
     compiled: tuple[Compiled, Compiled] | None = None
+    stand_ins: tuple[Any, ...] = ()  # its traced arguments' stand-ins: forgotten when it is released
 
 
 def _one_name_each(items: list[Item], spec: str) -> list[Item]:
@@ -282,11 +283,14 @@ class LocalHands:
             return
         self._made[id(item)] = (item, _arguments(target, options, trace=True))
 
-    def _take(self, item: Item, target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
+    def _take(
+        self, item: Item, target: Target, options: CheckOptions
+    ) -> tuple[tuple[tuple, dict] | TargetResult, bool]:
+        """The arguments of ``item``: those :meth:`prepare` made, or made now; and whether they were traced."""
         made = self._made.pop(id(item), None)
         if made is not None and made[0] is item:
-            return made[1]
-        return _arguments(target, options)
+            return made[1], True
+        return _arguments(target, options), False
 
     @contextlib.contextmanager
     def session(self, options: CheckOptions) -> Iterator[None]:
@@ -339,10 +343,13 @@ class LocalHands:
         return environment(backend)
 
     def start(self, target: Target, options: CheckOptions, pool: Executor | None) -> _LocalJob | TargetResult:
-        arguments = self._take(target, target, options)
+        arguments, traced = self._take(target, target, options)
         if isinstance(arguments, TargetResult):
             return arguments
-        return _start(target, *arguments, options, pool)
+        job = _start(target, *arguments, options, pool)
+        if isinstance(job, _LocalJob) and traced:  # its stand-ins are forgotten when it is released
+            job.stand_ins = _stand_ins(arguments)
+        return job
 
     def plain(self, job: Job) -> CompiledVariant:
         return _local(job).pending.plain().variant
@@ -389,11 +396,24 @@ class LocalHands:
             return probe_update(local.pending.call, donated, input_index, output_index, factor=factor)
 
     def release(self, job: Job) -> None:
+        from fieldmem.driver.placement import forget_stand_ins
+
         local = _local(job)
+        forget_stand_ins(local.stand_ins)  # held no longer by the registry: a long run's do not pile up
         hold(local.pending, local.compiled)
 
     def chain(self, chain: ChainTarget, options: CheckOptions) -> Generator[ChainStepJob, bool, None]:
-        return _chain_jobs(chain, options, self._take(chain, chain.first, options))
+        return _chain_jobs(chain, options, self._take(chain, chain.first, options)[0])
+
+
+def _stand_ins(arguments: tuple[tuple, dict]) -> tuple[Any, ...]:
+    """The stand-ins (:func:`~fieldmem.driver.placement.stand_in`) among ``arguments``' leaves."""
+    import jax
+
+    from fieldmem.driver.placement import stood_for
+
+    leaves = jax.tree_util.tree_leaves(arguments)
+    return tuple(leaf for leaf in leaves if isinstance(leaf, jax.ShapeDtypeStruct) and stood_for(leaf) is not None)
 
 
 def _local(job: Job) -> _LocalJob:
