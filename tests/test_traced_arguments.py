@@ -211,6 +211,32 @@ def test_a_factory_that_fails_under_the_trace_and_keeps_a_tracer_is_caught() -> 
 # ---- through the command line, in fresh processes ------------------------------------------------------
 
 
+def test_what_a_factory_prints_is_printed_once_traced_or_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    def prints() -> tuple:
+        print("making the weights")
+        return (jnp.zeros(3),), {}
+
+    assert _traced(prints) is not None
+    assert capsys.readouterr().out == "making the weights\n"
+
+    def prints_then_reads() -> tuple:
+        print("making the weights")
+        return (float(jnp.zeros(3).sum()),), {}
+
+    assert _traced(prints_then_reads) is None  # refused: the caller runs it, and it prints then
+    assert capsys.readouterr().out == ""
+    # the whole path, in a worker's hands: traced, refused, run; printed once
+    from fieldmem.engine.hands import LocalHands
+    from fieldmem.request.options import CheckOptions
+
+    options = CheckOptions(jobs=1)
+    target = make_target(lambda x: x + 1, prints_then_reads)
+    hands = LocalHands(trace_arguments=True)
+    with hands.session(options):
+        hands.prepare(target, options)
+    assert capsys.readouterr().out == "making the weights\n"
+
+
 def _step(state: dict[str, jax.Array]) -> dict[str, jax.Array]:
     return {k: v * 2 for k, v in state.items()}
 

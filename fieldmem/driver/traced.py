@@ -42,6 +42,10 @@ not, :class:`ArgumentsLeaked` is raised. The process cannot call that factory
 again: the worker ends, and a fresh one checks the rest with factories run
 (:mod:`fieldmem.engine.worker`).
 
+What the factory prints to ``sys.stdout`` from the tracing thread is held
+while it is traced: printed once the trace is taken, dropped where the trace
+is refused or a tracer is kept (the factory is run then, and prints it again).
+
 jax internals read here, and only here: ``jax._src.core.Tracer`` (what is a
 tracer), ``jax._src.core.trace_ctx.trace`` and ``Trace._weakref`` (the trace
 a factory runs in, to see whether it outlived the trace), ``ShapedArray``'s
@@ -51,7 +55,10 @@ a factory runs in, to see whether it outlived the trace), ``ShapedArray``'s
 from __future__ import annotations
 
 import collections
+import contextlib
 import gc
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -143,20 +150,65 @@ def traced_arguments(
         del leaves
         return traced
 
-    try:
-        closed = jax.make_jaxpr(factory)()
-    except Exception:  # it reads a value, or fails as it would run: run, it fails as the user knows it
-        closed = None
+    with _printed_held() as printed:
+        try:
+            closed = jax.make_jaxpr(factory)()
+        except Exception:  # it reads a value, or fails as it would run: run, it fails as the user knows it
+            closed = None
     trace_ref = box.pop("trace", None)
     if trace_ref is None:  # the trace did not start (another jax): run the factory
         return None
     if trace_ref() is not None:
         gc.collect()  # a cycle through the trace, now freed; or a tracer the factory kept
         if trace_ref() is not None:
-            raise ArgumentsLeaked(origin)
-    if closed is None or box["shared"]:
-        return None
-    return _arguments(closed, box, shaped, device_space)
+            raise ArgumentsLeaked(origin)  # what it printed is dropped: a fresh process runs it
+    arguments = None if closed is None or box["shared"] else _arguments(closed, box, shaped, device_space)
+    if arguments is not None:  # what it printed is printed once; refused, running it prints it again
+        printed.replay()
+    return arguments
+
+
+class _HeldPrints:
+    """``sys.stdout`` while a factory is traced: what the tracing thread prints is held (and printed by
+    :meth:`replay`, or dropped), what other threads print goes on to the stream."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._thread = threading.get_ident()
+        self._held: list[str] = []
+
+    def write(self, text: str) -> int:
+        if threading.get_ident() != self._thread:
+            return int(self._stream.write(text))
+        self._held.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if threading.get_ident() != self._thread:
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def replay(self) -> None:
+        if self._held:
+            self._stream.write("".join(self._held))
+            self._stream.flush()
+        self._held.clear()
+
+
+@contextlib.contextmanager
+def _printed_held() -> Iterator[_HeldPrints]:
+    """Hold what the factory prints to ``sys.stdout`` under the trace: a refused trace runs it, and it would
+    print twice (``stderr`` is not held: a warning shown once per place would be lost)."""
+    stream = sys.stdout
+    held = _HeldPrints(stream)
+    sys.stdout = held
+    try:
+        yield held
+    finally:
+        if sys.stdout is held:
+            sys.stdout = stream
 
 
 def _arguments(closed: Any, box: dict[str, Any], shaped: type, device_space: Any) -> tuple[tuple, dict] | None:
