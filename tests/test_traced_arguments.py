@@ -33,6 +33,7 @@ import pytest
 
 from fieldmem.driver.placement import stood_for
 from fieldmem.driver.traced import ArgumentsLeaked, traced_arguments
+from fieldmem.report import TargetResult
 from tests.helpers_compile import make_target
 
 pytestmark = pytest.mark.compile
@@ -272,6 +273,49 @@ def test_a_released_target_leaves_no_stand_in_behind() -> None:
     assert stood_for(kept) is not None
     placement.forget_stand_ins([kept])
     assert stood_for(kept) is None
+
+
+def _sgd(params: jax.Array, opt: jax.Array, g: jax.Array) -> tuple[jax.Array, jax.Array]:
+    opt = 0.9 * opt + g
+    return params - 0.1 * opt, opt
+
+
+def test_a_chains_step_args_are_traced_with_its_arguments() -> None:
+    from fieldmem.engine.hands import LocalHands
+    from fieldmem.request.options import CheckOptions
+    from fieldmem.request.target import ChainTarget, Step
+
+    seen: list[bool] = []
+
+    def gradient() -> tuple:
+        g = jnp.full((8, 8), 0.5)
+        seen.append(isinstance(g, jax.core.Tracer))
+        return (g,), {}
+
+    def reads() -> tuple:  # refused: run as the chain's step comes
+        seen.append(False)
+        return (jnp.full((8, 8), float(jnp.ones(()))),), {}
+
+    first = make_target(_sgd, lambda: (jnp.ones((8, 8)), jnp.zeros((8, 8))), name="sgd")
+    options = CheckOptions(jobs=1)
+    for factory, expected in ((gradient, [True]), (reads, [False])):
+        seen.clear()
+        chain = ChainTarget(first=first, steps=(Step("a", _sgd, None, factory), Step("b", _sgd, None, factory)))
+        hands = LocalHands(trace_arguments=True)
+        with hands.session(options):
+            hands.prepare(chain, options)
+            assert seen == expected * 2  # each step's, before the chain starts
+            jobs = hands.chain(chain, options)
+            job = next(jobs)
+            while True:
+                assert not isinstance(job.job, TargetResult), job.job
+                hands.variants(job.job)
+                try:
+                    job = jobs.send(True)
+                except StopIteration:
+                    break
+        # traced: not called again as the steps start; refused: run once more for each step
+        assert seen == expected * (2 if expected == [True] else 4)
 
 
 def _check(tmp_path: Path, label: str, trace: bool, *args: str) -> tuple[dict[str, Any], str]:

@@ -153,7 +153,7 @@ def traced_arguments(
     with _printed_held() as printed:
         try:
             closed = jax.make_jaxpr(factory)()
-        except Exception:  # it reads a value, or fails as it would run: run, it fails as the user knows it
+        except (Exception, SystemExit):  # it reads a value, or fails: run, it fails as the user knows it
             closed = None
     trace_ref = box.pop("trace", None)
     if trace_ref is None:  # the trace did not start (another jax): run the factory

@@ -267,10 +267,12 @@ class LocalHands:
         self.trace_arguments = trace_arguments
         # the arguments :meth:`prepare` made, by the item's id (with the item, so the id stays its own)
         self._made: dict[int, tuple[Item, tuple[tuple, dict] | TargetResult]] = {}
+        # a chain's steps' step_args :meth:`prepare` traced, by the chain's id: {step index: arguments}
+        self._extras: dict[int, tuple[Item, dict[int, tuple[tuple, dict]]]] = {}
 
     def prepare(self, item: Item, options: CheckOptions) -> None:
-        """Make the example arguments of ``item`` (a target, or a chain's first step) now, before the worker
-        says it started it, when they are traced (:mod:`fieldmem.driver.traced`; ``trace_arguments``, and
+        """Make the example arguments of ``item`` (a target, or a chain's first step, and each of its steps'
+        step_args) now, before the worker says it started it, when they are traced (:mod:`fieldmem.driver.traced`; ``trace_arguments``, and
         neither ``--run`` nor ``--probe``, which call the program on them): :meth:`start` and :meth:`chain`
         take them. Anything else is made as it starts.
 
@@ -279,9 +281,19 @@ class LocalHands:
                 item is left to a fresh one.
         """
         target = item.first if isinstance(item, ChainTarget) else item
-        if not isinstance(target, Target) or not _traced(target, options, self.trace_arguments):
+        if not isinstance(target, Target):
             return
-        self._made[id(item)] = (item, _arguments(target, options, trace=True))
+        if _traced(target.function, target.args_factory, options, self.trace_arguments):
+            self._made[id(item)] = (item, _arguments(target, options, trace=True))
+        if isinstance(item, ChainTarget):
+            extras = {
+                n: made
+                for n, step in enumerate(item.steps)
+                if _traced(step.function, step.extras, options, self.trace_arguments)
+                and (made := _traced_extras(step, options)) is not None
+            }
+            if extras:
+                self._extras[id(item)] = (item, extras)
 
     def _take(
         self, item: Item, target: Target, options: CheckOptions
@@ -403,7 +415,9 @@ class LocalHands:
         hold(local.pending, local.compiled)
 
     def chain(self, chain: ChainTarget, options: CheckOptions) -> Generator[ChainStepJob, bool, None]:
-        return _chain_jobs(chain, options, self._take(chain, chain.first, options)[0])
+        extras = self._extras.pop(id(chain), None)
+        traced = extras[1] if extras is not None and extras[0] is chain else {}
+        return _chain_jobs(chain, options, self._take(chain, chain.first, options)[0], traced)
 
 
 def _stand_ins(arguments: tuple[tuple, dict]) -> tuple[Any, ...]:
@@ -436,14 +450,36 @@ def _empty_folder(spec: str, files: Sequence[str]) -> str:
     return f"no module of folder {spec!r} registers a fieldmem.case(...) (looked in {listing(files)})"
 
 
-def _traced(target: Target, options: CheckOptions, trace_arguments: bool) -> bool:
-    """Whether ``target``'s factory is traced rather than run: asked for, nothing calls the program on the
-    arguments (``--run``, ``--probe``), and its function compiles the same program for abstract arguments."""
-    if not trace_arguments or target.args_factory is None or options.run or options.probe:
+def _traced(
+    function: Callable[..., Any], factory: Callable[[], Any] | None, options: CheckOptions, trace_arguments: bool
+) -> bool:
+    """Whether ``factory`` (a target's args, a step's step_args) is traced rather than run: asked for, nothing
+    calls the program on the arguments (``--run``, ``--probe``), and ``function`` compiles the same program
+    for abstract arguments."""
+    if not trace_arguments or factory is None or options.run or options.probe:
         return False
     from fieldmem.driver.wrappers import takes_abstract_arguments
 
-    return takes_abstract_arguments(target.function)
+    return takes_abstract_arguments(function)
+
+
+def _traced_extras(step: Step, options: CheckOptions) -> tuple[tuple, dict] | None:
+    """``step``'s step_args traced (:mod:`fieldmem.driver.traced`); None where the trace cannot stand for a
+    run, or its factory fails: the chain runs it then, as it always did (and its error is the step's).
+
+    Raises:
+        ArgumentsLeaked: the factory kept a tracer.
+    """
+    from fieldmem.driver import backend_scope
+    from fieldmem.driver.traced import ArgumentsLeaked, traced_arguments
+
+    try:
+        with collector_resumed(), backend_scope(options.backend):  # the user's code is traced
+            return traced_arguments(step.extra_arguments, f"step_args of {step.name}")
+    except ArgumentsLeaked:
+        raise
+    except Exception:  # the backend's scope: the run fails on it too, with the step's error
+        return None
 
 
 def _arguments(target: Target, options: CheckOptions, trace: bool = False) -> tuple[tuple, dict] | TargetResult:
@@ -524,10 +560,14 @@ def _step_donation(donate: DonateSpec) -> DonateSpec:
 
 
 def _chain_jobs(
-    chain: ChainTarget, options: CheckOptions, arguments: tuple[tuple, dict] | TargetResult
+    chain: ChainTarget,
+    options: CheckOptions,
+    arguments: tuple[tuple, dict] | TargetResult,
+    traced: Mapping[int, tuple[tuple, dict]] | None = None,
 ) -> Generator[ChainStepJob, bool, None]:
     """Every step (each with the previous step's outputs as its arguments, then its extras) and the fused chain;
-    ``arguments``: the first step's (or the error result they gave).
+    ``arguments``: the first step's (or the error result they gave); ``traced``: the steps' extras already
+    traced, by step index (the others' factories are run here).
 
     A step is started in its own pool; the next is started once the brain has taken this one (its variants
     compiled: their outputs are what the next step is given)."""
@@ -556,11 +596,12 @@ def _chain_jobs(
             result = dataclasses.replace(arguments, name=step_target.name, definition=step.definition)
             yield ChainStepJob(index, step.name, step_target, result)
             continue
-        extras = (
-            _made_on_backend(step_target, step.extra_arguments, "making its step_args", options)
-            if step.extras is not None
-            else ((), {})
-        )
+        if step.extras is None:
+            extras: tuple[tuple, dict] | TargetResult = ((), {})
+        elif traced and index in traced:
+            extras = traced[index]
+        else:
+            extras = _made_on_backend(step_target, step.extra_arguments, "making its step_args", options)
         if isinstance(extras, TargetResult):
             yield ChainStepJob(index, step.name, step_target, extras)
             previous = None
