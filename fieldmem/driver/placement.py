@@ -135,6 +135,17 @@ def stand_in(struct: Any, committed: bool, sharding: Any) -> Any:
     return struct
 
 
+def stand_ins_among(tree: Any) -> tuple[Any, ...]:
+    """The stand-ins (:func:`stand_in`) among the leaves of ``tree`` (a target's arguments)."""
+    import jax
+
+    return tuple(
+        leaf
+        for leaf in jax.tree_util.tree_leaves(tree)
+        if isinstance(leaf, jax.ShapeDtypeStruct) and stood_for(leaf) is not None
+    )
+
+
 def stood_for(struct: Any) -> tuple[bool, Any] | None:
     """``(committed, sharding)`` of the array ``struct`` stands for (:func:`stand_in`); None: a shape the user gave."""
     entry = _STOOD_FOR.get(id(struct))

@@ -360,7 +360,9 @@ class LocalHands:
             return arguments
         job = _start(target, *arguments, options, pool)
         if isinstance(job, _LocalJob) and traced:  # its stand-ins are forgotten when it is released
-            job.stand_ins = _stand_ins(arguments)
+            from fieldmem.driver.placement import stand_ins_among
+
+            job.stand_ins = stand_ins_among(arguments)
         return job
 
     def plain(self, job: Job) -> CompiledVariant:
@@ -418,16 +420,6 @@ class LocalHands:
         extras = self._extras.pop(id(chain), None)
         traced = extras[1] if extras is not None and extras[0] is chain else {}
         return _chain_jobs(chain, options, self._take(chain, chain.first, options)[0], traced)
-
-
-def _stand_ins(arguments: tuple[tuple, dict]) -> tuple[Any, ...]:
-    """The stand-ins (:func:`~fieldmem.driver.placement.stand_in`) among ``arguments``' leaves."""
-    import jax
-
-    from fieldmem.driver.placement import stood_for
-
-    leaves = jax.tree_util.tree_leaves(arguments)
-    return tuple(leaf for leaf in leaves if isinstance(leaf, jax.ShapeDtypeStruct) and stood_for(leaf) is not None)
 
 
 def _local(job: Job) -> _LocalJob:
