@@ -99,6 +99,45 @@ def _warm_up() -> None:
         sys.path[:] = saved
 
 
+#: glibc's ``mallopt`` parameter for the most malloc arenas (malloc.h's ``M_ARENA_MAX``)
+M_ARENA_MAX = -8
+#: the arenas a worker compiling one program at a time keeps (glibc's default: 8 per core)
+ONE_AT_A_TIME_ARENAS = 2
+
+
+def fewer_malloc_arenas(environ: Mapping[str, str] | None = None, libc: Any = None) -> bool:
+    """With ``--jobs 1``, let glibc's malloc keep at most :data:`ONE_AT_A_TIME_ARENAS` arenas in this process;
+    whether it was set.
+
+    glibc gives a thread that allocates an arena of its own, up to 8 per core, and keeps the memory freed in
+    each for that arena's next use. A compile's threads (libtpu's code generation, LLVM's) spread over many
+    arenas, so the memory the first variant's compile freed is held where the second's does not reuse it:
+    the pod example's ``--jobs 1`` check holds less with two arenas, at the same speed (measured by
+    benchmarks/bench_arenas.py). Compiles at once are left to glibc's default: few arenas slowed them.
+
+    Nothing is set where ``MALLOC_ARENA_MAX`` is in the environment (the user's choice, read by glibc at the
+    start), off glibc, or where ``mallopt`` is missing. glibc fixes its arena limit once it has made more than
+    8 arenas, so this holds only where the worker has not made that many before its request (a worker on a
+    machine of many cores may have: the setting then changes nothing). It holds for the rest of the process.
+    """
+    environ = os.environ if environ is None else environ
+    if "MALLOC_ARENA_MAX" in environ:
+        return False
+    if libc is None:
+        try:
+            if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
+                return False
+            import ctypes
+
+            libc = ctypes.CDLL(None)
+        except (AttributeError, ValueError, OSError):  # no confstr name (not Linux), no libc to load
+            return False
+    mallopt = getattr(libc, "mallopt", None)
+    if mallopt is None:
+        return False
+    return bool(mallopt(M_ARENA_MAX, ONE_AT_A_TIME_ARENAS))
+
+
 @dataclasses.dataclass
 class _Kept:
     """What a serving worker (``--watch``) keeps between requests: per (backend, spec, target name), the
@@ -130,6 +169,8 @@ class _Worker:
         self.libraries_sent = False  # its first resolved event names its interpreter's installation folders
         with unbounded_integers():
             self.options = decode(CheckOptions, request["check_options"])
+        if self.options.jobs == 1:
+            fewer_malloc_arenas()
 
     def event(self, what: str, **fields: Any) -> None:
         write_event(self.events, what, **fields)
