@@ -16,7 +16,13 @@ Per run: the wall seconds and the peak resident memory of all the run's processe
 together (``bench_backends.measured_tree``). Medians of the walls, the most of the
 memories. Writes ``results/arenas.{json,md}``.
 
-    python benchmarks/bench_arenas.py [--repeat 3]
+``--small``: instead, what the setting costs a small check, where fieldmem's own
+work is most of the time: ``fieldmem check -j 1 --no-cache`` of a synthetic module
+(``synth.py``, one function, 1 and 1,000 leaves of f32[8,8], a fresh module per run),
+with two arenas and with glibc's default, alternating, ``--repeat`` runs each (default
+12). Writes ``results/arenas-small.{json,md}``.
+
+    python benchmarks/bench_arenas.py [--repeat 3] [--small]
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,12 +49,71 @@ import bench_backends  # noqa: E402
 POD = "examples/pod/train_step.py"
 
 
+def _meta(repeat: int) -> dict[str, Any]:
+    import jax
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "jax": jax.__version__,
+        "commit": commit.stdout.strip() or "unknown",
+        "repeat": repeat,
+    }
+
+
+def small(repeat: int, out: Path, glibc_default: str) -> int:
+    from synth import write_module
+
+    scratch = Path(tempfile.mkdtemp(prefix="fieldmem-arenas-small-"))
+    settings = {"two arenas": {}, "glibc's arenas": {"MALLOC_ARENA_MAX": glibc_default}}
+    walls: dict[str, dict[str, list[float]]] = {}
+    for leaves in (1, 1000):
+        per = walls.setdefault(f"leaves {leaves}", {name: [] for name in settings})
+        for n in range(repeat):
+            for name, environ in settings.items():
+                module = write_module(
+                    scratch / f"m{leaves}_{n}_{len(environ)}.py", functions=1, chain=1, leaves=leaves, size=8
+                )
+                env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+                env.update(environ, JAX_PLATFORMS="cpu")
+                command = [sys.executable, "-m", "fieldmem", "check", str(module), "-j", "1", "--no-cache"]
+                start = time.perf_counter()
+                subprocess.run([*command, "-f", "json", "-o", str(scratch / "r.json")], env=env, capture_output=True)
+                per[name].append(round(time.perf_counter() - start, 3))
+            print(f"arenas: {leaves} leaves, run {n + 1}", flush=True)
+    medians = {case: {name: statistics.median(v) for name, v in per.items()} for case, per in walls.items()}
+    document = {**_meta(repeat), "walls_s": walls, "median_wall_s": medians}
+    lines = [
+        "# A small check, `--jobs 1`: two malloc arenas against glibc's default",
+        "",
+        f"- date: {document['date']}; machine: {document['machine']}; jax {document['jax']}; fieldmem"
+        f" {document['commit']}",
+        f"- {repeat} alternating runs each, fresh processes and a fresh module per run; wall seconds",
+        "",
+        "| module | two arenas, median (s) | glibc's arenas, median (s) | two / glibc's |",
+        "|---|---:|---:|---:|",
+    ]
+    for case, m in medians.items():
+        two, glibc = m["two arenas"], m["glibc's arenas"]
+        lines.append(f"| {case} | {two:.3f} | {glibc:.3f} | {two / glibc:.2f} |")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "arenas-small.json").write_text(json.dumps(document, indent=1) + "\n")
+    (out / "arenas-small.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=None)
+    parser.add_argument("--small", action="store_true", help="a small check's wall time instead of the pod")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     options = parser.parse_args()
     glibc_default = str(8 * (os.cpu_count() or 1))
+    if options.small:
+        return small(options.repeat or 12, options.out, glibc_default)
+    options.repeat = options.repeat or 3
     scratch = Path(tempfile.mkdtemp(prefix="fieldmem-arenas-"))
     fieldmem = bench_backends.fieldmem_command([POD], "tpu:v5e:16x16", str(scratch / "pod.json"), "-j", "1")
     naive = [sys.executable, "benchmarks/naive_backends.py", "pod"]
@@ -73,9 +139,6 @@ def main() -> int:
             walls[name].append(round(seconds, 1))
             memory[name].append(round(together))
             print(f"arenas: {name}: {seconds:.1f} s, {together:.0f} MiB", flush=True)
-    import jax
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     rows = {
         name: {
             "wall_s": walls[name],
@@ -86,11 +149,7 @@ def main() -> int:
         for name in runs
     }
     document: dict[str, Any] = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
-        "jax": jax.__version__,
-        "commit": commit.stdout.strip() or "unknown",
-        "repeat": options.repeat,
+        **_meta(options.repeat),
         "glibc_default_arenas": int(glibc_default),
         "runs": rows,
     }
