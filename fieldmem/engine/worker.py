@@ -112,13 +112,13 @@ def fewer_malloc_arenas(environ: Mapping[str, str] | None = None, libc: Any = No
     glibc gives a thread that allocates an arena of its own, up to 8 per core, and keeps the memory freed in
     each for that arena's next use. A compile's threads (libtpu's code generation, LLVM's) spread over many
     arenas, so the memory the first variant's compile freed is held where the second's does not reuse it:
-    the pod example's ``--jobs 1`` check holds less with two arenas, at the same speed (measured by
-    benchmarks/bench_arenas.py). Compiles at once are left to glibc's default: few arenas slowed them.
+    the pod example's ``--jobs 1`` check holds less with two arenas, and a small check takes a little longer
+    (benchmarks/bench_arenas.py). Compiles at once are left to glibc's default: few arenas slowed them.
 
     Nothing is set where ``MALLOC_ARENA_MAX`` is in the environment (the user's choice, read by glibc at the
     start), off glibc, or where ``mallopt`` is missing. glibc fixes its arena limit once it has made more than
-    8 arenas, so this holds only where the worker has not made that many before its request (a worker on a
-    machine of many cores may have: the setting then changes nothing). It holds for the rest of the process.
+    8 arenas, so this holds only where the worker has not made that many before its request (otherwise the
+    setting changes nothing). It holds for the rest of the process.
     """
     environ = os.environ if environ is None else environ
     if "MALLOC_ARENA_MAX" in environ:
