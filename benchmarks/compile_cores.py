@@ -97,13 +97,20 @@ def lead_seconds(samples: list[list[float]], cores: int) -> float | None:
     return None
 
 
-def run_case(case: str, every: float, scratch: Path) -> dict[str, Any]:
+def run_probe(
+    probe: str, case: str, template: list[str], scratch: Path, *head: str
+) -> tuple[list[str], dict[str, Any]]:
+    """Run ``probe`` (a script that checks through fieldmem's CLI in its own process and prints one JSON line
+    last) on a case's ``template`` arguments (``{heavy}``: a fresh compile-heavy module): ``python -c probe
+    ROOT *head OUT *arguments``, with ``JAX_PLATFORMS=cpu`` and no ``XLA_FLAGS``. Returns the arguments and the
+    JSON; compile_stages.py shares it."""
     import heavy
 
-    arguments = [a.format(heavy=heavy.write_module(scratch / "heavy_module.py", salt=11)) for a in CASES[case]]
+    arguments = [a.format(heavy=heavy.write_module(scratch / "heavy_module.py", salt=11)) for a in template]
     env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(ROOT), str(every), str(scratch / f"{case}.json"), *arguments],
+        [sys.executable, "-c", probe, str(ROOT), *head, str(scratch / f"{case}.json"), *arguments],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -112,7 +119,11 @@ def run_case(case: str, every: float, scratch: Path) -> dict[str, Any]:
     )
     if done.returncode != 0 or not done.stdout.strip():
         raise SystemExit(f"{case}: the probe failed ({done.returncode}): {done.stderr.strip().splitlines()[-3:]}")
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    return arguments, json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def run_case(case: str, every: float, scratch: Path) -> dict[str, Any]:
+    arguments, found = run_probe(PROBE, case, CASES[case], scratch, str(every))
     cores = os.cpu_count() or 1
     for compile_ in found["compiles"]:
         compile_["lead_s"] = lead_seconds(compile_["samples"], cores)

@@ -17,17 +17,17 @@ share before it is the most a compile that stopped after buffer assignment
 could save.
 
 With ``--libtpu-options``, the pod's first program is also compiled under
-libtpu code generation options (each once, in rotating order after a default
-compile), and what fieldmem reads is compared with the default compile (as
-``bench_compile_options.py`` does for XLA:CPU): is there a cheaper code
-generation that leaves the figures alone?
+libtpu code generation options and without them, ``--option-repeat`` times each
+(default 3) in rotating order, and what fieldmem reads is compared with the
+default compile (as ``bench_compile_options.py`` does for XLA:CPU): is there a
+cheaper code generation that leaves the figures alone?
 
 Cases: ``heavy``, the compile-heavy transformer step (``heavy.py``, 12 blocks)
 on this machine's CPU; ``pod``, the pod example on ``tpu:v5e:16x16``;
 ``gpu``, two bundled examples for ``gpu:h100``; ``tpu``, the same for
 ``tpu:v5e``.
 
-Usage: ``python benchmarks/compile_stages.py [--cases heavy pod gpu tpu] [--libtpu-options]
+Usage: ``python benchmarks/compile_stages.py [--cases heavy pod gpu tpu] [--libtpu-options] [--option-repeat 3]
 [--out benchmarks/results]``; writes ``compile-stages.{json,md}``.
 """
 
@@ -47,10 +47,13 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+import compile_cores  # noqa: E402
 
 CASES = {
-    "heavy": ["{heavy}"],
-    "pod": ["examples/pod/train_step.py", "--backend", "tpu:v5e:16x16"],
+    "heavy": compile_cores.CASES["heavy"],
+    "pod": compile_cores.CASES["pod"],
     "gpu": ["examples/field.py", "examples/optimizer.py", "--backend", "gpu:h100"],
     "tpu": ["examples/field.py", "examples/optimizer.py", "--backend", "tpu:v5e"],
 }
@@ -74,6 +77,7 @@ import fieldmem.driver.lowering as lowering
 from fieldmem.driver import deviceless
 
 OPTIONS = json.loads(sys.argv[2])
+REPEAT = int(sys.argv[3])
 compiles, option_rows = [], []
 original = lowering.compile_lowered
 FIRST = []
@@ -148,57 +152,50 @@ lowering.compile_lowered = timed
 from typer.testing import CliRunner
 from fieldmem.cli import app
 
-out = sys.argv[3]
-result = CliRunner().invoke(app, ["check", *sys.argv[4:], "--no-isolate", "-j", "1", "--no-cache", "-f", "json", "-o", out])
+out = sys.argv[4]
+result = CliRunner().invoke(app, ["check", *sys.argv[5:], "--no-isolate", "-j", "1", "--no-cache", "-f", "json", "-o", out])
 if OPTIONS and FIRST:
     import jax
     import bench_compile_options as bco
     lowered, found = FIRST[0]
     names = ["default", *OPTIONS]
-    prints = {}
+    prints, seconds, refused = {}, {name: [] for name in names}, {}
+    for round_ in range(REPEAT):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:  # rotating order: no set always first
+            if name in refused:
+                continue
+            extra = OPTIONS.get(name, {})
+            with tempfile.TemporaryDirectory() as folder:
+                options = {**deviceless.compile_options(found, folder), **extra}
+                jax.clear_caches()
+                start = time.perf_counter()
+                try:
+                    compiled = lowered.compile(compiler_options=options)
+                except Exception as exc:
+                    refused[name] = str(exc).strip().splitlines()[0][:200]
+                    continue
+                seconds[name].append(round(time.perf_counter() - start, 2))
+                if name not in prints:
+                    deviceless.remember_dump(compiled, folder)
+                    prints[name] = bco.fingerprint(compiled)
+                del compiled
     for name in names:
         extra = OPTIONS.get(name, {})
-        with tempfile.TemporaryDirectory() as folder:
-            options = {**deviceless.compile_options(found, folder), **extra}
-            jax.clear_caches()
-            start = time.perf_counter()
-            try:
-                compiled = lowered.compile(compiler_options=options)
-            except Exception as exc:
-                option_rows.append({"name": name, "options": extra, "error": str(exc).strip().splitlines()[0][:200]})
-                continue
-            seconds = time.perf_counter() - start
-            deviceless.remember_dump(compiled, folder)
-            prints[name] = bco.fingerprint(compiled)
-            del compiled
+        if name in refused:
+            option_rows.append({"name": name, "options": extra, "error": refused[name]})
+            continue
         differs = bco.differences(prints["default"], prints[name]) if name != "default" else []
-        option_rows.append({"name": name, "options": extra, "compile_s": round(seconds, 2), "differs": differs})
+        option_rows.append({"name": name, "options": extra, "compile_s": seconds[name], "differs": differs})
 print(json.dumps({"exit_code": result.exit_code, "compiles": compiles, "options": option_rows}))
 """
 
 
-def case_env(case: str) -> dict[str, str]:
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("XLA_FLAGS", None)
-    return env
+def run_case(case: str, scratch: Path, libtpu_options: bool, repeat: int) -> dict[str, Any]:
+    from compile_cores import run_probe
 
-
-def run_case(case: str, scratch: Path, libtpu_options: bool) -> dict[str, Any]:
-    import heavy
-
-    arguments = [a.format(heavy=heavy.write_module(scratch / "heavy_module.py", salt=13)) for a in CASES[case]]
     options = LIBTPU_OPTIONS if libtpu_options and case == "pod" else {}
-    done = subprocess.run(
-        [sys.executable, "-c", PROBE, str(ROOT), json.dumps(options), str(scratch / f"{case}.json"), *arguments],
-        cwd=ROOT,
-        env=case_env(case),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0 or not done.stdout.strip():
-        raise SystemExit(f"{case}: the probe failed ({done.returncode}): {done.stderr.strip().splitlines()[-3:]}")
-    found = json.loads(done.stdout.strip().splitlines()[-1])
+    arguments, found = run_probe(PROBE, case, CASES[case], scratch, json.dumps(options), str(repeat))
     for compile_ in found["compiles"]:
         at = compile_["optimized_module_at_s"]
         compile_["before_share"] = None if at is None else round(at / compile_["dumped_compile_s"], 3)
@@ -263,17 +260,25 @@ def markdown(document: dict[str, Any]) -> str:
     if rows:
         lines += [
             "",
-            "## libtpu code generation options, the pod's first program (one compile each)",
+            f"## libtpu code generation options, the pod's first program ({document['option_repeat']} compiles each,"
+            " rotating order)",
             "",
-            "| option set | options | compile (s) | what differs from the default compile |",
-            "|---|---|---:|---|",
+            "| option set | options | compiles (s) | median (s) | median / default's | what differs from the default"
+            " compile |",
+            "|---|---|---|---:|---:|---|",
         ]
+        default = next(statistics.median(r["compile_s"]) for r in rows if r["name"] == "default")
         for r in rows:
             if "error" in r:
-                lines.append(f"| {r['name']} | `{json.dumps(r['options'])}` | — | refused: {r['error']} |")
-            else:
-                what = "; ".join(r["differs"]) or "nothing"
-                lines.append(f"| {r['name']} | `{json.dumps(r['options'])}` | {r['compile_s']:.2f} | {what} |")
+                lines.append(f"| {r['name']} | `{json.dumps(r['options'])}` | — | — | — | refused: {r['error']} |")
+                continue
+            median = statistics.median(r["compile_s"])
+            what = "; ".join(r["differs"]) or "nothing"
+            times = ", ".join(f"{t:.2f}" for t in r["compile_s"])
+            lines.append(
+                f"| {r['name']} | `{json.dumps(r['options'])}` | {times} | {median:.2f} |"
+                f" {median / default:.2f} | {what} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -281,9 +286,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
     parser.add_argument("--libtpu-options", action="store_true", help="also try libtpu code generation options")
+    parser.add_argument("--option-repeat", type=int, default=3, help="compiles per libtpu option set")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     options = parser.parse_args()
-    sys.path.insert(0, str(BENCH))
     from importlib.metadata import PackageNotFoundError, version
 
     import jax
@@ -300,12 +305,13 @@ def main() -> int:
         "jax": jax.__version__,
         "libtpu": libtpu,
         "commit": commit.stdout.strip() or "unknown",
+        "option_repeat": options.option_repeat,
         "cases": [],
     }
     with tempfile.TemporaryDirectory() as folder:
         for case in options.cases:
             print(f"compile_stages: {case}", flush=True)
-            document["cases"].append(run_case(case, Path(folder), options.libtpu_options))
+            document["cases"].append(run_case(case, Path(folder), options.libtpu_options, options.option_repeat))
     options.out.mkdir(parents=True, exist_ok=True)
     (options.out / "compile-stages.json").write_text(json.dumps(document, indent=1) + "\n")
     (options.out / "compile-stages.md").write_text(markdown(document))
