@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_process import ctrl_c_reaches_it
 from typer.testing import CliRunner
 
 from fieldmem.gate.baseline import (
@@ -764,6 +765,7 @@ def test_an_interrupted_run_leaves_the_baseline_byte_identical(ci_project: Path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )
     try:
         deadline = time.monotonic() + 120
