@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,6 +30,14 @@ from fieldmem.schema import SCHEMA_FOLDER
 # GPUs without them, which needs jax started on the CPU alone (as the fieldmem command does for itself)
 for _key, _value in DEVICELESS_ENV.items():
     os.environ.setdefault(_key, _value)
+
+# Ctrl-C reaches the processes the tests interrupt (--watch, --save-baseline), however pytest was started: a
+# job a non-interactive shell starts in the background (``sh -c '... &'``, as some CI runners start theirs)
+# has SIGINT ignored, its children inherit that, and Python then raises no KeyboardInterrupt in them. A
+# handled signal is back at its default in a child after exec, so handling it here is enough (a preexec_fn
+# that reset it would fork a process running jax's threads, which jax warns against).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_process import ctrl_c_reaches_it
 from typer.testing import CliRunner
 
 from fieldmem.gate.baseline import (
@@ -765,7 +764,6 @@ def test_an_interrupted_run_leaves_the_baseline_byte_identical(ci_project: Path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=ctrl_c_reaches_it,
     )
     try:
         deadline = time.monotonic() + 120

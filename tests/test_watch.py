@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers_process import children, ctrl_c_reaches_it
+from helpers_process import children
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,7 +68,6 @@ class _Session:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            preexec_fn=ctrl_c_reaches_it,
         )
         self.lines: queue.Queue[tuple[str, str]] = queue.Queue()
         self.out: list[str] = []
