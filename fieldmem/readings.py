@@ -92,6 +92,8 @@ class InputLeaf:
     memory_kind: str | None = None  # a memory the program takes it in other than the device's ("pinned_host")
     placement: Placement | None = None  # where the example argument is (None: not read, as without a device)
     device_shape: tuple[int, ...] | None = None  # the piece each device holds, where the program splits it
+    # the report index of the first leaf that is the same buffer (one array given twice: ``f(x, x)``); None: its own
+    same_buffer_as: int | None = None
 
 
 @dataclass(frozen=True)

@@ -188,6 +188,7 @@ FindingCode = Literal[
     "state-grows",
     "exceeds-device-memory",
     "resharded-donation",
+    "shared-donation",
     "transfer",
     "run-transfer-mismatch",
     "unknown",

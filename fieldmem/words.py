@@ -206,6 +206,15 @@ FINDING_WORDS: tuple[FindingWord, ...] = (
         severities=("error",),
     ),
     FindingWord(
+        "shared-donation",
+        "one array is given more than once in the call (the same buffer under two paths: `f(x, x)`, or "
+        "`jax.device_put(x, device)` of an `x` already there), the program takes it more than once, and jax "
+        "donates it where an output reuses it: jax refuses a call that donates a buffer it also reads "
+        "(`INVALID_ARGUMENT` when it is called), so the donated call fails with these arguments. Any size. "
+        "`--run` makes the same call, and fails as it does",
+        severities=("error",),
+    ),
+    FindingWord(
         "transfer",
         "an argument leaf of at least `min_bytes` (on one device) that jax copies onto the devices before every "
         "call (see *Transfers*): a warning for one moved across devices or memory kinds, a note for one copied "

@@ -39,6 +39,7 @@ UPDATES = textwrap.dedent(
 
 
     SMALL = jnp.zeros((64, 64), jnp.float32)
+    GRADS = jnp.ones((64, 64), jnp.float32)  # another array: SMALL given twice, one of them donated, jax refuses
     LARGE = jnp.zeros((64, 128), jnp.float32)
     """
 )
@@ -49,7 +50,7 @@ BASICS = textwrap.dedent(
     import pytest
 
     import fieldmem
-    from updates import LARGE, SMALL, update, with_extra
+    from updates import GRADS, LARGE, SMALL, update, with_extra
 
 
     def test_in_place(fieldmem_check):
@@ -86,18 +87,18 @@ BASICS = textwrap.dedent(
 
 
     def test_not_declared_new(fieldmem_check):
-        fieldmem_check(with_extra, SMALL, SMALL, donate="u")
+        fieldmem_check(with_extra, SMALL, GRADS, donate="u")
 
 
     def test_declared_new(fieldmem_check):
-        report = fieldmem_check(with_extra, SMALL, SMALL, donate="u", new="out[1]")
+        report = fieldmem_check(with_extra, SMALL, GRADS, donate="u", new="out[1]")
         [finding] = [f for f in report.results[0].verdict.findings if f.code == "new-output"]
         assert "declared new" in finding.message
 
 
     @pytest.mark.fieldmem(new=["out[1]"])
     def test_marker_declared_new(fieldmem_check):
-        fieldmem_check(with_extra, SMALL, SMALL, donate="u")
+        fieldmem_check(with_extra, SMALL, GRADS, donate="u")
 
 
     @pytest.mark.fieldmem(max_live_peak="24KiB")

@@ -32,6 +32,7 @@ BREAKING = (
     "unusable-donation",
     "donation-dropped",
     "resharded-donation",
+    "shared-donation",
     "run-alias-missing",
 )
 

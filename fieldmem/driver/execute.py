@@ -345,7 +345,9 @@ def fresh_arguments(
 ) -> tuple[tuple[Any, ...], dict[str, Any], list[Any]]:
     """New buffers for every dynamic argument leaf of ``call``, made and ready: the positional and
     keyword arguments to call the executable with, and the leaves in report order (``host``: a NumPy
-    array stays one, so the call copies it as the user's does).
+    array stays one, so the call copies it as the user's does). Leaves that are one buffer in ``call``
+    (one array given twice) get one new buffer, so the run makes the call the user makes: jax refuses
+    to donate a buffer the same call also reads.
 
     Raises:
         RunError: making them failed (``out-of-memory`` when the device ran out); ``what``
@@ -353,9 +355,20 @@ def fresh_arguments(
     """
     import jax
 
+    from fieldmem.driver.placement import buffer_identity
+
     leaves, treedef = dynamic_leaves(call)
     try:
-        fresh = [_fresh_argument(leaf, host) for leaf in leaves]
+        made: dict[tuple[Any, ...], Any] = {}  # one new buffer per buffer of the call's
+        fresh = []
+        for leaf in leaves:
+            buffer = buffer_identity(leaf)
+            if buffer is None:
+                fresh.append(_fresh_argument(leaf, host))
+            else:
+                if buffer not in made:
+                    made[buffer] = _fresh_argument(leaf, host)
+                fresh.append(made[buffer])
         jax.block_until_ready(fresh)
     except Exception as exc:
         if out_of_memory(exc):

@@ -21,6 +21,7 @@ from fieldmem.readings import Placement
 
 __all__ = [
     "TRANSFER_LOG",
+    "buffer_identity",
     "flat_shardings",
     "memory_kind",
     "moved",
@@ -144,6 +145,25 @@ def stand_ins_among(tree: Any) -> tuple[Any, ...]:
         for leaf in jax.tree_util.tree_leaves(tree)
         if isinstance(leaf, jax.ShapeDtypeStruct) and stood_for(leaf) is not None
     )
+
+
+def buffer_identity(value: Any) -> tuple[Any, ...] | None:
+    """What makes two argument leaves one buffer in a call: a jax array's shard buffers (two array objects can
+    share them: ``jax.device_put(x, device)`` of an ``x`` already there), or the object itself for a traced
+    factory's stand-in (:mod:`fieldmem.driver.traced` keeps an array returned twice one object). None for a leaf
+    that is no buffer of the call's own: a NumPy array or a Python number (jax copies each onto the devices
+    apart), a ``ShapeDtypeStruct`` the user gave (a shape, which two arguments may share), anything else.
+    """
+    import jax
+
+    if isinstance(value, jax.Array):
+        try:
+            return ("buffers", *(s.data.unsafe_buffer_pointer() for s in value.addressable_shards))
+        except Exception:  # a deleted array, one whose buffers cannot be read: the object stands for them
+            return ("object", id(value))
+    if isinstance(value, jax.ShapeDtypeStruct) and stood_for(value) is not None:
+        return ("object", id(value))
+    return None
 
 
 def stood_for(struct: Any) -> tuple[bool, Any] | None:

@@ -478,6 +478,7 @@ def _leaves(
                     if values is not None and shardings and aval is not None
                     else None
                 ),
+                same_buffer_as=flat.same_buffer_as[len(result)],
             )
         )
     return tuple(result)
@@ -496,10 +497,12 @@ def _jax_order_values(call: PreparedCall) -> list[Any]:
 @dataclass(frozen=True)
 class _FlatArguments:
     """A call's array leaves, flattened once for both variants: ``count`` leaves, and in report order
-    each leaf's (position in jax's order, argument, path, whether it is a ShapeDtypeStruct)."""
+    each leaf's (position in jax's order, argument, path, whether it is a ShapeDtypeStruct), and the report
+    index of the first leaf that is the same buffer (one array given twice; None: a buffer of its own)."""
 
     count: int
     leaves: tuple[tuple[int, str, str, bool], ...]
+    same_buffer_as: tuple[int | None, ...]
 
 
 _flat_cache: tuple[weakref.ref[PreparedCall], _FlatArguments] | None = None  # the last call's: both variants read it
@@ -519,7 +522,7 @@ def _flat_arguments(call: PreparedCall) -> _FlatArguments:
         return cached[1]
     import jax
 
-    from fieldmem.driver.placement import stood_for
+    from fieldmem.driver.placement import buffer_identity, stood_for
 
     tree = jax.tree_util
     names = call.positional_names
@@ -538,14 +541,19 @@ def _flat_arguments(call: PreparedCall) -> _FlatArguments:
             position_in_jax[(slot, where)] = count
             count += 1
     user_names = call.leaf_names.inputs if call.leaf_names is not None else {}
-    leaves = []
+    leaves: list[tuple[int, str, str, bool]] = []
+    first_of: dict[tuple[Any, ...], int] = {}  # a buffer of the call's -> the first leaf that is it
+    same_buffer_as: list[int | None] = []
     for slot, display in slots:
         for where, leaf in flattened[slot]:
             argument, leaf_path = user_names.get((slot, where), (display, display + where))
             # abstract: a shape the user gave; not one standing for an array (a traced factory's, the plugin's)
             abstract = isinstance(leaf, jax.ShapeDtypeStruct) and stood_for(leaf) is None
+            buffer = buffer_identity(leaf)  # None for a shape the user gave: never one buffer
+            first = first_of.setdefault(buffer, len(leaves)) if buffer is not None else None
+            same_buffer_as.append(first if first != len(leaves) else None)
             leaves.append((position_in_jax[(slot, where)], argument, leaf_path, abstract))
-    flat = _FlatArguments(count, tuple(leaves))
+    flat = _FlatArguments(count, tuple(leaves), tuple(same_buffer_as))
     _flat_cache = (weakref.ref(call), flat)
     return flat
 

@@ -21,7 +21,7 @@ from typing import cast
 from fieldmem.collector import collector_paused
 from fieldmem.findings.capacity import fit_check, fit_findings
 from fieldmem.findings.peak import peak_breakdown
-from fieldmem.findings.transfers import host_figures, transfer_findings, transfers_of
+from fieldmem.findings.transfers import host_figures, shared_buffer_findings, transfer_findings, transfers_of
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge
 from fieldmem.libraries import is_library_file
 from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
@@ -988,18 +988,22 @@ def _verdict(
     by_user: bool = True,
     fit: Sequence[Finding] = (),
     moved: Sequence[Finding] = (),
+    refused: Sequence[Finding] = (),
 ) -> Verdict:
     """The findings of the two variants, and the verdict :mod:`fieldmem.findings.verdict` gives them.
 
     ``by_user``: the donation is the user's (their jit's, or a ``--donate``/``donate=`` they gave), not
     fieldmem's default of every argument holding arrays; an unusable donation then breaks in place.
     ``fit``: whether the program fits its device (:func:`fieldmem.findings.capacity.fit_findings`);
-    ``moved``: what jax copies before each call (:func:`fieldmem.findings.transfers.transfer_findings`).
+    ``moved``: what jax copies before each call (:func:`fieldmem.findings.transfers.transfer_findings`);
+    ``refused``: why jax refuses the donated call with these arguments
+    (:func:`fieldmem.findings.transfers.shared_buffer_findings`), first among the findings of its size: a call
+    that fails is the headline before what it would have cost.
     """
     inputs = {leaf.index: leaf for leaf in program.variant.inputs}
     # where a loop may copy every iteration, say so of the copies that happen once
     once = " once per call" if _has_loop(program.module) else ""
-    findings: list[Finding] = []
+    findings: list[Finding] = list(refused)
     used = [leaf for leaf in program.variant.inputs if leaf.hlo_parameter is not None]
     if program.variant.donation_dropped:
         # at stake: every buffer the donation would have lent
@@ -1208,7 +1212,8 @@ def analyze_target(
     fit = fit_findings(plain, donated, plain_variant.memory, donated_variant.memory)
     transfers = transfers_of(donated, donated_variant.aliases, program.input_bytes, program.output_bytes)
     moved = transfer_findings(transfers, donated_variant.aliases, program.input_bytes, min_bytes)
-    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user, fit, moved)
+    refused = shared_buffer_findings(donated, donated_variant.aliases, program.input_bytes)
+    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user, fit, moved, refused)
     made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)
     verdict = _with_made_static(verdict, made_static)
     return TargetResult(

@@ -16,6 +16,11 @@ this module says what that costs:
   it. ``--run`` agrees: the leaf is not deleted, and the alias is not confirmed. A NumPy array donated is
   copied too, but its own buffer is on the host: the device memory is reused as planned, and it is a
   transfer only;
+- one array given twice in the call (``f(x, x)``, the same buffer under two paths), of which jax donates one
+  copy of it that the plan reuses, is a ``shared-donation`` error (:func:`shared_buffer_findings`): jax refuses
+  a call that donates a buffer it also gives again (``INVALID_ARGUMENT`` at the call), so the donated call
+  fails with these arguments. A leaf of the group the program does not take (jit dropped it) is not given;
+  a donation nothing reuses is not made, and then nothing fails;
 - the leaves the program takes or returns in a host memory kind (``pinned_host``: offloaded) are named with
   their bytes, beside XLA's ``host_*`` figures; where XLA gives those 0 although the program holds such
   leaves (XLA:CPU counts host memory in its device figures), the figures are read from the program's own
@@ -42,7 +47,15 @@ from fieldmem.report import (
 )
 from fieldmem.units import format_bytes
 
-__all__ = ["HOST_MEMORY_KINDS", "host_figures", "is_host_memory", "transfer_findings", "transfer_run", "transfers_of"]
+__all__ = [
+    "HOST_MEMORY_KINDS",
+    "host_figures",
+    "is_host_memory",
+    "shared_buffer_findings",
+    "transfer_findings",
+    "transfer_run",
+    "transfers_of",
+]
 
 #: the memory kinds that are the host's: a leaf in one is offloaded from the device
 HOST_MEMORY_KINDS = ("pinned_host", "unpinned_host")
@@ -226,6 +239,41 @@ def transfer_findings(
                 f"before every call ({copied}); {transfer.fix}",
                 input=transfer.input,
                 bytes=transfer.device_bytes,
+            )
+        )
+    return findings
+
+
+def shared_buffer_findings(
+    variant: CompiledVariant, aliases: Sequence[Alias], input_bytes: Mapping[int, int]
+) -> list[Finding]:
+    """A ``shared-donation`` error for each array given more than once in the call (the donated ``variant``'s
+    leaves that are one buffer) where jax donates it: a leaf of it that an output reuses (``aliases``: the
+    plan), and another the program takes. ``input_bytes``: each leaf's bytes per device in the program."""
+    outputs = {a.input_index: a.output for a in aliases}
+    groups: dict[int, list[InputLeaf]] = {}
+    for leaf in variant.inputs:
+        if leaf.hlo_parameter is not None:  # a leaf jit dropped is not given to the program
+            root = leaf.same_buffer_as if leaf.same_buffer_as is not None else leaf.index
+            groups.setdefault(root, []).append(leaf)
+    findings = []
+    for leaves in groups.values():
+        donors = [leaf for leaf in leaves if leaf.index in outputs]
+        if len(leaves) < 2 or not donors:
+            continue
+        donor = donors[0]
+        again = ", ".join(leaf.path for leaf in leaves if leaf is not donor)
+        findings.append(
+            Finding(
+                "error",
+                "shared-donation",
+                f"{donor.path} is donated and {outputs[donor.index]} reuses its buffer, but the call gives the same "
+                f"array again as {again}: jax refuses a call that donates a buffer it also reads (INVALID_ARGUMENT "
+                f"when it is called), so the donated call fails with these arguments; give the array once and read "
+                f"it there, or pass a copy (jnp.copy) where it is given again",
+                input=donor.path,
+                output=outputs[donor.index],
+                bytes=input_bytes.get(donor.index, donor.bytes),
             )
         )
     return findings

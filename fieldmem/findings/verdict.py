@@ -12,8 +12,8 @@ names, per row, the codes that make it. The first row that holds decides:
    compiler refused it for that. Nothing else about it matters before it fits; its other findings stay.
 2. **not in place**: a finding breaks in place (a copy of state, a carry copied every iteration, a state
    output written to a new buffer, a state that grows, a donation the user asked for that nothing can use,
-   a donation jax dropped, a donation lost because jax moves the leaf first, an alias the run did not
-   confirm).
+   a donation jax dropped, a donation lost because jax moves the leaf first, a donated array given twice in
+   the call, which jax refuses, an alias the run did not confirm).
 3. **nothing to update in place**: nothing breaks and no output reuses a donated buffer, because none can
    (a reduction, a loss): donating does nothing here, and ``--expect in-place`` fails with the fix
    (don't donate it).
@@ -124,6 +124,13 @@ RULES: tuple[Rule, ...] = (
         "takes it: jax moves it first and donates the moved copy, so its own buffer stays alive",
         ("resharded-donation",),
         "`jax.jit(step, in_shardings=s, donate_argnums=0)` over 4 devices, given `jnp.ones(n)` on one device",
+    ),
+    Rule(
+        "not-in-place",
+        "one array is given twice in the call and jax donates it where an output reuses it: jax refuses a call "
+        "that donates a buffer it also reads, so the donated call fails with these arguments",
+        ("shared-donation",),
+        "`update(x, x)` for `jax.jit(update, donate_argnums=0)` where `update(x, batch)` returns `x + batch`",
     ),
     Rule(
         "not-in-place",

@@ -1,0 +1,228 @@
+"""One array given twice in a call (``update(x, x)``), donated where an output reuses it.
+
+jax refuses such a call (``INVALID_ARGUMENT``: a buffer donated and also read by the same call), so the
+donated call fails with these arguments. The static check says so (``shared-donation``, an error: not in
+place), and ``--run`` makes the same call and fails as the user's does. Each case is checked against jax
+itself: the finding is there exactly where calling the jitted step with the same arguments raises.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from fieldmem.api import check_function
+from fieldmem.report import TargetResult
+
+pytestmark = pytest.mark.compile
+pytest_plugins = ["pytester"]
+
+ROOT = Path(__file__).resolve().parent.parent
+N = 64  # f32[64,64]: 16 KiB, at fieldmem's default min_bytes
+
+
+def _x() -> jax.Array:
+    return jnp.ones((N, N), jnp.float32)
+
+
+def _add(x: Any, batch: Any) -> Any:
+    return x + batch
+
+
+def _pair(x: Any, y: Any) -> Any:
+    return x * 2, y + 1
+
+
+def _tree(p: dict[str, Any]) -> dict[str, Any]:
+    return {"u": p["u"] + p["v"]}
+
+
+def _first_only(x: Any, unused: Any) -> Any:
+    return x * 2
+
+
+def _reduce(x: Any, batch: Any) -> Any:
+    return (x + batch).sum()
+
+
+def _twice() -> tuple[jax.Array, jax.Array]:
+    x = _x()
+    return x, x
+
+
+def _put_again() -> tuple[jax.Array, jax.Array]:
+    x = jax.device_put(_x(), jax.devices()[0])
+    return x, jax.device_put(x, jax.devices()[0])  # another array object, the same buffer
+
+
+def _tree_twice() -> tuple[dict[str, jax.Array]]:
+    x = _x()
+    return ({"u": x, "v": x},)
+
+
+def _copied() -> tuple[jax.Array, jax.Array]:
+    x = _x()
+    return x, jnp.copy(x)
+
+
+def _numpy_twice() -> tuple[np.ndarray, np.ndarray]:
+    x = np.ones((N, N), np.float32)
+    return x, x
+
+
+# (id, step, its arguments, donate_argnums, whether jax refuses the donated call)
+CASES: list[tuple[str, Callable[..., Any], Callable[[], tuple], tuple[int, ...], bool]] = [
+    ("x-x, the first donated", _add, _twice, (0,), True),
+    ("x-x, the second donated", _add, _twice, (1,), True),
+    ("x-x, both donated, two outputs", _pair, _twice, (0, 1), True),
+    ("x and device_put of it", _add, _put_again, (0,), True),
+    ("one pytree holding x twice", _tree, _tree_twice, (0,), True),
+    ("x-x, the second unused", _first_only, _twice, (0,), False),
+    ("x-x, nothing can reuse it", _reduce, _twice, (0,), False),
+    ("x and a copy of it", _add, _copied, (0,), False),
+    ("a NumPy array twice", _add, _numpy_twice, (0,), False),
+]
+
+
+def _jax_refuses(step: Callable[..., Any], args: tuple, donate: tuple[int, ...]) -> bool:
+    """Whether jax's own call of ``step`` with ``args``, ``donate`` donated, raises jax's refusal."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Some donated buffers were not usable": the reduction's
+        try:
+            jax.block_until_ready(jax.jit(step, donate_argnums=donate)(*args))
+        except Exception as exc:
+            refusal = str(exc)
+        else:
+            return False
+    if "INVALID_ARGUMENT" not in refusal or "donate" not in refusal:
+        pytest.fail(f"jax raised something else: {refusal}")
+    return True
+
+
+def _shared(result: TargetResult) -> list[Any]:
+    assert result.status == "ok", result.error
+    assert result.verdict is not None
+    return [f for f in result.verdict.findings if f.code == "shared-donation"]
+
+
+@pytest.mark.parametrize(("step", "make_args", "donate", "refused"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_the_finding_is_where_jax_refuses_the_call(
+    step: Callable[..., Any], make_args: Callable[[], tuple], donate: tuple[int, ...], refused: bool
+) -> None:
+    assert _jax_refuses(step, make_args(), donate) == refused  # what jax does, in this process
+    (result,) = check_function(step, *make_args(), donate=donate).results
+    shared = _shared(result)
+    assert bool(shared) == refused
+    if refused:
+        (finding,) = shared
+        assert finding.severity == "error" and finding.bytes == N * N * 4
+        assert result.verdict is not None and result.verdict.kind == "not-in-place"
+        assert result.verdict.summary.startswith(f"not in place: {finding.input} is donated")
+        assert "jax refuses a call that donates a buffer it also reads" in finding.message
+
+
+def test_the_message_names_the_donated_leaf_and_where_it_is_given_again() -> None:
+    (result,) = check_function(_add, *_twice(), donate=0).results
+    (finding,) = _shared(result)
+    assert (finding.input, finding.output) == ("x", "out")
+    assert "the call gives the same array again as batch" in finding.message
+    assert "pass a copy (jnp.copy)" in finding.message
+    (result,) = check_function(_tree, *_tree_twice(), donate=0).results
+    (finding,) = _shared(result)
+    assert finding.input == "p['u']" and "again as p['v']" in finding.message
+
+
+def test_a_shape_given_twice_is_not_one_buffer() -> None:
+    """A ShapeDtypeStruct describes a shape: two arguments may share one without sharing a buffer."""
+    spec = jax.ShapeDtypeStruct((N, N), jnp.float32)
+    (result,) = check_function(_add, spec, spec, donate=0).results
+    assert _shared(result) == []
+    assert result.verdict is not None and result.verdict.kind == "in-place"
+
+
+MODULE = f"""
+import jax.numpy as jnp
+import fieldmem
+
+
+def update(x, batch):
+    return x + batch
+
+
+def make_args():  # traced, not run: the one traced array stays one object
+    x = jnp.zeros(({N}, {N}), jnp.float32) + 1
+    return x, x
+
+
+fieldmem.case(update, args=make_args, donate=0, name="twice")
+"""
+
+
+def _fieldmem(folder: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", COLUMNS="200", PYTHONPATH=str(ROOT))
+    env.pop("XLA_FLAGS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", "twice.py", "--no-cache", *options],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_a_module_whose_factory_returns_one_array_twice(tmp_path: Path) -> None:
+    """``fieldmem check``: the traced factory's array, returned twice, is one buffer (not in place, exit 1
+    under ``--expect in-place``); with ``--run`` the run makes the same call and fails as jax refuses it."""
+    (tmp_path / "twice.py").write_text(MODULE)
+    done = _fieldmem(tmp_path, "-f", "json", "-o", "report.json", "--expect", "in-place")
+    assert done.returncode == 1, done.stderr
+    (result,) = json.loads((tmp_path / "report.json").read_text())["results"]
+    assert result["verdict"]["kind"] == "not-in-place"
+    assert [f["code"] for f in result["verdict"]["findings"] if f["severity"] == "error"] == ["shared-donation"]
+
+    done = _fieldmem(tmp_path, "--run")
+    assert "running the donated variant failed" in done.stderr, done.stderr
+    assert "INVALID_ARGUMENT" in done.stderr
+    assert "static analysis: not in place: x is donated" in done.stderr
+
+
+PLUGIN_TESTS = f"""
+import jax
+import jax.numpy as jnp
+
+
+def update(x, batch):
+    return x + batch
+
+
+def test_twice(fieldmem_check):
+    x = jnp.ones(({N}, {N}), jnp.float32)
+    fieldmem_check(update, x, x, donate=0)
+
+
+def test_a_copy(fieldmem_check):
+    x = jnp.ones(({N}, {N}), jnp.float32)
+    fieldmem_check(update, x, jnp.copy(x), donate=0)
+"""
+
+
+def test_the_pytest_plugin_sends_one_array_given_twice_as_one(pytester: pytest.Pytester) -> None:
+    """The fixture checks in a worker, its arguments sent as shapes: one array given twice arrives as one."""
+    pytester.makepyfile(test_twice=PLUGIN_TESTS)
+    result = pytester.runpytest_subprocess("-v")
+    result.assert_outcomes(passed=1, failed=1)
+    text = result.stdout.str()
+    assert "test_twice.py::test_twice FAILED" in text and "test_twice.py::test_a_copy PASSED" in text
+    assert "not in place: x is donated and out reuses its buffer, but the call gives the same array again" in text
