@@ -189,6 +189,7 @@ FindingCode = Literal[
     "exceeds-device-memory",
     "resharded-donation",
     "shared-donation",
+    "shared-argument",
     "transfer",
     "run-transfer-mismatch",
     "unknown",

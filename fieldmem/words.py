@@ -215,6 +215,13 @@ FINDING_WORDS: tuple[FindingWord, ...] = (
         severities=("error",),
     ),
     FindingWord(
+        "shared-argument",
+        "one array of at least `min_bytes` (on one device) is given more than once in the call and the program "
+        "takes it more than once, with no donation of it made: the devices hold it once, but XLA's figures (the "
+        "footprint, the argument bytes) count it once per parameter. `bytes`: what they count beyond the one buffer",
+        severities=("info",),
+    ),
+    FindingWord(
         "transfer",
         "an argument leaf of at least `min_bytes` (on one device) that jax copies onto the devices before every "
         "call (see *Transfers*): a warning for one moved across devices or memory kinds, a note for one copied "

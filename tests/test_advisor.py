@@ -497,3 +497,17 @@ def test_marginals_that_do_not_add_up_are_explained_in_a_note() -> None:
     )
     _note_interactions(chosen, {"params": 5 * 2**20}, {"footprint_bytes": 10 * 2**20}, quiet, 1024)
     assert quiet == []
+
+
+def test_a_suggestion_to_donate_an_array_given_twice_says_the_call_fails() -> None:
+    """``add(x, x)``: donating x saves its buffer in the compile, but with these arguments jax refuses the
+    call (one array given twice, one of them donated): the summary says so. Two arrays: it does not."""
+    x = zeros()
+    _, _, suggestion = advise(lambda u, g: u + g, (x, x), donate="none")
+    assert suggestion.spec == "u"
+    assert suggestion.summary.endswith(
+        "but with these arguments the call fails: it gives u's array again as g, and jax refuses a call that "
+        "donates a buffer it also reads; give it once first"
+    )
+    _, _, suggestion = advise(lambda u, g: u + g, (x, jnp.copy(x)), donate="none")
+    assert suggestion.spec == "u" and "the call fails" not in suggestion.summary

@@ -226,3 +226,53 @@ def test_the_pytest_plugin_sends_one_array_given_twice_as_one(pytester: pytest.P
     text = result.stdout.str()
     assert "test_twice.py::test_twice FAILED" in text and "test_twice.py::test_a_copy PASSED" in text
     assert "not in place: x is donated and out reuses its buffer, but the call gives the same array again" in text
+
+
+def _noted(result: TargetResult) -> list[Any]:
+    assert result.verdict is not None
+    return [f for f in result.verdict.findings if f.code == "shared-argument"]
+
+
+def test_one_array_given_twice_undonated_is_counted_twice_by_xla_and_noted() -> None:
+    """No donation of it: jax makes the call, the devices hold one buffer, and XLA's argument bytes count
+    two; a note says so with the difference. Where jit drops the second leaf, nothing is counted twice."""
+    x = _x()
+    plain = jax.jit(_add).lower(x, x).compile().memory_analysis()
+    assert plain.argument_size_in_bytes == 2 * N * N * 4  # XLA's: one per parameter
+    (result,) = check_function(_add, x, x, donate="none").results
+    (note,) = _noted(result)
+    assert note.severity == "info" and note.bytes == N * N * 4
+    assert note.message.startswith("x and batch are one array in this call: the devices hold it once")
+    assert "16.0 KiB more than this call holds" in note.message
+    assert result.verdict is not None and not _shared(result)
+
+    (reduced,) = check_function(_reduce, x, x, donate=0).results  # a donation nothing reuses is not made
+    assert len(_noted(reduced)) == 1 and not _shared(reduced)
+    (pruned,) = check_function(_first_only, x, x, donate=0).results
+    assert _noted(pruned) == [] and _shared(pruned) == []
+    (refused,) = check_function(_add, x, x, donate=0).results  # the error says it: no note beside it
+    assert _noted(refused) == [] and len(_shared(refused)) == 1
+
+
+def test_a_small_array_given_twice_is_below_the_note() -> None:
+    small = jnp.ones((4, 4), jnp.float32)
+    (result,) = check_function(_add, small, small, donate="none").results
+    assert _noted(result) == []
+    (result,) = check_function(_add, small, small, donate=0).results  # the refusal is any size
+    assert len(_shared(result)) == 1
+
+
+def test_the_advice_to_donate_says_the_array_must_be_given_once_first() -> None:
+    """Not donated, ``x`` written to a new buffer: "donate x" alone would make a call jax refuses, since the
+    call gives ``x`` again as ``batch``: the finding says to give it once first (``--suggest``'s summary says
+    it too: tests/test_advisor.py)."""
+    x = _x()
+    (result,) = check_function(_add, x, x, donate="none").results
+    assert result.verdict is not None
+    (new,) = [f for f in result.verdict.findings if f.code == "new-buffer"]
+    assert "x has its size but is not donated, and the call gives the same array again as batch" in new.message
+    assert "give it once, then donate x" in new.message
+    (result,) = check_function(_add, x, jnp.copy(x), donate="none").results  # two arrays
+    assert result.verdict is not None
+    (new,) = [f for f in result.verdict.findings if f.code == "new-buffer"]
+    assert "given again" not in new.message and "donate x" in new.message

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from fieldmem.errors import FieldmemError
 from fieldmem.findings.analysis import ProgramLeaves, analyze_variant, donation_obstacle, savings
+from fieldmem.findings.transfers import given_again
 from fieldmem.readings import CallShape, CompiledVariant, InputLeaf
 from fieldmem.report import (
     ArgumentAdvice,
@@ -209,10 +210,12 @@ def suggest(
         for a in arguments
     )
     _note_interactions(chosen, marginals, measured, notes, min_bytes)
+    refused = _refused(chosen, verification, plain.inputs)
     code, alternative = _code(call, chosen)
     nameable = all(_is_named(call, a) for a in chosen)
+    summary = _summary(chosen, advice, plain_variant, verification, measured, verifying, verified_by, notes)
     return Suggestion(
-        summary=_summary(chosen, advice, plain_variant, verification, measured, verifying, verified_by, notes),
+        summary=f"{summary}; {refused}" if refused else summary,
         spec=_spec_text(chosen),
         donate_argnums=tuple(a.position for a in chosen if a.position is not None),
         donate_argnames=tuple(a.name for a in chosen if nameable or a.position is None),
@@ -800,6 +803,23 @@ def _spec_text(arguments: Sequence[_Argument]) -> str:
 def _change(plain: Variant, other: Variant | None, figure: str) -> str:
     after = getattr(other.memory, figure) if other is not None else None
     return f"{figure} {format_bytes(getattr(plain.memory, figure))} → {format_bytes(after)}"
+
+
+def _refused(chosen: Sequence[_Argument], verification: Variant | None, inputs: Sequence[InputLeaf]) -> str:
+    """Why jax refuses the suggested donation with the check's arguments (a donated leaf an output reuses, given
+    again in the call: one array twice, see ``shared-donation``), in words; empty where it does not."""
+    if verification is None:
+        return ""
+    reused = {a.input_index for a in verification.aliases}
+    for argument in chosen:
+        for leaf in argument.leaves:
+            again = given_again(leaf, inputs) if leaf.index in reused else ""
+            if again:
+                return (
+                    f"but with these arguments the call fails: it gives {leaf.path}'s array again as {again}, and "
+                    "jax refuses a call that donates a buffer it also reads; give it once first"
+                )
+    return ""
 
 
 def _summary(

@@ -21,7 +21,13 @@ from typing import cast
 from fieldmem.collector import collector_paused
 from fieldmem.findings.capacity import fit_check, fit_findings
 from fieldmem.findings.peak import peak_breakdown
-from fieldmem.findings.transfers import host_figures, shared_buffer_findings, transfer_findings, transfers_of
+from fieldmem.findings.transfers import (
+    given_again,
+    host_figures,
+    shared_buffer_findings,
+    transfer_findings,
+    transfers_of,
+)
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge
 from fieldmem.libraries import is_library_file
 from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
@@ -697,7 +703,15 @@ def _new_buffer_finding(
         f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer"
         f"{_at(source, call_site)}"
     )
-    if not leaf.donated:
+    again = given_again(leaf, program.variant.inputs)
+    if not leaf.donated and again:
+        reason = (
+            f"{leaf.path} has its size but is not donated, and the call gives the same array again as {again}: "
+            f"jax refuses a call that donates a buffer it also reads, so give it once, then donate "
+            f"{leaf.argument} (or, if {out.path} is a new value rather than {leaf.path}'s next one, declare it "
+            f"with --new {out.path})"
+        )
+    elif not leaf.donated:
         reason = (
             f"{leaf.path} has its size but is not donated: donate {leaf.argument} (or, if {out.path} is a new "
             f"value rather than {leaf.path}'s next one, declare it with --new {out.path})"
@@ -988,7 +1002,7 @@ def _verdict(
     by_user: bool = True,
     fit: Sequence[Finding] = (),
     moved: Sequence[Finding] = (),
-    refused: Sequence[Finding] = (),
+    shared: Sequence[Finding] = (),
 ) -> Verdict:
     """The findings of the two variants, and the verdict :mod:`fieldmem.findings.verdict` gives them.
 
@@ -996,14 +1010,13 @@ def _verdict(
     fieldmem's default of every argument holding arrays; an unusable donation then breaks in place.
     ``fit``: whether the program fits its device (:func:`fieldmem.findings.capacity.fit_findings`);
     ``moved``: what jax copies before each call (:func:`fieldmem.findings.transfers.transfer_findings`);
-    ``refused``: why jax refuses the donated call with these arguments
-    (:func:`fieldmem.findings.transfers.shared_buffer_findings`), first among the findings of its size: a call
-    that fails is the headline before what it would have cost.
+    ``shared``: one array given twice (:func:`fieldmem.findings.transfers.shared_buffer_findings`), first among
+    the findings of its severity and size: a call jax refuses is the headline before what it would have cost.
     """
     inputs = {leaf.index: leaf for leaf in program.variant.inputs}
     # where a loop may copy every iteration, say so of the copies that happen once
     once = " once per call" if _has_loop(program.module) else ""
-    findings: list[Finding] = list(refused)
+    findings: list[Finding] = list(shared)
     used = [leaf for leaf in program.variant.inputs if leaf.hlo_parameter is not None]
     if program.variant.donation_dropped:
         # at stake: every buffer the donation would have lent
@@ -1212,8 +1225,8 @@ def analyze_target(
     fit = fit_findings(plain, donated, plain_variant.memory, donated_variant.memory)
     transfers = transfers_of(donated, donated_variant.aliases, program.input_bytes, program.output_bytes)
     moved = transfer_findings(transfers, donated_variant.aliases, program.input_bytes, min_bytes)
-    refused = shared_buffer_findings(donated, donated_variant.aliases, program.input_bytes)
-    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user, fit, moved, refused)
+    shared = shared_buffer_findings(donated, donated_variant.aliases, program.input_bytes, min_bytes)
+    verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user, fit, moved, shared)
     made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)
     verdict = _with_made_static(verdict, made_static)
     return TargetResult(

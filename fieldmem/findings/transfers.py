@@ -20,7 +20,8 @@ this module says what that costs:
   copy of it that the plan reuses, is a ``shared-donation`` error (:func:`shared_buffer_findings`): jax refuses
   a call that donates a buffer it also gives again (``INVALID_ARGUMENT`` at the call), so the donated call
   fails with these arguments. A leaf of the group the program does not take (jit dropped it) is not given;
-  a donation nothing reuses is not made, and then nothing fails;
+  a donation nothing reuses is not made, and then nothing fails: the array is a ``shared-argument`` note,
+  since XLA's figures count it once per parameter while the devices hold it once;
 - the leaves the program takes or returns in a host memory kind (``pinned_host``: offloaded) are named with
   their bytes, beside XLA's ``host_*`` figures; where XLA gives those 0 although the program holds such
   leaves (XLA:CPU counts host memory in its device figures), the figures are read from the program's own
@@ -49,6 +50,7 @@ from fieldmem.units import format_bytes
 
 __all__ = [
     "HOST_MEMORY_KINDS",
+    "given_again",
     "host_figures",
     "is_host_memory",
     "shared_buffer_findings",
@@ -244,22 +246,54 @@ def transfer_findings(
     return findings
 
 
+def _buffer_of(leaf: InputLeaf) -> int:
+    """The report index standing for ``leaf``'s buffer: the first leaf that is it."""
+    return leaf.same_buffer_as if leaf.same_buffer_as is not None else leaf.index
+
+
+def given_again(leaf: InputLeaf, inputs: Sequence[InputLeaf]) -> str:
+    """The other paths under which the call gives ``leaf``'s array to the program (``inputs``: the variant's
+    leaves; one buffer, each taken by the program), comma-separated; empty where there are none."""
+    return ", ".join(
+        other.path
+        for other in inputs
+        if other.index != leaf.index and other.hlo_parameter is not None and _buffer_of(other) == _buffer_of(leaf)
+    )
+
+
 def shared_buffer_findings(
-    variant: CompiledVariant, aliases: Sequence[Alias], input_bytes: Mapping[int, int]
+    variant: CompiledVariant, aliases: Sequence[Alias], input_bytes: Mapping[int, int], min_bytes: int
 ) -> list[Finding]:
-    """A ``shared-donation`` error for each array given more than once in the call (the donated ``variant``'s
-    leaves that are one buffer) where jax donates it: a leaf of it that an output reuses (``aliases``: the
-    plan), and another the program takes. ``input_bytes``: each leaf's bytes per device in the program."""
+    """The findings of each array given more than once in the call (the donated ``variant``'s leaves that are
+    one buffer, each taken by the program): a ``shared-donation`` error where jax donates it (a leaf of it
+    that an output reuses, ``aliases``: the plan), of any size; else a ``shared-argument`` note, from
+    ``min_bytes`` (on one device) up, that the figures count it once per leaf. ``input_bytes``: each leaf's
+    bytes per device in the program."""
     outputs = {a.input_index: a.output for a in aliases}
     groups: dict[int, list[InputLeaf]] = {}
     for leaf in variant.inputs:
         if leaf.hlo_parameter is not None:  # a leaf jit dropped is not given to the program
-            root = leaf.same_buffer_as if leaf.same_buffer_as is not None else leaf.index
-            groups.setdefault(root, []).append(leaf)
+            groups.setdefault(_buffer_of(leaf), []).append(leaf)
     findings = []
     for leaves in groups.values():
+        if len(leaves) < 2:
+            continue
         donors = [leaf for leaf in leaves if leaf.index in outputs]
-        if len(leaves) < 2 or not donors:
+        if not donors:
+            size = input_bytes.get(leaves[0].index, leaves[0].bytes)
+            if size >= max(min_bytes, 1):
+                paths = ", ".join(leaf.path for leaf in leaves[:-1]) + f" and {leaves[-1].path}"
+                findings.append(
+                    Finding(
+                        "info",
+                        "shared-argument",
+                        f"{paths} are one array in this call: the devices hold it once, but the program takes it "
+                        f"{len(leaves)} times and XLA's figures count each ({format_bytes(size * (len(leaves) - 1))} "
+                        "more than this call holds)",
+                        input=leaves[0].path,
+                        bytes=size * (len(leaves) - 1),
+                    )
+                )
             continue
         donor = donors[0]
         again = ", ".join(leaf.path for leaf in leaves if leaf is not donor)
