@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fieldmem.errors import FieldmemError
@@ -210,7 +210,7 @@ def suggest(
         for a in arguments
     )
     _note_interactions(chosen, marginals, measured, notes, min_bytes)
-    refused = _refused(chosen, verification, plain.inputs)
+    refused = _refused(chosen, verification, program.shared)
     code, alternative = _code(call, chosen)
     nameable = all(_is_named(call, a) for a in chosen)
     summary = _summary(chosen, advice, plain_variant, verification, measured, verifying, verified_by, notes)
@@ -805,15 +805,18 @@ def _change(plain: Variant, other: Variant | None, figure: str) -> str:
     return f"{figure} {format_bytes(getattr(plain.memory, figure))} → {format_bytes(after)}"
 
 
-def _refused(chosen: Sequence[_Argument], verification: Variant | None, inputs: Sequence[InputLeaf]) -> str:
+def _refused(
+    chosen: Sequence[_Argument], verification: Variant | None, shared: Mapping[int, tuple[InputLeaf, ...]]
+) -> str:
     """Why jax refuses the suggested donation with the check's arguments (a donated leaf an output reuses, given
-    again in the call: one array twice, see ``shared-donation``), in words; empty where it does not."""
-    if verification is None:
+    again in the call: one array twice, see ``shared-donation``; ``shared``: the program's
+    :func:`~fieldmem.findings.transfers.shared_buffers`), in words; empty where it does not."""
+    if verification is None or not shared:
         return ""
     reused = {a.input_index for a in verification.aliases}
     for argument in chosen:
         for leaf in argument.leaves:
-            again = given_again(leaf, inputs) if leaf.index in reused else ""
+            again = given_again(leaf, shared) if leaf.index in reused else ""
             if again:
                 return (
                     f"but with these arguments the call fails: it gives {leaf.path}'s array again as {again}, and "

@@ -25,6 +25,7 @@ from fieldmem.findings.transfers import (
     given_again,
     host_figures,
     shared_buffer_findings,
+    shared_buffers,
     transfer_findings,
     transfers_of,
 )
@@ -173,6 +174,8 @@ class ProgramLeaves:
                 self.output_bytes[out.index] = out.bytes
         self.output_producers = hlo.output_values(module)
         self.entry_by_name = module.entry.by_name()
+        # the arrays the call gives more than once, each of their leaves -> all of them (see shared_buffers)
+        self.shared = shared_buffers(variant.inputs)
 
     def leaf_of(self, parameter_number: int, parameter_index: tuple[int, ...]) -> InputLeaf | None:
         if self.variant.tuple_args:
@@ -703,7 +706,7 @@ def _new_buffer_finding(
         f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer"
         f"{_at(source, call_site)}"
     )
-    again = given_again(leaf, program.variant.inputs)
+    again = given_again(leaf, program.shared)
     if not leaf.donated and again:
         reason = (
             f"{leaf.path} has its size but is not donated, and the call gives the same array again as {again}: "
@@ -1225,7 +1228,7 @@ def analyze_target(
     fit = fit_findings(plain, donated, plain_variant.memory, donated_variant.memory)
     transfers = transfers_of(donated, donated_variant.aliases, program.input_bytes, program.output_bytes)
     moved = transfer_findings(transfers, donated_variant.aliases, program.input_bytes, min_bytes)
-    shared = shared_buffer_findings(donated, donated_variant.aliases, program.input_bytes, min_bytes)
+    shared = shared_buffer_findings(program.shared, donated_variant.aliases, program.input_bytes, min_bytes)
     verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user, fit, moved, shared)
     made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)
     verdict = _with_made_static(verdict, made_static)

@@ -54,6 +54,7 @@ __all__ = [
     "host_figures",
     "is_host_memory",
     "shared_buffer_findings",
+    "shared_buffers",
     "transfer_findings",
     "transfer_run",
     "transfers_of",
@@ -246,38 +247,38 @@ def transfer_findings(
     return findings
 
 
-def _buffer_of(leaf: InputLeaf) -> int:
-    """The report index standing for ``leaf``'s buffer: the first leaf that is it."""
-    return leaf.same_buffer_as if leaf.same_buffer_as is not None else leaf.index
+def shared_buffers(inputs: Sequence[InputLeaf]) -> dict[int, tuple[InputLeaf, ...]]:
+    """The arrays the call gives more than once: for each leaf (by report index) that is one buffer with
+    another the program takes (``inputs``: a variant's leaves), every leaf of that buffer the program takes,
+    in report order. Leaves of a buffer of their own are not in it. One pass over ``inputs``."""
+    groups: dict[int, list[InputLeaf]] = {}
+    for leaf in inputs:
+        if leaf.hlo_parameter is not None:  # a leaf jit dropped is not given to the program
+            first = leaf.same_buffer_as if leaf.same_buffer_as is not None else leaf.index
+            groups.setdefault(first, []).append(leaf)
+    return {leaf.index: tuple(group) for group in groups.values() if len(group) > 1 for leaf in group}
 
 
-def given_again(leaf: InputLeaf, inputs: Sequence[InputLeaf]) -> str:
-    """The other paths under which the call gives ``leaf``'s array to the program (``inputs``: the variant's
-    leaves; one buffer, each taken by the program), comma-separated; empty where there are none."""
-    return ", ".join(
-        other.path
-        for other in inputs
-        if other.index != leaf.index and other.hlo_parameter is not None and _buffer_of(other) == _buffer_of(leaf)
-    )
+def given_again(leaf: InputLeaf, shared: Mapping[int, tuple[InputLeaf, ...]]) -> str:
+    """The other paths under which the call gives ``leaf``'s array to the program (``shared``: see
+    :func:`shared_buffers`), comma-separated; empty where there are none."""
+    return ", ".join(other.path for other in shared.get(leaf.index, ()) if other.index != leaf.index)
 
 
 def shared_buffer_findings(
-    variant: CompiledVariant, aliases: Sequence[Alias], input_bytes: Mapping[int, int], min_bytes: int
+    shared: Mapping[int, tuple[InputLeaf, ...]],
+    aliases: Sequence[Alias],
+    input_bytes: Mapping[int, int],
+    min_bytes: int,
 ) -> list[Finding]:
-    """The findings of each array given more than once in the call (the donated ``variant``'s leaves that are
-    one buffer, each taken by the program): a ``shared-donation`` error where jax donates it (a leaf of it
-    that an output reuses, ``aliases``: the plan), of any size; else a ``shared-argument`` note, from
-    ``min_bytes`` (on one device) up, that the figures count it once per leaf. ``input_bytes``: each leaf's
-    bytes per device in the program."""
+    """The findings of each array given more than once in the call (``shared``: the donated variant's
+    :func:`shared_buffers`): a ``shared-donation`` error where jax donates it (a leaf of it that an output
+    reuses, ``aliases``: the plan), of any size; else a ``shared-argument`` note, from ``min_bytes`` (on one
+    device) up, that the figures count it once per leaf. ``input_bytes``: each leaf's bytes per device in the
+    program."""
     outputs = {a.input_index: a.output for a in aliases}
-    groups: dict[int, list[InputLeaf]] = {}
-    for leaf in variant.inputs:
-        if leaf.hlo_parameter is not None:  # a leaf jit dropped is not given to the program
-            groups.setdefault(_buffer_of(leaf), []).append(leaf)
     findings = []
-    for leaves in groups.values():
-        if len(leaves) < 2:
-            continue
+    for leaves in {group[0].index: group for group in shared.values()}.values():  # each array once
         donors = [leaf for leaf in leaves if leaf.index in outputs]
         if not donors:
             size = input_bytes.get(leaves[0].index, leaves[0].bytes)
