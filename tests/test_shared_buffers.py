@@ -276,3 +276,64 @@ def test_the_advice_to_donate_says_the_array_must_be_given_once_first() -> None:
     assert result.verdict is not None
     (new,) = [f for f in result.verdict.findings if f.code == "new-buffer"]
     assert "given again" not in new.message and "donate x" in new.message
+
+
+SHARDED = f"""
+import json, sys, warnings
+import jax, jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from fieldmem.api import check_function
+
+warnings.simplefilter("ignore")
+sharding = NamedSharding(Mesh(np.array(jax.devices()), ("x",)), P("x"))
+CASES = {{
+    "twice": lambda x: (x, x),
+    "put again": lambda x: (x, jax.device_put(x, sharding)),
+    "a copy": lambda x: (x, jnp.copy(x)),
+}}
+
+
+def add(x, batch):
+    return x + batch
+
+
+def args(name):
+    return CASES[name](jax.device_put(jnp.ones(({N}, {N}), jnp.float32), sharding))
+
+
+if sys.argv[1] == "fieldmem":  # every case's static check, in one process: nothing runs
+    found = {{}}
+    for name in CASES:
+        (result,) = check_function(add, *args(name), donate=0).results
+        found[name] = [result.devices, "shared-donation" in [f.code for f in result.verdict.findings]]
+    print(json.dumps(found))
+else:  # jax's own call of one case
+    jax.block_until_ready(jax.jit(add, donate_argnums=0)(*args(sys.argv[1])))
+    print("called")
+"""
+
+
+def _sharded(folder: Path, what: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-c", SHARDED, what], env=env, capture_output=True, text=True, timeout=300, cwd=folder
+    )
+
+
+def test_arrays_sharded_over_four_devices_are_one_buffer_by_every_shard(tmp_path: Path) -> None:
+    """An array split over 4 (simulated) devices has one buffer per device: the same array given twice is one
+    buffer on every shard, and a copy is not, as jax's own call finds. There jax 0.10.2 does not raise: the
+    refused call kills the process (SIGSEGV), which is why ``--run`` does not make it."""
+    done = _sharded(tmp_path, "fieldmem")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found == {"twice": [[0, 1, 2, 3], True], "put again": [[0, 1, 2, 3], True], "a copy": [[0, 1, 2, 3], False]}
+    for name, refused in found.items():
+        called = _sharded(tmp_path, name)
+        if refused[1]:  # refused: an error, or the process killed
+            assert called.returncode != 0 and "called" not in called.stdout, called.stderr
+            assert called.returncode < 0 or "INVALID_ARGUMENT" in called.stderr, called.stderr
+        else:
+            assert called.returncode == 0 and "called" in called.stdout, called.stderr

@@ -158,6 +158,10 @@ def buffer_identity(value: Any) -> tuple[Any, ...] | None:
 
     if isinstance(value, jax.Array):
         try:
+            return ("buffers", value.unsafe_buffer_pointer())  # one device: a fifth of the shards' cost
+        except Exception:
+            pass
+        try:
             return ("buffers", *(s.data.unsafe_buffer_pointer() for s in value.addressable_shards))
         except Exception:  # a deleted array, one whose buffers cannot be read: the object stands for them
             return ("object", id(value))
