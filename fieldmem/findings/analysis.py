@@ -1228,7 +1228,9 @@ def analyze_target(
     fit = fit_findings(plain, donated, plain_variant.memory, donated_variant.memory)
     transfers = transfers_of(donated, donated_variant.aliases, program.input_bytes, program.output_bytes)
     moved = transfer_findings(transfers, donated_variant.aliases, program.input_bytes, min_bytes)
-    shared = shared_buffer_findings(program.shared, donated_variant.aliases, program.input_bytes, min_bytes)
+    shared = shared_buffer_findings(
+        program.shared, donated_variant.aliases, program.input_bytes, min_bytes, len(donated.devices)
+    )
     verdict = _verdict(plain_variant, donated_variant, program, min_bytes, new, donation_by_user, fit, moved, shared)
     made_static = tuple(MadeStatic(m.argument, cast(StaticCode, m.code), m.reason) for m in donated.made_static)
     verdict = _with_made_static(verdict, made_static)

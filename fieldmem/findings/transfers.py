@@ -270,13 +270,16 @@ def shared_buffer_findings(
     aliases: Sequence[Alias],
     input_bytes: Mapping[int, int],
     min_bytes: int,
+    devices: int = 1,
 ) -> list[Finding]:
     """The findings of each array given more than once in the call (``shared``: the donated variant's
     :func:`shared_buffers`): a ``shared-donation`` error where jax donates it (a leaf of it that an output
     reuses, ``aliases``: the plan), of any size; else a ``shared-argument`` note, from ``min_bytes`` (on one
     device) up, that the figures count it once per leaf. ``input_bytes``: each leaf's bytes per device in the
-    program."""
+    program; ``devices``: how many it runs on (over several, jax 0.10.2 on CPU kills the process instead of
+    raising: tests/test_shared_buffers.py)."""
     outputs = {a.input_index: a.output for a in aliases}
+    crash = "; over several devices it can kill the process instead, as jax 0.10.2 on CPU does" if devices > 1 else ""
     findings = []
     for leaves in {group[0].index: group for group in shared.values()}.values():  # each array once
         donors = [leaf for leaf in leaves if leaf.index in outputs]
@@ -304,8 +307,8 @@ def shared_buffer_findings(
                 "shared-donation",
                 f"{donor.path} is donated and {outputs[donor.index]} reuses its buffer, but the call gives the same "
                 f"array again as {again}: jax refuses a call that donates a buffer it also reads (INVALID_ARGUMENT "
-                f"when it is called), so the donated call fails with these arguments; give the array once and read "
-                f"it there, or pass a copy (jnp.copy) where it is given again",
+                f"when it is called{crash}), so the donated call fails with these arguments; give the array once "
+                f"and read it there, or pass a copy (jnp.copy) where it is given again",
                 input=donor.path,
                 output=outputs[donor.index],
                 bytes=input_bytes.get(donor.index, donor.bytes),
