@@ -16,10 +16,10 @@ this module says what that costs:
   it. ``--run`` agrees: the leaf is not deleted, and the alias is not confirmed. A NumPy array donated is
   copied too, but its own buffer is on the host: the device memory is reused as planned, and it is a
   transfer only;
-- one array given twice in the call (``f(x, x)``, the same buffer under two paths), of which jax donates one
-  copy of it that the plan reuses, is a ``shared-donation`` error (:func:`shared_buffer_findings`): jax refuses
-  a call that donates a buffer it also gives again (``INVALID_ARGUMENT`` at the call), so the donated call
-  fails with these arguments. A leaf of the group the program does not take (jit dropped it) is not given;
+- one array given twice in the call (``f(x, x)``, the same buffer under two paths), donated under a path whose
+  buffer the plan reuses, is a ``shared-donation`` error (:func:`shared_buffer_findings`): jax refuses a call
+  that donates a buffer it also gives again (``INVALID_ARGUMENT`` at the call; over several devices jax 0.10.2
+  on CPU kills the process instead), so the donated call fails with these arguments. A leaf of the group the program does not take (jit dropped it) is not given;
   a donation nothing reuses is not made, and then nothing fails: the array is a ``shared-argument`` note,
   since XLA's figures count it once per parameter while the devices hold it once;
 - the leaves the program takes or returns in a host memory kind (``pinned_host``: offloaded) are named with
