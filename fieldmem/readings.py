@@ -245,7 +245,8 @@ class RunReading:
 @dataclass(frozen=True)
 class ProbeReading:
     """Run times of one slice update at two buffer sizes (``--probe``): the same program, the same
-    slice, the updated buffer (and every argument of its shape) grown ``factor``-fold along ``dimension``."""
+    slice, the updated buffer (and every argument of its shape) grown ``factor``-fold along ``dimension``;
+    and, timed between them, one in-place pass over a buffer like it at each size (empty: none compiled)."""
 
     input_index: int
     output_index: int
@@ -255,3 +256,5 @@ class ProbeReading:
     large_bytes: int
     small_seconds: tuple[float, ...]
     large_seconds: tuple[float, ...]
+    pass_small_seconds: tuple[float, ...] = ()
+    pass_large_seconds: tuple[float, ...] = ()

@@ -549,13 +549,19 @@ class RunCheck:
 
 @dataclass(frozen=True)
 class InPlaceProbe:
-    """A slice update timed at two buffer sizes (``--probe``): does its run time grow with the buffer?
+    """A slice update timed at two buffer sizes (``--probe``): does its run time grow with the buffer as
+    a rewrite of it would?
 
-    ``code``: ``slice-only`` (the time stays flat: only the slice is written),
-    ``whole-buffer`` (the time grows with the buffer: the update rewrites it
-    although the HLO is in place), ``inconclusive``, or ``not-probed`` (with
-    ``message`` saying why). ``growth`` = (time ratio − 1) / (size ratio − 1):
-    0 for a constant time, 1 for a time proportional to the buffer.
+    ``code``: ``slice-only`` (what the call adds at the larger size is a
+    tenth or less of one pass over the added bytes: only the slice is
+    written), ``whole-buffer`` (it adds 0.3 passes or more, beyond the
+    calls' spread: the update rewrites the buffer although the HLO is in
+    place), ``inconclusive``, or ``not-probed`` (with ``message`` saying
+    why). ``passes`` = (large − small) / (pass_large − pass_small): the
+    call's added time in in-place passes over the added bytes, timed beside
+    it (None: no pass was timed, or its time did not grow enough with the
+    buffer to measure against). ``growth`` = (time ratio − 1) / (size ratio
+    − 1): 0 for a constant time, 1 for a time proportional to the buffer.
     """
 
     input: str
@@ -570,6 +576,9 @@ class InPlaceProbe:
     large_seconds: float | None = None  # median
     growth: float | None = None
     repeats: int | None = None
+    pass_small_seconds: float | None = None  # median of one in-place pass over a buffer like input
+    pass_large_seconds: float | None = None
+    passes: float | None = None
 
 
 @dataclass(frozen=True)

@@ -177,8 +177,9 @@ FINDING_WORDS: tuple[FindingWord, ...] = (
     ),
     FindingWord(
         "probe-whole-buffer",
-        "with `--probe`: an aliased slice update's time grows with its buffer (it touches the whole buffer); a fact "
-        "about time beside the verdict's about memory",
+        "with `--probe`: an aliased slice update's call grows with its buffer by 0.3 or more of an in-place pass over "
+        "the added bytes, timed beside it (it touches the whole buffer); a fact about time beside the verdict's about "
+        "memory",
         severities=("warning",),
     ),
     FindingWord(

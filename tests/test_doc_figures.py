@@ -6,7 +6,7 @@ them are fine)::
 
     1.22× <!-- figure: results/levers.json#medians[jobs 2, no cache]/medians[naive] -->
     0.64 s <!-- figure: results/parse.json#1.s_per_10mb -->
-    3.45 <!-- figure: results/probe.json#rows[case=set_row (u 16 MiB),variant=plain].growth -->
+    0.61 <!-- figure: results/probe-ci-2026-12-05.json#probe.growth -->
 
 ``results/FILE.json`` is a file under benchmarks/results/, written by the
 script that measured it (with its date). After ``#`` comes what to read:
@@ -224,8 +224,8 @@ def test_the_check_catches_what_it_must(tmp_path: Path) -> None:
     doc.write_text(
         "from the cache 0.61× <!-- figure: results/levers.json#medians[cache warm]/medians[naive] -->\n"
         "wrong 0.60× <!-- figure: results/levers.json#medians[cache warm]/medians[naive] -->\n"
-        "parse 0.64 s <!-- figure: results/parse.json#1.s_per_10mb -->, growth **3.45** "
-        "<!-- figure: results/probe.json#rows[case=set_row (u 16 MiB),variant=plain].growth -->\n"
+        "parse 0.64 s <!-- figure: results/parse.json#1.s_per_10mb -->, growth **0.61** "
+        "<!-- figure: results/probe-ci-2026-12-05.json#probe.growth -->\n"
         "unmarked 1.22× and 10.4 s and 44% less, `7.5 s in code`\n"
         "```\n9.9 s in a block\n```\n"
     )

@@ -29,7 +29,7 @@ import pytest
 import fieldmem.driver as driver
 from fieldmem.driver import execute
 from fieldmem.engine.checker import check_targets
-from fieldmem.findings.runcheck import apply_run, run_check
+from fieldmem.findings.runcheck import WHOLE_BUFFER_PASSES, apply_run, run_check
 from fieldmem.readings import RunReading
 from fieldmem.render import RenderOptions
 from fieldmem.render.table import render
@@ -191,14 +191,11 @@ MIB16 = (2048, 2048)  # float32: 16 MiB, above the probe's 1 MiB floor and past 
 
 
 def scaled_row(u, idx, row):
-    # aliased and updated by a slice, but every element is rewritten, with enough arithmetic per element
-    # that the call's time is the rewrite's, in proportion to the buffer (a bare scaling is memory-bound,
-    # and at these sizes caches make its time grow less than in proportion). Four chained sines: with
-    # the lighter tanh(sin(u)), runs on a 2-core machine read under the 0.5 of in proportion that makes
-    # whole-buffer (all three tries of one run), where four sines read well above it
-    for k in range(4):
-        u = jnp.sin(u * 1.1 + k)
-    return u.at[idx].set(row)
+    # aliased and updated by a slice, but every element is rewritten first: one memory-bound pass, the
+    # rewrite at its cheapest. Its time grows less than in proportion at these sizes (caches), which
+    # the probe's growth alone misjudged; measured in in-place passes over the added bytes it reads
+    # 1.0 to 2.4 here (four runs), against the 0.3 that makes whole-buffer
+    return (u * 1.1).at[idx].set(row)
 
 
 def test_the_probe_finds_a_call_whose_time_grows_with_the_buffer_and_says_the_whole_call_was_timed() -> None:
@@ -217,7 +214,7 @@ def test_the_probe_finds_a_call_whose_time_grows_with_the_buffer_and_says_the_wh
         if probe.code == "whole-buffer":
             break
     assert probe.code == "whole-buffer", seen
-    assert probe.growth is not None and probe.growth >= 0.5
+    assert probe.passes is not None and probe.passes >= WHOLE_BUFFER_PASSES
     (finding,) = [f for f in result.verdict.findings if f.code == "probe-whole-buffer"]
     assert "the whole call was timed" in finding.message
     assert finding.message.startswith("out is aliased to u and updated by a dynamic-update-slice")
@@ -237,6 +234,7 @@ def test_the_probe_of_an_undonated_update_is_whole_buffer_and_does_not_claim_an_
     assert outcome.code == "whole-buffer", outcome.message
     assert outcome.message.startswith("out is not aliased to u in this program")
     assert "aliased to u and" not in outcome.message
-    # the donated variant of the same update: the time does not grow in proportion
+    # the donated variant of the same update: what its call adds is a tenth of a pass or less
     aliased = probe_outcome("u", "out", "dynamic-update-slice", probe_update(call, donated, 0, 0))
-    assert aliased.code != "whole-buffer" and aliased.growth is not None and aliased.growth < 0.5, aliased.message
+    assert aliased.code == "slice-only" and aliased.passes is not None, aliased.message
+    assert outcome.passes is not None and outcome.passes >= WHOLE_BUFFER_PASSES

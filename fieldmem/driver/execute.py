@@ -32,6 +32,7 @@ __all__ = [
     "call_error",
     "device_memory_stats",
     "dynamic_leaves",
+    "fresh_argument",
     "fresh_arguments",
     "has_memory_stats",
     "run_variant",
@@ -63,7 +64,7 @@ def _read_stats(devices: Sequence[Any]) -> dict[int, dict[str, int] | None]:
     return {d.id: device_memory_stats(d) for d in devices}
 
 
-def _fresh_argument(value: Any, host: bool = False) -> Any:
+def fresh_argument(value: Any, host: bool = False) -> Any:
     """A new device buffer for one argument leaf, so each run starts from buffers of its own.
 
     An array keeps its committedness: a committed one is copied onto its own
@@ -364,10 +365,10 @@ def fresh_arguments(
         for leaf in leaves:
             buffer = buffer_identity(leaf)
             if buffer is None:
-                fresh.append(_fresh_argument(leaf, host))
+                fresh.append(fresh_argument(leaf, host))
             else:
                 if buffer not in made:
-                    made[buffer] = _fresh_argument(leaf, host)
+                    made[buffer] = fresh_argument(leaf, host)
                 fresh.append(made[buffer])
         jax.block_until_ready(fresh)
     except Exception as exc:
