@@ -9,6 +9,7 @@ to a report or sent between processes as it is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +29,7 @@ __all__ = [
     "Placement",
     "ProbeReading",
     "RunReading",
+    "shared_buffers",
 ]
 
 
@@ -94,6 +96,18 @@ class InputLeaf:
     device_shape: tuple[int, ...] | None = None  # the piece each device holds, where the program splits it
     # the report index of the first leaf that is the same buffer (one array given twice: ``f(x, x)``); None: its own
     same_buffer_as: int | None = None
+
+
+def shared_buffers(inputs: Sequence[InputLeaf]) -> dict[int, tuple[InputLeaf, ...]]:
+    """The arrays the call gives more than once: for each leaf (by report index) that is one buffer with
+    another the program takes (``inputs``: a variant's leaves), every leaf of that buffer the program takes,
+    in report order. Leaves of a buffer of their own are not in it. One pass over ``inputs``."""
+    groups: dict[int, list[InputLeaf]] = {}
+    for leaf in inputs:
+        if leaf.hlo_parameter is not None:  # a leaf jit dropped is not given to the program
+            first = leaf.same_buffer_as if leaf.same_buffer_as is not None else leaf.index
+            groups.setdefault(first, []).append(leaf)
+    return {leaf.index: tuple(group) for group in groups.values() if len(group) > 1 for leaf in group}
 
 
 @dataclass(frozen=True)

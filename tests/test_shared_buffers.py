@@ -198,6 +198,38 @@ def test_a_module_whose_factory_returns_one_array_twice(tmp_path: Path) -> None:
     assert "static analysis: not in place: x is donated" in done.stderr
 
 
+SHARDED_MODULE = f"""
+import jax, jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import fieldmem
+
+
+def update(x, batch):
+    return x + batch
+
+
+def make_args():
+    x = jax.device_put(jnp.ones(({N}, {N}), jnp.float32), NamedSharding(Mesh(np.array(jax.devices()), ("x",)), P("x")))
+    return x, x
+
+
+fieldmem.case(update, args=make_args, donate=0, name="twice")
+"""
+
+
+def test_over_several_devices_the_run_does_not_make_a_call_that_can_kill_it(tmp_path: Path) -> None:
+    """Over 4 devices jax 0.10.2 kills the process on the refused call (the test above): ``--run`` does not
+    make it, and says why beside the static verdict, where it used to report a worker killed by SIGSEGV."""
+    (tmp_path / "twice.py").write_text(SHARDED_MODULE)
+    done = _fieldmem(tmp_path, "--devices", "4", "--run")
+    assert done.returncode == 2, done.stderr  # the target is an error: its run failed
+    assert "the donated variant is not run: x is donated and also given as batch, one array" in done.stderr
+    assert "over 4 devices it can kill the process instead of refusing" in done.stderr
+    assert "static analysis: not in place: x is donated" in done.stderr
+    assert "SIGSEGV" not in done.stderr + done.stdout and "crash" not in done.stderr
+
+
 PLUGIN_TESTS = f"""
 import jax
 import jax.numpy as jnp
@@ -327,7 +359,7 @@ def _sharded(folder: Path, what: str) -> subprocess.CompletedProcess[str]:
 def test_arrays_sharded_over_four_devices_are_one_buffer_by_every_shard(tmp_path: Path) -> None:
     """An array split over 4 (simulated) devices has one buffer per device: the same array given twice is one
     buffer on every shard, and a copy is not, as jax's own call finds. There jax 0.10.2 does not raise: the
-    refused call kills the process (SIGSEGV); ``--run`` makes it in a worker, which dies as a crash."""
+    refused call kills the process (SIGSEGV), which is why ``--run`` does not make it there (the test after)."""
     done = _sharded(tmp_path, "fieldmem")
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout.strip().splitlines()[-1])

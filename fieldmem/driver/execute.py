@@ -26,7 +26,7 @@ from fieldmem.driver.lowering import Compiled
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.driver.variant import executable_devices
 from fieldmem.errors import OptionError, RunError
-from fieldmem.readings import DeviceStats, RunReading
+from fieldmem.readings import CompiledVariant, DeviceStats, RunReading, shared_buffers
 
 __all__ = [
     "call_error",
@@ -151,6 +151,9 @@ def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
 
     name = compiled.variant.name
     devices = executable_devices(compiled.executable) or [jax.devices()[0]]
+    refused = _refused_call(compiled.variant, len(devices))
+    if refused is not None:
+        raise RunError(f"the {name} variant is not run: {refused}")
     start = _read_stats(devices)
     dyn_args, dyn_kwargs, leaves = fresh_arguments(call, f"the {name} variant", True)  # host: as given
     before = [_buffer(leaf) for leaf in leaves]
@@ -185,6 +188,27 @@ def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
     )
     del out, outputs, leaves, dyn_args, dyn_kwargs
     return reading
+
+
+def _refused_call(variant: CompiledVariant, devices: int) -> str | None:
+    """Why the run does not make the call, or None: over several devices, a donated array the call also gives
+    under another path. jax refuses such a call where an output reuses the donation, and over several devices
+    jax 0.10.2 kills the process instead of raising (tests/test_shared_buffers.py): the run would end in a
+    worker crash that says nothing of why. Which donations an output reuses is in the compiled HLO, which the
+    driver does not read, so it does not make any call that gives a donated array twice there (on one device
+    jax raises, and the run reports jax's own error)."""
+    if devices < 2:
+        return None
+    shared = shared_buffers(variant.inputs)
+    for leaf in variant.inputs:
+        if leaf.donated and leaf.index in shared:
+            again = ", ".join(other.path for other in shared[leaf.index] if other.index != leaf.index)
+            return (
+                f"{leaf.path} is donated and also given as {again}, one array; jax refuses a call that donates a "
+                f"buffer it also reads, and over {devices} devices it can kill the process instead of refusing (jax "
+                "0.10.2 on CPU does), so the run does not make it (give the array once)"
+            )
+    return None
 
 
 class _TransferLog:

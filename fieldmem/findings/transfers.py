@@ -35,7 +35,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
-from fieldmem.readings import CompiledVariant, InputLeaf, OutputLeaf, Placement, RunReading
+from fieldmem.readings import CompiledVariant, InputLeaf, OutputLeaf, Placement, RunReading, shared_buffers
 from fieldmem.report import (
     Alias,
     Finding,
@@ -245,18 +245,6 @@ def transfer_findings(
             )
         )
     return findings
-
-
-def shared_buffers(inputs: Sequence[InputLeaf]) -> dict[int, tuple[InputLeaf, ...]]:
-    """The arrays the call gives more than once: for each leaf (by report index) that is one buffer with
-    another the program takes (``inputs``: a variant's leaves), every leaf of that buffer the program takes,
-    in report order. Leaves of a buffer of their own are not in it. One pass over ``inputs``."""
-    groups: dict[int, list[InputLeaf]] = {}
-    for leaf in inputs:
-        if leaf.hlo_parameter is not None:  # a leaf jit dropped is not given to the program
-            first = leaf.same_buffer_as if leaf.same_buffer_as is not None else leaf.index
-            groups.setdefault(first, []).append(leaf)
-    return {leaf.index: tuple(group) for group in groups.values() if len(group) > 1 for leaf in group}
 
 
 def given_again(leaf: InputLeaf, shared: Mapping[int, tuple[InputLeaf, ...]]) -> str:
