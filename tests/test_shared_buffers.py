@@ -196,6 +196,10 @@ def test_a_module_whose_factory_returns_one_array_twice(tmp_path: Path) -> None:
     assert "running the donated variant failed" in done.stderr, done.stderr
     assert "INVALID_ARGUMENT" in done.stderr
     assert "static analysis: not in place: x is donated" in done.stderr
+    # one line for the error: XLA's own log line of it ("E… ExecutePrepareWithOomRetries failed: …") is not echoed
+    assert [line for line in done.stderr.splitlines() if line.strip()] == [
+        line for line in done.stderr.splitlines() if line.startswith("fieldmem: error: ")
+    ], done.stderr
 
 
 SHARDED_MODULE = f"""

@@ -245,7 +245,13 @@ class _TransferLog:
             self.unavailable = f"jax's transfer guard could not be set to log ({first_line(exc)})"
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, error: BaseException | None, trace: object) -> None:
+        if error is not None and self.unavailable is None:
+            # XLA logs the error it raises ("E… ExecutePrepareWithOomRetries failed: INVALID_ARGUMENT: …"):
+            # the run reports it in one line of its own, so its log line is taken, not written back
+            said = str(error).strip().splitlines()
+            if said and said[0].strip():
+                self._quiet.take_also(re.compile(re.escape(said[0].strip()[:120])))
         self._stack.close()
         if self.unavailable is None:
             self.lines = list(self._quiet.taken)

@@ -168,6 +168,10 @@ class quiet_stderr:
         self._take = take
         self.taken: list[str] = []
 
+    def take_also(self, pattern: re.Pattern[str]) -> None:
+        """Take the lines this thread logged that match ``pattern`` as well (called inside the block)."""
+        self._take = pattern if self._take is None else re.compile(f"(?:{self._take.pattern})|(?:{pattern.pattern})")
+
     def __enter__(self) -> quiet_stderr:
         self._thread = threading.get_native_id()
         state = _redirect
