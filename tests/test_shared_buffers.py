@@ -251,16 +251,24 @@ def test_twice(fieldmem_check):
 def test_a_copy(fieldmem_check):
     x = jnp.ones(({N}, {N}), jnp.float32)
     fieldmem_check(update, x, jnp.copy(x), donate=0)
+
+
+def test_put_again(fieldmem_check):  # another array object, the same buffer: one array in jax's call too
+    x = jax.device_put(jnp.ones(({N}, {N}), jnp.float32), jax.devices()[0])
+    fieldmem_check(update, x, jax.device_put(x, jax.devices()[0]), donate=0)
 """
 
 
 def test_the_pytest_plugin_sends_one_array_given_twice_as_one(pytester: pytest.Pytester) -> None:
-    """The fixture checks in a worker, its arguments sent as shapes: one array given twice arrives as one."""
+    """The fixture checks in a worker, its arguments sent as shapes: one array given twice arrives as one, and so
+    do two array objects with one buffer (``jax.device_put`` of an array already there), as jax's call finds
+    (``put again`` in the cases above)."""
     pytester.makepyfile(test_twice=PLUGIN_TESTS)
     result = pytester.runpytest_subprocess("-v")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=1, failed=2)
     text = result.stdout.str()
     assert "test_twice.py::test_twice FAILED" in text and "test_twice.py::test_a_copy PASSED" in text
+    assert "test_twice.py::test_put_again FAILED" in text
     assert "not in place: x is donated and out reuses its buffer, but the call gives the same array again" in text
 
 

@@ -106,6 +106,10 @@ class _Pickler(pickle.Pickler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._inside_function = 0  # > 0: pickling what a function sent by value closes over
+        # each device buffer sent, and the array object it was first sent as: another array object with the
+        # same buffers (``jax.device_put(x, device)`` of an ``x`` already there) is sent as that one, so the
+        # worker's call gives one array twice where the caller's does (pickle's memo keeps one object one)
+        self._sent: dict[tuple[Any, ...], Any] = {}
 
     def reducer_override(self, obj: Any) -> Any:
         jax = sys.modules.get("jax")
@@ -119,6 +123,13 @@ class _Pickler(pickle.Pickler):
                     import numpy as np
 
                     return _concrete, (np.asarray(obj), sharding)
+                from fieldmem.driver.placement import buffer_identity
+
+                buffer = buffer_identity(obj)
+                if buffer is not None and buffer[0] == "buffers":
+                    first = self._sent.setdefault(buffer, obj)
+                    if first is not obj:
+                        return _same, (first,)  # pickled again: the memo's reference to what it became
                 return _abstract, (
                     tuple(obj.shape),
                     obj.dtype,
@@ -284,6 +295,11 @@ def _concrete(data: Any, sharding: Any) -> Any:
     import jax
 
     return jax.device_put(data, sharding)
+
+
+def _same(value: Any) -> Any:
+    """What an array with the buffers of one sent before becomes: the same object."""
+    return value
 
 
 def _abstract(shape: tuple[int, ...], dtype: Any, weak_type: bool, sharding: Any, committed: bool = True) -> Any:
