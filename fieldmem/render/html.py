@@ -432,7 +432,7 @@ def _memory_table(result: TargetResult) -> str:
     ]
     text = _table(
         "memory figures",
-        ("figure", "plain", "donated", "saved"),
+        ("figure", "plain", "donated", "plain − donated"),  # alias_bytes: negative, what donation reuses
         rows,
         "figures",
         {1, 2, 3},

@@ -357,7 +357,13 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     )
     console.print(
         fitted_table(
-            [Column("figure"), Column("plain", "right"), Column("donated", "right"), Column("saved", "right")],
+            # plain − donated, not "saved": for alias_bytes the difference is what donation reuses (negative)
+            [
+                Column("figure"),
+                Column("plain", "right"),
+                Column("donated", "right"),
+                Column("plain − donated", "right"),
+            ],
             [
                 (
                     host_figure_label(result, name),
