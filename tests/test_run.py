@@ -337,6 +337,20 @@ def test_the_probe_says_what_the_call_adds_against_a_pass() -> None:
     )
 
 
+def test_a_probe_of_an_array_split_over_devices_says_its_sizes_per_device() -> None:
+    """The report's figures are per device: so are the probe's words, for u split over 4 (the byte fields stay
+    the whole array's)."""
+    from fieldmem.findings.runcheck import probe_outcome
+
+    split = probe_outcome("u", "out", "scatter", _reading(1e-4, 1.05e-4), per_device=1 << 22)
+    assert "grows by is under 1% of one pass over the added 12.0 MiB per device" in split.message
+    assert "with u at 4.0 MiB per device and 105 µs at 16.0 MiB per device" in split.message
+    assert "like u took 500 µs at 4.0 MiB per device and 3.50 ms at 16.0 MiB per device" in split.message
+    assert (split.small_bytes, split.large_bytes) == (1 << 24, 4 << 24)
+    whole = probe_outcome("u", "out", "scatter", _reading(1e-4, 1.05e-4), per_device=1 << 24)
+    assert "per device" not in whole.message
+
+
 def test_a_probe_without_a_yardstick_it_can_measure_against_is_inconclusive() -> None:
     """No pass compiled (a PRNG key array), or one whose time does not grow with the buffer (all call
     overhead): a growing time cannot be told from the call's own, so the probe does not guess."""

@@ -128,7 +128,9 @@ def _probe(result: TargetResult, job: Job, donated: CompiledVariant, parser: Hlo
         except RunError as exc:
             probes.append(InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", exc.message))
             continue
-        probes.append(probe_outcome(candidate.input, candidate.output, candidate.update, reading))
+        probes.append(
+            probe_outcome(candidate.input, candidate.output, candidate.update, reading, per_device=candidate.bytes)
+        )
     return apply_probes(result, probes)
 
 

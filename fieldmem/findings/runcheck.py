@@ -364,7 +364,13 @@ def _run_summary(run: RunCheck) -> str:
 
 
 def probe_outcome(
-    input: str, output: str, update: str, reading: ProbeReading | None, *, aliased: bool = True
+    input: str,
+    output: str,
+    update: str,
+    reading: ProbeReading | None,
+    *,
+    aliased: bool = True,
+    per_device: int | None = None,
 ) -> InPlaceProbe:
     """Decide from the medians whether one call's time grows with the updated buffer as a rewrite would.
 
@@ -377,7 +383,9 @@ def probe_outcome(
     the added bytes (``passes``), so a time that grows by microseconds, far
     less than the memory it would have to write, is never called a rewrite.
     ``aliased``: whether the timed program aliases ``output`` to ``input``
-    (the donated variant's plan).
+    (the donated variant's plan). ``per_device``: the bytes of ``input``
+    each device holds, where it is split over several (the sizes are then
+    said per device; the probe's byte fields stay the whole array's).
     """
     if reading is None:
         return InPlaceProbe(
@@ -393,11 +401,12 @@ def probe_outcome(
     growth = (large / small - 1) / (size_ratio - 1) if small > 0 and size_ratio > 1 else None
     pass_small = statistics.median(reading.pass_small_seconds) if reading.pass_small_seconds else None
     pass_large = statistics.median(reading.pass_large_seconds) if reading.pass_large_seconds else None
+    size = _Sizes(reading.small_bytes, per_device)
     timing = (
-        f"one call of the program took {_us(small)} with {input} at {format_bytes(reading.small_bytes)} and "
-        f"{_us(large)} at {format_bytes(reading.large_bytes)} (medians of {len(reading.small_seconds)})"
+        f"one call of the program took {_us(small)} with {input} at {size(reading.small_bytes)} and "
+        f"{_us(large)} at {size(reading.large_bytes)} (medians of {len(reading.small_seconds)})"
     )
-    yardstick = _Yardstick(input, reading, pass_small, pass_large)
+    yardstick = _Yardstick(input, reading, pass_small, pass_large, size)
     passes = yardstick.passes(large - small)
     apart = _apart(reading.small_seconds, reading.large_seconds)
     code, message = _probe_verdict(input, output, update, growth, passes, apart, timing, yardstick, aliased)
@@ -421,6 +430,20 @@ def probe_outcome(
 
 
 @dataclasses.dataclass(frozen=True)
+class _Sizes:
+    """A size of the probed buffer in words: per device where it is split over several, as the report's
+    figures are; else the whole array's."""
+
+    whole: int  # the buffer's bytes at its own size
+    per_device: int | None  # what each device holds of it then (None: not split)
+
+    def __call__(self, bytes: int) -> str:
+        if self.per_device is None or not 0 < self.per_device < self.whole:
+            return format_bytes(bytes)
+        return f"{format_bytes(bytes * self.per_device // self.whole)} per device"
+
+
+@dataclasses.dataclass(frozen=True)
 class _Yardstick:
     """One in-place pass over a buffer like the updated one, timed at both sizes beside the calls."""
 
@@ -428,6 +451,7 @@ class _Yardstick:
     reading: ProbeReading
     small: float | None  # median seconds
     large: float | None
+    size: _Sizes
 
     @property
     def added(self) -> float | None:
@@ -445,7 +469,7 @@ class _Yardstick:
 
     @property
     def bytes_added(self) -> str:
-        return format_bytes(self.reading.large_bytes - self.reading.small_bytes)
+        return self.size(self.reading.large_bytes - self.reading.small_bytes)
 
     @property
     def words(self) -> str:
@@ -453,7 +477,7 @@ class _Yardstick:
             return f"no in-place pass over a buffer like {self.input} compiled to time beside it"
         return (
             f"one in-place pass over a buffer like {self.input} took {_us(self.small)} at "
-            f"{format_bytes(self.reading.small_bytes)} and {_us(self.large)} at {format_bytes(self.reading.large_bytes)}"
+            f"{self.size(self.reading.small_bytes)} and {_us(self.large)} at {self.size(self.reading.large_bytes)}"
         )
 
 
