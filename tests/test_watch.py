@@ -550,3 +550,21 @@ def test_watch_reports_a_worker_that_ends_at_import_as_its_death(tmp_path: Path)
     finally:
         session.stop()
     assert code == _fresh_check(tmp_path, "guarded.py") == 2
+
+
+def test_a_long_change_line_wraps_under_itself() -> None:
+    """A change line wider than the terminal wraps at words, each continuation two columns further in than
+    the line (as the report's own lines wrap); user text is shown as fieldmem shows it."""
+    from fieldmem.render import RenderOptions
+    from fieldmem.render.table import render_lines
+
+    long = "model.py:step: new donated copy [parameter] of u at model.py:10 (256.0 KiB)"
+    text = render_lines(
+        [long, "model.py:relax: no change since its last check", "bad\x1b[31m: gone"], RenderOptions(width=40)
+    )
+    lines = text.splitlines()
+    assert lines[0] == "  model.py:step: new donated copy"
+    assert all(line.startswith("    ") and len(line) <= 40 for line in lines[1:3]), lines
+    assert " ".join(line.strip() for line in lines[:3]) == long
+    assert lines[3:5] == ["  model.py:relax: no change since its", "    last check"]  # 40 columns: it wraps too
+    assert "\x1b" not in text and "bad\\x1b[31m: gone" in text

@@ -42,7 +42,7 @@ from fieldmem.report import MEMORY_FIGURES, Check, Copy, Report, TargetResult, T
 from fieldmem.units import format_bytes
 from fieldmem.words import copy_kind_label
 
-__all__ = ["render", "sparkline"]
+__all__ = ["render", "render_lines", "sparkline"]
 
 _TOP_COPIES = 3
 SPARK_WIDTH = 56
@@ -533,6 +533,19 @@ def render(report: Report, options: RenderOptions) -> str:
 
         for item in comparison_renderables(report.baseline):
             console.print(item)
+    return _trimmed(buffer.getvalue(), options.color)
+
+
+def render_lines(lines: list[str], options: RenderOptions, indent: int = 2) -> str:
+    """Lines of words (``--watch``'s changes under a target's row) at the options' width: each from column
+    ``indent``, and each line it wraps to two columns further in, as the report's own lines wrap. User text
+    in them is shown as fieldmem shows it."""
+    from fieldmem.escaping import visible
+
+    buffer = io.StringIO()
+    console = text_console(buffer, options)
+    for line in lines:
+        console.print(wrapped(visible(line), indent=indent))
     return _trimmed(buffer.getvalue(), options.color)
 
 

@@ -179,6 +179,7 @@ def _print_recheck(recheck: Recheck, request: CheckRequest) -> None:
     and under them what changed for each since its last check."""
     from fieldmem.emit import echo_rendered, terminal_options
     from fieldmem.render import get_renderer
+    from fieldmem.render.table import render_lines
 
     min_bytes = request.options.min_bytes
     options = terminal_options(request.output.verbose, min_bytes)
@@ -199,30 +200,29 @@ def _print_recheck(recheck: Recheck, request: CheckRequest) -> None:
                     spec_failed = spec_failed or result.name == result.target
                     continue
                 ok.append(result)
-                lines += _changes(result, before.get(result.name), min_bytes)
+                lines += [f"{line}{on}" for line in _changes(result, before.get(result.name), min_bytes)]
             chains += list(target_chains)
         if ok:
             shown = dataclasses.replace(report, results=tuple(ok), chains=tuple(chains), baseline=None)
             echo_rendered(get_renderer("table").render(shown, options), options)
-        for line in lines:
-            typer.echo(visible(f"{line}{on}"))  # names and messages as fieldmem shows user text
         if not spec_failed:
-            for name in gone:
-                typer.echo(f"  {visible(name)}{on}: gone (its module no longer has it)")
+            lines += [f"{name}{on}: gone (its module no longer has it)" for name in gone]
+        if lines:  # wrapped at the terminal's width, each continuation further in
+            echo_rendered(render_lines(lines, options), options)
 
 
 def _changes(result: TargetResult, before: TargetResult | None, min_bytes: int) -> list[str]:
-    """``  name: what changed`` lines for one result (one line when nothing did)."""
+    """``name: what changed`` lines for one result (one line when nothing did)."""
     from fieldmem.gate.compare import result_changes
 
     if before is None:
-        return [f"  {result.name}: new target"]
+        return [f"{result.name}: new target"]
     if before.status == "error":
-        return [f"  {result.name}: checked (it could not be checked last time)"]
+        return [f"{result.name}: checked (it could not be checked last time)"]
     changes = result_changes(before, result, min_bytes)
     if not changes:
-        return [f"  {result.name}: no change since its last check"]
-    return [f"  {result.name}: {_words(change)}" for change in changes]
+        return [f"{result.name}: no change since its last check"]
+    return [f"{result.name}: {_words(change)}" for change in changes]
 
 
 def _words(change: Change) -> str:
