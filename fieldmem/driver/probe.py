@@ -3,15 +3,15 @@
 :func:`probe_update` times the donated variant's update as it is and with
 the updated buffer grown, alternating the two, and returns a
 :class:`~fieldmem.readings.ProbeReading`; fieldmem.findings.runcheck reads the
-growth. Compiling the larger program is the one compile it adds. jax is
-imported on first use.
+growth. Beside the calls it times the yardstick: one in-place pass over the
+call's own output of the updated buffer, at both sizes (what rewriting that
+many bytes costs on this device, now). Compiling the larger program, and the
+pass at the two sizes, are the compiles it adds. jax is imported on first use.
 """
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable
 from typing import Any
 
 from fieldmem.driver.execute import dynamic_leaves, fresh_arguments, with_dynamic_leaves
@@ -24,10 +24,19 @@ from fieldmem.readings import ProbeReading
 __all__ = ["probe_update"]
 
 
-def _timed_call(executable: Any, call: PreparedCall) -> float:
-    """Seconds of one call of ``executable`` on fresh arguments (made before the clock starts)."""
+def _timed_call(executable: Any, call: PreparedCall, output_index: int) -> tuple[float, Any]:
+    """Seconds of one call of ``executable`` on fresh arguments (made before the clock starts), and its
+    output leaf ``output_index`` (None: it has none), which the yardstick's pass then goes over."""
+    import jax
+
     args, kwargs, _ = fresh_arguments(call)
-    return _timed(executable, args, kwargs)
+    began = time.perf_counter()
+    out = jax.block_until_ready(executable(*args, **kwargs))
+    seconds = time.perf_counter() - began
+    leaves = jax.tree_util.tree_leaves(out)
+    kept = leaves[output_index] if output_index < len(leaves) else None
+    del out, leaves  # the rest freed after the clock stops: freeing a large buffer is not the update's time
+    return seconds, kept
 
 
 def _timed(executable: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
@@ -36,7 +45,7 @@ def _timed(executable: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> fl
     began = time.perf_counter()
     out = jax.block_until_ready(executable(*args, **kwargs))
     seconds = time.perf_counter() - began
-    del out  # freed after the clock stops: freeing a large buffer is not the update's time
+    del out
     return seconds
 
 
@@ -50,14 +59,14 @@ def probe_update(
     repeats: int = 21,
 ) -> ProbeReading | None:
     """Time ``compiled``'s update of input leaf ``input_index`` (returned as ``output_index``) as it is and
-    with that buffer ``factor`` times larger, alternating the two ``repeats`` times; and between them
-    one in-place pass over a buffer of each size (the yardstick the growth is judged against).
+    with that buffer ``factor`` times larger, alternating the two ``repeats`` times; and after each call
+    one in-place pass over its output of that buffer (the yardstick the growth is judged against).
 
     The largest dimension that still traces is grown, together with every
     argument leaf of the same shape (an update that reads a same-shaped
     array keeps working). None when no dimension can be grown. The pass is
-    left out (empty timings) when no pass over that dtype and placement
-    compiles.
+    left out (empty timings) when it cannot be timed at either size (a PRNG
+    key array: no pass over it compiles).
     """
     leaves, treedef = dynamic_leaves(call)
     if input_index >= len(leaves):
@@ -76,15 +85,18 @@ def probe_update(
             large, _, _ = compile_lowered(lowered)  # timed: always the default (optimised) code
         except CompileError:
             continue
-        passes = _one_pass_programs(_abstract(target), grown[input_index])
+        passes = (_Pass(_abstract(target)), _Pass(grown[input_index]))
         small_times: list[float] = []
         large_times: list[float] = []
-        pass_times: tuple[list[float], list[float]] = ([], [])
         for _ in range(repeats):  # alternate, so drift in the machine hits all alike
-            small_times.append(_timed_call(compiled.executable, call))
-            large_times.append(_timed_call(large, large_call))
-            for times, (executable, make) in zip(pass_times, passes):
-                times.append(_timed(executable, (make(),), {}))
+            seconds, output = _timed_call(compiled.executable, call, output_index)
+            small_times.append(seconds)
+            passes[0].time(output)
+            seconds, output = _timed_call(large, large_call, output_index)
+            large_times.append(seconds)
+            passes[1].time(output)
+            del output
+        timed = all(p.times for p in passes)  # one without the other measures nothing
         small_bytes = shape_bytes(shape, dtype)
         return ProbeReading(
             input_index=input_index,
@@ -95,8 +107,8 @@ def probe_update(
             large_bytes=small_bytes * factor,
             small_seconds=tuple(small_times),
             large_seconds=tuple(large_times),
-            pass_small_seconds=tuple(pass_times[0]),
-            pass_large_seconds=tuple(pass_times[1]),
+            pass_small_seconds=tuple(passes[0].times) if timed else (),
+            pass_large_seconds=tuple(passes[1].times) if timed else (),
         )
     return None
 
@@ -119,28 +131,39 @@ def _one_pass(value: Any) -> Any:
     return value + jnp.ones((), value.dtype) if jnp.issubdtype(value.dtype, jnp.inexact) else lax.bitwise_not(value)
 
 
-def _one_pass_programs(*buffers: Any) -> list[tuple[Any, Callable[[], Any]]]:
-    """For each abstract buffer, a compiled in-place pass over one like it (donated, so its output takes
-    the buffer, as an aliased update's does) and what makes a fresh one to pass over; [] when a pass
-    over that dtype or placement does not compile (a PRNG key array), so the probe goes without."""
-    import jax
+class _Pass:
+    """The yardstick at one size: one in-place pass (donated, so its output takes the buffer, as an aliased
+    update's does) over the call's own output of the updated buffer's shape, which is there already (no
+    buffer to make, nor memory to add); over a fresh buffer like it where the output is not of that shape.
+    Its :attr:`times` are empty when no pass could be timed (a PRNG key array does not compile)."""
 
-    from fieldmem.driver.execute import fresh_argument
+    def __init__(self, like: Any) -> None:
+        self.like = like  # the updated buffer at this size, abstract
+        self.executable: Any = None
+        self.failed = False
+        self.times: list[float] = []
 
-    programs: list[tuple[Any, Callable[[], Any]]] = []
-    for buffer in buffers:
+    def time(self, output: Any) -> None:
+        if self.failed:
+            return
+        import jax
+
+        from fieldmem.driver.execute import fresh_argument
+
         try:
-            executable = jax.jit(_one_pass, donate_argnums=0).lower(buffer).compile()
-        except Exception:
-            return []
-        programs.append((executable, functools.partial(_made, fresh_argument, buffer)))
-    return programs
+            if output is None or tuple(output.shape) != tuple(self.like.shape) or output.dtype != self.like.dtype:
+                output = jax.block_until_ready(fresh_argument(self.like))
+            if self.executable is None:  # for the buffer where it is (the output's sharding)
+                self.executable = _jitted_pass().lower(output).compile()
+            self.times.append(_timed(self.executable, (output,), {}))
+        except Exception:  # no pass over it: the probe goes without a yardstick, and says so
+            self.failed, self.times = True, []
 
 
-def _made(make: Callable[[Any], Any], buffer: Any) -> Any:
+def _jitted_pass() -> Any:
     import jax
 
-    return jax.block_until_ready(make(buffer))
+    return jax.jit(_one_pass, donate_argnums=0)
 
 
 def _grown(leaves: list[Any], shape: tuple[int, ...], dim: int, factor: int) -> list[Any]:

@@ -474,7 +474,7 @@ class _Yardstick:
     @property
     def words(self) -> str:
         if self.small is None or self.large is None:
-            return f"no in-place pass over a buffer like {self.input} compiled to time beside it"
+            return f"no in-place pass over a buffer like {self.input} could be timed beside it"
         return (
             f"one in-place pass over a buffer like {self.input} took {_us(self.small)} at "
             f"{self.size(self.reading.small_bytes)} and {_us(self.large)} at {self.size(self.reading.large_bytes)}"
