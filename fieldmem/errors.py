@@ -137,7 +137,9 @@ class RunError(FieldmemError):
     """Running a compiled variant (``--run``) failed: it raised, ran out of memory, crashed or hung.
 
     ``kind`` is ``run`` unless the cause is known: ``out-of-memory``,
-    ``crash`` (the worker process died), ``timeout`` (past ``--timeout``).
+    ``crash`` (the worker process died), ``timeout`` (past ``--timeout``),
+    ``not-run`` (the call was left out before it was made, and the message
+    says why: the brain decides whether that is an error).
     """
 
     kind = "run"

@@ -181,6 +181,7 @@ FindingCode = Literal[
     "constant",
     "run-alias-missing",
     "run-alias-not-comparable",
+    "run-not-made",
     "run-unplanned-alias",
     "run-peak-above-plan",
     "probe-whole-buffer",

@@ -166,6 +166,13 @@ FINDING_WORDS: tuple[FindingWord, ...] = (
         severities=("info",),
     ),
     FindingWord(
+        "run-not-made",
+        "with `--run`: the run left the call out, and says why (over several devices, a donated array the call "
+        "also gives again, which jax 0.10.2 on CPU can die of); here no output reuses the donation, so jax would "
+        "make the call: the figures are the compile's",
+        severities=("info",),
+    ),
+    FindingWord(
         "run-unplanned-alias",
         "with `--run`: an output came back in an input's buffer that the plan does not alias",
         severities=("info",),
@@ -212,7 +219,8 @@ FINDING_WORDS: tuple[FindingWord, ...] = (
         "`jax.device_put(x, device)` of an `x` already there), the program takes it more than once, and jax "
         "donates it where an output reuses it: jax refuses a call that donates a buffer it also reads "
         "(`INVALID_ARGUMENT` when it is called), so the donated call fails with these arguments. Any size. "
-        "`--run` makes the same call, and fails as it does",
+        "`--run` makes the same call on one device, and fails as it does; over several devices, where jax 0.10.2 on "
+        "CPU kills the process instead, it does not make it and says why",
         severities=("error",),
     ),
     FindingWord(

@@ -234,6 +234,33 @@ def test_over_several_devices_the_run_does_not_make_a_call_that_can_kill_it(tmp_
     assert "SIGSEGV" not in done.stderr + done.stdout and "crash" not in done.stderr
 
 
+def test_over_several_devices_a_call_whose_donation_nothing_reuses_is_left_out_with_a_note(tmp_path: Path) -> None:
+    """The same array given twice, donated, where no output reuses it (a sum): jax makes that call over 4
+    devices (checked below), so leaving it out is no error: the static verdict stands, the exit code is 0, and a
+    note says the run did not make the call and that jax would."""
+    (tmp_path / "twice.py").write_text(SHARDED_MODULE.replace("return x + batch", "return (x + batch).sum()"))
+    done = _fieldmem(tmp_path, "--devices", "4", "--run", "-f", "json", "-o", "report.json")
+    assert done.returncode == 0, done.stderr
+    assert "fieldmem: error" not in done.stderr, done.stderr
+    (result,) = json.loads((tmp_path / "report.json").read_text())["results"]
+    assert result["status"] == "ok" and result["variants"]["donated"].get("run") is None
+    (note,) = [f for f in result["verdict"]["findings"] if f["code"] == "run-not-made"]
+    assert note["severity"] == "info" and "shared-donation" not in [f["code"] for f in result["verdict"]["findings"]]
+    assert note["message"].startswith("the donated variant is not run: x is donated and also given as batch")
+    assert "Here no output reuses the donation, so jax would make the call" in note["message"]
+    # jax's own call of it, over the same 4 devices: made
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(ROOT)])
+    called = subprocess.run(
+        [sys.executable, "-c", "import jax, twice; print(jax.jit(twice.update, donate_argnums=0)(*twice.make_args()))"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert called.returncode == 0, called.stderr
+
+
 PLUGIN_TESTS = f"""
 import jax
 import jax.numpy as jnp

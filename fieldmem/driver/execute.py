@@ -153,7 +153,7 @@ def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
     devices = executable_devices(compiled.executable) or [jax.devices()[0]]
     refused = _refused_call(compiled.variant, len(devices))
     if refused is not None:
-        raise RunError(f"the {name} variant is not run: {refused}")
+        raise RunError(f"the {name} variant is not run: {refused}", kind="not-run")
     start = _read_stats(devices)
     dyn_args, dyn_kwargs, leaves = fresh_arguments(call, f"the {name} variant", True)  # host: as given
     before = [_buffer(leaf) for leaf in leaves]
@@ -196,7 +196,8 @@ def _refused_call(variant: CompiledVariant, devices: int) -> str | None:
     jax 0.10.2 kills the process instead of raising (tests/test_shared_buffers.py): the run would end in a
     worker crash that says nothing of why. Which donations an output reuses is in the compiled HLO, which the
     driver does not read, so it does not make any call that gives a donated array twice there (on one device
-    jax raises, and the run reports jax's own error)."""
+    jax raises, and the run reports jax's own error); the brain, which reads the HLO, says whether jax would
+    have refused it (:func:`fieldmem.findings.runcheck.apply_not_run`)."""
     if devices < 2:
         return None
     shared = shared_buffers(variant.inputs)
@@ -205,8 +206,8 @@ def _refused_call(variant: CompiledVariant, devices: int) -> str | None:
             again = ", ".join(other.path for other in shared[leaf.index] if other.index != leaf.index)
             return (
                 f"{leaf.path} is donated and also given as {again}, one array; jax refuses a call that donates a "
-                f"buffer it also reads, and over {devices} devices it can kill the process instead of refusing (jax "
-                "0.10.2 on CPU does), so the run does not make it (give the array once)"
+                f"buffer it also reads where an output reuses it, and over {devices} devices it can kill the process "
+                "instead of refusing (jax 0.10.2 on CPU does), so the run does not make it"
             )
     return None
 

@@ -101,6 +101,12 @@ def _run(
     try:
         readings = hands.run(job)
     except RunError as exc:
+        if exc.kind == "not-run" and result.verdict is not None:
+            from fieldmem.findings.runcheck import apply_not_run
+
+            left_out = apply_not_run(result, exc.message)  # None: jax would refuse the call too
+            if left_out is not None:
+                return left_out
         static = result.verdict.summary if result.verdict else "not analysed"
         error = RunError(f"{exc.message} (static analysis: {static})", kind=exc.kind)
         return error_result(result.target, result.name, error, result.definition)

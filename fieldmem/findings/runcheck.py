@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PEAK_TOLERANCE",
     "PROBE_MIN_BYTES",
+    "apply_not_run",
     "apply_probes",
     "apply_run",
     "probe_candidates",
@@ -280,6 +281,22 @@ def _run_findings(name: str, run: RunCheck, sizes: Mapping[int, int]) -> list[Fi
                 )
             )
     return findings
+
+
+def apply_not_run(result: TargetResult, why: str) -> TargetResult | None:
+    """``result`` with a note that ``--run`` left its call out (``why``, the driver's words), where the
+    call would have gone through: no output reuses the donated array the call gives twice, so jax makes it.
+    None where it would not (a ``shared-donation`` finding: jax refuses the call), which is the run's error."""
+    if result.verdict is None or any(f.code == "shared-donation" for f in result.verdict.findings):
+        return None
+    note = Finding(
+        "info",
+        "run-not-made",
+        f"{why}. Here no output reuses the donation, so jax would make the call; nothing was run, and every "
+        "figure is the compile's",
+    )
+    verdict = dataclasses.replace(result.verdict, findings=rank(result.verdict.findings + (note,)))
+    return dataclasses.replace(result, verdict=verdict)
 
 
 def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> TargetResult:
