@@ -2,8 +2,8 @@
 
 For each update below, both variants are compiled and probed as
 ``fieldmem check --probe`` probes the donated one: the call is timed at its
-size and 4x larger, with one in-place pass over a buffer like ``u`` at both
-sizes timed beside it (21 alternating runs by default, medians; one whole
+size and 4x larger, each call followed by one in-place pass over its output
+of ``u``, the yardstick (21 alternating runs by default, medians; one whole
 call of the compiled program is what is timed). The plain variants must copy
 ``u`` first, and the scaled row rewrites it: their time grows as a rewrite's,
 the "whole buffer" the probe has to tell apart from a true slice update.
@@ -166,7 +166,7 @@ def main() -> None:
         " · ".join(f"{k}: {v}" for k, v in meta.items()),
         "",
         "What is timed is one whole call of the compiled program (fresh arguments made before the clock), and",
-        "beside it one in-place pass over a buffer like u. `passes`: what the call adds at 4x, in passes over",
+        "after it one in-place pass over its output of u. `passes`: what the call adds at 4x, in passes over",
         "the added bytes (whole-buffer at 0.3 or more, beyond the calls' spread; slice-only at 0.1 or less).",
         f"Ranges over {options.rounds} probes of each; the medians are of the middle probe. The last column is",
         "what the growth alone said before the yardstick (whole-buffer at 0.5 or more, slice-only at 0.2 or less).",

@@ -260,7 +260,7 @@ class RunReading:
 class ProbeReading:
     """Run times of one slice update at two buffer sizes (``--probe``): the same program, the same
     slice, the updated buffer (and every argument of its shape) grown ``factor``-fold along ``dimension``;
-    and, timed between them, one in-place pass over a buffer like it at each size (empty: none compiled)."""
+    and, after each call, one in-place pass over its output of that buffer (empty: none could be timed)."""
 
     input_index: int
     output_index: int

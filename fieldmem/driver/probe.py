@@ -27,26 +27,22 @@ __all__ = ["probe_update"]
 def _timed_call(executable: Any, call: PreparedCall, output_index: int) -> tuple[float, Any]:
     """Seconds of one call of ``executable`` on fresh arguments (made before the clock starts), and its
     output leaf ``output_index`` (None: it has none), which the yardstick's pass then goes over."""
-    import jax
-
     args, kwargs, _ = fresh_arguments(call)
-    began = time.perf_counter()
-    out = jax.block_until_ready(executable(*args, **kwargs))
-    seconds = time.perf_counter() - began
-    leaves = jax.tree_util.tree_leaves(out)
-    kept = leaves[output_index] if output_index < len(leaves) else None
-    del out, leaves  # the rest freed after the clock stops: freeing a large buffer is not the update's time
-    return seconds, kept
+    return _timed(executable, args, kwargs, output_index)
 
 
-def _timed(executable: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> float:
+def _timed(
+    executable: Any, args: tuple[Any, ...], kwargs: dict[str, Any], keep: int | None = None
+) -> tuple[float, Any]:
+    """Seconds of one call of ``executable``, and its output leaf ``keep`` (None: none kept, or it has none).
+    The rest of the output is freed after the clock stops: freeing a large buffer is not the call's time."""
     import jax
 
     began = time.perf_counter()
     out = jax.block_until_ready(executable(*args, **kwargs))
     seconds = time.perf_counter() - began
-    del out
-    return seconds
+    leaves = jax.tree_util.tree_leaves(out) if keep is not None else []
+    return seconds, leaves[keep] if keep is not None and keep < len(leaves) else None
 
 
 def probe_update(
@@ -113,14 +109,15 @@ def probe_update(
     return None
 
 
-def _abstract(leaf: Any) -> Any:
-    """``leaf`` as a ``ShapeDtypeStruct`` where it sits (an uncommitted array: where jit puts it)."""
+def _abstract(leaf: Any, shape: tuple[int, ...] | None = None) -> Any:
+    """``leaf`` as a ``ShapeDtypeStruct`` (of ``shape``, else its own) where it sits: a committed array's
+    sharding; an uncommitted one goes where jit puts it, as the user's own uncommitted argument does."""
     import jax
 
-    if isinstance(leaf, jax.ShapeDtypeStruct):
+    if isinstance(leaf, jax.ShapeDtypeStruct) and shape is None:
         return leaf
     sharding = getattr(leaf, "sharding", None) if getattr(leaf, "committed", True) else None
-    return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=sharding)
+    return jax.ShapeDtypeStruct(leaf.shape if shape is None else shape, leaf.dtype, sharding=sharding)
 
 
 def _one_pass(value: Any) -> Any:
@@ -155,7 +152,7 @@ class _Pass:
                 output = jax.block_until_ready(fresh_argument(self.like))
             if self.executable is None:  # for the buffer where it is (the output's sharding)
                 self.executable = _jitted_pass().lower(output).compile()
-            self.times.append(_timed(self.executable, (output,), {}))
+            self.times.append(_timed(self.executable, (output,), {})[0])
         except Exception:  # no pass over it: the probe goes without a yardstick, and says so
             self.failed, self.times = True, []
 
@@ -168,16 +165,9 @@ def _jitted_pass() -> Any:
 
 def _grown(leaves: list[Any], shape: tuple[int, ...], dim: int, factor: int) -> list[Any]:
     """``leaves`` with every array leaf of ``shape`` made an abstract one ``factor`` times larger along ``dim``
-    (keeping the sharding of a committed one); the other leaves as they are."""
-    import jax
-
+    (keeping the sharding of a committed one, :func:`_abstract`); the other leaves as they are."""
     grown_shape = tuple(n * factor if d == dim else n for d, n in enumerate(shape))
-    grown = []
-    for leaf in leaves:
-        if tuple(getattr(leaf, "shape", ())) == shape and hasattr(leaf, "dtype"):
-            # an uncommitted array goes where jit puts it, as the user's own uncommitted argument does
-            sharding = getattr(leaf, "sharding", None) if getattr(leaf, "committed", True) else None
-            grown.append(jax.ShapeDtypeStruct(grown_shape, leaf.dtype, sharding=sharding))
-        else:
-            grown.append(leaf)
-    return grown
+    return [
+        _abstract(leaf, grown_shape) if tuple(getattr(leaf, "shape", ())) == shape and hasattr(leaf, "dtype") else leaf
+        for leaf in leaves
+    ]

@@ -482,7 +482,8 @@ class _Yardstick:
         return self.large - self.small
 
     def passes(self, added_seconds: float) -> float | None:
-        return added_seconds / self.added if self.added else None
+        added = self.added
+        return added_seconds / added if added else None
 
     @property
     def bytes_added(self) -> str:
