@@ -74,7 +74,7 @@ import glob, json, os, sys, tempfile, time
 sys.path.insert(0, sys.argv[1])
 sys.path.insert(0, os.path.join(sys.argv[1], "benchmarks"))
 import fieldmem.driver.lowering as lowering
-from fieldmem.driver import deviceless
+from fieldmem.driver import deviceless, dumps
 
 OPTIONS = json.loads(sys.argv[2])
 REPEAT = int(sys.argv[3])
@@ -85,7 +85,7 @@ FIRST = []
 
 def dump_options(found, folder):
     if found is not None:
-        return deviceless.compile_options(found, folder)
+        return {**dumps.dump_options(folder), **deviceless.compile_options(found)}
     return {"xla_dump_to": folder, "xla_dump_hlo_as_proto": True, "xla_dump_hlo_as_text": False,
             **lowering.FAST_COMPILE_OPTIONS}
 
@@ -167,7 +167,7 @@ if OPTIONS and FIRST:
                 continue
             extra = OPTIONS.get(name, {})
             with tempfile.TemporaryDirectory() as folder:
-                options = {**deviceless.compile_options(found, folder), **extra}
+                options = {**dumps.dump_options(folder), **deviceless.compile_options(found), **extra}
                 jax.clear_caches()
                 start = time.perf_counter()
                 try:
@@ -177,7 +177,7 @@ if OPTIONS and FIRST:
                     continue
                 seconds[name].append(round(time.perf_counter() - start, 2))
                 if name not in prints:
-                    deviceless.remember_dump(compiled, folder)
+                    dumps.remember_dump(compiled, folder)
                     prints[name] = bco.fingerprint(compiled)
                 del compiled
     for name in names:

@@ -7,11 +7,9 @@ one of XLA's per-GPU target configs (``fieldmem[gpu]``; the specs ship in
 on the CPU and every array leaf becomes a ``jax.ShapeDtypeStruct`` on the
 target's chips (:func:`place_call`), with a mesh's shape, axis names and
 partition specs carried onto them. The program is compiled with XLA's dump
-on (:func:`compile_options`), because ``memory_analysis()`` gives no
-serialized buffer assignment for these backends: the dumped
-``*after_optimizations.hlo.pb`` (an ``HloProto``) holds it and the module
-(:func:`read_dump` reads the file; ``fieldmem.xla.buffers.split_hlo_proto``
-takes the two out of it, where the other protos are read).
+on, as every accelerator compile is (:mod:`fieldmem.driver.dumps`: the buffer
+assignment comes from the dump, and a program that does not fit a TPU chip is
+compiled again without that check), with :func:`compile_options` beside it.
 
 A process compiles for these only where jax started with ``JAX_PLATFORMS=cpu``
 (or on a machine whose accelerator plugins start) and ``TPU_SKIP_MDS_QUERY=1``
@@ -29,9 +27,7 @@ import contextvars
 import functools
 import importlib.util
 import os
-import re
 import threading
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,24 +48,15 @@ from fieldmem.request.backends import (
 
 __all__ = [
     "DEVICELESS_NOTE",
-    "XLA_DOUBTS",
-    "CompileNotes",
     "Target",
     "active_target",
     "callback_refused",
-    "compile_notes",
+    "check_platform",
     "compile_options",
     "deviceless_scope",
-    "does_not_fit",
-    "dumped",
     "gpu_spec",
     "gpu_spec_names",
-    "is_dumped",
-    "out_of_memory",
     "place_call",
-    "read_dump",
-    "remember_dump",
-    "retry_options",
     "target",
 ]
 
@@ -331,17 +318,10 @@ def _remap_shardings(tree: Any, target_mesh: Any, found: Target) -> Any:
 # ---- compiling and the dumped buffer assignment ---------------------------------------
 
 
-def compile_options(found: Target, folder: str) -> dict[str, Any]:
-    """XLA options for a deviceless compile: dump the optimized module with its buffer assignment to
-    ``folder``; for a GPU, the ptxas and libdevice of the nvidia-cuda-nvcc wheel."""
-    options: dict[str, Any] = {
-        "xla_dump_to": folder,
-        "xla_dump_hlo_as_proto": True,
-        "xla_dump_hlo_as_text": False,
-    }
-    if found.platform == "gpu":
-        options["xla_gpu_cuda_data_dir"] = _nvcc_folder()
-    return options
+def compile_options(found: Target) -> dict[str, Any]:
+    """XLA options for a deviceless compile beside the dump's (:func:`fieldmem.driver.dumps.dump_options`): for a
+    GPU, the ptxas and libdevice of the nvidia-cuda-nvcc wheel; none for a TPU."""
+    return {"xla_gpu_cuda_data_dir": _nvcc_folder()} if found.platform == "gpu" else {}
 
 
 def _nvcc_folder() -> str:
@@ -368,76 +348,6 @@ def check_platform(compiled: Any, found: Target, devices: list[Any]) -> None:
             "no argument of the call is an array (nothing places it on the target's chips)"
         )
     del compiled
-
-
-#: what XLA logs when it finds its own figures wrong while compiling. Seen from XLA:GPU's scheduler when the
-#: arguments and outputs alone pass its memory limit (80% of the target config's device memory): "The byte
-#: size of input/output arguments (2199023255552) exceeds the base limit (67954383257). This indicates an
-#: error in the calculation!"
-XLA_DOUBTS = re.compile(r"This indicates an error in the calculation")
-
-
-def retry_options(found: Target, exc: BaseException, folder: str) -> tuple[str, dict[str, Any]] | None:
-    """When ``exc`` is libtpu refusing a program that does not fit the chip's HBM (RESOURCE_EXHAUSTED): its
-    words, and the options that compile the program anyway (``xla_tpu_no_crash_on_oom``: the same passes, the
-    out-of-memory check off), dumping to ``folder``; else None (the compile failed for another reason)."""
-    said = out_of_memory(exc)
-    if found.platform != "tpu" or said is None:
-        return None
-    return said, {**compile_options(found, folder), "xla_tpu_no_crash_on_oom": True}
-
-
-def does_not_fit(found: Target, said: str, again: BaseException) -> CompileError:
-    """The error of a program libtpu refused for not fitting (``said``) and cannot compile even with that check
-    off (``again``: a single buffer larger than the chip's HBM): its kind is ``out-of-memory``, as a run's."""
-    from fieldmem.request.backends import device_memory
-
-    memory = device_memory(found.backend)
-    holder = f" {memory.holder}" if memory is not None else ""
-    detail = (str(again).strip().splitlines() or [""])[0].removeprefix("RESOURCE_EXHAUSTED:").split(" :: ")[0]
-    error = CompileError(
-        f"does not fit{holder}: libtpu refuses to compile it for {found.backend.name} ({said.rstrip('.')}), and "
-        f"cannot compile it at all to tell its figures ({detail.strip() or first_line(again)})"
-    )
-    error.kind = "out-of-memory"
-    return error
-
-
-def out_of_memory(exc: BaseException) -> str | None:
-    """libtpu's words when ``exc`` says the program needs more HBM than the chip has (None: it does not)."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    if not text.startswith("RESOURCE_EXHAUSTED") or "memory" not in text.lower():
-        return None
-    return text.removeprefix("RESOURCE_EXHAUSTED:").strip()
-
-
-@dataclass(frozen=True)
-class CompileNotes:
-    """What a deviceless compile said beside its program: the target, libtpu's out-of-memory words when it
-    was compiled again without that check, and the lines where XLA doubted its own figures."""
-
-    target: Target
-    out_of_memory: str | None = None
-    doubts: tuple[str, ...] = ()
-
-
-_notes: weakref.WeakKeyDictionary[Any, CompileNotes] = weakref.WeakKeyDictionary()
-
-
-def remember_notes(compiled: Any, notes: CompileNotes) -> None:
-    """Keep what ``compiled``'s compile said, for :func:`compile_notes` (read_variant asks)."""
-    try:
-        _notes[compiled] = notes
-    except TypeError:  # pragma: no cover - jax's executables take weak references
-        pass
-
-
-def compile_notes(compiled: Any) -> CompileNotes | None:
-    """What :func:`remember_notes` kept for ``compiled`` (None: not a deviceless compile)."""
-    try:
-        return _notes.get(compiled)
-    except TypeError:
-        return None
 
 
 # the lowering rules of jax's host callbacks, by the name a user writes them with
@@ -514,37 +424,3 @@ def _equation_line(exc: BaseException) -> str | None:
                 path = os.path.relpath(file)
                 return f"{file if path.startswith('..') else path}:{line}"
     return None
-
-
-def read_dump(folder: str) -> bytes | None:
-    """The serialized ``HloProto`` (the optimized module and its buffer assignment) that a compile dumped
-    to ``folder``; None when there is none."""
-    found = sorted(Path(folder).glob("*after_optimizations.hlo.pb"))
-    return found[0].read_bytes() if found else None
-
-
-_dumps: weakref.WeakKeyDictionary[Any, bytes | None] = weakref.WeakKeyDictionary()
-
-
-def remember_dump(compiled: Any, folder: str) -> None:
-    """Keep what ``compiled``'s compile dumped, for :func:`dumped` (read_memory asks)."""
-    try:
-        _dumps[compiled] = read_dump(folder)
-    except OSError:
-        _dumps[compiled] = None
-
-
-def is_dumped(compiled: Any) -> bool:
-    """Whether ``compiled`` is a deviceless compile, whose dump :func:`dumped` gives."""
-    try:
-        return compiled in _dumps
-    except TypeError:
-        return False
-
-
-def dumped(compiled: Any) -> bytes | None:
-    """The ``HloProto`` dumped when ``compiled`` was compiled (None: none was, or not a deviceless compile)."""
-    try:
-        return _dumps.get(compiled)
-    except TypeError:
-        return None

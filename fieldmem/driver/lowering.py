@@ -160,19 +160,25 @@ def lower(
     return lowered, messages, time.perf_counter() - start
 
 
-def _fast_options(lowered: Any) -> dict[str, Any] | None:
-    """:data:`FAST_COMPILE_OPTIONS` for a program compiled for XLA:CPU, None for any other
-    backend (not measured there) or when jax does not say which."""
+def _platform(lowered: Any) -> str | None:
+    """The platform ``lowered`` is compiled for (None where jax does not say)."""
     try:
-        platform = lowered._lowering.compile_args["backend"].platform
+        return str(lowered._lowering.compile_args["backend"].platform)
     except (AttributeError, KeyError, TypeError):
         return None
+
+
+def _fast_options(platform: str | None) -> dict[str, Any] | None:
+    """:data:`FAST_COMPILE_OPTIONS` for a program compiled for XLA:CPU, None for any other
+    backend (not measured there) or when jax does not say which."""
     return dict(FAST_COMPILE_OPTIONS) if platform == "cpu" else None
 
 
 def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = None) -> tuple[Any, float, bool]:
-    """Compile ``lowered``; with ``fast`` on XLA:CPU, with :data:`FAST_COMPILE_OPTIONS`; for the
-    deviceless backend ``found``, with XLA's dump on (the buffer assignment is read from it).
+    """Compile ``lowered``; with ``fast`` on XLA:CPU, with :data:`FAST_COMPILE_OPTIONS`. For the deviceless
+    backend ``found``, and for a GPU or TPU of this machine, with XLA's dump on
+    (:func:`fieldmem.driver.dumps.compile_dumped`: the buffer assignment is read from it, and a program that
+    does not fit a TPU is compiled again without that check).
 
     Returns the executable, the seconds and whether the fast options were used.
 
@@ -180,11 +186,16 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
         CompileError: XLA raised, or a deviceless compile came out for another platform.
     """
     from fieldmem.driver.compile_memory import GATE
+    from fieldmem.driver.dumps import IN_PROCESS_ASSIGNMENT, compile_dumped
 
     with GATE.compiling():  # waits while the memory left holds no other compile beside those running
+        platform = found.platform if found is not None else _platform(lowered)
+        options = _fast_options(platform) if fast else None
         if found is not None:
             return _compile_deviceless(lowered, found)
-        options = _fast_options(lowered) if fast else None
+        if platform is not None and platform not in IN_PROCESS_ASSIGNMENT:
+            compiled, seconds = compile_dumped(lowered, platform, options=options, capacity=_capacity(lowered))
+            return compiled, seconds, options is not None
         start = time.perf_counter()
         try:
             compiled = lowered.compile(compiler_options=options) if options else lowered.compile()
@@ -193,61 +204,37 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
         return compiled, time.perf_counter() - start, options is not None
 
 
-_DUMP_ROOT: list[str | None] = [None]  # where deviceless compiles dump: the parent's scratch folder
+def _capacity(lowered: Any) -> Any:
+    """The memory of the device ``lowered`` is compiled for, as jax's allocator gives it (None: not given)."""
+    from fieldmem.driver.variant import allocator_memory
+
+    try:
+        devices = list(lowered._lowering.compile_args["backend"].local_devices())
+    except Exception:
+        return None
+    return allocator_memory(devices)
 
 
 def dump_under(folder: str | None) -> None:
-    """Deviceless compiles dump under ``folder`` (created when first needed), a folder the parent removes
-    whatever happens here (a worker killed in XLA); None: in the temporary directory, removed after each
-    compile (in-process checks)."""
-    _DUMP_ROOT[0] = folder
+    """Dumped compiles (deviceless, and a GPU or TPU of this machine) dump under ``folder``
+    (:func:`fieldmem.driver.dumps.dump_under`)."""
+    from fieldmem.driver.dumps import dump_under as under
+
+    under(folder)
 
 
 def _compile_deviceless(lowered: Any, found: Target) -> tuple[Any, float, bool]:
-    """Compile ``lowered`` for ``found``'s chips, keeping the buffer assignment XLA dumps and what the compile
-    said beside it (:class:`~fieldmem.driver.deviceless.CompileNotes`): a program libtpu refuses because it does
-    not fit the chip's HBM is compiled again without that check, so that its figures can say by how much; a
-    line where XLA doubts its own figures is kept (and not printed)."""
-    import os
-    import tempfile
-
-    from fieldmem.driver.deviceless import (
-        XLA_DOUBTS,
-        CompileNotes,
-        check_platform,
-        compile_options,
-        does_not_fit,
-        remember_dump,
-        remember_notes,
-        retry_options,
-    )
-    from fieldmem.driver.quiet import quiet_stderr
+    """Compile ``lowered`` for ``found``'s chips through XLA's dump (:func:`fieldmem.driver.dumps.compile_dumped`),
+    and refuse a program jax compiled for another platform."""
+    from fieldmem.driver.deviceless import check_platform, compile_options
+    from fieldmem.driver.dumps import compile_dumped
     from fieldmem.driver.variant import executable_devices
+    from fieldmem.request.backends import device_memory
 
-    root = _DUMP_ROOT[0]
-    if root is not None:
-        os.makedirs(root, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="fieldmem-xla-", dir=root) as folder:
-        start = time.perf_counter()
-        said = None
-        dumps = folder
-        with quiet_stderr(take=XLA_DOUBTS) as log:
-            try:
-                compiled = lowered.compile(compiler_options=compile_options(found, folder))
-            except Exception as exc:
-                dumps = os.path.join(folder, "again")
-                retry = retry_options(found, exc, dumps)
-                if retry is None:
-                    raise CompileError(f"XLA compilation for {found.backend.name} failed: {first_line(exc)}") from exc
-                said, options = retry
-                try:
-                    compiled = lowered.compile(compiler_options=options)
-                except Exception as again:
-                    raise does_not_fit(found, said, again) from exc
-        seconds = time.perf_counter() - start
-        check_platform(compiled, found, executable_devices(compiled))
-        remember_dump(compiled, dumps)
-        remember_notes(compiled, CompileNotes(found, said, tuple(log.taken)))
+    compiled, seconds = compile_dumped(
+        lowered, found.platform, found, compile_options(found), device_memory(found.backend)
+    )
+    check_platform(compiled, found, executable_devices(compiled))
     return compiled, seconds, False
 
 

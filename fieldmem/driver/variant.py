@@ -26,6 +26,7 @@ from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, DeviceMemory, Inp
 __all__ = [
     "FAST_COMPILE_UNAVAILABLE",
     "MEMORY_FIELDS",
+    "allocator_memory",
     "describe_sharding",
     "executable_devices",
     "read_memory",
@@ -127,10 +128,16 @@ def _device_memory(compiled: Any) -> DeviceMemory | None:
     from fieldmem.request.backends import device_memory
 
     notes = compile_notes(compiled)
-    if notes is not None:
+    if notes is not None and notes.target is not None:
         return device_memory(notes.target.backend)
+    return allocator_memory(executable_devices(compiled))
+
+
+def allocator_memory(devices: list[Any]) -> DeviceMemory | None:
+    """The least ``bytes_limit`` that jax's allocator gives of ``devices`` (``Device.memory_stats()``; None
+    where it gives none, as on XLA:CPU)."""
     limits = []
-    for device in executable_devices(compiled):
+    for device in devices:
         try:
             stats = device.memory_stats()
         except Exception:
@@ -150,7 +157,7 @@ def _device_memory(compiled: Any) -> DeviceMemory | None:
 def _out_of_memory(compiled: Any) -> str | None:
     """The compiler's words when it refused ``compiled`` for not fitting the device, before it was compiled
     again without that check (:func:`fieldmem.driver.lowering.compile_lowered`)."""
-    from fieldmem.driver.deviceless import compile_notes
+    from fieldmem.driver.dumps import compile_notes
 
     notes = compile_notes(compiled)
     return notes.out_of_memory if notes is not None else None
@@ -223,15 +230,15 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
     and the HLO module proto feed fieldmem.xla.buffers (recent XLA names a logical
     buffer's instruction only by id; the module proto maps ids to names).
     """
-    from fieldmem.driver.deviceless import dumped, is_dumped
+    from fieldmem.driver.dumps import dumped, is_dumped
 
     figures: dict[str, int | None] = {}
     unavailable: dict[str, str] = {}
     started = started if started is not None else _MemoryAnalysis(compiled)
-    deviceless = is_dumped(compiled)  # a deviceless compile: the module and assignment are in XLA's dump
-    # the module proto is serialized while the analysis runs (C++ that holds the GIL); a deviceless
+    from_dump = is_dumped(compiled)  # an accelerator's compile: the module and assignment are in XLA's dump
+    # the module proto is serialized while the analysis runs (C++ that holds the GIL); a dumped
     # compile's comes from its dump, and is not serialized here at all
-    module_proto = None if deviceless else _module_proto(compiled)
+    module_proto = None if from_dump else _module_proto(compiled)
     analysis = started.result()
     if isinstance(analysis, Exception):
         reason = f"memory_analysis() failed on this backend: {type(analysis).__name__}: {analysis}"
@@ -258,7 +265,7 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
 
     assignment = getattr(analysis, "serialized_buffer_assignment_proto", None) if analysis is not None else None
     if not assignment:
-        if deviceless:  # memory_analysis() of a deviceless compile has no assignment: the dump has it
+        if from_dump:  # memory_analysis() through the PJRT C API has no assignment: the dump has it
             dump = dumped(compiled)
             if dump:
                 return MemoryReading(figures, unavailable, None, None, None, hlo_proto=dump)
@@ -267,7 +274,7 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
             reason if analysis is None else "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
         )
         return MemoryReading(figures, unavailable, None, None, missing)
-    if deviceless:  # a deviceless compile whose analysis has the assignment after all
+    if from_dump:  # a dumped compile whose analysis has the assignment after all
         module_proto = _module_proto(compiled)
     return MemoryReading(figures, unavailable, bytes(assignment), module_proto, None)
 
@@ -279,8 +286,8 @@ DOUBTED_FIGURES = ("temp_bytes", "peak_bytes", "host_temp_bytes")
 
 def _doubted(compiled: Any) -> str | None:
     """Why ``compiled``'s planned figures are not told, when XLA logged while compiling it that its own
-    calculation is wrong (:data:`fieldmem.driver.deviceless.XLA_DOUBTS`); None when it did not."""
-    from fieldmem.driver.deviceless import compile_notes
+    calculation is wrong (:data:`fieldmem.driver.dumps.XLA_DOUBTS`); None when it did not."""
+    from fieldmem.driver.dumps import compile_notes
 
     notes = compile_notes(compiled)
     if notes is None or not notes.doubts:
@@ -407,10 +414,11 @@ def _compiled_formats(compiled: Any, which: str) -> list[tuple[str | None, str |
 def _placed(compiled: Any) -> list[Any] | None:
     """The compiled program's input shardings, flat in jax's order, to say where it takes each argument
     leaf; None for a deviceless compile (its arguments exist only as placed for it) or where jax does not say."""
-    from fieldmem.driver.deviceless import compile_notes
+    from fieldmem.driver.dumps import compile_notes
     from fieldmem.driver.placement import flat_shardings
 
-    if compile_notes(compiled) is not None:
+    notes = compile_notes(compiled)
+    if notes is not None and notes.target is not None:
         return None
     return flat_shardings(compiled, "input")
 

@@ -62,7 +62,7 @@ def finish_job(job: Job | TargetResult, options: CheckOptions, hands: Hands) -> 
             if options.run and result.status == "ok":
                 stage = "running it"
                 with collector_resumed():
-                    result = _run(result, job, donated, options, parser, hands)
+                    result = _run(result, job, plain, donated, options, parser, hands)
         return result
     except Failed as exc:  # the hands ended the target (its compile failed where they run)
         return exc.result
@@ -88,13 +88,16 @@ def _analysed_early(plain: CompiledVariant, target: Target, parser: HloParser) -
 def _run(
     result: TargetResult,
     job: Job,
+    plain: CompiledVariant,
     donated: CompiledVariant,
     options: CheckOptions,
     parser: HloParser,
     hands: Hands,
 ) -> TargetResult:
     """Run both variants (donated first: the device's high-water mark is then its own) and read them
-    against the plan; a run that fails makes the target an error that keeps the static verdict in words."""
+    against the plan; a run that fails makes the target an error that keeps the static verdict in words.
+    A variant the compiler refused for not fitting the device is not run (the hands leave it out), and the
+    result says so."""
     from fieldmem.errors import RunError
     from fieldmem.findings.runcheck import apply_run
 
@@ -110,8 +113,9 @@ def _run(
         static = result.verdict.summary if result.verdict else "not analysed"
         error = RunError(f"{exc.message} (static analysis: {static})", kind=exc.kind)
         return error_result(result.target, result.name, error, result.definition)
-    result = apply_run(result, readings)
-    if options.probe:
+    refused = {v.name: v.out_of_memory for v in (plain, donated) if v.out_of_memory is not None}
+    result = apply_run(result, readings, refused)
+    if options.probe and donated.out_of_memory is None:
         result = _probe(result, job, donated, parser, hands)
     return result
 

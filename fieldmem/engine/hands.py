@@ -394,12 +394,14 @@ class LocalHands:
 
         local = _local(job)
         plain, donated = _compiled(local)
+        readings = {}
         with collector_resumed(), backend_scope(local.backend):  # the user's code runs
-            # donated first: the device's high-water mark is then its own
-            return {
-                "donated": run_variant(local.pending.call, donated),
-                "plain": run_variant(local.pending.call, plain),
-            }
+            # donated first: the device's high-water mark is then its own; a variant the compiler refused for
+            # not fitting the device (compiled again without that check, to tell its figures) is not called
+            for name, compiled in (("donated", donated), ("plain", plain)):
+                if compiled.variant.out_of_memory is None:
+                    readings[name] = run_variant(local.pending.call, compiled)
+        return readings
 
     def probe(self, job: Job, input_index: int, output_index: int, factor: int) -> ProbeReading | None:
         from fieldmem.driver import backend_scope, probe_update

@@ -299,12 +299,26 @@ def apply_not_run(result: TargetResult, why: str) -> TargetResult | None:
     return dataclasses.replace(result, verdict=verdict)
 
 
-def apply_run(result: TargetResult, readings: Mapping[str, RunReading]) -> TargetResult:
-    """``result`` with each run variant's :class:`RunCheck` and the verdict revised by what the runs showed."""
+def apply_run(
+    result: TargetResult, readings: Mapping[str, RunReading], refused: Mapping[str, str] | None = None
+) -> TargetResult:
+    """``result`` with each run variant's :class:`RunCheck` and the verdict revised by what the runs showed.
+
+    ``refused``: the variants not run because the compiler refused them for not fitting the device (compiled
+    again without that check to tell their figures), with the compiler's words: each is a note, never a
+    failure of the run."""
     if result.status != "ok" or result.verdict is None:
         return result
     variants = dict(result.variants)
-    findings: list[Finding] = []
+    findings: list[Finding] = [
+        Finding(
+            "info",
+            "run-not-made",
+            f"the {name} variant was not run: the compiler refused it for not fitting the device "
+            f"({said.rstrip('.')}); its figures are the compile's",
+        )
+        for name, said in (refused or {}).items()
+    ]
     for name in ("donated", "plain"):
         if name not in readings or name not in variants:
             continue
