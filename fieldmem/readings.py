@@ -204,6 +204,9 @@ class CompiledVariant:
     # the compiler's own word that the program does not fit the device (libtpu's RESOURCE_EXHAUSTED); the
     # variant was compiled again without that check, so its figures are there
     out_of_memory: str | None = None
+    # the platform the program is compiled for ("cpu", "gpu", "tpu"; None: not known): which memory spaces are
+    # the device's memory (fieldmem.xla.spaces), and what the device holds for a program beside its buffers
+    platform: str | None = None
 
 
 @dataclass(frozen=True)

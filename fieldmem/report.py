@@ -274,12 +274,18 @@ class MemorySpace:
     count; on a TPU, 1 is VMEM (``S(1)`` in a shape's layout); docs/peaks.md
     lists the others seen.
     ``allocated_bytes``: the space's allocations (constants included, thread-local
-    ones not); ``live_peak_bytes``: the peak of the bytes live in them.
+    ones not); ``live_peak_bytes``: the peak of the bytes live in them; ``name``: what
+    the space is on the program's platform (``HBM``, ``VMEM``: fieldmem.xla.spaces;
+    None where not known); ``device``: whether it is the device's own memory, which
+    the footprint and the live peak count (a TPU's VMEM is not; a GPU's collective
+    memory is).
     """
 
     memory_space: int
     allocated_bytes: int
     live_peak_bytes: int
+    name: str | None = None
+    device: bool = True
 
 
 @dataclass(frozen=True)
@@ -339,6 +345,9 @@ class MemoryFigures:
     memory_spaces: tuple[MemorySpace, ...] = ()
     # the host_* figures read from the program's shardings, where XLA gives 0 (XLA:CPU); empty: all XLA's
     host_from_shardings: tuple[HostFromShardings, ...] = ()
+    # a figure's meaning where it is not what its name says on every backend, in words, by figure name: on a
+    # TPU, XLA's peak_bytes counts the on-chip memory (VMEM) beside HBM, and the HBM peak is live_peak_bytes
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -593,6 +602,10 @@ class Variant:
     unusable_donations: tuple[UnusableDonation, ...] = ()
     copies: tuple[Copy, ...] = ()
     jax_warnings: tuple[str, ...] = ()
+    # the copies that move a value between memory spaces without a second buffer of it in device memory
+    # (kind "staging": a TPU's HBM -> VMEM prefetches, an offload to the host): never copies of state, apart
+    # from ``copies``; largest first
+    moves: tuple[Copy, ...] = ()
     live_at_peak: tuple[LiveBuffer, ...] = ()  # largest first
     timeline: Timeline | None = None
     peak: PeakBreakdown | None = None  # every byte at the live peak by source (None: no buffer assignment)
@@ -1120,6 +1133,7 @@ class Report:
         bad = _impossible_size(report, "")
         if bad is not None:
             raise ReportError(f"the report does not match {schema}: {bad} is not a byte count (0 to 2**63-1)")
+        report = _moves_apart(report)
         if unknown is not None:
             writer = report.fieldmem_version
             unknown.extend(
@@ -1128,6 +1142,29 @@ class Report:
                 for where, word, stand_in in found
             )
         return report
+
+
+def _moves_apart(report: Report) -> Report:
+    """``report`` with each variant's staging copies among its ``moves``: a report written before the two were
+    apart lists them among its copies, where they would count as copies of state."""
+
+    def apart(variant: Variant) -> Variant:
+        staged = tuple(c for c in variant.copies if c.kind == "staging")
+        if not staged:
+            return variant
+        copies = tuple(c for c in variant.copies if c.kind != "staging")
+        return replace(variant, copies=copies, moves=variant.moves + staged)
+
+    def result_apart(result: TargetResult) -> TargetResult:
+        variants = {name: apart(v) for name, v in result.variants.items()}
+        if all(variants[name] is v for name, v in result.variants.items()):
+            return result
+        return replace(result, variants=variants)
+
+    results = tuple(result_apart(r) for r in report.results)
+    if all(a is b for a, b in zip(results, report.results)):
+        return report
+    return replace(report, results=results)
 
 
 _DIFFERENCES = frozenset({"savings", "baseline", "changes"})  # fields of differences, which may be negative

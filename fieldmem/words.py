@@ -62,8 +62,9 @@ COPY_KIND_WORDS: tuple[Word, ...] = (
     Word(
         "staging",
         "moves a value between memory spaces without making a second buffer of it in device memory: a TPU "
-        "prefetching an input into VMEM, or copying a value computed in VMEM back into its buffer; no finding and "
-        "no advice to donate come of it — a copy of an input *through* VMEM into a new buffer in device memory is "
+        "prefetching an input into VMEM, or copying a value computed in VMEM back into its buffer, an offload to "
+        "the host; listed among a variant's `moves`, never its `copies`: no copy count, finding, regression or "
+        "advice to donate comes of it — a copy of an input *through* VMEM into a new buffer in device memory is "
         "a `parameter` copy, counted at the copy back",
     ),
     Word("unknown", "a kind a newer fieldmem wrote, which this one does not know", label="unknown kind"),

@@ -244,6 +244,7 @@ def compiled_variant(stem: str, name: str, inputs: list[tuple[str, int]], output
         compile_seconds=0.0,
         buffer_assignment=data,
         hlo_module_proto=module_proto,
+        platform=stem.split("_")[0],  # tpu_v5e_… -> "tpu", gpu_h100_… -> "gpu"
     )
 
 
@@ -262,13 +263,15 @@ def sparse_result(backend: str):
     )
 
 
-def test_a_staging_copy_is_its_own_kind_and_no_finding() -> None:
+def test_a_staging_copy_is_a_move_apart_from_the_copies_and_no_finding() -> None:
     result = sparse_result("tpu_v5e")
     plain = result.variants["plain"]
-    assert sorted(c.kind for c in plain.copies) == ["parameter", "staging", "staging"]
-    (copy,) = [c for c in plain.copies if c.kind == "parameter"]
+    # the HBM -> VMEM prefetches are moves, not copies: the copy count is the one real copy in HBM
+    assert [c.kind for c in plain.copies] == ["parameter"]
+    assert [c.kind for c in plain.moves] == ["staging", "staging"]
+    (copy,) = plain.copies
     assert copy.of_parameter == "u" and (copy.source_memory_space, copy.memory_space) == (1, 0)
-    assert {(c.source_memory_space, c.memory_space) for c in plain.copies if c.kind == "staging"} == {(0, 1)}
+    assert {(c.source_memory_space, c.memory_space) for c in plain.moves} == {(0, 1)}
     assert result.verdict is not None and result.verdict.in_place
     # the plain variant's one real copy is the one the verdict explains; the stagings add nothing
     (note,) = [f for f in result.verdict.findings if f.code == "plain-copy"]
@@ -293,8 +296,13 @@ def test_the_report_splits_the_figures_by_memory_space() -> None:
     assert donated.footprint_bytes == 2 * block + 2 * 512
     assert [s.memory_space for s in donated.memory_spaces] == [0, 1]
     text = table_renderer.render(make_report((result,)), RenderOptions(verbose=True, width=160))
-    assert "memory space 1: allocated 768.0 KiB → 256.0 KiB, live peak 768.0 KiB → 256.0 KiB" in text
-    assert "staging, memory space 0 → 1" in text
+    assert (
+        "memory space 1 (VMEM) — on the chip: the footprint and the live peak leave it out: allocated 768.0 KiB → "
+        "256.0 KiB, live peak 768.0 KiB → 256.0 KiB" in text
+    )
+    assert "plain 2 moves, 512.0 KiB: 2 HBM → VMEM (512.0 KiB); donated none" in text
+    assert re.search(r"HBM → VMEM +256.0 KiB +f32\[256,256\]", text)  # the -v table of moves
+    assert "peak_bytes: XLA's peak counts the TPU's on-chip memory beside HBM (VMEM 256.0 KiB" in text
     gpu = sparse_result("gpu_h100")
     assert [s.memory_space for s in gpu.variants["plain"].memory.memory_spaces] == [0]
     assert "memory space" not in table_renderer.render(make_report((gpu,)), RenderOptions(verbose=True, width=160))

@@ -116,15 +116,27 @@ def read_variant(
         fast_compile=fast,
         device_memory=_device_memory(compiled),
         out_of_memory=_out_of_memory(compiled),
+        platform=_platform(compiled),
     )
     return variant, output_structs
 
 
+def _platform(compiled: Any) -> str | None:
+    """The platform ``compiled`` runs on: a dumped compile's (a deviceless one's is its target's), else that of
+    its devices (None where jax does not say)."""
+    from fieldmem.driver.dumps import compile_notes
+
+    notes = compile_notes(compiled)
+    if notes is not None:
+        return notes.platform
+    devices = executable_devices(compiled)
+    return str(devices[0].platform) if devices else None
+
+
 def _device_memory(compiled: Any) -> DeviceMemory | None:
     """The memory the program has on each device it runs on: a deviceless kind's
-    (:func:`fieldmem.request.backends.device_memory`), else the least ``bytes_limit`` that jax's allocator
-    gives of those devices (``Device.memory_stats()``; None where it gives none, as on XLA:CPU)."""
-    from fieldmem.driver.deviceless import compile_notes
+    (:func:`fieldmem.request.backends.device_memory`), else that of jax's allocator (:func:`allocator_memory`)."""
+    from fieldmem.driver.dumps import compile_notes
     from fieldmem.request.backends import device_memory
 
     notes = compile_notes(compiled)

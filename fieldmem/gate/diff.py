@@ -393,8 +393,10 @@ def _variant_deltas(variant: str, old: VariantFacts, now: VariantFacts, min_byte
     deltas += [
         Delta("donation", "gone", n, d, None, variant) for n, d in unusable_before.items() if n not in unusable_after
     ]
-    copies_before = [c for c in old.copies if c.bytes >= min_bytes]
-    copies_after = [c for c in now.copies if c.bytes >= min_bytes]
+    # a move between memory spaces (kind "staging": a TPU's VMEM prefetch) is no copy of state; a baseline or
+    # report written before the report kept them apart lists them among its copies
+    copies_before = [c for c in old.copies if c.bytes >= min_bytes and c.kind != "staging"]
+    copies_after = [c for c in now.copies if c.bytes >= min_bytes and c.kind != "staging"]
     for pair in match_copies(copies_before, copies_after):
         if pair.before is None:
             deltas.append(Delta("copy", "new", "copy", None, pair.after, variant))

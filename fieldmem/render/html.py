@@ -54,7 +54,6 @@ from fieldmem.report import (
     Variant,
 )
 from fieldmem.units import format_bytes
-from fieldmem.words import copy_kind_label
 
 __all__ = ["OPEN_ALL_UP_TO", "render"]
 
@@ -445,9 +444,35 @@ def _memory_table(result: TargetResult) -> str:
     reasons = sorted({**plain.memory.unavailable, **donated.memory.unavailable}.items())
     if reasons:
         text += "".join(f'<p class="muted">{_e(k)} unavailable: {_e(v)}</p>\n' for k, v in reasons)
+    notes = sorted({**plain.memory.notes, **donated.memory.notes}.items())
+    text += "".join(f'<p class="muted">{_e(k)}: {_e(v)}</p>\n' for k, v in notes)
     text += "".join(f'<p class="muted">{_e(line)}</p>\n' for line in host_figure_lines(result))
     text += "".join(f'<p class="muted">{_e(line)}</p>\n' for line in memory_space_lines(plain, donated))
     return text
+
+
+def _moves_table(variant: Variant, min_bytes: int) -> str:
+    """The variant's moves between memory spaces (a TPU's HBM → VMEM prefetches), apart from its copies."""
+    moves: list[Copy] = [m for m in variant.moves if m.bytes >= min_bytes]
+    if not moves:
+        return ""
+    rows = [
+        (
+            _e(format_bytes(m.bytes)),
+            _e(copy_kind_text(m, variant)),
+            _code(m.of_parameter),
+            f'<span class="shape">{_e(m.shape)}</span>',
+            _src(m.source, m.call_site),
+            f"<code>{_e(m.instruction)}</code> in <code>{_e(m.computation)}</code>",
+        )
+        for m in moves[:_MAX_ROWS]
+    ]
+    caption = (
+        f"moves between memory spaces in the {_VARIANT_LABEL[variant.name]} variant (≥ {_e(format_bytes(min_bytes))}): "
+        "no second buffer in device memory, not copies"
+    )
+    header = ("bytes", "from → to", "of", "shape", "source", "instruction")
+    return _table(caption, header, rows, f"moves {variant.name}", {0}) + _more(len(moves), _MAX_ROWS, "moves")
 
 
 def _copies_table(variant: Variant, min_bytes: int) -> str:
@@ -457,7 +482,7 @@ def _copies_table(variant: Variant, min_bytes: int) -> str:
     rows = [
         (
             _e(format_bytes(c.bytes)),
-            f'<span class="kind {_e(c.kind)}">{_e(copy_kind_text(c) if c.kind == "staging" else copy_kind_label(c.kind))}</span>',
+            f'<span class="kind {_e(c.kind)}">{_e(copy_kind_text(c))}</span>',
             _code(c.of_parameter),
             f'<span class="shape">{_e(c.shape)}</span>',
             _e(format_bytes(c.bytes_per_call))
@@ -614,6 +639,8 @@ def _section(result: TargetResult, anchor: str, opened: bool, min_bytes: int) ->
         "".join(f'<p class="muted">{_e(line.strip())}</p>\n' for line in transfer_lines(result)),
         _copies_table(plain, min_bytes),
         _copies_table(donated, min_bytes),
+        _moves_table(plain, min_bytes),
+        _moves_table(donated, min_bytes),
     ]
     body.append(_run_tables(result))
     warnings = [

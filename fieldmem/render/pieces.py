@@ -36,10 +36,13 @@ __all__ = [
     "host_memory_line",
     "libraries_text",
     "module_settings_text",
+    "moves_line",
+    "moves_text",
     "pair",
     "plugins_text",
     "plural",
     "source_text",
+    "space_label",
     "transfer_lines",
     "verdict_words",
 ]
@@ -179,14 +182,50 @@ def module_settings_text(report: Report) -> str | None:
     return "; ".join(parts) or None
 
 
-def copy_kind_text(copy: Copy) -> str:
-    """A copy's kind as the renderers show it: a conditional copy says its branch, a staging
-    copy the memory spaces it moves the value between (0: device memory; on a TPU, 1 is VMEM)."""
+def space_label(variant: Variant, space: int) -> str:
+    """A memory space as the renderers name it: what the report says it is (``HBM``, ``VMEM``), else its number."""
+    named = next((s.name for s in variant.memory.memory_spaces if s.memory_space == space and s.name), None)
+    return named if named is not None else f"memory space {space}"
+
+
+def copy_kind_text(copy: Copy, variant: Variant | None = None) -> str:
+    """A copy's kind as the renderers show it: a conditional copy says its branch, a move between memory
+    spaces (a staging copy) the spaces it moves the value between, named where ``variant`` names them."""
     if copy.kind == "staging":
+        if variant is not None:
+            return f"{space_label(variant, copy.source_memory_space)} → {space_label(variant, copy.memory_space)}"
         return f"staging, memory space {copy.source_memory_space} → {copy.memory_space}"
     if copy.branch is not None:
         return f"{copy_kind_label(copy.kind)}, branch {copy.branch} only"
     return copy_kind_label(copy.kind)
+
+
+def moves_text(variant: Variant) -> str | None:
+    """A variant's moves between memory spaces in a few words (``51 moves, 5.8 MiB: 50 HBM → VMEM (5.5 MiB),
+    1 HBM → memory space 6 (1.5 KiB)``), the directions largest first; None: it has none."""
+    if not variant.moves:
+        return None
+    by_way: dict[str, list[int]] = {}
+    for move in variant.moves:
+        way = copy_kind_text(move, variant)
+        counted = by_way.setdefault(way, [0, 0])
+        counted[0] += 1
+        counted[1] += move.bytes
+    ways = sorted(by_way.items(), key=lambda item: (-item[1][1], item[0]))
+    total = sum(move.bytes for move in variant.moves)
+    parts = ", ".join(f"{count} {way} ({format_bytes(size)})" for way, (count, size) in ways)
+    return f"{len(variant.moves)} {plural(len(variant.moves), 'move')}, {format_bytes(total)}: {parts}"
+
+
+def moves_line(plain: Variant, donated: Variant) -> str | None:
+    """One line on the copies that only move values between memory spaces (a TPU's HBM → VMEM prefetches),
+    plain and donated: they make no second buffer in device memory and are counted apart from the copies;
+    None where neither variant has any."""
+    said = [(v.name, moves_text(v)) for v in (plain, donated)]
+    if all(text is None for _, text in said):
+        return None
+    words = "; ".join(f"{name} {text if text is not None else 'none'}" for name, text in said)
+    return f"moves between memory spaces (no second buffer in device memory; not copies): {words}"
 
 
 def memory_space_lines(plain: Variant, donated: Variant) -> list[str]:
@@ -200,8 +239,15 @@ def memory_space_lines(plain: Variant, donated: Variant) -> list[str]:
         figures = [next((s for s in v.memory.memory_spaces if s.memory_space == space), None) for v in (plain, donated)]
         allocated = pair(*(f.allocated_bytes if f is not None else None for f in figures))
         peak = pair(*(f.live_peak_bytes if f is not None else None for f in figures))
-        what = " (device memory: the figures above)" if space == 0 else ""
-        lines.append(f"memory space {space}{what}: allocated {allocated}, live peak {peak}")
+        known = next((f for f in figures if f is not None), None)
+        name = f" ({known.name})" if known is not None and known.name else ""
+        if known is not None and known.device:
+            what = " — device memory: the footprint and the live peak count it"
+        elif known is not None and known.name is not None and known.name != "host memory":
+            what = " — on the chip: the footprint and the live peak leave it out"
+        else:
+            what = ""
+        lines.append(f"memory space {space}{name}{what}: allocated {allocated}, live peak {peak}")
     return lines
 
 

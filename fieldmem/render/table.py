@@ -32,6 +32,7 @@ from fieldmem.render.pieces import (
     libraries_text,
     memory_space_lines,
     module_settings_text,
+    moves_line,
     pair,
     plugins_text,
     source_text,
@@ -339,6 +340,9 @@ def _details(console: Console, result: TargetResult, options: RenderOptions, acc
             where = f" at {source_text(c.source, c.call_site)}" if c.source else ""
             kind = copy_kind_text(c)
             console.print(hanging(f"{name} copy: ", f"{what} {format_bytes(c.bytes)} [{kind}]{where}", style="dim"))
+        moves = moves_line(result.variants["plain"], result.variants["donated"])
+        if moves is not None:
+            console.print(hanging("", moves, style="dim"))
         return
     _verbose(console, result, options)
 
@@ -387,6 +391,8 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
     )
     for name, reason in sorted(donated.memory.unavailable.items()):
         console.print(hanging(f"{name} unavailable: ", reason, style="dim"))
+    for name, note in sorted(donated.memory.notes.items()):
+        console.print(hanging(f"{name}: ", note, style="dim"))
     for note in host_figure_lines(result):
         console.print(hanging("", note, style="dim"))
     for space_line in memory_space_lines(plain, donated):
@@ -470,7 +476,7 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                 ],
                 [
                     (
-                        copy_kind_text(c) if c.kind == "staging" else copy_kind_label(c.kind),
+                        copy_kind_label(c.kind),
                         format_bytes(c.bytes),
                         _per_call(c),
                         c.shape,
@@ -484,12 +490,47 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                 title=f"copies in the {variant.name} variant (≥ {format_bytes(options.min_bytes)})",
             )
         )
+    moves = moves_line(plain, donated)
+    if moves is not None:
+        console.print(hanging("", moves, style="dim"))
+    for variant in (plain, donated):
+        shown = [m for m in variant.moves if m.bytes >= options.min_bytes]
+        if not shown:
+            continue
+        console.print(
+            fitted_table(
+                [
+                    Column("from → to"),
+                    Column("bytes", "right"),
+                    Column("shape"),
+                    Column("of", below="of"),
+                    Column("source", below="at"),
+                ],
+                [
+                    (
+                        copy_kind_text(m, variant),
+                        format_bytes(m.bytes),
+                        m.shape,
+                        m.of_parameter or "",
+                        source_text(m.source, m.call_site) or "?",
+                    )
+                    for m in shown[:_MOVES_SHOWN]
+                ],
+                width,
+                title=f"moves between memory spaces in the {variant.name} variant (≥ {format_bytes(options.min_bytes)})",
+            )
+        )
+        if len(shown) > _MOVES_SHOWN:
+            console.print(hanging("", f"and {len(shown) - _MOVES_SHOWN} more, each smaller", style="dim"))
     for made in result.made_static:
         if made.code != "concrete":  # a concrete one is a finding, above
             console.print(hanging(f"held static: {made.argument}: ", made.reason, style="dim"))
     for variant in (plain, donated):
         for warning in variant.jax_warnings:
             console.print(hanging(f"jax warning ({variant.name}): ", warning.splitlines()[0], style="yellow"))
+
+
+_MOVES_SHOWN = 12  # moves listed per variant under -v, largest first (a training step prefetches dozens)
 
 
 def _per_call(c: Copy) -> str:

@@ -534,13 +534,18 @@ def _overlap(spans: list[tuple[int, int]], start: int, end: int) -> int:
     return covered
 
 
-def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAnalysis:
+def analyze_liveness(
+    assignment: BufferAssignment, module: HloModule, device: frozenset[int] = frozenset({0})
+) -> LiveAnalysis:
     """Live ranges, the memory curve and the live peak of a compiled module.
 
     Arguments:
         assignment: the decoded buffer assignment (with instruction names).
         module: the parsed optimized HLO (``fieldmem.xla.hlo.parse_hlo_module``) of
             the same executable.
+        device: the memory spaces that are the device's own memory
+            (:func:`fieldmem.xla.spaces.device_spaces`): the live peak is theirs together
+            (0 alone, but on a GPU, whose collective memory 1 is device memory too).
 
     Raises:
         BufferAssignmentError: the module is not scheduled, or the logical
@@ -563,11 +568,20 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
             output_index.setdefault(value, index)
     allocations = {a.index: a for a in assignment.allocations}
     ranges, unscheduled = _live_ranges(infos, allocations, touches, live_out, entry.name, len(flat) - 1)
-    # one curve per memory space (the allocations' color): the figures of the default
-    # memory (0) are the headline ones, as XLA's are; the others are listed beside them
+    # one curve per memory space (the allocations' color); the headline figures are the device's memory
+    # (0, as XLA's are, and a GPU's collective memory beside it); the others are listed beside them
     spaces: list[MemorySpacePeak] = []
     headline: tuple[list[int], int, int | None, tuple[LiveSlice, ...]] = ([0] * len(flat), 0, None, ())
-    for color in assignment.memory_spaces() or (0,):
+    colors = assignment.memory_spaces() or (0,)
+    if any(color in device for color in colors if color != 0):
+        in_device = [
+            r for r in ranges if r.value.slice is not None and allocations[r.value.slice.allocation].color in device
+        ]
+        curve = _curve(in_device, len(flat))
+        peak = max(curve) if curve else 0
+        peak_index = curve.index(peak) if curve else None
+        headline = (curve, peak, peak_index, _live_slices(in_device, peak_index) if peak_index is not None else ())
+    for color in colors:
         in_space = [
             r for r in ranges if r.value.slice is not None and allocations[r.value.slice.allocation].color == color
         ]
@@ -584,7 +598,7 @@ def analyze_liveness(assignment: BufferAssignment, module: HloModule) -> LiveAna
                 live_at_peak=live,
             )
         )
-        if color == 0:
+        if color == 0 and not any(c in device for c in colors if c != 0):
             headline = (curve, peak, peak_index, live)
     curve, peak, peak_index, live_at_peak = headline
     return LiveAnalysis(

@@ -212,8 +212,12 @@ def _output_positions(
     return tuple(positions)
 
 
-def find_copies(module: HloModule) -> list[CopySite]:
+def find_copies(module: HloModule, device: frozenset[int] = frozenset({0})) -> list[CopySite]:
     """Every ``copy``/``copy-start`` XLA kept, with what it copies and where.
+
+    ``device``: the memory spaces that are the device's own memory (:func:`fieldmem.xla.spaces.device_spaces`:
+    0 alone but on a GPU); a copy whose result lies in another (a TPU's VMEM, the host's memory) is
+    ``staging``, as is the copy back of a value computed there into its own buffer.
 
     The source line is the copy's own metadata when it has one; XLA usually
     inserts copies without metadata, so it falls back to the instruction that
@@ -254,6 +258,7 @@ def find_copies(module: HloModule) -> list[CopySite]:
                     loops.get(computation.name),
                     fused,
                     aliased,
+                    device,
                 )
                 carry = _carry_role(site, computation, by_name, users) if computation.name in bodies else None
                 copies.append(replace(site, branch=branches.get(computation.name), carry=carry))
@@ -317,8 +322,10 @@ def _copy_site(
     loop: LoopInfo | None,
     fused: dict[str, HloComputation] | None = None,
     aliased: dict[tuple[int, ...], int] | None = None,
+    device: frozenset[int] = frozenset({0}),
 ) -> CopySite:
-    """What one ``copy``/``copy-start`` copies, from where, to which outputs."""
+    """What one ``copy``/``copy-start`` copies, from where, to which outputs (``device``: as
+    :func:`find_copies` takes it)."""
     fused = fused or {}
     aliased = aliased or {}
     operand = instruction.operands[0] if instruction.operands else None
@@ -350,7 +357,7 @@ def _copy_site(
     source, role = _copy_source(instruction, operand, copied, by_name, users, fused)
     outputs = _output_positions(copied, computation, by_name) if in_entry else ()
     staging, moved, moved_index = _memory_space_move(
-        space, source_space, operand, by_name, fused, outputs, aliased if in_entry else {}
+        space, source_space, operand, by_name, fused, outputs, aliased if in_entry else {}, device
     )
     if moved is not None and in_entry:
         parameter_number, parameter_index = moved, moved_index
@@ -382,21 +389,23 @@ def _memory_space_move(
     fused: dict[str, HloComputation],
     outputs: tuple[tuple[int, ...], ...],
     aliased: dict[tuple[int, ...], int],
+    device: frozenset[int] = frozenset({0}),
 ) -> tuple[bool, int | None, tuple[int, ...]]:
     """Whether a copy only stages a value through another memory space, and for a copy
-    back into the default memory that is not staging, the entry parameter it copies.
+    back into the device's memory that is not staging, the entry parameter it copies.
 
-    A copy whose result lies outside the default memory (0) stages: a prefetch into a TPU's
-    VMEM (``S(1)``), a scalar into its scalar memory, a relayout inside VMEM. A copy back
-    into the default memory of a value that came from an entry parameter (through views,
-    copies and updates written in place: a TPU copies an input into VMEM, updates it there
-    and copies it out) is the copy of that parameter, unless it returns the value into the
-    parameter's own buffer (a donated one, aliased to the output): that stages too, as
-    does the copy back of any other value computed outside the default memory.
+    A copy whose result lies outside the device's memory (``device``: 0, and a GPU's
+    collective memory) stages: a prefetch into a TPU's VMEM (``S(1)``), a scalar into its
+    scalar memory, a relayout inside VMEM, an offload to the host. A copy back into the
+    device's memory of a value that came from an entry parameter (through views, copies and
+    updates written in place: a TPU copies an input into VMEM, updates it there and copies
+    it out) is the copy of that parameter, unless it returns the value into the parameter's
+    own buffer (a donated one, aliased to the output): that stages too, as does the copy
+    back of any other value computed outside the device's memory.
     """
-    if space != 0:
+    if space not in device:
         return True, None, ()
-    if source_space == 0:
+    if source_space in device:
         return False, None, ()
     parameter = _updated_parameter(operand, by_name, fused)
     if parameter is None:
