@@ -237,6 +237,12 @@ class DeviceStats:
     unavailable: str | None = None
     # peak_bytes_in_use before the arguments were made: a peak that did not rise past it was set earlier
     peak_start: int | None = None
+    # peak_bytes_in_use just before the call (arguments made, the lift allocated): what the call's own peak
+    # must pass to be read (None: not read, as in readings made before it was)
+    peak_before: int | None = None
+    # bytes fieldmem held on the device through the call to lift it above the high-water mark (freed after;
+    # counted in in_use_before, never in the call's measured peak): fieldmem.driver.execute._lift
+    lifted: int = 0
 
 
 @dataclass(frozen=True)
@@ -257,6 +263,7 @@ class RunReading:
     transferred: tuple[int, ...] = ()
     transfers_unmatched: int = 0  # transfers it logged that match no argument leaf
     transfers_unavailable: str | None = None
+    platform: str | None = None  # the devices' platform: what the plan a peak is held against counts
 
 
 @dataclass(frozen=True)

@@ -525,8 +525,12 @@ class DeviceMemory:
     ``unavailable`` where the backend has none (cpu), never 0.
 
     ``measured_peak`` = ``peak_bytes_in_use`` after the call minus ``bytes_in_use``
-    before the arguments were made; ``predicted`` the variant's static
-    ``footprint_bytes`` (per device); ``difference`` measured minus predicted.
+    before the arguments were made (and minus what fieldmem held beside the call to
+    lift it above the device's high-water mark: docs/runtime.md); ``predicted`` what
+    the device is planned to hold for the call, per device: the variant's static
+    ``footprint_bytes``, and on a TPU the executable's code beside it
+    (``code_bytes``, ``generated_code_bytes``: libtpu keeps it in HBM while the
+    program runs); ``difference`` measured minus predicted.
     """
 
     device: int
@@ -537,6 +541,7 @@ class DeviceMemory:
     predicted: int | None = None
     difference: int | None = None
     unavailable: str | None = None
+    code_bytes: int | None = None  # the part of ``predicted`` that is the executable's code (None: none counted)
 
 
 @dataclass(frozen=True)

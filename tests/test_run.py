@@ -141,9 +141,11 @@ def test_device_memory_stats_are_read_per_device_and_held_against_the_plan(monke
     (result,) = report.results
     donated = result.variants["donated"]
     (device,) = donated.run.devices
-    # reads of the donated run: 1 before the arguments, 2 before the call, 3 after it
-    assert (device.in_use_before, device.in_use_after, device.peak) == (2000, 3000, 3000 + 3 * 2**20)
-    assert device.measured_peak == 3000 + 3 * 2**20 - 1000
+    # read 1: whether the device has statistics (it does: the example arguments are kept on the host); reads of
+    # the donated run: 2 before the arguments, 3 before the lift (none here: the call's plan passes the mark),
+    # 4 before the call, 5 after it
+    assert (device.in_use_before, device.in_use_after, device.peak) == (4000, 5000, 5000 + 3 * 2**20)
+    assert device.measured_peak == 5000 + 3 * 2**20 - 2000
     assert device.predicted == donated.memory.footprint_bytes
     assert device.difference == device.measured_peak - device.predicted
     assert device.unavailable is None
@@ -151,7 +153,7 @@ def test_device_memory_stats_are_read_per_device_and_held_against_the_plan(monke
     # 3 MiB is well below the 16 MiB plan: no warning; the plain run read its own
     assert not [f for f in result.verdict.findings if f.code == "run-peak-above-plan"]
     (plain_device,) = result.variants["plain"].run.devices
-    assert plain_device.in_use_before == 5000
+    assert plain_device.in_use_before == 8000
 
 
 def test_a_measured_peak_above_the_plan_is_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -464,9 +466,9 @@ def test_a_run_out_of_device_memory_is_that_targets_error(monkeypatch: pytest.Mo
     assert report.exit_code == 2
 
 
-def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without device memory statistics one worker checks all the targets and a crash only costs a new one
-    for the targets after it; with them, the worker stops after one target (a clean peak for the next)."""
+def test_one_worker_runs_every_target_with_memory_stats_or_without(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One worker checks and runs all the targets, with device memory statistics or without, and a crash only
+    costs a new one for the targets after it."""
     import io
     import queue
 
@@ -490,14 +492,18 @@ def test_workers_one_per_target_with_memory_stats_else_one_for_all(monkeypatch: 
     kinds = [results[0].error.kind if results[0].error else results[0].status for results, _ in outcomes]
     assert kinds == ["ok", "crash", "ok"]
 
+    # with memory statistics (a GPU or TPU) one worker runs them all too: the device is opened once per check,
+    # and each call is lifted above the high-water mark the calls before it set
     monkeypatch.setattr(driver, "has_memory_stats", lambda backend=None: True)
     units = [isolate.Unit(f"{FAULTS}:fine", TargetOptions(), ("faults:fine",)) for _ in range(2)]
     supervisor = isolate._Supervisor(units, [None], options, False, None)
     request = json.loads(json.dumps(supervisor.request(supervisor.todo())))
     channel = io.StringIO()
-    assert worker._Worker(request, channel, queue.Queue()).run() == "yield"  # one target, then a fresh process
+    assert worker._Worker(request, channel, queue.Queue()).run() == "end"
     events = [read_event(line.encode()) for line in channel.getvalue().splitlines()]
     assert [e["e"] for e in events if e is not None and e["e"] in ("start", "done", "environment")] == [
+        "start",
+        "done",
         "start",
         "done",
         "environment",
@@ -747,3 +753,58 @@ def test_an_output_with_no_device_buffer_is_not_comparable() -> None:
     moved = apply_run(result, {"donated": dataclasses.replace(reading, output_pointers=((8192,),))})
     assert not moved.verdict.in_place
     assert moved.variants["donated"].run.aliases[0].comparable
+
+
+def test_a_call_is_lifted_above_the_high_water_mark_an_earlier_call_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``peak_bytes_in_use`` never resets: a call planned below the mark gets a lift of fieldmem's held beside it
+    (freed after), so far that its plan passes the mark by the margin; none where it already passes it, or where
+    the lift would not fit the device's limit."""
+    mib = 1 << 20
+    cpu = jax.devices("cpu")[0]
+    start = {cpu.id: {"bytes_in_use": 0, "peak_bytes_in_use": 40 * mib}}
+    ready = {cpu.id: {"bytes_in_use": 2 * mib, "peak_bytes_in_use": 40 * mib, "bytes_limit": 100 * mib}}
+    pads = execute._lift([cpu], start, ready, 8 * mib)
+    # 40 MiB mark + 1 MiB margin - 8 MiB plan: 33 MiB, as a 32 MiB and a 1 MiB block
+    assert sorted(a.nbytes for a in pads.arrays[cpu.id]) == [mib, 32 * mib] and pads.lifted(cpu)
+    assert not execute._lift([cpu], start, ready, 48 * mib).lifted(cpu)  # the plan passes the mark already
+    tight = {cpu.id: {**ready[cpu.id], "bytes_limit": 40 * mib}}
+    assert not execute._lift([cpu], start, tight, 8 * mib).lifted(cpu)  # no room for it beside the call
+    assert not execute._lift([cpu], start, ready, None).lifted(cpu)  # no plan: nothing to lift to
+
+
+def _read(**stats: int) -> Any:
+    from fieldmem.findings.runcheck import _device_memory
+    from fieldmem.readings import DeviceStats, RunReading
+    from fieldmem.report import MemoryFigures, Variant
+
+    variant = Variant("donated", (), MemoryFigures(footprint_bytes=10_000, generated_code_bytes=300))
+    reading = RunReading("donated", (), (), (), (DeviceStats(device=0, **stats),), 0.0, platform="tpu")
+    (device,) = _device_memory(variant, reading)
+    return device
+
+
+def test_a_lifted_call_s_peak_is_its_own_and_the_plan_counts_the_tpu_s_code() -> None:
+    # the call raised the mark past what it was just before it: its peak, less the lift (readings as a TPU gives)
+    raised = _read(in_use_start=0, in_use_before=90_000, peak_before=95_000, peak=100_300, lifted=85_000, peak_start=0)
+    assert raised.measured_peak == 100_300 - 85_000
+    assert (raised.predicted, raised.code_bytes, raised.difference) == (10_300, 300, 5_000)
+    assert raised.in_use_before == 5_000  # what the call had in use before it, without fieldmem's lift
+    # the mark was what was in use just before the call and did not rise: the call never went above its
+    # arguments, and that is its peak
+    flat = _read(in_use_start=0, in_use_before=7_000, peak_before=7_000, peak=7_000, lifted=0, peak_start=0)
+    assert flat.measured_peak == 7_000 and flat.unavailable is None
+    # under a mark set before it, not lifted past it: unknown, at most the mark less what was in use at start
+    under = _read(in_use_start=1_000, in_use_before=6_000, peak_before=50_000, peak=50_000, lifted=0, peak_start=0)
+    assert (
+        under.measured_peak is None and under.unavailable is not None and "at most 47.9 KiB" in under.unavailable
+    )  # 49,000 B
+
+
+def test_the_plan_counts_the_executable_s_code_on_a_tpu_alone() -> None:
+    from fieldmem.findings.runcheck import planned_device_bytes
+    from fieldmem.report import MemoryFigures, Variant
+
+    variant = Variant("plain", (), MemoryFigures(footprint_bytes=4 << 20, generated_code_bytes=300 << 10))
+    assert planned_device_bytes(variant, "tpu") == ((4 << 20) + (300 << 10), 300 << 10)
+    assert planned_device_bytes(variant, "gpu") == (4 << 20, None)  # not in the GPU allocator's figures
+    assert planned_device_bytes(variant, "cpu") == (4 << 20, None)

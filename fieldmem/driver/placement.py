@@ -109,11 +109,12 @@ def placement(
     return _array_placement(given, sharding, target, shape, dtype, describe_sharding)
 
 
-# arrays sent to a worker as their shape (fieldmem.driver.sendable) or traced (fieldmem.driver.traced):
-# id -> (the stand-in, committed, sharding); a target's dropped when it is released, the rest when the
-# next request arrives (forget_stand_ins). A ShapeDtypeStruct takes no weak reference: the record holds
-# it, so its id is never another object's while recorded.
-_STOOD_FOR: dict[int, tuple[Any, bool, Any]] = {}
+# arrays sent to a worker as their shape (fieldmem.driver.sendable), traced (fieldmem.driver.traced) or kept
+# on the host for a run (fieldmem.driver.hosted): id -> (the stand-in, committed, sharding, its host copy or
+# None); a target's dropped when it is released, the rest when the next request arrives (forget_stand_ins).
+# A ShapeDtypeStruct takes no weak reference: the record holds it, so its id is never another object's while
+# recorded.
+_STOOD_FOR: dict[int, tuple[Any, bool, Any, Any]] = {}
 
 
 def forget_stand_ins(structs: Iterable[Any] | None = None) -> None:
@@ -129,11 +130,18 @@ def forget_stand_ins(structs: Iterable[Any] | None = None) -> None:
             del _STOOD_FOR[id(struct)]
 
 
-def stand_in(struct: Any, committed: bool, sharding: Any) -> Any:
+def stand_in(struct: Any, committed: bool, sharding: Any, host: Any = None) -> Any:
     """Record that ``struct`` (a ``ShapeDtypeStruct``) stands for a jax array of ``sharding`` (``committed``
-    or not), so that its placement is that array's, not "nothing to move"; returns ``struct``."""
-    _STOOD_FOR[id(struct)] = (struct, committed, sharding)
+    or not), so that its placement is that array's, not "nothing to move"; ``host``: the array's values, kept
+    in host memory (a NumPy array) for a run to put on the device. Returns ``struct``."""
+    _STOOD_FOR[id(struct)] = (struct, committed, sharding, host)
     return struct
+
+
+def host_copy(struct: Any) -> Any | None:
+    """The host copy of the array ``struct`` stands for (:func:`stand_in`'s ``host``; None: none kept)."""
+    entry = _STOOD_FOR.get(id(struct))
+    return entry[3] if entry is not None and entry[0] is struct else None
 
 
 def stand_ins_among(tree: Any) -> tuple[Any, ...]:

@@ -62,7 +62,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["ArgumentsLeaked", "traced_arguments"]
+__all__ = ["ArgumentsLeaked", "default_sharding", "traced_arguments"]
 
 
 class ArgumentsLeaked(BaseException):
@@ -229,7 +229,7 @@ def _arguments(closed: Any, box: dict[str, Any], shaped: type, device_space: Any
             return None
         if getattr(aval, "memory_space", device_space) != device_space:
             return None
-    default = _default_sharding()
+    default = default_sharding()
     structs = [
         stand_in(jax.ShapeDtypeStruct(a.shape, a.dtype, weak_type=bool(a.weak_type)), False, default) for a in avals
     ]
@@ -273,7 +273,7 @@ def _places(eqn: Any) -> bool:
     return False
 
 
-def _default_sharding() -> Any:
+def default_sharding() -> Any:
     """Where running the factory puts an array made without a device: the default device (that of
     ``jax.default_device``, as the backend's scope sets it), uncommitted."""
     import jax

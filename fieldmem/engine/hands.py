@@ -219,7 +219,7 @@ class _LocalJob:
     pending: PendingVariants
     backend: str | None
     compiled: tuple[Compiled, Compiled] | None = None
-    stand_ins: tuple[Any, ...] = ()  # its traced arguments' stand-ins: forgotten when it is released
+    stand_ins: tuple[Any, ...] = ()  # its arguments' stand-ins (traced, kept on the host): forgotten when released
 
 
 def _one_name_each(items: list[Item], spec: str) -> list[Item]:
@@ -355,11 +355,11 @@ class LocalHands:
         return environment(backend)
 
     def start(self, target: Target, options: CheckOptions, pool: Executor | None) -> _LocalJob | TargetResult:
-        arguments, traced = self._take(target, target, options)
+        arguments, _ = self._take(target, target, options)
         if isinstance(arguments, TargetResult):
             return arguments
         job = _start(target, *arguments, options, pool)
-        if isinstance(job, _LocalJob) and traced:  # its stand-ins are forgotten when it is released
+        if isinstance(job, _LocalJob):  # its stand-ins (traced, or kept on the host) are forgotten when released
             from fieldmem.driver.placement import stand_ins_among
 
             job.stand_ins = stand_ins_among(arguments)
@@ -503,7 +503,25 @@ def _arguments(target: Target, options: CheckOptions, trace: bool = False) -> tu
             traced = traced_arguments(run, origin)
             return run() if traced is None else traced
 
+    elif (options.run or options.probe) and _keeps_on_host(target, options):
+        values = make
+
+        def make() -> tuple[tuple, dict]:
+            from fieldmem.driver.hosted import made_on_host
+
+            return made_on_host(values)
+
     return _made_on_backend(target, make, "making its example arguments", options)
+
+
+def _keeps_on_host(target: Target, options: CheckOptions) -> bool:
+    """Whether a run keeps the example arguments on the host (:mod:`fieldmem.driver.hosted`): on a device with
+    memory statistics, whose memory is the user's program's alone, where the function compiles the same
+    program for abstract arguments (not an ``equinox.filter_jit`` or a pmap, which take the arrays)."""
+    from fieldmem.driver.hosted import keeps_on_host
+    from fieldmem.driver.wrappers import takes_abstract_arguments
+
+    return keeps_on_host(options.backend) and takes_abstract_arguments(target.function)
 
 
 def _made_on_backend(

@@ -17,10 +17,12 @@ never raises for a target's fault:
   is blamed: they are checked again one at a time, and the one that takes
   its worker down again is charged.
 
-One worker checks every target on CPU. Where the backend has memory
-statistics (GPU, TPU) and targets run (``--run``), the worker stops after
-each target and the next gets a fresh process: ``peak_bytes_in_use`` is a
-high-water mark over a process's life, with no reset.
+One worker checks every target, and with ``--run`` runs them too, on a GPU or
+TPU as on the CPU: the device is opened once per check (10 to 15 s for a TPU).
+``peak_bytes_in_use`` is a high-water mark over a process's life, with no
+reset; each call is lifted above the mark the calls before it set
+(:func:`fieldmem.driver.execute.run_variant`), so its own peak is read in the
+same process.
 
 What the worker (and the user's code in it) writes to stdout or stderr is
 shown on this process's stderr as it comes; stdout carries only the report.

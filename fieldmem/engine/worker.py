@@ -249,7 +249,7 @@ class _Worker:
 
     def run(self) -> str:
         """Serve what the request asks; the last event's name (``end`` or ``yield``)."""
-        from fieldmem.driver import backend_devices, has_memory_stats
+        from fieldmem.driver import backend_devices
         from fieldmem.driver.placement import forget_stand_ins
         from fieldmem.driver.settings import ImportSettings
         from fieldmem.driver.traced import ArgumentsLeaked
@@ -278,7 +278,6 @@ class _Worker:
         hands = LocalHands(trace_arguments=bool(self.request.get("trace_arguments")))
         for b, backend in enumerate(backends):
             options = dataclasses.replace(self.options, backend=backend, isolate=False)
-            fresh_each = self.request["isolate"] and options.run and has_memory_stats(backend)
             todo = [
                 (index, position, item)
                 for index, items in loaded.items()
@@ -291,11 +290,6 @@ class _Worker:
                     todo, prints = self.unchanged(b, todo)
             if not todo and b not in self.request.get("report_idle", range(len(backends))):
                 continue  # another worker has this backend's targets, and reports its environment
-            if fresh_each and len(todo) > 1:  # a clean device high-water mark: one target, then a new process
-                todo = todo[:1]
-                yielding = True
-            else:
-                yielding = False
             keys = [{"b": b, "spec": index, "name": _name(item)} for index, _, item in todo]
 
             def before(n: int) -> None:
@@ -321,8 +315,6 @@ class _Worker:
                     versions = _installed_versions(self.request["library_names"])
                     environment = dataclasses.replace(environment, library_versions=versions)
                 self.event("environment", b=b, environment=json.loads(dumps(environment)))
-            if yielding:
-                return "yield"
         return "yield" if self.elsewhere else "end"
 
 
