@@ -8,6 +8,9 @@
   ``site``'s user site-packages;
 - in a folder named ``site-packages`` or ``dist-packages`` anywhere (another
   environment's installs);
+- under a folder on ``sys.path`` that holds an installed distribution's
+  ``*.dist-info`` (``pip install --target DIR`` with DIR on ``PYTHONPATH``, as on
+  a machine whose image puts jax in a folder of its own);
 - of fieldmem itself (its package folder: fieldmem calls the user's function
   through a wrapper of its own);
 - or no file at all: a frozen module of the interpreter (``<frozen runpy>``)
@@ -27,6 +30,7 @@ from __future__ import annotations
 import functools
 import os
 import site
+import sys
 import sysconfig
 from collections.abc import Iterable
 
@@ -70,6 +74,7 @@ def library_folders() -> tuple[str, ...]:
         found.append(user_site)
     found.append(_FIELDMEM)
     found.extend(_OTHER_INTERPRETERS)
+    found.extend(_install_targets())
     folders: list[str] = []
     for path in found:
         for variant in (os.path.abspath(path), os.path.realpath(path)):
@@ -77,6 +82,23 @@ def library_folders() -> tuple[str, ...]:
             if variant and variant not in folders:
                 folders.append(variant)
     return tuple(folders)
+
+
+def _install_targets() -> list[str]:
+    """The folders on ``sys.path`` that pip installed distributions into (they hold a ``*.dist-info``): a
+    checkout on the path holds none (an editable install's metadata is an ``*.egg-info`` there, or lives in
+    site-packages)."""
+    found = []
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        try:
+            names = os.listdir(entry)
+        except OSError:
+            continue
+        if any(name.endswith(".dist-info") for name in names):
+            found.append(entry)
+    return found
 
 
 @functools.lru_cache(maxsize=4096)

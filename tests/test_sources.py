@@ -143,6 +143,33 @@ def test_another_interpreters_folders_are_library_code_once_its_worker_names_the
     assert not is_library_file(f"{other}/functools.py")
 
 
+def test_a_folder_pip_installed_into_on_the_path_is_library_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``pip install --target DIR`` with DIR on ``PYTHONPATH`` (a TPU machine's image keeps jax in such a folder,
+    and a user's extra packages go in another): its files are library code, as site-packages' are; a checkout
+    on the path, with an ``*.egg-info`` of its editable install, stays the user's."""
+    from fieldmem import libraries
+
+    target = tmp_path / "site"
+    (target / "equinox").mkdir(parents=True)
+    (target / "equinox-0.13.8.dist-info").mkdir()
+    checkout = tmp_path / "proj"
+    (checkout / "proj.egg-info").mkdir(parents=True)
+    monkeypatch.syspath_prepend(str(checkout))
+    monkeypatch.syspath_prepend(str(target))
+    try:
+        libraries.library_folders.cache_clear()
+        libraries.is_library_file.cache_clear()
+        assert is_library_file(str(target / "equinox" / "_update.py"))
+        assert not is_library_file(str(checkout / "model.py"))
+    finally:
+        monkeypatch.undo()
+        libraries.library_folders.cache_clear()
+        libraries.is_library_file.cache_clear()
+    assert not is_library_file(str(target / "equinox" / "_update.py"))
+
+
 def test_what_is_library_code() -> None:
     stdlib = sysconfig.get_paths()["stdlib"]
     purelib = sysconfig.get_paths()["purelib"]
