@@ -9,7 +9,7 @@ to a report or sent between processes as it is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +17,7 @@ from fieldmem.units import format_bytes
 
 __all__ = [
     "NOTHING_DUMPED",
+    "CallPlan",
     "CallShape",
     "CompiledVariant",
     "DeviceMemory",
@@ -29,6 +30,8 @@ __all__ = [
     "Placement",
     "ProbeReading",
     "RunReading",
+    "device_bytes",
+    "plan_call",
     "shared_buffers",
 ]
 
@@ -96,6 +99,59 @@ class InputLeaf:
     device_shape: tuple[int, ...] | None = None  # the piece each device holds, where the program splits it
     # the report index of the first leaf that is the same buffer (one array given twice: ``f(x, x)``); None: its own
     same_buffer_as: int | None = None
+
+
+@dataclass(frozen=True)
+class CallPlan:
+    """What the device's allocator is planned to hold at the peak of one call, per device (``bytes``; None
+    where XLA's figures are missing), and the part of it that is the executable's code (``code``).
+
+    What a call holds depends on the backend, and it is measured, per backend (docs/peaks.md):
+
+    - a TPU: the arguments (those jit drops too: the call holds them on the device), the outputs that reuse no
+      donated input, and the executable's code, which libtpu loads into HBM when the program first runs.
+      ``peak_bytes_in_use`` does not count XLA's temporaries and constants there: a call's measured peak
+      equals arguments + new outputs + code exactly, with 157.5 KiB of temporaries left out (TPU v5e,
+      libtpu 0.0.42.1, benchmarks/results/tpu-check.md);
+    - any other backend: the footprint (arguments + outputs + temporaries − aliases + constants): an H200's
+      measured peaks were within 908 B of it, the code not among them (benchmarks/results/gpu-check-h200/).
+    """
+
+    bytes: int | None
+    code: int | None = None
+
+
+def plan_call(
+    platform: str | None,
+    memory: Mapping[str, int | None],
+    constant_bytes: int | None = None,
+    dropped_bytes: int = 0,
+) -> CallPlan:
+    """The :class:`CallPlan` of one call on ``platform`` from XLA's figures (``memory``, by the report's names:
+    ``argument_bytes``, ``output_bytes``, ``alias_bytes``, ``temp_bytes``, ``generated_code_bytes``), the
+    constants fieldmem counts in the footprint and the bytes of the argument leaves jit dropped (per device)."""
+    parts = [memory.get(name) for name in ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes")]
+    if any(p is None for p in parts):
+        return CallPlan(None)
+    argument, output, alias, temp = (int(p) for p in parts)  # type: ignore[arg-type]
+    if platform == "tpu":
+        code = memory.get("generated_code_bytes")
+        return CallPlan(argument + dropped_bytes + output - alias + int(code or 0), code)
+    return CallPlan(argument + output + temp - alias + int(constant_bytes or 0))
+
+
+def device_bytes(size: int, shape: Sequence[int], device_shape: Sequence[int] | None) -> int:
+    """The bytes of one device's piece of a leaf of ``size`` bytes and ``shape`` (``device_shape``: its piece
+    where the program splits it over devices; None: whole on each)."""
+    if device_shape is None:
+        return size
+    whole = 1
+    for d in shape:
+        whole *= int(d)
+    piece = 1
+    for d in device_shape:
+        piece *= int(d)
+    return size * piece // whole if whole else size
 
 
 def shared_buffers(inputs: Sequence[InputLeaf]) -> dict[int, tuple[InputLeaf, ...]]:
@@ -243,6 +299,10 @@ class DeviceStats:
     # bytes fieldmem held on the device through the call to lift it above the high-water mark (freed after;
     # counted in in_use_before, never in the call's measured peak): fieldmem.driver.execute._lift
     lifted: int = 0
+    # the allocator's reserved memory (bytes_reserved, peak_bytes_reserved) before the arguments were made and
+    # after the call, where the device gives it (a TPU does): memory held for programs beside bytes_in_use
+    reserved_start: int | None = None
+    reserved_peak: int | None = None
 
 
 @dataclass(frozen=True)

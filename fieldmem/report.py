@@ -527,10 +527,14 @@ class DeviceMemory:
     ``measured_peak`` = ``peak_bytes_in_use`` after the call minus ``bytes_in_use``
     before the arguments were made (and minus what fieldmem held beside the call to
     lift it above the device's high-water mark: docs/runtime.md); ``predicted`` what
-    the device is planned to hold for the call, per device: the variant's static
-    ``footprint_bytes``, and on a TPU the executable's code beside it
-    (``code_bytes``, ``generated_code_bytes``: libtpu keeps it in HBM while the
-    program runs); ``difference`` measured minus predicted.
+    the device's allocator is planned to hold at the call's peak, per device, by the
+    rule of its backend (docs/peaks.md): on a TPU the arguments, the outputs that
+    reuse no donated input and the executable's code (``code_bytes``, libtpu loads
+    it into HBM), elsewhere the variant's ``footprint_bytes``; ``code_resident``: the
+    code was on the device before the call (an identical program loaded it), and the
+    plan leaves it out; ``reserved_peak``: the allocator's reserved memory at its
+    peak less before the arguments were made, where the device gives it;
+    ``difference`` measured minus predicted.
     """
 
     device: int
@@ -542,6 +546,8 @@ class DeviceMemory:
     difference: int | None = None
     unavailable: str | None = None
     code_bytes: int | None = None  # the part of ``predicted`` that is the executable's code (None: none counted)
+    code_resident: bool = False
+    reserved_peak: int | None = None
 
 
 @dataclass(frozen=True)

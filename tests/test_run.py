@@ -759,17 +759,22 @@ def test_a_call_is_lifted_above_the_high_water_mark_an_earlier_call_set(monkeypa
     """``peak_bytes_in_use`` never resets: a call planned below the mark gets a lift of fieldmem's held beside it
     (freed after), so far that its plan passes the mark by the margin; none where it already passes it, or where
     the lift would not fit the device's limit."""
+    from fieldmem.readings import CallPlan
+
     mib = 1 << 20
     cpu = jax.devices("cpu")[0]
     start = {cpu.id: {"bytes_in_use": 0, "peak_bytes_in_use": 40 * mib}}
     ready = {cpu.id: {"bytes_in_use": 2 * mib, "peak_bytes_in_use": 40 * mib, "bytes_limit": 100 * mib}}
-    pads = execute._lift([cpu], start, ready, 8 * mib)
+    pads = execute._lift([cpu], start, ready, CallPlan(8 * mib))
     # 40 MiB mark + 1 MiB margin - 8 MiB plan: 33 MiB, as a 32 MiB and a 1 MiB block
     assert sorted(a.nbytes for a in pads.arrays[cpu.id]) == [mib, 32 * mib] and pads.lifted(cpu)
-    assert not execute._lift([cpu], start, ready, 48 * mib).lifted(cpu)  # the plan passes the mark already
+    # the code's size joins the margin: it may be on the device already
+    with_code = execute._lift([cpu], start, ready, CallPlan(8 * mib, code=mib))
+    assert sum(a.nbytes for a in with_code.arrays[cpu.id]) == 34 * mib
+    assert not execute._lift([cpu], start, ready, CallPlan(48 * mib)).lifted(cpu)  # the plan passes the mark
     tight = {cpu.id: {**ready[cpu.id], "bytes_limit": 40 * mib}}
-    assert not execute._lift([cpu], start, tight, 8 * mib).lifted(cpu)  # no room for it beside the call
-    assert not execute._lift([cpu], start, ready, None).lifted(cpu)  # no plan: nothing to lift to
+    assert not execute._lift([cpu], start, tight, CallPlan(8 * mib)).lifted(cpu)  # no room for it beside the call
+    assert not execute._lift([cpu], start, ready, CallPlan(None)).lifted(cpu)  # no plan: nothing to lift to
 
 
 def _read(**stats: int) -> Any:
@@ -777,7 +782,10 @@ def _read(**stats: int) -> Any:
     from fieldmem.readings import DeviceStats, RunReading
     from fieldmem.report import MemoryFigures, Variant
 
-    variant = Variant("donated", (), MemoryFigures(footprint_bytes=10_000, generated_code_bytes=300))
+    figures = MemoryFigures(
+        argument_bytes=8_000, output_bytes=2_000, alias_bytes=0, temp_bytes=500, generated_code_bytes=300
+    )
+    variant = Variant("donated", (), figures)
     reading = RunReading("donated", (), (), (), (DeviceStats(device=0, **stats),), 0.0, platform="tpu")
     (device,) = _device_memory(variant, reading)
     return device
@@ -800,11 +808,36 @@ def test_a_lifted_call_s_peak_is_its_own_and_the_plan_counts_the_tpu_s_code() ->
     )  # 49,000 B
 
 
-def test_the_plan_counts_the_executable_s_code_on_a_tpu_alone() -> None:
+def test_the_plan_is_what_the_backend_s_allocator_holds() -> None:
+    """On a TPU: the arguments, the new outputs and the executable's code (its allocator leaves XLA's
+    temporaries and constants out); elsewhere the footprint; an argument jit dropped is on the device too."""
     from fieldmem.findings.runcheck import planned_device_bytes
-    from fieldmem.report import MemoryFigures, Variant
+    from fieldmem.report import InputInfo, MemoryFigures, Variant
 
-    variant = Variant("plain", (), MemoryFigures(footprint_bytes=4 << 20, generated_code_bytes=300 << 10))
-    assert planned_device_bytes(variant, "tpu") == ((4 << 20) + (300 << 10), 300 << 10)
-    assert planned_device_bytes(variant, "gpu") == (4 << 20, None)  # not in the GPU allocator's figures
-    assert planned_device_bytes(variant, "cpu") == (4 << 20, None)
+    mib, kib = 1 << 20, 1 << 10
+    figures = MemoryFigures(
+        argument_bytes=3 * mib,
+        output_bytes=2 * mib,
+        alias_bytes=mib,
+        temp_bytes=64 * kib,
+        constant_bytes=kib,
+        footprint_bytes=4 * mib + 65 * kib,
+        generated_code_bytes=300 * kib,
+    )
+    variant = Variant("donated", (), figures)
+    assert planned_device_bytes(variant, "tpu") == (4 * mib + 300 * kib, 300 * kib)
+    assert planned_device_bytes(variant, "gpu") == (4 * mib + 65 * kib, None)  # as the allocator of an H200
+    assert planned_device_bytes(variant, "cpu") == (4 * mib + 65 * kib, None)
+    dropped = InputInfo(1, "y", (128, 64), "float32", 32 * kib, donated=True, used=False)
+    kept = InputInfo(0, "x", (64, 64), "float32", 16 * kib, donated=True, used=True)
+    assert planned_device_bytes(variant, "tpu", (kept, dropped)) == (4 * mib + 332 * kib, 300 * kib)
+
+
+def test_code_already_on_the_device_is_left_out_of_the_plan() -> None:
+    """Two variants that compile to one program (a donation nothing can use) share the code libtpu loaded for
+    the first: the second call loads none, and its plan leaves the code out (read from what stayed in use)."""
+    loaded = _read(in_use_start=0, in_use_before=8_000, in_use_after=10_300, peak_before=0, peak=10_300)
+    assert (loaded.predicted, loaded.code_bytes, loaded.code_resident) == (10_300, 300, False)
+    resident = _read(in_use_start=0, in_use_before=8_000, in_use_after=10_000, peak_before=0, peak=10_000)
+    assert (resident.predicted, resident.code_bytes, resident.code_resident) == (10_000, None, True)
+    assert resident.difference == 0

@@ -26,7 +26,15 @@ from fieldmem.driver.lowering import Compiled
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.driver.variant import executable_devices
 from fieldmem.errors import OptionError, RunError
-from fieldmem.readings import CompiledVariant, DeviceStats, RunReading, shared_buffers
+from fieldmem.readings import (
+    CallPlan,
+    CompiledVariant,
+    DeviceStats,
+    RunReading,
+    device_bytes,
+    plan_call,
+    shared_buffers,
+)
 
 __all__ = [
     "call_error",
@@ -211,22 +219,17 @@ def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
     return reading
 
 
-def planned_bytes(variant: CompiledVariant) -> int | None:
-    """What the device is planned to hold for one call of ``variant``, per device: its arguments, outputs and
-    temporaries less what the outputs reuse, and on a TPU the executable's code, which libtpu keeps in HBM
-    while it runs (a measured peak equals the two together to 0.02%, median of 26 runs on a TPU v5e); None
-    where XLA does not give them. Constants are left out: the lift needs no more than a lower bound."""
-    m = variant.memory
-    parts = [m.get("argument_bytes"), m.get("output_bytes"), m.get("temp_bytes"), m.get("alias_bytes")]
-    if any(p is None for p in parts):
-        return None
-    argument, output, temp, alias = (int(p) for p in parts)  # type: ignore[arg-type]
-    code = m.get("generated_code_bytes") if variant.platform == "tpu" else 0
-    return argument + output + temp - alias + int(code or 0)
+def planned_bytes(variant: CompiledVariant) -> CallPlan:
+    """What the device's allocator is planned to hold at the peak of one call of ``variant``, per device
+    (:func:`fieldmem.readings.plan_call`: the rule of its platform)."""
+    dropped = sum(
+        device_bytes(leaf.bytes, leaf.shape, leaf.device_shape) for leaf in variant.inputs if leaf.hlo_parameter is None
+    )
+    return plan_call(variant.platform, variant.memory, dropped_bytes=dropped)
 
 
 #: how far above the device's high-water mark a call is lifted (:func:`_lift`): its own peak is read exactly
-#: down to this far below its plan
+#: down to this far below its plan (and its code's size further: the code may be on the device already)
 LIFT_MARGIN_SHARE = 0.02
 LIFT_MARGIN_MIN = 1 << 20
 _MiB = 1 << 20
@@ -248,20 +251,23 @@ def _lift(
     devices: Sequence[Any],
     start: dict[int, dict[str, int] | None],
     ready: dict[int, dict[str, int] | None],
-    plan: int | None,
+    planned: CallPlan,
 ) -> _Pads:
     """Lift each device's memory in use, with a buffer of fieldmem's held through the call, so far that the call
     is planned to peak above the device's high-water mark: ``peak_bytes_in_use`` never resets, and a call that
     stays under a mark an earlier call of the process set (the other variant, another target) cannot be read.
     Lifted by the mark less what the call is planned to reach, plus a margin (:data:`LIFT_MARGIN_SHARE` of the
-    plan, at least :data:`LIFT_MARGIN_MIN`): the call's peak is then its own down to that margin below its
-    plan, and the measured peak is the high-water mark after it less the memory in use before its arguments
-    were made and the lift. Nothing is lifted where the call already reaches past the mark, where the device
-    gives no statistics, or where the lift would not fit beside the call on the device (its memory limit)."""
+    plan, at least :data:`LIFT_MARGIN_MIN`, and the executable's code, which an identical program may have
+    loaded already): the call's peak is then its own down to that margin below its plan, and the measured
+    peak is the high-water mark after it less the memory in use before its arguments were made and the lift.
+    Nothing is lifted where the call already reaches past the mark, where the device gives no statistics, or
+    where the lift would not fit beside the call on the device (its memory limit). The lift is put on the
+    device from the host: no program runs for it, so none of its own is loaded beside the call."""
     import jax
-    import jax.numpy as jnp
+    import numpy as np
 
     pads = _Pads({}, dict(ready))
+    plan = planned.bytes
     if plan is None:
         return pads
     for device in devices:
@@ -271,18 +277,18 @@ def _lift(
         mark, base, limit = now.get("peak_bytes_in_use"), first.get("bytes_in_use"), now.get("bytes_limit")
         if mark is None or base is None:
             continue
-        margin = max(LIFT_MARGIN_MIN, int(plan * LIFT_MARGIN_SHARE))
+        margin = max(LIFT_MARGIN_MIN, int(plan * LIFT_MARGIN_SHARE)) + int(planned.code or 0)
         lift = mark + margin - (base + plan)
         if lift <= 0:
             continue
         if limit is not None and mark + margin > limit:
             continue  # no room for it beside the call: read the call as it is
-        left = -(-lift // _MiB) * _MiB  # whole MiB, in blocks of powers of two: few shapes, each compiled once
+        left = -(-lift // _MiB) * _MiB  # whole MiB, in blocks of powers of two
         blocks = pads.arrays.setdefault(device.id, [])
         try:
             while left > 0:
                 block = 1 << (left.bit_length() - 1)
-                blocks.append(jnp.zeros((block,), jnp.uint8, device=device))
+                blocks.append(jax.device_put(np.zeros(block, np.uint8), device))
                 left -= block
             jax.block_until_ready(blocks)
         except Exception:  # no room after all: the call is read as it is
@@ -445,6 +451,8 @@ def _device_stats(
         peak_start=(start or {}).get("peak_bytes_in_use"),
         peak_before=(before or {}).get("peak_bytes_in_use"),
         lifted=lifted,
+        reserved_start=(start or {}).get("bytes_reserved"),
+        reserved_peak=after.get("peak_bytes_reserved"),
     )
 
 

@@ -36,12 +36,13 @@ from typing import TYPE_CHECKING
 
 from fieldmem.findings.transfers import transfer_run
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge, rank
-from fieldmem.readings import DeviceStats, ProbeReading, RunReading
+from fieldmem.readings import DeviceStats, ProbeReading, RunReading, device_bytes, plan_call
 from fieldmem.report import (
     AliasCheck,
     DeviceMemory,
     Finding,
     InPlaceProbe,
+    InputInfo,
     ProbeCode,
     RunCheck,
     TargetResult,
@@ -59,6 +60,7 @@ __all__ = [
     "apply_not_run",
     "apply_probes",
     "apply_run",
+    "plan_words",
     "planned_device_bytes",
     "probe_candidates",
     "probe_outcome",
@@ -96,7 +98,7 @@ def run_check(result: TargetResult, variant: Variant, reading: RunReading) -> Ru
     kept = tuple(
         leaf.path for leaf in donated if leaf.index < len(reading.deleted) and reading.deleted[leaf.index] is False
     )
-    devices = _device_memory(variant, reading)
+    devices = _device_memory(variant, reading, result.inputs)
     measured = [d for d in devices if d.measured_peak is not None]
     worst = max(measured, key=lambda d: d.measured_peak or 0).device if measured else None
     return RunCheck(
@@ -193,37 +195,79 @@ def _unplanned_aliases(result: TargetResult, variant: Variant, reading: RunReadi
     return tuple(unplanned)
 
 
-def planned_device_bytes(variant: Variant, platform: str | None) -> tuple[int | None, int | None]:
-    """What the device is planned to hold for one call of ``variant``, per device, and the part of it that is
-    the executable's code: the footprint, and on a TPU the generated code too, which libtpu keeps in HBM while
-    the program runs (a measured peak equals the two to 0.02%, median of 26 runs on a TPU v5e; on a GPU the
-    code is not in the allocator's figures: docs/peaks.md)."""
-    footprint = variant.memory.footprint_bytes
-    code = variant.memory.generated_code_bytes if platform == "tpu" else None
-    if footprint is None:
-        return None, code
-    return footprint + (code or 0), code
+def planned_device_bytes(
+    variant: Variant, platform: str | None, inputs: Sequence[InputInfo] = ()
+) -> tuple[int | None, int | None]:
+    """What the device's allocator is planned to hold at the peak of one call of ``variant``, per device, and
+    the part of it that is the executable's code (:func:`fieldmem.readings.plan_call`: the rule of the
+    backend, measured: on a TPU the arguments, the new outputs and the code; elsewhere the footprint).
+    ``inputs``: the call's argument leaves (those jit dropped are on the device for the call too)."""
+    memory = variant.memory
+    if platform != "tpu":  # the footprint, as the report has it (its constants those in device memory)
+        return memory.footprint_bytes, None
+    figures = {name: getattr(memory, name) for name in PLAN_FIGURES}
+    dropped = sum(device_bytes(leaf.bytes, leaf.shape, leaf.device_shape) for leaf in inputs if not leaf.used)
+    plan = plan_call(platform, figures, memory.constant_bytes, dropped)
+    return plan.bytes, plan.code
 
 
-def _device_memory(variant: Variant, reading: RunReading) -> tuple[DeviceMemory, ...]:
+#: the report's figures a call's plan is made of (fieldmem.readings.plan_call)
+PLAN_FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
+
+
+def plan_words(device: DeviceMemory) -> str:
+    """What a device's plan is made of, in words: the rule of its backend (:func:`planned_device_bytes`)."""
+    if device.code_bytes:
+        return f"the arguments, the new outputs and the executable's code, {format_bytes(device.code_bytes)}"
+    if device.code_resident:
+        return "the arguments and the new outputs; the executable's code was on the device already"
+    return "the footprint"
+
+
+def _code_loaded(variant: Variant, stats: DeviceStats, code: int | None) -> bool:
+    """Whether the call loaded its executable's code onto the device (what stayed in use after it beyond the
+    outputs that reuse no donated input comes to at least half the code); False where an identical program
+    loaded it before (the two variants of a donation nothing can use compile to one program, which libtpu
+    loads once). True where the figures to tell are missing."""
+    memory = variant.memory
+    if not code or stats.in_use_after is None or stats.in_use_before is None:
+        return True
+    if memory.output_bytes is None or memory.alias_bytes is None:
+        return True
+    stayed = stats.in_use_after - stats.in_use_before - (memory.output_bytes - memory.alias_bytes)
+    return stayed >= code // 2
+
+
+def _device_memory(variant: Variant, reading: RunReading, inputs: Sequence[InputInfo] = ()) -> tuple[DeviceMemory, ...]:
     """Each device's measured peak against the variant's plan (:func:`planned_device_bytes`), or why it is
     unavailable. The measured peak is the high-water mark after the call less the memory in use before its
-    arguments were made and what fieldmem held beside the call to lift it above the mark (``lifted``)."""
-    predicted, code = planned_device_bytes(variant, reading.platform)
+    arguments were made and what fieldmem held beside the call to lift it above the mark (``lifted``). Where
+    the executable's code was on the device before the call (:func:`_code_loaded`), the plan leaves it out
+    and ``code_resident`` says so."""
+    planned, code = planned_device_bytes(variant, reading.platform, inputs)
     devices = []
     for stats in reading.memory:
+        predicted, counted, resident = planned, code, False
+        if code and predicted is not None and not _code_loaded(variant, stats, code):
+            predicted, counted, resident = predicted - code, None, True
+        reserved = (
+            stats.reserved_peak - stats.reserved_start
+            if stats.reserved_peak is not None and stats.reserved_start is not None
+            else None
+        )
         if stats.unavailable is not None or stats.peak is None:
             devices.append(
                 DeviceMemory(
                     device=stats.device,
                     predicted=predicted,
-                    code_bytes=code,
+                    code_bytes=counted,
                     unavailable=stats.unavailable or "peak_bytes_in_use not given",
                 )
             )
             continue
         measured = stats.peak - stats.in_use_start - stats.lifted if stats.in_use_start is not None else None
         in_use_before = stats.in_use_before - stats.lifted if stats.in_use_before is not None else None
+        in_use_after = stats.in_use_after - stats.lifted if stats.in_use_after is not None else None
         if measured is not None and _under_the_mark(stats):
             # the high-water mark never resets: one this call did not raise was set earlier in the process (a
             # call the lift could not reach past it), so this call's own peak cannot be read
@@ -231,10 +275,12 @@ def _device_memory(variant: Variant, reading: RunReading) -> tuple[DeviceMemory,
                 DeviceMemory(
                     device=stats.device,
                     in_use_before=in_use_before,
-                    in_use_after=stats.in_use_after,
+                    in_use_after=in_use_after,
                     peak=stats.peak,
                     predicted=predicted,
-                    code_bytes=code,
+                    code_bytes=counted,
+                    code_resident=resident,
+                    reserved_peak=reserved,
                     unavailable=(
                         "this call stayed under a high-water mark an earlier call set (peak_bytes_in_use "
                         f"cannot be reset), so its own peak is unknown: at most {format_bytes(measured)}"
@@ -246,11 +292,13 @@ def _device_memory(variant: Variant, reading: RunReading) -> tuple[DeviceMemory,
             DeviceMemory(
                 device=stats.device,
                 in_use_before=in_use_before,
-                in_use_after=stats.in_use_after,
+                in_use_after=in_use_after,
                 peak=stats.peak,
                 measured_peak=measured,
                 predicted=predicted,
-                code_bytes=code,
+                code_bytes=counted,
+                code_resident=resident,
+                reserved_peak=reserved,
                 difference=measured - predicted if measured is not None and predicted is not None else None,
             )
         )
@@ -304,12 +352,8 @@ def _run_findings(name: str, run: RunCheck, sizes: Mapping[int, int]) -> list[Fi
                     "warning",
                     "run-peak-above-plan",
                     f"{name} run on device {device.device}: measured peak {format_bytes(device.measured_peak)} is "
-                    f"{format_bytes(device.difference)} above the plan {format_bytes(device.predicted)}"
-                    + (
-                        f" (the footprint and the executable's code, {format_bytes(device.code_bytes)})"
-                        if device.code_bytes
-                        else " (the footprint)"
-                    ),
+                    f"{format_bytes(device.difference)} above the plan {format_bytes(device.predicted)} "
+                    f"({plan_words(device)})",
                     bytes=device.difference,
                 )
             )
