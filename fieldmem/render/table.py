@@ -48,6 +48,9 @@ __all__ = ["render", "render_lines", "sparkline"]
 _TOP_COPIES = 3
 SPARK_WIDTH = 56
 _STYLE = {"error": "red", "warning": "yellow", "info": "cyan"}
+# the notes shown without -v: what donation changes (a copy it saves, a variant it makes fit the device) and a
+# variant --run did not call
+_INFO_SHOWN = frozenset({"plain-copy", "exceeds-device-memory", "run-not-made"})
 
 
 def _copies_shown(variant: Variant, min_bytes: int) -> list:
@@ -302,7 +305,7 @@ def _details(console: Console, result: TargetResult, options: RenderOptions, acc
     findings = (
         result.verdict.findings
         if options.verbose
-        else [f for f in result.verdict.findings if f.severity != "info" or f.code == "plain-copy"]
+        else [f for f in result.verdict.findings if f.severity != "info" or f.code in _INFO_SHOWN]
     )
     # the summary already quotes the first problem
     findings = [f for f in findings if f.message not in result.verdict.summary]
