@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint golden bench bench-quick bench-more bench-backends gpu-check screenshot clean fuzz schema package-check
+.PHONY: setup demo test test-fast lint golden bench bench-quick bench-more bench-backends gpu-check tpu-check tpu-check-report tpu-wheels screenshot clean fuzz schema package-check
 
 # The installers' output goes to a log, shown only when a step fails.
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check
@@ -108,3 +108,18 @@ bench-backends: $(STAMP)
 # and memory_stats() (benchmarks/results/gpu-check.{json,md}). Without a GPU: one line, exit 2.
 gpu-check: $(STAMP)
 	$(BIN)/python benchmarks/gpu_check.py
+
+# On a machine with a TPU chip (the image's python3, jax and libtpu; no package index there): fieldmem's static
+# check and --run of the examples and of benchmarks/tpu_corpus.py, plain jax's truth on the corpus, and two
+# programs near the chip's memory, each step in its own process, packed into $$OUT/tpu-check.tgz (default
+# /tmp/tpu-check-out). fieldmem's dependencies travel as wheels in .whl-tpu/ (make tpu-wheels, here).
+tpu-check:
+	bash benchmarks/tpu_check_device.sh
+
+# Then, on any machine with the venv: the chip's outputs against their truth and against the deviceless tpu:v5e
+# reports compiled here: benchmarks/results/tpu-check.{json,md} (DIR=the .tgz or its folder); exit 1 on a miss.
+tpu-check-report: $(STAMP)
+	$(BIN)/python benchmarks/tpu_check.py compare $(DIR)
+
+tpu-wheels: $(STAMP)
+	bash benchmarks/tpu_wheels.sh

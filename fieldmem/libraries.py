@@ -34,7 +34,7 @@ import sys
 import sysconfig
 from collections.abc import Iterable
 
-__all__ = ["add_library_folders", "is_library_file", "library_folders"]
+__all__ = ["add_library_folders", "install_targets", "is_library_file", "library_folders"]
 
 _INSTALL_FOLDER_NAMES = frozenset({"site-packages", "dist-packages"})
 # fieldmem's package folder: this file is fieldmem/libraries.py
@@ -82,6 +82,12 @@ def library_folders() -> tuple[str, ...]:
             if variant and variant not in folders:
                 folders.append(variant)
     return tuple(folders)
+
+
+@functools.lru_cache(maxsize=1)
+def install_targets() -> tuple[str, ...]:
+    """The folders on ``sys.path`` that pip installed into (:func:`_install_targets`), absolute, read once."""
+    return tuple(os.path.abspath(f).rstrip(os.sep) for f in _install_targets())
 
 
 def _install_targets() -> list[str]:

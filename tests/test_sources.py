@@ -23,6 +23,7 @@ import pytest
 
 from fieldmem.libraries import is_library_file
 from fieldmem.report import Report, TargetResult
+from fieldmem.request.target import display_path
 from fieldmem.xla import buffers, hlo
 
 HERE = Path(__file__).resolve()
@@ -161,12 +162,16 @@ def test_a_folder_pip_installed_into_on_the_path_is_library_code(
     try:
         libraries.library_folders.cache_clear()
         libraries.is_library_file.cache_clear()
+        libraries.install_targets.cache_clear()
         assert is_library_file(str(target / "equinox" / "_update.py"))
         assert not is_library_file(str(checkout / "model.py"))
+        # shown from the package on, as a file in site-packages is: the same on every machine
+        assert display_path(str(target / "equinox" / "_update.py"), cwd=str(checkout)) == "equinox/_update.py"
     finally:
         monkeypatch.undo()
         libraries.library_folders.cache_clear()
         libraries.is_library_file.cache_clear()
+        libraries.install_targets.cache_clear()
     assert not is_library_file(str(target / "equinox" / "_update.py"))
 
 

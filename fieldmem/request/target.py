@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from fieldmem.errors import ArgumentsError, TargetError, quoted
+from fieldmem.libraries import install_targets
 from fieldmem.report import Expectation
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
@@ -306,8 +307,8 @@ _INSTALLED = ("site-packages", "dist-packages")
 
 def display_path(file: str, cwd: str | None = None) -> str:
     """``file`` relative to the working directory (``cwd``, or the process's) when it lies below it, else as
-    given; a file of an installed package from the package on (``optax/_src/transform.py``), the same on
-    every machine."""
+    given; a file of an installed package (in site-packages, or a folder pip installed into on the path) from
+    the package on (``optax/_src/transform.py``), the same on every machine."""
     return _display_path(file, os.getcwd() if cwd is None else cwd)
 
 
@@ -318,6 +319,9 @@ def _display_path(file: str, cwd: str) -> str:
     for folder in _INSTALLED:
         if folder in parts[:-1]:
             return "/".join(parts[len(parts) - parts[::-1].index(folder) :])
+    for target in install_targets():  # pip install --target DIR, DIR on the path: as site-packages
+        if file.startswith(target + os.sep):
+            return file[len(target) + 1 :].replace("\\", "/")
     try:
         relative = os.path.relpath(file, cwd)
     except ValueError:
