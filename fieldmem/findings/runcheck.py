@@ -82,8 +82,11 @@ APART_PAIRS = 0.75
 # is too close to the call overhead to measure against
 PASS_MIN_GROWTH = 0.25
 
-# a measured device peak more than this fraction above the static footprint is reported
+# a measured device peak more than this fraction, and more than PEAK_TOLERANCE_BYTES, above the plan is
+# reported: on a TPU v5e a few donated programs' calls measured 77 to 113 KiB above their plan, the same in every
+# run (not XLA's temporaries, not the code: benchmarks/results/tpu-check.md), 13.6% of a 0.56 MiB program
 PEAK_TOLERANCE = 0.10
+PEAK_TOLERANCE_BYTES = 1 << 20
 
 
 def _shards(pointers: tuple[int, ...] | None) -> str:
@@ -346,7 +349,11 @@ def _run_findings(name: str, run: RunCheck, sizes: Mapping[int, int]) -> list[Fi
             )
         )
     for device in run.devices:
-        if device.difference is not None and device.predicted and device.difference > PEAK_TOLERANCE * device.predicted:
+        if (
+            device.difference is not None
+            and device.predicted
+            and device.difference > max(PEAK_TOLERANCE * device.predicted, PEAK_TOLERANCE_BYTES)
+        ):
             findings.append(
                 Finding(
                     "warning",
