@@ -41,6 +41,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from hlo_count import array_bytes  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_bytes")
 COMPARED = (*FIGURES, "footprint_bytes", "live_peak_bytes", "constant_bytes")
@@ -101,7 +105,10 @@ def corpus_rows(static: dict[str, Any], run: dict[str, Any] | None, truth: dict[
             row["differences"].append(f"unusable donations: fieldmem {unusable}, kept alive {case['kept_alive']}")
         for name in ("plain", "donated"):
             variant = result["variants"][name]
-            shown = [c for c in variant["copies"] + variant.get("moves", []) if c["bytes"] >= MIN_COPY_BYTES]
+            # sized as the HLO count sizes them: the elements, not a tiled layout's padding
+            shown = [
+                c for c in variant["copies"] + variant.get("moves", []) if array_bytes(c["shape"]) >= MIN_COPY_BYTES
+            ]
             device = sum(1 for c in shown if (c["source_memory_space"], c["memory_space"]) == (0, 0))
             total = len(shown)
             counted = case["device_copies"][name]
