@@ -233,6 +233,20 @@ def run_rows(report: dict[str, Any] | None) -> list[dict[str, Any]]:
 # ---- putting it together -------------------------------------------------------------------------------
 
 
+def _run_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """How many calls were measured, how many equal their plan to the byte, and the largest difference."""
+    measured = [r for r in rows if r.get("measured") is not None]
+    worst = max(measured, key=lambda r: abs(r["error"]), default=None)
+    return {
+        "calls": len(measured),
+        "exact": sum(1 for r in measured if r["measured"] == r["predicted"]),
+        "within_half_percent": sum(1 for r in measured if abs(r["error"]) <= PLAN_TOLERANCE),
+        "largest_error": worst["error"] if worst else None,
+        "largest_error_call": f"{worst['target']} {worst['variant']}" if worst else None,
+        "largest_bytes_above": max((r["measured"] - r["predicted"] for r in measured), default=None),
+    }
+
+
 def _step_seconds(folder: Path) -> dict[str, dict[str, Any]]:
     steps = {}
     for line in (folder / "steps.jsonl").read_text().splitlines() if (folder / "steps.jsonl").exists() else []:
@@ -302,6 +316,15 @@ def compare(folder: Path, deviceless_dir: Path | None) -> int:
         and run_s <= 2 * static_s,
     }
     document = {
+        "summary": {
+            "examples": _run_summary(example_runs),
+            "examples_again": _run_summary(again),
+            "corpus": _run_summary(run_rows(_load(folder / "corpus-run.json"))),
+            "corpus_cases": len(corpus),
+            "same_reports": sum(1 for r in same if not r["differences"]),
+            "targets": len(same),
+            "run_over_static": round(run_s / static_s, 4) if static_s and run_s else None,
+        },
         "date": datetime.date.today().isoformat(),
         "env": env,
         "checks": checks,

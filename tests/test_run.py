@@ -853,4 +853,6 @@ def test_a_peak_a_little_above_a_small_plan_is_no_warning() -> None:
     assert _run_findings("donated", small, {}) == []
     large = RunCheck(devices=(DeviceMemory(0, measured_peak=12 << 20, predicted=10 << 20, difference=2 << 20),))
     (finding,) = _run_findings("donated", large, {})
-    assert finding.code == "run-peak-above-plan" and "2.0 MiB above the plan 10.0 MiB (the footprint)" in finding.message
+    assert (
+        finding.code == "run-peak-above-plan" and "2.0 MiB above the plan 10.0 MiB (the footprint)" in finding.message
+    )

@@ -18,7 +18,7 @@ never raises for a target's fault:
   its worker down again is charged.
 
 One worker checks every target, and with ``--run`` runs them too, on a GPU or
-TPU as on the CPU: the device is opened once per check (10 to 15 s for a TPU).
+TPU as on the CPU: the device is opened once per check (seconds, for a TPU).
 ``peak_bytes_in_use`` is a high-water mark over a process's life, with no
 reset; each call is lifted above the mark the calls before it set
 (:func:`fieldmem.driver.execute.run_variant`), so its own peak is read in the
