@@ -280,7 +280,12 @@ def test_compare_and_baselines_across_cpu_gpu_and_tpu(tmp_path: Path) -> None:
     shown = re.findall(r"(\d+) \(([\d.]+) MiB\)", copies)
     assert [int(n) for n, _ in shown] == [len(c) for c in plain], copies
     assert [float(m) for _, m in shown] == [round(sum(x["bytes"] for x in c) / 2**20, 1) for c in plain]
-    assert len(plain[2]) > len(plain[0])  # the TPU stages more than the CPU copies: the point of the example
+    # one copy of u on each backend; the TPU's staging through VMEM is moves, apart from the copies
+    assert [len(c) for c in plain] == [1, 1, 1]
+    assert (
+        reports[2]["results"][0]["variants"]["plain"]["moves"]
+        and not reports[0]["results"][0]["variants"]["plain"]["moves"]
+    )
     [peak] = [line for line in lines if "XLA peak (plain)" in line]
     peaks = [r["results"][0]["variants"]["plain"]["memory"]["peak_bytes"] / 2**20 for r in reports]
     assert [float(x) for x in re.findall(r"([\d.]+) MiB", peak)] == [round(p, 1) for p in peaks], peak

@@ -291,15 +291,15 @@ def test_a_worker_freezes_what_importing_jax_made_once_and_nothing_after() -> No
 def test_a_deviceless_compile_takes_its_module_from_its_dump_and_serializes_none(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The module proto is serialized beside the memory analysis only where it is read: a deviceless
+    """The module proto is serialized beside the memory analysis only where it is read: an accelerator
     compile's buffer assignment and module come from XLA's dump (a pod-sized module is not serialized
     for nothing)."""
-    from fieldmem.driver import deviceless, variant
+    from fieldmem.driver import dumps, variant
 
     compiled = _Compiled(_Analysis())
     serialized: list[object] = []
-    monkeypatch.setattr(deviceless, "is_dumped", lambda c: c is compiled)
-    monkeypatch.setattr(deviceless, "dumped", lambda c: b"hlo proto" if c is compiled else None)
+    monkeypatch.setattr(dumps, "is_dumped", lambda c: c is compiled)
+    monkeypatch.setattr(dumps, "dumped", lambda c: b"hlo proto" if c is compiled else None)
     monkeypatch.setattr(variant, "_module_proto", lambda c: serialized.append(c) or b"serialized")
     reading = variant.read_memory(compiled)
     assert (reading.buffer_assignment, reading.hlo_module_proto, reading.hlo_proto) == (None, None, b"hlo proto")

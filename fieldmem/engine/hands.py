@@ -295,14 +295,12 @@ class LocalHands:
             if extras:
                 self._extras[id(item)] = (item, extras)
 
-    def _take(
-        self, item: Item, target: Target, options: CheckOptions
-    ) -> tuple[tuple[tuple, dict] | TargetResult, bool]:
-        """The arguments of ``item``: those :meth:`prepare` made, or made now; and whether they were traced."""
+    def _take(self, item: Item, target: Target, options: CheckOptions) -> tuple[tuple, dict] | TargetResult:
+        """The arguments of ``item``: those :meth:`prepare` made (traced), or made now."""
         made = self._made.pop(id(item), None)
         if made is not None and made[0] is item:
-            return made[1], True
-        return _arguments(target, options), False
+            return made[1]
+        return _arguments(target, options)
 
     @contextlib.contextmanager
     def session(self, options: CheckOptions) -> Iterator[None]:
@@ -355,7 +353,7 @@ class LocalHands:
         return environment(backend)
 
     def start(self, target: Target, options: CheckOptions, pool: Executor | None) -> _LocalJob | TargetResult:
-        arguments, _ = self._take(target, target, options)
+        arguments = self._take(target, target, options)
         if isinstance(arguments, TargetResult):
             return arguments
         job = _start(target, *arguments, options, pool)
@@ -421,7 +419,7 @@ class LocalHands:
     def chain(self, chain: ChainTarget, options: CheckOptions) -> Generator[ChainStepJob, bool, None]:
         extras = self._extras.pop(id(chain), None)
         traced = extras[1] if extras is not None and extras[0] is chain else {}
-        return _chain_jobs(chain, options, self._take(chain, chain.first, options)[0], traced)
+        return _chain_jobs(chain, options, self._take(chain, chain.first, options), traced)
 
 
 def _local(job: Job) -> _LocalJob:

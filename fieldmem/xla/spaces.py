@@ -18,7 +18,7 @@ memory depends on the platform, and is read here only:
 - 5 is host memory on every accelerator (``Layout::kHostMemorySpace``: an
   offloaded array, ``pinned_host``), counted in XLA's ``host_*`` figures.
 
-Imports nothing outside the package.
+Pure (no jax): imports nothing outside the package.
 """
 
 from __future__ import annotations
