@@ -52,6 +52,12 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
         WriteError: an ``-o``/``--html`` file cannot be written (nothing is printed to stdout then).
     """
     settings = request.baseline
+    if request.backends is not None and request.backends_origin is not None:
+        # the backends the run judges, and who named them: every output's header says so
+        reports = tuple(
+            dataclasses.replace(report, judged_backends=tuple(request.backends), judged_by=request.backends_origin)
+            for report in reports
+        )
     if settings.accept_current and settings.save_to is not None:
         from fieldmem.gate.baseline import gate_as_recorded
 

@@ -204,6 +204,9 @@ class CompiledVariant:
     # the compiler's own word that the program does not fit the device (libtpu's RESOURCE_EXHAUSTED); the
     # variant was compiled again without that check, so its figures are there
     out_of_memory: str | None = None
+    # the backend it was compiled for, as --backend names it: "cpu", "gpu", "tpu" (a device here), or "tpu:v5e",
+    # "gpu:h100" (compiled without the device); None: not known (a reading of an older fieldmem)
+    backend: str | None = None
 
 
 @dataclass(frozen=True)

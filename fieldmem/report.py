@@ -34,6 +34,7 @@ __all__ = [
     "EXPECTATIONS",
     "FINDING_CODES",
     "HANDOFF_CODES",
+    "IN_PLACE_KINDS",
     "LEAF_CODES",
     "LIVE_BUFFER_KINDS",
     "PEAK_SOURCE_KINDS",
@@ -173,6 +174,7 @@ FindingCode = Literal[
     "loop-copy",
     "conditional-copy",
     "output-copy",
+    "compiler-copy",
     "donation-dropped",
     "unusable-donation",
     "layout-copy",
@@ -205,7 +207,9 @@ StaticCode = Literal["concrete", "not-traceable", "unknown"]
 # how jax gets an argument leaf to the program before each call (Transfer.kind)
 TransferKind = Literal["host-to-device", "across-devices", "memory-kind", "unknown"]
 # what the verdict rule (fieldmem.findings.verdict) decided: docs/verdicts.md has the table
-VerdictKind = Literal["in-place", "not-in-place", "nothing-to-update", "does-not-fit", "unknown"]
+VerdictKind = Literal["in-place", "in-place-as-written", "not-in-place", "nothing-to-update", "does-not-fit", "unknown"]
+#: the verdicts that are in place: ``Verdict.in_place``, and what ``--expect in-place`` passes
+IN_PLACE_KINDS: tuple[VerdictKind, ...] = ("in-place", "in-place-as-written")
 
 #: The open sets: a value a newer fieldmem wrote, unknown here, reads as ``"unknown"``.
 OPEN_SETS = (
@@ -625,7 +629,7 @@ class Verdict:
     """What the verdict rule (:mod:`fieldmem.findings.verdict`) decided, the headline and the reasons,
     ranked: what breaks in place first, then warnings, then notes, each by the bytes at stake."""
 
-    in_place: bool  # kind == "in-place": kept for readers of report/2 that know only this
+    in_place: bool  # kind in IN_PLACE_KINDS: kept for readers of report/2 that know only this
     summary: str
     findings: tuple[Finding, ...] = ()
     # None only in a report written before the kind existed: read there from in_place
@@ -635,8 +639,8 @@ class Verdict:
         # the kind decides; in_place follows it, except for a kind a newer fieldmem wrote ("unknown")
         if self.kind is None:
             object.__setattr__(self, "kind", "in-place" if self.in_place else "not-in-place")
-        elif self.kind != "unknown" and self.in_place != (self.kind == "in-place"):
-            object.__setattr__(self, "in_place", self.kind == "in-place")
+        elif self.kind != "unknown" and self.in_place != (self.kind in IN_PLACE_KINDS):
+            object.__setattr__(self, "in_place", self.kind in IN_PLACE_KINDS)
 
 
 @dataclass(frozen=True)
@@ -1068,6 +1072,10 @@ class Report:
     # checked under another interpreter (--jax, --python): the releases of the libraries built on jax (flax,
     # optax…) that its environment has, by distribution, which can differ from yours (empty: your own)
     library_versions: dict[str, str] = field(default_factory=dict)
+    # the backends the run judges, as named (--backend, or [tool.fieldmem] backends: where the user's code is
+    # deployed), and who named them ("--backend", "[tool.fieldmem] backends"); () and None: jax's default
+    judged_backends: tuple[str, ...] = ()
+    judged_by: str | None = None
 
     @property
     def exit_code(self) -> int:

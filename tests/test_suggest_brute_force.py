@@ -44,7 +44,7 @@ EXTRA = (
         _kv,
         lambda: (jnp.zeros((4, 256, 64), jnp.bfloat16), jnp.int32(3), jnp.ones((4, 64), jnp.bfloat16)),
         (0,),
-        "not-in-place",
+        "in-place-as-written",
     ),
     Case(
         "decode",

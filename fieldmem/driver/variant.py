@@ -115,8 +115,22 @@ def read_variant(
         fast_compile=fast,
         device_memory=_device_memory(compiled),
         out_of_memory=_out_of_memory(compiled),
+        backend=_backend_of(compiled),
     )
     return variant, output_structs
+
+
+def _backend_of(compiled: Any) -> str | None:
+    """The backend ``compiled`` is for, as ``--backend`` names it: a deviceless kind's name (``tpu:v5e``), else
+    the platform of the devices it runs on (``cpu``); None where jax does not say."""
+    from fieldmem.driver.deviceless import compile_notes
+
+    notes = compile_notes(compiled)
+    if notes is not None:
+        return str(notes.target.backend.name)
+    devices = executable_devices(compiled)
+    platform = getattr(devices[0], "platform", None) if devices else None
+    return str(platform) if platform else None
 
 
 def _device_memory(compiled: Any) -> DeviceMemory | None:

@@ -63,7 +63,16 @@ from fieldmem.request.target import display_path
 from fieldmem.units import format_bytes
 from fieldmem.xla import buffers, hlo
 
-__all__ = ["ProgramLeaves", "analyze_target", "analyze_variant", "decimate", "donation_obstacle", "savings"]
+__all__ = [
+    "ProgramLeaves",
+    "analyze_target",
+    "analyze_variant",
+    "compiler_name",
+    "decimate",
+    "donation_obstacle",
+    "hardware_hint",
+    "savings",
+]
 
 
 def _display_source(location: hlo.SourceLocation | None) -> str | None:
@@ -596,17 +605,40 @@ def _old_value_use(module: hlo.HloModule, copy: Copy, inputs: dict[int, InputLea
     return hlo.old_value_use(module, leaf.hlo_parameter)
 
 
+def compiler_name(backend: str | None) -> str:
+    """The compiler of ``backend`` (a variant's, as ``--backend`` names it) in words: ``XLA:CPU``,
+    ``XLA:TPU (v5e)``, ``XLA:GPU (h100)``; ``this compiler`` where the backend is not known."""
+    if not backend:
+        return "this compiler"
+    platform, _, rest = backend.partition(":")
+    kind = rest.partition(":")[0]
+    name = f"XLA:{platform.upper()}"
+    return f"{name} ({kind})" if kind else name
+
+
+def hardware_hint(backend: str | None) -> str:
+    """How to see what the hardware a user trains on does with a copy the compiler of ``backend`` chose."""
+    if backend is None or ":" not in backend:
+        return (
+            "check the hardware you train on with --backend tpu:v5e or --backend gpu:h100 (or [tool.fieldmem] "
+            "backends), whose compiler may do it in place"
+        )
+    return f"this is what {compiler_name(backend)} does with the code as written; no line of it asks for the copy"
+
+
 def _copy_finding(
     copy: Copy,
     inputs: dict[int, InputLeaf],
     once: str = "",
     slice_update: str | None = None,
     old_use: hlo.OldValueUse | None = None,
+    backend: str | None = None,
 ) -> Finding:
     """The finding for one copy; ``once`` (" once per call" in a program with a loop) sets
     one-off copies apart from the loop copies paid every iteration; ``slice_update``: the update
-    whose value an output copy copies (the copy is then the compiler's choice, and says so);
-    ``old_use``: why the program keeps a donated input's old value (whose choice its copy is)."""
+    whose value an output copy copies (the copy is then the compiler's choice: a ``compiler-copy``
+    warning); ``old_use``: why the program keeps a donated input's old value (whose choice its copy
+    is); ``backend``: the variant's, named in a compiler's-choice copy."""
     size = format_bytes(copy.bytes)
     where = _at(copy.source, copy.call_site)
     if copy.kind == "loop":
@@ -631,17 +663,23 @@ def _copy_finding(
             "error", "loop-copy", f"{what}: {why}", source=copy.source, call_site=copy.call_site, bytes=_stake(copy)
         )
     if copy.kind != "parameter" and copy.output is not None:
+        if slice_update is not None:
+            # whose choice: the code writes a slice in place; this compile writes it through a temporary
+            return Finding(
+                "warning",
+                "compiler-copy",
+                f"{compiler_name(backend)} still writes {copy.output} through a temporary ({size}){once}{where} "
+                f"and copies it into the output buffer: the code updates a slice of it ({slice_update}), and "
+                f"the temporary is the compiler's choice, not a line to change; {hardware_hint(backend)}",
+                output=copy.output,
+                source=copy.source,
+                call_site=copy.call_site,
+                bytes=_stake(copy),
+            )
         message = (
             f"{copy.output} is not written in place: XLA computes it into a {size} temporary and "
             f"copies it into the output buffer{once}{where}"
         )
-        if slice_update is not None:
-            # whose choice: the code writes a slice in place; this compile writes it through a temporary
-            message += (
-                f". The code updates a slice ({slice_update}); writing it through a temporary is this "
-                "compiler's choice, not a line to change: other backends may write it in place (compare "
-                "with --backend gpu:h100 or --backend tpu:v5e)"
-            )
         return Finding(
             "error",
             "output-copy",
@@ -669,10 +707,17 @@ def _copy_finding(
         )
     elif old_use == "scheduling":
         # whose choice: nothing in the program needs the old value after the update
-        message = (
-            f"{name} is donated but still copied{once} ({size}){where}: every read of its old value could "
-            "come before the update, so this copy is the compiler's choice of order, not a line to change; "
-            "other backends may update it in place (compare with --backend gpu:h100 or --backend tpu:v5e)"
+        return Finding(
+            "warning",
+            "compiler-copy",
+            f"{compiler_name(backend)} still copies {name}{once} ({size}){where} although it is donated: every "
+            "read of its old value could come before the update, so the copy is the compiler's choice of order, "
+            f"not a line to change; {hardware_hint(backend)}",
+            input=copy.of_parameter,
+            output=copy.output,
+            source=copy.source,
+            call_site=copy.call_site,
+            bytes=_stake(copy),
         )
     else:
         message = (
@@ -1075,7 +1120,8 @@ def _verdict(
             and (copy.kind in ("parameter", "loop") or copy.output is not None)
         ):
             update = _slice_update_copied(program.module, copy) if copy.output is not None else None
-            findings.append(_copy_finding(copy, inputs, once, update, _old_value_use(program.module, copy, inputs)))
+            old_use = _old_value_use(program.module, copy, inputs)
+            findings.append(_copy_finding(copy, inputs, once, update, old_use, program.variant.backend))
     for unusable in donated.unusable_donations:
         if unusable.bytes >= min_bytes:
             findings.append(_unusable_finding(unusable, breaks=by_user and reused, by_user=by_user))

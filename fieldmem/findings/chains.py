@@ -402,7 +402,7 @@ def analyze_chain(
     first_break = _first_break(steps, outcomes)
     in_place = first_break is None and all(s.status in ("in-place", "grows") for s in steps)
     summary = _summary(steps, first_break)
-    if in_place and fused is not None and fused.verdict is not None and fused.verdict.kind != "in-place":
+    if in_place and fused is not None and fused.verdict is not None and not fused.verdict.in_place:
         # the steps and the fused program are two programs: a fused row that is not in place says so here
         summary += f"; fused into one jit it is not ({fused_result_name(name)}: {fused.verdict.summary})"
     costs = _costs(steps, fused)

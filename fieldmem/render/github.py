@@ -33,7 +33,7 @@ from pathlib import Path
 
 from fieldmem.escaping import defused, visible_strings
 from fieldmem.render import RenderOptions
-from fieldmem.render.pieces import count, libraries_text, plugins_text
+from fieldmem.render.pieces import count, judged_text, libraries_text, plugins_text
 from fieldmem.report import Chain, Change, Check, Report, TargetResult
 
 __all__ = ["annotation", "annotations_by_level", "escape_data", "escape_property", "job_summary", "location", "render"]
@@ -185,10 +185,24 @@ def _summary(report: Report, left_out: dict[str, int]) -> str:
     environment = f"jax {report.jax_version}{libraries_text(report)}, {report.backend}{plugins_text(report)}" + (
         ", compiled without the device" if report.deviceless is not None else ""
     )
+    judged = judged_text(report)
+    if judged is not None:
+        environment += f"; {judged}"
     if not results:
         return f"fieldmem ({environment}): no targets were checked"
     groups = (
-        ("in place", [r for r in results if r.status == "ok" and r.verdict is not None and r.verdict.in_place]),
+        (
+            "in place",
+            [r for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "in-place"],
+        ),
+        (
+            "in place as written",
+            [
+                r
+                for r in results
+                if r.status == "ok" and r.verdict is not None and r.verdict.kind == "in-place-as-written"
+            ],
+        ),
         (
             "not in place",
             [r for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "not-in-place"],

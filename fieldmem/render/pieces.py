@@ -34,6 +34,7 @@ __all__ = [
     "host_figure_lines",
     "host_figures_shown",
     "host_memory_line",
+    "judged_text",
     "libraries_text",
     "module_settings_text",
     "pair",
@@ -51,6 +52,7 @@ SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 #: a verdict's kind (fieldmem.findings.verdict) -> its words, its rich style, and the class the HTML page gives it
 VERDICT_WORDS = {
     "in-place": ("in place", "green", "in-place"),
+    "in-place-as-written": ("in place as written", "yellow", "in-place as-written"),
     "not-in-place": ("not in place", "red", "not-in-place"),
     "nothing-to-update": ("nothing to update", "yellow", "nothing-to-update"),
     "does-not-fit": ("does not fit", "red", "not-in-place does-not-fit"),
@@ -148,6 +150,23 @@ def plugins_text(report: Report) -> str:
     if not report.plugin_versions:
         return ""
     return " (" + ", ".join(f"{name} {version}" for name, version in sorted(report.plugin_versions.items())) + ")"
+
+
+def judged_text(report: Report) -> str | None:
+    """The header line that says which backends the run judges and who named them (None: jax's default
+    backend, named by no one): ``judged on cpu, tpu:v5e, the deploy backends [tool.fieldmem] names``."""
+    if not report.judged_backends or report.judged_by is None:
+        return None
+    if not report.judged_by.startswith("[tool.fieldmem]") and len(report.judged_backends) < 2:
+        return None  # the one backend --backend named: the header's backend already
+    names = ", ".join(report.judged_backends)
+    several = len(report.judged_backends) > 1
+    if report.judged_by.startswith("[tool.fieldmem]"):
+        who = f"the deploy backend{'s' if several else ''} [tool.fieldmem] names"
+    else:
+        who = f"as {report.judged_by} asks"
+    tail = " (a report each; the run fails where any fails)" if several else ""
+    return f"judged on {names}, {who}{tail}"
 
 
 def deviceless_label(report: Report) -> str | None:

@@ -29,6 +29,7 @@ from fieldmem.render.pieces import (
     host_figure_label,
     host_figure_lines,
     host_figures_shown,
+    judged_text,
     libraries_text,
     memory_space_lines,
     module_settings_text,
@@ -513,6 +514,9 @@ def render(report: Report, options: RenderOptions) -> str:
             style="dim",
         )
     )
+    judged = judged_text(report)
+    if judged is not None:
+        console.print(wrapped(judged, style="bold"))
     label = deviceless_label(report)
     if label is not None:
         console.print(wrapped(label, style="yellow"))

@@ -134,6 +134,8 @@ class CheckRequest:
     baseline: BaselineSettings
     default_cache: bool = False  # no folder named and no --no-cache: the driver's default folder
     backends: tuple[str, ...] | None = None  # --backend; None: jax's default, one report
+    # who named the backends: "--backend" or "[tool.fieldmem] backends" (None: jax's default backend)
+    backends_origin: str | None = None
     # --jax: each target under each of these jax releases, one report each (None: this environment's jax)
     jax_versions: tuple[str, ...] | None = None
     python: Path | None = None  # --python: the workers run under this interpreter (its own jax)
@@ -202,6 +204,9 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         baseline=baseline,
         default_cache=default_cache,
         backends=backends,
+        backends_origin=None
+        if backends is None
+        else ("--backend" if flags.backend is not None else "[tool.fieldmem] backends"),
         jax_versions=jax_versions,
         python=flags.python,
         devices=flags.devices,
