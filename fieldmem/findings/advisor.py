@@ -34,7 +34,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fieldmem.errors import FieldmemError
-from fieldmem.findings.analysis import ProgramLeaves, analyze_variant, donation_obstacle, savings
+from fieldmem.findings.analysis import (
+    ProgramLeaves,
+    analyze_variant,
+    donation_obstacle,
+    pairing_key,
+    same_path_inputs,
+    savings,
+)
 from fieldmem.findings.transfers import given_again
 from fieldmem.readings import CallShape, CompiledVariant, InputLeaf
 from fieldmem.report import (
@@ -571,15 +578,6 @@ def _observed(
 # Choosing
 
 
-def _sources(program: ProgramLeaves) -> dict[int, frozenset[int]]:
-    """For each output index, the input leaves it is computed from (from the HLO's operands)."""
-    result: dict[int, frozenset[int]] = {}
-    for index, parameters in enumerate(hlo.output_parameters(program.module)):
-        leaves = (program.leaf_of(number, tuple_index) for number, tuple_index in parameters)
-        result[index] = frozenset(leaf.index for leaf in leaves if leaf is not None)
-    return result
-
-
 # observed outcomes that hold whatever else is donated
 _FIRM = ("unused", "no-output-of-size", "not-reused")
 
@@ -601,7 +599,7 @@ def _predict(
     or an output already taken, is decided again here. The verification
     compile has the last word.
     """
-    sources = _sources(program)
+    sources = program.sources
     paths = {leaf.index: leaf.path for a in arguments for leaf in a.leaves}
     taken: dict[int, str] = {}
     outcomes: dict[int, _Outcome] = {}
@@ -649,8 +647,9 @@ def _free_output(
 ) -> int | None:
     """A free output of the leaf's size (computed from it, when ``sources`` is given).
 
-    Among several: one of its shape and dtype, then one whose path ends like
-    the leaf's (``out[0]['w']`` for ``params['w']``), then the first.
+    Among several: the one that pairs best with the leaf
+    (:func:`~fieldmem.findings.analysis.pairing_key`: of the same path,
+    ``out[0]['w']`` for ``params['w']``, then of its shape and dtype), then the first.
     """
     if leaf.hlo_parameter is None:
         return None
@@ -664,11 +663,11 @@ def _free_output(
     ]
     if not free:
         return None
-    suffix = leaf.path[len(leaf.argument) :]
+    inputs = program.variant.inputs
+    every = program.sources
     free.sort(
         key=lambda o: (
-            o.shape != leaf.shape or o.dtype != leaf.dtype,
-            not (suffix and o.path.endswith(suffix)),
+            *pairing_key(o, leaf, same_path_inputs(o.path, inputs), every.get(o.index, frozenset()), frozenset()),
             o.index,
         )
     )

@@ -71,6 +71,8 @@ __all__ = [
     "decimate",
     "donation_obstacle",
     "hardware_hint",
+    "pairing_key",
+    "same_path_inputs",
     "savings",
 ]
 
@@ -185,6 +187,19 @@ class ProgramLeaves:
         self.entry_by_name = module.entry.by_name()
         # the arrays the call gives more than once, each of their leaves -> all of them (see shared_buffers)
         self.shared = shared_buffers(variant.inputs)
+        self._sources: dict[int, frozenset[int]] | None = None
+
+    @property
+    def sources(self) -> dict[int, frozenset[int]]:
+        """For each output index, the input leaves (by report index) it is computed from, read from the HLO's
+        operands (:func:`fieldmem.xla.hlo.output_parameters`: a superset, never a miss)."""
+        if self._sources is None:
+            found: dict[int, frozenset[int]] = {}
+            for index, parameters in enumerate(hlo.output_parameters(self.module)):
+                leaves = (self.leaf_of(number, tuple_index) for number, tuple_index in parameters)
+                found[index] = frozenset(leaf.index for leaf in leaves if leaf is not None)
+            self._sources = found
+        return self._sources
 
     def leaf_of(self, parameter_number: int, parameter_index: tuple[int, ...]) -> InputLeaf | None:
         if self.variant.tuple_args:
@@ -769,7 +784,14 @@ def _new_buffer_finding(
     else:
         reason = f"XLA did not reuse {leaf.path}"
     return Finding(
-        "error", "new-buffer", f"{head}: {reason}", output=out.path, source=source, call_site=call_site, bytes=size
+        "error",
+        "new-buffer",
+        f"{head}: {reason}",
+        input=leaf.path,
+        output=out.path,
+        source=source,
+        call_site=call_site,
+        bytes=size,
     )
 
 
@@ -873,8 +895,47 @@ def declared_new(path: str, patterns: Sequence[str]) -> bool:
     return False
 
 
+_OUTPUT_ITEM = re.compile(r"out\[(\d+)\](.*)", re.S)
+
+
+def same_path_inputs(output_path: str, inputs: Sequence[InputLeaf]) -> frozenset[str]:
+    """The input paths that mirror ``output_path``, as update functions return their state: item ``i`` of a
+    tuple output is the ``i``-th argument (``out[1][0].mu['w']`` ↔ ``opt_state[0].mu['w']``: ``params,
+    opt_state = step(params, opt_state, batch)``); any other output mirrors each argument (``out['w']`` ↔
+    ``params['w']``). Arguments are counted in the call's order, static ones left out."""
+    if not output_path.startswith("out"):  # a wrapper's output named by the user's leaf (nnx: model.l1.kernel)
+        return frozenset({output_path})
+    arguments = list(dict.fromkeys(leaf.argument for leaf in inputs))
+    item = _OUTPUT_ITEM.fullmatch(output_path)
+    if item is not None and int(item.group(1)) < len(arguments):
+        return frozenset({arguments[int(item.group(1))] + item.group(2)})
+    return frozenset(argument + output_path[len("out") :] for argument in arguments)
+
+
+def pairing_key(
+    out: OutputLeaf, leaf: InputLeaf, mirrored: frozenset[str], sources: frozenset[int], claimed: frozenset[int]
+) -> tuple[bool, ...]:
+    """How well ``leaf`` pairs with output ``out`` (smaller is better): not yet named for another output,
+    then the input of the same path (``mirrored``: :func:`same_path_inputs`), then of its shape and dtype,
+    then one the output is computed from (``sources``: the output's input leaves by index), then one whose
+    path ends as the output's does."""
+    suffix = out.path[len("out") :]
+    return (
+        leaf.index in claimed,
+        leaf.path not in mirrored,
+        leaf.shape != out.shape or leaf.dtype != out.dtype,
+        leaf.index not in sources,
+        not (suffix and leaf.path.endswith(suffix)),
+    )
+
+
 def _state_donor(
-    out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tuple[Alias, ...], state_bytes: int = 0
+    out: OutputLeaf,
+    size: int,
+    program: ProgramLeaves,
+    aliases: tuple[Alias, ...],
+    state_bytes: int = 0,
+    claimed: frozenset[int] = frozenset(),
 ) -> InputLeaf | None:
     """The input whose buffer ``out`` could reuse and whose not reusing it breaks in place, or None: a new output.
 
@@ -889,6 +950,10 @@ def _state_donor(
     prevents the reuse). An output with none of these (fresh
     logits, a loss, a value whose donors other outputs already reuse) is a new
     output: reported, counted in the figures, but not a break.
+
+    Among several, the input named is the one that pairs best with the output (:func:`pairing_key`: the
+    input of the same path, of its shape and dtype, that it is computed from), preferring one that
+    ``claimed`` (inputs already named for other outputs) does not hold.
     """
     reused = {a.input_index for a in aliases}
     used = [leaf for leaf in program.variant.inputs if leaf.hlo_parameter is not None]
@@ -910,9 +975,9 @@ def _state_donor(
         free = [leaf for leaf in used if leaf.donated and leaf.index not in reused and leaf.shape == out.shape]
     if not free:
         return None
-    suffix = out.path[len("out") :]
-    free.sort(key=lambda leaf: (not leaf.path.endswith(suffix) if suffix else True, leaf.shape != out.shape))
-    return free[0]
+    mirrored = same_path_inputs(out.path, program.variant.inputs)
+    sources = program.sources.get(out.index, frozenset())
+    return min(free, key=lambda leaf: pairing_key(out, leaf, mirrored, sources, claimed))
 
 
 def _new_output_finding(
@@ -1089,11 +1154,16 @@ def _verdict(
     counted = [u for u in donated.unusable_donations if u.bytes >= max(min_bytes, 1) and (by_user or not reused)]
     aliased_outputs = {a.output_index for a in donated.aliases}
     new_outputs = 0
+    claimed: set[int] = set()  # the inputs named for an output so far: each output its own, where it can
     for out in program.variant.outputs:
         size = program.output_bytes[out.index]
         if size >= max(min_bytes, 1) and out.index not in aliased_outputs:
             declared = declared_new(out.path, new)
-            donor = None if declared else _state_donor(out, size, program, donated.aliases, state_bytes)
+            donor = (
+                None if declared else _state_donor(out, size, program, donated.aliases, state_bytes, frozenset(claimed))
+            )
+            if donor is not None:
+                claimed.add(donor.index)
             outgrown = None if declared else next((u for u in counted if size >= u.bytes), None)
             if donor is not None:
                 findings.append(_new_buffer_finding(out, size, donor, program, donated.unusable_donations))
