@@ -795,11 +795,19 @@ def _gate(state: _Session) -> None:
         state.gate_failed = True
         return
     regressions = 0
+    unmatched: list[str] = []
     for report in reports:
         if report.baseline is not None:
             state.summary.extend(render_comparison(report.baseline).rstrip("\n").splitlines())
             regressions += len(report.baseline.regressions)
-    if regressions and state.compare_fail:
+            unmatched += [
+                c.message for c in report.baseline.regressions if c.kind == "status" and c.subject == "missing"
+            ]
+    if unmatched:
+        # a baseline that matches none of the session's checks gates nothing: that fails, asked or not
+        state.summary.append(f"fieldmem: error: {unmatched[0]}")
+        state.gate_failed = True
+    elif regressions and state.compare_fail:
         state.summary.append(
             f"fieldmem: error: {regressions} regression(s) against the baseline {str(state.baseline)!r}: "
             "the session fails (--fieldmem-compare-fail)"

@@ -848,6 +848,9 @@ class TargetResult:
     made_static: tuple[MadeStatic, ...] = ()  # held static where jax.jit would trace (or refuse) them
     # what jax copies onto the devices before each call, and what the program holds in host memory (None: nothing)
     transfers: Transfers | None = None
+    # file.py:LINE where the target's own jax.jit sets its donation (its donate_argnums): where a donation is
+    # changed, and where an annotation of a missing or lost donation goes; None for a plain function
+    jit_definition: str | None = None
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:

@@ -711,7 +711,7 @@ def test_the_regression_is_the_only_error_annotation_beside_20_accepted_findings
     lines = run.stdout.splitlines()
     errors = [line for line in lines if line.startswith("::error")]
     assert errors == lines[:1], lines
-    assert "title=fieldmem%3A wide%3Astep%3A copy regressed against the baseline::" in errors[0]
+    assert "title=fieldmem%3A wide%3Astep%3A new copy%2C 1 regression against the baseline::" in errors[0]
     assert "new parameter copy of fields[0] (4.0 KiB) at wide.py:" in errors[0]
     assert not any("new-buffer" in line or "parameter-copy" in line for line in lines)  # accepted: not annotated
     assert lines[-1].startswith("::notice::") and "1 regression" in lines[-1]

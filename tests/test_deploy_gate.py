@@ -10,7 +10,9 @@ of ``donate_argnums`` still fails. Deploy backends named in ``[tool.fieldmem]`` 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +30,10 @@ DECODE = ("deploy_steps.py:kv_decode", "--args", "deploy_steps:decode_args")
 
 def check(*args: str) -> Any:
     return runner.invoke(app, ["check", *args], env={"COLUMNS": "120", "GITHUB_STEP_SUMMARY": ""})
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
 
 
 def annotations(text: str, level: str) -> list[str]:
@@ -75,7 +81,11 @@ def test_a_state_argument_left_undonated_still_fails(in_assets: Path, target: st
     result = check(f"deploy_steps.py:{target}", "--args", args, "--expect", "in-place", "-f", "github")
     assert result.exit_code == 1, result.output
     errors = annotations(result.stdout, "error")
-    assert errors and all(fix in line for line in errors), errors
+    # one error for the one change, at the line that makes the jit (its donate_argnums), which it names first
+    jit = _line_of(in_assets / "deploy_steps.py", f"{target} = jax.jit(")
+    assert len(errors) == 1 and errors[0].startswith(f"::error file=deploy_steps.py,line={jit},"), errors
+    assert errors[0].split("::", 2)[2].startswith(f"at deploy_steps.py:{jit}, where the jit sets its donation: ")
+    assert fix in errors[0] and "expect-in-place failed" in errors[0], errors
 
 
 def test_deploy_backends_in_the_config_are_judged_and_said(
@@ -99,3 +109,72 @@ def test_deploy_backends_in_the_config_are_judged_and_said(
     assert "judged on cpu, the deploy backend [tool.fieldmem] names" in annotations(github, "notice")[-1]
     once = check(*DECODE, "--backend", "cpu")
     assert "judged on" not in once.stdout, once.stdout
+
+
+SCAN = """\
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+
+class Wave(struct.PyTreeNode):
+    u: jax.Array
+    v: jax.Array
+
+
+def make_args():
+    return (Wave(jnp.zeros((64, 64)), jnp.zeros((64, 64))),)
+
+
+def step(w):
+    lap = jnp.roll(w.u, 1, 0) + jnp.roll(w.u, -1, 0) - 2 * w.u
+    v = w.v + 0.1 * lap
+    return w.replace(u=w.u + 0.1 * v, v=v)
+
+
+def advance(w):
+    w, _ = jax.lax.scan(lambda c, _: (step(c), None), w, None, length=4)
+    return w
+
+
+advance_scan = jax.jit(advance, donate_argnums=0)
+"""
+
+
+def test_one_removed_donation_is_one_error_at_the_jit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A baseline records a scan step donating its state; removing the ``donate_argnums`` regresses aliases,
+    copies, figures and the verdict: one error, at the jit's line, naming that line first, the rest its
+    detail; every annotation's ``line=`` is the first line its message names; the job summary lists all."""
+    monkeypatch.chdir(tmp_path)
+    source = tmp_path / "pde.py"
+    source.write_text(SCAN)
+    spec = ("pde.py:advance_scan", "--args", "pde:make_args")
+    assert check(*spec, "--save-baseline", "b.json").exit_code == 0
+    source.write_text(SCAN.replace("jax.jit(advance, donate_argnums=0)", "jax.jit(advance)"))
+    sys.modules.pop("pde", None)
+    summary = tmp_path / "summary.md"
+    run = runner.invoke(
+        app,
+        ["check", *spec, "--baseline", "b.json", "-f", "github"],
+        env={"COLUMNS": "120", "GITHUB_STEP_SUMMARY": str(summary)},
+    )
+    assert run.exit_code == 1, run.output
+    errors = annotations(run.stdout, "error")
+    jit = _line_of(source, "advance_scan = jax.jit(")
+    assert len(errors) == 1, errors
+    assert errors[0].startswith(f"::error file=pde.py,line={jit},"), errors
+    assert "donation changed" in errors[0] and "alias lost: w.u" in errors[0], errors[0]
+    regressions = json_regressions(tmp_path, spec)
+    assert len(regressions) > 3  # aliases, copies, figures, the verdict: one change
+    for line in annotations(run.stdout, "error") + annotations(run.stdout, "warning"):
+        where = re.match(r"::\w+ file=([^,]+),line=(\d+)", line)
+        named = re.search(r"\b([\w/.-]+\.py):(\d+)", line.split("::", 2)[2])
+        if where and named:
+            assert (where.group(1), where.group(2)) == (named.group(1), named.group(2)), line
+    text = summary.read_text()
+    assert text.count("- ❌ `pde.py:advance_scan`") >= len(regressions), text
+
+
+def json_regressions(folder: Path, spec: tuple[str, ...]) -> list[dict[str, Any]]:
+    result = check(*spec, "--baseline", "b.json", "-f", "json")
+    return list(json.loads(result.stdout)["baseline"]["regressions"])

@@ -819,3 +819,82 @@ def test_the_cli_and_the_plugin_share_one_baseline_under_xdist(
     )
     assert worse.stdout.str().count("the session fails") == 1
     assert baseline.read_bytes() == before
+
+
+# ----------------------------------------------------------------------------
+# Run 9: one name per target: a jit alias is named as the user named it, by the CLI, a registered case and
+# the plugin alike; a baseline that matches none of the session's checks fails it (issue 48, item 4)
+
+ALIASES = textwrap.dedent(
+    """\
+    import jax
+    import jax.numpy as jnp
+
+    import fieldmem
+
+
+    def update(u, f):
+        return u.at[0].add(f)
+
+
+    update_donated = jax.jit(update, donate_argnums=0)
+    update_kept = jax.jit(update)  # a second jit of one function: a name of its own
+    SMALL = jnp.zeros((64, 64), jnp.float32)
+
+
+    def args():
+        return (SMALL, 1.0)
+
+
+    fieldmem.case(update_donated, args=args)
+    """
+)
+ALIAS_CHECKS = """\
+import os
+
+from aliases import SMALL, update_donated, update_kept
+
+WHICH = os.environ.get("WHICH", "donated")
+DONATE = os.environ.get("DONATE", "auto")
+
+
+def test_alias(fieldmem_check):
+    fn = update_donated if WHICH == "donated" else update_kept
+    fieldmem_check(fn, SMALL, 1.0, donate=DONATE, in_place=False)
+"""
+
+
+@pytest.mark.compile
+def test_a_baseline_saved_from_the_cli_gates_the_same_jit_alias_in_pytest(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(aliases=ALIASES, test_aliases=ALIAS_CHECKS)
+    cli = ("-m", "fieldmem", "check", "--no-cache")
+    saved = pytester.run(sys.executable, *cli, "aliases.py:update_donated", "--save-baseline", "b.json")
+    assert saved.ret == 0, saved.stdout.str() + saved.stderr.str()
+    assert baseline_names(pytester.path / "b.json") == ["aliases.py:update_donated"]
+    # the module's registered case has the same name
+    listed = pytester.run(sys.executable, *cli, "aliases.py", "-f", "json")
+    assert [r["name"] for r in json.loads(listed.stdout.str())["results"]] == ["aliases.py:update_donated"]
+
+    gate = ("-v", "--fieldmem-isolate=no", "--fieldmem-baseline=b.json", "--fieldmem-compare-fail")
+    same = pytester.runpytest_subprocess(*gate)
+    assert same.ret == pytest.ExitCode.OK, same.stdout.str()
+    same.stdout.fnmatch_lines(["baseline * (tolerance exact): 0 regressions, 0 improvements"])
+    assert "new target" not in same.stdout.str() and "not checked" not in same.stdout.str()
+
+    # the entry gates the plugin's check: without its donation the alias is lost, and the session fails
+    monkeypatch.setenv("DONATE", "none")
+    worse = pytester.runpytest_subprocess(*gate)
+    assert worse.ret == pytest.ExitCode.TESTS_FAILED, worse.stdout.str()
+    worse.stdout.fnmatch_lines(["*✗ aliases.py:update_donated: *"], consecutive=False)
+
+    # a baseline that matches none of the session's checks fails it, in one line, asked or not
+    monkeypatch.setenv("DONATE", "auto")
+    monkeypatch.setenv("WHICH", "kept")
+    other = pytester.runpytest_subprocess("-v", "--fieldmem-isolate=no", "--fieldmem-baseline=b.json")
+    assert other.ret == pytest.ExitCode.TESTS_FAILED, other.stdout.str()
+    errors = [line for line in other.stdout.str().splitlines() if line.startswith("fieldmem: error:")]
+    assert len(errors) == 1, other.stdout.str()
+    assert "matches none of this run's targets" in errors[0] and "aliases.py:update_kept" in errors[0], errors
+    assert "new target" not in other.stdout.str()

@@ -1333,11 +1333,13 @@ def analyze_target(
     plain_analysis: tuple[Variant, ProgramLeaves] | None = None,
     parser: hlo.HloParser | None = None,
     donation_by_user: bool = True,
+    jit_definition: str | None = None,
 ) -> TargetResult:
     """The full result for one target from its two compiles; ``new``: output paths declared new;
     ``plain_analysis``: what :func:`analyze_variant` gave for ``plain`` (the checker analyses it while
     the donated variant still compiles); ``parser``: the target's (None: one for this call);
-    ``donation_by_user``: the donation is the user's, not fieldmem's default (see :func:`_verdict`)."""
+    ``donation_by_user``: the donation is the user's, not fieldmem's default (see :func:`_verdict`);
+    ``jit_definition``: where the target's own jit sets its donation (the report keeps it)."""
     parser = parser if parser is not None else hlo.HloParser()
     plain_variant, _ = plain_analysis if plain_analysis is not None else analyze_variant(plain, definition, parser)
     donated_variant, program = analyze_variant(donated, definition, parser)
@@ -1394,6 +1396,7 @@ def analyze_target(
         checks=_checks(expect, max_peak, max_live_peak, verdict, donated_variant, donated),
         made_static=made_static,
         transfers=transfers,
+        jit_definition=jit_definition,
     )
 
 

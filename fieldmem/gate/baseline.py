@@ -26,6 +26,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from fieldmem.gate.diff import (
     diff_targets,
     facts_of_result,
     moved,
+    peak_line_source,
     peak_line_text,
     peak_lines_of,
 )
@@ -801,6 +803,8 @@ def _gate_figures(
                 message += f", beyond the tolerance {_tolerance_text(tolerance)}{'' if lines else _at(source)}"
             if lines:
                 message += ": " + ", ".join(peak_line_text(d) for d in lines[:_PEAK_LINES_SAID])
+                # the annotation goes to the first line the message names
+                source = next((s for s in map(peak_line_source, lines[:_PEAK_LINES_SAID]) if s), source)
             found.add(
                 grew,
                 Change(
@@ -903,13 +907,14 @@ def _gate_donation(result: TargetResult, deltas: list[Delta], found: _Collector)
 
     An alias rerouted to another output still reuses the donated buffer: neither better nor worse."""
     name = result.name
+    where = result.jit_definition or result.definition  # a donation is changed where the jit sets it
     for delta in deltas:
         worse = delta.change == "new" if delta.kind == "donation" else delta.change == "gone"
         if delta.kind == "alias" and delta.change in ("gone", "new"):
             alias = delta.before if worse else delta.after
             what = f"{alias.input} → {alias.output} ({format_bytes(alias.bytes)})"
             message = (
-                f"{name}: alias lost: {what} no longer reuses the donated buffer{_at(result.definition)}"
+                f"{name}: alias lost: {what} no longer reuses the donated buffer{_at(where)}"
                 if worse
                 else f"{name}: new alias {what}"
             )
@@ -925,7 +930,7 @@ def _gate_donation(result: TargetResult, deltas: list[Delta], found: _Collector)
             before, after = (None, donation.code) if worse else (donation.code, None)
         else:
             continue
-        found.add(worse, Change(name, delta.kind, delta.subject, message, before, after, result.definition))
+        found.add(worse, Change(name, delta.kind, delta.subject, message, before, after, where))
 
 
 def _verdict_source(result: TargetResult) -> str | None:
@@ -1079,7 +1084,9 @@ def compare_to_baseline(
         else:
             unchecked.append(entry.name)
     if here and not matched:
-        found.regressions.append(_nothing_compared(baseline, report, len(here), base))
+        # one line says it all: the new targets and the entries not checked are the two lists it names
+        found.regressions.append(_nothing_compared(baseline, report, [e.name for e in here], base))
+        new, unchecked = [], []
     if len(new) > _LISTED:
         found.notes.append(f"{len(new)} new targets, not in the baseline (--save-baseline adds them): {_listed(new)}")
     else:
@@ -1161,16 +1168,17 @@ def _limit(limit: int | None) -> str:
     return "none" if limit is None else format_bytes(limit)
 
 
-def _nothing_compared(baseline: Baseline, report: Report, here: int, root: str) -> Change:
-    """The regression of a gate that compared nothing: every baseline target of this backend is missing."""
+def _nothing_compared(baseline: Baseline, report: Report, here: Sequence[str], root: str) -> Change:
+    """The regression of a gate that compared nothing: the baseline matches none of the run's targets on this
+    backend. One line, naming both sides: the gate would otherwise pass on nothing."""
     checked = _listed([r.name for r in report.results]) or "nothing"
     return Change(
         target=baseline.path,
         kind="status",
         subject="missing",
-        message=f"the baseline {baseline.path!r} compared nothing: none of its {here} target(s) on "
-        f"{report.backend} was checked in this run (this run checked {checked}; baseline names are relative "
-        f"to {root!r}); check the targets, refresh the baseline with --save-baseline, or run with --no-baseline",
-        before=here,
+        message=f"the baseline {baseline.path!r} matches none of this run's targets, so nothing was gated: it "
+        f"names {_listed(list(here))} on {report.backend}, this run checked {checked} (names are relative to "
+        f"{root!r}); check the targets, refresh the baseline with --save-baseline, or run with --no-baseline",
+        before=len(here),
         after=0,
     )
