@@ -83,6 +83,7 @@ __all__ = [
     "LiveBuffer",
     "LiveBufferKind",
     "MadeStatic",
+    "MeasuredDonation",
     "MemoryFigures",
     "MemorySpace",
     "ModuleSettings",
@@ -726,6 +727,16 @@ class ArgumentAdvice:
 
 
 @dataclass(frozen=True)
+class MeasuredDonation:
+    """One donation the advisor measured (compiled for ``--suggest``, or one of the check's two compiles): the
+    arguments it donates, in the call's order (none: the plain compile), and the figures of that compile."""
+
+    arguments: tuple[str, ...]
+    footprint_bytes: int | None
+    live_peak_bytes: int | None
+
+
+@dataclass(frozen=True)
 class Suggestion:
     """The donation spec that saves the most, verified by compiling it (``--suggest``).
 
@@ -749,6 +760,13 @@ class Suggestion:
     memory: MemoryFigures | None = None
     savings: dict[str, int | None] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # the backend it was computed for, as --backend names it ("cpu", "tpu:v5e"); None: not known (older reports)
+    backend: str | None = None
+    # every donation measured on the way, the plain compile and the suggestion among them: across several
+    # backends, the donation best on all of them is read from these (fieldmem.gate.compare)
+    measured: tuple[MeasuredDonation, ...] = ()
+    # every donation of the arguments that could lend a buffer was measured: the suggestion is the best there is
+    searched: bool = False
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ __all__ = [
     "FIGURES",
     "FIGURE_LABELS",
     "VARIANTS",
+    "AcrossSuggestion",
     "Cell",
     "Column",
     "Comparison",
@@ -59,6 +60,7 @@ __all__ = [
     "Difference",
     "ReportFileError",
     "Row",
+    "across_suggestion",
     "compare_files",
     "compare_reports",
     "load_report",
@@ -153,12 +155,30 @@ class Difference:
 
 
 @dataclass(frozen=True)
+class AcrossSuggestion:
+    """The donation best across the reports of one target, each made with ``--suggest`` (one backend each):
+    of the donations every report measured, the one with the least footprint in all (then the least that
+    any report needs beyond its own best, then the fewest arguments), beside each report's own best.
+
+    ``complete``: every report measured every donation that could lend a buffer, so no other donation does
+    better in all; else it is the best of those measured everywhere (each report's best, verified there)."""
+
+    arguments: tuple[str, ...]  # the donation best across the reports (empty: donate nothing)
+    footprints: tuple[int | None, ...]  # per report: that donation's footprint there
+    bests: tuple[tuple[str, ...], ...]  # per report: its own best donation
+    best_footprints: tuple[int | None, ...]  # per report: its own best's footprint
+    complete: bool
+    summary: str
+
+
+@dataclass(frozen=True)
 class Row:
     """One target across every report, and its differences from the reference."""
 
     name: str
     cells: tuple[Cell, ...]
     differences: tuple[Difference, ...] = ()
+    suggestion: AcrossSuggestion | None = None  # where every report has a --suggest of it
 
     def differences_in(self, column: int, field_name: str) -> tuple[Difference, ...]:
         """The differences of report ``column`` in one field (what a renderer highlights)."""
@@ -197,6 +217,7 @@ class Comparison:
                     "name": row.name,
                     "cells": [dataclasses.asdict(c) for c in row.cells],
                     "differences": [d.to_dict() for d in row.differences],
+                    "suggestion": dataclasses.asdict(row.suggestion) if row.suggestion is not None else None,
                 }
                 for row in self.rows
             ],
@@ -511,12 +532,85 @@ def compare_reports(
         for column in range(1, len(cells)):
             against = _Against(column, labels[column], name)
             differences += _differences(against, facts[0], facts[column], threshold, tolerances)
-        rows.append(Row(name=name, cells=cells, differences=tuple(differences)))
+        across = across_suggestion(results, labels)
+        rows.append(Row(name=name, cells=cells, differences=tuple(differences), suggestion=across))
     return Comparison(
         columns=columns,
         rows=tuple(rows),
         tolerance=tolerances.describe() if tolerances is not None else "exact",
         min_bytes=threshold,
+    )
+
+
+def _spec(arguments: Sequence[str]) -> str:
+    return ", ".join(arguments) if arguments else "nothing"
+
+
+def across_suggestion(results: Sequence[TargetResult | None], labels: Sequence[str]) -> AcrossSuggestion | None:
+    """The donation best across ``results`` (one target in each report, each with a ``--suggest``): see
+    :class:`AcrossSuggestion`. None where a report lacks the target or its suggestion, or no donation was
+    measured in all."""
+    suggestions = [r.suggestion if r is not None else None for r in results]
+    if len(suggestions) < 2 or any(s is None or not s.measured for s in suggestions):
+        return None
+    tables: list[dict[frozenset[str], int]] = []
+    order: dict[str, int] = {}
+    for suggestion in suggestions:
+        assert suggestion is not None
+        for advice in suggestion.arguments:  # the call's order
+            order.setdefault(advice.argument, len(order))
+        table: dict[frozenset[str], int] = {}
+        for measured in suggestion.measured:
+            for name in measured.arguments:
+                order.setdefault(name, len(order))
+            if measured.footprint_bytes is not None:
+                table[frozenset(measured.arguments)] = measured.footprint_bytes
+        tables.append(table)
+    common = set(tables[0]).intersection(*tables[1:])
+    if not common:
+        return None
+    # each report's own best: the donation its suggestion chose (within --min-bytes of the least, the fewest
+    # arguments), where it measured it; else the least it measured
+    bests = []
+    for suggestion, table in zip(suggestions, tables):
+        assert suggestion is not None
+        chose = frozenset(a.argument for a in suggestion.arguments if a.donate)
+        bests.append(chose if chose in table else min(table, key=lambda key: (table[key], len(key))))
+
+    def regret(key: frozenset[str]) -> int:
+        return max(table[key] - table[best] for table, best in zip(tables, bests))
+
+    chosen = min(
+        common,
+        key=lambda key: (sum(t[key] for t in tables), regret(key), len(key), sorted(order[name] for name in key)),
+    )
+    arguments = tuple(sorted(chosen, key=order.__getitem__))
+    own = [tuple(sorted(best, key=order.__getitem__)) for best in bests]
+    complete = all(s is not None and s.searched for s in suggestions)
+    parts = []
+    for label, table, best, named in zip(labels, tables, bests, own):
+        if table[chosen] == table[best] or best == chosen:
+            parts.append(f"{format_bytes(table[chosen])} on {label} (its best)")
+        else:
+            parts.append(
+                f"{format_bytes(table[chosen])} on {label} ({format_bytes(table[chosen] - table[best])} more than its "
+                f"best, {_spec(named)}: {format_bytes(table[best])})"
+            )
+    how = (
+        "of every donation measured on each"
+        if complete
+        else "of the donations measured on every one (not every donation was measured on each)"
+    )
+    summary = f"across {', '.join(labels)}: donate {_spec(arguments)}, the least footprint in all {how}: " + "; ".join(
+        parts
+    )
+    return AcrossSuggestion(
+        arguments=arguments,
+        footprints=tuple(table[chosen] for table in tables),
+        bests=tuple(own),
+        best_footprints=tuple(table[best] for table, best in zip(tables, bests)),
+        complete=complete,
+        summary=summary,
     )
 
 
