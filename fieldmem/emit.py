@@ -152,6 +152,12 @@ def _print_reports(reports: Sequence[Report], output: OutputSettings, min_bytes:
 
     options = dataclasses.replace(terminal_options(output.verbose, min_bytes), top=output.top)
     renderer = get_renderer("table" if output.file is not None else output.format)
+    if renderer.name == "json" and len(reports) > 1:
+        from fieldmem.render.jsonout import render_many
+
+        # one document, which one json.load reads: several backends or jax releases, in the run's order
+        echo_rendered(render_many(reports, options), options)
+        return
     for report in reports:
         echo_rendered(renderer.render(report, options), options)
     if len(reports) > 1 and renderer.name == "table":

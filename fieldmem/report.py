@@ -39,6 +39,7 @@ __all__ = [
     "LIVE_BUFFER_KINDS",
     "PEAK_SOURCE_KINDS",
     "PROBE_CODES",
+    "REPORTS_SCHEMA",
     "SCHEMA",
     "SEVERITIES",
     "SOURCE_ROLES",
@@ -96,6 +97,7 @@ __all__ = [
     "ProbeCode",
     "Report",
     "ReportError",
+    "Reports",
     "RunCheck",
     "Severity",
     "SourceRole",
@@ -1157,6 +1159,36 @@ class Report:
                 for where, word, stand_in in found
             )
         return report
+
+
+REPORTS_SCHEMA = "fieldmem.reports/1"
+
+
+@dataclass(frozen=True)
+class Reports:
+    """Several reports as one document: what ``fieldmem check --format json`` prints on stdout for several
+    backends or jax releases (``-o FILE`` writes one file per report instead), so that one ``json.load``
+    reads the whole run. Each report is a ``fieldmem.report/2`` document, in the order of the run."""
+
+    reports: tuple[Report, ...]
+    schema: str = REPORTS_SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema, "reports": [report.to_dict() for report in self.reports]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], unknown: list[str] | None = None) -> Reports:
+        """The reports ``data`` holds (see :meth:`Report.from_dict`).
+
+        Raises:
+            ReportError: not a ``fieldmem.reports/1`` document, or a report in it that is not one.
+        """
+        if not isinstance(data, dict) or data.get("schema") != REPORTS_SCHEMA:
+            raise ReportError(f"a document of several reports has the schema {REPORTS_SCHEMA!r}")
+        items = data.get("reports")
+        if not isinstance(items, list):
+            raise ReportError(f"{REPORTS_SCHEMA}: 'reports' is a list of reports")
+        return cls(tuple(Report.from_dict(item, unknown) for item in items))
 
 
 _DIFFERENCES = frozenset({"savings", "baseline", "changes"})  # fields of differences, which may be negative

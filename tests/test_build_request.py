@@ -217,11 +217,6 @@ def test_several_backends() -> None:
         ({"output_format": "xml"}, "--format 'xml' is not known: use one of table, json"),
         ({"backend": "cpu,cpu"}, "--backend 'cpu,cpu' names cpu twice"),
         ({"backend": "cpu,"}, "--backend 'cpu,': name backends separated by commas, e.g. cpu,gpu"),
-        (
-            {"backend": "cpu,gpu", "output_format": "json"},
-            "several backends give several JSON reports: write them with -o FILE "
-            "(one file per backend: FILE.cpu.json, FILE.gpu.json)",
-        ),
         ({"shapes": "f32[32,32"}, "--shapes entry 'f32[32,32' is not DTYPE[DIMS]"),
         ({"donate": ""}, "--donate '' is empty: use one of auto, all, none"),
         ({"static": "2;3"}, "neither an argument number nor an argument name"),

@@ -734,10 +734,6 @@ def test_several_backends_side_by_side(in_assets: Path, tmp_path: Path, fake_bac
     assert sorted(e["backend"] for e in entries) == ["cpu", "fake"]
 
 
-def test_several_backends_need_a_file_for_json(in_assets: Path) -> None:
-    assert_user_error(invoke(GOOD, "--backend", "cpu,gpu", "-f", "json"), "write them with -o FILE")
-
-
 # ---- --cache-dir ---------------------------------------------------------------
 
 

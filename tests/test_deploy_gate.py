@@ -19,6 +19,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from conftest import schema_violations
+from helpers_backends import require_extra
+
 from fieldmem.cli import app
 
 pytestmark = pytest.mark.compile
@@ -178,3 +181,20 @@ def test_one_removed_donation_is_one_error_at_the_jit(tmp_path: Path, monkeypatc
 def json_regressions(folder: Path, spec: tuple[str, ...]) -> list[dict[str, Any]]:
     result = check(*spec, "--baseline", "b.json", "-f", "json")
     return list(json.loads(result.stdout)["baseline"]["regressions"])
+
+
+def test_several_reports_on_stdout_are_one_json_document(in_assets: Path, tmp_path: Path) -> None:
+    """``fieldmem check a.py --backend cpu,tpu:v5e -f json | python -c "import json,sys; json.load(sys.stdin)"``:
+    one ``fieldmem.reports/1`` document, in the shipped schema, that ``fieldmem compare`` reads too."""
+    require_extra("tpu")
+    result = check(*DECODE, "--backend", "cpu,tpu:v5e", "-f", "json")
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.stdout)
+    assert document["schema"] == "fieldmem.reports/1", list(document)
+    assert [r["backend"] for r in document["reports"]] == ["cpu", "tpu:v5e"]
+    assert schema_violations(document) == []
+    saved = tmp_path / "both.json"
+    saved.write_text(result.stdout)
+    compared = runner.invoke(app, ["compare", str(saved)], env={"COLUMNS": "120"})
+    assert compared.exit_code == 0, compared.output
+    assert "both.json (cpu)" in compared.stdout and "both.json (tpu:v5e)" in compared.stdout

@@ -43,7 +43,7 @@ from fieldmem.gate.diff import (
     moved,
     peak_line_text,
 )
-from fieldmem.report import Alias, Change, Copy, Report, ReportError, TargetResult
+from fieldmem.report import REPORTS_SCHEMA, Alias, Change, Copy, Report, ReportError, Reports, TargetResult
 from fieldmem.request.tolerance import COPIES, Tolerance, Tolerances
 from fieldmem.units import format_bytes
 
@@ -64,6 +64,7 @@ __all__ = [
     "compare_files",
     "compare_reports",
     "load_report",
+    "load_reports",
     "result_changes",
 ]
 
@@ -632,13 +633,38 @@ def compare_files(
     """Load each saved report and compare them (see :func:`compare_reports`).
 
     Raises:
-        OptionError: fewer than two paths.
+        OptionError: fewer than two reports (a file of several reports counts each).
         ReportFileError: a file that is not a readable fieldmem report.
     """
-    if len(paths) < 2:
-        raise OptionError(
-            f"compare needs at least two reports, got {len(paths)}: e.g. fieldmem compare cpu.json gpu.json"
-        )
+    if not paths:
+        raise OptionError("compare needs at least two reports, got 0: e.g. fieldmem compare cpu.json gpu.json")
     notes: list[str] = []
-    comparison = compare_reports([(str(p), load_report(p, notes)) for p in paths], tolerances, min_bytes)
+    loaded = [pair for p in paths for pair in load_reports(p, notes)]
+    comparison = compare_reports(loaded, tolerances, min_bytes)
     return dataclasses.replace(comparison, notes=tuple(notes))
+
+
+def load_reports(path: str | os.PathLike[str], notes: list[str] | None = None) -> list[tuple[str, Report]]:
+    """The reports of one file, each with its label: a report (``-o FILE``), or each report of a document of
+    several (``fieldmem.reports/1``: ``fieldmem check --backend cpu,tpu:v5e -f json > FILE``), labelled
+    ``FILE (cpu)``.
+
+    Raises:
+        ReportFileError: as :func:`load_report`.
+    """
+    shown = str(path)
+    hint = "give a JSON report written by `fieldmem check --format json -o FILE`"
+    data = read_json(path, "report", ReportFileError, missing=hint, hint=hint)
+    if not (isinstance(data, dict) and data.get("schema") == REPORTS_SCHEMA):
+        return [(shown, load_report(path, notes))]
+    unknown: list[str] = []
+    try:
+        several = Reports.from_dict(data, unknown)
+    except ReportError as exc:
+        raise ReportFileError(f"{shown!r} is not a fieldmem report: {exc}") from None
+    if notes is not None:
+        notes.extend(f"{shown}: {note}" for note in unknown)
+    versions = {r.jax_version for r in several.reports}
+    return [
+        (f"{shown} ({r.backend}{f' · jax {r.jax_version}' if len(versions) > 1 else ''})", r) for r in several.reports
+    ]

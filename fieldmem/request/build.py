@@ -176,11 +176,6 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
             f"{'--probe' if flags.probe else '--run'} runs the program, and --backend {deviceless[0]} compiles "
             "without the device: nothing can run there (check it with --backend gpu or tpu on a machine that has one)"
         )
-    if backends is not None and len(backends) > 1 and output.format == "json" and output.file is None:
-        raise OptionError(
-            "several backends give several JSON reports: write them with -o FILE "
-            "(one file per backend: FILE.cpu.json, FILE.gpu.json)"
-        )
     for path, option in (
         (flags.output, "--output"),
         (flags.html_output, "--html"),
