@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.request.options import MIN_BYTES, parse_backends, parse_new
+from fieldmem.request.options import MIN_BYTES, footprint_budget, parse_backends, parse_new
 from fieldmem.request.tolerance import Tolerances
 from fieldmem.units import parse_bytes
 
@@ -49,7 +49,7 @@ __all__ = ["FieldmemCheck", "Limits"]
 MARKER = "fieldmem"
 FIXTURE = "fieldmem_check"
 _MARKER_HELP = (
-    "fieldmem(in_place=True, max_peak=None, max_live_peak=None, min_bytes=None, donate=None, static=None, "
+    "fieldmem(in_place=True, max_footprint=None, max_live_peak=None, min_bytes=None, donate=None, static=None, "
     "new=None, backend=None): "
     "limits for the fieldmem_check fixture in this test (sizes like '64MiB')"
 )
@@ -64,15 +64,18 @@ class _Option:
     ini: str
     metavar: str
     help: str
+    older: tuple[str, str] | None = None  # an older name, (flag, ini), still taken
 
 
 _SIZE_OPTIONS = (
     _Option(
         "max_peak",
-        "--fieldmem-max-peak",
-        "fieldmem_max_peak",
+        "--fieldmem-max-footprint",
+        "fieldmem_max_footprint",
         "SIZE",
-        "budget for the donated variant's footprint_bytes in every fieldmem_check, e.g. 64MiB",
+        "budget for the donated variant's footprint (footprint_bytes: what the program holds at once) in every "
+        "fieldmem_check, e.g. 64MiB (--fieldmem-max-peak, ini fieldmem_max_peak: its older name)",
+        older=("--fieldmem-max-peak", "fieldmem_max_peak"),
     ),
     _Option(
         "max_live_peak",
@@ -161,7 +164,9 @@ class Limits:
     backend: tuple[str, ...] | None = None  # check on each of these backends (None: jax's default)
 
 
-_MARKER_KEYS = tuple(f.name for f in dataclasses.fields(Limits))
+# max_footprint is the budget Limits keeps as max_peak (its older name, still taken, not listed)
+_MARKER_KEYS = tuple("max_footprint" if f.name == "max_peak" else f.name for f in dataclasses.fields(Limits))
+_MARKER_TAKES = (*_MARKER_KEYS, "max_peak")
 
 
 @dataclass
@@ -322,12 +327,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(
             # argparse formats help with %: a tolerance's 2% is written 2%%
             option.flag,
+            *((option.older[0],) if option.older else ()),
             dest=f"fieldmem_{option.dest}",
             metavar=option.metavar,
             default=None,
             help=option.help.replace("%", "%%"),
         )
         parser.addini(option.ini, f"{option.help} (ini twin of {option.flag})", type="string", default=None)
+        if option.older:
+            parser.addini(option.older[1], f"the older name of {option.ini}", type="string", default=None)
     group.addoption(
         "--fieldmem-compare-fail",
         dest="fieldmem_compare_fail",
@@ -352,10 +360,11 @@ def _setting(config: pytest.Config, option: _Option) -> tuple[str | None, str]:
     value = config.getoption(f"fieldmem_{option.dest}")
     if value is not None:
         return value, option.flag
-    value = config.getini(option.ini)
-    if not isinstance(value, str) or not value.strip():
-        return None, f"ini {option.ini}"
-    return value.strip(), f"ini {option.ini}"
+    for ini in (option.ini, *((option.older[1],) if option.older else ())):
+        value = config.getini(ini)
+        if isinstance(value, str) and value.strip():
+            return value.strip(), f"ini {ini}"
+    return None, f"ini {option.ini}"
 
 
 def _path(config: pytest.Config, value: str, label: str, flag: str) -> Path:
@@ -489,7 +498,7 @@ def _marker_limits(node: pytest.Item, defaults: Limits) -> Limits:
             raise OptionError(
                 f"@pytest.mark.fieldmem takes keywords only ({', '.join(_MARKER_KEYS)}), got {marker.args!r}"
             )
-        unknown = sorted(set(marker.kwargs) - set(_MARKER_KEYS))
+        unknown = sorted(set(marker.kwargs) - set(_MARKER_TAKES))
         if unknown:
             raise OptionError(f"@pytest.mark.fieldmem has no {unknown[0]!r}: use {', '.join(_MARKER_KEYS)}")
         limits = _override(limits, marker.kwargs, "@pytest.mark.fieldmem {}=")
@@ -497,11 +506,23 @@ def _marker_limits(node: pytest.Item, defaults: Limits) -> Limits:
 
 
 def _override(limits: Limits, values: Mapping[str, Any], label: str) -> Limits:
-    """``limits`` with ``values`` parsed in (a size may be None: no budget)."""
+    """``limits`` with ``values`` parsed in (a size may be None: no budget); ``max_footprint`` is the budget
+    ``Limits`` keeps as ``max_peak`` (its older name: one of the two)."""
+    values = dict(values)
+    named = "max_footprint" if "max_footprint" in values else "max_peak"  # as the user named the budget
+    if "max_footprint" in values:
+        if "max_peak" in values:
+            footprint_budget(values["max_footprint"], values["max_peak"], label)
+            if values["max_footprint"] is None or values["max_peak"] is None:  # one of them drops the budget
+                raise OptionError(
+                    f"{label.format('max_footprint')} and {label.format('max_peak')} are one budget: give one"
+                )
+        values["max_peak"] = values.pop("max_footprint")
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key in ("max_peak", "max_live_peak"):
-            changes[key] = None if value is None else parse_bytes(value, label.format(key))
+            shown = named if key == "max_peak" else key
+            changes[key] = None if value is None else parse_bytes(value, label.format(shown))
         elif key == "min_bytes":
             changes[key] = MIN_BYTES if value is None else parse_bytes(value, label.format(key))
         elif key == "new":
@@ -542,6 +563,7 @@ class FieldmemCheck:
         fn: Callable[..., Any],
         *args: Any,
         in_place: bool = _UNSET,
+        max_footprint: int | str | None = _UNSET,
         max_peak: int | str | None = _UNSET,
         max_live_peak: int | str | None = _UNSET,
         min_bytes: int | str = _UNSET,
@@ -555,7 +577,8 @@ class FieldmemCheck:
         """Check ``fn(*args, **kwargs)``; fail the test when it is not in place or over budget.
 
         Keywords left out take the marker's, the command line's, the ini's or
-        the default value; ``max_peak=None`` drops a budget set elsewhere.
+        the default value; ``max_footprint=None`` drops a budget set elsewhere
+        (``max_peak`` is its older name).
         ``in_place=False`` checks the budgets only. ``new`` names outputs
         meant to be new buffers (``"out[1]"``, ``"out.logits"``, as ``--new``):
         never a break of in place. ``backend`` checks on a backend as
@@ -574,6 +597,7 @@ class FieldmemCheck:
         __tracebackhide__ = True
         given = dict(
             in_place=in_place,
+            max_footprint=max_footprint,
             max_peak=max_peak,
             max_live_peak=max_live_peak,
             min_bytes=min_bytes,
@@ -589,6 +613,7 @@ class FieldmemCheck:
         steps: list[Callable[..., Any]] | tuple[Callable[..., Any], ...],
         *args: Any,
         in_place: bool = _UNSET,
+        max_footprint: int | str | None = _UNSET,
         max_peak: int | str | None = _UNSET,
         max_live_peak: int | str | None = _UNSET,
         min_bytes: int | str = _UNSET,
@@ -614,6 +639,7 @@ class FieldmemCheck:
         __tracebackhide__ = True
         given = dict(
             in_place=in_place,
+            max_footprint=max_footprint,
             max_peak=max_peak,
             max_live_peak=max_live_peak,
             min_bytes=min_bytes,

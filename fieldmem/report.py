@@ -200,7 +200,8 @@ FindingCode = Literal[
     "run-transfer-mismatch",
     "unknown",
 ]
-CheckName = Literal["expect-in-place", "expect-fits", "max-peak", "max-live-peak", "unknown"]
+# max-peak: the footprint budget's name before issue 48 (read in older reports and baselines as max-footprint)
+CheckName = Literal["expect-in-place", "expect-fits", "max-footprint", "max-live-peak", "max-peak", "unknown"]
 HandOffCode = Literal[
     "dtype-change", "shape-change", "sharding-change", "layout-change", "reshard", "relayout", "unknown"
 ]

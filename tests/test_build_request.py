@@ -220,7 +220,7 @@ def test_several_backends() -> None:
         ({"shapes": "f32[32,32"}, "--shapes entry 'f32[32,32' is not DTYPE[DIMS]"),
         ({"donate": ""}, "--donate '' is empty: use one of auto, all, none"),
         ({"static": "2;3"}, "neither an argument number nor an argument name"),
-        ({"max_peak": "lots"}, "--max-peak 'lots' is not understood: write e.g. 64MiB"),
+        ({"max_peak": "lots"}, "--max-footprint 'lots' is not understood: write e.g. 64MiB"),
         ({"max_live_peak": "-1"}, "--max-live-peak '-1' is not understood (a size is 0 or more bytes)"),
         ({"min_bytes": "1 parsec"}, "--min-bytes '1 parsec' is not understood"),
         ({"cache_dir": "c", "no_cache": True}, "--cache-dir and --no-cache contradict each other: use one of them"),

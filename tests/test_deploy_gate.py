@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
-
 from conftest import schema_violations
 from helpers_backends import require_extra
+from typer.testing import CliRunner
 
 from fieldmem.cli import app
 

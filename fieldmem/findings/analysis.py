@@ -1310,7 +1310,7 @@ def _checks(
     if expect == "fits":
         checks.append(fit_check(verdict, compiled, donated.memory))
     if max_peak is not None:
-        checks.append(_budget("max-peak", "footprint_bytes", "footprint", max_peak, donated.memory))
+        checks.append(_budget("max-footprint", "footprint_bytes", "footprint", max_peak, donated.memory))
     if max_live_peak is not None:
         checks.append(_budget("max-live-peak", "live_peak_bytes", "live peak", max_live_peak, donated.memory))
     return tuple(checks)

@@ -388,7 +388,7 @@ def _command_line_options(flags: CheckFlags) -> TargetOptions:
         donate=DonateSpec.parse(flags.donate) if flags.donate is not None else None,
         static=StaticSpec.parse(flags.static) if flags.static is not None else None,
         expect=parse_expect(flags.expect, "--expect"),
-        max_peak=parse_bytes(flags.max_peak, "--max-peak") if flags.max_peak is not None else None,
+        max_peak=parse_bytes(flags.max_peak, "--max-footprint") if flags.max_peak is not None else None,
         max_live_peak=parse_bytes(flags.max_live_peak, "--max-live-peak") if flags.max_live_peak is not None else None,
         new=parse_new(flags.new, "--new"),
     )

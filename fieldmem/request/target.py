@@ -859,7 +859,7 @@ def _function_target(
         donate=DonateSpec.parse(settings.get("donate"), "donate="),
         static=StaticSpec.parse(settings.get("static"), "static="),
         expect=settings.get("expect") or "any",
-        max_peak=None if max_peak is None else parse_bytes(max_peak, "max_peak="),
+        max_peak=None if max_peak is None else parse_bytes(max_peak, "max_footprint="),
         max_live_peak=None if max_live_peak is None else parse_bytes(max_live_peak, "max_live_peak="),
         definition=definition_of(fn),
         new=parse_new(settings.get("new"), "new=") or (),
