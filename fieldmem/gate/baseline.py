@@ -757,17 +757,32 @@ def _classify(
     (the donated buffer is still reused), the checks (a baseline keeps none)."""
     now = facts_of_result(result)
     deltas = diff_targets(facts_of_entry(entry), now, min_bytes)
-    _gate_figures(result, now, [d for d in deltas if d.kind in ("figure", "peak-line")], tolerances, found)
+    figures = [d for d in deltas if d.kind in ("figure", "peak-line")]
+    _gate_figures(result, now, figures, tolerances, found, min_bytes)
     donated = [d for d in deltas if d.variant == "donated"]
-    _gate_copies(result.name, [d for d in donated if d.kind == "copy"], tolerances.for_figure(COPIES), found)
+    copies = [d for d in donated if d.kind == "copy" and _counts(d, tolerances, min_bytes)]
+    _gate_copies(result.name, copies, tolerances.for_figure(COPIES), found)
     _gate_donation(result, donated, found)
     for delta in deltas:
         if delta.kind == "verdict" and delta.after is not None and delta.before is not None:
             _gate_verdict(result, bool(delta.before), found)
 
 
+def _counts(delta: Delta, tolerances: Tolerances, min_bytes: int) -> bool:
+    """Whether a copy's change is one: a copy new or gone always; one that grew or shrank, by at least
+    ``min_bytes`` unless the user set the tolerances (:meth:`Tolerances.counts`)."""
+    if delta.change not in ("grew", "shrank"):
+        return True
+    return tolerances.counts(delta.before.per_call, delta.after.per_call, min_bytes)
+
+
 def _gate_figures(
-    result: TargetResult, now: TargetFacts, deltas: list[Delta], tolerances: Tolerances, found: _Collector
+    result: TargetResult,
+    now: TargetFacts,
+    deltas: list[Delta],
+    tolerances: Tolerances,
+    found: _Collector,
+    min_bytes: int = 0,
 ) -> None:
     """Figures of the donated variant; the plain variant's where the donated one stayed within tolerance.
 
@@ -792,7 +807,7 @@ def _gate_figures(
                 found.notes.append(f"{result.name}: {variant} {name} not compared: this run has no value ({reason})")
                 continue
             tolerance = tolerances.for_figure(figure)
-            direction = moved(tolerance, before, after)
+            direction = moved(tolerance, before, after) if tolerances.counts(before, after, min_bytes) else 0
             grew = direction > 0
             if not direction or (variant == "plain" and (name, grew) in reported):
                 continue

@@ -439,6 +439,15 @@ def _status_word(status: str) -> str:
     return {"missing": "missing", "error": "could not be checked"}.get(status, "checked")
 
 
+def _below(delta: Delta, min_bytes: int) -> bool:
+    """A figure's or a copy's size that moved by less than ``min_bytes`` (with a value on both sides)."""
+    if delta.kind == "figure" and delta.before is not None and delta.after is not None:
+        return bool(abs(delta.after - delta.before) < max(min_bytes, 1))
+    if delta.kind == "copy" and delta.change in ("grew", "shrank"):
+        return bool(abs(delta.after.per_call - delta.before.per_call) < max(min_bytes, 1))
+    return False
+
+
 def _differences(
     against: _Against,
     before: TargetFacts,
@@ -450,6 +459,8 @@ def _differences(
     them: the status alone when it differs; else the verdict, the checks, the donated variant's
     aliases, both variants' copies and figures, then the donated variant's donations."""
     deltas = diff_targets(before, after, min_bytes)
+    if tolerances is None:  # exact, as no one set it: a move below --min-bytes is no difference (4 B of alignment)
+        deltas = tuple(d for d in deltas if not _below(d, min_bytes))
     differences = []
     for delta in deltas:
         if delta.kind == "status":
