@@ -221,7 +221,7 @@ class Environment:
     # compiled without the device: backend, platform, kind, device_kind, topology, chips, note (None: a real device)
     deviceless: dict[str, Any] | None = None
     plugin_versions: dict[str, str] = field(default_factory=dict)  # the backend's compiler plugins, installed
-    # a worker under another interpreter (--jax, --python): the libraries built on jax it has, by distribution
+    # the libraries built on jax (flax, optax…) this process imported, by distribution
     library_versions: dict[str, str] = field(default_factory=dict)
 
 

@@ -1093,8 +1093,8 @@ class Report:
     # the compiler plugins of the backend the report was made with, by distribution: libtpu for a TPU, the
     # CUDA plugin, its PJRT and nvcc for a GPU (empty: the CPU, or none installed)
     plugin_versions: dict[str, str] = field(default_factory=dict)
-    # checked under another interpreter (--jax, --python): the releases of the libraries built on jax (flax,
-    # optax…) that its environment has, by distribution, which can differ from yours (empty: your own)
+    # the releases of the libraries built on jax (flax, optax…) that the worker imported for these targets, by
+    # distribution: under --jax or --python that environment's, which can differ from yours (empty: none)
     library_versions: dict[str, str] = field(default_factory=dict)
     # the backends the run judges, as named (--backend, or [tool.fieldmem] backends: where the user's code is
     # deployed), and who named them ("--backend", "[tool.fieldmem] backends"); () and None: jax's default

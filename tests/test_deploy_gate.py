@@ -197,3 +197,16 @@ def test_several_reports_on_stdout_are_one_json_document(in_assets: Path, tmp_pa
     compared = runner.invoke(app, ["compare", str(saved)], env={"COLUMNS": "120"})
     assert compared.exit_code == 0, compared.output
     assert "both.json (cpu)" in compared.stdout and "both.json (tpu:v5e)" in compared.stdout
+
+
+def test_a_report_names_the_libraries_its_worker_imported(in_assets: Path) -> None:
+    """Library versions are what the worker imported (issue 48): a CPU report of a step that imports flax and
+    optax names their installed releases in its JSON and its header; one that imports neither names none."""
+    from importlib import metadata
+
+    document = json.loads(check(*DECODE, "-f", "json").stdout)
+    assert document["library_versions"] == {"flax": metadata.version("flax"), "optax": metadata.version("optax")}
+    header = check(*DECODE).stdout.splitlines()[0]
+    assert f"(flax {metadata.version('flax')}, optax {metadata.version('optax')})" in header, header
+    bare = json.loads(check("models:step", "-f", "json").stdout)
+    assert bare["library_versions"] == {}, bare["library_versions"]

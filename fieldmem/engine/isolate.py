@@ -457,14 +457,10 @@ class _Supervisor:
         interpreter needs on top of this one's."""
         if self.interpreter is None:
             return {"sys_path": list(sys.path), "environ": dict(os.environ)}
-        from fieldmem.engine.envs import user_packages
-
         return {
             "sys_path": [p for p in sys.path if not _installed_here(p)],
             "own_path": True,
             "environ": {**os.environ, **dict(self.interpreter.environ)},
-            # the libraries built on jax here, whose releases there the report names (they may differ)
-            "library_names": list(user_packages()),
         }
 
     # -- several workers --------------------------------------------------------------------------

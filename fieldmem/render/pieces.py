@@ -137,8 +137,8 @@ def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> s
 
 
 def libraries_text(report: Report) -> str:
-    """`` (flax 0.12.0, optax 0.2.5)``: the libraries built on jax of the environment a report was checked in
-    under ``--jax``/``--python``, after its jax version; "" for your own environment."""
+    """`` (flax 0.12.0, optax 0.2.5)``: the libraries built on jax that the worker imported for a report's
+    targets, after its jax version; "" where they import none."""
     if not report.library_versions:
         return ""
     return " (" + ", ".join(f"{name} {version}" for name, version in sorted(report.library_versions.items())) + ")"
