@@ -408,8 +408,12 @@ class LiveBuffer:
     instruction: str | None
     shape: str | None
     source: str | None
-    input: str | None = None  # the input leaf, for parameter and aliased slices
+    input: str | None = None  # the input leaf the value is (the parameter, or a copy of it)
     call_site: str | None = None  # source is library code: the user's line that led there
+    # the value occupies a donated input's buffer without being that input (an update written into it, after the
+    # input's last read): the input whose buffer it is; the value is named by ``instruction`` and ``output``
+    buffer_of: str | None = None
+    output: str | None = None  # the output the value is returned as, by path
 
 
 @dataclass(frozen=True)

@@ -470,6 +470,11 @@ def _liveness(
     spaces = tuple(MemorySpace(s.memory_space, s.allocated_bytes, s.live_peak_bytes) for s in live.memory_spaces)
     parameters = {i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"}
     allocations = {a.index: a for a in assignment.allocations}
+    returned = {
+        producer.name: out.path
+        for producer, out in zip(program.output_producers, program.variant.outputs)
+        if producer is not None and producer.opcode != "parameter"
+    }
     top: list[LiveBuffer] = []
     for live_slice in live.live_at_peak[:_LIVE_AT_PEAK]:
         value = live_slice.value
@@ -478,10 +483,11 @@ def _liveness(
         if number is not None:
             leaf = program.leaf_of(number, value.shape_index)
         allocation = allocations.get(live_slice.slice.allocation)
+        owner = None
         if leaf is None and allocation is not None and allocation.parameter_number is not None:
-            # a donated input's buffer, after its last read holding the value written
-            # into it: named by the input whose buffer it is
-            leaf = program.leaf_of(allocation.parameter_number, allocation.parameter_shape_index)
+            # a donated input's buffer, after its last read holding another value written into it (the update):
+            # the value is named as itself, and the input as the buffer's owner
+            owner = program.leaf_of(allocation.parameter_number, allocation.parameter_shape_index)
         # a copy of an input is named by the input it copies, and placed at the
         # copy's own source line (or the function's, when XLA kept none for it)
         copied = copied_inputs.get(value.instruction or "")
@@ -489,7 +495,7 @@ def _liveness(
         call_site = _call_site(value.source)
         if source is None and copied is not None:
             source, call_site = copied.source, copied.call_site
-        if source is None and leaf is not None:
+        if source is None and (leaf is not None or owner is not None):
             source = definition  # an argument comes in where the function is defined
         top.append(
             LiveBuffer(
@@ -500,6 +506,8 @@ def _liveness(
                 source=source,
                 input=leaf.path if leaf is not None else (copied.of_parameter if copied is not None else None),
                 call_site=call_site,
+                buffer_of=owner.path if owner is not None else None,
+                output=returned.get(value.instruction or ""),
             )
         )
     entry = program.module.entry.name

@@ -40,6 +40,8 @@ from fieldmem.render.pieces import (
     memory_space_lines,
     pair,
     plural,
+    slot_input_text,
+    slot_value_text,
     transfer_lines,
     verdict_words,
 )
@@ -290,8 +292,8 @@ def _live_table(variant: Variant) -> str:
         (
             _e(format_bytes(b.bytes)),
             f'<span class="kind {_e(b.kind)}">{_e(b.kind)}</span>',
-            _code(b.input),
-            _code(b.instruction),
+            _code(slot_input_text(b) or None),
+            _code(slot_value_text(b)),
             f'<span class="shape">{_e(b.shape or "")}</span>',
             _src(b.source, b.call_site),
         )

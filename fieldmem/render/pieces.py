@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from fieldmem.report import Chain, ChainStep, Copy, HostFromShardings, Report, TargetResult, Variant
+from fieldmem.report import Chain, ChainStep, Copy, HostFromShardings, LiveBuffer, Report, TargetResult, Variant
 from fieldmem.units import format_bytes
 from fieldmem.words import copy_kind_label
 
@@ -40,6 +40,8 @@ __all__ = [
     "pair",
     "plugins_text",
     "plural",
+    "slot_input_text",
+    "slot_value_text",
     "source_text",
     "transfer_lines",
     "verdict_words",
@@ -150,6 +152,21 @@ def plugins_text(report: Report) -> str:
     if not report.plugin_versions:
         return ""
     return " (" + ", ".join(f"{name} {version}" for name, version in sorted(report.plugin_versions.items())) + ")"
+
+
+def slot_input_text(buffer: LiveBuffer) -> str:
+    """The input column of a slot live at the peak: the input the value is, or, for another value written into
+    a donated input's buffer, ``in field.u's buffer`` (never the input's name alone beside another value)."""
+    if buffer.input:
+        return buffer.input
+    return f"in {buffer.buffer_of}'s buffer" if buffer.buffer_of else ""
+
+
+def slot_value_text(buffer: LiveBuffer) -> str:
+    """The value column of a slot live at the peak: the output it is returned as, with its instruction
+    (``out.u (broadcast_add_fusion)``), else the instruction."""
+    instruction = buffer.instruction or "?"
+    return f"{buffer.output} ({instruction})" if buffer.output else instruction
 
 
 def judged_text(report: Report) -> str | None:

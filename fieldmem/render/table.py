@@ -35,6 +35,8 @@ from fieldmem.render.pieces import (
     module_settings_text,
     pair,
     plugins_text,
+    slot_input_text,
+    slot_value_text,
     source_text,
     transfer_lines,
     verdict_words,
@@ -413,8 +415,8 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                         format_bytes(b.bytes),
                         b.kind,
                         b.shape or "",
-                        b.input or "",
-                        b.instruction or "?",
+                        slot_input_text(b),
+                        slot_value_text(b),
                         source_text(b.source, b.call_site) or "",
                     )
                     for b in variant.live_at_peak
