@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,7 +182,8 @@ class _Session:
     write_error: str | None = None
     isolate: bool = True
     timeout: float | None = DEFAULT_TIMEOUT
-    worker: Any = None  # fieldmem.engine.isolate.CallSession, started by the first check
+    # fieldmem.engine.isolate.CallSession by (interpreter, environment), each started by its first check
+    workers: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = field(default_factory=dict)
     jax: str | None = None  # --fieldmem-jax: the workers run under a cached environment of this release
     # (test node id, the check's report with every result named by its baseline key)
     keyed: list[tuple[str, Report]] = field(default_factory=list)
@@ -233,21 +235,19 @@ class _Session:
         from fieldmem.engine.isolate import CallSession
         from fieldmem.request.target import in_hand_name
 
-        if self.worker is None:
-            interpreter = None
-            if self.jax is not None:
-                from fieldmem.engine.interpreters import worker_interpreters
-
-                (interpreter,) = worker_interpreters([self.jax], None, [backend] if backend else None)
-            self.worker = CallSession(self.timeout, interpreter)
+        interpreter, environ = _worker_for(backend, self.jax)
+        key = (interpreter.label if interpreter is not None else "", tuple(sorted(environ.items())))
+        worker = self.workers.get(key)
+        if worker is None:
+            worker = self.workers[key] = CallSession(self.timeout, interpreter, environ)
         label = in_hand_name(kind, subject, settings.get("name"))
-        report: Report = self.worker.check(call, label, worker_options(min_bytes, backend))
+        report: Report = worker.check(call, label, worker_options(min_bytes, backend))
         return report
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
+        for worker in self.workers.values():
+            worker.close()
+        self.workers.clear()
 
     def record(self, report: Report, nodeid: str, backend: str | None = None, display: str = "", key: str = "") -> None:
         """Keep ``report`` for --fieldmem-report, its result keyed by the test's node id (and the backend,
@@ -296,6 +296,37 @@ _UNSET: Any = object()
 
 class FieldmemWarning(UserWarning):
     """A fieldmem_check that could not be checked the way the session asked (in the supervised worker)."""
+
+
+def _worker_for(backend: str | None, jax: str | None) -> tuple[Any, dict[str, str]]:
+    """The interpreter (None: this Python) and the environment a worker checking on ``backend`` needs, as
+    ``fieldmem check`` gives its own: a deviceless backend's variables (``JAX_PLATFORMS=cpu``...), and where
+    its compiler is not installed here, a cached environment of this jax that has it, made on first use
+    (saying so on stderr, before anything a library prints); ``jax``: ``--fieldmem-jax``'s release."""
+    from fieldmem.request.backends import deviceless_environment, extra_installed, parse_backend
+
+    named = parse_backend(backend) if backend is not None else None
+    environ = deviceless_environment([named] if named is not None else None)
+    if jax is not None:
+        from fieldmem.engine.interpreters import worker_interpreters
+
+        (interpreter,) = worker_interpreters([jax], None, [backend] if backend else None, _say)
+        return interpreter, environ
+    if named is not None and not extra_installed(named):
+        from importlib import metadata
+
+        from fieldmem.engine.interpreters import compilers_interpreter
+
+        _say(f"{named.name}: its compiler is not installed here; checking in a cached environment that has it")
+        return compilers_interpreter([named.platform], metadata.version("jax"), _say), environ
+    return None, environ
+
+
+def _say(line: str) -> None:
+    """What fieldmem is doing before a check (making an environment), on the terminal, past pytest's capture."""
+    stream = sys.__stderr__ or sys.stderr
+    stream.write(f"fieldmem: {line}\n")
+    stream.flush()
 
 
 def _warn_in_process(kind: str, subject: Any, settings: dict[str, Any], why: str) -> None:

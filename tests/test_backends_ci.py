@@ -190,9 +190,10 @@ def test_plugin_backend(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPat
     if not several and os.environ.get("FIELDMEM_REQUIRE_BACKENDS") == "1":
         pytest.fail('the deviceless extras are not installed: pip install "fieldmem[tpu,gpu]"')
     pytester.makepyfile(updates=UPDATES, test_backends=TESTS, **({"test_several": SEVERAL} if several else {}))
-    # what a Python process needs before jax starts to compile without the device (docs/backends.md)
-    for name, value in DEVICELESS_ENV.items():
-        monkeypatch.setenv(name, value)
+    # nothing set before pytest starts: the plugin's workers get what compiling without the device needs, as
+    # the fieldmem command's do (issue 48)
+    for name in DEVICELESS_ENV:
+        monkeypatch.delenv(name, raising=False)
     result = pytester.runpytest_subprocess("-v", "--strict-markers", "--fieldmem-report=report.json")
     found = {nodeid.split("::")[-1]: outcome for nodeid, outcome in _OUTCOME.findall(result.stdout.str())}
     expected_several = {"test_several_in_place": "PASSED", "test_several_not_in_place": "FAILED"} if several else {}

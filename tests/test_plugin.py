@@ -20,6 +20,7 @@ import re
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -899,3 +900,31 @@ def test_a_baseline_saved_from_the_cli_gates_the_same_jit_alias_in_pytest(
     assert len(errors) == 1, other.stdout.str()
     assert "matches none of this run's targets" in errors[0] and "aliases.py:update_kept" in errors[0], errors
     assert "new target" not in other.stdout.str()
+
+
+def test_a_deviceless_backend_whose_compiler_is_missing_gets_an_environment_first(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """As ``fieldmem check`` does (issue 48): a deviceless backend's worker has its environment variables, and
+    where its compiler is not installed here, runs in a cached environment that has it; fieldmem says so first."""
+    import fieldmem.engine.interpreters as interpreters
+    import fieldmem.request.backends as backends
+    from fieldmem.engine.spawn import Interpreter
+    from fieldmem.pytest_plugin import _worker_for
+
+    made: list[tuple[list[str], str]] = []
+
+    def compilers(platforms: list[str], version: str, say: Any = None) -> Interpreter:
+        made.append((list(platforms), version))
+        return Interpreter("python-there", label=f"jax {version} with tpu")
+
+    monkeypatch.setattr(interpreters, "compilers_interpreter", compilers)
+    monkeypatch.setattr(backends, "extra_installed", lambda backend: not backend.deviceless)
+    interpreter, environ = _worker_for("tpu:v5e", None)
+    assert interpreter is not None and interpreter.python == "python-there" and made == [(["tpu"], made[0][1])]
+    assert environ["JAX_PLATFORMS"] == "cpu" and environ["TPU_SKIP_MDS_QUERY"] == "1"
+    err = capfd.readouterr().err
+    assert err.startswith("fieldmem: tpu:v5e: its compiler is not installed here; checking in a cached environment")
+    # the machine's own backend: this Python, its environment as it is
+    assert _worker_for("cpu", None) == (None, {})
+    assert _worker_for(None, None) == (None, {})
