@@ -16,7 +16,7 @@ DEMO_STAMP := $(VENV)/.demo-installed
 DEMO_NO_DEPS := flax==0.12.8
 
 $(DEMO_STAMP): pyproject.toml requirements-demo.txt
-	@echo "make: installing fieldmem and what the demo needs into $(VENV): jax, jaxlib, flax (about 550 MB; log: $(INSTALL_LOG))"
+	@echo "make: installing fieldmem and what the demo needs into $(VENV): jax, jaxlib, flax (about 580 MB; log: $(INSTALL_LOG))"
 	@{ $(PYTHON) -m venv $(VENV) && $(PIP) --upgrade pip && $(PIP) --no-compile -r requirements-demo.txt \
 	  && $(PIP) --no-compile --no-deps $(DEMO_NO_DEPS) && $(PIP) --no-deps -e . ; } > $(INSTALL_LOG) 2>&1 \
 	  || { cat $(INSTALL_LOG); exit 1; }
