@@ -4,23 +4,36 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint golden bench bench-quick bench-more bench-backends gpu-check tpu-check tpu-check-report tpu-wheels screenshot clean fuzz schema package-check
+.PHONY: setup demo demo-backends test test-fast lint golden bench bench-quick bench-more bench-backends gpu-check tpu-check tpu-check-report tpu-wheels screenshot clean fuzz schema package-check
 
 # The installers' output goes to a log, shown only when a step fails.
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 INSTALL_LOG := $(VENV).install.log
 
-$(STAMP): pyproject.toml requirements-test.txt
-	@echo "make: installing fieldmem and its test requirements into $(VENV) (log: $(INSTALL_LOG))"
-	@{ $(PYTHON) -m venv $(VENV) && $(PIP) --upgrade pip && $(PIP) -r requirements-test.txt \
-	  && $(PIP) --no-deps -e . ; } > $(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
+# What the demo needs alone (requirements-demo.txt; flax without the dependencies flax.struct does not
+# import), its modules compiled as they are first imported: about a quarter of the test setup (CHANGELOG).
+DEMO_STAMP := $(VENV)/.demo-installed
+DEMO_NO_DEPS := flax==0.12.8
+
+$(DEMO_STAMP): pyproject.toml requirements-demo.txt
+	@echo "make: installing fieldmem and what the demo needs into $(VENV): jax, jaxlib, flax (about 580 MB; log: $(INSTALL_LOG))"
+	@{ $(PYTHON) -m venv $(VENV) && $(PIP) --upgrade pip && $(PIP) --no-compile -r requirements-demo.txt \
+	  && $(PIP) --no-compile --no-deps $(DEMO_NO_DEPS) && $(PIP) --no-deps -e . ; } > $(INSTALL_LOG) 2>&1 \
+	  || { cat $(INSTALL_LOG); exit 1; }
+	@touch $(DEMO_STAMP)
+
+# The test setup adds the test requirements, the GPU and TPU compilers among them, to the demo's.
+$(STAMP): $(DEMO_STAMP) requirements-test.txt
+	@echo "make: installing the test requirements into $(VENV) (the GPU and TPU compilers among them; log: $(INSTALL_LOG))"
+	@{ $(PIP) -r requirements-test.txt && $(PIP) --no-deps -e . ; } > $(INSTALL_LOG) 2>&1 \
+	  || { cat $(INSTALL_LOG); exit 1; }
 	@touch $(STAMP)
 
 setup: $(STAMP)
 
 # Check the bundled examples: the table, then the Field example in detail.
 # Each command is shown as a user would type it, then what fieldmem prints.
-demo: $(STAMP)
+demo: $(DEMO_STAMP)
 	@echo '$$ fieldmem check examples/field.py examples/sparse_row.py examples/stencil_scan.py examples/optimizer.py --html fieldmem-report.html'
 	@$(BIN)/fieldmem check examples/field.py examples/sparse_row.py examples/stencil_scan.py examples/optimizer.py \
 	  --html fieldmem-report.html; status=$$?; [ $$status -le 1 ] || exit $$status
@@ -32,9 +45,16 @@ demo: $(STAMP)
 	@$(BIN)/fieldmem check examples/forward.py:create_field,update1,update2 examples/precision_chain.py
 	@echo; echo '$$ fieldmem check examples/sharded.py examples/sparse_row.py --devices 4 --probe'
 	@$(BIN)/fieldmem check examples/sharded.py examples/sparse_row.py --devices 4 --probe
-	@echo; echo '$$ fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e'
-	@$(BIN)/fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e
 	@echo; echo "the HTML report of the examples: fieldmem-report.html"
+	@echo "make demo-backends: the same update compiled for an H100 and a TPU v5e without either (adds their compilers)"
+
+# The GPU and TPU compilers (fieldmem[gpu,tpu], as pinned for the tests), then one update on three backends.
+demo-backends: $(DEMO_STAMP)
+	@echo "make: installing the GPU and TPU compilers into $(VENV) (log: $(INSTALL_LOG))"
+	@$(PIP) --no-compile libtpu==0.0.42.1 jax-cuda12-plugin==0.10.2 jax-cuda12-pjrt==0.10.2 \
+	  nvidia-cuda-nvcc-cu12==12.9.86 > $(INSTALL_LOG) 2>&1 || { cat $(INSTALL_LOG); exit 1; }
+	@echo '$$ fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e'
+	@$(BIN)/fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -18,7 +18,7 @@ from typing import Any
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.report import DeviceInfo, Expectation, Report
-from fieldmem.request.options import MIN_BYTES, CheckOptions, parse_backends, parse_expect
+from fieldmem.request.options import MIN_BYTES, CheckOptions, footprint_budget, parse_backends, parse_expect
 from fieldmem.units import parse_bytes
 from fieldmem.version import __version__
 
@@ -92,8 +92,9 @@ def check_function(
     static: str | int | tuple | list | None = None,
     name: str | None = None,
     expect: Expectation = "any",
-    max_peak: int | str | None = None,
+    max_footprint: int | str | None = None,
     max_live_peak: int | str | None = None,
+    max_peak: int | str | None = None,
     min_bytes: int | str = MIN_BYTES,
     run: bool = False,
     new: str | list[str] | tuple[str, ...] | None = None,
@@ -120,7 +121,8 @@ def check_function(
         name: the name shown in the report (default ``module:qualname``).
         expect: ``"in-place"`` adds the ``expect-in-place`` check; ``"any"``
             only reports.
-        max_peak: a budget on the donated ``footprint_bytes`` (``"64MiB"`` or bytes).
+        max_footprint: a budget on the donated ``footprint_bytes`` (``"64MiB"`` or bytes): what the
+            program holds at once. ``max_peak`` is its older name.
         max_live_peak: a budget on the donated ``live_peak_bytes``.
         min_bytes: smaller copies and outputs do not decide the verdict.
         run: also call both variants (in this process) and confirm every planned
@@ -152,7 +154,8 @@ def check_function(
     from fieldmem.request.target import in_hand
 
     parse_expect(expect, "expect=", required=True)
-    settings = dict(donate=donate, static=static, name=name, expect=expect, max_peak=max_peak)
+    budget = footprint_budget(max_footprint, max_peak)
+    settings = dict(donate=donate, static=static, name=name, expect=expect, max_peak=budget)
     target = in_hand("function", fn, args, kwargs, **settings, max_live_peak=max_live_peak, new=new)
     display = target.name
     report = check_targets([target], _options(min_bytes, run, fast_compile, backend))
@@ -223,8 +226,9 @@ def check_chain(
     static: str | int | tuple | list | None = None,
     name: str | None = None,
     expect: Expectation = "any",
-    max_peak: int | str | None = None,
+    max_footprint: int | str | None = None,
     max_live_peak: int | str | None = None,
+    max_peak: int | str | None = None,
     min_bytes: int | str = MIN_BYTES,
     run: bool = False,
     step_args: Mapping[Any, Any] | None = None,
@@ -259,7 +263,8 @@ def check_chain(
     from fieldmem.request.target import in_hand
 
     parse_expect(expect, "expect=", required=True)
-    settings = dict(donate=donate, static=static, name=name, expect=expect, max_peak=max_peak)
+    budget = footprint_budget(max_footprint, max_peak)
+    settings = dict(donate=donate, static=static, name=name, expect=expect, max_peak=budget)
     chain = in_hand("chain", steps, args, kwargs, **settings, max_live_peak=max_live_peak, step_args=step_args)
     return check_targets([chain], _options(min_bytes, run, fast_compile, backend))
 
@@ -294,8 +299,9 @@ def assert_in_place(
     *args: Any,
     donate: str | int | tuple | list | None = None,
     static: str | int | tuple | list | None = None,
-    max_peak: int | str | None = None,
+    max_footprint: int | str | None = None,
     max_live_peak: int | str | None = None,
+    max_peak: int | str | None = None,
     min_bytes: int | str = MIN_BYTES,
     name: str | None = None,
     run: bool = False,
@@ -314,7 +320,7 @@ def assert_in_place(
 
     Raises:
         NotInPlaceError: the donated variant is not in place, or its footprint
-            exceeds ``max_peak``, or its live peak exceeds ``max_live_peak``;
+            exceeds ``max_footprint``, or its live peak exceeds ``max_live_peak``;
             the message is the CLI's verdict with the findings and source lines.
         OptionError, FieldmemError: as :func:`check_function`.
 
@@ -330,7 +336,7 @@ def assert_in_place(
         static=static,
         name=name,
         expect="in-place",
-        max_peak=max_peak,
+        max_footprint=footprint_budget(max_footprint, max_peak),
         max_live_peak=max_live_peak,
         min_bytes=min_bytes,
         run=run,

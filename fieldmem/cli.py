@@ -191,7 +191,12 @@ def check(
     ] = None,
     max_peak: Annotated[
         str | None,
-        typer.Option("--max-peak", help="Budget for the donated footprint, e.g. 64MiB; exceeding it exits 1."),
+        typer.Option(
+            "--max-footprint",
+            "--max-peak",
+            help="Budget for the donated footprint (what the program holds at once: footprint_bytes), e.g. 64MiB; "
+            "exceeding it exits 1. --max-peak is its older name.",
+        ),
     ] = None,
     max_live_peak: Annotated[
         str | None,

@@ -52,6 +52,12 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
         WriteError: an ``-o``/``--html`` file cannot be written (nothing is printed to stdout then).
     """
     settings = request.baseline
+    if request.backends is not None and request.backends_origin is not None:
+        # the backends the run judges, and who named them: every output's header says so
+        reports = tuple(
+            dataclasses.replace(report, judged_backends=tuple(request.backends), judged_by=request.backends_origin)
+            for report in reports
+        )
     if settings.accept_current and settings.save_to is not None:
         from fieldmem.gate.baseline import gate_as_recorded
 
@@ -146,6 +152,12 @@ def _print_reports(reports: Sequence[Report], output: OutputSettings, min_bytes:
 
     options = dataclasses.replace(terminal_options(output.verbose, min_bytes), top=output.top)
     renderer = get_renderer("table" if output.file is not None else output.format)
+    if renderer.name == "json" and len(reports) > 1:
+        from fieldmem.render.jsonout import render_many
+
+        # one document, which one json.load reads: several backends or jax releases, in the run's order
+        echo_rendered(render_many(reports, options), options)
+        return
     for report in reports:
         echo_rendered(renderer.render(report, options), options)
     if len(reports) > 1 and renderer.name == "table":

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.request.options import MIN_BYTES, parse_backends, parse_new
+from fieldmem.request.options import MIN_BYTES, footprint_budget, parse_backends, parse_new
 from fieldmem.request.tolerance import Tolerances
 from fieldmem.units import parse_bytes
 
@@ -49,7 +50,7 @@ __all__ = ["FieldmemCheck", "Limits"]
 MARKER = "fieldmem"
 FIXTURE = "fieldmem_check"
 _MARKER_HELP = (
-    "fieldmem(in_place=True, max_peak=None, max_live_peak=None, min_bytes=None, donate=None, static=None, "
+    "fieldmem(in_place=True, max_footprint=None, max_live_peak=None, min_bytes=None, donate=None, static=None, "
     "new=None, backend=None): "
     "limits for the fieldmem_check fixture in this test (sizes like '64MiB')"
 )
@@ -64,15 +65,18 @@ class _Option:
     ini: str
     metavar: str
     help: str
+    older: tuple[str, str] | None = None  # an older name, (flag, ini), still taken
 
 
 _SIZE_OPTIONS = (
     _Option(
         "max_peak",
-        "--fieldmem-max-peak",
-        "fieldmem_max_peak",
+        "--fieldmem-max-footprint",
+        "fieldmem_max_footprint",
         "SIZE",
-        "budget for the donated variant's footprint_bytes in every fieldmem_check, e.g. 64MiB",
+        "budget for the donated variant's footprint (footprint_bytes: what the program holds at once) in every "
+        "fieldmem_check, e.g. 64MiB (--fieldmem-max-peak, ini fieldmem_max_peak: its older name)",
+        older=("--fieldmem-max-peak", "fieldmem_max_peak"),
     ),
     _Option(
         "max_live_peak",
@@ -161,7 +165,9 @@ class Limits:
     backend: tuple[str, ...] | None = None  # check on each of these backends (None: jax's default)
 
 
-_MARKER_KEYS = tuple(f.name for f in dataclasses.fields(Limits))
+# max_footprint is the budget Limits keeps as max_peak (its older name, still taken, not listed)
+_MARKER_KEYS = tuple("max_footprint" if f.name == "max_peak" else f.name for f in dataclasses.fields(Limits))
+_MARKER_TAKES = (*_MARKER_KEYS, "max_peak")
 
 
 @dataclass
@@ -176,7 +182,8 @@ class _Session:
     write_error: str | None = None
     isolate: bool = True
     timeout: float | None = DEFAULT_TIMEOUT
-    worker: Any = None  # fieldmem.engine.isolate.CallSession, started by the first check
+    # fieldmem.engine.isolate.CallSession by (interpreter, environment), each started by its first check
+    workers: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = field(default_factory=dict)
     jax: str | None = None  # --fieldmem-jax: the workers run under a cached environment of this release
     # (test node id, the check's report with every result named by its baseline key)
     keyed: list[tuple[str, Report]] = field(default_factory=list)
@@ -228,21 +235,19 @@ class _Session:
         from fieldmem.engine.isolate import CallSession
         from fieldmem.request.target import in_hand_name
 
-        if self.worker is None:
-            interpreter = None
-            if self.jax is not None:
-                from fieldmem.engine.interpreters import worker_interpreters
-
-                (interpreter,) = worker_interpreters([self.jax], None, [backend] if backend else None)
-            self.worker = CallSession(self.timeout, interpreter)
+        interpreter, environ = _worker_for(backend, self.jax)
+        key = (interpreter.label if interpreter is not None else "", tuple(sorted(environ.items())))
+        worker = self.workers.get(key)
+        if worker is None:
+            worker = self.workers[key] = CallSession(self.timeout, interpreter, environ)
         label = in_hand_name(kind, subject, settings.get("name"))
-        report: Report = self.worker.check(call, label, worker_options(min_bytes, backend))
+        report: Report = worker.check(call, label, worker_options(min_bytes, backend))
         return report
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
+        for worker in self.workers.values():
+            worker.close()
+        self.workers.clear()
 
     def record(self, report: Report, nodeid: str, backend: str | None = None, display: str = "", key: str = "") -> None:
         """Keep ``report`` for --fieldmem-report, its result keyed by the test's node id (and the backend,
@@ -293,6 +298,37 @@ class FieldmemWarning(UserWarning):
     """A fieldmem_check that could not be checked the way the session asked (in the supervised worker)."""
 
 
+def _worker_for(backend: str | None, jax: str | None) -> tuple[Any, dict[str, str]]:
+    """The interpreter (None: this Python) and the environment a worker checking on ``backend`` needs, as
+    ``fieldmem check`` gives its own: a deviceless backend's variables (``JAX_PLATFORMS=cpu``...), and where
+    its compiler is not installed here, a cached environment of this jax that has it, made on first use
+    (saying so on stderr, before anything a library prints); ``jax``: ``--fieldmem-jax``'s release."""
+    from fieldmem.request.backends import deviceless_environment, extra_installed, parse_backend
+
+    named = parse_backend(backend) if backend is not None else None
+    environ = deviceless_environment([named] if named is not None else None)
+    if jax is not None:
+        from fieldmem.engine.interpreters import worker_interpreters
+
+        (interpreter,) = worker_interpreters([jax], None, [backend] if backend else None, _say)
+        return interpreter, environ
+    if named is not None and not extra_installed(named):
+        from importlib import metadata
+
+        from fieldmem.engine.interpreters import compilers_interpreter
+
+        _say(f"{named.name}: its compiler is not installed here; checking in a cached environment that has it")
+        return compilers_interpreter([named.platform], metadata.version("jax"), _say), environ
+    return None, environ
+
+
+def _say(line: str) -> None:
+    """What fieldmem is doing before a check (making an environment), on the terminal, past pytest's capture."""
+    stream = sys.__stderr__ or sys.stderr
+    stream.write(f"fieldmem: {line}\n")
+    stream.flush()
+
+
 def _warn_in_process(kind: str, subject: Any, settings: dict[str, Any], why: str) -> None:
     import warnings
 
@@ -322,12 +358,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         group.addoption(
             # argparse formats help with %: a tolerance's 2% is written 2%%
             option.flag,
+            *((option.older[0],) if option.older else ()),
             dest=f"fieldmem_{option.dest}",
             metavar=option.metavar,
             default=None,
             help=option.help.replace("%", "%%"),
         )
         parser.addini(option.ini, f"{option.help} (ini twin of {option.flag})", type="string", default=None)
+        if option.older:
+            parser.addini(option.older[1], f"the older name of {option.ini}", type="string", default=None)
     group.addoption(
         "--fieldmem-compare-fail",
         dest="fieldmem_compare_fail",
@@ -352,10 +391,11 @@ def _setting(config: pytest.Config, option: _Option) -> tuple[str | None, str]:
     value = config.getoption(f"fieldmem_{option.dest}")
     if value is not None:
         return value, option.flag
-    value = config.getini(option.ini)
-    if not isinstance(value, str) or not value.strip():
-        return None, f"ini {option.ini}"
-    return value.strip(), f"ini {option.ini}"
+    for ini in (option.ini, *((option.older[1],) if option.older else ())):
+        value = config.getini(ini)
+        if isinstance(value, str) and value.strip():
+            return value.strip(), f"ini {ini}"
+    return None, f"ini {option.ini}"
 
 
 def _path(config: pytest.Config, value: str, label: str, flag: str) -> Path:
@@ -489,7 +529,7 @@ def _marker_limits(node: pytest.Item, defaults: Limits) -> Limits:
             raise OptionError(
                 f"@pytest.mark.fieldmem takes keywords only ({', '.join(_MARKER_KEYS)}), got {marker.args!r}"
             )
-        unknown = sorted(set(marker.kwargs) - set(_MARKER_KEYS))
+        unknown = sorted(set(marker.kwargs) - set(_MARKER_TAKES))
         if unknown:
             raise OptionError(f"@pytest.mark.fieldmem has no {unknown[0]!r}: use {', '.join(_MARKER_KEYS)}")
         limits = _override(limits, marker.kwargs, "@pytest.mark.fieldmem {}=")
@@ -497,11 +537,23 @@ def _marker_limits(node: pytest.Item, defaults: Limits) -> Limits:
 
 
 def _override(limits: Limits, values: Mapping[str, Any], label: str) -> Limits:
-    """``limits`` with ``values`` parsed in (a size may be None: no budget)."""
+    """``limits`` with ``values`` parsed in (a size may be None: no budget); ``max_footprint`` is the budget
+    ``Limits`` keeps as ``max_peak`` (its older name: one of the two)."""
+    values = dict(values)
+    named = "max_footprint" if "max_footprint" in values else "max_peak"  # as the user named the budget
+    if "max_footprint" in values:
+        if "max_peak" in values:
+            footprint_budget(values["max_footprint"], values["max_peak"], label)
+            if values["max_footprint"] is None or values["max_peak"] is None:  # one of them drops the budget
+                raise OptionError(
+                    f"{label.format('max_footprint')} and {label.format('max_peak')} are one budget: give one"
+                )
+        values["max_peak"] = values.pop("max_footprint")
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if key in ("max_peak", "max_live_peak"):
-            changes[key] = None if value is None else parse_bytes(value, label.format(key))
+            shown = named if key == "max_peak" else key
+            changes[key] = None if value is None else parse_bytes(value, label.format(shown))
         elif key == "min_bytes":
             changes[key] = MIN_BYTES if value is None else parse_bytes(value, label.format(key))
         elif key == "new":
@@ -542,6 +594,7 @@ class FieldmemCheck:
         fn: Callable[..., Any],
         *args: Any,
         in_place: bool = _UNSET,
+        max_footprint: int | str | None = _UNSET,
         max_peak: int | str | None = _UNSET,
         max_live_peak: int | str | None = _UNSET,
         min_bytes: int | str = _UNSET,
@@ -555,7 +608,8 @@ class FieldmemCheck:
         """Check ``fn(*args, **kwargs)``; fail the test when it is not in place or over budget.
 
         Keywords left out take the marker's, the command line's, the ini's or
-        the default value; ``max_peak=None`` drops a budget set elsewhere.
+        the default value; ``max_footprint=None`` drops a budget set elsewhere
+        (``max_peak`` is its older name).
         ``in_place=False`` checks the budgets only. ``new`` names outputs
         meant to be new buffers (``"out[1]"``, ``"out.logits"``, as ``--new``):
         never a break of in place. ``backend`` checks on a backend as
@@ -574,6 +628,7 @@ class FieldmemCheck:
         __tracebackhide__ = True
         given = dict(
             in_place=in_place,
+            max_footprint=max_footprint,
             max_peak=max_peak,
             max_live_peak=max_live_peak,
             min_bytes=min_bytes,
@@ -589,6 +644,7 @@ class FieldmemCheck:
         steps: list[Callable[..., Any]] | tuple[Callable[..., Any], ...],
         *args: Any,
         in_place: bool = _UNSET,
+        max_footprint: int | str | None = _UNSET,
         max_peak: int | str | None = _UNSET,
         max_live_peak: int | str | None = _UNSET,
         min_bytes: int | str = _UNSET,
@@ -614,6 +670,7 @@ class FieldmemCheck:
         __tracebackhide__ = True
         given = dict(
             in_place=in_place,
+            max_footprint=max_footprint,
             max_peak=max_peak,
             max_live_peak=max_live_peak,
             min_bytes=min_bytes,
@@ -795,11 +852,19 @@ def _gate(state: _Session) -> None:
         state.gate_failed = True
         return
     regressions = 0
+    unmatched: list[str] = []
     for report in reports:
         if report.baseline is not None:
             state.summary.extend(render_comparison(report.baseline).rstrip("\n").splitlines())
             regressions += len(report.baseline.regressions)
-    if regressions and state.compare_fail:
+            unmatched += [
+                c.message for c in report.baseline.regressions if c.kind == "status" and c.subject == "missing"
+            ]
+    if unmatched:
+        # a baseline that matches none of the session's checks gates nothing: that fails, asked or not
+        state.summary.append(f"fieldmem: error: {unmatched[0]}")
+        state.gate_failed = True
+    elif regressions and state.compare_fail:
         state.summary.append(
             f"fieldmem: error: {regressions} regression(s) against the baseline {str(state.baseline)!r}: "
             "the session fails (--fieldmem-compare-fail)"

@@ -263,6 +263,9 @@ class CompiledVariant:
     # the platform the program is compiled for ("cpu", "gpu", "tpu"; None: not known): which memory spaces are
     # the device's memory (fieldmem.xla.spaces), and what the device holds for a program beside its buffers
     platform: str | None = None
+    # the backend it was compiled for, as --backend names it: "cpu", "gpu", "tpu" (a device here), or "tpu:v5e",
+    # "gpu:h100" (compiled without the device); None: not known (a reading of an older fieldmem)
+    backend: str | None = None
 
 
 @dataclass(frozen=True)
@@ -277,7 +280,7 @@ class Environment:
     # compiled without the device: backend, platform, kind, device_kind, topology, chips, note (None: a real device)
     deviceless: dict[str, Any] | None = None
     plugin_versions: dict[str, str] = field(default_factory=dict)  # the backend's compiler plugins, installed
-    # a worker under another interpreter (--jax, --python): the libraries built on jax it has, by distribution
+    # the libraries built on jax (flax, optax…) this process imported, by distribution
     library_versions: dict[str, str] = field(default_factory=dict)
 
 

@@ -34,10 +34,12 @@ __all__ = [
     "EXPECTATIONS",
     "FINDING_CODES",
     "HANDOFF_CODES",
+    "IN_PLACE_KINDS",
     "LEAF_CODES",
     "LIVE_BUFFER_KINDS",
     "PEAK_SOURCE_KINDS",
     "PROBE_CODES",
+    "REPORTS_SCHEMA",
     "SCHEMA",
     "SEVERITIES",
     "SOURCE_ROLES",
@@ -82,6 +84,7 @@ __all__ = [
     "LiveBuffer",
     "LiveBufferKind",
     "MadeStatic",
+    "MeasuredDonation",
     "MemoryFigures",
     "MemorySpace",
     "ModuleSettings",
@@ -94,6 +97,7 @@ __all__ = [
     "ProbeCode",
     "Report",
     "ReportError",
+    "Reports",
     "RunCheck",
     "Severity",
     "SourceRole",
@@ -173,6 +177,7 @@ FindingCode = Literal[
     "loop-copy",
     "conditional-copy",
     "output-copy",
+    "compiler-copy",
     "donation-dropped",
     "unusable-donation",
     "layout-copy",
@@ -195,7 +200,8 @@ FindingCode = Literal[
     "run-transfer-mismatch",
     "unknown",
 ]
-CheckName = Literal["expect-in-place", "expect-fits", "max-peak", "max-live-peak", "unknown"]
+# max-peak: the footprint budget's name before issue 48 (read in older reports and baselines as max-footprint)
+CheckName = Literal["expect-in-place", "expect-fits", "max-footprint", "max-live-peak", "max-peak", "unknown"]
 HandOffCode = Literal[
     "dtype-change", "shape-change", "sharding-change", "layout-change", "reshard", "relayout", "unknown"
 ]
@@ -205,7 +211,9 @@ StaticCode = Literal["concrete", "not-traceable", "unknown"]
 # how jax gets an argument leaf to the program before each call (Transfer.kind)
 TransferKind = Literal["host-to-device", "across-devices", "memory-kind", "unknown"]
 # what the verdict rule (fieldmem.findings.verdict) decided: docs/verdicts.md has the table
-VerdictKind = Literal["in-place", "not-in-place", "nothing-to-update", "does-not-fit", "unknown"]
+VerdictKind = Literal["in-place", "in-place-as-written", "not-in-place", "nothing-to-update", "does-not-fit", "unknown"]
+#: the verdicts that are in place: ``Verdict.in_place``, and what ``--expect in-place`` passes
+IN_PLACE_KINDS: tuple[VerdictKind, ...] = ("in-place", "in-place-as-written")
 
 #: The open sets: a value a newer fieldmem wrote, unknown here, reads as ``"unknown"``.
 OPEN_SETS = (
@@ -409,8 +417,12 @@ class LiveBuffer:
     instruction: str | None
     shape: str | None
     source: str | None
-    input: str | None = None  # the input leaf, for parameter and aliased slices
+    input: str | None = None  # the input leaf the value is (the parameter, or a copy of it)
     call_site: str | None = None  # source is library code: the user's line that led there
+    # the value occupies a donated input's buffer without being that input (an update written into it, after the
+    # input's last read): the input whose buffer it is; the value is named by ``instruction`` and ``output``
+    buffer_of: str | None = None
+    output: str | None = None  # the output the value is returned as, by path
 
 
 @dataclass(frozen=True)
@@ -649,7 +661,7 @@ class Verdict:
     """What the verdict rule (:mod:`fieldmem.findings.verdict`) decided, the headline and the reasons,
     ranked: what breaks in place first, then warnings, then notes, each by the bytes at stake."""
 
-    in_place: bool  # kind == "in-place": kept for readers of report/2 that know only this
+    in_place: bool  # kind in IN_PLACE_KINDS: kept for readers of report/2 that know only this
     summary: str
     findings: tuple[Finding, ...] = ()
     # None only in a report written before the kind existed: read there from in_place
@@ -659,8 +671,8 @@ class Verdict:
         # the kind decides; in_place follows it, except for a kind a newer fieldmem wrote ("unknown")
         if self.kind is None:
             object.__setattr__(self, "kind", "in-place" if self.in_place else "not-in-place")
-        elif self.kind != "unknown" and self.in_place != (self.kind == "in-place"):
-            object.__setattr__(self, "in_place", self.kind == "in-place")
+        elif self.kind != "unknown" and self.in_place != (self.kind in IN_PLACE_KINDS):
+            object.__setattr__(self, "in_place", self.kind in IN_PLACE_KINDS)
 
 
 @dataclass(frozen=True)
@@ -746,6 +758,16 @@ class ArgumentAdvice:
 
 
 @dataclass(frozen=True)
+class MeasuredDonation:
+    """One donation the advisor measured (compiled for ``--suggest``, or one of the check's two compiles): the
+    arguments it donates, in the call's order (none: the plain compile), and the figures of that compile."""
+
+    arguments: tuple[str, ...]
+    footprint_bytes: int | None
+    live_peak_bytes: int | None
+
+
+@dataclass(frozen=True)
 class Suggestion:
     """The donation spec that saves the most, verified by compiling it (``--suggest``).
 
@@ -769,6 +791,13 @@ class Suggestion:
     memory: MemoryFigures | None = None
     savings: dict[str, int | None] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # the backend it was computed for, as --backend names it ("cpu", "tpu:v5e"); None: not known (older reports)
+    backend: str | None = None
+    # every donation measured on the way, the plain compile and the suggestion among them: across several
+    # backends, the donation best on all of them is read from these (fieldmem.gate.compare)
+    measured: tuple[MeasuredDonation, ...] = ()
+    # every donation of the arguments that could lend a buffer was measured: the suggestion is the best there is
+    searched: bool = False
 
 
 @dataclass(frozen=True)
@@ -868,6 +897,9 @@ class TargetResult:
     made_static: tuple[MadeStatic, ...] = ()  # held static where jax.jit would trace (or refuse) them
     # what jax copies onto the devices before each call, and what the program holds in host memory (None: nothing)
     transfers: Transfers | None = None
+    # file.py:LINE where the target's own jax.jit sets its donation (its donate_argnums): where a donation is
+    # changed, and where an annotation of a missing or lost donation goes; None for a plain function
+    jit_definition: str | None = None
 
     @property
     def failed_checks(self) -> tuple[Check, ...]:
@@ -1089,9 +1121,13 @@ class Report:
     # the compiler plugins of the backend the report was made with, by distribution: libtpu for a TPU, the
     # CUDA plugin, its PJRT and nvcc for a GPU (empty: the CPU, or none installed)
     plugin_versions: dict[str, str] = field(default_factory=dict)
-    # checked under another interpreter (--jax, --python): the releases of the libraries built on jax (flax,
-    # optax…) that its environment has, by distribution, which can differ from yours (empty: your own)
+    # the releases of the libraries built on jax (flax, optax…) that the worker imported for these targets, by
+    # distribution: under --jax or --python that environment's, which can differ from yours (empty: none)
     library_versions: dict[str, str] = field(default_factory=dict)
+    # the backends the run judges, as named (--backend, or [tool.fieldmem] backends: where the user's code is
+    # deployed), and who named them ("--backend", "[tool.fieldmem] backends"); () and None: jax's default
+    judged_backends: tuple[str, ...] = ()
+    judged_by: str | None = None
 
     @property
     def exit_code(self) -> int:
@@ -1176,6 +1212,36 @@ def _moves_apart(report: Report) -> Report:
     if all(a is b for a, b in zip(results, report.results)):
         return report
     return replace(report, results=results)
+
+
+REPORTS_SCHEMA = "fieldmem.reports/1"
+
+
+@dataclass(frozen=True)
+class Reports:
+    """Several reports as one document: what ``fieldmem check --format json`` prints on stdout for several
+    backends or jax releases (``-o FILE`` writes one file per report instead), so that one ``json.load``
+    reads the whole run. Each report is a ``fieldmem.report/2`` document, in the order of the run."""
+
+    reports: tuple[Report, ...]
+    schema: str = REPORTS_SCHEMA
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema, "reports": [report.to_dict() for report in self.reports]}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], unknown: list[str] | None = None) -> Reports:
+        """The reports ``data`` holds (see :meth:`Report.from_dict`).
+
+        Raises:
+            ReportError: not a ``fieldmem.reports/1`` document, or a report in it that is not one.
+        """
+        if not isinstance(data, dict) or data.get("schema") != REPORTS_SCHEMA:
+            raise ReportError(f"a document of several reports has the schema {REPORTS_SCHEMA!r}")
+        items = data.get("reports")
+        if not isinstance(items, list):
+            raise ReportError(f"{REPORTS_SCHEMA}: 'reports' is a list of reports")
+        return cls(tuple(Report.from_dict(item, unknown) for item in items))
 
 
 _DIFFERENCES = frozenset({"savings", "baseline", "changes"})  # fields of differences, which may be negative

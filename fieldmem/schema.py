@@ -33,7 +33,7 @@ from typing import Any, Literal, Union
 
 from fieldmem.codec import stand_in_for
 from fieldmem.gate import baseline as _baseline
-from fieldmem.report import _DIFFERENCES, SUPPORTED_SCHEMAS, Report, _is_size
+from fieldmem.report import _DIFFERENCES, REPORTS_SCHEMA, SUPPORTED_SCHEMAS, Report, Reports, _is_size
 
 __all__ = ["DOCUMENTS", "SCHEMA_FOLDER", "Document", "document_schema", "main", "schema_text"]
 
@@ -77,6 +77,14 @@ DOCUMENTS: tuple[Document, ...] = (
         summary="A baseline file of fieldmem check --save-baseline, which --baseline gates against.",
         docs="docs/baselines.md",
         omitted=("path",),
+    ),
+    Document(
+        "reports",
+        Reports,
+        (REPORTS_SCHEMA,),
+        summary="Several reports in one document: fieldmem check --format json on stdout for several backends or "
+        "jax releases.",
+        docs="docs/report-schema.md",
     ),
 )
 

@@ -108,8 +108,9 @@ FINDING_WORDS: tuple[FindingWord, ...] = (
     FindingWord("new-unmatched", "a `--new` / `new=` pattern names no output of this target", severities=("warning",)),
     FindingWord(
         "parameter-copy",
-        "the donated variant still copies an input; the message says why its old value is kept (returned beside "
-        "its update, read by something that also needs the update, or the compiler's choice of order)",
+        "the donated variant still copies an input because the code keeps its old value (returned beside its "
+        "update, or read by something that also needs the update; the message says which and the line to change). "
+        "A copy only the compiler's order makes is a `compiler-copy`",
         severities=("error",),
     ),
     FindingWord(
@@ -125,8 +126,19 @@ FINDING_WORDS: tuple[FindingWord, ...] = (
     ),
     FindingWord(
         "output-copy",
-        "an output is computed into a temporary and copied into its buffer",
+        "an output is computed into a temporary and copied into its buffer, where the code does more than write a "
+        "slice of it (a slice update written through a temporary is a `compiler-copy`)",
         severities=("error",),
+    ),
+    FindingWord(
+        "compiler-copy",
+        "a copy the compiler keeps by its own choice, which no line of the code asks for: a donated input copied "
+        "although every read of its old value could come before its update, or a slice update "
+        "(`dynamic-update-slice`, `scatter`) written through a temporary and copied into its output. The code is in "
+        "place as written (the verdict is `in-place-as-written`, and `--expect in-place` passes); the message names "
+        "the compiler (`XLA:CPU`) and how to check the backend you train on (`--backend tpu:v5e`, `gpu:h100`, or "
+        "`[tool.fieldmem] backends`), where another compiler may write it in place",
+        severities=("warning",),
     ),
     FindingWord(
         "donation-dropped",

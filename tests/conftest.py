@@ -95,7 +95,7 @@ def in_assets(monkeypatch: pytest.MonkeyPatch) -> Path:
 
 # -- every report and baseline the suite writes matches the shipped JSON Schema (fieldmem/schemas) -------------
 
-_KINDS = {"fieldmem.report/": "report", "fieldmem.baseline/": "baseline"}
+_KINDS = {"fieldmem.report/": "report", "fieldmem.baseline/": "baseline", "fieldmem.reports/": "reports"}
 
 
 @functools.cache

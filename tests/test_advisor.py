@@ -129,14 +129,16 @@ def test_optimizer_step_donates_params_and_opt_state_not_grads(optimizer: Any) -
     assert suggestion.code == "jax.jit(sgd_step, donate_argnums=(0, 1))"
     assert suggestion.alternative_code == 'jax.jit(sgd_step, donate_argnames=("params", "opt_state"))'
     assert (suggestion.donate_argnums, suggestion.donate_argnames) == ((0, 1), ("params", "opt_state"))
-    # the check donated every argument; the suggestion differs, so it took one compile of its own, then
-    # one per suggested argument without it (what each saves given the other)
-    assert (suggestion.compiles, suggestion.tried, suggestion.verified_by) == (
-        3,
-        ("params,opt_state", "opt_state", "params"),
+    # every donation of the three arguments that could lend a buffer is measured: the check's two compiles
+    # (none, and all of them) and six more; the marginals are read from those, with no compile of their own
+    assert (suggestion.compiles, suggestion.tried, suggestion.verified_by, suggestion.searched) == (
+        6,
+        ("params", "opt_state", "grads", "params,opt_state", "params,grads", "opt_state,grads"),
         "suggested",
+        True,
     )
-    assert suggestion.summary.startswith("donate params, opt_state: saves ")
+    assert len(suggestion.measured) == 8 and suggestion.backend == "cpu"
+    assert suggestion.summary.startswith("on cpu, donate params, opt_state: saves ")
 
 
 def test_params_leaves_go_to_the_new_params(optimizer: Any) -> None:
@@ -186,8 +188,9 @@ def test_the_aliases_happen_at_run_time(optimizer: Any) -> None:
 def test_the_donated_variant_is_reused_when_it_is_the_suggestion() -> None:
     _, _, suggestion = advise(sgd_step, step_args(), donate=("params", "opt_state"))
     assert suggestion.spec == "params,opt_state"
-    # no verification compile; one per argument for what it saves given the other
-    assert (suggestion.compiles, suggestion.tried, suggestion.verified_by) == (2, ("opt_state", "params"), "donated")
+    # the check's donated compile is one of the donations measured: six more, no verification of its own
+    assert (suggestion.compiles, suggestion.verified_by) == (6, "donated")
+    assert "params,opt_state" not in suggestion.tried
 
 
 # ----------------------------------------------------------------------------
@@ -204,10 +207,9 @@ def test_jit_object_with_donate_argnames_gets_the_names_form() -> None:
     assert result.variants["donated"].donated_arguments == ("params",)
     assert suggestion.code == 'jax.jit(jitted_step, donate_argnames=("params", "opt_state"))'
     assert suggestion.alternative_code == "jax.jit(jitted_step, donate_argnums=(0, 1))"
-    # opt_state was predicted from the plain compile, then verified; without opt_state the spec is the
-    # jit's own (the donated variant), without params it takes one compile more
-    assert suggestion.compiles == 2 and suggestion.verified_by == "suggested"
-    assert suggestion.tried == ("params,opt_state", "opt_state")
+    # every donation measured, the jit's own (params) one of the check's: six compiles more
+    assert suggestion.compiles == 6 and suggestion.verified_by == "suggested"
+    assert "params" not in suggestion.tried and "params,opt_state" in suggestion.tried
     assert suggestion.savings["footprint_bytes"] > result.savings["footprint_bytes"] > 0
 
 
@@ -219,8 +221,8 @@ def well_jitted_step(params, opt_state, grads):
 def test_jit_object_whose_own_donation_is_best_costs_no_compile() -> None:
     _, _, suggestion = advise(well_jitted_step, step_args())
     assert suggestion.code == 'jax.jit(well_jitted_step, donate_argnames=("params", "opt_state"))'
-    assert (suggestion.compiles, suggestion.verified_by) == (2, "donated")
-    assert suggestion.notes == ("the target's own jit donation already is this spec",)
+    assert (suggestion.compiles, suggestion.verified_by) == (6, "donated")
+    assert suggestion.notes[-1] == "the target's own jit donation already is this spec"
 
 
 # ----------------------------------------------------------------------------
@@ -253,7 +255,7 @@ def test_nothing_to_donate_costs_no_compile() -> None:
     assert (suggestion.compiles, suggestion.verified_by) == (0, "plain")
     assert {a.code for a in suggestion.arguments} == {"no-output-of-size"}
     assert suggestion.savings["footprint_bytes"] == 0
-    assert suggestion.summary.startswith("donate nothing: no argument's donation pays")
+    assert suggestion.summary.startswith("on cpu, donate nothing: no argument's donation pays")
 
 
 def scale_first(x, unused):
@@ -285,11 +287,25 @@ def test_donation_that_saves_nothing_is_not_suggested() -> None:
     assert footprint(donated) >= footprint(plain)
 
 
-def test_a_prediction_the_verification_refutes_is_dropped() -> None:
+def test_a_donation_measured_to_save_nothing_is_not_suggested() -> None:
     """Without a donated compile to learn from, u looks donatable; its compile shows it is not."""
     _, _, suggestion = advise(shifted, (zeros(),), donate="none")
     assert (suggestion.compiles, suggestion.tried) == (1, ("u",))
-    assert suggestion.notes == ("the compile of u showed that donating u does not pay: left out",)
+    assert suggestion.notes[0].startswith("the donations of the 1 argument(s) that could lend a buffer were measured")
+    assert suggestion.notes[0].endswith("none saves footprint")
+    assert suggestion.spec == "none" and suggestion.verified_by == "plain"
+    assert suggestion.arguments[0].code == "via-temporary"
+
+
+def test_a_prediction_the_verification_refutes_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the arguments whose every donation is measured, the advisor predicts; a prediction its
+    verification compile refutes is dropped (here made so: u alone lends, and only a search is skipped)."""
+    import fieldmem.findings.advisor as advisor
+
+    monkeypatch.setattr(advisor, "EXHAUSTIVE_ARGUMENTS", 0)
+    _, _, suggestion = advise(shifted, (zeros(),), donate="none")
+    # the donation of every argument that could lend is compiled first, whatever the check donated
+    assert (suggestion.compiles, suggestion.tried) == (1, ("u",))
     assert suggestion.spec == "none" and suggestion.verified_by == "plain"
     assert suggestion.arguments[0].code == "via-temporary"
 
@@ -342,9 +358,23 @@ def test_failed_verification_suggests_nothing() -> None:
         raise CompileError("XLA compilation failed: out of memory")
 
     _, _, suggestion = advise(sgd_step, step_args(), verify=broken)
+    # only the check's two compiles are measured: the best of them (every argument donated), never a guess
+    assert suggestion.spec == "params,opt_state,grads" and suggestion.verified_by == "donated"
+    assert not suggestion.searched and len(suggestion.measured) == 2
+    assert sum("out of memory" in note for note in suggestion.notes) == 6
+
+
+def test_failed_verification_of_a_prediction_suggests_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fieldmem.findings.advisor as advisor
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise CompileError("XLA compilation failed: out of memory")
+
+    monkeypatch.setattr(advisor, "EXHAUSTIVE_ARGUMENTS", 0)
+    _, _, suggestion = advise(sgd_step, step_args(), verify=broken)
     assert suggestion.spec == "none" and suggestion.code is None and suggestion.verified_by == "none"
     assert "out of memory" in suggestion.notes[-1]
-    assert suggestion.summary.startswith("nothing suggested: ")
+    assert suggestion.summary.startswith("on cpu, nothing suggested: ")
 
 
 # ----------------------------------------------------------------------------
@@ -379,7 +409,7 @@ def test_suggestion_renders_the_code_and_each_argument(optimizer: Any) -> None:
     assert "jax.jit(sgd_step, donate_argnums=(0, 1))" in short
     assert "✓ params saves 20.0 KiB" in short and "✗ grads: every output" in short
     verbose = render(suggestion_renderables(suggestion, verbose=True))
-    assert "compiles added: 3" in verbose and "out[0]['w']" in verbose and "footprint_bytes" in verbose
+    assert "compiles added: 6" in verbose and "out[0]['w']" in verbose and "footprint_bytes" in verbose
 
 
 def row_update(u, idx, row):
@@ -458,8 +488,8 @@ def test_each_argument_saves_what_the_suggestion_needs_more_without_it() -> None
         others = tuple(p for p in range(3) if p != position)
         without = footprint(compile_quietly(jax.jit(three_step, donate_argnums=others), *args))
         assert by_argument(suggestion)[name].marginal_bytes == without - everything > 0, name
-    # one verification compile, then one per argument (the check donated nothing: no compile to reuse)
-    assert suggestion.compiles == 4 and suggestion.tried == ("u,v,w", "v,w", "u,w", "u,v")
+    # every donation of the three measured: seven compiles (the check donated nothing), none more for the marginals
+    assert suggestion.compiles == 7 and suggestion.tried == ("u", "v", "w", "u,v", "u,w", "v,w", "u,v,w")
     marginals = [a.marginal_bytes for a in suggestion.arguments]
     short = render(suggestion_renderables(suggestion))
     for a in suggestion.arguments:

@@ -711,7 +711,7 @@ def test_the_regression_is_the_only_error_annotation_beside_20_accepted_findings
     lines = run.stdout.splitlines()
     errors = [line for line in lines if line.startswith("::error")]
     assert errors == lines[:1], lines
-    assert "title=fieldmem%3A wide%3Astep%3A copy regressed against the baseline::" in errors[0]
+    assert "title=fieldmem%3A wide%3Astep%3A new copy%2C 1 regression against the baseline::" in errors[0]
     assert "new parameter copy of fields[0] (4.0 KiB) at wide.py:" in errors[0]
     assert not any("new-buffer" in line or "parameter-copy" in line for line in lines)  # accepted: not annotated
     assert lines[-1].startswith("::notice::") and "1 regression" in lines[-1]
@@ -781,3 +781,15 @@ def test_an_interrupted_run_leaves_the_baseline_byte_identical(ci_project: Path,
     assert "fieldmem: interrupted" in stderr
     assert (ci_project / "fieldmem-baseline.json").read_bytes() == before
     assert [p.name for p in ci_project.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_a_move_below_min_bytes_is_no_regression_unless_a_tolerance_is_set() -> None:
+    """Without a tolerance the user set, a figure that grew by less than --min-bytes (4 B) is no regression;
+    by more it is; a tolerance the user sets, even 0, decides instead (issue 48)."""
+    before = baseline_of(result())
+    unset = compare_to_baseline(report(result(donated=memory(live_peak=32 * KIB + 4))), before, Tolerances())
+    assert unset.baseline is not None and unset.baseline.regressions == ()
+    grown = compare_to_baseline(report(result(donated=memory(live_peak=34 * KIB))), before, Tolerances())
+    assert grown.baseline is not None and subjects(grown.baseline.regressions) == [("figure", "donated live-peak")]
+    exact = compare(before, result(donated=memory(live_peak=32 * KIB + 4)), tolerance="0")
+    assert subjects(exact.regressions) == [("figure", "donated live-peak")]

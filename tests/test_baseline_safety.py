@@ -433,7 +433,10 @@ def test_a_baseline_none_of_whose_targets_ran_fails() -> None:
     assert compared.exit_code == 1
     assert compared.baseline is not None
     (regression,) = compared.baseline.regressions
-    assert regression.subject == "missing" and "compared nothing: none of its 2 target(s) on cpu" in regression.message
+    assert regression.subject == "missing" and "matches none of this run's targets" in regression.message
+    # one line names both sides; the new target and the entries not checked are not said again
+    assert "names ci:a, ci:b on cpu, this run checked other:x" in regression.message, regression.message
+    assert not compared.baseline.notes, compared.baseline.notes
     some = compare_to_baseline(run_report("ci:a", spec="a.py"), before, Tolerances())
     assert some.exit_code == 0 and some.baseline is not None
     assert "1 of the baseline's 2 targets on cpu not checked in this run, so not compared: ci:b" in some.baseline.notes

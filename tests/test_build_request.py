@@ -217,15 +217,10 @@ def test_several_backends() -> None:
         ({"output_format": "xml"}, "--format 'xml' is not known: use one of table, json"),
         ({"backend": "cpu,cpu"}, "--backend 'cpu,cpu' names cpu twice"),
         ({"backend": "cpu,"}, "--backend 'cpu,': name backends separated by commas, e.g. cpu,gpu"),
-        (
-            {"backend": "cpu,gpu", "output_format": "json"},
-            "several backends give several JSON reports: write them with -o FILE "
-            "(one file per backend: FILE.cpu.json, FILE.gpu.json)",
-        ),
         ({"shapes": "f32[32,32"}, "--shapes entry 'f32[32,32' is not DTYPE[DIMS]"),
         ({"donate": ""}, "--donate '' is empty: use one of auto, all, none"),
         ({"static": "2;3"}, "neither an argument number nor an argument name"),
-        ({"max_peak": "lots"}, "--max-peak 'lots' is not understood: write e.g. 64MiB"),
+        ({"max_peak": "lots"}, "--max-footprint 'lots' is not understood: write e.g. 64MiB"),
         ({"max_live_peak": "-1"}, "--max-live-peak '-1' is not understood (a size is 0 or more bytes)"),
         ({"min_bytes": "1 parsec"}, "--min-bytes '1 parsec' is not understood"),
         ({"cache_dir": "c", "no_cache": True}, "--cache-dir and --no-cache contradict each other: use one of them"),

@@ -581,3 +581,19 @@ def test_spread_counts_the_extras_after_the_state() -> None:
     assert spread((1, 2), state_and_batch, extras=1) == ((1, 2),)
     assert spread((1, 2), two_and_batch, extras=1) == (1, 2)
     assert spread((1, 2), state_and_batch) == (1, 2)  # no extras: two positional, the tuple is spread
+
+
+def test_a_fused_chain_within_min_bytes_of_its_steps_costs_the_same() -> None:
+    """ "fusing costs 4 B more" was said of a difference below --min-bytes (issue 48): it is the same."""
+    from fieldmem.findings.chains import _cost_summary
+    from fieldmem.report import ChainCost
+
+    def costs(separate: int, fused: int) -> tuple[ChainCost, ...]:
+        return (
+            ChainCost("steps", plain_footprint=separate, donated_footprint=separate),
+            ChainCost("fused", plain_footprint=fused, donated_footprint=fused),
+        )
+
+    assert _cost_summary(costs(1000, 1004), (), 1024).endswith("the same either way (within 1.0 KiB)")
+    assert _cost_summary(costs(1000, 1000), (), 1024).endswith("the same either way")
+    assert _cost_summary(costs(1000, 3000), (), 1024).endswith("fusing costs 2.0 KiB more")

@@ -215,7 +215,7 @@ def test_suggest_names_the_arguments_to_donate(in_assets: Path) -> None:
     assert "suggest:" not in plain.stdout
     result = invoke("models:step", "--suggest", "--donate", "none", "--min-bytes", "0")
     assert result.exit_code == 1, result.output  # expect="in-place" fails without donation
-    assert "suggest: donate u" in result.stdout and "donate_argnums=(0,)" in result.stdout
+    assert "suggest: on cpu, donate u" in result.stdout and "donate_argnums=(0,)" in result.stdout
     document = check_json("models:step", "--suggest", "--donate", "none", code=1)["models:step"]
     suggestion = document["suggestion"]
     assert suggestion["code"] is not None and "donate_argnums=(0,)" in suggestion["code"]
@@ -266,7 +266,7 @@ def test_max_peak_on_both_sides_of_the_limit(in_assets: Path) -> None:
     assert isinstance(footprint, int) and footprint > 0
     for budget, code in [(footprint - 1, 1), (footprint, 0), (footprint + 1, 0)]:
         result = check_json(GOOD, "--max-peak", str(budget), code=code)[GOOD]
-        (check,) = [c for c in result["checks"] if c["name"] == "max-peak"]
+        (check,) = [c for c in result["checks"] if c["name"] == "max-footprint"]
         assert (check["passed"], check["limit"], check["value"]) == (code == 0, budget, footprint)
 
 
@@ -377,8 +377,8 @@ def test_per_target_option_errors(in_assets: Path, options: list[str], message: 
         (["--format", "xml"], "--format 'xml' is not known: use one of table, json"),
         (["-f", "yaml"], "--format 'yaml' is not known"),
         (["--expect", "sometimes"], "--expect 'sometimes' is not known: use one of in-place, fits, any"),
-        (["--max-peak", "lots"], "--max-peak 'lots' is not understood: write e.g. 64MiB"),
-        (["--max-peak", "-1"], "--max-peak '-1' is not understood (a size is 0 or more bytes)"),
+        (["--max-peak", "lots"], "--max-footprint 'lots' is not understood: write e.g. 64MiB"),
+        (["--max-peak", "-1"], "--max-footprint '-1' is not understood (a size is 0 or more bytes)"),
         (["--min-bytes", "1 parsec"], "--min-bytes '1 parsec' is not understood"),
         (["--donate", ""], "--donate '' is empty: use one of auto, all, none"),
         (["--donate", "a b"], "'a b' is neither an argument number nor an argument name"),
@@ -732,10 +732,6 @@ def test_several_backends_side_by_side(in_assets: Path, tmp_path: Path, fake_bac
     assert "no differences from cpu (tolerance: exact)" in result.stdout  # the same CPU under two names
     entries = json.loads(baseline.read_text())["entries"]
     assert sorted(e["backend"] for e in entries) == ["cpu", "fake"]
-
-
-def test_several_backends_need_a_file_for_json(in_assets: Path) -> None:
-    assert_user_error(invoke(GOOD, "--backend", "cpu,gpu", "-f", "json"), "write them with -o FILE")
 
 
 # ---- --cache-dir ---------------------------------------------------------------

@@ -630,3 +630,16 @@ def test_a_report_with_a_size_no_run_could_measure_is_refused(tmp_path: Path, ed
     assert named in caught.value.message and "\n" not in caught.value.message
     result = invoke(str(ref), str(bad))
     assert result.exit_code == 2
+
+
+def test_a_move_below_min_bytes_is_no_difference_unless_a_tolerance_is_set() -> None:
+    """4 B of alignment is not a change (issue 48): without --tolerance, a figure that moved by less than
+    --min-bytes is no difference and marks no cell; a tolerance the user sets (even 0) decides instead."""
+    small = _compare(_report(_result()), _report(_result(footprint=4 * MIB + 4)))
+    assert small.significant == () and all(not row.differences for row in small.rows)
+    table = get_compare_renderer("table").render(small, RenderOptions(width=120))
+    assert not [line for line in table.splitlines() if "MiB" in line and "≠" in line], table
+    large = _compare(_report(_result()), _report(_result(footprint=4 * MIB + 2048)))
+    assert "donated.footprint_bytes" in [d.field for _, d in large.significant]
+    exact = _compare(_report(_result()), _report(_result(footprint=4 * MIB + 4)), tolerance="0")
+    assert "donated.footprint_bytes" in [d.field for _, d in exact.significant]

@@ -150,6 +150,10 @@ def test_no_config_is_an_empty_one(project: Path) -> None:
         ("[tool.fieldmem]\njobs = true\n", "jobs = True is a boolean"),
         ("[tool.fieldmem]\nfast-compile = 'yes'\n", "fast-compile = 'yes' is a string: it should be true or false"),
         ("[tool.fieldmem]\nmax-peak = 'lots'\n", "[tool.fieldmem] max-peak 'lots' is not understood: write e.g. 64MiB"),
+        (
+            "[tool.fieldmem]\nmax-footprint = '2MiB'\nmax-peak = '1MiB'\n",
+            "max-footprint and max-peak are one budget (max-peak is its older name): keep max-footprint",
+        ),
         ("[tool.fieldmem]\nmin-bytes = 1.5\n", "min-bytes = 1.5 is a float"),
         ("[tool.fieldmem]\nexpect = 'always'\n", "expect = 'always' is not known: use one of in-place, fits, any"),
         ("[tool.fieldmem]\nnew = 'logits'\n", "[tool.fieldmem] new = 'logits' is not an output path"),
@@ -185,6 +189,12 @@ def test_mistakes_name_the_file_and_the_key(project: Path, text: str, message: s
     assert message in error.value.message, error.value.message
     assert error.value.message.startswith("pyproject.toml"), error.value.message
     assert "\n" not in error.value.message
+
+
+def test_the_footprint_budget_is_max_footprint_and_max_peak_its_older_name(project: Path) -> None:
+    footprint = load_config(write(project, "[tool.fieldmem]\nmax-footprint = '2MiB'\n"))
+    older = load_config(write(project, "[tool.fieldmem]\nmax-peak = '2MiB'\n"))
+    assert footprint.options.max_peak == older.options.max_peak == 2 * 1024 * 1024
 
 
 def test_an_unknown_key_lists_the_known_ones(project: Path) -> None:

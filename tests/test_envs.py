@@ -227,6 +227,20 @@ def test_an_index_out_of_reach_is_one_line_within_seconds_and_leaves_only_the_lo
     assert log.parent == root and "127.0.0.1:9" in log.read_text()
     assert sorted(p.name for p in root.iterdir()) == [".locks", log.name]  # no half environment, no temporary one
     assert said[0].startswith("jax 0.9.2: making an environment with pip ")
+    # the first use says what it downloads, how big it will be and where it goes (issue 48)
+    assert f" in {root}/jax-0.9.2-py" in said[0], said[0]
+    assert "downloading jax==0.9.2, jaxlib==0.9.2, about 527 MiB once installed" in said[0], said[0]
+    assert "`fieldmem envs remove 0.9.2` removes it" in said[0], said[0]
+
+
+def test_the_size_said_adds_each_compiler_and_the_users_packages() -> None:
+    from fieldmem.engine.envs import _estimate, _request
+
+    assert _estimate(_request("0.9.2", (), None, ())) == "527 MiB"
+    assert _estimate(_request("0.9.2", ("tpu",), None, ())) == f"{(527 + 683) / 1024:.1f} GiB"
+    assert _estimate(_request("0.9.2", ("gpu",), None, ())) == f"{(527 + 572) / 1024:.1f} GiB"
+    with_flax = _estimate(_request("0.9.2", (), None, ("flax",)))
+    assert with_flax != "527 MiB"  # flax counted as installed here
 
 
 # ----------------------------------------------------------------------------

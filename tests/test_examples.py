@@ -310,11 +310,20 @@ def test_every_headline_names_the_largest_finding(example_results: dict[str, Any
             assert verdict.summary.startswith(f"not in place: {largest.message}"), (name, verdict.summary)
             assert largest.bytes is not None, (name, largest)
         else:
-            assert verdict.kind in ("in-place", "nothing-to-update"), name
+            assert verdict.kind in ("in-place", "in-place-as-written", "nothing-to-update"), name
+        if verdict.kind == "in-place-as-written":
+            # headed by the largest copy the compiler chose, never by a note
+            chosen = max((f for f in verdict.findings if f.code == "compiler-copy"), key=lambda f: f.bytes or 0)
+            assert verdict.summary.startswith(f"in place as written; {chosen.message}"), (name, verdict.summary)
 
 
-_VERDICT_WORDS = {"in-place": "in place", "not-in-place": "not in place", "nothing-to-update": "nothing to update"}
-_ANY_VERDICT = re.compile(r"\b(not in place|nothing to update|in place)\b")
+_VERDICT_WORDS = {
+    "in-place": "in place",
+    "in-place-as-written": "in place as written",
+    "not-in-place": "not in place",
+    "nothing-to-update": "nothing to update",
+}
+_ANY_VERDICT = re.compile(r"\b(not in place|nothing to update|in place as written|in place)\b")
 
 
 @pytest.mark.parametrize("width", [80, 120])
@@ -353,12 +362,20 @@ def test_no_format_contradicts_the_verdict(example_report: Any, width: int) -> N
         md_row = next(line for line in markdown if line.startswith(f"| `{result.name}` |"))
         assert _ANY_VERDICT.search(md_row.split("|")[2]).group(1) == words, md_row
         # GitHub: the summary puts it in its verdict's group
-        group = {"in-place": "in place", "not-in-place": "not in place", "nothing-to-update": "with nothing to update"}[
-            kind
-        ]
+        group = {
+            "in-place": "in place",
+            "in-place-as-written": "in place as written",
+            "not-in-place": "not in place",
+            "nothing-to-update": "with nothing to update",
+        }[kind]
         assert re.search(rf"\d+ {group} \([^)]*\b{re.escape(result.name)}\b", github), (result.name, github[:400])
         # HTML: its section's class
-        css = {"in-place": "in-place", "not-in-place": "not-in-place", "nothing-to-update": "nothing-to-update"}[kind]
+        css = {
+            "in-place": "in-place",
+            "in-place-as-written": "in-place",
+            "not-in-place": "not-in-place",
+            "nothing-to-update": "nothing-to-update",
+        }[kind]
         found = re.search(
             r'<details class="target ([^"]*)" id="[^"]*" data-filter="'
             + re.escape(html.escape(result.name.lower()))
@@ -368,13 +385,31 @@ def test_no_format_contradicts_the_verdict(example_report: Any, width: int) -> N
         assert found is not None and found.group(1).split()[0] == css, result.name
         # JSON: the kind and in_place agree
         (entry,) = [r for r in data["results"] if r["name"] == result.name]
-        assert entry["verdict"]["kind"] == kind and entry["verdict"]["in_place"] == (kind == "in-place")
+        assert entry["verdict"]["kind"] == kind
+        assert entry["verdict"]["in_place"] == (kind in ("in-place", "in-place-as-written"))
 
 
 def _finding_order(text: str, findings: Any) -> list[int]:
     """Where each finding's message starts in ``text`` (its first 60 characters, as the format escapes them),
     in the verdict's order; -1 for one the text does not show."""
     return [text.find(f.message[:60]) for f in findings]
+
+
+def _row_start(lines: list[str], name: str) -> str:
+    """The line of a side-by-side table where target ``name``'s row starts: its first cell is the name, or the
+    name's first part when the column folds it (the rest on the next lines)."""
+    for n, line in enumerate(lines):
+        head = line.split("  ")[0].strip()
+        if not head or not name.startswith(head):
+            continue
+        folded = head
+        for after in lines[n + 1 :]:
+            if len(folded) >= len(name) or not after.startswith("  ") or after.split("  ")[1:2] == [""]:
+                break
+            folded += after.strip().split("  ")[0]
+        if folded == name:
+            return line
+    raise AssertionError(f"{name}: no row in the table")
 
 
 @pytest.mark.parametrize("width", [80, 120])
@@ -408,8 +443,16 @@ def test_verbose_and_compare_say_the_same_verdict_in_the_same_order(example_repo
         # compare: the verdict row of this target, in the table and the JSON
         row = next(r for r in compared_json["rows"] if r["name"] == result.name)
         assert all(cell["kind"] == result.verdict.kind for cell in row["cells"]), row
-        line = next(line for line in compared.splitlines() if line.lstrip().startswith(result.name[:20]))
+        line = _row_start(compared.splitlines(), result.name)
         block = compared[compared.index(line) :]
-        verdict_line = next(line for line in block.splitlines() if "verdict" in line)
-        assert _ANY_VERDICT.search(verdict_line.split("verdict", 1)[1]).group(1) == words, verdict_line
+        lines = block.splitlines()
+        at = next(n for n, line in enumerate(lines) if "verdict" in line)
+        verdict_line = lines[at]
+        shown = _ANY_VERDICT.search(verdict_line.split("verdict", 1)[1]).group(1)
+        if shown != words:  # a narrow column folds the words onto the next line ("in place as" / "written")
+            parts = words.split(" ")
+            assert words.startswith(shown) and any(
+                " ".join(parts[:k]) in verdict_line and " ".join(parts[k:]) in lines[at + 1]
+                for k in range(1, len(parts))
+            ), lines[at : at + 2]
     assert found >= 5  # the examples have findings to order

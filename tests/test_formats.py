@@ -178,16 +178,15 @@ def test_github_locations_are_relative_to_the_working_directory(
 def test_github_annotates_each_offending_thing_at_its_line() -> None:
     text = get_renderer("github").render(_report((GOOD, FAILED, BROKEN, CRASHED)), RenderOptions())
     lines = _lines(text)
-    # errors first (GitHub shows 10 of each kind): what fails the run, then the error findings
+    # errors first (GitHub shows 10 of each kind): one per cause, at the line its message names, the failed
+    # expectation the detail of the cause it names; then the targets that could not be checked
     assert lines[:-1] == [
-        "::error file=model.py,line=30,title=fieldmem%3A model%3Acast%3A expect-in-place failed::"
-        "expected in place with donation, but it is not (see the findings)",
+        "::error file=model.py,line=31,title=fieldmem%3A model%3Acast%3A new-buffer (expect-in-place failed)::"
+        "out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31",
         "::error title=fieldmem%3A model.py%3Astepp could not be checked::"
         "target: module 'model' has no 'stepp'; did you mean 'step'?",
         "::error file=model.py,line=40,title=fieldmem%3A model%3Aboom could not be checked::"
         "compile: XLA compilation failed: RuntimeError: 50%25 of%0Asomething",
-        "::error file=model.py,line=31,title=fieldmem%3A model%3Acast%3A new-buffer::"
-        "out (bfloat16[512,512], 512.0 KiB) is written to a new buffer at model.py:31",
         # a finding without a source sits at the function's definition
         "::warning file=model.py,line=30,title=fieldmem%3A model%3Acast%3A unusable-donation::"
         "x is donated but no output reuses it: 100%25 wasted",
@@ -204,11 +203,9 @@ def test_github_with_a_baseline_puts_regressions_first_and_leaves_accepted_findi
     text = get_renderer("github").render(_report((GOOD, FAILED, BROKEN, CRASHED), compared), RenderOptions())
     lines = _lines(text)
     assert lines[:-1] == [
-        "::error file=model.py,line=14,title=fieldmem%3A model%3Aupdate%3A copy regressed against the baseline::"
-        "new copy of field.v (1.0 MiB) at model.py:14",
-        # no source of its own: the target's definition
-        "::error file=model.py,line=12,title=fieldmem%3A model%3Aupdate%3A figure regressed against the baseline::"
-        "live peak 2.0 MiB → 3.0 MiB",
+        # one cause: the new copy, at its line, with the growth it brings as its detail
+        "::error file=model.py,line=14,title=fieldmem%3A model%3Aupdate%3A new copy%2C 2 regressions against the "
+        "baseline::new copy of field.v (1.0 MiB) at model.py:14; with it (1 more): live peak 2.0 MiB → 3.0 MiB",
         # the baseline did not accept it failing: an error still
         "::error file=model.py,line=30,title=fieldmem%3A model%3Acast%3A expect-in-place failed::"
         "expected in place with donation, but it is not (see the findings)",
@@ -258,7 +255,7 @@ def test_github_beyond_the_annotation_limits_the_job_summary_has_everything() ->
     lines = _lines(get_renderer("github").render(report, RenderOptions()))
     errors = [line for line in lines if line.startswith("::error")]
     notices = [line for line in lines if line.startswith("::notice")]
-    assert errors == lines[:12] and all("regressed against the baseline" in line for line in errors)
+    assert errors == lines[:12] and all("new copy%2C 1 regression against the baseline" in line for line in errors)
     assert not any(line.startswith("::warning") for line in lines)  # the accepted findings: not annotated
     assert len(notices) == ANNOTATIONS_SHOWN and notices[-1] == lines[-1]  # the summary is among those shown
     assert all("expect-in-place failing%2C accepted by the baseline" in line for line in notices[:-1])
@@ -436,8 +433,9 @@ def test_github_on_a_real_report_points_at_real_lines(undonated_field: Report) -
         properties = dict(p.split("=", 1) for p in line[len("::error ") :].split("::", 1)[0].split(","))
         assert properties["file"] == "examples/field.py", line
         assert source[int(properties["line"]) - 1].strip(), line  # a real, non-blank line
-    assert any("expect-in-place failed" in line for line in errors)
-    assert any("parameter-copy::field.v is not donated and is copied" in line for line in errors)
+    # one change (donate field) is one error: its outputs in new buffers and field.v's copy its detail
+    (error,) = errors
+    assert "the donation (expect-in-place failed)" in error and "field.v is not donated and is copied" in error
 
 
 @pytest.mark.compile

@@ -417,3 +417,23 @@ def test_top_adds_a_line_per_memory_space_with_its_largest_lines(example_reports
     largest = vmem.lines[0]
     assert f"{fieldmem.units.format_bytes(largest.bytes)} at {largest.label}" in first
     assert "donated peak " + fieldmem.units.format_bytes(vmem.bytes) in first
+
+
+@pytest.mark.compile
+def test_a_slot_row_names_the_value_that_occupies_it() -> None:
+    """-v's rows of the buffers live at the peak (issue 48): an update written into a donated input's buffer is
+    named as itself (the output it is returned as) in that input's buffer, never as the input."""
+    import fieldmem
+    from fieldmem.render import RenderOptions, get_renderer
+
+    def update(u, v):
+        return u + v, v
+
+    report = fieldmem.check_function(update, jnp.zeros((128, 128)), jnp.ones((128, 128)), donate="u", min_bytes=1024)
+    (result,) = report.results
+    rows = result.variants["donated"].live_at_peak
+    written = [b for b in rows if b.buffer_of == "u"]
+    assert written and all(b.input is None and b.output == "out[0]" for b in written), rows
+    assert all(b.input != "u" or (b.instruction and b.instruction.startswith("u")) for b in rows), rows
+    text = get_renderer("table").render(report, RenderOptions(verbose=True, width=200))
+    assert "in u's buffer" in text and "out[0] (" in text, text

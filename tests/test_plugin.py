@@ -20,6 +20,7 @@ import re
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -267,7 +268,7 @@ def test_marker_mistakes_are_setup_errors(basics_run: tuple[pytest.RunResult, Pa
     result, _ = basics_run
     typo = section(result, "test_marker_typo")
     assert (
-        "fieldmem: error: @pytest.mark.fieldmem has no 'max_live_peek': use in_place, max_peak, max_live_peak"
+        "fieldmem: error: @pytest.mark.fieldmem has no 'max_live_peek': use in_place, max_footprint, max_live_peak"
     ) in typo
     assert "During handling" not in typo and "Traceback" not in typo
     size = section(result, "test_marker_bad_size")
@@ -327,11 +328,11 @@ def test_each_option_on_both_sides_of_its_limit(pytester: pytest.Pytester, where
         result = pytester.runpytest_subprocess("-v", *flags)
     assert outcomes(result) == EXPECTED_OPTION_OUTCOMES, result.stdout.str()
     peak = section(result, "test_peak_over")
-    assert "updates:update: max-peak: donated footprint 32.0 KiB exceeds the budget 24.0 KiB" in peak
+    assert "updates:update: max-footprint: donated footprint 32.0 KiB exceeds the budget 24.0 KiB" in peak
     assert "max-live-peak" not in peak
     live = section(result, "test_live_over")
     assert "updates:update: max-live-peak: donated live peak 32.0 KiB exceeds the budget 24.0 KiB" in live
-    assert "max-peak" not in live
+    assert "max-footprint" not in live
     assert "updates:update: not in place" in section(result, "test_min_bytes_above")
     document = json.loads((pytester.path / "options.json").read_text())
     assert document["min_bytes"] == 24 * 1024
@@ -378,10 +379,11 @@ def test_unused_plugin_imports_no_jax_and_a_lost_report_fails_the_run(pytester: 
 
 def test_marker_and_options_are_registered(pytester: pytest.Pytester) -> None:
     markers = pytester.runpytest("--markers")
-    markers.stdout.fnmatch_lines(["@pytest.mark.fieldmem(in_place=True, max_peak=None, max_live_peak=None, *"])
+    markers.stdout.fnmatch_lines(["@pytest.mark.fieldmem(in_place=True, max_footprint=None, max_live_peak=None, *"])
     help_text = pytester.runpytest("--help").stdout.str()
     for flag, ini in [
-        ("--fieldmem-max-peak=SIZE", "fieldmem_max_peak"),
+        ("--fieldmem-max-footprint=SIZE", "fieldmem_max_footprint"),
+        ("--fieldmem-max-peak=SIZE", "fieldmem_max_peak"),  # the footprint budget's older name, still taken
         ("--fieldmem-max-live-peak=SIZE", "fieldmem_max_live_peak"),
         ("--fieldmem-min-bytes=SIZE", "fieldmem_min_bytes"),
         ("--fieldmem-report=PATH", "fieldmem_report"),
@@ -396,7 +398,7 @@ def test_marker_and_options_are_registered(pytester: pytest.Pytester) -> None:
 @pytest.mark.parametrize(
     ("option", "value", "message"),
     [
-        pytest.param("max-peak", "lots", "'lots' is not understood: write e.g. 64MiB", id="max-peak"),
+        pytest.param("max-footprint", "lots", "'lots' is not understood: write e.g. 64MiB", id="max-footprint"),
         pytest.param(
             "max-live-peak", "-1MiB", "'-1MiB' is not understood (a size is 0 or more bytes)", id="max-live-peak"
         ),
@@ -819,3 +821,110 @@ def test_the_cli_and_the_plugin_share_one_baseline_under_xdist(
     )
     assert worse.stdout.str().count("the session fails") == 1
     assert baseline.read_bytes() == before
+
+
+# ----------------------------------------------------------------------------
+# Run 9: one name per target: a jit alias is named as the user named it, by the CLI, a registered case and
+# the plugin alike; a baseline that matches none of the session's checks fails it (issue 48, item 4)
+
+ALIASES = textwrap.dedent(
+    """\
+    import jax
+    import jax.numpy as jnp
+
+    import fieldmem
+
+
+    def update(u, f):
+        return u.at[0].add(f)
+
+
+    update_donated = jax.jit(update, donate_argnums=0)
+    update_kept = jax.jit(update)  # a second jit of one function: a name of its own
+    SMALL = jnp.zeros((64, 64), jnp.float32)
+
+
+    def args():
+        return (SMALL, 1.0)
+
+
+    fieldmem.case(update_donated, args=args)
+    """
+)
+ALIAS_CHECKS = """\
+import os
+
+from aliases import SMALL, update_donated, update_kept
+
+WHICH = os.environ.get("WHICH", "donated")
+DONATE = os.environ.get("DONATE", "auto")
+
+
+def test_alias(fieldmem_check):
+    fn = update_donated if WHICH == "donated" else update_kept
+    fieldmem_check(fn, SMALL, 1.0, donate=DONATE, in_place=False)
+"""
+
+
+@pytest.mark.compile
+def test_a_baseline_saved_from_the_cli_gates_the_same_jit_alias_in_pytest(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytester.makepyfile(aliases=ALIASES, test_aliases=ALIAS_CHECKS)
+    cli = ("-m", "fieldmem", "check", "--no-cache")
+    saved = pytester.run(sys.executable, *cli, "aliases.py:update_donated", "--save-baseline", "b.json")
+    assert saved.ret == 0, saved.stdout.str() + saved.stderr.str()
+    assert baseline_names(pytester.path / "b.json") == ["aliases.py:update_donated"]
+    # the module's registered case has the same name
+    listed = pytester.run(sys.executable, *cli, "aliases.py", "-f", "json")
+    assert [r["name"] for r in json.loads(listed.stdout.str())["results"]] == ["aliases.py:update_donated"]
+
+    gate = ("-v", "--fieldmem-isolate=no", "--fieldmem-baseline=b.json", "--fieldmem-compare-fail")
+    same = pytester.runpytest_subprocess(*gate)
+    assert same.ret == pytest.ExitCode.OK, same.stdout.str()
+    same.stdout.fnmatch_lines(["baseline * (tolerance exact): 0 regressions, 0 improvements"])
+    assert "new target" not in same.stdout.str() and "not checked" not in same.stdout.str()
+
+    # the entry gates the plugin's check: without its donation the alias is lost, and the session fails
+    monkeypatch.setenv("DONATE", "none")
+    worse = pytester.runpytest_subprocess(*gate)
+    assert worse.ret == pytest.ExitCode.TESTS_FAILED, worse.stdout.str()
+    worse.stdout.fnmatch_lines(["*✗ aliases.py:update_donated: *"], consecutive=False)
+
+    # a baseline that matches none of the session's checks fails it, in one line, asked or not
+    monkeypatch.setenv("DONATE", "auto")
+    monkeypatch.setenv("WHICH", "kept")
+    other = pytester.runpytest_subprocess("-v", "--fieldmem-isolate=no", "--fieldmem-baseline=b.json")
+    assert other.ret == pytest.ExitCode.TESTS_FAILED, other.stdout.str()
+    errors = [line for line in other.stdout.str().splitlines() if line.startswith("fieldmem: error:")]
+    assert len(errors) == 1, other.stdout.str()
+    assert "matches none of this run's targets" in errors[0] and "aliases.py:update_kept" in errors[0], errors
+    assert "new target" not in other.stdout.str()
+
+
+def test_a_deviceless_backend_whose_compiler_is_missing_gets_an_environment_first(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """As ``fieldmem check`` does (issue 48): a deviceless backend's worker has its environment variables, and
+    where its compiler is not installed here, runs in a cached environment that has it; fieldmem says so first."""
+    import fieldmem.engine.interpreters as interpreters
+    import fieldmem.request.backends as backends
+    from fieldmem.engine.spawn import Interpreter
+    from fieldmem.pytest_plugin import _worker_for
+
+    made: list[tuple[list[str], str]] = []
+
+    def compilers(platforms: list[str], version: str, say: Any = None) -> Interpreter:
+        made.append((list(platforms), version))
+        return Interpreter("python-there", label=f"jax {version} with tpu")
+
+    monkeypatch.setattr(interpreters, "compilers_interpreter", compilers)
+    monkeypatch.setattr(backends, "extra_installed", lambda backend: not backend.deviceless)
+    interpreter, environ = _worker_for("tpu:v5e", None)
+    assert interpreter is not None and interpreter.python == "python-there" and made == [(["tpu"], made[0][1])]
+    assert environ["JAX_PLATFORMS"] == "cpu" and environ["TPU_SKIP_MDS_QUERY"] == "1"
+    err = capfd.readouterr().err
+    assert err.startswith("fieldmem: tpu:v5e: its compiler is not installed here; checking in a cached environment")
+    # the machine's own backend: this Python, its environment as it is
+    assert _worker_for("cpu", None) == (None, {})
+    assert _worker_for(None, None) == (None, {})

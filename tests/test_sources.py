@@ -567,7 +567,7 @@ def test_a_large_constant_counts_in_footprint_and_live_peak_as_in_xla_peak() -> 
     assert donated.footprint_bytes == donated.live_peak_bytes == 2 * big.nbytes  # u's buffer holds the sum
     # a budget between the old plain figure (2 x 4 MiB) and the true one no longer passes
     report = _check(add_big, u, donate="none", max_peak=(5 * big.nbytes) // 2)
-    (check,) = [c for c in report.results[0].checks if c.name == "max-peak"]
+    (check,) = [c for c in report.results[0].checks if c.name == "max-footprint"]
     assert not check.passed and check.value == 3 * big.nbytes
 
 

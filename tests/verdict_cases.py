@@ -71,6 +71,37 @@ def _adam(params, mu, nu, g):
     return params - 1e-3 * mu / (jnp.sqrt(nu) + 1e-8), mu, nu
 
 
+def _kv_write(cache, pos, kv):
+    return cache.at[:, pos].set(kv)
+
+
+def _mlp_loss(params, x):
+    h = jnp.tanh(x @ params["dense1"]["kernel"] + params["dense1"]["bias"])
+    return jnp.mean((h @ params["dense2"]["kernel"] + params["dense2"]["bias"]) ** 2)
+
+
+def _adamw_case() -> Case:
+    """An optax AdamW step over a dict MLP, donating what users donate: on XLA:CPU a kernel is still copied
+    although every read of its old value could come first (the compiler's choice)."""
+    import optax
+
+    tx = optax.adamw(1e-3, weight_decay=1e-4)
+
+    def step(params, opt_state, x):
+        loss, grads = jax.value_and_grad(_mlp_loss)(params, x)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    def args():
+        params = {
+            "dense1": {"kernel": _a(32, 64), "bias": jnp.zeros(64)},
+            "dense2": {"kernel": _a(64, 8, seed=1), "bias": jnp.zeros(8)},
+        }
+        return params, tx.init(params), jnp.ones((4, 32))
+
+    return Case("optax_adamw_cpu", step, args, (0, 1), "in-place-as-written")
+
+
 _jit_own = jax.jit(lambda x: x * 3.0 + 1.0, donate_argnums=(0,))
 _jit_none = jax.jit(lambda x: x * 3.0 + 1.0)
 
@@ -125,6 +156,15 @@ CASES = (
         None,
         "in-place",
     ),
+    # in place as written: XLA:CPU keeps a copy no line asks for
+    Case(
+        "kv_write_cpu",  # XLA:CPU writes the new cache through a temporary
+        _kv_write,
+        lambda: (jnp.zeros((4, 256, 64), jnp.bfloat16), jnp.int32(3), jnp.ones((4, 64), jnp.bfloat16)),
+        (0,),
+        "in-place-as-written",
+    ),
+    _adamw_case(),
     # not in place
     Case("not_donated", lambda x: x + 1.0, lambda: (_a(N, N),), (), "not-in-place"),
     Case("jit_without_donation", _jit_none, lambda: (_a(N, N),), None, "not-in-place", jitted=_jit_none),

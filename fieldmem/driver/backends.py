@@ -12,6 +12,7 @@ started), tolerated when missing.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -284,7 +285,40 @@ def environment(backend: str | None = None) -> Environment:
         devices=tuple({"id": d.id, "platform": d.platform, "kind": getattr(d, "device_kind", None)} for d in devices),
         deviceless=_deviceless_facts(backend) if deviceless and backend is not None else None,
         plugin_versions=_plugin_versions(devices[0].platform if devices else None),
+        library_versions=imported_libraries(),
     )
+
+
+# jax itself, its compilers and fieldmem: named elsewhere in a report, not libraries built on jax
+_NOT_LIBRARIES = re.compile(r"^(jax|jaxlib|fieldmem|libtpu.*|jax-cuda.*|jax-rocm.*|nvidia-.*)$")
+
+
+def imported_libraries() -> dict[str, str]:
+    """The release of each library built on jax (a distribution that requires jax: flax, optax, equinox…)
+    that this process imported, by distribution name: what the checked code ran with, whatever else is
+    installed."""
+    import sys
+    from importlib import metadata
+
+    try:
+        owners = metadata.packages_distributions()
+    except Exception:  # pragma: no cover - a broken distribution's metadata
+        return {}
+    imported = {name.partition(".")[0] for name in list(sys.modules)}
+    found: dict[str, str] = {}
+    for module in sorted(imported & set(owners)):
+        for owner in owners[module]:
+            name = re.sub(r"[-_.]+", "-", owner).lower()
+            if name in found or _NOT_LIBRARIES.match(name):
+                continue
+            try:
+                requires = metadata.requires(owner) or []
+                version = metadata.version(owner)
+            except (metadata.PackageNotFoundError, ValueError):
+                continue
+            if any(re.match(r"^jax\b(?![-_.])", r) and "extra ==" not in r for r in requires):
+                found[name] = version
+    return dict(sorted(found.items()))
 
 
 #: the distributions that compile for each platform, beside jaxlib (the report names those installed)

@@ -117,8 +117,20 @@ def read_variant(
         device_memory=_device_memory(compiled),
         out_of_memory=_out_of_memory(compiled),
         platform=_platform(compiled),
+        backend=_backend_of(compiled),
     )
     return variant, output_structs
+
+
+def _backend_of(compiled: Any) -> str | None:
+    """The backend ``compiled`` is for, as ``--backend`` names it: a deviceless kind's name (``tpu:v5e``), else
+    the platform of the devices it runs on (``cpu``); None where jax does not say."""
+    from fieldmem.driver.dumps import compile_notes
+
+    notes = compile_notes(compiled)
+    if notes is not None and notes.target is not None:
+        return str(notes.target.backend.name)
+    return _platform(compiled)
 
 
 def _platform(compiled: Any) -> str | None:

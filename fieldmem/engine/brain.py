@@ -177,6 +177,7 @@ def _analyse(
             # of arguments: what it donates that nothing can use is a warning; a jit's own donation and a
             # list of arguments are the user's choice
             donation_by_user=donation_source == "jit" or target.donate.mode == "list",
+            jit_definition=target.jit_definition,
         )
     except HloParseError as exc:
         return _unreadable(target, exc)

@@ -367,6 +367,9 @@ class _Supervisor:
         self.running: list[_Process] = []  # the workers now running
         self.check_timeout: float | None = None  # seconds a target may take, run or not (the pytest plugin)
         self.interpreter: Interpreter | None = None  # the workers' Python, where not this one (--jax, --python)
+        # what the workers' environment sets beside this process's: the pytest plugin's deviceless backends
+        # (fieldmem check sets them in its own process before it starts a worker)
+        self.extra_environ: dict[str, str] = {}
         self.timeout_option = "--timeout"  # the option that set it, as the user knows it
         # what the workers write (XLA's dumps) goes under this folder, removed after each run: a worker
         # killed or aborting in XLA cannot remove its own; and those of fieldmem runs that were killed (looked
@@ -458,15 +461,11 @@ class _Supervisor:
         ``sys.path`` (its own installation keeps its own libraries: ``own_path``), and the environment the
         interpreter needs on top of this one's."""
         if self.interpreter is None:
-            return {"sys_path": list(sys.path), "environ": dict(os.environ)}
-        from fieldmem.engine.envs import user_packages
-
+            return {"sys_path": list(sys.path), "environ": {**os.environ, **self.extra_environ}}
         return {
             "sys_path": [p for p in sys.path if not _installed_here(p)],
             "own_path": True,
-            "environ": {**os.environ, **dict(self.interpreter.environ)},
-            # the libraries built on jax here, whose releases there the report names (they may differ)
-            "library_names": list(user_packages()),
+            "environ": {**os.environ, **dict(self.interpreter.environ), **self.extra_environ},
         }
 
     # -- several workers --------------------------------------------------------------------------
@@ -1081,9 +1080,12 @@ class CallSession:
     end. A worker that died is replaced by the next check. :meth:`close` ends it.
     """
 
-    def __init__(self, timeout: float | None, interpreter: Interpreter | None = None) -> None:
+    def __init__(
+        self, timeout: float | None, interpreter: Interpreter | None = None, environ: dict[str, str] | None = None
+    ) -> None:
         self.timeout = timeout
         self.interpreter = interpreter  # the workers' Python, where not this one (--fieldmem-jax)
+        self.environ = dict(environ or {})  # set in the worker's environment (a deviceless backend's)
         self._kept: _Process | None = None
 
     def check(self, call: bytes, label: str, options: Any) -> Report:
@@ -1096,6 +1098,7 @@ class CallSession:
         supervisor.serve = True  # the worker waits for the next check
         supervisor.kept = self._kept
         supervisor.interpreter = self.interpreter
+        supervisor.extra_environ = self.environ
         supervisor.check_timeout, supervisor.timeout_option = self.timeout, "--fieldmem-timeout"
         try:
             return _reports(supervisor.run())[0]

@@ -310,10 +310,8 @@ class _Worker:
                     except ArgumentsLeaked as exc:  # no more here: a fresh worker runs the factories
                         self.event("leaked", origin=exc.origin)
                         return "yield"
+                # its libraries built on jax: those this worker imported for these targets (driver.environment)
                 environment = hands.environment(backend)
-                if self.request.get("library_names"):
-                    versions = _installed_versions(self.request["library_names"])
-                    environment = dataclasses.replace(environment, library_versions=versions)
                 self.event("environment", b=b, environment=json.loads(dumps(environment)))
         return "yield" if self.elsewhere else "end"
 
@@ -384,20 +382,6 @@ def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
         raise
     except BaseException as exc:
         return [(spec["spec"], contained(exc, "loading what the test gave it"))]
-
-
-def _installed_versions(names: Sequence[str]) -> dict[str, str]:
-    """The release of each distribution of ``names`` installed where this worker runs (those not installed
-    left out): the libraries built on jax that a worker under another interpreter has."""
-    from importlib import metadata
-
-    found = {}
-    for name in names:
-        try:
-            found[str(name)] = metadata.version(str(name))
-        except (metadata.PackageNotFoundError, ValueError):
-            continue
-    return found
 
 
 def _name(item: Any) -> str:

@@ -29,12 +29,20 @@ This module never prints and never imports jax.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fieldmem.errors import FieldmemError
-from fieldmem.findings.analysis import ProgramLeaves, analyze_variant, donation_obstacle, savings
+from fieldmem.findings.analysis import (
+    ProgramLeaves,
+    analyze_variant,
+    donation_obstacle,
+    pairing_key,
+    same_path_inputs,
+    savings,
+)
 from fieldmem.findings.transfers import given_again
 from fieldmem.readings import CallShape, CompiledVariant, InputLeaf
 from fieldmem.report import (
@@ -43,6 +51,7 @@ from fieldmem.report import (
     Copy,
     LeafAdvice,
     LeafCode,
+    MeasuredDonation,
     Suggestion,
     TargetResult,
     Variant,
@@ -132,8 +141,26 @@ def suggest(
     program = ProgramLeaves(plain, hlo.parse_hlo_module(plain.hlo_text, parser))
     arguments = _arguments(call, plain.inputs)
     outputs = {o.index: o.path for o in plain.outputs}
-    observed = _observed(donated, donated_variant, plain_variant, program)
     already = {a.name for a in arguments if any(leaf.donated for leaf in _leaves_of(a, donated))}
+    lenders = [a for a in arguments if _could_lend(a, program, min_bytes)]
+    if 0 < len(lenders) <= EXHAUSTIVE_ARGUMENTS:
+        search = _Search(call, plain, donated, plain_variant, donated_variant, program, already, fast, compile_donation)
+        return _searched(call, arguments, lenders, outputs, search, min_bytes, parser)
+    observed = _observed(donated, donated_variant, plain_variant, program)
+    tried_first: list[str] = []
+    every = {a.name for a in lenders}
+    if lenders and already != every:
+        # what donating every argument that could lend shows, as a plain function's check shows it: the
+        # suggestion must not depend on what the check happened to donate (a jit's own donation)
+        spec = _spec_text(lenders)
+        tried_first.append(spec)
+        try:
+            compiled_all = _compile_spec(lenders, fast, compile_donation)
+            observed.update(
+                _observed(compiled_all, analyze_variant(compiled_all, parser=parser)[0], plain_variant, program)
+            )
+        except (FieldmemError, hlo.HloParseError):
+            pass  # the check's own compile still says what it shows
     observed.update(_measured_alone(arguments, already, observed, plain_variant, donated_variant, min_bytes))
     outcomes = _predict(arguments, observed, program, outputs)
     chosen = _paying(arguments, outcomes, min_bytes)
@@ -152,7 +179,7 @@ def suggest(
         parser=parser,
     )
     chosen, verification, verified_by = check.chosen, check.variant, check.verified_by
-    tried, notes = check.tried, check.notes
+    tried, notes = tried_first + check.tried, check.notes
     measured = savings(plain_variant, verification) if verification is not None else {}
     if chosen and _saves_nothing(measured):
         notes.append(
@@ -214,6 +241,12 @@ def suggest(
     code, alternative = _code(call, chosen)
     nameable = all(_is_named(call, a) for a in chosen)
     summary = _summary(chosen, advice, plain_variant, verification, measured, verifying, verified_by, notes)
+    summary = f"{_on(plain.backend)}{summary}"
+    measurements = {(): plain_variant, tuple(a.name for a in arguments if a.name in already): donated_variant}
+    if verification is not None:
+        measurements[tuple(a.name for a in chosen)] = verification
+    for name, variant in without.items():
+        measurements[tuple(a.name for a in chosen if a.name != name)] = variant
     return Suggestion(
         summary=f"{summary}; {refused}" if refused else summary,
         spec=_spec_text(chosen),
@@ -228,6 +261,197 @@ def suggest(
         memory=verification.memory if verification is not None else None,
         savings=measured,
         notes=tuple(notes),
+        backend=plain.backend,
+        measured=_measurements(measurements),
+    )
+
+
+# ----------------------------------------------------------------------------
+# Every donation measured: the arguments that could lend a buffer are few
+
+
+#: the most arguments (of those that could lend a buffer to an output) whose every donation is compiled and
+#: measured: 2**N donations, the plain and the check's own among them (3 arguments: at most 6 compiles more;
+#: the measured best is then the suggestion, whatever the check donated). Past it: predicted, then verified.
+EXHAUSTIVE_ARGUMENTS = 3
+
+
+def _on(backend: str | None) -> str:
+    """``on cpu, ``: the backend a suggestion was computed for, before its words ("" where not known)."""
+    return f"on {backend}, " if backend else ""
+
+
+def _could_lend(argument: _Argument, program: ProgramLeaves, min_bytes: int) -> bool:
+    """Whether donating ``argument`` could save anything: leaves of at least ``min_bytes`` in all that the
+    program reads and that some output has the per-device size of (XLA aliases by size)."""
+    sizes = set(program.output_bytes.values())
+    lendable = sum(
+        program.input_bytes[leaf.index]
+        for leaf in argument.leaves
+        if leaf.hlo_parameter is not None and program.input_bytes[leaf.index] in sizes
+    )
+    return lendable >= max(min_bytes, 1)
+
+
+def _measurements(known: Mapping[tuple[str, ...], Variant | None]) -> tuple[MeasuredDonation, ...]:
+    return tuple(
+        MeasuredDonation(names, variant.memory.footprint_bytes, variant.memory.live_peak_bytes)
+        for names, variant in sorted(known.items(), key=lambda item: (len(item[0]), item[0]))
+        if variant is not None
+    )
+
+
+@dataclass
+class _Search:
+    """What a search over donations starts from: the check's two compiles and how to compile another."""
+
+    call: CallShape
+    plain: CompiledVariant
+    donated: CompiledVariant
+    plain_variant: Variant
+    donated_variant: Variant
+    program: ProgramLeaves
+    already: set[str]
+    fast: bool
+    compile_donation: Callable[..., CompiledVariant]
+
+
+def _searched(
+    call: CallShape,
+    arguments: Sequence[_Argument],
+    lenders: Sequence[_Argument],
+    outputs: dict[int, str],
+    search: _Search,
+    min_bytes: int,
+    parser: hlo.HloParser,
+) -> Suggestion:
+    """The suggestion when every donation of ``lenders`` (the arguments that could lend a buffer) is
+    measured: each subset compiled (the plain compile and the check's donated one reused), the one with the
+    least footprint chosen (within ``min_bytes`` of it: the fewest arguments, then the least live peak),
+    never one that needs ``min_bytes`` more live peak than the donation checked."""
+    plain_variant, program = search.plain_variant, search.program
+    order = {a.name: n for n, a in enumerate(arguments)}
+    known: dict[frozenset[str], tuple[CompiledVariant, Variant]] = {frozenset(): (search.plain, plain_variant)}
+    current = frozenset(search.already) if search.already <= {a.name for a in lenders} else None
+    if current is not None:
+        known[current] = (search.donated, search.donated_variant)
+    tried: list[str] = []
+    notes: list[str] = []
+    for size in range(1, len(lenders) + 1):
+        for subset in itertools.combinations(lenders, size):
+            key = frozenset(a.name for a in subset)
+            if key in known:
+                continue
+            spec = _spec_text(subset)
+            tried.append(spec)
+            try:
+                compiled = _compile_spec(subset, search.fast, search.compile_donation)
+                known[key] = (compiled, analyze_variant(compiled, parser=parser)[0])
+            except (FieldmemError, hlo.HloParseError) as exc:
+                notes.append(f"the compile of {spec} failed ({exc}): that donation is not measured")
+    footprints = {key: v.memory.footprint_bytes for key, (_, v) in known.items()}
+    usable = {key: fp for key, fp in footprints.items() if fp is not None}
+    if not usable:
+        return Suggestion(
+            summary=f"{_on(search.plain.backend)}nothing suggested: this backend gives no footprint to compare",
+            spec="none",
+            verified_by="none",
+            compiles=len(tried),
+            tried=tuple(tried),
+            notes=tuple(notes),
+            backend=search.plain.backend,
+        )
+    floor = max(min_bytes, 1)
+    allowed = dict(usable)
+    if current is not None and current in known:
+        # never a donation that needs more live peak than the one checked
+        allowed = {
+            key: fp
+            for key, fp in usable.items()
+            if _excess(known[key][1], search.donated_variant, min_bytes) is None or key == current
+        }
+    best = min(allowed.values())
+    near = [key for key, fp in allowed.items() if fp - best < floor]
+    chosen_key = min(
+        near,
+        key=lambda key: (
+            len(key),
+            known[key][1].memory.live_peak_bytes or 0,
+            allowed[key],
+            sorted(order[n] for n in key),
+        ),
+    )
+    if chosen_key and _saves_nothing(savings(plain_variant, known[chosen_key][1])):
+        chosen_key = frozenset()
+    chosen = [a for a in arguments if a.name in chosen_key]
+    compiled, verification = known[chosen_key]
+    # what each leaf does: as donating every lender shows it, then as the suggestion's own compile shows it
+    everyone = frozenset(a.name for a in lenders)
+    observed: dict[int, _Outcome] = {}
+    if everyone in known:
+        observed.update(_observed(known[everyone][0], known[everyone][1], plain_variant, program))
+    if chosen_key:
+        observed.update(_observed(compiled, verification, plain_variant, program))
+    outcomes = _predict(arguments, observed, program, outputs)
+    marginals = {
+        a.name: usable[chosen_key - {a.name}] - usable[chosen_key]
+        for a in chosen
+        if chosen_key - {a.name} in usable and chosen_key in usable
+    }
+    costs: dict[str, str] = {}
+    for argument in lenders:
+        more = chosen_key | {argument.name}
+        if argument not in chosen and more in usable and chosen_key in usable:
+            extra = usable[more] - usable[chosen_key]
+            costs[argument.name] = f"donated with {_spec_text(chosen) or 'nothing else'}, it " + (
+                f"needs {format_bytes(extra)} more footprint than left out (measured)"
+                if extra > 0
+                else f"saves only {format_bytes(-extra)} of footprint (measured)"
+            )
+    advice = tuple(
+        dataclasses.replace(
+            _advice(a, outcomes, program, outputs, a in chosen, min_bytes, costs.get(a.name)),
+            marginal_bytes=marginals.get(a.name),
+        )
+        for a in arguments
+    )
+    measured = savings(plain_variant, verification)
+    _note_interactions(chosen, marginals, measured, notes, min_bytes)
+    measured_count = len(known)
+    notes.insert(
+        0,
+        f"the donations of the {len(lenders)} argument(s) that could lend a buffer were measured ({measured_count} "
+        f"of {2 ** len(lenders)}, {len(tried)} compile(s) added to the check's two), whatever the check donated: "
+        + ("this one needs the least footprint" if chosen else "none saves footprint"),
+    )
+    verified_by: Verification = "plain" if not chosen_key else "donated" if chosen_key == current else "suggested"
+    if verified_by == "donated" and search.call.donation_source == "jit":
+        notes.append("the target's own jit donation already is this spec")
+    refused = _refused(chosen, verification, program.shared)
+    code, alternative = _code(call, chosen)
+    nameable = all(_is_named(call, a) for a in chosen)
+    lending = _spec_text(lenders).replace(",", ", ")
+    summary = _summary(chosen, advice, plain_variant, verification, measured, len(tried), verified_by, notes, lending)
+    summary = f"{_on(search.plain.backend)}{summary}"
+    return Suggestion(
+        summary=f"{summary}; {refused}" if refused else summary,
+        spec=_spec_text(chosen),
+        donate_argnums=tuple(a.position for a in chosen if a.position is not None),
+        donate_argnames=tuple(a.name for a in chosen if nameable or a.position is None),
+        code=code,
+        alternative_code=alternative,
+        arguments=advice,
+        verified_by=verified_by,
+        compiles=len(tried),
+        tried=tuple(tried),
+        memory=verification.memory,
+        savings=measured,
+        notes=tuple(notes),
+        backend=search.plain.backend,
+        measured=_measurements(
+            {tuple(sorted(key, key=order.__getitem__)): variant for key, (_, variant) in known.items()}
+        ),
+        searched=len(known) == 2 ** len(lenders),
     )
 
 
@@ -571,15 +795,6 @@ def _observed(
 # Choosing
 
 
-def _sources(program: ProgramLeaves) -> dict[int, frozenset[int]]:
-    """For each output index, the input leaves it is computed from (from the HLO's operands)."""
-    result: dict[int, frozenset[int]] = {}
-    for index, parameters in enumerate(hlo.output_parameters(program.module)):
-        leaves = (program.leaf_of(number, tuple_index) for number, tuple_index in parameters)
-        result[index] = frozenset(leaf.index for leaf in leaves if leaf is not None)
-    return result
-
-
 # observed outcomes that hold whatever else is donated
 _FIRM = ("unused", "no-output-of-size", "not-reused")
 
@@ -601,7 +816,7 @@ def _predict(
     or an output already taken, is decided again here. The verification
     compile has the last word.
     """
-    sources = _sources(program)
+    sources = program.sources
     paths = {leaf.index: leaf.path for a in arguments for leaf in a.leaves}
     taken: dict[int, str] = {}
     outcomes: dict[int, _Outcome] = {}
@@ -649,8 +864,9 @@ def _free_output(
 ) -> int | None:
     """A free output of the leaf's size (computed from it, when ``sources`` is given).
 
-    Among several: one of its shape and dtype, then one whose path ends like
-    the leaf's (``out[0]['w']`` for ``params['w']``), then the first.
+    Among several: the one that pairs best with the leaf
+    (:func:`~fieldmem.findings.analysis.pairing_key`: of the same path,
+    ``out[0]['w']`` for ``params['w']``, then of its shape and dtype), then the first.
     """
     if leaf.hlo_parameter is None:
         return None
@@ -664,11 +880,11 @@ def _free_output(
     ]
     if not free:
         return None
-    suffix = leaf.path[len(leaf.argument) :]
+    inputs = program.variant.inputs
+    every = program.sources
     free.sort(
         key=lambda o: (
-            o.shape != leaf.shape or o.dtype != leaf.dtype,
-            not (suffix and o.path.endswith(suffix)),
+            *pairing_key(o, leaf, same_path_inputs(o.path, inputs), every.get(o.index, frozenset()), frozenset()),
             o.index,
         )
     )
@@ -834,6 +1050,7 @@ def _summary(
     compiles: int,
     verified_by: str,
     notes: Sequence[str],
+    searched: str | None = None,
 ) -> str:
     if verification is None:
         return "nothing suggested: " + (notes[-1] if notes else "the verification failed")
@@ -846,6 +1063,11 @@ def _summary(
         "suggested": f"verified by {compiles} compile{'s' if compiles != 1 else ''}",
         "donated": "verified by the donated variant, which donates exactly this",
     }.get(verified_by, "verified")
+    if searched is not None:
+        how = (
+            f"the least footprint of every donation of {searched}, measured "
+            f"({compiles} compile{'s' if compiles != 1 else ''} added)"
+        )
     saved = measured.get("footprint_bytes")
     peak = measured.get("live_peak_bytes")
     return (

@@ -64,7 +64,18 @@ from fieldmem.units import format_bytes
 from fieldmem.xla import buffers, hlo
 from fieldmem.xla.spaces import device_spaces, space_name
 
-__all__ = ["ProgramLeaves", "analyze_target", "analyze_variant", "decimate", "donation_obstacle", "savings"]
+__all__ = [
+    "ProgramLeaves",
+    "analyze_target",
+    "analyze_variant",
+    "compiler_name",
+    "decimate",
+    "donation_obstacle",
+    "hardware_hint",
+    "pairing_key",
+    "same_path_inputs",
+    "savings",
+]
 
 
 def _display_source(location: hlo.SourceLocation | None) -> str | None:
@@ -198,6 +209,19 @@ class ProgramLeaves:
         self.entry_by_name = module.entry.by_name()
         # the arrays the call gives more than once, each of their leaves -> all of them (see shared_buffers)
         self.shared = shared_buffers(variant.inputs)
+        self._sources: dict[int, frozenset[int]] | None = None
+
+    @property
+    def sources(self) -> dict[int, frozenset[int]]:
+        """For each output index, the input leaves (by report index) it is computed from, read from the HLO's
+        operands (:func:`fieldmem.xla.hlo.output_parameters`: a superset, never a miss)."""
+        if self._sources is None:
+            found: dict[int, frozenset[int]] = {}
+            for index, parameters in enumerate(hlo.output_parameters(self.module)):
+                leaves = (self.leaf_of(number, tuple_index) for number, tuple_index in parameters)
+                found[index] = frozenset(leaf.index for leaf in leaves if leaf is not None)
+            self._sources = found
+        return self._sources
 
     def leaf_of(self, parameter_number: int, parameter_index: tuple[int, ...]) -> InputLeaf | None:
         if self.variant.tuple_args:
@@ -481,6 +505,11 @@ def _liveness(
     )
     parameters = {i.name: i.parameter_number for i in program.module.entry.instructions if i.opcode == "parameter"}
     allocations = {a.index: a for a in assignment.allocations}
+    returned = {
+        producer.name: out.path
+        for producer, out in zip(program.output_producers, program.variant.outputs)
+        if producer is not None and producer.opcode != "parameter"
+    }
     top: list[LiveBuffer] = []
     for live_slice in live.live_at_peak[:_LIVE_AT_PEAK]:
         value = live_slice.value
@@ -489,10 +518,11 @@ def _liveness(
         if number is not None:
             leaf = program.leaf_of(number, value.shape_index)
         allocation = allocations.get(live_slice.slice.allocation)
+        owner = None
         if leaf is None and allocation is not None and allocation.parameter_number is not None:
-            # a donated input's buffer, after its last read holding the value written
-            # into it: named by the input whose buffer it is
-            leaf = program.leaf_of(allocation.parameter_number, allocation.parameter_shape_index)
+            # a donated input's buffer, after its last read holding another value written into it (the update):
+            # the value is named as itself, and the input as the buffer's owner
+            owner = program.leaf_of(allocation.parameter_number, allocation.parameter_shape_index)
         # a copy of an input is named by the input it copies, and placed at the
         # copy's own source line (or the function's, when XLA kept none for it)
         copied = copied_inputs.get(value.instruction or "")
@@ -500,7 +530,7 @@ def _liveness(
         call_site = _call_site(value.source)
         if source is None and copied is not None:
             source, call_site = copied.source, copied.call_site
-        if source is None and leaf is not None:
+        if source is None and (leaf is not None or owner is not None):
             source = definition  # an argument comes in where the function is defined
         top.append(
             LiveBuffer(
@@ -511,6 +541,8 @@ def _liveness(
                 source=source,
                 input=leaf.path if leaf is not None else (copied.of_parameter if copied is not None else None),
                 call_site=call_site,
+                buffer_of=owner.path if owner is not None else None,
+                output=returned.get(value.instruction or ""),
             )
         )
     entry = program.module.entry.name
@@ -633,17 +665,40 @@ def _old_value_use(module: hlo.HloModule, copy: Copy, inputs: dict[int, InputLea
     return hlo.old_value_use(module, leaf.hlo_parameter)
 
 
+def compiler_name(backend: str | None) -> str:
+    """The compiler of ``backend`` (a variant's, as ``--backend`` names it) in words: ``XLA:CPU``,
+    ``XLA:TPU (v5e)``, ``XLA:GPU (h100)``; ``this compiler`` where the backend is not known."""
+    if not backend:
+        return "this compiler"
+    platform, _, rest = backend.partition(":")
+    kind = rest.partition(":")[0]
+    name = f"XLA:{platform.upper()}"
+    return f"{name} ({kind})" if kind else name
+
+
+def hardware_hint(backend: str | None) -> str:
+    """How to see what the hardware a user trains on does with a copy the compiler of ``backend`` chose."""
+    if backend is None or ":" not in backend:
+        return (
+            "check the hardware you train on with --backend tpu:v5e or --backend gpu:h100 (or [tool.fieldmem] "
+            "backends), whose compiler may do it in place"
+        )
+    return f"this is what {compiler_name(backend)} does with the code as written; no line of it asks for the copy"
+
+
 def _copy_finding(
     copy: Copy,
     inputs: dict[int, InputLeaf],
     once: str = "",
     slice_update: str | None = None,
     old_use: hlo.OldValueUse | None = None,
+    backend: str | None = None,
 ) -> Finding:
     """The finding for one copy; ``once`` (" once per call" in a program with a loop) sets
     one-off copies apart from the loop copies paid every iteration; ``slice_update``: the update
-    whose value an output copy copies (the copy is then the compiler's choice, and says so);
-    ``old_use``: why the program keeps a donated input's old value (whose choice its copy is)."""
+    whose value an output copy copies (the copy is then the compiler's choice: a ``compiler-copy``
+    warning); ``old_use``: why the program keeps a donated input's old value (whose choice its copy
+    is); ``backend``: the variant's, named in a compiler's-choice copy."""
     size = format_bytes(copy.bytes)
     where = _at(copy.source, copy.call_site)
     if copy.kind == "loop":
@@ -668,17 +723,23 @@ def _copy_finding(
             "error", "loop-copy", f"{what}: {why}", source=copy.source, call_site=copy.call_site, bytes=_stake(copy)
         )
     if copy.kind != "parameter" and copy.output is not None:
+        if slice_update is not None:
+            # whose choice: the code writes a slice in place; this compile writes it through a temporary
+            return Finding(
+                "warning",
+                "compiler-copy",
+                f"{compiler_name(backend)} still writes {copy.output} through a temporary ({size}){once}{where} "
+                f"and copies it into the output buffer: the code updates a slice of it ({slice_update}), and "
+                f"the temporary is the compiler's choice, not a line to change; {hardware_hint(backend)}",
+                output=copy.output,
+                source=copy.source,
+                call_site=copy.call_site,
+                bytes=_stake(copy),
+            )
         message = (
             f"{copy.output} is not written in place: XLA computes it into a {size} temporary and "
             f"copies it into the output buffer{once}{where}"
         )
-        if slice_update is not None:
-            # whose choice: the code writes a slice in place; this compile writes it through a temporary
-            message += (
-                f". The code updates a slice ({slice_update}); writing it through a temporary is this "
-                "compiler's choice, not a line to change: other backends may write it in place (compare "
-                "with --backend gpu:h100 or --backend tpu:v5e)"
-            )
         return Finding(
             "error",
             "output-copy",
@@ -706,10 +767,17 @@ def _copy_finding(
         )
     elif old_use == "scheduling":
         # whose choice: nothing in the program needs the old value after the update
-        message = (
-            f"{name} is donated but still copied{once} ({size}){where}: every read of its old value could "
-            "come before the update, so this copy is the compiler's choice of order, not a line to change; "
-            "other backends may update it in place (compare with --backend gpu:h100 or --backend tpu:v5e)"
+        return Finding(
+            "warning",
+            "compiler-copy",
+            f"{compiler_name(backend)} still copies {name}{once} ({size}){where} although it is donated: every "
+            "read of its old value could come before the update, so the copy is the compiler's choice of order, "
+            f"not a line to change; {hardware_hint(backend)}",
+            input=copy.of_parameter,
+            output=copy.output,
+            source=copy.source,
+            call_site=copy.call_site,
+            bytes=_stake(copy),
         )
     else:
         message = (
@@ -761,7 +829,14 @@ def _new_buffer_finding(
     else:
         reason = f"XLA did not reuse {leaf.path}"
     return Finding(
-        "error", "new-buffer", f"{head}: {reason}", output=out.path, source=source, call_site=call_site, bytes=size
+        "error",
+        "new-buffer",
+        f"{head}: {reason}",
+        input=leaf.path,
+        output=out.path,
+        source=source,
+        call_site=call_site,
+        bytes=size,
     )
 
 
@@ -865,8 +940,47 @@ def declared_new(path: str, patterns: Sequence[str]) -> bool:
     return False
 
 
+_OUTPUT_ITEM = re.compile(r"out\[(\d+)\](.*)", re.S)
+
+
+def same_path_inputs(output_path: str, inputs: Sequence[InputLeaf]) -> frozenset[str]:
+    """The input paths that mirror ``output_path``, as update functions return their state: item ``i`` of a
+    tuple output is the ``i``-th argument (``out[1][0].mu['w']`` ↔ ``opt_state[0].mu['w']``: ``params,
+    opt_state = step(params, opt_state, batch)``); any other output mirrors each argument (``out['w']`` ↔
+    ``params['w']``). Arguments are counted in the call's order, static ones left out."""
+    if not output_path.startswith("out"):  # a wrapper's output named by the user's leaf (nnx: model.l1.kernel)
+        return frozenset({output_path})
+    arguments = list(dict.fromkeys(leaf.argument for leaf in inputs))
+    item = _OUTPUT_ITEM.fullmatch(output_path)
+    if item is not None and int(item.group(1)) < len(arguments):
+        return frozenset({arguments[int(item.group(1))] + item.group(2)})
+    return frozenset(argument + output_path[len("out") :] for argument in arguments)
+
+
+def pairing_key(
+    out: OutputLeaf, leaf: InputLeaf, mirrored: frozenset[str], sources: frozenset[int], claimed: frozenset[int]
+) -> tuple[bool, ...]:
+    """How well ``leaf`` pairs with output ``out`` (smaller is better): not yet named for another output,
+    then the input of the same path (``mirrored``: :func:`same_path_inputs`), then of its shape and dtype,
+    then one the output is computed from (``sources``: the output's input leaves by index), then one whose
+    path ends as the output's does."""
+    suffix = out.path[len("out") :]
+    return (
+        leaf.index in claimed,
+        leaf.path not in mirrored,
+        leaf.shape != out.shape or leaf.dtype != out.dtype,
+        leaf.index not in sources,
+        not (suffix and leaf.path.endswith(suffix)),
+    )
+
+
 def _state_donor(
-    out: OutputLeaf, size: int, program: ProgramLeaves, aliases: tuple[Alias, ...], state_bytes: int = 0
+    out: OutputLeaf,
+    size: int,
+    program: ProgramLeaves,
+    aliases: tuple[Alias, ...],
+    state_bytes: int = 0,
+    claimed: frozenset[int] = frozenset(),
 ) -> InputLeaf | None:
     """The input whose buffer ``out`` could reuse and whose not reusing it breaks in place, or None: a new output.
 
@@ -881,6 +995,10 @@ def _state_donor(
     prevents the reuse). An output with none of these (fresh
     logits, a loss, a value whose donors other outputs already reuse) is a new
     output: reported, counted in the figures, but not a break.
+
+    Among several, the input named is the one that pairs best with the output (:func:`pairing_key`: the
+    input of the same path, of its shape and dtype, that it is computed from), preferring one that
+    ``claimed`` (inputs already named for other outputs) does not hold.
     """
     reused = {a.input_index for a in aliases}
     used = [leaf for leaf in program.variant.inputs if leaf.hlo_parameter is not None]
@@ -902,9 +1020,9 @@ def _state_donor(
         free = [leaf for leaf in used if leaf.donated and leaf.index not in reused and leaf.shape == out.shape]
     if not free:
         return None
-    suffix = out.path[len("out") :]
-    free.sort(key=lambda leaf: (not leaf.path.endswith(suffix) if suffix else True, leaf.shape != out.shape))
-    return free[0]
+    mirrored = same_path_inputs(out.path, program.variant.inputs)
+    sources = program.sources.get(out.index, frozenset())
+    return min(free, key=lambda leaf: pairing_key(out, leaf, mirrored, sources, claimed))
 
 
 def _new_output_finding(
@@ -1081,11 +1199,16 @@ def _verdict(
     counted = [u for u in donated.unusable_donations if u.bytes >= max(min_bytes, 1) and (by_user or not reused)]
     aliased_outputs = {a.output_index for a in donated.aliases}
     new_outputs = 0
+    claimed: set[int] = set()  # the inputs named for an output so far: each output its own, where it can
     for out in program.variant.outputs:
         size = program.output_bytes[out.index]
         if size >= max(min_bytes, 1) and out.index not in aliased_outputs:
             declared = declared_new(out.path, new)
-            donor = None if declared else _state_donor(out, size, program, donated.aliases, state_bytes)
+            donor = (
+                None if declared else _state_donor(out, size, program, donated.aliases, state_bytes, frozenset(claimed))
+            )
+            if donor is not None:
+                claimed.add(donor.index)
             outgrown = None if declared else next((u for u in counted if size >= u.bytes), None)
             if donor is not None:
                 findings.append(_new_buffer_finding(out, size, donor, program, donated.unusable_donations))
@@ -1112,7 +1235,8 @@ def _verdict(
             and (copy.kind in ("parameter", "loop") or copy.output is not None)
         ):
             update = _slice_update_copied(program.module, copy) if copy.output is not None else None
-            findings.append(_copy_finding(copy, inputs, once, update, _old_value_use(program.module, copy, inputs)))
+            old_use = _old_value_use(program.module, copy, inputs)
+            findings.append(_copy_finding(copy, inputs, once, update, old_use, program.variant.backend))
     for unusable in donated.unusable_donations:
         if unusable.bytes >= min_bytes:
             findings.append(_unusable_finding(unusable, breaks=by_user and reused, by_user=by_user))
@@ -1231,7 +1355,7 @@ def _checks(
     if expect == "fits":
         checks.append(fit_check(verdict, compiled, donated.memory))
     if max_peak is not None:
-        checks.append(_budget("max-peak", "footprint_bytes", "footprint", max_peak, donated.memory))
+        checks.append(_budget("max-footprint", "footprint_bytes", "footprint", max_peak, donated.memory))
     if max_live_peak is not None:
         checks.append(_budget("max-live-peak", "live_peak_bytes", "live peak", max_live_peak, donated.memory))
     return tuple(checks)
@@ -1254,11 +1378,13 @@ def analyze_target(
     plain_analysis: tuple[Variant, ProgramLeaves] | None = None,
     parser: hlo.HloParser | None = None,
     donation_by_user: bool = True,
+    jit_definition: str | None = None,
 ) -> TargetResult:
     """The full result for one target from its two compiles; ``new``: output paths declared new;
     ``plain_analysis``: what :func:`analyze_variant` gave for ``plain`` (the checker analyses it while
     the donated variant still compiles); ``parser``: the target's (None: one for this call);
-    ``donation_by_user``: the donation is the user's, not fieldmem's default (see :func:`_verdict`)."""
+    ``donation_by_user``: the donation is the user's, not fieldmem's default (see :func:`_verdict`);
+    ``jit_definition``: where the target's own jit sets its donation (the report keeps it)."""
     parser = parser if parser is not None else hlo.HloParser()
     plain_variant, _ = plain_analysis if plain_analysis is not None else analyze_variant(plain, definition, parser)
     donated_variant, program = analyze_variant(donated, definition, parser)
@@ -1315,6 +1441,7 @@ def analyze_target(
         checks=_checks(expect, max_peak, max_live_peak, verdict, donated_variant, donated),
         made_static=made_static,
         transfers=transfers,
+        jit_definition=jit_definition,
     )
 
 

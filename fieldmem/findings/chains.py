@@ -342,7 +342,7 @@ def _costs(steps: Sequence[ChainStep], fused: TargetResult | None) -> tuple[Chai
     return tuple(costs)
 
 
-def _cost_summary(costs: Sequence[ChainCost], steps: Sequence[ChainStep]) -> str | None:
+def _cost_summary(costs: Sequence[ChainCost], steps: Sequence[ChainStep], min_bytes: int = 0) -> str | None:
     by_layout = {c.layout: c for c in costs}
     separate, fused = by_layout.get("steps"), by_layout.get("fused")
     if separate is None or fused is None:
@@ -353,12 +353,12 @@ def _cost_summary(costs: Sequence[ChainCost], steps: Sequence[ChainStep]) -> str
     if separate.worst_step is not None:
         worst = f" (step {separate.worst_step + 1}, {steps[separate.worst_step].function})"
     difference = fused.donated_footprint - separate.donated_footprint
-    if difference > 0:
+    if abs(difference) < max(min_bytes, 1):  # a difference below the size threshold is no difference
+        verdict = "the same either way" + (f" (within {format_bytes(min_bytes)})" if difference else "")
+    elif difference > 0:
         verdict = f"fusing costs {format_bytes(difference)} more"
-    elif difference < 0:
-        verdict = f"fusing saves {format_bytes(-difference)}"
     else:
-        verdict = "the same either way"
+        verdict = f"fusing saves {format_bytes(-difference)}"
     return (
         f"with donation, the chain as one jit needs {format_bytes(fused.donated_footprint)} at once, "
         f"as separate jitted steps at most {format_bytes(separate.donated_footprint)}{worst}: {verdict}"
@@ -402,7 +402,7 @@ def analyze_chain(
     first_break = _first_break(steps, outcomes)
     in_place = first_break is None and all(s.status in ("in-place", "grows") for s in steps)
     summary = _summary(steps, first_break)
-    if in_place and fused is not None and fused.verdict is not None and fused.verdict.kind != "in-place":
+    if in_place and fused is not None and fused.verdict is not None and not fused.verdict.in_place:
         # the steps and the fused program are two programs: a fused row that is not in place says so here
         summary += f"; fused into one jit it is not ({fused_result_name(name)}: {fused.verdict.summary})"
     costs = _costs(steps, fused)
@@ -424,7 +424,7 @@ def analyze_chain(
         fused=fused_result_name(name) if fused is not None else None,
         first_break=first_break,
         costs=costs,
-        cost_summary=_cost_summary(costs, steps),
+        cost_summary=_cost_summary(costs, steps, min_bytes),
         expect=expect,
         checks=checks,
         transfer_bytes=(

@@ -418,7 +418,7 @@ def apply_run(
     summary = verdict.summary
     donated_run = variants["donated"].run if "donated" in readings else None
     if donated_run is not None and donated_run.aliases and not errors:
-        if verdict.kind == "in-place":
+        if verdict.in_place:
             summary += "; " + _run_summary(donated_run)
         else:
             # two facts that do not contradict: the buffer is reused at run time, and the copy is made too

@@ -17,7 +17,12 @@ names, per row, the codes that make it. The first row that holds decides:
 3. **nothing to update in place**: nothing breaks and no output reuses a donated buffer, because none can
    (a reduction, a loss): donating does nothing here, and ``--expect in-place`` fails with the fix
    (don't donate it).
-4. **in place**: nothing breaks and the outputs that can reuse a donated buffer do.
+4. **in place as written**: nothing the code can change breaks, the outputs that can reuse a donated buffer
+   do, and the compiler still keeps a copy by its own choice (a ``compiler-copy`` warning: a donated input
+   whose reads could all come before its update, a slice update written through a temporary). The code does
+   everything it can; ``--expect in-place`` passes, and the headline names the compiler and how to check the
+   hardware the user trains on.
+5. **in place**: nothing breaks and the outputs that can reuse a donated buffer do.
 
 New outputs (fresh logits, a loss) are reported with their bytes and decide nothing on their own: only
 one at least as large as the state it replaces is a finding that breaks (``state-grows``).
@@ -30,20 +35,32 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fieldmem.report import Expectation, Finding, FindingCode, Verdict, VerdictKind
+from fieldmem.report import IN_PLACE_KINDS, Expectation, Finding, FindingCode, Verdict, VerdictKind
 from fieldmem.units import format_bytes
 
-__all__ = ["FIT_CODES", "RULES", "Rule", "decide", "expectation_met", "expectation_words", "judge", "rank"]
+__all__ = [
+    "CHOICE_CODES",
+    "FIT_CODES",
+    "RULES",
+    "Rule",
+    "decide",
+    "expectation_met",
+    "expectation_words",
+    "judge",
+    "rank",
+]
 
 #: the finding codes that make a verdict "does not fit" (as errors); every other error breaks in place
 FIT_CODES: tuple[FindingCode, ...] = ("exceeds-device-memory",)
+#: the finding codes of a copy the compiler keeps by its own choice (warnings): in place as written
+CHOICE_CODES: tuple[FindingCode, ...] = ("compiler-copy",)
 
 
 @dataclass(frozen=True)
 class Rule:
     """One row of the verdict table: the verdict, when it holds, the finding codes that make it (as errors;
-    empty for the rows that hold when nothing breaks), an example, and whether ``--expect in-place`` and
-    ``--expect fits`` pass."""
+    for in place as written, the warnings of the compiler's choice; empty for the rows that hold when nothing
+    breaks), an example, and whether ``--expect in-place`` and ``--expect fits`` pass."""
 
     kind: VerdictKind
     when: str
@@ -74,9 +91,9 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "not-in-place",
-        "a state input is copied: donated but still copied (its old value is returned beside the update, read "
-        "by something that also needs the update, or kept by the compiler's choice of order, which the finding "
-        "says), or not donated and copied because it is updated",
+        "a state input is copied because the code keeps its old value: donated but still copied (its old value "
+        "is returned beside the update, or read by something that also needs the update, which the finding says), "
+        "or not donated and copied because it is updated",
         ("parameter-copy",),
         "`return x.at[0].set(1.0), x` with `x` donated (the old value is returned beside the new one)",
     ),
@@ -88,9 +105,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "not-in-place",
-        "an output is computed into a temporary and copied into its buffer",
+        "an output is computed into a temporary and copied into its buffer, where the code does more than write "
+        "a slice of it",
         ("output-copy",),
-        "`cache.at[:, pos].set(kv)` on a CPU compile that writes the new cache through a temporary",
+        "`return z, z` (one value returned twice: the second output is a copy of the first)",
     ),
     Rule(
         "not-in-place",
@@ -147,6 +165,16 @@ RULES: tuple[Rule, ...] = (
         "`return x.sum(axis=0)` or a loss `return jnp.mean((model(params, x) - y) ** 2)` with `params` donated",
     ),
     Rule(
+        "in-place-as-written",
+        "nothing the code can change breaks, and every output that can reuse a donated buffer does, but the "
+        "compiler keeps a copy by its own choice: a donated input although every read of its old value could "
+        "come before its update, or a slice update written through a temporary (a warning naming the compiler "
+        "and how to check the hardware you train on: `--backend tpu:v5e`, `[tool.fieldmem] backends`)",
+        ("compiler-copy",),
+        "`cache.at[:, pos].set(kv)` with `cache` donated on XLA:CPU, which writes the new cache through a "
+        "temporary; an optax AdamW step on XLA:CPU that copies a donated kernel before updating it",
+    ),
+    Rule(
         "in-place",
         "nothing breaks, and every output that can reuse a donated buffer does; new outputs (fresh logits, a "
         "loss) are reported with their bytes",
@@ -169,12 +197,15 @@ def rank(findings: Iterable[Finding]) -> tuple[Finding, ...]:
 
 def decide(findings: Iterable[Finding], reused: bool) -> VerdictKind:
     """The verdict :data:`RULES` give: ``reused``, whether any output reuses a donated buffer."""
+    findings = list(findings)
     errors = [f for f in findings if f.severity == "error"]
     if any(f.code in FIT_CODES for f in errors):
         return "does-not-fit"
     if errors:
         return "not-in-place"
-    return "in-place" if reused else "nothing-to-update"
+    if not reused:
+        return "nothing-to-update"
+    return "in-place-as-written" if any(f.code in CHOICE_CODES for f in findings) else "in-place"
 
 
 def expectation_met(kind: VerdictKind | None, expect: Expectation, fit_known: bool = True) -> bool:
@@ -182,7 +213,7 @@ def expectation_met(kind: VerdictKind | None, expect: Expectation, fit_known: bo
     otherwise). ``fit_known``: the device's memory and the program's footprint are both known (``fits``
     never passes on what is not known)."""
     if expect == "in-place":
-        return kind == "in-place"
+        return kind in IN_PLACE_KINDS
     if expect == "fits":
         return fit_known and kind != "does-not-fit"
     return True
@@ -217,15 +248,22 @@ def judge(
         summary = f"{prefix}: {errors[0].message}{_more(errors[1:])}"
     elif kind == "nothing-to-update":
         summary = nothing_summary
+    elif kind == "in-place-as-written":
+        chosen = [f for f in ranked if f.code in CHOICE_CODES]
+        summary = f"in place as written; {chosen[0].message}{_more(chosen[1:])}"
     else:
         summary = in_place_summary
-    return Verdict(in_place=kind == "in-place", summary=summary, findings=ranked, kind=kind)
+    return Verdict(in_place=kind in IN_PLACE_KINDS, summary=summary, findings=ranked, kind=kind)
 
 
 def expectation_words(verdict: Verdict) -> str:
     """The message of the ``expect-in-place`` check on ``verdict``."""
     if verdict.kind == "in-place":
         return "in place with donation"
+    if verdict.kind == "in-place-as-written":
+        chosen = [f for f in verdict.findings if f.code in CHOICE_CODES]
+        copies = f" ({len(chosen)} cop{'ies' if len(chosen) != 1 else 'y'} the compiler's choice)" if chosen else ""
+        return f"in place with donation as written{copies}"
     if verdict.kind == "does-not-fit":
         return f"expected in place with donation, but it {verdict.summary}"
     if verdict.kind == "nothing-to-update":

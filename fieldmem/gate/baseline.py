@@ -26,6 +26,7 @@ import json
 import os
 import re
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from fieldmem.gate.diff import (
     diff_targets,
     facts_of_result,
     moved,
+    peak_line_source,
     peak_line_text,
     peak_lines_of,
 )
@@ -371,6 +373,9 @@ def _migrated(baseline: Baseline, root: str) -> tuple[BaselineEntry, ...]:
     for e in baseline.entries:
         if legacy or not is_file_spec(_module_part(e.target)):
             e = dataclasses.replace(e, name=project_name(e.name, e.target, root), target=project_spec(e.target, root))
+        if any(c.name != _check_name(c.name) for c in e.accepted_checks):  # a budget's name before issue 48
+            renamed = tuple(dataclasses.replace(c, name=_check_name(c.name)) for c in e.accepted_checks)
+            e = dataclasses.replace(e, accepted_checks=renamed)
         migrated.append(e)
     return tuple(migrated)
 
@@ -752,17 +757,32 @@ def _classify(
     (the donated buffer is still reused), the checks (a baseline keeps none)."""
     now = facts_of_result(result)
     deltas = diff_targets(facts_of_entry(entry), now, min_bytes)
-    _gate_figures(result, now, [d for d in deltas if d.kind in ("figure", "peak-line")], tolerances, found)
+    figures = [d for d in deltas if d.kind in ("figure", "peak-line")]
+    _gate_figures(result, now, figures, tolerances, found, min_bytes)
     donated = [d for d in deltas if d.variant == "donated"]
-    _gate_copies(result.name, [d for d in donated if d.kind == "copy"], tolerances.for_figure(COPIES), found)
+    copies = [d for d in donated if d.kind == "copy" and _counts(d, tolerances, min_bytes)]
+    _gate_copies(result.name, copies, tolerances.for_figure(COPIES), found)
     _gate_donation(result, donated, found)
     for delta in deltas:
         if delta.kind == "verdict" and delta.after is not None and delta.before is not None:
             _gate_verdict(result, bool(delta.before), found)
 
 
+def _counts(delta: Delta, tolerances: Tolerances, min_bytes: int) -> bool:
+    """Whether a copy's change is one: a copy new or gone always; one that grew or shrank, by at least
+    ``min_bytes`` unless the user set the tolerances (:meth:`Tolerances.counts`)."""
+    if delta.change not in ("grew", "shrank"):
+        return True
+    return tolerances.counts(delta.before.per_call, delta.after.per_call, min_bytes)
+
+
 def _gate_figures(
-    result: TargetResult, now: TargetFacts, deltas: list[Delta], tolerances: Tolerances, found: _Collector
+    result: TargetResult,
+    now: TargetFacts,
+    deltas: list[Delta],
+    tolerances: Tolerances,
+    found: _Collector,
+    min_bytes: int = 0,
 ) -> None:
     """Figures of the donated variant; the plain variant's where the donated one stayed within tolerance.
 
@@ -787,7 +807,7 @@ def _gate_figures(
                 found.notes.append(f"{result.name}: {variant} {name} not compared: this run has no value ({reason})")
                 continue
             tolerance = tolerances.for_figure(figure)
-            direction = moved(tolerance, before, after)
+            direction = moved(tolerance, before, after) if tolerances.counts(before, after, min_bytes) else 0
             grew = direction > 0
             if not direction or (variant == "plain" and (name, grew) in reported):
                 continue
@@ -801,6 +821,8 @@ def _gate_figures(
                 message += f", beyond the tolerance {_tolerance_text(tolerance)}{'' if lines else _at(source)}"
             if lines:
                 message += ": " + ", ".join(peak_line_text(d) for d in lines[:_PEAK_LINES_SAID])
+                # the annotation goes to the first line the message names
+                source = next((s for s in map(peak_line_source, lines[:_PEAK_LINES_SAID]) if s), source)
             found.add(
                 grew,
                 Change(
@@ -903,13 +925,14 @@ def _gate_donation(result: TargetResult, deltas: list[Delta], found: _Collector)
 
     An alias rerouted to another output still reuses the donated buffer: neither better nor worse."""
     name = result.name
+    where = result.jit_definition or result.definition  # a donation is changed where the jit sets it
     for delta in deltas:
         worse = delta.change == "new" if delta.kind == "donation" else delta.change == "gone"
         if delta.kind == "alias" and delta.change in ("gone", "new"):
             alias = delta.before if worse else delta.after
             what = f"{alias.input} → {alias.output} ({format_bytes(alias.bytes)})"
             message = (
-                f"{name}: alias lost: {what} no longer reuses the donated buffer{_at(result.definition)}"
+                f"{name}: alias lost: {what} no longer reuses the donated buffer{_at(where)}"
                 if worse
                 else f"{name}: new alias {what}"
             )
@@ -925,7 +948,7 @@ def _gate_donation(result: TargetResult, deltas: list[Delta], found: _Collector)
             before, after = (None, donation.code) if worse else (donation.code, None)
         else:
             continue
-        found.add(worse, Change(name, delta.kind, delta.subject, message, before, after, result.definition))
+        found.add(worse, Change(name, delta.kind, delta.subject, message, before, after, where))
 
 
 def _verdict_source(result: TargetResult) -> str | None:
@@ -1079,7 +1102,9 @@ def compare_to_baseline(
         else:
             unchecked.append(entry.name)
     if here and not matched:
-        found.regressions.append(_nothing_compared(baseline, report, len(here), base))
+        # one line says it all: the new targets and the entries not checked are the two lists it names
+        found.regressions.append(_nothing_compared(baseline, report, [e.name for e in here], base))
+        new, unchecked = [], []
     if len(new) > _LISTED:
         found.notes.append(f"{len(new)} new targets, not in the baseline (--save-baseline adds them): {_listed(new)}")
     else:
@@ -1127,11 +1152,11 @@ def _the_upgrades(change: Change, made_with: dict[str, str], now: str) -> Change
 def _gate_checks(entry: BaselineEntry, result: TargetResult, found: _Collector) -> Accepted:
     """The failed checks of ``result`` that ``entry`` accepts; an accepted check now passing is an
     improvement, one failing with another limit or no longer made is noted."""
-    recorded = {(a.name, a.limit) for a in entry.accepted_checks}
-    accepted = tuple(c.name for c in result.failed_checks if (c.name, c.limit) in recorded)
-    by_name: dict[str, Check] = {c.name: c for c in result.checks}
+    recorded = {(_check_name(a.name), a.limit) for a in entry.accepted_checks}
+    accepted = tuple(c.name for c in result.failed_checks if (_check_name(c.name), c.limit) in recorded)
+    by_name: dict[str, Check] = {_check_name(c.name): c for c in result.checks}
     for was in entry.accepted_checks:
-        check = by_name.get(was.name)
+        check = by_name.get(_check_name(was.name))
         if check is None:
             found.notes.append(
                 f"{result.name}: {was.name} is no longer checked (the baseline accepted it failing); "
@@ -1157,20 +1182,27 @@ def _gate_checks(entry: BaselineEntry, result: TargetResult, found: _Collector) 
     return Accepted(target=result.name, checks=accepted)
 
 
+def _check_name(name: str) -> str:
+    """A check's name as this fieldmem names it: ``max-peak`` (the footprint budget before issue 48) is
+    ``max-footprint``."""
+    return "max-footprint" if name == "max-peak" else name
+
+
 def _limit(limit: int | None) -> str:
     return "none" if limit is None else format_bytes(limit)
 
 
-def _nothing_compared(baseline: Baseline, report: Report, here: int, root: str) -> Change:
-    """The regression of a gate that compared nothing: every baseline target of this backend is missing."""
+def _nothing_compared(baseline: Baseline, report: Report, here: Sequence[str], root: str) -> Change:
+    """The regression of a gate that compared nothing: the baseline matches none of the run's targets on this
+    backend. One line, naming both sides: the gate would otherwise pass on nothing."""
     checked = _listed([r.name for r in report.results]) or "nothing"
     return Change(
         target=baseline.path,
         kind="status",
         subject="missing",
-        message=f"the baseline {baseline.path!r} compared nothing: none of its {here} target(s) on "
-        f"{report.backend} was checked in this run (this run checked {checked}; baseline names are relative "
-        f"to {root!r}); check the targets, refresh the baseline with --save-baseline, or run with --no-baseline",
-        before=here,
+        message=f"the baseline {baseline.path!r} matches none of this run's targets, so nothing was gated: it "
+        f"names {_listed(list(here))} on {report.backend}, this run checked {checked} (names are relative to "
+        f"{root!r}); check the targets, refresh the baseline with --save-baseline, or run with --no-baseline",
+        before=len(here),
         after=0,
     )

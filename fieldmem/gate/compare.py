@@ -43,7 +43,7 @@ from fieldmem.gate.diff import (
     moved,
     peak_line_text,
 )
-from fieldmem.report import Alias, Change, Copy, Report, ReportError, TargetResult
+from fieldmem.report import REPORTS_SCHEMA, Alias, Change, Copy, Report, ReportError, Reports, TargetResult
 from fieldmem.request.tolerance import COPIES, Tolerance, Tolerances
 from fieldmem.units import format_bytes
 
@@ -52,6 +52,7 @@ __all__ = [
     "FIGURES",
     "FIGURE_LABELS",
     "VARIANTS",
+    "AcrossSuggestion",
     "Cell",
     "Column",
     "Comparison",
@@ -59,9 +60,11 @@ __all__ = [
     "Difference",
     "ReportFileError",
     "Row",
+    "across_suggestion",
     "compare_files",
     "compare_reports",
     "load_report",
+    "load_reports",
     "result_changes",
 ]
 
@@ -153,12 +156,30 @@ class Difference:
 
 
 @dataclass(frozen=True)
+class AcrossSuggestion:
+    """The donation best across the reports of one target, each made with ``--suggest`` (one backend each):
+    of the donations every report measured, the one with the least footprint in all (then the least that
+    any report needs beyond its own best, then the fewest arguments), beside each report's own best.
+
+    ``complete``: every report measured every donation that could lend a buffer, so no other donation does
+    better in all; else it is the best of those measured everywhere (each report's best, verified there)."""
+
+    arguments: tuple[str, ...]  # the donation best across the reports (empty: donate nothing)
+    footprints: tuple[int | None, ...]  # per report: that donation's footprint there
+    bests: tuple[tuple[str, ...], ...]  # per report: its own best donation
+    best_footprints: tuple[int | None, ...]  # per report: its own best's footprint
+    complete: bool
+    summary: str
+
+
+@dataclass(frozen=True)
 class Row:
     """One target across every report, and its differences from the reference."""
 
     name: str
     cells: tuple[Cell, ...]
     differences: tuple[Difference, ...] = ()
+    suggestion: AcrossSuggestion | None = None  # where every report has a --suggest of it
 
     def differences_in(self, column: int, field_name: str) -> tuple[Difference, ...]:
         """The differences of report ``column`` in one field (what a renderer highlights)."""
@@ -197,6 +218,7 @@ class Comparison:
                     "name": row.name,
                     "cells": [dataclasses.asdict(c) for c in row.cells],
                     "differences": [d.to_dict() for d in row.differences],
+                    "suggestion": dataclasses.asdict(row.suggestion) if row.suggestion is not None else None,
                 }
                 for row in self.rows
             ],
@@ -417,6 +439,15 @@ def _status_word(status: str) -> str:
     return {"missing": "missing", "error": "could not be checked"}.get(status, "checked")
 
 
+def _below(delta: Delta, min_bytes: int) -> bool:
+    """A figure's or a copy's size that moved by less than ``min_bytes`` (with a value on both sides)."""
+    if delta.kind == "figure" and delta.before is not None and delta.after is not None:
+        return bool(abs(delta.after - delta.before) < max(min_bytes, 1))
+    if delta.kind == "copy" and delta.change in ("grew", "shrank"):
+        return bool(abs(delta.after.per_call - delta.before.per_call) < max(min_bytes, 1))
+    return False
+
+
 def _differences(
     against: _Against,
     before: TargetFacts,
@@ -428,6 +459,8 @@ def _differences(
     them: the status alone when it differs; else the verdict, the checks, the donated variant's
     aliases, both variants' copies and figures, then the donated variant's donations."""
     deltas = diff_targets(before, after, min_bytes)
+    if tolerances is None:  # exact, as no one set it: a move below --min-bytes is no difference (4 B of alignment)
+        deltas = tuple(d for d in deltas if not _below(d, min_bytes))
     differences = []
     for delta in deltas:
         if delta.kind == "status":
@@ -511,12 +544,85 @@ def compare_reports(
         for column in range(1, len(cells)):
             against = _Against(column, labels[column], name)
             differences += _differences(against, facts[0], facts[column], threshold, tolerances)
-        rows.append(Row(name=name, cells=cells, differences=tuple(differences)))
+        across = across_suggestion(results, labels)
+        rows.append(Row(name=name, cells=cells, differences=tuple(differences), suggestion=across))
     return Comparison(
         columns=columns,
         rows=tuple(rows),
         tolerance=tolerances.describe() if tolerances is not None else "exact",
         min_bytes=threshold,
+    )
+
+
+def _spec(arguments: Sequence[str]) -> str:
+    return ", ".join(arguments) if arguments else "nothing"
+
+
+def across_suggestion(results: Sequence[TargetResult | None], labels: Sequence[str]) -> AcrossSuggestion | None:
+    """The donation best across ``results`` (one target in each report, each with a ``--suggest``): see
+    :class:`AcrossSuggestion`. None where a report lacks the target or its suggestion, or no donation was
+    measured in all."""
+    suggestions = [r.suggestion if r is not None else None for r in results]
+    if len(suggestions) < 2 or any(s is None or not s.measured for s in suggestions):
+        return None
+    tables: list[dict[frozenset[str], int]] = []
+    order: dict[str, int] = {}
+    for suggestion in suggestions:
+        assert suggestion is not None
+        for advice in suggestion.arguments:  # the call's order
+            order.setdefault(advice.argument, len(order))
+        table: dict[frozenset[str], int] = {}
+        for measured in suggestion.measured:
+            for name in measured.arguments:
+                order.setdefault(name, len(order))
+            if measured.footprint_bytes is not None:
+                table[frozenset(measured.arguments)] = measured.footprint_bytes
+        tables.append(table)
+    common = set(tables[0]).intersection(*tables[1:])
+    if not common:
+        return None
+    # each report's own best: the donation its suggestion chose (within --min-bytes of the least, the fewest
+    # arguments), where it measured it; else the least it measured
+    bests = []
+    for suggestion, table in zip(suggestions, tables):
+        assert suggestion is not None
+        chose = frozenset(a.argument for a in suggestion.arguments if a.donate)
+        bests.append(chose if chose in table else min(table, key=lambda key: (table[key], len(key))))
+
+    def regret(key: frozenset[str]) -> int:
+        return max(table[key] - table[best] for table, best in zip(tables, bests))
+
+    chosen = min(
+        common,
+        key=lambda key: (sum(t[key] for t in tables), regret(key), len(key), sorted(order[name] for name in key)),
+    )
+    arguments = tuple(sorted(chosen, key=order.__getitem__))
+    own = [tuple(sorted(best, key=order.__getitem__)) for best in bests]
+    complete = all(s is not None and s.searched for s in suggestions)
+    parts = []
+    for label, table, best, named in zip(labels, tables, bests, own):
+        if table[chosen] == table[best] or best == chosen:
+            parts.append(f"{format_bytes(table[chosen])} on {label} (its best)")
+        else:
+            parts.append(
+                f"{format_bytes(table[chosen])} on {label} ({format_bytes(table[chosen] - table[best])} more than its "
+                f"best, {_spec(named)}: {format_bytes(table[best])})"
+            )
+    how = (
+        "of every donation measured on each"
+        if complete
+        else "of the donations measured on every one (not every donation was measured on each)"
+    )
+    summary = f"across {', '.join(labels)}: donate {_spec(arguments)}, the least footprint in all {how}: " + "; ".join(
+        parts
+    )
+    return AcrossSuggestion(
+        arguments=arguments,
+        footprints=tuple(table[chosen] for table in tables),
+        bests=tuple(own),
+        best_footprints=tuple(table[best] for table, best in zip(tables, bests)),
+        complete=complete,
+        summary=summary,
     )
 
 
@@ -538,13 +644,38 @@ def compare_files(
     """Load each saved report and compare them (see :func:`compare_reports`).
 
     Raises:
-        OptionError: fewer than two paths.
+        OptionError: fewer than two reports (a file of several reports counts each).
         ReportFileError: a file that is not a readable fieldmem report.
     """
-    if len(paths) < 2:
-        raise OptionError(
-            f"compare needs at least two reports, got {len(paths)}: e.g. fieldmem compare cpu.json gpu.json"
-        )
+    if not paths:
+        raise OptionError("compare needs at least two reports, got 0: e.g. fieldmem compare cpu.json gpu.json")
     notes: list[str] = []
-    comparison = compare_reports([(str(p), load_report(p, notes)) for p in paths], tolerances, min_bytes)
+    loaded = [pair for p in paths for pair in load_reports(p, notes)]
+    comparison = compare_reports(loaded, tolerances, min_bytes)
     return dataclasses.replace(comparison, notes=tuple(notes))
+
+
+def load_reports(path: str | os.PathLike[str], notes: list[str] | None = None) -> list[tuple[str, Report]]:
+    """The reports of one file, each with its label: a report (``-o FILE``), or each report of a document of
+    several (``fieldmem.reports/1``: ``fieldmem check --backend cpu,tpu:v5e -f json > FILE``), labelled
+    ``FILE (cpu)``.
+
+    Raises:
+        ReportFileError: as :func:`load_report`.
+    """
+    shown = str(path)
+    hint = "give a JSON report written by `fieldmem check --format json -o FILE`"
+    data = read_json(path, "report", ReportFileError, missing=hint, hint=hint)
+    if not (isinstance(data, dict) and data.get("schema") == REPORTS_SCHEMA):
+        return [(shown, load_report(path, notes))]
+    unknown: list[str] = []
+    try:
+        several = Reports.from_dict(data, unknown)
+    except ReportError as exc:
+        raise ReportFileError(f"{shown!r} is not a fieldmem report: {exc}") from None
+    if notes is not None:
+        notes.extend(f"{shown}: {note}" for note in unknown)
+    versions = {r.jax_version for r in several.reports}
+    return [
+        (f"{shown} ({r.backend}{f' · jax {r.jax_version}' if len(versions) > 1 else ''})", r) for r in several.reports
+    ]

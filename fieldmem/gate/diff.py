@@ -48,6 +48,7 @@ __all__ = [
     "match_aliases",
     "match_copies",
     "moved",
+    "peak_line_source",
     "peak_line_text",
     "peak_lines_of",
     "signed_bytes",
@@ -316,6 +317,11 @@ def peak_lines_of(peak: PeakBreakdown | None) -> dict[str, Any]:
     kept = peak.lines[:PEAK_LINES_KEPT]
     floor = kept[-1].bytes if len(peak.lines) > len(kept) else 0
     return {"peak_lines": {line.label: line.bytes for line in kept}, "peak_lines_floor": floor}
+
+
+def peak_line_source(delta: Delta) -> str | None:
+    """The ``file.py:LINE`` a live-peak line's change is at (None: an argument's buffer, the constants)."""
+    return delta.subject if _SOURCE_LINE.search(delta.subject) else None
 
 
 def peak_line_text(delta: Delta) -> str:

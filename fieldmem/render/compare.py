@@ -188,9 +188,11 @@ def render_table(comparison: Comparison, options: RenderOptions) -> str:
             )
         console.print(_table(comparison, group, options))
     for row in comparison.rows:
-        if not row.differences:
+        if not row.differences and row.suggestion is None:
             continue
         console.print(wrapped(row.name, style="bold"))
+        if row.suggestion is not None:
+            console.print(hanging("suggest ", row.suggestion.summary, style="bold green"))
         for d in row.differences:
             mark = SIGNIFICANT if d.significant else WITHIN
             console.print(hanging(f"{mark} ", d.change.message, style=_STYLE[mark]))
@@ -263,6 +265,8 @@ def render_markdown(comparison: Comparison, options: RenderOptions) -> str:
         for field_name, label in _row_fields(row):
             cells = [_md_cell(*_cell_text(row, n, field_name, options.verbose)) for n in range(len(comparison.columns))]
             lines.append(f"| {escape(label)} | " + " | ".join(cells) + " |")
+        if row.suggestion is not None:
+            lines += ["", f"**suggest** {escape(row.suggestion.summary)}"]
         if row.differences:
             lines.append("")
             for d in row.differences:

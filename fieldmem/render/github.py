@@ -3,10 +3,12 @@
 ``fieldmem check --format github`` in a workflow step turns each problem into
 an annotation at the line that causes it (for a line in library code, at the
 user's call site that led there, the finding's ``call_site``). ``::error`` is
-for what fails the run, regressions first (GitHub shows only the first 10
-annotations of each kind in a step): a baseline regression, a failed check the
-baseline does not accept, a target that could not be checked, and, without a
-baseline, an error finding. With a baseline, what it accepts is no error: a
+for what fails the run, one per cause (:mod:`fieldmem.gate.causes`: what one
+change of code brings is one error at that change's line, the rest its detail),
+regressions first (GitHub shows only the first 10 annotations of each kind in a
+step): the baseline's regressions, a failed check the baseline does not accept,
+a target that could not be checked, and, without a baseline, the error
+findings (a failed ``expect-in-place`` with the cause its verdict names). With a baseline, what it accepts is no error: a
 compared target's findings are left to the job summary, and a failed check it
 accepts is a ``::notice``; a target new to it has its findings as warnings.
 ``::warning`` is also for a warning finding and a baseline note. A target that
@@ -32,9 +34,10 @@ import os
 from pathlib import Path
 
 from fieldmem.escaping import defused, visible_strings
+from fieldmem.gate.causes import Cause, finding_causes, regression_causes
 from fieldmem.render import RenderOptions
-from fieldmem.render.pieces import count, libraries_text, plugins_text
-from fieldmem.report import Chain, Change, Check, Report, TargetResult
+from fieldmem.render.pieces import count, judged_text, libraries_text, plugins_text
+from fieldmem.report import Chain, Check, Report, TargetResult
 
 __all__ = ["annotation", "annotations_by_level", "escape_data", "escape_property", "job_summary", "location", "render"]
 
@@ -155,23 +158,9 @@ def _chain_annotations(chain: Chain) -> tuple[list[str], list[str]]:
     return errors, warnings
 
 
-def _definitions(report: Report) -> dict[str, str]:
-    """Where each target is defined, by name and by target spec (regressions name either)."""
-    where: dict[str, str] = {}
-    for result in report.results:
-        if result.definition:
-            where.setdefault(result.target, result.definition)
-            where[result.name] = result.definition
-    return where
-
-
-def _regression_annotation(regression: Change, definitions: dict[str, str]) -> str:
-    return annotation(
-        "error",
-        regression.message,
-        title=f"fieldmem: {regression.target}: {regression.kind} regressed against the baseline",
-        source=regression.source or definitions.get(regression.target),
-    )
+def _cause_annotation(cause: Cause) -> str:
+    """One error for one cause (:mod:`fieldmem.gate.causes`): at the line its message names first."""
+    return annotation("error", cause.message, title=cause.title, source=cause.source)
 
 
 def _names(results: list[TargetResult]) -> str:
@@ -185,10 +174,24 @@ def _summary(report: Report, left_out: dict[str, int]) -> str:
     environment = f"jax {report.jax_version}{libraries_text(report)}, {report.backend}{plugins_text(report)}" + (
         ", compiled without the device" if report.deviceless is not None else ""
     )
+    judged = judged_text(report)
+    if judged is not None:
+        environment += f"; {judged}"
     if not results:
         return f"fieldmem ({environment}): no targets were checked"
     groups = (
-        ("in place", [r for r in results if r.status == "ok" and r.verdict is not None and r.verdict.in_place]),
+        (
+            "in place",
+            [r for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "in-place"],
+        ),
+        (
+            "in place as written",
+            [
+                r
+                for r in results
+                if r.status == "ok" and r.verdict is not None and r.verdict.kind == "in-place-as-written"
+            ],
+        ),
         (
             "not in place",
             [r for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "not-in-place"],
@@ -243,12 +246,25 @@ def annotations_by_level(report: Report) -> dict[str, list[str]]:
     warnings: list[str] = []
     notices: list[str] = []
     comparison = report.baseline
+    regressed: set[str] = set()  # the targets whose regressions are annotated: their own causes
     if comparison is not None:
-        definitions = _definitions(report)
-        errors.extend(_regression_annotation(r, definitions) for r in comparison.regressions)
+        for cause in regression_causes(comparison, report.results):
+            errors.append(_cause_annotation(cause))
+            regressed.add(cause.target)
     for result in report.results:
-        if result.status == "ok" and result.verdict is not None:
-            errors.extend(_check_annotation("error", result, c) for c in report.unaccepted_failures(result))
+        if result.status != "ok" or result.verdict is None:
+            continue
+        failed = report.unaccepted_failures(result)
+        expect = [c for c in failed if c.name == "expect-in-place"]
+        errors.extend(_check_annotation("error", result, c) for c in failed if c not in expect)
+        if comparison is None:
+            # one error per cause, at the line to change; the failed expectation is the detail of its own
+            causes = finding_causes(result, expect)
+            errors.extend(_cause_annotation(cause) for cause in causes)
+            if causes:
+                continue
+        if expect and result.name not in regressed:
+            errors.append(_check_annotation("error", result, expect[0]))
     for chain in report.chains:
         chain_errors, chain_warnings = _chain_annotations(chain)
         errors += chain_errors
@@ -268,7 +284,8 @@ def annotations_by_level(report: Report) -> dict[str, list[str]]:
             )
             continue
         finding_errors, finding_warnings = _finding_annotations(result, demoted=comparison is not None)
-        errors += finding_errors
+        if comparison is not None:  # without a baseline, the errors are the causes above
+            errors += finding_errors
         warnings += finding_warnings
     if comparison is not None:
         warnings.extend(

@@ -36,9 +36,12 @@ from fieldmem.render.pieces import (
     host_figure_label,
     host_figure_lines,
     host_figures_shown,
+    judged_text,
     memory_space_lines,
     pair,
     plural,
+    slot_input_text,
+    slot_value_text,
     transfer_lines,
     verdict_words,
 )
@@ -288,8 +291,8 @@ def _live_table(variant: Variant) -> str:
         (
             _e(format_bytes(b.bytes)),
             f'<span class="kind {_e(b.kind)}">{_e(b.kind)}</span>',
-            _code(b.input),
-            _code(b.instruction),
+            _code(slot_input_text(b) or None),
+            _code(slot_value_text(b)),
             f'<span class="shape">{_e(b.shape or "")}</span>',
             _src(b.source, b.call_site),
         )
@@ -838,6 +841,7 @@ def _header(report: Report) -> str:
             ),
         ),
         (plural(len(report.devices), "device"), f"{devices} — figures are per device"),
+        *([("judged", judged_text(report) or "")] if judged_text(report) is not None else []),
         *([("compiled for", deviceless_label(report) or "")] if report.deviceless is not None else []),
         ("created", report.created or "unknown"),
         ("min bytes", format_bytes(report.min_bytes)),
@@ -855,7 +859,12 @@ def _counts(results: Sequence[TargetResult]) -> str:
     too_big = sum(1 for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "does-not-fit")
     not_in_place = len(results) - in_place - nothing - errors - too_big
     failed = sum(1 for r in results if r.failed_checks)
+    as_written = sum(
+        1 for r in results if r.status == "ok" and r.verdict is not None and r.verdict.kind == "in-place-as-written"
+    )
     words = [count(len(results), "target"), f"{in_place} in place", f"{not_in_place} not in place"]
+    if as_written:
+        words[1] += f" ({as_written} as written)"
     if nothing:
         words.append(f"{nothing} with nothing to update")
     if too_big:
@@ -942,19 +951,19 @@ table.summary td:first-child a{font-weight:600;color:var(--fg);text-decoration:n
 table.summary td:first-child a:hover{text-decoration:underline}
 .verdict{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;white-space:nowrap;
 color:#fff;background:var(--muted)}
-.verdict.in-place{background:var(--ok)}.verdict.not-in-place{background:var(--bad)}.verdict.nothing-to-update,.verdict.unknown{background:var(--warn)}.verdict.error{background:#4b5563}
+.verdict.in-place{background:var(--ok)}.verdict.as-written{background:var(--warn)}.verdict.not-in-place{background:var(--bad)}.verdict.nothing-to-update,.verdict.unknown{background:var(--warn)}.verdict.error{background:#4b5563}
 .verdict.failed{outline:2px solid var(--warn);outline-offset:1px}
 p.counts{font-size:15px;margin:6px 0 10px}
 p.attention{background:#fff5f5;border:1px solid #ffc9c9;border-radius:6px;padding:8px 12px;margin:8px 0}
 p.attention.ok{background:#ebfbee;border-color:#b2f2bb}p.attention a{color:var(--bad);font-weight:600}
 details.target{border:1px solid var(--line);border-left:5px solid var(--muted);border-radius:6px;margin:12px 0;padding:0 16px}
-details.target.in-place{border-left-color:var(--ok)}details.target.not-in-place{border-left-color:var(--bad)}details.target.nothing-to-update{border-left-color:var(--warn)}
+details.target.in-place{border-left-color:var(--ok)}details.target.as-written{border-left-color:var(--warn)}details.target.not-in-place{border-left-color:var(--bad)}details.target.nothing-to-update{border-left-color:var(--warn)}
 details.target.error{border-left-color:#4b5563}
 details.target>summary{cursor:pointer;padding:10px 0;font-size:15px;list-style-position:outside}
 details.target>summary .name{font-weight:600}
 details.target[open]>summary{border-bottom:1px solid var(--line);margin-bottom:8px}
 p.verdict-words{font-size:15px;font-weight:600;margin:8px 0}
-p.verdict-words.in-place{color:var(--ok)}p.verdict-words.not-in-place{color:var(--bad)}p.verdict-words.nothing-to-update{color:var(--warn)}
+p.verdict-words.in-place{color:var(--ok)}p.verdict-words.as-written{color:var(--warn)}p.verdict-words.not-in-place{color:var(--bad)}p.verdict-words.nothing-to-update{color:var(--warn)}
 p.error-message{color:var(--bad)}
 ul.findings,ul.checks,ul.warnings,ul.legend{list-style:none;padding:0;margin:6px 0}
 ul.findings li,ul.checks li{padding:3px 8px;margin:3px 0;border-radius:4px;background:#f9fafb;border-left:3px solid var(--muted)}

@@ -14,20 +14,28 @@ GitHub workflow command can be read in a line of it.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from fieldmem.codec import builtins
 from fieldmem.escaping import json_defused
 from fieldmem.render import RenderOptions
-from fieldmem.report import Report
+from fieldmem.report import REPORTS_SCHEMA, Report
 
-__all__ = ["document_text", "render"]
+__all__ = ["document_text", "render", "render_many"]
 
 _ITEMS_ON_LINES = ("results", "chains")  # lists of records: one per line
 
 
 def render(report: Report, options: RenderOptions) -> str:
     return document_text(builtins(report))  # the text of report.to_dict(), by a walk in C
+
+
+def render_many(reports: Sequence[Report], options: RenderOptions) -> str:
+    """Several reports as one ``fieldmem.reports/1`` document (:class:`~fieldmem.report.Reports`): each report
+    laid out as :func:`render` lays it out, inside the envelope's list."""
+    inner = ",\n".join(render(report, options).rstrip("\n") for report in reports)
+    return json_defused(f'{{\n"schema": {json.dumps(REPORTS_SCHEMA)},\n"reports": [\n{inner}\n]\n}}\n')
 
 
 def document_text(document: dict[str, Any]) -> str:

@@ -26,6 +26,7 @@ from fieldmem.render.pieces import (
     escape,
     host_figure_lines,
     host_memory_line,
+    judged_text,
     libraries_text,
     pair,
     plugins_text,
@@ -212,7 +213,10 @@ def _environment(report: Report, options: RenderOptions) -> list[str]:
         + (f" · {escape(report.created)}" if report.created else ""),
         "",
         "</sub>",
-    ] + ([] if deviceless_label(report) is None else ["", f"> **{escape(deviceless_label(report) or '')}**"])
+    ] + (
+        ([] if judged_text(report) is None else ["", f"**{escape(judged_text(report) or '')}**"])
+        + ([] if deviceless_label(report) is None else ["", f"> **{escape(deviceless_label(report) or '')}**"])
+    )
 
 
 def _heading(report: Report) -> str:

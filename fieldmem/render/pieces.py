@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from fieldmem.report import Chain, ChainStep, Copy, HostFromShardings, Report, TargetResult, Variant
+from fieldmem.report import Chain, ChainStep, Copy, HostFromShardings, LiveBuffer, Report, TargetResult, Variant
 from fieldmem.units import format_bytes
 from fieldmem.words import copy_kind_label
 
@@ -34,6 +34,7 @@ __all__ = [
     "host_figure_lines",
     "host_figures_shown",
     "host_memory_line",
+    "judged_text",
     "libraries_text",
     "module_settings_text",
     "moves_line",
@@ -41,6 +42,8 @@ __all__ = [
     "pair",
     "plugins_text",
     "plural",
+    "slot_input_text",
+    "slot_value_text",
     "source_text",
     "space_label",
     "transfer_lines",
@@ -54,6 +57,7 @@ SPARK_BLOCKS = "▁▂▃▄▅▆▇█"
 #: a verdict's kind (fieldmem.findings.verdict) -> its words, its rich style, and the class the HTML page gives it
 VERDICT_WORDS = {
     "in-place": ("in place", "green", "in-place"),
+    "in-place-as-written": ("in place as written", "yellow", "in-place as-written"),
     "not-in-place": ("not in place", "red", "not-in-place"),
     "nothing-to-update": ("nothing to update", "yellow", "nothing-to-update"),
     "does-not-fit": ("does not fit", "red", "not-in-place does-not-fit"),
@@ -138,8 +142,8 @@ def footprint_curve(steps: tuple[ChainStep, ...], variant: str = "donated") -> s
 
 
 def libraries_text(report: Report) -> str:
-    """`` (flax 0.12.0, optax 0.2.5)``: the libraries built on jax of the environment a report was checked in
-    under ``--jax``/``--python``, after its jax version; "" for your own environment."""
+    """`` (flax 0.12.0, optax 0.2.5)``: the libraries built on jax that the worker imported for a report's
+    targets, after its jax version; "" where they import none."""
     if not report.library_versions:
         return ""
     return " (" + ", ".join(f"{name} {version}" for name, version in sorted(report.library_versions.items())) + ")"
@@ -151,6 +155,38 @@ def plugins_text(report: Report) -> str:
     if not report.plugin_versions:
         return ""
     return " (" + ", ".join(f"{name} {version}" for name, version in sorted(report.plugin_versions.items())) + ")"
+
+
+def slot_input_text(buffer: LiveBuffer) -> str:
+    """The input column of a slot live at the peak: the input the value is, or, for another value written into
+    a donated input's buffer, ``in field.u's buffer`` (never the input's name alone beside another value)."""
+    if buffer.input:
+        return buffer.input
+    return f"in {buffer.buffer_of}'s buffer" if buffer.buffer_of else ""
+
+
+def slot_value_text(buffer: LiveBuffer) -> str:
+    """The value column of a slot live at the peak: the output it is returned as, with its instruction
+    (``out.u (broadcast_add_fusion)``), else the instruction."""
+    instruction = buffer.instruction or "?"
+    return f"{buffer.output} ({instruction})" if buffer.output else instruction
+
+
+def judged_text(report: Report) -> str | None:
+    """The header line that says which backends the run judges and who named them (None: jax's default
+    backend, named by no one): ``judged on cpu, tpu:v5e, the deploy backends [tool.fieldmem] names``."""
+    if not report.judged_backends or report.judged_by is None:
+        return None
+    if not report.judged_by.startswith("[tool.fieldmem]") and len(report.judged_backends) < 2:
+        return None  # the one backend --backend named: the header's backend already
+    names = ", ".join(report.judged_backends)
+    several = len(report.judged_backends) > 1
+    if report.judged_by.startswith("[tool.fieldmem]"):
+        who = f"the deploy backend{'s' if several else ''} [tool.fieldmem] names"
+    else:
+        who = f"as {report.judged_by} asks"
+    tail = " (a report each; the run fails where any fails)" if several else ""
+    return f"judged on {names}, {who}{tail}"
 
 
 def deviceless_label(report: Report) -> str | None:

@@ -29,12 +29,15 @@ from fieldmem.render.pieces import (
     host_figure_label,
     host_figure_lines,
     host_figures_shown,
+    judged_text,
     libraries_text,
     memory_space_lines,
     module_settings_text,
     moves_line,
     pair,
     plugins_text,
+    slot_input_text,
+    slot_value_text,
     source_text,
     transfer_lines,
     verdict_words,
@@ -421,8 +424,8 @@ def _verbose(console: Console, result: TargetResult, options: RenderOptions) -> 
                         format_bytes(b.bytes),
                         b.kind,
                         b.shape or "",
-                        b.input or "",
-                        b.instruction or "?",
+                        slot_input_text(b),
+                        slot_value_text(b),
                         source_text(b.source, b.call_site) or "",
                     )
                     for b in variant.live_at_peak
@@ -557,6 +560,9 @@ def render(report: Report, options: RenderOptions) -> str:
             style="dim",
         )
     )
+    judged = judged_text(report)
+    if judged is not None:
+        console.print(wrapped(judged, style="bold"))
     label = deviceless_label(report)
     if label is not None:
         console.print(wrapped(label, style="yellow"))

@@ -134,6 +134,8 @@ class CheckRequest:
     baseline: BaselineSettings
     default_cache: bool = False  # no folder named and no --no-cache: the driver's default folder
     backends: tuple[str, ...] | None = None  # --backend; None: jax's default, one report
+    # who named the backends: "--backend" or "[tool.fieldmem] backends" (None: jax's default backend)
+    backends_origin: str | None = None
     # --jax: each target under each of these jax releases, one report each (None: this environment's jax)
     jax_versions: tuple[str, ...] | None = None
     python: Path | None = None  # --python: the workers run under this interpreter (its own jax)
@@ -174,11 +176,6 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
             f"{'--probe' if flags.probe else '--run'} runs the program, and --backend {deviceless[0]} compiles "
             "without the device: nothing can run there (check it with --backend gpu or tpu on a machine that has one)"
         )
-    if backends is not None and len(backends) > 1 and output.format == "json" and output.file is None:
-        raise OptionError(
-            "several backends give several JSON reports: write them with -o FILE "
-            "(one file per backend: FILE.cpu.json, FILE.gpu.json)"
-        )
     for path, option in (
         (flags.output, "--output"),
         (flags.html_output, "--html"),
@@ -202,6 +199,9 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         baseline=baseline,
         default_cache=default_cache,
         backends=backends,
+        backends_origin=None
+        if backends is None
+        else ("--backend" if flags.backend is not None else "[tool.fieldmem] backends"),
         jax_versions=jax_versions,
         python=flags.python,
         devices=flags.devices,
@@ -388,7 +388,7 @@ def _command_line_options(flags: CheckFlags) -> TargetOptions:
         donate=DonateSpec.parse(flags.donate) if flags.donate is not None else None,
         static=StaticSpec.parse(flags.static) if flags.static is not None else None,
         expect=parse_expect(flags.expect, "--expect"),
-        max_peak=parse_bytes(flags.max_peak, "--max-peak") if flags.max_peak is not None else None,
+        max_peak=parse_bytes(flags.max_peak, "--max-footprint") if flags.max_peak is not None else None,
         max_live_peak=parse_bytes(flags.max_live_peak, "--max-live-peak") if flags.max_live_peak is not None else None,
         new=parse_new(flags.new, "--new"),
     )

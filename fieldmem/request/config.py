@@ -52,7 +52,8 @@ KEYS: dict[str, str] = {
     "donate": '"all", "none", argument numbers or names',
     "static": "argument numbers or names",
     "expect": f"one of {', '.join(repr(e) for e in EXPECTATIONS)}",
-    "max-peak": 'a size, e.g. "64MiB"',
+    "max-footprint": 'a size, e.g. "64MiB"',
+    "max-peak": 'a size, e.g. "64MiB" (the older name of max-footprint)',
     "max-live-peak": 'a size, e.g. "64MiB"',
     "new": 'output paths meant to be new buffers, e.g. ["out.logits"] or "out[1]"',
     "min-bytes": 'a size, e.g. "1KiB"',
@@ -66,7 +67,18 @@ KEYS: dict[str, str] = {
     "jax": 'jax releases to check under, each in its own cached environment, e.g. ["0.9.2", "0.10.2"]',
     "target": '[[tool.fieldmem.target]] tables, each with target = "pkg.model:update"',
 }
-TARGET_KEYS = ("target", "args", "shapes", "donate", "static", "expect", "max-peak", "max-live-peak", "new")
+TARGET_KEYS = (
+    "target",
+    "args",
+    "shapes",
+    "donate",
+    "static",
+    "expect",
+    "max-footprint",
+    "max-peak",
+    "max-live-peak",
+    "new",
+)
 
 
 class ConfigError(FieldmemError):
@@ -268,6 +280,18 @@ def _parse_shapes(text: str, label: str) -> tuple[tuple[str, tuple[int, ...]], .
         raise OptionError(f"{label} {exc.message.removeprefix('--shapes ')}") from None
 
 
+def _footprint_budget(table: _Table) -> int | None:
+    """``max-footprint``, or ``max-peak`` (its older name): the budget of the donated footprint."""
+    footprint = table.parsed("max-footprint", parse_bytes, str, int)
+    older = table.parsed("max-peak", parse_bytes, str, int)
+    if footprint is not None and older is not None:
+        raise ConfigError(
+            f"{table.where('max-peak')}: max-footprint and max-peak are one budget (max-peak is its older name): "
+            "keep max-footprint"
+        )
+    return footprint if footprint is not None else older
+
+
 def _target_options(table: _Table, root: Path) -> TargetOptions:
     args = table.get("args", str)
     shapes = table.parsed("shapes", _parse_shapes, str)
@@ -280,7 +304,7 @@ def _target_options(table: _Table, root: Path) -> TargetOptions:
         donate=table.parsed("donate", DonateSpec.parse, str, int, list),
         static=table.parsed("static", StaticSpec.parse, str, int, list),
         expect=expect,
-        max_peak=table.parsed("max-peak", parse_bytes, str, int),
+        max_peak=_footprint_budget(table),
         max_live_peak=table.parsed("max-live-peak", parse_bytes, str, int),
         new=table.parsed("new", lambda value, where: parse_new(value, f"{where} ="), str, list),
     )

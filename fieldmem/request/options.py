@@ -11,6 +11,7 @@ import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from fieldmem.errors import OptionError
 from fieldmem.report import EXPECTATIONS, Expectation
@@ -23,11 +24,28 @@ __all__ = [
     "MIN_BYTES",
     "CheckOptions",
     "default_jobs",
+    "footprint_budget",
     "parse_backends",
     "parse_expect",
     "parse_format",
     "parse_new",
 ]
+
+
+def footprint_budget(max_footprint: Any, max_peak: Any, how: str = "{}=") -> Any:
+    """The budget of the donated footprint given as ``max_footprint``, or as ``max_peak`` (its older name),
+    unparsed; ``how`` writes a setting's name in a message (``"{}="``: ``max_footprint=``).
+
+    Raises:
+        OptionError: both are given.
+    """
+    if max_footprint is not None and max_peak is not None:
+        raise OptionError(
+            f"{how.format('max_footprint')} and {how.format('max_peak')} are one budget, the donated footprint "
+            f"({how.format('max_peak')} is its older name): give {how.format('max_footprint')} alone"
+        )
+    return max_footprint if max_footprint is not None else max_peak
+
 
 #: The output formats of ``--format`` (and ``format`` in ``[tool.fieldmem]``), in the order errors list
 #: them; :mod:`fieldmem.render` has one renderer each (tests/test_formats.py holds them equal).

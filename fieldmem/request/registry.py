@@ -14,7 +14,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from fieldmem.errors import OptionError
-from fieldmem.request.options import parse_expect, parse_new
+from fieldmem.request.options import footprint_budget, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.units import parse_bytes
 
@@ -61,8 +61,9 @@ def case(
     donate: str | int | tuple | list | None = None,
     static: str | int | tuple | list | None = None,
     expect: str | None = None,
-    max_peak: str | int | None = None,
+    max_footprint: str | int | None = None,
     max_live_peak: str | int | None = None,
+    max_peak: str | int | None = None,
     new: str | list[str] | tuple[str, ...] | None = None,
 ) -> Any:
     """Register ``function`` to be checked by ``fieldmem check <this module>``.
@@ -78,7 +79,9 @@ def case(
         static: extra static arguments (numbers or names).
         expect: ``"in-place"`` to fail the check when the donated variant is
             not in place; ``"any"`` (default) only reports.
-        max_peak: a budget such as ``"64MiB"`` for the donated footprint.
+        max_footprint: a budget such as ``"64MiB"`` for the donated footprint
+            (``footprint_bytes``: what the program holds at once); ``max_peak=``
+            is its older name.
         max_live_peak: a budget for the donated live peak (distinct buffers
             live at once, see docs/peaks.md).
         new: output paths meant to be new buffers (``"out[1]"``,
@@ -95,7 +98,18 @@ def case(
                 return u.at[0].set(1.0)
     """
     module_globals = sys._getframe(1).f_globals
-    settings = _settings("case", module_globals, args, name, donate, static, expect, max_peak, max_live_peak, new)
+    settings = _settings(
+        "case",
+        module_globals,
+        args,
+        name,
+        donate,
+        static,
+        expect,
+        footprint_budget(max_footprint, max_peak),
+        max_live_peak,
+        new,
+    )
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
         if not callable(fn):
@@ -115,8 +129,9 @@ def chain(
     donate: str | int | tuple | list | None = None,
     static: str | int | tuple | list | None = None,
     expect: str | None = None,
-    max_peak: str | int | None = None,
+    max_footprint: str | int | None = None,
     max_live_peak: str | int | None = None,
+    max_peak: str | int | None = None,
     step_args: Mapping[Any, Callable[[], Any]] | None = None,
 ) -> tuple[Callable[..., Any], ...]:
     """Register an update chain: ``steps[0]`` is called with ``args()``, each next step with the
@@ -128,7 +143,7 @@ def chain(
     ``donate`` and ``static`` name arguments of the first step (and of the
     fused chain, which takes the same arguments); ``"all"`` and ``"none"``
     apply to every step. ``expect="in-place"`` fails the check when any step
-    breaks in place; ``max_peak``/``max_live_peak`` budget every step and the
+    breaks in place; ``max_footprint``/``max_live_peak`` budget every step and the
     fused chain. Example::
 
         fieldmem.chain(create_field, update1, update2, args=lambda: (jnp.ones(n),), expect="in-place")
@@ -147,7 +162,17 @@ def chain(
         ``steps``, unchanged.
     """
     module_globals = sys._getframe(1).f_globals
-    settings = _settings("chain", module_globals, args, name, donate, static, expect, max_peak, max_live_peak)
+    settings = _settings(
+        "chain",
+        module_globals,
+        args,
+        name,
+        donate,
+        static,
+        expect,
+        footprint_budget(max_footprint, max_peak),
+        max_live_peak,
+    )
     if len(steps) < 2:
         raise OptionError(f"fieldmem.chain() needs at least two steps, got {len(steps)}")
     for n, step in enumerate(steps):
@@ -230,7 +255,7 @@ def _settings(
         donate=DonateSpec.parse(donate, "donate="),
         static=StaticSpec.parse(static, "static="),
         expect=parse_expect(expect, "expect="),
-        max_peak=parse_bytes(max_peak, "max_peak=") if max_peak is not None else None,
+        max_peak=parse_bytes(max_peak, "max_footprint=") if max_peak is not None else None,
         max_live_peak=parse_bytes(max_live_peak, "max_live_peak=") if max_live_peak is not None else None,
         module=module,
         new=parse_new(new, "new="),

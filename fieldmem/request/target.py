@@ -9,6 +9,7 @@ checker, so one broken factory does not hide the other targets.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import functools
@@ -43,11 +44,13 @@ __all__ = [
     "display_path",
     "folder_targets",
     "fused_result_name",
+    "given_name",
     "in_hand",
     "in_hand_key",
     "in_hand_name",
     "is_file_spec",
     "is_installed",
+    "jit_definition_of",
     "load_module",
     "module_file",
     "resolve_object",
@@ -113,6 +116,9 @@ class Target:
     # the options resolve_target was given: a worker process resolves the spec again with them
     options: TargetOptions | None = None
     new: tuple[str, ...] = ()  # output paths declared new: never a break of in place
+    # file.py:LINE where the target's own jax.jit sets its donation (the donate_argnums keyword, else the jit's
+    # line): where a donation is changed; None for a plain function or where it cannot be read
+    jit_definition: str | None = None
 
     def example_arguments(self) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Call the args factory and check what it returns: ``args`` or ``(args, kwargs)``.
@@ -200,6 +206,7 @@ def describe_target(target: Target) -> dict[str, Any]:
         "max_peak": target.max_peak,
         "max_live_peak": target.max_live_peak,
         "new": list(target.new),
+        "jit_definition": target.jit_definition,
     }
 
 
@@ -220,6 +227,7 @@ def described_target(data: dict[str, Any]) -> Target:
         definition=data["definition"],
         max_live_peak=data["max_live_peak"],
         new=tuple(data["new"]),
+        jit_definition=data.get("jit_definition"),
     )
 
 
@@ -300,6 +308,53 @@ def definition_of(fn: Any) -> str | None:
     if file is None:
         return None
     return f"{display_path(file)}:{line}"
+
+
+_DONATION_KEYWORDS = ("donate_argnums", "donate_argnames", "donate")
+
+
+def jit_definition_of(fn: Any, module: ModuleType | None, name: str) -> str | None:
+    """``file.py:LINE`` where ``fn``, a jit object the user named ``name`` in ``module``, gets its donation:
+    the line of its ``donate_argnums``/``donate_argnames`` keyword in ``name = jax.jit(step, ...)`` or in a
+    ``@partial(jax.jit, ...)`` decorator of ``def name``, else the line of that assignment or decorator. None
+    for a plain function, or where the module's source does not say (a jit made in a function, no file)."""
+    if getattr(fn, "_fun", None) is None or not hasattr(fn, "lower") or module is None or "." in name:
+        return None
+    try:
+        file = inspect.getsourcefile(module)
+        source = Path(file).read_text(encoding="utf-8") if file else None
+    except (TypeError, OSError, UnicodeDecodeError):
+        return None
+    if source is None or file is None:
+        return None
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    line = _jit_line(tree, name)
+    return f"{display_path(file)}:{line}" if line is not None else None
+
+
+def _jit_line(tree: ast.Module, name: str) -> int | None:
+    """The line of ``name``'s jit in a module's top level (see :func:`jit_definition_of`)."""
+    found: int | None = None
+    for node in tree.body:
+        calls: list[ast.expr] = []
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            calls = [node.value]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
+            calls = [node.value] if node.value is not None else []
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            calls = list(node.decorator_list)
+        else:
+            continue
+        found = calls[0].lineno if calls else node.lineno  # the last binding of the name wins, as in Python
+        for call in calls:
+            for inner in ast.walk(call):
+                if isinstance(inner, ast.keyword) and inner.arg in _DONATION_KEYWORDS:
+                    found = inner.value.lineno
+                    break
+    return found
 
 
 _INSTALLED = ("site-packages", "dist-packages")
@@ -547,9 +602,7 @@ def _from_case(
     elif options.shapes is not None:
         shapes = options.shapes
         factory, origin = None, "--shapes"  # abstract arrays, made by the driver from ``shapes``
-    fn_name = getattr(case.function, "__qualname__", None) or getattr(
-        getattr(case.function, "_fun", None), "__qualname__", "function"
-    )
+    fn_name = _function_name(case.function, module)
     return Target(
         spec=spec,
         name=case.name or f"{module_name}:{fn_name}",
@@ -565,11 +618,35 @@ def _from_case(
         definition=definition_of(case.function),
         options=options,
         new=options.new if options.new is not None else case.new or (),
+        jit_definition=jit_definition_of(case.function, module or _module_of(case.function), fn_name),
     )
 
 
-def _function_name(fn: Any) -> str:
-    return str(getattr(fn, "__qualname__", None) or getattr(getattr(fn, "_fun", None), "__qualname__", "function"))
+def _function_name(fn: Any, module: ModuleType | None = None) -> str:
+    """The name a target, a case or a chain step is shown and keyed by: :func:`given_name`."""
+    return given_name(fn, module)
+
+
+def given_name(fn: Any, module: ModuleType | None = None) -> str:
+    """The name the user gave ``fn`` in ``module`` (default: the module its function is defined in): the
+    module's attribute that is ``fn`` itself, so that a jit alias ``step_donated = jax.jit(step,
+    donate_argnums=0)`` is ``step_donated`` wherever it is checked (the CLI, a registered case, the API, the
+    pytest plugin), and two jits of one function have two names. Its own ``__qualname__`` where that
+    attribute is it (a decorated ``@jax.jit def step``), or where no attribute is (a function made in a test,
+    a method: ``Solver.advance``)."""
+    inner = getattr(fn, "_fun", fn)
+    qualname = str(getattr(fn, "__qualname__", None) or getattr(inner, "__qualname__", None) or "function")
+    if module is None:
+        module = sys.modules.get(getattr(inner, "__module__", None) or "")
+    if module is None or "." in qualname or "<" in qualname:
+        return qualname
+    try:
+        names = [key for key, value in vars(module).items() if value is fn]
+    except TypeError:  # a module object without a __dict__
+        return qualname
+    if not names or qualname in names:
+        return qualname
+    return names[0]
 
 
 def _chain_from_case(
@@ -583,7 +660,7 @@ def _chain_from_case(
     extras = case.step_args or (None,) * len(case.steps)
     steps = tuple(
         Step(
-            name=names[n] if names else _function_name(fn),
+            name=names[n] if names else _function_name(fn, module),
             function=fn,
             definition=definition_of(fn),
             extras=extras[n],
@@ -753,11 +830,14 @@ def resolve_target(spec: str, options: TargetOptions, *, in_folder: bool = False
 
 
 def _callable_name(fn: Callable[..., Any]) -> str:
-    """``module:qualname`` of ``fn`` (of the function inside a ``jax.jit`` object)."""
+    """``module:name`` of ``fn``: the module its function is defined in, and the name the user gave ``fn``
+    there (:func:`given_name`: a jit alias by its own name, not the function it wraps)."""
     inner = getattr(fn, "_fun", fn)
-    qualname = getattr(inner, "__qualname__", None) or getattr(inner, "__name__", None) or type(fn).__name__
+    if getattr(inner, "__qualname__", None) is None and getattr(inner, "__name__", None) is None:
+        return type(fn).__name__
     module = getattr(inner, "__module__", None)
-    return f"{module}:{qualname}" if module else qualname
+    name = given_name(fn)
+    return f"{module}:{name}" if module else name
 
 
 def _function_target(
@@ -783,11 +863,17 @@ def _function_target(
         donate=DonateSpec.parse(settings.get("donate"), "donate="),
         static=StaticSpec.parse(settings.get("static"), "static="),
         expect=settings.get("expect") or "any",
-        max_peak=None if max_peak is None else parse_bytes(max_peak, "max_peak="),
+        max_peak=None if max_peak is None else parse_bytes(max_peak, "max_footprint="),
         max_live_peak=None if max_live_peak is None else parse_bytes(max_live_peak, "max_live_peak="),
         definition=definition_of(fn),
         new=parse_new(settings.get("new"), "new=") or (),
+        jit_definition=jit_definition_of(fn, _module_of(fn), given_name(fn)),
     )
+
+
+def _module_of(fn: Any) -> ModuleType | None:
+    """The module the function behind ``fn`` is defined in (None: not imported)."""
+    return sys.modules.get(getattr(getattr(fn, "_fun", fn), "__module__", None) or "")
 
 
 def in_hand_name(kind: str, subject: Any, name: str | None) -> str:

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from fieldmem.errors import OptionError
@@ -89,10 +89,18 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Tolerances:
-    """A default tolerance and per-name ones (names of :data:`FIGURES`, or ``copies``)."""
+    """A default tolerance and per-name ones (names of :data:`FIGURES`, or ``copies``). ``given``: the user
+    set them (``--tolerance``, ``tolerance`` in ``[tool.fieldmem]``, even ``0``); where they did not, a move
+    of a figure or a copy below ``--min-bytes`` is no change (4 B of alignment is not a regression)."""
 
     default: Tolerance = Tolerance()
     figures: tuple[tuple[str, Tolerance], ...] = ()
+    given: bool = field(default=False, compare=False)
+
+    def counts(self, before: int, after: int, min_bytes: int) -> bool:
+        """Whether a move from ``before`` to ``after`` is one at all: any move under tolerances the user set,
+        else one of at least ``min_bytes`` (the tolerance then says whether it is beyond it)."""
+        return self.given or abs(after - before) >= max(min_bytes, 1)
 
     def for_figure(self, field_name: str) -> Tolerance:
         """The tolerance of a MemoryFigures field (``live_peak_bytes``), or of ``copies``."""
@@ -149,7 +157,7 @@ class Tolerances:
                     raise OptionError(f"{option} {text!r}: {figure!r} is given more than once")
                 figures[figure] = tolerance
         ordered = tuple((name, figures[name]) for name in (*FIGURES, COPIES) if name in figures)
-        return cls(default=default or Tolerance(), figures=ordered)
+        return cls(default=default or Tolerance(), figures=ordered, given=True)
 
 
 def _parse_allowance(piece: str, text: str, option: str) -> Tolerance:
