@@ -154,8 +154,10 @@ def check_function(
     from fieldmem.request.target import in_hand
 
     parse_expect(expect, "expect=", required=True)
-    budget = footprint_budget(max_footprint, max_peak)
-    settings = dict(donate=donate, static=static, name=name, expect=expect, max_peak=budget)
+    footprint_budget(max_footprint, max_peak)  # one of the two names, not both
+    settings = dict(
+        donate=donate, static=static, name=name, expect=expect, max_footprint=max_footprint, max_peak=max_peak
+    )
     target = in_hand("function", fn, args, kwargs, **settings, max_live_peak=max_live_peak, new=new)
     display = target.name
     report = check_targets([target], _options(min_bytes, run, fast_compile, backend))
@@ -263,8 +265,10 @@ def check_chain(
     from fieldmem.request.target import in_hand
 
     parse_expect(expect, "expect=", required=True)
-    budget = footprint_budget(max_footprint, max_peak)
-    settings = dict(donate=donate, static=static, name=name, expect=expect, max_peak=budget)
+    footprint_budget(max_footprint, max_peak)  # one of the two names, not both
+    settings = dict(
+        donate=donate, static=static, name=name, expect=expect, max_footprint=max_footprint, max_peak=max_peak
+    )
     chain = in_hand("chain", steps, args, kwargs, **settings, max_live_peak=max_live_peak, step_args=step_args)
     return check_targets([chain], _options(min_bytes, run, fast_compile, backend))
 
@@ -336,7 +340,8 @@ def assert_in_place(
         static=static,
         name=name,
         expect="in-place",
-        max_footprint=footprint_budget(max_footprint, max_peak),
+        max_footprint=max_footprint,
+        max_peak=max_peak,
         max_live_peak=max_live_peak,
         min_bytes=min_bytes,
         run=run,

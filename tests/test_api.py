@@ -65,7 +65,8 @@ def field() -> jax.Array:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"max_peak": "lots"}, "max_footprint='lots' is not understood"),
+        ({"max_peak": "lots"}, "max_peak='lots' is not understood"),
+        ({"max_footprint": "lots"}, "max_footprint='lots' is not understood"),
         ({"max_live_peak": -1}, "max_live_peak=-1 is negative"),
         ({"min_bytes": "1 parsec"}, "min_bytes='1 parsec' is not understood"),
         ({"donate": 1.5}, "donate=1.5 is not understood"),

@@ -444,4 +444,4 @@ def test_markdown_on_a_real_report(undonated_field: Report) -> None:
     assert text.startswith("## ❌ fieldmem: 0 of 1 target in place, 1 check failed")
     assert "| `field:update` | ❌ not in place; ❌ expect-in-place |" in text
     assert "### `field:update`" in text and "examples/field.py:25" in text
-    assert f"jax {undonated_field.jax_version} · jaxlib {undonated_field.jaxlib_version}" in text
+    assert f"jax {undonated_field.jax_version}" in text and f" · jaxlib {undonated_field.jaxlib_version}" in text

@@ -109,6 +109,7 @@ def case(
         footprint_budget(max_footprint, max_peak),
         max_live_peak,
         new,
+        budget_label="max_footprint=" if max_footprint is not None else "max_peak=",
     )
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -172,6 +173,7 @@ def chain(
         expect,
         footprint_budget(max_footprint, max_peak),
         max_live_peak,
+        budget_label="max_footprint=" if max_footprint is not None else "max_peak=",
     )
     if len(steps) < 2:
         raise OptionError(f"fieldmem.chain() needs at least two steps, got {len(steps)}")
@@ -245,6 +247,7 @@ def _settings(
     max_peak: Any,
     max_live_peak: Any,
     new: Any = None,
+    budget_label: str = "max_footprint=",
 ) -> dict[str, Any]:
     module = module_globals.get("__name__", "__main__")
     if name is not None and (not isinstance(name, str) or not name.strip()):
@@ -255,7 +258,7 @@ def _settings(
         donate=DonateSpec.parse(donate, "donate="),
         static=StaticSpec.parse(static, "static="),
         expect=parse_expect(expect, "expect="),
-        max_peak=parse_bytes(max_peak, "max_footprint=") if max_peak is not None else None,
+        max_peak=parse_bytes(max_peak, budget_label) if max_peak is not None else None,
         max_live_peak=parse_bytes(max_live_peak, "max_live_peak=") if max_live_peak is not None else None,
         module=module,
         new=parse_new(new, "new="),

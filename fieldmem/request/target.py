@@ -851,7 +851,9 @@ def _function_target(
     from fieldmem.units import parse_bytes
 
     call_args, call_kwargs = tuple(args), dict(kwargs)
-    max_peak, max_live_peak = settings.get("max_peak"), settings.get("max_live_peak")
+    # the footprint budget, by the name the caller gave it (max_peak= is its older name)
+    budget = "max_footprint" if settings.get("max_footprint") is not None else "max_peak"
+    max_peak, max_live_peak = settings.get(budget), settings.get("max_live_peak")
     return Target(
         spec=display,
         name=display,
@@ -863,7 +865,7 @@ def _function_target(
         donate=DonateSpec.parse(settings.get("donate"), "donate="),
         static=StaticSpec.parse(settings.get("static"), "static="),
         expect=settings.get("expect") or "any",
-        max_peak=None if max_peak is None else parse_bytes(max_peak, "max_footprint="),
+        max_peak=None if max_peak is None else parse_bytes(max_peak, f"{budget}="),
         max_live_peak=None if max_live_peak is None else parse_bytes(max_live_peak, "max_live_peak="),
         definition=definition_of(fn),
         new=parse_new(settings.get("new"), "new=") or (),
