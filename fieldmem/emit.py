@@ -50,8 +50,14 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
 
     Raises:
         WriteError: an ``-o``/``--html`` file cannot be written (nothing is printed to stdout then).
+        BaselineError: two targets share a name (:func:`~fieldmem.gate.baseline.refuse_shared_names`):
+            nothing is printed, written or saved then.
     """
+    from fieldmem.gate.baseline import refuse_shared_names
+
     settings = request.baseline
+    for report in reports:  # before anything is shown or written: one result per name
+        refuse_shared_names(report)
     if settings.accept_current and settings.save_to is not None:
         from fieldmem.gate.baseline import gate_as_recorded
 
