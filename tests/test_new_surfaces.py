@@ -9,10 +9,6 @@ downloaded: the installer and the interpreters are fakes, as in ``tests/test_env
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +69,52 @@ def test_two_files_registering_one_case_name_are_refused_naming_both(
         one_error_line(result, "a.py and b.py both have a target named 'dupsz'")
         assert result.stdout == ""
         assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == ["a.py", "b.py"]
+
+
+# ---- item 2: nothing to update is never in place ------------------------------------------------------------
+
+
+def _returns_none(u: Any) -> None:
+    return None
+
+
+def _returns_new(u: Any) -> Any:
+    import jax.numpy as jnp
+
+    return jnp.zeros_like(u) + 1.0  # the donated size, without reading u: jit drops u
+
+
+def _returns_sum(u: Any) -> Any:
+    return u.sum()
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("update", [_returns_none, _returns_new, _returns_sum], ids=["none", "new", "reduction"])
+def test_a_function_whose_outputs_reuse_nothing_fails_expect_in_place(update: Any) -> None:
+    """Returning None, or a new array of the donated size, read "✓ expect-in-place: in place with donation"
+    beside "u is donated but unusable"; a reduction was already "nothing to update"."""
+    import jax.numpy as jnp
+
+    from fieldmem.api import check_function
+
+    report = check_function(update, jnp.ones((64, 64)), expect="in-place")
+    (result,) = report.results
+    assert result.verdict is not None and result.verdict.kind == "nothing-to-update", result.verdict
+    assert result.verdict.summary.startswith("nothing to update in place: no output can reuse a donated buffer; u ")
+    (check,) = result.checks
+    assert not check.passed and "nothing to update in place" in check.message
+    assert report.exit_code == 1
+    assert not any(f.code == "state-grows" for f in result.verdict.findings)  # u was dropped, not outgrown
+
+
+@pytest.mark.compile
+def test_a_function_returning_what_jax_jit_refuses_is_jax_error() -> None:
+    """A function returning a string is refused by jax.jit ("not a valid JAX type"); fieldmem said it was in
+    place with donation."""
+    import jax.numpy as jnp
+
+    from fieldmem.api import check_function
+    from fieldmem.errors import CompileError
+
+    with pytest.raises(CompileError, match="returned a value of type <class 'str'>, which is not a valid JAX type"):
+        check_function(lambda u: "hello", jnp.ones((64, 64)), expect="in-place")
