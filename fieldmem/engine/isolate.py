@@ -802,6 +802,7 @@ class _Supervisor:
                         environment={str(k): None if v is None else str(v) for k, v in settings["environment"].items()},
                         config={str(k): str(v) for k, v in settings["config"].items()},
                         note=None if settings.get("note") is None else str(settings["note"]),
+                        replaced={str(k): str(v) for k, v in (settings.get("replaced") or {}).items()},
                     )
                 )
             except (KeyError, AttributeError, TypeError):  # not what a worker sends: left out
