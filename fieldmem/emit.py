@@ -127,21 +127,26 @@ def write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: in
 
 def write_job_summary(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
     """With ``--format github`` on a GitHub runner: append the job summary (Markdown: a headline per
-    target, then every regression, check and finding) to the file ``$GITHUB_STEP_SUMMARY`` names.
+    target, then every regression, check and finding) to the file ``$GITHUB_STEP_SUMMARY`` names (a regular
+    file: a FIFO is never waited on, a device never written).
 
     Raises:
-        WriteError: the file cannot be written.
+        WriteError: the file cannot be written, or is not a regular file.
     """
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if output.format != "github" or not summary_file:
         return
+    from fieldmem.files import NotRegularFile, append_to_file
     from fieldmem.render import RenderOptions
     from fieldmem.render.github import job_summary
 
     text = "".join(job_summary(report, RenderOptions(verbose=True, min_bytes=min_bytes)) for report in reports)
     try:
-        with open(summary_file, "a", encoding="utf-8", errors="backslashreplace") as handle:
-            handle.write(text)
+        append_to_file(summary_file, text)
+    except NotRegularFile as exc:
+        raise WriteError(
+            f"not writing the job summary: GITHUB_STEP_SUMMARY {summary_file!r}: {exc}; name a file"
+        ) from None
     except OSError as exc:
         raise WriteError(f"cannot write the job summary {summary_file!r}: {exc.strerror or exc}") from None
 
@@ -205,10 +210,12 @@ def write_file(path: Path, text: str) -> None:
     Raises:
         WriteError: the file cannot be written.
     """
-    from fieldmem.files import write_atomic
+    from fieldmem.files import NotRegularFile, write_atomic
 
     try:
         write_atomic(path, text)
+    except NotRegularFile as exc:
+        raise WriteError(f"not writing {str(path)!r}: {exc}, which fieldmem never replaces; name a file") from None
     except OSError as exc:
         raise WriteError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
 

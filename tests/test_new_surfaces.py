@@ -9,6 +9,9 @@ downloaded: the installer and the interpreters are fakes, as in ``tests/test_env
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,8 @@ import pytest
 from typer.testing import CliRunner
 
 from fieldmem.cli import app
+
+pytest_plugins = ["pytester"]
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,3 +123,126 @@ def test_a_function_returning_what_jax_jit_refuses_is_jax_error() -> None:
 
     with pytest.raises(CompileError, match="returned a value of type <class 'str'>, which is not a valid JAX type"):
         check_function(lambda u: "hello", jnp.ones((64, 64)), expect="in-place")
+
+
+# ---- item 4: outputs never replace what is not a regular file -----------------------------------------------
+
+
+def _special_files(folder: Path) -> dict[str, Path]:
+    """A FIFO, a socket, and (where this process may make one) a character device twin of /dev/null."""
+    import socket
+    import stat as stat_module
+
+    made = {"FIFO": folder / "pipe"}
+    os.mkfifo(made["FIFO"])
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(folder / "sock"))
+    server.close()  # the socket file stays
+    made["socket"] = folder / "sock"
+    try:
+        os.mknod(folder / "null", 0o666 | stat_module.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError):
+        pass
+    else:
+        made["character device"] = folder / "null"
+    return made
+
+
+def _kinds(paths: dict[str, Path]) -> dict[str, int]:
+    import stat as stat_module
+
+    return {name: stat_module.S_IFMT(os.lstat(path).st_mode) for name, path in paths.items()}
+
+
+@pytest.mark.parametrize("option", ["--output", "--html", "--save-baseline"])
+def test_an_output_that_is_a_fifo_device_or_socket_is_refused_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, option: str
+) -> None:
+    """-o and --html replaced a FIFO, or a twin of /dev/null, with a regular file (--save-baseline refused)."""
+    monkeypatch.chdir(tmp_path)
+    special = _special_files(tmp_path)
+    kinds = _kinds(special)
+    (tmp_path / "mod.py").write_text("def update(u):\n    return u\n")
+    for kind, path in special.items():
+        result = check("mod.py:update", "--shapes", "f32[8]", option, path.name)
+        one_error_line(result, f"{option} {path.name!r} is a {kind}, not a regular file")
+    assert _kinds(special) == kinds
+
+
+def test_a_report_file_that_became_a_fifo_is_never_replaced(tmp_path: Path) -> None:
+    """What is checked at write time (one file per backend, ``report.cpu.json``, is not checked up front)."""
+    from fieldmem.emit import WriteError, write_file
+    from fieldmem.files import NotRegularFile, write_atomic
+
+    special = _special_files(tmp_path)
+    kinds = _kinds(special)
+    for kind, path in special.items():
+        with pytest.raises(NotRegularFile, match=f"it is a {kind}, not a regular file"):
+            write_atomic(path, "{}")
+        with pytest.raises(WriteError, match=f"not writing {str(path)!r}: it is a {kind}, not a regular file"):
+            write_file(path, "{}")
+    assert _kinds(special) == kinds
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_a_job_summary_naming_a_fifo_never_blocks(tmp_path: Path) -> None:
+    """``$GITHUB_STEP_SUMMARY`` naming a FIFO with no reader blocked for ever; a device was written to."""
+    special = _special_files(tmp_path)
+    code = (
+        "import sys; sys.path.insert(0, 'tests')\n"
+        "from factories import make_report, make_result\n"
+        "from fieldmem.emit import WriteError, write_job_summary\n"
+        "from fieldmem.request.build import OutputSettings\n"
+        "try:\n"
+        "    write_job_summary([make_report((make_result(),))], OutputSettings(format='github'), 1024)\n"
+        "except WriteError as exc:\n"
+        "    print(exc.message)\n"
+    )
+    for kind, path in special.items():
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=dict(os.environ, GITHUB_STEP_SUMMARY=str(path), PYTHONPATH=str(ROOT)),
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"not writing the job summary: GITHUB_STEP_SUMMARY {str(path)!r}: it is a {kind}")
+    # a regular file is appended to, as before
+    summary = tmp_path / "summary.md"
+    summary.write_text("# before\n")
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, GITHUB_STEP_SUMMARY=str(summary), PYTHONPATH=str(ROOT)),
+        timeout=60,
+    )
+    assert done.returncode == 0 and done.stdout == "", done.stderr
+    assert summary.read_text().startswith("# before\n") and len(summary.read_text()) > len("# before\n")
+
+
+@pytest.mark.parametrize("other", ["--fieldmem-baseline", "--fieldmem-save-baseline"])
+def test_the_plugin_refuses_a_report_on_the_baseline(pytester: pytest.Pytester, other: str) -> None:
+    """--fieldmem-report X with --fieldmem-baseline X (or --fieldmem-save-baseline X) wrote the report over
+    the baseline before reading it; the CLI refuses the combination up front."""
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    baseline = pytester.path / "b.json"
+    baseline.write_text("kept\n")
+    result = pytester.runpytest("--fieldmem-report=b.json", f"{other}=b.json")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(
+        [f"ERROR: fieldmem: error: --fieldmem-report '*b.json' and {other} '*b.json' name the same file: *"]
+    )
+    assert baseline.read_text() == "kept\n"
+
+
+def test_the_plugin_refuses_a_report_that_is_a_fifo(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    os.mkfifo(pytester.path / "pipe")
+    result = pytester.runpytest("--fieldmem-report=pipe")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: fieldmem: error: --fieldmem-report 'pipe' is a FIFO, not a regular file*"])
+    assert (pytester.path / "pipe").is_fifo()
