@@ -143,7 +143,7 @@ _COMPARE_FAIL_HELP = (
 )
 _SAVE_HELP = (
     "save every fieldmem_check of the session into this baseline (atomically, under its lock; entries of other "
-    "targets and backends are kept), when every check passed and none regressed"
+    "targets and backends are kept), when every test passed and no check regressed"
 )
 
 
@@ -392,6 +392,13 @@ def _parse_session(config: pytest.Config) -> _Session:
             raise OptionError(f"{label} {value!r} is a folder: name a file, e.g. {example!r}")
         if not report_path.parent.is_dir():
             raise OptionError(f"{label} {value!r}: the folder {str(report_path.parent)!r} does not exist")
+        from fieldmem.files import not_a_file
+
+        kind = not_a_file(report_path)
+        if kind is not None:
+            raise OptionError(
+                f"{label} {value!r} is {kind}, not a regular file, which fieldmem never replaces: name a file"
+            )
     value, label = _setting(config, _ISOLATE_OPTION)
     isolate = True
     if value is not None:
@@ -423,7 +430,27 @@ def _parse_session(config: pytest.Config) -> _Session:
             raise OptionError(f"{label} checks in a worker under that release: drop --fieldmem-isolate no")
     session = _Session(defaults=defaults, report_path=report_path, isolate=isolate, timeout=timeout, jax=jax_release)
     _parse_baseline(config, project, session)
+    _refuse_report_on_baseline(session, label=_setting(config, _REPORT_OPTION)[1])
     return session
+
+
+def _refuse_report_on_baseline(session: _Session, label: str) -> None:
+    """The report must not be the baseline compared with or saved to: written first, it would replace the
+    baseline before the gate read it (as ``fieldmem check`` refuses ``-o b.json --baseline b.json``).
+
+    Raises:
+        OptionError: ``--fieldmem-report`` names the file of ``--fieldmem-baseline`` or ``--fieldmem-save-baseline``.
+    """
+    if session.report_path is None:
+        return
+    from fieldmem.files import same_file
+
+    for path, option in ((session.baseline, _BASELINE_OPTION.flag), (session.save_to, "--fieldmem-save-baseline")):
+        if path is not None and same_file(session.report_path, path):
+            raise OptionError(
+                f"{label} {str(session.report_path)!r} and {option} {str(path)!r} name the same file: the report "
+                "would replace the baseline; give the report its own file"
+            )
 
 
 def _parse_baseline(config: pytest.Config, project: Any, session: _Session) -> None:
@@ -443,6 +470,14 @@ def _parse_baseline(config: pytest.Config, project: Any, session: _Session) -> N
         if session.save_to.is_dir():
             raise OptionError(
                 f"--fieldmem-save-baseline {saved!r} is a folder: name a file, e.g. 'fieldmem-baseline.json'"
+            )
+        from fieldmem.files import not_a_file
+
+        kind = not_a_file(session.save_to, through_link=True)
+        if kind is not None:
+            raise OptionError(
+                f"--fieldmem-save-baseline {saved!r} is {kind}, not a regular file, which fieldmem never replaces: "
+                "name a baseline file"
             )
         if not session.save_to.parent.is_dir():
             raise OptionError(
@@ -720,7 +755,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.keyed.sort(key=lambda pair: pair[0])
     _write_report(session, state)
     if state.baseline is not None or state.save_to is not None:
-        _gate(state)
+        _gate(state, session.testsfailed or exitstatus != pytest.ExitCode.OK)
         if state.gate_failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -776,9 +811,11 @@ def _by_backend(state: _Session) -> list[Report]:
     return [combine_reports(reports, state.defaults.min_bytes) for reports in groups.values()]
 
 
-def _gate(state: _Session) -> None:
+def _gate(state: _Session, failed: int | bool = 0) -> None:
     """Compare the session's checks with the baseline (every regression collected, said once) and save them,
-    with :mod:`fieldmem.gate.baseline` as ``fieldmem check`` does; what it says goes to the terminal summary."""
+    with :mod:`fieldmem.gate.baseline` as ``fieldmem check`` does; what it says goes to the terminal summary.
+    ``failed``: the tests that failed (True: the session failed otherwise: an error, an interruption), where
+    nothing is saved: the baseline records a session where every test passed."""
     from fieldmem.gate.baseline import BaselineError, compare_to_baseline, load_baseline, save_baseline
     from fieldmem.render.baseline import render_comparison, render_saved
 
@@ -811,6 +848,13 @@ def _gate(state: _Session) -> None:
             "(add --fieldmem-compare-fail to fail the session on them)"
         )
     if state.save_to is None:
+        return
+    if failed:
+        tests = "the session did not pass" if failed is True else f"{failed} test(s) failed"
+        state.summary.append(
+            f"fieldmem: not saving the baseline {str(state.save_to)!r}: {tests}, and a baseline records a "
+            "session where every test passed"
+        )
         return
     for report in sorted(reports, key=lambda r: r.exit_code == 0):  # a refused save writes no backend
         try:

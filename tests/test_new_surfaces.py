@@ -9,6 +9,7 @@ downloaded: the installer and the interpreters are fakes, as in ``tests/test_env
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -246,3 +247,37 @@ def test_the_plugin_refuses_a_report_that_is_a_fifo(pytester: pytest.Pytester) -
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["ERROR: fieldmem: error: --fieldmem-report 'pipe' is a FIFO, not a regular file*"])
     assert (pytester.path / "pipe").is_fifo()
+
+
+# ---- item 6: the plugin saves a baseline only when every test passed -----------------------------------------
+
+CHECKED = """\
+import jax.numpy as jnp
+
+
+def update(u):
+    return u.at[0].set(1.0)
+
+
+def test_checked(fieldmem_check):
+    fieldmem_check(update, jnp.zeros((64, 64)))
+"""
+
+
+@pytest.mark.compile
+def test_the_plugin_saves_no_baseline_when_a_plain_test_failed(pytester: pytest.Pytester) -> None:
+    """The docs say the baseline is saved when every test passed; a failing plain test did not stop it."""
+    pytester.makepyfile(test_checked=CHECKED, test_plain="def test_plain():\n    assert 1 == 2\n")
+    result = pytester.runpytest_subprocess("--fieldmem-isolate=no", "--fieldmem-save-baseline=b.json")
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(
+        ["fieldmem: not saving the baseline '*b.json': 1 test(s) failed, and a baseline records a session where*"]
+    )
+    assert not (pytester.path / "b.json").exists()
+    # every test passing: saved
+    (pytester.path / "test_plain.py").write_text("def test_plain():\n    assert 1 == 1\n")
+    result = pytester.runpytest_subprocess("--fieldmem-isolate=no", "--fieldmem-save-baseline=b.json")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert [e["name"] for e in json.loads((pytester.path / "b.json").read_text())["entries"]] == [
+        "test_checked.py:update"
+    ]
