@@ -281,3 +281,60 @@ def test_the_plugin_saves_no_baseline_when_a_plain_test_failed(pytester: pytest.
     assert [e["name"] for e in json.loads((pytester.path / "b.json").read_text())["entries"]] == [
         "test_checked.py:update"
     ]
+
+
+# ---- item 6: numbers and paths --------------------------------------------------------------------------------
+
+LONG_PERCENT = "9" * 400 + "%"
+
+
+@pytest.mark.parametrize("tolerance", [LONG_PERCENT, f"peak:{LONG_PERCENT}", f"5%+{'9' * 400}MiB,temp:{LONG_PERCENT}"])
+def test_a_tolerance_of_any_length_is_one_line_or_a_value(tolerance: str) -> None:
+    """A 400-digit percentage raised OverflowError (cannot convert Infinity to integer) in the gate."""
+    from fieldmem.errors import OptionError
+    from fieldmem.request.tolerance import MAX_PERCENT, Tolerances
+
+    with pytest.raises(OptionError, match=r"is too large: a (percentage is at most 1,000,000,000%|size is below)"):
+        Tolerances.parse(tolerance)
+    # the largest percentage and size are values, with allowances to compare against
+    largest = Tolerances.parse(f"{MAX_PERCENT}%+{2**63 - 1}")
+    assert largest.default.allowance(10) == MAX_PERCENT // 100 * 10 + 2**63 - 1
+    assert Tolerances.parse(largest.describe()) == largest
+    # a percentage too small for a float is no tolerance: exact, never an error
+    assert Tolerances.parse("0." + "0" * 400 + "1%").describe() == "exact"
+
+
+def test_a_long_tolerance_is_one_line_in_the_cli_the_config_and_the_plugin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pytester: pytest.Pytester
+) -> None:
+    pytester.makepyfile(test_nothing="def test_nothing():\n    pass\n")
+    result = pytester.runpytest(f"--fieldmem-tolerance={LONG_PERCENT}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["ERROR: fieldmem: error: --fieldmem-tolerance *is too large*"])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mod.py").write_text("def update(u):\n    return u\n")
+    one_error_line(check("mod.py:update", "--shapes", "f32[8]", "--tolerance", LONG_PERCENT), "is too large")
+    (tmp_path / "pyproject.toml").write_text(f'[tool.fieldmem]\ntolerance = "{LONG_PERCENT}"\n')
+    one_error_line(check("mod.py:update", "--shapes", "f32[8]"), "tolerance", "is too large")
+
+
+def test_config_says_what_a_path_is_when_it_is_not_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--config`` naming a FIFO, /dev/null or a symlink loop said "does not exist" (and a FIFO found by
+    the search is never waited on)."""
+    monkeypatch.chdir(tmp_path)
+    os.mkfifo(tmp_path / "pipe")
+    os.symlink("loop-b", tmp_path / "loop-a")
+    os.symlink("loop-a", tmp_path / "loop-b")
+    os.symlink("gone.toml", tmp_path / "dangling")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "mod.py").write_text("def update(u):\n    return u\n")
+    for config, said in [
+        ("pipe", "--config 'pipe' is a FIFO, not a file"),
+        (os.devnull, f"--config {os.devnull!r} is a character device, not a file"),
+        ("loop-a", "--config 'loop-a' is a symbolic link that cannot be followed"),
+        ("dangling", "--config 'dangling' is a symbolic link to 'gone.toml', which does not exist"),
+        ("folder", "--config 'folder': 'folder/pyproject.toml' does not exist"),
+        ("gone.toml", "--config 'gone.toml' does not exist"),
+    ]:
+        one_error_line(check("mod.py:update", "--shapes", "f32[8]", "--config", config), said)
+    assert (tmp_path / "pipe").is_fifo()
