@@ -439,8 +439,12 @@ def lock_path(path: str | os.PathLike[str]) -> Path:
 
 
 @contextlib.contextmanager
-def locked(path: str | os.PathLike[str], timeout: float) -> Iterator[None]:
+def locked(path: str | os.PathLike[str], timeout: float, *, shared: bool = False) -> Iterator[None]:
     """Hold the exclusive lock of ``path`` for the block (other processes calling this wait).
+
+    ``shared``: a shared lock, which other shared holders take too and an exclusive one waits for (held by
+    the users of something an exclusive holder would remove). Where folders cannot be locked there is no
+    shared lock file: the block then runs without one.
 
     The lock is ``flock`` on the folder holding ``path``: no file is created, so a process killed while
     it holds the lock leaves nothing behind (the kernel drops a dead process's ``flock``). Where a folder
@@ -456,13 +460,16 @@ def locked(path: str | os.PathLike[str], timeout: float) -> Iterator[None]:
     folder = Path(path).parent
     fd = _folder_fd(folder) if fcntl is not None else None
     if fd is None:
+        if shared:
+            yield
+            return
         with _locked_exclusive(lock_path(path), deadline, timeout):
             yield
         return
     try:
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:

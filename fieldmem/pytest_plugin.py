@@ -27,6 +27,7 @@ report and the baseline.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Mapping
@@ -177,6 +178,7 @@ class _Session:
     isolate: bool = True
     timeout: float | None = DEFAULT_TIMEOUT
     worker: Any = None  # fieldmem.engine.isolate.CallSession, started by the first check
+    held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the --fieldmem-jax env, in use
     jax: str | None = None  # --fieldmem-jax: the workers run under a cached environment of this release
     # (test node id, the check's report with every result named by its baseline key)
     keyed: list[tuple[str, Report]] = field(default_factory=list)
@@ -231,9 +233,16 @@ class _Session:
         if self.worker is None:
             interpreter = None
             if self.jax is not None:
-                from fieldmem.engine.interpreters import worker_interpreters
+                from fieldmem.engine.envs import borrowed_folder
+                from fieldmem.engine.interpreters import in_use, worker_interpreters
 
                 (interpreter,) = worker_interpreters([self.jax], None, [backend] if backend else None)
+                assert interpreter is not None
+                # the test modules the worker imports import pytest: its own, where that environment lacks one
+                borrowed = borrowed_folder(("pytest",))
+                if borrowed is not None:
+                    interpreter = dataclasses.replace(interpreter, fallback_path=(borrowed,))
+                self.held.enter_context(in_use(interpreter))  # not removed while the session's checks run
             self.worker = CallSession(self.timeout, interpreter)
         label = in_hand_name(kind, subject, settings.get("name"))
         report: Report = self.worker.check(call, label, worker_options(min_bytes, backend))
@@ -243,6 +252,7 @@ class _Session:
         if self.worker is not None:
             self.worker.close()
             self.worker = None
+        self.held.close()
 
     def record(self, report: Report, nodeid: str, backend: str | None = None, display: str = "", key: str = "") -> None:
         """Keep ``report`` for --fieldmem-report, its result keyed by the test's node id (and the backend,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -338,3 +339,373 @@ def test_config_says_what_a_path_is_when_it_is_not_a_file(tmp_path: Path, monkey
     ]:
         one_error_line(check("mod.py:update", "--shapes", "f32[8]", "--config", config), said)
     assert (tmp_path / "pipe").is_fifo()
+
+
+# ---- item 5: environments that can be trusted ----------------------------------------------------------------
+
+from test_envs import _fake_env  # noqa: E402
+
+from fieldmem.engine import envs  # noqa: E402
+from fieldmem.errors import EnvError  # noqa: E402
+
+
+@pytest.fixture
+def root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "envs"
+    monkeypatch.setenv("FIELDMEM_ENVS", str(folder))
+    return folder
+
+
+def _no_installer(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(envs, "_create", lambda *a: pytest.fail("an installer started"))
+
+
+@pytest.mark.parametrize(
+    ("version", "said"),
+    [
+        ("0.7", "'0.7' is not a jax release"),
+        ("0.7.1.0", "'0.7.1.0' is not a jax release"),
+        ("00.07.01", "'00.07.01' is not a jax release"),
+        ("\u0660.\u0667.\u0661", "is not a jax release"),  # Arabic-Indic digits
+        ("0.4.0", "jax 0.4.0 is older than fieldmem's worker supports: it supports jax 0.7.0 to"),
+        ("9.0.0", "jax 9.0.0 is newer than"),
+    ],
+)
+def test_a_release_is_checked_before_anything_is_downloaded(
+    root: Path, monkeypatch: pytest.MonkeyPatch, version: str, said: str
+) -> None:
+    """``envs create 0.7``, ``--jax 0.7.1.0``, ``00.07.01`` downloaded a whole environment, then complained;
+    Arabic-Indic digits passed both checks; ``envs create 0.4.0`` had no range check."""
+    _no_installer(monkeypatch)
+    done = runner.invoke(app, ["envs", "create", version])
+    assert done.exit_code == 2 and said in done.output and done.output.count("\n") == 1, done.output
+    if said.endswith("is not a jax release"):
+        one_error_line(check("mod.py", "--jax", version), said)
+    assert not root.exists()
+
+
+def test_a_cached_environment_is_checked_against_its_name(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An environment named 0.7.1 holding 0.10.2 compared "no differences" with 0.10.2."""
+    _no_installer(monkeypatch)
+    folder = _fake_env(root, "0.7.1", holds="0.10.2")
+    with pytest.raises(EnvError) as caught:
+        envs.ensure_env("0.7.1")
+    message = caught.value.message
+    assert message == (
+        f"the cached environment for jax 0.7.1 in {folder} is not usable: it holds jax 0.10.2 and jaxlib 0.10.2, "
+        f"not 0.7.1; remove it (fieldmem envs remove {folder.name}) and it is made again on first use"
+    )
+    # --jax: its environment has the libraries built on jax installed here too (its own folder)
+    with_libraries = _fake_env(root, "0.7.1", holds="0.10.2", packages=envs.user_packages())
+    result = check("mod.py", "--jax", "0.7.1")
+    one_error_line(result, "holds jax 0.10.2", f"fieldmem envs remove {with_libraries.name}")
+    # the fix it names works
+    assert runner.invoke(app, ["envs", "remove", folder.name]).exit_code == 0 and not folder.exists()
+
+
+@pytest.mark.parametrize("broken", ["jax/__init__.py", "jaxlib", "python"])
+def test_a_broken_cached_environment_is_one_line_with_the_fix(
+    root: Path, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    """A deleted jax/__init__.py or jaxlib file gave 46-68 lines of the worker's traceback; a 0-byte python,
+    Exec format error in fieldmem's own process."""
+    _no_installer(monkeypatch)
+    folder = _fake_env(root, "0.9.2")
+    site = next(folder.glob("lib/python*/site-packages"))
+    if broken == "python":
+        (folder / "bin" / "python").unlink()
+        (folder / "bin" / "python").write_bytes(b"")
+        (folder / "bin" / "python").chmod(0o755)
+        said = "is no program"
+    elif broken == "jaxlib":
+        (site / "jaxlib" / "__init__.py").unlink()
+        said = "jaxlib 0.9.2 there lacks jaxlib/__init__.py"
+    else:
+        (site / broken).unlink()
+        said = "jax 0.9.2 there lacks jax/__init__.py"
+    with pytest.raises(EnvError, match=re.escape(said) + r".*fieldmem envs remove jax-0\.9\.2-py"):
+        envs.ensure_env("0.9.2")
+
+
+def test_a_relative_fieldmem_envs_is_relative_to_where_fieldmem_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A relative FIELDMEM_ENVS built the environment under envs_rel/envs_rel/ (the installer runs in the
+    environments folder), then FileNotFoundError, 554 MiB left behind."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("FIELDMEM_ENVS", "envs_rel")
+    assert envs.env_root() == tmp_path / "envs_rel"
+    _fake_installer(monkeypatch, tmp_path)
+    env = envs.ensure_env("0.9.2")
+    assert env.folder == tmp_path / "envs_rel" / env.request.folder_name and env.folder.is_dir()
+    assert not (tmp_path / "envs_rel" / "envs_rel").exists()
+
+
+def _fake_installer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, script: str | None = None) -> None:
+    """pip as the installer, its venv step making what _fake_env makes at the folder it is given (as the
+    installer runs: in the environments folder), its install step ``script`` (default: nothing)."""
+    maker = tmp_path / "make_env.py"
+    maker.write_text(
+        "import sys\n"
+        f"sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT)!r}]\n"
+        "from pathlib import Path\n"
+        "from test_envs import _fake_env\n"
+        "target = Path(sys.argv[1])\n"
+        "made = _fake_env(target.parent / (target.name + '.made'), sys.argv[2], marker=False)\n"
+        "for part in made.iterdir():\n"
+        "    part.rename(target / part.name)\n"
+        "made.rmdir(); made.parent.rmdir()\n"
+    )
+    monkeypatch.setenv("FIELDMEM_INSTALLER", "pip")
+    monkeypatch.setattr(
+        envs, "_venv_command", lambda installer, folder: [sys.executable, str(maker), str(folder), "0.9.2"]
+    )
+    install = [sys.executable, "-c", script or "pass"]
+    monkeypatch.setattr(envs, "_install_command", lambda *a: install)
+    monkeypatch.setattr(envs, "_installed", lambda python: {"jax": "0.9.2", "jaxlib": "0.9.2"})
+
+
+def test_a_full_or_read_only_environments_folder_is_one_line_and_leaves_nothing(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only folder raised OSError from .locks (create and remove); on a full disk the error named a
+    log in a deleted folder, and the log kept was empty."""
+    import errno
+
+    _fake_installer(monkeypatch, tmp_path)
+    real_mkdir = Path.mkdir
+
+    def read_only(self: Path, *args: Any, **kwargs: Any) -> None:
+        if self == root / ".locks" or root / ".locks" in self.parents:
+            raise OSError(errno.EROFS, "Read-only file system")
+        real_mkdir(self, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Path, "mkdir", read_only)
+        root.mkdir()
+        with pytest.raises(EnvError, match=r"cannot write in the environments folder .*: Read-only file system"):
+            envs.ensure_env("0.9.2")
+        _fake_env(root, "0.10.2")
+        with pytest.raises(EnvError, match=r"cannot write in the environments folder .*: Read-only file system"):
+            envs.remove_env("0.10.2")
+    envs.remove_env("0.10.2")
+
+    def full(command: list[str], log: Any, progress: Any, label: str) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(envs, "_run_logged", full)
+        with pytest.raises(EnvError) as caught:
+            envs.ensure_env("0.9.2")
+    assert caught.value.message == (
+        f"cannot make the environment for jax 0.9.2 in {str(root)!r}: No space left on device (nothing was left behind)"
+    )
+    assert sorted(p.name for p in root.iterdir()) == [".locks"]
+
+    # the installer failed and its log cannot be kept beside the environments: the message names no log
+    def failed(command: list[str], log: Any, progress: Any, label: str) -> int:
+        log.write("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n")
+        return 1
+
+    def no_room(path: Any, text: str, **kwargs: Any) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(envs, "_run_logged", failed)
+        patch.setattr(envs, "write_atomic", no_room)
+        with pytest.raises(EnvError) as caught:
+            envs.ensure_env("0.9.2")
+    message = caught.value.message
+    assert "the installer's log could not be kept: No space left on device" in message, message
+    assert ".tmp" not in message and sorted(p.name for p in root.iterdir()) == [".locks"]
+
+
+def test_the_install_timeout_ends_the_installers_whole_process_group(
+    root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FIELDMEM_ENV_TIMEOUT killed only the installer's outer process: a 3 s limit took 14.6 s, and what it
+    started kept running (and kept its output open)."""
+    import time
+
+    pid_file = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n"
+    )
+    _fake_installer(monkeypatch, tmp_path, script)
+    monkeypatch.setenv("FIELDMEM_ENV_TIMEOUT", "2")
+    started = time.monotonic()
+    with pytest.raises(EnvError, match=r"installing jax 0\.9\.2 ran past 2 s and was stopped"):
+        envs.ensure_env("0.9.2")
+    assert time.monotonic() - started < 20
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(child), "the installer's child outlived the timeout"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is gone for this purpose
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return True
+
+
+def test_an_environment_in_use_is_not_removed(root: Path) -> None:
+    """``envs remove`` during a running --jax check made it blame the user's factory."""
+    folder = _fake_env(root, "0.9.2")
+    with envs.folder_in_use(folder):
+        with pytest.raises(EnvError, match="is in use by a running fieldmem"):
+            envs.remove_env("0.9.2")
+        assert folder.is_dir()
+    envs.remove_env("0.9.2")
+    with pytest.raises(EnvError, match="was removed as this check began"), envs.folder_in_use(folder):
+        pass
+
+
+def _python_without_jax(tmp_path: Path) -> Path:
+    """A venv-like folder whose bin/python runs the base Python of this one, which has no jax."""
+    base = Path(getattr(sys, "_base_executable", sys.executable))
+    probe = subprocess.run([str(base), "-I", "-c", "import jax"], capture_output=True, timeout=120)
+    if probe.returncode == 0:
+        pytest.skip("the base Python has jax")
+    python = tmp_path / "nojax" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.symlink_to(base)
+    return python
+
+
+@pytest.mark.parametrize("kind", ["no-jax", "empty", "echo"])
+def test_a_python_that_is_no_worker_is_one_line_within_its_bound(tmp_path: Path, kind: str) -> None:
+    """--python without jax printed the worker's traceback; a 0-byte one gave Exec format error; one that
+    never answers (a program echoing its input) ran for ever, --timeout or not."""
+    (tmp_path / "good.py").write_text(CASE_NAMED.format(rows=64))
+    if kind == "no-jax":
+        python = _python_without_jax(tmp_path)
+        said = "jax cannot be imported under"
+    elif kind == "empty":
+        python = tmp_path / "empty"
+        python.write_bytes(b"")
+        python.chmod(0o755)
+        said = "cannot be started (Exec format error)"
+    else:
+        python = tmp_path / "echo"
+        python.write_text("#!/bin/sh\ncat\n")
+        python.chmod(0o755)
+        said = "did not answer within 3 s of its start"
+    done = subprocess.run(
+        [sys.executable, "-m", "fieldmem", "check", "good.py", "--python", str(python), "--run", "--timeout", "3"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), FIELDMEM_CACHE_DIR="none"),
+        timeout=120,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert said in done.stderr and "--python names the Python of an environment that has jax" in done.stderr
+
+
+def test_python_with_watch_runs_the_kept_worker_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--python was ignored under --watch (the header said this jax), where --jax with --watch is refused."""
+    from fieldmem.engine import isolate
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "good.py").write_text(CASE_NAMED.format(rows=64))
+    seen: list[Any] = []
+
+    class Session:
+        def __init__(self, *args: Any, interpreter: Any = None, **kwargs: Any) -> None:
+            seen.append(interpreter)
+            raise EnvError("stopped here")
+
+    monkeypatch.setattr(isolate, "WatchSession", Session)
+    one_error_line(check("good.py", "--python", sys.executable, "--watch"), "stopped here")
+    (interpreter,) = seen
+    assert interpreter is not None and interpreter.python == str(Path(sys.executable).absolute())
+
+
+def test_fieldmem_jax_workers_can_import_pytest(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--fieldmem-jax 0.7.1 failed every test module importing pytest: "No module named 'pytest' — a fieldmem
+    bug". Its workers look last in a folder of links to this pytest and what it needs."""
+    this_pytest = sys.modules["pytest"]
+    from fieldmem import pytest_plugin
+    from fieldmem.engine import interpreters, isolate
+
+    folder = Path(envs.borrowed_folder(("pytest",)) or "")
+    assert folder.parent.parent == root
+    assert (folder / "pytest").resolve() == Path(this_pytest.__file__).parent.resolve()
+    assert {"_pytest", "pluggy", "iniconfig"} <= {p.name for p in folder.iterdir()}
+    # the plugin gives its workers that folder, holds the environment in use, and the worker looks there last
+    env = _fake_env(root, "0.9.2")
+    made = envs._from_marker(env)
+    assert made is not None
+    monkeypatch.setattr(
+        interpreters, "worker_interpreters", lambda *a: [interpreters.env_interpreter(made, "jax 0.9.2")]
+    )
+    sessions: list[Any] = []
+
+    class Session:
+        def __init__(self, timeout: Any, interpreter: Any) -> None:
+            sessions.append(interpreter)
+
+        def check(self, *args: Any) -> Any:
+            raise EnvError("stopped here")
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(isolate, "CallSession", Session)
+    session = pytest_plugin._Session(defaults=pytest_plugin.Limits(), report_path=None, jax="0.9.2")
+    with pytest.raises(EnvError):
+        session._check_in_worker("function", len, b"", {}, 1024, None)
+    (interpreter,) = sessions
+    assert interpreter.fallback_path == (str(folder),) and interpreter.env_folder == str(env)
+    with pytest.raises(EnvError, match="in use"):
+        envs.remove_env("0.9.2")
+    session.close()
+    supervisor = isolate._Supervisor([], [None], None, False, None)
+    supervisor.interpreter = interpreter
+    assert supervisor._paths()["fallback_path"] == [str(folder)]
+
+
+def test_a_killed_creation_leaves_no_installer_running(root: Path, tmp_path: Path) -> None:
+    """After a SIGKILL of ``fieldmem envs create`` the orphaned pip kept installing (338 MiB)."""
+    import signal
+    import time
+
+    pid_file = tmp_path / "installer.pid"
+    installer_code = f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n"
+    (tmp_path / "installer.py").write_text(installer_code)
+    (tmp_path / "create.py").write_text(
+        "import sys\n"
+        f"sys.path[:0] = [{str(ROOT)!r}]\n"
+        "from fieldmem.engine import envs\n"
+        "envs._venv_command = lambda installer, folder: [sys.executable, '-c', 'pass']\n"
+        f"envs._install_command = lambda *a: [sys.executable, {str(tmp_path / 'installer.py')!r}]\n"
+        "envs.ensure_env('0.9.2')\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, str(tmp_path / "create.py")],
+        env=dict(os.environ, FIELDMEM_ENVS=str(root), FIELDMEM_INSTALLER="pip"),
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and pid_file.read_text()):
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.05)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    installer = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while _alive(installer) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(installer), "the installer outlived the fieldmem that started it"
