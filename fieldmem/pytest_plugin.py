@@ -30,7 +30,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -219,9 +220,10 @@ class _Session:
                 _warn_in_process(kind, subject, settings, str(exc))
             else:
                 return self._check_in_worker(kind, subject, call, settings, min_bytes, backend)
-        if kind == "function":
-            return check_function(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
-        return check_chain(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
+        with _forks_end_in_the_child():
+            if kind == "function":
+                return check_function(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
+            return check_chain(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
 
     def _check_in_worker(
         self, kind: str, subject: Any, call: bytes, settings: dict[str, Any], min_bytes: int, backend: str | None
@@ -293,6 +295,36 @@ class _Session:
         self.reports.extend(Report.from_dict(r) for r in data["reports"])
         self.keyed.extend((str(nodeid), Report.from_dict(r)) for nodeid, r in data["keyed"])
         self.from_workers = True
+
+
+# the process that checks in pytest's own process now (--fieldmem-isolate no), while it traces and compiles
+_CHECKING: list[int] = []
+_FORK_HOOKED: list[bool] = []
+
+
+def _after_fork_in_child() -> None:
+    """A process forked while pytest's own process traced or compiled a check (the traced function called
+    os.fork): jax does not run in a forked copy (its threads stay behind), so the copy would hang for ever
+    holding pytest's output, or return into pytest and run the session a second time. It ends now."""
+    if _CHECKING and _CHECKING[-1] != os.getpid():
+        message = b"fieldmem: a process forked while fieldmem checked a function in pytest's process has ended\n"
+        try:
+            os.write(2, message)
+        finally:
+            os._exit(1)
+
+
+@contextlib.contextmanager
+def _forks_end_in_the_child() -> Iterator[None]:
+    """For the block (a check in pytest's own process): a process forked from it ends at once."""
+    if not _FORK_HOOKED and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _FORK_HOOKED.append(True)
+    _CHECKING.append(os.getpid())
+    try:
+        yield
+    finally:
+        _CHECKING.pop()
 
 
 _SESSION = pytest.StashKey[_Session]()

@@ -709,3 +709,34 @@ def test_a_killed_creation_leaves_no_installer_running(root: Path, tmp_path: Pat
     while _alive(installer) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(installer), "the installer outlived the fieldmem that started it"
+
+
+# ---- hostile programs: a function that forks while pytest's own process checks it -------------------------------
+
+FORKS = """\
+import os
+
+import jax.numpy as jnp
+
+
+def update(u):
+    os.fork()  # while it is traced: the copy has none of jax's threads
+    return u.at[0].set(1.0)
+
+
+def test_checked(fieldmem_check):
+    fieldmem_check(update, jnp.zeros((64, 64)))
+
+
+def test_after():
+    pass
+"""
+
+
+@pytest.mark.compile
+def test_a_fork_while_checked_in_pytests_process_never_hangs_the_session(pytester: pytest.Pytester) -> None:
+    """With --fieldmem-isolate=no, a copy forked while jax traced hung for ever, holding pytest's output (200 s)."""
+    pytester.makepyfile(test_forks=FORKS)
+    result = pytester.runpytest_subprocess("--fieldmem-isolate=no", "-p", "no:cacheprovider", timeout=120)
+    result.assert_outcomes(passed=2)
+    assert result.stdout.str().count("2 passed") == 1
