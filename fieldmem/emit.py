@@ -116,7 +116,15 @@ def write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: in
 
     file_options = RenderOptions(verbose=output.verbose, min_bytes=min_bytes)
     several = len(reports) > 1
-    for report, label in zip(reports, report_labels(reports)):
+    labels = report_labels(reports)
+    if len(set(labels)) < len(labels) and (output.file is not None or output.html is not None):
+        # two reports that cannot be told apart (one backend, one jax release): one file would replace the other
+        same = next(label for label in labels if labels.count(label) > 1)
+        raise WriteError(
+            f"{labels.count(same)} reports are all named {same!r} (the same backend and jax release): "
+            "their files would replace each other, so none is written"
+        )
+    for report, label in zip(reports, labels):
         if output.file is not None:
             text = get_renderer(output.format).render(report, file_options)
             write_file(_for_backend(output.file, _file_label(label), several), text)

@@ -740,3 +740,17 @@ def test_a_fork_while_checked_in_pytests_process_never_hangs_the_session(pyteste
     result = pytester.runpytest_subprocess("--fieldmem-isolate=no", "-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(passed=2)
     assert result.stdout.str().count("2 passed") == 1
+
+
+def test_two_reports_of_one_name_never_write_over_each_other(tmp_path: Path) -> None:
+    """An environment named 0.7.1 holding 0.10.2 gave two reports labelled ``cpu``: one -o file replaced the
+    other. However two reports come to share a name, no file is written for either."""
+    from fieldmem.emit import WriteError, write_files
+    from fieldmem.request.build import OutputSettings
+
+    from factories import make_report, make_result
+
+    reports = [make_report((make_result(),), jax_version="0.10.2") for _ in range(2)]
+    with pytest.raises(WriteError, match=r"2 reports are all named 'cpu'.*so none is written"):
+        write_files(reports, OutputSettings(format="json", file=tmp_path / "r.json"), 1024)
+    assert list(tmp_path.iterdir()) == []
