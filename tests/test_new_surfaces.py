@@ -720,7 +720,10 @@ import jax.numpy as jnp
 
 
 def update(u):
-    os.fork()  # while it is traced: the copy has none of jax's threads
+    copy = os.fork()  # while it is traced: the copy has none of jax's threads
+    if copy:
+        with open("copy.pid", "w") as file:
+            file.write(str(copy))
     return u.at[0].set(1.0)
 
 
@@ -736,10 +739,22 @@ def test_after():
 @pytest.mark.compile
 def test_a_fork_while_checked_in_pytests_process_never_hangs_the_session(pytester: pytest.Pytester) -> None:
     """With --fieldmem-isolate=no, a copy forked while jax traced hung for ever, holding pytest's output (200 s)."""
+    import signal
+    import time
+
     pytester.makepyfile(test_forks=FORKS)
     result = pytester.runpytest_subprocess("--fieldmem-isolate=no", "-p", "no:cacheprovider", timeout=120)
     result.assert_outcomes(passed=2)
     assert result.stdout.str().count("2 passed") == 1
+    copy = int((pytester.path / "copy.pid").read_text())
+    deadline = time.monotonic() + 10
+    while _alive(copy) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert not _alive(copy), "the forked copy still runs"
+    finally:
+        if _alive(copy):
+            os.kill(copy, signal.SIGKILL)
 
 
 def test_two_reports_of_one_name_never_write_over_each_other(tmp_path: Path) -> None:
