@@ -769,3 +769,12 @@ def test_two_reports_of_one_name_never_write_over_each_other(tmp_path: Path) -> 
     with pytest.raises(WriteError, match=r"2 reports are all named 'cpu'.*so none is written"):
         write_files(reports, OutputSettings(format="json", file=tmp_path / "r.json"), 1024)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bytecode_python_makes_again_is_not_missing(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """pip lists the bytecode it compiled in RECORD; a cleared __pycache__ is not a broken environment."""
+    _no_installer(monkeypatch)
+    folder = _fake_env(root, "0.9.2")
+    record = next(folder.glob("lib/python*/site-packages/jax-0.9.2.dist-info/RECORD"))
+    record.write_text(record.read_text() + "jax/__pycache__/__init__.cpython-311.pyc,,\n")
+    assert envs.ensure_env("0.9.2").folder == folder

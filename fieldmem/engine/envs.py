@@ -642,7 +642,9 @@ def env_problem(env: JaxEnv) -> str | None:
             return f"it holds no {name}"
         version, files = found
         held[name] = version
-        missing = next((f for f in files if not f.startswith("..") and not (site / f).exists()), None)
+        # what the installer put there: not its scripts (outside it) nor the bytecode Python makes again
+        kept = (f for f in files if not f.startswith("..") and "__pycache__" not in f and not f.endswith(".pyc"))
+        missing = next((f for f in kept if not (site / f).exists()), None)
         if missing is not None:
             return f"{name} {version} there lacks {missing}"
     if held["jax"] != env.version or held["jaxlib"] != env.version:
