@@ -168,7 +168,7 @@ class NotRegularFile(OSError):
     it is never replaced. Its text says what the path holds."""
 
     def __init__(self, kind: str) -> None:
-        super().__init__(f"it is {kind}, not a regular file")
+        super().__init__(f"it is not a regular file ({kind})")
         self.kind = kind
 
 

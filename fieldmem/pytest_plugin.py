@@ -439,7 +439,7 @@ def _parse_session(config: pytest.Config) -> _Session:
         kind = not_a_file(report_path)
         if kind is not None:
             raise OptionError(
-                f"{label} {value!r} is {kind}, not a regular file, which fieldmem never replaces: name a file"
+                f"{label} {value!r} is not a regular file ({kind}), which fieldmem never replaces: name a file"
             )
     value, label = _setting(config, _ISOLATE_OPTION)
     isolate = True
@@ -518,7 +518,7 @@ def _parse_baseline(config: pytest.Config, project: Any, session: _Session) -> N
         kind = not_a_file(session.save_to, through_link=True)
         if kind is not None:
             raise OptionError(
-                f"--fieldmem-save-baseline {saved!r} is {kind}, not a regular file, which fieldmem never replaces: "
+                f"--fieldmem-save-baseline {saved!r} is not a regular file ({kind}), which fieldmem never replaces: "
                 "name a baseline file"
             )
         if not session.save_to.parent.is_dir():

@@ -167,7 +167,7 @@ def test_an_output_that_is_a_fifo_device_or_socket_is_refused_before_anything_ru
     (tmp_path / "mod.py").write_text("def update(u):\n    return u\n")
     for kind, path in special.items():
         result = check("mod.py:update", "--shapes", "f32[8]", option, path.name)
-        one_error_line(result, f"{option} {path.name!r} is a {kind}, not a regular file")
+        one_error_line(result, f"{option} {path.name!r} is not a regular file (a {kind})")
     assert _kinds(special) == kinds
 
 
@@ -179,9 +179,11 @@ def test_a_report_file_that_became_a_fifo_is_never_replaced(tmp_path: Path) -> N
     special = _special_files(tmp_path)
     kinds = _kinds(special)
     for kind, path in special.items():
-        with pytest.raises(NotRegularFile, match=f"it is a {kind}, not a regular file"):
+        with pytest.raises(NotRegularFile, match=rf"it is not a regular file \(a {kind}\)"):
             write_atomic(path, "{}")
-        with pytest.raises(WriteError, match=f"not writing {str(path)!r}: it is a {kind}, not a regular file"):
+        with pytest.raises(
+            WriteError, match=rf"not writing {re.escape(repr(str(path)))}: it is not a regular file \(a {kind}\)"
+        ):
             write_file(path, "{}")
     assert _kinds(special) == kinds
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
@@ -210,7 +212,9 @@ def test_a_job_summary_naming_a_fifo_never_blocks(tmp_path: Path) -> None:
             timeout=60,
         )
         assert done.returncode == 0, done.stderr
-        assert done.stdout.startswith(f"not writing the job summary: GITHUB_STEP_SUMMARY {str(path)!r}: it is a {kind}")
+        assert done.stdout.startswith(
+            f"not writing the job summary: GITHUB_STEP_SUMMARY {str(path)!r}: it is not a regular file (a {kind})"
+        )
     # a regular file is appended to, as before
     summary = tmp_path / "summary.md"
     summary.write_text("# before\n")
@@ -246,7 +250,7 @@ def test_the_plugin_refuses_a_report_that_is_a_fifo(pytester: pytest.Pytester) -
     os.mkfifo(pytester.path / "pipe")
     result = pytester.runpytest("--fieldmem-report=pipe")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["ERROR: fieldmem: error: --fieldmem-report 'pipe' is a FIFO, not a regular file*"])
+    result.stderr.fnmatch_lines(["ERROR: fieldmem: error: --fieldmem-report 'pipe' is not a regular file (a FIFO)*"])
     assert (pytester.path / "pipe").is_fifo()
 
 

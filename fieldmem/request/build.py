@@ -333,7 +333,7 @@ def check_writable(output: Path, option: str = "--output", *, through_link: bool
     kind = not_a_file(output, through_link=through_link)
     if kind is not None:
         raise OptionError(
-            f"{option} {str(output)!r} is {kind}, not a regular file, which fieldmem never replaces: name a file"
+            f"{option} {str(output)!r} is not a regular file ({kind}), which fieldmem never replaces: name a file"
         )
     if not folder.is_dir():
         raise OptionError(f"{option} {str(output)!r}: the folder {str(folder)!r} does not exist")
