@@ -202,7 +202,7 @@ def check_releases(
         EnvError: an environment that cannot be made (the release is not on the index, the index is out of
             reach).
     """
-    from fieldmem.engine.interpreters import worker_interpreters
+    from fieldmem.engine.interpreters import in_use, worker_interpreters
     from fieldmem.engine.isolate import Unit, check_reports
     from fieldmem.request.options import parse_jax_versions
     from fieldmem.request.target import TargetOptions
@@ -217,7 +217,10 @@ def check_releases(
     names = [b for b in backends if b is not None] or None
     reports: tuple[Report, ...] = ()
     for interpreter in worker_interpreters(versions, None, names):
-        reports += check_reports(units, backends, options, check_backends=backend is not None, interpreter=interpreter)
+        with in_use(interpreter):  # its environment is not removed while its workers run
+            reports += check_reports(
+                units, backends, options, check_backends=backend is not None, interpreter=interpreter
+            )
     return reports
 
 

@@ -505,8 +505,17 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
         backends: list[str | None] = list(request.backends) if request.backends is not None else [None]
         check_backends = request.backends is not None
         if request.watch:
+            from fieldmem.engine.interpreters import interpreter_for_python
+
             session = WatchSession(
-                units, backends, options, check_backends=check_backends, progress=progress, devices=request.devices
+                units,
+                backends,
+                options,
+                check_backends=check_backends,
+                progress=progress,
+                devices=request.devices,
+                # --python: the worker kept runs there (--jax is refused with --watch)
+                interpreter=interpreter_for_python(request.python) if request.python is not None else None,
             )
             try:
                 return session.check(), baseline, session
@@ -514,19 +523,20 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
                 session.close()
                 raise
         reports: tuple[Report, ...] = ()
-        from fieldmem.engine.interpreters import interpreters_for
+        from fieldmem.engine.interpreters import in_use, interpreters_for
 
         plan = interpreters_for(request.jax_versions, request.python, backends, elsewhere, _say)
         for interpreter, these in plan:
-            done = check_reports(
-                units,
-                these,
-                options,
-                check_backends=check_backends,
-                progress=progress,
-                devices=request.devices,
-                interpreter=interpreter,
-            )
+            with in_use(interpreter):  # a cached environment is not removed while its workers run
+                done = check_reports(
+                    units,
+                    these,
+                    options,
+                    check_backends=check_backends,
+                    progress=progress,
+                    devices=request.devices,
+                    interpreter=interpreter,
+                )
             reports += done
         # in the order the backends were asked for, each release's in turn
         order = {name: n for n, name in enumerate(backends)}

@@ -50,7 +50,11 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
 
     Raises:
         WriteError: an ``-o``/``--html`` file cannot be written (nothing is printed to stdout then).
+        BaselineError: two targets share a name (:func:`~fieldmem.gate.baseline.refuse_shared_names`):
+            nothing is printed, written or saved then.
     """
+    from fieldmem.gate.baseline import refuse_shared_names
+
     settings = request.baseline
     if request.backends is not None and request.backends_origin is not None:
         # the backends the run judges, and who named them: every output's header says so
@@ -58,6 +62,8 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
             dataclasses.replace(report, judged_backends=tuple(request.backends), judged_by=request.backends_origin)
             for report in reports
         )
+    for report in reports:  # before anything is shown or written: one result per name
+        refuse_shared_names(report)
     if settings.accept_current and settings.save_to is not None:
         from fieldmem.gate.baseline import gate_as_recorded
 
@@ -116,7 +122,15 @@ def write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: in
 
     file_options = RenderOptions(verbose=output.verbose, min_bytes=min_bytes)
     several = len(reports) > 1
-    for report, label in zip(reports, report_labels(reports)):
+    labels = report_labels(reports)
+    if len(set(labels)) < len(labels) and (output.file is not None or output.html is not None):
+        # two reports that cannot be told apart (one backend, one jax release): one file would replace the other
+        same = next(label for label in labels if labels.count(label) > 1)
+        raise WriteError(
+            f"{labels.count(same)} reports are all named {same!r} (the same backend and jax release): "
+            "their files would replace each other, so none is written"
+        )
+    for report, label in zip(reports, labels):
         if output.file is not None:
             text = get_renderer(output.format).render(report, file_options)
             write_file(_for_backend(output.file, _file_label(label), several), text)
@@ -127,21 +141,26 @@ def write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: in
 
 def write_job_summary(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
     """With ``--format github`` on a GitHub runner: append the job summary (Markdown: a headline per
-    target, then every regression, check and finding) to the file ``$GITHUB_STEP_SUMMARY`` names.
+    target, then every regression, check and finding) to the file ``$GITHUB_STEP_SUMMARY`` names (a regular
+    file: a FIFO is never waited on, a device never written).
 
     Raises:
-        WriteError: the file cannot be written.
+        WriteError: the file cannot be written, or is not a regular file.
     """
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if output.format != "github" or not summary_file:
         return
+    from fieldmem.files import NotRegularFile, append_to_file
     from fieldmem.render import RenderOptions
     from fieldmem.render.github import job_summary
 
     text = "".join(job_summary(report, RenderOptions(verbose=True, min_bytes=min_bytes)) for report in reports)
     try:
-        with open(summary_file, "a", encoding="utf-8", errors="backslashreplace") as handle:
-            handle.write(text)
+        append_to_file(summary_file, text)
+    except NotRegularFile as exc:
+        raise WriteError(
+            f"not writing the job summary: GITHUB_STEP_SUMMARY {summary_file!r}: {exc}; name a file"
+        ) from None
     except OSError as exc:
         raise WriteError(f"cannot write the job summary {summary_file!r}: {exc.strerror or exc}") from None
 
@@ -211,10 +230,12 @@ def write_file(path: Path, text: str) -> None:
     Raises:
         WriteError: the file cannot be written.
     """
-    from fieldmem.files import write_atomic
+    from fieldmem.files import NotRegularFile, write_atomic
 
     try:
         write_atomic(path, text)
+    except NotRegularFile as exc:
+        raise WriteError(f"not writing {str(path)!r}: {exc}, which fieldmem never replaces; name a file") from None
     except OSError as exc:
         raise WriteError(f"cannot write {str(path)!r}: {exc.strerror or exc}") from None
 

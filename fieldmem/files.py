@@ -44,10 +44,14 @@ except ImportError:  # pragma: no cover - exercised by monkeypatching in the tes
 
 __all__ = [
     "LockTimeout",
+    "NotRegularFile",
+    "append_to_file",
     "locked",
+    "not_a_file",
     "process_alive",
     "read_json",
     "remove_stale_scratch",
+    "same_file",
     "scratch_folder",
     "temporary_files",
     "terminating",
@@ -157,6 +161,74 @@ def terminating() -> Iterator[None]:
 
 # ----------------------------------------------------------------------------
 # Writing
+
+
+class NotRegularFile(OSError):
+    """The path to write holds what is not a regular file (``kind``: a FIFO, a device, a socket, a folder):
+    it is never replaced. Its text says what the path holds."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"it is not a regular file ({kind})")
+        self.kind = kind
+
+
+def _kind(mode: int) -> str | None:
+    """What a file of ``mode`` is, where it is not a regular file (nor a symbolic link): ``a FIFO``..."""
+    for test, kind in (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return kind
+    return None
+
+
+def not_a_file(path: str | os.PathLike[str], *, through_link: bool = False) -> str | None:
+    """What ``path`` holds where a write must not replace it (``a FIFO``, ``a character device``, ``a
+    socket``, ``a folder``), else None (a regular file, nothing, or a symbolic link, which a write
+    replaces unless ``through_link``: then what it points to)."""
+    try:
+        info = os.stat(path) if through_link else os.lstat(path)
+    except (OSError, ValueError):
+        return None
+    return _kind(info.st_mode)
+
+
+def same_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether ``a`` and ``b`` name one file: the same path once links are resolved, or the same inode."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def append_to_file(path: str | os.PathLike[str], text: str) -> None:
+    """Append ``text`` (UTF-8; a lone surrogate as its escape) to the regular file ``path``, made when
+    missing. A FIFO is never waited on (opened without blocking, then refused), a device or a socket never
+    written to.
+
+    Raises:
+        NotRegularFile: ``path`` is a FIFO, a device, a socket or a folder.
+        OSError: it cannot be written.
+    """
+    kind = not_a_file(path, through_link=True)
+    if kind is not None:
+        raise NotRegularFile(kind)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NONBLOCK", 0), 0o666)
+    try:
+        kind = _kind(os.fstat(fd).st_mode)  # what was opened, should the path have changed meanwhile
+        if kind is not None:
+            raise NotRegularFile(kind)
+        view = memoryview(text.encode("utf-8", errors="backslashreplace"))
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 def _mode_for(target: Path) -> int:
@@ -319,10 +391,18 @@ def write_atomic(path: str | os.PathLike[str], text: str, *, through_link: bool 
     temporary file behind; see the module docstring for SIGKILL.
     ``through_link``: when ``path`` is a symbolic link, replace the file it
     points to and keep the link (by default the link itself is replaced).
+
+    Raises:
+        NotRegularFile: ``path`` holds a FIFO, a device, a socket or a folder (never replaced, never
+            waited on).
+        OSError: the file cannot be written.
     """
     target = Path(path)
     if through_link and target.is_symlink():
         target = Path(os.path.realpath(target))
+    kind = not_a_file(target)
+    if kind is not None:
+        raise NotRegularFile(kind)
     folder = target.parent if str(target.parent) else Path(".")
     mode = _mode_for(target)
     data = text.encode("utf-8")
@@ -359,8 +439,12 @@ def lock_path(path: str | os.PathLike[str]) -> Path:
 
 
 @contextlib.contextmanager
-def locked(path: str | os.PathLike[str], timeout: float) -> Iterator[None]:
+def locked(path: str | os.PathLike[str], timeout: float, *, shared: bool = False) -> Iterator[None]:
     """Hold the exclusive lock of ``path`` for the block (other processes calling this wait).
+
+    ``shared``: a shared lock, which other shared holders take too and an exclusive one waits for (held by
+    the users of something an exclusive holder would remove). Where folders cannot be locked there is no
+    shared lock file: the block then runs without one.
 
     The lock is ``flock`` on the folder holding ``path``: no file is created, so a process killed while
     it holds the lock leaves nothing behind (the kernel drops a dead process's ``flock``). Where a folder
@@ -376,13 +460,16 @@ def locked(path: str | os.PathLike[str], timeout: float) -> Iterator[None]:
     folder = Path(path).parent
     fd = _folder_fd(folder) if fcntl is not None else None
     if fd is None:
+        if shared:
+            yield
+            return
         with _locked_exclusive(lock_path(path), deadline, timeout):
             yield
         return
     try:
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:

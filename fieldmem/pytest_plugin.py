@@ -27,10 +27,12 @@ report and the baseline.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -147,7 +149,7 @@ _COMPARE_FAIL_HELP = (
 )
 _SAVE_HELP = (
     "save every fieldmem_check of the session into this baseline (atomically, under its lock; entries of other "
-    "targets and backends are kept), when every check passed and none regressed"
+    "targets and backends are kept), when every test passed and no check regressed"
 )
 
 
@@ -184,6 +186,7 @@ class _Session:
     timeout: float | None = DEFAULT_TIMEOUT
     # fieldmem.engine.isolate.CallSession by (interpreter, environment), each started by its first check
     workers: dict[tuple[str, tuple[tuple[str, str], ...]], Any] = field(default_factory=dict)
+    held: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the environments in use
     jax: str | None = None  # --fieldmem-jax: the workers run under a cached environment of this release
     # (test node id, the check's report with every result named by its baseline key)
     keyed: list[tuple[str, Report]] = field(default_factory=list)
@@ -224,9 +227,10 @@ class _Session:
                 _warn_in_process(kind, subject, settings, str(exc))
             else:
                 return self._check_in_worker(kind, subject, call, settings, min_bytes, backend)
-        if kind == "function":
-            return check_function(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
-        return check_chain(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
+        with _forks_end_in_the_child():
+            if kind == "function":
+                return check_function(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
+            return check_chain(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
 
     def _check_in_worker(
         self, kind: str, subject: Any, call: bytes, settings: dict[str, Any], min_bytes: int, backend: str | None
@@ -239,6 +243,9 @@ class _Session:
         key = (interpreter.label if interpreter is not None else "", tuple(sorted(environ.items())))
         worker = self.workers.get(key)
         if worker is None:
+            from fieldmem.engine.interpreters import in_use
+
+            self.held.enter_context(in_use(interpreter))  # not removed while the session's checks run
             worker = self.workers[key] = CallSession(self.timeout, interpreter, environ)
         label = in_hand_name(kind, subject, settings.get("name"))
         report: Report = worker.check(call, label, worker_options(min_bytes, backend))
@@ -248,6 +255,7 @@ class _Session:
         for worker in self.workers.values():
             worker.close()
         self.workers.clear()
+        self.held.close()
 
     def record(self, report: Report, nodeid: str, backend: str | None = None, display: str = "", key: str = "") -> None:
         """Keep ``report`` for --fieldmem-report, its result keyed by the test's node id (and the backend,
@@ -290,6 +298,36 @@ class _Session:
         self.from_workers = True
 
 
+# the process that checks in pytest's own process now (--fieldmem-isolate no), while it traces and compiles
+_CHECKING: list[int] = []
+_FORK_HOOKED: list[bool] = []
+
+
+def _after_fork_in_child() -> None:
+    """A process forked while pytest's own process traced or compiled a check (the traced function called
+    os.fork): jax does not run in a forked copy (its threads stay behind), so the copy would hang for ever
+    holding pytest's output, or return into pytest and run the session a second time. It ends now."""
+    if _CHECKING and _CHECKING[-1] != os.getpid():
+        message = b"fieldmem: a process forked while fieldmem checked a function in pytest's process has ended\n"
+        try:
+            os.write(2, message)
+        finally:
+            os._exit(1)
+
+
+@contextlib.contextmanager
+def _forks_end_in_the_child() -> Iterator[None]:
+    """For the block (a check in pytest's own process): a process forked from it ends at once."""
+    if not _FORK_HOOKED and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+        _FORK_HOOKED.append(True)
+    _CHECKING.append(os.getpid())
+    try:
+        yield
+    finally:
+        _CHECKING.pop()
+
+
 _SESSION = pytest.StashKey[_Session]()
 _UNSET: Any = object()
 
@@ -308,9 +346,15 @@ def _worker_for(backend: str | None, jax: str | None) -> tuple[Any, dict[str, st
     named = parse_backend(backend) if backend is not None else None
     environ = deviceless_environment([named] if named is not None else None)
     if jax is not None:
+        from fieldmem.engine.envs import borrowed_folder
         from fieldmem.engine.interpreters import worker_interpreters
 
         (interpreter,) = worker_interpreters([jax], None, [backend] if backend else None, _say)
+        assert interpreter is not None
+        # the test modules the worker imports import pytest: its own, where that environment lacks one
+        borrowed = borrowed_folder(("pytest",))
+        if borrowed is not None:
+            interpreter = dataclasses.replace(interpreter, fallback_path=(borrowed,))
         return interpreter, environ
     if named is not None and not extra_installed(named):
         from importlib import metadata
@@ -432,6 +476,13 @@ def _parse_session(config: pytest.Config) -> _Session:
             raise OptionError(f"{label} {value!r} is a folder: name a file, e.g. {example!r}")
         if not report_path.parent.is_dir():
             raise OptionError(f"{label} {value!r}: the folder {str(report_path.parent)!r} does not exist")
+        from fieldmem.files import not_a_file
+
+        kind = not_a_file(report_path)
+        if kind is not None:
+            raise OptionError(
+                f"{label} {value!r} is not a regular file ({kind}), which fieldmem never replaces: name a file"
+            )
     value, label = _setting(config, _ISOLATE_OPTION)
     isolate = True
     if value is not None:
@@ -463,7 +514,27 @@ def _parse_session(config: pytest.Config) -> _Session:
             raise OptionError(f"{label} checks in a worker under that release: drop --fieldmem-isolate no")
     session = _Session(defaults=defaults, report_path=report_path, isolate=isolate, timeout=timeout, jax=jax_release)
     _parse_baseline(config, project, session)
+    _refuse_report_on_baseline(session, label=_setting(config, _REPORT_OPTION)[1])
     return session
+
+
+def _refuse_report_on_baseline(session: _Session, label: str) -> None:
+    """The report must not be the baseline compared with or saved to: written first, it would replace the
+    baseline before the gate read it (as ``fieldmem check`` refuses ``-o b.json --baseline b.json``).
+
+    Raises:
+        OptionError: ``--fieldmem-report`` names the file of ``--fieldmem-baseline`` or ``--fieldmem-save-baseline``.
+    """
+    if session.report_path is None:
+        return
+    from fieldmem.files import same_file
+
+    for path, option in ((session.baseline, _BASELINE_OPTION.flag), (session.save_to, "--fieldmem-save-baseline")):
+        if path is not None and same_file(session.report_path, path):
+            raise OptionError(
+                f"{label} {str(session.report_path)!r} and {option} {str(path)!r} name the same file: the report "
+                "would replace the baseline; give the report its own file"
+            )
 
 
 def _parse_baseline(config: pytest.Config, project: Any, session: _Session) -> None:
@@ -483,6 +554,14 @@ def _parse_baseline(config: pytest.Config, project: Any, session: _Session) -> N
         if session.save_to.is_dir():
             raise OptionError(
                 f"--fieldmem-save-baseline {saved!r} is a folder: name a file, e.g. 'fieldmem-baseline.json'"
+            )
+        from fieldmem.files import not_a_file
+
+        kind = not_a_file(session.save_to, through_link=True)
+        if kind is not None:
+            raise OptionError(
+                f"--fieldmem-save-baseline {saved!r} is not a regular file ({kind}), which fieldmem never replaces: "
+                "name a baseline file"
             )
         if not session.save_to.parent.is_dir():
             raise OptionError(
@@ -777,7 +856,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         state.keyed.sort(key=lambda pair: pair[0])
     _write_report(session, state)
     if state.baseline is not None or state.save_to is not None:
-        _gate(state)
+        _gate(state, session.testsfailed or exitstatus != pytest.ExitCode.OK)
         if state.gate_failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -833,9 +912,11 @@ def _by_backend(state: _Session) -> list[Report]:
     return [combine_reports(reports, state.defaults.min_bytes) for reports in groups.values()]
 
 
-def _gate(state: _Session) -> None:
+def _gate(state: _Session, failed: int | bool = 0) -> None:
     """Compare the session's checks with the baseline (every regression collected, said once) and save them,
-    with :mod:`fieldmem.gate.baseline` as ``fieldmem check`` does; what it says goes to the terminal summary."""
+    with :mod:`fieldmem.gate.baseline` as ``fieldmem check`` does; what it says goes to the terminal summary.
+    ``failed``: the tests that failed (True: the session failed otherwise: an error, an interruption), where
+    nothing is saved: the baseline records a session where every test passed."""
     from fieldmem.gate.baseline import BaselineError, compare_to_baseline, load_baseline, save_baseline
     from fieldmem.render.baseline import render_comparison, render_saved
 
@@ -876,6 +957,13 @@ def _gate(state: _Session) -> None:
             "(add --fieldmem-compare-fail to fail the session on them)"
         )
     if state.save_to is None:
+        return
+    if failed:
+        tests = "the session did not pass" if failed is True else f"{failed} test(s) failed"
+        state.summary.append(
+            f"fieldmem: not saving the baseline {str(state.save_to)!r}: {tests}, and a baseline records a "
+            "session where every test passed"
+        )
         return
     for report in sorted(reports, key=lambda r: r.exit_code == 0):  # a refused save writes no backend
         try:

@@ -1037,12 +1037,15 @@ class ModuleSettings:
     """What a target's module set for jax when it was imported, in force while its targets were checked:
     the ``XLA_*`` and ``JAX_*`` variables it changed from fieldmem's environment (None: removed) and the
     ``jax.config.update`` calls it made (name to the value as Python writes it). ``note``: what fieldmem did
-    not take of it, in one line (``--devices 8 wins over its own count of 4 CPU devices``)."""
+    not take of it, in one line (``--devices 8 wins over its own count of 4 CPU devices``). ``replaced``:
+    what it replaced in jax's public modules (``jax.jit`` to what holds it now, ``patch.my_jit``), in force
+    for its own targets only (empty in reports written before issue 49)."""
 
     target: str  # the spec as typed
     environment: dict[str, str | None] = field(default_factory=dict)
     config: dict[str, str] = field(default_factory=dict)
     note: str | None = None
+    replaced: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,23 @@ import re
 
 from fieldmem.errors import FieldmemError
 
-__all__ = ["NEWEST_JAX", "OLDEST_JAX", "UnsupportedJaxError", "check_supported", "supported_range"]
+__all__ = [
+    "NEWEST_JAX",
+    "OLDEST_JAX",
+    "UnsupportedJaxError",
+    "check_release",
+    "check_supported",
+    "is_release",
+    "supported_range",
+]
 
 OLDEST_JAX = "0.7.0"
 NEWEST_JAX = "0.10.2"
 
-_RELEASE = re.compile(r"^(\d+)\.(\d+)\.(\d+)")
+_RELEASE = re.compile(r"^([0-9]+)\.([0-9]+)\.([0-9]+)")  # ASCII digits: "٠.٧.١" is no release
+# a release as a user names one (--jax, fieldmem envs create) and the package index has it: three numbers in
+# ASCII digits, none with a leading zero ("0.7" and "0.7.1.0" are not one, "00.07.01" is not "0.7.1")
+_NAMED = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
 
 
 class UnsupportedJaxError(FieldmemError):
@@ -63,3 +74,24 @@ def check_supported(version: str) -> None:
         raise UnsupportedJaxError(
             f"jax {version} is newer than fieldmem's worker has been checked with: it supports jax {supported_range()}"
         )
+
+
+def is_release(version: str) -> bool:
+    """Whether ``version`` names a jax release as the package index does: ``0.9.2`` (not ``0.9``,
+    ``0.9.2.0``, ``00.09.02`` or digits of another script)."""
+    return bool(_NAMED.match(version))
+
+
+def check_release(version: str) -> None:
+    """Return when ``version`` names a release (:func:`is_release`) that fieldmem's worker supports, else
+    raise: what a user names is checked before anything is downloaded for it.
+
+    Raises:
+        UnsupportedJaxError: one line naming the release and the supported range.
+    """
+    if not is_release(version):
+        raise UnsupportedJaxError(
+            f"{version!r} is not a jax release: name one as 0.9.2 (three numbers, no leading zero; "
+            f"fieldmem supports jax {supported_range()})"
+        )
+    check_supported(version)

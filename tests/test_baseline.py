@@ -30,7 +30,9 @@ from fieldmem.gate.baseline import (
     BaselineError,
     compare_to_baseline,
     entry_from_result,
+    gate_as_recorded,
     load_baseline,
+    refuse_shared_names,
     save_baseline,
 )
 from fieldmem.report import (
@@ -547,6 +549,60 @@ def test_a_refresh_keeps_accepting_what_still_fails_and_an_older_file_accepts_no
     assert "accepted_checks" not in json.loads(path.read_text())["entries"][0]
     # a file without it (any fieldmem before issue 30): nothing accepted, the failed check fails the run
     assert compare_to_baseline(report(not_yet()), load_baseline(path)).exit_code == 1
+
+
+def test_two_files_with_one_target_name_are_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    """Issue 49: ``fieldmem.case(..., name="dupsz")`` in a.py and in b.py. One entry would hold one of them,
+    and the other's change (or failure, with --accept-current) would be read against it."""
+    path = tmp_path / "b.json"
+    run = report(result("dupsz", spec="a.py"), not_yet_in("dupsz", "b.py"))
+    for save in (
+        lambda: save_baseline(path, run, root=tmp_path),
+        lambda: save_baseline(path, run, root=tmp_path, accept_current=True),
+        lambda: gate_as_recorded(run, path, root=tmp_path),
+        lambda: compare_to_baseline(run, baseline_of(result("dupsz", spec="a.py")), root=tmp_path),
+    ):
+        with pytest.raises(BaselineError) as refused:
+            save()
+        assert refused.value.message.startswith("a.py and b.py both have a target named 'dupsz'"), refused.value
+        assert "\n" not in refused.value.message
+    assert not path.exists()
+    # one file, two names, and two files, two names: nothing to refuse
+    refuse_shared_names(report(result("dupsz", spec="a.py"), result("other", spec="b.py")), tmp_path)
+
+
+def test_two_names_one_baseline_entry_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file target and the same file written as a module are two names in a report, one in a baseline."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "model.py").write_text("def step(u):\n    return u\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    run = report(result("pkg/model.py:step", spec="pkg/model.py:step"), result("pkg.model:step", spec="pkg.model:step"))
+    refuse_shared_names(run)  # as a report names them: two names
+    with pytest.raises(BaselineError, match=r"are both named 'pkg/model.py:step' in a baseline"):
+        save_baseline(tmp_path / "b.json", run, root=tmp_path)
+
+
+def test_a_failure_accepted_for_one_file_is_never_accepted_for_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 49: the entry of ``dupsz`` was recorded failing from b.py (--accept-current); a.py's target of that
+    name failing the same way is not accepted by it."""
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "b.json"
+    save_baseline(path, report(not_yet_in("dupsz", "b.py")), root=tmp_path, accept_current=True)
+    recorded = load_baseline(path)
+    assert compare_to_baseline(report(not_yet_in("dupsz", "b.py")), recorded, root=tmp_path).exit_code == 0
+    moved = compare_to_baseline(report(not_yet_in("dupsz", "a.py")), recorded, root=tmp_path)
+    assert moved.exit_code == 1 and moved.baseline is not None
+    assert moved.baseline.accepted == (Accepted("dupsz", ()),)
+    assert any("recorded from b.py, and this target is in a.py" in note for note in moved.baseline.notes)
+
+
+def not_yet_in(name: str, spec: str) -> TargetResult:
+    """``name`` in ``spec``, not in place, its expectation failing."""
+    return dataclasses.replace(not_yet(), name=name, target=spec)
 
 
 def test_accept_current_never_records_a_target_that_could_not_be_checked(tmp_path: Path) -> None:

@@ -60,14 +60,24 @@ def _pip_only(monkeypatch: pytest.MonkeyPatch, index: str | None = None) -> None
         monkeypatch.setenv("PIP_INDEX_URL", index)
 
 
-def _fake_env(root: Path, version: str, *, marker: bool = True, **asked: object) -> Path:
+def _fake_env(root: Path, version: str, *, marker: bool = True, holds: str | None = None, **asked: object) -> Path:
     """A stand-in for a made environment: a folder named as ``ensure_env`` names it, its ``bin/python`` a link
-    to this Python, and (``marker``) its marker."""
+    to this Python, jax and jaxlib of ``holds`` (default: ``version``) in its site-packages as an installer
+    puts them (a package, its dist-info and the RECORD listing its files), and (``marker``) its marker."""
     request = envs._request(version, (), None, ())
     request = EnvRequest(**{**request.as_json(), **asked}) if asked else request  # type: ignore[arg-type]
     folder = root / request.folder_name
     (folder / "bin").mkdir(parents=True)
     (folder / "bin" / "python").symlink_to(sys.executable)
+    site = folder / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    for name in ("jax", "jaxlib"):
+        (site / name).mkdir(parents=True)
+        (site / name / "__init__.py").write_text("")
+        info = site / f"{name}-{holds or version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {holds or version}\n")
+        record = [f"{name}/__init__.py,,", f"{info.name}/METADATA,,", f"{info.name}/RECORD,,"]
+        (info / "RECORD").write_text("\n".join(record) + "\n")
     if marker:
         installed = {"jax": version, "jaxlib": version, "numpy": "2.0.0"}
         data = envs._marker(request, installed, Installer("pip", (), "26.0"), set())
@@ -173,7 +183,7 @@ error: Request failed after 1 retry
 
 
 def _said(log: str, version: str = "0.9.2", packages: tuple[str, ...] = (), status: int = 1) -> str:
-    request = envs._request(version, (), None, packages)
+    request = EnvRequest(version=version, packages=tuple(sorted(set(packages))))  # any version: as the index names it
     message = str(envs._failure(request, Installer("pip", (), "26.0"), log, Path("/envs/jax.log"), status))
     assert "\n" not in message
     return message
@@ -292,7 +302,7 @@ def test_a_killed_creation_leaves_no_environment_and_the_next_one_clears_what_it
 
 def test_a_folder_without_its_marker_is_made_again(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     half = _fake_env(root, "0.9.2", marker=False)
-    (half / "lib").mkdir()
+    (half / "lib" / "more").mkdir()
     assert list_envs() == ()
     seen: list[bool] = []
     monkeypatch.setattr(envs, "_create", lambda request, folder, *rest: seen.append(folder.exists()) or "made")
@@ -416,7 +426,10 @@ def test_envs_list_create_and_remove_on_the_command_line(root: Path, monkeypatch
     done = runner.invoke(app, ["envs", "remove", "0.9.2"])
     assert done.exit_code == 0 and done.output.startswith("removed jax 0.9.2: ") and list_envs() == ()
     done = runner.invoke(app, ["envs", "create", "latest"])
-    assert done.exit_code == 2 and done.output == "fieldmem: error: 'latest' is not a jax release: name one as 0.9.2\n"
+    assert done.exit_code == 2 and done.output == (
+        "fieldmem: error: 'latest' is not a jax release: name one as 0.9.2 (three numbers, no leading zero; "
+        "fieldmem supports jax 0.7.0 to 0.10.2)\n"
+    )
 
 
 # ----------------------------------------------------------------------------

@@ -142,6 +142,7 @@ def test_a_module_that_asks_for_four_devices_at_its_top_is_checked_on_four(tmp_p
             "environment": {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"},
             "config": {},
             "note": None,
+            "replaced": {},
         }
     }
 
@@ -276,3 +277,127 @@ def test_module_settings_travel_in_the_json_and_show_in_the_header() -> None:
     document = report.to_dict()
     del document["module_settings"]
     assert Report.from_dict(document).module_settings == ()
+
+
+# ---- issue 49: a module that patches jax cannot change another module's targets ----------------------------
+
+GOOD = """\
+import jax
+import jax.numpy as jnp
+import fieldmem
+
+
+def step(u):
+    return u.at[0].set(1.0)
+
+
+fieldmem.case(jax.jit(step, donate_argnums=0), args=lambda: (jnp.ones((64, 64)),), name="good", expect="in-place")
+"""
+
+# replaces jax.jit by one that drops the donation
+DROPS_DONATION = """\
+import jax
+import jax.numpy as jnp
+import fieldmem
+
+_jit = jax.jit
+
+
+def no_donation_jit(fun, *args, **kwargs):
+    kwargs.pop("donate_argnums", None)
+    return _jit(fun, *args, **kwargs)
+
+
+jax.jit = no_donation_jit
+
+
+def step(u):
+    return u.at[0].set(2.0)
+
+
+fieldmem.case(jax.jit(step, donate_argnums=0), args=lambda: (jnp.ones((64, 64)),), name="patched")
+"""
+
+# replaces jax.jit by one that raises
+BREAKS_JIT = """\
+import jax
+import jax.numpy as jnp
+import fieldmem
+
+
+def broken(*args, **kwargs):
+    raise RuntimeError("this jit refuses")
+
+
+jax.jit = broken
+
+
+def step(u):
+    return u + 1.0
+
+
+fieldmem.case(step, args=lambda: (jnp.ones((64, 64)),), name="broken")
+"""
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("patcher", ["drops.py", "breaks.py"])
+@pytest.mark.parametrize("first", [True, False], ids=["patcher-first", "patcher-second"])
+def test_a_module_that_patches_jax_changes_only_its_own_targets(tmp_path: Path, patcher: str, first: bool) -> None:
+    """Beside a module replacing jax.jit, good.py was "not in place" (exit 1), or errored "a fieldmem bug"
+    when the replacement raised; alone it is in place."""
+    (tmp_path / "good.py").write_text(GOOD)
+    (tmp_path / "drops.py").write_text(DROPS_DONATION)
+    (tmp_path / "breaks.py").write_text(BREAKS_JIT)
+    done = _run(tmp_path, *((patcher, "good.py") if first else ("good.py", patcher)))
+    assert done.returncode in (0, 1, 2) and "Traceback" not in done.stderr, done.stderr
+    report = json.loads(done.stdout)
+    results = _results(report)
+    good = results["good"]
+    assert good["status"] == "ok" and good["verdict"]["kind"] == "in-place", good
+    assert [c["passed"] for c in good["checks"]] == [True]
+    if patcher == "drops.py":  # its own targets are checked with its jit: no donation
+        assert results["patched"]["verdict"]["kind"] == "not-in-place"
+        expected = f"{patcher.removesuffix('.py')}.no_donation_jit"
+    else:  # its own target meets the jit it installed
+        assert results["broken"]["status"] == "error" and "this jit refuses" in results["broken"]["error"]["message"]
+        expected = "breaks.broken"
+    settings = _settings(report)
+    assert settings[patcher]["replaced"] == {"jax.jit": expected}
+    assert "good.py" not in settings
+
+
+def test_what_a_load_replaced_in_jax_is_measured_and_put_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's measure: what one load replaced, against what was in force before it; undone where the
+    module is not checked."""
+    import jax.numpy as jnp
+
+    from fieldmem.driver import settings
+
+    monkeypatch.setattr(settings, "_pristine", {})
+    settings._keep_pristine()
+    original = jnp.zeros
+    assert settings.replaced_in_jax() == {}
+    before = settings.replaced_in_jax()
+    monkeypatch.setattr(jnp, "zeros", len)
+    replaced = settings._replaced_by_load(before, settings.replaced_in_jax())
+    assert replaced == {"jax.numpy.zeros": (original, len)}
+    assert settings._described(len) == "builtins.len"
+    settings._put_back(replaced)
+    assert jnp.zeros is original and settings.replaced_in_jax() == {}
+    # a load that changes nothing replaces nothing, though a replacement is in force
+    monkeypatch.setattr(jnp, "zeros", len)
+    now = settings.replaced_in_jax()
+    assert settings._replaced_by_load(now, settings.replaced_in_jax()) == {}
+
+
+def test_what_a_module_replaced_travels_in_the_json_and_shows_in_the_header() -> None:
+    from factories import make_report, make_result
+
+    settings = (ModuleSettings("patch.py", replaced={"jax.jit": "patch.my_jit"}),)
+    report = Report.from_dict(json.loads(json.dumps(make_report((make_result(),), module_settings=settings).to_dict())))
+    assert report.module_settings == settings
+    assert module_settings_text(report) == "patch.py replaced jax.jit with patch.my_jit (for its own targets)"
+    document = report.to_dict()
+    del document["module_settings"][0]["replaced"]  # a report written before issue 49
+    assert Report.from_dict(document).module_settings == (ModuleSettings("patch.py"),)

@@ -427,9 +427,11 @@ def _plain_program(
 
     The held leaves are ``None`` in the arguments and closed over: the function
     puts each back in its place (by flat index in the argument's treedef)
-    before calling ``function``. An output leaf that is no JAX type (a model's
-    activation function, a string) is ``None`` in the program's outputs: it is
-    no output of the compiled program, as under ``filter_jit``.
+    before calling ``function``. Where leaves are held, an output leaf that is
+    no JAX type (a model's activation function, a string) is ``None`` in the
+    program's outputs: it is no output of the compiled program, as under
+    ``filter_jit``. Where none is, the call is the one ``jax.jit(fn)`` makes,
+    and such an output is jax's own error (it refuses to return a string).
     """
     import jax
 
@@ -460,6 +462,8 @@ def _plain_program(
             else:
                 kwargs[slot] = restore(kwargs[slot], treedef, kept)
         out = function(*args_list, **kwargs)
+        if not held:  # as jax.jit(fn) traces it: what it refuses to return, it refuses here
+            return out
         return tree.tree_map(lambda leaf: leaf if _is_traced(leaf) else None, out)
 
     return traced_program, tuple(call_args), call_kwargs

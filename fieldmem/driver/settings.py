@@ -12,6 +12,12 @@ own environment) and whether a later module's settings are the ones in
 force: a module whose settings differ is checked by a fresh worker, where
 it is the first.
 
+A module may also replace what jax's public modules hold (``jax.jit = no_donation_jit``): what jax's
+public modules (``jax``, ``jax.numpy``, ``jax.lax``...) held right after jax was imported is kept, and
+each import's replacements are measured against what was in force before it, like its settings: a module
+that replaces something is checked in a worker of its own (its targets with its replacement, every other
+module's without it), and the replacement it made where it is not checked is put back at once.
+
 ``jax.config.update`` calls are recorded by wrapping jax's ``Config.update``
 in the worker as soon as jax is imported, by whom it may be; and jax's
 backends start without the accelerator plugins' known noise whoever starts
@@ -22,9 +28,11 @@ replaces, each tolerated when missing.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.abc
 import os
 import sys
+import types
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -32,7 +40,7 @@ from typing import Any, TypeVar
 from fieldmem.driver.backends import device_count, with_device_count
 from fieldmem.driver.quiet import jax_started
 
-__all__ = ["Found", "ImportSettings", "watched"]
+__all__ = ["Found", "ImportSettings", "replaced_in_jax", "watched"]
 
 #: the variables a module's settings are read from: jax's own (read when it is imported) and XLA's (read when
 #: its backends start: ``XLA_FLAGS``, ``XLA_PYTHON_CLIENT_PREALLOCATE``, ...)
@@ -55,17 +63,30 @@ class Found:
     environment: dict[str, str | None] = field(default_factory=dict)
     config: dict[str, str] = field(default_factory=dict)
     note: str | None = None
+    # what it replaced in jax's public modules: ``jax.jit`` -> what holds it now (``patch.my_jit``)
+    replaced: dict[str, str] = field(default_factory=dict)
 
     def same(self, other: Found) -> bool:
-        """Whether jax runs the same under ``other``'s settings as under these."""
-        return self.environment == other.environment and self.config == other.config
+        """Whether jax runs the same under ``other``'s settings as under these: the same settings, and
+        neither replaced anything of jax's (a replacement is one module's own)."""
+        return (
+            self.environment == other.environment
+            and self.config == other.config
+            and not self.replaced
+            and not other.replaced
+        )
 
     def __bool__(self) -> bool:
-        return bool(self.environment or self.config or self.note)
+        return bool(self.environment or self.config or self.note or self.replaced)
 
     def as_dict(self) -> dict[str, Any]:
         """As the worker sends it (the report's ``ModuleSettings`` less the target)."""
-        return {"environment": dict(self.environment), "config": dict(self.config), "note": self.note}
+        return {
+            "environment": dict(self.environment),
+            "config": dict(self.config),
+            "note": self.note,
+            **({"replaced": dict(self.replaced)} if self.replaced else {}),
+        }
 
 
 class ImportSettings:
@@ -97,13 +118,17 @@ class ImportSettings:
         calls: list[tuple[str, Any, Any]] = []
         _recording.append(calls)
         started = jax_started()
+        before = replaced_in_jax()
         try:
             value = load()
         finally:
             _recording.pop()
+        replaced = _replaced_by_load(before, replaced_in_jax())
         in_force = self.in_force
         started_by_it = in_force is None and not started and jax_started()  # its import started the backends
         found = self._noted(self._found(calls, not started_by_it), calls, started_by_it)
+        if replaced:
+            found = dataclasses.replace(found, replaced={name: _described(now) for name, (_, now) in replaced.items()})
         if in_force is None:  # the first import of this process: jax starts with what it set
             if self._devices is not None and any(name == _CPU_DEVICES for name, _, _ in calls):
                 _update(_CPU_DEVICES, self._devices)
@@ -115,6 +140,7 @@ class ImportSettings:
         if found.same(in_force):
             return value, found, True
         _undo(calls)  # another module's settings are in force here: this one is checked by a fresh worker
+        _put_back(replaced)  # and what it replaced in jax holds for its own targets only, there
         return value, found, False
 
     def _found(self, calls: list[tuple[str, Any, Any]], devices_apply: bool) -> Found:
@@ -170,6 +196,93 @@ def _put(values: Mapping[str, str | None]) -> None:
             os.environ[name] = value
 
 
+# -- what a module replaces in jax's public modules ------------------------------------------------------------
+
+# per public jax module (``jax``, ``jax.numpy``...), what it held once jax was imported: filled by _after_jax
+_pristine: dict[str, dict[str, Any]] = {}
+_MISSING = object()
+
+
+def _public_jax_modules() -> dict[str, Any]:
+    """The imported modules of jax's public API: ``jax`` and ``jax.*`` with no private part (``jax._src``)."""
+    return {
+        name: module
+        for name, module in list(sys.modules.items())
+        if module is not None
+        and (name == "jax" or name.startswith("jax."))
+        and not any(part.startswith("_") for part in name.split("."))
+    }
+
+
+def _keep_pristine() -> None:
+    """Remember what jax's public modules hold now (right after jax was imported): the module attributes
+    a user's module may replace (their own names, not a submodule that is imported later)."""
+    for name, module in _public_jax_modules().items():
+        if name not in _pristine:
+            _pristine[name] = {
+                attr: value
+                for attr, value in vars(module).items()
+                if not attr.startswith("__") and not isinstance(value, types.ModuleType)
+            }
+
+
+def replaced_in_jax() -> dict[str, tuple[Any, Any]]:
+    """What differs in jax's public modules from what they held when jax was imported: ``jax.jit`` ->
+    (the original, what holds it now; :data:`_MISSING` where deleted). Empty before jax is imported."""
+    found: dict[str, tuple[Any, Any]] = {}
+    for name, held in _pristine.items():
+        module = sys.modules.get(name)
+        if module is None:
+            continue
+        now = vars(module)
+        for attr, value in held.items():
+            current = now.get(attr, _MISSING)
+            if current is not value:
+                found[f"{name}.{attr}"] = (value, current)
+    return found
+
+
+def _replaced_by_load(
+    before: dict[str, tuple[Any, Any]], after: dict[str, tuple[Any, Any]]
+) -> dict[str, tuple[Any, Any]]:
+    """What one load replaced: each name whose holder changed during it -> (what held it before, now)."""
+    changed: dict[str, tuple[Any, Any]] = {}
+    for name in {*before, *after}:
+        # a name in neither differs from what jax made: in one only, what jax made is its other side
+        was = before[name][1] if name in before else after[name][0]
+        now = after[name][1] if name in after else before[name][0]
+        if was is not now:
+            changed[name] = (was, now)
+    return changed
+
+
+def _put_back(replaced: dict[str, tuple[Any, Any]]) -> None:
+    """Undo what one load replaced: each name held by what held it before the load."""
+    for name, (was, _) in replaced.items():
+        module_name, _, attr = name.rpartition(".")
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        try:
+            if was is _MISSING:
+                delattr(module, attr)
+            else:
+                setattr(module, attr, was)
+        except (AttributeError, TypeError):  # a module that refuses it: its targets are checked elsewhere anyway
+            pass
+
+
+def _described(value: Any) -> str:
+    """What now holds a replaced name, in a few words: ``patch.my_jit``, ``nothing`` (deleted)."""
+    if value is _MISSING:
+        return "nothing (deleted)"
+    module = getattr(value, "__module__", None)
+    qualname = getattr(value, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qualname, str):
+        return f"{module}.{qualname}"
+    return f"a {type(value).__name__}"
+
+
 # -- jax.config.update, recorded -------------------------------------------------------------------------------
 
 # the lists that record calls now (one per load being measured): (name, value, value before)
@@ -197,6 +310,7 @@ def _after_jax(jax: Any) -> None:
     starts them: the module may, at import)."""
     from fieldmem.driver.quiet import quiet_backends_start
 
+    _keep_pristine()  # before anything else runs: what jax's public modules hold as jax made them
     config = getattr(jax, "config", None)
     if config is not None:
         _wrap(type(config))

@@ -45,17 +45,21 @@ from typing import Any
 
 from fieldmem.errors import EnvError, listing, quoted
 from fieldmem.files import LockTimeout, locked, process_alive, terminating, write_atomic
+from fieldmem.versions import UnsupportedJaxError, check_supported, is_release, supported_range
 
 __all__ = [
     "MARKER",
     "EnvRequest",
     "Installer",
     "JaxEnv",
+    "borrowed_folder",
     "choose_installer",
     "ensure_env",
+    "env_problem",
     "env_root",
     "env_size",
     "expand_plugins",
+    "folder_in_use",
     "list_envs",
     "remove_env",
     "user_packages",
@@ -86,19 +90,18 @@ _PLUGIN_NAMES = re.compile(
 # 94): the first use of an environment says about how much it puts where (a library of the user's counts as
 # installed here, where it is)
 _INSTALLED_MIB = {"jax": 527, "tpu": 683, "gpu": 572}
-_VERSION = re.compile(r"^\d+(\.\d+)*$")
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 _FOLDER = re.compile(r"^jax-(\d+(?:\.\d+)*)-py\d+(-[0-9a-f]{8})?$")
 _TEMPORARY = re.compile(r"^\.(jax-[^/]+)\.(\d+)\.[0-9a-f]{8}\.(tmp|old)$")
 
 
 def env_root() -> Path:
-    """The folder holding the environments: ``$FIELDMEM_ENVS``, else ``$XDG_CACHE_HOME/fieldmem/envs``,
-    else ``~/.cache/fieldmem/envs``."""
-    if os.environ.get("FIELDMEM_ENVS"):
-        return Path(os.environ["FIELDMEM_ENVS"]).expanduser()
+    """The folder holding the environments, absolute: ``$FIELDMEM_ENVS``, else
+    ``$XDG_CACHE_HOME/fieldmem/envs``, else ``~/.cache/fieldmem/envs``."""
+    if os.environ.get("FIELDMEM_ENVS"):  # a relative one is relative to where fieldmem runs, as typed
+        return Path(os.environ["FIELDMEM_ENVS"]).expanduser().absolute()
     if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]).expanduser() / "fieldmem" / "envs"
+        return Path(os.environ["XDG_CACHE_HOME"]).expanduser().absolute() / "fieldmem" / "envs"
     return Path.home() / ".cache" / "fieldmem" / "envs"
 
 
@@ -304,11 +307,47 @@ def _install_command(
 
 
 def _install_timeout() -> float:
-    """Seconds one installer command may run: ``$FIELDMEM_ENV_TIMEOUT``, else :data:`INSTALL_TIMEOUT`."""
+    """Seconds one installer command may run: ``$FIELDMEM_ENV_TIMEOUT`` (a positive number), else
+    :data:`INSTALL_TIMEOUT`."""
     try:
-        return float(os.environ.get("FIELDMEM_ENV_TIMEOUT") or INSTALL_TIMEOUT)
+        seconds = float(os.environ.get("FIELDMEM_ENV_TIMEOUT") or INSTALL_TIMEOUT)
     except ValueError:
         return INSTALL_TIMEOUT
+    return seconds if 0 < seconds < float("inf") else INSTALL_TIMEOUT
+
+
+def _end_group(process: subprocess.Popen[str]) -> None:
+    """Kill the installer and every process it started (its process group: pip's own children, a build)."""
+    if os.name == "posix":
+        import signal
+
+        with contextlib.suppress(OSError):
+            os.killpg(process.pid, signal.SIGKILL)
+    if process.poll() is None:
+        with contextlib.suppress(OSError):
+            process.kill()
+
+
+# (Linux) runs the installer, after asking the kernel to kill it when fieldmem dies (PR_SET_PDEATHSIG, kept
+# across exec): a fieldmem killed by SIGKILL leaves no installer downloading on. A launcher rather than a
+# preexec_fn, which would make Python fork (not spawn) a process that may hold jax's threads.
+_LAUNCHER = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit(137)\n"
+    "os.execvp(sys.argv[2], sys.argv[2:])\n"
+)
+
+
+def _dying_with_this_process(command: list[str]) -> list[str]:
+    """``command``, started so that it dies with this process where the system allows it (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-I", "-c", _LAUNCHER, str(os.getpid()), *command]
 
 
 # installer lines worth showing while an environment is made (the rest go to its log only)
@@ -322,11 +361,12 @@ _PROGRESS_WIDTH = 100  # a long line (pip lists every package) is cut here, with
 
 def _run_logged(command: list[str], log: Any, progress: Callable[[str], None] | None, label: str) -> int:
     """Run ``command``, its output into ``log`` (and the lines :data:`_PROGRESS` matches to ``progress``);
-    its exit status. Killed past ``$FIELDMEM_ENV_TIMEOUT`` seconds (status -9), and on an interruption."""
+    its exit status. Killed with every process it started past ``$FIELDMEM_ENV_TIMEOUT`` seconds (status
+    -9), on an interruption, and when fieldmem itself is killed (Linux)."""
     log.write(f"$ {' '.join(command)}\n")
     log.flush()
     process = subprocess.Popen(
-        command,
+        _dying_with_this_process(command),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -334,8 +374,11 @@ def _run_logged(command: list[str], log: Any, progress: Callable[[str], None] | 
         cwd=str(env_root()),  # no project's installer settings (a uv.toml, a pyproject) where it runs
         text=True,
         errors="replace",
+        # a process group of its own, ended whole (past the timeout, on an interruption), and killed with
+        # this process: nothing it started keeps downloading after fieldmem is gone
+        start_new_session=os.name == "posix",
     )
-    timer = threading.Timer(_install_timeout(), process.kill)
+    timer = threading.Timer(_install_timeout(), _end_group, args=(process,))
     timer.daemon = True
     timer.start()
     try:
@@ -348,9 +391,8 @@ def _run_logged(command: list[str], log: Any, progress: Callable[[str], None] | 
         return process.wait()
     finally:
         timer.cancel()
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+        _end_group(process)  # also after it ended: a child it left running goes with it
+        process.wait()
         if process.stdout is not None:
             process.stdout.close()
         log.flush()
@@ -554,6 +596,83 @@ def _from_marker(folder: Path) -> JaxEnv | None:
     return env if os.path.exists(env.python) else None
 
 
+def _site_packages(folder: Path) -> list[Path]:
+    """The ``site-packages`` folders of the environment in ``folder``."""
+    return sorted(folder.glob("lib/python*/site-packages")) + sorted(folder.glob("Lib/site-packages"))
+
+
+_METADATA_VERSION = re.compile(r"^Version:[ \t]*(\S+)[ \t]*$", re.MULTILINE)
+
+
+def _distribution(site: Path, name: str) -> tuple[str, list[str]] | None:
+    """The version of distribution ``name`` installed in ``site`` and the files its ``RECORD`` lists
+    (relative to ``site``); None where it is not installed there (or its metadata cannot be read)."""
+    for info in sorted(site.glob("*.dist-info")):
+        if _normal(info.name.removesuffix(".dist-info").rpartition("-")[0]) != name:
+            continue
+        try:
+            metadata = (info / "METADATA").read_text("utf-8", errors="replace")
+            record = (info / "RECORD").read_text("utf-8", errors="replace")
+        except OSError:
+            return None
+        found = _METADATA_VERSION.search(metadata)
+        if found is None:
+            return None
+        files = [line.split(",", 1)[0] for line in record.splitlines() if line.strip()]
+        return found.group(1), files
+    return None
+
+
+def env_problem(env: JaxEnv) -> str | None:
+    """What is wrong with the environment ``env`` as its name and marker describe it, in a few words, or
+    None: its Python is no program, its jax or jaxlib is missing or another release than its name says, or
+    a file of theirs is gone. Read from the environment's files (no Python is started): a few milliseconds."""
+    python = Path(os.path.realpath(env.python))
+    try:
+        info = python.stat()
+    except OSError as exc:
+        return f"its Python {env.python} cannot be read ({exc.strerror or exc})"
+    if not info.st_size or not os.access(python, os.X_OK):
+        return f"its Python {env.python} is no program (an empty or not executable file)"
+    sites = _site_packages(env.folder)
+    if not sites:
+        return "it has no site-packages folder"
+    held: dict[str, str] = {}
+    for name in ("jax", "jaxlib"):
+        found, site = None, sites[0]
+        for site in sites:
+            found = _distribution(site, name)
+            if found is not None:
+                break
+        if found is None:
+            return f"it holds no {name}"
+        version, files = found
+        held[name] = version
+        # what the installer put there: not its scripts (outside it) nor the bytecode Python makes again
+        kept = (f for f in files if not f.startswith("..") and "__pycache__" not in f and not f.endswith(".pyc"))
+        missing = next((f for f in kept if not (site / f).exists()), None)
+        if missing is not None:
+            return f"{name} {version} there lacks {missing}"
+    if held["jax"] != env.version or held["jaxlib"] != env.version:
+        return f"it holds jax {held['jax']} and jaxlib {held['jaxlib']}, not {env.version}"
+    return None
+
+
+def _checked(env: JaxEnv) -> JaxEnv:
+    """``env``, where what it holds is what its name says (:func:`env_problem`).
+
+    Raises:
+        EnvError: one line saying what is wrong and how to make it again.
+    """
+    problem = env_problem(env)
+    if problem is None:
+        return env
+    raise EnvError(
+        f"the cached environment for jax {env.version} in {env.folder} is not usable: {problem}; remove it "
+        f"(fieldmem envs remove {env.folder.name}) and it is made again on first use"
+    )
+
+
 def _marker(
     request: EnvRequest, installed: dict[str, str], installer: Installer, extra_names: set[str]
 ) -> dict[str, Any]:
@@ -581,8 +700,15 @@ def _request(
     version: str, plugins: tuple[str, ...], requirements: Path | None, packages: tuple[str, ...]
 ) -> EnvRequest:
     version = version.strip()
-    if not _VERSION.match(version):
-        raise EnvError(f"{quoted(version)} is not a jax release: name one as 0.9.2")
+    if not is_release(version):
+        raise EnvError(
+            f"{quoted(version)} is not a jax release: name one as 0.9.2 (three numbers, no leading zero; "
+            f"fieldmem supports jax {supported_range()})"
+        )
+    try:  # before anything is downloaded
+        check_supported(version)
+    except UnsupportedJaxError as exc:
+        raise EnvError(exc.message) from None
     plugins = tuple(_check_requirement(p, "plugin") for p in plugins)
     packages = tuple(_check_requirement(p, "package") for p in packages)
     digest = ""
@@ -626,14 +752,15 @@ def _discard(folder: Path, root: Path) -> None:
 def _env_lock(root: Path, name: str, label: str, progress: Callable[[str], None] | None) -> Iterator[None]:
     """Hold the lock of environment ``name`` (a folder of its own under ``root/.locks``), saying so when
     another fieldmem holds it."""
-    folder = root / ".locks" / name
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = _lock_folder(root, name)
     try:
         with locked(folder / "env", timeout=0):
             yield
         return
     except LockTimeout:
         pass
+    except OSError as exc:  # the folder cannot be locked here (read-only, and no flock): say where
+        raise _unwritable(root, exc) from None
     if progress is not None:
         progress(f"{label}: waiting for another fieldmem that is making this environment")
     try:
@@ -643,6 +770,48 @@ def _env_lock(root: Path, name: str, label: str, progress: Callable[[str], None]
         raise EnvError(
             f"another fieldmem has been making the environment {root / name} for over {LOCK_WAIT:g} s"
         ) from None
+
+
+def _lock_folder(root: Path, name: str) -> Path:
+    """The folder of environment ``name``'s lock (under ``root/.locks``), made where missing.
+
+    Raises:
+        EnvError: it cannot be made (a read-only environments folder).
+    """
+    folder = root / ".locks" / name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _unwritable(root, exc) from None
+    return folder
+
+
+def _unwritable(root: Path, exc: OSError) -> EnvError:
+    return EnvError(
+        f"cannot write in the environments folder {str(root)!r}: {exc.strerror or exc} "
+        "(set FIELDMEM_ENVS to a folder you can write)"
+    )
+
+
+@contextlib.contextmanager
+def folder_in_use(env_folder: Path) -> Iterator[None]:
+    """Hold the environment in ``env_folder`` in use for the block (workers run under it): ``fieldmem envs
+    remove`` refuses it meanwhile, rather than pull its files from under a running check. A shared lock on
+    the environment's lock folder: checks share it, a removal needs it alone. Where it cannot be taken (a
+    read-only environments folder, no ``flock``), the block runs without it.
+
+    Raises:
+        EnvError: the environment was removed before the lock was taken.
+    """
+    with contextlib.ExitStack() as stack:
+        with contextlib.suppress(EnvError, LockTimeout, OSError):  # no lock to take: used without one
+            folder = _lock_folder(env_folder.parent, env_folder.name)
+            stack.enter_context(locked(folder / "env", timeout=LOCK_WAIT, shared=True))
+        if not (env_folder / MARKER).exists():
+            raise EnvError(
+                f"the environment {env_folder} was removed as this check began: run it again, and it is made again"
+            )
+        yield
 
 
 def ensure_env(
@@ -658,17 +827,21 @@ def ensure_env(
     left to the installer to resolve against the jax pin) and a ``requirements`` file: the cached one when
     its marker matches (no installer starts), else made now, ``progress`` told what is done.
 
+    A cached environment is used only where what it holds is what its name says (:func:`_checked`).
+
     Raises:
-        EnvError: one line: a version the index does not have (with the ones it has), no set of the
-            packages that works with that jax (naming the blocking package), the index unreachable, or
-            another failure of the installer (naming its log).
+        EnvError: one line: a release that is not one or out of the supported range (before anything is
+            downloaded), a version the index does not have (with the ones it has), no set of the
+            packages that works with that jax (naming the blocking package), the index unreachable, the
+            environments folder not writable or full, another failure of the installer (naming its log),
+            or a cached environment that is broken or holds another jax (with ``fieldmem envs remove``).
     """
     request = _request(version, tuple(plugins), requirements, tuple(packages))
     root = env_root()
     folder = root / request.folder_name
     env = _from_marker(folder)
     if env is not None and env.request == request:
-        return env
+        return _checked(env)
     label = f"jax {request.version}"
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -677,7 +850,7 @@ def ensure_env(
     with _env_lock(root, request.folder_name, label, progress):
         env = _from_marker(folder)  # another fieldmem may have made it while this one waited
         if env is not None and env.request == request:
-            return env
+            return _checked(env)
         _remove_stale(root)
         if folder.exists():  # incomplete, or made for another request: made again
             _discard(folder, root)
@@ -732,8 +905,13 @@ def _create(
             marker = _marker(request, installed, installer, extra)
             write_atomic(building / MARKER, json.dumps(marker, indent=2) + "\n")
             os.rename(building, folder)
-        except BaseException:
+        except BaseException as exc:
             shutil.rmtree(building, ignore_errors=True)
+            if isinstance(exc, OSError):  # the folder full or read-only, or removed meanwhile: nothing is left
+                raise EnvError(
+                    f"cannot make the environment for jax {request.version} in {str(root)!r}: "
+                    f"{exc.strerror or exc} (nothing was left behind)"
+                ) from None
             raise
     env = _from_marker(folder)
     if env is None:  # pragma: no cover - its marker was just written
@@ -769,9 +947,10 @@ def _kept(error: EnvError, log_path: Path) -> EnvError:
     found = _TEMPORARY.match(log_path.parent.name)
     kept = root / f"{found.group(1) if found else 'jax'}.log"
     try:
-        shutil.copyfile(log_path, kept)
-    except OSError:
-        return error
+        write_atomic(kept, log_path.read_text("utf-8", errors="replace"))  # whole, or not at all
+    except OSError as exc:  # a full disk: the message never names a log in the folder about to go
+        gone = f"the installer's log could not be kept: {exc.strerror or exc}"
+        return EnvError(error.message.replace(f"the installer's log: {log_path}", gone).replace(str(log_path), gone))
     return EnvError(error.message.replace(str(log_path), str(kept)))
 
 
@@ -790,7 +969,8 @@ def remove_env(version: str) -> tuple[JaxEnv, ...]:
     """Remove the environments of jax ``version`` (or the one whose folder is named ``version``); those removed.
 
     Raises:
-        EnvError: none is cached for that version (the ones that are named).
+        EnvError: none is cached for that version (the ones that are named), one is in use by a running
+            check, or the folder cannot be written.
     """
     version = version.strip()
     root = env_root()
@@ -800,8 +980,17 @@ def remove_env(version: str) -> tuple[JaxEnv, ...]:
         has = f"cached: {', '.join(cached)}" if cached else "none is cached"
         raise EnvError(f"no environment for jax {quoted(version)} in {root} ({has}): fieldmem envs list shows them")
     for env in found:
-        with _env_lock(root, env.folder.name, f"jax {env.version}", None):
-            _discard(env.folder, root)
+        folder = _lock_folder(root, env.folder.name)
+        try:
+            with locked(folder / "env", timeout=0):
+                _discard(env.folder, root)
+        except LockTimeout:
+            raise EnvError(
+                f"the environment for jax {env.version} in {env.folder} is in use by a running fieldmem (a check "
+                "under it, or its creation): remove it once that has ended"
+            ) from None
+        except OSError as exc:
+            raise EnvError(f"cannot remove the environment {str(env.folder)!r}: {exc.strerror or exc}") from None
     return tuple(found)
 
 
@@ -839,6 +1028,70 @@ def package_folder() -> str:
         link.symlink_to(package, target_is_directory=True)
         os.replace(link, shim / "fieldmem")
     return str(shim)
+
+
+def _requirement_closure(names: tuple[str, ...]) -> list[Any]:
+    """The distributions installed here of ``names`` and of what they require (an extra's requirement left
+    out, and one this installation does not have)."""
+    from importlib import metadata
+
+    found: dict[str, Any] = {}
+    todo = [_normal(name) for name in names]
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        try:
+            dist = metadata.distribution(name)
+        except (metadata.PackageNotFoundError, ValueError):
+            continue
+        found[name] = dist
+        for requirement in dist.requires or ():
+            if "extra ==" not in requirement.replace('"', "").replace("'", ""):
+                todo.append(_requirement_name(requirement))
+    return list(found.values())
+
+
+def _top_level(dist: Any) -> set[str]:
+    """The top-level modules and packages a distribution installs (``_pytest``, ``pytest``, ``py``)."""
+    names = set()
+    for file in dist.files or ():
+        first = file.parts[0] if file.parts else ""
+        if not first or first == ".." or first.endswith((".dist-info", ".egg-info", ".pth")) or first == "__pycache__":
+            continue
+        if len(file.parts) == 1 and not first.endswith(".py"):
+            continue
+        names.add(first)
+    return names
+
+
+def borrowed_folder(names: tuple[str, ...]) -> str | None:
+    """A folder of links to what the distributions ``names`` (and what they require) install here, for a
+    worker under another interpreter whose installation lacks them: it looks there last (the pytest a test
+    module imports, for the plugin's ``--fieldmem-jax`` workers), so its own releases win where it has them.
+    None where none of them is installed here, or the folder cannot be made."""
+    links: dict[str, str] = {}
+    for dist in _requirement_closure(names):
+        for top in _top_level(dist):
+            path = Path(str(dist.locate_file(top)))
+            if path.exists():
+                links.setdefault(top, str(path))
+    if not links:
+        return None
+    digest = hashlib.sha256(json.dumps(sorted(links.items())).encode()).hexdigest()[:12]
+    folder = env_root() / ".fieldmem-borrowed" / digest
+    if folder.is_dir():
+        return str(folder)
+    building = folder.parent / f".{digest}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        building.mkdir(parents=True)
+        for top, target in links.items():
+            (building / top).symlink_to(target, target_is_directory=os.path.isdir(target))
+        os.rename(building, folder)
+    except OSError:
+        shutil.rmtree(building, ignore_errors=True)
+        return str(folder) if folder.is_dir() else None  # made by another fieldmem meanwhile, or not at all
+    return str(folder)
 
 
 def worker_environment(env: JaxEnv) -> dict[str, str]:

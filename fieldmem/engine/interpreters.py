@@ -12,17 +12,27 @@ Standard library only; runs in the parent, which never imports jax.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from fieldmem.engine.envs import ensure_env, package_folder, user_packages, worker_environment
+from fieldmem.engine.envs import JaxEnv, ensure_env, package_folder, user_packages, worker_environment
 from fieldmem.engine.spawn import Interpreter
 
-__all__ = ["compilers_interpreter", "interpreter_for_python", "interpreters_for", "worker_interpreters"]
+__all__ = [
+    "compilers_interpreter",
+    "env_interpreter",
+    "in_use",
+    "interpreter_for_python",
+    "interpreters_for",
+    "worker_interpreters",
+]
 
 
 def interpreter_for_python(python: Path) -> Interpreter:
-    """``--python PATH``: the workers run under that interpreter, with its own jax and libraries."""
+    """``--python PATH``: the workers run under that interpreter, with its own jax and libraries (a relative
+    ``PATH`` is relative to where fieldmem runs, never looked up on ``PATH``)."""
+    python = python.absolute()
     venv = python.parent.parent if (python.parent.parent / "pyvenv.cfg").is_file() else None
     environ = {
         "PYTHONPATH": package_folder(),
@@ -30,7 +40,27 @@ def interpreter_for_python(python: Path) -> Interpreter:
         "PYTHONHOME": "",
         "PYTHONNOUSERSITE": "1",
     }
-    return Interpreter(python=str(python), environ=tuple(environ.items()), label=f"python {python}")
+    return Interpreter(
+        python=str(python),
+        environ=tuple(environ.items()),
+        label=f"python {python}",
+        remedy=f"--python names the Python of an environment that has jax (its bin/python); {python} is not one",
+    )
+
+
+def env_interpreter(env: JaxEnv, label: str) -> Interpreter:
+    """The workers' interpreter in the cached environment ``env``, held in use while they run
+    (:func:`~fieldmem.engine.envs.env_in_use`), saying how to make it again should it not work."""
+    return Interpreter(
+        python=str(env.python),
+        environ=tuple(worker_environment(env).items()),
+        label=label,
+        remedy=(
+            f"the cached environment {env.folder} is not usable; remove it (fieldmem envs remove {env.folder.name}) "
+            "and it is made again on first use"
+        ),
+        env_folder=str(env.folder),
+    )
 
 
 def worker_interpreters(
@@ -51,9 +81,7 @@ def worker_interpreters(
     found: list[Interpreter | None] = []
     for version in versions:
         env = ensure_env(version, plugins=plugins, packages=packages, progress=say)
-        found.append(
-            Interpreter(python=str(env.python), environ=tuple(worker_environment(env).items()), label=f"jax {version}")
-        )
+        found.append(env_interpreter(env, f"jax {version}"))
     return found
 
 
@@ -65,11 +93,7 @@ def compilers_interpreter(
     libraries built on jax, so that the user's own environment never has to hold them."""
     plugins = tuple(sorted(set(platforms)))
     env = ensure_env(jax_version, plugins=plugins, packages=user_packages(), progress=say)
-    return Interpreter(
-        python=str(env.python),
-        environ=tuple(worker_environment(env).items()),
-        label=f"jax {jax_version} with {', '.join(plugins)}",
-    )
+    return env_interpreter(env, f"jax {jax_version} with {', '.join(plugins)}")
 
 
 def interpreters_for(
@@ -104,3 +128,16 @@ def interpreters_for(
 def elsewhere_platforms(backends: Sequence[str]) -> list[str]:
     """The platforms (``tpu``, ``gpu``) of deviceless backend names."""
     return [name.split(":")[0] for name in backends]
+
+
+@contextlib.contextmanager
+def in_use(interpreter: Interpreter | None) -> Iterator[None]:
+    """Hold the cached environment ``interpreter`` belongs to in use for the block (none: nothing held):
+    ``fieldmem envs remove`` refuses it while its workers run (:func:`~fieldmem.engine.envs.env_in_use`)."""
+    if interpreter is None or not interpreter.env_folder:
+        yield
+        return
+    from fieldmem.engine.envs import folder_in_use
+
+    with folder_in_use(Path(interpreter.env_folder)):
+        yield

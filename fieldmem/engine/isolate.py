@@ -64,7 +64,11 @@ __all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "che
 
 _Checked = tuple[list[TargetResult], list[Chain]]
 _TAIL = 8192  # characters of the worker's output kept, for the last line of a dying worker
+_HELD = 1 << 20  # bytes of a worker's output held back before its first word (the last of them kept)
 _GRACE = 10.0  # seconds a worker may take to exit once its answers ended
+# seconds a worker under another interpreter (--python, --jax) may take to say a first word: one that never
+# answers (a program that is no Python with fieldmem's worker, a hung one) ends the run in one line
+STARTUP_LIMIT = 120.0
 _LINE = 300  # at most this many characters of that line go into an error message
 
 
@@ -117,9 +121,13 @@ class _Relay:
     """Copies the worker's output to this process's standard error (file descriptor 2) as it comes, keeping
     its tail. Byte for byte, to the descriptor: as the C-level logs of jax reach it in a process of its own."""
 
-    def __init__(self, source: IO[bytes]) -> None:
+    def __init__(self, source: IO[bytes], held: bool = False) -> None:
         self.tail = ""
         self._source = source
+        # held: kept back until release() (a worker under another interpreter, until it says its first word:
+        # a program that is no fieldmem worker never floods stderr, with the request it echoes or its traceback)
+        self._lock = threading.Lock()
+        self._held: bytearray | None = bytearray() if held else None
         self._thread = threading.Thread(target=self._copy, name="fieldmem-worker-output", daemon=True)
         self._thread.start()
 
@@ -134,11 +142,19 @@ class _Relay:
             self.tail = (self.tail + decoder.decode(chunk, final=not chunk))[-_TAIL:]
             if not chunk:
                 return
-            try:
-                while chunk:
-                    chunk = chunk[os.write(2, chunk) :]
-            except OSError:  # a closed or broken stderr: keep reading, show nothing
-                pass
+            with self._lock:
+                if self._held is not None:
+                    self._held += chunk
+                    del self._held[: max(0, len(self._held) - _HELD)]
+                    continue
+            _write_out(chunk)
+
+    def release(self) -> None:
+        """Show what was held back, and from now on what comes, as it comes."""
+        with self._lock:
+            held, self._held = self._held, None
+            if held:
+                _write_out(bytes(held))
 
     def last_line(self) -> str:
         self._thread.join(timeout=5)
@@ -150,6 +166,14 @@ class _Relay:
         return "RESOURCE_EXHAUSTED" in self.tail or "MemoryError" in self.tail
 
 
+def _write_out(chunk: bytes) -> None:
+    try:
+        while chunk:
+            chunk = chunk[os.write(2, chunk) :]
+    except OSError:  # a closed or broken stderr: keep reading, show nothing
+        pass
+
+
 @dataclasses.dataclass
 class _Worker:
     """What the parent saw of one worker."""
@@ -157,6 +181,7 @@ class _Worker:
     returncode: int = 0
     last: str | None = None  # its last event: end, yield or fatal; None: it died
     fatal: str = ""
+    fatal_kind: str = ""  # the kind of its fatal error (environment: jax cannot be imported there)
     timed_out: bool = False
     resolving: int | None = None  # the spec it was loading
     in_flight: list[tuple[int, int, str]] = dataclasses.field(default_factory=list)  # (backend, spec, name)
@@ -206,11 +231,22 @@ class _Process:
 
 def _start_process(interpreter: Interpreter | None = None) -> _Process:
     """A worker: the one :func:`~fieldmem.engine.spawn.prestart` started, if still alive, else a new one;
-    under ``interpreter``, always a new one under it."""
-    spawned = spawn(interpreter) if interpreter is not None else (take_prestarted() or spawn())
+    under ``interpreter``, always a new one under it.
+
+    Raises:
+        WorkerFailure: ``interpreter`` cannot be started (not a program: an empty file, another format).
+    """
+    try:
+        spawned = spawn(interpreter) if interpreter is not None else (take_prestarted() or spawn())
+    except OSError as exc:
+        if interpreter is None:
+            raise
+        raise WorkerFailure(
+            f"{interpreter.python} cannot be started ({exc.strerror or exc}){_remedy(interpreter)}"
+        ) from None
     process = spawned.process
     assert process.stdin is not None and process.stdout is not None
-    relay = _Relay(process.stdout)
+    relay = _Relay(process.stdout, held=interpreter is not None)
     events: queue.Queue[dict[str, Any] | None] = queue.Queue()
     reader = threading.Thread(target=_read_events, args=(spawned.answers, events), daemon=True)
     reader.start()
@@ -240,8 +276,10 @@ class _Link:
     raises HandsLost, after every event it sent before has been read.
     """
 
-    def __init__(self, supervisor: _Supervisor, live: _Process, watch: _Worker) -> None:
+    def __init__(self, supervisor: _Supervisor, live: _Process, watch: _Worker, fresh: bool = False) -> None:
         self.supervisor, self.live, self.watch = supervisor, live, watch
+        # a worker just started under another interpreter: its first word must come within the start-up limit
+        self.startup: float | None = supervisor.startup_limit() if fresh else None
         self.timeout = (
             supervisor.check_timeout
             if supervisor.check_timeout is not None
@@ -285,7 +323,19 @@ class _Link:
                     return self.pull()
             else:
                 self.clock = time.monotonic()
+                if self.startup is not None:  # it is fieldmem's worker: what it printed so far is shown
+                    self.startup = None
+                    live.relay.release()
                 return event
+            if self.startup is not None and time.monotonic() - self.clock > self.startup:
+                live.kill()
+                live.process.wait()
+                interpreter = self.supervisor.interpreter
+                label = interpreter.label if interpreter is not None else "fieldmem's worker"
+                raise WorkerFailure(
+                    f"the worker under {label} did not answer within {self.startup:g} s of its start"
+                    f"{_remedy(interpreter)}"
+                )
             busy = watch.resolving is not None or bool(watch.in_flight)  # on the user's code, not starting up
             if self.timeout is not None and busy and time.monotonic() - self.clock > self.timeout:
                 live.kill()
@@ -465,6 +515,7 @@ class _Supervisor:
         return {
             "sys_path": [p for p in sys.path if not _installed_here(p)],
             "own_path": True,
+            "fallback_path": list(self.interpreter.fallback_path),
             "environ": {**os.environ, **dict(self.interpreter.environ), **self.extra_environ},
         }
 
@@ -521,6 +572,7 @@ class _Supervisor:
     ) -> _Worker:
         watch = _Worker()
         live = self.kept if self.kept is not None and self.kept.alive() else None
+        fresh = live is None
         if live is None:
             if self.kept is not None:
                 self.kept.close()
@@ -533,7 +585,7 @@ class _Supervisor:
         keep = False
         try:
             live.send(self.request(plan, jobs, report_idle))
-            self.follow(live, watch)
+            self.follow(live, watch, fresh)
             keep = self.serve and watch.last == "end" and live.alive()
         finally:
             with self.lock:
@@ -551,10 +603,23 @@ class _Supervisor:
             self.kept.close()
             self.kept = None
 
-    def follow(self, live: _Process, watch: _Worker) -> None:
+    def startup_limit(self) -> float | None:
+        """Seconds a fresh worker under another interpreter may take to say its first word: the start-up limit,
+        or ``--timeout`` (the plugin's ``--fieldmem-timeout``) where shorter; None under this Python."""
+        if self.interpreter is None:
+            return None
+        timeout = self.check_timeout if self.check_timeout is not None else getattr(self.options, "timeout", None)
+        return min(STARTUP_LIMIT, timeout) if timeout else STARTUP_LIMIT
+
+    def follow(self, live: _Process, watch: _Worker, fresh: bool = False) -> None:
         """Take the worker's events until it ends, the brain answering each target it serves (the worker
-        dying, or killed past ``--timeout``, ends it too: :meth:`run` charges what it was on)."""
-        link = _Link(self, live, watch)
+        dying, or killed past ``--timeout``, ends it too: :meth:`run` charges what it was on). ``fresh``: it
+        was started for this request (under another interpreter, its first word has a limit).
+
+        Raises:
+            WorkerFailure: a fresh worker under another interpreter said nothing within the start-up limit.
+        """
+        link = _Link(self, live, watch, fresh)
         try:
             while True:
                 event = link.next()
@@ -663,6 +728,7 @@ class _Supervisor:
             self.trace_arguments = False
         elif what == "fatal":
             watch.last, watch.fatal = "fatal", str(event.get("message", ""))
+            watch.fatal_kind = str(event.get("kind", ""))
         elif what in ("end", "yield"):
             watch.last = what
 
@@ -725,7 +791,10 @@ class _Supervisor:
         pending = self.next_pending(plan)
         if pending is None:  # only the reports' headers were left: the worker cannot start at all
             why = f": {watch.why}" if watch.why else ""
-            raise WorkerFailure(f"fieldmem's worker process {_death(watch.returncode)} before checking anything{why}")
+            raise WorkerFailure(
+                f"fieldmem's worker process {_death(watch.returncode)} before checking anything{why}"
+                f"{_remedy(self.interpreter)}"
+            )
         b, index, pending_name = pending
         if pending_name is None:
             self.spec_errors[index] = self.error(index, self.units[index].spec, self.failure(watch, "loading it"))
@@ -746,9 +815,10 @@ class _Supervisor:
             if not self.anything(plan) and (not self.need_headers or all(h is not None for h in self.headers)):
                 break
             ran = self.run_workers(plan)
-            fatal = next((watch.fatal for watch, _ in ran if watch.last == "fatal"), None)
-            if fatal is not None:
-                raise WorkerFailure(fatal)
+            fatal = next((watch for watch, _ in ran if watch.last == "fatal"), None)
+            if fatal is not None:  # under another interpreter, an environment's failure says what to do
+                remedy = _remedy(self.interpreter) if fatal.fatal_kind == "environment" else ""
+                raise WorkerFailure(fatal.fatal + remedy)
             died = [(watch, part) for watch, part in ran if watch.last is None or watch.timed_out]
             for watch, part in died:
                 self.deaths += 1
@@ -803,6 +873,7 @@ class _Supervisor:
                         environment={str(k): None if v is None else str(v) for k, v in settings["environment"].items()},
                         config={str(k): str(v) for k, v in settings["config"].items()},
                         note=None if settings.get("note") is None else str(settings["note"]),
+                        replaced={str(k): str(v) for k, v in (settings.get("replaced") or {}).items()},
                     )
                 )
             except (KeyError, AttributeError, TypeError):  # not what a worker sends: left out
@@ -844,6 +915,11 @@ def _installed_here(entry: str) -> bool:
         return True
     prefixes = {os.path.abspath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
     return any(path == p or path.startswith(p + os.sep) for p in prefixes)
+
+
+def _remedy(interpreter: Interpreter | None) -> str:
+    """``: what to do`` for a worker under ``interpreter`` that cannot work, or ""."""
+    return f": {interpreter.remedy}" if interpreter is not None and interpreter.remedy else ""
 
 
 def _read_events(answers: int, events: queue.Queue[dict[str, Any] | None]) -> None:
@@ -988,10 +1064,12 @@ class WatchSession:
         check_backends: bool,
         progress: Callable[[str, int, int], None] | None = None,
         devices: int | None = None,
+        interpreter: Interpreter | None = None,
     ) -> None:
         self._supervisor = _Supervisor(units, backends, options, check_backends, progress)
         self._supervisor.serve = True
         self._supervisor.devices = devices
+        self._supervisor.interpreter = interpreter  # --python: the worker kept, and any restarted, run there
         self.started_ns = time.time_ns()  # files modified after this may have been read before their edit
 
     def check(self) -> tuple[Report, ...]:

@@ -16,7 +16,8 @@ Events of the whole run:
 
 - ``{"e": "resolve", "spec": i}`` before it loads spec ``i`` (imports the user's module),
   ``{"e": "resolved", "spec": i, "names": [...]}`` after, with the names of its targets; and
-  ``"settings": {"environment", "config", "note"}`` where its module set anything for jax at
+  ``"settings": {"environment", "config", "note"}`` (and ``"replaced"``: what it replaced in jax's
+  public modules, ``jax.jit`` to ``patch.my_jit``) where its module set anything for jax at
   import (:mod:`fieldmem.driver.settings`), ``"elsewhere": true`` where that is not what this
   worker's jax runs with: its targets are not checked here, and the worker ends with ``yield``
   so that a fresh one (the request's ``"devices"``: ``--devices``, winning over a module's own
@@ -29,8 +30,9 @@ Events of the whole run:
   ``"trace_arguments": true``, :mod:`fieldmem.driver.traced`) kept a traced array, so this
   process must not call it again: the targets it started are answered, it ends with
   ``yield``, and the parent's next workers run every factory (``"trace_arguments": false``);
-- ``{"e": "fatal", "message": ...}``: an error that stops the whole run (a backend that
-  is not available), ``{"e": "yield"}``: it stops so the next target gets a fresh
+- ``{"e": "fatal", "message": ..., "kind": ...}``: an error that stops the whole run (a backend that
+  is not available; ``"kind": "environment"``: jax cannot be imported or started under this
+  interpreter, where the parent adds what to do about it), ``{"e": "yield"}``: it stops so the next target gets a fresh
   process, ``{"e": "end"}``: it did all it was asked.
 
 Events of one target, each with its ``b``, ``spec`` and ``name`` (and, for a chain's
@@ -65,6 +67,12 @@ target whose fingerprint (:func:`fieldmem.watch.fingerprint.target_fingerprint`)
 worker last checked it is not checked again but answered ``{"e": "same", "b": b, "spec": i,
 "name": n}``. Its ``resolved`` events also carry ``"files"``: the spec's module file and the local
 modules it imports, which the parent watches.
+
+A worker under another interpreter (``--jax``, ``--python``) is given ``"fallback_path"``: folders it
+looks in last (after its own installation), for what that lacks and the user's modules import (the
+pytest of the parent's installation, for the plugin's ``--fieldmem-jax``). The parent waits a limited
+time for such a worker's first event (the start-up limit of :mod:`fieldmem.engine.isolate`), and shows
+what it printed only once it has said one.
 
 A worker that ends without ``end``, ``yield`` or ``fatal`` died: the parent
 charges the target (or spec) it was on. A worker whose pipe is gone (the user's

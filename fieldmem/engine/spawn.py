@@ -34,6 +34,12 @@ class Interpreter:
     python: str
     environ: tuple[tuple[str, str], ...] = ()
     label: str = ""
+    # what to do when it cannot run a worker (starts no program, has no working jax): one sentence
+    remedy: str = ""
+    # folders its workers look in last, for what its installation lacks (the pytest a test module imports)
+    fallback_path: tuple[str, ...] = ()
+    # the cached environment it belongs to (its folder), held in use while its workers run; "" for none
+    env_folder: str = ""
 
 
 @dataclasses.dataclass(frozen=True)

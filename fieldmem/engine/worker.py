@@ -318,10 +318,21 @@ class _Worker:
 
 def _start_jax() -> None:
     """Start jax's backends, quiet about the plugins' start-up noise (:func:`fieldmem.driver.start_jax`): after
-    the first module is imported, with what it set for jax in force."""
-    from fieldmem.driver import start_jax
+    the first module is imported, with what it set for jax in force.
 
-    start_jax()
+    Raises:
+        EnvError: jax cannot be imported or started under this Python (none installed, a file of it gone):
+            the whole run's error, in one line, never jax's traceback.
+    """
+    try:
+        from fieldmem.driver import start_jax
+
+        start_jax()
+    except Exception as exc:
+        from fieldmem.errors import EnvError, one_line
+
+        text = f"{type(exc).__name__}: {exc}".strip()
+        raise EnvError(one_line(f"jax cannot be imported under {sys.executable} ({text})")) from None
     _freeze_imports()
 
 
@@ -424,6 +435,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.path[:] = request["sys_path"] + (
         [p for p in sys.path if p not in request["sys_path"]] if request.get("own_path") else []
     )
+    # last: what this interpreter's installation lacks and the user's modules import (pytest, for the plugin)
+    sys.path.extend(p for p in request.get("fallback_path", ()) if p not in sys.path)
     from fieldmem.driver.lowering import dump_under
 
     dump_under(request.get("scratch"))  # XLA's dumps where the parent removes them, also after a crash
@@ -454,7 +467,7 @@ def _answer(events: IO[str], request: dict[str, Any], requests: queue.Queue[byte
                 if ending:  # it ends by os._exit now: no pass of the collector on the way
                     collector_stays_paused()
         except FieldmemError as exc:  # the whole run's error (a backend not available): one line, exit 2
-            write_event(events, "fatal", message=exc.message)
+            write_event(events, "fatal", message=exc.message, kind=exc.kind)
             return 0
         if ending:
             _LEFT_TO_EXIT.append(worker.held)  # not freed on the way out: os._exit ends the process

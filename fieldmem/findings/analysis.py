@@ -1145,9 +1145,10 @@ def _nothing_summary(unusable: Sequence[UnusableDonation], min_bytes: int) -> st
         )
     first = large[0]
     more = f" (and {len(large) - 1} more donated input(s))" if len(large) > 1 else ""
+    fix = "" if first.code == "unused" else ": don't donate it"  # its reason says what to do already
     return (
         f"nothing to update in place: no output can reuse a donated buffer; {first.input} "
-        f"({format_bytes(first.bytes)}) is donated but {first.reason}{more}: don't donate it"
+        f"({format_bytes(first.bytes)}) is donated but {first.reason}{more}{fix}"
     )
 
 
@@ -1190,8 +1191,13 @@ def _verdict(
                 bytes=dropped or None,
             )
         )
-    # nothing to update needs something that could have been: an input of at least the threshold
-    at_stake = any(program.input_bytes[leaf.index] >= max(min_bytes, 1) for leaf in used)
+    # nothing to update needs something that could have been: an input of at least the threshold, read by
+    # the program or donated (one the function never reads is donated for nothing: jit drops it)
+    at_stake = any(
+        program.input_bytes[leaf.index] >= max(min_bytes, 1)
+        for leaf in program.variant.inputs
+        if leaf.hlo_parameter is not None or leaf.donated
+    )
     reused = bool(donated.aliases) or not at_stake
     # the state: the smallest leaf of at least the threshold that an output reuses
     state_bytes = min((a.bytes for a in donated.aliases if a.bytes >= max(min_bytes, 1)), default=0)
@@ -1209,7 +1215,8 @@ def _verdict(
             )
             if donor is not None:
                 claimed.add(donor.index)
-            outgrown = None if declared else next((u for u in counted if size >= u.bytes), None)
+            # (a donation jit dropped, the input never read, holds nothing an output outgrows)
+            outgrown = None if declared else next((u for u in counted if size >= u.bytes and u.code != "unused"), None)
             if donor is not None:
                 findings.append(_new_buffer_finding(out, size, donor, program, donated.unusable_donations))
             elif outgrown is not None:

@@ -15,7 +15,8 @@ names, per row, the codes that make it. The first row that holds decides:
    a donation jax dropped, a donation lost because jax moves the leaf first, a donated array given twice in
    the call, which jax refuses, an alias the run did not confirm).
 3. **nothing to update in place**: nothing breaks and no output reuses a donated buffer, because none can
-   (a reduction, a loss): donating does nothing here, and ``--expect in-place`` fails with the fix
+   (a reduction, a loss) or the function never reads what is donated (jit drops it: a function returning
+   ``None``, or new arrays only): donating does nothing here, and ``--expect in-place`` fails with the fix
    (don't donate it).
 4. **in place as written**: nothing the code can change breaks, the outputs that can reuse a donated buffer
    do, and the compiler still keeps a copy by its own choice (a ``compiler-copy`` warning: a donated input
@@ -159,10 +160,12 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "nothing-to-update",
-        "nothing breaks and no output reuses a donated buffer, because no output can hold one: donating does "
-        "nothing here (don't donate it)",
+        "nothing breaks and no output reuses a donated buffer, because no output can hold one, or the function "
+        "never reads what is donated (jit drops it; it may return `None`): donating does nothing here (don't "
+        "donate it)",
         (),
-        "`return x.sum(axis=0)` or a loss `return jnp.mean((model(params, x) - y) ** 2)` with `params` donated",
+        "`return x.sum(axis=0)` or a loss `return jnp.mean((model(params, x) - y) ** 2)` with `params` donated; "
+        "`return jnp.zeros_like(x)`",
     ),
     Rule(
         "in-place-as-written",

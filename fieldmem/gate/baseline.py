@@ -75,6 +75,7 @@ __all__ = [
     "compare_to_baseline",
     "gate_as_recorded",
     "load_baseline",
+    "refuse_shared_names",
     "save_baseline",
 ]
 
@@ -314,6 +315,42 @@ def project_name(name: str, spec: str, root: str | os.PathLike[str]) -> str:
     return name if path is None else path + rest
 
 
+def refuse_shared_names(report: Report, root: str | os.PathLike[str] | None = None) -> None:
+    """Refuse two targets of ``report`` that share a name: a report, a comparison and a baseline hold one
+    result per name, so one would stand for the other (the second file's change read against the first
+    file's entry, a failure accepted on the strength of the other's). With ``root``, their names as a
+    baseline records them (:func:`project_name`) must differ too.
+
+    Two cases of one module with one name are that module's error already (``step (2)``); this is the
+    clash across targets: two files each registering ``fieldmem.case(..., name="step")``.
+
+    Raises:
+        BaselineError: one line naming the name and both targets (the specs as typed).
+    """
+    seen: dict[str, TargetResult] = {}
+    for result in report.results:
+        name = result.name if root is None else project_name(result.name, result.target, root)
+        first = seen.setdefault(name, result)
+        if first is result or first.target == result.target:
+            continue
+        both = (
+            f"both have a target named {name!r}: a report and a baseline hold"
+            if root is None or name == result.name
+            else f"are both named {name!r} in a baseline: it holds"
+        )
+        raise BaselineError(
+            f"{first.target} and {result.target} {both} one result per name, so one would stand for the other; "
+            "give one of them its own name (fieldmem.case(..., name=...))"
+        )
+
+
+def _file_of(spec: str) -> str | None:
+    """The file a spec as a baseline records it names (``models/step.py``), or None (a module of an
+    installed package, a function in hand named by its own name)."""
+    module_part = _module_part(spec)
+    return module_part if module_part and is_file_spec(module_part) else None
+
+
 def project_spec(spec: str, root: str | os.PathLike[str]) -> str:
     """A target spec as a baseline records it: its file's path relative to ``root`` (see :func:`project_name`)."""
     module_part, sep, attr = spec.rpartition(":") if ":" in spec else (spec, "", "")
@@ -458,8 +495,9 @@ def save_baseline(
             exactly as it was.
     """
     shown = os.fspath(path)
-    _refuse_incomplete(report, shown, accept_current)
     base = _root(root, path)
+    refuse_shared_names(report, base)
+    _refuse_incomplete(report, shown, accept_current)
     file = Path(os.path.realpath(path))  # a link is written through: the file it points to is replaced
     _check_replaceable(file, shown)
     try:
@@ -555,6 +593,7 @@ def gate_as_recorded(
     the save refuses it.
     """
     shown = os.fspath(path)
+    refuse_shared_names(report, _root(root, path))
     if not report.results or any(
         r.status == "error" or any(v not in r.variants for v in VARIANTS) for r in report.results
     ):
@@ -1038,6 +1077,7 @@ def compare_to_baseline(
     """
     found = _Collector()
     base = _root(root, baseline.path)
+    refuse_shared_names(report, base)
     backend, kind = report.backend, _device_kind(report)
     here: list[BaselineEntry] = []
     elsewhere: list[BaselineEntry] = []
@@ -1078,6 +1118,14 @@ def compare_to_baseline(
             continue
         compared.append(entry)
         _classify(entry, result, report.min_bytes, tolerances, found)
+        recorded_in, checked_in = _file_of(entry.target), _file_of(project_spec(result.target, base))
+        if entry.accepted_checks and recorded_in and checked_in and recorded_in != checked_in:
+            # recorded failing from another file: what it accepted is that file's, never this one's
+            found.notes.append(
+                f"{result.name}: the baseline's entry was recorded from {recorded_in}, and this target is in "
+                f"{checked_in}: the failures it accepted there are not accepted here"
+            )
+            entry = dataclasses.replace(entry, accepted_checks=())
         accepted.append(_gate_checks(entry, result, found))
 
     specs = {project_spec(r.target, base) for r in report.results}

@@ -205,7 +205,8 @@ def deviceless_label(report: Report) -> str | None:
 def module_settings_text(report: Report) -> str | None:
     """What the targets' modules set for jax at import, for the report's header line (None: none set any).
 
-    ``flags4.py set XLA_FLAGS=--xla_force_host_platform_device_count=4; x64.py set jax_enable_x64=True``
+    ``flags4.py set XLA_FLAGS=--xla_force_host_platform_device_count=4; x64.py set jax_enable_x64=True``;
+    ``patch.py replaced jax.jit with patch.my_jit (for its own targets)``
     """
     parts = []
     for settings in report.module_settings:
@@ -214,6 +215,9 @@ def module_settings_text(report: Report) -> str | None:
         ]
         said += [f"{name}={value}" for name, value in settings.config.items()]
         text = f"{settings.target} set {', '.join(said)}" if said else settings.target
+        if settings.replaced:
+            swapped = ", ".join(f"{name} with {value}" for name, value in settings.replaced.items())
+            text += f"{' and' if said else ''} replaced {swapped} (for its own targets)"
         parts.append(text + (f" ({settings.note})" if settings.note else ""))
     return "; ".join(parts) or None
 

@@ -182,7 +182,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         (flags.save_baseline, "--save-baseline"),
     ):
         if path is not None:
-            check_writable(path, option)
+            check_writable(path, option, through_link=option == "--save-baseline")
     baseline = _baseline(flags, config)
     check_distinct_outputs(output, baseline, backends)
     target_options, per_target = config.target_options(_command_line_options(flags), targets)
@@ -315,15 +315,26 @@ def _output(flags: CheckFlags, config: Config) -> OutputSettings:
     )
 
 
-def check_writable(output: Path, option: str = "--output") -> None:
+def check_writable(output: Path, option: str = "--output", *, through_link: bool = False) -> None:
     """Fail before compiling anything when ``option FILE`` cannot be written.
 
+    ``through_link``: the file is written through a symbolic link at ``output`` (a baseline), so what it
+    points to must be a file; otherwise the link itself is replaced.
+
     Raises:
-        OptionError: ``output`` is a folder, or its folder does not exist.
+        OptionError: ``output`` is a folder, a FIFO, a device or a socket (never replaced, never waited
+            on), or its folder does not exist.
     """
+    from fieldmem.files import not_a_file
+
     folder = output.parent if str(output.parent) else Path(".")
     if output.is_dir():
         raise OptionError(f"{option} {str(output)!r} is a folder: name a file, e.g. {str(output / 'report.json')!r}")
+    kind = not_a_file(output, through_link=through_link)
+    if kind is not None:
+        raise OptionError(
+            f"{option} {str(output)!r} is not a regular file ({kind}), which fieldmem never replaces: name a file"
+        )
     if not folder.is_dir():
         raise OptionError(f"{option} {str(output)!r}: the folder {str(folder)!r} does not exist")
 

@@ -177,7 +177,8 @@ def load_config(path: str | os.PathLike[str] | None = None, *, start: str | os.P
         if file.is_dir():
             file = file / "pyproject.toml"
         if not file.is_file():
-            raise ConfigError(f"--config {os.fspath(path)!r} does not exist: name a pyproject.toml")
+            where = repr(os.fspath(path)) if file == Path(path) else f"{os.fspath(path)!r}: {str(file)!r}"
+            raise ConfigError(f"--config {where} {_not_a_file(file)}: name a pyproject.toml")
     data = _read_toml(file)
     tool = data.get("tool", {})
     table = tool.get("fieldmem") if isinstance(tool, dict) else None
@@ -186,6 +187,27 @@ def load_config(path: str | os.PathLike[str] | None = None, *, start: str | os.P
     if not isinstance(table, dict):
         raise ConfigError(f"{_shown(file)}: tool.fieldmem must be a table ([tool.fieldmem])")
     return _parse(table, file)
+
+
+def _not_a_file(file: Path) -> str:
+    """What ``file`` is where it is no regular file to read: ``does not exist``, ``is a FIFO, not a file``,
+    ``is a symbolic link loop``... (a FIFO is never opened: it would wait for a writer)."""
+    from fieldmem.files import not_a_file
+
+    try:
+        os.lstat(file)
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    try:
+        os.stat(file)
+    except FileNotFoundError:
+        return f"is a symbolic link to {os.readlink(file)!r}, which does not exist"
+    except OSError as exc:  # ELOOP
+        return f"is a symbolic link that cannot be followed ({exc.strerror or exc})"
+    kind = not_a_file(file, through_link=True)
+    return f"is {kind}, not a file" if kind is not None else "is not a regular file"
 
 
 def _shown(file: Path) -> str:

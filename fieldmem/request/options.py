@@ -8,13 +8,13 @@ reads files, prints or imports jax.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from fieldmem.errors import OptionError
 from fieldmem.report import EXPECTATIONS, Expectation
+from fieldmem.versions import is_release
 
 __all__ = [
     "EXPECTATIONS",
@@ -136,9 +136,6 @@ def _names(value: object, given: str, what: str, example: str) -> tuple[str, ...
     raise OptionError(f"{given}: name {what} as a string or a list of strings, e.g. {example}")
 
 
-_JAX_VERSION = re.compile(r"^\d+\.\d+\.\d+(\.\d+)?$")
-
-
 def parse_jax_versions(value: object, option: str = "--jax") -> tuple[str, ...]:
     """``"0.9.2,0.10.2"`` or ``["0.9.2", "0.10.2"]`` -> ``("0.9.2", "0.10.2")``: the jax releases to check
     under, each in its own environment (:mod:`fieldmem.engine.envs`), in the order given.
@@ -149,8 +146,10 @@ def parse_jax_versions(value: object, option: str = "--jax") -> tuple[str, ...]:
     given, _ = _given(option, value)
     versions = _names(value, given, "jax releases", '["0.9.2", "0.10.2"]')
     for version in versions:
-        if not _JAX_VERSION.match(version):
-            raise OptionError(f"{given}: {version!r} is not a jax release: name them as 0.9.2,0.10.2")
+        if not is_release(version):
+            raise OptionError(
+                f"{given}: {version!r} is not a jax release: name them as 0.9.2,0.10.2 (three numbers, no leading zero)"
+            )
     if len(set(versions)) != len(versions):
         raise OptionError(f"{given}: a release is named twice")
     return versions

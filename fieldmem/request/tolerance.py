@@ -9,7 +9,8 @@ bare ``ALLOWANCE`` (the default for every figure not named). An allowance is a
 percentage (``2%``), a size (``1MiB``, ``4096``), or both joined by ``+``
 (``5%+1MiB``). Both parts **add up**: a figure whose baseline value is
 ``before`` may grow by ``floor(relative * before) + absolute`` bytes and stay
-within the tolerance; one byte more is a regression. The default is exact
+within the tolerance; one byte more is a regression. A percentage is at most
+:data:`MAX_PERCENT` (a longer one is an error, not an overflow). The default is exact
 (``0``): any growth is a regression. Shrinking is never a regression.
 
 Names (:data:`FIGURES`, plus the group ``peak`` and ``copies``):
@@ -37,7 +38,7 @@ from decimal import Decimal, InvalidOperation
 from fieldmem.errors import OptionError
 from fieldmem.units import parse_bytes
 
-__all__ = ["COPIES", "FIGURES", "GROUPS", "Tolerance", "Tolerances"]
+__all__ = ["COPIES", "FIGURES", "GROUPS", "MAX_PERCENT", "Tolerance", "Tolerances"]
 
 # tolerance name -> MemoryFigures field; the figures a baseline comparison gates on
 FIGURES: dict[str, str] = {
@@ -52,6 +53,7 @@ GROUPS: dict[str, tuple[str, ...]] = {"peak": ("live-peak", "footprint", "xla-pe
 COPIES = "copies"
 
 _NAMES = (*FIGURES, *GROUPS, COPIES)
+MAX_PERCENT = 10**9  # the largest percentage a tolerance takes (a smaller one than 1e-300% is read as 0)
 _FIELD_NAMES = {field: name for name, field in FIGURES.items()}
 _PERCENT = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*%\s*$")
 _EXAMPLES = "write e.g. 2%, 1MiB, 5%+1MiB or peak:5%,temp:1MiB"
@@ -175,13 +177,19 @@ def _parse_allowance(piece: str, text: str, option: str) -> Tolerance:
                 relative = Decimal(match.group(1)) / 100
             except InvalidOperation:  # pragma: no cover - the pattern only lets numbers through
                 raise OptionError(f"{option} {text!r}: {term!r} is not a percentage") from None
+            if relative > MAX_PERCENT / 100:  # past what a float holds (400 digits): no allowance to compute
+                raise OptionError(
+                    f"{option} {text!r}: {term.strip()!r} is too large: a percentage is at most {MAX_PERCENT:,}%"
+                )
             continue
         if absolute is not None:
             raise OptionError(f"{option} {text!r}: {piece!r} has two sizes: {_EXAMPLES}")
         try:
             absolute = parse_bytes(term.strip())
-        except OptionError:
+        except OptionError as exc:
             hint = " (a tolerance is 0 or more)" if term.strip().startswith("-") else ""
+            if "below 8 EiB" in exc.message:
+                raise OptionError(f"{option} {text!r}: {term.strip()!r} is too large: a size is below 8 EiB") from None
             raise OptionError(
                 f"{option} {text!r}: {term.strip()!r} is neither a percentage nor a size{hint}: {_EXAMPLES}"
             ) from None

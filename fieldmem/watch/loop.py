@@ -162,6 +162,10 @@ def _recheck(session: WatchSession, request: CheckRequest, baseline: Baseline | 
     kept = f"; {same} unchanged, not checked again" if same else ""
     typer.echo(f"fieldmem: checked {checked} target(s) again in {took:.2f} s{kept}", err=True)
     reports = recheck.reports
+    from fieldmem.gate.baseline import refuse_shared_names
+
+    for report in reports:  # an edit that gives two targets one name: said, nothing written
+        refuse_shared_names(report)
     if request.output.file is not None or request.output.html is not None:
         write_files(reports, request.output, request.options.min_bytes)
     if baseline is not None:
