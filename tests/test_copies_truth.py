@@ -265,14 +265,14 @@ COVERED: dict[str, dict[str, str]] = {
     "kind": {
         "loop": "test_a_loop_copy_of_the_new_carry_against_the_text",
         "parameter": "test_a_parameter_copy_against_the_text",
-        "other": "test_an_output_computed_into_a_temporary_is_an_output_copy_the_readme_headline",
+        "other": "test_an_output_computed_into_a_temporary_is_the_readme_headline",
         "conditional": "tests/test_conditional_copies.py::test_a_copy_in_a_cond_branch_in_a_loop_is_conditional",
     },
     "cause": {
         "new-value-via-temporary": "test_a_loop_copy_of_the_new_carry_against_the_text",
         "old-carry-read-after-update": "test_loop_copies_of_the_old_carry_against_the_text",
         "input-kept-intact": "test_a_parameter_copy_against_the_text",
-        "output-via-temporary": "test_an_output_computed_into_a_temporary_is_an_output_copy_the_readme_headline",
+        "output-via-temporary": "test_an_output_computed_into_a_temporary_is_the_readme_headline",
     },
     "donation": {
         "not-reused": "test_not_reused_a_free_output_of_its_bytes_but_not_of_its_element_count",

@@ -657,7 +657,7 @@ def test_fieldmem_jax_workers_can_import_pytest(root: Path, monkeypatch: pytest.
     sessions: list[Any] = []
 
     class Session:
-        def __init__(self, timeout: Any, interpreter: Any) -> None:
+        def __init__(self, timeout: Any, interpreter: Any, environ: Any = None) -> None:
             sessions.append(interpreter)
 
         def check(self, *args: Any) -> Any:
