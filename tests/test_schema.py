@@ -243,7 +243,11 @@ def test_make_schema_writes_and_checks_the_files(tmp_path: Path, monkeypatch: py
     assert schema_module.main(["--check"], said.append) == 1
     assert "run make schema" in said[-1]
     assert schema_module.main([], said.append) == 0
-    assert sorted(p.name for p in (tmp_path / "schemas").iterdir()) == ["baseline.schema.json", "report.schema.json"]
+    assert sorted(p.name for p in (tmp_path / "schemas").iterdir()) == [
+        "baseline.schema.json",
+        "fit.schema.json",
+        "report.schema.json",
+    ]
     assert schema_module.main(["--check"], said.append) == 0
     stale = tmp_path / "schemas" / "report.schema.json"
     stale.write_text(stale.read_text().replace('"min_bytes"', '"minimum_bytes"'))
