@@ -1,0 +1,81 @@
+"""``benchmarks/fit_chip.py`` (the chip's side, run by whoever has a TPU v5e) and ``benchmarks/fit_verify.py``
+(plain jax against a fit document): which points they take from a document, and what they do without a TPU.
+
+No TPU is lent to these tests: the chip script is held to its plan and to its one line and exit code 2 here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_fit import Stand, _linear
+
+from fieldmem.engine.fit import search
+from fieldmem.fit_report import FitReport
+from fieldmem.render import RenderOptions
+from fieldmem.render.fit import render_json
+from fieldmem.request.fit import fit_plan, parse_knobs
+
+ROOT = Path(__file__).resolve().parents[1]
+GiB = 2**30
+
+
+def _load(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _document(
+    target: str = "tests/assets/fit_steps.py:stencil", args: str = "tests/assets/fit_steps.py:make_grid"
+) -> dict[str, Any]:
+    plan = fit_plan(target, parse_knobs(["n=1..512", "kind=a,b"]), args=args)
+    found = search(plan, Stand(_linear(GiB // 8, knob="n")), backend="tpu:v5e", min_bytes=1024)
+    return json.loads(render_json(FitReport("0.1.0", (found,)), RenderOptions()))
+
+
+def test_the_chip_runs_each_rows_largest_value_and_the_next_one_up() -> None:
+    fit_chip = _load("fit_chip")
+    points = fit_chip.plan_points(_document())
+    assert [(p["values"], p["reported"]) for p in points] == [
+        ({"kind": "a", "n": 128}, "fits"),
+        ({"kind": "a", "n": 129}, "does not fit"),
+        ({"kind": "b", "n": 128}, "fits"),
+        ({"kind": "b", "n": 129}, "does not fit"),
+    ]
+    assert points[0]["reported_footprint_bytes"] == 16 * GiB and points[0]["args"].endswith(":make_grid")
+    with pytest.raises(ValueError, match="no search on gpu:h100"):
+        fit_chip.plan_points(_document(), "gpu:h100")
+    with pytest.raises(ValueError, match="not a fieldmem fit document"):
+        fit_chip.plan_points({"schema": "fieldmem.report/2"})
+    assert fit_chip.out_of_memory("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17.2G")
+    assert not fit_chip.out_of_memory("INVALID_ARGUMENT: shapes differ")
+
+
+@pytest.mark.compile
+def test_without_a_tpu_the_chip_script_says_so_in_one_line(tmp_path: Path) -> None:
+    report = tmp_path / "fit.json"
+    report.write_text(json.dumps(_document()))
+    out = tmp_path / "chip.json"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "fit_chip.py"), str(out), "--report", str(report)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "not a TPU: run this on a machine with a TPU v5e" in done.stderr.strip().splitlines()[-1]
+    assert not out.exists()
