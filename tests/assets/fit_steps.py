@@ -24,3 +24,18 @@ def make_grid(n=64):
 def make_blocks(blocks=1):
     """A grid of ``blocks`` x 1024 float32 on a side: 4 MiB per block squared."""
     return make_grid(1024 * blocks)
+
+
+def loop_update(x):
+    """examples/upgrade/loop_update.py with its size a knob: in place up to jaxlib 0.7.1, a temporary the size
+    of ``x`` from 0.7.2 (openxla/xla#45912)."""
+    from jax import lax
+
+    n = x.shape[0]
+    intermediate = jnp.exp(x)
+    total = lax.fori_loop(0, 8, lambda i, total: total + intermediate[i * (n // 8)], 0.0)
+    return intermediate * total
+
+
+def make_vector(n=65536):
+    return (jax.ShapeDtypeStruct((n,), jnp.float32),)
