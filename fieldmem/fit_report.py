@@ -59,7 +59,8 @@ Fits = Literal["yes", "no", "unknown", "error"]
 #: How a row's search ended: ``found`` (the largest value that fits, and the next one up that does not),
 #: ``all-fit`` (the largest value of the range fits), ``none-fit`` (not even the smallest does), ``budget``
 #: (``--budget`` stopped it: the frontier is bracketed as far as it got), ``error`` (a point could not be
-#: compiled), ``unknown`` (whether a point fits cannot be told); without a range knob, a row is one point:
+#: compiled), ``unknown`` (the frontier ends at a value whose fit cannot be told: ``smallest_failing`` is the
+#: smallest value not shown to fit); without a range knob, a row is one point:
 #: ``all-fit`` when it fits, ``none-fit`` when it does not.
 RowStatus = Literal["found", "all-fit", "none-fit", "budget", "error", "unknown"]
 

@@ -326,6 +326,20 @@ def test_a_point_that_does_not_compile_ends_its_row_with_exit_2() -> None:
     assert row.status == "error" and row.error == "odd" and found.exit_code == 2
 
 
+@pytest.mark.parametrize(("frontier", "status", "largest"), [(64, "found", 64), (200, "unknown", 100)])
+def test_a_point_whose_fit_is_not_known_is_not_shown_to_fit(frontier: int, status: str, largest: int) -> None:
+    """Above batch=100 XLA doubts its figures (no footprint): the search goes below such a point as below one
+    that does not fit, and a frontier that ends at one is not called found."""
+    per = CAPACITY // frontier
+    stand = Stand(lambda v: None if int(v["batch"]) > 100 else per * int(v["batch"]))  # type: ignore[arg-type]
+    found = search(fit_plan("m:step", parse_knobs(["batch=1..4096"])), stand, backend="gpu:h100", min_bytes=1024)
+    (row,) = found.rows
+    assert (row.status, row.largest, row.smallest_failing) == (status, largest, largest + 1)
+    assert row.compiles <= row.bound and found.error is None
+    if status == "unknown":
+        assert row.error is not None and row.error.startswith("whether batch=101 fits is not known: what it needs")
+
+
 def test_a_memory_that_is_not_known_is_the_searchs_error() -> None:
     stand = Stand(lambda v: MiB, capacity=None)
     found = search(fit_plan("m:step", parse_knobs(["batch=1..8"])), stand, backend="cpu", min_bytes=1024)

@@ -79,3 +79,14 @@ def test_without_a_tpu_the_chip_script_says_so_in_one_line(tmp_path: Path) -> No
     assert done.returncode == 2, done.stderr
     assert "not a TPU: run this on a machine with a TPU v5e" in done.stderr.strip().splitlines()[-1]
     assert not out.exists()
+
+
+def test_the_fit_page_and_its_picture_are_what_the_stored_documents_make() -> None:
+    """docs/fit.md's blocks (the example's output, the backends' table, the plain-jax compiles) and
+    docs/images/fit-frontier.svg are made from benchmarks/results/fit-block-*.json by docs/make_fit_docs.py:
+    a renderer or a document that changed without them fails here (the fix: run the script)."""
+    spec = importlib.util.spec_from_file_location("make_fit_docs", ROOT / "docs" / "make_fit_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--check"]) == 0

@@ -28,7 +28,7 @@ from typing import Any
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.findings.fit import fit_checks, fit_point, monotone_notes, peak_change, row_peak
-from fieldmem.fit_report import FitPoint, FitRow, FitSearch, Knob, KnobValue, PeakChange, values_text
+from fieldmem.fit_report import FitPoint, FitRow, FitSearch, Knob, KnobValue, PeakChange, knob_text, values_text
 from fieldmem.report import ErrorInfo, PeakLine, Report, TargetResult
 from fieldmem.request.fit import FitPlan
 from fieldmem.request.options import CheckOptions
@@ -110,7 +110,8 @@ def search(
     """Search ``plan``'s knobs, each point checked by ``check`` for ``backend`` (its name in the report).
 
     Never raises for what a point does: a point that cannot be compiled ends its row (``error``), one whose
-    fit cannot be told ends it (``unknown``), and a first compile that cannot tell is the search's error.
+    fit cannot be told is not shown to fit (a frontier that ends there is ``unknown``), and a first compile
+    that cannot tell because the memory is not known is the search's error.
     """
     started = time.perf_counter()
     state = _Search(plan, check, min_bytes, progress)
@@ -220,13 +221,19 @@ def _one_point(fixed: dict[str, KnobValue], state: _Search) -> FitRow:
 
 
 class _Bracket:
-    """What a row's compiles know: the largest index known to fit below the smallest known not to."""
+    """What a row's compiles know: the largest index known to fit below the smallest not shown to.
+
+    A point whose fit is not known (XLA doubted its own figures for it) is not shown to fit: the search goes
+    below it as below one that does not fit, and a row whose frontier ends at such a point says so (``unknown``)
+    rather than call it found. A point that could not be compiled stops the row (``stopped``).
+    """
 
     def __init__(self) -> None:
         self.fits: int | None = None
         self.fails: int | None = None
         self.points: list[FitPoint] = []
-        self.stopped: FitPoint | None = None  # a point that could not tell (unknown, error)
+        self.unknown: dict[int, FitPoint] = {}  # the points whose fit is not known, by index
+        self.stopped: FitPoint | None = None  # a point that could not be compiled
 
     def add(self, index: int, point: FitPoint) -> None:
         if point not in self.points:
@@ -234,7 +241,9 @@ class _Bracket:
         if point.fits == "yes":
             if (self.fails is None or index < self.fails) and (self.fits is None or index > self.fits):
                 self.fits = index
-        elif point.fits == "no":
+        elif point.fits in ("no", "unknown"):
+            if point.fits == "unknown":
+                self.unknown[index] = point
             if (self.fits is None or index > self.fits) and (self.fails is None or index < self.fails):
                 self.fails = index
         else:
@@ -247,7 +256,7 @@ def _search_row(fixed: dict[str, KnobValue], knob: Knob, seed: int | None, state
     last = knob.count - 1
 
     def probe(index: int) -> bool:
-        """Compile the point at ``index``; False when it could not tell (the row stops)."""
+        """Compile the point at ``index``; False when it could not be compiled (the row stops)."""
         seen = state.point({**fixed, knob.name: knob.value(index)})
         bracket.add(index, seen.point)
         return bracket.stopped is None
@@ -272,8 +281,11 @@ def _finished(
     failing = knob.value(bracket.fails) if bracket.fails is not None else None
     error = None
     if bracket.stopped is not None:
-        status = "error" if bracket.stopped.fits == "error" else "unknown"
+        status = "error"
         error = bracket.stopped.reason
+    elif bracket.fails is not None and bracket.fails in bracket.unknown and not budget:
+        status = "unknown"  # the frontier ends at a value whose fit is not known
+        error = f"whether {knob.name}={knob_text(knob.value(bracket.fails))} fits is not known: {bracket.unknown[bracket.fails].reason}"
     elif budget:
         status = "budget"
     elif bracket.fits is not None and bracket.fails is not None and bracket.fails - bracket.fits == 1:
