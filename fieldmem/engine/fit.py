@@ -168,6 +168,8 @@ def _rows(plan: FitPlan, state: _Search) -> tuple[list[FitRow], list[PeakChange]
             rows.append(_partial_row(fixed, searched, state))
             rows += [_budget_row(f, searched) for f in combinations[n + 1 :]]
             break
+        if state.compiles == 1 and row.status == "error" and state.result is not None and state.result.error:
+            return [], changes, _error(state.result)  # nothing compiled at all: a target or factory that fails
         if not rows and row.points and row.points[0].fits == "unknown" and row.points[0].capacity_bytes is None:
             # the first compile cannot tell whether anything fits: no other will
             reason = row.points[0].reason

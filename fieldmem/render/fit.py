@@ -209,6 +209,9 @@ def _compiles_line(search: FitSearch) -> str:
 
 def _search_items(search: FitSearch, options: RenderOptions) -> list[RenderableType]:
     items: list[RenderableType] = [wrapped(Text(search_title(search), style="bold"))]
+    if search.error is not None and not search.rows:  # nothing was searched: why is all there is to say
+        items.append(hanging(f"{_CROSS} ", f"error: {search.error.message}", indent=2))
+        return items
     environment = _environment(search)
     if environment:
         items.append(wrapped(environment, indent=2))
