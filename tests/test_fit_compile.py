@@ -138,6 +138,23 @@ def test_compare_shows_two_fit_documents_side_by_side(in_assets: Path, tmp_path:
     assert mixed.exit_code == 2 and "is not a fieldmem fit document" in mixed.stderr
 
 
+def test_a_bare_fit_runs_the_searches_of_the_config(in_assets: Path, tmp_path: Path) -> None:
+    config = tmp_path / "pyproject.toml"
+    config.write_text(
+        "[tool.fieldmem]\n\n[[tool.fieldmem.fit]]\n"
+        f'target = "{in_assets / "fit_steps.py"}:stencil"\n'
+        'args = "fit_steps:make_grid"\n'
+        'vary = { n = "224..320:8" }\n'
+        'max-peak = "1MiB"\n'
+        "at-least = { n = 300 }\n"
+    )
+    done = _fit("--config", str(config))
+    assert done.exit_code == 1, done.output + done.stderr
+    assert "✗ at-least: the largest n that fits is 288, below the floor of 300" in _words(done.stdout)
+    over = _fit("--config", str(config), f"{in_assets / 'fit_steps.py'}:stencil", "--at-least", "n=256")
+    assert over.exit_code == 0, over.output + over.stderr  # the command line's floor over the table's
+
+
 def test_mistakes_are_one_line_and_exit_2(in_assets: Path) -> None:
     for args, says in (
         (
