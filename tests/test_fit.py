@@ -8,6 +8,7 @@ compile bound of ⌈log2(count)⌉ + 2 per row checked on every one. Real compil
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Callable
@@ -476,3 +477,78 @@ def test_fit_tables_and_the_command_line_over_them(tmp_path: Any) -> None:
         build_fit_request(FitFlags(), ())
     with pytest.raises(OptionError, match="--format svg is a picture"):
         build_fit_request(FitFlags(target="m:f", vary=("b=1..2",), output_format="svg"), ())
+
+
+def test_a_point_whose_worker_crashed_on_a_tpu_is_checked_again_without_libtpus_second_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libtpu 0.0.42.1 crashes compiling some programs it refused for not fitting again without that check:
+    the point is checked once more with FIELDMEM_TPU_OOM_FIGURES=0, where the driver takes the refusal as
+    the answer."""
+    import os
+
+    from fieldmem.engine.fit import WorkerChecker
+    from fieldmem.request.fit import TPU_OOM_FIGURES_ENV
+    from fieldmem.request.options import CheckOptions
+
+    monkeypatch.delenv(TPU_OOM_FIGURES_ENV, raising=False)
+    asked: list[str | None] = []
+
+    class Session:
+        def check(self, unit: Any, backend: str, options: Any) -> Report:
+            asked.append(os.environ.get(TPU_OOM_FIGURES_ENV))
+            if os.environ.get(TPU_OOM_FIGURES_ENV) != "0":
+                error = ErrorInfo("crash", "its worker process was killed by SIGSEGV while checking it")
+            else:
+                error = ErrorInfo("out-of-memory", "does not fit a TPU v5e chip: libtpu refuses to compile it")
+            result = TargetResult(target="m:step", name="m:step", status="error", error=error)
+            return dataclasses.replace(HEADER, results=(result,))
+
+    plan = fit_plan("m:step", parse_knobs(["batch=8..16:8"]))
+    _, result = WorkerChecker(plan, "tpu:v5e", CheckOptions(), Session())({"batch": 16}, None, False)
+    assert asked == [None, "0"] and TPU_OOM_FIGURES_ENV not in os.environ
+    assert result.error is not None and result.error.kind == "out-of-memory"
+    assert "(compiled again without that check, the worker crashed)" in result.error.message
+    assert fit_point(result, {"batch": 16}, 1).fits == "no"
+    asked.clear()
+    _, on_cpu = WorkerChecker(plan, "cpu", CheckOptions(), Session())({"batch": 16}, None, False)
+    assert on_cpu.error is not None and on_cpu.error.kind == "crash" and asked == [None]  # not asked again
+
+    # a worker that dies again as it starts (libtpu's lockfile held elsewhere) is tried again, a few times
+    import fieldmem.engine.fit as engine
+
+    monkeypatch.setattr(engine, "RECHECK_WAIT", 0.0)
+    starts: list[int] = []
+
+    class Flaky(Session):
+        def check(self, unit: Any, backend: str, options: Any) -> Report:
+            starts.append(1)
+            if len(starts) == 2:  # the first check again: its worker dies as it loads libtpu
+                error = ErrorInfo("crash", "its worker process was killed by SIGABRT while checking it")
+                result = TargetResult(target="m:step", name="m:step", status="error", error=error)
+                return dataclasses.replace(HEADER, results=(result,))
+            return super().check(unit, backend, options)
+
+    _, result = WorkerChecker(plan, "tpu:v5e", CheckOptions(), Flaky())({"batch": 16}, None, False)
+    assert len(starts) == 3 and result.error is not None and result.error.kind == "out-of-memory"
+
+
+def test_a_refused_program_is_not_compiled_again_where_the_environment_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fieldmem.driver.deviceless import Target, retry_options
+    from fieldmem.errors import CompileError
+    from fieldmem.request.backends import parse_backend
+    from fieldmem.request.fit import TPU_OOM_FIGURES_ENV
+
+    found = Target(parse_backend("tpu:v5e"), ())
+    said = Exception("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required exceeds available HBM")
+    monkeypatch.delenv(TPU_OOM_FIGURES_ENV, raising=False)
+    again = retry_options(found, said, "/nowhere")
+    assert again is not None and again[1]["xla_tpu_no_crash_on_oom"] is True
+    monkeypatch.setenv(TPU_OOM_FIGURES_ENV, "0")
+    with pytest.raises(CompileError) as raised:
+        retry_options(found, said, "/nowhere")
+    assert raised.value.kind == "out-of-memory"
+    assert raised.value.message.startswith("does not fit a TPU v5e chip: libtpu refuses to compile it for tpu:v5e")
+    assert retry_options(found, Exception("INVALID_ARGUMENT: odd"), "/nowhere") is None  # not a refusal

@@ -49,6 +49,7 @@ from fieldmem.request.backends import (
     parse_backend,
     require_extra,
 )
+from fieldmem.request.fit import TPU_OOM_FIGURES_ENV
 
 __all__ = [
     "DEVICELESS_NOTE",
@@ -380,11 +381,34 @@ XLA_DOUBTS = re.compile(r"This indicates an error in the calculation")
 def retry_options(found: Target, exc: BaseException, folder: str) -> tuple[str, dict[str, Any]] | None:
     """When ``exc`` is libtpu refusing a program that does not fit the chip's HBM (RESOURCE_EXHAUSTED): its
     words, and the options that compile the program anyway (``xla_tpu_no_crash_on_oom``: the same passes, the
-    out-of-memory check off), dumping to ``folder``; else None (the compile failed for another reason)."""
+    out-of-memory check off), dumping to ``folder``; else None (the compile failed for another reason).
+
+    Raises:
+        CompileError: of kind ``out-of-memory``, where the environment asks not to compile a refused program
+            again (``FIELDMEM_TPU_OOM_FIGURES=0``: ``fieldmem fit`` asks it of a point whose compile without
+            the check crashed the process, as libtpu 0.0.42.1 does for some rematerialised programs).
+    """
     said = out_of_memory(exc)
     if found.platform != "tpu" or said is None:
         return None
+    if os.environ.get(TPU_OOM_FIGURES_ENV) == "0":
+        raise refused(found, said)
     return said, {**compile_options(found, folder), "xla_tpu_no_crash_on_oom": True}
+
+
+def refused(found: Target, said: str) -> CompileError:
+    """The error of a program libtpu refused for not fitting (``said``), not compiled again to tell its figures:
+    its kind is ``out-of-memory``."""
+    from fieldmem.request.backends import device_memory
+
+    memory = device_memory(found.backend)
+    holder = f" {memory.holder}" if memory is not None else ""
+    error = CompileError(
+        f"does not fit{holder}: libtpu refuses to compile it for {found.backend.name} ({said.rstrip('.')}); it was "
+        "not compiled again without that check to tell its figures"
+    )
+    error.kind = "out-of-memory"
+    return error
 
 
 def does_not_fit(found: Target, said: str, again: BaseException) -> CompileError:

@@ -20,17 +20,19 @@ parent never imports jax), :class:`LocalChecker` in this process (the Python API
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from fieldmem.errors import FieldmemError, OptionError
 from fieldmem.findings.fit import fit_checks, fit_point, monotone_notes, peak_change, row_peak
 from fieldmem.fit_report import FitPoint, FitRow, FitSearch, Knob, KnobValue, PeakChange, knob_text, values_text
 from fieldmem.report import ErrorInfo, PeakLine, Report, TargetResult
-from fieldmem.request.fit import FitPlan
+from fieldmem.request.fit import TPU_OOM_FIGURES_ENV, FitPlan
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec
 
@@ -449,6 +451,11 @@ def _capacity_words(backend: str, capacity: int | None, max_peak: int | None) ->
 # Checking one point
 
 
+#: How many times a point whose worker crashed on a TPU is checked again, and the seconds waited before the
+#: second (twice as long before the third).
+RECHECKS, RECHECK_WAIT = 3, 10.0
+
+
 class WorkerChecker:
     """Checks the points of ``plan`` in a worker kept between them (:class:`~fieldmem.engine.isolate.UnitSession`):
     the spec loaded with the point's keyword arguments for its factory, on ``backend``."""
@@ -459,7 +466,7 @@ class WorkerChecker:
     def __call__(
         self, values: dict[str, KnobValue] | None, donate: DonateSpec | None, suggest: bool
     ) -> tuple[Report, TargetResult]:
-        from fieldmem.engine.isolate import Unit
+        from fieldmem.engine.isolate import Unit, WorkerFailure
         from fieldmem.request.target import TargetOptions
 
         plan = self.plan
@@ -470,10 +477,30 @@ class WorkerChecker:
             expect="fits",
             knobs=tuple(values.items()) if values is not None else None,
         )
-        report = self.session.check(
-            Unit(plan.target, options), self.backend, dataclasses.replace(self.options, suggest=suggest)
-        )
-        return _one(report, plan.target)
+        unit, check_options = Unit(plan.target, options), dataclasses.replace(self.options, suggest=suggest)
+        header, result = _one(self.session.check(unit, self.backend, check_options), plan.target)
+        if _crashed(result) and (self.backend or "").startswith("tpu:"):
+            # the worker died compiling the point (libtpu 0.0.42.1 crashes compiling some programs it refused for
+            # not fitting again without that check): once more, without that second compile; a worker that dies
+            # again as it starts (libtpu's lockfile, held by another process that loaded libtpu) is tried again
+            for attempt in range(RECHECKS):
+                if attempt:
+                    time.sleep(RECHECK_WAIT * attempt)
+                try:
+                    with _environment(TPU_OOM_FIGURES_ENV, "0"):
+                        header, again = _one(self.session.check(unit, self.backend, check_options), plan.target)
+                except WorkerFailure:  # the new worker could not even load libtpu
+                    continue
+                if not _crashed(again):
+                    break
+            else:
+                return header, result
+            if again.status == "error" and again.error is not None and again.error.kind == "out-of-memory":
+                said = f"{again.error.message} (compiled again without that check, the worker crashed)"
+                result = dataclasses.replace(again, error=ErrorInfo(again.error.kind, said))
+            else:
+                result = again
+        return header, result
 
 
 class LocalChecker:
@@ -502,6 +529,32 @@ class LocalChecker:
             target = dataclasses.replace(target, args_factory=factory, args_origin=origin)
         report = check_targets([target], options)
         return _one(report, target.name)
+
+
+def _crashed(result: TargetResult) -> bool:
+    """Whether ``result`` is a point whose worker died while checking it (killed by a signal)."""
+    error = result.error
+    return (
+        result.status == "error"
+        and error is not None
+        and error.kind in ("crash", "out-of-memory")
+        and ("worker process was killed" in error.message)
+    )
+
+
+@contextlib.contextmanager
+def _environment(name: str, value: str) -> Iterator[None]:
+    """``name`` set to ``value`` in this process's environment (which the worker's next request takes) while
+    inside."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def _one(report: Report, spec: str) -> tuple[Report, TargetResult]:

@@ -1158,7 +1158,8 @@ class UnitSession:
         Raises:
             WorkerFailure: the backend is not available, or the worker cannot start at all.
         """
-        fresh = backend not in self._checked
+        # a worker about to start (the first, or one after a death) checks the backend first, as the first did
+        fresh = backend not in self._checked or self._kept is None or not self._kept.alive()
         supervisor = _Supervisor([unit], [backend], dataclasses.replace(options, isolate=True), fresh, None)
         supervisor.serve = True  # the worker waits for the next point
         supervisor.kept = self._kept

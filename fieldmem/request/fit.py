@@ -32,6 +32,7 @@ __all__ = [
     "FIT_KEYS",
     "MAX_RANGE",
     "TOP_LINES",
+    "TPU_OOM_FIGURES_ENV",
     "FitFlags",
     "FitPlan",
     "FitRequest",
@@ -55,6 +56,11 @@ TOP_LINES = 5
 
 #: The most values a range may hold: 2**62 (bisection takes at most 64 compiles per row).
 MAX_RANGE = 2**62
+
+#: ``0`` in a worker's environment: a program libtpu refuses for not fitting is not compiled again without that
+#: check to tell its figures (the driver reads it). ``fieldmem fit`` sets it for a point whose compile without
+#: the check crashed the worker (libtpu 0.0.42.1 does for some rematerialised programs), and checks it again.
+TPU_OOM_FIGURES_ENV = "FIELDMEM_TPU_OOM_FIGURES"
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*(?::\s*(\d+)\s*)?$")
