@@ -13,8 +13,8 @@ state) and waits for it. It ``ran``, or it failed with ``out-of-memory`` (XLA's 
 compile or run time, the arrays' allocation included), or with another ``error``.
 
 ``OUT.json`` gets, per point: the values, what fieldmem reported (fits or not, the footprint it predicted),
-what happened, the device's ``peak_bytes_in_use``, ``bytes_in_use`` and ``bytes_limit`` after it, and the
-first line of an error. ``agrees`` is true when every reported fit ran and every reported misfit ran out of
+what happened, the device's ``peak_bytes_in_use``, ``bytes_in_use`` and ``bytes_limit`` after it, the first
+line of an error, and the jax and libtpu it ran with. ``agrees`` is true when every reported fit ran and every reported misfit ran out of
 memory. Exit 0 when all agree, 1 when one does not, 2 when there is no TPU here or the report is not one.
 """
 
@@ -140,6 +140,12 @@ def run_one(target: str, factory: str, values: dict[str, Any]) -> dict[str, Any]
     for key in ("peak_bytes_in_use", "bytes_in_use", "bytes_limit"):
         outcome[key] = stats.get(key)
     outcome["jax_version"] = jax.__version__
+    try:  # the TPU compiler the chip's programs were compiled with (fieldmem's deviceless one may differ)
+        from importlib.metadata import version
+
+        outcome["libtpu_version"] = version("libtpu")
+    except Exception:  # not installed as a distribution (libtpu-nightly, a build of one's own)
+        outcome["libtpu_version"] = None
     return outcome
 
 
