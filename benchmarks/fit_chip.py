@@ -14,8 +14,10 @@ compile or run time, the arrays' allocation included), or with another ``error``
 
 ``OUT.json`` gets, per point: the values, what fieldmem reported (fits or not, the footprint it predicted),
 what happened, the device's ``peak_bytes_in_use``, ``bytes_in_use`` and ``bytes_limit`` after it, the first
-line of an error, and the jax and libtpu it ran with. ``agrees`` is true when every reported fit ran and every reported misfit ran out of
-memory. Exit 0 when all agree, 1 when one does not, 2 when there is no TPU here or the report is not one.
+line of an error, and the jax and libtpu it ran with. ``agrees`` is true when every planned point ran (the
+file is written again after each one, so a run stopped midway keeps what it saw; ``planned`` counts them),
+every reported fit ran and every reported misfit ran out of memory. Exit 0 when all agree, 1 when one does
+not, 2 when there is no TPU here or the report is not one.
 """
 
 from __future__ import annotations
@@ -202,7 +204,21 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"fit_chip: {options.report}: {exc}", file=sys.stderr)
         return 2
-    results = []
+    results: list[dict[str, Any]] = []
+
+    def write() -> bool:
+        """Write what was seen so far (a run stopped midway keeps its points); whether all of it agrees."""
+        written = {
+            "what": "fieldmem fit's frontier on tpu:v5e against a real chip (benchmarks/fit_chip.py)",
+            "report": str(options.report),
+            "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
+            "points": results,
+            "planned": len(points),
+            "agrees": len(results) == len(points) and all(r["agrees"] for r in results),
+        }
+        Path(options.out).write_text(json.dumps(written, indent=1) + "\n", encoding="utf-8")
+        return bool(written["agrees"])
+
     try:
         for point in points:
             print(f"fit_chip: {point['values']} (reported: {point['reported']})", file=sys.stderr, flush=True)
@@ -212,18 +228,11 @@ def main(argv: list[str] | None = None) -> int:
             )
             results.append({**point, **happened, "agrees": agrees})
             print(f"fit_chip:   {happened.get('outcome')} (agrees: {agrees})", file=sys.stderr, flush=True)
+            write()
     except NoTpu as exc:
         print(f"fit_chip: {exc}: run this on a machine with a TPU v5e", file=sys.stderr)
         return 2
-    written = {
-        "what": "fieldmem fit's frontier on tpu:v5e against a real chip (benchmarks/fit_chip.py)",
-        "report": str(options.report),
-        "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
-        "points": results,
-        "agrees": all(r["agrees"] for r in results),
-    }
-    Path(options.out).write_text(json.dumps(written, indent=1) + "\n", encoding="utf-8")
-    return 0 if written["agrees"] else 1
+    return 0 if write() else 1
 
 
 if __name__ == "__main__":

@@ -62,6 +62,32 @@ def test_the_chip_runs_each_rows_largest_value_and_the_next_one_up() -> None:
     assert not fit_chip.out_of_memory("INVALID_ARGUMENT: shapes differ")
 
 
+def test_the_chip_script_writes_each_point_as_it_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a run saw is on disk after each point: a run stopped midway keeps it, and does not agree."""
+    fit_chip = _load("fit_chip")
+    report = tmp_path / "fit.json"
+    report.write_text(json.dumps(_document()))
+    out = tmp_path / "chip.json"
+    stop = [3]  # the points after which the run is stopped
+
+    def child(point: dict[str, Any], timeout: float) -> dict[str, Any]:
+        if stop[0] == 0:
+            raise RuntimeError("the machine was taken back")
+        stop[0] -= 1
+        return {"outcome": "ran" if point["reported"] == "fits" else "out-of-memory", "peak_bytes_in_use": 1}
+
+    monkeypatch.setattr(fit_chip, "_child", child)
+    with pytest.raises(RuntimeError, match="taken back"):
+        fit_chip.main([str(out), "--report", str(report)])
+    stopped = json.loads(out.read_text())
+    assert [p["agrees"] for p in stopped["points"]] == [True, True, True]
+    assert stopped["planned"] == 4 and stopped["agrees"] is False
+    stop[0] = 4
+    assert fit_chip.main([str(out), "--report", str(report)]) == 0
+    finished = json.loads(out.read_text())
+    assert len(finished["points"]) == 4 and finished["agrees"] is True
+
+
 @pytest.mark.compile
 def test_without_a_tpu_the_chip_script_says_so_in_one_line(tmp_path: Path) -> None:
     report = tmp_path / "fit.json"
