@@ -14,6 +14,8 @@ from fieldmem.version import __version__
 if TYPE_CHECKING:
     from fieldmem.api import NotInPlaceError, assert_in_place, check_chain, check_function, check_releases
     from fieldmem.errors import FieldmemError
+    from fieldmem.fit_api import FitError, assert_fits, fit
+    from fieldmem.fit_report import FitReport
     from fieldmem.report import Report
     from fieldmem.request.registry import Case, case, chain
 
@@ -30,13 +32,20 @@ _LAZY = {
     "check_chain": "fieldmem.api",
     "check_function": "fieldmem.api",
     "check_releases": "fieldmem.api",
+    "fit": "fieldmem.fit_api",
+    "assert_fits": "fieldmem.fit_api",
+    "FitError": "fieldmem.fit_api",
+    "FitReport": "fieldmem.fit_report",
 }
 
 __all__ = [
     "Case",
     "FieldmemError",
+    "FitError",
+    "FitReport",
     "NotInPlaceError",
     "__version__",
+    "assert_fits",
     "assert_in_place",
     "case",
     "chain",
@@ -44,6 +53,7 @@ __all__ = [
     "check_chain",
     "check_function",
     "check_releases",
+    "fit",
 ]
 
 

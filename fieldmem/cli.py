@@ -577,6 +577,11 @@ def _cache_folder(request: CheckRequest) -> str | None:
     return cache_folder(request.options.cache_dir, request.cache_dir_origin)
 
 
+from fieldmem.fit_command import fit as _fit  # noqa: E402  (declared in a module of its own)
+
+app.command("fit")(_fit)
+
+
 @app.command()
 def compare(
     reports: Annotated[
@@ -612,6 +617,18 @@ def compare(
 ) -> None:
     """Show saved reports side by side per target (cpu vs gpu, jax 0.10 vs 0.11, main vs branch)."""
     from fieldmem.emit import echo_rendered, terminal_options, write_file
+    from fieldmem.fit_command import compare_fit_files, fit_documents
+
+    try:
+        fits = fit_documents(reports, tolerance)
+    except FieldmemError as exc:
+        raise _fail(exc.message) from None
+    if fits:  # fieldmem fit's documents: their frontiers side by side
+        try:
+            code = compare_fit_files(reports, output_format or "table", output, fail_on_diff)
+        except FieldmemError as exc:
+            raise _fail(exc.message) from None
+        raise typer.Exit(code)
     from fieldmem.gate.compare import compare_files
     from fieldmem.render import RenderOptions
     from fieldmem.render.compare import get_compare_renderer

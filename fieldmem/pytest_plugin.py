@@ -832,6 +832,34 @@ def fieldmem_check(request: pytest.FixtureRequest) -> FieldmemCheck:
     pytest.fail(f"fieldmem: error: {problem}", pytrace=False)
 
 
+@pytest.fixture
+def fieldmem_fit() -> Callable[..., Any]:
+    """Search what of a step fits (:func:`fieldmem.fit`, in the test's process) and fail the test when a
+    floor (``at_least=``), ``expect="fits"`` or a compile does not hold; returns the
+    :class:`~fieldmem.fit_report.FitReport`::
+
+    def test_batch_still_fits(fieldmem_fit):
+        fieldmem_fit(train_step, make_args, vary={"batch": "1..4096"}, at_least={"batch": 256}, backend="tpu:v5e")
+    """
+
+    def fit(step: Callable[..., Any], make_args: Callable[..., Any], **settings: Any) -> Any:
+        __tracebackhide__ = True
+        from fieldmem.fit_api import fit as search
+        from fieldmem.fit_api import fit_failure_message
+
+        try:
+            report = search(step, make_args, **settings)
+        except FieldmemError as exc:
+            problem = f"fieldmem: error: {exc.message}"
+        else:
+            if report.exit_code == 0:
+                return report
+            problem = fit_failure_message(report)
+        pytest.fail(problem, pytrace=False)
+
+    return fit
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
     """pytest-xdist, in the controller: take the checks a worker handed over when it ended."""

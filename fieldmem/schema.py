@@ -1,7 +1,8 @@
 """JSON Schemas (draft 2020-12) of the documents fieldmem writes, made from their records.
 
-``fieldmem.report/N`` is :class:`fieldmem.report.Report` as :mod:`fieldmem.codec` writes it, and
-``fieldmem.baseline/N`` is :class:`fieldmem.gate.baseline.Baseline`; each schema is read off the
+``fieldmem.report/N`` is :class:`fieldmem.report.Report` as :mod:`fieldmem.codec` writes it,
+``fieldmem.baseline/N`` is :class:`fieldmem.gate.baseline.Baseline` and ``fieldmem.fit/N`` is
+:class:`fieldmem.fit_report.FitReport`; each schema is read off the
 records' type hints, so a field or a record added there is in the schema on the next ``make schema``.
 The files are shipped in the package (``fieldmem/schemas/*.schema.json``) and
 ``tests/test_schema.py`` fails when they differ from what this module makes now.
@@ -31,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Union
 
+import fieldmem.fit_report as _fit
 from fieldmem.codec import stand_in_for
 from fieldmem.gate import baseline as _baseline
 from fieldmem.report import _DIFFERENCES, REPORTS_SCHEMA, SUPPORTED_SCHEMAS, Report, Reports, _is_size
@@ -85,6 +87,14 @@ DOCUMENTS: tuple[Document, ...] = (
         summary="Several reports in one document: fieldmem check --format json on stdout for several backends or "
         "jax releases.",
         docs="docs/report-schema.md",
+    ),
+    Document(
+        "fit",
+        _fit.FitReport,
+        _fit.SUPPORTED_FIT_SCHEMAS,
+        summary="The document of fieldmem fit (--format json, -o FILE.json, --save-baseline FILE): the frontier "
+        "of each search.",
+        docs="docs/fit.md",
     ),
 )
 

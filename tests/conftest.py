@@ -95,7 +95,12 @@ def in_assets(monkeypatch: pytest.MonkeyPatch) -> Path:
 
 # -- every report and baseline the suite writes matches the shipped JSON Schema (fieldmem/schemas) -------------
 
-_KINDS = {"fieldmem.report/": "report", "fieldmem.baseline/": "baseline", "fieldmem.reports/": "reports"}
+_KINDS = {
+    "fieldmem.report/": "report",
+    "fieldmem.baseline/": "baseline",
+    "fieldmem.reports/": "reports",
+    "fieldmem.fit/": "fit",
+}
 
 
 @functools.cache
@@ -120,6 +125,10 @@ def _written_by_fieldmem(text: str, document: Any) -> bool:
     name = str(document.get("schema", ""))
     if name.startswith("fieldmem.report/"):
         return document_text(document) == text
+    if name.startswith("fieldmem.fit/"):
+        from fieldmem.render.fit import fit_document_text
+
+        return fit_document_text(document) == text
     return json.dumps(document, indent=2) + "\n" == text
 
 

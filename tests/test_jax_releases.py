@@ -134,6 +134,26 @@ def test_one_command_shows_the_published_regression_between_two_releases(two_rel
 
 
 @pytest.mark.compile
+def test_fit_shows_how_an_upgrade_moved_the_frontier(two_releases: dict[str, Any], tmp_path: Path) -> None:
+    """``fieldmem fit --jax 0.7.1,0.7.2``: the loop update's largest size within 1 MiB halves under 0.7.2,
+    whose temporary doubles what it needs, and the frontiers side by side say so."""
+    assets = ROOT / "tests" / "assets"
+    search = ["fit_steps.py:loop_update", "--args", "fit_steps:make_vector", "--vary", "n=16384..262144:16384"]
+    done = _run(
+        assets,
+        two_releases["environ"],
+        *["-m", "fieldmem", "fit", *search, "--max-peak", "1025KiB", "--donate", "x", "--jax", "0.7.1,0.7.2"],
+        *["-f", "json", "-o", str(tmp_path / "fit.json")],
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    searches = json.loads((tmp_path / "fit.json").read_text())["searches"]
+    frontier = {s["jaxlib_version"]: s["rows"][0]["largest"] for s in searches}
+    assert frontier == {"0.7.1": 262144, "0.7.2": 131072}
+    text = " ".join(done.stdout.split())
+    assert "jax 0.7.1 jax 0.7.2" in text and "131072 ≠" in text and "1 frontier moved" in text
+
+
+@pytest.mark.compile
 def test_each_report_names_the_libraries_of_its_releases_environment(two_releases: dict[str, Any]) -> None:
     """The libraries built on jax in a --jax environment are resolved against its release and can differ from
     the user's: each report names those its worker imported, at that environment's releases (read there, not

@@ -36,6 +36,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fieldmem.api",
         "fieldmem.pytest_plugin",
         "fieldmem.emit",
+        "fieldmem.fit_command",
+        "fieldmem.fit_api",
         "fieldmem.watch",
         "fieldmem.watch.loop",
     ),
@@ -66,6 +68,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "ground": (
         "fieldmem.errors",
         "fieldmem.report",
+        "fieldmem.fit_report",
         "fieldmem.codec",
         "fieldmem.units",
         "fieldmem.files",

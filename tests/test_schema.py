@@ -244,7 +244,7 @@ def test_make_schema_writes_and_checks_the_files(tmp_path: Path, monkeypatch: py
     assert "run make schema" in said[-1]
     assert schema_module.main([], said.append) == 0
     names = sorted(p.name for p in (tmp_path / "schemas").iterdir())
-    assert names == ["baseline.schema.json", "report.schema.json", "reports.schema.json"]
+    assert names == ["baseline.schema.json", "fit.schema.json", "report.schema.json", "reports.schema.json"]
     assert schema_module.main(["--check"], said.append) == 0
     stale = tmp_path / "schemas" / "report.schema.json"
     stale.write_text(stale.read_text().replace('"min_bytes"', '"minimum_bytes"'))

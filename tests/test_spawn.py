@@ -25,6 +25,8 @@ from fieldmem.engine import spawn
         (["check", "model.py", "--no-isolate"], False),  # checked in this process: no worker
         (["check", "--help"], False),
         (["check", "-h"], False),
+        (["fit", "model.py:step", "--vary", "batch=1..64"], True),
+        (["fit", "--help"], False),
         (["compare", "a.json", "b.json"], False),
         (["--version"], False),
         ([], False),

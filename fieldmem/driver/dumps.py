@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.errors import CompileError
 from fieldmem.readings import DeviceMemory
+from fieldmem.request.fit import TPU_OOM_FIGURES_ENV
 
 if TYPE_CHECKING:
     from fieldmem.driver.deviceless import Target
@@ -95,6 +96,33 @@ def out_of_memory(exc: BaseException) -> str | None:
     if not text.startswith("RESOURCE_EXHAUSTED") or not any(w in text.lower() for w in ("memory", "hbm")):
         return None
     return text.removeprefix("RESOURCE_EXHAUSTED:").strip()
+
+
+def refusal(exc: BaseException, platform: str, memory: DeviceMemory | None, backend: str) -> str | None:
+    """libtpu's words when ``exc`` is its refusal of a program that does not fit the chip's HBM, which is then
+    compiled again without that check to tell its figures; None: the compile failed for another reason.
+
+    Raises:
+        CompileError: of kind ``out-of-memory``, where the environment asks not to compile a refused program
+            again (``FIELDMEM_TPU_OOM_FIGURES=0``: ``fieldmem fit`` asks it of a point whose compile without
+            the check crashed the process, as libtpu 0.0.42.1 does for some rematerialised programs).
+    """
+    said = out_of_memory(exc) if platform == "tpu" else None
+    if said is not None and os.environ.get(TPU_OOM_FIGURES_ENV) == "0":
+        raise refused(memory, backend, said)
+    return said
+
+
+def refused(memory: DeviceMemory | None, backend: str, said: str) -> CompileError:
+    """The error of a program libtpu refused for not fitting (``said``), not compiled again to tell its figures:
+    its kind is ``out-of-memory``."""
+    holder = f" {memory.holder}" if memory is not None else ""
+    error = CompileError(
+        f"does not fit{holder}: libtpu refuses to compile it for {backend} ({said.rstrip('.')}); it was "
+        "not compiled again without that check to tell its figures"
+    )
+    error.kind = "out-of-memory"
+    return error
 
 
 def does_not_fit(memory: DeviceMemory | None, backend: str, said: str, again: BaseException) -> CompileError:
@@ -208,7 +236,7 @@ def compile_dumped(
             try:
                 compiled = lowered.compile(compiler_options={**dump_options(folder), **extra})
             except Exception as exc:
-                said = out_of_memory(exc) if platform == "tpu" else None
+                said = refusal(exc, platform, capacity, name)
                 if said is None:
                     where = f" for {found.backend.name}" if found is not None else ""
                     raise CompileError(f"XLA compilation{where} failed: {first_line(exc)}") from exc

@@ -59,7 +59,16 @@ from fieldmem.errors import FieldmemError, OptionError, RunError, TargetError
 from fieldmem.files import remove_stale_scratch, scratch_folder
 from fieldmem.report import Chain, ModuleSettings, Report, TargetResult
 
-__all__ = ["Recheck", "Rechecked", "Unit", "WatchSession", "WorkerFailure", "check_isolated", "supervise"]
+__all__ = [
+    "Recheck",
+    "Rechecked",
+    "Unit",
+    "UnitSession",
+    "WatchSession",
+    "WorkerFailure",
+    "check_isolated",
+    "supervise",
+]
 
 
 _Checked = tuple[list[TargetResult], list[Chain]]
@@ -1211,3 +1220,43 @@ def check_isolated(targets: Sequence[Any], options: Any) -> list[_Checked]:
         )
         for outcome in supervised.outcomes[0]
     ]
+
+
+class UnitSession:
+    """``fieldmem fit``'s points: one unit (a spec, with the options of one point: its factory's keyword
+    arguments) checked at a time on one backend, in one worker kept warm between them (jax started, the
+    user's modules imported), where a crash or an ``os._exit`` is that point's error. A worker that died
+    is replaced by the next check. :meth:`close` ends it.
+    """
+
+    def __init__(self, interpreter: Interpreter | None = None, devices: int | None = None) -> None:
+        self.interpreter = interpreter  # the workers' Python, where not this one (--jax, --python)
+        self.devices = devices  # --devices, or the chips of a multi-chip deviceless backend
+        self._kept: _Process | None = None
+        self._checked: set[str | None] = set()  # the backends a worker said are available
+
+    def check(self, unit: Unit, backend: str | None, options: Any) -> Report:
+        """The report (one backend) of ``unit``'s targets checked on ``backend`` with ``options``.
+
+        Raises:
+            WorkerFailure: the backend is not available, or the worker cannot start at all.
+        """
+        # a worker about to start (the first, or one after a death) checks the backend first, as the first did
+        fresh = backend not in self._checked or self._kept is None or not self._kept.alive()
+        supervisor = _Supervisor([unit], [backend], dataclasses.replace(options, isolate=True), fresh, None)
+        supervisor.serve = True  # the worker waits for the next point
+        supervisor.kept = self._kept
+        supervisor.interpreter = self.interpreter
+        supervisor.devices = self.devices
+        try:
+            report = _reports(supervisor.run())[0]
+        finally:
+            self._kept = supervisor.kept
+        self._checked.add(backend)
+        return report
+
+    def close(self) -> None:
+        """End the kept worker."""
+        if self._kept is not None:
+            self._kept.close()
+            self._kept = None

@@ -140,8 +140,8 @@ def discard_prestarted() -> None:
 
 
 def prestart_for(argv: Sequence[str]) -> None:
-    """:func:`prestart` for a ``fieldmem`` command line that checks in a worker (``check``, isolated,
-    not asking for help)."""
-    if list(argv[:1]) != ["check"] or any(a in ("--no-isolate", "--help", "-h") for a in argv):
+    """:func:`prestart` for a ``fieldmem`` command line that checks in a worker (``check``, isolated, or
+    ``fit``; not asking for help)."""
+    if list(argv[:1]) not in (["check"], ["fit"]) or any(a in ("--no-isolate", "--help", "-h") for a in argv):
         return
     prestart()

@@ -66,6 +66,7 @@ KEYS: dict[str, str] = {
     "backends": 'backends to check on, each with its own report, e.g. ["cpu", "tpu:v5e", "gpu:h100"]',
     "jax": 'jax releases to check under, each in its own cached environment, e.g. ["0.9.2", "0.10.2"]',
     "target": '[[tool.fieldmem.target]] tables, each with target = "pkg.model:update"',
+    "fit": '[[tool.fieldmem.fit]] tables, each a search of fieldmem fit with target = "pkg.train:step"',
 }
 TARGET_KEYS = (
     "target",
@@ -113,6 +114,7 @@ class Config:
     fast_compile: bool | None = None
     backends: tuple[str, ...] | None = None  # each target on each, as --backend cpu,tpu:v5e
     jax: tuple[str, ...] | None = None  # each target under each jax release, as --jax 0.9.2,0.10.2
+    fits: tuple[Any, ...] = ()  # the searches of a bare fieldmem fit ([[tool.fieldmem.fit]]: FitTable)
 
     @property
     def all_targets(self) -> tuple[str, ...]:
@@ -365,7 +367,23 @@ def _parse(data: Mapping[str, Any], file: Path) -> Config:
         fast_compile=table.get("fast-compile", bool),
         backends=table.parsed("backends", lambda value, where: parse_backends(value, f"{where} ="), str, list),
         jax=table.parsed("jax", lambda value, where: parse_jax_versions(value, f"{where} ="), str, list),
+        fits=_fit_tables(table, root),
     )
+
+
+def _fit_tables(table: _Table, root: Path) -> tuple[Any, ...]:
+    """``[[tool.fieldmem.fit]]`` (or one ``[tool.fieldmem.fit]`` table): parsed by :mod:`fieldmem.request.fit`."""
+    value = table.data.get("fit")
+    if value is None:
+        return ()
+    from fieldmem.request.fit import parse_fit_tables
+
+    try:
+        return parse_fit_tables(
+            value, _shown(table.file), lambda spec: _rebase_spec(spec, root), lambda path: _rebase(path, root)
+        )
+    except OptionError as exc:
+        raise ConfigError(exc.message) from None
 
 
 def _per_target(table: _Table, root: Path) -> tuple[TargetConfig, ...]:

@@ -56,6 +56,7 @@ __all__ = [
     "resolve_object",
     "resolve_target",
     "step_result_name",
+    "with_knobs",
 ]
 
 
@@ -76,6 +77,8 @@ class TargetOptions:
     max_peak: int | None = None
     max_live_peak: int | None = None
     new: tuple[str, ...] | None = None  # output paths declared new
+    # fieldmem fit: keyword arguments the args factory is called with (its knobs, at one point of a search)
+    knobs: tuple[tuple[str, bool | int | float | str], ...] | None = None
 
     def overridden_by(self, other: TargetOptions) -> TargetOptions:
         """These options with every setting ``other`` gives put in their place.
@@ -94,6 +97,7 @@ class TargetOptions:
             max_peak=other.max_peak if other.max_peak is not None else self.max_peak,
             max_live_peak=other.max_live_peak if other.max_live_peak is not None else self.max_live_peak,
             new=other.new if other.new is not None else self.new,
+            knobs=other.knobs if other.knobs is not None else self.knobs,
         )
 
 
@@ -602,6 +606,8 @@ def _from_case(
     elif options.shapes is not None:
         shapes = options.shapes
         factory, origin = None, "--shapes"  # abstract arrays, made by the driver from ``shapes``
+    if options.knobs is not None:
+        factory, origin = with_knobs(factory, origin, options.knobs)
     fn_name = _function_name(case.function, module)
     return Target(
         spec=spec,
@@ -647,6 +653,39 @@ def given_name(fn: Any, module: ModuleType | None = None) -> str:
     if not names or qualname in names:
         return qualname
     return names[0]
+
+
+def with_knobs(
+    factory: Callable[..., Any] | None, origin: str | None, knobs: tuple[tuple[str, Any], ...]
+) -> tuple[Callable[[], Any], str]:
+    """The args ``factory`` called with the keyword arguments ``knobs`` (``fieldmem fit``'s point), and its
+    origin naming them: ``pkg.train:make_args(batch=256, remat='dots')``.
+
+    Raises:
+        ArgumentsError: there is no factory (``--shapes``, no ``--args``), or it takes no parameter of a
+            knob's name (naming those it takes).
+    """
+    shown = ", ".join(f"{name}={value!r}" for name, value in knobs)
+    if factory is None:
+        names = ", ".join(name for name, _ in knobs) or "its knobs"
+        raise ArgumentsError(
+            f"fieldmem fit varies the keyword parameters of an args factory ({names}), and "
+            f"{'--shapes gives' if origin == '--shapes' else 'this target has'} none: pass --args MODULE:FACTORY"
+        )
+    origin = origin or str(getattr(factory, "__qualname__", "the args factory"))
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):  # a builtin or a callable without a signature: its call says
+        parameters = None
+    if parameters is not None and not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        takes = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        for name, _ in knobs:
+            if name not in takes:
+                close = difflib.get_close_matches(name, takes, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                listed = f"it takes {', '.join(takes)}" if takes else "it takes no keyword parameter"
+                raise ArgumentsError(f"args factory {origin} has no parameter {name!r} to vary ({listed}){hint}")
+    return functools.partial(factory, **dict(knobs)), f"{origin}({shown})"
 
 
 def _chain_from_case(
