@@ -31,7 +31,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import bench_backends  # noqa: E402
+import machine  # noqa: E402
 
 POD = "examples/pod/train_step.py"
 
@@ -55,7 +55,8 @@ def _meta(repeat: int) -> dict[str, Any]:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "machine": machine.label(),
+        "machine_figures": machine.describe(),
         "jax": jax.__version__,
         "commit": commit.stdout.strip() or "unknown",
         "repeat": repeat,
@@ -104,40 +105,79 @@ def small(repeat: int, out: Path, glibc_default: str) -> int:
     return 0
 
 
+def _setting(value: str, cores: int) -> str:
+    """A ``MALLOC_ARENA_MAX`` setting as given (``2``, ``13``), ``cores`` or ``glibc`` (8 per core)."""
+    return str(cores) if value == "cores" else str(8 * cores) if value == "glibc" else str(int(value))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=None)
     parser.add_argument("--small", action="store_true", help="a small check's wall time instead of the pod")
+    parser.add_argument(
+        "--arenas",
+        nargs="*",
+        default=["2", "glibc"],
+        help="MALLOC_ARENA_MAX settings for more `fieldmem -j 1` runs: a number, `cores` or `glibc` (8 per core)",
+    )
+    parser.add_argument("--default-jobs", action="store_true", help="also fieldmem with its default --jobs")
+    parser.add_argument("--against", type=Path, default=None, help="also `fieldmem -j 1` of this checkout")
+    parser.add_argument("--naive-arenas", nargs="*", default=[], help="MALLOC_ARENA_MAX settings for naive runs")
+    parser.add_argument("--name", default=None, help="the result files' name (default arenas-<cores>cores)")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     options = parser.parse_args()
-    glibc_default = str(8 * (os.cpu_count() or 1))
+    cores = machine.describe()["cores"]
+    glibc_default = str(8 * cores)
     if options.small:
         return small(options.repeat or 12, options.out, glibc_default)
     options.repeat = options.repeat or 3
     scratch = Path(tempfile.mkdtemp(prefix="fieldmem-arenas-"))
-    fieldmem = bench_backends.fieldmem_command([POD], "tpu:v5e:16x16", str(scratch / "pod.json"), "-j", "1")
+
+    def fieldmem(name: str, *extra: str) -> list[str]:
+        return bench_backends.fieldmem_command([POD], "tpu:v5e:16x16", str(scratch / f"{name}.json"), *extra)
+
     naive = [sys.executable, "benchmarks/naive_backends.py", "pod"]
-    runs: dict[str, tuple[list[str], dict[str, str]]] = {
-        "naive": (naive, {}),
-        "fieldmem -j 1": (fieldmem, {}),
-        "fieldmem -j 1, glibc's arenas": (fieldmem, {"MALLOC_ARENA_MAX": glibc_default}),
-        "naive, two arenas": (naive, {"MALLOC_ARENA_MAX": "2"}),
-    }
+    # name: (command, environment, checkout, report file)
+    runs: dict[str, tuple[list[str], dict[str, str], Path, str | None]] = {"naive": (naive, {}, ROOT, None)}
+    runs["fieldmem -j 1"] = (fieldmem("j1", "-j", "1"), {}, ROOT, "j1")
+    for value in options.arenas:
+        setting = _setting(value, cores)
+        key = f"a{setting}"
+        runs[f"fieldmem -j 1, MALLOC_ARENA_MAX={setting}"] = (
+            fieldmem(key, "-j", "1"),
+            {"MALLOC_ARENA_MAX": setting},
+            ROOT,
+            key,
+        )
+    if options.default_jobs:
+        runs["fieldmem, default --jobs"] = (fieldmem("default"), {}, ROOT, "default")
+    if options.against is not None:
+        against = options.against.resolve()
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=against, capture_output=True, text=True)
+        label = commit.stdout.strip() or against.name
+        runs[f"fieldmem -j 1 at {label}"] = (fieldmem("against", "-j", "1"), {}, against, "against")
+    for value in options.naive_arenas:
+        setting = _setting(value, cores)
+        runs[f"naive, MALLOC_ARENA_MAX={setting}"] = (naive, {"MALLOC_ARENA_MAX": setting}, ROOT, None)
     walls: dict[str, list[float]] = {name: [] for name in runs}
     memory: dict[str, list[float]] = {name: [] for name in runs}
+    compiles: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(options.repeat):
-        for name, (command, environ) in runs.items():
+        for name, (command, environ, root, report) in runs.items():
             saved = os.environ.get("MALLOC_ARENA_MAX")
             os.environ.pop("MALLOC_ARENA_MAX", None)
             os.environ.update(environ)
             try:
-                seconds, _, together = bench_backends.measured_tree(command)
+                seconds, _, together = bench_backends.measured_tree(command, root=root)
             finally:
                 os.environ.pop("MALLOC_ARENA_MAX", None)
                 if saved is not None:
                     os.environ["MALLOC_ARENA_MAX"] = saved
             walls[name].append(round(seconds, 1))
             memory[name].append(round(together))
+            if report is not None:  # the seconds fieldmem's report gives its two compiles, together
+                [result] = json.loads((scratch / f"{report}.json").read_text())["results"]
+                compiles[name].append(round(sum(v["compile_seconds"] for v in result["variants"].values()), 1))
             print(f"arenas: {name}: {seconds:.1f} s, {together:.0f} MiB", flush=True)
     rows = {
         name: {
@@ -145,35 +185,41 @@ def main() -> int:
             "tree_peak_rss_mib": memory[name],
             "median_wall_s": statistics.median(walls[name]),
             "most_tree_peak_rss_mib": max(memory[name]),
+            **({"compile_s": compiles[name]} if compiles[name] else {}),
         }
         for name in runs
     }
+    base = rows["naive"]
+    for row in rows.values():
+        row["wall_over_naive"] = round(row["median_wall_s"] / base["median_wall_s"], 3)
+        row["rss_over_naive"] = round(row["most_tree_peak_rss_mib"] / base["most_tree_peak_rss_mib"], 3)
     document: dict[str, Any] = {
         **_meta(options.repeat),
         "glibc_default_arenas": int(glibc_default),
         "runs": rows,
     }
-    base = rows["naive"]
     lines = [
-        "# The pod check, `--jobs 1`: two malloc arenas against glibc's default",
+        "# The pod check, `--jobs 1`, by malloc arenas, against the naive script",
         "",
         f"- date: {document['date']}; machine: {document['machine']}; jax {document['jax']}; fieldmem"
         f" {document['commit']}",
         f"- {options.repeat} alternating runs each, fresh processes; memory: all of a run's processes together,"
-        " sampled every 0.02 s, the most over the runs",
+        " sampled every 0.02 s, the most over the runs; compiles: the seconds fieldmem's report gives its two"
+        f" compiles, added; glibc's default here: {glibc_default} arenas (8 per core)",
         "",
-        "| run | walls (s) | median / naive | peak RSS, all processes (MiB) | most / naive's most |",
-        "|---|---|---:|---|---:|",
+        "| run | walls (s) | median / naive | compiles (s) | peak RSS, all processes (MiB) | most / naive's most |",
+        "|---|---|---:|---|---|---:|",
     ]
     for name, row in rows.items():
+        spent = ", ".join(f"{c:.1f}" for c in row.get("compile_s", [])) or "—"
         lines.append(
-            f"| {name} | {', '.join(f'{w:.1f}' for w in row['wall_s'])} |"
-            f" {row['median_wall_s'] / base['median_wall_s']:.2f} | {', '.join(str(m) for m in row['tree_peak_rss_mib'])} |"
-            f" {row['most_tree_peak_rss_mib'] / base['most_tree_peak_rss_mib']:.2f} |"
+            f"| {name} | {', '.join(f'{w:.1f}' for w in row['wall_s'])} | {row['wall_over_naive']:.2f} | {spent} |"
+            f" {', '.join(str(m) for m in row['tree_peak_rss_mib'])} | {row['rss_over_naive']:.2f} |"
         )
+    name = options.name or f"arenas-{cores}cores"
     options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / "arenas.json").write_text(json.dumps(document, indent=1) + "\n")
-    (options.out / "arenas.md").write_text("\n".join(lines) + "\n")
+    (options.out / f"{name}.json").write_text(json.dumps(document, indent=1) + "\n")
+    (options.out / f"{name}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
 
