@@ -58,7 +58,8 @@ def _meta(repeat: int) -> dict[str, Any]:
         "machine": machine.label(),
         "machine_figures": machine.describe(),
         "jax": jax.__version__,
-        "commit": commit.stdout.strip() or "unknown",
+        # a copy without git (the lent machine's) names its commit in $BENCH_COMMIT
+        "commit": commit.stdout.strip() or os.environ.get("BENCH_COMMIT", "unknown"),
         "repeat": repeat,
     }
 

@@ -483,8 +483,8 @@ def meta(quick: bool, skipped: list[str]) -> dict[str, Any]:
                 ["git", "status", "--porcelain", "fieldmem"], cwd=ROOT, capture_output=True, text=True
             ).stdout
         )
-    except (OSError, subprocess.CalledProcessError):
-        commit, dirty = "unknown", False
+    except (OSError, subprocess.CalledProcessError):  # a copy without git (the lent machine's): $BENCH_COMMIT
+        commit, dirty = os.environ.get("BENCH_COMMIT", "unknown"), False
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {machine.label()}, {platform.system()}",
