@@ -1,28 +1,32 @@
-"""The pod check with ``--jobs 1`` and at most two glibc malloc arenas in the worker, against glibc's default.
+"""The pod check with ``--jobs 1`` by glibc malloc arenas, against the naive script.
 
-fieldmem's worker asks glibc for at most two malloc arenas when it compiles one
-program at a time (``fieldmem.engine.worker.fewer_malloc_arenas``). This script
-measures what that changes, on the pod example (``tpu:v5e:16x16``), in one run,
-alternating, each a fresh process:
+fieldmem's worker asks glibc for one malloc arena per usable core (at least two) when
+it compiles one program at a time (``fieldmem.engine.worker.fewer_malloc_arenas``,
+``fieldmem.machine.malloc_arenas``). This script measures what that changes, on the pod
+example (``tpu:v5e:16x16``), in one run, alternating, each a fresh process:
 
 - ``naive``: ``naive_backends.py pod``, the two compiles by hand;
-- ``fieldmem -j 1``: as fieldmem runs (two arenas);
-- ``fieldmem -j 1, glibc's arenas``: the same with ``MALLOC_ARENA_MAX`` set to glibc's
-  own default for this machine (8 per core), which fieldmem leaves as it is;
-- ``naive, two arenas``: the naive script with ``MALLOC_ARENA_MAX=2``, the same
-  allocator setting by hand.
+- ``fieldmem -j 1``: as fieldmem runs (its own rule);
+- ``fieldmem -j 1, MALLOC_ARENA_MAX=N``: the same with each setting of ``--arenas`` (a
+  number, ``cores`` or ``glibc``: 8 per core, glibc's own default), which fieldmem leaves as
+  it is;
+- ``fieldmem, default --jobs`` (``--default-jobs``): the two variants at once;
+- ``fieldmem -j 1 at COMMIT`` (``--against CHECKOUT``): another checkout's fieldmem;
+- ``naive, MALLOC_ARENA_MAX=N`` (``--naive-arenas``): the allocator setting by hand.
 
-Per run: the wall seconds and the peak resident memory of all the run's processes
-together (``bench_backends.measured_tree``). Medians of the walls, the most of the
-memories. Writes ``results/arenas.{json,md}``.
+Per run: the wall seconds, the seconds fieldmem's report gives its two compiles, and the
+peak resident memory of all the run's processes together (``bench_backends.measured_tree``).
+Medians of the walls, the most of the memories, each over the naive script's. Writes
+``results/NAME.{json,md}`` (``--name``; default ``arenas-<cores>cores``), naming the machine.
 
 ``--small``: instead, what the setting costs a small check, where fieldmem's own
 work is most of the time: ``fieldmem check -j 1 --no-cache`` of a synthetic module
 (``synth.py``, one function, 1 and 1,000 leaves of f32[8,8], a fresh module per run),
-with two arenas and with glibc's default, alternating, ``--repeat`` runs each (default
+with fieldmem's arenas and with glibc's default, alternating, ``--repeat`` runs each (default
 12). Writes ``results/arenas-small.{json,md}``.
 
-    python benchmarks/bench_arenas.py [--repeat 3] [--small]
+    python benchmarks/bench_arenas.py [--repeat 3] [--arenas 2 cores glibc] [--default-jobs]
+        [--against CHECKOUT] [--name NAME] [--small]
 """
 
 from __future__ import annotations
@@ -52,14 +56,12 @@ POD = "examples/pod/train_step.py"
 def _meta(repeat: int) -> dict[str, Any]:
     import jax
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine.label(),
         "machine_figures": machine.describe(),
         "jax": jax.__version__,
-        # a copy without git (the lent machine's) names its commit in $BENCH_COMMIT
-        "commit": commit.stdout.strip() or os.environ.get("BENCH_COMMIT", "unknown"),
+        "commit": machine.commit(ROOT),
         "repeat": repeat,
     }
 

@@ -474,17 +474,6 @@ def meta(quick: bool, skipped: list[str]) -> dict[str, Any]:
         )
     except (OSError, StopIteration):
         pass
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "fieldmem"], cwd=ROOT, capture_output=True, text=True
-            ).stdout
-        )
-    except (OSError, subprocess.CalledProcessError):  # a copy without git (the lent machine's): $BENCH_COMMIT
-        commit, dirty = os.environ.get("BENCH_COMMIT", "unknown"), False
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {machine.label()}, {platform.system()}",
@@ -494,7 +483,7 @@ def meta(quick: bool, skipped: list[str]) -> dict[str, Any]:
         "python": platform.python_version(),
         "jax": version("jax"),
         "jaxlib": version("jaxlib"),
-        "fieldmem_commit": commit + ("+changes" if dirty else ""),
+        "fieldmem_commit": machine.commit(ROOT),
         "environment": "JAX_PLATFORMS=cpu for every process (naive and fieldmem); JAX_COMPILATION_CACHE_DIR and "
         "XLA_FLAGS unset; fieldmem's default cache folder is this run's ($FIELDMEM_CACHE_DIR)",
         "quick": quick,

@@ -71,3 +71,23 @@ def label_of(cores: int, memory_gib: float | None, accelerator: str | None) -> s
 def label() -> str:
     """One line: ``13 cores, 40 GiB (the TPU host)``, ``2 cores, 24 GiB (no accelerator)``."""
     return str(describe()["label"])
+
+
+def commit(root: Path) -> str:
+    """The short commit of the checkout at ``root``, with ``+changes`` where its fieldmem/ differs from it; in a
+    copy without a git checkout of its own (the lent machine's, which may sit inside another checkout: its
+    HEAD is not this copy's), ``$BENCH_COMMIT``, else ``unknown``."""
+    import subprocess
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    if top is None or Path(top).resolve() != root.resolve():
+        return os.environ.get("BENCH_COMMIT", "unknown")
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "fieldmem") else "")
