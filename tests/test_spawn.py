@@ -85,26 +85,3 @@ def test_a_worker_started_ahead_that_no_check_takes_ends_with_the_command(
     (worker,) = started
     assert spawn._prestarted is None
     assert worker.process.returncode is not None and not alive(worker.process.pid)
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux's pipe sizes")
-def test_the_answers_pipe_holds_a_reading_the_parent_has_not_read_yet() -> None:
-    """A worker writes each variant's reading and compiles on while the parent is busy: its pipe holds 1 MiB
-    (the kernel's default, 64 KiB, had it wait on a full pipe), or what the system allows."""
-    import fcntl
-    import os
-
-    spawned = spawn.spawn()
-    try:
-        size = fcntl.fcntl(spawned.answers, getattr(fcntl, "F_GETPIPE_SZ", 1032))
-        with open("/proc/sys/fs/pipe-max-size") as limit:
-            most = int(limit.read())
-        assert size == min(spawn.PIPE_BYTES, most) or (most < spawn.PIPE_BYTES and size >= 256 << 10), size
-        assert size > 64 << 10
-    finally:
-        spawned.process.kill()
-        spawned.process.wait()
-        os.close(spawned.answers)
-        for stream in (spawned.process.stdin, spawned.process.stdout):
-            if stream is not None:
-                stream.close()

@@ -11,13 +11,6 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from types import ModuleType
-
-fcntl: ModuleType | None
-try:
-    import fcntl
-except ImportError:  # pragma: no cover - not on a POSIX system
-    fcntl = None
 
 __all__ = [
     "Interpreter",
@@ -51,30 +44,10 @@ class Spawned:
     answers: int
 
 
-#: the most a pipe may hold that fieldmem asks for (Linux's default limit for an unprivileged process, 1 MiB)
-PIPE_BYTES = 1 << 20
-
-
-def _widen(pipe: int) -> None:
-    """(Linux) Let the answers pipe hold up to :data:`PIPE_BYTES` (the kernel's default is 64 KiB), or as much
-    as ``/proc/sys/fs/pipe-max-size`` allows: a worker then writes a variant's reading and compiles on while
-    the parent, busy analysing the last one, has not read it yet, instead of waiting on a full pipe."""
-    if fcntl is None or not sys.platform.startswith("linux"):
-        return
-    setting = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Python 3.10+ names it; Linux's number otherwise
-    for size in (PIPE_BYTES, 256 << 10):
-        try:
-            fcntl.fcntl(pipe, setting, size)
-            return
-        except OSError:  # over this system's limit: a smaller one, else the default
-            continue
-
-
 def spawn(interpreter: Interpreter | None = None) -> Spawned:
     """Start a worker (under ``interpreter``, else this Python). It waits for its request on stdin: it takes
     its environment, working directory and ``sys.path`` from it, not from the moment it started."""
     answers, answer_end = os.pipe()
-    _widen(answers)
     python = interpreter.python if interpreter is not None else sys.executable
     environ = {**os.environ, **dict(interpreter.environ)} if interpreter is not None else os.environ.copy()
     try:
