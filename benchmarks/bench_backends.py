@@ -33,6 +33,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import machine  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results"
 EXAMPLES = ["examples/field.py", "examples/sparse_row.py", "examples/stencil_scan.py", "examples/optimizer.py"]
 BACKENDS = ["cpu", "gpu:h100", "tpu:v5e"]
@@ -75,20 +79,21 @@ def _tree_resident(root: int) -> int:
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def measured_tree(command: list[str]) -> tuple[float, float, float]:
+def measured_tree(command: list[str], root: Path = ROOT) -> tuple[float, float, float]:
     """Run ``command`` in a fresh process: (wall seconds, peak resident MiB of the largest process,
     peak resident MiB of the process and its children together, sampled every ``TREE_SAMPLE_SECONDS``).
 
     The largest process (``ru_maxrss`` from ``os.wait4``: the most any one of them held) undercounts a
     tool that runs in several processes (fieldmem's parent beside its worker); the sum is what the
-    machine gave the run, read from ``/proc`` (a sample can miss a peak shorter than its period).
+    machine gave the run, read from ``/proc`` (a sample can miss a peak shorter than its period). ``root``: the
+    checkout whose fieldmem runs (first on ``PYTHONPATH``, the working directory).
     """
     import threading
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *filter(None, [env.get("PYTHONPATH")])])
     start = time.perf_counter()
-    child = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    child = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     assert child.stderr is not None
     peak = [0]
     done = threading.Event()
@@ -301,7 +306,8 @@ def main() -> None:
     date = datetime.date.today().isoformat()
     document: dict[str, Any] = {
         "date": date,
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "machine": f"{platform.machine()}, {machine.label()}, Python {platform.python_version()}",
+        "machine_figures": machine.describe(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "jax": jax.__version__,
         "repeat": args.repeat,

@@ -85,6 +85,7 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(1, str(ROOT))  # bench_watch.run() imports fieldmem in this process: this tree's
 
 import heavy  # noqa: E402
+import machine  # noqa: E402
 
 from synth import write_module  # noqa: E402
 
@@ -354,17 +355,21 @@ def warm(work: Path, env: dict[str, str], cache: Path, pairs: int, module: Path)
     }
 
 
-def overhead(work: Path, env: dict[str, str], repeat: int, quick: bool, salts: Salts) -> dict[str, Any]:
+def overhead(
+    work: Path, env: dict[str, str], repeat: int, quick: bool, salts: Salts, only: list[tuple[str, int]] | None = None
+) -> dict[str, Any]:
     """Each fieldmem run right after a floor run (``python -c 'import jax'``): a point's floor is the
-    median of its own floor runs, so a load that changes during the run moves both alike."""
+    median of its own floor runs, so a load that changes during the run moves both alike. ``only``: these
+    (dimension, value) points alone (``--overhead-points``), without the heavy module's diagnostic."""
     floor_command = [sys.executable, "-c", "import jax"]
     points = []
     grid: list[tuple[str, int, dict[str, int]]] = [
         (dimension, value, {**OVERHEAD_BASE, **extra, dimension: value})
         for dimension, (values, extra) in OVERHEAD.items()
         for value in (QUICK_OVERHEAD[dimension] if quick else values)
+        if only is None or (dimension, value) in only
     ]
-    if not quick:  # where the heavy section's time goes (a diagnostic: the issue sets no target there)
+    if not quick and only is None:  # where the heavy section's time goes (a diagnostic: the issue sets no target there)
         grid.append(("heavy module, layers", heavy.LAYERS, {}))
     for dimension, value, params in grid:
         runs = []
@@ -469,26 +474,16 @@ def meta(quick: bool, skipped: list[str]) -> dict[str, Any]:
         )
     except (OSError, StopIteration):
         pass
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = bool(
-            subprocess.run(
-                ["git", "status", "--porcelain", "fieldmem"], cwd=ROOT, capture_output=True, text=True
-            ).stdout
-        )
-    except (OSError, subprocess.CalledProcessError):
-        commit, dirty = "unknown", False
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.system()}",
+        "machine": f"{platform.machine()}, {machine.label()}, {platform.system()}",
+        "machine_figures": machine.describe(),
         "cpu": cpu,
         "load_average_start": list(os.getloadavg()),
         "python": platform.python_version(),
         "jax": version("jax"),
         "jaxlib": version("jaxlib"),
-        "fieldmem_commit": commit + ("+changes" if dirty else ""),
+        "fieldmem_commit": machine.commit(ROOT),
         "environment": "JAX_PLATFORMS=cpu for every process (naive and fieldmem); JAX_COMPILATION_CACHE_DIR and "
         "XLA_FLAGS unset; fieldmem's default cache folder is this run's ($FIELDMEM_CACHE_DIR)",
         "quick": quick,
@@ -675,6 +670,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: one pair each, fewer points")
     parser.add_argument("--skip", default="", help=f"sections not to run, comma-separated: {', '.join(SECTIONS)}")
+    parser.add_argument(
+        "--overhead-points",
+        default="",
+        help="the overhead section at these points alone, e.g. leaves=5000,functions=100 (default: every point)",
+    )
+    parser.add_argument("--name", default=None, help="the result files' name (default fast, fast-quick)")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     parser.add_argument("--render", type=Path, help="only write the .md of this results JSON")
     ns = parser.parse_args()
@@ -687,6 +688,16 @@ def main() -> int:
         print(f"bench_fast: error: unknown section {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
     pairs = 1 if ns.quick else 3
+    only = None
+    if ns.overhead_points:
+        try:
+            only = [(d.strip(), int(v)) for d, v in (p.split("=") for p in ns.overhead_points.split(","))]
+        except ValueError:
+            print(
+                f"bench_fast: error: --overhead-points {ns.overhead_points!r}: name them as leaves=5000",
+                file=sys.stderr,
+            )
+            return 2
     try:
         watcher = watch_module() if "watch" not in skipped else None
     except BenchError as exc:
@@ -733,7 +744,7 @@ def main() -> int:
             if "overhead" not in skipped:
                 print("overhead: by leaves and by functions", flush=True)
                 load["overhead"] = list(os.getloadavg())
-                results["overhead"] = overhead(work, env, pairs, ns.quick, salts)
+                results["overhead"] = overhead(work, env, pairs, ns.quick, salts, only)
             if "backends" not in skipped:
                 import bench_backends
 
@@ -769,7 +780,7 @@ def main() -> int:
     results["meta"]["load_average_end"] = list(os.getloadavg())
     results["summary"] = summary(results)
     # a run that stopped does not replace a complete one: its partial results go beside it
-    name = ("fast-quick" if ns.quick else "fast") + ("-stopped" if error is not None else "")
+    name = (ns.name or ("fast-quick" if ns.quick else "fast")) + ("-stopped" if error is not None else "")
     ns.out.mkdir(parents=True, exist_ok=True)
     (ns.out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
     text = markdown(results)

@@ -428,6 +428,10 @@ def check(
     try:
         request = build_request(flags, load_config(config))
         _renderers_installed(request)
+        if request.output.verbose:
+            from fieldmem.request.options import jobs_said
+
+            _say(jobs_said(request.options.jobs, request.jobs_choice, os.environ))
         reports, baseline_read, session = _check_all(request)
         code = emit_reports(reports, request, baseline_read)
     except FieldmemError as exc:

@@ -39,7 +39,8 @@ def test_defaults() -> None:
     assert request.target_options == TargetOptions() and dict(request.per_target) == {}
     options = request.options
     assert options.min_bytes == MIN_BYTES == 1024
-    assert options.jobs == default_jobs() == max(1, min(len(os.sched_getaffinity(0)), 8))
+    assert options.jobs == default_jobs() == request.jobs_choice.jobs
+    assert request.jobs_choice.cores == len(os.sched_getaffinity(0))
     assert (options.suggest, options.run, options.probe, options.isolate, options.fast_compile) == (
         False,
         False,

@@ -184,6 +184,11 @@ def test_output_file_and_verbose(in_assets: Path, tmp_path: Path) -> None:
     assert "models:step" in result.stdout and not result.stdout.lstrip().startswith("{")  # the table
     quiet = invoke(GOOD, "--min-bytes", "0")
     assert len(result.stdout) > len(quiet.stdout)
+    # -v says how many compiles run at once and from what; without it, nothing
+    assert "fieldmem: --jobs " in result.stderr and "(the default): " in result.stderr, result.stderr
+    assert "--jobs" not in quiet.stderr
+    one = invoke(GOOD, "-j", "1", "-v")
+    assert "fieldmem: --jobs 1 (given); one compile at a time, in at most" in one.stderr, one.stderr
 
 
 def test_output_file_in_a_missing_folder(in_assets: Path, tmp_path: Path) -> None:

@@ -184,3 +184,44 @@ def test_every_compile_of_a_check_goes_through_the_gate(monkeypatch: pytest.Monk
     compiled, seconds, _ = compile_lowered(lowered)
     assert seconds > 0 and compiled is not None
     assert gate.per_compile == 0  # measured: the fake memory did not grow
+
+
+# ---- the default --jobs: cores, memory, what one compile takes (fieldmem.request.options.choose_jobs)
+
+
+@pytest.mark.parametrize(
+    ("cores", "available", "jobs", "by_memory"),
+    [
+        (2, 24 * GIB, 2, 9),  # the 2-core machine: its cores
+        (13, 40 * GIB, 8, 15),  # the 13-core TPU host: at most MAX_JOBS
+        (6, 40 * GIB, 6, 15),
+        (32, 12 * GIB, 4, 4),  # many cores, little memory: what the memory holds
+        (8, 3 * GIB, 2, 0),  # too little for one at the largest size: two, the gate decides the second
+        (1, 40 * GIB, 1, 15),  # one core: one compile
+        (4, None, 4, None),  # memory unreadable: the cores
+    ],
+)
+def test_the_default_jobs_is_chosen_from_cores_and_memory(
+    cores: int, available: int | None, jobs: int, by_memory: int | None
+) -> None:
+    from fieldmem.request.options import MAX_JOBS, choose_jobs
+
+    assert MAX_JOBS == 8
+    choice = choose_jobs(cores, available)
+    assert (choice.jobs, choice.cores, choice.available, choice.by_memory) == (jobs, cores, available, by_memory)
+    assert choice.per_compile == UNMEASURED
+
+
+def test_the_choice_is_said_with_its_facts() -> None:
+    from fieldmem.request.options import choose_jobs, jobs_said
+
+    said = jobs_said(8, choose_jobs(13, 40 * GIB), {})
+    assert said.startswith("--jobs 8 (the default): 13 cores, 40.0 GiB available holds 15 compiles of 2.5 GiB")
+    assert "at most 8" in said
+    assert jobs_said(1, None, {}).startswith("--jobs 1 (given); one compile at a time, in at most ")
+    one = jobs_said(1, choose_jobs(1, None), {})
+    assert one == (
+        "--jobs 1 (the default): 1 core, the memory available unread, at most 8; a compile beside others starts"
+        " while the memory left holds it; one compile at a time, in at most 2 malloc arenas (one per core)"
+    )
+    assert jobs_said(1, None, {"MALLOC_ARENA_MAX": "4"}).endswith("MALLOC_ARENA_MAX=4 as set")

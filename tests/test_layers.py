@@ -63,8 +63,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "gate": ("fieldmem.gate",),  # diffs, baselines, comparisons
     # formatting a report; and the JSON Schemas of the report and the baseline, made from their records
     "render": ("fieldmem.render", "fieldmem.schema"),
-    # shared ground: records, their codec, errors, units, files, the collector pause, bundled data, and the
-    # one rule by which every output shows user text (escaping)
+    # shared ground: records, their codec, errors, units, files, the collector pause, bundled data, the
+    # one rule by which every output shows user text (escaping), and the machine as the speed rules read it
     "ground": (
         "fieldmem.errors",
         "fieldmem.report",
@@ -80,6 +80,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
         "fieldmem.escaping",
         "fieldmem.specs",
         "fieldmem.versions",
+        "fieldmem.machine",
     ),
 }
 

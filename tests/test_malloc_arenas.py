@@ -1,5 +1,6 @@
-"""A worker that compiles one program at a time keeps at most two glibc malloc arenas
-(fieldmem.engine.worker.fewer_malloc_arenas); benchmarks/bench_arenas.py measures what it saves."""
+"""A worker that compiles one program at a time keeps one glibc malloc arena per usable core, at least two
+(fieldmem.engine.worker.fewer_malloc_arenas, fieldmem.machine.malloc_arenas); benchmarks/bench_arenas.py
+measures what it saves and what fewer would cost."""
 
 from __future__ import annotations
 
@@ -25,20 +26,38 @@ class _Libc:
         return 1
 
 
-def test_two_arenas_are_asked_for() -> None:
+@pytest.mark.parametrize(("cores", "arenas"), [(1, 2), (2, 2), (13, 13), (64, 64)])
+def test_one_arena_per_core_is_asked_for(cores: int, arenas: int) -> None:
     libc = _Libc()
-    assert worker.fewer_malloc_arenas({}, libc=libc)
-    assert libc.calls == [(worker.M_ARENA_MAX, 2)]
+    assert worker.fewer_malloc_arenas({}, libc=libc, cores=cores) == arenas
+    assert libc.calls == [(worker.M_ARENA_MAX, arenas)]
+
+
+def test_the_cores_are_the_usable_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    import fieldmem.machine as machine
+
+    monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
+    libc = _Libc()
+    assert worker.fewer_malloc_arenas({}, libc=libc) == 13
+    assert libc.calls == [(worker.M_ARENA_MAX, 13)]
+
+
+def test_a_refused_setting_says_none_was_set() -> None:
+    class Refusing(_Libc):
+        def mallopt(self, parameter: int, value: int) -> int:
+            return 0
+
+    assert worker.fewer_malloc_arenas({}, libc=Refusing(), cores=4) == 0
 
 
 def test_the_users_malloc_arena_max_is_left_as_it_is() -> None:
     libc = _Libc()
-    assert not worker.fewer_malloc_arenas({"MALLOC_ARENA_MAX": "8"}, libc=libc)
+    assert worker.fewer_malloc_arenas({"MALLOC_ARENA_MAX": "8"}, libc=libc) == 0
     assert libc.calls == []
 
 
 def test_a_libc_without_mallopt_sets_nothing() -> None:
-    assert not worker.fewer_malloc_arenas({}, libc=object())
+    assert worker.fewer_malloc_arenas({}, libc=object()) == 0
 
 
 @pytest.mark.parametrize(("jobs", "asked"), [(1, True), (2, False)])
@@ -46,7 +65,7 @@ def test_the_worker_asks_only_when_it_compiles_one_at_a_time(
     monkeypatch: pytest.MonkeyPatch, jobs: int, asked: bool
 ) -> None:
     called: list[bool] = []
-    monkeypatch.setattr(worker, "fewer_malloc_arenas", lambda: called.append(True) or True)
+    monkeypatch.setattr(worker, "fewer_malloc_arenas", lambda: called.append(True) or 2)
     request = {"check_options": encode(CheckOptions(jobs=jobs))}
     worker._Worker(request, sys.stdout, queue.Queue())
     assert called == ([True] if asked else [])
@@ -59,7 +78,7 @@ _ARENAS = textwrap.dedent(
     import ctypes, sys, threading
     from fieldmem.engine.worker import fewer_malloc_arenas
     if sys.argv[1] == "fewer":
-        assert fewer_malloc_arenas()
+        assert fewer_malloc_arenas(cores=2) == 2
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = [ctypes.c_size_t]

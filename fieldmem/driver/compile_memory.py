@@ -27,15 +27,11 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 
+from fieldmem.machine import RESERVE, UNMEASURED, available_memory, read_text
+
 __all__ = ["GATE", "RESERVE", "UNMEASURED", "CompileGate", "admits", "available_memory", "resident_memory"]
 
-RESERVE = 1 << 30  # left to everything else (the parent, the analysis, the system)
 SAMPLE_SECONDS = 0.02  # how often the resident memory is read while compiles run
-
-
-#: what a compile is taken to need before any has ended: the largest measured in
-#: benchmarks/results/compile-memory.md (2572 MiB, the 32-block step on the CPU), rounded up
-UNMEASURED = 2600 << 20
 
 
 def admits(available: int | None, per_compile: int | None, running: int, reserve: int = RESERVE) -> bool:
@@ -48,51 +44,10 @@ def admits(available: int | None, per_compile: int | None, running: int, reserve
     return available >= reserve + need * (running + 1)
 
 
-def _meminfo_available(text: str) -> int | None:
-    for line in text.splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return None
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path) as file:
-            return file.read()
-    except OSError:
-        return None
-
-
-_CGROUP_FILES = (  # (limit, use): cgroup v2, then v1
-    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-)
-_NO_LIMIT = 1 << 60  # v1 writes "no limit" as a number near 2**63
-
-
-def available_memory(read: Callable[[str], str | None] = _read) -> int | None:
-    """The bytes of memory this process may still take: the host's ``MemAvailable``, or its cgroup's limit
-    less what the cgroup uses where that is less; None where neither can be read."""
-    found = []
-    meminfo = read("/proc/meminfo")
-    host = _meminfo_available(meminfo) if meminfo else None
-    if host is not None:
-        found.append(host)
-    for limit_file, use_file in _CGROUP_FILES:
-        limit, use = read(limit_file), read(use_file)
-        if limit is None or use is None:
-            continue
-        limit, use = limit.strip(), use.strip()
-        if limit.isdigit() and use.isdigit() and int(limit) < _NO_LIMIT:
-            found.append(max(0, int(limit) - int(use)))
-        break
-    return min(found) if found else None
-
-
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def resident_memory(read: Callable[[str], str | None] = _read) -> int | None:
+def resident_memory(read: Callable[[str], str | None] = read_text) -> int | None:
     """This process's resident memory in bytes (``/proc/self/statm``'s second field, in pages: cheaper to
     read than ``status``, while a compile runs); None where it cannot be read."""
     statm = read("/proc/self/statm")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -414,12 +415,25 @@ def _formats(tree: Any) -> list[tuple[str | None, str | None]] | None:
         )
     except Exception:
         return None
+    # thousands of leaves share a few shardings and layouts (equal objects, often the same one): each is
+    # described once; their words depend on nothing that equality leaves out
+    said: dict[tuple[type, Any], str | None] = {}
+
+    def once(thing: Any, describe: Callable[[Any], str | None]) -> str | None:
+        try:
+            key = (type(thing), thing)
+            if key not in said:
+                said[key] = describe(thing)
+            return said[key]
+        except TypeError:  # not hashable
+            return describe(thing)
+
     result: list[tuple[str | None, str | None]] = []
     for leaf in leaves:
         if hasattr(leaf, "layout") and hasattr(leaf, "sharding"):
-            result.append((describe_sharding(leaf.sharding), _describe_layout(leaf.layout)))
+            result.append((once(leaf.sharding, describe_sharding), once(leaf.layout, _describe_layout)))
         else:
-            result.append((describe_sharding(leaf), None))
+            result.append((once(leaf, describe_sharding), None))
     return result
 
 

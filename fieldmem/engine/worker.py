@@ -101,41 +101,44 @@ def _warm_up() -> None:
 
 #: glibc's ``mallopt`` parameter for the most malloc arenas (malloc.h's ``M_ARENA_MAX``)
 M_ARENA_MAX = -8
-#: the arenas a worker compiling one program at a time keeps (glibc's default: 8 per core)
-ONE_AT_A_TIME_ARENAS = 2
 
 
-def fewer_malloc_arenas(environ: Mapping[str, str] | None = None, libc: Any = None) -> bool:
-    """With ``--jobs 1``, let glibc's malloc keep at most :data:`ONE_AT_A_TIME_ARENAS` arenas in this process;
-    whether it was set.
+def fewer_malloc_arenas(environ: Mapping[str, str] | None = None, libc: Any = None, cores: int | None = None) -> int:
+    """With ``--jobs 1``, let glibc's malloc keep at most :func:`fieldmem.machine.malloc_arenas` arenas in this
+    process (one per usable core, at least two; ``cores``: the usable cores, read when None); the number asked
+    for, 0 where nothing was set.
 
     glibc gives a thread that allocates an arena of its own, up to 8 per core, and keeps the memory freed in
     each for that arena's next use. A compile's threads (libtpu's code generation, LLVM's) spread over many
-    arenas, so the memory the first variant's compile freed is held where the second's does not reuse it:
-    the pod example's ``--jobs 1`` check holds less with two arenas, and a small check takes a little longer
-    (benchmarks/bench_arenas.py). Compiles at once are left to glibc's default: few arenas slowed them.
+    arenas, so the memory the first variant's compile freed is held where the second's does not reuse it;
+    fewer arenas than the compile's threads make them wait on each other's locks (two arenas made the pod
+    example's ``--jobs 1`` check three times slower on 13 cores). benchmarks/bench_arenas.py measures both.
+    Compiles at once are left to glibc's default: few arenas slowed them.
 
     Nothing is set where ``MALLOC_ARENA_MAX`` is in the environment (the user's choice, read by glibc at the
     start), off glibc, or where ``mallopt`` is missing. glibc fixes its arena limit once it has made more than
     8 arenas, so this holds only where the worker has not made that many before its request (otherwise the
     setting changes nothing). It holds for the rest of the process.
     """
+    from fieldmem.machine import malloc_arenas, usable_cores
+
     environ = os.environ if environ is None else environ
     if "MALLOC_ARENA_MAX" in environ:
-        return False
+        return 0
     if libc is None:
         try:
             if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
-                return False
+                return 0
             import ctypes
 
             libc = ctypes.CDLL(None)
         except (AttributeError, ValueError, OSError):  # no confstr name (not Linux), no libc to load
-            return False
+            return 0
     mallopt = getattr(libc, "mallopt", None)
     if mallopt is None:
-        return False
-    return bool(mallopt(M_ARENA_MAX, ONE_AT_A_TIME_ARENAS))
+        return 0
+    arenas = malloc_arenas(usable_cores() if cores is None else cores)
+    return arenas if mallopt(M_ARENA_MAX, arenas) else 0
 
 
 @dataclasses.dataclass

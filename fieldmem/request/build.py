@@ -31,7 +31,8 @@ from fieldmem.request.options import (
     MAX_DEVICES,
     MIN_BYTES,
     CheckOptions,
-    default_jobs,
+    JobsChoice,
+    choose_jobs,
     parse_backends,
     parse_expect,
     parse_format,
@@ -144,6 +145,7 @@ class CheckRequest:
     # where options.cache_dir was named, for messages: the option, or the config's key and file
     cache_dir_origin: str = "--cache-dir"
     watch: bool = False  # --watch: keep the worker and check again what each save changes
+    jobs_choice: JobsChoice | None = None  # how the default --jobs was chosen (None: --jobs or the config gave it)
 
 
 def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
@@ -189,7 +191,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
     for spec, factory in flags.args_for:  # --args given after this target: its own, over every layer
         spec = spec.strip()
         per_target[spec] = dataclasses.replace(per_target.get(spec, target_options), args=factory, shapes=None)
-    options, default_cache = _check_options(flags, config)
+    options, default_cache, jobs_choice = _check_options(flags, config)
     return CheckRequest(
         targets=targets,
         target_options=target_options,
@@ -208,6 +210,7 @@ def build_request(flags: CheckFlags, config: Config) -> CheckRequest:
         implied_devices=_implied_devices(backends) if flags.devices is None else None,
         cache_dir_origin=_cache_dir_origin(flags, config),
         watch=flags.watch,
+        jobs_choice=jobs_choice,
     )
 
 
@@ -413,8 +416,9 @@ def _first_given(*values: bool | None) -> bool:
     raise ValueError("no value given")  # pragma: no cover - every caller ends with a default
 
 
-def _check_options(flags: CheckFlags, config: Config) -> tuple[CheckOptions, bool]:
-    """How to check, and whether the driver picks the default compilation cache folder."""
+def _check_options(flags: CheckFlags, config: Config) -> tuple[CheckOptions, bool, JobsChoice | None]:
+    """How to check, whether the driver picks the default compilation cache folder, and how the default
+    ``--jobs`` was chosen (None: given)."""
     if flags.min_bytes is not None:
         min_bytes = parse_bytes(flags.min_bytes, "--min-bytes")
     else:
@@ -422,9 +426,10 @@ def _check_options(flags: CheckFlags, config: Config) -> tuple[CheckOptions, boo
     if flags.no_cache and flags.cache_dir is not None:
         raise OptionError("--cache-dir and --no-cache contradict each other: use one of them")
     cache_dir = None if flags.no_cache else (flags.cache_dir if flags.cache_dir is not None else config.cache_dir)
+    choice = None if flags.jobs or config.jobs else choose_jobs()
     options = CheckOptions(
         min_bytes=min_bytes,
-        jobs=flags.jobs or config.jobs or default_jobs(),
+        jobs=flags.jobs or config.jobs or (choice.jobs if choice is not None else 1),
         suggest=flags.suggest,
         cache_dir=cache_dir,
         fast_compile=_first_given(flags.fast_compile, config.fast_compile, True),
@@ -433,7 +438,7 @@ def _check_options(flags: CheckFlags, config: Config) -> tuple[CheckOptions, boo
         isolate=flags.isolate,
         timeout=flags.timeout,
     )
-    return options, not flags.no_cache and cache_dir is None
+    return options, not flags.no_cache and cache_dir is None, choice
 
 
 def _cache_dir_origin(flags: CheckFlags, config: Config) -> str:

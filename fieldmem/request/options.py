@@ -7,12 +7,12 @@ reads files, prints or imports jax.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fieldmem.errors import OptionError
+from fieldmem.machine import RESERVE, UNMEASURED, available_memory, malloc_arenas, usable_cores
 from fieldmem.report import EXPECTATIONS, Expectation
 from fieldmem.versions import is_release
 
@@ -23,8 +23,11 @@ __all__ = [
     "MAX_JOBS",
     "MIN_BYTES",
     "CheckOptions",
+    "JobsChoice",
+    "choose_jobs",
     "default_jobs",
     "footprint_budget",
+    "jobs_said",
     "parse_backends",
     "parse_expect",
     "parse_format",
@@ -77,20 +80,68 @@ MAX_DEVICES = 4096
 MAX_JOBS = 8
 
 
-def default_jobs() -> int:
-    """``--jobs`` when none is given: the CPU cores this process may use (its affinity mask, which
-    containers and ``taskset`` narrow), at most :data:`MAX_JOBS`.
+@dataclass(frozen=True)
+class JobsChoice:
+    """How many compiles the default ``--jobs`` runs at once, and the machine's facts it was chosen from."""
 
-    A compile runs in XLA's C++ code without the GIL, so while the pool's
-    threads compile, this thread lowers the next target
-    (benchmarks/bench_jobs.py measures the default against ``--jobs 1``;
-    results/jobs.md).
+    jobs: int
+    cores: int  # the CPU cores this process may use
+    available: int | None  # bytes of memory available when chosen (None: not readable here)
+    per_compile: int  # bytes one compile is taken to need until one is measured (the gate's assumption)
+    by_memory: int | None  # compiles of ``per_compile`` the memory available holds beside the reserve
+
+    def describe(self) -> str:
+        """One line for ``-v``: what was chosen and from what."""
+        gib = 1 << 30
+        said = f"--jobs {self.jobs} (the default): {self.cores} core{'s' if self.cores != 1 else ''}"
+        if self.available is None:
+            said += ", the memory available unread"
+        else:
+            said += (
+                f", {self.available / gib:.1f} GiB available holds {self.by_memory} compile"
+                f"{'s' if self.by_memory != 1 else ''} of {self.per_compile / gib:.1f} GiB (the most one took"
+                " in fieldmem's measurements)"
+            )
+        return said + f", at most {MAX_JOBS}; a compile beside others starts while the memory left holds it"
+
+
+def choose_jobs(
+    cores: int | None = None, available: int | Callable[[], int | None] | None = available_memory
+) -> JobsChoice:
+    """The default ``--jobs``: one compile per usable core, no more than the memory available holds (each
+    taken to need :data:`~fieldmem.machine.UNMEASURED`, the most one compile took in fieldmem's
+    measurements, beside :data:`~fieldmem.machine.RESERVE`), at least two where there are two cores (the
+    compile gate, :mod:`fieldmem.driver.compile_memory`, starts a second only where the memory measured
+    holds it), at most :data:`MAX_JOBS`.
+
+    A compile runs in XLA's C++ code without the GIL, so while the pool's threads compile, this thread lowers
+    the next target (benchmarks/bench_jobs.py measures the default against ``--jobs 1``; results/jobs.md).
     """
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, MAX_JOBS))
+    cores = usable_cores() if cores is None else max(1, cores)
+    free = available() if callable(available) else available
+    by_memory = None if free is None else max(0, free - RESERVE) // UNMEASURED
+    jobs = min(cores, MAX_JOBS)
+    if by_memory is not None:
+        jobs = min(jobs, max(by_memory, 2))
+    return JobsChoice(max(1, jobs), cores, free, UNMEASURED, by_memory)
+
+
+def jobs_said(jobs: int, choice: JobsChoice | None, environ: Mapping[str, str]) -> str:
+    """The ``-v`` line on how many compiles run at once: the default's choice and its facts (``choice``), or
+    the number given; with one at a time, the malloc arenas its worker keeps."""
+    said = choice.describe() if choice is not None else f"--jobs {jobs} (given)"
+    if jobs == 1:
+        if "MALLOC_ARENA_MAX" in environ:
+            said += f"; one compile at a time, MALLOC_ARENA_MAX={environ['MALLOC_ARENA_MAX']} as set"
+        else:
+            cores = choice.cores if choice is not None else usable_cores()
+            said += f"; one compile at a time, in at most {malloc_arenas(cores)} malloc arenas (one per core)"
+    return said
+
+
+def default_jobs() -> int:
+    """``--jobs`` when none is given (:func:`choose_jobs`)."""
+    return choose_jobs().jobs
 
 
 @dataclass(frozen=True)

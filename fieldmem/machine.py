@@ -1,0 +1,87 @@
+"""The machine as fieldmem's speed rules read it: the cores this process may use and the memory it may still
+take. No jax; nothing here prints.
+
+Every rule that depends on the machine reads it here: the default ``--jobs``
+(:func:`fieldmem.request.options.choose_jobs`), the malloc arenas of a worker that compiles one program at a
+time (:func:`malloc_arenas`), and the compiles at once by memory (:mod:`fieldmem.driver.compile_memory`).
+Each was chosen from measurements on a 2-core machine and on a 13-core one (benchmarks/README.md, "Rules
+that depend on the machine").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+__all__ = ["RESERVE", "UNMEASURED", "available_memory", "malloc_arenas", "read_text", "usable_cores"]
+
+#: memory left to everything beside the compiles (the parent, the analysis, the system)
+RESERVE = 1 << 30
+
+#: what a compile is taken to need before any has ended: the largest measured in
+#: benchmarks/results/compile-memory.md (2572 MiB, the 32-block step on the CPU), rounded up
+UNMEASURED = 2600 << 20
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may use: its affinity mask (which containers and ``taskset`` narrow), else
+    the machine's count, at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def malloc_arenas(cores: int) -> int:
+    """The glibc malloc arenas a worker compiling one program at a time keeps: one per usable core, at least two.
+
+    Measured on the pod example's ``--jobs 1`` check against the naive script's two compiles
+    (benchmarks/bench_arenas.py): on 2 cores two arenas took 1.02 of its time and 0.93 of its memory
+    (glibc's 16: 1.05 and 1.05); on 13 cores two arenas took 3.1 times its time, while 13 took 0.94 of it and
+    0.97 of its memory (glibc's 104: 1.09 and 1.06). A compile's threads (libtpu's code generation, LLVM's)
+    are about as many as the cores: fewer arenas than threads make them wait on each other's locks, more
+    keep memory one compile freed where the next does not reuse it.
+    """
+    return max(2, cores)
+
+
+def _meminfo_available(text: str) -> int | None:
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def read_text(path: str) -> str | None:
+    """The text of ``path``; None where it cannot be read."""
+    try:
+        with open(path) as file:
+            return file.read()
+    except OSError:
+        return None
+
+
+_CGROUP_FILES = (  # (limit, use): cgroup v2, then v1
+    ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+    ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+)
+_NO_LIMIT = 1 << 60  # v1 writes "no limit" as a number near 2**63
+
+
+def available_memory(read: Callable[[str], str | None] = read_text) -> int | None:
+    """The bytes of memory this process may still take: the host's ``MemAvailable``, or its cgroup's limit
+    less what the cgroup uses where that is less; None where neither can be read."""
+    found = []
+    meminfo = read("/proc/meminfo")
+    host = _meminfo_available(meminfo) if meminfo else None
+    if host is not None:
+        found.append(host)
+    for limit_file, use_file in _CGROUP_FILES:
+        limit, use = read(limit_file), read(use_file)
+        if limit is None or use is None:
+            continue
+        limit, use = limit.strip(), use.strip()
+        if limit.isdigit() and use.isdigit() and int(limit) < _NO_LIMIT:
+            found.append(max(0, int(limit) - int(use)))
+        break
+    return min(found) if found else None
