@@ -19,7 +19,7 @@ import pytest
 
 from fieldmem.engine.fit import search
 from fieldmem.errors import OptionError
-from fieldmem.findings.fit import fit_point, monotone_notes
+from fieldmem.findings.fit import fit_checks, fit_point, monotone_notes
 from fieldmem.fit_report import FitPoint, FitReport, FitRow, Knob, KnobValue
 from fieldmem.gate.fit import baseline_to_save, compare_fits, compare_to_baseline, load_fit_report
 from fieldmem.render import RenderOptions
@@ -553,3 +553,47 @@ def test_a_refused_program_is_not_compiled_again_where_the_environment_says_so(
     assert raised.value.kind == "out-of-memory"
     assert raised.value.message.startswith("does not fit a TPU v5e chip: libtpu refuses to compile it for tpu:v5e")
     assert refusal(Exception("INVALID_ARGUMENT: odd"), "tpu", memory, "tpu:v5e") is None  # not a refusal
+
+
+@pytest.mark.parametrize(
+    ("row", "passed", "value", "message"),
+    [
+        (
+            FitRow({"remat": "none"}, "none-fit", smallest_failing=8),
+            False,
+            None,
+            "no batch fits (remat=none): not even 8, below the floor of 100",
+        ),
+        (
+            FitRow({}, "budget", points=(FitPoint({"batch": 128}, "yes"), FitPoint({"batch": 512}, "unknown"))),
+            True,
+            128,
+            "batch=128 fits, at least 100 (the search stopped before its largest: budget)",
+        ),
+        (
+            FitRow({}, "unknown", points=(FitPoint({"batch": 64}, "yes"), FitPoint({"batch": 96}, "no"))),
+            False,
+            None,
+            "batch=96 does not fit, so the largest that fits is below the floor of 100",
+        ),
+        (
+            FitRow({}, "budget", points=(FitPoint({"batch": 64}, "yes"),)),
+            False,
+            None,
+            "the largest batch that fits is not known (--budget stopped the search), so the floor of 100 is not "
+            "shown to hold",
+        ),
+        (
+            FitRow({}, "error", error="the worker crashed"),
+            False,
+            None,
+            "the largest batch that fits is not known (the worker crashed), so the floor of 100 is not shown to hold",
+        ),
+    ],
+)
+def test_a_row_the_search_did_not_finish_gates_only_on_what_it_found(
+    row: FitRow, passed: bool, value: int | None, message: str
+) -> None:
+    (check,) = fit_checks([row], "batch", [("batch", 100)], None)
+    assert (check.name, check.passed, check.value, check.message) == ("at-least", passed, value, message)
+    assert (check.knob, check.floor, check.fixed) == ("batch", 100, row.fixed)
