@@ -233,52 +233,28 @@ def _floor_check(row: FitRow, name: str, floor: int, searched: str | None) -> Fi
     known_fits = [p.values[name] for p in row.points if p.fits == "yes" and isinstance(p.values.get(name), int)]
     known_fails = [p.values[name] for p in row.points if p.fits == "no" and isinstance(p.values.get(name), int)]
     best = max(known_fits, default=None)
+
+    def check(passed: bool, message: str, value: KnobValue | None = None) -> FitCheck:
+        return FitCheck("at-least", passed, message, knob=name, floor=floor, value=value, fixed=dict(row.fixed))
+
     if row.status in ("found", "all-fit") and isinstance(largest, int):
-        passed = largest >= floor
-        if passed:
-            message = f"the largest {name} that fits{where} is {largest}, at least {floor}"
-        else:
-            message = f"the largest {name} that fits{where} is {largest}, below the floor of {floor}"
-        return FitCheck("at-least", passed, message, knob=name, floor=floor, value=largest, fixed=dict(row.fixed))
+        if largest >= floor:
+            return check(True, f"the largest {name} that fits{where} is {largest}, at least {floor}", largest)
+        return check(False, f"the largest {name} that fits{where} is {largest}, below the floor of {floor}", largest)
     if row.status == "none-fit":
         low = row.smallest_failing
-        return FitCheck(
-            "at-least",
-            False,
-            f"no {name} fits{where}: not even {knob_text(low) if low is not None else 'the smallest'}, below the floor of {floor}",
-            knob=name,
-            floor=floor,
-            fixed=dict(row.fixed),
-        )
+        smallest = knob_text(low) if low is not None else "the smallest"
+        return check(False, f"no {name} fits{where}: not even {smallest}, below the floor of {floor}")
     if best is not None and best >= floor:  # type: ignore[operator]
-        return FitCheck(
-            "at-least",
-            True,
-            f"{name}={best} fits{where}, at least {floor} (the search stopped before its largest: {row.status})",
-            knob=name,
-            floor=floor,
-            value=best,
-            fixed=dict(row.fixed),
-        )
+        stopped = f"the search stopped before its largest: {row.status}"
+        return check(True, f"{name}={best} fits{where}, at least {floor} ({stopped})", best)
     smallest_fail = min((v for v in known_fails if isinstance(v, int)), default=None)
     if smallest_fail is not None and smallest_fail <= floor:
-        fail = smallest_fail
-        return FitCheck(
-            "at-least",
-            False,
-            f"{name}={fail} does not fit{where}, so the largest that fits is below the floor of {floor}",
-            knob=name,
-            floor=floor,
-            fixed=dict(row.fixed),
-        )
+        below = f"so the largest that fits is below the floor of {floor}"
+        return check(False, f"{name}={smallest_fail} does not fit{where}, {below}")
     why = row.error or {"budget": "--budget stopped the search", "unknown": "whether it fits is not known"}.get(
         row.status, row.status
     )
-    return FitCheck(
-        "at-least",
-        False,
-        f"the largest {name} that fits{where} is not known ({why}), so the floor of {floor} is not shown to hold",
-        knob=name,
-        floor=floor,
-        fixed=dict(row.fixed),
+    return check(
+        False, f"the largest {name} that fits{where} is not known ({why}), so the floor of {floor} is not shown to hold"
     )
