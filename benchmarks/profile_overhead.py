@@ -22,7 +22,7 @@ accelerator plugins' start is no one's cost. cProfile slows Python code down
 (function calls most), so the profiles rank where the time goes; the
 seconds of step 1 are the ones to compare.
 
-Usage: ``python benchmarks/profile_overhead.py [--leaves 1000 5000] [--functions-module]
+Usage: ``python benchmarks/profile_overhead.py [--leaves 1000 5000] [--functions 100] [--no-functions-module]
 [--top 30] [--runs 3] [--out benchmarks/results] [--name profile-overhead]``.
 Writes ``NAME.md`` (the timings, then per profile the top functions by
 cumulative and by own time) and ``NAME.json`` (the timings).
@@ -76,7 +76,9 @@ def env(tree: Path = ROOT, site: Path | None = None, **extra: str) -> dict[str, 
     outside any checkout, so ``python -m fieldmem`` does not find one in its working directory first)."""
     result = dict(os.environ)
     result["JAX_PLATFORMS"] = "cpu"
-    result["PYTHONPATH"] = os.pathsep.join([*([str(site)] if site else []), str(tree)])
+    # what PYTHONPATH already held comes after the tree (a machine with no package index: carried wheels)
+    held = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    result["PYTHONPATH"] = os.pathsep.join([*([str(site)] if site else []), str(tree), *held])
     result.update(extra)
     return result
 
@@ -222,6 +224,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--leaves", type=int, nargs="*", default=[1, 1000, 5000])
     parser.add_argument("--no-functions-module", action="store_true", help="skip the one-function base module")
+    parser.add_argument(
+        "--functions",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also modules of this many functions (the suite's functions dimension: chain 5, f32[128,128])",
+    )
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--runs", type=int, default=3, help="timed runs per module (5,000 leaves: 1)")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -276,6 +285,9 @@ def main() -> None:
     ]
     if not ns.no_functions_module and not ns.module:
         modules.append(("functions-1", dict(functions=1, chain=5, leaves=1, size=128)))
+    modules += [
+        (f"functions-{n}", dict(functions=n, chain=5, leaves=1, size=128)) for n in ns.functions if not ns.module
+    ]
     imports = import_costs(9, ns.against)
     print("imports", imports, flush=True)
     results: dict[str, dict[str, float]] = {}
