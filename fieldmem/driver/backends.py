@@ -293,32 +293,59 @@ def environment(backend: str | None = None) -> Environment:
 _NOT_LIBRARIES = re.compile(r"^(jax|jaxlib|fieldmem|libtpu.*|jax-cuda.*|jax-rocm.*|nvidia-.*)$")
 
 
+#: a distribution's METADATA line saying it requires jax itself (not jaxlib, not jax-cuda12-plugin)
+_REQUIRES_JAX = re.compile(r"^Requires-Dist:[ \t]*jax\b(?![-_.])(?P<rest>[^\n]*)$", re.MULTILINE | re.IGNORECASE)
+
+
 def imported_libraries() -> dict[str, str]:
     """The release of each library built on jax (a distribution that requires jax: flax, optax, equinox…)
     that this process imported, by distribution name: what the checked code ran with, whatever else is
-    installed."""
+    installed.
+
+    Only each distribution's METADATA is read, as text, and only for those that require jax (outside an
+    extra) are its top-level modules looked up: ``importlib.metadata.packages_distributions()`` reads every
+    installed distribution's module list (a whole RECORD where there is no top_level.txt), 0.45 s of each
+    worker's start on a machine with a large site-packages (benchmarks/results/profile-overhead-13cores.md).
+    Where one name is installed twice, the first on ``sys.path`` is the one imported, as importlib finds it.
+    """
     import sys
     from importlib import metadata
 
-    try:
-        owners = metadata.packages_distributions()
-    except Exception:  # pragma: no cover - a broken distribution's metadata
-        return {}
     imported = {name.partition(".")[0] for name in list(sys.modules)}
     found: dict[str, str] = {}
-    for module in sorted(imported & set(owners)):
-        for owner in owners[module]:
-            name = re.sub(r"[-_.]+", "-", owner).lower()
-            if name in found or _NOT_LIBRARIES.match(name):
+    seen: set[str] = set()
+    try:
+        distributions = list(metadata.distributions())
+    except Exception:  # pragma: no cover - an unreadable path entry
+        return {}
+    for dist in distributions:
+        try:
+            text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+            if not any("extra ==" not in m.group("rest") for m in _REQUIRES_JAX.finditer(text)):
                 continue
-            try:
-                requires = metadata.requires(owner) or []
-                version = metadata.version(owner)
-            except (metadata.PackageNotFoundError, ValueError):
-                continue
-            if any(re.match(r"^jax\b(?![-_.])", r) and "extra ==" not in r for r in requires):
-                found[name] = version
+            owner = dist.metadata["Name"]
+        except Exception:  # a broken distribution's metadata: not a library this report can name
+            continue
+        if not owner:
+            continue
+        name = re.sub(r"[-_.]+", "-", owner).lower()
+        if name in seen or _NOT_LIBRARIES.match(name):
+            continue
+        seen.add(name)
+        if _top_level(dist) & imported and dist.version:
+            found[name] = dist.version
     return dict(sorted(found.items()))
+
+
+def _top_level(dist: Any) -> set[str]:
+    """The top-level modules ``dist`` installs: its top_level.txt, else the first part of each Python file
+    its RECORD lists (as ``importlib.metadata.packages_distributions`` infers them)."""
+    declared = (dist.read_text("top_level.txt") or "").split()
+    if declared:
+        return set(declared)
+    return {
+        f.parts[0] if len(f.parts) > 1 else f.with_suffix("").name for f in (dist.files or ()) if f.suffix == ".py"
+    }
 
 
 #: the distributions that compile for each platform, beside jaxlib (the report names those installed)

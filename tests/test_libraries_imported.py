@@ -1,0 +1,78 @@
+"""Which libraries built on jax a report names: installed distributions read as files, no compile.
+
+``fieldmem.driver.backends.imported_libraries`` names each imported distribution that requires jax, with
+its version; these tests lay out distributions of their own on ``sys.path`` and hold each rule.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from fieldmem.driver.backends import imported_libraries
+
+
+def _dist(
+    where: Path, name: str, version: str, requires: list[str], top: list[str] | None, record: list[str] = ()
+) -> None:
+    info = where / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    lines = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    lines += [f"Requires-Dist: {r}" for r in requires]
+    (info / "METADATA").write_text("\n".join(lines) + "\n\nA description.\n")
+    if top is not None:
+        (info / "top_level.txt").write_text("\n".join(top) + "\n")
+    (info / "RECORD").write_text("".join(f"{path},,\n" for path in record))
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+    monkeypatch.setattr(sys, "path", [str(first), str(second)])
+    for module in ("jaxlike_nn", "jaxlike_opt", "plainlib", "extra_only", "recorded", "cudaplug", "twice"):
+        monkeypatch.setitem(sys.modules, module, types.ModuleType(module))
+    monkeypatch.setitem(sys.modules, "recorded.sub", types.ModuleType("recorded.sub"))
+    return first, second
+
+
+def test_an_imported_distribution_that_requires_jax_is_named_with_its_version(site: tuple[Path, Path]) -> None:
+    first, second = site
+    _dist(first, "Jaxlike-NN", "1.2.3", ["jax>=0.4", "numpy"], ["jaxlike_nn"])
+    _dist(first, "jaxlike_opt", "0.9", ['jax (>=0.4.20) ; python_version >= "3.10"'], ["jaxlike_opt"])
+    _dist(first, "not-imported", "1.0", ["jax"], ["nobody_imports_this"])
+    _dist(first, "plainlib", "2.0", ["numpy"], ["plainlib"])
+    _dist(first, "extra-only", "3.0", ['jax ; extra == "jax"'], ["extra_only"])
+    _dist(first, "jax-cudaplug", "4.0", ["jax"], ["cudaplug"])
+    _dist(first, "jaxlibish", "5.0", ["jaxlib"], ["plainlib"])
+    _dist(
+        first,
+        "recorded",
+        "6.0",
+        ["jax"],
+        None,
+        ["recorded/__init__.py", "recorded/sub.py", "recorded-6.0.dist-info/RECORD"],
+    )
+    _dist(first, "twice", "7.0", ["jax"], ["twice"])
+    _dist(second, "twice", "8.0", ["jax"], ["twice"])  # shadowed: the first on sys.path is the one imported
+
+    assert imported_libraries() == {
+        "jaxlike-nn": "1.2.3",
+        "jaxlike-opt": "0.9",
+        "recorded": "6.0",
+        "twice": "7.0",
+    }
+
+
+def test_a_distribution_without_readable_metadata_is_left_out(site: tuple[Path, Path]) -> None:
+    first, _ = site
+    _dist(first, "jaxlike_nn", "1.0", ["jax"], ["jaxlike_nn"])
+    broken = first / "broken-1.0.dist-info"
+    broken.mkdir()
+    (broken / "METADATA").write_bytes(b"\xff\xfe not text")
+
+    assert imported_libraries() == {"jaxlike-nn": "1.0"}
