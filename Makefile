@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-backends test test-fast lint golden bench bench-quick bench-more bench-backends gpu-check tpu-check tpu-check-report tpu-wheels screenshot clean fuzz schema package-check
+.PHONY: setup demo demo-backends test test-fast lint golden bench bench-quick bench-more bench-backends gpu-check tpu-check tpu-check-report tpu-wheels bench-host screenshot clean fuzz schema package-check
 
 # The installers' output goes to a log, shown only when a step fails.
 PIP := $(BIN)/pip install --quiet --disable-pip-version-check
@@ -143,3 +143,8 @@ tpu-check-report: $(STAMP)
 
 tpu-wheels: $(STAMP)
 	bash benchmarks/tpu_wheels.sh
+
+# `make bench` on the lent TPU machine's 13-core host (the image's python3 and jax, fieldmem's dependencies
+# from .whl-tpu/, every timed process on the CPU or deviceless): ARGS go to bench_fast.py, results to $$OUT.
+bench-host:
+	bash benchmarks/bench_device.sh $(ARGS)
