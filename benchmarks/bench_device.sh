@@ -13,6 +13,10 @@ export PYTHONUNBUFFERED=1
 if ls .whl-tpu/*.whl >/dev/null 2>&1; then
   PIP_CONFIG_FILE=/dev/null python3 -m pip install --isolated -q --no-index --no-deps --no-compile --no-cache-dir \
     --upgrade --target /tmp/site .whl-tpu/*.whl || exit 2
+  # their bytecode, as pip writes it when it installs: the image sets PYTHONDONTWRITEBYTECODE, so without it
+  # every timed process would compile typer's, rich's and protobuf's source again (0.45 s a run there,
+  # benchmarks/results/profile-overhead-13cores.md: 1,300 calls of compile())
+  python3 -m compileall -q -j 0 /tmp/site >/dev/null || exit 2
   export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/site"
 fi
 python3 -c 'import jax, typer, rich, msgspec' 2>/dev/null || {
