@@ -3,7 +3,9 @@
 Tested on made-up runs (nothing is measured here): a new run replaces the
 current one and the replaced run's headline joins the history; a partial run
 never replaces a complete one; a write that fails part way leaves the file as
-it was; the markdown is made from the JSON alone.
+it was; the markdown is made from the JSON alone. Then the committed result
+files of the benchmarks ``make bench`` and ``make bench-more`` run, held to
+that: their .md is what their .json renders to.
 """
 
 from __future__ import annotations
@@ -162,3 +164,51 @@ def test_identity_reads_the_date_machine_and_commit_where_a_script_puts_them() -
     }
     pod_like = {"date": "2026-12-06 08:36 UTC", "machine": "13 cores, 45 GiB (the TPU host)", "commit": "19c2043"}
     assert results_file.identity(pod_like)["commit"] == "19c2043"
+
+
+def _bench_fast_run(skipped: list[str], summary: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+    meta = {"date": "2026-12-06 10:00 UTC", "machine": "x86_64, 2 cores, Linux", "skipped": skipped}
+    return {"meta": {**meta, **extra.pop("meta", {})}, "summary": summary, **extra}
+
+
+def test_make_bench_runs_that_are_partial() -> None:
+    bench_fast = _load("bench_fast")
+    every = list(bench_fast.SECTIONS)
+    complete = _bench_fast_run([], [], **{s: {} for s in every})
+    assert bench_fast.complete(complete)
+    overhead_only = _bench_fast_run([s for s in every if s != "overhead"], [], overhead={})
+    assert not bench_fast.complete(overhead_only)
+    assert bench_fast.measured_sections(overhead_only) == "overhead"
+    points = _bench_fast_run([], [], meta={"overhead_points": ["leaves=5000"]}, **{s: {} for s in every})
+    assert not bench_fast.complete(points)
+    stopped = _bench_fast_run([], [], error="a tool failed", cold={})
+    assert not bench_fast.complete(stopped)
+    assert bench_fast.measured_sections(stopped) == "cold; stopped"
+    rows = [
+        {"target": "cold", "measured": 0.57, "limit": 0.75, "pass": True, "note": ""},
+        {"target": "pod: skipped", "measured": None, "limit": None, "pass": None, "note": ""},
+    ]
+    assert bench_fast.headline(_bench_fast_run([], rows)) == {"cold": 0.57}
+
+
+@pytest.mark.parametrize(
+    ("name", "benchmark"),
+    [
+        ("fast", lambda: _load("bench_fast").benchmark("fast")),
+        ("overhead-13cores", lambda: _load("bench_fast").benchmark("overhead-13cores")),
+        ("watch", lambda: _load("bench_watch").BENCHMARK),
+        ("backends", lambda: _load("bench_backends").BENCHMARK),
+        ("suite", lambda: _load("bench_suite").benchmark("suite")),
+        ("suite-quick", lambda: _load("bench_suite").benchmark("suite-quick")),
+        ("levers", lambda: _load("bench_levers").BENCHMARK),
+        ("parse", lambda: _load("bench_parse").BENCHMARK),
+        ("probe", lambda: _load("bench_probe").benchmark("probe")),
+        ("probe-load2", lambda: _load("bench_probe").benchmark("probe-load2")),
+        ("examples", lambda: _load("bench_examples").BENCHMARK),
+    ],
+)
+def test_the_committed_markdown_is_what_its_json_renders_to(name: str, benchmark: Any) -> None:
+    path = BENCH / "results" / f"{name}.json"
+    document = json.loads(path.read_text())
+    assert isinstance(document.get("history"), list)
+    assert path.with_suffix(".md").read_text() == results_file.markdown(document, benchmark())
