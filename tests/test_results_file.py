@@ -205,6 +205,12 @@ def test_make_bench_runs_that_are_partial() -> None:
         ("probe", lambda: _load("bench_probe").benchmark("probe")),
         ("probe-load2", lambda: _load("bench_probe").benchmark("probe-load2")),
         ("examples", lambda: _load("bench_examples").BENCHMARK),
+        ("jobs", lambda: _load("bench_jobs").BENCHMARK),
+        ("compile-cores", lambda: _load("compile_cores").BENCHMARK),
+        ("compile-memory", lambda: _load("compile_memory").BENCHMARK),
+        ("compile-stages", lambda: _load("compile_stages").BENCHMARK),
+        ("scaling", lambda: _load("scaling").BENCHMARK),
+        ("own-time-pipe", lambda: _load("own_time_ab").benchmark("own-time-pipe")),
     ],
 )
 def test_the_committed_markdown_is_what_its_json_renders_to(name: str, benchmark: Any) -> None:
