@@ -211,6 +211,11 @@ def test_make_bench_runs_that_are_partial() -> None:
         ("compile-stages", lambda: _load("compile_stages").BENCHMARK),
         ("scaling", lambda: _load("scaling").BENCHMARK),
         ("own-time-pipe", lambda: _load("own_time_ab").benchmark("own-time-pipe")),
+        ("arenas-small", lambda: _load("bench_arenas").SMALL),
+        ("arenas-2cores", lambda: _load("bench_arenas").benchmark("arenas-2cores")),
+        ("arenas-13cores", lambda: _load("bench_arenas").benchmark("arenas-13cores")),
+        ("pod-2cores", lambda: _load("bench_arenas").benchmark("pod-2cores")),
+        ("pod-13cores", lambda: _load("bench_arenas").benchmark("pod-13cores")),
     ],
 )
 def test_the_committed_markdown_is_what_its_json_renders_to(name: str, benchmark: Any) -> None:
