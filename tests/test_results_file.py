@@ -216,6 +216,11 @@ def test_make_bench_runs_that_are_partial() -> None:
         ("arenas-13cores", lambda: _load("bench_arenas").benchmark("arenas-13cores")),
         ("pod-2cores", lambda: _load("bench_arenas").benchmark("pod-2cores")),
         ("pod-13cores", lambda: _load("bench_arenas").benchmark("pod-13cores")),
+        ("args-cost", lambda: _load("args_cost").BENCHMARK),
+        ("workers-jobs2", lambda: _load("bench_workers").benchmark("workers-jobs2")),
+        ("workers-jobs8", lambda: _load("bench_workers").benchmark("workers-jobs8")),
+        ("envs", lambda: _load("bench_envs").BENCHMARK),
+        ("wire-readings", lambda: _load("bench_wire_readings").BENCHMARK),
     ],
 )
 def test_the_committed_markdown_is_what_its_json_renders_to(name: str, benchmark: Any) -> None:
