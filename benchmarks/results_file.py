@@ -44,6 +44,21 @@ class Benchmark:
     partial: Callable[[dict[str, Any]], str] = lambda document: "partial"  # what a partial run measured
 
 
+def headline_markdown(title: str, what_key: str | None = None) -> Callable[[dict[str, Any]], str]:
+    """A markdown for a benchmark whose script wrote JSON alone: its title, date, machine and commit (and the
+    document's ``what_key`` line); the headline figures follow in the history table, every figure in the JSON."""
+
+    def render(document: dict[str, Any]) -> str:
+        who = [f"{k}: {v}" for k, v in identity(document).items() if v is not None]
+        lines = [f"# {title}", "", "- " + "; ".join(who)]
+        if what_key and document.get(what_key):
+            lines.append(f"- {document[what_key]}")
+        lines += ["", "Every figure is in the JSON this file is made from; the headline ones are in the table below."]
+        return "\n".join(lines) + "\n"
+
+    return render
+
+
 def _field(document: Mapping[str, Any], *names: str) -> Any:
     meta = document.get("meta")
     for source in (meta if isinstance(meta, Mapping) else {}, document):

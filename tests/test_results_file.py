@@ -155,6 +155,16 @@ def test_fold_keeps_each_runs_file(tmp_path: Path) -> None:
     ]
 
 
+def test_a_json_only_benchmark_gets_a_markdown_of_its_identity_and_headline(tmp_path: Path) -> None:
+    plain = results_file.Benchmark(
+        "plain", results_file.headline_markdown("Plain", "what"), lambda document: {"start (s)": document["s"]}
+    )
+    results_file.write(tmp_path, plain, {"date": "2026-12-03", "machine": "2 cores", "what": "a start", "s": 1.44})
+    text = (tmp_path / "plain.md").read_text()
+    assert text.startswith("# Plain\n\n- date: 2026-12-03; machine: 2 cores\n- a start\n")
+    assert "| start (s) | 1.44 |" in text
+
+
 def test_identity_reads_the_date_machine_and_commit_where_a_script_puts_them() -> None:
     watch_like = {"date": "2026-12-05T21:10:48+00:00", "machine": {"processor": "x86_64", "cpus": 2}}
     assert results_file.identity(watch_like) == {
@@ -221,6 +231,9 @@ def test_make_bench_runs_that_are_partial() -> None:
         ("workers-jobs8", lambda: _load("bench_workers").benchmark("workers-jobs8")),
         ("envs", lambda: _load("bench_envs").BENCHMARK),
         ("wire-readings", lambda: _load("bench_wire_readings").BENCHMARK),
+        ("devices", lambda: _load("bench_devices").BENCHMARK),
+        ("module-settings", lambda: _load("bench_module_settings").BENCHMARK),
+        ("isolation", lambda: _load("bench_isolation").BENCHMARK),
     ],
 )
 def test_the_committed_markdown_is_what_its_json_renders_to(name: str, benchmark: Any) -> None:
