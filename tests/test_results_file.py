@@ -234,6 +234,9 @@ def test_make_bench_runs_that_are_partial() -> None:
         ("devices", lambda: _load("bench_devices").BENCHMARK),
         ("module-settings", lambda: _load("bench_module_settings").BENCHMARK),
         ("isolation", lambda: _load("bench_isolation").BENCHMARK),
+        ("versions", lambda: _load("versions").BENCHMARK),
+        ("backend-comparison", lambda: _load("backend_comparison").BENCHMARK),
+        ("compile-options", lambda: _load("bench_compile_options").BENCHMARK),
     ],
 )
 def test_the_committed_markdown_is_what_its_json_renders_to(name: str, benchmark: Any) -> None:
