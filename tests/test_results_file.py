@@ -101,6 +101,16 @@ def test_a_partial_run_joins_the_history_and_never_replaces_a_complete_one(tmp_p
     assert [entry["date"] for entry in written["history"]] == ["2026-12-02", "2026-12-01"]
 
 
+def test_an_old_run_whose_headline_cannot_be_read_never_costs_the_new_run(tmp_path: Path) -> None:
+    old_layout = {"meta": {"date": "2026-11-30", "skipped": []}, "speed": 2.0}  # no "ratio": an older layout
+    (tmp_path / "toy.json").write_text(json.dumps(old_layout))
+    written = results_file.write(tmp_path, TOY, _run("2026-12-01", 0.5))
+    assert results_file.current(written) == _run("2026-12-01", 0.5)
+    [moved] = written["history"]
+    assert moved["date"] == "2026-11-30" and moved["headline"] == {}
+    assert moved["headline_unreadable"] == "KeyError: 'ratio'"
+
+
 def test_a_partial_run_replaces_a_partial_one(tmp_path: Path) -> None:
     results_file.write(tmp_path, TOY, _run("2026-12-01", 0.5, skipped=("pod",)))
     written = results_file.write(tmp_path, TOY, _run("2026-12-02", 0.6, skipped=("cold",)))
