@@ -98,11 +98,12 @@ golden: $(STAMP)
 clean:
 	rm -rf $(VENV) .pytest_cache build dist *.egg-info
 
-# Issues 17 and 32 in one run (25 minutes on 2 cores: benchmarks/results/fast-2026-12-05-0057.json):
+# Issues 17 and 32 in one run (about 35 minutes on 2 cores: benchmarks/results/fast.json's meta.seconds):
 # fieldmem by default against the naive script, cold on fresh constants (20 functions; a compile-heavy
 # training step), warm, its own overhead by leaves and functions, the bundled examples per backend, the
 # 256-chip pod example, own time against HLO instructions, and the watch loop: writes
-# benchmarks/results/fast.{json,md}; exit 1 when a target is missed. Run it on a quiet machine.
+# benchmarks/results/fast.{json,md} (the run replaces the current one, which joins the JSON's history;
+# a partial run joins the history alone); exit 1 when a target is missed. Run it on a quiet machine.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_fast.py
 
@@ -120,7 +121,7 @@ bench-more: $(STAMP)
 	$(BIN)/python benchmarks/bench_probe.py
 
 # Deviceless compile time per backend (cpu, gpu:h100, tpu:v5e) against the naive script, and the
-# 256-chip pod example: writes benchmarks/results/backends-DATE.{json,md} (the pod check alone takes minutes).
+# 256-chip pod example: writes benchmarks/results/backends.{json,md} (the pod check alone takes minutes).
 bench-backends: $(STAMP)
 	$(BIN)/python benchmarks/bench_backends.py
 

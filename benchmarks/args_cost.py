@@ -7,7 +7,8 @@ every jax operation in it compiles a small program first) or traced with
 Medians of ``--runs`` alternating rounds.
 
 Usage: ``python benchmarks/args_cost.py [--runs 3] [--out benchmarks/results]``;
-writes ``args-cost.{json,md}``.
+writes ``args-cost.{json,md}`` through ``results_file.py`` (the run replaces the current one, which
+joins the JSON's ``history``).
 """
 
 from __future__ import annotations
@@ -21,8 +22,13 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import results_file  # noqa: E402
+
 FACTORIES = [
     ("optimizer", "step_args"),
     ("field", "update_args"),
@@ -58,6 +64,36 @@ def once(module: str, factory: str, how: str) -> dict[str, float]:
         check=True,
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def markdown(document: dict[str, Any]) -> str:
+    """``args-cost.md`` of a run, from its JSON document alone."""
+    lines = [
+        "# Making the bundled examples' arguments: run or traced",
+        "",
+        f"- date: {document['meta']['date']}; machine: {document['meta']['machine']}; jax {document['meta']['jax']}; "
+        f"commit {document['meta']['commit']}",
+        f"- written by `benchmarks/args_cost.py`: each a fresh process with JAX_PLATFORMS=cpu, medians of "
+        f"{document['meta']['runs']} alternating rounds; `import jax` took {document['import_jax_s']:.2f} s (median of all)",
+        "",
+        "| args factory | run (s) | traced (s) |",
+        "|---|---:|---:|",
+        *(f"| `{r['factory']}` | {r['run_s']:.3f} | {r['traced_s']:.4f} |" for r in document["factories"]),
+        f"| all five | {document['run_total_s']:.3f} | {document['traced_total_s']:.4f} |",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+BENCHMARK = results_file.Benchmark(
+    "args-cost",
+    markdown,
+    lambda document: {
+        "import jax (s)": document["import_jax_s"],
+        "factories run (s)": document["run_total_s"],
+        "factories traced (s)": document["traced_total_s"],
+    },
+)
 
 
 def main() -> int:
@@ -97,23 +133,7 @@ def main() -> int:
         "run_total_s": round(sum(r["run_s"] for r in rows), 3),
         "traced_total_s": round(sum(r["traced_s"] for r in rows), 4),
     }
-    lines = [
-        "# Making the bundled examples' arguments: run or traced",
-        "",
-        f"- date: {document['meta']['date']}; machine: {document['meta']['machine']}; jax {jax.__version__}; "
-        f"commit {document['meta']['commit']}",
-        f"- written by `benchmarks/args_cost.py`: each a fresh process with JAX_PLATFORMS=cpu, medians of "
-        f"{args.runs} alternating rounds; `import jax` took {document['import_jax_s']:.2f} s (median of all)",
-        "",
-        "| args factory | run (s) | traced (s) |",
-        "|---|---:|---:|",
-        *(f"| `{r['factory']}` | {r['run_s']:.3f} | {r['traced_s']:.4f} |" for r in rows),
-        f"| all five | {document['run_total_s']:.3f} | {document['traced_total_s']:.4f} |",
-        "",
-    ]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "args-cost.json").write_text(json.dumps(document, indent=2) + "\n")
-    (args.out / "args-cost.md").write_text("\n".join(lines))
+    results_file.write(args.out, BENCHMARK, document)
     print(f"wrote {args.out / 'args-cost.md'}")
     return 0
 

@@ -3,8 +3,9 @@
 Runs ``fieldmem check examples/interior.py --backend cpu,gpu:h100,tpu:v5e``
 (the table, then the side-by-side view, kept verbatim for the doc) with each
 backend's JSON report, then ``fieldmem compare`` of the three reports, and
-writes the figures the doc quotes to ``benchmarks/results/backend-comparison.json``
-and the two outputs to ``backend-comparison.md`` (dated).
+writes the figures the doc quotes and the two outputs to ``benchmarks/results/backend-comparison.json``,
+and ``backend-comparison.md`` (dated) made from it, through ``results_file.py`` (the run replaces the
+current one, which joins the JSON's ``history``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import results_file  # noqa: E402
+
 EXAMPLE = "examples/interior.py"
 BACKENDS = ("cpu", "gpu:h100", "tpu:v5e")
 MIB = 2**20
@@ -56,6 +61,35 @@ def figures(report: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+def markdown(document: dict[str, Any]) -> str:
+    """``backend-comparison.md`` of a run, from its JSON document alone: the two outputs it kept."""
+    text = [
+        f"# `{document['command']}` ({document['date']}, jax {document['jax']})",
+        "",
+        "```",
+        document["check_output"],
+        "```",
+        "",
+        "`fieldmem compare interior.cpu.json interior.gpu-h100.json interior.tpu-v5e.json`:",
+        "",
+        "```",
+        document["compare_output"],
+        "```",
+        "",
+    ]
+    return "\n".join(text)
+
+
+BENCHMARK = results_file.Benchmark(
+    "backend-comparison",
+    markdown,
+    lambda document: {
+        f"{backend}: plain XLA peak (MiB)": row["plain"]["xla_peak_mib"]
+        for backend, row in document["backends"].items()
+    },
+)
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         output = Path(scratch) / "interior.json"
@@ -72,23 +106,9 @@ def main() -> None:
         "backends": {backend: figures(report) for backend, report in reports.items()},
         "device_kinds": {b: (r.get("deviceless") or {}).get("device_kind") for b, r in reports.items()},
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "backend-comparison.json").write_text(json.dumps(document, indent=2) + "\n")
-    text = [
-        f"# `{document['command']}` ({date}, jax {document['jax']})",
-        "",
-        "```",
-        check.rstrip(),
-        "```",
-        "",
-        "`fieldmem compare interior.cpu.json interior.gpu-h100.json interior.tpu-v5e.json`:",
-        "",
-        "```",
-        compare.rstrip(),
-        "```",
-        "",
-    ]
-    (RESULTS / "backend-comparison.md").write_text("\n".join(text))
+    document["check_output"] = check.rstrip()
+    document["compare_output"] = compare.rstrip()
+    results_file.write(RESULTS, BENCHMARK, document)
     for backend, row in document["backends"].items():
         plain = row["plain"]
         print(

@@ -17,7 +17,8 @@ example (``tpu:v5e:16x16``), in one run, alternating, each a fresh process:
 Per run: the wall seconds, the seconds fieldmem's report gives its two compiles, and the
 peak resident memory of all the run's processes together (``bench_backends.measured_tree``).
 Medians of the walls, the most of the memories, each over the naive script's. Writes
-``results/NAME.{json,md}`` (``--name``; default ``arenas-<cores>cores``), naming the machine.
+``results/NAME.{json,md}`` (``--name``; default ``arenas-<cores>cores``: one file per machine), naming the
+machine, through ``results_file.py`` (the run replaces the current one, which joins the JSON's ``history``).
 
 ``--small``: instead, what the setting costs a small check, where fieldmem's own
 work is most of the time: ``fieldmem check -j 1 --no-cache`` of a synthetic module
@@ -49,6 +50,7 @@ sys.path.insert(0, str(BENCH))
 
 import bench_backends  # noqa: E402
 import machine  # noqa: E402
+import results_file  # noqa: E402
 
 POD = "examples/pod/train_step.py"
 
@@ -64,6 +66,104 @@ def _meta(repeat: int) -> dict[str, Any]:
         "commit": machine.commit(ROOT),
         "repeat": repeat,
     }
+
+
+def small_markdown(document: dict[str, Any]) -> str:
+    """``arenas-small.md`` of a run, from its JSON document alone."""
+    lines = [
+        "# A small check, `--jobs 1`: two malloc arenas against glibc's default",
+        "",
+        f"- date: {document['date']}; machine: {document['machine']}; jax {document['jax']}; fieldmem"
+        f" {document['commit']}",
+        f"- {document['repeat']} alternating runs each, fresh processes and a fresh module per run; wall seconds",
+        "",
+        "| module | two arenas, median (s) | glibc's arenas, median (s) | two / glibc's |",
+        "|---|---:|---:|---:|",
+    ]
+    for case, m in document["median_wall_s"].items():
+        two, glibc = m["two arenas"], m["glibc's arenas"]
+        lines.append(f"| {case} | {two:.3f} | {glibc:.3f} | {two / glibc:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+SMALL = results_file.Benchmark(
+    "arenas-small",
+    small_markdown,
+    lambda document: {
+        f"{case}: two / glibc's arenas": round(m["two arenas"] / m["glibc's arenas"], 3)
+        for case, m in document["median_wall_s"].items()
+    },
+)
+
+
+def pod_markdown(document: dict[str, Any]) -> str:
+    """``arenas-<N>cores.md`` (or ``--name``'s) of a run, from its JSON document alone."""
+    if "wall_over_naive" not in document["runs"]["naive"]:
+        return _first_pod_markdown(document)
+    lines = [
+        "# The pod check, `--jobs 1`, by malloc arenas, against the naive script",
+        "",
+        f"- date: {document['date']}; machine: {document['machine']}; jax {document['jax']}; fieldmem"
+        f" {document['commit']}" + (f" ({document['commit_note']})" if document.get("commit_note") else ""),
+        f"- {document['repeat']} alternating runs each, fresh processes; memory: all of a run's processes together,"
+        " sampled every 0.02 s, the most over the runs; compiles: the seconds fieldmem's report gives its two"
+        f" compiles, added; glibc's default here: {document['glibc_default_arenas']} arenas (8 per core)",
+        "",
+        "| run | walls (s) | median / naive | compiles (s) | peak RSS, all processes (MiB) | most / naive's most |",
+        "|---|---|---:|---|---|---:|",
+    ]
+    for name, row in document["runs"].items():
+        spent = ", ".join(f"{c:.1f}" for c in row.get("compile_s", [])) or "—"
+        lines.append(
+            f"| {name} | {', '.join(f'{w:.1f}' for w in row['wall_s'])} | {row['wall_over_naive']:.2f} | {spent} |"
+            f" {', '.join(str(m) for m in row['tree_peak_rss_mib'])} | {row['rss_over_naive']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _first_pod_markdown(document: dict[str, Any]) -> str:
+    """The first layout (2026-12-05, two arenas against glibc's): no compile seconds, ratios not stored."""
+    naive = document["runs"]["naive"]
+    lines = [
+        "# The pod check, `--jobs 1`: two malloc arenas against glibc's default",
+        "",
+        f"- date: {document['date']}; machine: {document['machine']}; jax {document['jax']}; fieldmem"
+        f" {document['commit']}",
+        f"- {document['repeat']} alternating runs each, fresh processes; memory: all of a run's processes together,"
+        " sampled every 0.02 s, the most over the runs",
+        "",
+        "| run | walls (s) | median / naive | peak RSS, all processes (MiB) | most / naive's most |",
+        "|---|---|---:|---|---:|",
+    ]
+    for name, row in document["runs"].items():
+        lines.append(
+            f"| {name} | {', '.join(f'{w:.1f}' for w in row['wall_s'])} | "
+            f"{row['median_wall_s'] / naive['median_wall_s']:.2f} | {', '.join(str(m) for m in row['tree_peak_rss_mib'])}"
+            f" | {row['most_tree_peak_rss_mib'] / naive['most_tree_peak_rss_mib']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _pod_headline(document: dict[str, Any]) -> dict[str, Any]:
+    """Each run's median wall and most memory over the naive script's (from the raw figures: every layout)."""
+    runs, naive = document["runs"], document["runs"]["naive"]
+    figures: dict[str, Any] = {}
+    for run, row in runs.items():
+        if run != "naive":
+            figures[f"{run}: wall / naive"] = round(row["median_wall_s"] / naive["median_wall_s"], 3)
+            figures[f"{run}: peak RSS / naive"] = round(
+                row["most_tree_peak_rss_mib"] / naive["most_tree_peak_rss_mib"], 3
+            )
+    return figures
+
+
+def benchmark(name: str) -> results_file.Benchmark:
+    """The pod's result file ``name`` (one per machine: ``arenas-2cores``, ``pod-13cores``, ...)."""
+    return results_file.Benchmark(
+        name,
+        pod_markdown,
+        _pod_headline,
+    )
 
 
 def small(repeat: int, out: Path, glibc_default: str) -> int:
@@ -88,23 +188,8 @@ def small(repeat: int, out: Path, glibc_default: str) -> int:
             print(f"arenas: {leaves} leaves, run {n + 1}", flush=True)
     medians = {case: {name: statistics.median(v) for name, v in per.items()} for case, per in walls.items()}
     document = {**_meta(repeat), "walls_s": walls, "median_wall_s": medians}
-    lines = [
-        "# A small check, `--jobs 1`: two malloc arenas against glibc's default",
-        "",
-        f"- date: {document['date']}; machine: {document['machine']}; jax {document['jax']}; fieldmem"
-        f" {document['commit']}",
-        f"- {repeat} alternating runs each, fresh processes and a fresh module per run; wall seconds",
-        "",
-        "| module | two arenas, median (s) | glibc's arenas, median (s) | two / glibc's |",
-        "|---|---:|---:|---:|",
-    ]
-    for case, m in medians.items():
-        two, glibc = m["two arenas"], m["glibc's arenas"]
-        lines.append(f"| {case} | {two:.3f} | {glibc:.3f} | {two / glibc:.2f} |")
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "arenas-small.json").write_text(json.dumps(document, indent=1) + "\n")
-    (out / "arenas-small.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    results_file.write(out, SMALL, document)
+    print(small_markdown(document))
     return 0
 
 
@@ -201,29 +286,9 @@ def main() -> int:
         "glibc_default_arenas": int(glibc_default),
         "runs": rows,
     }
-    lines = [
-        "# The pod check, `--jobs 1`, by malloc arenas, against the naive script",
-        "",
-        f"- date: {document['date']}; machine: {document['machine']}; jax {document['jax']}; fieldmem"
-        f" {document['commit']}",
-        f"- {options.repeat} alternating runs each, fresh processes; memory: all of a run's processes together,"
-        " sampled every 0.02 s, the most over the runs; compiles: the seconds fieldmem's report gives its two"
-        f" compiles, added; glibc's default here: {glibc_default} arenas (8 per core)",
-        "",
-        "| run | walls (s) | median / naive | compiles (s) | peak RSS, all processes (MiB) | most / naive's most |",
-        "|---|---|---:|---|---|---:|",
-    ]
-    for name, row in rows.items():
-        spent = ", ".join(f"{c:.1f}" for c in row.get("compile_s", [])) or "—"
-        lines.append(
-            f"| {name} | {', '.join(f'{w:.1f}' for w in row['wall_s'])} | {row['wall_over_naive']:.2f} | {spent} |"
-            f" {', '.join(str(m) for m in row['tree_peak_rss_mib'])} | {row['rss_over_naive']:.2f} |"
-        )
     name = options.name or f"arenas-{cores}cores"
-    options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / f"{name}.json").write_text(json.dumps(document, indent=1) + "\n")
-    (options.out / f"{name}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    results_file.write(options.out, benchmark(name), document)
+    print(pod_markdown(document))
     return 0
 
 

@@ -14,7 +14,9 @@ times: medians of the wall time, the peak resident memory of the largest
 process (``os.wait4``) and of all the run's processes together (sampled from
 ``/proc``), and the per-chip figures fieldmem reported.
 
-Writes ``benchmarks/results/backends-DATE.json`` and ``.md``.
+Writes ``benchmarks/results/backends.json`` and ``backends.md`` from it, through ``results_file.py``: the run
+becomes the current one and the one it replaces joins the JSON's ``history`` (its date, machine and ratios).
+A part measured alone (``--pod-only``, ``--no-pod``) never replaces a complete run: it joins the history.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import machine  # noqa: E402
+import results_file  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 EXAMPLES = ["examples/field.py", "examples/sparse_row.py", "examples/stencil_scan.py", "examples/optimizer.py"]
@@ -218,8 +221,24 @@ def pod_parameters() -> int:
     return int(done.stdout.split()[-1])
 
 
+def headline(document: dict[str, Any]) -> dict[str, Any]:
+    """A run's headline figures: fieldmem / naive per backend and for the pod (default and ``--jobs 1``)."""
+    figures: dict[str, Any] = {f"{b}: fieldmem / naive": row["ratio"] for b, row in document["backends"].items()}
+    pod_row = document.get("pod")
+    if pod_row:
+        figures["pod: fieldmem / naive"] = pod_row.get("ratio")
+        if "jobs1_ratio" in pod_row:
+            figures["pod, --jobs 1: fieldmem / naive"] = pod_row["jobs1_ratio"]
+        figures["pod: naive (s)"] = pod_row.get("naive_s")
+    return figures
+
+
+def _measured(document: dict[str, Any]) -> str:
+    return "the pod alone" if not document["backends"] else "the bundled examples alone"
+
+
 def markdown(document: dict[str, Any], title: bool = True) -> str:
-    """``backends-DATE.md``; without ``title`` (its heading, date and machine), the tables alone, for a
+    """``backends.md`` (its current run); without ``title`` (its heading, date and machine), the tables alone, for a
     report that says those itself (``bench_fast.py``)."""
     lines = (
         [
@@ -265,6 +284,13 @@ def markdown(document: dict[str, Any], title: bool = True) -> str:
 def _pod_table(row: dict[str, Any]) -> list[str]:
     """The pod's runs: wall time and peak RSS (of all a run's processes together, where it was measured)."""
     together = "fieldmem_tree_peak_rss_mib" in row
+    if "repeat" not in row:  # the first layout: one run of each, not alternated (2026-12-03)
+        return [
+            "| run | wall (s) | peak RSS (MiB) |",
+            "|---|---:|---:|",
+            f"| fieldmem check | {row['fieldmem_s']:.1f} | {row['fieldmem_peak_rss_mib']} |",
+            f"| naive (2 compiles by hand) | {row['naive_s']:.1f} | {row['naive_peak_rss_mib']} |",
+        ]
     runs = [("fieldmem check (variants compiled at once)", "fieldmem", row["ratio"])]
     if "fieldmem_jobs1_s" in row:
         runs.append(("fieldmem check -j 1 (one after the other)", "fieldmem_jobs1", row["jobs1_ratio"]))
@@ -293,6 +319,15 @@ def _pod_table(row: dict[str, Any]) -> list[str]:
     ]
 
 
+BENCHMARK = results_file.Benchmark(
+    "backends",
+    lambda document: markdown(document),
+    headline,
+    complete=lambda document: bool(document["backends"]) and bool(document.get("pod")),
+    partial=_measured,
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
@@ -318,17 +353,9 @@ def main() -> None:
             document["backends"] = per_backend(args.repeat, Path(scratch))
         if not args.no_pod:
             document["pod"] = pod(Path(scratch), args.pod_devices, args.pod_repeat)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = RESULTS / f"backends-{date}"
-    if stem.with_suffix(".json").exists():  # a part measured alone joins the rest of the day's run
-        earlier = json.loads(stem.with_suffix(".json").read_text())
-        if args.pod_only:
-            document = {**earlier, "pod": document["pod"]}
-        elif args.no_pod and "pod" in earlier:
-            document["pod"] = earlier["pod"]
-    stem.with_suffix(".json").write_text(json.dumps(document, indent=2) + "\n")
-    stem.with_suffix(".md").write_text(markdown(document))
-    print(f"written: {stem.with_suffix('.json').relative_to(ROOT)}, {stem.with_suffix('.md').relative_to(ROOT)}")
+    results_file.write(RESULTS, BENCHMARK, document)
+    print(markdown(document))
+    print(f"written: {(RESULTS / 'backends.json').relative_to(ROOT)}, {(RESULTS / 'backends.md').relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ time and compares with the default compile:
   counter: it differs between two default compiles too).
 
 A "default again" set is the control: what differs between two default
-compiles is noise, not the option. Writes ``results/compile-options.{md,json}``.
+compiles is noise, not the option. Writes ``results/compile-options.{json,md}`` through
+``results_file.py`` (the run replaces the current one, which joins the JSON's ``history``).
 
     python benchmarks/bench_compile_options.py [--repeat 5] [--quick]
 """
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -38,6 +38,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import results_file  # noqa: E402
 
 OPTION_SETS: dict[str, dict[str, Any] | None] = {
     "default": None,
@@ -123,6 +125,51 @@ def differences(base: dict[str, Any], other: dict[str, Any]) -> list[str]:
     return found
 
 
+def markdown(document: dict[str, Any]) -> str:
+    """``compile-options.md`` of a run, from its JSON document alone."""
+    times, diffs = document["seconds"], document["differences"]
+    names = list(document["option_sets"])
+    medians = {label: {n: statistics.median(v) for n, v in per.items()} for label, per in times.items()}
+    total = {n: sum(m[n] for m in medians.values()) for n in names}
+    per_program_ratio = {n: statistics.median(m[n] / m["default"] for m in medians.values()) for n in names}
+    big = [label for label, m in medians.items() if m["default"] >= 0.2]
+    big_total = {n: sum(medians[label][n] for label in big) for n in names}
+
+    lines = [
+        f"# XLA compiler options for analysis — {len(times)} programs ({document['files']} files)",
+        "",
+        f"- date: {document['date']}; machine: {document['machine']}",
+        f"- jax {document['jax']}; backend {document['backend']}; {document['repeat']} compiles per program and option set,"
+        " rotating order, jax caches cleared before each",
+        "",
+        "| option set | total of medians (s) | vs default | median per-program ratio |"
+        f" compiles ≥ 0.2 s ({len(big)}): total (s) | vs default | programs that differ | what differs |",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for n in names:
+        what = sorted({d.split(" (")[0] for found in diffs[n].values() for d in found})
+        lines.append(
+            f"| {n} | {total[n]:.2f} | {total[n] / total['default']:.2f} | {per_program_ratio[n]:.2f} | "
+            f"{big_total[n]:.2f} | {big_total[n] / big_total['default'] if big else float('nan'):.2f} | "
+            f"{len(diffs[n])} / {len(times)} | {', '.join(what) or 'nothing'} |"
+        )
+    lines.append("")
+    for n in names:
+        for label, found in list(diffs[n].items())[:5]:
+            lines.append(f"- {n}: {label}: {'; '.join(found)}")
+    return "\n".join(lines) + "\n"
+
+
+def _headline(document: dict[str, Any]) -> dict[str, Any]:
+    """Each option set's total of medians over the default's."""
+    medians = [{n: statistics.median(v) for n, v in per.items()} for per in document["seconds"].values()]
+    total = {n: sum(m[n] for m in medians) for n in document["option_sets"]}
+    return {f"{n}: total / default": round(total[n] / total["default"], 3) for n in total if n != "default"}
+
+
+BENCHMARK = results_file.Benchmark("compile-options", markdown, _headline)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeat", type=int, default=5)
@@ -171,46 +218,19 @@ def main() -> None:
             if found:
                 diffs[name][label] = found
 
-    medians = {label: {n: statistics.median(v) for n, v in per.items()} for label, per in times.items()}
-    total = {n: sum(m[n] for m in medians.values()) for n in names}
-    per_program_ratio = {n: statistics.median(m[n] / m["default"] for m in medians.values()) for n in names}
-    big = [label for label, m in medians.items() if m["default"] >= 0.2]
-    big_total = {n: sum(medians[label][n] for label in big) for n in names}
-
-    today = datetime.date.today().isoformat()
-    lines = [
-        f"# XLA compiler options for analysis — {len(programs)} programs ({len(specs)} files)",
-        "",
-        f"- date: {today}; machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
-        f"- jax {jax.__version__}; backend {jax.default_backend()}; {repeat} compiles per program and option set,"
-        " rotating order, jax caches cleared before each",
-        "",
-        "| option set | total of medians (s) | vs default | median per-program ratio |"
-        f" compiles ≥ 0.2 s ({len(big)}): total (s) | vs default | programs that differ | what differs |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
-    for n in names:
-        what = sorted({d.split(" (")[0] for found in diffs[n].values() for d in found})
-        lines.append(
-            f"| {n} | {total[n]:.2f} | {total[n] / total['default']:.2f} | {per_program_ratio[n]:.2f} | "
-            f"{big_total[n]:.2f} | {big_total[n] / big_total['default'] if big else float('nan'):.2f} | "
-            f"{len(diffs[n])} / {len(programs)} | {', '.join(what) or 'nothing'} |"
-        )
-    lines.append("")
-    for n in names:
-        for label, found in list(diffs[n].items())[:5]:
-            lines.append(f"- {n}: {label}: {'; '.join(found)}")
-    text = "\n".join(lines) + "\n"
-    out = ROOT / "benchmarks" / "results"
-    out.mkdir(exist_ok=True)
-    (out / "compile-options.md").write_text(text)
-    (out / "compile-options.json").write_text(
-        json.dumps(
-            {"date": today, "repeat": repeat, "option_sets": OPTION_SETS, "seconds": times, "differences": diffs},
-            indent=1,
-        )
-    )
-    print(text)
+    document = {
+        "date": datetime.date.today().isoformat(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}",
+        "jax": jax.__version__,
+        "backend": jax.default_backend(),
+        "files": len(specs),
+        "repeat": repeat,
+        "option_sets": OPTION_SETS,
+        "seconds": times,
+        "differences": diffs,
+    }
+    results_file.write(ROOT / "benchmarks" / "results", BENCHMARK, document)
+    print(markdown(document))
 
 
 if __name__ == "__main__":

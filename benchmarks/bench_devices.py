@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import subprocess
@@ -22,6 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results_file  # noqa: E402
+
 _PROGRAM = (
     "import jax, resource; n = len(jax.devices('cpu')); print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
 )
@@ -37,6 +40,16 @@ def start(count: int) -> dict[str, float | int]:
     return {"devices": count, "seconds": round(seconds, 2), "max_rss_mib": round(rss_kib / 1024, 1)}
 
 
+BENCHMARK = results_file.Benchmark(
+    "devices",
+    results_file.headline_markdown("jax started with N simulated CPU devices", "what"),
+    lambda result: {
+        **{f"{n} devices: start (s)": r["seconds"] for n, r in result["runs"].items()},
+        **{f"{n} devices: peak RSS (MiB)": r["max_rss_mib"] for n, r in result["runs"].items()},
+    },
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -50,11 +63,10 @@ def main() -> None:
         "what": "a fresh Python starting jax with N simulated CPU devices (--devices N)",
         "runs": by_count,
     }
-    out = Path(options.out) / "devices.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    results_file.write(Path(options.out), BENCHMARK, result)
     for r in runs:
         print(f"{r['devices']:>6} devices: {r['seconds']:6.2f} s, {r['max_rss_mib']:7.1f} MiB")
-    print(f"wrote {out}")
+    print(f"wrote {Path(options.out) / 'devices.json'} and devices.md")
 
 
 if __name__ == "__main__":

@@ -10,14 +10,15 @@ For each installer found (pip always; uv where it is on ``PATH``, or given by ``
 - **reuse**: ``ensure_env`` again for the environment just made (what ``--jax`` pays on every run after
   the first): the median of 20 calls, each in this process (no installer starts: the marker is read).
 
-Usage: ``python benchmarks/bench_envs.py [--version 0.9.2] [--uv PATH] [--out benchmarks/results]``.
+Usage: ``python benchmarks/bench_envs.py [--version 0.9.2] [--uv PATH] [--out benchmarks/results]``. Writes
+``envs.json`` and ``envs.md`` from it through ``results_file.py`` (the run replaces the current one, which
+joins the JSON's ``history``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import shutil
@@ -26,9 +27,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import results_file  # noqa: E402
 
 from fieldmem.engine import envs  # noqa: E402
 
@@ -50,6 +55,50 @@ def _made(version: str, environ: dict[str, str]) -> tuple[float, float, str]:
     finally:
         os.environ.clear()
         os.environ.update(saved)
+
+
+def markdown(document: dict[str, Any]) -> str:
+    """``envs.md`` of a run, from its JSON document alone."""
+    meta = document["meta"]
+    lines = [
+        "# Making and reusing a jax environment: pip against uv",
+        "",
+        f"- date: {meta['date']}; machine: {meta['machine']}; Python {meta['python']}; "
+        f"`ensure_env('{meta['jax']}')` (jax and jaxlib {meta['jax']}, no plugins)",
+        "- cold: the installer's cache empty (every wheel downloaded); warm: filled by the cold run; "
+        "reuse: `ensure_env` again for the environment made (median of 20; no installer starts)",
+        "",
+        "| installer | cache | make (s) | reuse (ms) |",
+        "|---|---|---:|---:|",
+        *(
+            f"| {r['installer']} {r['version']} | {r['cache']} | {r['make_s']:.1f} | {r['reuse_ms']:.2f} |"
+            for r in document["rows"]
+        ),
+        "",
+    ]
+    by = {(r["installer"], r["cache"]): r for r in document["rows"]}
+    for cache in ("cold", "warm"):
+        if ("uv", cache) in by:
+            ratio = by[("pip", cache)]["make_s"] / by[("uv", cache)]["make_s"]
+            lines.append(f"- {cache}: uv makes it {ratio:.1f}x faster than pip")
+    slowest = max(r["reuse_ms"] for r in document["rows"])
+    fastest = min(r["make_s"] for r in document["rows"])
+    lines += [
+        f"- reuse: at most {slowest:.2f} ms (the marker read), {fastest * 1000 / slowest:.0f}x less than the "
+        "fastest creation",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+BENCHMARK = results_file.Benchmark(
+    "envs",
+    markdown,
+    lambda document: {
+        **{f"{r['installer']} {r['cache']}: make (s)": r["make_s"] for r in document["rows"]},
+        **{f"{r['installer']} {r['cache']}: reuse (ms)": r["reuse_ms"] for r in document["rows"]},
+    },
+)
 
 
 def main() -> None:
@@ -80,37 +129,9 @@ def main() -> None:
         "python": platform.python_version(),
         "jax": args.version,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "envs.json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=2) + "\n")
-    lines = [
-        "# Making and reusing a jax environment: pip against uv",
-        "",
-        f"- date: {meta['date']}; machine: {meta['machine']}; Python {meta['python']}; "
-        f"`ensure_env('{args.version}')` (jax and jaxlib {args.version}, no plugins)",
-        "- cold: the installer's cache empty (every wheel downloaded); warm: filled by the cold run; "
-        "reuse: `ensure_env` again for the environment made (median of 20; no installer starts)",
-        "",
-        "| installer | cache | make (s) | reuse (ms) |",
-        "|---|---|---:|---:|",
-        *(
-            f"| {r['installer']} {r['version']} | {r['cache']} | {r['make_s']:.1f} | {r['reuse_ms']:.2f} |"
-            for r in rows
-        ),
-        "",
-    ]
-    by = {(r["installer"], r["cache"]): r for r in rows}
-    for cache in ("cold", "warm"):
-        if ("uv", cache) in by:
-            ratio = by[("pip", cache)]["make_s"] / by[("uv", cache)]["make_s"]
-            lines.append(f"- {cache}: uv makes it {ratio:.1f}x faster than pip")
-    slowest = max(r["reuse_ms"] for r in rows)
-    fastest = min(r["make_s"] for r in rows)
-    lines += [
-        f"- reuse: at most {slowest:.2f} ms (the marker read), {fastest * 1000 / slowest:.0f}x less than the "
-        "fastest creation",
-        "",
-    ]
-    (args.out / "envs.md").write_text("\n".join(lines))
+    document = {"meta": meta, "rows": rows}
+    results_file.write(args.out, BENCHMARK, document)
+    print(markdown(document))
 
 
 if __name__ == "__main__":

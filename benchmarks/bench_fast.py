@@ -53,9 +53,12 @@ is compiled first (``compileall``), as ``pip install`` does: with
 
 Usage: ``python benchmarks/bench_fast.py [--quick] [--skip SECTION,...] [--out benchmarks/results]``
 (``make bench``; ``make bench-quick`` is ``--quick``). Writes ``fast.json`` and
-``fast.md`` (``fast-quick.*`` with ``--quick``; ``*-stopped.*`` when the run
-stopped part way); the .md is generated from the JSON (``--render FILE.json``
-regenerates it alone). Exit 0: every measured
+``fast.md`` (``fast-quick.*`` with ``--quick``) through ``results_file.py``: the
+run becomes the current one and the one it replaces joins the JSON's
+``history`` (its date, machine, commit and summary figures). A partial run
+(``--skip``, ``--overhead-points``, or one that stopped part way) never
+replaces a complete one: it joins the history alone. The .md is generated
+from the JSON (``--render FILE.json`` regenerates it alone). Exit 0: every measured
 target met; 1: a target missed or a section skipped; 2: the run could not
 measure (a tool failed, the fairness check failed, bench_watch.py missing).
 """
@@ -86,6 +89,7 @@ sys.path.insert(1, str(ROOT))  # bench_watch.run() imports fieldmem in this proc
 
 import heavy  # noqa: E402
 import machine  # noqa: E402
+import results_file  # noqa: E402
 
 from synth import write_module  # noqa: E402
 
@@ -663,6 +667,39 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- the result file
+
+
+def complete(results: dict[str, Any]) -> bool:
+    """Every section measured: no section skipped, every overhead point, no stop part way."""
+    m = results["meta"]
+    return not m.get("skipped") and not m.get("overhead_points") and "error" not in results
+
+
+def measured_sections(results: dict[str, Any]) -> str:
+    """What a partial run measured, for its history entry: ``overhead (leaves=5000)``, ``pod; stopped``."""
+    parts = [s for s in SECTIONS if s in results]
+    missing = [s for s in SECTIONS if s not in results]
+    text = (", ".join(parts) or "nothing") if len(parts) <= len(missing) else f"all but {', '.join(missing)}"
+    if results["meta"].get("overhead_points"):
+        text += f" ({', '.join(results['meta']['overhead_points'])})"
+    return text + ("; stopped" if "error" in results else "")
+
+
+def headline(results: dict[str, Any]) -> dict[str, Any]:
+    """A run's headline figures: each summary row's measured value, by its target (none for a section skipped)."""
+    return {
+        row["target"]: row["measured"]
+        for row in results.get("summary", [])
+        if isinstance(row["measured"], (int, float)) and not isinstance(row["measured"], bool)
+    }
+
+
+def benchmark(name: str = "fast") -> results_file.Benchmark:
+    """``make bench``'s result file ``name`` (``fast``; ``fast-quick``; another machine's with ``--name``)."""
+    return results_file.Benchmark(name, markdown, headline, complete, measured_sections)
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -680,7 +717,7 @@ def main() -> int:
     parser.add_argument("--render", type=Path, help="only write the .md of this results JSON")
     ns = parser.parse_args()
     if ns.render:
-        ns.render.with_suffix(".md").write_text(markdown(json.loads(ns.render.read_text())))
+        results_file.render(ns.render, benchmark(ns.render.stem))
         return 0
     skipped = [s.strip() for s in ns.skip.split(",") if s.strip()]
     unknown = set(skipped) - set(SECTIONS)
@@ -712,6 +749,8 @@ def main() -> int:
     results: dict[str, Any] = {"meta": meta(ns.quick, skipped)}
     results["meta"]["bytecode"] = "fieldmem's compiled first (compileall), as pip install does"
     results["meta"]["pairs"] = pairs
+    if only is not None:
+        results["meta"]["overhead_points"] = [f"{d}={v}" for d, v in only]
     salts = Salts()
     error = None
     try:
@@ -779,13 +818,12 @@ def main() -> int:
     results["meta"]["seconds"] = time.perf_counter() - started
     results["meta"]["load_average_end"] = list(os.getloadavg())
     results["summary"] = summary(results)
-    # a run that stopped does not replace a complete one: its partial results go beside it
-    name = (ns.name or ("fast-quick" if ns.quick else "fast")) + ("-stopped" if error is not None else "")
-    ns.out.mkdir(parents=True, exist_ok=True)
-    (ns.out / f"{name}.json").write_text(json.dumps(results, indent=1) + "\n")
-    text = markdown(results)
-    (ns.out / f"{name}.md").write_text(text)
-    print(text)
+    # a partial run (skipped sections, some overhead points, stopped) does not replace a complete one
+    name = ns.name or ("fast-quick" if ns.quick else "fast")
+    written = results_file.write(ns.out, benchmark(name), results)
+    print(markdown(results))  # this run's figures, whether or not it became the file's current run
+    if written["meta"]["date"] != results["meta"]["date"]:
+        print(f"bench_fast: a partial run: it joins the history of {ns.out / name}.json", file=sys.stderr)
     if error is not None:
         print(f"bench_fast: error: {error}", file=sys.stderr)
         return 2

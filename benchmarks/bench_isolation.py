@@ -26,6 +26,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results_file  # noqa: E402
+
 RESULTS = ROOT / "benchmarks" / "results" / "isolation.json"
 
 CASES: dict[str, list[str]] = {
@@ -52,6 +56,13 @@ def _time(targets: list[str], extra: list[str], out: Path) -> float:
             f"fieldmem check {' '.join(targets)} {' '.join(extra)} exited {done.returncode}: {done.stderr}"
         )
     return seconds
+
+
+BENCHMARK = results_file.Benchmark(
+    "isolation",
+    results_file.headline_markdown("Checks in a supervised worker against in-process (--no-isolate)", "note"),
+    lambda result: {f"{case}: worker overhead (%)": c["overhead_percent"] for case, c in result["cases"].items()},
+)
 
 
 def main() -> int:
@@ -87,7 +98,7 @@ def main() -> int:
         "every check took before; a fresh process per run, --no-cache, runs alternated, medians",
         "cases": cases,
     }
-    RESULTS.write_text(json.dumps(result, indent=1) + "\n")
+    results_file.write(RESULTS.parent, BENCHMARK, result)
     print(json.dumps({case: c["median_seconds"] | {"overhead": c["overhead_seconds"]} for case, c in cases.items()}))
     return 0
 

@@ -6,13 +6,12 @@ default: the usable cores, at most 8), each on a module with fresh constants
 and without the compilation cache, in the environment of ``bench_fast.py``.
 Records the wall time and the CPU time (user + system, the worker included)
 of each run: CPU time over wall time says how many cores a run kept busy.
-Writes ``results/jobs.{json,md}``.
+Writes ``results/jobs.{json,md}`` through ``results_file.py`` (the run replaces the current one, which joins the JSON's ``history``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import resource
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import results_file
 from bench_fast import BENCH, COLD_MODULE, ROOT, Salts, environment, median, meta, timed
 
 from synth import write_module
@@ -78,6 +78,16 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+BENCHMARK = results_file.Benchmark(
+    "jobs",
+    lambda result: markdown(result),
+    lambda result: {
+        "default / --jobs 1 (wall)": result["default_over_jobs_1"],
+        **{f"{k}: wall (s)": v["wall_s"] for k, v in result["medians"].items()},
+    },
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=3)
@@ -87,8 +97,7 @@ def main() -> int:
 
     compileall.compile_dir(str(ROOT / "fieldmem"), quiet=1)  # as bench_fast.py: fieldmem's bytecode first
     result = run(ns.pairs)
-    (ns.out / "jobs.json").write_text(json.dumps(result, indent=1) + "\n")
-    (ns.out / "jobs.md").write_text(markdown(result))
+    results_file.write(ns.out, BENCHMARK, result)
     print(markdown(result))
     return 0
 

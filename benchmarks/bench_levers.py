@@ -15,28 +15,65 @@ alternate the naive baseline and each fieldmem setting; medians and ratios to
 the naive baseline's median are taken within this one run.
 
 Usage: ``python benchmarks/bench_levers.py [--functions 20] [--repeat 3] [--out benchmarks/results]``.
-Writes ``levers.md`` and ``levers.json``.
+Writes ``levers.json`` and ``levers.md`` from it, through ``results_file.py`` (the run replaces the
+current one, which joins the JSON's ``history``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results_file
 
 from bench_suite import measure
 from synth import write_module
 
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = (1, 2, 4)
+
+
+def markdown(document: dict[str, Any]) -> str:
+    """``levers.md`` of a run, from its JSON document alone."""
+    meta, walls, medians = document["meta"], document["walls"], document["medians"]
+    rows = [
+        f"| {name} | {medians[name]:.2f} | {medians[name] / medians['naive']:.2f} | "
+        + ", ".join(f"{w:.2f}" for w in walls[name])
+        + " |"
+        for name in walls
+    ]
+    return "\n".join(
+        [
+            "# Speed levers against the naive baseline",
+            "",
+            " · ".join(f"{k}: {v}" for k, v in meta.items()),
+            "",
+            "| run | median wall s | / naive | all runs s |",
+            "|---|---:|---:|---|",
+            *rows,
+            "",
+        ]
+    )
+
+
+BENCHMARK = results_file.Benchmark(
+    "levers",
+    markdown,
+    lambda document: {
+        f"{name}: / naive": round(median / document["medians"]["naive"], 3)
+        for name, median in document["medians"].items()
+        if name != "naive"
+    },
+)
 
 
 def main() -> None:
@@ -88,27 +125,9 @@ def main() -> None:
         "module": f"{options.functions} functions, chain {options.chain}, size {options.size}",
         "repeat": str(options.repeat),
     }
-    rows = [
-        f"| {name} | {medians[name]:.2f} | {medians[name] / medians['naive']:.2f} | "
-        + ", ".join(f"{w:.2f}" for w in walls[name])
-        + " |"
-        for name in walls
-    ]
-    text = "\n".join(
-        [
-            "# Speed levers against the naive baseline",
-            "",
-            " · ".join(f"{k}: {v}" for k, v in meta.items()),
-            "",
-            "| run | median wall s | / naive | all runs s |",
-            "|---|---:|---:|---|",
-            *rows,
-            "",
-        ]
-    )
-    options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / "levers.md").write_text(text)
-    (options.out / "levers.json").write_text(json.dumps({"meta": meta, "walls": walls, "medians": medians}, indent=2))
+    document = {"meta": meta, "walls": walls, "medians": medians}
+    results_file.write(options.out, BENCHMARK, document)
+    text = markdown(document)
     print(text)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -28,6 +27,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results_file  # noqa: E402
+
 EXAMPLES = [str(ROOT / "examples" / name) for name in ("field.py", "optimizer.py", "stencil_scan.py", "advisor.py")]
 
 MODULE = """\
@@ -63,6 +66,17 @@ def _run(folder: Path, specs: list[str]) -> float:
     return seconds
 
 
+BENCHMARK = results_file.Benchmark(
+    "module-settings",
+    results_file.headline_markdown("A module with its own XLA_FLAGS after one without, against two without"),
+    lambda result: {
+        f"{case}, last {last}: median (s)": seconds
+        for case, row in result["cases"].items()
+        for last, seconds in row["median_seconds"].items()
+    },
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -94,8 +108,7 @@ def main() -> int:
             for runs in [seconds[case]]
         },
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "module-settings.json").write_text(json.dumps(result, indent=2) + "\n")
+    results_file.write(args.out, BENCHMARK, result)
     for case, row in result["cases"].items():
         print(
             f"{case}: one worker {row['median_seconds']['same']} s, a worker of its own {row['median_seconds']['own']} s"

@@ -7,22 +7,26 @@ copy keeps ``ENTRY`` — into texts of about 1, 10 and 50 MB. Each is parsed
 (``parse_hlo_module``) and searched for copies (``find_copies``), best of 3.
 The time per 10 MB should stay flat as the text grows.
 
-Usage: ``python benchmarks/bench_parse.py [--out benchmarks/results]``.
+Usage: ``python benchmarks/bench_parse.py [--out benchmarks/results]``. Writes ``parse.json`` and
+``parse.md`` from it, through ``results_file.py`` (the run replaces the current one, which joins the
+JSON's ``history``).
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import platform
 import re
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results_file
 
 from synth import write_module
 
@@ -65,6 +69,34 @@ def scaled(text: str, copies: int) -> str:
     return "\n".join(parts)
 
 
+def markdown(document: dict[str, Any]) -> str:
+    """``parse.md`` of a run, from its JSON document alone."""
+    meta = document["meta"]
+    lines = [
+        "# HLO parsing speed",
+        "",
+        f"- date: {meta['date']}; machine: {meta['machine']}; Python {meta['python']}; jax {meta['jax']}",
+        f"- text: a 200-step chain's optimized HLO ({meta['base_kb']:.0f} kB) repeated under fresh names; best of 3",
+        "",
+        "| text (MB) | instructions | parse (s) | find_copies (s) | seconds per 10 MB |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in document["rows"]:
+        lines.append(
+            f"| {r['mb']:.1f} | {r['instructions']:,} | {r['parse_s']:.2f} | {r['find_copies_s']:.2f} | "
+            f"{r['s_per_10mb']:.2f} |"
+        )
+    lines.append("")
+    return "\n".join(lines)
+
+
+BENCHMARK = results_file.Benchmark(
+    "parse",
+    markdown,
+    lambda document: {f"{r['mb']:.1f} MB: seconds per 10 MB": round(r["s_per_10mb"], 3) for r in document["rows"]},
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -104,26 +136,16 @@ def main() -> None:
             )
         )
         print(rows[-1], flush=True)
-    lines = [
-        "# HLO parsing speed",
-        "",
-        f"- date: {datetime.date.today().isoformat()}; machine: {platform.machine()}; "
-        f"Python {platform.python_version()}; jax {jax.__version__}",
-        f"- text: a 200-step chain's optimized HLO ({len(base) / 1e3:.0f} kB) repeated under fresh names; best of 3",
-        "",
-        "| text (MB) | instructions | parse (s) | find_copies (s) | seconds per 10 MB |",
-        "|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['mb']:.1f} | {r['instructions']:,} | {r['parse_s']:.2f} | {r['find_copies_s']:.2f} | "
-            f"{r['s_per_10mb']:.2f} |"
-        )
-    lines.append("")
-    ns.out.mkdir(parents=True, exist_ok=True)
-    (ns.out / "parse.md").write_text("\n".join(lines))
-    (ns.out / "parse.json").write_text(json.dumps(rows, indent=1))
-    print("\n".join(lines))
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "base_kb": round(len(base) / 1e3),
+    }
+    document = {"meta": meta, "rows": rows}
+    results_file.write(ns.out, BENCHMARK, document)
+    print(markdown(document))
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@ the "whole buffer" the probe has to tell apart from a true slice update.
 Each probe is made ``--rounds`` times; ``--load N`` keeps N busy processes
 copying memory meanwhile (the load a test suite or a CI neighbour puts on the
 cores, under which a probe once misjudged a row write: growth 0.61 for 143
-µs). Writes ``<name>.md`` and ``<name>.json`` under ``--out`` (name:
-``probe``, or ``probe-load<N>``).
+µs). Writes ``<name>.json`` and ``<name>.md`` from it under ``--out`` (name:
+``probe``, or ``probe-load<N>``), through ``results_file.py``: the run replaces the current one, which
+joins the JSON's ``history``.
 
 Usage: ``python benchmarks/bench_probe.py [--rounds 3] [--load N] [--out benchmarks/results]``.
 """
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -28,8 +28,12 @@ import subprocess
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import results_file  # noqa: E402
 
 
 def updates():
@@ -83,6 +87,56 @@ def _span(values: list[float | None]) -> str:
         return "–"
     low, high = min(v for v in values if v is not None), max(v for v in values if v is not None)
     return f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f} to {high:.2f}"
+
+
+# what a run timed, as its .md says it (kept in its JSON: the words of the run, not of a later script)
+METHOD = (
+    "What is timed is one whole call of the compiled program (fresh arguments made before the clock), and\n"
+    "after it one in-place pass over its output of u. `passes`: what the call adds at 4x, in passes over\n"
+    "the added bytes (whole-buffer at 0.3 or more, beyond the calls' spread; slice-only at 0.1 or less).\n"
+    "Ranges over {rounds} probes of each; the medians are of the middle probe. The last column is\n"
+    "what the growth alone said before the yardstick (whole-buffer at 0.5 or more, slice-only at 0.2 or less)."
+)
+
+
+def markdown(document: dict[str, Any]) -> str:
+    """``probe.md`` of a run, from its JSON document alone."""
+    meta, summary = document["meta"], document["summary"]
+    lines = [
+        "# The in-place probe on real updates"
+        + (f", with {meta['load']} processes copying memory" if meta["load"] else ""),
+        "",
+        " · ".join(f"{k}: {v}" for k, v in meta.items()),
+        "",
+        *document.get("method", METHOD).format(rounds=meta["rounds"]).splitlines(),
+        "",
+        "| update | variant | out aliased to u | median at 1x | median at 4x | growth | passes | probe says | "
+        "growth alone said |",
+        "|---|---|---|---:|---:|---:|---:|---|---|",
+    ]
+    for row in summary:
+        lines.append(
+            f"| {row['case']} | {row['variant']} | {'yes' if row['aliased'] else 'no'} | "
+            f"{row['small_seconds_median'] * 1e6:.0f} µs | {row['large_seconds_median'] * 1e6:.0f} µs | "
+            f"{_span([row['growth_min'], row['growth_max']])} | {_span([row['passes_min'], row['passes_max']])} | "
+            f"{', '.join(row['codes'])} | {', '.join(row['codes_by_growth_alone'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def headline(document: dict[str, Any]) -> dict[str, Any]:
+    """A run's headline figures: per case and variant, the middle probe's growth and what the probe said."""
+    figures: dict[str, Any] = {}
+    for row in document["summary"]:
+        key = f"{row['case']}, {row['variant']}"
+        figures[f"{key}: growth (most)"] = row["growth_max"]
+        figures[f"{key}: says"] = ", ".join(row["codes"])
+    return figures
+
+
+def benchmark(name: str = "probe") -> results_file.Benchmark:
+    """The result file ``name``: ``probe``, or ``probe-loadN`` for a run beside N processes copying memory."""
+    return results_file.Benchmark(name, markdown, headline)
 
 
 def main() -> None:
@@ -159,34 +213,9 @@ def main() -> None:
         "load_average_at_end": os.getloadavg()[0],
         "script": "benchmarks/bench_probe.py",
     }
-    lines = [
-        "# The in-place probe on real updates"
-        + (f", with {options.load} processes copying memory" if options.load else ""),
-        "",
-        " · ".join(f"{k}: {v}" for k, v in meta.items()),
-        "",
-        "What is timed is one whole call of the compiled program (fresh arguments made before the clock), and",
-        "after it one in-place pass over its output of u. `passes`: what the call adds at 4x, in passes over",
-        "the added bytes (whole-buffer at 0.3 or more, beyond the calls' spread; slice-only at 0.1 or less).",
-        f"Ranges over {options.rounds} probes of each; the medians are of the middle probe. The last column is",
-        "what the growth alone said before the yardstick (whole-buffer at 0.5 or more, slice-only at 0.2 or less).",
-        "",
-        "| update | variant | out aliased to u | median at 1x | median at 4x | growth | passes | probe says | "
-        "growth alone said |",
-        "|---|---|---|---:|---:|---:|---:|---|---|",
-    ]
-    for row in summary:
-        lines.append(
-            f"| {row['case']} | {row['variant']} | {'yes' if row['aliased'] else 'no'} | "
-            f"{row['small_seconds_median'] * 1e6:.0f} µs | {row['large_seconds_median'] * 1e6:.0f} µs | "
-            f"{_span([row['growth_min'], row['growth_max']])} | {_span([row['passes_min'], row['passes_max']])} | "
-            f"{', '.join(row['codes'])} | {', '.join(row['codes_by_growth_alone'])} |"
-        )
-    text = "\n".join(lines) + "\n"
-    name = f"probe-load{options.load}" if options.load else "probe"
-    options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / f"{name}.md").write_text(text)
-    (options.out / f"{name}.json").write_text(json.dumps({"meta": meta, "summary": summary, "rows": rows}, indent=2))
+    document = {"meta": meta, "method": METHOD, "summary": summary, "rows": rows}
+    results_file.write(options.out, benchmark(f"probe-load{options.load}" if options.load else "probe"), document)
+    text = markdown(document)
     print(text)
 
 

@@ -21,8 +21,10 @@ up to more than the wall time they take, and the overhead would come out too
 small). ``bench_fast.py`` measures fieldmem's defaults against the naive script.
 
 Usage: ``python benchmarks/bench_suite.py [--quick] [--out benchmarks/results]``
-(``make bench`` runs it). Writes ``suite.md``, ``suite.json`` and
-``suite.svg`` (the plot) under ``--out``.
+(``make bench-more`` runs it). Writes ``suite.json`` and ``suite.md`` from it (``suite-quick.*`` with
+``--quick``) through ``results_file.py`` (the run replaces the current one, which joins the JSON's
+``history``; a run of one dimension, ``--only``, joins the history alone), and ``suite.svg`` (the plot
+of the current run) under ``--out``.
 """
 
 from __future__ import annotations
@@ -40,8 +42,11 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results_file
 
 from synth import write_module
 
@@ -201,7 +206,7 @@ def markdown(points: list[Point], meta: dict[str, str], seconds: float, floor: f
         f"{CHEAP_SECONDS:.0f} s repeated {REPEAT}x (medians); whole suite {seconds / 60:.1f} min",
         f"- base module: {BASE['functions']} function, chain {BASE['chain']}, {BASE['leaves']} leaf, "
         f"f32[{BASE['size']},{BASE['size']}]; the leaves dimension uses f32[8,8] leaves and chain 1",
-        "- every process with JAX_PLATFORMS=cpu; fieldmem with --no-cache --jobs 1",
+        *([f"- {meta['environment']}"] if "environment" in meta else []),  # recorded since the flags were set
         f"- overhead: share of fieldmem's wall time that is neither XLA lowering + compiling nor "
         f"starting Python and importing jax ({floor:.2f} s here, `python -c 'import jax'`, median of {REPEAT})",
         "",
@@ -217,6 +222,41 @@ def markdown(points: list[Point], meta: dict[str, str], seconds: float, floor: f
         )
     lines.append("")
     return "\n".join(lines)
+
+
+def points_of(document: dict[str, Any]) -> list[Point]:
+    """The points of a ``suite.json`` document, as the run measured them."""
+    return [
+        Point(
+            p["dimension"],
+            p["value"],
+            p["params"],
+            [Run(**r) for r in p["naive"]],
+            [Run(**r) for r in p["fieldmem"]],
+        )
+        for p in document["points"]
+    ]
+
+
+def document_markdown(document: dict[str, Any]) -> str:
+    """``suite.md`` of a run, from its JSON document alone."""
+    return markdown(points_of(document), document["meta"], document["seconds"], document["import_jax_seconds"])
+
+
+def headline(document: dict[str, Any]) -> dict[str, Any]:
+    """A run's headline figures: fieldmem / naive at each point."""
+    return {f"{p.dimension} = {p.value}: fieldmem / naive": round(p.ratio, 3) for p in points_of(document)}
+
+
+def benchmark(name: str = "suite") -> results_file.Benchmark:
+    """The result file ``name`` (``suite``, ``suite-quick``): a run of one dimension (``--only``) is partial."""
+    return results_file.Benchmark(
+        name,
+        document_markdown,
+        headline,
+        complete=lambda document: "only" not in document["meta"],
+        partial=lambda document: f"{document['meta']['only']} alone",
+    )
 
 
 def main() -> None:
@@ -255,17 +295,15 @@ def main() -> None:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "python": platform.python_version(),
         "jax": jax.__version__,
+        "environment": "every process with JAX_PLATFORMS=cpu; fieldmem with --no-cache --jobs 1",
     }
-    ns.out.mkdir(parents=True, exist_ok=True)
+    if ns.only:
+        meta["only"] = ns.only
     suffix = "-quick" if ns.quick else ""
-    (ns.out / f"suite{suffix}.md").write_text(markdown(points, meta, seconds, floor))
-    (ns.out / f"suite{suffix}.json").write_text(
-        json.dumps(
-            {"meta": meta, "seconds": seconds, "import_jax_seconds": floor, "points": [asdict(p) for p in points]},
-            indent=1,
-        )
-    )
-    (ns.out / f"suite{suffix}.svg").write_text(svg_plot(points))
+    document = {"meta": meta, "seconds": seconds, "import_jax_seconds": floor, "points": [asdict(p) for p in points]}
+    written = results_file.write(ns.out, benchmark(f"suite{suffix}"), document)
+    if results_file.current(written)["meta"] == meta:  # a run of one dimension beside a whole one: history alone
+        (ns.out / f"suite{suffix}.svg").write_text(svg_plot(points))
     print(markdown(points, meta, seconds, floor))
 
 

@@ -27,8 +27,9 @@ re-check, then the same edit's reference compiles), and never run at the
 same time: a load from elsewhere on the machine reaches both alike.
 
 Writes ``results/watch.json`` (date, machine, jax, raw times, medians, the
-ratio) and ``results/watch.md``. ``run(repeat=...)`` returns the same dict
-for ``make bench``.
+ratio; earlier runs' headline figures in its ``history``) and ``results/watch.md``
+from it, through ``results_file.py``; a quick run (no heavy module) never replaces
+a complete one. ``run(repeat=...)`` returns this run's dict for ``make bench``.
 
     python benchmarks/bench_watch.py [--repeat 11] [--quick]
 """
@@ -53,6 +54,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import machine  # noqa: E402
+import results_file  # noqa: E402
 
 from synth import write_module  # noqa: E402
 
@@ -287,6 +291,7 @@ def run(
     result: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count()},
+        "commit": machine.commit(ROOT),
         "load_average_1min": {
             "before": load_before,
             "after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
@@ -303,10 +308,20 @@ def run(
         **main_module,
         "heavy": heavy_module,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "watch.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / "watch.md").write_text(_markdown(result))
+    results_file.write(RESULTS, BENCHMARK, result)
     return result
+
+
+def headline(result: dict[str, Any]) -> dict[str, Any]:
+    """A run's headline figures: the medians and ratio of each module."""
+    figures = {
+        "re-check median (s)": result["median"]["recheck_s"],
+        "own compiles median (s)": result["median"]["own_compiles_s"],
+        "re-check / own compiles": result["ratio"],
+    }
+    if result.get("heavy"):
+        figures["heavy module: re-check / own compiles"] = result["heavy"]["ratio"]
+    return figures
 
 
 def _markdown(result: dict[str, Any]) -> str:
@@ -335,6 +350,15 @@ def _markdown(result: dict[str, Any]) -> str:
         + f"\n\nLoad average (1 min) {result['load_average_1min']['before']} before, "
         f"{result['load_average_1min']['after']} after, on {result['machine']['cpus']} CPUs.\n"
     )
+
+
+BENCHMARK = results_file.Benchmark(
+    "watch",
+    lambda result: _markdown(result),
+    headline,
+    complete=lambda result: bool(result.get("heavy")),
+    partial=lambda result: "the 20-step module (no heavy module)",
+)
 
 
 def main() -> int:

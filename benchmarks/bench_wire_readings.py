@@ -13,7 +13,8 @@ donated variant of a function over 1,000 and 5,000 pytree leaves, compiled here:
 - **read: careful**: ``codec._decode``, the path-keeping reading a refused or newer document falls back to.
 
 Best of 7 in one process, the collector paused as the worker and the parent pause it.
-Writes ``results/wire-readings.{json,md}``; ``results/wire-readings-two-paths.md`` holds the figures of the
+Writes ``results/wire-readings.{json,md}`` (through ``results_file.py``: the run replaces the current one,
+which joins the JSON's ``history``); ``results/wire-readings-two-paths.md`` holds the figures of the
 two paths before (msgspec for the pipe, a Python typed codec for files).
 
 Usage: ``python benchmarks/bench_wire_readings.py [--out benchmarks/results]``.
@@ -31,6 +32,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import results_file  # noqa: E402
+
 LEAVES = (1000, 5000)
 
 
@@ -56,6 +61,34 @@ def _reading(leaves: int) -> Any:
     call = prepare_call(update, args, {}, donate=DonateSpec(), static=StaticSpec())
     _, donated = start_variants(call, None).result()
     return donated.variant
+
+
+def markdown(document: dict[str, Any]) -> str:
+    """``wire-readings.md`` of a run, from its JSON document alone."""
+    lines = [
+        f"# A compiled variant's reading through the one codec ({document['date']}, best of 7)",
+        "",
+        "| leaves | JSON bytes | write | read: pipe | read: file | read: careful |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in document["rows"]:
+        r = row["read_s"]
+        lines.append(
+            f"| {row['leaves']} | {row['bytes']} | {row['write_s'] * 1000:.1f} ms | {r['pipe'] * 1000:.1f} ms "
+            f"| {r['file'] * 1000:.1f} ms | {r['careful'] * 1000:.1f} ms |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+BENCHMARK = results_file.Benchmark(
+    "wire-readings",
+    markdown,
+    lambda document: {
+        f"{row['leaves']} leaves: {what} (s)": value
+        for row in document["rows"]
+        for what, value in [("write", row["write_s"]), *(("read, " + k, v) for k, v in row["read_s"].items())]
+    },
+)
 
 
 def main() -> int:
@@ -95,22 +128,8 @@ def main() -> int:
         "machine": {"python": platform.python_version(), "platform": platform.platform()},
         "rows": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "wire-readings.json").write_text(json.dumps(document, indent=2) + "\n")
-    lines = [
-        f"# A compiled variant's reading through the one codec ({document['date']}, best of 7)",
-        "",
-        "| leaves | JSON bytes | write | read: pipe | read: file | read: careful |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for row in rows:
-        r = row["read_s"]
-        lines.append(
-            f"| {row['leaves']} | {row['bytes']} | {row['write_s'] * 1000:.1f} ms | {r['pipe'] * 1000:.1f} ms "
-            f"| {r['file'] * 1000:.1f} ms | {r['careful'] * 1000:.1f} ms |"
-        )
-    (args.out / "wire-readings.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    results_file.write(args.out, BENCHMARK, document)
+    print(markdown(document))
     return 0
 
 

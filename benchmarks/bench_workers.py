@@ -14,7 +14,8 @@ Every run is given ``--jobs`` (``--jobs 2`` by default; the most workers too); t
 A single module on one backend (the cold and compile-heavy figures of ``make bench``) is one
 (backend, spec): it always gets one worker, so those figures do not move.
 
-Each run uses ``--no-cache``. Writes ``results/workers-jobsN.{json,md}`` (N: ``--jobs``).
+Each run uses ``--no-cache``. Writes ``results/workers-jobsN.{json,md}`` (N: ``--jobs``) through
+``results_file.py`` (the run replaces the current one, which joins the JSON's ``history``).
 
 Usage: ``python benchmarks/bench_workers.py [--pairs 3] [--jobs 2] [--workers N] [--out benchmarks/results]``.
 """
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import statistics
@@ -32,8 +32,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import results_file  # noqa: E402
+
 EXAMPLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").glob("*.py"))
 CASES = {
     "examples": ["check", *EXAMPLES],
@@ -68,6 +73,27 @@ def _run(args: list[str], workers: str | None) -> float:
     return seconds
 
 
+def markdown(document: dict[str, Any]) -> str:
+    """``workers-jobsN.md`` of a run, from its JSON document alone."""
+    lines = [
+        f"# Several workers against one ({document['date']}, {document['machine']['cpus']} CPUs, "
+        f"--jobs {document['jobs']}, {document['pairs']} alternating pairs)",
+        "",
+        "| case | one worker (median s) | several (median s) | several / one |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, row in document["cases"].items():
+        lines.append(f"| {name} | {row['one_worker_median_s']} | {row['several_median_s']} | {row['ratio']} |")
+    return "\n".join(lines) + "\n"
+
+
+def benchmark(name: str) -> results_file.Benchmark:
+    """The result file ``name`` (``workers-jobsN``): several workers over one, per case."""
+    return results_file.Benchmark(
+        name, markdown, lambda document: {f"{c}: several / one": row["ratio"] for c, row in document["cases"].items()}
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=3)
@@ -100,19 +126,8 @@ def main() -> int:
         "workers": args.workers,
         "cases": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"workers-jobs{args.jobs}.json").write_text(json.dumps(document, indent=2) + "\n")
-    lines = [
-        f"# Several workers against one ({document['date']}, {os.cpu_count()} CPUs, --jobs {args.jobs}, "
-        f"{args.pairs} alternating pairs)",
-        "",
-        "| case | one worker (median s) | several (median s) | several / one |",
-        "|---|---:|---:|---:|",
-    ]
-    for name, row in rows.items():
-        lines.append(f"| {name} | {row['one_worker_median_s']} | {row['several_median_s']} | {row['ratio']} |")
-    (args.out / f"workers-jobs{args.jobs}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    results_file.write(args.out, benchmark(f"workers-jobs{args.jobs}"), document)
+    print(markdown(document))
     return 0
 
 

@@ -21,7 +21,8 @@ blocks) on this machine's CPU; ``pod``, the pod example on ``tpu:v5e:16x16``;
 ``examples``, the bundled examples for ``gpu:h100``.
 
 Usage: ``python benchmarks/compile_cores.py [--cases heavy pod examples] [--every 0.5]
-[--out benchmarks/results]``; writes ``compile-cores.{json,md}``.
+[--out benchmarks/results]``; writes ``compile-cores.{json,md}``
+through ``results_file.py`` (the run replaces the current one, which joins the JSON's ``history``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
+sys.path.insert(0, str(BENCH))
+
+import results_file  # noqa: E402
 
 CASES = {
     "heavy": ["{heavy}"],
@@ -155,6 +159,17 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+BENCHMARK = results_file.Benchmark(
+    "compile-cores",
+    lambda document: markdown(document),
+    lambda document: {
+        f"{case['case']}, compile {n + 1}: mean cores busy": one["mean_cores"]
+        for case in document["cases"]
+        for n, one in enumerate(case["compiles"])
+    },
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
@@ -177,8 +192,7 @@ def main() -> int:
             print(f"compile_cores: {case}", flush=True)
             document["cases"].append(run_case(case, options.every, Path(folder)))
     options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / "compile-cores.json").write_text(json.dumps(document, indent=1) + "\n")
-    (options.out / "compile-cores.md").write_text(markdown(document))
+    results_file.write(options.out, BENCHMARK, document)
     print(markdown(document))
     return 0
 

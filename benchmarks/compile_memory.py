@@ -14,7 +14,8 @@ device), and the pod example (``examples/pod/train_step.py``) for
 ``tpu:v5e:16x16``.
 
 Usage: ``python benchmarks/compile_memory.py [--cases leaves:1000 leaves:5000 cpu:8 ... pod]
-[--out benchmarks/results]``; writes ``compile-memory.{json,md}``.
+[--out benchmarks/results]``; writes ``compile-memory.{json,md}``
+through ``results_file.py`` (the run replaces the current one, which joins the JSON's ``history``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import results_file  # noqa: E402
+
 CASES = ("leaves:1000", "leaves:5000", "cpu:8", "cpu:12", "cpu:32", "gpu:12", "gpu:32", "pod")
 
 # run in a fresh process per case: lower, then compile alone while a thread samples VmRSS
@@ -205,6 +210,13 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+BENCHMARK = results_file.Benchmark(
+    "compile-memory",
+    lambda document: markdown(document),
+    lambda document: {f"{case['case']}: growth (MiB)": case["growth_mib"] for case in document["cases"]},
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=CASES)
@@ -232,8 +244,7 @@ def main() -> int:
             print(json.dumps(row), flush=True)
             document["cases"].append(row)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "compile-memory.json").write_text(json.dumps(document, indent=2) + "\n")
-    (args.out / "compile-memory.md").write_text(markdown(document))
+    results_file.write(args.out, BENCHMARK, document)
     print(f"wrote {args.out / 'compile-memory.md'}")
     return 0
 

@@ -28,7 +28,8 @@ on this machine's CPU; ``pod``, the pod example on ``tpu:v5e:16x16``;
 ``tpu:v5e``.
 
 Usage: ``python benchmarks/compile_stages.py [--cases heavy pod gpu tpu] [--libtpu-options] [--option-repeat 3]
-[--out benchmarks/results]``; writes ``compile-stages.{json,md}``.
+[--out benchmarks/results]``; writes ``compile-stages.{json,md}``
+through ``results_file.py`` (the run replaces the current one, which joins the JSON's ``history``).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import compile_cores  # noqa: E402
+import results_file  # noqa: E402
 
 CASES = {
     "heavy": compile_cores.CASES["heavy"],
@@ -282,6 +284,17 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+BENCHMARK = results_file.Benchmark(
+    "compile-stages",
+    lambda document: markdown(document),
+    lambda document: {
+        f"{case['case']}: share of the compile before the reading is ready": case.get("median_before_share")
+        for case in document["cases"]
+        if isinstance(case.get("median_before_share"), (int, float))
+    },
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
@@ -313,8 +326,7 @@ def main() -> int:
             print(f"compile_stages: {case}", flush=True)
             document["cases"].append(run_case(case, Path(folder), options.libtpu_options, options.option_repeat))
     options.out.mkdir(parents=True, exist_ok=True)
-    (options.out / "compile-stages.json").write_text(json.dumps(document, indent=1) + "\n")
-    (options.out / "compile-stages.md").write_text(markdown(document))
+    results_file.write(options.out, BENCHMARK, document)
     print(markdown(document))
     return 0
 

@@ -25,6 +25,10 @@ os.environ["TPU_SKIP_MDS_QUERY"] = "1"
 os.environ["ALLOW_MULTIPLE_LIBTPU_LOAD"] = "1"
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import results_file  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
@@ -104,6 +108,17 @@ def measure(backend: str, donate: bool) -> dict:
     }
 
 
+BENCHMARK = results_file.Benchmark(
+    "memory-spaces",
+    results_file.headline_markdown("One update's memory by memory space, per backend", "function"),
+    lambda document: {
+        f"{backend} {variant}: live peak (bytes)": one["live_peak_bytes"]
+        for backend, variants in document["results"].items()
+        for variant, one in variants.items()
+    },
+)
+
+
 def main() -> int:
     results = {
         backend.replace(":", "_"): {variant: measure(backend, variant == "donated") for variant in ("plain", "donated")}
@@ -115,7 +130,7 @@ def main() -> int:
         "function": "u.at[1:-1].add(g[1:-1]), u and g f32[1024,1024]; donated: u",
         "results": results,
     }
-    RESULTS.write_text(json.dumps(document, indent=2) + "\n")
+    results_file.write(RESULTS.parent, BENCHMARK, document)
     print(json.dumps(document, indent=2))
     return 0
 

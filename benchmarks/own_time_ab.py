@@ -3,7 +3,8 @@ the overhead section's two largest points (100 functions; 5,000 leaves), each ru
 
 Own time: a run's wall seconds less the lower and compile seconds its JSON report gives (``import jax`` is in
 both sides alike). Medians over ``--pairs`` alternating pairs; the paired differences say whether a change
-moved it on a machine too loaded for absolute shares. Writes ``results/NAME.{json,md}``, naming the machine.
+moved it on a machine too loaded for absolute shares. Writes ``results/NAME.{json,md}``, naming the machine,
+through ``results_file.py`` (the run replaces the current one, which joins the JSON's ``history``).
 
     python benchmarks/own_time_ab.py --against CHECKOUT [--pairs 3] [--name own-time-ab]
 """
@@ -26,6 +27,7 @@ ROOT = BENCH.parent
 sys.path.insert(0, str(BENCH))
 
 import machine  # noqa: E402
+import results_file  # noqa: E402
 
 from synth import write_module  # noqa: E402
 
@@ -44,6 +46,19 @@ def one(root: Path, module: Path, report: Path) -> dict[str, float]:
     variants = [v for r in json.loads(report.read_text())["results"] for v in r["variants"].values()]
     xla = sum(v["lower_seconds"] + v["compile_seconds"] for v in variants)
     return {"wall": round(wall, 2), "xla": round(xla, 2), "own": round(wall - xla, 2)}
+
+
+def benchmark(name: str) -> results_file.Benchmark:
+    """The result file ``name``: each point's median own time per checkout."""
+    return results_file.Benchmark(
+        name,
+        lambda document: markdown(document),
+        lambda document: {
+            f"{point}, {checkout}: own time (s)": one["median_own_s"]
+            for point, checkouts in document["points"].items()
+            for checkout, one in checkouts.items()
+        },
+    )
 
 
 def main() -> int:
@@ -76,9 +91,7 @@ def main() -> int:
         "pairs": ns.pairs,
         "points": points,
     }
-    ns.out.mkdir(parents=True, exist_ok=True)
-    (ns.out / f"{ns.name}.json").write_text(json.dumps(document, indent=1) + "\n")
-    (ns.out / f"{ns.name}.md").write_text(markdown(document))
+    results_file.write(ns.out, benchmark(ns.name), document)
     print(markdown(document))
     return 0
 

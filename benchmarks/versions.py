@@ -17,7 +17,8 @@ alias, temp, peak, host ones) equals the reference's and the aliases (input -> o
 in the venv (``jax.jit(..., donate_argnums=0).lower(...).compile().memory_analysis()``, no fieldmem on
 the way) and written out per release, with the temporary fieldmem finds live at the peak.
 
-Writes ``results/versions.{json,md}``.
+Writes ``results/versions.{json,md}`` through ``results_file.py`` (the run replaces the current one,
+which joins the JSON's ``history``).
 
 Usage: ``python benchmarks/versions.py ENV [ENV ...] [--out benchmarks/results]`` (e.g.
 ``/tmp/fm-envs/jax-0.7.1``). Make an ENV with ``python3.11 -m venv ENV && ENV/bin/pip install
@@ -38,6 +39,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import results_file  # noqa: E402
+
 sys.path.insert(0, str(ROOT))
 
 from fieldmem.codec import encode  # noqa: E402
@@ -180,11 +185,13 @@ def run_env(env: Path) -> dict[str, Any]:
     return entry
 
 
-def _markdown(entries: list[dict[str, Any]]) -> str:
+def _markdown(document: dict[str, Any]) -> str:
+    """``versions.md`` of a run, from its JSON document alone."""
+    entries = document["entries"]
     lines = [
         "# fieldmem's worker under several jax releases",
         "",
-        f"Written by `benchmarks/versions.py` on {datetime.date.today()} (CPU, Python {sys.version.split()[0]}).",
+        f"Written by `benchmarks/versions.py` on {document['date']} (CPU, Python {document['python']}).",
         "Each release: a venv with jax, jaxlib (same version), flax and optax; the worker runs there with",
         "`PYTHONPATH` at this checkout; every example checked as `fieldmem check` does (`--fast-compile`) and",
         "again with a default compile, whose `memory_analysis()` is the reference.",
@@ -222,6 +229,13 @@ def _markdown(entries: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+BENCHMARK = results_file.Benchmark(
+    "versions",
+    _markdown,
+    lambda document: {f"jax {e['jax']}: works": e["works"] for e in document["entries"]},
+)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("envs", nargs="*", type=Path)
@@ -229,7 +243,7 @@ def main() -> int:
     parser.add_argument("--markdown-only", action="store_true", help="write versions.md again from versions.json")
     args = parser.parse_args()
     if args.markdown_only:
-        (args.out / "versions.md").write_text(_markdown(json.loads((args.out / "versions.json").read_text())))
+        results_file.render(args.out / "versions.json", BENCHMARK)
         return 0
     os.environ["JAX_PLATFORMS"] = "cpu"
     entries = []
@@ -239,9 +253,13 @@ def main() -> int:
         for wrong in entry["wrong"]:
             print(f"  {wrong}", flush=True)
         entries.append(entry)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "versions.json").write_text(json.dumps(entries, indent=1, default=str) + "\n")
-    (args.out / "versions.md").write_text(_markdown(entries))
+    document = {
+        "date": datetime.date.today().isoformat(),
+        "machine": "CPU",
+        "python": sys.version.split()[0],
+        "entries": json.loads(json.dumps(entries, default=str)),
+    }
+    results_file.write(args.out, BENCHMARK, document)
     return 0
 
 

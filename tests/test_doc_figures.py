@@ -5,11 +5,15 @@ docs/*.md. A figure carries a marker right after it (units and bold between
 them are fine)::
 
     1.22× <!-- figure: results/levers.json#medians[jobs 2, no cache]/medians[naive] -->
-    0.64 s <!-- figure: results/parse.json#1.s_per_10mb -->
-    0.61 <!-- figure: results/probe-ci-2026-12-05.json#probe.growth -->
+    0.64 s <!-- figure: results/parse.json#rows.1.s_per_10mb -->
+    0.61 <!-- figure: results/probe-ci-failure.json#probe.growth -->
 
-``results/FILE.json`` is a file under benchmarks/results/, written by the
-script that measured it (with its date). After ``#`` comes what to read:
+``results/FILE.json`` is a benchmark's current result file under
+benchmarks/results/, written by the script that measured it (with its date).
+The docs quote only current figures: a marker into a file's ``history`` (the
+earlier runs ``benchmarks/results_file.py`` keeps there) or into a dated copy
+(a file name with a date) fails, and results/ holds no dated copies. After
+``#`` comes what to read:
 
 - a path of segments joined by ``.``: a dict key, a list index, ``[key]``
   for a key with dots or spaces, ``[field=value,...]`` for the one list
@@ -66,6 +70,7 @@ UNMARKED = re.compile(
     r"|\d+(?:\.\d+)?% (?:less|more|faster|slower)\b"  # a relative change
     r")"
 )
+DATED = re.compile(r"\d{4}-\d{2}-\d{2}")  # a result file named for the day it ran: a dated copy
 SCALE = {None: 1.0, "pct": 100.0, "ms": 1e3, "us": 1e6, "mib": 1 / 2**20, "min": 1 / 60, "less": -100.0}
 
 # (file, text on the line): numbers there are not measurements (limits, defaults, targets, examples)
@@ -137,7 +142,7 @@ def _term_value(document: Any, path: str, where: str) -> Any:
     return value
 
 
-def stored_value(ref: str, where: str) -> float | None:
+def stored_value(ref: str, where: str, root: Path = RESULTS) -> float | None:
     """The value a marker's reference names (None for a ``test:`` reference, which is checked to exist)."""
     if ref.startswith("test:"):
         file, _, name = ref.removeprefix("test:").partition("::")
@@ -147,12 +152,19 @@ def stored_value(ref: str, where: str) -> float | None:
         return None
     file, _, expression = ref.partition("#")
     assert file.startswith("results/") and file.endswith(".json"), f"{where}: {ref!r} is not results/FILE.json#..."
-    path = RESULTS / file
+    assert not DATED.search(file), f"{where}: {file} is a dated copy: quote the benchmark's current file"
+    path = root / file
     assert path.is_file(), f"{where}: {file} is not under benchmarks/"
     document = json.loads(path.read_text())
     expression, _, fmt = expression.partition("|")
     assert (fmt or None) in SCALE, f"{where}: unknown format {fmt!r}"
     terms = re.findall(r"\w*\([^)]*\)|[^/]+", expression)
+    for term in terms:
+        inner = re.fullmatch(r"\w*\((.*?)(?:,[^,]*)?\)", term)
+        first = _segments(inner.group(1) if inner else term)[:1]
+        assert first not in (["history"], ["[history]"]), (
+            f"{where}: {ref!r} reads an earlier run (the history): quote the current run's figure"
+        )
     values = [_term(document, term, where) for term in terms]
     value = values[0] / values[1] if len(values) == 2 else values[0]
     if fmt == "less":
@@ -220,14 +232,38 @@ def test_no_measured_figure_without_a_marker(doc: Path) -> None:
     )
 
 
+def test_results_hold_no_dated_copies() -> None:
+    """One current file per benchmark: earlier runs live in its JSON's history, not in files named by date."""
+    dated = sorted(str(p.relative_to(RESULTS)) for p in (RESULTS / "results").rglob("*") if DATED.search(p.name))
+    assert not dated, f"dated copies under benchmarks/results/ (fold them into their benchmark's history): {dated}"
+
+
+def test_a_figure_of_an_earlier_run_is_refused(tmp_path: Path) -> None:
+    """A marker into the history, or into a dated copy, fails even where the number is right."""
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "bench.json").write_text('{"ratio": 0.5, "history": [{"headline": {"ratio": 0.7}}]}')
+    (results / "bench-2026-12-05.json").write_text('{"ratio": 0.7}')
+    assert stored_value("results/bench.json#ratio", "doc:1", root=tmp_path) == 0.5
+    for ref in (
+        "results/bench.json#history.0.headline.ratio",
+        "results/bench.json#[history].0.headline.ratio",
+        "results/bench.json#ratio/history.0.headline.ratio",
+        "results/bench.json#median(history)",
+        "results/bench-2026-12-05.json#ratio",
+    ):
+        with pytest.raises(AssertionError, match=r"earlier run|dated copy"):
+            stored_value(ref, "doc:1", root=tmp_path)
+
+
 def test_the_check_catches_what_it_must(tmp_path: Path) -> None:
     """The checker on a made-up doc: a wrong figure, an unmarked ratio and time, a rounding rule."""
     doc = tmp_path / "selftest.md"
     doc.write_text(
         "from the cache 0.61× <!-- figure: results/levers.json#medians[cache warm]/medians[naive] -->\n"
         "wrong 0.60× <!-- figure: results/levers.json#medians[cache warm]/medians[naive] -->\n"
-        "parse 0.64 s <!-- figure: results/parse.json#1.s_per_10mb -->, growth **0.61** "
-        "<!-- figure: results/probe-ci-2026-12-05.json#probe.growth -->\n"
+        "parse 0.64 s <!-- figure: results/parse.json#rows.1.s_per_10mb -->, growth **0.61** "
+        "<!-- figure: results/probe-ci-failure.json#probe.growth -->\n"
         "unmarked 1.22× and 10.4 s and 44% less, `7.5 s in code`\n"
         "```\n9.9 s in a block\n```\n"
     )
