@@ -271,3 +271,18 @@ def test_a_worker_of_a_static_check_stops_early_and_one_that_runs_does_not() -> 
             assert early._asked[0] is expected
         finally:
             early.stop_early(False)
+
+
+def test_verbose_says_where_compiles_stop_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fieldmem.request.options import CheckOptions, early_stop_said
+
+    static = CheckOptions(jobs=1)
+    assert early_stop_said(static, {}, (None,)).startswith("XLA:CPU compiles stop once XLA has dumped")
+    assert early_stop_said(static, {"FIELDMEM_EARLY_STOP": "0"}, (None,)).endswith("(FIELDMEM_EARLY_STOP=0)")
+    assert "(--run: the code generation is needed)" in early_stop_said(CheckOptions(jobs=1, run=True), {}, (None,))
+    assert "(--no-fast-compile" in early_stop_said(CheckOptions(jobs=1, fast_compile=False), {}, (None,))
+    assert "GPU and TPU compiles do" in early_stop_said(static, {}, ("gpu:h100", "tpu:v5e"))
+    monkeypatch.chdir(ROOT)
+    result = runner.invoke(app, ["check", "examples/field.py", "--no-isolate", "-j", "1", "--no-cache", "-v"])
+    assert result.exit_code in (0, 1), result.output
+    assert "every compile runs to its end in this process (--no-isolate)" in result.stderr

@@ -55,6 +55,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fieldmem.request.options import EARLY_STOP_ENV
+
 __all__ = [
     "EARLY_PLATFORMS",
     "EARLY_STOP_ENV",
@@ -69,9 +71,6 @@ __all__ = [
 #: had exactly from the dump (on a GPU the executable's text and peak are not, measured; a TPU's temp is not)
 EARLY_PLATFORMS: frozenset[str] = frozenset({"cpu"})
 
-#: ``FIELDMEM_EARLY_STOP=0`` in the environment: every compile of a worker is awaited to its end (to compare the
-#: two; the report is the same, timings aside)
-EARLY_STOP_ENV = "FIELDMEM_EARLY_STOP"
 
 #: what XLA writes once its HLO passes and buffer assignment are done (``cpu_after_optimizations.hlo.pb``)
 MODULE_SUFFIX = "after_optimizations.hlo.pb"
