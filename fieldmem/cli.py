@@ -432,7 +432,8 @@ def check(
             from fieldmem.request.options import early_stop_said, jobs_said
 
             _say(jobs_said(request.options.jobs, request.jobs_choice, os.environ))
-            _say(early_stop_said(request.options, os.environ, request.backends or (None,)))
+            cached = request.options.cache_dir is not None or request.default_cache
+            _say(early_stop_said(request.options, os.environ, request.backends or (None,), cached))
         reports, baseline_read, session = _check_all(request)
         code = emit_reports(reports, request, baseline_read)
     except FieldmemError as exc:

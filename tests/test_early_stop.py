@@ -282,7 +282,34 @@ def test_verbose_says_where_compiles_stop_early(monkeypatch: pytest.MonkeyPatch)
     assert "(--run: the code generation is needed)" in early_stop_said(CheckOptions(jobs=1, run=True), {}, (None,))
     assert "(--no-fast-compile" in early_stop_said(CheckOptions(jobs=1, fast_compile=False), {}, (None,))
     assert "GPU and TPU compiles do" in early_stop_said(static, {}, ("gpu:h100", "tpu:v5e"))
+    cached = early_stop_said(static, {}, (None,), cached=True)
+    assert cached.startswith("every compile runs to its end, so that the persistent compilation cache keeps")
     monkeypatch.chdir(ROOT)
     result = runner.invoke(app, ["check", "examples/field.py", "--no-isolate", "-j", "1", "--no-cache", "-v"])
     assert result.exit_code in (0, 1), result.output
     assert "every compile runs to its end in this process (--no-isolate)" in result.stderr
+
+
+def test_with_the_persistent_cache_on_compiles_run_to_their_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import jax.numpy as jnp
+
+    from fieldmem.driver import compilation_cache
+
+    x = jnp.ones((8, 8))
+    calls: list[object] = []
+    until = early.compile_until_assigned
+    monkeypatch.setattr(early, "compile_until_assigned", lambda *a, **k: calls.append(a) or until(*a, **k))
+    early.stop_early(True)
+    try:
+        with compilation_cache(str(tmp_path / "cache")):
+            assert early.persistent_cache_in_use()
+            lowering.compile_lowered(_lowered(lambda v: v + 3, x), fast=True)  # kept for a rerun
+            assert calls == []
+        assert not early.persistent_cache_in_use()
+        lowering.compile_lowered(_lowered(lambda v: v + 4, x), fast=True)
+        assert len(calls) == 1
+    finally:
+        early.stop_early(False)
+        assert early.wait_abandoned(60)

@@ -21,7 +21,10 @@ exist yet, is unavailable, as it already is for a fast compile.
 Where it is done:
 
 - only where it is asked (:func:`stop_early`): a worker process of a static
-  check (no ``--run``, no ``--probe``) on XLA:CPU, with the fast options. A
+  check (no ``--run``, no ``--probe``) on XLA:CPU, with the fast options, and
+  only while jax's persistent compilation cache is off (``--no-cache``): an
+  abandoned compile writes no entry to it, and a rerun is promised to load
+  unchanged functions from it (:func:`persistent_cache_in_use`). A
   compile thread cannot be cancelled: the abandoned code generation goes on at
   the lowest priority (``setpriority`` of its thread, Linux) and ends with the
   worker, which leaves by ``os._exit`` once its answers are sent. In-process
@@ -63,6 +66,7 @@ __all__ = [
     "abandoned",
     "can_stop_early",
     "compile_until_assigned",
+    "persistent_cache_in_use",
     "stop_early",
     "wait_abandoned",
 ]
@@ -101,6 +105,16 @@ def can_stop_early() -> bool:
     """Whether compiles of this process may stop early: asked for, on Linux (inotify), with jax's compile
     reachable."""
     return _asked[0] and sys.platform.startswith("linux") and _install()
+
+
+def persistent_cache_in_use() -> bool:
+    """Whether jax's persistent compilation cache is on for this process's compiles (a folder set and the cache
+    enabled). A compile stopped early writes no entry to it unless its code generation ends while the process
+    lives, and a rerun is promised to load unchanged functions from it: with it on, compiles run to their end."""
+    import jax
+
+    enabled = bool(getattr(jax.config, "jax_enable_compilation_cache", True))
+    return enabled and bool(getattr(jax.config, "jax_compilation_cache_dir", None))
 
 
 def abandoned() -> int:

@@ -188,10 +188,11 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
     """
     from fieldmem.driver.compile_memory import GATE
     from fieldmem.driver.dumps import IN_PROCESS_ASSIGNMENT, compile_dumped
-    from fieldmem.driver.early import EARLY_PLATFORMS, can_stop_early
+    from fieldmem.driver.early import EARLY_PLATFORMS, can_stop_early, persistent_cache_in_use
 
     platform = found.platform if found is not None else _platform(lowered)
-    if fast and found is None and platform in EARLY_PLATFORMS and can_stop_early():
+    early = fast and found is None and platform in EARLY_PLATFORMS and can_stop_early()
+    if early and not persistent_cache_in_use():  # with the cache on, the executable is kept for a rerun
         return _compile_early(lowered, _fast_options(platform) or {})
     with GATE.compiling():  # waits while the memory left holds no other compile beside those running
         options = _fast_options(platform) if fast else None

@@ -144,9 +144,11 @@ def jobs_said(jobs: int, choice: JobsChoice | None, environ: Mapping[str, str]) 
 EARLY_STOP_ENV = "FIELDMEM_EARLY_STOP"
 
 
-def early_stop_said(options: CheckOptions, environ: Mapping[str, str], backends: Sequence[str | None]) -> str:
+def early_stop_said(
+    options: CheckOptions, environ: Mapping[str, str], backends: Sequence[str | None], cached: bool = False
+) -> str:
     """The ``-v`` line on whether this check's compiles stop once XLA has dumped what fieldmem reads
-    (fieldmem.driver.early), and why not where they do not."""
+    (fieldmem.driver.early), and why not where they do not (``cached``: jax's persistent cache is on)."""
     stops = "XLA:CPU compiles stop once XLA has dumped the optimized module and its buffer assignment"
     if not options.compile_fast:
         why = "--run" if options.run else "--probe" if options.probe else "--no-fast-compile"
@@ -157,6 +159,11 @@ def early_stop_said(options: CheckOptions, environ: Mapping[str, str], backends:
         return f"every compile runs to its end ({EARLY_STOP_ENV}=0)"
     if all(b is not None and not b.startswith("cpu") for b in backends):
         return "every compile runs to its end (GPU and TPU compiles do: the dump does not give their figures exactly)"
+    if cached:
+        return (
+            "every compile runs to its end, so that the persistent compilation cache keeps its executable for a"
+            f" rerun; with --no-cache, {stops} in the worker"
+        )
     return (
         f"{stops}, in the worker (one device, arguments not in a tuple, the device's default memory); "
         "GPU and TPU compiles run to their end"
