@@ -189,6 +189,17 @@ def run_case(case: str, rounds: int, work: Path, cache: Path) -> dict[str, Any]:
     return {"case": case, "runs": runs, "median_s": medians, "median_max_rss_mib": rss, "ratio_to_naive": ratios}
 
 
+def history(path: Path) -> list[dict[str, Any]]:
+    """The runs before this one, newest first: the file's own run (its cases' figures, not the exactness
+    survey) and the history it kept."""
+    if not path.exists():
+        return []
+    before = json.loads(path.read_text())
+    kept = before.pop("history", [])
+    before.pop("exactness", None)
+    return [before, *kept]
+
+
 def markdown(document: dict[str, Any]) -> str:
     lines = [
         "# A static check's XLA:CPU compiles stopped once the buffer assignment is dumped (issue 47, item 3)",
@@ -211,6 +222,16 @@ def markdown(document: dict[str, Any]) -> str:
             f" {r['full']:.2f} | {rss['naive']:.0f} / {rss['early']:.0f} / {rss['full']:.0f} | {load} |"
         )
     lines += ["", "Ratios are medians of each round's own ratio (same-round pairs); times are medians of the rounds."]
+    if document.get("history"):
+        lines += ["", "## Earlier runs", "", "| date | fieldmem | case | early / naive | full / naive | load average |"]
+        lines.append("|---|---|---|---:|---:|---|")
+        for run in document["history"]:
+            for row in run["cases"]:
+                load = ", ".join(f"{x['load_average']:.1f}" for x in row["runs"])
+                r = row["ratio_to_naive"]
+                lines.append(
+                    f"| {run['date']} | {run['commit']} | {row['case']} | {r['early']:.2f} | {r['full']:.2f} | {load} |"
+                )
     if document.get("exactness"):
         lines += [
             "",
@@ -263,6 +284,7 @@ def main() -> int:
             print(f"bench_early: {case}", flush=True)
             document["cases"].append(run_case(case, options.rounds, work, work / "cache"))
     options.out.mkdir(parents=True, exist_ok=True)
+    document["history"] = history(options.out / "early-stop.json")
     (options.out / "early-stop.json").write_text(json.dumps(document, indent=1) + "\n")
     (options.out / "early-stop.md").write_text(markdown(document))
     print(markdown(document))
