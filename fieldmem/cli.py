@@ -429,9 +429,11 @@ def check(
         request = build_request(flags, load_config(config))
         _renderers_installed(request)
         if request.output.verbose:
-            from fieldmem.request.options import jobs_said
+            from fieldmem.request.options import early_stop_said, jobs_said
 
             _say(jobs_said(request.options.jobs, request.jobs_choice, os.environ))
+            cached = request.options.cache_dir is not None or request.default_cache
+            _say(early_stop_said(request.options, os.environ, request.backends or (None,), cached))
         reports, baseline_read, session = _check_all(request)
         code = emit_reports(reports, request, baseline_read)
     except FieldmemError as exc:

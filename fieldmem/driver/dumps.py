@@ -60,6 +60,7 @@ __all__ = [
     "out_of_memory",
     "read_dump",
     "remember_dump",
+    "remember_dumped",
     "remember_notes",
 ]
 
@@ -183,6 +184,15 @@ def remember_dump(compiled: Any, folder: str) -> None:
         _dumps[compiled] = read_dump(folder)
     except OSError:
         _dumps[compiled] = None
+
+
+def remember_dumped(compiled: Any, hlo_proto: bytes) -> None:
+    """Keep ``hlo_proto``, already read, as what ``compiled``'s compile dumped (a compile stopped once it was
+    dumped: :mod:`fieldmem.driver.early`), for :func:`dumped`."""
+    try:
+        _dumps[compiled] = hlo_proto
+    except TypeError:  # pragma: no cover - jax's executables take weak references
+        pass
 
 
 def is_dumped(compiled: Any) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -187,9 +188,13 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
     """
     from fieldmem.driver.compile_memory import GATE
     from fieldmem.driver.dumps import IN_PROCESS_ASSIGNMENT, compile_dumped
+    from fieldmem.driver.early import EARLY_PLATFORMS, can_stop_early, persistent_cache_in_use
 
+    platform = found.platform if found is not None else _platform(lowered)
+    early = fast and found is None and platform in EARLY_PLATFORMS and can_stop_early()
+    if early and not persistent_cache_in_use():  # with the cache on, the executable is kept for a rerun
+        return _compile_early(lowered, _fast_options(platform) or {})
     with GATE.compiling():  # waits while the memory left holds no other compile beside those running
-        platform = found.platform if found is not None else _platform(lowered)
         options = _fast_options(platform) if fast else None
         if found is not None:
             return _compile_deviceless(lowered, found)
@@ -202,6 +207,36 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
         except Exception as exc:
             raise CompileError(f"XLA compilation failed: {first_line(exc)}") from exc
         return compiled, time.perf_counter() - start, options is not None
+
+
+def _compile_early(lowered: Any, options: dict[str, Any]) -> tuple[Any, float, bool]:
+    """Compile ``lowered`` with the fast ``options``, stopped once XLA has dumped what fieldmem reads
+    (:mod:`fieldmem.driver.early`). The compile keeps its place at the memory gate until it ends, its code
+    generation included; the seconds are those until its reading was ready."""
+    from fieldmem.driver.compile_memory import GATE
+    from fieldmem.driver.dumps import _DUMP_ROOT, remember_dumped
+    from fieldmem.driver.early import compile_until_assigned, dump_options, scratch
+
+    place = contextlib.ExitStack()
+    place.enter_context(GATE.compiling())  # left when the compile ends, its code generation included
+    folder, remove = scratch(_DUMP_ROOT[0])
+    ended = threading.Lock()
+
+    def end() -> None:
+        if ended.acquire(blocking=False):  # once
+            remove()
+            place.close()
+
+    start = time.perf_counter()
+    try:
+        compiled, early = compile_until_assigned(lowered, {**dump_options(folder), **options}, end)
+    except Exception as exc:
+        end()
+        raise CompileError(f"XLA compilation failed: {first_line(exc)}") from exc
+    seconds = time.perf_counter() - start
+    if early:
+        remember_dumped(compiled, compiled.runtime_executable().hlo_proto)
+    return compiled, seconds, True
 
 
 def _capacity(lowered: Any) -> Any:

@@ -7,7 +7,7 @@ reads files, prints or imports jax.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -137,6 +137,37 @@ def jobs_said(jobs: int, choice: JobsChoice | None, environ: Mapping[str, str]) 
             cores = choice.cores if choice is not None else usable_cores()
             said += f"; one compile at a time, in at most {malloc_arenas(cores)} malloc arenas (one per core)"
     return said
+
+
+#: ``FIELDMEM_EARLY_STOP=0`` in the environment: a worker awaits every compile to its end (to compare; the report
+#: is the same, timings aside). fieldmem.driver.early reads it in the worker.
+EARLY_STOP_ENV = "FIELDMEM_EARLY_STOP"
+
+
+def early_stop_said(
+    options: CheckOptions, environ: Mapping[str, str], backends: Sequence[str | None], cached: bool = False
+) -> str:
+    """The ``-v`` line on whether this check's compiles stop once XLA has dumped what fieldmem reads
+    (fieldmem.driver.early), and why not where they do not (``cached``: jax's persistent cache is on)."""
+    stops = "XLA:CPU compiles stop once XLA has dumped the optimized module and its buffer assignment"
+    if not options.compile_fast:
+        why = "--run" if options.run else "--probe" if options.probe else "--no-fast-compile"
+        return f"every compile runs to its end ({why}: the code generation is needed)"
+    if not options.isolate:
+        return f"every compile runs to its end in this process (--no-isolate); in a worker, {stops}"
+    if environ.get(EARLY_STOP_ENV) == "0":
+        return f"every compile runs to its end ({EARLY_STOP_ENV}=0)"
+    if all(b is not None and not b.startswith("cpu") for b in backends):
+        return "every compile runs to its end (GPU and TPU compiles do: the dump does not give their figures exactly)"
+    if cached:
+        return (
+            "every compile runs to its end, so that the persistent compilation cache keeps its executable for a"
+            f" rerun; with --no-cache, {stops} in the worker"
+        )
+    return (
+        f"{stops}, in the worker (one device, arguments not in a tuple, the device's default memory); "
+        "GPU and TPU compiles run to their end"
+    )
 
 
 def default_jobs() -> int:

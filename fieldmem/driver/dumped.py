@@ -1,0 +1,236 @@
+"""What a finished XLA:CPU compile would tell, read from what XLA dumped before its code generation.
+
+XLA writes the optimized module, its text and its buffer assignment
+(``*after_optimizations.hlo.pb`` and ``*after_optimizations.txt``) once its
+HLO passes and buffer assignment are done; code generation follows. A static
+check reads nothing that code generation makes, so it can stop there
+(:mod:`fieldmem.driver.early`) if every figure of the finished compile can be
+had, exactly, from the dump. These are the rules, each held to the finished
+compile on every bundled example and on real-library steps
+(``tests/test_early_stop.py``; measured with jaxlib 0.10.2, XLA:CPU):
+
+- the sizes of ``memory_analysis()`` are XLA's
+  ``CompiledMemoryStats::PopulateBufferStatsFromAllocations`` over the
+  allocations: an entry parameter's allocation is an argument (and an alias as
+  well when it may be live out), one that may be live out an output, and one
+  that is neither, nor thread-local, nor a constant, a temporary; an
+  allocation in memory space 5 (``Layout::kHostMemorySpace``, its colour)
+  counts in the ``host_*`` figures instead;
+- XLA:CPU's ``peak_memory_in_bytes`` is the sum of every allocation that is
+  not a temporary or thread-local (arguments, outputs, constants): its temporaries
+  are left out (:func:`cpu_peak`);
+- ``Compiled.as_text()`` is the dumped text, but for the ``backend_config`` of
+  each instruction, which the finished executable prints as compact JSON with
+  its keys sorted (XLA:CPU's code generation writes the configs of ``while``
+  loops and library fusions again): :func:`executable_text`;
+- the size of the generated code does not exist yet, and is never given.
+
+Pure (no jax, no protobuf package): the few fields read are taken from the wire format here (field
+numbers of XLA's ``xla/service/hlo.proto``, as :mod:`fieldmem.xla._proto` declares them; the driver does
+not import the readers of XLA's output).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+__all__ = [
+    "HOST_COLOR",
+    "Allocation",
+    "DumpedStats",
+    "allocations",
+    "cpu_peak",
+    "dumped_stats",
+    "executable_text",
+    "module_of",
+]
+
+#: XLA's memory space of host memory (``Layout::kHostMemorySpace``): an allocation's colour
+HOST_COLOR = 5
+
+_BACKEND_CONFIG = ", backend_config="
+
+
+class DumpedStats:
+    """``Compiled.memory_analysis()`` of a compile, as its dumped buffer assignment gives it (the attribute
+    names are jax's ``CompiledMemoryStats``'s). ``generated_code_size_in_bytes`` is None: no code exists yet."""
+
+    def __init__(self, figures: dict[str, int]) -> None:
+        self.argument_size_in_bytes = figures["argument"]
+        self.output_size_in_bytes = figures["output"]
+        self.alias_size_in_bytes = figures["alias"]
+        self.temp_size_in_bytes = figures["temp"]
+        self.host_argument_size_in_bytes = figures["host_argument"]
+        self.host_output_size_in_bytes = figures["host_output"]
+        self.host_alias_size_in_bytes = figures["host_alias"]
+        self.host_temp_size_in_bytes = figures["host_temp"]
+        self.peak_memory_in_bytes = figures["peak"]
+        self.generated_code_size_in_bytes: int | None = None
+        self.host_generated_code_size_in_bytes: int | None = None
+        self.serialized_buffer_assignment_proto = b""  # the dump has it: fieldmem.driver.dumps
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if k != "serialized_buffer_assignment_proto")
+        return f"DumpedStats({fields})"
+
+
+def _fields(data: bytes) -> list[tuple[int, int, int | bytes]]:
+    """The fields of one protobuf message: (number, wire type, value), in order (a varint as an int, a
+    length-delimited field as its bytes; fixed-width fields as their bytes).
+
+    Raises:
+        ValueError: ``data`` is not a protobuf message.
+    """
+    found: list[tuple[int, int, int | bytes]] = []
+    at, end = 0, len(data)
+
+    def varint() -> int:
+        nonlocal at
+        value = shift = 0
+        while True:
+            if at >= end:
+                raise ValueError("a varint runs past the end")
+            byte = data[at]
+            at += 1
+            value |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                return value
+            shift += 7
+
+    while at < end:
+        key = varint()
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            found.append((number, wire, varint()))
+        elif wire == 2:
+            length = varint()
+            if at + length > end:
+                raise ValueError("a field runs past the end")
+            found.append((number, wire, data[at : at + length]))
+            at += length
+        elif wire in (1, 5):
+            width = 8 if wire == 1 else 4
+            found.append((number, wire, data[at : at + width]))
+            at += width
+        else:
+            raise ValueError(f"wire type {wire} is not read here")
+    return found
+
+
+def _part(hlo_proto: bytes, number: int) -> bytes:
+    """A length-delimited field of a serialized ``HloProto`` (``hlo_module`` = 1, ``buffer_assignment`` = 3;
+    empty when absent)."""
+    for field, wire, value in _fields(hlo_proto):
+        if field == number and wire == 2 and isinstance(value, bytes):
+            return value
+    return b""
+
+
+def module_of(hlo_proto: bytes) -> bytes:
+    """The serialized ``HloModuleProto`` of a serialized ``HloProto`` (empty when it has none)."""
+    return _part(hlo_proto, 1)
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """What the figures read of a ``BufferAllocationProto``."""
+
+    size: int = 0
+    is_thread_local: bool = False
+    is_entry_computation_parameter: bool = False
+    maybe_live_out: bool = False
+    color: int = 0
+    is_constant: bool = False
+
+
+# BufferAllocationProto's fields read: size=2, is_thread_local=3, is_entry_computation_parameter=5,
+# maybe_live_out=7, color=8, is_constant=12
+_ALLOCATION_FIELDS = {
+    2: "size",
+    3: "is_thread_local",
+    5: "is_entry_computation_parameter",
+    7: "maybe_live_out",
+    8: "color",
+    12: "is_constant",
+}
+
+
+def allocations(hlo_proto: bytes) -> list[Allocation]:
+    """The buffer allocations of the assignment in a serialized ``HloProto`` (``buffer_allocations`` = 3 of
+    its ``BufferAssignmentProto``).
+
+    Raises:
+        ValueError: not a protobuf message.
+    """
+    found = []
+    for number, wire, value in _fields(_part(hlo_proto, 3)):
+        if number != 3 or wire != 2 or not isinstance(value, bytes):
+            continue
+        read: dict[str, int | bool] = {}
+        for field, kind, item in _fields(value):
+            name = _ALLOCATION_FIELDS.get(field)
+            if name is not None and kind == 0 and isinstance(item, int):
+                read[name] = item if name in ("size", "color") else bool(item)
+        found.append(Allocation(**read))  # type: ignore[arg-type]
+    return found
+
+
+def _is_temp(allocation: Allocation) -> bool:
+    """XLA's ``BufferAllocation::IsPreallocatedTempBuffer``."""
+    return not (
+        allocation.is_entry_computation_parameter
+        or allocation.maybe_live_out
+        or allocation.is_thread_local
+        or allocation.is_constant
+    )
+
+
+def cpu_peak(found: list[Allocation]) -> int:
+    """XLA:CPU's ``peak_memory_in_bytes``: every allocation but its temporaries and thread-local ones."""
+    return sum(a.size for a in found if not (_is_temp(a) or a.is_thread_local))
+
+
+def dumped_stats(hlo_proto: bytes) -> DumpedStats:
+    """The ``memory_analysis()`` figures of the XLA:CPU compile that dumped ``hlo_proto`` (a serialized
+    ``HloProto``: the optimized module and its buffer assignment).
+
+    Raises:
+        ValueError: ``hlo_proto`` is not a protobuf message.
+    """
+    found = allocations(hlo_proto)
+    figures = dict.fromkeys(
+        ("argument", "output", "alias", "temp", "host_argument", "host_output", "host_alias", "host_temp"), 0
+    )
+    for allocation in found:
+        where = "host_" if allocation.color == HOST_COLOR else ""
+        if allocation.is_entry_computation_parameter:
+            figures[where + "argument"] += allocation.size
+            if allocation.maybe_live_out:
+                figures[where + "alias"] += allocation.size
+        if allocation.maybe_live_out:
+            figures[where + "output"] += allocation.size
+        if _is_temp(allocation):
+            figures[where + "temp"] += allocation.size
+    figures["peak"] = cpu_peak(found)
+    return DumpedStats(figures)
+
+
+def executable_text(dumped: str) -> str:
+    """``Compiled.as_text()`` of the XLA:CPU compile that dumped ``dumped`` (its ``*after_optimizations.txt``):
+    each ``backend_config`` as compact JSON with sorted keys, the rest as dumped."""
+    lines = []
+    decoder = json.JSONDecoder()
+    for line in dumped.splitlines(keepends=True):
+        at = line.find(_BACKEND_CONFIG)
+        if at >= 0:
+            rest = line[at + len(_BACKEND_CONFIG) :]
+            try:
+                config, end = decoder.raw_decode(rest)
+            except ValueError:  # not JSON (a config of another form): as dumped
+                pass
+            else:
+                written = json.dumps(config, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                line = line[: at + len(_BACKEND_CONFIG)] + written + rest[end:]
+        lines.append(line)
+    return "".join(lines)
