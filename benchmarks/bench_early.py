@@ -2,7 +2,7 @@
 
 Three tools on the same modules, in fresh processes, rotating their order each round: the naive script
 (``naive.py``: two compiles per function, one after the other), ``fieldmem check`` with its defaults
-and ``--no-cache`` (its compiles stopped early, :mod:`fieldmem.driver.early`; with the persistent cache on,
+and ``--no-cache`` with ``FIELDMEM_EARLY_STOP=1`` (its compiles stopped early, :mod:`fieldmem.driver.early`; with the persistent cache on,
 every compile runs to its end so that a rerun loads it), and the same with ``FIELDMEM_EARLY_STOP=0`` (every
 compile awaited to its end, as before). Each process gets a module with fresh constants (a new salt), so no
 cache would help.
@@ -176,8 +176,7 @@ def run_case(case: str, rounds: int, work: Path, cache: Path) -> dict[str, Any]:
             else:
                 # without the persistent cache: with it, every compile runs to its end (its executable is kept)
                 command = [sys.executable, "-m", "fieldmem", "check", str(module), "--no-cache"]
-                if tool == "full":
-                    env["FIELDMEM_EARLY_STOP"] = "0"
+                env["FIELDMEM_EARLY_STOP"] = "1" if tool == "early" else "0"
             wall, rss = _run(command, env, work / f"{case}_{tool}.log")
             row[tool] = {"s": round(wall, 3), "max_rss_mib": round(rss / 1024, 1)}
         row["order"] = list(order)
@@ -207,7 +206,7 @@ def markdown(document: dict[str, Any]) -> str:
         f"- date: {document['date']}; machine: {document['machine']}, {document['cores']} cores; jax {document['jax']};"
         f" fieldmem {document['commit']}; {document['rounds']} rounds, tools in rotating order, fresh constants"
         " per process",
-        "- early: `fieldmem check MODULE --no-cache`; full: the same with `FIELDMEM_EARLY_STOP=0`; naive:"
+        "- early: `FIELDMEM_EARLY_STOP=1 fieldmem check MODULE --no-cache`; full: the same with `FIELDMEM_EARLY_STOP=0`; naive:"
         " `benchmarks/naive.py` (two compiles per function, one after the other)",
         "",
         "| case | naive (s) | early (s) | full (s) | early / naive | full / naive | max RSS naive / early / full"

@@ -258,12 +258,18 @@ def test_memory_analysis_figures_come_from_the_dumped_allocations() -> None:
         dumped.allocations(b"\x1a\xff")  # a field running past the end
 
 
-def test_a_worker_of_a_static_check_stops_early_and_one_that_runs_does_not() -> None:
+def test_a_worker_stops_early_only_when_asked_and_for_a_static_check(monkeypatch: pytest.MonkeyPatch) -> None:
     from fieldmem.codec import dumps as encode
     from fieldmem.engine import worker
     from fieldmem.request.options import CheckOptions
 
-    for options, expected in ((CheckOptions(jobs=2), True), (CheckOptions(jobs=2, run=True), False)):
+    cases = [(CheckOptions(jobs=2), "1", True), (CheckOptions(jobs=2, run=True), "1", False)]
+    cases += [(CheckOptions(jobs=2), None, False), (CheckOptions(jobs=2), "0", False)]  # not asked: the full compile
+    for options, asked, expected in cases:
+        if asked is None:
+            monkeypatch.delenv("FIELDMEM_EARLY_STOP", raising=False)
+        else:
+            monkeypatch.setenv("FIELDMEM_EARLY_STOP", asked)
         request = {"check_options": json.loads(encode(options)), "specs": [], "todo": []}
         try:
             with open(os.devnull, "w") as events:
@@ -277,12 +283,15 @@ def test_verbose_says_where_compiles_stop_early(monkeypatch: pytest.MonkeyPatch)
     from fieldmem.request.options import CheckOptions, early_stop_said
 
     static = CheckOptions(jobs=1)
-    assert early_stop_said(static, {}, (None,)).startswith("XLA:CPU compiles stop once XLA has dumped")
-    assert early_stop_said(static, {"FIELDMEM_EARLY_STOP": "0"}, (None,)).endswith("(FIELDMEM_EARLY_STOP=0)")
-    assert "(--run: the code generation is needed)" in early_stop_said(CheckOptions(jobs=1, run=True), {}, (None,))
-    assert "(--no-fast-compile" in early_stop_said(CheckOptions(jobs=1, fast_compile=False), {}, (None,))
-    assert "GPU and TPU compiles do" in early_stop_said(static, {}, ("gpu:h100", "tpu:v5e"))
-    cached = early_stop_said(static, {}, (None,), cached=True)
+    asked = {"FIELDMEM_EARLY_STOP": "1"}
+    assert early_stop_said(static, asked, (None,)).startswith("XLA:CPU compiles stop once XLA has dumped")
+    for unasked in ({}, {"FIELDMEM_EARLY_STOP": "0"}):
+        said = early_stop_said(static, unasked, (None,))
+        assert said.startswith("every compile runs to its end (FIELDMEM_EARLY_STOP=1 with --no-cache stops"), said
+    assert "(--run: the code generation is needed)" in early_stop_said(CheckOptions(jobs=1, run=True), asked, (None,))
+    assert "(--no-fast-compile" in early_stop_said(CheckOptions(jobs=1, fast_compile=False), asked, (None,))
+    assert "GPU and TPU compiles do" in early_stop_said(static, asked, ("gpu:h100", "tpu:v5e"))
+    cached = early_stop_said(static, asked, (None,), cached=True)
     assert cached.startswith("every compile runs to its end, so that the persistent compilation cache keeps")
     monkeypatch.chdir(ROOT)
     result = runner.invoke(app, ["check", "examples/field.py", "--no-isolate", "-j", "1", "--no-cache", "-v"])

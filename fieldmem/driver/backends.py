@@ -343,9 +343,7 @@ def _top_level(dist: Any) -> set[str]:
     declared = (dist.read_text("top_level.txt") or "").split()
     if declared:
         return set(declared)
-    return {
-        f.parts[0] if len(f.parts) > 1 else f.with_suffix("").name for f in (dist.files or ()) if f.suffix == ".py"
-    }
+    return {f.parts[0] if len(f.parts) > 1 else f.with_suffix("").name for f in (dist.files or ()) if f.suffix == ".py"}
 
 
 #: the distributions that compile for each platform, beside jaxlib (the report names those installed)

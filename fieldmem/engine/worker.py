@@ -176,9 +176,9 @@ class _Worker:
             fewer_malloc_arenas()
         from fieldmem.driver.early import EARLY_STOP_ENV, stop_early
 
-        # a static check's XLA:CPU compiles stop once what it reads is dumped: the code generation they leave
-        # ends with this process, which leaves by os._exit (fieldmem.driver.early)
-        stop_early(self.options.compile_fast and os.environ.get(EARLY_STOP_ENV) != "0")
+        # asked for (FIELDMEM_EARLY_STOP=1), a static check's XLA:CPU compiles stop once what it reads is dumped:
+        # the code generation they leave ends with this process, which leaves by os._exit (fieldmem.driver.early)
+        stop_early(self.options.compile_fast and os.environ.get(EARLY_STOP_ENV) == "1")
 
     def event(self, what: str, **fields: Any) -> None:
         write_event(self.events, what, **fields)
