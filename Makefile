@@ -77,7 +77,7 @@ lint: $(STAMP)
 # The JSON Schemas of the report and the baseline (fieldmem/schemas), written again from the records
 # (tests/test_schema.py fails while they differ).
 schema: $(STAMP)
-	$(BIN)/python -m fieldmem.schema
+	$(BIN)/python -m fieldmem.render.schema
 
 # Build the wheel and the sdist (dist/), install the wheel with the tpu and gpu extras into a fresh venv
 # (build/package-check/venv) and run the demo from it, outside the checkout (about a minute; .ci/run runs it).

@@ -1,8 +1,8 @@
 """The pod check with ``--jobs 1`` by glibc malloc arenas, against the naive script.
 
 fieldmem's worker asks glibc for one malloc arena per usable core (at least two) when
-it compiles one program at a time (``fieldmem.engine.worker.fewer_malloc_arenas``,
-``fieldmem.machine.malloc_arenas``). This script measures what that changes, on the pod
+it compiles one program at a time (``fieldmem.worker.main.fewer_malloc_arenas``,
+``fieldmem.model.machine.malloc_arenas``). This script measures what that changes, on the pod
 example (``tpu:v5e:16x16``), in one run, alternating, each a fresh process:
 
 - ``naive``: ``naive_backends.py pod``, the two compiles by hand;

@@ -61,7 +61,7 @@ SYNTH = [  # (functions, chain, leaves, size)
 def capture(specs: list[str]) -> list[tuple[str, Any]]:
     """Every lowering fieldmem compiles while checking ``specs`` (suggest on), with a label."""
     from fieldmem.driver import lowering
-    from fieldmem.engine.checker import check
+    from fieldmem.parent.checker import check
     from fieldmem.request.options import CheckOptions
 
     captured: list[tuple[str, Any]] = []

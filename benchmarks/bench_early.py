@@ -97,7 +97,7 @@ def compared(compiled, folder):
 
 dumps.remember_dump = compared
 from typer.testing import CliRunner
-from fieldmem.cli import app
+from fieldmem.frontends.cli import app
 result = CliRunner().invoke(app, ["check", *sys.argv[3:], "--no-isolate", "-j", "1", "--no-cache", "-f", "json",
                                   "-o", sys.argv[2]])
 print(json.dumps({"exit_code": result.exit_code, "rows": rows}))

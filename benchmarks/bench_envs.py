@@ -1,7 +1,7 @@
-"""Making and reusing a jax environment (``fieldmem/engine/envs.py``): pip against uv, first call against reuse.
+"""Making and reusing a jax environment (``fieldmem/parent/envs.py``): pip against uv, first call against reuse.
 
 For each installer found (pip always; uv where it is on ``PATH``, or given by ``--uv``) an environment with
-``jax==V jaxlib==V`` is made by :func:`~fieldmem.engine.envs.ensure_env` in a fresh ``FIELDMEM_ENVS``:
+``jax==V jaxlib==V`` is made by :func:`~fieldmem.parent.envs.ensure_env` in a fresh ``FIELDMEM_ENVS``:
 
 - **cold**: the installer's cache empty (pip ``PIP_NO_CACHE_DIR=1``, uv a new ``UV_CACHE_DIR``): every
   wheel downloaded;
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import results_file  # noqa: E402
 
-from fieldmem.engine import envs  # noqa: E402
+from fieldmem.parent import envs  # noqa: E402
 
 
 def _made(version: str, environ: dict[str, str]) -> tuple[float, float, str]:

@@ -1,7 +1,7 @@
 """What checking in a supervised worker costs: ``fieldmem check`` against ``--no-isolate``, the old in-process path.
 
 Since issue 19, ``fieldmem check`` loads, checks and runs the targets in one
-worker process (``fieldmem/engine/isolate.py``); ``--no-isolate`` is the path
+worker process (``fieldmem/parent/isolate.py``); ``--no-isolate`` is the path
 every run took before: everything in the CLI's own process. This script times
 both, as a user runs them (a fresh ``python -m fieldmem`` each time, the
 compilation cache off, output to a file), on one example and on several,

@@ -104,7 +104,7 @@ def main() -> None:
 
     import jax
 
-    from fieldmem.collector import collector_paused
+    from fieldmem.model.collector import collector_paused
     from fieldmem.xla import hlo
 
     base = compiled_text()

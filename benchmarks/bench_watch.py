@@ -10,7 +10,7 @@ the steps keep their kind but every program differs from all before it, and
 no cache can help) and times from the save (the file written and closed)
 to the line fieldmem prints after the new rows (``checked 1 target(s) again
 in ...``). The time counts everything the user waits for: the poll that sees
-the save (``fieldmem.watch.loop.POLL``), the wait for the file to settle
+the save (``fieldmem.frontends.watch.POLL``), the wait for the file to settle
 (``SETTLE``), loading the module again, the fingerprints of the 20 targets,
 the re-check and the printing.
 
@@ -282,8 +282,8 @@ def run(
     import jax
 
     from fieldmem.driver.lowering import FAST_COMPILE_OPTIONS
+    from fieldmem.frontends import watch as loop
     from fieldmem.request.options import default_jobs
-    from fieldmem.watch import loop
 
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     main_module = _one(CHAIN, repeat)

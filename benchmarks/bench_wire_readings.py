@@ -1,9 +1,9 @@
 """A worker's readings through fieldmem's one codec: on the pipe, as a file would read them, and carefully.
 
 Since issue 26's second pass the worker sends each compiled variant as a reading
-(``fieldmem.readings.CompiledVariant``: HLO text, leaves, XLA figures, buffer
+(``fieldmem.model.readings.CompiledVariant``: HLO text, leaves, XLA figures, buffer
 assignment bytes) and the parent rebuilds it; since its third, the pipe, the
-report and the baseline share one codec (``fieldmem.codec``). This times, for the
+report and the baseline share one codec (``fieldmem.model.codec``). This times, for the
 donated variant of a function over 1,000 and 5,000 pytree leaves, compiled here:
 
 - **write**: ``codec.dumps`` (what the worker writes; msgspec in C);
@@ -98,10 +98,10 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     import msgspec
 
-    from fieldmem import codec
-    from fieldmem.collector import collector_paused
-    from fieldmem.engine.protocol import decode_value
-    from fieldmem.readings import CompiledVariant
+    from fieldmem.model import codec
+    from fieldmem.model.collector import collector_paused
+    from fieldmem.model.readings import CompiledVariant
+    from fieldmem.worker.protocol import decode_value
 
     rows = []
     for leaves in LEAVES:

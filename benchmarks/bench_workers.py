@@ -1,7 +1,7 @@
 """Several workers against one: the wall time of ``fieldmem check`` where the parent can share the work.
 
 The parent gives each (backend, spec) with work to one of up to ``--jobs``
-workers (fieldmem/engine/isolate.py). This times, in alternating pairs on fresh
+workers (fieldmem/parent/isolate.py). This times, in alternating pairs on fresh
 processes (one worker first, then as many as fieldmem chooses):
 
 - ``examples``: every bundled example in one command (9 specs);

@@ -152,7 +152,7 @@ def timed(lowered, fast=False, found=None):
 
 lowering.compile_lowered = timed
 from typer.testing import CliRunner
-from fieldmem.cli import app
+from fieldmem.frontends.cli import app
 
 out = sys.argv[4]
 result = CliRunner().invoke(app, ["check", *sys.argv[5:], "--no-isolate", "-j", "1", "--no-cache", "-f", "json", "-o", out])

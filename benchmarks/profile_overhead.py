@@ -56,7 +56,7 @@ PYTHON = sys.executable
 # started in the worker only (the parent is run under ``python -m cProfile``): dumps when it leaves by os._exit
 SITECUSTOMIZE = """
 import os, sys
-if "fieldmem.engine.worker" in getattr(sys, "orig_argv", ()) and os.environ.get("FIELDMEM_PROFILE_WORKER"):
+if "fieldmem.worker.main" in getattr(sys, "orig_argv", ()) and os.environ.get("FIELDMEM_PROFILE_WORKER"):
     import cProfile
     _profile = cProfile.Profile()
     _exit = os._exit
@@ -144,7 +144,11 @@ def timings(module: Path, work: Path, runs: int, against: Path | None) -> dict[s
     return result
 
 
-IMPORTS = {"fieldmem": "import fieldmem", "fieldmem.cli": "import fieldmem.cli", "jax": "import jax"}
+IMPORTS = {
+    "fieldmem": "import fieldmem",
+    "fieldmem.frontends.cli": "import fieldmem.frontends.cli",
+    "jax": "import jax",
+}
 
 
 def import_costs(runs: int, against: Path | None) -> dict[str, Any]:

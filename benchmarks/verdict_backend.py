@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     from test_verdict_corpus import MIN, _truth, _truth_agrees
     from verdict_cases import CASES
 
-    from fieldmem.engine.checker import check_targets
+    from fieldmem.parent.checker import check_targets
     from fieldmem.request.options import CheckOptions
 
     from helpers_compile import make_target

@@ -3,7 +3,7 @@
 For each environment folder given (a venv with jax, jaxlib, flax and optax installed, and nothing of
 fieldmem's: the worker runs there with ``PYTHONPATH`` at this checkout), every bundled example
 (``examples/*.py`` and ``examples/upgrade/*.py``) is checked by this checkout's parent with its workers
-under that venv's Python (``fieldmem.engine.isolate.check_reports`` with an ``Interpreter``), twice:
+under that venv's Python (``fieldmem.parent.isolate.check_reports`` with an ``Interpreter``), twice:
 
 - as ``fieldmem check`` does (``--fast-compile``, the default);
 - as the reference: a default compile (no ``--fast-compile``), whose figures are the release's own
@@ -45,9 +45,9 @@ import results_file  # noqa: E402
 
 sys.path.insert(0, str(ROOT))
 
-from fieldmem.codec import encode  # noqa: E402
-from fieldmem.engine import isolate  # noqa: E402
-from fieldmem.engine.spawn import Interpreter  # noqa: E402
+from fieldmem.model.codec import encode  # noqa: E402
+from fieldmem.parent import isolate  # noqa: E402
+from fieldmem.parent.spawn import Interpreter  # noqa: E402
 from fieldmem.request.options import CheckOptions  # noqa: E402
 from fieldmem.request.target import TargetOptions  # noqa: E402
 

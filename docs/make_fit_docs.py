@@ -27,10 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fieldmem.fit_report import FitReport, knob_text, values_text  # noqa: E402
+from fieldmem.model.fit_report import FitReport, knob_text, values_text  # noqa: E402
+from fieldmem.model.units import format_bytes  # noqa: E402
 from fieldmem.render import RenderOptions  # noqa: E402
 from fieldmem.render.fit import render_svg, render_table  # noqa: E402
-from fieldmem.units import format_bytes  # noqa: E402
 
 DOC = ROOT / "docs" / "fit.md"
 PICTURE = ROOT / "docs" / "images" / "fit-frontier.svg"

@@ -29,12 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the browser helper shared with the tests
 
-from browser import BrowserError, find_browser, screenshot  # noqa: E402
-
 import fieldmem  # noqa: E402
-from fieldmem.files import write_atomic  # noqa: E402
+from fieldmem.model.files import write_atomic  # noqa: E402
+from fieldmem.model.report import Report  # noqa: E402
 from fieldmem.render import RenderOptions, get_renderer  # noqa: E402
-from fieldmem.report import Report  # noqa: E402
+
+from browser import BrowserError, find_browser, screenshot  # noqa: E402
 
 IMAGE = ROOT / "docs" / "images" / "field-report.png"
 WINDOW = (1280, 1340)  # the header, the summary, the verdict, the chart and both live-at-peak tables

@@ -9,33 +9,33 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fieldmem.version import __version__
+from fieldmem.model.versions import __version__
 
 if TYPE_CHECKING:
-    from fieldmem.api import NotInPlaceError, assert_in_place, check_chain, check_function, check_releases
-    from fieldmem.errors import FieldmemError
-    from fieldmem.fit_api import FitError, assert_fits, fit
-    from fieldmem.fit_report import FitReport
-    from fieldmem.report import Report
+    from fieldmem.frontends.api import NotInPlaceError, assert_in_place, check_chain, check_function, check_releases
+    from fieldmem.frontends.fit_api import FitError, assert_fits, fit
+    from fieldmem.model.errors import FieldmemError
+    from fieldmem.model.fit_report import FitReport
+    from fieldmem.model.report import Report
     from fieldmem.request.registry import Case, case, chain
 
 # every name is imported when first used: registering cases (fieldmem.case, fieldmem.chain) brings the
 # registry, the checking API the report and its codec (tests/test_import_cost.py). The package itself
-# loads nothing, so the ``fieldmem`` command starts its worker before any of it (fieldmem.entry).
+# loads nothing, so the ``fieldmem`` command starts its worker before any of it (fieldmem.frontends.entry).
 _LAZY = {
-    "FieldmemError": "fieldmem.errors",
+    "FieldmemError": "fieldmem.model.errors",
     "Case": "fieldmem.request.registry",
     "case": "fieldmem.request.registry",
     "chain": "fieldmem.request.registry",
-    "NotInPlaceError": "fieldmem.api",
-    "assert_in_place": "fieldmem.api",
-    "check_chain": "fieldmem.api",
-    "check_function": "fieldmem.api",
-    "check_releases": "fieldmem.api",
-    "fit": "fieldmem.fit_api",
-    "assert_fits": "fieldmem.fit_api",
-    "FitError": "fieldmem.fit_api",
-    "FitReport": "fieldmem.fit_report",
+    "NotInPlaceError": "fieldmem.frontends.api",
+    "assert_in_place": "fieldmem.frontends.api",
+    "check_chain": "fieldmem.frontends.api",
+    "check_function": "fieldmem.frontends.api",
+    "check_releases": "fieldmem.frontends.api",
+    "fit": "fieldmem.frontends.fit_api",
+    "assert_fits": "fieldmem.frontends.fit_api",
+    "FitError": "fieldmem.frontends.fit_api",
+    "FitReport": "fieldmem.model.fit_report",
 }
 
 __all__ = [
@@ -60,13 +60,13 @@ __all__ = [
 def check(*specs: str, **kwargs: Any) -> Report:
     """Check targets from Python, as ``fieldmem check`` does, and return the Report.
 
-    Keyword arguments are those of :func:`fieldmem.engine.checker.check`
+    Keyword arguments are those of :func:`fieldmem.parent.checker.check`
     (``target_options``, ``options``, ``progress``)::
 
         report = fieldmem.check("examples/field.py")
         assert report.results[0].verdict.in_place
     """
-    from fieldmem.engine import checker
+    from fieldmem.parent import checker
 
     return checker.check(specs, **kwargs)
 

@@ -1,6 +1,6 @@
 """``python -m fieldmem``: the same as the ``fieldmem`` command."""
 
-from fieldmem.entry import main
+from fieldmem.frontends.entry import main
 
 if __name__ == "__main__":
-    main()  # ends the process (fieldmem.entry.leave)
+    main()  # ends the process (fieldmem.frontends.entry.leave)

@@ -20,11 +20,11 @@ import jsonschema
 import pytest
 
 from fieldmem.gate.baseline import Baseline
+from fieldmem.model.report import Report
 from fieldmem.render.jsonout import document_text
-from fieldmem.report import Report
+from fieldmem.render.schema import SCHEMA_FOLDER
 from fieldmem.request import registry
 from fieldmem.request.backends import DEVICELESS_ENV
-from fieldmem.schema import SCHEMA_FOLDER
 
 # before jax starts in this process: the deviceless tests (tests/test_deviceless.py) compile for TPUs and
 # GPUs without them, which needs jax started on the CPU alone (as the fieldmem command does for itself)
@@ -96,7 +96,7 @@ def in_assets(monkeypatch: pytest.MonkeyPatch) -> Path:
 # -- every report and baseline the suite writes matches the shipped JSON Schema (fieldmem/schemas) -------------
 
 _KINDS = {
-    "fieldmem.report/": "report",
+    "fieldmem.model.report/": "report",
     "fieldmem.baseline/": "baseline",
     "fieldmem.reports/": "reports",
     "fieldmem.fit/": "fit",
@@ -123,7 +123,7 @@ def _written_by_fieldmem(text: str, document: Any) -> bool:
     """Whether ``text`` is laid out exactly as fieldmem writes a report or a baseline: what a fieldmem
     process wrote, not a file a test made by hand (hand-made ones are often wrong on purpose)."""
     name = str(document.get("schema", ""))
-    if name.startswith("fieldmem.report/"):
+    if name.startswith("fieldmem.model.report/"):
         return document_text(document) == text
     if name.startswith("fieldmem.fit/"):
         from fieldmem.render.fit import fit_document_text

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fieldmem.report import (
+from fieldmem.model.report import (
     Copy,
     CopyKind,
     DeviceInfo,

@@ -18,9 +18,9 @@ import jax
 import jax.numpy as jnp
 
 from fieldmem.driver import MEMORY_FIELDS, PreparedCall, start_variants
-from fieldmem.engine.checker import check_targets
-from fieldmem.readings import CompiledVariant
-from fieldmem.report import Report, TargetResult
+from fieldmem.model.readings import CompiledVariant
+from fieldmem.model.report import Report, TargetResult
+from fieldmem.parent.checker import check_targets
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import Target

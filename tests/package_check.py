@@ -39,12 +39,15 @@ LOG = WORK / "log.txt"
 IN_BOTH = (
     "fieldmem/schemas/report.schema.json",
     "fieldmem/schemas/baseline.schema.json",
-    "fieldmem/specs/gpu/NOTICE.md",
-    "fieldmem/specs/gpu/h100_sxm.txtpb",
+    "fieldmem/model/specs/gpu/NOTICE.md",
+    "fieldmem/model/specs/gpu/h100_sxm.txtpb",
     "fieldmem/__main__.py",
 )
 IN_SDIST = ("README.md", "pyproject.toml", "examples/field.py")
-ENTRY_POINTS = ("fieldmem = fieldmem.entry:main", "fieldmem = fieldmem.pytest_plugin")  # the command, the plugin
+ENTRY_POINTS = (
+    "fieldmem = fieldmem.frontends.entry:main",
+    "fieldmem = fieldmem.pytest_plugin",
+)  # the command, the plugin
 
 
 class Failed(Exception):

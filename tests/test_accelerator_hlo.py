@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from fieldmem.findings import analysis
-from fieldmem.readings import CompiledVariant, InputLeaf, OutputLeaf
+from fieldmem.model.readings import CompiledVariant, InputLeaf, OutputLeaf
 from fieldmem.render import RenderOptions
 from fieldmem.render import table as table_renderer
 from fieldmem.xla import buffers, hlo

@@ -24,13 +24,13 @@ from jax import lax
 from rich.console import Console
 
 from fieldmem.driver import PreparedCall, call_shape, compile_donation, prepare_call, start_variants
-from fieldmem.errors import CompileError
 from fieldmem.findings.advisor import suggest
 from fieldmem.findings.analysis import analyze_target
+from fieldmem.model.errors import CompileError
+from fieldmem.model.report import Report, Suggestion, TargetResult
+from fieldmem.model.units import format_bytes
 from fieldmem.render.suggest import suggestion_renderables
-from fieldmem.report import Report, Suggestion, TargetResult
 from fieldmem.request.spec import DonateSpec, StaticSpec
-from fieldmem.units import format_bytes
 
 from helpers_compile import (
     UNUSABLE_WARNING,

@@ -657,7 +657,7 @@ def test_sharded_inputs_give_per_device_bytes() -> None:
 
 
 def test_unreadable_hlo_is_an_error_result_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fieldmem.errors import TargetError
+    from fieldmem.model.errors import TargetError
 
     from helpers_compile import check_reports
 
@@ -688,7 +688,7 @@ def test_unreadable_hlo_is_an_error_result_not_a_crash(monkeypatch: pytest.Monke
 @pytest.mark.compile
 def test_explicit_static_on_an_array_says_arrays_are_traced() -> None:
     from fieldmem.driver import prepare_call
-    from fieldmem.errors import ArgumentsError
+    from fieldmem.model.errors import ArgumentsError
 
     def f(u, row):
         return u.at[0].set(row)

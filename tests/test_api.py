@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import pytest
 
 import fieldmem
-from fieldmem.api import combine_reports, failure_message
-from fieldmem.errors import CompileError, DonationError, FieldmemError, OptionError
+from fieldmem.frontends.api import combine_reports, failure_message
+from fieldmem.model.errors import CompileError, DonationError, FieldmemError, OptionError
+from fieldmem.model.report import Report
 from fieldmem.render import RenderOptions, get_renderer
-from fieldmem.report import Report
 
 N = 64
 HERE = os.path.basename(__file__)

@@ -18,10 +18,10 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from fieldmem.engine.checker import check_targets
+from fieldmem.model.report import Report, TargetResult
+from fieldmem.parent.checker import check_targets
 from fieldmem.render import RenderOptions
 from fieldmem.render.table import render
-from fieldmem.report import Report, TargetResult
 from fieldmem.request.options import CheckOptions
 
 from helpers_compile import (

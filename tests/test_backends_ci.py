@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from helpers_backends import installed, require_extra
 
-from fieldmem.errors import OptionError
+from fieldmem.model.errors import OptionError
 from fieldmem.request.backends import DEVICELESS_ENV
 from fieldmem.request.build import CheckFlags, build_request
 from fieldmem.request.config import Config, ConfigError, load_config
@@ -127,7 +127,7 @@ TESTS = textwrap.dedent(
     import pytest
 
     import fieldmem
-    from fieldmem.errors import OptionError
+    from fieldmem.model.errors import OptionError
     from updates import SMALL, update
 
 

@@ -35,7 +35,7 @@ from fieldmem.gate.baseline import (
     refuse_shared_names,
     save_baseline,
 )
-from fieldmem.report import (
+from fieldmem.model.report import (
     Accepted,
     Alias,
     BaselineComparison,
@@ -280,7 +280,7 @@ def test_a_refreshed_baseline_keeps_its_permissions(tmp_path: Path) -> None:
         ("{not json", "is not JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
         ('{"schema": "fieldmem.baseline/9"}', "has schema 'fieldmem.baseline/9', not one this fieldmem reads"),
         ("[1, 2]", "has no fieldmem schema"),
-        ('{"schema": "fieldmem.report/1"}', "a fieldmem report is not a baseline"),
+        ('{"schema": "fieldmem.model.report/1"}', "a fieldmem report is not a baseline"),
         ('{"schema": "fieldmem.baseline/1", "backend": "cpu"}', "does not match fieldmem.baseline/1: "),
         (None, "is a folder"),
     ],
@@ -619,7 +619,7 @@ runner = CliRunner()
 
 def fieldmem(*args: str) -> Any:
     """``fieldmem check ARGS`` in-process, from the current folder; the user's module is imported afresh."""
-    from fieldmem.cli import app
+    from fieldmem.frontends.cli import app
 
     sys.modules.pop("model", None)  # the test edits model.py between runs
     return runner.invoke(app, ["check", *args], env={"COLUMNS": "200"})
@@ -691,7 +691,7 @@ def test_a_failing_target_leaves_the_baseline_byte_identical(ci_project: Path) -
 def test_a_first_baseline_on_code_not_yet_in_place_is_one_command(ci_project: Path) -> None:
     """``--save-baseline FILE --accept-current`` records the code as it is, its failing expectation included;
     the gate then passes until something changes."""
-    from fieldmem.cli import app
+    from fieldmem.frontends.cli import app
 
     assert fieldmem("--save-baseline", "b.json", "--accept-current", "--baseline", "b.json").exit_code == 2
     assert fieldmem("--accept-current").exit_code == 2  # it records: only with --save-baseline
@@ -747,7 +747,7 @@ def test_the_regression_is_the_only_error_annotation_beside_20_accepted_findings
 ) -> None:
     """``--format github`` with a baseline: what it accepts (20 findings, more than the 10 error annotations
     GitHub shows) is not an error, the regression is the first and only one, and the job summary has all."""
-    from fieldmem.cli import app
+    from fieldmem.frontends.cli import app
 
     monkeypatch.chdir(tmp_path)
     wide = tmp_path / "wide.py"

@@ -35,9 +35,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fieldmem import files
-from fieldmem.cli import app
-from fieldmem.errors import OptionError
+from fieldmem.frontends.cli import app
 from fieldmem.gate import baseline as baseline_module
 from fieldmem.gate.baseline import (
     SCHEMA,
@@ -49,13 +47,15 @@ from fieldmem.gate.baseline import (
     project_spec,
     save_baseline,
 )
+from fieldmem.model import files
+from fieldmem.model.errors import OptionError
 from fieldmem.request.build import CheckFlags, build_request
 from fieldmem.request.config import Config
 from fieldmem.request.tolerance import Tolerances
 
 from factories import make_report, make_result
 
-REPO = Path(files.__file__).resolve().parents[1]  # the fieldmem under test: the saving processes import it too
+REPO = Path(files.__file__).resolve().parents[2]  # the fieldmem under test: the saving processes import it too
 TESTS = Path(__file__).resolve().parent
 runner = CliRunner()
 
@@ -301,7 +301,7 @@ def test_sigterm_inside_a_write_removes_the_temporary_file(tmp_path: Path) -> No
             f"""
             import os, signal, sys
             sys.path.insert(0, {str(REPO)!r})
-            from fieldmem import files
+            from fieldmem.model import files
             real = files._write_all
             def slow(fd, data, mode):
                 real(fd, data[:10], mode)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from fieldmem.errors import OptionError
+from fieldmem.model.errors import OptionError
 from fieldmem.request.build import CheckFlags, CheckRequest, build_request, check_writable, parse_backends
 from fieldmem.request.config import Config, TargetConfig
 from fieldmem.request.options import EXPECTATIONS, MIN_BYTES, default_jobs, parse_expect, parse_new

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 from helpers_backends import require_extra
 
-from fieldmem.errors import OptionError
 from fieldmem.findings.capacity import fit_check, fit_findings
 from fieldmem.findings.verdict import RULES, decide, expectation_met, judge
-from fieldmem.readings import CompiledVariant, DeviceMemory
-from fieldmem.report import Finding, MemoryFigures, Verdict
+from fieldmem.model.errors import OptionError
+from fieldmem.model.readings import CompiledVariant, DeviceMemory
+from fieldmem.model.report import Finding, MemoryFigures, Verdict
 from fieldmem.request.backends import (
     DEVICELESS_ENV,
     GPU_DOMAINS,
@@ -90,7 +90,7 @@ def test_every_gpu_kind_has_a_domain_and_every_tpu_kind_its_hbm() -> None:
 def test_an_impossible_gpu_count_is_one_line_and_exit_2() -> None:
     from typer.testing import CliRunner
 
-    from fieldmem.cli import app
+    from fieldmem.frontends.cli import app
 
     result = CliRunner().invoke(app, ["check", "models:step", "--backend", "gpu:h100:100000"])
     assert result.exit_code == 2, result.output

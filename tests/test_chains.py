@@ -18,13 +18,13 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
-from fieldmem.cli import app
 from fieldmem.driver import compose, spread
-from fieldmem.engine.checker import check, check_targets
-from fieldmem.errors import OptionError
 from fieldmem.findings.chains import StepOutcome, analyze_chain
+from fieldmem.frontends.cli import app
+from fieldmem.model.errors import OptionError
+from fieldmem.model.report import Alias, Finding, InputInfo, OutputInfo, Report, TargetResult
+from fieldmem.parent.checker import check, check_targets
 from fieldmem.render import RenderOptions, get_renderer
-from fieldmem.report import Alias, Finding, InputInfo, OutputInfo, Report, TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, TargetOptions, resolve_target
 
@@ -420,7 +420,7 @@ def test_check_chain_api_on_functions_in_hand(examples_on_path: None) -> None:
     assert chain.name == "precision_chain:advance,to_storage,squash"
     assert chain.first_break is not None and chain.first_break.function == "to_storage"
     assert report.exit_code == 1
-    from fieldmem.api import failure_message
+    from fieldmem.frontends.api import failure_message
 
     assert failure_message(report).startswith(f"chain {chain.name}: breaks in place at step 2 of 3")
     with pytest.raises(OptionError, match="at least two functions"):
@@ -428,8 +428,8 @@ def test_check_chain_api_on_functions_in_hand(examples_on_path: None) -> None:
 
 
 def test_the_footprint_curve_draws_each_step_in_eighths_of_the_largest() -> None:
+    from fieldmem.model.report import ChainStep
     from fieldmem.render.pieces import footprint_curve
-    from fieldmem.report import ChainStep
 
     steps = tuple(
         ChainStep(
@@ -586,7 +586,7 @@ def test_spread_counts_the_extras_after_the_state() -> None:
 def test_a_fused_chain_within_min_bytes_of_its_steps_costs_the_same() -> None:
     """ "fusing costs 4 B more" was said of a difference below --min-bytes (issue 48): it is the same."""
     from fieldmem.findings.chains import _cost_summary
-    from fieldmem.report import ChainCost
+    from fieldmem.model.report import ChainCost
 
     def costs(separate: int, fused: int) -> tuple[ChainCost, ...]:
         return (

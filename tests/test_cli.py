@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from fieldmem import __version__
-from fieldmem.cli import app
+from fieldmem.frontends.cli import app
 
 from factories import without_timings
 
@@ -52,7 +52,7 @@ def assert_user_error(result: Any, *expected: str) -> list[str]:
 
 def results_by_target(result: Any) -> dict[str, dict[str, Any]]:
     document = json.loads(result.stdout)
-    assert document["schema"] == "fieldmem.report/2"
+    assert document["schema"] == "fieldmem.model.report/2"
     return {r["name"]: r for r in document["results"]}
 
 
@@ -459,7 +459,7 @@ def test_subprocess_exit_1(in_assets: Path) -> None:
 def test_help_does_not_import_jax() -> None:
     code = (
         "import sys\n"
-        "from fieldmem.cli import main\n"
+        "from fieldmem.frontends.cli import main\n"
         "codes = [main(['--help']), main(['check', '--help']), main(['--version'])]\n"
         "print(codes, 'jax' in sys.modules, file=sys.stderr)\n"
     )
@@ -471,7 +471,7 @@ def test_help_does_not_import_jax() -> None:
 
 @pytest.mark.compile
 def test_main_returns_the_exit_code(in_assets: Path) -> None:
-    from fieldmem.cli import main
+    from fieldmem.frontends.cli import main
 
     assert main(["check", "models:stepp"]) == 2
     assert main(["check", GOOD, "--min-bytes", "0"]) == 0
@@ -489,7 +489,7 @@ def test_main_returns_the_exit_code(in_assets: Path) -> None:
 def test_usage_errors_are_one_line_with_exit_2(
     argv: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from fieldmem.cli import main
+    from fieldmem.frontends.cli import main
 
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -894,8 +894,8 @@ def test_a_cache_dir_that_cannot_be_made_stops_before_compiling(in_assets: Path,
 def test_the_default_compilation_cache_is_used_unless_turned_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fieldmem.cli import _cache_folder
-    from fieldmem.errors import OptionError
+    from fieldmem.frontends.cli import _cache_folder
+    from fieldmem.model.errors import OptionError
     from fieldmem.request.build import CheckFlags, build_request
     from fieldmem.request.config import Config
 

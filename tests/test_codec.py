@@ -9,9 +9,9 @@ from typing import Literal, get_args, get_origin
 
 import pytest
 
-from fieldmem import report as report_module
-from fieldmem.codec import decode, encode, read_unknown_as, unknown_values
-from fieldmem.report import Report, ReportError, TargetResult
+from fieldmem.model import report as report_module
+from fieldmem.model.codec import decode, encode, read_unknown_as, unknown_values
+from fieldmem.model.report import Report, ReportError, TargetResult
 
 from factories import make_report
 
@@ -96,7 +96,7 @@ def test_a_report_with_an_unknown_status_is_refused_with_its_path() -> None:
     with pytest.raises(ReportError) as caught:
         Report.from_dict(document)
     assert str(caught.value) == (
-        "the report does not match fieldmem.report/2: "
+        "the report does not match fieldmem.model.report/2: "
         "results[0].status should be one of 'ok', 'error', not str 'skipped'"
     )
 
@@ -143,7 +143,7 @@ def _rich_report() -> Report:
 
 def test_msgspec_reads_a_whole_report_without_the_careful_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     """A valid document never falls back to the path-keeping reading (which is several times slower)."""
-    import fieldmem.codec as codec
+    import fieldmem.model.codec as codec
 
     report = _rich_report()
     document = report.to_dict()
@@ -159,7 +159,7 @@ def test_msgspec_reads_a_whole_report_without_the_careful_reading(monkeypatch: p
 
 
 def test_msgspec_and_the_careful_reading_agree_value_for_value() -> None:
-    from fieldmem.codec import _decode
+    from fieldmem.model.codec import _decode
 
     document = _rich_report().to_dict()
     assert decode(Report, document) == _decode(Report, document)
@@ -186,7 +186,7 @@ def test_a_process_without_msgspec_writes_and_reads_the_same_documents(monkeypat
     import json
     import sys
 
-    from fieldmem.codec import dumps
+    from fieldmem.model.codec import dumps
 
     @dataclass(frozen=True)
     class Blob:
@@ -204,8 +204,8 @@ def test_a_process_without_msgspec_writes_and_reads_the_same_documents(monkeypat
 
 def test_free_text_with_a_lone_surrogate_reads_back_as_written() -> None:
     """JSON holds a lone surrogate as an escape and fieldmem writes one so (a case named so): it reads back,
-    both ways of decoding alike; every output shows it escaped (fieldmem.escaping). A word never is one."""
-    from fieldmem.codec import _decode
+    both ways of decoding alike; every output shows it escaped (fieldmem.model.escaping). A word never is one."""
+    from fieldmem.model.codec import _decode
 
     data = {"name": "a\ud800", "by_name": {"\udcff": 1}, "either": "\udfff"}
     assert decode(Outer, data) == _decode(Outer, data) == Outer("a\ud800", (), {"\udcff": 1}, "\udfff")
@@ -256,7 +256,7 @@ def test_builtins_is_encode_for_a_json_writer(monkeypatch: pytest.MonkeyPatch) -
     import json
     import sys
 
-    from fieldmem.codec import builtins
+    from fieldmem.model.codec import builtins
 
     @dataclass(frozen=True)
     class Blob:

@@ -18,8 +18,6 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
-from fieldmem.errors import FieldmemError, OptionError
-from fieldmem.files import write_atomic
 from fieldmem.gate.compare import (
     COMPARE_SCHEMA,
     Comparison,
@@ -28,9 +26,9 @@ from fieldmem.gate.compare import (
     compare_reports,
     load_report,
 )
-from fieldmem.render import RenderOptions
-from fieldmem.render.compare import COMPARE_RENDERERS, get_compare_renderer
-from fieldmem.report import (
+from fieldmem.model.errors import FieldmemError, OptionError
+from fieldmem.model.files import write_atomic
+from fieldmem.model.report import (
     Alias,
     Copy,
     CopyKind,
@@ -39,6 +37,8 @@ from fieldmem.report import (
     Report,
     TargetResult,
 )
+from fieldmem.render import RenderOptions
+from fieldmem.render.compare import COMPARE_RENDERERS, get_compare_renderer
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import TargetOptions
 from fieldmem.request.tolerance import Tolerances
@@ -233,7 +233,7 @@ def test_columns_name_the_libraries_whose_releases_differ_and_say_jax_once() -> 
     its flax, not the optax both share, and its jax once; the markdown table lists every library."""
     import dataclasses
 
-    from fieldmem.emit import report_labels
+    from fieldmem.frontends.output import report_labels
 
     reports = [
         dataclasses.replace(_report(_result()), jax_version=v, library_versions={"flax": flax, "optax": "0.2.5"})
@@ -336,7 +336,10 @@ def test_compare_files_reads_saved_reports(tmp_path: Path) -> None:
         (b"\xff\xfe", "is not JSON (not UTF-8 text)"),
         ("[1, 2]", "is not a fieldmem report: a fieldmem report is a JSON object"),
         ('{"schema": "fieldmem.baseline/1"}', "is not a fieldmem report: schema 'fieldmem.baseline/1'"),
-        ('{"schema": "fieldmem.report/1", "backend": "cpu"}', "is not a fieldmem report: the report does not match"),
+        (
+            '{"schema": "fieldmem.model.report/1", "backend": "cpu"}',
+            "is not a fieldmem report: the report does not match",
+        ),
     ],
 )
 def test_unreadable_reports_are_one_line_errors(tmp_path: Path, content: str | bytes | None, expected: str) -> None:
@@ -487,14 +490,14 @@ def test_real_reports_differ_only_in_the_donated_variant(field_reports: tuple[Re
 
 
 # ----------------------------------------------------------------------------
-# The command (wired into fieldmem.cli by the lead)
+# The command (wired into fieldmem.frontends.cli by the lead)
 
 
 runner = CliRunner()
 
 
 def invoke(*args: str) -> Any:
-    from fieldmem.cli import app
+    from fieldmem.frontends.cli import app
 
     return runner.invoke(app, ["compare", *args], env={"COLUMNS": "120"})
 
@@ -585,7 +588,7 @@ def test_a_report_from_a_newer_fieldmem_with_a_copy_kind_this_one_does_not_know_
 def test_a_donation_become_unusable_is_listed_but_marks_no_alias_count_that_did_not_change() -> None:
     """A donated leaf no output takes now (the aliases as they were): one difference of its own field, so the
     table does not mark the aliases row, whose counts are equal, as differing."""
-    from fieldmem.report import UnusableDonation
+    from fieldmem.model.report import UnusableDonation
 
     before = _result()
     donated = dataclasses.replace(

@@ -30,15 +30,15 @@ from typer.testing import CliRunner
 import fieldmem
 import fieldmem.driver as driver
 import fieldmem.driver.lowering as lowering
-import fieldmem.engine.brain as brain
 import fieldmem.findings.advisor as advisor
 import fieldmem.findings.analysis as analysis
 import fieldmem.findings.runcheck as runcheck
+import fieldmem.parent.decide as brain
 import fieldmem.xla.hlo as hlo
-from fieldmem.cli import app
-from fieldmem.engine.checker import check
-from fieldmem.errors import FieldmemError
-from fieldmem.report import MemoryFigures, Report, TargetResult
+from fieldmem.frontends.cli import app
+from fieldmem.model.errors import FieldmemError
+from fieldmem.model.report import MemoryFigures, Report, TargetResult
+from fieldmem.parent.checker import check
 from fieldmem.request import registry
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import Target
@@ -347,8 +347,10 @@ def test_the_worker_writes_an_internal_error_and_goes_on(where: str, monkeypatch
     import io
     import queue
 
-    from fieldmem.engine import hands, isolate, worker
-    from fieldmem.engine.protocol import decode_value, read_event
+    from fieldmem.parent import isolate
+    from fieldmem.worker import main as worker
+    from fieldmem.worker import readers as hands
+    from fieldmem.worker.protocol import decode_value, read_event
 
     supervisor = isolate._Supervisor([isolate.Unit(spec) for spec in TWO], [None], CheckOptions(run=True), False, None)
     request = json.loads(json.dumps(supervisor.request(supervisor.todo())))

@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from fieldmem.report import COPY_CAUSES, COPY_KINDS, DONATION_CODES, TargetResult
+from fieldmem.model.report import COPY_CAUSES, COPY_KINDS, DONATION_CODES, TargetResult
 
 from helpers_compile import check_one, make_target
 

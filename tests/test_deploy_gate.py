@@ -21,7 +21,7 @@ from conftest import schema_violations
 from helpers_backends import require_extra
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
+from fieldmem.frontends.cli import app
 
 pytestmark = pytest.mark.compile
 

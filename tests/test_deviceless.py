@@ -22,8 +22,8 @@ import pytest
 from helpers_backends import EXTRAS, require_extra
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
-from fieldmem.errors import OptionError
+from fieldmem.frontends.cli import app
+from fieldmem.model.errors import OptionError
 from fieldmem.request.backends import DEVICELESS_ENV, deviceless_environment, parse_backend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -161,7 +161,7 @@ def test_a_cuda_plugin_is_paired_with_its_own_cudas_ptxas(
 ) -> None:
     """jax's CUDA 13 plugin with nvidia-cuda-nvcc 13 (files under nvidia/cu13) compiles for a GPU as the CUDA 12
     extra does; a plugin whose CUDA's ptxas is missing is the missing extra's one line."""
-    from fieldmem.errors import OptionError
+    from fieldmem.model.errors import OptionError
     from fieldmem.request import backends
 
     monkeypatch.setattr(backends, "_installed", lambda module: module in installed)
@@ -372,8 +372,8 @@ def test_a_sparse_row_updates_plain_variant_copies_the_whole_table(
 
 @pytest.mark.compile
 def test_the_report_says_it_was_compiled_without_the_device(reports: dict[str, dict[str, Any]]) -> None:
+    from fieldmem.model.report import Report
     from fieldmem.render import RenderOptions, get_renderer
-    from fieldmem.report import Report
 
     gpu = reports["gpu:h100"]["deviceless"]
     assert gpu["platform"] == "gpu" and gpu["kind"] == "h100" and gpu["chips"] == 1
@@ -479,7 +479,7 @@ def test_a_sharded_update_on_four_chips_with_the_wheels_ptxas(tmp_path: Path) ->
 def test_baselines_key_a_topology_apart(reports: dict[str, dict[str, Any]], tmp_path: Path) -> None:
     """tpu:v5e and tpu:v5e:2x2 have one device kind, but their entries are kept and compared apart."""
     from fieldmem.gate.baseline import compare_to_baseline, load_baseline, save_baseline
-    from fieldmem.report import Report
+    from fieldmem.model.report import Report
 
     one = Report.from_dict(reports["tpu:v5e"])
     four = Report.from_dict({**reports["tpu:v5e"], "backend": "tpu:v5e:2x2"})

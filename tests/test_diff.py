@@ -11,7 +11,7 @@ from __future__ import annotations
 from fieldmem.gate.baseline import Baseline, compare_to_baseline, entry_from_result
 from fieldmem.gate.compare import compare_reports
 from fieldmem.gate.diff import CopyRecord, change_text, copy_record, match_aliases, match_copies, moved
-from fieldmem.report import Alias, Change, Copy, CopyKind, MemoryFigures, Report, TargetResult
+from fieldmem.model.report import Alias, Change, Copy, CopyKind, MemoryFigures, Report, TargetResult
 from fieldmem.request.tolerance import FIGURES, Tolerance, Tolerances
 
 from factories import KIB, MIB, make_copy, make_memory, make_report, make_result, make_variant

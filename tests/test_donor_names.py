@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from fieldmem.engine.checker import check_targets
+from fieldmem.parent.checker import check_targets
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import Target, TargetOptions, resolve_target

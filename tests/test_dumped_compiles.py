@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
 from fieldmem.driver import dumps
-from fieldmem.errors import CompileError
-from fieldmem.readings import DeviceMemory
+from fieldmem.frontends.cli import app
+from fieldmem.model.errors import CompileError
+from fieldmem.model.readings import DeviceMemory
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

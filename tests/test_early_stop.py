@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
 from fieldmem.driver import dumped, early, lowering
-from fieldmem.readings import CompiledVariant
+from fieldmem.frontends.cli import app
+from fieldmem.model.readings import CompiledVariant
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSETS = ROOT / "tests" / "assets"
@@ -121,7 +121,7 @@ def test_what_runs_or_leaves_xla_cpu_keeps_the_full_compile(monkeypatch: pytest.
     import jax.numpy as jnp
 
     from fieldmem.driver.deviceless import deviceless_scope, target
-    from fieldmem.errors import CompileError
+    from fieldmem.model.errors import CompileError
 
     calls: list[object] = []
     monkeypatch.setattr(early, "compile_until_assigned", lambda *a, **k: calls.append(a) or (None, False))
@@ -259,9 +259,9 @@ def test_memory_analysis_figures_come_from_the_dumped_allocations() -> None:
 
 
 def test_a_worker_stops_early_only_when_asked_and_for_a_static_check(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fieldmem.codec import dumps as encode
-    from fieldmem.engine import worker
+    from fieldmem.model.codec import dumps as encode
     from fieldmem.request.options import CheckOptions
+    from fieldmem.worker import main as worker
 
     cases = [(CheckOptions(jobs=2), "1", True), (CheckOptions(jobs=2, run=True), "1", False)]
     cases += [(CheckOptions(jobs=2), None, False), (CheckOptions(jobs=2), "0", False)]  # not asked: the full compile

@@ -1,4 +1,4 @@
-"""Cached environments with another jax (fieldmem/engine/envs.py, ``fieldmem envs``; issue 33, item 1).
+"""Cached environments with another jax (fieldmem/parent/envs.py, ``fieldmem envs``; issue 33, item 1).
 
 The tests marked ``compile`` make one real environment (``jax==0.9.2 jaxlib==0.9.2``, from the package
 index: pip's cache makes it a download once), shared by the module, and ask the index about a release it
@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
-from fieldmem.engine import envs
-from fieldmem.engine.envs import (
+from fieldmem.frontends.cli import app
+from fieldmem.model.errors import EnvError
+from fieldmem.parent import envs
+from fieldmem.parent.envs import (
     MARKER,
     EnvRequest,
     Installer,
@@ -37,7 +38,6 @@ from fieldmem.engine.envs import (
     remove_env,
     worker_environment,
 )
-from fieldmem.errors import EnvError
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -244,7 +244,7 @@ def test_an_index_out_of_reach_is_one_line_within_seconds_and_leaves_only_the_lo
 
 
 def test_the_size_said_adds_each_compiler_and_the_users_packages() -> None:
-    from fieldmem.engine.envs import _estimate, _request
+    from fieldmem.parent.envs import _estimate, _request
 
     assert _estimate(_request("0.9.2", (), None, ())) == "527 MiB"
     assert _estimate(_request("0.9.2", ("tpu",), None, ())) == f"{(527 + 683) / 1024:.1f} GiB"
@@ -263,7 +263,7 @@ def test_a_killed_creation_leaves_no_environment_and_the_next_one_clears_what_it
             sys.executable,
             "-c",
             "import time\n"
-            "from fieldmem.engine import envs\n"
+            "from fieldmem.parent import envs\n"
             "def stuck(command, log, progress, label):\n"
             "    log.write('installing\\n'); log.flush(); time.sleep(60); return 0\n"
             "envs._run_logged = stuck\n"

@@ -21,7 +21,7 @@ import pytest
 from test_peaks_truth import assert_adds_up
 
 from fieldmem.driver import FAST_COMPILE_UNAVAILABLE
-from fieldmem.engine.checker import check_targets
+from fieldmem.parent.checker import check_targets
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import Target, TargetOptions, resolve_target

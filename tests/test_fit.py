@@ -17,14 +17,11 @@ from typing import Any
 import jsonschema
 import pytest
 
-from fieldmem.engine.fit import search
-from fieldmem.errors import OptionError
 from fieldmem.findings.fit import fit_checks, fit_point, monotone_notes
-from fieldmem.fit_report import FitPoint, FitReport, FitRow, Knob, KnobValue
 from fieldmem.gate.fit import baseline_to_save, compare_fits, compare_to_baseline, load_fit_report
-from fieldmem.render import RenderOptions
-from fieldmem.render.fit import FIT_RENDERERS, render_comparison
-from fieldmem.report import (
+from fieldmem.model.errors import OptionError
+from fieldmem.model.fit_report import FitPoint, FitReport, FitRow, Knob, KnobValue
+from fieldmem.model.report import (
     Check,
     ErrorInfo,
     Finding,
@@ -36,6 +33,10 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
+from fieldmem.parent.fit import search
+from fieldmem.render import RenderOptions
+from fieldmem.render.fit import FIT_RENDERERS, render_comparison
+from fieldmem.render.schema import DOCUMENTS, document_schema
 from fieldmem.request.fit import (
     FitFlags,
     build_fit_request,
@@ -46,7 +47,6 @@ from fieldmem.request.fit import (
     parse_knob_value,
     parse_knobs,
 )
-from fieldmem.schema import DOCUMENTS, document_schema
 
 GiB = 2**30
 MiB = 2**20
@@ -405,7 +405,7 @@ def test_the_document_reads_back_and_matches_its_schema() -> None:
     (document,) = [d for d in DOCUMENTS if d.name == "fit"]
     jsonschema.validate(data, document_schema(document))
     with pytest.raises(Exception, match="is not one this fieldmem reads as a fit document"):
-        FitReport.from_dict({**data, "schema": "fieldmem.report/2"})
+        FitReport.from_dict({**data, "schema": "fieldmem.model.report/2"})
 
 
 @pytest.mark.parametrize("name", sorted(FIT_RENDERERS))
@@ -443,7 +443,7 @@ def test_a_lower_frontier_against_the_baseline_is_a_regression(tmp_path: Any) ->
 
 def test_a_check_document_is_not_a_fit_baseline(tmp_path: Any) -> None:
     path = tmp_path / "report.json"
-    path.write_text(json.dumps({"schema": "fieldmem.report/2", "results": []}))
+    path.write_text(json.dumps({"schema": "fieldmem.model.report/2", "results": []}))
     with pytest.raises(Exception, match=r"it is fieldmem\.report/2, written by fieldmem check"):
         load_fit_report(path)
 
@@ -487,7 +487,7 @@ def test_a_point_whose_worker_crashed_on_a_tpu_is_checked_again_without_libtpus_
     the answer."""
     import os
 
-    from fieldmem.engine.fit import WorkerChecker
+    from fieldmem.parent.fit import WorkerChecker
     from fieldmem.request.fit import TPU_OOM_FIGURES_ENV
     from fieldmem.request.options import CheckOptions
 
@@ -515,7 +515,7 @@ def test_a_point_whose_worker_crashed_on_a_tpu_is_checked_again_without_libtpus_
     assert on_cpu.error is not None and on_cpu.error.kind == "crash" and asked == [None]  # not asked again
 
     # a worker that dies again as it starts (libtpu's lockfile held elsewhere) is tried again, a few times
-    import fieldmem.engine.fit as engine
+    import fieldmem.parent.fit as engine
 
     monkeypatch.setattr(engine, "RECHECK_WAIT", 0.0)
     starts: list[int] = []
@@ -537,7 +537,7 @@ def test_a_refused_program_is_not_compiled_again_where_the_environment_says_so(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from fieldmem.driver.dumps import refusal
-    from fieldmem.errors import CompileError
+    from fieldmem.model.errors import CompileError
     from fieldmem.request.backends import device_memory, parse_backend
     from fieldmem.request.fit import TPU_OOM_FIGURES_ENV
 

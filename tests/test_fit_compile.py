@@ -20,7 +20,7 @@ from helpers_backends import require_extra
 from typer.testing import CliRunner
 
 import fieldmem
-from fieldmem.cli import app
+from fieldmem.frontends.cli import app
 
 pytestmark = pytest.mark.compile
 

@@ -16,11 +16,8 @@ from pathlib import Path
 import pytest
 
 import fieldmem
-from fieldmem.errors import OptionError
-from fieldmem.render import _FORMATS, RENDERERS, RenderOptions, _available, get_renderer
-from fieldmem.render.github import annotation, escape_data, escape_property, location
-from fieldmem.render.pieces import code, escape
-from fieldmem.report import (
+from fieldmem.model.errors import OptionError
+from fieldmem.model.report import (
     Accepted,
     Alias,
     BaselineComparison,
@@ -35,6 +32,9 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
+from fieldmem.render import _FORMATS, RENDERERS, RenderOptions, _available, get_renderer
+from fieldmem.render.github import annotation, escape_data, escape_property, location
+from fieldmem.render.pieces import code, escape
 from fieldmem.request.spec import DonateSpec
 from fieldmem.request.target import TargetOptions
 

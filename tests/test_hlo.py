@@ -933,7 +933,7 @@ def test_whole_modules_read_the_same_by_the_general_path(monkeypatch: pytest.Mon
 
 def test_parsing_leaves_the_garbage_collector_alone() -> None:
     """The parser is a pure reader: it neither pauses nor resumes the collector (its callers pause it,
-    from fieldmem.collector, outside this package)."""
+    from fieldmem.model.collector, outside this package)."""
     assert gc.isenabled()
     parse_hlo_module(text("sparse_row.plain") + "\n# gc on\n")
     assert gc.isenabled()

@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
 from fieldmem.driver import hosted
 from fieldmem.driver.execute import fresh_argument
 from fieldmem.driver.placement import forget_stand_ins, host_copy, stood_for
+from fieldmem.frontends.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()

@@ -19,15 +19,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
-from fieldmem.codec import decode
-from fieldmem.errors import FieldmemError, OptionError, TargetError
+from fieldmem.frontends.cli import app
 from fieldmem.gate.baseline import BaselineError, load_baseline, save_baseline
 from fieldmem.gate.compare import load_report
+from fieldmem.model.codec import decode
+from fieldmem.model.errors import FieldmemError, OptionError, TargetError
+from fieldmem.model.units import format_bytes
 from fieldmem.request.build import CheckFlags, build_request
 from fieldmem.request.config import Config, ConfigError, load_config
 from fieldmem.request.target import TargetOptions, resolve_target
-from fieldmem.units import format_bytes
 from fieldmem.xla import buffers, hlo
 
 from factories import make_report, make_result
@@ -179,7 +179,7 @@ def test_prepare_call_refuses_sizes_and_dimensions_past_int64() -> None:
     import jax.numpy as jnp
 
     from fieldmem.driver import prepare_call
-    from fieldmem.errors import ArgumentsError
+    from fieldmem.model.errors import ArgumentsError
     from fieldmem.request.spec import DonateSpec, StaticSpec
 
     def update(state: Any) -> Any:
@@ -394,7 +394,7 @@ def test_a_folder_whose_modules_register_nothing(tmp_path: Path, monkeypatch: py
 
 
 def test_the_readme_folder_example_resolves(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fieldmem.engine.checker import resolve_all
+    from fieldmem.parent.checker import resolve_all
 
     monkeypatch.chdir(ROOT)
     resolved = resolve_all(["examples/"], TargetOptions())
@@ -408,7 +408,7 @@ def test_the_readme_folder_example_resolves(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_every_error_line_is_bounded() -> None:
-    from fieldmem.errors import MAX_LINE, listing, one_line, quoted
+    from fieldmem.model.errors import MAX_LINE, listing, one_line, quoted
 
     huge = "x" * 200_000_000
     error = FieldmemError(f"schema {huge!r} is not known\nsecond line")
@@ -421,7 +421,7 @@ def test_every_error_line_is_bounded() -> None:
 
 
 def test_a_huge_schema_string_is_not_echoed(tmp_path: Path) -> None:
-    from fieldmem.errors import MAX_LINE
+    from fieldmem.model.errors import MAX_LINE
 
     document = tmp_path / "big.json"
     document.write_text(json.dumps({"schema": "s" * 5_000_000}))
@@ -430,7 +430,7 @@ def test_a_huge_schema_string_is_not_echoed(tmp_path: Path) -> None:
 
 
 def test_a_40000_name_unknown_key_is_not_echoed(tmp_path: Path) -> None:
-    from fieldmem.errors import MAX_LINE
+    from fieldmem.model.errors import MAX_LINE
 
     config = tmp_path / "pyproject.toml"
     config.write_text("[tool.fieldmem]\n" + "".join(f"key{n} = 1\n" for n in range(40_000)))
@@ -461,13 +461,13 @@ def test_a_bad_cache_dir_in_the_config_names_the_config(tmp_path: Path, monkeypa
 
 
 def test_compare_of_50_reports_shows_every_figure(tmp_path: Path) -> None:
-    from fieldmem.codec import encode
+    from fieldmem.model.codec import encode
 
     report = make_report((make_result(),))
     paths = []
     for n in range(50):
         path = tmp_path / f"r{n:02d}.json"
-        path.write_text(json.dumps({"schema": "fieldmem.report/1", **encode(report)}))
+        path.write_text(json.dumps({"schema": "fieldmem.model.report/1", **encode(report)}))
         paths.append(str(path))
     result = runner.invoke(app, ["compare", *paths], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output

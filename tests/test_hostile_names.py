@@ -12,7 +12,7 @@ renders, encodes as UTF-8, holds no raw control character but its own line
 breaks (and, coloured, its own colour codes), and no line of it is a workflow
 command the GitHub runner would read, except fieldmem's own annotations, none
 of which carries the injected one. The rule is one module,
-:mod:`fieldmem.escaping`.
+:mod:`fieldmem.model.escaping`.
 
 Then the command line, in a subprocess as CI runs it with a strict UTF-8 (or a
 Latin-1) stdout: a module whose ``fieldmem.case`` name is hostile (the table,
@@ -37,14 +37,11 @@ from typing import Any, Literal, Union
 
 import pytest
 
-from fieldmem.errors import one_line
-from fieldmem.escaping import defused, json_defused, visible, visible_strings
 from fieldmem.gate.baseline import load_baseline, save_baseline
 from fieldmem.gate.compare import compare_reports
-from fieldmem.render import RENDERERS, RenderOptions
-from fieldmem.render.baseline import render_comparison, render_saved
-from fieldmem.render.compare import COMPARE_RENDERERS
-from fieldmem.report import (
+from fieldmem.model.errors import one_line
+from fieldmem.model.escaping import defused, json_defused, visible, visible_strings
+from fieldmem.model.report import (
     Alias,
     AliasCheck,
     ArgumentAdvice,
@@ -68,6 +65,9 @@ from fieldmem.report import (
     Suggestion,
     UnusableDonation,
 )
+from fieldmem.render import RENDERERS, RenderOptions
+from fieldmem.render.baseline import render_comparison, render_saved
+from fieldmem.render.compare import COMPARE_RENDERERS
 
 from factories import (
     MIB,
@@ -520,7 +520,7 @@ def test_the_baseline_round_trips_a_hostile_name_and_its_summary_is_safe(hostile
 
 def test_the_apis_failure_message_is_safe(hostile: Report) -> None:
     """What ``assert_in_place`` raises (and pytest prints in the CI log) names the failed checks, then the table."""
-    from fieldmem.api import failure_message
+    from fieldmem.frontends.api import failure_message
 
     text = failure_message(hostile)
     assert_shown_not_obeyed(text)
@@ -528,7 +528,7 @@ def test_the_apis_failure_message_is_safe(hostile: Report) -> None:
 
 
 def test_the_stderr_error_lines_are_one_safe_line(hostile: Report, capsys: pytest.CaptureFixture[str]) -> None:
-    from fieldmem.emit import _print_errors
+    from fieldmem.frontends.output import _print_errors
 
     _print_errors([hostile, hostile])
     err = capsys.readouterr().err

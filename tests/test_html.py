@@ -23,9 +23,7 @@ from typing import Any
 import pytest
 
 import fieldmem
-from fieldmem.render import RenderOptions, get_renderer
-from fieldmem.render.html import OPEN_ALL_UP_TO
-from fieldmem.report import (
+from fieldmem.model.report import (
     Alias,
     BaselineComparison,
     Change,
@@ -39,7 +37,9 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
-from fieldmem.units import format_bytes
+from fieldmem.model.units import format_bytes
+from fieldmem.render import RenderOptions, get_renderer
+from fieldmem.render.html import OPEN_ALL_UP_TO
 
 from browser import dump_dom, require_browser, screenshot
 from factories import (

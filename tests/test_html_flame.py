@@ -22,10 +22,10 @@ from typing import Any
 
 import pytest
 
+from fieldmem.model.report import PeakBreakdown, PeakBuffer, PeakLine, PeakSource, Report, StackFrame, TargetResult
+from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions, get_renderer
 from fieldmem.render.flame import MAX_BUFFERS, MAX_CHILDREN, FlameNode, flame_data, peak_tree
-from fieldmem.report import PeakBreakdown, PeakBuffer, PeakLine, PeakSource, Report, StackFrame, TargetResult
-from fieldmem.units import format_bytes
 
 from browser import dump_dom, require_browser
 from factories import KIB, MIB, make_memory, make_report, make_result, make_variant

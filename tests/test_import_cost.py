@@ -30,11 +30,11 @@ HEAVY = (
     "pydantic",
     "google.protobuf",
     "msgspec",
-    "fieldmem.api",
-    "fieldmem.cli",
-    "fieldmem.emit",
+    "fieldmem.frontends.api",
+    "fieldmem.frontends.cli",
+    "fieldmem.frontends.output",
     "fieldmem.driver",
-    "fieldmem.engine",
+    "fieldmem.parent",
     "fieldmem.xla",
     "fieldmem.findings",
     "fieldmem.render",
@@ -74,16 +74,16 @@ def test_import_fieldmem_and_registering_cases_import_no_jax_and_nothing_heavy()
 
 
 def test_the_checking_api_is_imported_on_first_use() -> None:
-    """The names of fieldmem.api are the package's still, and the first one used brings the API (and no jax)."""
+    """The names of fieldmem.frontends.api are the package's still, and the first one used brings the API (and no jax)."""
     modules = _modules_after("import fieldmem\nfieldmem.check_function")
-    assert "fieldmem.api" in modules
-    assert [m for m in _heavy(modules) if m != "fieldmem.api"] == []
+    assert "fieldmem.frontends.api" in modules
+    assert [m for m in _heavy(modules) if m != "fieldmem.frontends.api"] == []
 
 
 @pytest.mark.parametrize("name", ["NotInPlaceError", "assert_in_place", "check_chain", "check_function"])
 def test_every_public_name_resolves(name: str) -> None:
     import fieldmem
-    from fieldmem import api
+    from fieldmem.frontends import api
 
     assert name in fieldmem.__all__ and name in dir(fieldmem)
     assert getattr(fieldmem, name) is getattr(api, name)
@@ -98,17 +98,17 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 
 def test_the_package_loads_nothing_so_the_command_starts_its_worker_first() -> None:
-    """The ``fieldmem`` command spawns its worker from fieldmem.entry before anything else loads: importing
+    """The ``fieldmem`` command spawns its worker from fieldmem.frontends.entry before anything else loads: importing
     the package on the way there brings only its version (the registry, the report and the rest load when
     first used), so the worker starts that much sooner."""
-    modules = _modules_after("import fieldmem.entry, fieldmem.engine.spawn")
+    modules = _modules_after("import fieldmem.frontends.entry, fieldmem.parent.spawn")
     assert [m for m in modules if m.split(".")[0] == "fieldmem"] == [
         "fieldmem",
-        "fieldmem.engine",
-        "fieldmem.engine.spawn",
-        "fieldmem.entry",
-        "fieldmem.version",
+        "fieldmem.parent",
+        "fieldmem.parent.spawn",
+        "fieldmem.frontends.entry",
+        "fieldmem.model.versions",
     ]
-    assert _heavy(modules) == ["fieldmem.engine", "fieldmem.engine.spawn"]  # the spawner only: standard library
+    assert _heavy(modules) == ["fieldmem.parent", "fieldmem.parent.spawn"]  # the spawner only: standard library
     names = _modules_after("import fieldmem\nfrom fieldmem import FieldmemError, case\nfieldmem.Case")
-    assert "fieldmem.request.registry" in names and "fieldmem.errors" in names
+    assert "fieldmem.request.registry" in names and "fieldmem.model.errors" in names

@@ -1,7 +1,7 @@
 """User code never runs in the process that writes the report and decides the exit code (issue 19, items 4 and 5).
 
 ``fieldmem check`` loads, checks and runs the targets in a worker process
-(fieldmem/engine/isolate.py, worker.py). These tests run the real command in a
+(fieldmem/parent/isolate.py, worker.py). These tests run the real command in a
 subprocess, as CI does, with targets that end their process with ``os._exit``
 (at import, in their factory, at trace time), print to stdout or hang:
 
@@ -133,7 +133,7 @@ def test_the_report_writing_process_never_imports_jax(tmp_path: Path, folder: Pa
     out = tmp_path / "report.json"
     code = (
         "import sys\n"
-        "from fieldmem.cli import main\n"
+        "from fieldmem.frontends.cli import main\n"
         f"code = main(['check', *{args!r}, '-f', 'json', '-o', {str(out)!r}, '--no-cache'])\n"
         "world = sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'jaxlib', 'flax', 'optax', 'equinox'})\n"
         "print('RESULT', code, world, file=sys.stderr)\n"
@@ -243,7 +243,7 @@ def test_a_child_the_target_left_running_ends_with_its_worker(tmp_path: Path) ->
 @pytest.mark.compile
 def test_base_exceptions_in_the_callers_process_are_that_targets_error() -> None:
     """The Python API checks in the caller's process: sys.exit and a BaseException subclass are contained."""
-    from fieldmem.engine.checker import check
+    from fieldmem.parent.checker import check
 
     report = check([str(HERE / "base_exceptions.py")])
     results = {r.name: r for r in report.results}
@@ -263,8 +263,8 @@ def test_the_parent_counts_the_workers_installation_folders_as_library_code(monk
     """What a worker names as its interpreter's folders (another Python's, under --python or --jax) is library
     code in the parent that picks each value's source line. The worker here runs this Python: the parent is
     made not to know fieldmem's own folder, so that the worker's naming it is news."""
-    from fieldmem import libraries
-    from fieldmem.engine import isolate
+    from fieldmem.model import libraries
+    from fieldmem.parent import isolate
     from fieldmem.request.options import CheckOptions
     from fieldmem.request.target import TargetOptions
 
@@ -325,7 +325,7 @@ def test_a_worker_started_before_the_options_are_read_checks_with_them(tmp_path:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_worker_started_ahead_and_never_used_ends_with_its_parent(tmp_path: Path) -> None:
     """A usage error or ``--no-isolate`` leaves the worker started ahead unused: it ends when the parent does."""
-    code = "from fieldmem.engine import spawn\nspawn.prestart()\nprint(spawn._prestarted.process.pid, flush=True)\n"
+    code = "from fieldmem.parent import spawn\nspawn.prestart()\nprint(spawn._prestarted.process.pid, flush=True)\n"
     temp = tmp_path / "tmp"
     temp.mkdir()
     done = subprocess.run(
@@ -348,14 +348,14 @@ _NOT_FOR_THE_WORKER = [
     "fieldmem.xla",
     "fieldmem.gate",
     "fieldmem.render",
-    "fieldmem.cli",
-    "fieldmem.api",
-    "fieldmem.emit",
+    "fieldmem.frontends.cli",
+    "fieldmem.frontends.api",
+    "fieldmem.frontends.output",
     "fieldmem.pytest_plugin",
-    "fieldmem.engine.checker",
-    "fieldmem.engine.brain",
-    "fieldmem.engine.isolate",
-    "fieldmem.engine.remote",
+    "fieldmem.parent.checker",
+    "fieldmem.parent.decide",
+    "fieldmem.parent.isolate",
+    "fieldmem.parent.remote_readers",
     "typer",
     "click",
     "rich",
@@ -370,8 +370,8 @@ class Blocked(importlib.abc.MetaPathFinder):
         if any(name == b or name.startswith(b + ".") for b in BLOCKED):
             raise ImportError(f"{name} is not for the worker")
 sys.meta_path.insert(0, Blocked())
-sys.argv = ["fieldmem.engine.worker", *sys.argv[2:]]
-runpy.run_module("fieldmem.engine.worker", run_name="__main__", alter_sys=True)
+sys.argv = ["fieldmem.worker.main", *sys.argv[2:]]
+runpy.run_module("fieldmem.worker.main", run_name="__main__", alter_sys=True)
 """
 
 
@@ -381,13 +381,13 @@ def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path,
     and every third-party dependency of fieldmem's (msgspec, typer, rich, protobuf) too, loads an optimizer
     step, compiles it (and runs it) and sends readings that the parent's brain turns into the result a full
     check gives."""
-    from fieldmem.engine import isolate
-    from fieldmem.engine.brain import finish_job
-    from fieldmem.engine.checker import check
-    from fieldmem.engine.protocol import read_event
-    from fieldmem.engine.remote import RemoteHands, event_key
+    from fieldmem.parent import isolate
+    from fieldmem.parent.checker import check
+    from fieldmem.parent.decide import finish_job
+    from fieldmem.parent.remote_readers import RemoteHands, event_key
     from fieldmem.request.options import CheckOptions
     from fieldmem.request.target import TargetOptions, described_target
+    from fieldmem.worker.protocol import read_event
 
     assets = ROOT / "examples"
     options = CheckOptions(cache_dir=None, **extra)
@@ -419,7 +419,7 @@ def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path,
     assert events[-1]["e"] == "end", (events[-1], stderr.decode(errors="replace")[-2000:])
     kinds = [e["e"] for e in events if "name" in e]
     assert "error" not in kinds, [e["result"]["error"] for e in events if e["e"] == "error"]
-    from fieldmem.libraries import library_folders
+    from fieldmem.model.libraries import library_folders
 
     resolved = next(e for e in events if e["e"] == "resolved")
     assert resolved["libraries"] == list(library_folders())  # whose files are library code, said once
@@ -451,8 +451,8 @@ def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path,
 def test_several_workers_share_the_specs_and_give_the_report_one_gives(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two specs on two backends with ``FIELDMEM_WORKERS=4`` and ``--jobs 4``: four workers, one per (backend,
     spec), and the reports of one worker, result for result; a bad ``FIELDMEM_WORKERS`` is one line."""
-    from fieldmem.engine import isolate
-    from fieldmem.errors import OptionError
+    from fieldmem.model.errors import OptionError
+    from fieldmem.parent import isolate
     from fieldmem.request.options import CheckOptions
 
     examples = ROOT / "examples"

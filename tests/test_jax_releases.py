@@ -1,7 +1,7 @@
 """``fieldmem check --jax A,B`` and ``--python``: options, names, and a real check under two releases.
 
 A worker under another interpreter imports fieldmem's driver from this checkout and jax from its own
-installation (``fieldmem.engine.interpreters``). These tests check the options that ask for it, how the
+installation (``fieldmem.parent.interpreters``). These tests check the options that ask for it, how the
 reports of several releases are named, and, with real environments of jaxlib 0.7.1 and 0.7.2, that one
 command shows the published regression between them (openxla/xla#45912, examples/upgrade/loop_update.py)
 at the user's line, and that a baseline recorded under the one names the upgrade when checked under the
@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
-from fieldmem.emit import report_labels
-from fieldmem.engine import interpreters
+from fieldmem.frontends.cli import app
+from fieldmem.frontends.output import report_labels
+from fieldmem.parent import interpreters
 
 from factories import make_report
 
@@ -159,7 +159,7 @@ def test_each_report_names_the_libraries_of_its_releases_environment(two_release
     the user's: each report names those its worker imported, at that environment's releases (read there, not
     here); the side-by-side table names those whose releases differ between the two. loop_update.py imports
     jax alone, so none is named (tests/test_deploy_gate.py holds a target that imports flax and optax)."""
-    from fieldmem.engine.envs import user_packages
+    from fieldmem.parent.envs import user_packages
 
     folder = two_releases["folder"]
     found = {}
@@ -223,7 +223,7 @@ import fieldmem.request.backends as backends
 
 installed = backends._installed
 backends._installed = lambda module: False if module == "libtpu" else installed(module)  # as if not installed
-from fieldmem.entry import main
+from fieldmem.frontends.entry import main
 
 sys.argv = ["fieldmem", *sys.argv[1:]]
 main()
@@ -257,7 +257,7 @@ def test_the_api_checks_under_each_release_in_the_environments_made_before(
 ) -> None:
     """``fieldmem.check_releases``: the same reports from Python, from the cached environments (no installer)."""
     import fieldmem
-    from fieldmem.engine import envs
+    from fieldmem.parent import envs
 
     monkeypatch.setenv("FIELDMEM_ENVS", two_releases["environ"]["FIELDMEM_ENVS"])
     monkeypatch.setattr(envs, "_run_logged", lambda *a, **k: pytest.fail("an installer started"))

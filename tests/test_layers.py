@@ -23,84 +23,50 @@ import fieldmem
 PACKAGE = Path(fieldmem.__file__).resolve().parent
 JAX_PACKAGE = "fieldmem.driver"
 
-#: The whiteboard: each layer and the modules in it. A module belongs to the layer of the longest name
-#: here that is it or a package holding it.
-LAYERS: dict[str, tuple[str, ...]] = {
-    # what users call: the command line, the Python API, the pytest plugin, writing files and the exit
-    # code, and the --watch loop (the parent's side)
-    "entry": (
-        "fieldmem",
-        "fieldmem.__main__",
-        "fieldmem.entry",
-        "fieldmem.cli",
-        "fieldmem.api",
-        "fieldmem.pytest_plugin",
-        "fieldmem.emit",
-        "fieldmem.fit_command",
-        "fieldmem.fit_api",
-        "fieldmem.watch",
-        "fieldmem.watch.loop",
-    ),
-    # the brain: scheduling targets, analysing their readings (engine/brain.py), supervising the workers;
-    # and the cached environments with another jax they can run under (engine/envs.py: no jax, the parent's)
-    "engine": ("fieldmem.engine", "fieldmem.engine.envs"),
-    # the hands: what runs where jax and the user's code run (the worker, and a check in this process):
-    # loading specs, driving the driver, serving the brain's questions, the pipe's words; the worker's
-    # side of --watch. Never findings or xla: a worker needs no analysis
-    "hands": (
-        "fieldmem.engine.hands",
-        "fieldmem.engine.serve",
-        "fieldmem.engine.worker",
-        "fieldmem.engine.protocol",
-        "fieldmem.engine.results",
-        "fieldmem.watch.modules",
-        "fieldmem.watch.fingerprint",
-    ),
-    "request": ("fieldmem.request",),  # what the user asked for
-    "driver": ("fieldmem.driver",),  # the only layer that drives jax
-    "xla": ("fieldmem.xla",),  # pure readers of XLA's text and protos
-    "findings": ("fieldmem.findings",),  # readings -> report pieces
-    "gate": ("fieldmem.gate",),  # diffs, baselines, comparisons
-    # formatting a report; and the JSON Schemas of the report and the baseline, made from their records
-    "render": ("fieldmem.render", "fieldmem.schema"),
-    # shared ground: records, their codec, errors, units, files, the collector pause, bundled data, the
-    # one rule by which every output shows user text (escaping), and the machine as the speed rules read it
-    "ground": (
-        "fieldmem.errors",
-        "fieldmem.report",
-        "fieldmem.fit_report",
-        "fieldmem.codec",
-        "fieldmem.units",
-        "fieldmem.files",
-        "fieldmem.version",
-        "fieldmem.readings",
-        "fieldmem.collector",
-        "fieldmem.libraries",
-        "fieldmem.words",
-        "fieldmem.escaping",
-        "fieldmem.specs",
-        "fieldmem.versions",
-        "fieldmem.machine",
-    ),
+#: The whiteboard: each layer is one package, named for what it holds. The package's own top-level modules
+#: (``fieldmem``, ``__main__``, and ``pytest_plugin``, the name pytest registers) are what users type, so
+#: they are the front ends' (:data:`TOP_LEVEL`).
+LAYERS: dict[str, str] = {
+    # what users call: one module per command, the Python API, the pytest plugin, the --watch loop (the
+    # parent's side) and writing a run's outputs and exit code
+    "frontends": "fieldmem.frontends",
+    # the parent process: scheduling targets, deciding each one's result from its readings, supervising the
+    # workers, the Python they run under (cached environments with another jax), fit's search
+    "parent": "fieldmem.parent",
+    # what runs where jax and the user's code run (the worker, or a check in this process): loading specs,
+    # reading through the driver, answering the parent over the pipe, --watch's fingerprints and module
+    # reloading. Never findings or xla: a worker needs no analysis
+    "worker": "fieldmem.worker",
+    "request": "fieldmem.request",  # what the user asked for
+    "driver": "fieldmem.driver",  # the only layer that drives jax
+    "xla": "fieldmem.xla",  # pure readers of XLA's text and protos
+    "findings": "fieldmem.findings",  # readings -> report pieces
+    "gate": "fieldmem.gate",  # diffs, baselines, comparisons
+    "render": "fieldmem.render",  # formatting a report; the JSON Schemas made from its records
+    # the records every layer shares: the report, readings, words, codec, errors, units, files, escaping,
+    # libraries, versions, the machine as the speed rules read it, bundled specs
+    "model": "fieldmem.model",
 }
 
-#: Packages of LAYERS that claim only their own ``__init__``: their modules are placed one by one.
-ONLY_ITSELF = frozenset({"fieldmem", "fieldmem.watch"})
+#: The layer of the package's own top-level modules, and how many it may have besides ``__init__`` and
+#: ``__main__`` (a newcomer finds everything else in a layer's package).
+TOP_LEVEL = "frontends"
+MOST_TOP_LEVEL_MODULES = 4
 
-#: The arrows: the layers each layer may import (its own always). The core never prints (entry and
-#: render do), the entry points never compute (no findings, no xla), requests never reach into the
-#: driver, and the readers of XLA's output import nothing outside themselves.
+#: The arrows: the layers each layer may import (its own always). The core never prints (frontends and
+#: render do), the front ends never compute (no findings, no xla), requests never reach into the driver,
+#: and the readers of XLA's output import nothing outside themselves.
 ALLOWED: dict[str, frozenset[str]] = {
-    "entry": frozenset({"engine", "hands", "request", "driver", "gate", "render", "ground"}),
-    "engine": frozenset({"hands", "request", "xla", "findings", "ground"}),
-    "hands": frozenset({"request", "driver", "ground"}),
-    "driver": frozenset({"request", "ground"}),
-    "findings": frozenset({"request", "xla", "ground"}),
-    "render": frozenset({"gate", "request", "ground"}),
-    "gate": frozenset({"request", "ground"}),
-    "request": frozenset({"ground"}),
+    "frontends": frozenset({"parent", "worker", "request", "driver", "gate", "render", "model"}),
+    "parent": frozenset({"worker", "request", "xla", "findings", "model"}),
+    "worker": frozenset({"request", "driver", "model"}),
+    "driver": frozenset({"request", "model"}),
+    "findings": frozenset({"request", "xla", "model"}),
+    "render": frozenset({"gate", "request", "model"}),
+    "gate": frozenset({"request", "model"}),
+    "request": frozenset({"model"}),
     "xla": frozenset(),
-    "ground": frozenset(),
+    "model": frozenset(),
 }
 
 #: Top-level packages only the driver imports: jax itself, and the libraries user programs are written with
@@ -121,15 +87,14 @@ def _modules(package: Path = PACKAGE) -> dict[str, Path]:
     return found
 
 
-def layer_of(module: str) -> str | None:
-    """The layer ``module`` belongs to (None: no layer claims it)."""
-    best: tuple[int, str] | None = None
-    for layer, names in LAYERS.items():
-        for name in names:
-            claims = module == name or (name not in ONLY_ITSELF and module.startswith(name + "."))
-            if claims and (best is None or len(name) > best[0]):
-                best = (len(name), layer)
-    return best[1] if best is not None else None
+def layer_of(module: str, is_package: bool = False) -> str | None:
+    """The layer ``module`` belongs to (None: no layer claims it); a top-level module is the front ends'."""
+    for layer, package in LAYERS.items():
+        if module == package or module.startswith(package + "."):
+            return layer
+    if module == "fieldmem" or (module.count(".") == 1 and not is_package):
+        return TOP_LEVEL
+    return None
 
 
 def every_import(module: str, is_package: bool, tree: ast.AST) -> list[tuple[str, int]]:
@@ -155,7 +120,7 @@ def forbidden_arrows(package: Path = PACKAGE) -> list[str]:
     modules = _modules(package)
     problems: list[str] = []
     for module, path in sorted(modules.items()):
-        here = layer_of(module)
+        here = layer_of(module, path.name == "__init__.py")
         where = path.relative_to(package.parent)
         if here is None:
             problems.append(f"{where}: {module} is in no layer of tests/test_layers.py's LAYERS")
@@ -169,7 +134,7 @@ def forbidden_arrows(package: Path = PACKAGE) -> list[str]:
                 continue
             if imported not in modules:
                 continue
-            there = layer_of(imported)
+            there = layer_of(imported, modules[imported].name == "__init__.py")
             if there is None or there == here or there in ALLOWED[here]:
                 continue
             problems.append(f"{where}:{line}: {module} ({here}) imports {imported} ({there}): {here} -> {there}")
@@ -204,8 +169,8 @@ print(json.dumps({"failed": failed, "jax_loaded": sorted(m for m in sys.modules 
 def test_the_whiteboard_names_every_layer_it_allows_and_no_layer_twice() -> None:
     assert set(ALLOWED) == set(LAYERS)
     assert all(allowed <= set(LAYERS) for allowed in ALLOWED.values())
-    names = [name for names in LAYERS.values() for name in names]
-    assert len(names) == len(set(names))
+    assert len(set(LAYERS.values())) == len(LAYERS)
+    assert all(package.count(".") == 1 for package in LAYERS.values())  # packages only, one per layer
 
 
 def test_every_import_follows_the_whiteboard() -> None:
@@ -237,7 +202,7 @@ def test_an_arrow_the_table_forbids_is_found_with_its_file_and_line(tmp_path: Pa
     text = target.read_text()
     target.write_text(text + "\nif TYPE_CHECKING:\n    from fieldmem.findings.analysis import ProgramLeaves\n")
     checked_line = len((text + "\nif TYPE_CHECKING:").splitlines()) + 1
-    worker = copy / "engine" / "worker.py"
+    worker = copy / "worker" / "main.py"
     worker.write_text(worker.read_text() + "\n\ndef _warm() -> None:\n    import jaxlib.xla_client  # noqa: F401\n")
     jaxlib_line = len(worker.read_text().splitlines())
 
@@ -250,24 +215,46 @@ def test_an_arrow_the_table_forbids_is_found_with_its_file_and_line(tmp_path: Pa
         p.startswith(f"fieldmem/request/target.py:{checked_line}: ") and "request -> findings" in p for p in problems
     )
     assert (
-        f"fieldmem/engine/worker.py:{jaxlib_line}: fieldmem.engine.worker (hands) imports jaxlib: only the driver may"
+        f"fieldmem/worker/main.py:{jaxlib_line}: fieldmem.worker.main (worker) imports jaxlib: only the driver may"
         in problems
     )
     assert len(problems) == 3, problems
     assert forbidden_arrows(_scratch_copy(tmp_path / "clean")) == []  # the copy alone: nothing found
 
 
-def test_a_module_no_layer_claims_is_found(tmp_path: Path) -> None:
+def test_a_package_no_layer_claims_is_found(tmp_path: Path) -> None:
     copy = _scratch_copy(tmp_path)
-    (copy / "helpers.py").write_text('"""A grab-bag nobody placed on the whiteboard."""\n')
+    (copy / "helpers").mkdir()
+    (copy / "helpers" / "__init__.py").write_text('"""A grab-bag nobody placed on the whiteboard."""\n')
+    (copy / "helpers" / "misc.py").write_text('"""More of it."""\n')
     assert forbidden_arrows(copy) == [
-        "fieldmem/helpers.py: fieldmem.helpers is in no layer of tests/test_layers.py's LAYERS"
+        "fieldmem/helpers/__init__.py: fieldmem.helpers is in no layer of tests/test_layers.py's LAYERS",
+        "fieldmem/helpers/misc.py: fieldmem.helpers.misc is in no layer of tests/test_layers.py's LAYERS",
+    ]
+
+
+def top_level_modules(package: Path = PACKAGE) -> list[str]:
+    """The package's own top-level modules besides ``__init__`` and ``__main__``."""
+    return sorted(p.stem for p in package.glob("*.py") if p.stem not in ("__init__", "__main__"))
+
+
+def test_few_modules_live_at_the_top_level() -> None:
+    found = top_level_modules()
+    assert 1 <= len(found) <= MOST_TOP_LEVEL_MODULES, f"top-level modules: {found}; move them into a layer"
+
+
+def test_a_top_level_module_is_the_front_ends_and_obeys_their_arrows(tmp_path: Path) -> None:
+    copy = _scratch_copy(tmp_path)
+    (copy / "helpers.py").write_text("import fieldmem.findings.analysis  # noqa: F401\n")
+    assert forbidden_arrows(copy) == [
+        "fieldmem/helpers.py:1: fieldmem.helpers (frontends) imports fieldmem.findings.analysis (findings): "
+        "frontends -> findings"
     ]
 
 
 def test_every_module_outside_the_driver_imports_without_jax() -> None:
     names = _outside_the_driver()
-    assert "fieldmem.findings.analysis" in names and "fieldmem.engine.checker" in names  # the walk found them
+    assert "fieldmem.findings.analysis" in names and "fieldmem.parent.checker" in names  # the walk found them
     done = subprocess.run(
         [sys.executable, "-c", _BLOCKED_IMPORT, json.dumps(names)],
         capture_output=True,

@@ -208,7 +208,7 @@ def test_the_memory_analysis_runs_beside_the_thread_that_started_it_and_its_fail
 
 
 def test_the_collector_paused_as_a_decorator_is_restored_as_it_was_even_on_error() -> None:
-    from fieldmem.collector import collector_paused
+    from fieldmem.model.collector import collector_paused
 
     @collector_paused()
     def inside(fail: bool) -> bool:
@@ -235,7 +235,7 @@ def test_a_worker_holds_what_a_check_leaves_to_free_and_nothing_is_held_otherwis
     import weakref
 
     from fieldmem.driver import lowering
-    from fieldmem.engine.checker import check_targets, releases_held
+    from fieldmem.parent.checker import check_targets, releases_held
     from fieldmem.request.options import CheckOptions
 
     compiled: list[weakref.ref] = []
@@ -272,7 +272,7 @@ def test_a_worker_holds_what_a_check_leaves_to_free_and_nothing_is_held_otherwis
 def test_a_worker_freezes_what_importing_jax_made_once_and_nothing_after() -> None:
     """The first request's objects of the imports go out of the collector's sight; a later request (a
     serving worker's) freezes nothing more, so the user's objects of one check stay collectable."""
-    from fieldmem.engine import worker
+    from fieldmem.worker import main as worker
 
     was = worker._frozen
     worker._frozen = False
@@ -317,9 +317,9 @@ def answers() -> list[object]:
     """What a worker sends for a real check of several leaves: both variants' readings, the call's shape, the
     run's readings, and an error result."""
     from fieldmem.driver import call_shape, prepare_call, run_variant, start_variants
-    from fieldmem.engine.results import error_result
-    from fieldmem.errors import TargetError
+    from fieldmem.model.errors import TargetError
     from fieldmem.request.spec import DonateSpec, StaticSpec
+    from fieldmem.worker.results import error_result
 
     def update(state: dict[str, jax.Array], w: jax.Array) -> dict[str, jax.Array]:
         return {k: (v * w).at[0].set(1.0) for k, v in state.items()}
@@ -341,15 +341,15 @@ def answers() -> list[object]:
 def test_a_reading_crosses_the_pipe_as_it_was_made(answers: list[object]) -> None:
     """The codec writes each reading (records straight to JSON by msgspec, in C; bytes as base64) and reads it
     back into the same records, through an event line as the worker writes it and the parent reads it; the
-    document is the one :func:`fieldmem.codec.encode` makes for files, and the careful reading (which names
+    document is the one :func:`fieldmem.model.codec.encode` makes for files, and the careful reading (which names
     paths and keeps unknown words) rebuilds the same records from it."""
     import io
     import json
 
-    from fieldmem.codec import _decode, dumps, encode
-    from fieldmem.engine.protocol import decode_value, read_event, write_event
-    from fieldmem.readings import CallShape, CompiledVariant, RunReading
-    from fieldmem.report import TargetResult
+    from fieldmem.model.codec import _decode, dumps, encode
+    from fieldmem.model.readings import CallShape, CompiledVariant, RunReading
+    from fieldmem.model.report import TargetResult
+    from fieldmem.worker.protocol import decode_value, read_event, write_event
 
     kinds = [CompiledVariant, CompiledVariant, CallShape, dict[str, RunReading], TargetResult]
     assert isinstance(answers[0], CompiledVariant) and answers[0].buffer_assignment  # bytes, not only text
@@ -371,9 +371,9 @@ def test_what_msgspec_cannot_write_or_read_goes_by_pythons_json(answers: list[ob
     import io
     import math
 
-    from fieldmem.codec import dumps
-    from fieldmem.engine.protocol import decode_value, read_event, write_event
-    from fieldmem.report import TargetResult
+    from fieldmem.model.codec import dumps
+    from fieldmem.model.report import TargetResult
+    from fieldmem.worker.protocol import decode_value, read_event, write_event
 
     error = answers[4]
     assert isinstance(error, TargetResult)
@@ -395,7 +395,7 @@ def test_what_msgspec_cannot_write_or_read_goes_by_pythons_json(answers: list[ob
 def json_of(value: object) -> dict[str, object]:
     import json
 
-    from fieldmem.codec import dumps
+    from fieldmem.model.codec import dumps
 
     document = json.loads(dumps(value))
     assert isinstance(document, dict)
@@ -405,7 +405,7 @@ def json_of(value: object) -> dict[str, object]:
 def test_the_collector_resumed_in_a_pause_and_kept_paused_on_the_way_out() -> None:
     """Resumed: as before the pause, and paused again after (outside a pause, nothing changes). Kept paused:
     the pause's end leaves it off (a one-shot worker ends by os._exit)."""
-    from fieldmem.collector import collector_paused, collector_resumed, collector_stays_paused
+    from fieldmem.model.collector import collector_paused, collector_resumed, collector_stays_paused
 
     assert gc.isenabled()
     with collector_resumed():
@@ -437,8 +437,8 @@ def test_a_worker_answers_within_one_pause_and_the_users_code_runs_with_the_coll
     """Inside a worker's pause, a check makes its arguments and traces the function with the collector as the
     user left it, and reads, analyses and answers with it paused (no pass between the analysis and the
     answer walks the records of the check)."""
-    from fieldmem.collector import collector_paused
-    from fieldmem.engine.checker import check_targets
+    from fieldmem.model.collector import collector_paused
+    from fieldmem.parent.checker import check_targets
     from fieldmem.request.options import CheckOptions
 
     seen: dict[str, bool] = {}

@@ -1,5 +1,5 @@
 """A worker that compiles one program at a time keeps one glibc malloc arena per usable core, at least two
-(fieldmem.engine.worker.fewer_malloc_arenas, fieldmem.machine.malloc_arenas); benchmarks/bench_arenas.py
+(fieldmem.worker.main.fewer_malloc_arenas, fieldmem.model.machine.malloc_arenas); benchmarks/bench_arenas.py
 measures what it saves and what fewer would cost."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import textwrap
 
 import pytest
 
-from fieldmem.codec import encode
-from fieldmem.engine import worker
+from fieldmem.model.codec import encode
 from fieldmem.request.options import CheckOptions
+from fieldmem.worker import main as worker
 
 
 class _Libc:
@@ -34,7 +34,7 @@ def test_one_arena_per_core_is_asked_for(cores: int, arenas: int) -> None:
 
 
 def test_the_cores_are_the_usable_ones(monkeypatch: pytest.MonkeyPatch) -> None:
-    import fieldmem.machine as machine
+    import fieldmem.model.machine as machine
 
     monkeypatch.setattr(machine.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12})
     libc = _Libc()
@@ -76,7 +76,7 @@ def test_the_worker_asks_only_when_it_compiles_one_at_a_time(
 _ARENAS = textwrap.dedent(
     """
     import ctypes, sys, threading
-    from fieldmem.engine.worker import fewer_malloc_arenas
+    from fieldmem.worker.main import fewer_malloc_arenas
     if sys.argv[1] == "fewer":
         assert fewer_malloc_arenas(cores=2) == 2
     libc = ctypes.CDLL(None)

@@ -23,8 +23,8 @@ from typing import Any
 import pytest
 
 from fieldmem.driver.backends import device_count, with_device_count
+from fieldmem.model.report import ModuleSettings, Report
 from fieldmem.render.pieces import module_settings_text
-from fieldmem.report import ModuleSettings, Report
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -213,7 +213,7 @@ def test_a_module_that_starts_jax_at_its_top_starts_it_quiet(tmp_path: Path) -> 
 @pytest.mark.compile
 def test_watch_checks_a_module_whose_settings_changed_in_a_fresh_worker(tmp_path: Path) -> None:
     """The worker --watch keeps has jax started: an edit that asks for other devices is checked by a new one."""
-    from fieldmem.engine.isolate import Unit, WatchSession
+    from fieldmem.parent.isolate import Unit, WatchSession
     from fieldmem.request.options import CheckOptions
     from fieldmem.request.target import TargetOptions
 

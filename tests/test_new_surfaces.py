@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
+from fieldmem.frontends.cli import app
 
 pytest_plugins = ["pytester"]
 
@@ -102,7 +102,7 @@ def test_a_function_whose_outputs_reuse_nothing_fails_expect_in_place(update: An
     beside "u is donated but unusable"; a reduction was already "nothing to update"."""
     import jax.numpy as jnp
 
-    from fieldmem.api import check_function
+    from fieldmem.frontends.api import check_function
 
     report = check_function(update, jnp.ones((64, 64)), expect="in-place")
     (result,) = report.results
@@ -120,8 +120,8 @@ def test_a_function_returning_what_jax_jit_refuses_is_jax_error() -> None:
     place with donation."""
     import jax.numpy as jnp
 
-    from fieldmem.api import check_function
-    from fieldmem.errors import CompileError
+    from fieldmem.frontends.api import check_function
+    from fieldmem.model.errors import CompileError
 
     with pytest.raises(CompileError, match="returned a value of type <class 'str'>, which is not a valid JAX type"):
         check_function(lambda u: "hello", jnp.ones((64, 64)), expect="in-place")
@@ -173,8 +173,8 @@ def test_an_output_that_is_a_fifo_device_or_socket_is_refused_before_anything_ru
 
 def test_a_report_file_that_became_a_fifo_is_never_replaced(tmp_path: Path) -> None:
     """What is checked at write time (one file per backend, ``report.cpu.json``, is not checked up front)."""
-    from fieldmem.emit import WriteError, write_file
-    from fieldmem.files import NotRegularFile, write_atomic
+    from fieldmem.frontends.output import WriteError, write_file
+    from fieldmem.model.files import NotRegularFile, write_atomic
 
     special = _special_files(tmp_path)
     kinds = _kinds(special)
@@ -195,7 +195,7 @@ def test_a_job_summary_naming_a_fifo_never_blocks(tmp_path: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, 'tests')\n"
         "from factories import make_report, make_result\n"
-        "from fieldmem.emit import WriteError, write_job_summary\n"
+        "from fieldmem.frontends.output import WriteError, write_job_summary\n"
         "from fieldmem.request.build import OutputSettings\n"
         "try:\n"
         "    write_job_summary([make_report((make_result(),))], OutputSettings(format='github'), 1024)\n"
@@ -296,7 +296,7 @@ LONG_PERCENT = "9" * 400 + "%"
 @pytest.mark.parametrize("tolerance", [LONG_PERCENT, f"peak:{LONG_PERCENT}", f"5%+{'9' * 400}MiB,temp:{LONG_PERCENT}"])
 def test_a_tolerance_of_any_length_is_one_line_or_a_value(tolerance: str) -> None:
     """A 400-digit percentage raised OverflowError (cannot convert Infinity to integer) in the gate."""
-    from fieldmem.errors import OptionError
+    from fieldmem.model.errors import OptionError
     from fieldmem.request.tolerance import MAX_PERCENT, Tolerances
 
     with pytest.raises(OptionError, match=r"is too large: a (percentage is at most 1,000,000,000%|size is below)"):
@@ -349,8 +349,8 @@ def test_config_says_what_a_path_is_when_it_is_not_a_file(tmp_path: Path, monkey
 
 from test_envs import _fake_env  # noqa: E402
 
-from fieldmem.engine import envs  # noqa: E402
-from fieldmem.errors import EnvError  # noqa: E402
+from fieldmem.model.errors import EnvError  # noqa: E402
+from fieldmem.parent import envs  # noqa: E402
 
 
 @pytest.fixture
@@ -619,7 +619,7 @@ def test_a_python_that_is_no_worker_is_one_line_within_its_bound(tmp_path: Path,
 
 def test_python_with_watch_runs_the_kept_worker_there(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--python was ignored under --watch (the header said this jax), where --jax with --watch is refused."""
-    from fieldmem.engine import isolate
+    from fieldmem.parent import isolate
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "good.py").write_text(CASE_NAMED.format(rows=64))
@@ -641,7 +641,7 @@ def test_fieldmem_jax_workers_can_import_pytest(root: Path, monkeypatch: pytest.
     bug". Its workers look last in a folder of links to this pytest and what it needs."""
     this_pytest = sys.modules["pytest"]
     from fieldmem import pytest_plugin
-    from fieldmem.engine import interpreters, isolate
+    from fieldmem.parent import interpreters, isolate
 
     folder = Path(envs.borrowed_folder(("pytest",)) or "")
     assert folder.parent.parent == root
@@ -691,7 +691,7 @@ def test_a_killed_creation_leaves_no_installer_running(root: Path, tmp_path: Pat
     (tmp_path / "create.py").write_text(
         "import sys\n"
         f"sys.path[:0] = [{str(ROOT)!r}]\n"
-        "from fieldmem.engine import envs\n"
+        "from fieldmem.parent import envs\n"
         "envs._venv_command = lambda installer, folder: [sys.executable, '-c', 'pass']\n"
         f"envs._install_command = lambda *a: [sys.executable, {str(tmp_path / 'installer.py')!r}]\n"
         "envs.ensure_env('0.9.2')\n"
@@ -764,7 +764,7 @@ def test_a_fork_while_checked_in_pytests_process_never_hangs_the_session(pyteste
 def test_two_reports_of_one_name_never_write_over_each_other(tmp_path: Path) -> None:
     """An environment named 0.7.1 holding 0.10.2 gave two reports labelled ``cpu``: one -o file replaced the
     other. However two reports come to share a name, no file is written for either."""
-    from fieldmem.emit import WriteError, write_files
+    from fieldmem.frontends.output import WriteError, write_files
     from fieldmem.request.build import OutputSettings
 
     from factories import make_report, make_result

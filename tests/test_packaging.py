@@ -23,7 +23,7 @@ import tomllib
 import typer
 import yaml
 
-from fieldmem.cli import app
+from fieldmem.frontends.cli import app
 from fieldmem.request.options import FORMATS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -239,4 +239,6 @@ def test_every_data_file_of_the_package_is_shipped() -> None:
         if not shipped:
             unshipped.append(str(path.relative_to(ROOT)))
     assert unshipped == []
-    assert json.loads((package / "schemas" / "report.schema.json").read_text())["title"].startswith("fieldmem.report/")
+    assert json.loads((package / "schemas" / "report.schema.json").read_text())["title"].startswith(
+        "fieldmem.model.report/"
+    )

@@ -13,8 +13,8 @@ from typing import Any
 import jax.numpy as jnp
 import pytest
 
-from fieldmem.engine.checker import check_targets
-from fieldmem.errors import TargetError
+from fieldmem.model.errors import TargetError
+from fieldmem.parent.checker import check_targets
 from fieldmem.request.options import CheckOptions
 
 from factories import without_timings

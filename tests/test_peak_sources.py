@@ -326,7 +326,7 @@ def test_top_lists_the_largest_lines_at_80_columns_and_gates_name_the_line_that_
     regression = next(line for line in gated.stdout.splitlines() if "donated live-peak" in line)
     rest = gated.stdout[gated.stdout.index(regression) :]
     assert "at m.py:6" in " ".join(rest.split()[:40]), rest
-    assert fieldmem.units.format_bytes(grown["bytes"]) in " ".join(rest.split()[:40])
+    assert fieldmem.model.units.format_bytes(grown["bytes"]) in " ".join(rest.split()[:40])
     # fieldmem compare says it the same way
     compared = subprocess.run(
         [sys.executable, "-m", "fieldmem", "compare", "before.json", "after.json"],
@@ -406,8 +406,8 @@ def test_every_examples_peak_has_every_byte_placed_without_the_device(
 
 @pytest.mark.compile
 def test_top_adds_a_line_per_memory_space_with_its_largest_lines(example_reports: dict[str, Any]) -> None:
+    from fieldmem.model.report import Report
     from fieldmem.render.peak import space_lines
-    from fieldmem.report import Report
 
     results = {r.name: r for r in Report.from_dict(example_reports["tpu:v5e"]).results}
     result = results["stencil_scan:diffuse"]
@@ -415,8 +415,8 @@ def test_top_adds_a_line_per_memory_space_with_its_largest_lines(example_reports
     lines = space_lines(result, 2)
     first = next(line for line in lines if line.startswith("memory space 1 (on a TPU, VMEM): "))
     largest = vmem.lines[0]
-    assert f"{fieldmem.units.format_bytes(largest.bytes)} at {largest.label}" in first
-    assert "donated peak " + fieldmem.units.format_bytes(vmem.bytes) in first
+    assert f"{fieldmem.model.units.format_bytes(largest.bytes)} at {largest.label}" in first
+    assert "donated peak " + fieldmem.model.units.format_bytes(vmem.bytes) in first
 
 
 @pytest.mark.compile

@@ -248,7 +248,7 @@ def test_failure_shows_the_cli_verdict_and_source_line(basics_run: tuple[pytest.
         assert "✗ expect-in-place" in text
         # the test's own line is shown, fieldmem's internals are not
         assert ">       fieldmem" in text
-        assert "pytest_plugin.py" not in text and "fieldmem/api.py" not in text and "checker.py" not in text
+        assert "pytest_plugin.py" not in text and "fieldmem/frontends/api.py" not in text and "checker.py" not in text
 
 
 @pytest.mark.compile
@@ -281,7 +281,7 @@ def test_marker_mistakes_are_setup_errors(basics_run: tuple[pytest.RunResult, Pa
 def test_report_option_writes_every_fixture_check(basics_run: tuple[pytest.RunResult, Path]) -> None:
     result, path = basics_run
     document = json.loads((path / "out" / "report.json").read_text())
-    assert document["schema"] == "fieldmem.report/2"
+    assert document["schema"] == "fieldmem.model.report/2"
     targets = {r["target"]: r for r in document["results"]}
     assert set(targets) == {
         "test_basics.py::test_in_place::updates:update",
@@ -907,10 +907,10 @@ def test_a_deviceless_backend_whose_compiler_is_missing_gets_an_environment_firs
 ) -> None:
     """As ``fieldmem check`` does (issue 48): a deviceless backend's worker has its environment variables, and
     where its compiler is not installed here, runs in a cached environment that has it; fieldmem says so first."""
-    import fieldmem.engine.interpreters as interpreters
+    import fieldmem.parent.interpreters as interpreters
     import fieldmem.request.backends as backends
-    from fieldmem.engine.spawn import Interpreter
-    from fieldmem.pytest_plugin import _worker_for
+    from fieldmem.frontends.pytest_plugin import _worker_for
+    from fieldmem.parent.spawn import Interpreter
 
     made: list[tuple[list[str], str]] = []
 

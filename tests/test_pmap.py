@@ -23,7 +23,7 @@ import jax.numpy as jnp
 import pytest
 
 from fieldmem.driver import prepare_call, start_variants
-from fieldmem.errors import ArgumentsError, DonationError, TargetError
+from fieldmem.model.errors import ArgumentsError, DonationError, TargetError
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
 from helpers_compile import check_one, make_target, xla_memory
@@ -131,7 +131,7 @@ def test_what_is_still_refused_is_one_line(make: Any, words: str) -> None:
 
 @pytest.mark.compile
 def test_suggest_is_not_available_for_a_pmap() -> None:
-    from fieldmem.engine.checker import check_targets
+    from fieldmem.parent.checker import check_targets
     from fieldmem.request.options import CheckOptions
 
     (result,) = check_targets([make_target(ps.relax, ps.relax_args)], CheckOptions(min_bytes=0, suggest=True)).results
@@ -279,7 +279,7 @@ def test_shard_map_around_a_jit_keeps_the_callers_buffers(four_devices: tuple[di
 def test_a_pmap_is_not_compiled_for_a_deviceless_backend() -> None:
     """Its mesh is made from the devices jax runs on when it is called: no program for another backend's chips."""
     from fieldmem.driver.deviceless import deviceless_scope, target
-    from fieldmem.errors import OptionError
+    from fieldmem.model.errors import OptionError
 
     try:
         chips = target("tpu:v5e")

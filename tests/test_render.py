@@ -7,10 +7,8 @@ import json
 
 import pytest
 
-from fieldmem.errors import OptionError
-from fieldmem.render import RENDERERS, RenderOptions, get_renderer
-from fieldmem.render.table import sparkline
-from fieldmem.report import (
+from fieldmem.model.errors import OptionError
+from fieldmem.model.report import (
     Alias,
     Check,
     Copy,
@@ -21,6 +19,8 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
+from fieldmem.render import RENDERERS, RenderOptions, get_renderer
+from fieldmem.render.table import sparkline
 
 from factories import MIB, make_error_result, make_memory, make_report, make_timeline
 

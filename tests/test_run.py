@@ -23,14 +23,14 @@ from typer.testing import CliRunner
 
 import fieldmem
 import fieldmem.driver as driver
-from fieldmem.cli import app
 from fieldmem.driver import execute
-from fieldmem.engine.checker import check
 from fieldmem.findings.runcheck import SLICE_ONLY_PASSES
-from fieldmem.readings import DeviceStats, ProbeReading, RunReading
-from fieldmem.report import Report
+from fieldmem.frontends.cli import app
+from fieldmem.model.readings import DeviceStats, ProbeReading, RunReading
+from fieldmem.model.report import Report
+from fieldmem.model.units import format_bytes
+from fieldmem.parent.checker import check
 from fieldmem.request.options import CheckOptions
-from fieldmem.units import format_bytes
 
 pytestmark = pytest.mark.compile
 
@@ -413,7 +413,7 @@ def test_a_small_slice_update_is_not_probed() -> None:
     def set_row(u, idx, row):
         return u.at[idx].set(row)
 
-    from fieldmem.engine.checker import check_targets
+    from fieldmem.parent.checker import check_targets
 
     from helpers_compile import make_target
 
@@ -449,7 +449,7 @@ def test_the_api_runs_in_process_when_asked() -> None:
 
 
 def test_a_run_out_of_device_memory_is_that_targets_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fieldmem.errors import RunError
+    from fieldmem.model.errors import RunError
 
     def exhausted(call: Any, compiled: Any) -> Any:
         raise RunError(
@@ -473,9 +473,10 @@ def test_one_worker_runs_every_target_with_memory_stats_or_without(monkeypatch: 
     import queue
 
     import fieldmem.driver as driver
-    from fieldmem.engine import isolate, worker
-    from fieldmem.engine.protocol import read_event
+    from fieldmem.parent import isolate
     from fieldmem.request.target import TargetOptions, resolve_target
+    from fieldmem.worker import main as worker
+    from fieldmem.worker.protocol import read_event
 
     real = isolate._Supervisor.run_worker
     started: list[int] = []
@@ -512,7 +513,7 @@ def test_one_worker_runs_every_target_with_memory_stats_or_without(monkeypatch: 
 
 def test_the_worst_device_is_the_one_with_the_largest_measured_peak() -> None:
     from fieldmem.findings.runcheck import run_check
-    from fieldmem.report import MemoryFigures, TargetResult, Variant
+    from fieldmem.model.report import MemoryFigures, TargetResult, Variant
 
     variant = Variant("donated", (), MemoryFigures(footprint_bytes=1000))
     result = TargetResult(target="t", name="t", status="ok", variants={"donated": variant})
@@ -547,7 +548,7 @@ def test_a_peak_an_earlier_call_set_is_not_charged_to_this_one(
     """peak_bytes_in_use never resets: a call that did not raise it has no measured peak of its own, says so with
     the bound it has, and gets no run-peak-above-plan finding (an H200 run gave four chain steps such findings)."""
     from fieldmem.findings.runcheck import run_check
-    from fieldmem.report import MemoryFigures, TargetResult, Variant
+    from fieldmem.model.report import MemoryFigures, TargetResult, Variant
 
     variant = Variant("donated", (), MemoryFigures(footprint_bytes=1000))
     result = TargetResult(target="t", name="t", status="ok", variants={"donated": variant})
@@ -679,7 +680,7 @@ import jax
 sys.path.insert(0, sys.argv[1])
 import run_scalars
 from fieldmem.driver import prepare_call, run_variant, start_variants
-from fieldmem.errors import RunError
+from fieldmem.model.errors import RunError
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
 cache, pos, row = run_scalars._sharded_cache()
@@ -718,7 +719,7 @@ def test_a_sharding_mismatch_at_run_time_names_the_argument() -> None:
 
 def test_an_output_with_no_device_buffer_is_not_comparable() -> None:
     from fieldmem.findings.runcheck import apply_run
-    from fieldmem.report import Alias, MemoryFigures, TargetResult, Variant, Verdict
+    from fieldmem.model.report import Alias, MemoryFigures, TargetResult, Variant, Verdict
 
     alias = Alias(input="u", input_index=0, output="out", output_index=0, bytes=64)
     variant = Variant("donated", (), MemoryFigures(footprint_bytes=64), aliases=(alias,))
@@ -759,7 +760,7 @@ def test_a_call_is_lifted_above_the_high_water_mark_an_earlier_call_set(monkeypa
     """``peak_bytes_in_use`` never resets: a call planned below the mark gets a lift of fieldmem's held beside it
     (freed after), so far that its plan passes the mark by the margin; none where it already passes it, or where
     the lift would not fit the device's limit."""
-    from fieldmem.readings import CallPlan
+    from fieldmem.model.readings import CallPlan
 
     mib = 1 << 20
     cpu = jax.devices("cpu")[0]
@@ -779,8 +780,8 @@ def test_a_call_is_lifted_above_the_high_water_mark_an_earlier_call_set(monkeypa
 
 def _read(**stats: int) -> Any:
     from fieldmem.findings.runcheck import _device_memory
-    from fieldmem.readings import DeviceStats, RunReading
-    from fieldmem.report import MemoryFigures, Variant
+    from fieldmem.model.readings import DeviceStats, RunReading
+    from fieldmem.model.report import MemoryFigures, Variant
 
     figures = MemoryFigures(
         argument_bytes=8_000, output_bytes=2_000, alias_bytes=0, temp_bytes=500, generated_code_bytes=300
@@ -812,7 +813,7 @@ def test_the_plan_is_what_the_backend_s_allocator_holds() -> None:
     """On a TPU: the arguments, the new outputs and the executable's code (its allocator leaves XLA's
     temporaries and constants out); elsewhere the footprint; an argument jit dropped is on the device too."""
     from fieldmem.findings.runcheck import planned_device_bytes
-    from fieldmem.report import InputInfo, MemoryFigures, Variant
+    from fieldmem.model.report import InputInfo, MemoryFigures, Variant
 
     mib, kib = 1 << 20, 1 << 10
     figures = MemoryFigures(
@@ -847,7 +848,7 @@ def test_a_peak_a_little_above_a_small_plan_is_no_warning() -> None:
     """More than 10% above the plan is a warning only past 1 MiB: a TPU v5e measured a few donated programs'
     calls 77 to 113 KiB above their plan, every run (13.6% of a 0.56 MiB program)."""
     from fieldmem.findings.runcheck import _run_findings
-    from fieldmem.report import DeviceMemory, RunCheck
+    from fieldmem.model.report import DeviceMemory, RunCheck
 
     small = RunCheck(devices=(DeviceMemory(0, measured_peak=662_016, predicted=582_656, difference=79_360),))
     assert _run_findings("donated", small, {}) == []

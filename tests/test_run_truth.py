@@ -28,12 +28,12 @@ import pytest
 
 import fieldmem.driver as driver
 from fieldmem.driver import execute
-from fieldmem.engine.checker import check_targets
 from fieldmem.findings.runcheck import WHOLE_BUFFER_PASSES, apply_run, run_check
-from fieldmem.readings import RunReading
+from fieldmem.model.readings import RunReading
+from fieldmem.model.report import Report, TargetResult
+from fieldmem.parent.checker import check_targets
 from fieldmem.render import RenderOptions
 from fieldmem.render.table import render
-from fieldmem.report import Report, TargetResult
 from fieldmem.request.options import CheckOptions
 
 from helpers_compile import make_target

@@ -21,11 +21,11 @@ from typing import Any, Literal
 import jsonschema
 import pytest
 
-from fieldmem import schema as schema_module
-from fieldmem.codec import encode, read_unknown_as
 from fieldmem.gate.baseline import BaselineError, load_baseline, save_baseline
-from fieldmem.report import Report, ReportError
-from fieldmem.schema import DOCUMENTS, Document, document_schema, schema_text
+from fieldmem.model.codec import encode, read_unknown_as
+from fieldmem.model.report import Report, ReportError
+from fieldmem.render import schema as schema_module
+from fieldmem.render.schema import DOCUMENTS, Document, document_schema, schema_text
 
 from factories import make_copy, make_report, make_result, make_variant
 
@@ -48,7 +48,7 @@ def test_the_shipped_schema_is_what_the_records_make_now(document: Document) -> 
     shipped = document.file.read_text(encoding="utf-8")
     assert shipped == schema_text(document), (
         f"{document.file.relative_to(ROOT)} is not what the records make now: run make schema "
-        "(python -m fieldmem.schema) and commit the file"
+        "(python -m fieldmem.render.schema) and commit the file"
     )
     jsonschema.Draft202012Validator.check_schema(json.loads(shipped))
     assert json.loads(shipped)["title"] == document.schemas[-1]
@@ -150,7 +150,7 @@ def test_the_schema_refuses_a_wrong_value(changes: dict[str, Any], expected: str
 
 
 def test_differences_and_list_items_are_no_byte_counts() -> None:
-    """As fieldmem.report reads them: a difference (``savings``, ``delta_bytes``) may be negative, and so
+    """As fieldmem.model.report reads them: a difference (``savings``, ``delta_bytes``) may be negative, and so
     may an item of a list (``shape``); a key named as a size (``temp_bytes``) in a dict may not."""
     assert tree_errors(tree_document(savings={"temp_bytes": -1}, delta_bytes=-1, shape=[-1])) == []
     assert tree_errors(tree_document(figures={"count": -1})) == []
@@ -195,7 +195,7 @@ def set_at(document: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         ("results.0.variants.donated.memory.temp_bytes", "4"),
         ("results.0.name", KeyError),
         ("devices.0.id", 2**63),
-        ("schema", "fieldmem.report/9"),
+        ("schema", "fieldmem.model.report/9"),
     ],
 )
 def test_what_the_report_reader_refuses_the_schema_refuses(path: str, value: Any) -> None:
@@ -300,6 +300,10 @@ def test_the_hook_fails_a_test_whose_report_the_schema_refuses(
 
 def test_python_m_fieldmem_schema_check_passes_on_the_shipped_files() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "fieldmem.schema", "--check"], cwd=ROOT, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "fieldmem.render.schema", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert (done.returncode, done.stderr) == (0, "")

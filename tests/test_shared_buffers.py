@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from fieldmem.api import check_function
-from fieldmem.report import TargetResult
+from fieldmem.frontends.api import check_function
+from fieldmem.model.report import TargetResult
 
 pytestmark = pytest.mark.compile
 pytest_plugins = ["pytester"]
@@ -354,7 +354,7 @@ import json, sys, warnings
 import jax, jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-from fieldmem.api import check_function
+from fieldmem.frontends.api import check_function
 
 warnings.simplefilter("ignore")
 sharding = NamedSharding(Mesh(np.array(jax.devices()), ("x",)), P("x"))

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from fieldmem.libraries import is_library_file
-from fieldmem.report import Report, TargetResult
+from fieldmem.model.libraries import is_library_file
+from fieldmem.model.report import Report, TargetResult
 from fieldmem.request.target import display_path
 from fieldmem.xla import buffers, hlo
 
@@ -125,7 +125,7 @@ def test_another_interpreters_folders_are_library_code_once_its_worker_names_the
 ) -> None:
     """A worker under another Python (--python, --jax) names its installation folders; its standard library,
     which lies in no site-packages, is then library code here too, and the user's files stay theirs."""
-    from fieldmem import libraries
+    from fieldmem.model import libraries
 
     monkeypatch.setattr(libraries, "_OTHER_INTERPRETERS", [])
     other = "/opt/python3.12/lib/python3.12"
@@ -150,7 +150,7 @@ def test_a_folder_pip_installed_into_on_the_path_is_library_code(
     """``pip install --target DIR`` with DIR on ``PYTHONPATH`` (a TPU machine's image keeps jax in such a folder,
     and a user's extra packages go in another): its files are library code, as site-packages' are; a checkout
     on the path, with an ``*.egg-info`` of its editable install, stays the user's."""
-    from fieldmem import libraries
+    from fieldmem.model import libraries
 
     target = tmp_path / "site"
     (target / "equinox").mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""The worker of ``fieldmem check`` is started first (fieldmem/engine/spawn.py, fieldmem/entry.py).
+"""The worker of ``fieldmem check`` is started first (fieldmem/parent/spawn.py, fieldmem/frontends/entry.py).
 
 Whether the worker started ahead takes the options given after it, and ends
 with a parent that never used it, is tested with real processes in
@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from fieldmem.engine import spawn
+from fieldmem.parent import spawn
 
 
 @pytest.mark.parametrize(
@@ -44,7 +44,7 @@ def test_which_command_lines_start_the_worker_first(
 def test_the_entry_point_loads_no_command_line_library_or_jax_before_the_worker_starts() -> None:
     code = (
         "import sys\n"
-        "import fieldmem.engine.spawn, fieldmem.entry\n"
+        "import fieldmem.parent.spawn, fieldmem.frontends.entry\n"
         "print(sorted(m for m in ('jax', 'numpy', 'typer', 'rich', 'click', 'pydantic') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -61,18 +61,18 @@ def test_the_console_script_is_the_entry_point() -> None:
         import tomli as tomllib
 
     project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
-    assert project["project"]["scripts"]["fieldmem"] == "fieldmem.entry:main"
+    assert project["project"]["scripts"]["fieldmem"] == "fieldmem.frontends.entry:main"
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_a_worker_started_ahead_that_no_check_takes_ends_with_the_command(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A usage error in ``fieldmem.cli.main`` called in a process that goes on (a test, a script): the worker
+    """A usage error in ``fieldmem.frontends.cli.main`` called in a process that goes on (a test, a script): the worker
     started ahead is ended on the way out, not left running until that process ends."""
     from helpers_process import alive
 
-    from fieldmem.cli import main
+    from fieldmem.frontends.cli import main
 
     started: list[spawn.Spawned] = []
     real = spawn.spawn

@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from fieldmem.errors import FieldmemError, OptionError
+from fieldmem.model.errors import FieldmemError, OptionError
+from fieldmem.model.units import format_bytes, parse_bytes
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
-from fieldmem.units import format_bytes, parse_bytes
 
 # ---- sizes --------------------------------------------------------------------
 

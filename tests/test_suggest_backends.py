@@ -19,7 +19,7 @@ import pytest
 from helpers_backends import require_extra
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
+from fieldmem.frontends.cli import app
 from fieldmem.gate.compare import compare_reports, load_report
 
 from helpers_compile import UNUSABLE_WARNING

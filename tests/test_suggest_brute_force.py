@@ -19,7 +19,7 @@ import pytest
 from verdict_cases import CASES, Case
 from verdict_cases import leaves as _leaves
 
-from fieldmem.engine.checker import check_targets
+from fieldmem.parent.checker import check_targets
 from fieldmem.request.options import CheckOptions
 
 from helpers_compile import UNUSABLE_WARNING, make_target

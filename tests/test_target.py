@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import fieldmem
-from fieldmem.errors import ArgumentsError, OptionError, TargetError
+from fieldmem.model.errors import ArgumentsError, OptionError, TargetError
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import Target, TargetOptions, display_path, load_module, resolve_object, resolve_target
@@ -118,7 +118,7 @@ def test_shapes_are_held_as_data_and_the_driver_makes_them(in_assets: Path) -> N
     import jax
 
     from fieldmem.driver import shape_structs
-    from fieldmem.errors import ArgumentsError
+    from fieldmem.model.errors import ArgumentsError
 
     target = one("models:scale", TargetOptions(shapes=(("float32", (4, 4)), ("bfloat16", ()))))
     assert target.args_origin == "--shapes" and target.args_factory is None
@@ -404,7 +404,7 @@ def test_options_stack_strongest_last() -> None:
 
 
 def test_each_spec_gets_its_own_options(in_assets: Path) -> None:
-    from fieldmem.engine.checker import resolve_all
+    from fieldmem.parent.checker import resolve_all
 
     run = TargetOptions(expect="any")
     resolved = resolve_all(

@@ -22,12 +22,12 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from fieldmem.cli import _stderr_console, app, progress_display
-from fieldmem.engine.checker import check, check_targets
+from fieldmem.frontends.cli import _stderr_console, app, progress_display
+from fieldmem.model.report import Report
+from fieldmem.parent.checker import check, check_targets
 from fieldmem.render import RenderOptions, get_renderer
 from fieldmem.render.layout import Column, fitted_table, hanging
 from fieldmem.render.suggest import named_code
-from fieldmem.report import Report
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import TargetOptions, resolve_target
 
@@ -159,7 +159,7 @@ def test_verbose_tables_are_records_at_80_and_rows_fit(reports: dict[str, Report
     (result,) = report.results
     text = table(report, 80)
     figures = _block_after(text, "figure                    plain")
-    from fieldmem.report import MEMORY_FIGURES
+    from fieldmem.model.report import MEMORY_FIGURES
 
     assert [line.split()[0] for line in figures[1:]] == list(MEMORY_FIGURES)  # one line per figure, none wrapped
     lines = text.splitlines()
@@ -178,7 +178,7 @@ def test_verbose_tables_are_records_at_80_and_rows_fit(reports: dict[str, Report
 
 
 def _bytes(value: int) -> str:
-    from fieldmem.units import format_bytes
+    from fieldmem.model.units import format_bytes
 
     return format_bytes(value)
 
@@ -395,7 +395,7 @@ def test_colour_is_what_rich_reads_of_the_environment(
 
 def test_the_terminal_options_are_rich_s_own(monkeypatch: pytest.MonkeyPatch) -> None:
     """``COLUMNS`` is the width whatever it is (no floor of fieldmem's own); colour follows FORCE_COLOR."""
-    from fieldmem.emit import terminal_options
+    from fieldmem.frontends.output import terminal_options
 
     monkeypatch.setenv("COLUMNS", "57")
     monkeypatch.setattr(sys, "stdout", io.StringIO())  # a pipe
@@ -466,7 +466,7 @@ _LONG = "models.training.transformer_with_a_rather_long_module_path:train_step_w
 def _baseline_report() -> Report:
     """A report gated against a baseline: long target names in regressions, improvements, accepted
     checks and notes, and a long baseline path."""
-    from fieldmem.report import Accepted, BaselineComparison, Change
+    from fieldmem.model.report import Accepted, BaselineComparison, Change
 
     from factories import make_report, make_result
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fieldmem.errors import OptionError
+from fieldmem.model.errors import OptionError
 from fieldmem.request.tolerance import COPIES, FIGURES, GROUPS, Tolerance, Tolerances
 
 MIB = 1024 * 1024

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from fieldmem.findings.analysis import analyze_variant
-from fieldmem.readings import CompiledVariant
+from fieldmem.model.readings import CompiledVariant
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCHMARKS = ROOT / "benchmarks"

@@ -33,7 +33,7 @@ import pytest
 
 from fieldmem.driver.placement import stood_for
 from fieldmem.driver.traced import ArgumentsLeaked, traced_arguments
-from fieldmem.report import TargetResult
+from fieldmem.model.report import TargetResult
 from tests.helpers_compile import make_target
 
 pytestmark = pytest.mark.compile
@@ -227,8 +227,8 @@ def test_what_a_factory_prints_is_printed_once_traced_or_refused(capsys: pytest.
     assert _traced(prints_then_reads) is None  # refused: the caller runs it, and it prints then
     assert capsys.readouterr().out == ""
     # the whole path, in a worker's hands: traced, refused, run; printed once
-    from fieldmem.engine.hands import LocalHands
     from fieldmem.request.options import CheckOptions
+    from fieldmem.worker.readers import LocalHands
 
     options = CheckOptions(jobs=1)
     target = make_target(lambda x: x + 1, prints_then_reads)
@@ -248,8 +248,8 @@ def _weights() -> tuple:
 
 def test_a_released_target_leaves_no_stand_in_behind() -> None:
     from fieldmem.driver import placement
-    from fieldmem.engine.hands import LocalHands
     from fieldmem.request.options import CheckOptions
+    from fieldmem.worker.readers import LocalHands
 
     options = CheckOptions(jobs=1)
     target = make_target(_step, _weights, donate="0")
@@ -281,9 +281,9 @@ def _sgd(params: jax.Array, opt: jax.Array, g: jax.Array) -> tuple[jax.Array, ja
 
 
 def test_a_chains_step_args_are_traced_with_its_arguments() -> None:
-    from fieldmem.engine.hands import LocalHands
     from fieldmem.request.options import CheckOptions
     from fieldmem.request.target import ChainTarget, Step
+    from fieldmem.worker.readers import LocalHands
 
     seen: list[bool] = []
 

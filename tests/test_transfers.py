@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 from helpers_backends import require_extra
 
-from fieldmem.api import check_function
+from fieldmem.frontends.api import check_function
+from fieldmem.model.report import Report
+from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions, get_renderer
-from fieldmem.report import Report
-from fieldmem.units import format_bytes
 
 pytestmark = pytest.mark.compile
 
@@ -196,7 +196,7 @@ def test_the_report_reads_back_and_every_format_shows_the_transfers(four_devices
 
 def test_a_leaf_name_in_the_transfers_is_shown_escaped() -> None:
     """A keyword argument whose name holds an escape sequence reaches the transfers lines as its escape
-    (fieldmem.escaping), never as a control."""
+    (fieldmem.model.escaping), never as a control."""
     name = "b\x1b[2J"
     report = check_function(
         lambda u, **kw: u + kw[name].mean(), jnp.zeros((64, 64), jnp.float32), **{name: np.ones((64, 64), np.float32)}

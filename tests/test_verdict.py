@@ -22,11 +22,11 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
-from fieldmem.cli import app
-from fieldmem.errors import OptionError
 from fieldmem.findings.analysis import declared_new
+from fieldmem.frontends.cli import app
+from fieldmem.model.errors import OptionError
+from fieldmem.model.units import format_bytes
 from fieldmem.request.options import parse_new
-from fieldmem.units import format_bytes
 
 from helpers_compile import check_one, compile_quietly, make_target, run_and_check_aliases, xla_memory
 

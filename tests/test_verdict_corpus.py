@@ -20,9 +20,9 @@ import pytest
 from verdict_cases import CASES, MIN, Case
 from verdict_cases import leaves as _leaves
 
-from fieldmem.engine.checker import check_targets
 from fieldmem.findings.verdict import RULES, expectation_met, rank
-from fieldmem.report import TargetResult
+from fieldmem.model.report import TargetResult
+from fieldmem.parent.checker import check_targets
 from fieldmem.request.options import CheckOptions
 
 from helpers_compile import UNUSABLE_WARNING, make_target

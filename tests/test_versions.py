@@ -1,6 +1,6 @@
 """The jax releases fieldmem's worker supports (issue 33, item 4).
 
-- :func:`fieldmem.versions.check_supported` takes a release inside the range and refuses one outside it,
+- :func:`fieldmem.model.versions.check_supported` takes a release inside the range and refuses one outside it,
   or one that is not a release number, with one line naming the range (exit code 2);
 - the driver reads an element's bit width where jax 0.7 has no ``jax.dtypes.itemsize_bits``;
 - ``examples/upgrade/loop_update.py`` (openxla/xla#45912) shows, under this jax (0.7.2 or later), the
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fieldmem.errors import FieldmemError
-from fieldmem.versions import NEWEST_JAX, OLDEST_JAX, UnsupportedJaxError, check_supported
+from fieldmem.model.errors import FieldmemError
+from fieldmem.model.versions import NEWEST_JAX, OLDEST_JAX, UnsupportedJaxError, check_supported
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def test_the_bit_width_is_read_where_jax_dtypes_lacks_itemsize_bits(monkeypatch:
 def test_the_published_regression_shows_its_temporary_at_the_users_line() -> None:
     import jax
 
-    from fieldmem.engine.checker import check
+    from fieldmem.parent.checker import check
     from fieldmem.request.options import CheckOptions
 
     if tuple(int(p) for p in jax.__version__.split(".")[:3]) < (0, 7, 2):

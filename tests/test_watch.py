@@ -287,7 +287,7 @@ def test_watch_follows_a_local_module_the_target_imports(tmp_path: Path) -> None
 def test_watch_refuses_what_makes_no_sense_with_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, extra: list[str], words: str
 ) -> None:
-    from fieldmem.cli import main
+    from fieldmem.frontends.cli import main
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "m.py").write_text("def f(x):\n    return x\n")
@@ -305,7 +305,7 @@ def test_watch_writes_json_to_a_file(tmp_path: Path) -> None:
 
 
 def test_the_file_watch_sees_new_bytes_only(tmp_path: Path) -> None:
-    from fieldmem.watch.loop import FileWatch
+    from fieldmem.frontends.watch import FileWatch
 
     path = tmp_path / "m.py"
     path.write_text("A = 1\n")
@@ -323,7 +323,7 @@ def test_the_file_watch_sees_new_bytes_only(tmp_path: Path) -> None:
 
 
 def test_the_file_watch_waits_for_a_file_written_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from fieldmem.watch import loop as watch
+    from fieldmem.frontends import watch
 
     path = tmp_path / "m.py"
     path.write_text("A = 1\n")
@@ -367,7 +367,7 @@ fieldmem.case(b)
 def test_a_reloaded_module_registers_its_cases_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from fieldmem.request.registry import registered_cases
     from fieldmem.request.target import TargetOptions, resolve_target
-    from fieldmem.watch.modules import forget, spec_files
+    from fieldmem.worker.user_modules import forget, spec_files
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -416,8 +416,8 @@ fieldmem.case(alone, args=lambda: (jnp.zeros((4,)),))
 
 def _prints(tmp_path: Path, name: str, **values: object) -> dict[str, str | None]:
     from fieldmem.request.target import TargetOptions, resolve_target
-    from fieldmem.watch.fingerprint import target_fingerprint
-    from fieldmem.watch.modules import forget
+    from fieldmem.worker.fingerprint import target_fingerprint
+    from fieldmem.worker.user_modules import forget
 
     path = tmp_path / f"{name}.py"
     settings = {"scale": 2.0, "donate": 0, "alone": 1.0, **values}
@@ -449,7 +449,7 @@ def test_a_fingerprint_changes_with_what_the_check_depends_on_only(
 def test_a_fingerprint_it_cannot_vouch_for_is_none() -> None:
     import io
 
-    from fieldmem.watch.fingerprint import target_fingerprint
+    from fieldmem.worker.fingerprint import target_fingerprint
 
     thing = io.StringIO()  # a library's object, of no known kind
 
@@ -469,7 +469,7 @@ class _Settings:
 
 
 def test_an_object_of_the_users_own_class_is_hashed_by_its_attributes() -> None:
-    from fieldmem.watch.fingerprint import target_fingerprint
+    from fieldmem.worker.fingerprint import target_fingerprint
 
     def step(settings: _Settings) -> object:
         return lambda x: x * settings.rate

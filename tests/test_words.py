@@ -1,4 +1,4 @@
-"""Each word of the report is declared once (fieldmem/words.py): the ``Literal`` sets the codec reads, the
+"""Each word of the report is declared once (fieldmem/model/vocabulary.py): the ``Literal`` sets the codec reads, the
 severities the findings are made with, the schema page and the renderers all follow the declarations.
 
 To write docs/report-schema.md's parts again after changing a declaration: ``python tests/test_words.py``.
@@ -14,8 +14,15 @@ from typing import get_args
 
 import pytest
 
-from fieldmem import report
-from fieldmem.words import COPY_CAUSE_WORDS, COPY_KIND_WORDS, FINDING_WORDS, Word, copy_kind_label, finding_word
+from fieldmem.model import report
+from fieldmem.model.vocabulary import (
+    COPY_CAUSE_WORDS,
+    COPY_KIND_WORDS,
+    FINDING_WORDS,
+    Word,
+    copy_kind_label,
+    finding_word,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = ROOT / "docs" / "report-schema.md"
@@ -61,7 +68,9 @@ def write(text: str) -> str:
 def test_every_word_the_report_types_is_declared_once(literal: object, words: tuple[Word, ...]) -> None:
     names = [w.name for w in words]
     assert len(names) == len(set(names))
-    assert set(names) == set(get_args(literal)), "fieldmem/words.py and fieldmem/report.py name different words"
+    assert set(names) == set(get_args(literal)), (
+        "fieldmem/model/vocabulary.py and fieldmem/model/report.py name different words"
+    )
 
 
 def test_the_schema_page_says_what_is_declared() -> None:

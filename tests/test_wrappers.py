@@ -21,9 +21,9 @@ import pytest
 from test_peaks_truth import assert_adds_up
 from typer.testing import CliRunner
 
-from fieldmem.cli import app
 from fieldmem.driver import prepare_call
-from fieldmem.errors import DonationError, TargetError
+from fieldmem.frontends.cli import app
+from fieldmem.model.errors import DonationError, TargetError
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import definition_of
 
@@ -356,7 +356,7 @@ def test_nnx_state_written_to_a_new_buffer_names_its_own_input() -> None:
 
 @pytest.mark.compile
 def test_suggest_on_wrappers() -> None:
-    from fieldmem.engine.checker import check_targets
+    from fieldmem.parent.checker import check_targets
     from fieldmem.request.options import CheckOptions
 
     options = CheckOptions(min_bytes=0, suggest=True)

@@ -1,7 +1,7 @@
 """The only package that drives jax: backends, preparing a call, lowering and compiling, running, probing, chains.
 
 Everything else in fieldmem works on what it returns as plain data
-(:mod:`fieldmem.readings`): the optimized HLO text, XLA's memory figures, the
+(:mod:`fieldmem.model.readings`): the optimized HLO text, XLA's memory figures, the
 mapping between HLO parameters and the user's pytree leaves, run and probe
 readings. The jax objects a check needs while it runs (an executable, the
 outputs as ``ShapeDtypeStruct``s) stay on a :class:`Compiled` handle that the

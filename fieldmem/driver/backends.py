@@ -18,8 +18,8 @@ from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.quiet import jax_started
-from fieldmem.errors import OptionError
-from fieldmem.readings import Environment
+from fieldmem.model.errors import OptionError
+from fieldmem.model.readings import Environment
 
 __all__ = [
     "CACHE_ENV",

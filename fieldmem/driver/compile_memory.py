@@ -27,7 +27,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 
-from fieldmem.machine import RESERVE, UNMEASURED, available_memory, read_text
+from fieldmem.model.machine import RESERVE, UNMEASURED, available_memory, read_text
 
 __all__ = ["GATE", "RESERVE", "UNMEASURED", "CompileGate", "admits", "available_memory", "resident_memory"]
 

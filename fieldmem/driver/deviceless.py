@@ -3,7 +3,7 @@
 jax compiles for a *topology* (``jax.experimental.topologies.get_topology_desc``):
 TPU chips come from libtpu (``fieldmem[tpu]``), GPUs from the CUDA plugin and
 one of XLA's per-GPU target configs (``fieldmem[gpu]``; the specs ship in
-``fieldmem/specs/gpu/``). Nothing runs there: the example arguments are made
+``fieldmem/model/specs/gpu/``). Nothing runs there: the example arguments are made
 on the CPU and every array leaf becomes a ``jax.ShapeDtypeStruct`` on the
 target's chips (:func:`place_call`), with a mesh's shape, axis names and
 partition specs carried onto them. The program is compiled with XLA's dump
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
-from fieldmem.errors import CompileError, OptionError
+from fieldmem.model.errors import CompileError, OptionError
 from fieldmem.request.backends import (
     DEVICELESS_ENV,
     GPU_KINDS,
@@ -92,7 +92,7 @@ def gpu_spec_names() -> dict[str, str]:
 
 
 def gpu_spec(kind: str) -> str:
-    """The GpuTargetConfigProto text of GPU ``kind`` (``h100``), from fieldmem/specs/gpu/."""
+    """The GpuTargetConfigProto text of GPU ``kind`` (``h100``), from fieldmem/model/specs/gpu/."""
     return gpu_spec_text(kind)
 
 

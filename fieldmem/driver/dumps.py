@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fieldmem.driver.jaxerrors import first_line
-from fieldmem.errors import CompileError
-from fieldmem.readings import DeviceMemory
+from fieldmem.model.errors import CompileError
+from fieldmem.model.readings import DeviceMemory
 from fieldmem.request.fit import TPU_OOM_FIGURES_ENV
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 :func:`run_variant` calls a :class:`~fieldmem.driver.lowering.Compiled`
 executable on arguments made anew and returns a
-:class:`~fieldmem.readings.RunReading`: per-shard buffer addresses of every
+:class:`~fieldmem.model.readings.RunReading`: per-shard buffer addresses of every
 input leaf before the call and every output leaf after it, which inputs jax
 deleted, and ``Device.memory_stats()`` per device (read in
 :func:`device_memory_stats` only; None where the backend has none, e.g. cpu).
@@ -25,8 +25,8 @@ from fieldmem.driver.jaxerrors import first_line, message_lines
 from fieldmem.driver.lowering import Compiled
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.driver.variant import executable_devices
-from fieldmem.errors import OptionError, RunError
-from fieldmem.readings import (
+from fieldmem.model.errors import OptionError, RunError
+from fieldmem.model.readings import (
     CallPlan,
     CompiledVariant,
     DeviceStats,
@@ -221,7 +221,7 @@ def run_variant(call: PreparedCall, compiled: Compiled) -> RunReading:
 
 def planned_bytes(variant: CompiledVariant) -> CallPlan:
     """What the device's allocator is planned to hold at the peak of one call of ``variant``, per device
-    (:func:`fieldmem.readings.plan_call`: the rule of its platform)."""
+    (:func:`fieldmem.model.readings.plan_call`: the rule of its platform)."""
     dropped = sum(
         device_bytes(leaf.bytes, leaf.shape, leaf.device_shape) for leaf in variant.inputs if leaf.hlo_parameter is None
     )

@@ -4,7 +4,7 @@ Lowering (tracing, Python-bound) stays on the calling thread: jax's
 warnings are captured with ``warnings.catch_warnings``, which is not
 thread-safe. XLA compiles release the GIL, so they may run in a pool
 (:func:`start_variants`). A compile gives a :class:`Compiled`: the plain
-:class:`~fieldmem.readings.CompiledVariant` that findings read, with the jax
+:class:`~fieldmem.model.readings.CompiledVariant` that findings read, with the jax
 objects the engine needs while it runs or chains it. Reads
 ``Lowered._lowering.compile_args["backend"]`` (the platform a fast compile
 is for), tolerated when missing; jax is imported on first use.
@@ -29,8 +29,8 @@ from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.prepare import PreparedCall, concretize, user_jit_info
 from fieldmem.driver.variant import out_tree, read_variant
 from fieldmem.driver.wrappers import PMAP_KINDS
-from fieldmem.errors import CompileError, DonationError, TargetError
-from fieldmem.readings import CompiledVariant, OutputLeaf
+from fieldmem.model.errors import CompileError, DonationError, TargetError
+from fieldmem.model.readings import CompiledVariant, OutputLeaf
 
 __all__ = [
     "FAST_COMPILE_OPTIONS",

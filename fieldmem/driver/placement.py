@@ -5,7 +5,7 @@ there before every call: a NumPy array or a Python number from the host, an unco
 without a device, ``jnp.ones(n)``) onto the devices and sharding the program wants. A donated leaf so moved is
 donated as the copy, and its own buffer stays alive. This module reads that from the example arguments and
 ``Compiled.input_shardings`` (its one reader here, tolerated when missing) into plain
-:class:`~fieldmem.readings.Placement` data; :mod:`fieldmem.findings.transfers` says what it means.
+:class:`~fieldmem.model.readings.Placement` data; :mod:`fieldmem.findings.transfers` says what it means.
 
 A deviceless compile has no placement to read (its arguments are placed on the topology's chips for it).
 jax is imported on first use.
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fieldmem.driver.shapes import shape_bytes
-from fieldmem.readings import Placement
+from fieldmem.model.readings import Placement
 
 __all__ = [
     "TRANSFER_LOG",

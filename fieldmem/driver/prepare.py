@@ -25,8 +25,8 @@ from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.paths import path_string
 from fieldmem.driver.shapes import check_argument_sizes
 from fieldmem.driver.wrappers import LeafNames, WrappedCall, unwrap_call
-from fieldmem.errors import ArgumentsError, DonationError, FieldmemError
-from fieldmem.readings import CallShape, MadeStatic
+from fieldmem.model.errors import ArgumentsError, DonationError, FieldmemError
+from fieldmem.model.readings import CallShape, MadeStatic
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
 __all__ = ["PreparedCall", "Unit", "call_shape", "concretize", "prepare_call", "signature_of", "user_jit_info"]

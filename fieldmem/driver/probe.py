@@ -2,7 +2,7 @@
 
 :func:`probe_update` times the donated variant's update as it is and with
 the updated buffer grown, alternating the two, and returns a
-:class:`~fieldmem.readings.ProbeReading`; fieldmem.findings.runcheck reads the
+:class:`~fieldmem.model.readings.ProbeReading`; fieldmem.findings.runcheck reads the
 growth. Beside the calls it times the yardstick: one in-place pass over the
 call's own output of the updated buffer, at both sizes (what rewriting that
 many bytes costs on this device, now). Compiling the larger program, and the
@@ -18,8 +18,8 @@ from fieldmem.driver.execute import dynamic_leaves, fresh_arguments, with_dynami
 from fieldmem.driver.lowering import Compiled, compile_lowered, fresh_function, lower
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.driver.shapes import shape_bytes
-from fieldmem.errors import CompileError
-from fieldmem.readings import ProbeReading
+from fieldmem.model.errors import CompileError
+from fieldmem.model.readings import ProbeReading
 
 __all__ = ["probe_update"]
 

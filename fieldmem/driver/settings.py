@@ -4,7 +4,7 @@ A script that begins with ``os.environ["XLA_FLAGS"] =
 "--xla_force_host_platform_device_count=8"`` (or ``JAX_ENABLE_X64=1``, or
 ``jax.config.update(...)``) before it uses jax runs with them under
 ``python``: jax reads its ``JAX_*`` variables when it is imported and XLA's
-when its backends start. The worker (:mod:`fieldmem.engine.worker`) imports
+when its backends start. The worker (:mod:`fieldmem.worker.main`) imports
 the first module it checks before jax is imported or started, so what that
 module sets is in force as it would be under ``python``, and
 :class:`ImportSettings` measures what each import set (against fieldmem's

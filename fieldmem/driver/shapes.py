@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from fieldmem.errors import ArgumentsError, quoted
-from fieldmem.units import format_bytes
+from fieldmem.model.errors import ArgumentsError, quoted
+from fieldmem.model.units import format_bytes
 
 __all__ = ["check_argument_sizes", "dtype_name", "shape_bytes", "shape_structs"]
 

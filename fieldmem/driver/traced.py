@@ -40,7 +40,7 @@ module checks, as jax's ``checking_leaks`` does, that the trace is gone once
 its own references are dropped (a tracer references its trace); where it is
 not, :class:`ArgumentsLeaked` is raised. The process cannot call that factory
 again: the worker ends, and a fresh one checks the rest with factories run
-(:mod:`fieldmem.engine.worker`).
+(:mod:`fieldmem.worker.main`).
 
 What the factory prints to ``sys.stdout`` from the tracing thread is held
 while it is traced: printed once the trace is taken, dropped where the trace

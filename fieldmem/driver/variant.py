@@ -1,4 +1,4 @@
-"""Reading one lowered and compiled program into a :class:`~fieldmem.readings.CompiledVariant` (plain data).
+"""Reading one lowered and compiled program into a :class:`~fieldmem.model.readings.CompiledVariant` (plain data).
 
 What XLA planned (``Compiled.memory_analysis()``, documented as unstable,
 read in :func:`read_memory` only), the optimized HLO, the argument and output
@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fieldmem.collector import collector_paused
 from fieldmem.driver.paths import path_string
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.driver.shapes import dtype_name, shape_bytes
-from fieldmem.errors import CompileError
-from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, DeviceMemory, InputLeaf, MemoryReading, OutputLeaf
+from fieldmem.model.collector import collector_paused
+from fieldmem.model.errors import CompileError
+from fieldmem.model.readings import NOTHING_DUMPED, CompiledVariant, DeviceMemory, InputLeaf, MemoryReading, OutputLeaf
 
 __all__ = [
     "FAST_COMPILE_UNAVAILABLE",
@@ -56,7 +56,7 @@ FAST_COMPILE_UNAVAILABLE: dict[str, str] = {
 }
 
 
-@collector_paused()  # builds only fieldmem's records: see fieldmem.collector
+@collector_paused()  # builds only fieldmem's records: see fieldmem.model.collector
 def read_variant(
     name: str,
     call: PreparedCall,

@@ -31,7 +31,7 @@ leaves in the user's terms (``model.l1.kernel``, ``opt.opt_state[0].mu.l1.kernel
 
 Anything else that compiles on its own (a callable with ``lower``/``trace``,
 a function wrapping a jit, a ``shard_map`` around a jit) is refused with one
-line naming it (:class:`~fieldmem.errors.TargetError`), never analysed as
+line naming it (:class:`~fieldmem.model.errors.TargetError`), never analysed as
 another program. Recognising wrappers happens here only. The private
 attributes read (``JitWrapped.jitted_fn``, ``_get_pure_args_kwargs``,
 ``_JitWrapper._cached``, ``equinox._jit._preprocess``, the pmap's
@@ -52,7 +52,7 @@ from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.paths import path_string
-from fieldmem.errors import ArgumentsError, TargetError
+from fieldmem.model.errors import ArgumentsError, TargetError
 
 __all__ = ["PMAP_KINDS", "LeafNames", "WrappedCall", "unwrap_call"]
 

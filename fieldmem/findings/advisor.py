@@ -34,7 +34,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fieldmem.errors import FieldmemError
 from fieldmem.findings.analysis import (
     ProgramLeaves,
     analyze_variant,
@@ -44,8 +43,9 @@ from fieldmem.findings.analysis import (
     savings,
 )
 from fieldmem.findings.transfers import given_again
-from fieldmem.readings import CallShape, CompiledVariant, InputLeaf
-from fieldmem.report import (
+from fieldmem.model.errors import FieldmemError
+from fieldmem.model.readings import CallShape, CompiledVariant, InputLeaf
+from fieldmem.model.report import (
     ArgumentAdvice,
     ArgumentCode,
     Copy,
@@ -57,8 +57,8 @@ from fieldmem.report import (
     Variant,
     Verification,
 )
+from fieldmem.model.units import format_bytes
 from fieldmem.request.options import MIN_BYTES
-from fieldmem.units import format_bytes
 from fieldmem.xla import hlo
 
 __all__ = ["suggest"]
@@ -116,7 +116,7 @@ def suggest(
             check's programs (None: a fresh one).
 
     Returns:
-        A :class:`~fieldmem.report.Suggestion`; ``compiles`` says how many
+        A :class:`~fieldmem.model.report.Suggestion`; ``compiles`` says how many
         compiles it added: the verification (usually 1, 0 when a compile of the
         check already is the suggestion), then one per suggested argument whose
         marginal saving needs a compile of its own. A verification compile that fails

@@ -1,8 +1,8 @@
-"""Two compiled variants -> one :class:`~fieldmem.report.TargetResult`.
+"""Two compiled variants -> one :class:`~fieldmem.model.report.TargetResult`.
 
 This is where the findings are decided: which donated leaf an output reuses,
 why a donation is unusable, what kind each copy is and where it comes from,
-and the verdict in words. It reads only the plain readings the driver returns (:mod:`fieldmem.readings`)
+and the verdict in words. It reads only the plain readings the driver returns (:mod:`fieldmem.model.readings`)
 and the parsed HLO; it never imports jax and never prints.
 
 What is reported is what XLA did, not what the code seems to say: XLA pairs
@@ -18,7 +18,6 @@ import re
 from collections.abc import Sequence
 from typing import cast
 
-from fieldmem.collector import collector_paused
 from fieldmem.findings.capacity import fit_check, fit_findings
 from fieldmem.findings.peak import peak_breakdown
 from fieldmem.findings.transfers import (
@@ -30,9 +29,10 @@ from fieldmem.findings.transfers import (
     transfers_of,
 )
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge
-from fieldmem.libraries import is_library_file
-from fieldmem.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
-from fieldmem.report import (
+from fieldmem.model.collector import collector_paused
+from fieldmem.model.libraries import is_library_file
+from fieldmem.model.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
+from fieldmem.model.report import (
     MEMORY_FIGURES,
     Alias,
     Check,
@@ -59,8 +59,8 @@ from fieldmem.report import (
     Variant,
     Verdict,
 )
+from fieldmem.model.units import format_bytes
 from fieldmem.request.target import display_path
-from fieldmem.units import format_bytes
 from fieldmem.xla import buffers, hlo
 from fieldmem.xla.spaces import device_spaces, space_name
 
@@ -567,7 +567,7 @@ def _leaf_path(leaf: InputLeaf | OutputLeaf | None) -> str | None:
     return leaf.path if leaf is not None else None
 
 
-@collector_paused()  # builds only fieldmem's records: see fieldmem.collector
+@collector_paused()  # builds only fieldmem's records: see fieldmem.model.collector
 def analyze_variant(
     variant: CompiledVariant, definition: str | None = None, parser: hlo.HloParser | None = None
 ) -> tuple[Variant, ProgramLeaves]:
@@ -1368,7 +1368,7 @@ def _checks(
     return tuple(checks)
 
 
-@collector_paused()  # builds only fieldmem's records: see fieldmem.collector
+@collector_paused()  # builds only fieldmem's records: see fieldmem.model.collector
 def analyze_target(
     *,
     target: str,

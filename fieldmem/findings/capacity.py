@@ -1,7 +1,7 @@
 """Whether a program fits the device it is compiled for: the ``exceeds-device-memory`` findings and the
 ``expect-fits`` check (``--expect fits``).
 
-The device's memory comes with the compiled variant (:attr:`~fieldmem.readings.CompiledVariant.device_memory`:
+The device's memory comes with the compiled variant (:attr:`~fieldmem.model.readings.CompiledVariant.device_memory`:
 a deviceless kind's, or jax's allocator limit on a local GPU or TPU; None on XLA:CPU). What a program needs
 per device is its footprint (argument + output + temp - alias + constants: what the executable holds at once,
 the figure ``--max-peak`` budgets). Where XLA gives no footprint (it said its own calculation is wrong, so its
@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fieldmem.findings.verdict import expectation_met
-from fieldmem.readings import CompiledVariant, DeviceMemory
-from fieldmem.report import Check, Finding, MemoryFigures, Verdict
-from fieldmem.units import format_bytes
+from fieldmem.model.readings import CompiledVariant, DeviceMemory
+from fieldmem.model.report import Check, Finding, MemoryFigures, Verdict
+from fieldmem.model.units import format_bytes
 
 __all__ = ["Need", "fit_check", "fit_findings", "need"]
 

@@ -1,4 +1,4 @@
-"""Checked chain steps -> one :class:`~fieldmem.report.Chain`: where in place holds and where it breaks.
+"""Checked chain steps -> one :class:`~fieldmem.model.report.Chain`: where in place holds and where it breaks.
 
 A chain (``pkg.model:create,update1,update2``) is checked step by step, each
 step like a target, with the previous step's outputs as its arguments, and
@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from fieldmem.report import (
+from fieldmem.model.report import (
     Chain,
     ChainBreak,
     ChainCost,
@@ -41,8 +41,8 @@ from fieldmem.report import (
     OutputInfo,
     TargetResult,
 )
+from fieldmem.model.units import format_bytes
 from fieldmem.request.target import fused_result_name, step_result_name
-from fieldmem.units import format_bytes
 
 __all__ = ["StepOutcome", "analyze_chain", "fused_result_name", "step_result_name"]
 

@@ -1,7 +1,7 @@
 """A point of ``fieldmem fit``: whether the step fits at it, and what moved its live peak from another point.
 
 :func:`fit_point` reads one point's checked result (the step compiled at those knob values for the
-backend, with ``--expect fits``) into a :class:`~fieldmem.fit_report.FitPoint`: it fits when its donated
+backend, with ``--expect fits``) into a :class:`~fieldmem.model.fit_report.FitPoint`: it fits when its donated
 program's footprint is known and within the memory it must fit in (the device's, as the ``expect-fits``
 check gives it, or ``--max-peak``'s where smaller); it does not when the footprint is above it, or when the
 compiler refused the program for not fitting (libtpu's out-of-memory, even with its check off). Whether
@@ -21,7 +21,7 @@ import itertools
 from collections.abc import Sequence
 
 from fieldmem.findings.capacity import need
-from fieldmem.fit_report import (
+from fieldmem.model.fit_report import (
     FitCheck,
     FitPoint,
     FitRow,
@@ -31,8 +31,8 @@ from fieldmem.fit_report import (
     knob_text,
     values_text,
 )
-from fieldmem.report import PeakLine, TargetResult
-from fieldmem.units import format_bytes
+from fieldmem.model.report import PeakLine, TargetResult
+from fieldmem.model.units import format_bytes
 
 __all__ = ["fit_checks", "fit_point", "monotone_notes", "peak_change", "row_peak", "signed"]
 

@@ -1,10 +1,10 @@
 """What a run showed (``--run``) against what the compile planned: aliases by buffer identity, device memory.
 
-:func:`apply_run` takes a checked :class:`~fieldmem.report.TargetResult` and
-the readings of one call of each variant (:class:`fieldmem.readings.RunReading`:
+:func:`apply_run` takes a checked :class:`~fieldmem.model.report.TargetResult` and
+the readings of one call of each variant (:class:`fieldmem.model.readings.RunReading`:
 per-shard buffer addresses of every input leaf before the call and every
 output leaf after it, which inputs jax deleted, ``memory_stats()`` per
-device) and returns the result with a :class:`~fieldmem.report.RunCheck` per
+device) and returns the result with a :class:`~fieldmem.model.report.RunCheck` per
 variant and the verdict revised:
 
 - every alias of the plan is *confirmed* when the output's buffer is the
@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 
 from fieldmem.findings.transfers import transfer_run
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge, rank
-from fieldmem.readings import DeviceStats, ProbeReading, RunReading, device_bytes, plan_call
-from fieldmem.report import (
+from fieldmem.model.readings import DeviceStats, ProbeReading, RunReading, device_bytes, plan_call
+from fieldmem.model.report import (
     AliasCheck,
     DeviceMemory,
     Finding,
@@ -49,7 +49,7 @@ from fieldmem.report import (
     Transfers,
     Variant,
 )
-from fieldmem.units import format_bytes
+from fieldmem.model.units import format_bytes
 
 if TYPE_CHECKING:
     from fieldmem.xla.hlo import HloParser
@@ -202,7 +202,7 @@ def planned_device_bytes(
     variant: Variant, platform: str | None, inputs: Sequence[InputInfo] = ()
 ) -> tuple[int | None, int | None]:
     """What the device's allocator is planned to hold at the peak of one call of ``variant``, per device, and
-    the part of it that is the executable's code (:func:`fieldmem.readings.plan_call`: the rule of the
+    the part of it that is the executable's code (:func:`fieldmem.model.readings.plan_call`: the rule of the
     backend, measured: on a TPU the arguments, the new outputs and the code; elsewhere the footprint).
     ``inputs``: the call's argument leaves (those jit dropped are on the device for the call too)."""
     memory = variant.memory
@@ -214,7 +214,7 @@ def planned_device_bytes(
     return plan.bytes, plan.code
 
 
-#: the report's figures a call's plan is made of (fieldmem.readings.plan_call)
+#: the report's figures a call's plan is made of (fieldmem.model.readings.plan_call)
 PLAN_FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes")
 
 

@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fieldmem.report import IN_PLACE_KINDS, Expectation, Finding, FindingCode, Verdict, VerdictKind
-from fieldmem.units import format_bytes
+from fieldmem.model.report import IN_PLACE_KINDS, Expectation, Finding, FindingCode, Verdict, VerdictKind
+from fieldmem.model.units import format_bytes
 
 __all__ = [
     "CHOICE_CODES",

@@ -12,11 +12,11 @@ instruction names), so a refreshed baseline changes in git exactly when the
 findings change.
 
 :func:`compare_to_baseline` collects *every* regression and improvement (each a
-:class:`~fieldmem.report.Change`; which copies and aliases are the same in the
+:class:`~fieldmem.model.report.Change`; which copies and aliases are the same in the
 two runs is :mod:`fieldmem.gate.diff`'s to say) into the report's
-:class:`~fieldmem.report.BaselineComparison`; the exit code
+:class:`~fieldmem.model.report.BaselineComparison`; the exit code
 (``Report.exit_code``) then fails once. Nothing here prints; files are
-written only through :func:`fieldmem.files.write_atomic`.
+written only through :func:`fieldmem.model.files.write_atomic`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fieldmem.codec import decode, encode
-from fieldmem.errors import FieldmemError
-from fieldmem.files import LockTimeout, lock_path, locked, read_json, terminating, write_atomic
 from fieldmem.gate.diff import (
     CopyRecord,
     Delta,
@@ -48,7 +45,10 @@ from fieldmem.gate.diff import (
     peak_line_text,
     peak_lines_of,
 )
-from fieldmem.report import (
+from fieldmem.model.codec import decode, encode
+from fieldmem.model.errors import FieldmemError
+from fieldmem.model.files import LockTimeout, lock_path, locked, read_json, terminating, write_atomic
+from fieldmem.model.report import (
     MEMORY_FIGURES,
     Accepted,
     BaselineComparison,
@@ -58,9 +58,9 @@ from fieldmem.report import (
     TargetResult,
     Variant,
 )
+from fieldmem.model.units import format_bytes
 from fieldmem.request.target import is_file_spec, is_installed, module_file
 from fieldmem.request.tolerance import COPIES, FIGURES, Tolerance, Tolerances
-from fieldmem.units import format_bytes
 
 __all__ = [
     "SCHEMA",
@@ -476,7 +476,7 @@ def save_baseline(
     this run's backend and device kind whose target is not in this run.
     Targets are named relative to ``root`` (:func:`project_name`; default:
     the baseline's folder). The read-merge-write holds the lock beside the
-    file (:func:`fieldmem.files.locked`), so two processes saving into one
+    file (:func:`fieldmem.model.files.locked`), so two processes saving into one
     baseline at once keep both their targets. A symbolic link at ``path`` is
     kept: the file it points to is replaced. A read-only baseline is refused.
 
@@ -675,7 +675,7 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
         what = f"schema {schema!r}" if schema is not None else "no fieldmem schema"
         hint = (
             "; a fieldmem report is not a baseline: save one with --save-baseline"
-            if schema and str(schema).startswith("fieldmem.report/")
+            if schema and str(schema).startswith("fieldmem.model.report/")
             else ""
         )
         raise BaselineError(

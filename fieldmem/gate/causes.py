@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fieldmem.report import BaselineComparison, Change, Check, Finding, TargetResult
+from fieldmem.model.report import BaselineComparison, Change, Check, Finding, TargetResult
 
 __all__ = ["Cause", "finding_causes", "regression_causes"]
 

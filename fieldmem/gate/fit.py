@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fieldmem.errors import FieldmemError
-from fieldmem.fit_report import (
+from fieldmem.model.errors import FieldmemError
+from fieldmem.model.fit_report import (
     ComparedRow,
     ComparedSearch,
     FitBaseline,
@@ -54,7 +54,7 @@ class FitBaselineError(FieldmemError):
 def is_fit_document(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds a ``fieldmem.fit`` document (read cheaply: its ``schema``; anything that cannot
     be read is not one, and its own reader says why)."""
-    from fieldmem.files import read_json
+    from fieldmem.model.files import read_json
 
     try:
         data = read_json(path, "report", FitBaselineError, missing="", hint="")
@@ -69,7 +69,7 @@ def load_fit_report(path: str | os.PathLike[str], what: str = "fit baseline") ->
     Raises:
         FitBaselineError: the file is missing, unreadable, not JSON or not a fit document; one line naming it.
     """
-    from fieldmem.files import read_json
+    from fieldmem.model.files import read_json
 
     shown = os.fspath(path)
     hint = "give a document written by fieldmem fit -f json -o FILE or --save-baseline FILE"
@@ -81,7 +81,7 @@ def load_fit_report(path: str | os.PathLike[str], what: str = "fit baseline") ->
     except FitReportError as exc:
         extra = ""
         if isinstance(data, dict) and str(data.get("schema", "")).startswith(
-            ("fieldmem.report/", "fieldmem.baseline/")
+            ("fieldmem.model.report/", "fieldmem.baseline/")
         ):
             extra = f" (it is {data['schema']}, written by fieldmem check)"
         raise FitBaselineError(f"{what} {shown!r} is not a fit document{extra}: {exc.message}") from None
@@ -136,7 +136,7 @@ def _regression(move: FrontierMove, searched: str | None) -> str | None:
 
 
 def compare_to_baseline(report: FitReport, baseline: FitReport, file: str) -> FitReport:
-    """``report`` with each search compared with its baseline entry (:class:`~fieldmem.fit_report.FitBaseline`)."""
+    """``report`` with each search compared with its baseline entry (:class:`~fieldmem.model.fit_report.FitBaseline`)."""
     entries = {s.key: s for s in baseline.searches}
     searches = []
     for search in report.searches:

@@ -2,7 +2,7 @@
 
 Every renderer has the same interface, ``render(report, options) -> str``,
 and a file extension, so the CLI, tests and ``-o FILE`` treat them alike.
-Each shows user text by one rule (:mod:`fieldmem.escaping`): it makes the
+Each shows user text by one rule (:mod:`fieldmem.model.escaping`): it makes the
 report's strings visible first and passes its whole output through
 ``defused`` (JSON: ``json_defused``) last.
 Each renderer's module is imported only when it renders, so importing this
@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from fieldmem.report import Report
+from fieldmem.model.report import Report
 from fieldmem.request.options import FORMATS, MIN_BYTES
 
 __all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer", "preload", "text_console"]
@@ -27,7 +27,7 @@ __all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer", "preload", 
 class RenderOptions:
     """How to lay out a report: ``width`` in columns; ``color``: with ANSI styles, in rich's
     ``color_system`` (``standard``, ``256``, ``truecolor``, ``windows``), and ``no_color``: styles (bold,
-    dim) without colours. For the terminal, :func:`fieldmem.emit.terminal_options` takes all four from
+    dim) without colours. For the terminal, :func:`fieldmem.frontends.output.terminal_options` takes all four from
     what rich reads of stdout and the environment; files get plain text."""
 
     verbose: bool = False
@@ -112,7 +112,7 @@ RENDERERS: dict[str, Renderer] = {
 
 
 def get_renderer(name: str) -> Renderer:
-    from fieldmem.errors import OptionError
+    from fieldmem.model.errors import OptionError
 
     if name not in RENDERERS:
         raise OptionError(f"--format {name!r} is not known: use one of {', '.join(RENDERERS)}")

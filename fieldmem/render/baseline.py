@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 from rich.console import RenderableType
 
-from fieldmem.errors import listing
-from fieldmem.escaping import defused, visible, visible_strings
+from fieldmem.model.errors import listing
+from fieldmem.model.escaping import defused, visible, visible_strings
+from fieldmem.model.report import BaselineComparison
 from fieldmem.render.layout import hanging
 from fieldmem.render.pieces import count
-from fieldmem.report import BaselineComparison
 
 if TYPE_CHECKING:
     from fieldmem.gate.baseline import SavedBaseline

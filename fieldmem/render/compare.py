@@ -19,12 +19,12 @@ from rich import box
 from rich.table import Table
 from rich.text import Text
 
-from fieldmem.escaping import defused, json_defused, visible_strings
 from fieldmem.gate.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column, Comparison, Difference, Row
+from fieldmem.model.escaping import defused, json_defused, visible_strings
+from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import hanging, natural_width, wrapped
 from fieldmem.render.pieces import FAIL, PASS, code, count, escape, verdict_words
-from fieldmem.units import format_bytes
 
 __all__ = [
     "COMPARE_RENDERERS",
@@ -301,7 +301,7 @@ COMPARE_RENDERERS: dict[str, CompareRenderer] = {
 
 
 def get_compare_renderer(name: str) -> CompareRenderer:
-    from fieldmem.errors import OptionError
+    from fieldmem.model.errors import OptionError
 
     if name not in COMPARE_RENDERERS:
         raise OptionError(f"--format {name!r} is not known for compare: use one of {', '.join(COMPARE_RENDERERS)}")

@@ -1,10 +1,10 @@
-"""Renderers for ``fieldmem fit``: a :class:`~fieldmem.fit_report.FitReport` as a terminal table, a JSON
+"""Renderers for ``fieldmem fit``: a :class:`~fieldmem.model.fit_report.FitReport` as a terminal table, a JSON
 document (``fieldmem.fit/1``), Markdown, or an SVG picture of each search's footprint against the searched
 knob, one line per row, with the device's memory across it.
 
 Same interface as the report renderers, ``render(report, options) -> str``. They format what the search
 found and decide nothing: which value fits, what moved the peak and which check failed are in the report.
-Every string from the user is shown by :mod:`fieldmem.escaping`'s rule.
+Every string from the user is shown by :mod:`fieldmem.model.escaping`'s rule.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-from fieldmem.codec import builtins
-from fieldmem.escaping import defused, json_defused, visible_strings
-from fieldmem.fit_report import (
+from fieldmem.model.codec import builtins
+from fieldmem.model.escaping import defused, json_defused, visible_strings
+from fieldmem.model.fit_report import (
     FitComparison,
     FitPoint,
     FitReport,
@@ -32,10 +32,10 @@ from fieldmem.fit_report import (
     knob_text,
     values_text,
 )
+from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import Column, fitted_table, hanging, wrapped
 from fieldmem.render.pieces import FAIL, PASS, escape
-from fieldmem.units import format_bytes
 
 __all__ = [
     "FIT_RENDERERS",
@@ -528,7 +528,7 @@ FIT_RENDERERS: dict[str, FitRenderer] = {
 
 
 def get_fit_renderer(name: str) -> FitRenderer:
-    from fieldmem.errors import OptionError
+    from fieldmem.model.errors import OptionError
 
     if name not in FIT_RENDERERS:
         raise OptionError(f"--format {name!r} is not known here: use one of {', '.join(FIT_RENDERERS)}")

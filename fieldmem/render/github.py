@@ -20,7 +20,7 @@ decides nothing: severities, sources, messages and what the baseline accepts
 are the report's.
 
 User text is first made visible by fieldmem's one rule
-(:mod:`fieldmem.escaping`: a line break or ESC in a name shows as ``\\n`` or
+(:mod:`fieldmem.model.escaping`: a line break or ESC in a name shows as ``\\n`` or
 ``\\x1b``, ``##[`` as ``##\\[``), then escaped as GitHub's toolkit
 (``@actions/core``) escapes it: in a message ``%``, ``\\r`` and ``\\n`` become
 ``%25``, ``%0D`` and ``%0A``; in a property (file, title) ``:`` and ``,`` are
@@ -33,11 +33,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from fieldmem.escaping import defused, visible_strings
 from fieldmem.gate.causes import Cause, finding_causes, regression_causes
+from fieldmem.model.escaping import defused, visible_strings
+from fieldmem.model.report import Chain, Check, Report, TargetResult
 from fieldmem.render import RenderOptions
 from fieldmem.render.pieces import count, judged_text, libraries_text, plugins_text
-from fieldmem.report import Chain, Check, Report, TargetResult
 
 __all__ = ["annotation", "annotations_by_level", "escape_data", "escape_property", "job_summary", "location", "render"]
 

@@ -22,7 +22,19 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fieldmem.escaping import defused, visible_strings
+from fieldmem.model.escaping import defused, visible_strings
+from fieldmem.model.report import (
+    MEMORY_FIGURES,
+    BaselineComparison,
+    Change,
+    Copy,
+    LiveBuffer,
+    Report,
+    TargetResult,
+    Timeline,
+    Variant,
+)
+from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions
 from fieldmem.render.flame import FLAME_CSS, FLAME_JS, MAX_BUFFERS, MAX_CHILDREN, flame_data, script_json
 from fieldmem.render.pieces import (
@@ -45,18 +57,6 @@ from fieldmem.render.pieces import (
     transfer_lines,
     verdict_words,
 )
-from fieldmem.report import (
-    MEMORY_FIGURES,
-    BaselineComparison,
-    Change,
-    Copy,
-    LiveBuffer,
-    Report,
-    TargetResult,
-    Timeline,
-    Variant,
-)
-from fieldmem.units import format_bytes
 
 __all__ = ["OPEN_ALL_UP_TO", "render"]
 
@@ -890,7 +890,7 @@ def _attention(results: Sequence[TargetResult], anchors: list[str], shown: int =
 
 
 def render(report: Report, options: RenderOptions) -> str:
-    """The whole page as one string (write it with ``fieldmem.files.write_atomic``)."""
+    """The whole page as one string (write it with ``fieldmem.model.files.write_atomic``)."""
     report = visible_strings(report)  # every name, path and message as fieldmem shows user text
     results = report.results
     anchors = _anchors(results)

@@ -1,4 +1,4 @@
-"""JSON renderer: the ``fieldmem.report/2`` document (named so as not to shadow ``json``).
+"""JSON renderer: the ``fieldmem.model.report/2`` document (named so as not to shadow ``json``).
 
 The document is laid out for both readers: one top-level key per line, and
 each result and chain on a line of its own, written compactly inside. A
@@ -17,10 +17,10 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from fieldmem.codec import builtins
-from fieldmem.escaping import json_defused
+from fieldmem.model.codec import builtins
+from fieldmem.model.escaping import json_defused
+from fieldmem.model.report import REPORTS_SCHEMA, Report
 from fieldmem.render import RenderOptions
-from fieldmem.report import REPORTS_SCHEMA, Report
 
 __all__ = ["document_text", "render", "render_many"]
 
@@ -32,7 +32,7 @@ def render(report: Report, options: RenderOptions) -> str:
 
 
 def render_many(reports: Sequence[Report], options: RenderOptions) -> str:
-    """Several reports as one ``fieldmem.reports/1`` document (:class:`~fieldmem.report.Reports`): each report
+    """Several reports as one ``fieldmem.reports/1`` document (:class:`~fieldmem.model.report.Reports`): each report
     laid out as :func:`render` lays it out, inside the envelope's list."""
     inner = ",\n".join(render(report, options).rstrip("\n") for report in reports)
     return json_defused(f'{{\n"schema": {json.dumps(REPORTS_SCHEMA)},\n"reports": [\n{inner}\n]\n}}\n')

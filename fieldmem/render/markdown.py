@@ -9,12 +9,14 @@ not fine with their source lines, and the environment. A failed check the
 baseline accepts is shown as accepted (☑️), never hidden. It formats the report and decides nothing; ``escape`` and
 ``code`` (from :mod:`fieldmem.render.pieces`) make user names (which may
 hold ``|``, backticks or ``*``) safe in table cells and prose, after the
-one rule of :mod:`fieldmem.escaping` made them visible.
+one rule of :mod:`fieldmem.model.escaping` made them visible.
 """
 
 from __future__ import annotations
 
-from fieldmem.escaping import defused, visible_strings
+from fieldmem.model.escaping import defused, visible_strings
+from fieldmem.model.report import BaselineComparison, Change, Check, Report, TargetResult, Variant
+from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions
 from fieldmem.render.pieces import (
     FAIL,
@@ -33,8 +35,6 @@ from fieldmem.render.pieces import (
     transfer_lines,
     verdict_words,
 )
-from fieldmem.report import BaselineComparison, Change, Check, Report, TargetResult, Variant
-from fieldmem.units import format_bytes
 
 __all__ = ["ACCEPTED", "headline", "render", "verdict_text"]
 

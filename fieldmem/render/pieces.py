@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 
-from fieldmem.report import Chain, ChainStep, Copy, HostFromShardings, LiveBuffer, Report, TargetResult, Variant
-from fieldmem.units import format_bytes
-from fieldmem.words import copy_kind_label
+from fieldmem.model.report import Chain, ChainStep, Copy, HostFromShardings, LiveBuffer, Report, TargetResult, Variant
+from fieldmem.model.units import format_bytes
+from fieldmem.model.vocabulary import copy_kind_label
 
 __all__ = [
     "FAIL",

@@ -17,7 +17,10 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from fieldmem.escaping import defused, visible_strings
+from fieldmem.model.escaping import defused, visible_strings
+from fieldmem.model.report import MEMORY_FIGURES, Check, Copy, Report, TargetResult, Timeline, Variant
+from fieldmem.model.units import format_bytes
+from fieldmem.model.vocabulary import copy_kind_label
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import Column, fitted_table, hanging, wrapped
 from fieldmem.render.pieces import (
@@ -42,9 +45,6 @@ from fieldmem.render.pieces import (
     transfer_lines,
     verdict_words,
 )
-from fieldmem.report import MEMORY_FIGURES, Check, Copy, Report, TargetResult, Timeline, Variant
-from fieldmem.units import format_bytes
-from fieldmem.words import copy_kind_label
 
 __all__ = ["render", "render_lines", "sparkline"]
 
@@ -590,7 +590,7 @@ def render_lines(lines: list[str], options: RenderOptions, indent: int = 2) -> s
     """Lines of words (``--watch``'s changes under a target's row) at the options' width: each from column
     ``indent``, and each line it wraps to two columns further in, as the report's own lines wrap. User text
     in them is shown as fieldmem shows it."""
-    from fieldmem.escaping import visible
+    from fieldmem.model.escaping import visible
 
     buffer = io.StringIO()
     console = text_console(buffer, options)
@@ -601,7 +601,7 @@ def render_lines(lines: list[str], options: RenderOptions, indent: int = 2) -> s
 
 def _trimmed(text: str, color: bool = False) -> str:
     """Each line without the trailing blanks the grids pad their last column with; printable as it is
-    (:func:`~fieldmem.escaping.defused`)."""
+    (:func:`~fieldmem.model.escaping.defused`)."""
     lines = text.split("\n")  # the console's own line breaks only: anything else is escaped, not split on
     if lines[-1] == "":
         lines.pop()

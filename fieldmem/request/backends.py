@@ -20,8 +20,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from fieldmem.errors import OptionError
-from fieldmem.readings import DeviceMemory
+from fieldmem.model.errors import OptionError
+from fieldmem.model.readings import DeviceMemory
 
 __all__ = [
     "CUDA_PLUGINS",
@@ -52,14 +52,14 @@ TPU_KINDS: Mapping[str, tuple[str, int]] = {
     "v5p": ("v5p", 3),
     "v6e": ("v6e", 2),
 }
-# GPU kind -> the target-config spec shipped in fieldmem/specs/gpu/ (XLA's per-GPU spec files)
+# GPU kind -> the target-config spec shipped in fieldmem/model/specs/gpu/ (XLA's per-GPU spec files)
 GPU_KINDS: Mapping[str, str] = {
     "a100": "a100_sxm_80",
     "h100": "h100_sxm",
     "h200": "h200",
     "b200": "b200",
 }
-GPU_SPECS = Path(__file__).resolve().parent.parent / "specs" / "gpu"
+GPU_SPECS = Path(__file__).resolve().parent.parent / "model" / "specs" / "gpu"
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class BackendName:
 
 
 def gpu_spec_text(kind: str) -> str:
-    """The GpuTargetConfigProto text of GPU ``kind`` (``h100``), shipped in fieldmem/specs/gpu/."""
+    """The GpuTargetConfigProto text of GPU ``kind`` (``h100``), shipped in fieldmem/model/specs/gpu/."""
     return (GPU_SPECS / f"{GPU_KINDS[kind]}.txtpb").read_text()
 
 
@@ -180,7 +180,7 @@ def device_memory(backend: BackendName) -> DeviceMemory | None:
     return DeviceMemory(
         int(found.group(1)),
         f"{article} {backend.kind.upper()}",
-        f"device_memory_size in XLA's target config for the {backend.kind.upper()} (fieldmem/specs/gpu/)",
+        f"device_memory_size in XLA's target config for the {backend.kind.upper()} (fieldmem/model/specs/gpu/)",
     )
 
 

@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fieldmem.errors import OptionError
+from fieldmem.model.errors import OptionError
+from fieldmem.model.units import parse_bytes
 from fieldmem.request.backends import check_combination, parse_backend
 from fieldmem.request.config import Config
 from fieldmem.request.options import (
@@ -42,7 +43,6 @@ from fieldmem.request.options import (
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions, display_path
 from fieldmem.request.tolerance import Tolerances
-from fieldmem.units import parse_bytes
 
 __all__ = [
     "BaselineSettings",
@@ -234,7 +234,7 @@ def _jax_versions(flags: CheckFlags, config: Config) -> tuple[str, ...] | None:
             raise OptionError("--python runs the workers under that interpreter: drop --no-isolate")
         return None  # the interpreter's own jax; [tool.fieldmem] jax gives way to it
     if versions is not None:
-        from fieldmem.versions import check_supported
+        from fieldmem.model.versions import check_supported
 
         for version in versions:
             check_supported(version)
@@ -328,7 +328,7 @@ def check_writable(output: Path, option: str = "--output", *, through_link: bool
         OptionError: ``output`` is a folder, a FIFO, a device or a socket (never replaced, never waited
             on), or its folder does not exist.
     """
-    from fieldmem.files import not_a_file
+    from fieldmem.model.files import not_a_file
 
     folder = output.parent if str(output.parent) else Path(".")
     if output.is_dir():

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fieldmem.errors import FieldmemError, OptionError, listing, quoted
+from fieldmem.model.errors import FieldmemError, OptionError, listing, quoted
+from fieldmem.model.units import parse_bytes
 from fieldmem.request.options import (
     EXPECTATIONS,
     FORMATS,
@@ -35,7 +36,6 @@ from fieldmem.request.options import (
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
 from fieldmem.request.target import TargetOptions, display_path, is_file_spec
 from fieldmem.request.tolerance import Tolerances
-from fieldmem.units import parse_bytes
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -194,7 +194,7 @@ def load_config(path: str | os.PathLike[str] | None = None, *, start: str | os.P
 def _not_a_file(file: Path) -> str:
     """What ``file`` is where it is no regular file to read: ``does not exist``, ``is a FIFO, not a file``,
     ``is a symbolic link loop``... (a FIFO is never opened: it would wait for a writer)."""
-    from fieldmem.files import not_a_file
+    from fieldmem.model.files import not_a_file
 
     try:
         os.lstat(file)

@@ -8,7 +8,7 @@ A knob is a keyword parameter of the step's args factory: ``batch=1..4096`` (eve
 value that fits for each combination of the listed ones. ``--at-least batch=256`` is a floor on that
 largest value, so it names the range knob.
 
-Every mistake is an :class:`~fieldmem.errors.OptionError` (a config's, a
+Every mistake is an :class:`~fieldmem.model.errors.OptionError` (a config's, a
 :class:`~fieldmem.request.config.ConfigError`) in one line, raised before anything compiles. Nothing here
 imports jax, prints or reads a file other than the config.
 """
@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fieldmem.errors import OptionError, quoted
-from fieldmem.fit_report import Knob, KnobValue, knob_text
+from fieldmem.model.errors import OptionError, quoted
+from fieldmem.model.fit_report import Knob, KnobValue, knob_text
+from fieldmem.model.units import parse_bytes
 from fieldmem.request.options import parse_backends
 from fieldmem.request.spec import DonateSpec, StaticSpec
-from fieldmem.units import parse_bytes
 
 __all__ = [
     "FIT_FORMATS",
@@ -88,7 +88,7 @@ def _usage(option: str) -> str:
 
 
 def parse_knob(text: str, option: str = "--vary") -> Knob:
-    """One ``--vary`` value as a :class:`~fieldmem.fit_report.Knob`.
+    """One ``--vary`` value as a :class:`~fieldmem.model.fit_report.Knob`.
 
     Raises:
         OptionError: not ``NAME=RANGE`` or ``NAME=LIST``, a name that is not a Python identifier, an empty
@@ -581,7 +581,7 @@ def build_fit_request(flags: FitFlags, tables: Sequence[FitTable], config_baseli
     min_bytes = parse_bytes(flags.min_bytes, "--min-bytes") if flags.min_bytes is not None else MIN_BYTES
     jax_versions = parse_jax_versions(flags.jax) if flags.jax is not None else None
     if jax_versions is not None:
-        from fieldmem.versions import check_supported
+        from fieldmem.model.versions import check_supported
 
         for version in jax_versions:
             check_supported(version)

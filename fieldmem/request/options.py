@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fieldmem.errors import OptionError
-from fieldmem.machine import RESERVE, UNMEASURED, available_memory, malloc_arenas, usable_cores
-from fieldmem.report import EXPECTATIONS, Expectation
-from fieldmem.versions import is_release
+from fieldmem.model.errors import OptionError
+from fieldmem.model.machine import RESERVE, UNMEASURED, available_memory, malloc_arenas, usable_cores
+from fieldmem.model.report import EXPECTATIONS, Expectation
+from fieldmem.model.versions import is_release
 
 __all__ = [
     "EXPECTATIONS",
@@ -109,8 +109,8 @@ def choose_jobs(
     cores: int | None = None, available: int | Callable[[], int | None] | None = available_memory
 ) -> JobsChoice:
     """The default ``--jobs``: one compile per usable core, no more than the memory available holds (each
-    taken to need :data:`~fieldmem.machine.UNMEASURED`, the most one compile took in fieldmem's
-    measurements, beside :data:`~fieldmem.machine.RESERVE`), at least two where there are two cores (the
+    taken to need :data:`~fieldmem.model.machine.UNMEASURED`, the most one compile took in fieldmem's
+    measurements, beside :data:`~fieldmem.model.machine.RESERVE`), at least two where there are two cores (the
     compile gate, :mod:`fieldmem.driver.compile_memory`, starts a second only where the memory measured
     holds it), at most :data:`MAX_JOBS`.
 
@@ -226,7 +226,7 @@ def _names(value: object, given: str, what: str, example: str) -> tuple[str, ...
 
 def parse_jax_versions(value: object, option: str = "--jax") -> tuple[str, ...]:
     """``"0.9.2,0.10.2"`` or ``["0.9.2", "0.10.2"]`` -> ``("0.9.2", "0.10.2")``: the jax releases to check
-    under, each in its own environment (:mod:`fieldmem.engine.envs`), in the order given.
+    under, each in its own environment (:mod:`fieldmem.parent.envs`), in the order given.
 
     Raises:
         OptionError: a value that is not a release number (``0.10.2``), or one named twice.

@@ -13,13 +13,13 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from fieldmem.errors import OptionError
+from fieldmem.model.errors import OptionError
+from fieldmem.model.units import parse_bytes
 from fieldmem.request.options import footprint_budget, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec
-from fieldmem.units import parse_bytes
 
 if TYPE_CHECKING:
-    from fieldmem.report import Expectation
+    from fieldmem.model.report import Expectation
 
 __all__ = ["Case", "case", "chain", "registered_cases", "step_factories", "step_names"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from fieldmem.errors import OptionError
-from fieldmem.units import option_label
+from fieldmem.model.errors import OptionError
+from fieldmem.model.units import option_label
 
 __all__ = [
     "DonateSpec",

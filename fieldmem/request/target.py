@@ -25,9 +25,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from fieldmem.errors import ArgumentsError, TargetError, quoted
-from fieldmem.libraries import install_targets
-from fieldmem.report import Expectation
+from fieldmem.model.errors import ArgumentsError, TargetError, quoted
+from fieldmem.model.libraries import install_targets
+from fieldmem.model.report import Expectation
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
@@ -886,8 +886,8 @@ def _function_target(
     kwargs: dict[str, Any],
     settings: dict[str, Any],
 ) -> Target:
+    from fieldmem.model.units import parse_bytes
     from fieldmem.request.options import parse_new
-    from fieldmem.units import parse_bytes
 
     call_args, call_kwargs = tuple(args), dict(kwargs)
     # the footprint budget, by the name the caller gave it (max_peak= is its older name)
@@ -948,7 +948,7 @@ def in_hand(
     Raises:
         OptionError: not a function, fewer than two steps, or a setting fieldmem cannot use.
     """
-    from fieldmem.errors import OptionError
+    from fieldmem.model.errors import OptionError
     from fieldmem.request.registry import step_factories
 
     if kind == "function":

@@ -35,8 +35,8 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
-from fieldmem.errors import OptionError
-from fieldmem.units import parse_bytes
+from fieldmem.model.errors import OptionError
+from fieldmem.model.units import parse_bytes
 
 __all__ = ["COPIES", "FIGURES", "GROUPS", "MAX_PERCENT", "Tolerance", "Tolerances"]
 

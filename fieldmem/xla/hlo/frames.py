@@ -7,7 +7,7 @@ instruction (:attr:`~.model.SourceLocation.callers`) leads back to the user's
 code, and :func:`call_site` picks the frame there.
 
 What is library code is the caller's to say (``is_library_file``: fieldmem's one definition is
-:func:`fieldmem.libraries.is_library_file`, the files of the interpreter's installation folders, of
+:func:`fieldmem.model.libraries.is_library_file`, the files of the interpreter's installation folders, of
 any ``site-packages``, of fieldmem, and no file at all): this module reads no installation. Pure, no jax.
 """
 

@@ -469,7 +469,7 @@ class HloParser:
     threads: a lock lets one parse at a time read and replace what it keeps.
 
     Callers building many records pause the collector around a parse
-    (:mod:`fieldmem.collector`); this package does not reach outside itself to
+    (:mod:`fieldmem.model.collector`); this package does not reach outside itself to
     do it.
     """
 
