@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from fieldmem.model.versions import __version__
+from fieldmem.model import __version__
 
 if TYPE_CHECKING:
     from fieldmem.frontends.api import NotInPlaceError, assert_in_place, check_chain, check_function, check_releases

@@ -99,15 +99,16 @@ def test_an_unknown_name_is_an_attribute_error() -> None:
 
 def test_the_package_loads_nothing_so_the_command_starts_its_worker_first() -> None:
     """The ``fieldmem`` command spawns its worker from fieldmem.frontends.entry before anything else loads: importing
-    the package on the way there brings only its version (the registry, the report and the rest load when
-    first used), so the worker starts that much sooner."""
+    the package on the way there brings only its version (in fieldmem.model's ``__init__``; the registry,
+    the report and the rest load when first used), so the worker starts that much sooner."""
     modules = _modules_after("import fieldmem.frontends.entry, fieldmem.parent.spawn")
     assert [m for m in modules if m.split(".")[0] == "fieldmem"] == [
         "fieldmem",
+        "fieldmem.frontends",
+        "fieldmem.frontends.entry",
+        "fieldmem.model",
         "fieldmem.parent",
         "fieldmem.parent.spawn",
-        "fieldmem.frontends.entry",
-        "fieldmem.model.versions",
     ]
     assert _heavy(modules) == ["fieldmem.parent", "fieldmem.parent.spawn"]  # the spawner only: standard library
     names = _modules_after("import fieldmem\nfrom fieldmem import FieldmemError, case\nfieldmem.Case")

@@ -16,10 +16,10 @@ import datetime as _dt
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from fieldmem.model import __version__
 from fieldmem.model.errors import FieldmemError, OptionError
 from fieldmem.model.report import DeviceInfo, Expectation, Report
 from fieldmem.model.units import parse_bytes
-from fieldmem.model.versions import __version__
 from fieldmem.request.options import MIN_BYTES, CheckOptions, footprint_budget, parse_backends, parse_expect
 
 __all__ = [

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from fieldmem import __version__
+from fieldmem.model import __version__
 from fieldmem.model.errors import FieldmemError, OptionError, one_line
 
 if TYPE_CHECKING:

@@ -12,10 +12,10 @@ import datetime as _dt
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from fieldmem.model import __version__
 from fieldmem.model.errors import OptionError
 from fieldmem.model.fit_report import FitReport
 from fieldmem.model.units import parse_bytes
-from fieldmem.model.versions import __version__
 from fieldmem.request.options import MIN_BYTES
 
 __all__ = ["FitError", "assert_fits", "fit", "fit_failure_message"]

@@ -296,8 +296,8 @@ def run_fit(request: FitRequest, console: Console | None = None) -> FitReport:
     """
     from fieldmem.driver import cache_folder, default_cache_folder
     from fieldmem.driver.backends import with_device_count
+    from fieldmem.model import __version__
     from fieldmem.model.fit_report import FitReport, FitSearch
-    from fieldmem.model.versions import __version__
     from fieldmem.parent.fit import WorkerChecker, search
     from fieldmem.parent.interpreters import interpreters_for
     from fieldmem.parent.isolate import UnitSession

@@ -19,14 +19,10 @@ import re
 
 from fieldmem.model.errors import FieldmemError
 
-#: fieldmem's own version (keep it equal to ``version`` in pyproject.toml)
-__version__ = "0.1.0"
-
 __all__ = [
     "NEWEST_JAX",
     "OLDEST_JAX",
     "UnsupportedJaxError",
-    "__version__",
     "check_release",
     "check_supported",
     "is_release",

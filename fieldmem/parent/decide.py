@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from fieldmem.findings.chains import StepOutcome, analyze_chain
+from fieldmem.model import __version__
 from fieldmem.model.collector import collector_paused, collector_resumed
 from fieldmem.model.errors import CompileError
 from fieldmem.model.readings import CallShape, CompiledVariant, Environment
 from fieldmem.model.report import Chain, DeviceInfo, Deviceless, Report, TargetResult
-from fieldmem.model.versions import __version__
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, Target
 from fieldmem.worker.readers import Failed, Hands, HandsLost, Job, failed, hold
