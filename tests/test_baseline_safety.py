@@ -584,7 +584,7 @@ def test_a_save_killed_holding_the_lock_leaves_no_lock_file(tmp_path: Path) -> N
         [
             sys.executable,
             "-c",
-            "import sys, time; from fieldmem import files\n"
+            "import sys, time; from fieldmem.model import files\n"
             f"with files.locked({str(path)!r}, 5.0):\n    print('held', flush=True); time.sleep(60)",
         ],
         stdout=subprocess.PIPE,

@@ -640,7 +640,7 @@ def test_fieldmem_jax_workers_can_import_pytest(root: Path, monkeypatch: pytest.
     """--fieldmem-jax 0.7.1 failed every test module importing pytest: "No module named 'pytest' — a fieldmem
     bug". Its workers look last in a folder of links to this pytest and what it needs."""
     this_pytest = sys.modules["pytest"]
-    from fieldmem import pytest_plugin
+    from fieldmem.frontends import pytest_plugin
     from fieldmem.parent import interpreters, isolate
 
     folder = Path(envs.borrowed_folder(("pytest",)) or "")
