@@ -23,7 +23,7 @@ import pytest
 
 from fieldmem.model.libraries import is_library_file
 from fieldmem.model.report import Report, TargetResult
-from fieldmem.request.target import display_path
+from fieldmem.request.definitions import display_path
 from fieldmem.xla import buffers, hlo
 
 HERE = Path(__file__).resolve()

@@ -10,9 +10,11 @@ import pytest
 
 import fieldmem
 from fieldmem.model.errors import ArgumentsError, OptionError, TargetError
+from fieldmem.request.definitions import display_path
+from fieldmem.request.loading import load_module, resolve_object
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
-from fieldmem.request.target import Target, TargetOptions, display_path, load_module, resolve_object, resolve_target
+from fieldmem.request.target import Target, TargetOptions, resolve_target
 
 NO_OPTIONS = TargetOptions()
 

@@ -24,8 +24,8 @@ from typer.testing import CliRunner
 from fieldmem.driver import prepare_call
 from fieldmem.frontends.cli import app
 from fieldmem.model.errors import DonationError, TargetError
+from fieldmem.request.definitions import definition_of
 from fieldmem.request.spec import DonateSpec, StaticSpec
-from fieldmem.request.target import definition_of
 
 from helpers_compile import check_one, compiled_variants, make_target
 

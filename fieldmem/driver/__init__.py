@@ -12,13 +12,15 @@ Modules, in the order a check uses them:
 
 - :mod:`~fieldmem.driver.backends`: backends and devices, simulated CPU devices, the compilation cache.
 - :mod:`~fieldmem.driver.wrappers`: library jit wrappers (``flax.nnx.jit``, ``equinox.filter_jit``, jitted
-  methods, partials) as the jit they compile through, its arguments and the user's leaf names; refusals.
+  methods, partials) as the jit they compile through, its arguments and the user's leaf names;
+  :mod:`~fieldmem.driver.refusals`: what compiles by itself, and the wrappers refused in one line.
 - :mod:`~fieldmem.driver.prepare`: static and donated arguments, a user's jit options.
 - :mod:`~fieldmem.driver.lowering`: lowering and compiling both variants, the advisor's compile.
 - :mod:`~fieldmem.driver.compile_memory`: how many compiles run at once, by the memory left and measured.
 - :mod:`~fieldmem.driver.early`: a worker's static XLA:CPU compile, stopped once XLA has dumped what fieldmem
   reads; :mod:`~fieldmem.driver.dumped`: the figures and text of the finished compile, from that dump.
 - :mod:`~fieldmem.driver.variant`: a compiled program read into a plain ``CompiledVariant``.
+- :mod:`~fieldmem.driver.leaves`: its argument and output leaves, numbered as the report numbers them.
 - :mod:`~fieldmem.driver.placement`: where each example argument is against where the program takes it.
 - :mod:`~fieldmem.driver.execute`: ``--run``, one call and its buffers and device memory.
 - :mod:`~fieldmem.driver.probe`: ``--probe``, an update timed at two buffer sizes.

@@ -374,8 +374,8 @@ class _TransferLog:
         that match no leaf, and why nothing was measured (then the first is empty)."""
         if self.unavailable is not None:
             return (), 0, self.unavailable
+        from fieldmem.driver.leaves import flat_order
         from fieldmem.driver.placement import TRANSFER_LOG, flat_shardings, moved, sharding_key
-        from fieldmem.driver.variant import flat_order
 
         shardings = flat_shardings(compiled.executable, "input")
         order = flat_order(call)

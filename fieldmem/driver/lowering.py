@@ -26,8 +26,9 @@ from typing import Any
 
 from fieldmem.driver.deviceless import Target
 from fieldmem.driver.jaxerrors import first_line
+from fieldmem.driver.leaves import out_tree
 from fieldmem.driver.prepare import PreparedCall, concretize, user_jit_info
-from fieldmem.driver.variant import out_tree, read_variant
+from fieldmem.driver.variant import read_variant
 from fieldmem.driver.wrappers import PMAP_KINDS
 from fieldmem.model.errors import CompileError, DonationError, TargetError
 from fieldmem.model.readings import CompiledVariant, OutputLeaf

@@ -60,7 +60,7 @@ from fieldmem.model.report import (
     Verdict,
 )
 from fieldmem.model.units import format_bytes
-from fieldmem.request.target import display_path
+from fieldmem.request.definitions import display_path
 from fieldmem.xla import buffers, hlo
 from fieldmem.xla.spaces import device_spaces, space_name
 

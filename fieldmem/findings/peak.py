@@ -39,7 +39,7 @@ from fieldmem.model.report import (
     PeakSourceKind,
     StackFrame,
 )
-from fieldmem.request.target import display_path
+from fieldmem.request.definitions import display_path
 from fieldmem.xla import buffers, hlo
 
 __all__ = ["peak_breakdown", "user_stack"]

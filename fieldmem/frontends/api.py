@@ -151,7 +151,7 @@ def check_function(
         print(report.results[0].verdict.summary)
     """
     from fieldmem.parent.checker import check_targets
-    from fieldmem.request.target import in_hand
+    from fieldmem.request.in_hand import in_hand
 
     parse_expect(expect, "expect=", required=True)
     footprint_budget(max_footprint, max_peak)  # one of the two names, not both
@@ -265,7 +265,7 @@ def check_chain(
         assert report.chains[0].in_place, report.chains[0].summary
     """
     from fieldmem.parent.checker import check_targets
-    from fieldmem.request.target import in_hand
+    from fieldmem.request.in_hand import in_hand
 
     parse_expect(expect, "expect=", required=True)
     footprint_budget(max_footprint, max_peak)  # one of the two names, not both

@@ -112,9 +112,10 @@ def fit(
     """
     from fieldmem.parent.fit import LocalChecker, search
     from fieldmem.request.fit import fit_plan, parse_budget, parse_floors, parse_knobs
+    from fieldmem.request.in_hand import _callable_name, in_hand
     from fieldmem.request.options import CheckOptions, parse_backends
     from fieldmem.request.spec import DonateSpec, StaticSpec
-    from fieldmem.request.target import Target, _callable_name, in_hand
+    from fieldmem.request.target import Target
 
     if not callable(make_args):
         raise OptionError(f"make_args is {type(make_args).__name__}, not a callable returning the step's arguments")

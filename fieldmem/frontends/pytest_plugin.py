@@ -15,7 +15,7 @@ value is parsed once (options at configure time, a marker when its test is set
 up) and a bad one is a usage error naming it.
 
 Each check is also recorded under the name ``fieldmem check`` gives the same
-function in a baseline (:func:`fieldmem.request.target.in_hand_key`), so the
+function in a baseline (:func:`fieldmem.request.in_hand.in_hand_key`), so the
 two share one baseline file. When the session ends the checks are gated
 against ``--fieldmem-baseline`` (every regression collected, listed once in
 the terminal summary, and with ``--fieldmem-compare-fail`` failing the run)
@@ -237,7 +237,7 @@ class _Session:
     ) -> Report:
         from fieldmem.frontends.api import worker_options
         from fieldmem.parent.isolate import CallSession
-        from fieldmem.request.target import in_hand_name
+        from fieldmem.request.in_hand import in_hand_name
 
         interpreter, environ = _worker_for(backend, self.jax)
         key = (interpreter.label if interpreter is not None else "", tuple(sorted(environ.items())))
@@ -376,7 +376,7 @@ def _say(line: str) -> None:
 def _warn_in_process(kind: str, subject: Any, settings: dict[str, Any], why: str) -> None:
     import warnings
 
-    from fieldmem.request.target import in_hand_name
+    from fieldmem.request.in_hand import in_hand_name
 
     name = in_hand_name(kind, subject, settings.get("name"))
     warnings.warn(
@@ -775,7 +775,7 @@ class FieldmemCheck:
         failed."""
         __tracebackhide__ = True
         from fieldmem.frontends.api import NotInPlaceError
-        from fieldmem.request.target import in_hand_key, in_hand_name
+        from fieldmem.request.in_hand import in_hand_key, in_hand_name
 
         limits = _override(self.limits, {k: v for k, v in given.items() if v is not _UNSET}, "{}=")
         settings: dict[str, Any] = dict(

@@ -145,7 +145,7 @@ def _all_files(session: WatchSession) -> set[str]:
 
 def _recheck(session: WatchSession, request: CheckRequest, baseline: Baseline | None, edited: Sequence[str]) -> int:
     from fieldmem.frontends.output import write_files
-    from fieldmem.request.target import display_path
+    from fieldmem.request.definitions import display_path
 
     shown = visible(", ".join(display_path(path) for path in edited))
     typer.echo(f"fieldmem: {shown} changed: checking again", err=True)

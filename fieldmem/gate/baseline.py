@@ -59,7 +59,8 @@ from fieldmem.model.report import (
     Variant,
 )
 from fieldmem.model.units import format_bytes
-from fieldmem.request.target import is_file_spec, is_installed, module_file
+from fieldmem.request.definitions import is_installed, module_file
+from fieldmem.request.loading import is_file_spec
 from fieldmem.request.tolerance import COPIES, FIGURES, Tolerance, Tolerances
 
 __all__ = [

@@ -28,6 +28,7 @@ from fieldmem.model.errors import OptionError
 from fieldmem.model.units import parse_bytes
 from fieldmem.request.backends import check_combination, parse_backend
 from fieldmem.request.config import Config
+from fieldmem.request.definitions import display_path
 from fieldmem.request.options import (
     MAX_DEVICES,
     MIN_BYTES,
@@ -41,7 +42,7 @@ from fieldmem.request.options import (
     parse_new,
 )
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
-from fieldmem.request.target import TargetOptions, display_path
+from fieldmem.request.target import TargetOptions
 from fieldmem.request.tolerance import Tolerances
 
 __all__ = [

@@ -25,6 +25,8 @@ from typing import Any
 
 from fieldmem.model.errors import FieldmemError, OptionError, listing, quoted
 from fieldmem.model.units import parse_bytes
+from fieldmem.request.definitions import display_path
+from fieldmem.request.loading import is_file_spec
 from fieldmem.request.options import (
     EXPECTATIONS,
     FORMATS,
@@ -34,7 +36,7 @@ from fieldmem.request.options import (
     parse_new,
 )
 from fieldmem.request.spec import DonateSpec, StaticSpec, parse_shapes
-from fieldmem.request.target import TargetOptions, display_path, is_file_spec
+from fieldmem.request.target import TargetOptions
 from fieldmem.request.tolerance import Tolerances
 
 if sys.version_info >= (3, 11):

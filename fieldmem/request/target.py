@@ -4,18 +4,16 @@ A :class:`Target` remembers what the user typed, the function found, where its
 example arguments come from and the options that apply to it. Loading never
 prints; a spec that cannot be loaded raises :class:`TargetError` with a
 suggestion. The args factory is *not* called here: it runs per target in the
-checker, so one broken factory does not hide the other targets.
+checker, so one broken factory does not hide the other targets. The module is
+loaded in :mod:`.loading`, where the function is defined read in
+:mod:`.definitions`; a function in hand becomes a target in :mod:`.in_hand`.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import difflib
 import functools
-import hashlib
-import importlib
-import importlib.util
 import inspect
 import os
 import sys
@@ -26,8 +24,9 @@ from types import ModuleType
 from typing import Any
 
 from fieldmem.model.errors import ArgumentsError, TargetError, quoted
-from fieldmem.model.libraries import install_targets
 from fieldmem.model.report import Expectation
+from fieldmem.request.definitions import definition_of, jit_definition_of
+from fieldmem.request.loading import _a, _load_factory, is_file_spec, load_module, resolve_object
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
@@ -36,24 +35,13 @@ __all__ = [
     "Step",
     "Target",
     "TargetOptions",
-    "definition_of",
     "describe_chain",
     "describe_target",
     "described_chain",
     "described_target",
-    "display_path",
     "folder_targets",
     "fused_result_name",
     "given_name",
-    "in_hand",
-    "in_hand_key",
-    "in_hand_name",
-    "is_file_spec",
-    "is_installed",
-    "jit_definition_of",
-    "load_module",
-    "module_file",
-    "resolve_object",
     "resolve_target",
     "step_result_name",
     "with_knobs",
@@ -280,317 +268,6 @@ def _split_arguments(value: Any, origin: str) -> tuple[tuple[Any, ...], dict[str
             "return (arg0, arg1, ...) or ((args...), {kwargs...}); for one argument write (x,)"
         )
     return value, {}
-
-
-def definition_of(fn: Any) -> str | None:
-    """``file.py:LINE`` of the ``def`` behind ``fn``, or None.
-
-    Wrappers are unwrapped as far as they go: ``functools.partial`` (and equinox's ``Partial``), a bound
-    method (``solver.advance``), a ``jax.jit`` object (its ``_fun``), then the ``__wrapped__`` chain
-    (``flax.nnx.jit`` and ``equinox.filter_jit`` set it to the user's function).
-    """
-    target = fn
-    for _ in range(16):
-        if isinstance(target, functools.partial) or type(target).__name__ == "Partial":
-            target = getattr(target, "func", target)
-        elif inspect.ismethod(target):
-            target = target.__func__
-        elif getattr(target, "_fun", None) is not None and hasattr(target, "lower"):
-            target = target._fun
-        else:
-            break
-    if callable(target):
-        try:
-            target = inspect.unwrap(target)
-        except ValueError:  # a __wrapped__ cycle
-            pass
-    try:
-        file = inspect.getsourcefile(target)
-        _, line = inspect.getsourcelines(target)
-    except (TypeError, OSError):
-        return None
-    if file is None:
-        return None
-    return f"{display_path(file)}:{line}"
-
-
-_DONATION_KEYWORDS = ("donate_argnums", "donate_argnames", "donate")
-
-
-def jit_definition_of(fn: Any, module: ModuleType | None, name: str) -> str | None:
-    """``file.py:LINE`` where ``fn``, a jit object the user named ``name`` in ``module``, gets its donation:
-    the line of its ``donate_argnums``/``donate_argnames`` keyword in ``name = jax.jit(step, ...)`` or in a
-    ``@partial(jax.jit, ...)`` decorator of ``def name``, else the line of that assignment or decorator. None
-    for a plain function, or where the module's source does not say (a jit made in a function, no file)."""
-    if getattr(fn, "_fun", None) is None or not hasattr(fn, "lower") or module is None or "." in name:
-        return None
-    try:
-        file = inspect.getsourcefile(module)
-        source = Path(file).read_text(encoding="utf-8") if file else None
-    except (TypeError, OSError, UnicodeDecodeError):
-        return None
-    if source is None or file is None:
-        return None
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    line = _jit_line(tree, name)
-    return f"{display_path(file)}:{line}" if line is not None else None
-
-
-def _jit_line(tree: ast.Module, name: str) -> int | None:
-    """The line of ``name``'s jit in a module's top level (see :func:`jit_definition_of`)."""
-    found: int | None = None
-    for node in tree.body:
-        calls: list[ast.expr] = []
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
-            calls = [node.value]
-        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name:
-            calls = [node.value] if node.value is not None else []
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            calls = list(node.decorator_list)
-        else:
-            continue
-        found = calls[0].lineno if calls else node.lineno  # the last binding of the name wins, as in Python
-        for call in calls:
-            for inner in ast.walk(call):
-                if isinstance(inner, ast.keyword) and inner.arg in _DONATION_KEYWORDS:
-                    found = inner.value.lineno
-                    break
-    return found
-
-
-_INSTALLED = ("site-packages", "dist-packages")
-
-
-def display_path(file: str, cwd: str | None = None) -> str:
-    """``file`` relative to the working directory (``cwd``, or the process's) when it lies below it, else as
-    given; a file of an installed package (in site-packages, or a folder pip installed into on the path) from
-    the package on (``optax/_src/transform.py``), the same on every machine."""
-    return _display_path(file, os.getcwd() if cwd is None else cwd)
-
-
-@functools.lru_cache(maxsize=8192)
-def _display_path(file: str, cwd: str) -> str:
-    # per working directory: a peak's thousands of frames name a few files (relpath is the cost)
-    parts = file.replace("\\", "/").split("/")
-    for folder in _INSTALLED:
-        if folder in parts[:-1]:
-            return "/".join(parts[len(parts) - parts[::-1].index(folder) :])
-    for target in install_targets():  # pip install --target DIR, DIR on the path: as site-packages
-        if file.startswith(target + os.sep):
-            return file[len(target) + 1 :].replace("\\", "/")
-    try:
-        relative = os.path.relpath(file, cwd)
-    except ValueError:
-        return file
-    return relative if not relative.startswith("..") else file
-
-
-def is_installed(file: str) -> bool:
-    """``file`` lies in an installed package (a ``site-packages`` or ``dist-packages`` folder)."""
-    return any(folder in file.replace("\\", "/").split("/")[:-1] for folder in _INSTALLED)
-
-
-def module_file(module_name: str) -> str | None:
-    """The file of the module ``pkg.model``: the loaded module's, else the one importing it from the
-    current folder would load (looked up on the file system, nothing imported); None when there is none
-    (not found, a namespace package, a built-in module).
-
-    Lets a target written as a module (``pkg.model:update``) be named like the same target written as a
-    file (``pkg/model.py:update``) in a process that does not import the user's code (the CLI's parent).
-    """
-    loaded = sys.modules.get(module_name)
-    if loaded is not None:
-        file = getattr(loaded, "__file__", None)
-        return str(file) if file else None
-    if not module_name or not all(part.isidentifier() for part in module_name.split(".")):
-        return None
-    from importlib.machinery import PathFinder
-
-    search: list[str] | None = [os.getcwd(), *(p or os.getcwd() for p in sys.path if isinstance(p, str))]
-    found = None
-    parts = module_name.split(".")
-    for n in range(len(parts)):
-        try:
-            found = PathFinder.find_spec(".".join(parts[: n + 1]), search)
-        except (ImportError, ValueError, OSError):
-            return None
-        if found is None:
-            return None
-        search = list(found.submodule_search_locations or []) if n + 1 < len(parts) else None
-        if n + 1 < len(parts) and not search:
-            return None
-    origin = found.origin if found is not None else None
-    return origin if origin and os.path.isfile(origin) else None
-
-
-def in_hand_key(kind: str, subject: Any, name: str | None) -> str:
-    """The name a baseline keys a function (or chain) in hand by, as a target spec the gate reads
-    (:func:`fieldmem.gate.baseline.project_name`): ``name`` when given (a case's own name), else the file
-    of the function's module relative to the working folder with the qualified name
-    (``models/train.py:step``, ``../updates.py:update``), as ``fieldmem check`` names the same function
-    written as a file or a module; a module of an installed package (or one with no file) keeps
-    :func:`in_hand_name`'s ``module:qualname``.
-    """
-    display = in_hand_name(kind, subject, name)
-    if name:
-        return display
-    module_part, sep, rest = display.partition(":")
-    file = module_file(module_part) if sep else None
-    if file is None or is_installed(file):
-        return display
-    try:
-        shown = os.path.relpath(os.path.realpath(file))
-    except ValueError:  # another drive (Windows)
-        shown = os.path.realpath(file)
-    return f"{shown.replace(os.sep, '/')}:{rest}"
-
-
-def is_file_spec(module_part: str) -> bool:
-    """``path/to/file.py`` (or any path with a separator) rather than ``pkg.module``."""
-    return module_part.endswith(".py") or "/" in module_part or os.sep in module_part
-
-
-def load_module(module_part: str) -> ModuleType:
-    """Import ``pkg.module`` or load ``path/to/file.py`` (its folder goes on sys.path)."""
-    if is_file_spec(module_part):
-        path = Path(module_part)
-        if not path.is_file():
-            hint = " (a module is written pkg.module, a file path/to/file.py)" if not path.suffix else ""
-            raise TargetError(f"file {quoted(module_part)} does not exist{hint}")
-        path = path.resolve()
-        _refuse_non_utf8(module_part, str(path))
-        folder = str(path.parent)
-        if folder not in sys.path:
-            sys.path.insert(0, folder)
-        name = path.stem
-        existing = sys.modules.get(name)
-        if existing is not None:
-            if (file := getattr(existing, "__file__", None)) and Path(file).resolve() == path:
-                return existing
-            name = f"_fieldmem_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
-            if name in sys.modules:
-                return sys.modules[name]
-        spec = importlib.util.spec_from_file_location(name, path)
-        if spec is None or spec.loader is None:
-            raise TargetError(f"file {quoted(module_part)} cannot be loaded as a Python module")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        try:
-            spec.loader.exec_module(module)
-        except (Exception, SystemExit) as exc:
-            del sys.modules[name]
-            raise TargetError(f"loading {quoted(module_part)} raised {_describe(exc)}") from exc
-        return module
-
-    if not all(part.isidentifier() for part in module_part.split(".")):
-        raise TargetError(
-            f"{quoted(module_part)} is not a module name: use the form pkg.module:function or path/to/file.py:function"
-        )
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        return importlib.import_module(module_part)
-    except ModuleNotFoundError as exc:
-        missing = exc.name or ""
-        if missing and (module_part == missing or module_part.startswith(missing + ".")):
-            raise TargetError(
-                f"module {quoted(module_part)} not found: is it installed or under the current directory? "
-                "(a file also works: path/to/model.py:function)"
-            ) from exc
-        raise TargetError(f"importing {quoted(module_part)} raised {_describe(exc)}") from exc
-    except (Exception, SystemExit) as exc:
-        raise TargetError(f"importing {quoted(module_part)} raised {_describe(exc)}") from exc
-
-
-def _refuse_non_utf8(module_part: str, path: str) -> None:
-    """A file whose path has a byte that is not UTF-8 (decoded by Python as a lone surrogate, ``\\udcff``) is
-    refused: jax records the file of each line it traces, and fails on such a name (``std::bad_cast``).
-
-    Raises:
-        TargetError: the path is not valid UTF-8.
-    """
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        found = ord(exc.object[exc.start])
-        byte = f"the byte 0x{found - 0xDC00:02x}" if 0xDC80 <= found <= 0xDCFF else f"{chr(found)!r}"
-        raise TargetError(
-            f"file {quoted(module_part)}: its path holds {byte}, which is not UTF-8, and jax cannot compile code "
-            "from such a file: rename it (or the folder holding it)"
-        ) from None
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, SystemExit):
-        return f"SystemExit({exc.code!r}) (it calls sys.exit() at import: guard it with if __name__ == '__main__')"
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
-def _a(noun: str) -> str:
-    """``int`` -> ``an int``, ``tuple`` -> ``a tuple``."""
-    return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
-
-
-def resolve_object(module: ModuleType, module_part: str, attr_path: str) -> Any:
-    """``obj.attr`` inside ``module``, with a close-name suggestion when missing."""
-    obj: Any = module
-    walked = module_part
-    for part in attr_path.split("."):
-        if not part.isidentifier():
-            raise TargetError(f"{quoted(attr_path)} is not an attribute path: use function or obj.method")
-        try:
-            value = getattr(obj, part)
-        except AttributeError:
-            names = [n for n in dir(obj) if not n.startswith("__")]
-            close = difflib.get_close_matches(part, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            what = "module" if isinstance(obj, ModuleType) else type(obj).__name__
-            raise TargetError(f"{what} {quoted(walked)} has no {quoted(part)}{hint}") from None
-        except Exception as exc:
-            raise TargetError(f"reading {quoted(part)} of {quoted(walked)} raised {_describe(exc)}") from exc
-        obj = value
-        walked = f"{walked}:{part}" if walked == module_part else f"{walked}.{part}"
-    return obj
-
-
-def _load_factory(spec: str, module: ModuleType | None = None, module_name: str = "") -> tuple[Callable[[], Any], str]:
-    """The ``--args`` factory: ``MODULE:FACTORY``, or a bare ``FACTORY`` in the target's own module."""
-    module_part, sep, attr = spec.rpartition(":")
-    if not sep and spec.strip() and module is not None:
-        attr = spec.strip()
-        # a bare name is looked up beside the target (a factory in the target's own module)
-        if all(part.isidentifier() for part in attr.split(".")):
-            try:
-                factory = resolve_object(module, module_name, attr)
-            except TargetError as exc:
-                raise ArgumentsError(
-                    f"--args {quoted(spec)}: the target's module {module_name!r} has no {attr!r} "
-                    f"({exc.message}); name another module's factory as MODULE:FACTORY"
-                ) from exc
-            if not callable(factory):
-                raise ArgumentsError(
-                    f"--args {quoted(spec)} is {_a(type(factory).__name__)}, not a callable returning the arguments"
-                )
-            return factory, f"{module_name}:{attr}"
-    if not sep or not module_part or not attr:
-        raise ArgumentsError(
-            f"--args {quoted(spec)} is not FACTORY or MODULE:FACTORY (e.g. --args make_args, a factory in the "
-            "target's module, or --args pkg.model:make_args)"
-        )
-    try:
-        factory = resolve_object(load_module(module_part), module_part, attr)
-    except TargetError as exc:
-        raise ArgumentsError(f"--args {quoted(spec)}: {exc.message}") from exc
-    if not callable(factory):
-        raise ArgumentsError(
-            f"--args {quoted(spec)} is {_a(type(factory).__name__)}, not a callable returning the arguments"
-        )
-    return factory, spec
 
 
 def _from_case(
@@ -863,111 +540,6 @@ def resolve_target(spec: str, options: TargetOptions, *, in_folder: bool = False
     return [_from_case(spec, bare, options, module_name, module)]
 
 
-# ----------------------------------------------------------------------------
-# A function (or a chain) in hand, with its arguments: the Python API, the pytest plugin's checks (in
-# the caller's process, or in a worker from what fieldmem.driver.sendable sent)
-
-
-def _callable_name(fn: Callable[..., Any]) -> str:
-    """``module:name`` of ``fn``: the module its function is defined in, and the name the user gave ``fn``
-    there (:func:`given_name`: a jit alias by its own name, not the function it wraps)."""
-    inner = getattr(fn, "_fun", fn)
-    if getattr(inner, "__qualname__", None) is None and getattr(inner, "__name__", None) is None:
-        return type(fn).__name__
-    module = getattr(inner, "__module__", None)
-    name = given_name(fn)
-    return f"{module}:{name}" if module else name
-
-
-def _function_target(
-    fn: Callable[..., Any],
-    display: str,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    settings: dict[str, Any],
-) -> Target:
-    from fieldmem.model.units import parse_bytes
-    from fieldmem.request.options import parse_new
-
-    call_args, call_kwargs = tuple(args), dict(kwargs)
-    # the footprint budget, by the name the caller gave it (max_peak= is its older name)
-    budget = "max_footprint" if settings.get("max_footprint") is not None else "max_peak"
-    max_peak, max_live_peak = settings.get(budget), settings.get("max_live_peak")
-    return Target(
-        spec=display,
-        name=display,
-        function=fn,
-        # the (args, kwargs) form, so that a single tuple argument is never unpacked
-        args_factory=lambda: (call_args, call_kwargs),
-        args_origin=f"the arguments given to {display}",
-        shapes=None,
-        donate=DonateSpec.parse(settings.get("donate"), "donate="),
-        static=StaticSpec.parse(settings.get("static"), "static="),
-        expect=settings.get("expect") or "any",
-        max_peak=None if max_peak is None else parse_bytes(max_peak, f"{budget}="),
-        max_live_peak=None if max_live_peak is None else parse_bytes(max_live_peak, "max_live_peak="),
-        definition=definition_of(fn),
-        new=parse_new(settings.get("new"), "new=") or (),
-        jit_definition=jit_definition_of(fn, _module_of(fn), given_name(fn)),
-    )
-
-
 def _module_of(fn: Any) -> ModuleType | None:
     """The module the function behind ``fn`` is defined in (None: not imported)."""
     return sys.modules.get(getattr(getattr(fn, "_fun", fn), "__module__", None) or "")
-
-
-def in_hand_name(kind: str, subject: Any, name: str | None) -> str:
-    """The name :func:`in_hand` gives a function (``module:qualname``) or a chain (``module:a,b,c``)."""
-    if name:
-        return name
-    if kind == "function":
-        return _callable_name(subject)
-    steps = list(subject)
-    if not steps:
-        return "chain"
-    names = [_callable_name(s).rpartition(":")[2] for s in steps]
-    return f"{_callable_name(steps[0]).rpartition(':')[0]}:{','.join(names)}"
-
-
-def _extras_in_hand(extras: Any) -> Callable[[], Any] | None:
-    """A ``step_args`` value as a factory: a callable as it is, extras in hand returned as given."""
-    if extras is None or callable(extras):
-        return extras
-    return lambda: extras
-
-
-def in_hand(
-    kind: str, subject: Any, args: tuple[Any, ...], kwargs: dict[str, Any], **settings: Any
-) -> Target | ChainTarget:
-    """The target of a function (``kind`` ``"function"``) or a chain of steps (``"chain"``) in hand, called
-    with ``args`` and ``kwargs``; ``settings`` as :func:`fieldmem.check_function` and
-    :func:`fieldmem.check_chain` take them (``donate``, ``static``, ``name``, ``expect``, ``max_peak``,
-    ``max_live_peak``, ``new``, ``step_args``), parsed as the command line parses them.
-
-    Raises:
-        OptionError: not a function, fewer than two steps, or a setting fieldmem cannot use.
-    """
-    from fieldmem.model.errors import OptionError
-    from fieldmem.request.registry import step_factories
-
-    if kind == "function":
-        if not callable(subject):
-            raise OptionError(
-                f"{type(subject).__name__} is not callable: pass the update function first, then its arguments"
-            )
-        return _function_target(subject, in_hand_name(kind, subject, settings.get("name")), args, kwargs, settings)
-    steps = list(subject)
-    if len(steps) < 2 or not all(callable(s) for s in steps):
-        raise OptionError("check_chain needs a sequence of at least two functions, then the first one's arguments")
-    names = [_callable_name(s).rpartition(":")[2] for s in steps]
-    display = in_hand_name(kind, steps, settings.get("name"))
-    first = _function_target(steps[0], display, args, kwargs, {**settings, "new": None})
-    extras = step_factories(tuple(steps), settings.get("step_args"), "check_chain") or (None,) * len(steps)
-    return ChainTarget(
-        first=first,
-        steps=tuple(
-            Step(name=n, function=s, definition=definition_of(s), extras=_extras_in_hand(e))
-            for n, s, e in zip(names, steps, extras)
-        ),
-    )

@@ -386,7 +386,7 @@ def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
     import base64
 
     from fieldmem.driver.sendable import apply_tracing_config, loads
-    from fieldmem.request.target import in_hand
+    from fieldmem.request.in_hand import in_hand
     from fieldmem.worker.results import contained
 
     try:

@@ -26,7 +26,8 @@ import sys
 import types
 from collections.abc import Iterable
 
-from fieldmem.request.target import folder_targets, is_file_spec
+from fieldmem.request.loading import is_file_spec
+from fieldmem.request.target import folder_targets
 
 __all__ = ["forget", "spec_files"]
 

@@ -1,11 +1,13 @@
 """XLA's buffer assignment -> live ranges, the memory curve, the live peak.
 
 Pure bytes and records, no jax (tests/test_hlo.py checks every xla module's
-imports). Two modules:
+imports). Three modules:
 
 - :mod:`.decode`: the serialized ``BufferAssignmentProto`` (and the
   ``HloModuleProto`` that names its instruction ids) -> allocations, assigned
   slices and logical buffers;
+- :mod:`.values`: each logical buffer over the HLO it names (its slice, shape and source
+  line) and which values each instruction's output holds;
 - :mod:`.liveness`: those records over the scheduled HLO
   (:mod:`fieldmem.xla.hlo`) -> each value's live range, the curve of the bytes
   the live slices cover (per allocation, the union of their byte ranges) and its peak (``live_peak_bytes``).
@@ -38,10 +40,9 @@ from .liveness import (
     LiveSlice,
     MemorySpacePeak,
     SchedulePoint,
-    Slice,
-    ValueInfo,
     analyze_liveness,
 )
+from .values import Slice, ValueInfo
 
 __all__ = [
     "Allocation",

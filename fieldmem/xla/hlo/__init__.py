@@ -10,9 +10,9 @@ on the one below it:
 - :mod:`.parse`: text -> model (:func:`parse_hlo_module`, and :class:`HloParser`, which
   keeps what it parsed for the next text), the only code that
   knows how XLA prints a module;
-- :mod:`.queries`: what the findings ask of a model (copies kept, loops,
-  output producers and the inputs they read, source lines, slice updates,
-  constants);
+- :mod:`.queries`: what the findings ask of a model (loops, output producers
+  and the inputs they read, source lines, slice updates, constants);
+- :mod:`.copies`: the copies a model keeps, on the queries (:func:`find_copies`);
 - :mod:`.validate`: what the queries rely on, checked once after parsing
   (operands that exist, no cycles, bounded nesting): :class:`HloStructureError`;
 - :mod:`.frames`: which frames of a source stack are library code, and the
@@ -23,6 +23,7 @@ Callers use the names below (``from fieldmem.xla import hlo; hlo.find_copies(...
 
 from __future__ import annotations
 
+from .copies import find_copies
 from .frames import call_site
 from .model import (
     AliasEntry,
@@ -44,7 +45,6 @@ from .queries import (
     OldValueUse,
     conditional_branches,
     find_constants,
-    find_copies,
     loop_bodies,
     old_value_use,
     output_parameters,
