@@ -34,15 +34,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fieldmem.findings.analysis import (
-    ProgramLeaves,
-    analyze_variant,
-    donation_obstacle,
-    pairing_key,
-    same_path_inputs,
-    savings,
-)
+from fieldmem.findings.analysis import savings
+from fieldmem.findings.pairing import pairing_key, same_path_inputs
+from fieldmem.findings.program import ProgramLeaves
 from fieldmem.findings.transfers import given_again
+from fieldmem.findings.variant import analyze_variant, donation_obstacle
 from fieldmem.model.errors import FieldmemError
 from fieldmem.model.readings import CallShape, CompiledVariant, InputLeaf
 from fieldmem.model.report import (
@@ -865,7 +861,7 @@ def _free_output(
     """A free output of the leaf's size (computed from it, when ``sources`` is given).
 
     Among several: the one that pairs best with the leaf
-    (:func:`~fieldmem.findings.analysis.pairing_key`: of the same path,
+    (:func:`~fieldmem.findings.pairing.pairing_key`: of the same path,
     ``out[0]['w']`` for ``params['w']``, then of its shape and dtype), then the first.
     """
     if leaf.hlo_parameter is None:
