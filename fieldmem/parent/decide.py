@@ -122,7 +122,7 @@ def _run(
 
 def _probe(result: TargetResult, job: Job, donated: CompiledVariant, parser: HloParser, hands: Hands) -> TargetResult:
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
-    from fieldmem.findings.runcheck import apply_probes, probe_candidates, probe_outcome
+    from fieldmem.findings.probecheck import apply_probes, probe_candidates, probe_outcome
     from fieldmem.model.errors import RunError
     from fieldmem.model.report import InPlaceProbe
 
