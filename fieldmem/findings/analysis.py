@@ -25,6 +25,7 @@ from fieldmem.findings.copy_findings import (
     _old_value_use,
     _slice_update_copied,
     _stake,
+    declared_copy_finding,
 )
 from fieldmem.findings.pairing import _state_donor, declared_new
 from fieldmem.findings.program import ProgramLeaves, _call_site, _display_source, _shape_text
@@ -51,6 +52,7 @@ from fieldmem.model.report import (
     Verdict,
 )
 from fieldmem.model.units import format_bytes
+from fieldmem.model.vocabulary import copy_kind_word, is_move
 from fieldmem.xla import hlo
 
 __all__ = ["analyze_target", "savings"]
@@ -277,7 +279,7 @@ def _verdict(
         # a staging copy (through a TPU's VMEM) makes no second buffer: no finding of its own
         if (
             copy.bytes >= min_bytes
-            and copy.kind != "staging"
+            and not is_move(copy.kind)
             and (copy.kind in ("parameter", "loop") or copy.output is not None)
         ):
             update = _slice_update_copied(program.module, copy) if copy.output is not None else None
@@ -289,18 +291,9 @@ def _verdict(
     for copy in donated.copies:
         if copy.kind == "conditional" and copy.bytes >= min_bytes:
             findings.append(_conditional_copy_finding(copy))
-        if copy.kind in ("layout", "other") and copy.output is None and copy.bytes >= min_bytes:
-            findings.append(
-                Finding(
-                    "warning",
-                    "layout-copy" if copy.kind == "layout" else "other-copy",
-                    f"a {copy.shape} value ({format_bytes(copy.bytes)}) is copied{once}"
-                    f"{_at(copy.source, copy.call_site)}" + (" to change its layout" if copy.kind == "layout" else ""),
-                    source=copy.source,
-                    call_site=copy.call_site,
-                    bytes=_stake(copy),
-                )
-            )
+        kind_word = copy_kind_word(copy.kind)
+        if kind_word is not None and kind_word.finding is not None and copy.output is None and copy.bytes >= min_bytes:
+            findings.append(declared_copy_finding(copy, kind_word, once))  # layout-copy, other-copy
     for copy in plain.copies:
         if copy.kind == "parameter" and copy.bytes >= min_bytes and copy.of_parameter:
             why = "it is returned" if copy.output else "it is updated in place"

@@ -8,14 +8,17 @@ imports jax and never prints.
 
 from __future__ import annotations
 
+from typing import cast
+
 from fieldmem.findings.program import ProgramLeaves, _call_site, _display_source, _shape_text
 from fieldmem.findings.transfers import given_again
 from fieldmem.model.readings import InputLeaf, OutputLeaf
-from fieldmem.model.report import Copy, Finding, UnusableDonation
+from fieldmem.model.report import Copy, Finding, FindingCode, Severity, UnusableDonation
 from fieldmem.model.units import format_bytes
+from fieldmem.model.vocabulary import CopyKindWord, finding_word
 from fieldmem.xla import hlo
 
-__all__ = ["compiler_name", "hardware_hint"]
+__all__ = ["compiler_name", "declared_copy_finding", "hardware_hint"]
 
 
 def _at(source: str | None, call_site: str | None = None) -> str:
@@ -286,6 +289,22 @@ def _constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
             )
         )
     return findings
+
+
+def declared_copy_finding(copy: Copy, word: CopyKindWord, once: str = "") -> Finding:
+    """The finding of a copy whose kind's declaration names it (``layout-copy``, ``other-copy``: see
+    :class:`~fieldmem.model.vocabulary.CopyKindWord`): that code, with the severity declared for it, and the
+    kind's words after where the copy is; ``once`` as for :func:`_copy_finding`."""
+    assert word.finding is not None
+    return Finding(
+        cast(Severity, finding_word(word.finding).severities[0]),
+        cast(FindingCode, word.finding),
+        f"a {copy.shape} value ({format_bytes(copy.bytes)}) is copied{once}{_at(copy.source, copy.call_site)}"
+        f"{word.finding_words}",
+        source=copy.source,
+        call_site=copy.call_site,
+        bytes=_stake(copy),
+    )
 
 
 def _branch_text(branch: str | None) -> str:

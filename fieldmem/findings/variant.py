@@ -29,6 +29,7 @@ from fieldmem.model.report import (
     Variant,
 )
 from fieldmem.model.units import format_bytes
+from fieldmem.model.vocabulary import is_move
 from fieldmem.xla import buffers, hlo
 from fieldmem.xla.spaces import device_spaces
 
@@ -308,8 +309,8 @@ def analyze_variant(
             space_peaks=tuple(b for b in breakdowns if b.memory_space != 0),
             aliases=aliases,
             unusable_donations=_unusable(program, aliases),
-            copies=tuple(c for c in copies if c.kind != "staging"),
-            moves=tuple(c for c in copies if c.kind == "staging"),
+            copies=tuple(c for c in copies if not is_move(c.kind)),
+            moves=tuple(c for c in copies if is_move(c.kind)),
             jax_warnings=variant.lowering_warnings,
             lower_seconds=round(variant.lower_seconds, 4),
             compile_seconds=round(variant.compile_seconds, 4),
