@@ -149,7 +149,7 @@ def main() -> None:
     import jax
 
     from fieldmem.driver import prepare_call, probe_update, start_variants
-    from fieldmem.findings.runcheck import probe_outcome
+    from fieldmem.findings.probecheck import probe_outcome
     from fieldmem.request.spec import DonateSpec, StaticSpec
 
     rows = []

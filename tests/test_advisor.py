@@ -510,7 +510,8 @@ def test_one_suggested_argument_saves_the_headline_and_costs_no_compile_more() -
 
 
 def test_marginals_that_do_not_add_up_are_explained_in_a_note() -> None:
-    from fieldmem.findings.advisor import _Argument, _note_interactions
+    from fieldmem.findings.donation_outcomes import _Argument
+    from fieldmem.findings.marginals import _note_interactions
 
     chosen = [_Argument("params", 0, ()), _Argument("opt_state", 1, ())]
     notes: list[str] = []

@@ -43,7 +43,7 @@ def golden(name: str) -> tuple[bytes, bytes, str, dict[str, int]]:
 
 
 def live_analysis(buffer_assignment: bytes, module_proto: bytes, hlo_text: str) -> LiveAnalysis:
-    """The product's path (fieldmem.findings.analysis): decode, parse, analyse."""
+    """The product's path (fieldmem.findings.liveness): decode, parse, analyse."""
     return analyze_liveness(decode_buffer_assignment(buffer_assignment, module_proto), parse_hlo_module(hlo_text))
 
 

@@ -32,6 +32,7 @@ import fieldmem.driver as driver
 import fieldmem.driver.lowering as lowering
 import fieldmem.findings.advisor as advisor
 import fieldmem.findings.analysis as analysis
+import fieldmem.findings.probecheck as probecheck
 import fieldmem.findings.runcheck as runcheck
 import fieldmem.parent.decide as brain
 import fieldmem.xla.hlo as hlo
@@ -183,7 +184,7 @@ def _less_code_size(memory: MemoryFigures) -> MemoryFigures:
 
 
 def test_an_exception_in_the_probe_is_that_targets_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    _for_cast(monkeypatch, runcheck, "probe_candidates", _named_cast)
+    _for_cast(monkeypatch, probecheck, "probe_candidates", _named_cast)
     report = check(TWO, options=CheckOptions(run=True, probe=True, isolate=False))
     results = _by_name(report)
     _one_line_internal(results["models:cast"], "running it")

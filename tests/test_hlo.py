@@ -61,7 +61,7 @@ def module(name: str) -> HloModule:
 
 
 def entry_source(m: HloModule, instruction) -> SourceLocation | None:
-    """An entry value's source line as the report's outputs take it (analysis.ProgramLeaves.output_location)."""
+    """An entry value's source line as the report's outputs take it (fieldmem.findings.program.ProgramLeaves.output_location)."""
     return view_source(instruction, m.entry.by_name())
 
 

@@ -213,11 +213,11 @@ def test_a_malformed_document_is_refused(document: dict[str, Any], case: str) ->
 
 
 # ----------------------------------------------------------------------------
-# Timeline decimation (fieldmem.findings.analysis.decimate: pure, no compile)
+# Timeline decimation (fieldmem.findings.liveness.decimate: pure, no compile)
 
 
 def test_decimate_keeps_short_curves_whole():
-    from fieldmem.findings.analysis import decimate
+    from fieldmem.findings.liveness import decimate
 
     assert decimate([3, 1, 2], buckets=4) == ((0, 1, 2), (3, 1, 2))
 
@@ -225,7 +225,7 @@ def test_decimate_keeps_short_curves_whole():
 def test_decimate_keeps_peak_envelope_and_ends():
     import random
 
-    from fieldmem.findings.analysis import decimate
+    from fieldmem.findings.liveness import decimate
 
     rng = random.Random(7)
     curve = [rng.randrange(1000) for _ in range(50_000)]

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 import fieldmem
 import fieldmem.driver as driver
 from fieldmem.driver import execute
-from fieldmem.findings.runcheck import SLICE_ONLY_PASSES
+from fieldmem.findings.probecheck import SLICE_ONLY_PASSES
 from fieldmem.frontends.cli import app
 from fieldmem.model.readings import DeviceStats, ProbeReading, RunReading
 from fieldmem.model.report import Report
@@ -310,7 +310,7 @@ def _reading(
 def test_probe_outcome_judges_what_the_call_adds_in_passes_over_the_buffer(
     small: float, large: float, code: str
 ) -> None:
-    from fieldmem.findings.runcheck import probe_outcome
+    from fieldmem.findings.probecheck import probe_outcome
 
     probe = probe_outcome("u", "out", "dynamic-update-slice", _reading(small, large))
     assert probe.code == code, probe.message
@@ -323,7 +323,7 @@ def test_probe_outcome_judges_what_the_call_adds_in_passes_over_the_buffer(
 
 
 def test_the_probe_says_what_the_call_adds_against_a_pass() -> None:
-    from fieldmem.findings.runcheck import probe_outcome
+    from fieldmem.findings.probecheck import probe_outcome
 
     tiny = probe_outcome("u", "out", "scatter", _reading(1e-4, 1.05e-4))
     assert tiny.message.startswith("out: what the call's time grows by is under 1% of one pass over the added 48.0 MiB")
@@ -342,7 +342,7 @@ def test_the_probe_says_what_the_call_adds_against_a_pass() -> None:
 def test_a_probe_of_an_array_split_over_devices_says_its_sizes_per_device() -> None:
     """The report's figures are per device: so are the probe's words, for u split over 4 (the byte fields stay
     the whole array's)."""
-    from fieldmem.findings.runcheck import probe_outcome
+    from fieldmem.findings.probecheck import probe_outcome
 
     split = probe_outcome("u", "out", "scatter", _reading(1e-4, 1.05e-4), per_device=1 << 22)
     assert "grows by is under 1% of one pass over the added 12.0 MiB per device" in split.message
@@ -356,7 +356,7 @@ def test_a_probe_of_an_array_split_over_devices_says_its_sizes_per_device() -> N
 def test_a_probe_without_a_yardstick_it_can_measure_against_is_inconclusive() -> None:
     """No pass compiled (a PRNG key array), or one whose time does not grow with the buffer (all call
     overhead): a growing time cannot be told from the call's own, so the probe does not guess."""
-    from fieldmem.findings.runcheck import probe_outcome
+    from fieldmem.findings.probecheck import probe_outcome
 
     none = probe_outcome("u", "out", "scatter", _reading(1e-4, 4e-3, passes=None))
     assert none.code == "inconclusive" and none.passes is None and none.growth is not None
@@ -368,7 +368,7 @@ def test_a_probe_without_a_yardstick_it_can_measure_against_is_inconclusive() ->
 
 def test_a_rewrites_worth_of_growth_within_the_calls_spread_is_inconclusive() -> None:
     """A pass's worth added to a noisy 100 ms call: the medians differ, the timings overlap."""
-    from fieldmem.findings.runcheck import probe_outcome
+    from fieldmem.findings.probecheck import probe_outcome
 
     noisy = probe_outcome("u", "out", "scatter", _reading(0.1, 0.1035, spread=0.2))
     assert noisy.code == "inconclusive" and noisy.passes == pytest.approx(1.17, abs=0.01)

@@ -28,7 +28,8 @@ import pytest
 
 import fieldmem.driver as driver
 from fieldmem.driver import execute
-from fieldmem.findings.runcheck import WHOLE_BUFFER_PASSES, apply_run, run_check
+from fieldmem.findings.probecheck import WHOLE_BUFFER_PASSES
+from fieldmem.findings.runcheck import apply_run, run_check
 from fieldmem.model.readings import RunReading
 from fieldmem.model.report import Report, TargetResult
 from fieldmem.parent.checker import check_targets
@@ -223,7 +224,7 @@ def test_the_probe_finds_a_call_whose_time_grows_with_the_buffer_and_says_the_wh
 def test_the_probe_of_an_undonated_update_is_whole_buffer_and_does_not_claim_an_alias() -> None:
     """The plain variant copies u before writing the row: its call time grows with u."""
     from fieldmem.driver import prepare_call, probe_update, start_variants
-    from fieldmem.findings.runcheck import probe_outcome
+    from fieldmem.findings.probecheck import probe_outcome
     from fieldmem.request.spec import DonateSpec, StaticSpec
 
     call = prepare_call(

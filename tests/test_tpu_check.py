@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fieldmem.findings.analysis import analyze_variant
+from fieldmem.findings.variant import analyze_variant
 from fieldmem.model.readings import CompiledVariant
 
 ROOT = Path(__file__).resolve().parents[1]

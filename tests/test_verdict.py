@@ -22,7 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 import fieldmem
-from fieldmem.findings.analysis import declared_new
+from fieldmem.findings.pairing import declared_new
 from fieldmem.frontends.cli import app
 from fieldmem.model.errors import OptionError
 from fieldmem.model.units import format_bytes

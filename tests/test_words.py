@@ -1,5 +1,6 @@
 """Each word of the report is declared once (fieldmem/model/vocabulary.py): the ``Literal`` sets the codec reads, the
-severities the findings are made with, the schema page and the renderers all follow the declarations.
+severities the findings are made with, the schema page and the renderers all follow the declarations; a copy kind
+declared in a test alone is read, written, in the schema and shown by every renderer.
 
 To write docs/report-schema.md's parts again after changing a declaration: ``python tests/test_words.py``.
 """
@@ -7,6 +8,7 @@ To write docs/report-schema.md's parts again after changing a declaration: ``pyt
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 from pathlib import Path
@@ -14,11 +16,13 @@ from typing import get_args
 
 import pytest
 
-from fieldmem.model import report
+from fieldmem.model import report, vocabulary
 from fieldmem.model.vocabulary import (
     COPY_CAUSE_WORDS,
     COPY_KIND_WORDS,
     FINDING_WORDS,
+    CopyKindWord,
+    FindingWord,
     Word,
     copy_kind_label,
     finding_word,
@@ -81,8 +85,10 @@ def test_the_schema_page_says_what_is_declared() -> None:
 
 
 def _made_findings() -> list[tuple[str, str, int]]:
-    """Every ``Finding(severity, code, ...)`` the findings package makes with a written severity and code."""
-    made = []
+    """Every ``Finding(severity, code, ...)`` the findings package makes with a written severity and code, and the
+    finding each copy kind's declaration names (fieldmem.findings.copy_findings.declared_copy_finding makes it with
+    the severity declared for its code; line 0)."""
+    made = [(finding_word(w.finding).severities[0], w.finding, 0) for w in COPY_KIND_WORDS if w.finding is not None]
     for path in sorted(FINDINGS.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Finding" and len(node.args) >= 2:
@@ -120,6 +126,60 @@ def test_renderers_label_copy_kinds_from_the_declarations() -> None:
     for name in ("table", "html"):
         text = get_renderer(name).render(make_report((odd,)), RenderOptions(verbose=True, min_bytes=0))
         assert "unknown kind" in text, name
+
+
+def test_a_copy_kind_needs_only_its_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 51 item 4: a copy kind declared in a test, the declaration table monkeypatched and nothing else, is one
+    of the report's words: the schema lists it, a report holding it reads back with it (not ``unknown``), and the
+    table, Markdown and HTML show it with its declared label and words; its declared finding is made with the
+    severity declared for that finding's code."""
+    from fieldmem.findings.copy_findings import declared_copy_finding
+    from fieldmem.render import RenderOptions, get_renderer
+    from fieldmem.render.schema import DOCUMENTS, document_schema
+
+    from factories import make_copy, make_report, make_result, make_variant
+
+    kind = CopyKindWord(
+        "rematerialized",
+        "a value XLA recomputes into a second buffer",
+        label="remat",
+        detail="{label} in {computation}",
+        per_call="recomputed each call",
+        finding="remat-copy",
+        finding_words=" to recompute it",
+    )
+    code = FindingWord("remat-copy", "a rematerialized copy of at least `min_bytes`", severities=("info",))
+    monkeypatch.setattr(vocabulary, "COPY_KIND_WORDS", (*COPY_KIND_WORDS, kind))
+    monkeypatch.setattr(vocabulary, "FINDING_WORDS", (*FINDING_WORDS, code))
+
+    copy = make_copy(kind="rematerialized")  # type: ignore[arg-type]  # declared in this test, not in the Literal
+    finding = declared_copy_finding(copy, kind)
+    assert (finding.severity, finding.code) == ("info", "remat-copy")
+    assert finding.message == "a f32[512,512]{1,0} value (1.0 MiB) is copied at model.py:14 to recompute it"
+    result = make_result(donated=make_variant("donated", copies=(copy,)), findings=(finding,))
+    written = make_report((result,))
+
+    schema = document_schema(DOCUMENTS[0])
+    copy_schema = schema["$defs"]["Copy"]["properties"]["kind"]
+    assert copy_schema["enum"][-1] == "rematerialized" and "parameter" in copy_schema["enum"]
+    assert schema["$defs"]["Finding"]["properties"]["code"]["enum"][-1] == "remat-copy"
+
+    options = RenderOptions(verbose=True, min_bytes=0)
+    unknown: list[str] = []
+    read = report.Report.from_dict(json.loads(get_renderer("json").render(written, options)), unknown)
+    assert not unknown and read == written
+    assert read.results[0].variants["donated"].copies[0].kind == "rematerialized"
+    assert read.results[0].verdict.findings[0].code == "remat-copy"
+
+    brief = get_renderer("table").render(read, RenderOptions(min_bytes=0))
+    assert "donated copy: f32[512,512]{1,0} 1.0 MiB [remat in main.2] at model.py:14" in brief, brief
+    table = get_renderer("table").render(read, options)  # -v: the copies table, the label and the per-call words
+    assert re.search(r"remat +1\.0 MiB +recomputed each call ", table), table
+    markdown = get_renderer("markdown").render(read, options)
+    assert "| 0/1 |" in markdown, markdown
+    html = get_renderer("html").render(read, options)
+    assert '<span class="kind rematerialized">remat in main.2</span>' in html
+    assert "recomputed each call" in html
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 :func:`probe_update` times the donated variant's update as it is and with
 the updated buffer grown, alternating the two, and returns a
-:class:`~fieldmem.model.readings.ProbeReading`; fieldmem.findings.runcheck reads the
+:class:`~fieldmem.model.readings.ProbeReading`; fieldmem.findings.probecheck reads the
 growth. Beside the calls it times the yardstick: one in-place pass over the
 call's own output of the updated buffer, at both sizes (what rewriting that
 many bytes costs on this device, now). Compiling the larger program, and the

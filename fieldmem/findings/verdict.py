@@ -4,7 +4,8 @@ take the verdict from here, and ``docs/verdicts.md`` shows :data:`RULES` (a test
 
 The rule reads only the findings (each with its severity, its code and the bytes it costs) and whether any
 output reuses a donated buffer. Which findings break in place (severity ``error``) is decided where each
-finding is made (:mod:`fieldmem.findings.analysis`, :mod:`fieldmem.findings.runcheck`); :data:`RULES`
+finding is made (:mod:`fieldmem.findings.copy_findings`, :mod:`fieldmem.findings.analysis`,
+:mod:`fieldmem.findings.runcheck`, :mod:`fieldmem.findings.probecheck`); :data:`RULES`
 names, per row, the codes that make it. The first row that holds decides:
 
 1. **does not fit**: the donated program needs more memory per device than the device has (its capacity is

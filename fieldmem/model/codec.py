@@ -12,7 +12,9 @@ Unknown keys are ignored and missing fields with a default take it, so a
 newer fieldmem reads older documents. An older fieldmem reads a newer one too:
 a ``Literal`` set registered as open (:func:`read_unknown_as`: a copy kind, a
 finding code) reads a word it does not know as its stand-in (``"unknown"``),
-and :func:`unknown_values` says where and what it was; a closed set refuses it.
+and :func:`unknown_values` says where and what it was; a closed set refuses it. A set
+whose words are declared in :mod:`fieldmem.model.vocabulary` (:func:`declare_words`: the
+copy kinds, causes and finding codes) holds each declared word too (:func:`words_of`).
 
 Hand-edited or hostile documents are refused the same way: an integer
 outside int64 (every count and size fieldmem writes is one) and a word of a
@@ -34,6 +36,7 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, Literal, Union
 
 from fieldmem.model.errors import quoted
@@ -150,6 +153,25 @@ def read_unknown_as(hint: Any, stand_in: str) -> None:
     if stand_in not in typing.get_args(hint):
         raise ValueError(f"{stand_in!r} is not one of {typing.get_args(hint)}")
     _OPEN[hint] = stand_in
+
+
+# Literal sets whose words are declared elsewhere (fieldmem.model.vocabulary): the set -> the declared words, read
+# when needed (a test may declare one); a declared word is one of the set even where the Literal does not name it
+_DECLARED: dict[Any, Callable[[], tuple[str, ...]]] = {}
+
+
+def declare_words(hint: Any, names: Callable[[], tuple[str, ...]]) -> None:
+    """Read and write every word ``names()`` gives as one of the ``Literal`` set ``hint``, beside its own."""
+    _DECLARED[hint] = names
+
+
+def words_of(hint: Any) -> tuple[Any, ...]:
+    """The words of the ``Literal`` set ``hint``: its own, then those declared for it that it does not name."""
+    words = typing.get_args(hint)
+    declared = _DECLARED.get(hint)
+    if declared is None:
+        return words
+    return words + tuple(name for name in declared() if name not in words)
 
 
 def stand_in_for(hint: Any) -> str | None:
@@ -269,6 +291,8 @@ def _decode(hint: Any, data: Any, where: str = "") -> Any:
 def _literal(hint: Any, data: Any, where: str) -> Any:
     allowed = typing.get_args(hint)
     if not any(type(data) is type(a) and data == a for a in allowed):
+        if hint in _DECLARED and isinstance(data, str) and data in _DECLARED[hint]():
+            return data  # declared, and not (yet) in the Literal
         stand_in = _OPEN.get(hint)
         if stand_in is not None and isinstance(data, str):
             _word(data, where)

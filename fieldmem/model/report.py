@@ -20,7 +20,8 @@ import dataclasses
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, get_args
 
-from fieldmem.model.codec import decode, encode, read_unknown_as, unknown_values
+from fieldmem.model import vocabulary
+from fieldmem.model.codec import declare_words, decode, encode, read_unknown_as, unknown_values
 from fieldmem.model.errors import quoted
 
 __all__ = [
@@ -239,6 +240,10 @@ OPEN_SETS = (
 for _open in OPEN_SETS:
     read_unknown_as(_open, UNKNOWN)
 del _open
+# the words fieldmem.model.vocabulary declares are the sets' (tests/test_words.py holds each Literal to them)
+declare_words(CopyKind, vocabulary.copy_kind_names)
+declare_words(CopyCause, vocabulary.copy_cause_names)
+declare_words(FindingCode, vocabulary.finding_code_names)
 
 
 def _emitted(values: tuple[str, ...]) -> tuple[Any, ...]:

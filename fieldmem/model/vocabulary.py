@@ -8,25 +8,41 @@ entry: docs/report-schema.md's tables are written from them), its label where a
 table shows something shorter or longer than the name, and, for a finding code,
 its severity. ``tests/test_words.py`` holds the three together: a word added to a
 ``Literal`` without its declaration here, or the other way round, fails, and so does
-a schema page that no longer says what is declared here. Renderers take labels from
-:func:`copy_kind_label`. A word a newer fieldmem wrote (read as ``"unknown"``) has a
-declaration too.
+a schema page that no longer says what is declared here. A word a newer fieldmem wrote
+(read as ``"unknown"``) has a declaration too.
+
+The codec and the schema writer read each of the three sets from here (a word declared here is one
+of its set: :func:`copy_kind_names`, :func:`copy_cause_names`, :func:`finding_code_names`), and a copy
+kind's declaration (:class:`CopyKindWord`) holds what the findings and the renderers read of it: its
+label, whether it is a move between memory spaces, the words a renderer adds for one copy of it and
+for its cost per call, and the finding a copy of it makes. So a kind declared here is read, written,
+described in the schema and shown by the table, Markdown and HTML with nothing else changed
+(tests/test_words.py declares one in a test); a kind whose finding needs words of its own (a loop's,
+a conditional's) has them in :mod:`fieldmem.findings.copy_findings`.
 
 Shared ground: plain data, no imports beyond the standard library.
 """
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass
 
 __all__ = [
     "COPY_CAUSE_WORDS",
     "COPY_KIND_WORDS",
     "FINDING_WORDS",
+    "CopyKindWord",
     "FindingWord",
     "Word",
+    "copy_cause_names",
     "copy_kind_label",
+    "copy_kind_names",
+    "copy_kind_word",
+    "copy_words",
+    "finding_code_names",
     "finding_word",
+    "is_move",
 ]
 
 
@@ -50,24 +66,58 @@ class FindingWord(Word):
     severities: tuple[str, ...] = ("warning",)
 
 
-COPY_KIND_WORDS: tuple[Word, ...] = (
-    Word("parameter", "a copy of an input"),
-    Word("loop", "inside a while/scan body: paid every iteration"),
-    Word(
+@dataclass(frozen=True)
+class CopyKindWord(Word):
+    """A copy kind, with what the findings and the renderers read of it (none of them branches on its name).
+
+    ``move``: it moves a value between memory spaces without a second buffer of it in device memory (a
+    variant's ``moves``, never its ``copies``: no finding of its own; renderers name the spaces). ``detail``:
+    how a renderer names one copy of it (``{label}`` and the copy's fields, ``{branch}``), where every field it
+    names is set; ``per_call``: what a renderer shows for its cost per call where the bytes per call are not
+    known, the same way. ``finding``: the code of the finding a copy of it of at least ``min_bytes`` that feeds
+    no output makes (with the severity declared for that code; ``finding_words``: what its message adds after
+    where the copy is); None: the findings make its findings in words of their own
+    (:mod:`fieldmem.findings.copy_findings`), or none.
+    """
+
+    move: bool = False
+    detail: str | None = None
+    per_call: str | None = None
+    finding: str | None = None
+    finding_words: str = ""
+
+
+# a conditional copy, and a copy of a kind a newer fieldmem wrote that names a branch: made only when it runs
+_BRANCH_ONLY = "{label}, branch {branch} only"
+_WHEN_BRANCH_RUNS = "when branch {branch} runs"
+
+COPY_KIND_WORDS: tuple[CopyKindWord, ...] = (
+    CopyKindWord("parameter", "a copy of an input"),
+    CopyKindWord("loop", "inside a while/scan body: paid every iteration"),
+    CopyKindWord(
         "conditional",
         "inside a branch of a `lax.cond`/`lax.switch`, in a loop or not: paid only when that branch runs",
+        detail=_BRANCH_ONLY,
+        per_call=_WHEN_BRANCH_RUNS,
     ),
-    Word("layout", "changes the layout"),
-    Word("other", "any other copy XLA kept"),
-    Word(
+    CopyKindWord("layout", "changes the layout", finding="layout-copy", finding_words=" to change its layout"),
+    CopyKindWord("other", "any other copy XLA kept", finding="other-copy"),
+    CopyKindWord(
         "staging",
         "moves a value between memory spaces without making a second buffer of it in device memory: a TPU "
         "prefetching an input into VMEM, or copying a value computed in VMEM back into its buffer, an offload to "
         "the host; listed among a variant's `moves`, never its `copies`: no copy count, finding, regression or "
         "advice to donate comes of it — a copy of an input *through* VMEM into a new buffer in device memory is "
         "a `parameter` copy, counted at the copy back",
+        move=True,
     ),
-    Word("unknown", "a kind a newer fieldmem wrote, which this one does not know", label="unknown kind"),
+    CopyKindWord(
+        "unknown",
+        "a kind a newer fieldmem wrote, which this one does not know",
+        label="unknown kind",
+        detail=_BRANCH_ONLY,
+        per_call=_WHEN_BRANCH_RUNS,
+    ),
 )
 
 COPY_CAUSE_WORDS: tuple[Word, ...] = (
@@ -263,16 +313,58 @@ FINDING_WORDS: tuple[FindingWord, ...] = (
     ),
 )
 
-_KINDS = {word.name: word for word in COPY_KIND_WORDS}
-_FINDINGS = {word.name: word for word in FINDING_WORDS}
+# The declarations are read where they are used, not copied into tables at import: a test may declare a word.
+
+
+def copy_kind_names() -> tuple[str, ...]:
+    """Every declared copy kind: the words of :data:`fieldmem.model.report.CopyKind` the codec reads and the
+    schema lists."""
+    return tuple(word.name for word in COPY_KIND_WORDS)
+
+
+def copy_cause_names() -> tuple[str, ...]:
+    """Every declared copy cause (:data:`fieldmem.model.report.CopyCause`)."""
+    return tuple(word.name for word in COPY_CAUSE_WORDS)
+
+
+def finding_code_names() -> tuple[str, ...]:
+    """Every declared finding code (:data:`fieldmem.model.report.FindingCode`)."""
+    return tuple(word.name for word in FINDING_WORDS)
+
+
+def copy_kind_word(kind: str) -> CopyKindWord | None:
+    """The declaration of copy kind ``kind``; None: no declaration names it."""
+    return next((word for word in COPY_KIND_WORDS if word.name == kind), None)
 
 
 def copy_kind_label(kind: str) -> str:
     """How a table shows copy kind ``kind`` (a kind no declaration names: as its name)."""
-    word = _KINDS.get(kind)
+    word = copy_kind_word(kind)
     return word.shown if word is not None else kind
+
+
+def is_move(kind: str) -> bool:
+    """Whether a copy of kind ``kind`` moves a value between memory spaces (a ``staging`` one): a move, not a copy."""
+    word = copy_kind_word(kind)
+    return word is not None and word.move
+
+
+def copy_words(template: str | None, copy: object, **extra: object) -> str | None:
+    """``template`` (a :class:`CopyKindWord`'s ``detail`` or ``per_call``) filled from ``extra`` and the fields
+    of ``copy``; None where there is no template or a field it names is not set."""
+    if template is None:
+        return None
+    values: dict[str, object] = {}
+    for _, name, _, _ in string.Formatter().parse(template):
+        if name:
+            value = extra[name] if name in extra else getattr(copy, name, None)
+            if value is None:
+                return None
+            values[name] = value
+    return template.format(**values)
 
 
 def finding_word(code: str) -> FindingWord:
     """The declaration of finding code ``code`` (one no declaration names: ``unknown``'s)."""
-    return _FINDINGS.get(code, _FINDINGS["unknown"])
+    found = next((word for word in FINDING_WORDS if word.name == code), None)
+    return found if found is not None else next(word for word in FINDING_WORDS if word.name == "unknown")

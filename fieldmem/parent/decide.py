@@ -75,9 +75,9 @@ def finish_job(job: Job | TargetResult, options: CheckOptions, hands: Hands) -> 
 
 
 def _analysed_early(plain: CompiledVariant, target: Target, parser: HloParser) -> Any:
-    """:func:`~fieldmem.findings.analysis.analyze_variant` of the plain variant, or None where it raised
+    """:func:`~fieldmem.findings.variant.analyze_variant` of the plain variant, or None where it raised
     (the analysis proper raises it again, in its own stage)."""
-    from fieldmem.findings.analysis import analyze_variant
+    from fieldmem.findings.variant import analyze_variant
 
     try:
         return analyze_variant(plain, target.definition, parser)
@@ -122,7 +122,7 @@ def _run(
 
 def _probe(result: TargetResult, job: Job, donated: CompiledVariant, parser: HloParser, hands: Hands) -> TargetResult:
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
-    from fieldmem.findings.runcheck import apply_probes, probe_candidates, probe_outcome
+    from fieldmem.findings.probecheck import apply_probes, probe_candidates, probe_outcome
     from fieldmem.model.errors import RunError
     from fieldmem.model.report import InPlaceProbe
 

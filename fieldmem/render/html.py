@@ -42,6 +42,7 @@ from fieldmem.render.pieces import (
     STATUS_WORDS,
     chain_transfer_line,
     copy_kind_text,
+    copy_per_call_text,
     count,
     deviceless_label,
     footprint_curve,
@@ -488,9 +489,7 @@ def _copies_table(variant: Variant, min_bytes: int) -> str:
             f'<span class="kind {_e(c.kind)}">{_e(copy_kind_text(c))}</span>',
             _code(c.of_parameter),
             f'<span class="shape">{_e(c.shape)}</span>',
-            _e(format_bytes(c.bytes_per_call))
-            if c.bytes_per_call is not None
-            else (_e(f"when branch {c.branch} runs") if c.branch is not None else ""),
+            _e(format_bytes(c.bytes_per_call)) if c.bytes_per_call is not None else _e(copy_per_call_text(c) or ""),
             _e(c.trip_count) if c.trip_count is not None else "",
             _src(c.source, c.call_site),
             _e(c.cause or ""),

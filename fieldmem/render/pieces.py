@@ -13,7 +13,7 @@ import re
 
 from fieldmem.model.report import Chain, ChainStep, Copy, HostFromShardings, LiveBuffer, Report, TargetResult, Variant
 from fieldmem.model.units import format_bytes
-from fieldmem.model.vocabulary import copy_kind_label
+from fieldmem.model.vocabulary import copy_kind_label, copy_kind_word, copy_words
 
 __all__ = [
     "FAIL",
@@ -229,15 +229,24 @@ def space_label(variant: Variant, space: int) -> str:
 
 
 def copy_kind_text(copy: Copy, variant: Variant | None = None) -> str:
-    """A copy's kind as the renderers show it: a conditional copy says its branch, a move between memory
-    spaces (a staging copy) the spaces it moves the value between, named where ``variant`` names them."""
-    if copy.kind == "staging":
+    """A copy's kind as the renderers show it, as its declaration says (:class:`~fieldmem.model.vocabulary.
+    CopyKindWord`): a move between memory spaces (a staging copy) the spaces it moves the value between, named
+    where ``variant`` names them; a kind with words for one copy (a conditional one: its branch) with them."""
+    word = copy_kind_word(copy.kind)
+    if word is not None and word.move:
         if variant is not None:
             return f"{space_label(variant, copy.source_memory_space)} → {space_label(variant, copy.memory_space)}"
         return f"staging, memory space {copy.source_memory_space} → {copy.memory_space}"
-    if copy.branch is not None:
-        return f"{copy_kind_label(copy.kind)}, branch {copy.branch} only"
-    return copy_kind_label(copy.kind)
+    label = copy_kind_label(copy.kind)
+    detail = copy_words(word.detail, copy, label=label) if word is not None else None
+    return detail if detail is not None else label
+
+
+def copy_per_call_text(copy: Copy) -> str | None:
+    """What a copy's kind declares for its cost per call where its bytes per call are not known (a
+    conditional copy: ``when branch 1 runs``); None: nothing."""
+    word = copy_kind_word(copy.kind)
+    return copy_words(word.per_call, copy) if word is not None else None
 
 
 def moves_text(variant: Variant) -> str | None:

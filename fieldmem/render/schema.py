@@ -34,7 +34,7 @@ from typing import Any, Literal, Union
 
 import fieldmem.model.fit_report as _fit
 from fieldmem.gate import baseline as _baseline
-from fieldmem.model.codec import stand_in_for
+from fieldmem.model.codec import stand_in_for, words_of
 from fieldmem.model.report import _DIFFERENCES, REPORTS_SCHEMA, SUPPORTED_SCHEMAS, Report, Reports, _is_size
 
 __all__ = ["DOCUMENTS", "SCHEMA_FOLDER", "Document", "document_schema", "main", "schema_text"]
@@ -175,7 +175,7 @@ class _Walker:
         not the items of a list."""
         origin = typing.get_origin(hint)
         if origin is Literal:
-            words = list(typing.get_args(hint))
+            words = list(words_of(hint))  # a declared word too (fieldmem.model.vocabulary)
             schema: dict[str, Any] = {"enum": words}
             stand_in = stand_in_for(hint)
             if stand_in is not None:

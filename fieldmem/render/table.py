@@ -27,6 +27,7 @@ from fieldmem.render.pieces import (
     HOST_FIGURES,
     block,
     copy_kind_text,
+    copy_per_call_text,
     count,
     deviceless_label,
     host_figure_label,
@@ -540,9 +541,11 @@ _MOVES_SHOWN = 12  # moves listed per variant under -v, largest first (a trainin
 
 
 def _per_call(c: Copy) -> str:
-    """What a copy costs per call: bytes × trips for a loop copy; for a conditional one, when its branch runs."""
-    if c.branch is not None:  # a conditional copy: made only when its branch runs
-        return f"when branch {c.branch} runs" + (f" (≤ ×{c.trip_count})" if c.trip_count else "")
+    """What a copy costs per call: bytes × trips for a loop copy; what its kind declares otherwise (a conditional
+    one: when its branch runs, at most the trips of its loop)."""
+    declared = copy_per_call_text(c)
+    if declared is not None:
+        return declared + (f" (≤ ×{c.trip_count})" if c.trip_count else "")
     return format_bytes(c.bytes_per_call) + f" (×{c.trip_count})" if c.bytes_per_call is not None else ""
 
 

@@ -12,7 +12,7 @@ imports). Three modules:
   (:mod:`fieldmem.xla.hlo`) -> each value's live range, the curve of the bytes
   the live slices cover (per allocation, the union of their byte ranges) and its peak (``live_peak_bytes``).
 
-The product's path, as ``fieldmem.findings.analysis`` takes it::
+The product's path, as ``fieldmem.findings.liveness`` takes it::
 
     assignment = buffers.decode_buffer_assignment(proto_bytes, module_proto_bytes)
     live = buffers.analyze_liveness(assignment, hlo.parse_hlo_module(hlo_text))
