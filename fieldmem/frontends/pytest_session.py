@@ -313,7 +313,7 @@ def _gate(state: _Session, failed: int | bool = 0) -> None:
     with :mod:`fieldmem.gate.baseline` as ``fieldmem check`` does; what it says goes to the terminal summary.
     ``failed``: the tests that failed (True: the session failed otherwise: an error, an interruption), where
     nothing is saved: the baseline records a session where every test passed."""
-    from fieldmem.gate.baseline import BaselineError, compare_to_baseline, load_baseline, save_baseline
+    from fieldmem.gate.baseline import BaselineError, compare_to_baseline, load_baseline
     from fieldmem.render.baseline import render_comparison, render_saved
 
     if not state.keyed:
@@ -361,11 +361,11 @@ def _gate(state: _Session, failed: int | bool = 0) -> None:
             "session where every test passed"
         )
         return
-    for report in sorted(reports, key=lambda r: r.exit_code == 0):  # a refused save writes no backend
-        try:
-            saved = save_baseline(state.save_to, report, root=state.root)
-        except BaselineError as exc:
-            state.summary.append(f"fieldmem: error: {exc.message}")
-            state.gate_failed = True
-            return
-        state.summary.extend(render_saved(saved).rstrip("\n").splitlines())
+    from fieldmem.frontends.saving import save_reports
+
+    saved, refused = save_reports(reports, state.save_to, root=state.root)
+    for done in saved:
+        state.summary.extend(render_saved(done).rstrip("\n").splitlines())
+    if refused is not None:
+        state.summary.append(f"fieldmem: error: {refused[1].message}")
+        state.gate_failed = True
