@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import os
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from fieldmem.frontends.command_line import TYPED, fail, progress_display, say, stderr_console
 from fieldmem.model.errors import FieldmemError, OptionError
+from fieldmem.request.option_table import Option, cli_options
 
 if TYPE_CHECKING:
     from fieldmem.gate.baseline import Baseline
@@ -31,297 +32,32 @@ if TYPE_CHECKING:
 __all__ = ["check"]
 
 
-def check(
-    targets: Annotated[
-        list[str] | None,
-        typer.Argument(
-            help="pkg.module:fn, path/to/file.py:fn, module:obj.attr, a module/file alone "
-            "(every fieldmem.case registered in it), or a folder path such as examples/ (every case its "
-            "modules register). Default: the targets of [tool.fieldmem] in pyproject.toml.",
-            show_default=False,
-        ),
-    ] = None,
-    args: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--args",
-            help="FACTORY (in the target's own module) or MODULE:FACTORY returning the positional args tuple, "
-            "or (args, kwargs). Once: for every target; after each target: for the targets before it "
-            "(a.py:f --args m:f_args b.py:g --args m:g_args).",
-        ),
-    ] = None,
-    shapes: Annotated[
-        str | None,
-        typer.Option("--shapes", help="Array-only signatures, e.g. 'f32[4096,4096] f32[4096]' (nothing allocated)."),
-    ] = None,
-    donate: Annotated[
-        str | None,
-        typer.Option(
-            "--donate",
-            help="What the donated variant donates: all | none | numbers (0,2) | names (params,opt_state). "
-            "Default: a jit target's own donation, else all array arguments.",
-        ),
-    ] = None,
-    static: Annotated[
-        str | None,
-        typer.Option(
-            "--static", help="Extra static arguments (numbers or names); non-array arguments are static anyway."
-        ),
-    ] = None,
-    expect: Annotated[
-        str | None,
-        typer.Option(
-            "--expect",
-            help="in-place: exit 1 when the donated variant is not in place. fits: exit 1 unless it is known to fit "
-            "the device's memory (--backend gpu:h100, tpu:v5e, or a GPU/TPU here). any (default): report only.",
-        ),
-    ] = None,
-    new: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--new",
-            help="Output paths meant to be new buffers (out.logits, out[1]; repeat or comma-separate; * matches "
-            "any run of characters): never a break of in place, even where a donated input of their size exists.",
-        ),
-    ] = None,
-    max_peak: Annotated[
-        str | None,
-        typer.Option(
-            "--max-footprint",
-            "--max-peak",
-            help="Budget for the donated footprint (what the program holds at once: footprint_bytes), e.g. 64MiB; "
-            "exceeding it exits 1. --max-peak is its older name.",
-        ),
-    ] = None,
-    max_live_peak: Annotated[
-        str | None,
-        typer.Option(
-            "--max-live-peak",
-            help="Budget for the donated live peak (distinct buffers live at once); exceeding it exits 1.",
-        ),
-    ] = None,
-    min_bytes: Annotated[
-        str | None,
-        typer.Option(
-            "--min-bytes",
-            help="Copies and findings smaller than this stay in JSON but out of the verdict, table and "
-            "baseline gate (default 1KiB).",
-        ),
-    ] = None,
-    output_format: Annotated[
-        str | None, typer.Option("--format", "-f", help="table (default) | json | github | markdown | html")
-    ] = None,
-    output: Annotated[
-        Path | None,
-        typer.Option(
-            "--output", "-o", help="Write the report in --format to this file (the table still goes to stdout)."
-        ),
-    ] = None,
-    html_output: Annotated[
-        Path | None,
-        typer.Option(
-            "--html",
-            help="Also write a self-contained HTML page (memory timelines, buffers live at the peak) to this file.",
-        ),
-    ] = None,
-    verbose: Annotated[
-        bool,
-        typer.Option("--verbose", "-v", help="Per target: every figure, alias, unusable donation, copy and finding."),
-    ] = False,
-    top: Annotated[
-        int,
-        typer.Option(
-            "--top",
-            metavar="N",
-            help="Per target: the N largest contributors to the live peak, by line of your code "
-            "(an argument by its path), plain and donated.",
-        ),
-    ] = 0,
-    suggest: Annotated[
-        bool,
-        typer.Option(
-            "--suggest",
-            help="Also find the donation that saves the most and verify it with one more compile per target.",
-        ),
-    ] = False,
-    cache_dir: Annotated[
-        str | None,
-        typer.Option(
-            "--cache-dir",
-            help="Keep JAX's persistent compilation cache in this folder: an unchanged function is loaded, "
-            "not compiled, on the next run (same findings).",
-        ),
-    ] = None,
-    no_cache: Annotated[
-        bool,
-        typer.Option(
-            "--no-cache",
-            help="Do not use JAX's persistent compilation cache (default: --cache-dir, cache-dir in "
-            "[tool.fieldmem], $FIELDMEM_CACHE_DIR, else ~/.cache/fieldmem/jax).",
-        ),
-    ] = False,
-    fast_compile: Annotated[
-        bool | None,
-        typer.Option(
-            "--fast-compile/--no-fast-compile",
-            help="XLA:CPU's LLVM code generation at -O0 for what is only analysed (the default): the same HLO, "
-            "buffer assignment and findings in about 40% less compile time; the generated code size is then "
-            "unavailable. --run and --probe compile what they execute as XLA does by default. --no-fast-compile: "
-            "the default code generation everywhere (default: fast-compile in [tool.fieldmem], else on).",
-        ),
-    ] = None,
-    backend: Annotated[
-        str | None,
-        typer.Option(
-            "--backend",
-            help="Compile for this backend: cpu, gpu, tpu (default: jax's), or without the device: tpu:v5e, "
-            "tpu:v5e:2x2, tpu:v4, tpu:v5p, tpu:v6e, gpu:h100, gpu:h100:8, gpu:a100, gpu:h200, gpu:b200 (needs "
-            'pip install "fieldmem[tpu]" / "fieldmem[gpu]"). Several, e.g. cpu,gpu:h100,tpu:v5e: each target on '
-            "each, then side by side; -o/--html then write one file per backend (report.cpu.json, "
-            "report.tpu-v5e.json).",
-        ),
-    ] = None,
-    jax: Annotated[
-        str | None,
-        typer.Option(
-            "--jax",
-            metavar="VERSIONS",
-            help="Check under these jax releases, e.g. 0.9.2,0.10.2: each in a cached environment of its own "
-            "(made on first use: fieldmem envs), one report each, then side by side.",
-        ),
-    ] = None,
-    python: Annotated[
-        Path | None,
-        typer.Option(
-            "--python",
-            metavar="PATH",
-            help="Run the workers under this Python (a venv you prepared, with its own jax) instead.",
-        ),
-    ] = None,
-    jobs: Annotated[
-        int | None,
-        typer.Option(
-            "--jobs",
-            "-j",
-            help="Compile the two variants, and up to N targets, concurrently when > 1 (default: the CPU cores, at most 8).",
-        ),
-    ] = None,
-    baseline: Annotated[
-        Path | None,
-        typer.Option("--baseline", help="Compare with this baseline file; any regression exits 1."),
-    ] = None,
-    no_baseline: Annotated[
-        bool, typer.Option("--no-baseline", help="Do not compare with the baseline named in [tool.fieldmem].")
-    ] = False,
-    save_baseline: Annotated[
-        Path | None,
-        typer.Option(
-            "--save-baseline",
-            help="Record this run in this baseline file, after the whole run and only when it passed, or with "
-            "--accept-current as it is (entries of other targets and backends are kept).",
-        ),
-    ] = None,
-    prune_baseline: Annotated[
-        bool,
-        typer.Option(
-            "--prune-baseline",
-            help="With --save-baseline: drop entries of this backend whose target this run did not check.",
-        ),
-    ] = False,
-    accept_current: Annotated[
-        bool,
-        typer.Option(
-            "--accept-current",
-            help="With --save-baseline: record this run as it is, failing checks included (not a target that "
-            "could not be checked): the gate accepts each while it fails the same way, so a run with "
-            "--baseline fails only when something changes. Not with --baseline.",
-        ),
-    ] = False,
-    tolerance: Annotated[
-        str | None,
-        typer.Option("--tolerance", help="Growth allowed against the baseline: 2%, 1MiB, 5%+1MiB, peak:5%,temp:1MiB."),
-    ] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option("--config", help="The pyproject.toml whose [tool.fieldmem] to use (default: found upward)."),
-    ] = None,
-    run: Annotated[
-        bool,
-        typer.Option(
-            "--run",
-            help="Also run both variants: confirm every alias by buffer identity and read Device.memory_stats() "
-            "per device (in worker processes: one per target where the device has memory statistics).",
-        ),
-    ] = False,
-    probe: Annotated[
-        bool,
-        typer.Option(
-            "--probe",
-            help="With --run (implied): time each aliased slice update (.at[].set, scatter) at two buffer sizes; "
-            "a time that grows with the buffer means the update rewrites it although the HLO is in place.",
-        ),
-    ] = False,
-    isolate: Annotated[
-        bool,
-        typer.Option(
-            "--isolate/--no-isolate",
-            help="Load, check and run the targets in a worker process, never in the one that writes the report "
-            "(default): a target that exits, crashes or hangs (--timeout) is that target's error. With --run, "
-            "a worker per target where the device has memory statistics. --no-isolate checks in this process, "
-            "for debugging: a target that exits or crashes then ends the run.",
-        ),
-    ] = True,
-    timeout: Annotated[
-        float | None,
-        typer.Option(
-            "--timeout", help="With --run: seconds a target may take in its worker before the worker is killed."
-        ),
-    ] = None,
-    devices: Annotated[
-        int | None,
-        typer.Option(
-            "--devices",
-            help="Simulate N CPU devices (XLA_FLAGS --xla_force_host_platform_device_count), to check sharded "
-            "updates on a laptop.",
-        ),
-    ] = None,
-    watch: Annotated[
-        bool,
-        typer.Option(
-            "--watch",
-            help="After the check, keep jax and the compiled programs warm and check again, on every save, the "
-            "targets whose code changed, printing what changed since their last check. Ctrl-C stops it (exit "
-            "code: as the last checks stand). Not with --run, --probe, --save-baseline or --no-isolate.",
-        ),
-    ] = False,
-) -> None:
+def check(**given: Any) -> None:
     """Compile each target with and without donation and report whether it is in place."""
     from fieldmem.frontends.output import emit_reports
     from fieldmem.request.build import CheckFlags, build_request, pair_args
     from fieldmem.request.config import load_config
 
+    targets, args, new = given["targets"], given["args"], given["new"]
     typed = TYPED[0][1:] if TYPED[0][:1] == ["check"] else []
     try:
         every, each = pair_args(typed, tuple(targets or ()), args or ())
     except FieldmemError as exc:
         raise fail(exc.message) from None
-    # fmt: off
+    held = {f.name for f in dataclasses.fields(CheckFlags)}
+    as_typed = {name: value for name, value in given.items() if name in held}  # all but --config
     flags = CheckFlags(
-        targets=tuple(targets or ()), args=every, args_for=tuple(each.items()), shapes=shapes, donate=donate,
-        static=static,
-        expect=expect, max_peak=max_peak, max_live_peak=max_live_peak, min_bytes=min_bytes,
-        output_format=output_format, output=output, html_output=html_output, verbose=verbose, top=top,
-        suggest=suggest, cache_dir=cache_dir, no_cache=no_cache, fast_compile=fast_compile,
-        backend=backend, jax=jax, python=python, jobs=jobs, baseline=baseline, no_baseline=no_baseline,
-        save_baseline=save_baseline, prune_baseline=prune_baseline, accept_current=accept_current,
-        tolerance=tolerance,
-        run=run, probe=probe, isolate=isolate, timeout=timeout, devices=devices,
-        new=tuple(new) if new else None, watch=watch,
+        **{
+            **as_typed,
+            "targets": tuple(targets or ()),
+            "args": every,
+            "args_for": tuple(each.items()),
+            "new": tuple(new) if new else None,
+        }
     )
-    # fmt: on
     session: WatchSession | None = None
     try:
-        request = build_request(flags, load_config(config))
+        request = build_request(flags, load_config(given["config"]))
         _renderers_installed(request)
         if request.output.verbose:
             from fieldmem.request.options import early_stop_said, jobs_said
@@ -344,6 +80,22 @@ def check(
 
         code = watch_loop(session, request, baseline_read, code)
     raise typer.Exit(code)
+
+
+def _parameter(row: Option) -> inspect.Parameter:
+    """``row`` of the option table as a parameter of :func:`check`, declared as typer reads it."""
+    if row.argument:
+        declared: Any = typer.Argument(help=row.help, show_default=False)
+    else:
+        assert row.cli is not None
+        declared = typer.Option(*row.cli, help=row.help, **({"metavar": row.metavar} if row.metavar else {}))
+    return inspect.Parameter(
+        row.name, inspect.Parameter.KEYWORD_ONLY, default=row.default, annotation=Annotated[row.type, declared]
+    )
+
+
+# the command's parameters are the option table's (fieldmem.request.option_table): typer reads this signature
+check.__signature__ = inspect.Signature([_parameter(row) for row in cli_options()])  # type: ignore[attr-defined]
 
 
 def _renderers_installed(request: CheckRequest) -> None:

@@ -4,7 +4,6 @@ the session (:class:`~fieldmem.frontends.pytest_session._Session`); a bad value 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,158 +16,55 @@ from fieldmem.frontends.pytest_session import (
 )
 from fieldmem.model.errors import OptionError
 from fieldmem.model.units import parse_bytes
+from fieldmem.request.option_table import Option, option, plugin_options
 from fieldmem.request.options import MIN_BYTES
 from fieldmem.request.tolerance import Tolerances
 
 __all__ = ["pytest_addoption"]
 
 
-@dataclass(frozen=True)
-class _Option:
-    """One setting: its command-line flag and its ini twin share the help text."""
-
-    dest: str
-    flag: str
-    ini: str
-    metavar: str
-    help: str
-    older: tuple[str, str] | None = None  # an older name, (flag, ini), still taken
-
-
-_SIZE_OPTIONS = (
-    _Option(
-        "max_peak",
-        "--fieldmem-max-footprint",
-        "fieldmem_max_footprint",
-        "SIZE",
-        "budget for the donated variant's footprint (footprint_bytes: what the program holds at once) in every "
-        "fieldmem_check, e.g. 64MiB (--fieldmem-max-peak, ini fieldmem_max_peak: its older name)",
-        older=("--fieldmem-max-peak", "fieldmem_max_peak"),
-    ),
-    _Option(
-        "max_live_peak",
-        "--fieldmem-max-live-peak",
-        "fieldmem_max_live_peak",
-        "SIZE",
-        "budget for the donated variant's live_peak_bytes in every fieldmem_check, e.g. 64MiB",
-    ),
-    _Option(
-        "min_bytes",
-        "--fieldmem-min-bytes",
-        "fieldmem_min_bytes",
-        "SIZE",
-        "copies and outputs smaller than this do not decide the verdict (default 1KiB)",
-    ),
-)
-_ISOLATE_OPTION = _Option(
-    "isolate",
-    "--fieldmem-isolate",
-    "fieldmem_isolate",
-    "yes|no",
-    "trace and compile each fieldmem_check in fieldmem's supervised worker process, where a crash, os._exit or "
-    "hang fails that test only (yes, the default), or in pytest's own process (no)",
-)
-_TIMEOUT_OPTION = _Option(
-    "timeout",
-    "--fieldmem-timeout",
-    "fieldmem_timeout",
-    "SECONDS",
-    f"a fieldmem_check taking longer fails its test, and its worker process is killed (default {600:g}; 0: no limit)",
-)
-_JAX_OPTION = _Option(
-    "jax",
-    "--fieldmem-jax",
-    "fieldmem_jax",
-    "VERSION",
-    "check under this jax release, in a cached environment of its own (fieldmem envs; made on first use), "
-    "rather than the jax installed here: one release per session",
-)
-_REPORT_OPTION = _Option(
-    "report",
-    "--fieldmem-report",
-    "fieldmem_report",
-    "PATH",
-    "write the JSON report (fieldmem.model.report/2) of every fieldmem_check in the session to PATH",
-)
-_BASELINE_OPTION = _Option(
-    "baseline",
-    "--fieldmem-baseline",
-    "fieldmem_baseline",
-    "PATH",
-    "compare every fieldmem_check with this baseline (fieldmem check --save-baseline or --fieldmem-save-baseline "
-    "writes it) and list each regression at the end (default with --fieldmem-compare-fail: the baseline of "
-    "[tool.fieldmem])",
-)
-_TOLERANCE_OPTION = _Option(
-    "tolerance",
-    "--fieldmem-tolerance",
-    "fieldmem_tolerance",
-    "TOLERANCE",
-    "growth the baseline comparison allows, as fieldmem check --tolerance: e.g. 2% or peak:5%,temp:1MiB "
-    "(default: [tool.fieldmem] tolerance, else exact)",
-)
-_COMPARE_FAIL_HELP = (
-    "fail the session when a fieldmem_check regressed against the baseline (every regression listed once, "
-    "as fieldmem check --baseline fails)"
-)
-_SAVE_HELP = (
-    "save every fieldmem_check of the session into this baseline (atomically, under its lock; entries of other "
-    "targets and backends are kept), when every test passed and no check regressed"
-)
+_SIZE_OPTIONS = tuple(option(name) for name in ("max_peak", "max_live_peak", "min_bytes"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    """The plugin's options of the option table (fieldmem.request.option_table), each with its ini twin."""
     group = parser.getgroup("fieldmem", "fieldmem: in-place and memory checks of jitted JAX updates")
-    for option in (
-        *_SIZE_OPTIONS,
-        _ISOLATE_OPTION,
-        _TIMEOUT_OPTION,
-        _JAX_OPTION,
-        _REPORT_OPTION,
-        _BASELINE_OPTION,
-        _TOLERANCE_OPTION,
-    ):
-        group.addoption(
-            # argparse formats help with %: a tolerance's 2% is written 2%%
-            option.flag,
-            *((option.older[0],) if option.older else ()),
-            dest=f"fieldmem_{option.dest}",
-            metavar=option.metavar,
-            default=None,
-            help=option.help.replace("%", "%%"),
-        )
-        parser.addini(option.ini, f"{option.help} (ini twin of {option.flag})", type="string", default=None)
-        if option.older:
-            parser.addini(option.older[1], f"the older name of {option.ini}", type="string", default=None)
-    group.addoption(
-        "--fieldmem-compare-fail",
-        dest="fieldmem_compare_fail",
-        action="store_true",
-        default=None,
-        help=_COMPARE_FAIL_HELP,
-    )
-    parser.addini(
-        "fieldmem_compare_fail",
-        f"{_COMPARE_FAIL_HELP} (ini twin of --fieldmem-compare-fail)",
-        type="bool",
-        default=False,
-    )
-    # no ini twin: a baseline saved by every run would never gate anything
-    group.addoption(
-        "--fieldmem-save-baseline", dest="fieldmem_save_baseline", metavar="PATH", default=None, help=_SAVE_HELP
-    )
+    for row in plugin_options():
+        assert row.pytest is not None
+        if row.pytest_flag:
+            group.addoption(
+                row.pytest, dest=f"fieldmem_{row.name}", action="store_true", default=None, help=row.pytest_help
+            )
+        else:
+            group.addoption(
+                row.pytest,
+                *((row.pytest_older[0],) if row.pytest_older else ()),
+                dest=f"fieldmem_{row.name}",
+                metavar=row.pytest_metavar,
+                default=None,
+                # argparse formats help with %: a tolerance's 2% is written 2%%
+                help=row.pytest_help.replace("%", "%%"),
+            )
+        if row.ini is None:
+            continue
+        kind = "bool" if row.pytest_flag else "string"
+        default = False if row.pytest_flag else None
+        parser.addini(row.ini, f"{row.pytest_help} (ini twin of {row.pytest})", type=kind, default=default)
+        if row.pytest_older:
+            parser.addini(row.pytest_older[1], f"the older name of {row.ini}", type="string", default=None)
 
 
-def _setting(config: pytest.Config, option: _Option) -> tuple[str | None, str]:
-    """The value of ``option`` from the command line, else its ini twin; and how to name it."""
-    value = config.getoption(f"fieldmem_{option.dest}")
+def _setting(config: pytest.Config, row: Option) -> tuple[str | None, str]:
+    """The value of the option ``row`` from the command line, else its ini twin; and how to name it."""
+    assert row.pytest is not None and row.ini is not None
+    value = config.getoption(f"fieldmem_{row.name}")
     if value is not None:
-        return value, option.flag
-    for ini in (option.ini, *((option.older[1],) if option.older else ())):
+        return value, row.pytest
+    for ini in (row.ini, *((row.pytest_older[1],) if row.pytest_older else ())):
         value = config.getini(ini)
         if isinstance(value, str) and value.strip():
             return value.strip(), f"ini {ini}"
-    return None, f"ini {option.ini}"
+    return None, f"ini {row.ini}"
 
 
 def _path(config: pytest.Config, value: str, label: str, flag: str) -> Path:
@@ -191,15 +87,15 @@ def _parse_session(config: pytest.Config) -> _Session:
         "max_live_peak": project.options.max_live_peak,
         "min_bytes": project.min_bytes,
     }
-    for option in _SIZE_OPTIONS:
-        value, label = _setting(config, option)
-        sizes[option.dest] = parse_bytes(value, label) if value is not None else from_project[option.dest]
+    for row in _SIZE_OPTIONS:
+        value, label = _setting(config, row)
+        sizes[row.name] = parse_bytes(value, label) if value is not None else from_project[row.name]
     min_bytes = sizes.pop("min_bytes")
     defaults = Limits(min_bytes=MIN_BYTES if min_bytes is None else min_bytes, backend=project.backends, **sizes)
-    value, label = _setting(config, _REPORT_OPTION)
+    value, label = _setting(config, option("report"))
     report_path = None
     if value is not None:
-        report_path = _path(config, value, label, _REPORT_OPTION.flag)
+        report_path = _path(config, value, label, option("report").pytest)
         if report_path.is_dir():
             example = str(Path(value) / "fieldmem.json")
             raise OptionError(f"{label} {value!r} is a folder: name a file, e.g. {example!r}")
@@ -212,13 +108,13 @@ def _parse_session(config: pytest.Config) -> _Session:
             raise OptionError(
                 f"{label} {value!r} is not a regular file ({kind}), which fieldmem never replaces: name a file"
             )
-    value, label = _setting(config, _ISOLATE_OPTION)
+    value, label = _setting(config, option("isolate"))
     isolate = True
     if value is not None:
         if value.lower() not in ("yes", "no", "true", "false", "1", "0"):
             raise OptionError(f"{label} {value!r} is not understood: use yes or no")
         isolate = value.lower() in ("yes", "true", "1")
-    value, label = _setting(config, _TIMEOUT_OPTION)
+    value, label = _setting(config, option("timeout"))
     timeout: float | None = DEFAULT_TIMEOUT
     if value is not None:
         try:
@@ -228,7 +124,7 @@ def _parse_session(config: pytest.Config) -> _Session:
         if not 0 <= timeout < float("inf"):
             raise OptionError(f"{label} {value!r} is not understood: give seconds, e.g. 600 (0: no limit)")
         timeout = timeout or None
-    value, label = _setting(config, _JAX_OPTION)
+    value, label = _setting(config, option("jax"))
     jax_release: str | None = None
     if value is not None:
         from fieldmem.model.versions import check_supported
@@ -243,7 +139,7 @@ def _parse_session(config: pytest.Config) -> _Session:
             raise OptionError(f"{label} checks in a worker under that release: drop --fieldmem-isolate no")
     session = _Session(defaults=defaults, report_path=report_path, isolate=isolate, timeout=timeout, jax=jax_release)
     _parse_baseline(config, project, session)
-    _refuse_report_on_baseline(session, label=_setting(config, _REPORT_OPTION)[1])
+    _refuse_report_on_baseline(session, label=_setting(config, option("report"))[1])
     return session
 
 
@@ -258,10 +154,11 @@ def _refuse_report_on_baseline(session: _Session, label: str) -> None:
         return
     from fieldmem.model.files import same_file
 
-    for path, option in ((session.baseline, _BASELINE_OPTION.flag), (session.save_to, "--fieldmem-save-baseline")):
+    compared, saved = option("baseline").pytest, option("save_baseline").pytest
+    for path, flag in ((session.baseline, compared), (session.save_to, saved)):
         if path is not None and same_file(session.report_path, path):
             raise OptionError(
-                f"{label} {str(session.report_path)!r} and {option} {str(path)!r} name the same file: the report "
+                f"{label} {str(session.report_path)!r} and {flag} {str(path)!r} name the same file: the report "
                 "would replace the baseline; give the report its own file"
             )
 
@@ -273,7 +170,7 @@ def _parse_baseline(config: pytest.Config, project: Any, session: _Session) -> N
         OptionError: a tolerance fieldmem cannot read, a baseline to compare with that does not exist (and is
             not the one this session saves), --fieldmem-compare-fail with no baseline, a path that is a folder.
     """
-    value, label = _setting(config, _TOLERANCE_OPTION)
+    value, label = _setting(config, option("tolerance"))
     session.tolerances = Tolerances.parse(value, label) if value is not None else project.tolerance or Tolerances()
     session.compare_fail = bool(config.getoption("fieldmem_compare_fail") or config.getini("fieldmem_compare_fail"))
     session.root = project.path.resolve().parent if project.path is not None else None
@@ -296,9 +193,9 @@ def _parse_baseline(config: pytest.Config, project: Any, session: _Session) -> N
             raise OptionError(
                 f"--fieldmem-save-baseline {saved!r}: the folder {str(session.save_to.parent)!r} does not exist"
             )
-    value, label = _setting(config, _BASELINE_OPTION)
+    value, label = _setting(config, option("baseline"))
     if value is not None:
-        baseline: Path | None = _path(config, value, label, _BASELINE_OPTION.flag)
+        baseline: Path | None = _path(config, value, label, option("baseline").pytest)
     elif session.compare_fail and project.baseline is not None:
         baseline, value, label = Path(project.baseline).absolute(), project.baseline, "[tool.fieldmem] baseline"
     elif session.compare_fail:
