@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from fieldmem.model.report import Report
     from fieldmem.parent.isolate import WatchSession
     from fieldmem.request.build import CheckRequest
+    from fieldmem.request.config import Config
     from fieldmem.request.options import CheckOptions
 
 __all__ = ["check"]
@@ -57,7 +58,8 @@ def check(**given: Any) -> None:
     )
     session: WatchSession | None = None
     try:
-        request = build_request(flags, load_config(given["config"]))
+        project = load_config(given["config"])
+        request = _with_table_options(build_request(flags, project), given, held, project)
         _renderers_installed(request)
         if request.output.verbose:
             from fieldmem.request.options import early_stop_said, jobs_said
@@ -80,6 +82,21 @@ def check(**given: Any) -> None:
 
         code = watch_loop(session, request, baseline_read, code)
     raise typer.Exit(code)
+
+
+def _with_table_options(request: CheckRequest, given: dict[str, Any], held: set[str], project: Config) -> CheckRequest:
+    """``request`` with the options of the table that ``CheckFlags`` does not hold (none today: an option added
+    to the table) set in its :class:`~fieldmem.request.options.CheckOptions` field of the same name: as given,
+    else as ``[tool.fieldmem]`` gives it; an option with no such field is the front end's own."""
+    fields = {f.name for f in dataclasses.fields(request.options)}
+    table = {}
+    for name in (given.keys() - held) & fields:
+        value = given[name] if given[name] is not None else project.values.get(name)
+        if value is not None:
+            table[name] = value
+    if not table:
+        return request
+    return dataclasses.replace(request, options=dataclasses.replace(request.options, **table))
 
 
 def _parameter(row: Option) -> inspect.Parameter:
