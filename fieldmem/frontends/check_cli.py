@@ -105,7 +105,7 @@ def _parameter(row: Option) -> inspect.Parameter:
         declared: Any = typer.Argument(help=row.help, show_default=False)
     else:
         assert row.cli is not None
-        declared = typer.Option(*row.cli, help=row.help, **({"metavar": row.metavar} if row.metavar else {}))
+        declared = typer.Option(*row.cli, help=row.help, metavar=row.metavar)
     return inspect.Parameter(
         row.name, inspect.Parameter.KEYWORD_ONLY, default=row.default, annotation=Annotated[row.type, declared]
     )

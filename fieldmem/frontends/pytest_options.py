@@ -47,9 +47,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
             )
         if row.ini is None:
             continue
-        kind = "bool" if row.pytest_flag else "string"
-        default = False if row.pytest_flag else None
-        parser.addini(row.ini, f"{row.pytest_help} (ini twin of {row.pytest})", type=kind, default=default)
+        help = f"{row.pytest_help} (ini twin of {row.pytest})"
+        if row.pytest_flag:
+            parser.addini(row.ini, help, type="bool", default=False)
+        else:
+            parser.addini(row.ini, help, type="string", default=None)
         if row.pytest_older:
             parser.addini(row.pytest_older[1], f"the older name of {row.ini}", type="string", default=None)
 
@@ -67,7 +69,7 @@ def _setting(config: pytest.Config, row: Option) -> tuple[str | None, str]:
     return None, f"ini {row.ini}"
 
 
-def _path(config: pytest.Config, value: str, label: str, flag: str) -> Path:
+def _path(config: pytest.Config, value: str, label: str, flag: str | None) -> Path:
     """A path option's file: a command-line path is relative to where pytest runs, an ini one to the ini file."""
     base = (
         config.invocation_params.dir
