@@ -1,6 +1,7 @@
 """The ``fieldmem check`` command: its options in, exit code out. Nothing is computed here.
 
-``fieldmem check`` is four steps: its options are declared here;
+``fieldmem check`` is four steps: its parameters are the option table's
+(:mod:`fieldmem.request.option_table`, made into the signature typer reads);
 :func:`~fieldmem.request.build.build_request` turns them and ``[tool.fieldmem]``
 into one checked request (every option rule lives there); :func:`_check_all`
 runs the checker on it; :func:`~fieldmem.frontends.output.emit_reports` prints, writes,
