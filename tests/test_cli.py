@@ -894,7 +894,7 @@ def test_a_cache_dir_that_cannot_be_made_stops_before_compiling(in_assets: Path,
 def test_the_default_compilation_cache_is_used_unless_turned_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from fieldmem.frontends.cli import _cache_folder
+    from fieldmem.frontends.check_cli import _cache_folder
     from fieldmem.model.errors import OptionError
     from fieldmem.request.build import CheckFlags, build_request
     from fieldmem.request.config import Config

@@ -909,7 +909,7 @@ def test_a_deviceless_backend_whose_compiler_is_missing_gets_an_environment_firs
     where its compiler is not installed here, runs in a cached environment that has it; fieldmem says so first."""
     import fieldmem.parent.interpreters as interpreters
     import fieldmem.request.backends as backends
-    from fieldmem.frontends.pytest_plugin import _worker_for
+    from fieldmem.frontends.pytest_session import _worker_for
     from fieldmem.parent.spawn import Interpreter
 
     made: list[tuple[list[str], str]] = []

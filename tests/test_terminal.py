@@ -22,7 +22,9 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from fieldmem.frontends.cli import _stderr_console, app, progress_display
+from fieldmem.frontends.cli import app
+from fieldmem.frontends.command_line import progress_display
+from fieldmem.frontends.command_line import stderr_console as _stderr_console
 from fieldmem.model.report import Report
 from fieldmem.parent.checker import check, check_targets
 from fieldmem.render import RenderOptions, get_renderer

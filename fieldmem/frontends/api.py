@@ -12,7 +12,9 @@ so ``import fieldmem`` stays free of jax.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,6 +22,7 @@ from fieldmem.model import __version__
 from fieldmem.model.errors import FieldmemError, OptionError
 from fieldmem.model.report import DeviceInfo, Expectation, Report
 from fieldmem.model.units import parse_bytes
+from fieldmem.request.option_table import api_options
 from fieldmem.request.options import MIN_BYTES, CheckOptions, footprint_budget, parse_backends, parse_expect
 
 __all__ = [
@@ -155,12 +158,13 @@ def check_function(
 
     parse_expect(expect, "expect=", required=True)
     footprint_budget(max_footprint, max_peak)  # one of the two names, not both
+    kwargs, table = _table_keywords(kwargs)
     settings = dict(
         donate=donate, static=static, name=name, expect=expect, max_footprint=max_footprint, max_peak=max_peak
     )
     target = in_hand("function", fn, args, kwargs, **settings, max_live_peak=max_live_peak, new=new)
     display = target.name
-    report = check_targets([target], _options(min_bytes, run, fast_compile, backend))
+    report = check_targets([target], _options(min_bytes, run, fast_compile, backend, table))
     raise_for_error(report, display)
     return report
 
@@ -272,19 +276,46 @@ def check_chain(
     settings = dict(
         donate=donate, static=static, name=name, expect=expect, max_footprint=max_footprint, max_peak=max_peak
     )
+    kwargs, table = _table_keywords(kwargs)
     chain = in_hand("chain", steps, args, kwargs, **settings, max_live_peak=max_live_peak, step_args=step_args)
-    return check_targets([chain], _options(min_bytes, run, fast_compile, backend))
+    return check_targets([chain], _options(min_bytes, run, fast_compile, backend, table))
 
 
-def _options(min_bytes: int | str, run: bool, fast_compile: bool, backend: object) -> CheckOptions:
-    """How the Python API checks: in the caller's process (``isolate=False``), with the caller's options."""
+def _options(
+    min_bytes: int | str, run: bool, fast_compile: bool, backend: object, table: Mapping[str, Any] | None = None
+) -> CheckOptions:
+    """How the Python API checks: in the caller's process (``isolate=False``), with the caller's options;
+    ``table``: the option table's keywords the API does not name itself (:func:`_table_keywords`)."""
     return CheckOptions(
         min_bytes=parse_bytes(min_bytes, "min_bytes="),
         run=run,
         isolate=False,
         fast_compile=fast_compile,
         backend=_backend(backend),
+        **(table or {}),
     )
+
+
+def _table_keywords(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``kwargs`` without the keywords of the option table (:mod:`fieldmem.request.option_table`) that the
+    API's functions do not name themselves, and those keywords' values by option name: each sets the
+    :class:`~fieldmem.request.options.CheckOptions` field of its name (none today: every API keyword of the
+    table is a parameter of :func:`check_function`; an option added to the table is taken here).
+
+    Raises:
+        OptionError: an option that no check reads (``CheckOptions`` has no field of its name).
+    """
+    taken = {row.api: row.name for row in api_options() if row.api in kwargs and row.api not in _NAMED}
+    if not taken:
+        return kwargs, {}
+    held = {f.name for f in dataclasses.fields(CheckOptions)}
+    for keyword, name in taken.items():
+        if name not in held:
+            raise OptionError(
+                f"{keyword}= is an option of the table that no check reads yet (CheckOptions has no {name})"
+            )
+    rest = {key: value for key, value in kwargs.items() if key not in taken}
+    return rest, {name: kwargs[keyword] for keyword, name in taken.items()}
 
 
 def _backend(backend: object) -> str | None:
@@ -392,3 +423,7 @@ def combine_reports(reports: Sequence[Report], min_bytes: int) -> Report:
         created=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
         **environment,
     )
+
+
+#: the keywords the API's checks name themselves (an option of the table beyond them: :func:`_table_keywords`)
+_NAMED = frozenset(inspect.signature(check_function).parameters) | frozenset(inspect.signature(check_chain).parameters)

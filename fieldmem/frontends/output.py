@@ -251,15 +251,15 @@ def _save_baseline(
     check or a regression, 2 for a target that errored); a write that fails
     after a passing run exits 2. The file on disk is never touched then.
     """
-    from fieldmem.gate.baseline import BaselineError, save_baseline
+    from fieldmem.frontends.saving import save_reports
     from fieldmem.render.baseline import render_saved
 
-    for report in sorted(reports, key=lambda r: r.exit_code == 0):
-        try:
-            saved = save_baseline(path, report, prune=prune, root=root, accept_current=accept_current)
-        except BaselineError as exc:
-            code = report.exit_code
-            typer.echo(f"fieldmem: {'error: ' if code != 1 else ''}{exc.message}", err=True)
-            return code or 2
-        typer.echo(render_saved(saved), err=True, nl=False)
+    saved, refused = save_reports(reports, path, prune=prune, root=root, accept_current=accept_current)
+    for done in saved:
+        typer.echo(render_saved(done), err=True, nl=False)
+    if refused is not None:
+        report, exc = refused
+        code = report.exit_code
+        typer.echo(f"fieldmem: {'error: ' if code != 1 else ''}{exc.message}", err=True)
+        return code or 2
     return None

@@ -19,7 +19,7 @@ import difflib
 import os
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +27,8 @@ from fieldmem.model.errors import FieldmemError, OptionError, listing, quoted
 from fieldmem.model.units import parse_bytes
 from fieldmem.request.definitions import display_path
 from fieldmem.request.loading import is_file_spec
+from fieldmem.request.option_table import OPTIONS, config_keys
 from fieldmem.request.options import (
-    EXPECTATIONS,
     FORMATS,
     parse_backends,
     parse_expect,
@@ -46,42 +46,10 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 __all__ = ["KEYS", "TARGET_KEYS", "Config", "ConfigError", "TargetConfig", "find_config", "load_config"]
 
-# key -> what it holds, for messages
-KEYS: dict[str, str] = {
-    "targets": 'a list of targets, e.g. ["pkg.model:update", "src/step.py"]',
-    "args": 'FACTORY (in the target\'s module) or MODULE:FACTORY, e.g. "pkg.model:make_args"',
-    "shapes": 'array signatures, e.g. "f32[4096,4096] f32[4096]"',
-    "donate": '"all", "none", argument numbers or names',
-    "static": "argument numbers or names",
-    "expect": f"one of {', '.join(repr(e) for e in EXPECTATIONS)}",
-    "max-footprint": 'a size, e.g. "64MiB"',
-    "max-peak": 'a size, e.g. "64MiB" (the older name of max-footprint)',
-    "max-live-peak": 'a size, e.g. "64MiB"',
-    "new": 'output paths meant to be new buffers, e.g. ["out.logits"] or "out[1]"',
-    "min-bytes": 'a size, e.g. "1KiB"',
-    "tolerance": 'e.g. "2%" or "peak:5%,temp:1MiB"',
-    "baseline": 'a file path, e.g. "fieldmem-baseline.json"',
-    "format": 'an output format, e.g. "table"',
-    "jobs": "a whole number, at least 1",
-    "cache-dir": 'a folder for JAX\'s compilation cache, e.g. ".jax-cache"',
-    "fast-compile": "true or false",
-    "backends": 'backends to check on, each with its own report, e.g. ["cpu", "tpu:v5e", "gpu:h100"]',
-    "jax": 'jax releases to check under, each in its own cached environment, e.g. ["0.9.2", "0.10.2"]',
-    "target": '[[tool.fieldmem.target]] tables, each with target = "pkg.model:update"',
-    "fit": '[[tool.fieldmem.fit]] tables, each a search of fieldmem fit with target = "pkg.train:step"',
-}
-TARGET_KEYS = (
-    "target",
-    "args",
-    "shapes",
-    "donate",
-    "static",
-    "expect",
-    "max-footprint",
-    "max-peak",
-    "max-live-peak",
-    "new",
-)
+#: key -> what it holds, for messages: the keys of [tool.fieldmem], then those of a [[tool.fieldmem.target]]
+#: table, as the option table declares them (fieldmem.request.option_table)
+KEYS: dict[str, str] = config_keys()
+TARGET_KEYS = tuple(config_keys(per_target=True))
 
 
 class ConfigError(FieldmemError):
@@ -117,6 +85,9 @@ class Config:
     backends: tuple[str, ...] | None = None  # each target on each, as --backend cpu,tpu:v5e
     jax: tuple[str, ...] | None = None  # each target under each jax release, as --jax 0.9.2,0.10.2
     fits: tuple[Any, ...] = ()  # the searches of a bare fieldmem fit ([[tool.fieldmem.fit]]: FitTable)
+    # every key the table gave, by option name, as TOML read it (of the types the option table allows); the
+    # fields above hold the parsed values of the keys fieldmem reads itself
+    values: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def all_targets(self) -> tuple[str, ...]:
@@ -370,7 +341,19 @@ def _parse(data: Mapping[str, Any], file: Path) -> Config:
         backends=table.parsed("backends", lambda value, where: parse_backends(value, f"{where} ="), str, list),
         jax=table.parsed("jax", lambda value, where: parse_jax_versions(value, f"{where} ="), str, list),
         fits=_fit_tables(table, root),
+        values=_values(table),
     )
+
+
+def _values(table: _Table) -> dict[str, Any]:
+    """Every key of the option table in ``table``, by option name (an older key under the option's), each of
+    a TOML type the table allows."""
+    values: dict[str, Any] = {}
+    for row in OPTIONS:
+        for key in (row.config, row.config_older):
+            if key is not None and key in table.data:
+                values[row.name] = table.get(key, *row.config_types) if row.config_types else table.data[key]
+    return values
 
 
 def _fit_tables(table: _Table, root: Path) -> tuple[Any, ...]:
