@@ -12,11 +12,12 @@ package stays cheap and a renderer that is not installed breaks nothing else.
 
 from __future__ import annotations
 
+from importlib import resources
 from typing import Any
 
 from fieldmem.render.formats import Renderer, RenderOptions, get_renderer, preload, renderers
 
-__all__ = ["RENDERERS", "RenderOptions", "Renderer", "get_renderer", "preload", "text_console"]
+__all__ = ["RENDERERS", "RenderOptions", "Renderer", "asset", "get_renderer", "preload", "text_console"]
 
 #: A check's formats by name (the registry's own table, so a format registered later is in it).
 RENDERERS: dict[str, Renderer] = renderers()
@@ -43,3 +44,9 @@ def text_console(file: Any, options: RenderOptions) -> Any:
         markup=False,
         emoji=False,
     )
+
+
+def asset(name: str) -> str:
+    """The text of ``fieldmem/render/assets/<name>``: the HTML page's CSS and JavaScript, kept as files of
+    their own (package data) rather than Python strings."""
+    return (resources.files(__name__) / "assets" / name).read_text(encoding="utf-8")

@@ -35,7 +35,7 @@ from fieldmem.model.report import (
     Variant,
 )
 from fieldmem.model.units import format_bytes
-from fieldmem.render import RenderOptions
+from fieldmem.render import RenderOptions, asset
 from fieldmem.render.flame import FLAME_CSS, FLAME_JS, MAX_BUFFERS, MAX_CHILDREN, flame_data, script_json
 from fieldmem.render.pieces import (
     HOST_FIGURES,
@@ -924,104 +924,9 @@ def render(report: Report, options: RenderOptions) -> str:
     return defused("".join(parts))
 
 
-_CSS = """
-:root{--plain:#e8590c;--donated:#1971c2;--ok:#2b8a3e;--bad:#c92a2a;--warn:#e67700;--muted:#6b7280;
---line:#e5e7eb;--bg:#fff;--fg:#1f2328;--code:#f6f8fa}
-.status-breaks,.status-error{color:var(--bad);font-weight:600}.status-in-place{color:var(--ok)}.status-grows{color:var(--donated)}
-h3.ok,p.ok{color:var(--ok)}h3.bad,p.bad{color:var(--bad)}
-*{box-sizing:border-box}
-body{margin:0;font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;color:var(--fg);background:var(--bg)}
-header{background:#1f2937;color:#f9fafb;padding:14px 28px 10px}
-header h1{margin:0 0 6px;font-size:20px;font-weight:600}
-dl.meta{display:flex;flex-wrap:wrap;gap:4px 22px;margin:0;font-size:12.5px}
-dl.meta div{display:flex;gap:6px}dl.meta dt{color:#9ca3af}dl.meta dd{margin:0}
-main{max-width:1240px;margin:0 auto;padding:14px 28px 40px}
-h2{font-size:17px;margin:22px 0 8px}h3{font-size:14px;margin:16px 0 6px;color:#374151}
-code,.shape,.src,pre{font-family:ui-monospace,"SFMono-Regular","DejaVu Sans Mono",Menlo,monospace;font-size:12.5px}
-code{background:var(--code);padding:0 3px;border-radius:3px}
-.src{color:#6d28d9}.muted{color:var(--muted)}.shape{color:#374151}
-pre{background:var(--code);padding:8px 10px;border-radius:6px;overflow:auto}
-table{border-collapse:collapse;margin:8px 0 14px;width:100%}
-caption{text-align:left;font-weight:600;padding:2px 0 6px;color:#374151}
-th,td{padding:4px 8px;border-bottom:1px solid var(--line);text-align:left;vertical-align:top}
-th{font-size:12px;color:var(--muted);font-weight:600;background:#f9fafb}
-td.num,th.num{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
-table.figures,table.aliases,table.unusable{width:auto;min-width:520px}
-table.summary td:first-child a{font-weight:600;color:var(--fg);text-decoration:none}
-table.summary td:first-child a:hover{text-decoration:underline}
-.verdict{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600;white-space:nowrap;
-color:#fff;background:var(--muted)}
-.verdict.in-place{background:var(--ok)}.verdict.as-written{background:var(--warn)}.verdict.not-in-place{background:var(--bad)}.verdict.nothing-to-update,.verdict.unknown{background:var(--warn)}.verdict.error{background:#4b5563}
-.verdict.failed{outline:2px solid var(--warn);outline-offset:1px}
-p.counts{font-size:15px;margin:6px 0 10px}
-p.attention{background:#fff5f5;border:1px solid #ffc9c9;border-radius:6px;padding:8px 12px;margin:8px 0}
-p.attention.ok{background:#ebfbee;border-color:#b2f2bb}p.attention a{color:var(--bad);font-weight:600}
-details.target{border:1px solid var(--line);border-left:5px solid var(--muted);border-radius:6px;margin:12px 0;padding:0 16px}
-details.target.in-place{border-left-color:var(--ok)}details.target.as-written{border-left-color:var(--warn)}details.target.not-in-place{border-left-color:var(--bad)}details.target.nothing-to-update{border-left-color:var(--warn)}
-details.target.error{border-left-color:#4b5563}
-details.target>summary{cursor:pointer;padding:10px 0;font-size:15px;list-style-position:outside}
-details.target>summary .name{font-weight:600}
-details.target[open]>summary{border-bottom:1px solid var(--line);margin-bottom:8px}
-p.verdict-words{font-size:15px;font-weight:600;margin:8px 0}
-p.verdict-words.in-place{color:var(--ok)}p.verdict-words.as-written{color:var(--warn)}p.verdict-words.not-in-place{color:var(--bad)}p.verdict-words.nothing-to-update{color:var(--warn)}
-p.error-message{color:var(--bad)}
-ul.findings,ul.checks,ul.warnings,ul.legend{list-style:none;padding:0;margin:6px 0}
-ul.findings li,ul.checks li{padding:3px 8px;margin:3px 0;border-radius:4px;background:#f9fafb;border-left:3px solid var(--muted)}
-.sev{display:inline-block;min-width:56px;font-size:11px;font-weight:700;text-transform:uppercase}
-li.sev-error{border-left-color:var(--bad)!important;background:#fff5f5!important}li.sev-error .sev{color:var(--bad)}
-li.sev-warning{border-left-color:var(--warn)!important;background:#fff9db!important}li.sev-warning .sev{color:var(--warn)}
-li.sev-info{border-left-color:#1c7ed6!important}li.sev-info .sev{color:#1c7ed6}
-li.check.pass{border-left-color:var(--ok);color:var(--ok)}li.check.fail{border-left-color:var(--bad);color:var(--bad)}
-ul.warnings li{color:var(--warn)}
-svg.timeline{display:block;width:100%;max-width:960px;height:auto;font:12px system-ui,"DejaVu Sans",sans-serif}
-svg.timeline rect.plot{fill:#fcfcfd;stroke:#d1d5db}
-svg.timeline .ytick line,svg.timeline .xtick line{stroke:#eceef1}
-svg.timeline text{fill:#4b5563}svg.timeline .axis-label{fill:#6b7280;font-style:italic}
-svg.timeline path.curve{fill:none;stroke-width:2.2;stroke-linejoin:round}
-svg.timeline path.plain{stroke:var(--plain)}svg.timeline path.donated{stroke:var(--donated)}
-svg.timeline .peak circle{stroke:#fff;stroke-width:2}
-svg.timeline .peak.plain circle{fill:var(--plain)}svg.timeline .peak.donated circle{fill:var(--donated)}
-svg.timeline .peak text{font-weight:700;font-size:12.5px;paint-order:stroke;stroke:#fff;stroke-width:3px}
-svg.timeline .peak.plain text{fill:var(--plain)}svg.timeline .peak.donated text{fill:var(--donated)}
-ul.legend li{margin:2px 0}
-.swatch{display:inline-block;width:18px;height:4px;border-radius:2px;vertical-align:middle;margin-right:6px}
-.swatch.plain{background:var(--plain)}.swatch.donated{background:var(--donated)}
-p.chart-note{font-size:12.5px;color:var(--muted);max-width:960px;margin:4px 0 10px}
-.kind{font-size:12px;padding:0 6px;border-radius:8px;background:#f1f3f5}
-.kind.parameter{background:#fff4e6;color:#9c3b00}.kind.aliased{background:#e7f5ff;color:#1864ab}
-.kind.output{background:#ebfbee;color:#2b8a3e}.kind.temporary{background:#f3f0ff;color:#5f3dc4}
-.kind.loop{background:#fff5f5;color:var(--bad)}.kind.conditional{background:#fff9db;color:#866200}
-section.baseline{border:1px solid var(--line);border-radius:6px;padding:4px 16px 8px;margin:12px 0}
-li.regression{color:var(--bad)}li.improvement{color:var(--ok)}
-#controls{display:flex;gap:8px;align-items:center;margin:4px 0 2px}
-#controls input{font:inherit;padding:4px 8px;width:320px;border:1px solid #d1d5db;border-radius:5px}
-#controls button{font:inherit;padding:3px 10px;border:1px solid #d1d5db;border-radius:5px;background:#f9fafb;cursor:pointer}
-[hidden]{display:none!important}
-"""
+_CSS = asset("report.css")
 
 # Enhancement only: the page shows everything without it. Builds the filter
 # box and the open/close buttons, so a reader with JavaScript off never sees
 # controls that do nothing; a summary link opens the section it points to.
-_JS = """
-(function(){
-var controls=document.getElementById('controls');if(!controls)return;
-var rows=[].slice.call(document.querySelectorAll('#summary tbody tr'));
-var sections=[].slice.call(document.querySelectorAll('details.target'));
-var box=document.createElement('input');box.type='search';box.id='filter';
-box.placeholder='filter: target name or verdict';
-var count=document.createElement('span');count.className='muted';
-function button(label,open){var b=document.createElement('button');b.type='button';b.textContent=label;
-b.addEventListener('click',function(){sections.forEach(function(s){if(!s.hidden)s.open=open;});});return b;}
-function apply(){var words=box.value.toLowerCase().trim();var shown=0;
-function match(el){return !words||el.getAttribute('data-filter').indexOf(words)>=0;}
-rows.forEach(function(r){r.hidden=!match(r);});
-sections.forEach(function(s){s.hidden=!match(s);if(!s.hidden)shown++;});
-count.textContent=shown+' of '+sections.length+' shown';}
-box.addEventListener('input',apply);
-controls.appendChild(box);controls.appendChild(button('open all',true));controls.appendChild(button('close all',false));
-controls.appendChild(count);apply();
-document.querySelectorAll('#summary a, p.attention a').forEach(function(a){a.addEventListener('click',function(){
-var s=document.getElementById(a.getAttribute('href').slice(1));if(s)s.open=true;});});
-if(location.hash){var s=document.getElementById(location.hash.slice(1));if(s&&s.tagName==='DETAILS')s.open=true;}
-})();
-"""
+_JS = asset("report.js")
