@@ -9,7 +9,7 @@ The page is also kept next to the image as ``field-report.html`` only when
 ``--keep-html`` is given, so the docs folder holds just the picture.
 
 Beside each image it records, in ``IMAGE.source``, the sha256 of the HTML
-renderer (its layout, CSS and script: ``fieldmem/render/html.py``, and the
+renderer (its layout, CSS and script: ``fieldmem/render/html*.py`` and ``render/assets/``, and the
 flame graph's in ``fieldmem/render/flame.py``) and of the image:
 ``tests/test_docs.py`` fails once the renderer differs from the one the
 picture shows, and this script (``make screenshot``) is the fix.
@@ -40,7 +40,16 @@ IMAGE = ROOT / "docs" / "images" / "field-report.png"
 WINDOW = (1280, 1340)  # the header, the summary, the verdict, the chart and both live-at-peak tables
 # the files the pictures show the work of (relative to the repository), hashed into each .source record: the
 # page's HTML, CSS and script, and the flame graph's CSS and script, which the page embeds
-SOURCES = ("fieldmem/render/html.py", "fieldmem/render/flame.py")
+SOURCES = (
+    "fieldmem/render/html.py",
+    "fieldmem/render/html_chart.py",
+    "fieldmem/render/html_tables.py",
+    "fieldmem/render/flame.py",
+    "fieldmem/render/assets/report.css",
+    "fieldmem/render/assets/report.js",
+    "fieldmem/render/assets/flame.css",
+    "fieldmem/render/assets/flame.js",
+)
 
 
 def _sha256(path: Path, text: bool) -> str:

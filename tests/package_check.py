@@ -41,6 +41,10 @@ IN_BOTH = (
     "fieldmem/schemas/baseline.schema.json",
     "fieldmem/model/specs/gpu/NOTICE.md",
     "fieldmem/model/specs/gpu/h100_sxm.txtpb",
+    "fieldmem/render/assets/report.css",
+    "fieldmem/render/assets/report.js",
+    "fieldmem/render/assets/flame.css",
+    "fieldmem/render/assets/flame.js",
     "fieldmem/__main__.py",
 )
 IN_SDIST = ("README.md", "pyproject.toml", "examples/field.py")

@@ -11,9 +11,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from fieldmem.gate.baseline import compare_to_baseline, entry_from_result, facts_of_entry, load_baseline, save_baseline
+from fieldmem.gate.baseline import compare_to_baseline, entry_from_result, load_baseline, save_baseline
 from fieldmem.gate.compare import compare_reports, result_changes
 from fieldmem.gate.diff import Delta, diff_targets, facts_of_result
+from fieldmem.gate.regressions import facts_of_entry
 from fieldmem.model.report import Alias, Change, Report, UnusableDonation
 
 from factories import MIB, make_copy, make_memory, make_report, make_result, make_variant

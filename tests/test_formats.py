@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,7 +33,8 @@ from fieldmem.model.report import (
     Variant,
     Verdict,
 )
-from fieldmem.render import _FORMATS, RENDERERS, RenderOptions, _available, get_renderer
+from fieldmem.render import RENDERERS, RenderOptions, formats, get_renderer
+from fieldmem.render.formats import COMPARISON, DOCUMENTS, FIT, REPORT, format_help, register, renderers
 from fieldmem.render.github import annotation, escape_data, escape_property, location
 from fieldmem.render.pieces import code, escape
 from fieldmem.request.spec import DonateSpec
@@ -380,28 +382,94 @@ def test_markdown_without_targets() -> None:
 
 
 def test_every_format_the_request_accepts_has_a_renderer_and_no_other() -> None:
-    from fieldmem.render import _MODULES
+    from fieldmem.request.fit import FIT_FORMATS
     from fieldmem.request.options import FORMATS
 
-    assert set(_MODULES) == set(FORMATS) and [name for name, _, _ in _FORMATS] == list(FORMATS)
+    assert formats.formats(REPORT) == FORMATS and formats.formats(FIT) == FIT_FORMATS
 
 
 def test_ci_formats_are_registered_with_extensions() -> None:
     assert (RENDERERS["github"].extension, RENDERERS["markdown"].extension) == (".txt", ".md")
-    names = [name for name, _, module in _FORMATS if _available(module)]
-    assert list(RENDERERS) == names and {"table", "json", "github", "markdown"} <= set(names)
+    assert RENDERERS is renderers(REPORT) and {"table", "json", "github", "markdown"} <= set(RENDERERS)
     # html is registered exactly when its module exists
-    assert ("html" in RENDERERS) == _available("fieldmem.render.html")
-    assert not _available("fieldmem.render.no_such_format")
+    assert ("html" in RENDERERS) == formats._available("fieldmem.render.html")
+    assert not formats._available("fieldmem.render.no_such_format")
     with pytest.raises(OptionError, match="use one of table, json, github, markdown"):
         get_renderer("yaml")
+    with pytest.raises(OptionError, match=r"not known for compare: use one of table, json, markdown$"):
+        get_renderer("html", COMPARISON)
+
+
+def test_the_cli_help_lists_each_documents_formats_from_the_registry() -> None:
+    """``--format``'s help of check, compare and fit says what the registry holds (the help strings stay
+    literal in the CLI: reading the registry there would load fieldmem.render, ~300 ms, into ``--help``)."""
+    import typer
+
+    from fieldmem.frontends.cli import app
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    helps = {
+        name: next(p.help for p in commands[name].params if "--format" in p.opts)
+        for name in ("check", "compare", "fit")
+    }
+    assert helps == {"check": format_help(REPORT), "compare": format_help(COMPARISON), "fit": format_help(FIT)}
+    assert format_help(FIT) == "table (default) | json | markdown | svg (a picture; needs -o)"
+
+
+@pytest.fixture
+def scratch_registry() -> Iterator[None]:
+    """The registry as it was, after the test."""
+    saved = {document: dict(renderers(document)) for document in DOCUMENTS}
+    modules = dict(formats._MODULES)
+    yield
+    for document, table in saved.items():
+        renderers(document).clear()
+        renderers(document).update(table)
+    formats._MODULES.clear()
+    formats._MODULES.update(modules)
+
+
+CSV_RENDERER = """
+def render(document, options):
+    return type(document).__name__ + " as csv"
+"""
+
+
+def test_a_format_registered_in_one_place_is_offered_by_each_document_it_declares(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, scratch_registry: None
+) -> None:
+    """A new format is its renderer module and its rows: nothing else changes for the lookups, the lists
+    errors give, the help and preloading to offer it (with its suffix) for the documents it names."""
+    from fieldmem.gate.compare import compare_reports
+    from fieldmem.render.compare import COMPARE_RENDERERS, get_compare_renderer
+    from fieldmem.render.fit import get_fit_renderer
+
+    (tmp_path / "csv_renderer.py").write_text(CSV_RENDERER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for document in (REPORT, COMPARISON):
+        assert register(document, "csv", ".csv", "csv_renderer:render") is not None
+    assert register(FIT, "csv", ".csv", "no_such_csv_renderer:render") is None  # not installed: not offered
+
+    report = make_report(())
+    assert get_renderer("csv").extension == ".csv" and "csv" in RENDERERS
+    assert get_renderer("csv").render(report, RenderOptions()) == "Report as csv"
+    comparison = compare_reports([("a", report), ("b", report)])
+    assert COMPARE_RENDERERS["csv"].extension == ".csv"
+    assert get_compare_renderer("csv").render(comparison, RenderOptions()) == "Comparison as csv"
+    assert format_help(REPORT).endswith("| html | csv") and format_help(COMPARISON).endswith("| markdown | csv")
+    with pytest.raises(OptionError, match=r"use one of table, json, markdown, svg$"):
+        get_fit_renderer("csv")
+    formats.preload(["csv"])
+    assert "csv_renderer" in sys.modules
+    monkeypatch.delitem(sys.modules, "csv_renderer")
 
 
 def test_importing_the_renderers_imports_no_renderer_and_no_jax() -> None:
     code_ = (
         "import sys, fieldmem.render as r; "
         "assert 'jax' not in sys.modules, 'jax'; "
-        "assert not [m for m in sys.modules if m.startswith('fieldmem.render.')], sorted(sys.modules); "
+        "assert [m for m in sys.modules if m.startswith('fieldmem.render.')] == ['fieldmem.render.formats'], "
+        "sorted(sys.modules); "
         "print(','.join(r.RENDERERS))"
     )
     done = subprocess.run([sys.executable, "-c", code_], capture_output=True, text=True, cwd=ROOT, check=False)

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from rich import box
 from rich.table import Table
@@ -23,12 +22,12 @@ from fieldmem.gate.compare import FIGURE_LABELS, FIGURES, VARIANTS, Cell, Column
 from fieldmem.model.escaping import defused, json_defused, visible_strings
 from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions, text_console
+from fieldmem.render.formats import COMPARISON, Renderer, get_renderer, renderers
 from fieldmem.render.layout import hanging, natural_width, wrapped
 from fieldmem.render.pieces import FAIL, PASS, code, count, escape, verdict_words
 
 __all__ = [
     "COMPARE_RENDERERS",
-    "CompareRenderer",
     "get_compare_renderer",
     "render_json",
     "render_markdown",
@@ -286,23 +285,10 @@ def render_markdown(comparison: Comparison, options: RenderOptions) -> str:
 # Registry
 
 
-@dataclass(frozen=True)
-class CompareRenderer:
-    name: str
-    extension: str
-    render: Callable[[Comparison, RenderOptions], str]
+#: compare's formats by name: the registry's own table (fieldmem.render.formats holds their rows)
+COMPARE_RENDERERS: dict[str, Renderer] = renderers(COMPARISON)
 
 
-COMPARE_RENDERERS: dict[str, CompareRenderer] = {
-    "table": CompareRenderer("table", ".txt", render_table),
-    "json": CompareRenderer("json", ".json", render_json),
-    "markdown": CompareRenderer("markdown", ".md", render_markdown),
-}
-
-
-def get_compare_renderer(name: str) -> CompareRenderer:
-    from fieldmem.model.errors import OptionError
-
-    if name not in COMPARE_RENDERERS:
-        raise OptionError(f"--format {name!r} is not known for compare: use one of {', '.join(COMPARE_RENDERERS)}")
-    return COMPARE_RENDERERS[name]
+def get_compare_renderer(name: str) -> Renderer:
+    """The renderer of ``name`` for a Comparison (:func:`fieldmem.render.formats.get_renderer`)."""
+    return get_renderer(name, COMPARISON)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape as html_escape
 from typing import Any
@@ -34,12 +33,12 @@ from fieldmem.model.fit_report import (
 )
 from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions, text_console
+from fieldmem.render.formats import FIT, Renderer, get_renderer, renderers
 from fieldmem.render.layout import Column, fitted_table, hanging, wrapped
 from fieldmem.render.pieces import FAIL, PASS, escape
 
 __all__ = [
     "FIT_RENDERERS",
-    "FitRenderer",
     "fit_document_text",
     "get_fit_renderer",
     "render_comparison",
@@ -512,27 +511,13 @@ def render_svg(report: FitReport, options: RenderOptions) -> str:
     )
 
 
-@dataclass(frozen=True)
-class FitRenderer:
-    name: str
-    extension: str
-    render: Callable[[FitReport, RenderOptions], str]
+#: fit's formats by name: the registry's own table (fieldmem.render.formats holds their rows)
+FIT_RENDERERS: dict[str, Renderer] = renderers(FIT)
 
 
-FIT_RENDERERS: dict[str, FitRenderer] = {
-    "table": FitRenderer("table", ".txt", render_table),
-    "json": FitRenderer("json", ".json", render_json),
-    "markdown": FitRenderer("markdown", ".md", render_markdown),
-    "svg": FitRenderer("svg", ".svg", render_svg),
-}
-
-
-def get_fit_renderer(name: str) -> FitRenderer:
-    from fieldmem.model.errors import OptionError
-
-    if name not in FIT_RENDERERS:
-        raise OptionError(f"--format {name!r} is not known here: use one of {', '.join(FIT_RENDERERS)}")
-    return FIT_RENDERERS[name]
+def get_fit_renderer(name: str) -> Renderer:
+    """The renderer of ``name`` for a FitReport (:func:`fieldmem.render.formats.get_renderer`)."""
+    return get_renderer(name, FIT)
 
 
 # ----------------------------------------------------------------------------
