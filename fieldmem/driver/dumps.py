@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fieldmem.driver import quiet
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.model.errors import CompileError
 from fieldmem.model.readings import DeviceMemory
@@ -231,7 +232,6 @@ def compile_dumped(
         CompileError: XLA raised (kind ``out-of-memory`` when the program cannot be compiled even without the
             out-of-memory check).
     """
-    from fieldmem.driver.quiet import quiet_stderr
 
     name = found.backend.name if found is not None else platform
     root = _DUMP_ROOT[0]
@@ -242,7 +242,7 @@ def compile_dumped(
         start = time.perf_counter()
         said = None
         dumps = folder
-        with quiet_stderr(take=XLA_DOUBTS) as log:
+        with quiet.quiet_stderr(take=XLA_DOUBTS) as log:
             try:
                 compiled = lowered.compile(compiler_options={**dump_options(folder), **extra})
             except Exception as exc:

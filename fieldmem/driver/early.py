@@ -58,6 +58,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fieldmem.driver import dumped, dumps
 from fieldmem.request.options import EARLY_STOP_ENV
 
 __all__ = [
@@ -252,9 +253,8 @@ def compile_until_assigned(lowered: Any, options: dict[str, Any], ended: Callabl
 
 def dump_options(folder: str) -> dict[str, Any]:
     """XLA options that dump the optimized module with its buffer assignment, and its text, to ``folder``."""
-    from fieldmem.driver.dumps import dump_options as protos
 
-    return {**protos(folder), "xla_dump_hlo_as_text": True}
+    return {**dumps.dump_options(folder), "xla_dump_hlo_as_text": True}
 
 
 def scratch(root: str | None) -> tuple[str, Callable[[], None]]:
@@ -355,12 +355,10 @@ class _FromDump:
     def __init__(self, hlo_proto: bytes, text: str, devices: list[Any]) -> None:
         from jax._src.lib import xla_client
 
-        from fieldmem.driver.dumped import module_of
-
         self.hlo_proto = hlo_proto
         self._text = text
         self._devices = devices
-        module = module_of(hlo_proto)
+        module = dumped.module_of(hlo_proto)
         if not module:
             raise ValueError("the dump has no module")
         self._module = module
@@ -376,9 +374,8 @@ class _FromDump:
         return all(s.is_array() and "S(" not in s.layout().to_string() for s in shapes)
 
     def get_hlo_text(self) -> str:
-        from fieldmem.driver.dumped import executable_text
 
-        return executable_text(self._text)
+        return dumped.executable_text(self._text)
 
     def hlo_modules(self) -> list[Any]:
         from jax._src.lib import xla_client
@@ -386,9 +383,8 @@ class _FromDump:
         return [xla_client.hlo.HloModule.from_serialized_hlo_module_proto(self._module)]
 
     def get_compiled_memory_stats(self) -> Any:
-        from fieldmem.driver.dumped import dumped_stats
 
-        return dumped_stats(self.hlo_proto)
+        return dumped.dumped_stats(self.hlo_proto)
 
     def get_parameter_layouts(self) -> list[_Layout]:
         return [_Layout(s.layout()) for s in self._parameters]

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from fieldmem.driver import compile_memory, deviceless, dumps, variant
 from fieldmem.driver.deviceless import Target
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.leaves import out_tree
@@ -32,6 +33,7 @@ from fieldmem.driver.variant import read_variant
 from fieldmem.driver.wrappers import PMAP_KINDS
 from fieldmem.model.errors import CompileError, DonationError, TargetError
 from fieldmem.model.readings import CompiledVariant, OutputLeaf
+from fieldmem.request import backends
 
 __all__ = [
     "FAST_COMPILE_OPTIONS",
@@ -136,16 +138,15 @@ def lower(
     Raises:
         CompileError: tracing or lowering raised.
     """
-    from fieldmem.driver.deviceless import active_target, callback_refused, place_call
 
-    found = active_target()
+    found = deviceless.active_target()
     if found is not None and call.wrapper in PMAP_KINDS:
         raise TargetError(
             f"--backend {found.backend.name}: {call.wrapper} builds its program for the devices jax runs on "
             "(its mesh is made when it is called), not for another backend's chips; check it here with --devices N"
         )
     if found is not None:  # compiled without the device: the arguments as ShapeDtypeStructs on its chips
-        call = place_call(call, found)
+        call = deviceless.place_call(call, found)
     jitted = _jit(call, donated, function)
     start = time.perf_counter()
     context = call.lowering_context() if call.lowering_context is not None else contextlib.nullcontext()
@@ -154,7 +155,7 @@ def lower(
         try:
             lowered = jitted.lower(*call.args, **call.kwargs)
         except Exception as exc:
-            refused = callback_refused(exc, found) if found is not None else None
+            refused = deviceless.callback_refused(exc, found) if found is not None else None
             if refused is not None:
                 raise CompileError(refused) from exc
             raise CompileError(f"tracing/lowering failed: {first_line(exc)}") from exc
@@ -187,20 +188,18 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
     Raises:
         CompileError: XLA raised, or a deviceless compile came out for another platform.
     """
-    from fieldmem.driver.compile_memory import GATE
-    from fieldmem.driver.dumps import IN_PROCESS_ASSIGNMENT, compile_dumped
     from fieldmem.driver.early import EARLY_PLATFORMS, can_stop_early, persistent_cache_in_use
 
     platform = found.platform if found is not None else _platform(lowered)
     early = fast and found is None and platform in EARLY_PLATFORMS and can_stop_early()
     if early and not persistent_cache_in_use():  # with the cache on, the executable is kept for a rerun
         return _compile_early(lowered, _fast_options(platform) or {})
-    with GATE.compiling():  # waits while the memory left holds no other compile beside those running
+    with compile_memory.GATE.compiling():  # waits while the memory left holds no other compile beside those running
         options = _fast_options(platform) if fast else None
         if found is not None:
             return _compile_deviceless(lowered, found)
-        if platform is not None and platform not in IN_PROCESS_ASSIGNMENT:
-            compiled, seconds = compile_dumped(lowered, platform, options=options, capacity=_capacity(lowered))
+        if platform is not None and platform not in dumps.IN_PROCESS_ASSIGNMENT:
+            compiled, seconds = dumps.compile_dumped(lowered, platform, options=options, capacity=_capacity(lowered))
             return compiled, seconds, options is not None
         start = time.perf_counter()
         try:
@@ -214,13 +213,11 @@ def _compile_early(lowered: Any, options: dict[str, Any]) -> tuple[Any, float, b
     """Compile ``lowered`` with the fast ``options``, stopped once XLA has dumped what fieldmem reads
     (:mod:`fieldmem.driver.early`). The compile keeps its place at the memory gate until it ends, its code
     generation included; the seconds are those until its reading was ready."""
-    from fieldmem.driver.compile_memory import GATE
-    from fieldmem.driver.dumps import _DUMP_ROOT, remember_dumped
     from fieldmem.driver.early import compile_until_assigned, dump_options, scratch
 
     place = contextlib.ExitStack()
-    place.enter_context(GATE.compiling())  # left when the compile ends, its code generation included
-    folder, remove = scratch(_DUMP_ROOT[0])
+    place.enter_context(compile_memory.GATE.compiling())  # left when the compile ends, its code generation included
+    folder, remove = scratch(dumps._DUMP_ROOT[0])
     ended = threading.Lock()
 
     def end() -> None:
@@ -236,41 +233,35 @@ def _compile_early(lowered: Any, options: dict[str, Any]) -> tuple[Any, float, b
         raise CompileError(f"XLA compilation failed: {first_line(exc)}") from exc
     seconds = time.perf_counter() - start
     if early:
-        remember_dumped(compiled, compiled.runtime_executable().hlo_proto)
+        dumps.remember_dumped(compiled, compiled.runtime_executable().hlo_proto)
     return compiled, seconds, True
 
 
 def _capacity(lowered: Any) -> Any:
     """The memory of the device ``lowered`` is compiled for, as jax's allocator gives it (None: not given)."""
-    from fieldmem.driver.variant import allocator_memory
 
     try:
         devices = list(lowered._lowering.compile_args["backend"].local_devices())
     except Exception:
         return None
-    return allocator_memory(devices)
+    return variant.allocator_memory(devices)
 
 
 def dump_under(folder: str | None) -> None:
     """Dumped compiles (deviceless, and a GPU or TPU of this machine) dump under ``folder``
     (:func:`fieldmem.driver.dumps.dump_under`)."""
-    from fieldmem.driver.dumps import dump_under as under
 
-    under(folder)
+    dumps.dump_under(folder)
 
 
 def _compile_deviceless(lowered: Any, found: Target) -> tuple[Any, float, bool]:
     """Compile ``lowered`` for ``found``'s chips through XLA's dump (:func:`fieldmem.driver.dumps.compile_dumped`),
     and refuse a program jax compiled for another platform."""
-    from fieldmem.driver.deviceless import check_platform, compile_options
-    from fieldmem.driver.dumps import compile_dumped
-    from fieldmem.driver.variant import executable_devices
-    from fieldmem.request.backends import device_memory
 
-    compiled, seconds = compile_dumped(
-        lowered, found.platform, found, compile_options(found), device_memory(found.backend)
+    compiled, seconds = dumps.compile_dumped(
+        lowered, found.platform, found, deviceless.compile_options(found), backends.device_memory(found.backend)
     )
-    check_platform(compiled, found, executable_devices(compiled))
+    deviceless.check_platform(compiled, found, variant.executable_devices(compiled))
     return compiled, seconds, False
 
 
@@ -300,10 +291,9 @@ class PendingVariants:
     """
 
     def __init__(self, call: PreparedCall, pool: Executor | None, fast: bool = False, early: bool = False) -> None:
-        from fieldmem.driver.deviceless import active_target
 
         self.fast = fast
-        self.found = active_target()  # read here: the compiles may run in a pool's threads
+        self.found = deviceless.active_target()  # read here: the compiles may run in a pool's threads
         function = fresh_function(call.function)  # one trace for both variants, none from an earlier check
         self._futures: list[Any] | None = None
         lowered: list[tuple[Any, tuple[str, ...], float]] = []
@@ -428,8 +418,7 @@ def compile_donation(
             f"cannot donate {', '.join([*map(str, bad), *bad_names])}: not an array argument of this call"
         )
     variant_call = dataclasses.replace(call, donated_positions=positions, donated_names=names, donation_source="spec")
-    from fieldmem.driver.deviceless import active_target
 
     lowering = lower(variant_call, donated=True, function=fresh_function(call.function))
-    compiling = compile_lowered(lowering[0], fast, active_target())
+    compiling = compile_lowered(lowering[0], fast, deviceless.active_target())
     return _compiled(name, variant_call, lowering, compiling, donated=True).variant

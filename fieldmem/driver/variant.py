@@ -13,6 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from fieldmem.driver import dumps
 from fieldmem.driver.leaves import (
     _compiled_formats,
     _leaves,
@@ -24,6 +25,7 @@ from fieldmem.driver.leaves import (
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.model.collector import collector_paused
 from fieldmem.model.readings import NOTHING_DUMPED, CompiledVariant, DeviceMemory, InputLeaf, MemoryReading, OutputLeaf
+from fieldmem.request import backends
 
 __all__ = [
     "FAST_COMPILE_UNAVAILABLE",
@@ -126,9 +128,8 @@ def read_variant(
 def _backend_of(compiled: Any) -> str | None:
     """The backend ``compiled`` is for, as ``--backend`` names it: a deviceless kind's name (``tpu:v5e``), else
     the platform of the devices it runs on (``cpu``); None where jax does not say."""
-    from fieldmem.driver.dumps import compile_notes
 
-    notes = compile_notes(compiled)
+    notes = dumps.compile_notes(compiled)
     if notes is not None and notes.target is not None:
         return str(notes.target.backend.name)
     return _platform(compiled)
@@ -137,9 +138,8 @@ def _backend_of(compiled: Any) -> str | None:
 def _platform(compiled: Any) -> str | None:
     """The platform ``compiled`` runs on: a dumped compile's (a deviceless one's is its target's), else that of
     its devices (None where jax does not say)."""
-    from fieldmem.driver.dumps import compile_notes
 
-    notes = compile_notes(compiled)
+    notes = dumps.compile_notes(compiled)
     if notes is not None:
         return notes.platform
     devices = executable_devices(compiled)
@@ -149,12 +149,10 @@ def _platform(compiled: Any) -> str | None:
 def _device_memory(compiled: Any) -> DeviceMemory | None:
     """The memory the program has on each device it runs on: a deviceless kind's
     (:func:`fieldmem.request.backends.device_memory`), else that of jax's allocator (:func:`allocator_memory`)."""
-    from fieldmem.driver.dumps import compile_notes
-    from fieldmem.request.backends import device_memory
 
-    notes = compile_notes(compiled)
+    notes = dumps.compile_notes(compiled)
     if notes is not None and notes.target is not None:
-        return device_memory(notes.target.backend)
+        return backends.device_memory(notes.target.backend)
     return allocator_memory(executable_devices(compiled))
 
 
@@ -182,9 +180,8 @@ def allocator_memory(devices: list[Any]) -> DeviceMemory | None:
 def _out_of_memory(compiled: Any) -> str | None:
     """The compiler's words when it refused ``compiled`` for not fitting the device, before it was compiled
     again without that check (:func:`fieldmem.driver.lowering.compile_lowered`)."""
-    from fieldmem.driver.dumps import compile_notes
 
-    notes = compile_notes(compiled)
+    notes = dumps.compile_notes(compiled)
     return notes.out_of_memory if notes is not None else None
 
 
@@ -255,12 +252,11 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
     and the HLO module proto feed fieldmem.xla.buffers (recent XLA names a logical
     buffer's instruction only by id; the module proto maps ids to names).
     """
-    from fieldmem.driver.dumps import dumped, is_dumped
 
     figures: dict[str, int | None] = {}
     unavailable: dict[str, str] = {}
     started = started if started is not None else _MemoryAnalysis(compiled)
-    from_dump = is_dumped(compiled)  # an accelerator's compile: the module and assignment are in XLA's dump
+    from_dump = dumps.is_dumped(compiled)  # an accelerator's compile: the module and assignment are in XLA's dump
     # the module proto is serialized while the analysis runs (C++ that holds the GIL); a dumped
     # compile's comes from its dump, and is not serialized here at all
     module_proto = None if from_dump else _module_proto(compiled)
@@ -291,7 +287,7 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
     assignment = getattr(analysis, "serialized_buffer_assignment_proto", None) if analysis is not None else None
     if not assignment:
         if from_dump:  # memory_analysis() through the PJRT C API has no assignment: the dump has it
-            dump = dumped(compiled)
+            dump = dumps.dumped(compiled)
             if dump:
                 return MemoryReading(figures, unavailable, None, None, None, hlo_proto=dump)
             return MemoryReading(figures, unavailable, None, None, NOTHING_DUMPED)
@@ -312,9 +308,8 @@ DOUBTED_FIGURES = ("temp_bytes", "peak_bytes", "host_temp_bytes")
 def _doubted(compiled: Any) -> str | None:
     """Why ``compiled``'s planned figures are not told, when XLA logged while compiling it that its own
     calculation is wrong (:data:`fieldmem.driver.dumps.XLA_DOUBTS`); None when it did not."""
-    from fieldmem.driver.dumps import compile_notes
 
-    notes = compile_notes(compiled)
+    notes = dumps.compile_notes(compiled)
     if notes is None or not notes.doubts:
         return None
     line = notes.doubts[0]
