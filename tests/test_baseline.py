@@ -280,7 +280,7 @@ def test_a_refreshed_baseline_keeps_its_permissions(tmp_path: Path) -> None:
         ("{not json", "is not JSON (Expecting property name enclosed in double quotes at line 1, column 2)"),
         ('{"schema": "fieldmem.baseline/9"}', "has schema 'fieldmem.baseline/9', not one this fieldmem reads"),
         ("[1, 2]", "has no fieldmem schema"),
-        ('{"schema": "fieldmem.model.report/1"}', "a fieldmem report is not a baseline"),
+        ('{"schema": "fieldmem.report/1"}', "a fieldmem report is not a baseline"),
         ('{"schema": "fieldmem.baseline/1", "backend": "cpu"}', "does not match fieldmem.baseline/1: "),
         (None, "is a folder"),
     ],

@@ -52,7 +52,7 @@ def assert_user_error(result: Any, *expected: str) -> list[str]:
 
 def results_by_target(result: Any) -> dict[str, dict[str, Any]]:
     document = json.loads(result.stdout)
-    assert document["schema"] == "fieldmem.model.report/2"
+    assert document["schema"] == "fieldmem.report/2"
     return {r["name"]: r for r in document["results"]}
 
 

@@ -96,7 +96,7 @@ def test_a_report_with_an_unknown_status_is_refused_with_its_path() -> None:
     with pytest.raises(ReportError) as caught:
         Report.from_dict(document)
     assert str(caught.value) == (
-        "the report does not match fieldmem.model.report/2: "
+        "the report does not match fieldmem.report/2: "
         "results[0].status should be one of 'ok', 'error', not str 'skipped'"
     )
 

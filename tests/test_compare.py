@@ -337,7 +337,7 @@ def test_compare_files_reads_saved_reports(tmp_path: Path) -> None:
         ("[1, 2]", "is not a fieldmem report: a fieldmem report is a JSON object"),
         ('{"schema": "fieldmem.baseline/1"}', "is not a fieldmem report: schema 'fieldmem.baseline/1'"),
         (
-            '{"schema": "fieldmem.model.report/1", "backend": "cpu"}',
+            '{"schema": "fieldmem.report/1", "backend": "cpu"}',
             "is not a fieldmem report: the report does not match",
         ),
     ],

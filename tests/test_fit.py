@@ -405,7 +405,7 @@ def test_the_document_reads_back_and_matches_its_schema() -> None:
     (document,) = [d for d in DOCUMENTS if d.name == "fit"]
     jsonschema.validate(data, document_schema(document))
     with pytest.raises(Exception, match="is not one this fieldmem reads as a fit document"):
-        FitReport.from_dict({**data, "schema": "fieldmem.model.report/2"})
+        FitReport.from_dict({**data, "schema": "fieldmem.report/2"})
 
 
 @pytest.mark.parametrize("name", sorted(FIT_RENDERERS))
@@ -443,7 +443,7 @@ def test_a_lower_frontier_against_the_baseline_is_a_regression(tmp_path: Any) ->
 
 def test_a_check_document_is_not_a_fit_baseline(tmp_path: Any) -> None:
     path = tmp_path / "report.json"
-    path.write_text(json.dumps({"schema": "fieldmem.model.report/2", "results": []}))
+    path.write_text(json.dumps({"schema": "fieldmem.report/2", "results": []}))
     with pytest.raises(Exception, match=r"it is fieldmem\.report/2, written by fieldmem check"):
         load_fit_report(path)
 

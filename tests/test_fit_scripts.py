@@ -57,7 +57,7 @@ def test_the_chip_runs_each_rows_largest_value_and_the_next_one_up() -> None:
     with pytest.raises(ValueError, match="no search on gpu:h100"):
         fit_chip.plan_points(_document(), "gpu:h100")
     with pytest.raises(ValueError, match="not a fieldmem fit document"):
-        fit_chip.plan_points({"schema": "fieldmem.model.report/2"})
+        fit_chip.plan_points({"schema": "fieldmem.report/2"})
     assert fit_chip.out_of_memory("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17.2G")
     assert not fit_chip.out_of_memory("INVALID_ARGUMENT: shapes differ")
 

@@ -467,7 +467,7 @@ def test_compare_of_50_reports_shows_every_figure(tmp_path: Path) -> None:
     paths = []
     for n in range(50):
         path = tmp_path / f"r{n:02d}.json"
-        path.write_text(json.dumps({"schema": "fieldmem.model.report/1", **encode(report)}))
+        path.write_text(json.dumps({"schema": "fieldmem.report/1", **encode(report)}))
         paths.append(str(path))
     result = runner.invoke(app, ["compare", *paths], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output

@@ -281,7 +281,7 @@ def test_marker_mistakes_are_setup_errors(basics_run: tuple[pytest.RunResult, Pa
 def test_report_option_writes_every_fixture_check(basics_run: tuple[pytest.RunResult, Path]) -> None:
     result, path = basics_run
     document = json.loads((path / "out" / "report.json").read_text())
-    assert document["schema"] == "fieldmem.model.report/2"
+    assert document["schema"] == "fieldmem.report/2"
     targets = {r["target"]: r for r in document["results"]}
     assert set(targets) == {
         "test_basics.py::test_in_place::updates:update",

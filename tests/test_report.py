@@ -1,4 +1,4 @@
-"""The JSON report ``fieldmem.model.report/2``: a real report survives a round trip; bad documents are refused.
+"""The JSON report ``fieldmem.report/2``: a real report survives a round trip; bad documents are refused.
 
 The report comes from real compiles (one of each kind of finding, and a
 target that fails), so the round trip covers what the analysis really
@@ -74,7 +74,7 @@ def test_the_report_covers_every_kind_of_finding(report: Report) -> None:
 
 
 def test_round_trip_through_json_is_exact(report: Report, document: dict[str, Any]) -> None:
-    assert document["schema"] == SCHEMA == "fieldmem.model.report/2"
+    assert document["schema"] == SCHEMA == "fieldmem.report/2"
     back = Report.from_dict(document)
     assert back == report
     assert back.to_dict() == report.to_dict()
@@ -112,7 +112,7 @@ def test_missing_optional_keys_take_their_defaults(document: dict[str, Any]) -> 
     assert back.results[0].variants["donated"].copies == ()
 
 
-@pytest.mark.parametrize("schema", ["fieldmem.model.report/3", "fieldmem.model.report", "other/1", None, 1])
+@pytest.mark.parametrize("schema", ["fieldmem.report/3", "fieldmem.report", "other/1", None, 1])
 def test_a_wrong_schema_is_refused(document: dict[str, Any], schema: Any) -> None:
     document["schema"] = schema
     with pytest.raises(ReportError, match="schema"):

@@ -195,7 +195,7 @@ def set_at(document: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
         ("results.0.variants.donated.memory.temp_bytes", "4"),
         ("results.0.name", KeyError),
         ("devices.0.id", 2**63),
-        ("schema", "fieldmem.model.report/9"),
+        ("schema", "fieldmem.report/9"),
     ],
 )
 def test_what_the_report_reader_refuses_the_schema_refuses(path: str, value: Any) -> None:

@@ -124,7 +124,7 @@ _REPORT_OPTION = _Option(
     "--fieldmem-report",
     "fieldmem_report",
     "PATH",
-    "write the JSON report (fieldmem.model.report/2) of every fieldmem_check in the session to PATH",
+    "write the JSON report (fieldmem.report/2) of every fieldmem_check in the session to PATH",
 )
 _BASELINE_OPTION = _Option(
     "baseline",

@@ -1,4 +1,4 @@
-"""The report: frozen dataclasses, and their JSON form ``fieldmem.model.report/2``.
+"""The report: frozen dataclasses, and their JSON form ``fieldmem.report/2``.
 
 Everything a user sees is rendered from a :class:`Report`; nothing is computed
 in a renderer. ``Report.to_dict()`` is the JSON contract documented in
@@ -120,8 +120,8 @@ __all__ = [
 
 # /2: ``backend`` may name a device kind compiled for without the device (``tpu:v5e:2x2``), and
 # ``deviceless`` says so; a /1 report reads as one compiled on a real device
-SCHEMA = "fieldmem.model.report/2"
-SUPPORTED_SCHEMAS = ("fieldmem.model.report/1", "fieldmem.model.report/2")
+SCHEMA = "fieldmem.report/2"
+SUPPORTED_SCHEMAS = ("fieldmem.report/1", "fieldmem.report/2")
 
 MEMORY_FIGURES = (
     "argument_bytes",
@@ -1224,7 +1224,7 @@ REPORTS_SCHEMA = "fieldmem.reports/1"
 class Reports:
     """Several reports as one document: what ``fieldmem check --format json`` prints on stdout for several
     backends or jax releases (``-o FILE`` writes one file per report instead), so that one ``json.load``
-    reads the whole run. Each report is a ``fieldmem.model.report/2`` document, in the order of the run."""
+    reads the whole run. Each report is a ``fieldmem.report/2`` document, in the order of the run."""
 
     reports: tuple[Report, ...]
     schema: str = REPORTS_SCHEMA

@@ -1,4 +1,4 @@
-"""JSON renderer: the ``fieldmem.model.report/2`` document (named so as not to shadow ``json``).
+"""JSON renderer: the ``fieldmem.report/2`` document (named so as not to shadow ``json``).
 
 The document is laid out for both readers: one top-level key per line, and
 each result and chain on a line of its own, written compactly inside. A
