@@ -96,7 +96,7 @@ def in_assets(monkeypatch: pytest.MonkeyPatch) -> Path:
 # -- every report and baseline the suite writes matches the shipped JSON Schema (fieldmem/schemas) -------------
 
 _KINDS = {
-    "fieldmem.model.report/": "report",
+    "fieldmem.report/": "report",
     "fieldmem.baseline/": "baseline",
     "fieldmem.reports/": "reports",
     "fieldmem.fit/": "fit",
@@ -123,7 +123,7 @@ def _written_by_fieldmem(text: str, document: Any) -> bool:
     """Whether ``text`` is laid out exactly as fieldmem writes a report or a baseline: what a fieldmem
     process wrote, not a file a test made by hand (hand-made ones are often wrong on purpose)."""
     name = str(document.get("schema", ""))
-    if name.startswith("fieldmem.model.report/"):
+    if name.startswith("fieldmem.report/"):
         return document_text(document) == text
     if name.startswith("fieldmem.fit/"):
         from fieldmem.render.fit import fit_document_text

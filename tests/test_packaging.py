@@ -240,5 +240,5 @@ def test_every_data_file_of_the_package_is_shipped() -> None:
             unshipped.append(str(path.relative_to(ROOT)))
     assert unshipped == []
     assert json.loads((package / "schemas" / "report.schema.json").read_text())["title"].startswith(
-        "fieldmem.model.report/"
+        "fieldmem.report/"
     )

@@ -675,7 +675,7 @@ def load_baseline(path: str | os.PathLike[str]) -> Baseline:
         what = f"schema {schema!r}" if schema is not None else "no fieldmem schema"
         hint = (
             "; a fieldmem report is not a baseline: save one with --save-baseline"
-            if schema and str(schema).startswith("fieldmem.model.report/")
+            if schema and str(schema).startswith("fieldmem.report/")
             else ""
         )
         raise BaselineError(

@@ -81,7 +81,7 @@ def load_fit_report(path: str | os.PathLike[str], what: str = "fit baseline") ->
     except FitReportError as exc:
         extra = ""
         if isinstance(data, dict) and str(data.get("schema", "")).startswith(
-            ("fieldmem.model.report/", "fieldmem.baseline/")
+            ("fieldmem.report/", "fieldmem.baseline/")
         ):
             extra = f" (it is {data['schema']}, written by fieldmem check)"
         raise FitBaselineError(f"{what} {shown!r} is not a fit document{extra}: {exc.message}") from None

@@ -1,6 +1,6 @@
 """JSON Schemas (draft 2020-12) of the documents fieldmem writes, made from their records.
 
-``fieldmem.model.report/N`` is :class:`fieldmem.model.report.Report` as :mod:`fieldmem.model.codec` writes it,
+``fieldmem.report/N`` is :class:`fieldmem.model.report.Report` as :mod:`fieldmem.model.codec` writes it,
 ``fieldmem.baseline/N`` is :class:`fieldmem.gate.baseline.Baseline` and ``fieldmem.fit/N`` is
 :class:`fieldmem.model.fit_report.FitReport`; each schema is read off the
 records' type hints, so a field or a record added there is in the schema on the next ``make schema``.
