@@ -239,6 +239,4 @@ def test_every_data_file_of_the_package_is_shipped() -> None:
         if not shipped:
             unshipped.append(str(path.relative_to(ROOT)))
     assert unshipped == []
-    assert json.loads((package / "schemas" / "report.schema.json").read_text())["title"].startswith(
-        "fieldmem.report/"
-    )
+    assert json.loads((package / "schemas" / "report.schema.json").read_text())["title"].startswith("fieldmem.report/")
