@@ -14,7 +14,9 @@ from pathlib import Path
 from fieldmem.gate.baseline import compare_to_baseline, entry_from_result, facts_of_entry, load_baseline, save_baseline
 from fieldmem.gate.compare import compare_reports, result_changes
 from fieldmem.gate.diff import Delta, diff_targets, facts_of_result
-from fieldmem.model.report import Alias, Change, Report, UnusableDonation
+from fieldmem.model.comparison import Change
+from fieldmem.model.copies import Alias, UnusableDonation
+from fieldmem.model.report import Report
 
 from factories import MIB, make_copy, make_memory, make_report, make_result, make_variant
 

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from fieldmem.model.errors import ArgumentsError
-from fieldmem.model.report import SCHEMA, Report, ReportError
+from fieldmem.model.errors import ArgumentsError, ReportError
+from fieldmem.model.report import SCHEMA, Report
 
 from helpers_compile import check_reports, make_target
 

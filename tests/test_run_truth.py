@@ -30,7 +30,8 @@ import fieldmem.driver as driver
 from fieldmem.driver import execute
 from fieldmem.findings.runcheck import WHOLE_BUFFER_PASSES, apply_run, run_check
 from fieldmem.model.readings import RunReading
-from fieldmem.model.report import Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.parent.checker import check_targets
 from fieldmem.render import RenderOptions
 from fieldmem.render.table import render

@@ -43,21 +43,13 @@ from fieldmem.findings.analysis import (
     savings,
 )
 from fieldmem.findings.transfers import given_again
+from fieldmem.model.advice import ArgumentAdvice, LeafAdvice, MeasuredDonation, Suggestion
+from fieldmem.model.copies import Copy
 from fieldmem.model.errors import FieldmemError
 from fieldmem.model.readings import CallShape, CompiledVariant, InputLeaf
-from fieldmem.model.report import (
-    ArgumentAdvice,
-    ArgumentCode,
-    Copy,
-    LeafAdvice,
-    LeafCode,
-    MeasuredDonation,
-    Suggestion,
-    TargetResult,
-    Variant,
-    Verification,
-)
+from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
+from fieldmem.model.word_sets import ArgumentCode, LeafCode, Verification
 from fieldmem.request.options import MIN_BYTES
 from fieldmem.xla import hlo
 

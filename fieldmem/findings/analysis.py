@@ -30,36 +30,23 @@ from fieldmem.findings.transfers import (
 )
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge
 from fieldmem.model.collector import collector_paused
+from fieldmem.model.copies import Alias, Copy, UnusableDonation
 from fieldmem.model.libraries import is_library_file
+from fieldmem.model.memory import MEMORY_FIGURES, LiveBuffer, MemoryFigures, MemorySpace, PeakBreakdown, Timeline
 from fieldmem.model.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
-from fieldmem.model.report import (
-    MEMORY_FIGURES,
-    Alias,
-    Check,
+from fieldmem.model.target import InputInfo, MadeStatic, OutputInfo, TargetResult, Variant
+from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Check, Finding, Verdict
+from fieldmem.model.word_sets import (
     CheckName,
-    Copy,
     CopyCause,
     CopyKind,
     DonationCode,
     Expectation,
-    Finding,
-    InputInfo,
-    LiveBuffer,
     LiveBufferKind,
-    MadeStatic,
-    MemoryFigures,
-    MemorySpace,
-    OutputInfo,
-    PeakBreakdown,
     SourceRole,
     StaticCode,
-    TargetResult,
-    Timeline,
-    UnusableDonation,
-    Variant,
-    Verdict,
 )
-from fieldmem.model.units import format_bytes
 from fieldmem.request.target import display_path
 from fieldmem.xla import buffers, hlo
 from fieldmem.xla.spaces import device_spaces, space_name

@@ -26,22 +26,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from fieldmem.model.report import (
-    Chain,
-    ChainBreak,
-    ChainCost,
-    ChainStep,
-    ChainStepStatus,
-    Check,
-    Expectation,
-    Finding,
-    HandOff,
-    HandOffCode,
-    InputInfo,
-    OutputInfo,
-    TargetResult,
-)
+from fieldmem.model.chain import Chain, ChainBreak, ChainCost, ChainStep, HandOff
+from fieldmem.model.target import InputInfo, OutputInfo, TargetResult
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Check, Finding
+from fieldmem.model.word_sets import ChainStepStatus, Expectation, HandOffCode
 from fieldmem.request.target import fused_result_name, step_result_name
 
 __all__ = ["StepOutcome", "analyze_chain", "fused_result_name", "step_result_name"]

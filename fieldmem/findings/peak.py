@@ -30,15 +30,8 @@ from collections.abc import Callable, Mapping
 from typing import cast
 
 from fieldmem.model.libraries import is_library_file
-from fieldmem.model.report import (
-    LiveBufferKind,
-    PeakBreakdown,
-    PeakBuffer,
-    PeakLine,
-    PeakSource,
-    PeakSourceKind,
-    StackFrame,
-)
+from fieldmem.model.memory import PeakBreakdown, PeakBuffer, PeakLine, PeakSource, StackFrame
+from fieldmem.model.word_sets import LiveBufferKind, PeakSourceKind
 from fieldmem.request.target import display_path
 from fieldmem.xla import buffers, hlo
 

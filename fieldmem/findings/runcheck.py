@@ -37,19 +37,12 @@ from typing import TYPE_CHECKING
 from fieldmem.findings.transfers import transfer_run
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge, rank
 from fieldmem.model.readings import DeviceStats, ProbeReading, RunReading, device_bytes, plan_call
-from fieldmem.model.report import (
-    AliasCheck,
-    DeviceMemory,
-    Finding,
-    InPlaceProbe,
-    InputInfo,
-    ProbeCode,
-    RunCheck,
-    TargetResult,
-    Transfers,
-    Variant,
-)
+from fieldmem.model.run import AliasCheck, DeviceMemory, InPlaceProbe, RunCheck
+from fieldmem.model.target import InputInfo, TargetResult, Variant
+from fieldmem.model.transfers import Transfers
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Finding
+from fieldmem.model.word_sets import ProbeCode
 
 if TYPE_CHECKING:
     from fieldmem.xla.hlo import HloParser

@@ -35,18 +35,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from fieldmem.model.copies import Alias
+from fieldmem.model.memory import HostFromShardings, MemoryFigures
 from fieldmem.model.readings import CompiledVariant, InputLeaf, OutputLeaf, Placement, RunReading, shared_buffers
-from fieldmem.model.report import (
-    Alias,
-    Finding,
-    HostFromShardings,
-    MemoryFigures,
-    Transfer,
-    TransferKind,
-    TransferRun,
-    Transfers,
-)
+from fieldmem.model.transfers import Transfer, TransferRun, Transfers
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Finding
+from fieldmem.model.word_sets import TransferKind
 
 __all__ = [
     "HOST_MEMORY_KINDS",

@@ -46,19 +46,14 @@ from fieldmem.gate.diff import (
     peak_lines_of,
 )
 from fieldmem.model.codec import decode, encode
+from fieldmem.model.comparison import Accepted, BaselineComparison, Change
 from fieldmem.model.errors import FieldmemError
 from fieldmem.model.files import LockTimeout, lock_path, locked, read_json, terminating, write_atomic
-from fieldmem.model.report import (
-    MEMORY_FIGURES,
-    Accepted,
-    BaselineComparison,
-    Change,
-    Check,
-    Report,
-    TargetResult,
-    Variant,
-)
+from fieldmem.model.memory import MEMORY_FIGURES
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Check
 from fieldmem.request.target import is_file_spec, is_installed, module_file
 from fieldmem.request.tolerance import COPIES, FIGURES, Tolerance, Tolerances
 

@@ -41,9 +41,12 @@ from fieldmem.gate.diff import (
     moved,
     peak_line_text,
 )
-from fieldmem.model.errors import FieldmemError, OptionError
+from fieldmem.model.comparison import Change
+from fieldmem.model.copies import Alias, Copy
+from fieldmem.model.errors import FieldmemError, OptionError, ReportError
 from fieldmem.model.files import read_json
-from fieldmem.model.report import REPORTS_SCHEMA, Alias, Change, Copy, Report, ReportError, Reports, TargetResult
+from fieldmem.model.report import REPORTS_SCHEMA, Report, Reports
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.request.tolerance import COPIES, Tolerance, Tolerances
 

@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from fieldmem.model.report import Copy, PeakBreakdown, TargetResult
+from fieldmem.model.copies import Copy
+from fieldmem.model.memory import PeakBreakdown
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.request.tolerance import Tolerance
 

@@ -24,6 +24,7 @@ __all__ = [
     "EnvError",
     "FieldmemError",
     "OptionError",
+    "ReportError",
     "RunError",
     "TargetError",
     "listing",
@@ -94,6 +95,15 @@ class FieldmemError(Exception):
 
     def __str__(self) -> str:
         return self.message
+
+
+class ReportError(FieldmemError, ValueError):
+    """A JSON document is not a fieldmem report this version can read (:meth:`fieldmem.model.report.Report.from_dict`).
+
+    Also a ``ValueError``, as it was before it joined the hierarchy, for callers that catch that.
+    """
+
+    kind = "report"
 
 
 class OptionError(FieldmemError):

@@ -21,8 +21,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from fieldmem.model.codec import decode, encode
+from fieldmem.model.environment import DeviceInfo, Deviceless
 from fieldmem.model.errors import FieldmemError, quoted
-from fieldmem.model.report import DeviceInfo, Deviceless, ErrorInfo, PeakLine, PeakSourceKind, _impossible_size
+from fieldmem.model.memory import PeakLine
+from fieldmem.model.report import _impossible_size
+from fieldmem.model.target import ErrorInfo
+from fieldmem.model.word_sets import PeakSourceKind
 
 __all__ = [
     "FIT_SCHEMA",

@@ -20,9 +20,11 @@ import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from fieldmem.model.chain import Chain
 from fieldmem.model.collector import collector_paused
 from fieldmem.model.errors import FieldmemError
-from fieldmem.model.report import Chain, Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.parent.decide import check_chain, finish_job, report_header
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, Target, TargetOptions

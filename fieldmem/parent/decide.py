@@ -18,10 +18,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from fieldmem.findings.chains import StepOutcome, analyze_chain
+from fieldmem.model.chain import Chain
 from fieldmem.model.collector import collector_paused, collector_resumed
+from fieldmem.model.environment import DeviceInfo, Deviceless
 from fieldmem.model.errors import CompileError
 from fieldmem.model.readings import CallShape, CompiledVariant, Environment
-from fieldmem.model.report import Chain, DeviceInfo, Deviceless, Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.model.versions import __version__
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, Target
@@ -124,7 +127,7 @@ def _probe(result: TargetResult, job: Job, donated: CompiledVariant, parser: Hlo
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
     from fieldmem.findings.runcheck import apply_probes, probe_candidates, probe_outcome
     from fieldmem.model.errors import RunError
-    from fieldmem.model.report import InPlaceProbe
+    from fieldmem.model.run import InPlaceProbe
 
     probes = []
     for candidate in probe_candidates(result, donated.hlo_text, parser):

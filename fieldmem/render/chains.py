@@ -12,7 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from fieldmem.model.report import Chain, ChainCost
+from fieldmem.model.chain import Chain, ChainCost
 from fieldmem.model.units import format_bytes
 from fieldmem.render.layout import Column, fitted_table, hanging, natural_width, wrapped
 from fieldmem.render.pieces import (

@@ -30,7 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from fieldmem.model.report import PeakBreakdown, PeakSource, TargetResult
+from fieldmem.model.memory import PeakBreakdown, PeakSource
+from fieldmem.model.target import TargetResult
 
 __all__ = ["FLAME_CSS", "FLAME_JS", "MAX_BUFFERS", "MAX_CHILDREN", "FlameNode", "flame_data", "peak_tree"]
 

@@ -22,18 +22,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from fieldmem.model.comparison import BaselineComparison, Change
+from fieldmem.model.copies import Copy
 from fieldmem.model.escaping import defused, visible_strings
-from fieldmem.model.report import (
-    MEMORY_FIGURES,
-    BaselineComparison,
-    Change,
-    Copy,
-    LiveBuffer,
-    Report,
-    TargetResult,
-    Timeline,
-    Variant,
-)
+from fieldmem.model.memory import MEMORY_FIGURES, LiveBuffer, Timeline
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions
 from fieldmem.render.flame import FLAME_CSS, FLAME_JS, MAX_BUFFERS, MAX_CHILDREN, flame_data, script_json

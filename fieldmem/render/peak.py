@@ -11,7 +11,8 @@ from __future__ import annotations
 from rich.console import RenderableType
 from rich.text import Text
 
-from fieldmem.model.report import PeakBreakdown, PeakLine, TargetResult
+from fieldmem.model.memory import PeakBreakdown, PeakLine
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.render.layout import Column, fitted_table, hanging
 

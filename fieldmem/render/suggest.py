@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from rich.console import RenderableType
 
-from fieldmem.model.report import MEMORY_FIGURES, Suggestion
+from fieldmem.model.advice import Suggestion
+from fieldmem.model.memory import MEMORY_FIGURES
 from fieldmem.model.units import format_bytes
 from fieldmem.render.layout import Column, fitted_table, hanging
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from fieldmem.model.errors import ArgumentsError, TargetError, quoted
 from fieldmem.model.libraries import install_targets
-from fieldmem.model.report import Expectation
+from fieldmem.model.word_sets import Expectation
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fieldmem.model.collector import collector_resumed
 from fieldmem.model.errors import CompileError, FieldmemError, OptionError, TargetError, listing
 from fieldmem.model.readings import CallShape, CompiledVariant, Environment, ProbeReading, RunReading
-from fieldmem.model.report import TargetResult
+from fieldmem.model.target import TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import (

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from fieldmem.model.errors import FieldmemError
-from fieldmem.model.report import ErrorInfo, TargetResult
+from fieldmem.model.target import ErrorInfo, TargetResult
 
 __all__ = ["DEBUG_VARIABLE", "ExitError", "InternalError", "contained", "error_result", "internal_error"]
 

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from fieldmem.driver.traced import ArgumentsLeaked
 from fieldmem.model.codec import dumps
 from fieldmem.model.errors import FieldmemError, RunError
-from fieldmem.model.report import TargetResult
+from fieldmem.model.target import TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, describe_chain, describe_target
 from fieldmem.worker.protocol import encode_error
