@@ -71,7 +71,7 @@ def finish_job(job: Job | TargetResult, options: CheckOptions, hands: Hands) -> 
         return exc.result
     except HandsLost:  # the hands' process is gone: its supervisor charges it
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # the user's sys.exit too: the target's error (Ctrl-C: failed() raises it again)
         return failed(target, exc, stage)
     finally:
         hands.release(job)
