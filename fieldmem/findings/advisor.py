@@ -108,7 +108,7 @@ def suggest(
             check's programs (None: a fresh one).
 
     Returns:
-        A :class:`~fieldmem.model.report.Suggestion`; ``compiles`` says how many
+        A :class:`~fieldmem.model.advice.Suggestion`; ``compiles`` says how many
         compiles it added: the verification (usually 1, 0 when a compile of the
         check already is the suggestion), then one per suggested argument whose
         marginal saving needs a compile of its own. A verification compile that fails

@@ -1,4 +1,4 @@
-"""Two compiled variants -> one :class:`~fieldmem.model.report.TargetResult`.
+"""Two compiled variants -> one :class:`~fieldmem.model.target.TargetResult`.
 
 This is where the findings are decided: which donated leaf an output reuses,
 why a donation is unusable, what kind each copy is and where it comes from,

@@ -1,4 +1,4 @@
-"""Checked chain steps -> one :class:`~fieldmem.model.report.Chain`: where in place holds and where it breaks.
+"""Checked chain steps -> one :class:`~fieldmem.model.chain.Chain`: where in place holds and where it breaks.
 
 A chain (``pkg.model:create,update1,update2``) is checked step by step, each
 step like a target, with the previous step's outputs as its arguments, and

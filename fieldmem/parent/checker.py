@@ -2,7 +2,7 @@
 
 :func:`check` is the core entry point behind ``fieldmem check`` and the Python
 API. It never prints and never exits: every target yields a
-:class:`~fieldmem.model.report.TargetResult` (a failure to load, call the factory,
+:class:`~fieldmem.model.target.TargetResult` (a failure to load, call the factory,
 compile or read the compiled HLO becomes an ``error`` result), so one broken
 target never hides the results of the others. An unexpected exception in
 any stage of one target (arguments, prepare, lower and compile, analyse,

@@ -1,7 +1,7 @@
 """The brain of a check: one target's readings -> its result, asking the hands for what it needs.
 
 :func:`finish_job` takes a started target (a :class:`~fieldmem.worker.readers.Job`) to its
-:class:`~fieldmem.model.report.TargetResult`: it waits for the two variants' readings (analysing
+:class:`~fieldmem.model.target.TargetResult`: it waits for the two variants' readings (analysing
 the plain one while the donated one compiles), analyses them, asks for the advisor's
 compiles (``--suggest``), the run's and the probes' readings (``--run``, ``--probe``), and
 reads them against the plan. :func:`check_chain` does each step of a chain and the chain.

@@ -1,6 +1,6 @@
 """The chain section of the terminal and Markdown reports: per-step curve, hand-offs, steps vs fused.
 
-Formats a :class:`~fieldmem.model.report.Chain` and decides nothing: the statuses,
+Formats a :class:`~fieldmem.model.chain.Chain` and decides nothing: the statuses,
 the first break, the growth per step and the cost comparison are all in the
 report.
 """

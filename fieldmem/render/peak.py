@@ -1,6 +1,6 @@
 """The bytes at the live peak by line, for the terminal (``fieldmem check --top N``) and markdown.
 
-Lays out what :class:`~fieldmem.model.report.PeakBreakdown` holds: its lines (the
+Lays out what :class:`~fieldmem.model.memory.PeakBreakdown` holds: its lines (the
 user's line, or an argument's path) with their bytes at the plain and the
 donated program's live peak, largest first, the first ``top`` of them and one
 row for the rest, so that each column adds up to its peak. Decides nothing.
