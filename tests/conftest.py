@@ -12,12 +12,14 @@ import json
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
+from _pytest.assertion import rewrite as assertion_rewrite
 
 from fieldmem.gate.baseline import Baseline
 from fieldmem.model.report import Report
@@ -38,6 +40,22 @@ for _key, _value in DEVICELESS_ENV.items():
 # that reset it would fork a process running jax's threads, which jax warns against).
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# One module rewritten at a time. pytest rewrites the asserts of every fieldmem module as it is imported
+# (fieldmem is a pytest11 plugin's package), and an in-process check imports some lazily in its compile
+# threads; CPython 3.11's AST conversion is not safe in two threads at once: "SystemError: AST constructor
+# recursion depth mismatch" (seen in tests/test_report.py when driver.placement and request.fit were
+# parsed together).
+_rewrite_test = assertion_rewrite._rewrite_test
+_rewriting = threading.Lock()
+
+
+def _rewrite_one_at_a_time(fn: Path, config: pytest.Config) -> Any:
+    with _rewriting:
+        return _rewrite_test(fn, config)
+
+
+assertion_rewrite._rewrite_test = _rewrite_one_at_a_time
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

@@ -12,21 +12,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fieldmem.model.report import (
-    Copy,
-    CopyKind,
-    DeviceInfo,
-    ErrorInfo,
-    Finding,
-    InputInfo,
-    MemoryFigures,
-    OutputInfo,
-    Report,
-    TargetResult,
-    Timeline,
-    Variant,
-    Verdict,
-)
+from fieldmem.model.copies import Copy
+from fieldmem.model.environment import DeviceInfo
+from fieldmem.model.memory import MemoryFigures, Timeline
+from fieldmem.model.report import Report
+from fieldmem.model.target import ErrorInfo, InputInfo, OutputInfo, TargetResult, Variant
+from fieldmem.model.verdict import Finding, Verdict
+from fieldmem.model.word_sets import CopyKind
 
 __all__ = [
     "KIB",

@@ -19,7 +19,8 @@ import jax.numpy as jnp
 
 from fieldmem.driver import MEMORY_FIELDS, PreparedCall, start_variants
 from fieldmem.model.readings import CompiledVariant
-from fieldmem.model.report import Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.parent.checker import check_targets
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec

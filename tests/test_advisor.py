@@ -26,8 +26,10 @@ from rich.console import Console
 from fieldmem.driver import PreparedCall, call_shape, compile_donation, prepare_call, start_variants
 from fieldmem.findings.advisor import suggest
 from fieldmem.findings.analysis import analyze_target
+from fieldmem.model.advice import Suggestion
 from fieldmem.model.errors import CompileError
-from fieldmem.model.report import Report, Suggestion, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.render.suggest import suggestion_renderables
 from fieldmem.request.spec import DonateSpec, StaticSpec

@@ -15,7 +15,9 @@ from fieldmem.gate.baseline import compare_to_baseline, entry_from_result, load_
 from fieldmem.gate.compare import compare_reports, result_changes
 from fieldmem.gate.diff import Delta, diff_targets, facts_of_result
 from fieldmem.gate.regressions import facts_of_entry
-from fieldmem.model.report import Alias, Change, Report, UnusableDonation
+from fieldmem.model.comparison import Change
+from fieldmem.model.copies import Alias, UnusableDonation
+from fieldmem.model.report import Report
 
 from factories import MIB, make_copy, make_memory, make_report, make_result, make_variant
 

@@ -18,7 +18,8 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from fieldmem.model.report import Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.parent.checker import check_targets
 from fieldmem.render import RenderOptions
 from fieldmem.render.table import render

@@ -35,19 +35,13 @@ from fieldmem.gate.baseline import (
     refuse_shared_names,
     save_baseline,
 )
-from fieldmem.model.report import (
-    Accepted,
-    Alias,
-    BaselineComparison,
-    Change,
-    Check,
-    Copy,
-    DeviceInfo,
-    MemoryFigures,
-    Report,
-    TargetResult,
-    UnusableDonation,
-)
+from fieldmem.model.comparison import Accepted, BaselineComparison, Change
+from fieldmem.model.copies import Alias, Copy, UnusableDonation
+from fieldmem.model.environment import DeviceInfo
+from fieldmem.model.memory import MemoryFigures
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
+from fieldmem.model.verdict import Check
 from fieldmem.request.tolerance import Tolerances
 
 from factories import KIB, make_copy, make_error_result, make_memory, make_report, make_result, make_variant

@@ -23,8 +23,9 @@ from helpers_backends import require_extra
 from fieldmem.findings.capacity import fit_check, fit_findings
 from fieldmem.findings.verdict import RULES, decide, expectation_met, judge
 from fieldmem.model.errors import OptionError
+from fieldmem.model.memory import MemoryFigures
 from fieldmem.model.readings import CompiledVariant, DeviceMemory
-from fieldmem.model.report import Finding, MemoryFigures, Verdict
+from fieldmem.model.verdict import Finding, Verdict
 from fieldmem.request.backends import (
     DEVICELESS_ENV,
     GPU_DOMAINS,

@@ -21,8 +21,11 @@ import fieldmem
 from fieldmem.driver import compose, spread
 from fieldmem.findings.chains import StepOutcome, analyze_chain
 from fieldmem.frontends.cli import app
+from fieldmem.model.copies import Alias
 from fieldmem.model.errors import OptionError
-from fieldmem.model.report import Alias, Finding, InputInfo, OutputInfo, Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import InputInfo, OutputInfo, TargetResult
+from fieldmem.model.verdict import Finding
 from fieldmem.parent.checker import check, check_targets
 from fieldmem.render import RenderOptions, get_renderer
 from fieldmem.request.options import CheckOptions
@@ -428,7 +431,7 @@ def test_check_chain_api_on_functions_in_hand(examples_on_path: None) -> None:
 
 
 def test_the_footprint_curve_draws_each_step_in_eighths_of_the_largest() -> None:
-    from fieldmem.model.report import ChainStep
+    from fieldmem.model.chain import ChainStep
     from fieldmem.render.pieces import footprint_curve
 
     steps = tuple(
@@ -586,7 +589,7 @@ def test_spread_counts_the_extras_after_the_state() -> None:
 def test_a_fused_chain_within_min_bytes_of_its_steps_costs_the_same() -> None:
     """ "fusing costs 4 B more" was said of a difference below --min-bytes (issue 48): it is the same."""
     from fieldmem.findings.chains import _cost_summary
-    from fieldmem.model.report import ChainCost
+    from fieldmem.model.chain import ChainCost
 
     def costs(separate: int, fused: int) -> tuple[ChainCost, ...]:
         return (

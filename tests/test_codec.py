@@ -9,9 +9,11 @@ from typing import Literal, get_args, get_origin
 
 import pytest
 
-from fieldmem.model import report as report_module
+from fieldmem.model import word_sets
 from fieldmem.model.codec import decode, encode, read_unknown_as, unknown_values
-from fieldmem.model.report import Report, ReportError, TargetResult
+from fieldmem.model.errors import ReportError
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 
 from factories import make_report
 
@@ -105,7 +107,7 @@ _QUOTED = (("`", "`"), ('"', '"'), ("| ", " |"))  # as code, as a JSON string, a
 REPORT_SCHEMA_DOC = Path(__file__).resolve().parents[1] / "docs" / "report-schema.md"
 
 
-REPORT_WORDS = sorted(name for name, value in vars(report_module).items() if get_origin(value) is Literal)
+REPORT_WORDS = sorted(name for name, value in vars(word_sets).items() if get_origin(value) is Literal)
 
 
 def test_the_report_defines_its_words_as_literals() -> None:
@@ -115,7 +117,7 @@ def test_the_report_defines_its_words_as_literals() -> None:
 @pytest.mark.parametrize("words", REPORT_WORDS)
 def test_every_word_the_codec_accepts_is_documented(words: str) -> None:
     text = REPORT_SCHEMA_DOC.read_text()
-    allowed = get_args(getattr(report_module, words))
+    allowed = get_args(getattr(word_sets, words))
     missing = [w for w in allowed if not any(f"{q}{w}{e}" in text for q, e in _QUOTED)]
     assert not missing, f"{words}: {missing} are not in docs/report-schema.md"
 

@@ -26,17 +26,14 @@ from fieldmem.gate.compare import (
     compare_reports,
     load_report,
 )
+from fieldmem.model.copies import Alias, Copy
+from fieldmem.model.environment import DeviceInfo
 from fieldmem.model.errors import FieldmemError, OptionError
 from fieldmem.model.files import write_atomic
-from fieldmem.model.report import (
-    Alias,
-    Copy,
-    CopyKind,
-    DeviceInfo,
-    MemoryFigures,
-    Report,
-    TargetResult,
-)
+from fieldmem.model.memory import MemoryFigures
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
+from fieldmem.model.word_sets import CopyKind
 from fieldmem.render import RenderOptions
 from fieldmem.render.compare import COMPARE_RENDERERS, get_compare_renderer
 from fieldmem.request.spec import DonateSpec
@@ -588,7 +585,7 @@ def test_a_report_from_a_newer_fieldmem_with_a_copy_kind_this_one_does_not_know_
 def test_a_donation_become_unusable_is_listed_but_marks_no_alias_count_that_did_not_change() -> None:
     """A donated leaf no output takes now (the aliases as they were): one difference of its own field, so the
     table does not mark the aliases row, whose counts are equal, as differing."""
-    from fieldmem.model.report import UnusableDonation
+    from fieldmem.model.copies import UnusableDonation
 
     before = _result()
     donated = dataclasses.replace(

@@ -38,7 +38,9 @@ import fieldmem.parent.decide as brain
 import fieldmem.xla.hlo as hlo
 from fieldmem.frontends.cli import app
 from fieldmem.model.errors import FieldmemError
-from fieldmem.model.report import MemoryFigures, Report, TargetResult
+from fieldmem.model.memory import MemoryFigures
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.parent.checker import check
 from fieldmem.request import registry
 from fieldmem.request.options import CheckOptions

@@ -28,7 +28,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from fieldmem.model.report import COPY_CAUSES, COPY_KINDS, DONATION_CODES, TargetResult
+from fieldmem.model.target import TargetResult
+from fieldmem.model.word_sets import COPY_CAUSES, COPY_KINDS, DONATION_CODES
 
 from helpers_compile import check_one, make_target
 

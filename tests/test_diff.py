@@ -11,7 +11,12 @@ from __future__ import annotations
 from fieldmem.gate.baseline import Baseline, compare_to_baseline, entry_from_result
 from fieldmem.gate.compare import compare_reports
 from fieldmem.gate.diff import CopyRecord, change_text, copy_record, match_aliases, match_copies, moved
-from fieldmem.model.report import Alias, Change, Copy, CopyKind, MemoryFigures, Report, TargetResult
+from fieldmem.model.comparison import Change
+from fieldmem.model.copies import Alias, Copy
+from fieldmem.model.memory import MemoryFigures
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
+from fieldmem.model.word_sets import CopyKind
 from fieldmem.request.tolerance import FIGURES, Tolerance, Tolerances
 
 from factories import KIB, MIB, make_copy, make_memory, make_report, make_result, make_variant

@@ -21,18 +21,10 @@ from fieldmem.findings.fit import fit_checks, fit_point, monotone_notes
 from fieldmem.gate.fit import baseline_to_save, compare_fits, compare_to_baseline, load_fit_report
 from fieldmem.model.errors import OptionError
 from fieldmem.model.fit_report import FitPoint, FitReport, FitRow, Knob, KnobValue
-from fieldmem.model.report import (
-    Check,
-    ErrorInfo,
-    Finding,
-    MemoryFigures,
-    PeakBreakdown,
-    PeakLine,
-    Report,
-    TargetResult,
-    Variant,
-    Verdict,
-)
+from fieldmem.model.memory import MemoryFigures, PeakBreakdown, PeakLine
+from fieldmem.model.report import Report
+from fieldmem.model.target import ErrorInfo, TargetResult, Variant
+from fieldmem.model.verdict import Check, Finding, Verdict
 from fieldmem.parent.fit import search
 from fieldmem.render import RenderOptions
 from fieldmem.render.fit import FIT_RENDERERS, render_comparison

@@ -17,22 +17,13 @@ from pathlib import Path
 import pytest
 
 import fieldmem
+from fieldmem.model.comparison import Accepted, BaselineComparison, Change
+from fieldmem.model.copies import Alias, Copy
+from fieldmem.model.environment import DeviceInfo
 from fieldmem.model.errors import OptionError
-from fieldmem.model.report import (
-    Accepted,
-    Alias,
-    BaselineComparison,
-    Change,
-    Check,
-    Copy,
-    DeviceInfo,
-    ErrorInfo,
-    Finding,
-    Report,
-    TargetResult,
-    Variant,
-    Verdict,
-)
+from fieldmem.model.report import Report
+from fieldmem.model.target import ErrorInfo, TargetResult, Variant
+from fieldmem.model.verdict import Check, Finding, Verdict
 from fieldmem.render import RENDERERS, RenderOptions, formats, get_renderer
 from fieldmem.render.formats import COMPARISON, DOCUMENTS, FIT, REPORT, format_help, register, renderers
 from fieldmem.render.github import annotation, escape_data, escape_property, location

@@ -39,32 +39,18 @@ import pytest
 
 from fieldmem.gate.baseline import load_baseline, save_baseline
 from fieldmem.gate.compare import compare_reports
+from fieldmem.model.advice import ArgumentAdvice, LeafAdvice, Suggestion
+from fieldmem.model.chain import Chain, ChainBreak, ChainCost, ChainStep, HandOff
+from fieldmem.model.comparison import BaselineComparison, Change
+from fieldmem.model.copies import Alias, UnusableDonation
+from fieldmem.model.environment import Deviceless
 from fieldmem.model.errors import one_line
 from fieldmem.model.escaping import defused, json_defused, visible, visible_strings
-from fieldmem.model.report import (
-    Alias,
-    AliasCheck,
-    ArgumentAdvice,
-    BaselineComparison,
-    Chain,
-    ChainBreak,
-    ChainCost,
-    ChainStep,
-    Change,
-    Check,
-    Deviceless,
-    DeviceMemory,
-    Finding,
-    HandOff,
-    InPlaceProbe,
-    LeafAdvice,
-    LiveBuffer,
-    MadeStatic,
-    Report,
-    RunCheck,
-    Suggestion,
-    UnusableDonation,
-)
+from fieldmem.model.memory import LiveBuffer
+from fieldmem.model.report import Report
+from fieldmem.model.run import AliasCheck, DeviceMemory, InPlaceProbe, RunCheck
+from fieldmem.model.target import MadeStatic
+from fieldmem.model.verdict import Check, Finding
 from fieldmem.render import RENDERERS, RenderOptions
 from fieldmem.render.baseline import render_comparison, render_saved
 from fieldmem.render.compare import COMPARE_RENDERERS

@@ -23,21 +23,13 @@ from typing import Any
 import pytest
 
 import fieldmem
-from fieldmem.model.report import (
-    Alias,
-    BaselineComparison,
-    Change,
-    Check,
-    ErrorInfo,
-    Finding,
-    LiveBuffer,
-    Report,
-    TargetResult,
-    Timeline,
-    Variant,
-    Verdict,
-)
+from fieldmem.model.comparison import BaselineComparison, Change
+from fieldmem.model.copies import Alias
+from fieldmem.model.memory import LiveBuffer, Timeline
+from fieldmem.model.report import Report
+from fieldmem.model.target import ErrorInfo, TargetResult, Variant
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Check, Finding, Verdict
 from fieldmem.render import RenderOptions, get_renderer
 from fieldmem.render.html import OPEN_ALL_UP_TO
 

@@ -22,7 +22,9 @@ from typing import Any
 
 import pytest
 
-from fieldmem.model.report import PeakBreakdown, PeakBuffer, PeakLine, PeakSource, Report, StackFrame, TargetResult
+from fieldmem.model.memory import PeakBreakdown, PeakBuffer, PeakLine, PeakSource, StackFrame
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions, get_renderer
 from fieldmem.render.flame import MAX_BUFFERS, MAX_CHILDREN, FlameNode, flame_data, peak_tree

@@ -348,7 +348,7 @@ def test_a_reading_crosses_the_pipe_as_it_was_made(answers: list[object]) -> Non
 
     from fieldmem.model.codec import _decode, dumps, encode
     from fieldmem.model.readings import CallShape, CompiledVariant, RunReading
-    from fieldmem.model.report import TargetResult
+    from fieldmem.model.target import TargetResult
     from fieldmem.worker.protocol import decode_value, read_event, write_event
 
     kinds = [CompiledVariant, CompiledVariant, CallShape, dict[str, RunReading], TargetResult]
@@ -372,7 +372,7 @@ def test_what_msgspec_cannot_write_or_read_goes_by_pythons_json(answers: list[ob
     import math
 
     from fieldmem.model.codec import dumps
-    from fieldmem.model.report import TargetResult
+    from fieldmem.model.target import TargetResult
     from fieldmem.worker.protocol import decode_value, read_event, write_event
 
     error = answers[4]

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from fieldmem.driver.backends import device_count, with_device_count
-from fieldmem.model.report import ModuleSettings, Report
+from fieldmem.model.environment import ModuleSettings
+from fieldmem.model.report import Report
 from fieldmem.render.pieces import module_settings_text
 
 ROOT = Path(__file__).resolve().parents[1]

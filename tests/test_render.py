@@ -7,18 +7,11 @@ import json
 
 import pytest
 
+from fieldmem.model.copies import Alias, Copy, UnusableDonation
 from fieldmem.model.errors import OptionError
-from fieldmem.model.report import (
-    Alias,
-    Check,
-    Copy,
-    Finding,
-    TargetResult,
-    Timeline,
-    UnusableDonation,
-    Variant,
-    Verdict,
-)
+from fieldmem.model.memory import Timeline
+from fieldmem.model.target import TargetResult, Variant
+from fieldmem.model.verdict import Check, Finding, Verdict
 from fieldmem.render import RENDERERS, RenderOptions, get_renderer
 from fieldmem.render.table import sparkline
 

@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import pytest
 from jax import lax
 
-from fieldmem.model.errors import ArgumentsError
-from fieldmem.model.report import SCHEMA, Report, ReportError
+from fieldmem.model.errors import ArgumentsError, ReportError
+from fieldmem.model.report import SCHEMA, Report
 
 from helpers_compile import check_reports, make_target
 
@@ -112,7 +112,7 @@ def test_missing_optional_keys_take_their_defaults(document: dict[str, Any]) -> 
     assert back.results[0].variants["donated"].copies == ()
 
 
-@pytest.mark.parametrize("schema", ["fieldmem.report/3", "fieldmem.model.report", "other/1", None, 1])
+@pytest.mark.parametrize("schema", ["fieldmem.report/3", "fieldmem.report", "other/1", None, 1])
 def test_a_wrong_schema_is_refused(document: dict[str, Any], schema: Any) -> None:
     document["schema"] = schema
     with pytest.raises(ReportError, match="schema"):

@@ -513,7 +513,8 @@ def test_one_worker_runs_every_target_with_memory_stats_or_without(monkeypatch: 
 
 def test_the_worst_device_is_the_one_with_the_largest_measured_peak() -> None:
     from fieldmem.findings.runcheck import run_check
-    from fieldmem.model.report import MemoryFigures, TargetResult, Variant
+    from fieldmem.model.memory import MemoryFigures
+    from fieldmem.model.target import TargetResult, Variant
 
     variant = Variant("donated", (), MemoryFigures(footprint_bytes=1000))
     result = TargetResult(target="t", name="t", status="ok", variants={"donated": variant})
@@ -548,7 +549,8 @@ def test_a_peak_an_earlier_call_set_is_not_charged_to_this_one(
     """peak_bytes_in_use never resets: a call that did not raise it has no measured peak of its own, says so with
     the bound it has, and gets no run-peak-above-plan finding (an H200 run gave four chain steps such findings)."""
     from fieldmem.findings.runcheck import run_check
-    from fieldmem.model.report import MemoryFigures, TargetResult, Variant
+    from fieldmem.model.memory import MemoryFigures
+    from fieldmem.model.target import TargetResult, Variant
 
     variant = Variant("donated", (), MemoryFigures(footprint_bytes=1000))
     result = TargetResult(target="t", name="t", status="ok", variants={"donated": variant})
@@ -719,7 +721,10 @@ def test_a_sharding_mismatch_at_run_time_names_the_argument() -> None:
 
 def test_an_output_with_no_device_buffer_is_not_comparable() -> None:
     from fieldmem.findings.runcheck import apply_run
-    from fieldmem.model.report import Alias, MemoryFigures, TargetResult, Variant, Verdict
+    from fieldmem.model.copies import Alias
+    from fieldmem.model.memory import MemoryFigures
+    from fieldmem.model.target import TargetResult, Variant
+    from fieldmem.model.verdict import Verdict
 
     alias = Alias(input="u", input_index=0, output="out", output_index=0, bytes=64)
     variant = Variant("donated", (), MemoryFigures(footprint_bytes=64), aliases=(alias,))
@@ -780,8 +785,9 @@ def test_a_call_is_lifted_above_the_high_water_mark_an_earlier_call_set(monkeypa
 
 def _read(**stats: int) -> Any:
     from fieldmem.findings.runcheck import _device_memory
+    from fieldmem.model.memory import MemoryFigures
     from fieldmem.model.readings import DeviceStats, RunReading
-    from fieldmem.model.report import MemoryFigures, Variant
+    from fieldmem.model.target import Variant
 
     figures = MemoryFigures(
         argument_bytes=8_000, output_bytes=2_000, alias_bytes=0, temp_bytes=500, generated_code_bytes=300
@@ -813,7 +819,8 @@ def test_the_plan_is_what_the_backend_s_allocator_holds() -> None:
     """On a TPU: the arguments, the new outputs and the executable's code (its allocator leaves XLA's
     temporaries and constants out); elsewhere the footprint; an argument jit dropped is on the device too."""
     from fieldmem.findings.runcheck import planned_device_bytes
-    from fieldmem.model.report import InputInfo, MemoryFigures, Variant
+    from fieldmem.model.memory import MemoryFigures
+    from fieldmem.model.target import InputInfo, Variant
 
     mib, kib = 1 << 20, 1 << 10
     figures = MemoryFigures(
@@ -848,7 +855,7 @@ def test_a_peak_a_little_above_a_small_plan_is_no_warning() -> None:
     """More than 10% above the plan is a warning only past 1 MiB: a TPU v5e measured a few donated programs'
     calls 77 to 113 KiB above their plan, every run (13.6% of a 0.56 MiB program)."""
     from fieldmem.findings.runcheck import _run_findings
-    from fieldmem.model.report import DeviceMemory, RunCheck
+    from fieldmem.model.run import DeviceMemory, RunCheck
 
     small = RunCheck(devices=(DeviceMemory(0, measured_peak=662_016, predicted=582_656, difference=79_360),))
     assert _run_findings("donated", small, {}) == []

@@ -31,7 +31,8 @@ from fieldmem.driver import execute
 from fieldmem.findings.probecheck import WHOLE_BUFFER_PASSES
 from fieldmem.findings.runcheck import apply_run, run_check
 from fieldmem.model.readings import RunReading
-from fieldmem.model.report import Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.parent.checker import check_targets
 from fieldmem.render import RenderOptions
 from fieldmem.render.table import render

@@ -23,7 +23,8 @@ import pytest
 
 from fieldmem.gate.baseline import BaselineError, load_baseline, save_baseline
 from fieldmem.model.codec import encode, read_unknown_as
-from fieldmem.model.report import Report, ReportError
+from fieldmem.model.errors import ReportError
+from fieldmem.model.report import Report
 from fieldmem.render import schema as schema_module
 from fieldmem.render.schema import DOCUMENTS, Document, document_schema, schema_text
 

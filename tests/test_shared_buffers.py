@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from fieldmem.frontends.api import check_function
-from fieldmem.model.report import TargetResult
+from fieldmem.model.target import TargetResult
 
 pytestmark = pytest.mark.compile
 pytest_plugins = ["pytester"]

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from fieldmem.model.libraries import is_library_file
-from fieldmem.model.report import Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.request.definitions import display_path
 from fieldmem.xla import buffers, hlo
 

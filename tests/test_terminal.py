@@ -161,7 +161,7 @@ def test_verbose_tables_are_records_at_80_and_rows_fit(reports: dict[str, Report
     (result,) = report.results
     text = table(report, 80)
     figures = _block_after(text, "figure                    plain")
-    from fieldmem.model.report import MEMORY_FIGURES
+    from fieldmem.model.memory import MEMORY_FIGURES
 
     assert [line.split()[0] for line in figures[1:]] == list(MEMORY_FIGURES)  # one line per figure, none wrapped
     lines = text.splitlines()
@@ -468,7 +468,7 @@ _LONG = "models.training.transformer_with_a_rather_long_module_path:train_step_w
 def _baseline_report() -> Report:
     """A report gated against a baseline: long target names in regressions, improvements, accepted
     checks and notes, and a long baseline path."""
-    from fieldmem.model.report import Accepted, BaselineComparison, Change
+    from fieldmem.model.comparison import Accepted, BaselineComparison, Change
 
     from factories import make_report, make_result
 

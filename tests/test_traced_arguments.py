@@ -33,7 +33,7 @@ import pytest
 
 from fieldmem.driver.placement import stood_for
 from fieldmem.driver.traced import ArgumentsLeaked, traced_arguments
-from fieldmem.model.report import TargetResult
+from fieldmem.model.target import TargetResult
 from tests.helpers_compile import make_target
 
 pytestmark = pytest.mark.compile

@@ -21,7 +21,7 @@ from verdict_cases import CASES, MIN, Case
 from verdict_cases import leaves as _leaves
 
 from fieldmem.findings.verdict import RULES, expectation_met, rank
-from fieldmem.model.report import TargetResult
+from fieldmem.model.target import TargetResult
 from fieldmem.parent.checker import check_targets
 from fieldmem.request.options import CheckOptions
 

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from fieldmem.findings.verdict import RULES
-from fieldmem.model.report import FINDING_CODES
+from fieldmem.model.word_sets import FINDING_CODES
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "verdicts.md"
 BEGIN, END = "<!-- verdict-table: begin (tests/test_verdict_table.py writes it) -->", "<!-- verdict-table: end -->"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from fieldmem.model.errors import FieldmemError
-from fieldmem.model.versions import NEWEST_JAX, OLDEST_JAX, UnsupportedJaxError, check_supported
+from fieldmem.model.errors import FieldmemError, UnsupportedJaxError
+from fieldmem.model.versions import NEWEST_JAX, OLDEST_JAX, check_supported
 
 ROOT = Path(__file__).resolve().parents[1]
 

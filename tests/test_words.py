@@ -16,7 +16,7 @@ from typing import get_args
 
 import pytest
 
-from fieldmem.model import report, vocabulary
+from fieldmem.model import report, vocabulary, word_sets
 from fieldmem.model.vocabulary import (
     COPY_CAUSE_WORDS,
     COPY_KIND_WORDS,
@@ -66,14 +66,18 @@ def write(text: str) -> str:
 
 @pytest.mark.parametrize(
     ("literal", "words"),
-    [(report.CopyKind, COPY_KIND_WORDS), (report.CopyCause, COPY_CAUSE_WORDS), (report.FindingCode, FINDING_WORDS)],
+    [
+        (word_sets.CopyKind, COPY_KIND_WORDS),
+        (word_sets.CopyCause, COPY_CAUSE_WORDS),
+        (word_sets.FindingCode, FINDING_WORDS),
+    ],
     ids=["copy kinds", "copy causes", "finding codes"],
 )
 def test_every_word_the_report_types_is_declared_once(literal: object, words: tuple[Word, ...]) -> None:
     names = [w.name for w in words]
     assert len(names) == len(set(names))
     assert set(names) == set(get_args(literal)), (
-        "fieldmem/model/vocabulary.py and fieldmem/model/report.py name different words"
+        "fieldmem/model/vocabulary.py and fieldmem/model/word_sets.py name different words"
     )
 
 

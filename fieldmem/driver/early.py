@@ -203,7 +203,7 @@ class _Request:
         def run() -> None:
             try:
                 box["executable"] = original(*args)
-            except BaseException as exc:
+            except BaseException as exc:  # SystemExit too: raised again in the caller's thread
                 box["error"] = exc
             finally:
                 done.set()

@@ -268,7 +268,7 @@ def _module(module_name: str, file: str | None) -> types.ModuleType:
             sys.modules[module_name] = module
             try:
                 spec.loader.exec_module(module)
-            except BaseException:
+            except BaseException:  # Ctrl-C too: no half-run module is left in sys.modules
                 del sys.modules[module_name]
                 raise
     return module

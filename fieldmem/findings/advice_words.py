@@ -10,9 +10,11 @@ from collections.abc import Mapping, Sequence
 from fieldmem.findings.donation_outcomes import _Argument, _Outcome
 from fieldmem.findings.program import ProgramLeaves
 from fieldmem.findings.transfers import given_again
+from fieldmem.model.advice import ArgumentAdvice, LeafAdvice
 from fieldmem.model.readings import CallShape, InputLeaf
-from fieldmem.model.report import ArgumentAdvice, ArgumentCode, LeafAdvice, Variant
+from fieldmem.model.target import Variant
 from fieldmem.model.units import format_bytes
+from fieldmem.model.word_sets import ArgumentCode
 
 _ARGUMENT_REASONS = {
     "unused": "unused: the function never reads it, so jit drops it and no output can reuse it",

@@ -49,10 +49,12 @@ from fieldmem.findings.donation_outcomes import (
 from fieldmem.findings.marginals import MARGINAL_COMPILES, _marginals, _note_interactions
 from fieldmem.findings.program import ProgramLeaves
 from fieldmem.findings.variant import analyze_variant
+from fieldmem.model.advice import MeasuredDonation, Suggestion
 from fieldmem.model.errors import FieldmemError
 from fieldmem.model.readings import CallShape, CompiledVariant
-from fieldmem.model.report import MeasuredDonation, Suggestion, TargetResult, Variant, Verification
+from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
+from fieldmem.model.word_sets import Verification
 from fieldmem.request.options import MIN_BYTES
 from fieldmem.xla import hlo
 
@@ -92,7 +94,7 @@ def suggest(
             check's programs (None: a fresh one).
 
     Returns:
-        A :class:`~fieldmem.model.report.Suggestion`; ``compiles`` says how many
+        A :class:`~fieldmem.model.advice.Suggestion`; ``compiles`` says how many
         compiles it added: the verification (usually 1, 0 when a compile of the
         check already is the suggestion), then one per suggested argument whose
         marginal saving needs a compile of its own. A verification compile that fails

@@ -1,4 +1,4 @@
-"""Two compiled variants -> one :class:`~fieldmem.model.report.TargetResult`.
+"""Two compiled variants -> one :class:`~fieldmem.model.target.TargetResult`.
 
 This is where a target's findings and verdict are decided, from what each variant's analysis
 found (:func:`fieldmem.findings.variant.analyze_variant`: which donated leaf an output reuses, why a
@@ -33,26 +33,14 @@ from fieldmem.findings.transfers import shared_buffer_findings, transfer_finding
 from fieldmem.findings.variant import _OWNERS_SHOWN, analyze_variant
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge
 from fieldmem.model.collector import collector_paused
+from fieldmem.model.copies import Alias, UnusableDonation
+from fieldmem.model.memory import MEMORY_FIGURES, MemoryFigures
 from fieldmem.model.readings import CompiledVariant, InputLeaf, OutputLeaf
-from fieldmem.model.report import (
-    MEMORY_FIGURES,
-    Alias,
-    Check,
-    CheckName,
-    Expectation,
-    Finding,
-    InputInfo,
-    MadeStatic,
-    MemoryFigures,
-    OutputInfo,
-    StaticCode,
-    TargetResult,
-    UnusableDonation,
-    Variant,
-    Verdict,
-)
+from fieldmem.model.target import InputInfo, MadeStatic, OutputInfo, TargetResult, Variant
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Check, Finding, Verdict
 from fieldmem.model.vocabulary import copy_kind_word, is_move
+from fieldmem.model.word_sets import CheckName, Expectation, StaticCode
 from fieldmem.xla import hlo
 
 __all__ = ["analyze_target", "savings"]

@@ -17,9 +17,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fieldmem.findings.verdict import expectation_met
+from fieldmem.model.memory import MemoryFigures
 from fieldmem.model.readings import CompiledVariant, DeviceMemory
-from fieldmem.model.report import Check, Finding, MemoryFigures, Verdict
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Check, Finding, Verdict
 
 __all__ = ["Need", "fit_check", "fit_findings", "need"]
 

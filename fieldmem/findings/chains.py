@@ -1,4 +1,4 @@
-"""Checked chain steps -> one :class:`~fieldmem.model.report.Chain`: where in place holds and where it breaks.
+"""Checked chain steps -> one :class:`~fieldmem.model.chain.Chain`: where in place holds and where it breaks.
 
 A chain (``pkg.model:create,update1,update2``) is checked step by step, each
 step like a target, with the previous step's outputs as its arguments, and
@@ -26,22 +26,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from fieldmem.model.report import (
-    Chain,
-    ChainBreak,
-    ChainCost,
-    ChainStep,
-    ChainStepStatus,
-    Check,
-    Expectation,
-    Finding,
-    HandOff,
-    HandOffCode,
-    InputInfo,
-    OutputInfo,
-    TargetResult,
-)
+from fieldmem.model.chain import Chain, ChainBreak, ChainCost, ChainStep, HandOff
+from fieldmem.model.target import InputInfo, OutputInfo, TargetResult
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Check, Finding
+from fieldmem.model.word_sets import ChainStepStatus, Expectation, HandOffCode
 from fieldmem.request.target import fused_result_name, step_result_name
 
 __all__ = ["StepOutcome", "analyze_chain", "fused_result_name", "step_result_name"]

@@ -12,10 +12,12 @@ from typing import cast
 
 from fieldmem.findings.program import ProgramLeaves, _call_site, _display_source, _shape_text
 from fieldmem.findings.transfers import given_again
+from fieldmem.model.copies import Copy, UnusableDonation
 from fieldmem.model.readings import InputLeaf, OutputLeaf
-from fieldmem.model.report import Copy, Finding, FindingCode, Severity, UnusableDonation
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Finding
 from fieldmem.model.vocabulary import CopyKindWord, finding_word
+from fieldmem.model.word_sets import FindingCode, Severity
 from fieldmem.xla import hlo
 
 __all__ = ["compiler_name", "declared_copy_finding", "hardware_hint"]

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from fieldmem.findings.pairing import pairing_key, same_path_inputs
 from fieldmem.findings.program import ProgramLeaves
 from fieldmem.findings.variant import donation_obstacle
+from fieldmem.model.copies import Copy
 from fieldmem.model.readings import CallShape, CompiledVariant, InputLeaf
-from fieldmem.model.report import Copy, LeafCode, Variant
+from fieldmem.model.target import Variant
 from fieldmem.model.units import format_bytes
+from fieldmem.model.word_sets import LeafCode
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,8 @@ from fieldmem.model.fit_report import (
     knob_text,
     values_text,
 )
-from fieldmem.model.report import PeakLine, TargetResult
+from fieldmem.model.memory import PeakLine
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 
 __all__ = ["fit_checks", "fit_point", "monotone_notes", "peak_change", "row_peak", "signed"]

@@ -13,8 +13,10 @@ from typing import cast
 
 from fieldmem.findings.peak import peak_breakdown
 from fieldmem.findings.program import ProgramLeaves, _call_site, _display_source
+from fieldmem.model.copies import Copy
+from fieldmem.model.memory import LiveBuffer, MemorySpace, PeakBreakdown, Timeline
 from fieldmem.model.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
-from fieldmem.model.report import Copy, LiveBuffer, LiveBufferKind, MemorySpace, PeakBreakdown, Timeline
+from fieldmem.model.word_sets import LiveBufferKind
 from fieldmem.xla import buffers, hlo
 from fieldmem.xla.spaces import device_spaces, space_name
 

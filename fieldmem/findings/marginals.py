@@ -14,7 +14,7 @@ from fieldmem.findings.donation_outcomes import _Argument, _compile_spec
 from fieldmem.findings.variant import analyze_variant
 from fieldmem.model.errors import FieldmemError
 from fieldmem.model.readings import CompiledVariant
-from fieldmem.model.report import Variant
+from fieldmem.model.target import Variant
 from fieldmem.model.units import format_bytes
 from fieldmem.xla import hlo
 

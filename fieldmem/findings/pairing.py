@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 
 from fieldmem.findings.program import ProgramLeaves
+from fieldmem.model.copies import Alias
 from fieldmem.model.readings import InputLeaf, OutputLeaf
-from fieldmem.model.report import Alias
 
 __all__ = ["declared_new", "pairing_key", "same_path_inputs"]
 

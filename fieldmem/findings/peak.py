@@ -2,7 +2,7 @@
 
 The liveness analysis (:mod:`fieldmem.xla.buffers.liveness`) gives the distinct
 allocation slices live at the peak, each with the bytes it adds to it and the
-value that took it. Here each slice goes to one :class:`~fieldmem.model.report.PeakSource`:
+value that took it. Here each slice goes to one :class:`~fieldmem.model.memory.PeakSource`:
 
 - an argument's buffer (a parameter, or a donated input's buffer that already
   holds what was written into it) by the argument's pytree path;
@@ -13,7 +13,7 @@ value that took it. Here each slice goes to one :class:`~fieldmem.model.report.P
   a fusion its fused operations' (see the liveness module);
 - the executable's constants, together.
 
-:class:`~fieldmem.model.report.PeakLine` adds them up by the user's own line (an
+:class:`~fieldmem.model.memory.PeakLine` adds them up by the user's own line (an
 argument by its path): what ``--top`` lists and a change of peak is worded by.
 Both add up to the live peak exactly, since each slice is counted once, with
 the bytes it shares with a slice counted before it left out.
@@ -30,15 +30,8 @@ from collections.abc import Callable, Mapping
 from typing import cast
 
 from fieldmem.model.libraries import is_library_file
-from fieldmem.model.report import (
-    LiveBufferKind,
-    PeakBreakdown,
-    PeakBuffer,
-    PeakLine,
-    PeakSource,
-    PeakSourceKind,
-    StackFrame,
-)
+from fieldmem.model.memory import PeakBreakdown, PeakBuffer, PeakLine, PeakSource, StackFrame
+from fieldmem.model.word_sets import LiveBufferKind, PeakSourceKind
 from fieldmem.request.definitions import display_path
 from fieldmem.xla import buffers, hlo
 

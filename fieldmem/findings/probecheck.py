@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING
 
 from fieldmem.findings.verdict import rank
 from fieldmem.model.readings import ProbeReading
-from fieldmem.model.report import Finding, InPlaceProbe, ProbeCode, TargetResult
+from fieldmem.model.run import InPlaceProbe
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Finding
+from fieldmem.model.word_sets import ProbeCode
 
 if TYPE_CHECKING:
     from fieldmem.xla.hlo import HloParser

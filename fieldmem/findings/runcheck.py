@@ -1,10 +1,10 @@
 """What a run showed (``--run``) against what the compile planned: aliases by buffer identity, device memory.
 
-:func:`apply_run` takes a checked :class:`~fieldmem.model.report.TargetResult` and
+:func:`apply_run` takes a checked :class:`~fieldmem.model.target.TargetResult` and
 the readings of one call of each variant (:class:`fieldmem.model.readings.RunReading`:
 per-shard buffer addresses of every input leaf before the call and every
 output leaf after it, which inputs jax deleted, ``memory_stats()`` per
-device) and returns the result with a :class:`~fieldmem.model.report.RunCheck` per
+device) and returns the result with a :class:`~fieldmem.model.run.RunCheck` per
 variant and the verdict revised:
 
 - every alias of the plan is *confirmed* when the output's buffer is the
@@ -35,17 +35,11 @@ from collections.abc import Mapping, Sequence
 from fieldmem.findings.transfers import transfer_run
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge, rank
 from fieldmem.model.readings import DeviceStats, RunReading, device_bytes, plan_call
-from fieldmem.model.report import (
-    AliasCheck,
-    DeviceMemory,
-    Finding,
-    InputInfo,
-    RunCheck,
-    TargetResult,
-    Transfers,
-    Variant,
-)
+from fieldmem.model.run import AliasCheck, DeviceMemory, RunCheck
+from fieldmem.model.target import InputInfo, TargetResult, Variant
+from fieldmem.model.transfers import Transfers
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Finding
 
 __all__ = [
     "PEAK_TOLERANCE",

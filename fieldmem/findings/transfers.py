@@ -7,7 +7,7 @@ this module says what that costs:
 
 - a leaf given elsewhere is copied there before **every** call: from the host (a NumPy array, a Python
   number the program takes as an array), across devices (an uncommitted array on one device for a program
-  sharded over several: jax moves it), or across memory kinds. Each is a :class:`~fieldmem.model.report.Transfer`
+  sharded over several: jax moves it), or across memory kinds. Each is a :class:`~fieldmem.model.transfers.Transfer`
   with the bytes written onto the devices and the fix, and a ``transfer`` finding when it is at least
   ``min_bytes`` on one device (a warning for a move between devices or memories, which the user can avoid
   once and for all; a note for a copy from the host);
@@ -35,18 +35,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 
+from fieldmem.model.copies import Alias
+from fieldmem.model.memory import HostFromShardings, MemoryFigures
 from fieldmem.model.readings import CompiledVariant, InputLeaf, OutputLeaf, Placement, RunReading, shared_buffers
-from fieldmem.model.report import (
-    Alias,
-    Finding,
-    HostFromShardings,
-    MemoryFigures,
-    Transfer,
-    TransferKind,
-    TransferRun,
-    Transfers,
-)
+from fieldmem.model.transfers import Transfer, TransferRun, Transfers
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Finding
+from fieldmem.model.word_sets import TransferKind
 
 __all__ = [
     "HOST_MEMORY_KINDS",
@@ -348,7 +343,7 @@ def host_figures(
     memory (it gives 0 although some are: XLA:CPU counts them in the device figures) read from the compiled
     program's own shardings instead: the bytes per device (``input_bytes``, ``output_bytes``) of the input or
     output leaves it takes or returns in a host memory kind, and for ``host_alias_bytes`` those of the
-    ``aliases`` whose input is one. Each such figure is a :class:`~fieldmem.model.report.HostFromShardings` in
+    ``aliases`` whose input is one. Each such figure is a :class:`~fieldmem.model.memory.HostFromShardings` in
     ``host_from_shardings``, with XLA's 0 and the device figure that counts the bytes; a figure XLA gives
     (a TPU's, a GPU's) is left as it is."""
     host_in = [leaf for leaf in variant.inputs if leaf.hlo_parameter is not None and is_host_memory(leaf.memory_kind)]

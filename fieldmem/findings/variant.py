@@ -15,21 +15,13 @@ from fieldmem.findings.liveness import _assignment, _liveness
 from fieldmem.findings.program import ProgramLeaves, _call_site, _display_source
 from fieldmem.findings.transfers import host_figures
 from fieldmem.model.collector import collector_paused
+from fieldmem.model.copies import Alias, Copy, UnusableDonation
+from fieldmem.model.memory import MemoryFigures, MemorySpace
 from fieldmem.model.readings import CompiledVariant, InputLeaf
-from fieldmem.model.report import (
-    Alias,
-    Copy,
-    CopyCause,
-    CopyKind,
-    DonationCode,
-    MemoryFigures,
-    MemorySpace,
-    SourceRole,
-    UnusableDonation,
-    Variant,
-)
+from fieldmem.model.target import Variant
 from fieldmem.model.units import format_bytes
 from fieldmem.model.vocabulary import is_move
+from fieldmem.model.word_sets import CopyCause, CopyKind, DonationCode, SourceRole
 from fieldmem.xla import buffers, hlo
 from fieldmem.xla.spaces import device_spaces
 

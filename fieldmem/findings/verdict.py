@@ -37,8 +37,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fieldmem.model.report import IN_PLACE_KINDS, Expectation, Finding, FindingCode, Verdict, VerdictKind
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Finding, Verdict
+from fieldmem.model.word_sets import IN_PLACE_KINDS, Expectation, FindingCode, VerdictKind
 
 __all__ = [
     "CHOICE_CODES",

@@ -19,9 +19,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from fieldmem.model import __version__
+from fieldmem.model.environment import DeviceInfo
 from fieldmem.model.errors import FieldmemError, OptionError
-from fieldmem.model.report import DeviceInfo, Expectation, Report
+from fieldmem.model.report import Report
 from fieldmem.model.units import parse_bytes
+from fieldmem.model.word_sets import Expectation
 from fieldmem.request.option_table import api_options
 from fieldmem.request.options import MIN_BYTES, CheckOptions, footprint_budget, parse_backends, parse_expect
 

@@ -74,7 +74,7 @@ def check(**given: Any) -> None:
         if session is not None:
             session.close()
         raise fail(exc.message) from None
-    except BaseException:
+    except BaseException:  # Ctrl-C too: the --watch session's workers end with the command
         if session is not None:
             session.close()
         raise
@@ -190,7 +190,7 @@ def _check_all(request: CheckRequest) -> tuple[tuple[Report, ...], Baseline | No
             )
             try:
                 return session.check(), baseline, session
-            except BaseException:
+            except BaseException:  # Ctrl-C too: the session's workers end before it goes on
                 session.close()
                 raise
         reports: tuple[Report, ...] = ()

@@ -42,7 +42,8 @@ from fieldmem.model.escaping import visible
 
 if TYPE_CHECKING:
     from fieldmem.gate.baseline import Baseline
-    from fieldmem.model.report import Change, TargetResult
+    from fieldmem.model.comparison import Change
+    from fieldmem.model.target import TargetResult
     from fieldmem.parent.isolate import Recheck, WatchSession
     from fieldmem.request.build import CheckRequest
 

@@ -12,9 +12,9 @@ instruction names), so a refreshed baseline changes in git exactly when the
 findings change.
 
 :func:`compare_to_baseline` collects *every* regression and improvement (each a
-:class:`~fieldmem.model.report.Change`; which copies and aliases are the same in the
+:class:`~fieldmem.model.comparison.Change`; which copies and aliases are the same in the
 two runs is :mod:`fieldmem.gate.diff`'s to say) into the report's
-:class:`~fieldmem.model.report.BaselineComparison`; the exit code
+:class:`~fieldmem.model.comparison.BaselineComparison`; the exit code
 (``Report.exit_code``) then fails once. Nothing here prints; files are
 written only through :func:`fieldmem.model.files.write_atomic`.
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fieldmem.model.report import BaselineComparison, Change, Check, Finding, TargetResult
+from fieldmem.model.comparison import BaselineComparison, Change
+from fieldmem.model.target import TargetResult
+from fieldmem.model.verdict import Check, Finding
 
 __all__ = ["Cause", "finding_causes", "regression_causes"]
 

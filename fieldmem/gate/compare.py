@@ -5,7 +5,7 @@ against gpu, jax 0.10 against 0.11, main against a branch. Targets are matched
 by name into rows; per target and report a :class:`Cell` holds the figures
 of both variants, the aliases, the copies and the verdict, and each row lists
 its :class:`Difference`\\ s from the first report (the reference): each a
-:class:`~fieldmem.model.report.Change` placed in the table. Which copies and aliases
+:class:`~fieldmem.model.comparison.Change` placed in the table. Which copies and aliases
 are the same in two reports, and whether a size moved beyond its tolerance, is
 :mod:`fieldmem.gate.diff`'s to say, exactly as for a baseline. A figure or
 copy that changed by no more than the tolerance (``--tolerance``, default
@@ -41,9 +41,12 @@ from fieldmem.gate.diff import (
     moved,
     peak_line_text,
 )
-from fieldmem.model.errors import FieldmemError, OptionError
+from fieldmem.model.comparison import Change
+from fieldmem.model.copies import Alias, Copy
+from fieldmem.model.errors import FieldmemError, OptionError, ReportError
 from fieldmem.model.files import read_json
-from fieldmem.model.report import REPORTS_SCHEMA, Alias, Change, Copy, Report, ReportError, Reports, TargetResult
+from fieldmem.model.report import REPORTS_SCHEMA, Report, Reports
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.request.tolerance import COPIES, Tolerance, Tolerances
 
@@ -125,7 +128,7 @@ class Cell:
 
 @dataclass(frozen=True)
 class Difference:
-    """A :class:`~fieldmem.model.report.Change` of one report's cell from the reference's, placed in the table.
+    """A :class:`~fieldmem.model.comparison.Change` of one report's cell from the reference's, placed in the table.
 
     ``field`` names the row of the table it concerns: ``status``,
     ``verdict``, ``checks``, ``donated.aliases``, ``donated.unusable_donations``, ``<variant>.copies`` or

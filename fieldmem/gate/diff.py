@@ -13,7 +13,7 @@ The front-ends only classify and word the deltas: the baseline gate
 (:mod:`fieldmem.gate.baseline`: a regression, an improvement, a note),
 ``fieldmem compare`` (:mod:`fieldmem.gate.compare`: significant or not
 against a tolerance) and ``--watch`` (compare's words, exact). Every change
-they report is a :class:`~fieldmem.model.report.Change`; a change of bytes reads
+they report is a :class:`~fieldmem.model.comparison.Change`; a change of bytes reads
 one way (:func:`change_text`).
 
 Pure: no jax, no files, nothing printed.
@@ -26,7 +26,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
-from fieldmem.model.report import Copy, PeakBreakdown, TargetResult
+from fieldmem.model.copies import Copy
+from fieldmem.model.memory import PeakBreakdown
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.request.tolerance import Tolerance
 
@@ -160,7 +162,7 @@ def match_copies(before: Sequence[CopyRecord], after: Sequence[CopyRecord]) -> t
 
 
 class _AliasLike(Protocol):
-    """A report's :class:`~fieldmem.model.report.Alias` or a baseline's ``AliasRecord``."""
+    """A report's :class:`~fieldmem.model.copies.Alias` or a baseline's ``AliasRecord``."""
 
     @property
     def input(self) -> str: ...
@@ -231,7 +233,7 @@ def change_text(before: int, after: int) -> str:
 
 
 class _DonationLike(Protocol):
-    """A report's :class:`~fieldmem.model.report.UnusableDonation` or a baseline's ``DonationRecord``."""
+    """A report's :class:`~fieldmem.model.copies.UnusableDonation` or a baseline's ``DonationRecord``."""
 
     @property
     def input(self) -> str: ...

@@ -19,14 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from fieldmem.model.errors import FieldmemError
+from fieldmem.model.errors import FieldmemError, FitReportError
 from fieldmem.model.fit_report import (
     ComparedRow,
     ComparedSearch,
     FitBaseline,
     FitComparison,
     FitReport,
-    FitReportError,
     FitRow,
     FitSearch,
     FrontierMove,

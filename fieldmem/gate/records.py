@@ -17,12 +17,9 @@ from fieldmem.gate.diff import (
 )
 from fieldmem.model.codec import encode
 from fieldmem.model.errors import FieldmemError
-from fieldmem.model.report import (
-    MEMORY_FIGURES,
-    Report,
-    TargetResult,
-    Variant,
-)
+from fieldmem.model.memory import MEMORY_FIGURES
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult, Variant
 
 SCHEMA = "fieldmem.baseline/2"
 LEGACY_SCHEMA = "fieldmem.baseline/1"  # file targets named relative to the folder it was saved from

@@ -37,15 +37,11 @@ from fieldmem.gate.target_names import (
     project_spec,
     refuse_shared_names,
 )
-from fieldmem.model.report import (
-    Accepted,
-    BaselineComparison,
-    Change,
-    Check,
-    Report,
-    TargetResult,
-)
+from fieldmem.model.comparison import Accepted, BaselineComparison, Change
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Check
 from fieldmem.request.tolerance import COPIES, FIGURES, Tolerance, Tolerances
 
 # ----------------------------------------------------------------------------

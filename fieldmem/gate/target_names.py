@@ -9,10 +9,8 @@ import os
 from pathlib import Path
 
 from fieldmem.gate.records import LEGACY_SCHEMA, Baseline, BaselineEntry, BaselineError, _check_name
-from fieldmem.model.report import (
-    Report,
-    TargetResult,
-)
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.request.definitions import is_installed, module_file
 from fieldmem.request.loading import is_file_spec
 

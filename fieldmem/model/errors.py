@@ -9,6 +9,31 @@ message is one line of at most :data:`MAX_LINE` characters
 (:func:`one_line`, applied by :class:`FieldmemError` itself), and the helpers
 :func:`quoted` and :func:`listing` keep a value or a list short where it
 enters a message, so the part that says what is wrong stays on screen.
+
+Every :class:`FieldmemError` (exit code 2; ``kind`` is the word a report and the
+API record for a target's error):
+
+- here, the model's and those every layer raises: :class:`OptionError`,
+  :class:`TargetError`, :class:`ArgumentsError`, :class:`DonationError`,
+  :class:`CompileError`, :class:`EnvError`, :class:`RunError`,
+  :class:`UnsupportedJaxError` (``--jax``: a release the worker does not support),
+  :class:`ReportError` (a document is not a report; also a ``ValueError``),
+  :class:`FitReportError` (not a ``fieldmem.fit`` document);
+- beside the one layer's code that raises each: ``request/config.py``
+  ``ConfigError``; ``parent/isolate.py`` ``WorkerFailure``; ``worker/results.py``
+  ``InternalError`` and ``ExitError``; ``gate/baseline.py`` ``BaselineError``;
+  ``gate/compare.py`` ``ReportFileError``; ``gate/fit.py`` ``FitBaselineError``;
+  ``frontends/output.py`` ``WriteError``.
+
+They stay there rather than here: each is raised only by the code beside it, and
+``fieldmem.frontends.api`` picks the class of a target's recorded ``kind`` in the order the
+classes were made, which a move would change for ``crash`` (``WorkerFailure`` and
+``ExitError`` share it). ``tests/test_errors.py`` keeps this list whole.
+
+Not FieldmemErrors, since they are not a user's mistake: ``files.py``'s ``NotRegularFile``
+and ``LockTimeout`` (``OSError`` subclasses that their callers turn into one), the HLO and
+buffer-assignment parsers' ``ValueError`` subclasses in ``xla/``, and the ``AssertionError``
+subclasses the Python API raises for a failed expectation (``NotInPlaceError``, ``FitError``).
 """
 
 from __future__ import annotations
@@ -23,9 +48,12 @@ __all__ = [
     "DonationError",
     "EnvError",
     "FieldmemError",
+    "FitReportError",
     "OptionError",
+    "ReportError",
     "RunError",
     "TargetError",
+    "UnsupportedJaxError",
     "listing",
     "one_line",
     "quoted",
@@ -147,3 +175,24 @@ class RunError(FieldmemError):
     def __init__(self, message: str, kind: str = "run") -> None:
         super().__init__(message)  # one line, bounded
         self.kind = kind
+
+
+class UnsupportedJaxError(FieldmemError):
+    """A jax release outside the range fieldmem's worker supports (or not a release number). Exit code 2."""
+
+    kind = "environment"
+
+
+class ReportError(FieldmemError, ValueError):
+    """A JSON document is not a fieldmem report this version can read (:meth:`fieldmem.model.report.Report.from_dict`).
+
+    Also a ``ValueError``, as it was before it joined the hierarchy, for callers that catch that.
+    """
+
+    kind = "report"
+
+
+class FitReportError(FieldmemError):
+    """A file is not a ``fieldmem.fit`` document this fieldmem reads. Exit code 2."""
+
+    kind = "report"

@@ -418,7 +418,7 @@ def write_atomic(path: str | os.PathLike[str], text: str, *, through_link: bool 
             finally:
                 os.close(fd)
             os.replace(temporary, target)
-        except BaseException:
+        except BaseException:  # Ctrl-C too: no temporary file is left beside the target
             with contextlib.suppress(OSError):
                 os.unlink(temporary)
             raise

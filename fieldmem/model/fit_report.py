@@ -21,8 +21,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from fieldmem.model.codec import decode, encode
-from fieldmem.model.errors import FieldmemError, quoted
-from fieldmem.model.report import DeviceInfo, Deviceless, ErrorInfo, PeakLine, PeakSourceKind, _impossible_size
+from fieldmem.model.environment import DeviceInfo, Deviceless
+from fieldmem.model.errors import FitReportError, quoted
+from fieldmem.model.memory import PeakLine
+from fieldmem.model.report import _impossible_size
+from fieldmem.model.target import ErrorInfo
+from fieldmem.model.word_sets import PeakSourceKind
 
 __all__ = [
     "FIT_SCHEMA",
@@ -33,7 +37,6 @@ __all__ = [
     "FitComparison",
     "FitPoint",
     "FitReport",
-    "FitReportError",
     "FitRow",
     "FitSearch",
     "FrontierMove",
@@ -67,12 +70,6 @@ RowStatus = Literal["found", "all-fit", "none-fit", "budget", "error", "unknown"
 FitCheckName = Literal["expect-fits", "at-least"]
 ChangeBetween = Literal["boundary", "rows"]
 FrontierChange = Literal["lower", "higher", "same", "new", "gone", "changed"]
-
-
-class FitReportError(FieldmemError):
-    """A file is not a ``fieldmem.fit`` document this fieldmem reads. Exit code 2."""
-
-    kind = "report"
 
 
 def knob_text(value: KnobValue) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from fieldmem.model.errors import FieldmemError
+from fieldmem.model.errors import UnsupportedJaxError
 
 __all__ = [
     "NEWEST_JAX",
@@ -36,12 +36,6 @@ _RELEASE = re.compile(r"^([0-9]+)\.([0-9]+)\.([0-9]+)")  # ASCII digits: "٠.٧.
 # a release as a user names one (--jax, fieldmem envs create) and the package index has it: three numbers in
 # ASCII digits, none with a leading zero ("0.7" and "0.7.1.0" are not one, "00.07.01" is not "0.7.1")
 _NAMED = re.compile(r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$")
-
-
-class UnsupportedJaxError(FieldmemError):
-    """A jax release outside the range fieldmem's worker supports (or not a release number). Exit code 2."""
-
-    kind = "environment"
 
 
 def supported_range() -> str:

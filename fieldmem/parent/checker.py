@@ -2,7 +2,7 @@
 
 :func:`check` is the core entry point behind ``fieldmem check`` and the Python
 API. It never prints and never exits: every target yields a
-:class:`~fieldmem.model.report.TargetResult` (a failure to load, call the factory,
+:class:`~fieldmem.model.target.TargetResult` (a failure to load, call the factory,
 compile or read the compiled HLO becomes an ``error`` result), so one broken
 target never hides the results of the others. An unexpected exception in
 any stage of one target (arguments, prepare, lower and compile, analyse,
@@ -20,9 +20,11 @@ import dataclasses
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from fieldmem.model.chain import Chain
 from fieldmem.model.collector import collector_paused
 from fieldmem.model.errors import FieldmemError
-from fieldmem.model.report import Chain, Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.parent.decide import check_chain, finish_job, report_header
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, Target, TargetOptions

@@ -1,7 +1,7 @@
 """The brain of a check: one target's readings -> its result, asking the hands for what it needs.
 
 :func:`finish_job` takes a started target (a :class:`~fieldmem.worker.readers.Job`) to its
-:class:`~fieldmem.model.report.TargetResult`: it waits for the two variants' readings (analysing
+:class:`~fieldmem.model.target.TargetResult`: it waits for the two variants' readings (analysing
 the plain one while the donated one compiles), analyses them, asks for the advisor's
 compiles (``--suggest``), the run's and the probes' readings (``--run``, ``--probe``), and
 reads them against the plan. :func:`check_chain` does each step of a chain and the chain.
@@ -19,10 +19,13 @@ from typing import Any
 
 from fieldmem.findings.chains import StepOutcome, analyze_chain
 from fieldmem.model import __version__
+from fieldmem.model.chain import Chain
 from fieldmem.model.collector import collector_paused, collector_resumed
+from fieldmem.model.environment import DeviceInfo, Deviceless
 from fieldmem.model.errors import CompileError
 from fieldmem.model.readings import CallShape, CompiledVariant, Environment
-from fieldmem.model.report import Chain, DeviceInfo, Deviceless, Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, Target
 from fieldmem.worker.readers import Failed, Hands, HandsLost, Job, failed, hold
@@ -68,7 +71,7 @@ def finish_job(job: Job | TargetResult, options: CheckOptions, hands: Hands) -> 
         return exc.result
     except HandsLost:  # the hands' process is gone: its supervisor charges it
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # the user's sys.exit too: the target's error (Ctrl-C: failed() raises it again)
         return failed(target, exc, stage)
     finally:
         hands.release(job)
@@ -124,7 +127,7 @@ def _probe(result: TargetResult, job: Job, donated: CompiledVariant, parser: Hlo
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
     from fieldmem.findings.probecheck import apply_probes, probe_candidates, probe_outcome
     from fieldmem.model.errors import RunError
-    from fieldmem.model.report import InPlaceProbe
+    from fieldmem.model.run import InPlaceProbe
 
     probes = []
     for candidate in probe_candidates(result, donated.hlo_text, parser):

@@ -43,9 +43,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from fieldmem.model.errors import EnvError, listing, quoted
+from fieldmem.model.errors import EnvError, UnsupportedJaxError, listing, quoted
 from fieldmem.model.files import LockTimeout, locked, process_alive, terminating, write_atomic
-from fieldmem.model.versions import UnsupportedJaxError, check_supported, is_release, supported_range
+from fieldmem.model.versions import check_supported, is_release, supported_range
 
 __all__ = [
     "MARKER",
@@ -905,7 +905,7 @@ def _create(
             marker = _marker(request, installed, installer, extra)
             write_atomic(building / MARKER, json.dumps(marker, indent=2) + "\n")
             os.rename(building, folder)
-        except BaseException as exc:
+        except BaseException as exc:  # Ctrl-C too: no half-built environment is left
             shutil.rmtree(building, ignore_errors=True)
             if isinstance(exc, OSError):  # the folder full or read-only, or removed meanwhile: nothing is left
                 raise EnvError(

@@ -31,7 +31,9 @@ from typing import Any
 from fieldmem.findings.fit import fit_checks, fit_point, monotone_notes, peak_change, row_peak
 from fieldmem.model.errors import FieldmemError, OptionError
 from fieldmem.model.fit_report import FitPoint, FitRow, FitSearch, Knob, KnobValue, PeakChange, knob_text, values_text
-from fieldmem.model.report import ErrorInfo, PeakLine, Report, TargetResult
+from fieldmem.model.memory import PeakLine
+from fieldmem.model.report import Report
+from fieldmem.model.target import ErrorInfo, TargetResult
 from fieldmem.request.fit import TPU_OOM_FIGURES_ENV, FitPlan
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec

@@ -49,11 +49,14 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
+from fieldmem.model.chain import Chain
 from fieldmem.model.codec import encode
 from fieldmem.model.collector import collector_paused
+from fieldmem.model.environment import ModuleSettings
 from fieldmem.model.errors import FieldmemError, OptionError, RunError, TargetError
 from fieldmem.model.files import remove_stale_scratch, scratch_folder
-from fieldmem.model.report import Chain, ModuleSettings, Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.parent.spawn import Interpreter, end_group, prestart, spawn, take_prestarted
 from fieldmem.worker.protocol import PIPE_LOST, read_event
 from fieldmem.worker.readers import HandsLost

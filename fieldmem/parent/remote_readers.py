@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from fieldmem.model.errors import FieldmemError
 from fieldmem.model.readings import CallShape, CompiledVariant, Environment, ProbeReading, RunReading
-from fieldmem.model.report import TargetResult
+from fieldmem.model.target import TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, Target, TargetOptions, described_target
 from fieldmem.worker.protocol import decode_error, decode_value

@@ -67,7 +67,7 @@ def spawn(interpreter: Interpreter | None = None) -> Spawned:
             # a process group of its own: what the user's code starts in it ends with it (end_group)
             start_new_session=os.name == "posix",
         )
-    except BaseException:
+    except BaseException:  # Ctrl-C too: no pipe end is left open
         os.close(answers)
         raise
     finally:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from rich.console import RenderableType
 
+from fieldmem.model.comparison import BaselineComparison
 from fieldmem.model.errors import listing
 from fieldmem.model.escaping import defused, visible, visible_strings
-from fieldmem.model.report import BaselineComparison
 from fieldmem.render.layout import hanging
 from fieldmem.render.pieces import count
 

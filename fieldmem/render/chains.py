@@ -1,6 +1,6 @@
 """The chain section of the terminal and Markdown reports: per-step curve, hand-offs, steps vs fused.
 
-Formats a :class:`~fieldmem.model.report.Chain` and decides nothing: the statuses,
+Formats a :class:`~fieldmem.model.chain.Chain` and decides nothing: the statuses,
 the first break, the growth per step and the cost comparison are all in the
 report.
 """
@@ -12,7 +12,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from fieldmem.model.report import Chain, ChainCost
+from fieldmem.model.chain import Chain, ChainCost
 from fieldmem.model.units import format_bytes
 from fieldmem.render.layout import Column, fitted_table, hanging, natural_width, wrapped
 from fieldmem.render.pieces import (

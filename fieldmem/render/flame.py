@@ -1,6 +1,6 @@
 """The live peak as a flame graph (an icicle) in the HTML report: its tree, its data, its script.
 
-Each variant's :class:`~fieldmem.model.report.PeakBreakdown` is laid out as a tree whose
+Each variant's :class:`~fieldmem.model.memory.PeakBreakdown` is laid out as a tree whose
 root is the live peak: ``arguments`` (each argument leaf under its pytree path's
 parts: ``params`` > ``['layer1']`` > ``['w']``), the values the program computes
 under the Python stack of the operation that made them (outermost frame first,
@@ -30,7 +30,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from fieldmem.model.report import PeakBreakdown, PeakSource, TargetResult
+from fieldmem.model.memory import PeakBreakdown, PeakSource
+from fieldmem.model.target import TargetResult
 from fieldmem.render import asset
 
 __all__ = ["FLAME_CSS", "FLAME_JS", "MAX_BUFFERS", "MAX_CHILDREN", "FlameNode", "flame_data", "peak_tree"]

@@ -34,8 +34,11 @@ import os
 from pathlib import Path
 
 from fieldmem.gate.causes import Cause, finding_causes, regression_causes
+from fieldmem.model.chain import Chain
 from fieldmem.model.escaping import defused, visible_strings
-from fieldmem.model.report import Chain, Check, Report, TargetResult
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
+from fieldmem.model.verdict import Check
 from fieldmem.render import RenderOptions
 from fieldmem.render.pieces import count, judged_text, libraries_text, plugins_text
 

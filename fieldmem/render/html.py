@@ -22,13 +22,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from fieldmem.model.comparison import BaselineComparison, Change
 from fieldmem.model.escaping import defused, visible_strings
-from fieldmem.model.report import (
-    BaselineComparison,
-    Change,
-    Report,
-    TargetResult,
-)
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions, asset
 from fieldmem.render.flame import FLAME_CSS, FLAME_JS, MAX_BUFFERS, MAX_CHILDREN, flame_data, script_json

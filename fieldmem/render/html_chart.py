@@ -7,11 +7,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fieldmem.model.report import (
-    TargetResult,
-    Timeline,
-    Variant,
-)
+from fieldmem.model.memory import Timeline
+from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
 from fieldmem.render.html_tables import _VARIANT_LABEL, _VARIANTS, _e
 

@@ -9,13 +9,9 @@ from __future__ import annotations
 import html
 from collections.abc import Iterable, Sequence
 
-from fieldmem.model.report import (
-    MEMORY_FIGURES,
-    Copy,
-    LiveBuffer,
-    TargetResult,
-    Variant,
-)
+from fieldmem.model.copies import Copy
+from fieldmem.model.memory import MEMORY_FIGURES, LiveBuffer
+from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
 from fieldmem.render.pieces import (
     HOST_FIGURES,

@@ -14,9 +14,12 @@ one rule of :mod:`fieldmem.model.escaping` made them visible.
 
 from __future__ import annotations
 
+from fieldmem.model.comparison import BaselineComparison, Change
 from fieldmem.model.escaping import defused, visible_strings
-from fieldmem.model.report import BaselineComparison, Change, Check, Report, TargetResult, Variant
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Check
 from fieldmem.render import RenderOptions
 from fieldmem.render.pieces import (
     FAIL,

@@ -1,6 +1,6 @@
 """The bytes at the live peak by line, for the terminal (``fieldmem check --top N``) and markdown.
 
-Lays out what :class:`~fieldmem.model.report.PeakBreakdown` holds: its lines (the
+Lays out what :class:`~fieldmem.model.memory.PeakBreakdown` holds: its lines (the
 user's line, or an argument's path) with their bytes at the plain and the
 donated program's live peak, largest first, the first ``top`` of them and one
 row for the rest, so that each column adds up to its peak. Decides nothing.
@@ -11,7 +11,8 @@ from __future__ import annotations
 from rich.console import RenderableType
 from rich.text import Text
 
-from fieldmem.model.report import PeakBreakdown, PeakLine, TargetResult
+from fieldmem.model.memory import PeakBreakdown, PeakLine
+from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.render.layout import Column, fitted_table, hanging
 

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import re
 
-from fieldmem.model.report import Chain, ChainStep, Copy, HostFromShardings, LiveBuffer, Report, TargetResult, Variant
+from fieldmem.model.chain import Chain, ChainStep
+from fieldmem.model.copies import Copy
+from fieldmem.model.memory import HostFromShardings, LiveBuffer
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
 from fieldmem.model.vocabulary import copy_kind_label, copy_kind_word, copy_words
 

@@ -1,6 +1,6 @@
 """The ``--suggest`` section of the terminal view: a Suggestion as rich text.
 
-It formats what :class:`~fieldmem.model.report.Suggestion` holds and decides
+It formats what :class:`~fieldmem.model.advice.Suggestion` holds and decides
 nothing. The table renderer calls :func:`suggestion_renderables` under each
 target's verdict; the default view gives the code to write and one line per
 argument, the verbose view adds every leaf and the measured figures.
@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from rich.console import RenderableType
 
-from fieldmem.model.report import MEMORY_FIGURES, Suggestion
+from fieldmem.model.advice import Suggestion
+from fieldmem.model.memory import MEMORY_FIGURES
 from fieldmem.model.units import format_bytes
 from fieldmem.render.layout import Column, fitted_table, hanging
 

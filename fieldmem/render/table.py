@@ -17,9 +17,13 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from fieldmem.model.copies import Copy
 from fieldmem.model.escaping import defused, visible_strings
-from fieldmem.model.report import MEMORY_FIGURES, Check, Copy, Report, TargetResult, Timeline, Variant
+from fieldmem.model.memory import MEMORY_FIGURES, Timeline
+from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
+from fieldmem.model.verdict import Check
 from fieldmem.model.vocabulary import copy_kind_label
 from fieldmem.render import RenderOptions, text_console
 from fieldmem.render.layout import Column, fitted_table, hanging, wrapped

@@ -497,7 +497,7 @@ def config_keys(per_target: bool = False) -> dict[str, str]:
     """The keys of ``[tool.fieldmem]`` (``per_target``: of a ``[[tool.fieldmem.target]]`` table, ``target``
     first), each with what it holds, for messages."""
     # the report's records load only here, with the config: the command line's --help does not need them
-    from fieldmem.model.report import EXPECTATIONS
+    from fieldmem.model.word_sets import EXPECTATIONS
 
     expectations = ", ".join(repr(e) for e in EXPECTATIONS)
     keys: dict[str, str] = {"target": "the target this table configures"} if per_target else {}

@@ -13,8 +13,8 @@ from typing import Any
 
 from fieldmem.model.errors import OptionError
 from fieldmem.model.machine import RESERVE, UNMEASURED, available_memory, malloc_arenas, usable_cores
-from fieldmem.model.report import EXPECTATIONS, Expectation
 from fieldmem.model.versions import is_release
+from fieldmem.model.word_sets import EXPECTATIONS, Expectation
 
 __all__ = [
     "EXPECTATIONS",

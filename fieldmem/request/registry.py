@@ -19,7 +19,7 @@ from fieldmem.request.options import footprint_budget, parse_expect, parse_new
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
 if TYPE_CHECKING:
-    from fieldmem.model.report import Expectation
+    from fieldmem.model.word_sets import Expectation
 
 __all__ = ["Case", "case", "chain", "registered_cases", "step_factories", "step_names"]
 

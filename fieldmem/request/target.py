@@ -24,7 +24,7 @@ from types import ModuleType
 from typing import Any
 
 from fieldmem.model.errors import ArgumentsError, TargetError, quoted
-from fieldmem.model.report import Expectation
+from fieldmem.model.word_sets import Expectation
 from fieldmem.request.definitions import definition_of, jit_definition_of
 from fieldmem.request.loading import _a, _load_factory, is_file_spec, load_module, resolve_object
 from fieldmem.request.registry import Case, registered_cases

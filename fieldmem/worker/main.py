@@ -399,7 +399,7 @@ def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
         return [(spec["spec"], exc)]
     except KeyboardInterrupt:
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # the test's code may call sys.exit: that target's error
         return [(spec["spec"], contained(exc, "loading what the test gave it"))]
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from fieldmem.model.collector import collector_resumed
 from fieldmem.model.errors import CompileError, FieldmemError, OptionError, TargetError, listing
 from fieldmem.model.readings import CallShape, CompiledVariant, Environment, ProbeReading, RunReading
-from fieldmem.model.report import TargetResult
+from fieldmem.model.target import TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import (
@@ -334,7 +334,7 @@ class LocalHands:
                     targets = [(one, exc)]
                 except KeyboardInterrupt:
                     raise
-                except BaseException as exc:
+                except BaseException as exc:  # the module may call sys.exit on import: that spec's error
                     targets = [(one, contained(exc, "resolving it"))]
                 resolved.extend(_one_name_each(targets, one))
                 found += len(targets)
@@ -538,7 +538,7 @@ def _made_on_backend(
             return make()
     except ArgumentsLeaked:
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # the user's code may call sys.exit: the target's error (failed() raises Ctrl-C again)
         return failed(target, exc, stage)
 
 
@@ -556,7 +556,7 @@ def _start(
             # a report gives then add up to the wall time they took)
             pending = start_variants(call, pool, fast=options.compile_fast, early=options.jobs > 1)
             return _LocalJob(target, pending.call, pending, options.backend)  # the call compiled
-    except BaseException as exc:
+    except BaseException as exc:  # the user's code may call sys.exit: the target's error (failed() raises Ctrl-C again)
         return failed(target, exc, "preparing and lowering it")
 
 
@@ -646,7 +646,7 @@ def _chain_jobs(
                 "so the names of its extras in the fused chain are unknown"
             )
         composed = compose([s.function for s in chain.steps], name="_".join(s.name for s in chain.steps), extras=plan)
-    except BaseException as exc:
+    except BaseException as exc:  # a step's pytree code may call sys.exit: the fused chain's error
         error = failed(fused_target, exc, "composing the chain's steps into one function")
         yield ChainStepJob(None, chain.name, fused_target, error)
         return
@@ -694,7 +694,7 @@ def _step_job(
             target = dataclasses.replace(
                 target, donate=state_donation(target.donate, step.function, args, kwargs, state)
             )
-    except BaseException as exc:
+    except BaseException as exc:  # a step's pytree code may call sys.exit: the step's error
         return failed(target, exc, "passing the previous step's outputs to it"), ()
     return _start(target, args, kwargs, options, pool), names
 

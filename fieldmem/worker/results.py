@@ -1,7 +1,7 @@
 """The one place a target's error result is made: a target that failed to load, prepare, compile, analyse or run.
 
 The checker, the ``--run`` parent and its worker all report a failure as a
-:class:`~fieldmem.model.report.TargetResult` with status ``error``, so one broken
+:class:`~fieldmem.model.target.TargetResult` with status ``error``, so one broken
 target never hides the others. An exception that is not a
 :class:`~fieldmem.model.errors.FieldmemError` (a fieldmem bug, or a library call
 fieldmem did not expect to fail) becomes an :class:`InternalError` of that
@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from fieldmem.model.errors import FieldmemError
-from fieldmem.model.report import ErrorInfo, TargetResult
+from fieldmem.model.target import ErrorInfo, TargetResult
 
 __all__ = ["DEBUG_VARIABLE", "ExitError", "InternalError", "contained", "error_result", "internal_error"]
 

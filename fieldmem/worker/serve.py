@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from fieldmem.driver.traced import ArgumentsLeaked
 from fieldmem.model.codec import dumps
 from fieldmem.model.errors import FieldmemError, RunError
-from fieldmem.model.report import TargetResult
+from fieldmem.model.target import TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, describe_chain, describe_target
 from fieldmem.worker.protocol import encode_error
@@ -159,7 +159,7 @@ def _serve_job(
         return False, _questions(job, key, hands, channel) if interactive else None
     except KeyboardInterrupt:
         raise
-    except BaseException as exc:
+    except BaseException as exc:  # the user's code may call sys.exit: the target's error, sent to the parent
         channel.emit("error", key, encoded={"result": dumps(failed(job.target, exc, stage))})
         # the brain, which has the variants, still asks and releases: answered until it does
         return True, _questions(job, key, hands, channel) if asked else None
@@ -195,7 +195,7 @@ def _questions(job: Job, key: Mapping[str, Any], hands: Hands, channel: Channel)
             channel.emit("answer", key, encoded={"value": dumps(value)})
         except KeyboardInterrupt:
             raise
-        except BaseException as exc:
+        except BaseException as exc:  # the user's code may call sys.exit: the answer's error
             channel.emit("answer", key, error=encode_error(contained(exc, _STAGES.get(str(op), "answering"))))
 
 
