@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -429,3 +430,35 @@ def test_the_driver_exports_every_name_others_import_from_it() -> None:
     assert not missing, f"imported from fieldmem.driver but not in its __all__: {missing}"
     private = sorted(name for name in taken if name.startswith("_"))
     assert not private, f"private driver names imported from outside it: {private}"
+
+
+def _architecture_rows() -> dict[str, str]:
+    """ARCHITECTURE.md's layer table: each package (``model``) and the text of its row."""
+    page = (PACKAGE.parent / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    rows: dict[str, str] = {}
+    for line in page.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) == 3 and cells[0].startswith("`") and cells[0].endswith("/`"):
+            rows[cells[0].strip("`/")] = cells[1]
+    return rows
+
+
+def test_the_architecture_page_has_a_row_for_each_layer_naming_each_of_its_modules() -> None:
+    """ARCHITECTURE.md is the page a newcomer reads: its table has one row per layer, and each row names
+    every module of its package (and only modules that exist), so a module added or moved shows there."""
+    rows = _architecture_rows()
+    assert sorted(rows) == sorted(package.removeprefix("fieldmem.") for package in LAYERS.values())
+    for package, text in rows.items():
+        folder = PACKAGE / package
+        # its modules and subpackages (a private one, ``_proto``, aside); a subpackage's modules are its own
+        here = {path.stem for path in folder.glob("*.py") if path.name != "__init__.py"}
+        here |= {path.parent.name for path in folder.glob("*/__init__.py") if not path.parent.name.startswith("_")}
+        named = set(re.findall(r"`([a-z_]+)/?`", text))
+        inner = {path.stem for path in folder.glob("*/*.py")} | {
+            path.name for path in folder.iterdir() if path.is_dir()
+        }
+        top = {"fieldmem", *top_level_modules()} if package == LAYERS[TOP_LEVEL].removeprefix("fieldmem.") else set()
+        missing = sorted(here - named)
+        unknown = sorted(named - here - inner - top)
+        assert not missing, f"ARCHITECTURE.md's {package}/ row does not name {missing}"
+        assert not unknown, f"ARCHITECTURE.md's {package}/ row names {unknown}, which {package}/ does not hold"
