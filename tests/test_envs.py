@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from fieldmem.frontends.cli import app
 from fieldmem.model.errors import EnvError
-from fieldmem.parent import envs
+from fieldmem.parent import env_install, envs
 from fieldmem.parent.envs import (
     MARKER,
     EnvRequest,
@@ -184,7 +184,7 @@ error: Request failed after 1 retry
 
 def _said(log: str, version: str = "0.9.2", packages: tuple[str, ...] = (), status: int = 1) -> str:
     request = EnvRequest(version=version, packages=tuple(sorted(set(packages))))  # any version: as the index names it
-    message = str(envs._failure(request, Installer("pip", (), "26.0"), log, Path("/envs/jax.log"), status))
+    message = str(env_install._failure(request, Installer("pip", (), "26.0"), log, Path("/envs/jax.log"), status))
     assert "\n" not in message
     return message
 
@@ -496,7 +496,7 @@ def test_a_made_environment_is_reused_without_an_installer(
 
     monkeypatch.setattr(envs, "_run_logged", no_installer)
     monkeypatch.setattr(envs, "choose_installer", no_installer)
-    monkeypatch.setattr(envs.subprocess, "Popen", no_installer)
+    monkeypatch.setattr(subprocess, "Popen", no_installer)
     said: list[str] = []
     started = time.monotonic()
     again = ensure_env("0.9.2", progress=said.append)
@@ -522,12 +522,14 @@ def test_the_installers_are_told_short_timeouts_and_the_index_asked_for(monkeypa
     monkeypatch.setenv("PIP_INDEX_URL", "http://index.example/simple/")
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "http://a.example/simple/ http://b.example/simple/")
     python = Path("/envs/jax/bin/python")
-    pip = envs._install_command(Installer("pip", (sys.executable, "-m", "pip"), "26.0"), python, ("jax==0.9.2",), None)
+    pip = env_install._install_command(
+        Installer("pip", (sys.executable, "-m", "pip"), "26.0"), python, ("jax==0.9.2",), None
+    )
     assert pip[:5] == [sys.executable, "-m", "pip", "--python", str(python)]
     assert pip[5:10] == ["install", "--timeout", "15", "--retries", "1"] and pip[-1] == "jax==0.9.2"
     assert "index.example" not in " ".join(pip)
     req = Path("/project/requirements-jax.txt")
-    uv = envs._install_command(Installer("uv", ("/bin/uv",), "0.13.9"), python, ("jax==0.9.2",), req)
+    uv = env_install._install_command(Installer("uv", ("/bin/uv",), "0.13.9"), python, ("jax==0.9.2",), req)
     assert uv[:5] == ["/bin/uv", "pip", "install", "--python", str(python)]
     assert uv[5:11] == [
         "--index-url",
@@ -538,7 +540,7 @@ def test_the_installers_are_told_short_timeouts_and_the_index_asked_for(monkeypa
         "http://b.example/simple/",
     ]
     assert uv[-3:] == ["jax==0.9.2", "-r", str(req)]
-    assert envs._installer_environ()["UV_HTTP_TIMEOUT"] == "15"
+    assert env_install._installer_environ()["UV_HTTP_TIMEOUT"] == "15"
     monkeypatch.setenv("FIELDMEM_INSTALLER", "conda")
     with pytest.raises(EnvError, match=r"^FIELDMEM_INSTALLER='conda' is not an installer: use uv or pip"):
-        envs.choose_installer()
+        env_install.choose_installer()

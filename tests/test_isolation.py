@@ -356,6 +356,8 @@ _NOT_FOR_THE_WORKER = [
     "fieldmem.parent.decide",
     "fieldmem.parent.isolate",
     "fieldmem.parent.remote_readers",
+    "fieldmem.parent.supervisor",
+    "fieldmem.parent.worker_process",
     "typer",
     "click",
     "rich",
@@ -385,6 +387,7 @@ def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path,
     from fieldmem.parent.checker import check
     from fieldmem.parent.decide import finish_job
     from fieldmem.parent.remote_readers import RemoteHands, event_key
+    from fieldmem.parent.supervisor import _Supervisor
     from fieldmem.request.options import CheckOptions
     from fieldmem.request.target import TargetOptions, described_target
     from fieldmem.worker.protocol import read_event
@@ -392,7 +395,7 @@ def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path,
     assets = ROOT / "examples"
     options = CheckOptions(cache_dir=None, **extra)
     unit = isolate.Unit("optimizer.py", TargetOptions())
-    supervisor = isolate._Supervisor([unit], [None], options, False, None)
+    supervisor = _Supervisor([unit], [None], options, False, None)
     request = {**supervisor.request(supervisor.todo()), "cwd": str(assets), "sys_path": [str(assets), *sys.path]}
     answers, writer = os.pipe()
     worker = subprocess.Popen(
@@ -453,6 +456,7 @@ def test_several_workers_share_the_specs_and_give_the_report_one_gives(monkeypat
     spec), and the reports of one worker, result for result; a bad ``FIELDMEM_WORKERS`` is one line."""
     from fieldmem.model.errors import OptionError
     from fieldmem.parent import isolate
+    from fieldmem.parent.supervisor import _Supervisor
     from fieldmem.request.options import CheckOptions
 
     examples = ROOT / "examples"
@@ -462,7 +466,7 @@ def test_several_workers_share_the_specs_and_give_the_report_one_gives(monkeypat
 
     def supervised(workers: str) -> tuple[int, list[Any]]:
         monkeypatch.setenv("FIELDMEM_WORKERS", workers)
-        supervisor = isolate._Supervisor(units, backends, options, False, None)
+        supervisor = _Supervisor(units, backends, options, False, None)
         reports = isolate._reports(supervisor.run())
         return supervisor.started, [[r.to_dict()["results"] for r in reports]]
 
@@ -481,4 +485,4 @@ def test_several_workers_share_the_specs_and_give_the_report_one_gives(monkeypat
     assert timeless(one) == timeless(four)
     monkeypatch.setenv("FIELDMEM_WORKERS", "many")
     with pytest.raises(OptionError, match="FIELDMEM_WORKERS='many': give a number of workers of at least 1"):
-        isolate._Supervisor(units, backends, options, False, None).run()
+        _Supervisor(units, backends, options, False, None).run()

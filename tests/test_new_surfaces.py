@@ -642,6 +642,7 @@ def test_fieldmem_jax_workers_can_import_pytest(root: Path, monkeypatch: pytest.
     this_pytest = sys.modules["pytest"]
     from fieldmem.frontends import pytest_plugin
     from fieldmem.parent import interpreters, isolate
+    from fieldmem.parent.supervisor import _Supervisor
 
     folder = Path(envs.borrowed_folder(("pytest",)) or "")
     assert folder.parent.parent == root
@@ -675,7 +676,7 @@ def test_fieldmem_jax_workers_can_import_pytest(root: Path, monkeypatch: pytest.
     with pytest.raises(EnvError, match="in use"):
         envs.remove_env("0.9.2")
     session.close()
-    supervisor = isolate._Supervisor([], [None], None, False, None)
+    supervisor = _Supervisor([], [None], None, False, None)
     supervisor.interpreter = interpreter
     assert supervisor._paths()["fallback_path"] == [str(folder)]
 

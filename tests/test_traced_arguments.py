@@ -228,7 +228,7 @@ def test_what_a_factory_prints_is_printed_once_traced_or_refused(capsys: pytest.
     assert capsys.readouterr().out == ""
     # the whole path, in a worker's hands: traced, refused, run; printed once
     from fieldmem.request.options import CheckOptions
-    from fieldmem.worker.readers import LocalHands
+    from fieldmem.worker.local_readers import LocalHands
 
     options = CheckOptions(jobs=1)
     target = make_target(lambda x: x + 1, prints_then_reads)
@@ -249,7 +249,7 @@ def _weights() -> tuple:
 def test_a_released_target_leaves_no_stand_in_behind() -> None:
     from fieldmem.driver import placement
     from fieldmem.request.options import CheckOptions
-    from fieldmem.worker.readers import LocalHands
+    from fieldmem.worker.local_readers import LocalHands
 
     options = CheckOptions(jobs=1)
     target = make_target(_step, _weights, donate="0")
@@ -283,7 +283,7 @@ def _sgd(params: jax.Array, opt: jax.Array, g: jax.Array) -> tuple[jax.Array, ja
 def test_a_chains_step_args_are_traced_with_its_arguments() -> None:
     from fieldmem.request.options import CheckOptions
     from fieldmem.request.target import ChainTarget, Step
-    from fieldmem.worker.readers import LocalHands
+    from fieldmem.worker.local_readers import LocalHands
 
     seen: list[bool] = []
 

@@ -28,7 +28,8 @@ from fieldmem.model.target import TargetResult
 from fieldmem.parent.decide import check_chain, finish_job, report_header
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, Target, TargetOptions
-from fieldmem.worker.readers import Hands, Job, LocalHands, compile_pool, releases_held
+from fieldmem.worker.local_readers import LocalHands
+from fieldmem.worker.readers import Hands, Job, compile_pool, releases_held
 from fieldmem.worker.results import contained, error_result
 
 __all__ = ["check", "check_backends", "check_targets", "releases_held", "resolve_all"]

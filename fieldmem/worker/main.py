@@ -186,7 +186,7 @@ class _Worker:
     def resolve(self) -> dict[int, list[Any]]:
         """Every spec some backend still needs, loaded: its items (targets, or ``(spec, error)``)."""
         from fieldmem.request.target import TargetOptions
-        from fieldmem.worker.readers import LocalHands
+        from fieldmem.worker.local_readers import LocalHands
 
         def load(spec: dict[str, Any]) -> list[Any]:
             if spec.get("call") is not None:  # a function in hand (the pytest plugin), with its arguments
@@ -261,7 +261,8 @@ class _Worker:
         from fieldmem.driver.placement import forget_stand_ins
         from fieldmem.driver.settings import ImportSettings
         from fieldmem.driver.traced import ArgumentsLeaked
-        from fieldmem.worker.readers import LocalHands, releases_held
+        from fieldmem.worker.local_readers import LocalHands
+        from fieldmem.worker.readers import releases_held
         from fieldmem.worker.serve import serve_items
 
         # the stand-ins of the requests before (the plugin's arrays of earlier calls, a serving worker's traced
