@@ -20,8 +20,8 @@ API record for a target's error):
   :class:`ReportError` (a document is not a report; also a ``ValueError``),
   :class:`FitReportError` (not a ``fieldmem.fit`` document);
 - beside the one layer's code that raises each: ``request/config.py``
-  ``ConfigError``; ``parent/isolate.py`` ``WorkerFailure``; ``worker/results.py``
-  ``InternalError`` and ``ExitError``; ``gate/baseline.py`` ``BaselineError``;
+  ``ConfigError``; ``parent/worker_process.py`` ``WorkerFailure``; ``worker/results.py``
+  ``InternalError`` and ``ExitError``; ``gate/records.py`` ``BaselineError``;
   ``gate/compare.py`` ``ReportFileError``; ``gate/fit.py`` ``FitBaselineError``;
   ``frontends/output.py`` ``WriteError``.
 
