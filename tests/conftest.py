@@ -26,7 +26,7 @@ from fieldmem.render.schema import SCHEMA_FOLDER
 from fieldmem.request import registry
 from fieldmem.request.backends import DEVICELESS_ENV
 
-# before jax starts in this process: the deviceless tests (tests/test_deviceless.py) compile for TPUs and
+# before jax starts in this process: the deviceless tests (tests/driver/test_deviceless.py) compile for TPUs and
 # GPUs without them, which needs jax started on the CPU alone (as the fieldmem command does for itself)
 for _key, _value in DEVICELESS_ENV.items():
     os.environ.setdefault(_key, _value)
@@ -38,6 +38,12 @@ for _key, _value in DEVICELESS_ENV.items():
 # that reset it would fork a process running jax's threads, which jax warns against).
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# The tests are in one folder per layer (tests/model, tests/driver, ...). A few import helpers from a test module
+# of another folder (``from test_peaks_truth import assert_adds_up``): every such folder is on sys.path, as pytest
+# puts the folder of each module it collects there, so that such an import works whichever tests are run (the
+# basenames are unique across the folders, as pytest's default import mode needs).
+sys.path[:0] = [str(folder) for folder in sorted(Path(__file__).parent.glob("*/")) if any(folder.glob("test_*.py"))]
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
