@@ -11,26 +11,14 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_bench import load_benchmark as _load
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
-
-
-def _load(name: str) -> Any:
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 def _import_file(path: Path) -> Any:

@@ -10,30 +10,16 @@ that: their .md is what their .json renders to.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_bench import load_benchmark as _load
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "benchmarks"
-
-
-def _load(name: str) -> Any:
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location(name, BENCH / f"{name}.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules.setdefault(name, module)  # a dataclass looks its module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
 
 
 results_file = _load("results_file")
@@ -225,28 +211,7 @@ def test_make_bench_runs_that_are_partial() -> None:
         ("probe", lambda: _load("bench_probe").benchmark("probe")),
         ("probe-load2", lambda: _load("bench_probe").benchmark("probe-load2")),
         ("examples", lambda: _load("bench_examples").BENCHMARK),
-        ("jobs", lambda: _load("bench_jobs").BENCHMARK),
-        ("compile-cores", lambda: _load("compile_cores").BENCHMARK),
-        ("compile-memory", lambda: _load("compile_memory").BENCHMARK),
-        ("compile-stages", lambda: _load("compile_stages").BENCHMARK),
         ("scaling", lambda: _load("scaling").BENCHMARK),
-        ("own-time-pipe", lambda: _load("own_time_ab").benchmark("own-time-pipe")),
-        ("arenas-small", lambda: _load("bench_arenas").SMALL),
-        ("arenas-2cores", lambda: _load("bench_arenas").benchmark("arenas-2cores")),
-        ("arenas-13cores", lambda: _load("bench_arenas").benchmark("arenas-13cores")),
-        ("pod-2cores", lambda: _load("bench_arenas").benchmark("pod-2cores")),
-        ("pod-13cores", lambda: _load("bench_arenas").benchmark("pod-13cores")),
-        ("args-cost", lambda: _load("args_cost").BENCHMARK),
-        ("workers-jobs2", lambda: _load("bench_workers").benchmark("workers-jobs2")),
-        ("workers-jobs8", lambda: _load("bench_workers").benchmark("workers-jobs8")),
-        ("envs", lambda: _load("bench_envs").BENCHMARK),
-        ("wire-readings", lambda: _load("bench_wire_readings").BENCHMARK),
-        ("devices", lambda: _load("bench_devices").BENCHMARK),
-        ("module-settings", lambda: _load("bench_module_settings").BENCHMARK),
-        ("isolation", lambda: _load("bench_isolation").BENCHMARK),
-        ("versions", lambda: _load("versions").BENCHMARK),
-        ("backend-comparison", lambda: _load("backend_comparison").BENCHMARK),
-        ("compile-options", lambda: _load("bench_compile_options").BENCHMARK),
     ],
 )
 def test_the_committed_markdown_is_what_its_json_renders_to(name: str, benchmark: Any) -> None:

@@ -1,17 +1,25 @@
-"""Which machine a benchmark ran on, for every result file: its cores, memory, processor and accelerator.
+"""What the benchmarks share: the machine a run is made on, and how a timed process is run.
 
-fieldmem's machine-dependent rules (the default ``--jobs``, the malloc arenas of a ``--jobs 1`` worker, the
-compiles at once by memory) are chosen from measurements on two machines: the 2-core development machine
-and the 13-core host of the lent TPU v5e machine. Each result file names which one it was measured on with
-:func:`describe` (the figures) and :func:`label` (one line).
+- The machine, for every result file: its cores, memory, processor and accelerator. fieldmem's
+  machine-dependent rules (the default ``--jobs``, the malloc arenas of a ``--jobs 1`` worker, the compiles at
+  once by memory) are chosen from measurements on two machines: the 2-core development machine and the
+  13-core host of the lent TPU v5e machine. Each result file names which one it was measured on with
+  :func:`describe` (the figures) and :func:`label` (one line).
+- The processes ``bench_fast.py`` times: the one environment each runs in (:func:`environment`), its wall
+  seconds (:func:`timed`), a crash as :class:`BenchError`, and :func:`median`.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import statistics
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cpu_model() -> str:
@@ -91,3 +99,39 @@ def commit(root: Path) -> str:
         return os.environ.get("BENCH_COMMIT", "unknown")
     head = git("rev-parse", "--short", "HEAD") or "unknown"
     return head + ("+changes" if git("status", "--porcelain", "fieldmem") else "")
+
+
+# ---------------------------------------------------------------- timed processes (bench_fast.py)
+
+
+class BenchError(Exception):
+    """The run cannot measure what it must: one line, exit 2."""
+
+
+def environment(cache: Path) -> dict[str, str]:
+    """The one environment every timed process runs in (naive and fieldmem alike)."""
+    env = dict(os.environ)
+    env["JAX_PLATFORMS"] = "cpu"
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env["FIELDMEM_CACHE_DIR"] = str(cache)  # fieldmem's default cache, in this run's folder
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)
+    env.pop("XLA_FLAGS", None)
+    return env
+
+
+def timed(command: list[str], env: dict[str, str], log: Path) -> float:
+    """Wall seconds of one fresh process (its output to ``log``); a crash is a BenchError."""
+    with open(log, "wb") as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        _, status, _ = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+    code = os.waitstatus_to_exitcode(status)
+    if code not in (0, 1):  # fieldmem exits 1 when a check fails: still a complete run
+        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
+        raise BenchError(f"{' '.join(command)} exited {code}: {' | '.join(tail)}")
+    return wall
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
