@@ -241,6 +241,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     return found
 
 
+@pytest.mark.compile
 def test_each_report_names_the_compiler_plugins_it_was_made_with(reports: dict[str, dict[str, Any]]) -> None:
     """Issue 33, item 6: a report says which libtpu or CUDA plugin compiled it, as installed."""
     from importlib import metadata

@@ -375,6 +375,7 @@ runpy.run_module("fieldmem.worker.main", run_name="__main__", alter_sys=True)
 """
 
 
+@pytest.mark.compile
 @pytest.mark.parametrize("extra", [{}, {"run": True}], ids=["check", "run"])
 def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path, extra: dict[str, Any]) -> None:
     """A worker started with every fieldmem package but its own, the driver, the request and ground blocked,
