@@ -451,7 +451,7 @@ def _fake_installer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, script: str
     maker = tmp_path / "make_env.py"
     maker.write_text(
         "import sys\n"
-        f"sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT)!r}]\n"
+        f"sys.path[:0] = [{str(ROOT / 'tests')!r}, {str(ROOT / 'tests' / 'parent')!r}, {str(ROOT)!r}]\n"
         "from pathlib import Path\n"
         "from test_envs import _fake_env\n"
         "target = Path(sys.argv[1])\n"
