@@ -75,7 +75,7 @@ lint: $(STAMP)
 	$(BIN)/mypy fieldmem
 
 # The JSON Schemas of the report and the baseline (fieldmem/schemas), written again from the records
-# (tests/test_schema.py fails while they differ).
+# (tests/render/test_schema.py fails while they differ).
 schema: $(STAMP)
 	$(BIN)/python -m fieldmem.render.schema
 

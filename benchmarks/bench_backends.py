@@ -37,8 +37,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import machine  # noqa: E402
 import results_file  # noqa: E402
+import runner  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 EXAMPLES = ["examples/field.py", "examples/sparse_row.py", "examples/stencil_scan.py", "examples/optimizer.py"]
@@ -341,8 +341,8 @@ def main() -> None:
     date = datetime.date.today().isoformat()
     document: dict[str, Any] = {
         "date": date,
-        "machine": f"{platform.machine()}, {machine.label()}, Python {platform.python_version()}",
-        "machine_figures": machine.describe(),
+        "machine": f"{platform.machine()}, {runner.label()}, Python {platform.python_version()}",
+        "machine_figures": runner.describe(),
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
         "jax": jax.__version__,
         "repeat": args.repeat,

@@ -73,8 +73,6 @@ import os
 import platform
 import random
 import re
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -88,8 +86,9 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(1, str(ROOT))  # bench_watch.run() imports fieldmem in this process: this tree's
 
 import heavy  # noqa: E402
-import machine  # noqa: E402
 import results_file  # noqa: E402
+import runner  # noqa: E402
+from runner import BenchError, environment, median, timed  # noqa: E402
 
 from synth import write_module  # noqa: E402
 
@@ -113,38 +112,6 @@ OVERHEAD = {
     "functions": ([1, 5, 20, 50, 100], {}),
 }
 QUICK_OVERHEAD = {"leaves": [1, 100, 1000], "functions": [1, 5, 20]}
-
-
-class BenchError(Exception):
-    """The run cannot measure what it must: one line, exit 2."""
-
-
-# ---------------------------------------------------------------- processes
-
-
-def environment(cache: Path) -> dict[str, str]:
-    """The one environment every timed process runs in (naive and fieldmem alike)."""
-    env = dict(os.environ)
-    env["JAX_PLATFORMS"] = "cpu"
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env["FIELDMEM_CACHE_DIR"] = str(cache)  # fieldmem's default cache, in this run's folder
-    env.pop("JAX_COMPILATION_CACHE_DIR", None)
-    env.pop("XLA_FLAGS", None)
-    return env
-
-
-def timed(command: list[str], env: dict[str, str], log: Path) -> float:
-    """Wall seconds of one fresh process (its output to ``log``); a crash is a BenchError."""
-    with open(log, "wb") as out:
-        start = time.perf_counter()
-        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-        _, status, _ = os.wait4(proc.pid, 0)
-        wall = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    if code not in (0, 1):  # fieldmem exits 1 when a check fails: still a complete run
-        tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-        raise BenchError(f"{' '.join(command)} exited {code}: {' | '.join(tail)}")
-    return wall
 
 
 def naive_command(module: Path, timings: Path | None = None) -> list[str]:
@@ -193,10 +160,6 @@ class Salts:
             if salt not in self.used:
                 self.used.add(salt)
                 return salt
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values)
 
 
 # ---------------------------------------------------------------- sections
@@ -480,14 +443,14 @@ def meta(quick: bool, skipped: list[str]) -> dict[str, Any]:
         pass
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{platform.machine()}, {machine.label()}, {platform.system()}",
-        "machine_figures": machine.describe(),
+        "machine": f"{platform.machine()}, {runner.label()}, {platform.system()}",
+        "machine_figures": runner.describe(),
         "cpu": cpu,
         "load_average_start": list(os.getloadavg()),
         "python": platform.python_version(),
         "jax": version("jax"),
         "jaxlib": version("jaxlib"),
-        "fieldmem_commit": machine.commit(ROOT),
+        "fieldmem_commit": runner.commit(ROOT),
         "environment": "JAX_PLATFORMS=cpu for every process (naive and fieldmem); JAX_COMPILATION_CACHE_DIR and "
         "XLA_FLAGS unset; fieldmem's default cache folder is this run's ($FIELDMEM_CACHE_DIR)",
         "quick": quick,

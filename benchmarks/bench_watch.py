@@ -55,8 +55,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import machine  # noqa: E402
 import results_file  # noqa: E402
+import runner  # noqa: E402
 
 from synth import write_module  # noqa: E402
 
@@ -291,7 +291,7 @@ def run(
     result: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": {"platform": platform.platform(), "processor": platform.machine(), "cpus": os.cpu_count()},
-        "commit": machine.commit(ROOT),
+        "commit": runner.commit(ROOT),
         "load_average_1min": {
             "before": load_before,
             "after": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,

@@ -2,7 +2,7 @@
 
 A benchmark writes ``NAME.json`` and ``NAME.md`` under ``benchmarks/results/`` through :func:`write`:
 
-- ``NAME.json`` is the current run's document (what the docs quote: ``tests/test_doc_figures.py`` reads only
+- ``NAME.json`` is the current run's document (what the docs quote: ``tests/project/test_doc_figures.py`` reads only
   its current figures) plus ``"history"``: one entry per earlier run, oldest first, each with its date, machine,
   commit and headline figures (the run's full document stays in git history: ``file`` names it where the run
   was once a file of its own).

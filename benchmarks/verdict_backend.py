@@ -1,6 +1,6 @@
 """The verdict corpus on whatever backend jax runs on: fieldmem's verdict against the verdicts jax's own facts admit.
 
-tests/test_verdict_corpus.py holds each case's verdict, read on the CPU, to jax there. A GPU (or TPU) may
+tests/findings/test_verdict_corpus.py holds each case's verdict, read on the CPU, to jax there. A GPU (or TPU) may
 decide otherwise (it can write a ``lax.cond``'s update in place where the CPU copies), so this script does
 not use those verdicts: for each case it runs the case's function with its donation under plain jax, reads
 the facts the test reads (buffer pointers, ``is_deleted()``, ``memory_analysis()``), finds which of the three
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT)]
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "findings"), str(ROOT)]
 
 KINDS = ("in-place", "not-in-place", "nothing-to-update")
 

@@ -1,7 +1,7 @@
 """Write docs/fit.md's blocks and docs/images/fit-frontier.svg again from the stored ``fieldmem fit`` documents.
 
     .venv/bin/python docs/make_fit_docs.py            # rewrite them
-    .venv/bin/python docs/make_fit_docs.py --check    # exit 1 when one differs (tests/test_fit_scripts.py)
+    .venv/bin/python docs/make_fit_docs.py --check    # exit 1 when one differs (tests/project/test_fit_scripts.py)
 
 The documents are ``benchmarks/results/fit-block-*.json``: ``fieldmem fit`` of ``examples/fit/block.py`` for
 each backend, written with ``-f json -o`` (the command is in each file's section of docs/fit.md). A block of

@@ -11,7 +11,7 @@ The page is also kept next to the image as ``field-report.html`` only when
 Beside each image it records, in ``IMAGE.source``, the sha256 of the HTML
 renderer (its layout, CSS and script: ``fieldmem/render/html*.py`` and ``render/assets/``, and the
 flame graph's in ``fieldmem/render/flame.py``) and of the image:
-``tests/test_docs.py`` fails once the renderer differs from the one the
+``tests/project/test_docs.py`` fails once the renderer differs from the one the
 picture shows, and this script (``make screenshot``) is the fix.
 """
 
@@ -69,7 +69,7 @@ def sources(image: Path) -> dict[str, str]:
 def write_sources(image: Path, record: Path) -> None:
     """Record what ``image`` was made from: one ``SHA256  NAME`` line per file (``sha256sum``'s layout)."""
     lines = [f"{digest}  {name}" for name, digest in sources(image).items()]
-    heading = "# what the picture was made from (docs/make_screenshot.py writes this; tests/test_docs.py reads it)"
+    heading = "# what the picture was made from (docs/make_screenshot.py writes this; tests/project/test_docs.py reads it)"
     write_atomic(record, "\n".join([heading, *lines]) + "\n")
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from fieldmem.request.registry import Case, case, chain
 
 # every name is imported when first used: registering cases (fieldmem.case, fieldmem.chain) brings the
-# registry, the checking API the report and its codec (tests/test_import_cost.py). The package itself
+# registry, the checking API the report and its codec (tests/frontends/test_import_cost.py). The package itself
 # loads nothing, so the ``fieldmem`` command starts its worker before any of it (fieldmem.frontends.entry).
 _LAZY = {
     "FieldmemError": "fieldmem.model.errors",

@@ -28,7 +28,7 @@ from fieldmem.render.schema import SCHEMA_FOLDER
 from fieldmem.request import registry
 from fieldmem.request.backends import DEVICELESS_ENV
 
-# before jax starts in this process: the deviceless tests (tests/test_deviceless.py) compile for TPUs and
+# before jax starts in this process: the deviceless tests (tests/driver/test_deviceless.py) compile for TPUs and
 # GPUs without them, which needs jax started on the CPU alone (as the fieldmem command does for itself)
 for _key, _value in DEVICELESS_ENV.items():
     os.environ.setdefault(_key, _value)
@@ -44,7 +44,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # One module rewritten at a time. pytest rewrites the asserts of every fieldmem module as it is imported
 # (fieldmem is a pytest11 plugin's package), and an in-process check imports some lazily in its compile
 # threads; CPython 3.11's AST conversion is not safe in two threads at once: "SystemError: AST constructor
-# recursion depth mismatch" (seen in tests/test_report.py when driver.placement and request.fit were
+# recursion depth mismatch" (seen in tests/model/test_report.py when driver.placement and request.fit were
 # parsed together).
 _rewrite_test = assertion_rewrite._rewrite_test
 _rewriting = threading.Lock()
@@ -56,6 +56,11 @@ def _rewrite_one_at_a_time(fn: Path, config: pytest.Config) -> Any:
 
 
 assertion_rewrite._rewrite_test = _rewrite_one_at_a_time
+# The tests are in one folder per layer (tests/model, tests/driver, ...). A few import helpers from a test module
+# of another folder (``from test_peaks_truth import assert_adds_up``): every such folder is on sys.path, as pytest
+# puts the folder of each module it collects there, so that such an import works whichever tests are run (the
+# basenames are unique across the folders, as pytest's default import mode needs).
+sys.path[:0] = [str(folder) for folder in sorted(Path(__file__).parent.glob("*/")) if any(folder.glob("test_*.py"))]
 
 ASSETS = Path(__file__).parent / "assets"
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

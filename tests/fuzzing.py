@@ -1,7 +1,7 @@
 """A seeded mutator over the golden inputs of the HLO parser and the buffer decoder, and the check
 each mutant must pass: any failure is the reader's own error, and no input takes more than 2 s.
 
-Used by tests/test_fuzz.py (a few seconds in ``make test``) and by ``make fuzz``
+Used by tests/xla/test_fuzz.py (a few seconds in ``make test``) and by ``make fuzz``
 (``python tests/fuzzing.py --seconds 120``: a longer run that writes every
 mutant that breaks the rule to ``tests/golden_fuzz/`` to be kept with a test).
 No jax: the readers are pure text and bytes.

@@ -1,5 +1,5 @@
 """The verdict corpus's cases: user-style functions, their arguments, their donation and the verdict each
-must get (tests/test_verdict_corpus.py holds them to jax, tests/test_suggest_brute_force.py to brute force)."""
+must get (tests/findings/test_verdict_corpus.py holds them to jax, tests/findings/test_suggest_brute_force.py to brute force)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ folder a bare ``fieldmem check`` checks it, and
     fieldmem check --save-baseline fieldmem-baseline.json   # once, and to refresh
     fieldmem check                                           # in CI: exit 1 on a regression
 
-keeps it from regressing. ``tests/test_baseline.py`` runs that loop: it
+keeps it from regressing. ``tests/gate/test_baseline.py`` runs that loop: it
 rewrites ``step`` to also return the old ``state.u`` (a refactor that returns
 a field it used to drop) and expects the gate to name ``state.u``, the grown
 live peak and the line of the new copy.

@@ -206,7 +206,7 @@ def compilation_cache(path: str | None, backend: str | None = None) -> Iterator[
 
     An unchanged function is then loaded rather than compiled on the next
     run; the executable, its HLO, memory figures and buffer assignment are
-    the same (tests/test_cli.py checks the findings are identical). The
+    the same (tests/frontends/test_cli.py checks the findings are identical). The
     previous settings are restored afterwards. A deviceless ``backend``
     (``tpu:v5e``) uses no persistent cache at all, whatever jax's settings:
     jax would store its executables, but loading one needs a client of that

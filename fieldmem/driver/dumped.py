@@ -7,7 +7,7 @@ check reads nothing that code generation makes, so it can stop there
 (:mod:`fieldmem.driver.early`) if every figure of the finished compile can be
 had, exactly, from the dump. These are the rules, each held to the finished
 compile on every bundled example and on real-library steps
-(``tests/test_early_stop.py``; measured with jaxlib 0.10.2, XLA:CPU):
+(``tests/driver/test_early_stop.py``; measured with jaxlib 0.10.2, XLA:CPU):
 
 - the sizes of ``memory_analysis()`` are XLA's
   ``CompiledMemoryStats::PopulateBufferStatsFromAllocations`` over the

@@ -15,7 +15,7 @@ code derives the shardings, formats and devices as it does from a finished
 compile, and :mod:`fieldmem.driver.dumped` gives ``as_text()`` and
 ``memory_analysis()`` exactly as the finished executable gives them (rules held
 to it on every bundled example and on flax, optax and equinox steps by
-``tests/test_early_stop.py``). The size of the generated code, which does not
+``tests/driver/test_early_stop.py``). The size of the generated code, which does not
 exist yet, is unavailable, as it already is for a fast compile.
 
 Where it is done:

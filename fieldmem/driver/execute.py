@@ -303,7 +303,7 @@ def _in_use(stats: dict[str, int] | None) -> int:
 def _refused_call(variant: CompiledVariant, devices: int) -> str | None:
     """Why the run does not make the call, or None: over several devices, a donated array the call also gives
     under another path. jax refuses such a call where an output reuses the donation, and over several devices
-    jax 0.10.2 kills the process instead of raising (tests/test_shared_buffers.py): the run would end in a
+    jax 0.10.2 kills the process instead of raising (tests/driver/test_shared_buffers.py): the run would end in a
     worker crash that says nothing of why. Which donations an output reuses is in the compiled HLO, which the
     driver does not read, so it does not make any call that gives a donated array twice there (on one device
     jax raises, and the run reports jax's own error); the brain, which reads the HLO, says whether jax would

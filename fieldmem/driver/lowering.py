@@ -55,7 +55,7 @@ __all__ = [
 # and counts, alignment) do not depend on it. benchmarks/bench_compile_options.py
 # measured the optimized HLO, every memory_analysis() figure and the serialized buffer
 # assignment identical on all 65 programs of the examples and synthetic modules, and
-# the compile time it saves (benchmarks/results/compile-options.json); tests/test_cli.py checks the
+# the compile time it saves (benchmarks/results/compile-options.json); tests/frontends/test_cli.py checks the
 # findings are identical.
 FAST_COMPILE_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 0}
 

@@ -260,7 +260,7 @@ def shared_buffer_findings(
     reuses, ``aliases``: the plan), of any size; else a ``shared-argument`` note, from ``min_bytes`` (on one
     device) up, that the figures count it once per leaf. ``input_bytes``: each leaf's bytes per device in the
     program; ``devices``: how many it runs on (over several, jax 0.10.2 on CPU kills the process instead of
-    raising: tests/test_shared_buffers.py)."""
+    raising: tests/driver/test_shared_buffers.py)."""
     outputs = {a.input_index: a.output for a in aliases}
     crash = "; over several devices it can kill the process instead, as jax 0.10.2 on CPU does" if devices > 1 else ""
     findings = []

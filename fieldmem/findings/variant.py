@@ -33,7 +33,7 @@ def _constant_bytes(
 ) -> tuple[int, list[hlo.ConstantSite]]:
     """Bytes of the arrays compiled in as constants, and the constants: the constant allocations of the
     buffer assignment (what XLA holds), else, without one, the optimized HLO's constants outside fusion
-    bodies (the same bytes on XLA:CPU: tests/test_sources.py)."""
+    bodies (the same bytes on XLA:CPU: tests/findings/test_sources.py)."""
     sites = hlo.find_constants(module)
     if assignment is not None:
         return sum(a.size for a in assignment.allocations if a.is_constant), sites

@@ -28,7 +28,7 @@ API record for a target's error):
 They stay there rather than here: each is raised only by the code beside it, and
 ``fieldmem.frontends.api`` picks the class of a target's recorded ``kind`` in the order the
 classes were made, which a move would change for ``crash`` (``WorkerFailure`` and
-``ExitError`` share it). ``tests/test_errors.py`` keeps this list whole.
+``ExitError`` share it). ``tests/model/test_errors.py`` keeps this list whole.
 
 Not FieldmemErrors, since they are not a user's mistake: ``files.py``'s ``NotRegularFile``
 and ``LockTimeout`` (``OSError`` subclasses that their callers turn into one), the HLO and

@@ -6,7 +6,7 @@ The report types them as ``Literal`` sets (:data:`fieldmem.model.report.CopyKind
 codec and mypy); the declarations here give each word its meaning (the schema's
 entry: docs/report-schema.md's tables are written from them), its label where a
 table shows something shorter or longer than the name, and, for a finding code,
-its severity. ``tests/test_words.py`` holds the three together: a word added to a
+its severity. ``tests/model/test_words.py`` holds the three together: a word added to a
 ``Literal`` without its declaration here, or the other way round, fails, and so does
 a schema page that no longer says what is declared here. A word a newer fieldmem wrote
 (read as ``"unknown"``) has a declaration too.
@@ -17,7 +17,7 @@ kind's declaration (:class:`CopyKindWord`) holds what the findings and the rende
 label, whether it is a move between memory spaces, the words a renderer adds for one copy of it and
 for its cost per call, and the finding a copy of it makes. So a kind declared here is read, written,
 described in the schema and shown by the table, Markdown and HTML with nothing else changed
-(tests/test_words.py declares one in a test); a kind whose finding needs words of its own (a loop's,
+(tests/model/test_words.py declares one in a test); a kind whose finding needs words of its own (a loop's,
 a conditional's) has them in :mod:`fieldmem.findings.copy_findings`.
 
 Shared ground: plain data, no imports beyond the standard library.

@@ -166,7 +166,7 @@ OPEN_SETS = (
 for _open in OPEN_SETS:
     read_unknown_as(_open, UNKNOWN)
 del _open
-# the words fieldmem.model.vocabulary declares are the sets' (tests/test_words.py holds each Literal to them)
+# the words fieldmem.model.vocabulary declares are the sets' (tests/model/test_words.py holds each Literal to them)
 declare_words(CopyKind, vocabulary.copy_kind_names)
 declare_words(CopyCause, vocabulary.copy_cause_names)
 declare_words(FindingCode, vocabulary.finding_code_names)

@@ -2,7 +2,7 @@
 environment per jax release (``--jax``, :mod:`fieldmem.parent.envs`).
 
 A worker needs only the standard library, jax and fieldmem's own driver, request and ground modules
-(``tests/test_isolation.py``), so under another interpreter it imports fieldmem from this one's package
+(``tests/parent/test_isolation.py``), so under another interpreter it imports fieldmem from this one's package
 folder (first on its ``PYTHONPATH``: :func:`fieldmem.parent.envs.package_folder`, a folder of one link
 where fieldmem is installed in a ``site-packages``, so this environment's jax never comes along) and
 everything else (jax, the user's libraries) from its own installation.

@@ -112,7 +112,7 @@ def register(document: str, name: str, extension: str, target: str, note: str = 
 
 # The rows: document, format, file suffix, renderer. A check's formats are in the order of
 # fieldmem.request.options.FORMATS, fit's in that of fieldmem.request.fit.FIT_FORMATS (the request layer
-# checks a name before anything runs; tests/test_formats.py holds them equal to these rows).
+# checks a name before anything runs; tests/render/test_formats.py holds them equal to these rows).
 register(REPORT, "table", ".txt", "fieldmem.render.table:render")
 register(REPORT, "json", ".json", "fieldmem.render.jsonout:render")
 register(REPORT, "github", ".txt", "fieldmem.render.github:render")

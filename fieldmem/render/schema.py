@@ -5,7 +5,7 @@
 :class:`fieldmem.model.fit_report.FitReport`; each schema is read off the
 records' type hints, so a field or a record added there is in the schema on the next ``make schema``.
 The files are shipped in the package (``fieldmem/schemas/*.schema.json``) and
-``tests/test_schema.py`` fails when they differ from what this module makes now.
+``tests/render/test_schema.py`` fails when they differ from what this module makes now.
 
 A schema accepts a document exactly when this fieldmem reads all of it: every required field there
 (one without a default: a missing optional field takes its default), no key it does not know (the

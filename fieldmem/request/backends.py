@@ -104,7 +104,7 @@ GPU_DOMAINS: Mapping[str, tuple[int, str]] = {
 
 # TPU kind -> the bytes of HBM libtpu lets one program use on a chip of it, as libtpu 0.0.42 says when a
 # program needs more ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, ... exceeds available HBM (15.75G)",
-# binary units, two decimals; tests/test_capacity.py holds each figure to libtpu's message). The chips'
+# binary units, two decimals; tests/findings/test_capacity.py holds each figure to libtpu's message). The chips'
 # HBM per Google's pages: v4 32 GiB, v5e 16 GiB, v5p 95 GB, v6e 32 GiB; libtpu keeps some of it for itself
 TPU_HBM: Mapping[str, int] = {
     "v4": round(30.75 * 2**30),
@@ -174,7 +174,7 @@ def device_memory(backend: BackendName) -> DeviceMemory | None:
             " for a program (what libtpu leaves of its HBM)",
         )
     found = _DEVICE_MEMORY_SIZE.search(gpu_spec_text(backend.kind))
-    if found is None:  # pragma: no cover - every shipped spec has it (tests/test_capacity.py)
+    if found is None:  # pragma: no cover - every shipped spec has it (tests/findings/test_capacity.py)
         return None
     article = "an" if backend.kind[0] in "aefhilmnorsx" else "a"  # as the letter is said: an H100, a B200
     return DeviceMemory(

@@ -4,7 +4,7 @@ it (the ``fieldmem check`` command line, ``[tool.fieldmem]``, the Python API, th
 The command line's ``check`` (:mod:`fieldmem.frontends.check_cli`), the config reader
 (:mod:`fieldmem.request.config`), the API's keywords (:mod:`fieldmem.frontends.api`) and the plugin's options
 and ini names (:mod:`fieldmem.frontends.pytest_options`) are built from :data:`OPTIONS`: an option added here
-is on all of them (tests/test_option_table.py adds one in a scratch copy). What an option *does* is the code
+is on all of them (tests/request/test_option_table.py adds one in a scratch copy). What an option *does* is the code
 that reads it (:mod:`fieldmem.request.build`, :mod:`fieldmem.request.options`); a new option's behaviour is
 written there.
 
@@ -187,7 +187,7 @@ OPTIONS: tuple[Option, ...] = (
         pytest_metavar="SIZE",
         pytest_help="copies and outputs smaller than this do not decide the verdict (default 1KiB)",
         api="min_bytes",
-        api_default=1024,  # MIN_BYTES (tests/test_option_table.py holds every API default to the API)
+        api_default=1024,  # MIN_BYTES (tests/request/test_option_table.py holds every API default to the API)
     ),
     Option(
         "output_format",

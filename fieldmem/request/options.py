@@ -51,7 +51,7 @@ def footprint_budget(max_footprint: Any, max_peak: Any, how: str = "{}=") -> Any
 
 
 #: The output formats of ``--format`` (and ``format`` in ``[tool.fieldmem]``), in the order errors list
-#: them; :mod:`fieldmem.render` has one renderer each (tests/test_formats.py holds them equal).
+#: them; :mod:`fieldmem.render` has one renderer each (tests/render/test_formats.py holds them equal).
 FORMATS = ("table", "json", "github", "markdown", "html")
 
 

@@ -7,7 +7,7 @@ brain only hands back. The interface it implements is :class:`~fieldmem.worker.r
 side of a worker implements it too (:class:`~fieldmem.parent.remote_readers.RemoteHands`).
 
 This module never analyses: it imports the driver, the request and the model, never findings or xla
-(``tests/test_layers.py``); it imports the driver inside its functions, so that loading it starts no jax.
+(``tests/project/test_layers.py``); it imports the driver inside its functions, so that loading it starts no jax.
 """
 
 from __future__ import annotations

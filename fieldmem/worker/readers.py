@@ -12,7 +12,7 @@ this process through :mod:`fieldmem.driver`;
 holds the interface both answer to and what they share.
 
 This module never analyses: it imports the request and the model, never
-findings or xla (``tests/test_layers.py``).
+findings or xla (``tests/project/test_layers.py``).
 """
 
 from __future__ import annotations

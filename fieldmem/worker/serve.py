@@ -16,7 +16,7 @@ Without questions to wait for, targets are pipelined as in the checker (``--jobs
 no ``--run``): one is lowered while the compiles of those before it run.
 
 This module never analyses: it imports the hands, the request and ground, never findings
-or xla (``tests/test_layers.py``).
+or xla (``tests/project/test_layers.py``).
 """
 
 from __future__ import annotations

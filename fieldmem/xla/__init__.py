@@ -1,4 +1,4 @@
-"""Readers of XLA's output: pure text and bytes, no jax (tests/test_hlo.py checks every module).
+"""Readers of XLA's output: pure text and bytes, no jax (tests/xla/test_hlo.py checks every module).
 
 - :mod:`fieldmem.xla.hlo`: optimized HLO text -> a module model -> copies, aliases,
   loops, output producers and source lines;

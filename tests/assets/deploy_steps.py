@@ -1,4 +1,4 @@
-"""Steps users ship, as a CI gate meets them on a CPU runner (tests/test_deploy_gate.py).
+"""Steps users ship, as a CI gate meets them on a CPU runner (tests/gate/test_deploy_gate.py).
 
 A flax linen + optax AdamW train step and a KV-cache decode step, each jitted with the donation users
 write, and each once more with one state argument left out of ``donate_argnums``. On XLA:CPU the AdamW

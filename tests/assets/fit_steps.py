@@ -1,4 +1,4 @@
-"""Steps whose size is a knob of their args factory, for ``fieldmem fit`` (tests/test_fit_compile.py).
+"""Steps whose size is a knob of their args factory, for ``fieldmem fit`` (tests/frontends/test_fit_compile.py).
 
 ``make_grid(n)`` is an n x n float32 grid; ``stencil`` updates it from its neighbours, and
 ``stencil_keeping_history`` is the same update after a change that also returns a second grid (one more

@@ -1,4 +1,4 @@
-"""Two targets, one of which meets a fault deep inside fieldmem, for the containment tests (tests/test_containment.py).
+"""Two targets, one of which meets a fault deep inside fieldmem, for the containment tests (tests/parent/test_containment.py).
 
 Importing this module patches :func:`fieldmem.driver.run_variant` so that running
 ``internal:broken`` raises a RuntimeError, as a bug in fieldmem would. It is patched

@@ -1,4 +1,4 @@
-"""Args factories that keep what they made, for tests/test_traced_arguments.py.
+"""Args factories that keep what they made, for tests/driver/test_traced_arguments.py.
 
 ``params`` is a ``functools.cache``: traced, it would keep a tracer, and the next factory
 that calls it would get that tracer back. fieldmem traces factories, sees the tracer

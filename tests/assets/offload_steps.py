@@ -1,4 +1,4 @@
-"""An Adam step (optax) whose optimizer state lives in host memory, for tests/test_transfers.py (issue 28).
+"""An Adam step (optax) whose optimizer state lives in host memory, for tests/findings/test_transfers.py (issue 28).
 
 The pattern of jax's host-offloading guide: the state is put in ``pinned_host`` once, the step brings it
 to the device, updates it there and sends it back, so the compiled program takes and returns the state's

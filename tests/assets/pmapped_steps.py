@@ -1,4 +1,4 @@
-"""Field updates under the pmap family and shard_map, for tests/test_pmap.py and the CLI.
+"""Field updates under the pmap family and shard_map, for tests/driver/test_pmap.py and the CLI.
 
 Each maps a field over every device: run with several (``--devices 4``, or
 ``XLA_FLAGS=--xla_force_host_platform_device_count=4``). The arguments are

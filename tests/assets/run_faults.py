@@ -1,4 +1,4 @@
-"""Targets whose run misbehaves, for the --run isolation tests (tests/test_run.py).
+"""Targets whose run misbehaves, for the --run isolation tests (tests/findings/test_run.py).
 
 Each fault happens in the worker process only: ``hangs`` sleeps in its args
 factory past any test timeout, ``crashes`` aborts the process at run time

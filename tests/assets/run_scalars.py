@@ -1,4 +1,4 @@
-"""Targets whose state carries Python scalars or uncommitted arrays, for the --run tests (tests/test_run.py).
+"""Targets whose state carries Python scalars or uncommitted arrays, for the --run tests (tests/findings/test_run.py).
 
 ``counter`` updates a dict state whose ``step`` is a Python int (jax makes
 its device buffer inside the call, so a run cannot read it); ``train_step``

@@ -1,4 +1,4 @@
-"""Steps whose arguments are not where their program takes them, for tests/test_transfers.py (issue 28).
+"""Steps whose arguments are not where their program takes them, for tests/findings/test_transfers.py (issue 28).
 
 ``sharded_update`` is a ``jax.jit`` with ``in_shardings`` over every device, given arrays made on one device
 (``jnp.ones``: uncommitted), as a user who forgot to place them gives them: jax moves each to the program's

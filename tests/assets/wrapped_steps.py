@@ -1,4 +1,4 @@
-"""Update steps shaped the way libraries shape them, for tests/test_wrappers.py and the CLI.
+"""Update steps shaped the way libraries shape them, for tests/driver/test_wrappers.py and the CLI.
 
 A ``flax.nnx.jit`` adam step over an ``nnx.Linear`` model and an ``nnx.Optimizer``; an
 ``equinox.filter_jit`` step over a tiny ``eqx.nn.MLP`` (its ``activation`` is a function leaf);

@@ -3,11 +3,11 @@
 Each case is compiled twice by ``regenerate.py``: *plain* (nothing donated)
 and *donated* (``donate_argnums`` as listed in :data:`CASES`). The texts are
 written next to this file as ``<name>.<plain|donated>.hlo`` and read by
-``tests/test_hlo.py``, which never imports jax.
+``tests/xla/test_hlo.py``, which never imports jax.
 
 Editing this file moves the source lines recorded in the goldens: run
 ``make golden`` (or ``python tests/golden/regenerate.py``) afterwards and
-update the line numbers asserted in ``tests/test_hlo.py``.
+update the line numbers asserted in ``tests/xla/test_hlo.py``.
 """
 
 from __future__ import annotations

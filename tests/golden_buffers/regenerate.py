@@ -1,4 +1,4 @@
-"""Write the golden buffer-assignment files that tests/test_buffers.py decodes without compiling.
+"""Write the golden buffer-assignment files that tests/xla/test_buffers.py decodes without compiling.
 
 Run from anywhere with the pinned jax (0.10.2, CPU): ``make golden`` (which also
 regenerates tests/golden), or ``.venv/bin/python tests/golden_buffers/regenerate.py``.
@@ -10,7 +10,7 @@ For each case it writes ``CASE.buffer_assignment.pb`` (the bytes of
 Source files are recorded relative to the repository root (jax's
 ``jax_hlo_source_file_canonicalization_regex``), in the text and in the module
 proto alike, so the files do not depend on where the repository is checked out.
-After regenerating, update the exact numbers asserted in tests/test_buffers.py.
+After regenerating, update the exact numbers asserted in tests/xla/test_buffers.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """XLA's buffer assignment -> live ranges, the memory curve, the live peak.
 
-Pure bytes and records, no jax (tests/test_hlo.py checks every xla module's
+Pure bytes and records, no jax (tests/xla/test_hlo.py checks every xla module's
 imports). Three modules:
 
 - :mod:`.decode`: the serialized ``BufferAssignmentProto`` (and the

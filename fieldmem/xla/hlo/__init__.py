@@ -1,6 +1,6 @@
 """Optimized HLO text -> a module model -> the aliases, copies, loops and sources findings ask for.
 
-Pure text functions, no jax (tests/test_hlo.py checks every module's imports), so
+Pure text functions, no jax (tests/xla/test_hlo.py checks every module's imports), so
 everything here is tested on golden text without compiling. Four modules, each
 on the one below it:
 

@@ -14,7 +14,7 @@ its source, and its ``parent_frame_id`` chain gives the frames that called it
 (:attr:`~.model.SourceLocation.callers`). As printed by jax 0.10.2's XLA, a
 parent id is one more than the frame it names, and a root frame prints 1
 (its own id): the module proto's ``stack_frame_index`` of the same compile
-holds the true ids (0 for a root), which tests/test_sources.py compares. The
+holds the true ids (0 for a root), which tests/findings/test_sources.py compares. The
 text says which way it is printed by its first frame, always a root: parent 1
 (shifted) or 0 (as in the proto); a table that says neither gets no callers.
 
@@ -25,7 +25,7 @@ not HLO raises :class:`HloParseError`.
 
 Each instruction line goes through a fast path (one regex match of the common
 layout) or, when that does not fit, the general path; what the fast path
-accepts, both read the same way (tests/test_hlo.py compares them on every
+accepts, both read the same way (tests/xla/test_hlo.py compares them on every
 golden instruction).
 """
 
@@ -276,7 +276,7 @@ _NAME_CHARS = "[A-Za-z0-9_.\\-]"  # what [\w.\-] is, in ASCII
 # (plain names, or anything balanced) and the attribute tail. A line this does
 # not fit, or whose tail _ATTRIBUTE does not cover, goes through
 # _parse_instruction_general; what the fast path accepts, both read the same way
-# (tests/test_hlo.py compares them on every golden instruction).
+# (tests/xla/test_hlo.py compares them on every golden instruction).
 _FAST_INSTRUCTION = re.compile(
     rf" *(ROOT )?%?({_NAME_CHARS}+) *= *"
     r"(?:("

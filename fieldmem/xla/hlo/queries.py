@@ -162,7 +162,7 @@ def find_constants(module: HloModule) -> list[ConstantSite]:
     fusion is an immediate of the fused code), in the entry, loop bodies and any other computation.
 
     On XLA:CPU (jax 0.10.2) their bytes are exactly the constant allocations of the
-    buffer assignment (tests/test_sources.py compares them), including the constants
+    buffer assignment (tests/findings/test_sources.py compares them), including the constants
     XLA derives from a closed-over array (a transposed copy of it is a second
     constant).
     """

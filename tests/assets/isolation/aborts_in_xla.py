@@ -1,5 +1,5 @@
 """A target whose deviceless TPU compile aborts inside XLA (SIGABRT on a 4 EiB shape): the worker dies
-while XLA's dump folder is open (tests/test_isolation.py)."""
+while XLA's dump folder is open (tests/parent/test_isolation.py)."""
 
 import jax
 import jax.numpy as jnp

@@ -1,5 +1,5 @@
 """A module that starts a child process which would outlive the worker, and writes its pid beside the
-file named by $FIELDMEM_TEST_CHILD_PID (tests/test_isolation.py)."""
+file named by $FIELDMEM_TEST_CHILD_PID (tests/parent/test_isolation.py)."""
 
 import os
 import subprocess

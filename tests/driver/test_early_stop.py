@@ -1,0 +1,324 @@
+"""A static check's XLA:CPU compile stopped once what fieldmem reads is dumped (``fieldmem.driver.early``).
+
+Every bundled example and flax (linen and nnx), optax and equinox steps are checked twice in this
+process, sharing one run each: with every compile awaited to its end, and with every compile that can
+stop early stopped. Each compiled variant must be the same, every field but the timings and the
+buffer-assignment bytes (the early one holds XLA's dump instead of ``memory_analysis()``'s serialized
+assignment), and so must the report, timings aside. What keeps the full compile (``--run``, ``--probe``,
+a TPU or GPU without the device, ``--no-fast-compile``) is held to it, and so is the rule that a dump
+file still being written is never read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from fieldmem.driver import dumped, early, lowering
+from fieldmem.frontends.cli import app
+from fieldmem.model.readings import CompiledVariant
+
+ROOT = Path(__file__).resolve().parents[2]
+ASSETS = ROOT / "tests" / "assets"
+runner = CliRunner()
+
+pytestmark = pytest.mark.compile
+
+EXAMPLES = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "examples").glob("*.py"))
+LIBRARY_STEPS = [
+    *("tests/assets/wrapped_steps.py:nnx_step", "--args", "tests/assets/wrapped_steps.py:nnx_args"),
+    *("tests/assets/wrapped_steps.py:eqx_step", "--args", "tests/assets/wrapped_steps.py:eqx_args"),
+]
+#: memory kinds (host offload) and transfers: where the dump cannot give them exactly, the finished compile does
+REGISTERED = ["tests/assets/offload_steps.py", "tests/assets/transfer_steps.py", "tests/assets/models.py"]
+GROUPS = {"examples": EXAMPLES, "library": LIBRARY_STEPS, "registered": REGISTERED}
+
+#: CompiledVariant fields that differ between two compiles of one program without saying anything else
+_TIMES = ("lower_seconds", "compile_seconds")
+#: the inputs of the buffer analysis: a finished XLA:CPU compile gives memory_analysis()'s serialized
+#: assignment and module, an early one XLA's dump (the report read from either is held equal below)
+_BUFFERS = ("buffer_assignment", "hlo_module_proto", "hlo_proto")
+
+
+def _steady(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _steady(v) for k, v in value.items() if not (k.endswith("seconds") or k == "created")}
+    if isinstance(value, list):
+        return [_steady(v) for v in value]
+    return value
+
+
+def _check(args: list[str], monkeypatch: pytest.MonkeyPatch, stop: int) -> tuple[dict[str, Any], list[Any], int]:
+    """The JSON report of ``args`` checked in this process, every compiled variant in order, and how many
+    compiles stopped early (``stop``: compiles may stop early)."""
+    variants: list[CompiledVariant] = []
+    stopped = [0]
+    read = lowering.read_variant
+    until = early.compile_until_assigned
+
+    def recorded(*a: Any, **k: Any) -> Any:
+        variant, outputs = read(*a, **k)
+        variants.append(variant)
+        return variant, outputs
+
+    def counted(*a: Any, **k: Any) -> Any:
+        compiled, was_early = until(*a, **k)
+        stopped[0] += was_early
+        return compiled, was_early
+
+    import jax
+
+    jax.clear_caches()  # a lowering jax cached from the run before comes without its warnings
+    with monkeypatch.context() as patch:
+        patch.setattr(lowering, "read_variant", recorded)
+        patch.setattr(early, "compile_until_assigned", counted)
+        early.stop_early(bool(stop))
+        try:
+            result = runner.invoke(app, ["check", *args, "--no-isolate", "-j", "1", "--no-cache", "-f", "json"])
+        finally:
+            early.stop_early(False)
+            assert early.wait_abandoned(120)
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.stdout), variants, stopped[0]
+
+
+def _fields(variant: CompiledVariant) -> dict[str, Any]:
+    return {f.name: getattr(variant, f.name) for f in dataclasses.fields(variant) if f.name not in _TIMES + _BUFFERS}
+
+
+@pytest.mark.parametrize("label", list(GROUPS))
+def test_an_early_stopped_compile_reads_as_the_finished_one(label: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    args = GROUPS[label]
+    # both from this one line: jax records the Python stack, this test's line among it, in the HLO's text
+    (full, full_variants, none), (stopped, stopped_variants, count) = (_check(args, monkeypatch, s) for s in (0, 1))
+    assert none == 0
+    assert count > 0.5 * len(stopped_variants), (count, len(stopped_variants))  # most stopped early
+    assert len(stopped_variants) == len(full_variants)
+    for before, after in zip(full_variants, stopped_variants, strict=True):
+        assert _fields(after) == _fields(before), before.name
+        has_buffers = before.buffer_assignment is not None or before.hlo_proto is not None
+        assert (after.buffer_assignment is not None or after.hlo_proto is not None) == has_buffers
+    assert _steady(stopped) == _steady(full)
+
+
+def _lowered(function: Any, *args: Any) -> Any:
+    import jax
+
+    return jax.jit(function).lower(*args)
+
+
+def test_what_runs_or_leaves_xla_cpu_keeps_the_full_compile(monkeypatch: pytest.MonkeyPatch) -> None:
+    import jax.numpy as jnp
+
+    from fieldmem.driver.deviceless import deviceless_scope, target
+    from fieldmem.model.errors import CompileError
+
+    calls: list[object] = []
+    monkeypatch.setattr(early, "compile_until_assigned", lambda *a, **k: calls.append(a) or (None, False))
+    early.stop_early(True)
+    try:
+        x = jnp.ones((8, 8))
+        lowering.compile_lowered(_lowered(lambda v: v + 1, x), fast=False)  # --run, --probe, --no-fast-compile
+        assert calls == []
+        for backend in ("tpu:v5e", "gpu:h100"):  # compiled without the device: through its dump, to the end
+            found = target(backend)
+            with deviceless_scope(found), contextlib.suppress(CompileError):
+                lowering.compile_lowered(_lowered(lambda v: v + 1, x), fast=True, found=found)
+        assert calls == []
+        lowering.compile_lowered(_lowered(lambda v: v * 2, x), fast=True)  # a static XLA:CPU compile stops
+        assert len(calls) == 1
+    finally:
+        early.stop_early(False)
+    early.stop_early(False)
+    monkeypatch.undo()
+    compiled, _, _ = lowering.compile_lowered(_lowered(lambda v: v - 1, x), fast=True)
+    assert type(compiled.runtime_executable()).__name__ != "_FromDump"  # not asked: the full compile
+
+
+def test_a_dump_still_being_written_is_never_read(tmp_path: Path) -> None:
+    watch = early._Watch(str(tmp_path))
+    done = threading.Event()
+    try:
+        text = tmp_path / "module_0001.jit_f.cpu_after_optimizations.txt"
+        text.write_text("HloModule jit_f\n")
+        with open(tmp_path / "module_0001.jit_f.cpu_after_optimizations.hlo.pb", "wb") as module:
+            module.write(b"\x0a\x00")
+            module.flush()
+            threading.Timer(0.3, done.set).start()
+            started = time.monotonic()
+            assert watch.wait(done) is False  # open for writing: not ready, however long it waits
+            assert time.monotonic() - started >= 0.25
+        assert watch.wait(threading.Event()) is True  # closed after writing: ready
+    finally:
+        watch.close()
+
+
+def test_the_watch_is_not_fooled_by_other_files(tmp_path: Path) -> None:
+    watch = early._Watch(str(tmp_path))
+    done = threading.Event()
+    try:
+        for name in (
+            "module_0001.jit_f.before_optimizations.txt",
+            "module_0001.jit_f.before_optimizations.hlo.pb",
+            "module_0001.jit_f.cpu_after_optimizations-buffer-assignment.txt",
+            "module_0001.jit_f.cpu_after_optimizations.hlo.pb",  # the module, without its text yet
+        ):
+            (tmp_path / name).write_bytes(b"x")
+        threading.Timer(0.2, done.set).start()
+        assert watch.wait(done) is False
+        (tmp_path / "module_0001.jit_f.cpu_after_optimizations.txt").write_bytes(b"x")
+        assert watch.wait(threading.Event()) is True
+    finally:
+        watch.close()
+
+
+def test_the_executable_prints_each_backend_config_with_sorted_keys() -> None:
+    # recorded from examples/stencil_scan.py (XLA:CPU, jaxlib 0.10.2): the dumped line, then as_text()'s
+    dumped_line = (
+        "  %while.5 = (s32[], f32[1024,1024]{1,0}) while(%tuple), condition=%region_1.7, body=%region_0.6, "
+        'backend_config={"known_trip_count":{"n":"40"},"known_init_step":{"init":"0","step":"1"},'
+        '"known_induction_variable":{"tuple_index":"0"},"dynamic_variables":[]}\n'
+    )
+    printed = (
+        "  %while.5 = (s32[], f32[1024,1024]{1,0}) while(%tuple), condition=%region_1.7, body=%region_0.6, "
+        'backend_config={"dynamic_variables":[],"known_induction_variable":{"tuple_index":"0"},'
+        '"known_init_step":{"init":"0","step":"1"},"known_trip_count":{"n":"40"}}\n'
+    )
+    other = '  %x.1 = f32[4]{0} parameter(0), metadata={op_name="x"}\n'
+    assert dumped.executable_text("HloModule m\n\n" + other + dumped_line + "}\n\n") == (
+        "HloModule m\n\n" + other + printed + "}\n\n"
+    )
+    # a config that is not JSON stays as dumped
+    odd = "  %c = f32[] custom-call(), backend_config=opaque-bytes\n"
+    assert dumped.executable_text(odd) == odd
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _message(fields: list[tuple[int, int | bytes]]) -> bytes:
+    out = b""
+    for number, value in fields:
+        if isinstance(value, bytes):
+            out += _varint(number << 3 | 2) + _varint(len(value)) + value
+        else:
+            out += _varint(number << 3) + _varint(value)
+    return out
+
+
+def test_memory_analysis_figures_come_from_the_dumped_allocations() -> None:
+    from fieldmem.xla._proto import BufferAssignmentProto, HloProtoParts
+
+    assignment = BufferAssignmentProto()
+    rows = [  # size, parameter, live out, thread-local, constant, colour
+        (1024, True, True, False, False, 0),  # a donated argument: argument, alias, output
+        (512, True, False, False, False, 0),  # an argument
+        (256, False, True, False, False, 0),  # an output
+        (4096, False, False, False, False, 0),  # a temporary: not in XLA:CPU's peak
+        (64, False, False, True, False, 0),  # thread-local: nowhere
+        (8, False, False, False, True, 0),  # a constant: in the peak only
+        (128, True, False, False, False, 5),  # an argument in host memory
+        (32, False, False, False, False, 5),  # a temporary in host memory
+    ]
+    for size, parameter, out, local, constant, color in rows:
+        a = assignment.buffer_allocations.add()
+        a.size, a.is_entry_computation_parameter, a.maybe_live_out = size, parameter, out
+        a.is_thread_local, a.is_constant, a.color = local, constant, color
+    parts = HloProtoParts()
+    parts.buffer_assignment = assignment.SerializeToString()
+    parts.hlo_module = _message([(1, b"jit_f")])
+    stats = dumped.dumped_stats(parts.SerializeToString())
+    assert (stats.argument_size_in_bytes, stats.alias_size_in_bytes, stats.output_size_in_bytes) == (1536, 1024, 1280)
+    assert (stats.temp_size_in_bytes, stats.host_argument_size_in_bytes, stats.host_temp_size_in_bytes) == (
+        4096,
+        128,
+        32,
+    )
+    assert stats.peak_memory_in_bytes == 1024 + 512 + 256 + 8 + 128
+    assert stats.generated_code_size_in_bytes is None  # no code exists yet: never 0
+    assert dumped.module_of(parts.SerializeToString()) == _message([(1, b"jit_f")])
+    with pytest.raises(ValueError, match="runs past the end"):
+        dumped.allocations(b"\x1a\xff")  # a field running past the end
+
+
+def test_a_worker_stops_early_only_when_asked_and_for_a_static_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fieldmem.model.codec import dumps as encode
+    from fieldmem.request.options import CheckOptions
+    from fieldmem.worker import main as worker
+
+    cases = [(CheckOptions(jobs=2), "1", True), (CheckOptions(jobs=2, run=True), "1", False)]
+    cases += [(CheckOptions(jobs=2), None, False), (CheckOptions(jobs=2), "0", False)]  # not asked: the full compile
+    for options, asked, expected in cases:
+        if asked is None:
+            monkeypatch.delenv("FIELDMEM_EARLY_STOP", raising=False)
+        else:
+            monkeypatch.setenv("FIELDMEM_EARLY_STOP", asked)
+        request = {"check_options": json.loads(encode(options)), "specs": [], "todo": []}
+        try:
+            with open(os.devnull, "w") as events:
+                worker._Worker(request, events, None)  # type: ignore[arg-type]
+            assert early._asked[0] is expected
+        finally:
+            early.stop_early(False)
+
+
+def test_verbose_says_where_compiles_stop_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fieldmem.request.options import CheckOptions, early_stop_said
+
+    static = CheckOptions(jobs=1)
+    asked = {"FIELDMEM_EARLY_STOP": "1"}
+    assert early_stop_said(static, asked, (None,)).startswith("XLA:CPU compiles stop once XLA has dumped")
+    for unasked in ({}, {"FIELDMEM_EARLY_STOP": "0"}):
+        said = early_stop_said(static, unasked, (None,))
+        assert said.startswith("every compile runs to its end (FIELDMEM_EARLY_STOP=1 with --no-cache stops"), said
+    assert "(--run: the code generation is needed)" in early_stop_said(CheckOptions(jobs=1, run=True), asked, (None,))
+    assert "(--no-fast-compile" in early_stop_said(CheckOptions(jobs=1, fast_compile=False), asked, (None,))
+    assert "GPU and TPU compiles do" in early_stop_said(static, asked, ("gpu:h100", "tpu:v5e"))
+    cached = early_stop_said(static, asked, (None,), cached=True)
+    assert cached.startswith("every compile runs to its end, so that the persistent compilation cache keeps")
+    monkeypatch.chdir(ROOT)
+    result = runner.invoke(app, ["check", "examples/field.py", "--no-isolate", "-j", "1", "--no-cache", "-v"])
+    assert result.exit_code in (0, 1), result.output
+    assert "every compile runs to its end in this process (--no-isolate)" in result.stderr
+
+
+def test_with_the_persistent_cache_on_compiles_run_to_their_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import jax.numpy as jnp
+
+    from fieldmem.driver import compilation_cache
+
+    x = jnp.ones((8, 8))
+    calls: list[object] = []
+    until = early.compile_until_assigned
+    monkeypatch.setattr(early, "compile_until_assigned", lambda *a, **k: calls.append(a) or until(*a, **k))
+    early.stop_early(True)
+    try:
+        with compilation_cache(str(tmp_path / "cache")):
+            assert early.persistent_cache_in_use()
+            lowering.compile_lowered(_lowered(lambda v: v + 3, x), fast=True)  # kept for a rerun
+            assert calls == []
+        assert not early.persistent_cache_in_use()
+        lowering.compile_lowered(_lowered(lambda v: v + 4, x), fast=True)
+        assert len(calls) == 1
+    finally:
+        early.stop_early(False)
+        assert early.wait_abandoned(60)
