@@ -8,6 +8,10 @@ outputs as ``ShapeDtypeStruct``s) stay on a :class:`Compiled` handle that the
 engine holds and drops. jax is imported on first use, so ``fieldmem --help``
 stays instant and importing this package does not import jax.
 
+Every module here imports jax (jaxlib, numpy) inside the functions that use it, on purpose, and they stay
+there (issue 51, item 3): the worker imports the driver before jax may start, since the user's first module
+may still set what jax starts with (:mod:`~fieldmem.driver.settings`, :mod:`~fieldmem.driver.quiet`).
+
 Modules, in the order a check uses them:
 
 - :mod:`~fieldmem.driver.backends`: backends and devices, simulated CPU devices, the compilation cache.

@@ -21,6 +21,7 @@ from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.model.verdict import Finding
 from fieldmem.model.word_sets import ProbeCode
+from fieldmem.xla import hlo
 
 if TYPE_CHECKING:
     from fieldmem.xla.hlo import HloParser
@@ -282,8 +283,6 @@ PROBE_MAX_BYTES = 1 << 30  # a buffer this large is not grown (the larger copy w
 def probe_candidates(result: TargetResult, donated_hlo: str, parser: HloParser | None = None) -> list[ProbeCandidate]:
     """The donated variant's aliases whose output is a dynamic-update-slice or scatter of its buffer
     (``parser``: the one that parsed the check's programs; None: a fresh one)."""
-    from fieldmem.xla import hlo
-
     variant = result.variants.get("donated")
     if variant is None:
         return []

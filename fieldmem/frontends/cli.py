@@ -25,6 +25,7 @@ from fieldmem.frontends.compare_cli import compare
 from fieldmem.frontends.envs_cli import envs_app
 from fieldmem.frontends.fit_cli import fit
 from fieldmem.model.errors import one_line
+from fieldmem.parent.spawn import discard_prestarted, prestart_for
 
 __all__ = ["app", "main"]
 
@@ -72,7 +73,6 @@ def main(argv: list[str] | None = None) -> int:
     usage_error: Any = next(
         c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
     )  # click's, found at run time
-    from fieldmem.parent.spawn import discard_prestarted, prestart_for
 
     prestart_for(sys.argv[1:] if argv is None else argv)  # where fieldmem.frontends.entry did not already
     _streams_never_raise()

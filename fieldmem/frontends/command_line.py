@@ -5,6 +5,7 @@ one-line error, the progress line and the lines on stderr. Nothing is computed h
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from fieldmem.model.errors import one_line
+from fieldmem.model.escaping import visible
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -63,8 +65,6 @@ def progress_display(console: Console | None) -> Iterator[Callable[[str, int, in
 
     from rich.markup import escape
 
-    from fieldmem.model.escaping import visible
-
     def progress(name: str, done: int, total: int) -> None:
         if done >= total:
             display.update(task, description="done", completed=total, total=total)
@@ -78,8 +78,6 @@ def progress_display(console: Console | None) -> Iterator[Callable[[str, int, in
 
 def stderr_console() -> Console | None:
     """A rich console on stderr when stderr is a terminal (not a dumb one), else None: no progress."""
-    import os
-
     if not sys.stderr.isatty() or os.environ.get("TERM") == "dumb":
         return None
     from rich.console import Console

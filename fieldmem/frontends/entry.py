@@ -9,13 +9,14 @@ import os
 import sys
 from typing import NoReturn
 
+from fieldmem.parent.spawn import prestart_for
+
 __all__ = ["leave", "main"]
 
 
 def main() -> NoReturn:
-    from fieldmem.parent.spawn import prestart_for
-
     prestart_for(sys.argv[1:])
+    # here, not at the top: the command line's libraries (typer) load while the worker started above starts
     from fieldmem.frontends.cli import main as cli_main
 
     leave(cli_main())

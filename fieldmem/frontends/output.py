@@ -26,13 +26,23 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from fieldmem.frontends.saving import save_reports
+from fieldmem.gate.baseline import compare_to_baseline, gate_as_recorded, refuse_shared_names
+from fieldmem.gate.compare import compare_reports
+from fieldmem.model import files
 from fieldmem.model.collector import collector_paused
 from fieldmem.model.errors import FieldmemError, one_line
+from fieldmem.model.files import NotRegularFile, append_to_file
+from fieldmem.render import RenderOptions, get_renderer
+from fieldmem.render.baseline import render_saved
+from fieldmem.render.compare import get_compare_renderer
+from fieldmem.render.github import job_summary
+from fieldmem.render.jsonout import render_many
+from fieldmem.request.build import backend_file
 
 if TYPE_CHECKING:
     from fieldmem.gate.baseline import Baseline
     from fieldmem.model.report import Report
-    from fieldmem.render import RenderOptions
     from fieldmem.request.build import CheckRequest, OutputSettings
 
 __all__ = ["WriteError", "echo_rendered", "emit_reports", "terminal_options", "write_file", "write_files"]
@@ -53,8 +63,6 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
         BaselineError: two targets share a name (:func:`~fieldmem.gate.baseline.refuse_shared_names`):
             nothing is printed, written or saved then.
     """
-    from fieldmem.gate.baseline import refuse_shared_names
-
     settings = request.baseline
     if request.backends is not None and request.backends_origin is not None:
         # the backends the run judges, and who named them: every output's header says so
@@ -65,13 +73,9 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
     for report in reports:  # before anything is shown or written: one result per name
         refuse_shared_names(report)
     if settings.accept_current and settings.save_to is not None:
-        from fieldmem.gate.baseline import gate_as_recorded
-
         # recorded as it is: the run shows (and exits as) what the next run against that file will
         reports = tuple(gate_as_recorded(report, settings.save_to, root=settings.root) for report in reports)
     elif baseline is not None:
-        from fieldmem.gate.baseline import compare_to_baseline
-
         reports = tuple(
             compare_to_baseline(report, baseline, settings.tolerances, root=settings.root) for report in reports
         )
@@ -118,8 +122,6 @@ def _print_errors(reports: Sequence[Report]) -> None:
 
 def write_files(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
     """``-o`` in the chosen format and ``--html``; several backends: one file each (report.cpu.json)."""
-    from fieldmem.render import RenderOptions, get_renderer
-
     file_options = RenderOptions(verbose=output.verbose, min_bytes=min_bytes)
     several = len(reports) > 1
     labels = report_labels(reports)
@@ -150,9 +152,6 @@ def write_job_summary(reports: Sequence[Report], output: OutputSettings, min_byt
     summary_file = os.environ.get("GITHUB_STEP_SUMMARY")
     if output.format != "github" or not summary_file:
         return
-    from fieldmem.model.files import NotRegularFile, append_to_file
-    from fieldmem.render import RenderOptions
-    from fieldmem.render.github import job_summary
 
     text = "".join(job_summary(report, RenderOptions(verbose=True, min_bytes=min_bytes)) for report in reports)
     try:
@@ -167,22 +166,15 @@ def write_job_summary(reports: Sequence[Report], output: OutputSettings, min_byt
 
 def _print_reports(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
     """Each report on stdout (the table when ``-o`` took the format), then several backends side by side."""
-    from fieldmem.render import get_renderer
-
     options = dataclasses.replace(terminal_options(output.verbose, min_bytes), top=output.top)
     renderer = get_renderer("table" if output.file is not None else output.format)
     if renderer.name == "json" and len(reports) > 1:
-        from fieldmem.render.jsonout import render_many
-
         # one document, which one json.load reads: several backends or jax releases, in the run's order
         echo_rendered(render_many(reports, options), options)
         return
     for report in reports:
         echo_rendered(renderer.render(report, options), options)
     if len(reports) > 1 and renderer.name == "table":
-        from fieldmem.gate.compare import compare_reports
-        from fieldmem.render.compare import get_compare_renderer
-
         side_by_side = compare_reports(list(zip(report_labels(reports), reports)), min_bytes=min_bytes)
         echo_rendered(get_compare_renderer("table").render(side_by_side, options), options)
 
@@ -197,8 +189,6 @@ def terminal_options(verbose: bool, min_bytes: int) -> RenderOptions:
     colours a pipe was given.
     """
     from rich.console import Console
-
-    from fieldmem.render import RenderOptions
 
     console = Console(file=sys.stdout)
     color_system = console.color_system  # None: not a terminal (nor forced), or a dumb one
@@ -219,8 +209,6 @@ def echo_rendered(text: str, options: RenderOptions) -> None:
 
 
 def _for_backend(path: Path, backend: str, several: bool) -> Path:
-    from fieldmem.request.build import backend_file
-
     return backend_file(path, backend) if several else path
 
 
@@ -230,10 +218,8 @@ def write_file(path: Path, text: str) -> None:
     Raises:
         WriteError: the file cannot be written.
     """
-    from fieldmem.model.files import NotRegularFile, write_atomic
-
     try:
-        write_atomic(path, text)
+        files.write_atomic(path, text)
     except NotRegularFile as exc:
         raise WriteError(f"not writing {str(path)!r}: {exc}, which fieldmem never replaces; name a file") from None
     except OSError as exc:
@@ -251,9 +237,6 @@ def _save_baseline(
     check or a regression, 2 for a target that errored); a write that fails
     after a passing run exits 2. The file on disk is never touched then.
     """
-    from fieldmem.frontends.saving import save_reports
-    from fieldmem.render.baseline import render_saved
-
     saved, refused = save_reports(reports, path, prune=prune, root=root, accept_current=accept_current)
     for done in saved:
         typer.echo(render_saved(done), err=True, nl=False)

@@ -261,6 +261,7 @@ class FieldmemCheck:
         (``given`` overriding them), record the report for --fieldmem-report, and fail the test when a check
         failed."""
         __tracebackhide__ = True
+        # here, not at the top: at the top, these make loading the plugin 1.30 s, not 0.37 s (measured 2026-12-06)
         from fieldmem.frontends.api import NotInPlaceError
         from fieldmem.request.in_hand import in_hand_key, in_hand_name
 
@@ -331,6 +332,7 @@ def fieldmem_fit() -> Callable[..., Any]:
 
     def fit(step: Callable[..., Any], make_args: Callable[..., Any], **settings: Any) -> Any:
         __tracebackhide__ = True
+        # here, not at the top: at the top, these make loading the plugin 1.30 s, not 0.37 s (measured 2026-12-06)
         from fieldmem.frontends.fit_api import fit as search
         from fieldmem.frontends.fit_api import fit_failure_message
 

@@ -37,8 +37,14 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from fieldmem.frontends.output import echo_rendered, terminal_options, write_files
+from fieldmem.gate.baseline import compare_to_baseline, refuse_shared_names
+from fieldmem.gate.compare import result_changes
 from fieldmem.model.errors import FieldmemError, one_line
 from fieldmem.model.escaping import visible
+from fieldmem.render import get_renderer
+from fieldmem.render.table import render_lines
+from fieldmem.request.definitions import display_path
 
 if TYPE_CHECKING:
     from fieldmem.gate.baseline import Baseline
@@ -145,9 +151,6 @@ def _all_files(session: WatchSession) -> set[str]:
 
 
 def _recheck(session: WatchSession, request: CheckRequest, baseline: Baseline | None, edited: Sequence[str]) -> int:
-    from fieldmem.frontends.output import write_files
-    from fieldmem.request.definitions import display_path
-
     shown = visible(", ".join(display_path(path) for path in edited))
     typer.echo(f"fieldmem: {shown} changed: checking again", err=True)
     started = time.perf_counter()
@@ -163,15 +166,12 @@ def _recheck(session: WatchSession, request: CheckRequest, baseline: Baseline | 
     kept = f"; {same} unchanged, not checked again" if same else ""
     typer.echo(f"fieldmem: checked {checked} target(s) again in {took:.2f} s{kept}", err=True)
     reports = recheck.reports
-    from fieldmem.gate.baseline import refuse_shared_names
 
     for report in reports:  # an edit that gives two targets one name: said, nothing written
         refuse_shared_names(report)
     if request.output.file is not None or request.output.html is not None:
         write_files(reports, request.output, request.options.min_bytes)
     if baseline is not None:
-        from fieldmem.gate.baseline import compare_to_baseline
-
         settings = request.baseline
         reports = tuple(
             compare_to_baseline(report, baseline, settings.tolerances, root=settings.root) for report in reports
@@ -182,10 +182,6 @@ def _recheck(session: WatchSession, request: CheckRequest, baseline: Baseline | 
 def _print_recheck(recheck: Recheck, request: CheckRequest) -> None:
     """Per backend: one error line per target that could not be checked, the rows of those checked,
     and under them what changed for each since its last check."""
-    from fieldmem.frontends.output import echo_rendered, terminal_options
-    from fieldmem.render import get_renderer
-    from fieldmem.render.table import render_lines
-
     min_bytes = request.options.min_bytes
     options = terminal_options(request.output.verbose, min_bytes)
     several = len(recheck.reports) > 1
@@ -218,8 +214,6 @@ def _print_recheck(recheck: Recheck, request: CheckRequest) -> None:
 
 def _changes(result: TargetResult, before: TargetResult | None, min_bytes: int) -> list[str]:
     """``name: what changed`` lines for one result (one line when nothing did)."""
-    from fieldmem.gate.compare import result_changes
-
     if before is None:
         return [f"{result.name}: new target"]
     if before.status == "error":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fieldmem.model.errors import FieldmemError, FitReportError
+from fieldmem.model.files import read_json
 from fieldmem.model.fit_report import (
     ComparedRow,
     ComparedSearch,
@@ -53,8 +54,6 @@ class FitBaselineError(FieldmemError):
 def is_fit_document(path: str | os.PathLike[str]) -> bool:
     """Whether ``path`` holds a ``fieldmem.fit`` document (read cheaply: its ``schema``; anything that cannot
     be read is not one, and its own reader says why)."""
-    from fieldmem.model.files import read_json
-
     try:
         data = read_json(path, "report", FitBaselineError, missing="", hint="")
     except FitBaselineError:
@@ -68,8 +67,6 @@ def load_fit_report(path: str | os.PathLike[str], what: str = "fit baseline") ->
     Raises:
         FitBaselineError: the file is missing, unreadable, not JSON or not a fit document; one line naming it.
     """
-    from fieldmem.model.files import read_json
-
     shown = os.fspath(path)
     hint = "give a document written by fieldmem fit -f json -o FILE or --save-baseline FILE"
     data = read_json(

@@ -17,14 +17,20 @@ import datetime as _dt
 from collections.abc import Sequence
 from typing import Any
 
+from fieldmem.findings import analysis
+from fieldmem.findings.advisor import suggest
 from fieldmem.findings.chains import StepOutcome, analyze_chain
+from fieldmem.findings.probecheck import apply_probes, probe_candidates, probe_outcome
+from fieldmem.findings.runcheck import apply_run
+from fieldmem.findings.variant import analyze_variant
 from fieldmem.model import __version__
 from fieldmem.model.chain import Chain
 from fieldmem.model.collector import collector_paused, collector_resumed
 from fieldmem.model.environment import DeviceInfo, Deviceless
-from fieldmem.model.errors import CompileError
+from fieldmem.model.errors import CompileError, RunError
 from fieldmem.model.readings import CallShape, CompiledVariant, Environment
 from fieldmem.model.report import Report
+from fieldmem.model.run import InPlaceProbe
 from fieldmem.model.target import TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, Target
@@ -80,8 +86,6 @@ def finish_job(job: Job | TargetResult, options: CheckOptions, hands: Hands) -> 
 def _analysed_early(plain: CompiledVariant, target: Target, parser: HloParser) -> Any:
     """:func:`~fieldmem.findings.variant.analyze_variant` of the plain variant, or None where it raised
     (the analysis proper raises it again, in its own stage)."""
-    from fieldmem.findings.variant import analyze_variant
-
     try:
         return analyze_variant(plain, target.definition, parser)
     except Exception:
@@ -101,9 +105,6 @@ def _run(
     against the plan; a run that fails makes the target an error that keeps the static verdict in words.
     A variant the compiler refused for not fitting the device is not run (the hands leave it out), and the
     result says so."""
-    from fieldmem.findings.runcheck import apply_run
-    from fieldmem.model.errors import RunError
-
     try:
         readings = hands.run(job)
     except RunError as exc:
@@ -125,10 +126,6 @@ def _run(
 
 def _probe(result: TargetResult, job: Job, donated: CompiledVariant, parser: HloParser, hands: Hands) -> TargetResult:
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
-    from fieldmem.findings.probecheck import apply_probes, probe_candidates, probe_outcome
-    from fieldmem.model.errors import RunError
-    from fieldmem.model.run import InPlaceProbe
-
     probes = []
     for candidate in probe_candidates(result, donated.hlo_text, parser):
         if candidate.skip is not None:
@@ -156,10 +153,8 @@ def _analyse(
     plain_analysis: Any = None,
     parser: HloParser | None = None,
 ) -> TargetResult:
-    from fieldmem.findings.analysis import analyze_target
-
     try:
-        return analyze_target(
+        return analysis.analyze_target(
             target=target.spec,
             name=target.name,
             definition=target.definition,
@@ -200,8 +195,6 @@ def _suggested(
     """``result`` with the advisor's suggestion (``--suggest``): it lowers and compiles the call again,
     so it runs outside the collector's pause, as the user's code does. The advisor sees the call's shape
     and a function that has the hands compile it with another donation; the call itself stays with them."""
-    from fieldmem.findings.advisor import suggest
-
     if result.status != "ok":
         return result
 

@@ -29,14 +29,19 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from fieldmem.findings.fit import fit_checks, fit_point, monotone_notes, peak_change, row_peak
-from fieldmem.model.errors import FieldmemError, OptionError
+from fieldmem.model.errors import ArgumentsError, FieldmemError, OptionError
 from fieldmem.model.fit_report import FitPoint, FitRow, FitSearch, Knob, KnobValue, PeakChange, knob_text, values_text
 from fieldmem.model.memory import PeakLine
 from fieldmem.model.report import Report
 from fieldmem.model.target import ErrorInfo, TargetResult
+from fieldmem.model.units import format_bytes
+from fieldmem.parent.checker import check_targets
+from fieldmem.request.backends import device_memory, parse_backend
 from fieldmem.request.fit import TPU_OOM_FIGURES_ENV, FitPlan
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.spec import DonateSpec
+from fieldmem.request.target import TargetOptions, with_knobs
+from fieldmem.worker.results import error_result
 
 __all__ = ["Checker", "LocalChecker", "WorkerChecker", "search"]
 
@@ -427,9 +432,6 @@ def _donation(plan: FitPlan, state: _Search, result: TargetResult | None) -> str
 
 def _capacity_words(backend: str, capacity: int | None, max_peak: int | None) -> str:
     """The memory the points must fit in, in words."""
-    from fieldmem.model.units import format_bytes
-    from fieldmem.request.backends import device_memory, parse_backend
-
     device = None
     try:
         device = device_memory(parse_backend(backend)) if backend and ":" in backend else None
@@ -469,7 +471,6 @@ class WorkerChecker:
         self, values: dict[str, KnobValue] | None, donate: DonateSpec | None, suggest: bool
     ) -> tuple[Report, TargetResult]:
         from fieldmem.parent.isolate import Unit, WorkerFailure
-        from fieldmem.request.target import TargetOptions
 
         plan = self.plan
         options = TargetOptions(
@@ -515,11 +516,6 @@ class LocalChecker:
     def __call__(
         self, values: dict[str, KnobValue] | None, donate: DonateSpec | None, suggest: bool
     ) -> tuple[Report, TargetResult]:
-        from fieldmem.model.errors import ArgumentsError
-        from fieldmem.parent.checker import check_targets
-        from fieldmem.request.target import with_knobs
-        from fieldmem.worker.results import error_result
-
         target = dataclasses.replace(self.target, expect="fits", donate=donate or self.target.donate)
         options = dataclasses.replace(self.options, suggest=suggest)
         if values is not None:

@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from fieldmem.model.versions import check_supported
 from fieldmem.parent.envs import JaxEnv, ensure_env, package_folder, user_packages, worker_environment
 from fieldmem.parent.spawn import Interpreter
 
@@ -110,8 +111,6 @@ def interpreters_for(
         names = [b for b in backends if b is not None] or None
         return [(i, list(backends)) for i in worker_interpreters(versions, python, names, say)]
     from importlib import metadata
-
-    from fieldmem.model.versions import check_supported
 
     version = metadata.version("jax")
     check_supported(version)

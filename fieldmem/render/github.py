@@ -40,6 +40,7 @@ from fieldmem.model.report import Report
 from fieldmem.model.target import TargetResult
 from fieldmem.model.verdict import Check
 from fieldmem.render import RenderOptions
+from fieldmem.render.markdown import render as markdown
 from fieldmem.render.pieces import count, judged_text, libraries_text, plugins_text
 
 __all__ = ["annotation", "annotations_by_level", "escape_data", "escape_property", "job_summary", "location", "render"]
@@ -321,8 +322,6 @@ def job_summary(report: Report, options: RenderOptions) -> str:
     targets) is left out first; what still does not fit is cut, and the summary says so.
     """
     from dataclasses import replace
-
-    from fieldmem.render.markdown import render as markdown
 
     text = markdown(report, replace(options, verbose=True), headlines=True)
     if len(text.encode("utf-8", "backslashreplace")) <= SUMMARY_LIMIT:

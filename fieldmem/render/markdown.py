@@ -21,6 +21,7 @@ from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
 from fieldmem.model.verdict import Check
 from fieldmem.render import RenderOptions
+from fieldmem.render.chains import chain_markdown
 from fieldmem.render.pieces import (
     FAIL,
     PASS,
@@ -265,8 +266,6 @@ def render(report: Report, options: RenderOptions, *, headlines: bool = False) -
         if _needs_details(result, options.verbose):
             lines += _details(report, result, options.verbose)
     if report.chains:
-        from fieldmem.render.chains import chain_markdown
-
         for chain in report.chains:
             lines += chain_markdown(chain)
     lines += _environment(report, options)

@@ -18,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from fieldmem.model.copies import Copy
-from fieldmem.model.escaping import defused, visible_strings
+from fieldmem.model.escaping import defused, visible, visible_strings
 from fieldmem.model.memory import MEMORY_FIGURES, Timeline
 from fieldmem.model.report import Report
 from fieldmem.model.target import TargetResult, Variant
@@ -26,7 +26,10 @@ from fieldmem.model.units import format_bytes
 from fieldmem.model.verdict import Check
 from fieldmem.model.vocabulary import copy_kind_label
 from fieldmem.render import RenderOptions, text_console
+from fieldmem.render.baseline import comparison_renderables
+from fieldmem.render.chains import chain_renderables
 from fieldmem.render.layout import Column, fitted_table, hanging, wrapped
+from fieldmem.render.peak import peak_table
 from fieldmem.render.pieces import (
     HOST_FIGURES,
     block,
@@ -50,6 +53,7 @@ from fieldmem.render.pieces import (
     transfer_lines,
     verdict_words,
 )
+from fieldmem.render.suggest import suggestion_renderables
 
 __all__ = ["render", "render_lines", "sparkline"]
 
@@ -325,8 +329,6 @@ def _details(console: Console, result: TargetResult, options: RenderOptions, acc
     for line in run_lines(result, verbose=options.verbose):
         console.print(line)
     if result.suggestion is not None:
-        from fieldmem.render.suggest import suggestion_renderables
-
         for item in suggestion_renderables(
             result.suggestion,
             verbose=options.verbose,
@@ -336,8 +338,6 @@ def _details(console: Console, result: TargetResult, options: RenderOptions, acc
         ):
             console.print(item)
     if options.top:
-        from fieldmem.render.peak import peak_table
-
         for item in peak_table(result, options.top, options.width):
             console.print(item)
     if not options.verbose:
@@ -580,14 +580,10 @@ def render(report: Report, options: RenderOptions) -> str:
     for result in report.results:
         _details(console, result, options, report.accepted_failures(result))
     if report.chains:
-        from fieldmem.render.chains import chain_renderables
-
         for chain in report.chains:
             for item in chain_renderables(chain, verbose=options.verbose, width=options.width):
                 console.print(item)
     if report.baseline is not None:
-        from fieldmem.render.baseline import comparison_renderables
-
         for item in comparison_renderables(report.baseline):
             console.print(item)
     return _trimmed(buffer.getvalue(), options.color)
@@ -597,8 +593,6 @@ def render_lines(lines: list[str], options: RenderOptions, indent: int = 2) -> s
     """Lines of words (``--watch``'s changes under a target's row) at the options' width: each from column
     ``indent``, and each line it wraps to two columns further in, as the report's own lines wrap. User text
     in them is shown as fieldmem shows it."""
-    from fieldmem.model.escaping import visible
-
     buffer = io.StringIO()
     console = text_console(buffer, options)
     for line in lines:

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fieldmem.model.errors import OptionError
+from fieldmem.model.files import not_a_file
 from fieldmem.model.units import parse_bytes
+from fieldmem.model.versions import check_supported
 from fieldmem.request.backends import check_combination, parse_backend
 from fieldmem.request.config import Config
 from fieldmem.request.definitions import display_path
@@ -235,8 +237,6 @@ def _jax_versions(flags: CheckFlags, config: Config) -> tuple[str, ...] | None:
             raise OptionError("--python runs the workers under that interpreter: drop --no-isolate")
         return None  # the interpreter's own jax; [tool.fieldmem] jax gives way to it
     if versions is not None:
-        from fieldmem.model.versions import check_supported
-
         for version in versions:
             check_supported(version)
     if versions is not None and flags.watch:
@@ -329,8 +329,6 @@ def check_writable(output: Path, option: str = "--output", *, through_link: bool
         OptionError: ``output`` is a folder, a FIFO, a device or a socket (never replaced, never waited
             on), or its folder does not exist.
     """
-    from fieldmem.model.files import not_a_file
-
     folder = output.parent if str(output.parent) else Path(".")
     if output.is_dir():
         raise OptionError(f"{option} {str(output)!r} is a folder: name a file, e.g. {str(output / 'report.json')!r}")

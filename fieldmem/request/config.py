@@ -24,8 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from fieldmem.model.errors import FieldmemError, OptionError, listing, quoted
+from fieldmem.model.files import not_a_file
 from fieldmem.model.units import parse_bytes
 from fieldmem.request.definitions import display_path
+from fieldmem.request.fit import parse_fit_tables
 from fieldmem.request.loading import is_file_spec
 from fieldmem.request.option_table import OPTIONS, config_keys
 from fieldmem.request.options import (
@@ -167,8 +169,6 @@ def load_config(path: str | os.PathLike[str] | None = None, *, start: str | os.P
 def _not_a_file(file: Path) -> str:
     """What ``file`` is where it is no regular file to read: ``does not exist``, ``is a FIFO, not a file``,
     ``is a symbolic link loop``... (a FIFO is never opened: it would wait for a writer)."""
-    from fieldmem.model.files import not_a_file
-
     try:
         os.lstat(file)
     except FileNotFoundError:
@@ -361,7 +361,6 @@ def _fit_tables(table: _Table, root: Path) -> tuple[Any, ...]:
     value = table.data.get("fit")
     if value is None:
         return ()
-    from fieldmem.request.fit import parse_fit_tables
 
     try:
         return parse_fit_tables(

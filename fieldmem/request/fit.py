@@ -24,7 +24,8 @@ from typing import Any
 from fieldmem.model.errors import OptionError, quoted
 from fieldmem.model.fit_report import Knob, KnobValue, knob_text
 from fieldmem.model.units import parse_bytes
-from fieldmem.request.options import parse_backends
+from fieldmem.model.versions import check_supported
+from fieldmem.request.options import MIN_BYTES, parse_backends, parse_jax_versions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
 __all__ = [
@@ -501,8 +502,6 @@ def build_fit_request(flags: FitFlags, tables: Sequence[FitTable], config_baseli
     Raises:
         OptionError: a value that does not parse, two that contradict each other, or nothing to search.
     """
-    from fieldmem.request.options import MIN_BYTES, parse_jax_versions
-
     if flags.output_format is not None and flags.output_format not in FIT_FORMATS:
         raise OptionError(f"--format {flags.output_format!r} is not known here: use one of {', '.join(FIT_FORMATS)}")
     output_format = flags.output_format or "table"
@@ -581,8 +580,6 @@ def build_fit_request(flags: FitFlags, tables: Sequence[FitTable], config_baseli
     min_bytes = parse_bytes(flags.min_bytes, "--min-bytes") if flags.min_bytes is not None else MIN_BYTES
     jax_versions = parse_jax_versions(flags.jax) if flags.jax is not None else None
     if jax_versions is not None:
-        from fieldmem.model.versions import check_supported
-
         for version in jax_versions:
             check_supported(version)
         if len(jax_versions) > 1 and flags.save_baseline is not None:

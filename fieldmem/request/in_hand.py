@@ -12,7 +12,11 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from fieldmem.model.errors import OptionError
+from fieldmem.model.units import parse_bytes
 from fieldmem.request.definitions import definition_of, is_installed, jit_definition_of, module_file
+from fieldmem.request.options import parse_new
+from fieldmem.request.registry import step_factories
 from fieldmem.request.spec import DonateSpec, StaticSpec
 from fieldmem.request.target import ChainTarget, Step, Target, _module_of, given_name
 
@@ -59,9 +63,6 @@ def _function_target(
     kwargs: dict[str, Any],
     settings: dict[str, Any],
 ) -> Target:
-    from fieldmem.model.units import parse_bytes
-    from fieldmem.request.options import parse_new
-
     call_args, call_kwargs = tuple(args), dict(kwargs)
     # the footprint budget, by the name the caller gave it (max_peak= is its older name)
     budget = "max_footprint" if settings.get("max_footprint") is not None else "max_peak"
@@ -116,9 +117,6 @@ def in_hand(
     Raises:
         OptionError: not a function, fewer than two steps, or a setting fieldmem cannot use.
     """
-    from fieldmem.model.errors import OptionError
-    from fieldmem.request.registry import step_factories
-
     if kind == "function":
         if not callable(subject):
             raise OptionError(

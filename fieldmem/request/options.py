@@ -15,6 +15,7 @@ from fieldmem.model.errors import OptionError
 from fieldmem.model.machine import RESERVE, UNMEASURED, available_memory, malloc_arenas, usable_cores
 from fieldmem.model.versions import is_release
 from fieldmem.model.word_sets import EXPECTATIONS, Expectation
+from fieldmem.request.backends import parse_backend
 
 __all__ = [
     "EXPECTATIONS",
@@ -255,8 +256,6 @@ def parse_backends(value: object, option: str = "--backend") -> tuple[str, ...]:
         OptionError: an empty name, an unknown one (listing the known ones), one named twice, or a value
             that is not strings.
     """
-    from fieldmem.request.backends import parse_backend
-
     given, glued = _given(option, value)
     names = _names(value, given, "backends", '["cpu", "tpu:v5e"]')
     if not all(names):

@@ -29,6 +29,7 @@ import sys
 import types
 from typing import Any
 
+from fieldmem.driver.prepare import user_jit_info
 from fieldmem.model.libraries import is_library_file
 
 __all__ = ["is_local_file", "target_fingerprint"]
@@ -98,7 +99,6 @@ class _Hasher:
             return ("method", self.value(obj.__func__, deeper), self.value(obj.__self__, deeper))
         if isinstance(obj, (types.BuiltinFunctionType, type)):
             return self.named(obj, deeper)
-        from fieldmem.driver.prepare import user_jit_info
 
         info = user_jit_info(obj)
         if info is not None:

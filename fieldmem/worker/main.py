@@ -36,8 +36,13 @@ from typing import IO, Any, cast
 from fieldmem.model.codec import decode, dumps, unbounded_integers
 from fieldmem.model.collector import collector_paused, collector_resumed, collector_stays_paused
 from fieldmem.model.errors import FieldmemError
+from fieldmem.model.libraries import library_folders
+from fieldmem.model.machine import malloc_arenas, usable_cores
 from fieldmem.worker.protocol import PIPE_LOST, write_event
 
+# fieldmem's driver, request and serve modules are imported in the functions that use them, not here: at the top
+# they load before the request is read, in every worker started ahead of one (``fieldmem --help`` starts one too):
+# ``import fieldmem.worker.main`` 40 ms -> 400 ms (python -X importtime, measured 2026-12-06)
 __all__ = ["main"]
 
 _PR_SET_PDEATHSIG = 1
@@ -88,6 +93,7 @@ def _warm_up() -> None:
     """Load what importing jax takes most of (:func:`fieldmem.driver.quiet.preload_jaxlib`) while the
     request is awaited, not from the working directory (``-m`` put it first): a numpy.py of the user's
     must not stand in."""
+    # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
     from fieldmem.driver.quiet import preload_jaxlib
 
     saved = sys.path[:]
@@ -120,8 +126,6 @@ def fewer_malloc_arenas(environ: Mapping[str, str] | None = None, libc: Any = No
     8 arenas, so this holds only where the worker has not made that many before its request (otherwise the
     setting changes nothing). It holds for the rest of the process.
     """
-    from fieldmem.model.machine import malloc_arenas, usable_cores
-
     environ = os.environ if environ is None else environ
     if "MALLOC_ARENA_MAX" in environ:
         return 0
@@ -158,6 +162,7 @@ class _Worker:
     def __init__(
         self, request: dict[str, Any], events: IO[str], requests: queue.Queue[bytes], kept: _Kept | None = None
     ) -> None:
+        # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
         from fieldmem.request.options import CheckOptions
 
         self.request = request
@@ -174,6 +179,7 @@ class _Worker:
             self.options = decode(CheckOptions, request["check_options"])
         if self.options.jobs == 1:
             fewer_malloc_arenas()
+        # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
         from fieldmem.driver.early import EARLY_STOP_ENV, stop_early
 
         # asked for (FIELDMEM_EARLY_STOP=1), a static check's XLA:CPU compiles stop once what it reads is dumped:
@@ -185,6 +191,7 @@ class _Worker:
 
     def resolve(self) -> dict[int, list[Any]]:
         """Every spec some backend still needs, loaded: its items (targets, or ``(spec, error)``)."""
+        # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
         from fieldmem.request.target import TargetOptions
         from fieldmem.worker.local_readers import LocalHands
 
@@ -208,6 +215,7 @@ class _Worker:
                 self.elsewhere = True
             files: dict[str, Any] = {}
             if self.serve and spec.get("call") is None:  # what to watch: its module's file and the local modules
+                # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
                 from fieldmem.worker.user_modules import spec_files
 
                 files["files"] = spec_files(spec["spec"], _modules(items))
@@ -216,8 +224,6 @@ class _Worker:
             if not here:
                 files["elsewhere"] = True
             if not self.libraries_sent:  # whose files are library code, for the parent's source lines
-                from fieldmem.model.libraries import library_folders
-
                 files["libraries"] = list(library_folders())
                 self.libraries_sent = True
             self.event("resolved", spec=index, names=[_name(item) for item in items], **files)
@@ -226,6 +232,7 @@ class _Worker:
     def unchanged(self, b: int, todo: list[Any]) -> tuple[list[Any], dict[int, str]]:
         """``todo`` less the targets whose fingerprint is the one they had when last checked (each
         answered ``same``); and the fingerprints of those left, by their place in what is returned."""
+        # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
         from fieldmem.worker.fingerprint import target_fingerprint
 
         left, prints = [], {}
@@ -257,6 +264,7 @@ class _Worker:
 
     def run(self) -> str:
         """Serve what the request asks; the last event's name (``end`` or ``yield``)."""
+        # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
         from fieldmem.driver import backend_devices
         from fieldmem.driver.placement import forget_stand_ins
         from fieldmem.driver.settings import ImportSettings
@@ -269,6 +277,7 @@ class _Worker:
         # arguments), held no longer: those of this request are made from here on
         forget_stand_ins()
         if self.request.get("reload"):  # edited files (--watch): their modules are executed again
+            # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
             from fieldmem.worker.user_modules import forget
 
             forget(self.request["reload"])
@@ -386,6 +395,7 @@ def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
     why it could not be made here."""
     import base64
 
+    # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
     from fieldmem.driver.sendable import apply_tracing_config, loads
     from fieldmem.request.in_hand import in_hand
     from fieldmem.worker.results import contained
@@ -446,6 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # last: what this interpreter's installation lacks and the user's modules import (pytest, for the plugin)
     sys.path.extend(p for p in request.get("fallback_path", ()) if p not in sys.path)
+    # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
     from fieldmem.driver.lowering import dump_under
 
     dump_under(request.get("scratch"))  # XLA's dumps where the parent removes them, also after a crash

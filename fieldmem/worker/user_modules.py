@@ -28,6 +28,7 @@ from collections.abc import Iterable
 
 from fieldmem.request.loading import is_file_spec
 from fieldmem.request.target import folder_targets
+from fieldmem.worker.fingerprint import is_local_file
 
 __all__ = ["forget", "spec_files"]
 
@@ -37,8 +38,6 @@ def _real(path: str) -> str:
 
 
 def _is_local(file: str | None) -> bool:
-    from fieldmem.worker.fingerprint import is_local_file
-
     return is_local_file(file)
 
 
