@@ -53,6 +53,7 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
         BaselineError: two targets share a name (:func:`~fieldmem.gate.baseline.refuse_shared_names`):
             nothing is printed, written or saved then.
     """
+    from fieldmem.frontends.saving import gate_reports
     from fieldmem.gate.baseline import refuse_shared_names
 
     settings = request.baseline
@@ -64,17 +65,8 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
         )
     for report in reports:  # before anything is shown or written: one result per name
         refuse_shared_names(report)
-    if settings.accept_current and settings.save_to is not None:
-        from fieldmem.gate.baseline import gate_as_recorded
-
-        # recorded as it is: the run shows (and exits as) what the next run against that file will
-        reports = tuple(gate_as_recorded(report, settings.save_to, root=settings.root) for report in reports)
-    elif baseline is not None:
-        from fieldmem.gate.baseline import compare_to_baseline
-
-        reports = tuple(
-            compare_to_baseline(report, baseline, settings.tolerances, root=settings.root) for report in reports
-        )
+    record_to = settings.save_to if settings.accept_current else None
+    reports = gate_reports(reports, baseline, settings.tolerances, root=settings.root, record_to=record_to)
     _print_errors(reports)
     write_files(reports, request.output, request.options.min_bytes)
     write_job_summary(reports, request.output, request.options.min_bytes)
