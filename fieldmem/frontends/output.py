@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from fieldmem.frontends.saving import save_reports
-from fieldmem.gate.baseline import compare_to_baseline, gate_as_recorded, refuse_shared_names
+from fieldmem.frontends.saving import gate_reports, save_reports
+from fieldmem.gate.baseline import refuse_shared_names
 from fieldmem.gate.compare import compare_reports
 from fieldmem.model import files
 from fieldmem.model.collector import collector_paused
@@ -72,13 +72,8 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
         )
     for report in reports:  # before anything is shown or written: one result per name
         refuse_shared_names(report)
-    if settings.accept_current and settings.save_to is not None:
-        # recorded as it is: the run shows (and exits as) what the next run against that file will
-        reports = tuple(gate_as_recorded(report, settings.save_to, root=settings.root) for report in reports)
-    elif baseline is not None:
-        reports = tuple(
-            compare_to_baseline(report, baseline, settings.tolerances, root=settings.root) for report in reports
-        )
+    record_to = settings.save_to if settings.accept_current else None
+    reports = gate_reports(reports, baseline, settings.tolerances, root=settings.root, record_to=record_to)
     _print_errors(reports)
     write_files(reports, request.output, request.options.min_bytes)
     write_job_summary(reports, request.output, request.options.min_bytes)

@@ -1,6 +1,7 @@
-"""Saving a run's reports in a baseline: the one loop that ``fieldmem check --save-baseline`` and the pytest
-plugin's ``--fieldmem-save-baseline`` both run. It never prints: each caller says what was saved, or why not,
-where its user reads it (stderr, pytest's terminal summary).
+"""A run's reports against a baseline: gating them (:func:`gate_reports`) and saving them (:func:`save_reports`),
+the one path that ``fieldmem check --baseline/--save-baseline`` and the pytest plugin's
+``--fieldmem-baseline/--fieldmem-save-baseline`` both take. It never prints: each caller says what was gated
+and saved, or why not, where its user reads it (stderr, pytest's terminal summary).
 """
 
 from __future__ import annotations
@@ -9,13 +10,35 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fieldmem.gate.baseline import BaselineError, save_baseline
+from fieldmem.gate.baseline import BaselineError, compare_to_baseline, gate_as_recorded, save_baseline
 
 if TYPE_CHECKING:
-    from fieldmem.gate.baseline import SavedBaseline
+    from fieldmem.gate.baseline import Baseline, SavedBaseline
     from fieldmem.model.report import Report
+    from fieldmem.request.tolerance import Tolerances
 
-__all__ = ["save_reports"]
+__all__ = ["gate_reports", "save_reports"]
+
+
+def gate_reports(
+    reports: Sequence[Report],
+    baseline: Baseline | None,
+    tolerances: Tolerances,
+    *,
+    root: Path | None = None,
+    record_to: Path | None = None,
+) -> tuple[Report, ...]:
+    """Each report (one per backend) with its comparison against ``baseline`` (None: as they are).
+
+    ``record_to`` (``--accept-current``): each report gated as it will be recorded in that file instead, so
+    that the run shows, and exits as, what the next run against the file will. File targets are named
+    relative to ``root`` (the config's folder; None: the baseline's).
+    """
+    if record_to is not None:
+        return tuple(gate_as_recorded(report, record_to, root=root) for report in reports)
+    if baseline is None:
+        return tuple(reports)
+    return tuple(compare_to_baseline(report, baseline, tolerances, root=root) for report in reports)
 
 
 def save_reports(
