@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT / "examples" / "pod"))
 def chips(name):
     """The compile-only devices of a deviceless backend."""
     if name.startswith("gpu:"):
-        spec = (ROOT / "fieldmem" / "specs" / "gpu" / "h100_sxm.txtpb").read_text()
+        spec = (ROOT / "fieldmem" / "model" / "specs" / "gpu" / "h100_sxm.txtpb").read_text()
         return list(topologies.get_topology_desc(platform="cuda", topology="1x1x1", target_config=spec).devices)
     if name == "tpu:v5e":
         return list(topologies.get_topology_desc("v5e:1x1", "tpu", chips_per_host_bounds=[1, 1, 1]).devices)

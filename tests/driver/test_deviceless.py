@@ -267,7 +267,7 @@ def _by_hand(backend: str, case: str, donated: bool) -> Any:
     if backend.startswith("tpu"):
         device = topologies.get_topology_desc("v5e:1x1", "tpu", chips_per_host_bounds=[1, 1, 1]).devices[0]
     else:
-        spec = (ROOT / "fieldmem" / "specs" / "gpu" / "h100_sxm.txtpb").read_text()
+        spec = (ROOT / "fieldmem" / "model" / "specs" / "gpu" / "h100_sxm.txtpb").read_text()
         device = topologies.get_topology_desc(platform="cuda", topology="1x1x1", target_config=spec).devices[0]
     on = jax.sharding.SingleDeviceSharding(device)
 
@@ -400,7 +400,7 @@ def test_every_shipped_gpu_spec_compiles_with_the_pinned_jaxlib() -> None:
 
     from fieldmem.driver.deviceless import gpu_spec, gpu_spec_names
 
-    shipped = {p.name for p in (ROOT / "fieldmem" / "specs" / "gpu").glob("*.txtpb")}
+    shipped = {p.name for p in (ROOT / "fieldmem" / "model" / "specs" / "gpu").glob("*.txtpb")}
     assert shipped == set(gpu_spec_names().values())
     for kind in gpu_spec_names():
         device = topologies.get_topology_desc(platform="cuda", topology="1x1x1", target_config=gpu_spec(kind)).devices[

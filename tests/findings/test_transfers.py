@@ -360,7 +360,7 @@ def _by_hand_offload(backend: str, donated: bool) -> Any:
     if backend.startswith("tpu"):
         device = topologies.get_topology_desc("v5e:1x1", "tpu", chips_per_host_bounds=[1, 1, 1]).devices[0]
     else:
-        spec = (ROOT / "fieldmem" / "specs" / "gpu" / "h100_sxm.txtpb").read_text()
+        spec = (ROOT / "fieldmem" / "model" / "specs" / "gpu" / "h100_sxm.txtpb").read_text()
         device = topologies.get_topology_desc(platform="cuda", topology="1x1x1", target_config=spec).devices[0]
     offload_steps = _offload_module()
     params, state, grads = offload_steps._args()

@@ -122,7 +122,7 @@ def test_without_donation_raises_the_cli_verdict(field: jax.Array) -> None:
     assert "not in place" in message.splitlines()[0]
     source = f"{HERE}:{line_of(add_row, 'u.at[0].add(f)')}"
     assert any(f.code == "parameter-copy" and f.source and f.source.endswith(source) for f in result.verdict.findings)
-    assert f"u is not donated and is copied (16.0 KiB) at tests/{source}: donate it" in message
+    assert f"u is not donated and is copied (16.0 KiB) at tests/frontends/{source}: donate it" in message
     # the rest is the table renderer's text for this report, nothing added
     table = get_renderer("table").render(error.report, RenderOptions(min_bytes=1024, width=160)).rstrip()
     assert message.endswith("\n" + table)

@@ -382,9 +382,9 @@ def test_an_installed_fieldmem_is_reached_through_a_folder_holding_only_it(
 ) -> None:
     """Where fieldmem is in a site-packages (a wheel, not a checkout), that folder would bring its jax along."""
     site = tmp_path / "lib" / "site-packages"
-    (site / "fieldmem" / "engine").mkdir(parents=True)
+    (site / "fieldmem" / "parent").mkdir(parents=True)
     (site / "jax").mkdir()
-    monkeypatch.setattr(envs, "__file__", str(site / "fieldmem" / "engine" / "envs.py"))
+    monkeypatch.setattr(envs, "__file__", str(site / "fieldmem" / "parent" / "envs.py"))
     env = envs._from_marker(_fake_env(root, "0.9.2"))
     assert env is not None
     folder = Path(worker_environment(env)["PYTHONPATH"])
