@@ -467,3 +467,16 @@ def test_the_architecture_page_has_a_row_for_each_layer_naming_each_of_its_modul
         unknown = sorted(named - here - inner - top)
         assert not missing, f"ARCHITECTURE.md's {package}/ row does not name {missing}"
         assert not unknown, f"ARCHITECTURE.md's {package}/ row names {unknown}, which {package}/ does not hold"
+
+
+#: The most lines a module may have: one a newcomer can hold in mind (issue 51).
+MOST_LINES = 700
+
+
+def test_no_module_is_longer_than_a_newcomer_can_hold_in_mind() -> None:
+    long = {
+        str(path.relative_to(PACKAGE.parent)): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text(encoding="utf-8").splitlines())) > MOST_LINES
+    }
+    assert not long, f"modules over {MOST_LINES} lines (split them by what they hold): {long}"
