@@ -17,8 +17,10 @@ import datetime as _dt
 from collections.abc import Sequence
 from typing import Any
 
-from fieldmem.findings import advisor, analysis, probecheck
+from fieldmem.findings import analysis
+from fieldmem.findings.advisor import suggest
 from fieldmem.findings.chains import StepOutcome, analyze_chain
+from fieldmem.findings.probecheck import apply_probes, probe_candidates, probe_outcome
 from fieldmem.findings.runcheck import apply_run
 from fieldmem.findings.variant import analyze_variant
 from fieldmem.model import __version__
@@ -125,7 +127,7 @@ def _run(
 def _probe(result: TargetResult, job: Job, donated: CompiledVariant, parser: HloParser, hands: Hands) -> TargetResult:
     """Time each aliased slice update of the donated variant at two buffer sizes (``--probe``)."""
     probes = []
-    for candidate in probecheck.probe_candidates(result, donated.hlo_text, parser):
+    for candidate in probe_candidates(result, donated.hlo_text, parser):
         if candidate.skip is not None:
             probes.append(
                 InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", candidate.skip)
@@ -137,11 +139,9 @@ def _probe(result: TargetResult, job: Job, donated: CompiledVariant, parser: Hlo
             probes.append(InPlaceProbe(candidate.input, candidate.output, candidate.update, "not-probed", exc.message))
             continue
         probes.append(
-            probecheck.probe_outcome(
-                candidate.input, candidate.output, candidate.update, reading, per_device=candidate.bytes
-            )
+            probe_outcome(candidate.input, candidate.output, candidate.update, reading, per_device=candidate.bytes)
         )
-    return probecheck.apply_probes(result, probes)
+    return apply_probes(result, probes)
 
 
 def _analyse(
@@ -202,7 +202,7 @@ def _suggested(
         return hands.compile_donation(job, positions, names, fast=fast)
 
     try:
-        suggestion = advisor.suggest(
+        suggestion = suggest(
             shape,
             plain,
             donated,

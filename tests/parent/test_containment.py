@@ -30,9 +30,7 @@ from typer.testing import CliRunner
 import fieldmem
 import fieldmem.driver as driver
 import fieldmem.driver.lowering as lowering
-import fieldmem.findings.advisor as advisor
 import fieldmem.findings.analysis as analysis
-import fieldmem.findings.probecheck as probecheck
 import fieldmem.findings.runcheck as runcheck
 import fieldmem.parent.decide as brain
 import fieldmem.xla.hlo as hlo
@@ -115,7 +113,7 @@ STAGES: dict[str, tuple[Any, str, Callable[..., bool], str, CheckOptions]] = {
         CheckOptions(),
     ),
     "suggest": (
-        advisor,
+        brain,  # the advisor as the parent calls it (decide imports it at the top)
         "suggest",
         lambda call, *a, **k: call.function_name == "cast",
         "analysing its compiled program",
@@ -186,7 +184,7 @@ def _less_code_size(memory: MemoryFigures) -> MemoryFigures:
 
 
 def test_an_exception_in_the_probe_is_that_targets_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    _for_cast(monkeypatch, probecheck, "probe_candidates", _named_cast)
+    _for_cast(monkeypatch, brain, "probe_candidates", _named_cast)  # as decide calls it
     report = check(TWO, options=CheckOptions(run=True, probe=True, isolate=False))
     results = _by_name(report)
     _one_line_internal(results["models:cast"], "running it")
