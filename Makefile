@@ -70,8 +70,8 @@ fuzz: $(STAMP)
 
 # ruff (rules and format in pyproject.toml) over the code and its tests, mypy over the package.
 lint: $(STAMP)
-	$(BIN)/ruff check fieldmem tests benchmarks
-	$(BIN)/ruff format --check fieldmem tests benchmarks
+	$(BIN)/ruff check fieldmem tests benchmarks hardware
+	$(BIN)/ruff format --check fieldmem tests benchmarks hardware
 	$(BIN)/mypy fieldmem
 
 # The JSON Schemas of the report and the baseline (fieldmem/schemas), written again from the records
@@ -126,24 +126,24 @@ bench-backends: $(STAMP)
 	$(BIN)/python benchmarks/bench_backends.py
 
 # On a machine with an NVIDIA GPU: fieldmem's prediction without the device against the GPU's own compile
-# and memory_stats() (benchmarks/results/gpu-check.{json,md}). Without a GPU: one line, exit 2.
+# and memory_stats() (hardware/results/gpu-check.{json,md}). Without a GPU: one line, exit 2.
 gpu-check: $(STAMP)
-	$(BIN)/python benchmarks/gpu_check.py
+	$(BIN)/python hardware/gpu_check.py
 
 # On a machine with a TPU chip (the image's python3, jax and libtpu; no package index there): fieldmem's static
-# check and --run of the examples and of benchmarks/tpu_corpus.py, plain jax's truth on the corpus, and two
+# check and --run of the examples and of hardware/tpu_corpus.py, plain jax's truth on the corpus, and two
 # programs near the chip's memory, each step in its own process, packed into $$OUT/tpu-check.tgz (default
 # /tmp/tpu-check-out). fieldmem's dependencies travel as wheels in .whl-tpu/ (make tpu-wheels, here).
 tpu-check:
-	bash benchmarks/tpu_check_device.sh
+	bash hardware/tpu_check_device.sh
 
 # Then, on any machine with the venv: the chip's outputs against their truth and against the deviceless tpu:v5e
-# reports compiled here: benchmarks/results/tpu-check.{json,md} (DIR=the .tgz or its folder); exit 1 on a miss.
+# reports compiled here: hardware/results/tpu-check.{json,md} (DIR=the .tgz or its folder); exit 1 on a miss.
 tpu-check-report: $(STAMP)
-	$(BIN)/python benchmarks/tpu_check.py compare $(DIR)
+	$(BIN)/python hardware/tpu_check.py compare $(DIR)
 
 tpu-wheels: $(STAMP)
-	bash benchmarks/tpu_wheels.sh
+	bash hardware/tpu_wheels.sh
 
 # `make bench` on the lent TPU machine's 13-core host (the image's python3 and jax, fieldmem's dependencies
 # from .whl-tpu/, every timed process on the CPU or deviceless): ARGS go to bench_fast.py, results to $$OUT.

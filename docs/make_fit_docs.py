@@ -3,15 +3,15 @@
     .venv/bin/python docs/make_fit_docs.py            # rewrite them
     .venv/bin/python docs/make_fit_docs.py --check    # exit 1 when one differs (tests/project/test_fit_scripts.py)
 
-The documents are ``benchmarks/results/fit-block-*.json``: ``fieldmem fit`` of ``examples/fit/block.py`` for
+The documents are ``hardware/results/fit-block-*.json``: ``fieldmem fit`` of ``examples/fit/block.py`` for
 each backend, written with ``-f json -o`` (the command is in each file's section of docs/fit.md). A block of
-docs/fit.md sits between ``<!-- fit: KIND FILES -->`` and ``<!-- end fit -->``:
+docs/fit.md sits between ``<!-- fit: KIND FILES -->`` and ``<!-- end fit -->`` (FILES relative to the checkout):
 
 - ``output FILE``: what ``fieldmem fit`` printed for that document, at 100 columns (its table renderer);
 - ``backends FILE...``: each row's largest batch that fits on each backend, the footprint there and the
   compiles it took, one column per document;
-- ``verify FILE...``: the plain-jax compiles of ``benchmarks/fit_verify.py``, per backend and point;
-- ``chip FILE``: what ``benchmarks/fit_chip.py`` saw on a real TPU v5e, per point.
+- ``verify FILE...``: the plain-jax compiles of ``hardware/fit_verify.py``, per backend and point;
+- ``chip FILE``: what ``hardware/fit_chip.py`` saw on a real TPU v5e, per point.
 
 The picture is the SVG renderer's, of the ``tpu:v5e`` document. Nothing here compiles.
 """
@@ -34,12 +34,12 @@ from fieldmem.render.fit import render_svg, render_table  # noqa: E402
 
 DOC = ROOT / "docs" / "fit.md"
 PICTURE = ROOT / "docs" / "images" / "fit-frontier.svg"
-PICTURED = "results/fit-block-tpu-v5e.json"
+PICTURED = "hardware/results/fit-block-tpu-v5e.json"
 BLOCK = re.compile(r"(<!-- fit: (?P<kind>\w+) (?P<files>[^>]*?) -->\n)(?P<body>.*?)(<!-- end fit -->)", re.S)
 
 
 def _report(name: str) -> FitReport:
-    return FitReport.from_dict(json.loads((ROOT / "benchmarks" / name).read_text(encoding="utf-8")))
+    return FitReport.from_dict(json.loads((ROOT / name).read_text(encoding="utf-8")))
 
 
 def _output(name: str) -> str:
@@ -81,7 +81,7 @@ def _quoted(message: str, limit: int = 110) -> str:
 def _verify(names: list[str]) -> str:
     lines = ["| backend | point | fieldmem fit | plain jax |", "|---|---|---|---|"]
     for name in names:
-        found = json.loads((ROOT / "benchmarks" / name).read_text(encoding="utf-8"))
+        found = json.loads((ROOT / name).read_text(encoding="utf-8"))
         for point in found["points"]:
             plain = point["plain_jax"]
             if plain.get("compiled"):
@@ -96,7 +96,7 @@ def _verify(names: list[str]) -> str:
 
 
 def _chip(name: str) -> str:
-    found = json.loads((ROOT / "benchmarks" / name).read_text(encoding="utf-8"))
+    found = json.loads((ROOT / name).read_text(encoding="utf-8"))
     lines = ["| point | fieldmem fit | on the chip |", "|---|---|---|"]
     for point in found["points"]:
         values = " ".join(f"{k}={knob_text(v)}" for k, v in point["values"].items())

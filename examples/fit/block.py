@@ -20,7 +20,7 @@ with a quarter of it), the parameters replicated. Nothing is allocated: the fact
         --vary batch=8..256:8 --vary remat=none,dots,full --backend tpu:v5e
 
 docs/fit.md shows what it finds for ``tpu:v5e``, ``tpu:v5e:2x2`` and ``gpu:h100``;
-``benchmarks/fit_chip.py`` runs the largest batch it reports, and the next one up, on a real chip.
+``hardware/fit_chip.py`` runs the largest batch it reports, and the next one up, on a real chip.
 """
 
 from __future__ import annotations

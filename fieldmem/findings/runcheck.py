@@ -53,7 +53,7 @@ __all__ = [
 
 # a measured device peak more than this fraction, and more than PEAK_TOLERANCE_BYTES, above the plan is
 # reported: on a TPU v5e a few donated programs' calls measured 77 to 113 KiB above their plan, the same in every
-# run (not XLA's temporaries, not the code: benchmarks/results/tpu-check.md), 13.6% of a 0.56 MiB program
+# run (not XLA's temporaries, not the code: hardware/results/tpu-check.md), 13.6% of a 0.56 MiB program
 PEAK_TOLERANCE = 0.10
 PEAK_TOLERANCE_BYTES = 1 << 20
 

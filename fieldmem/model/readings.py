@@ -112,9 +112,9 @@ class CallPlan:
       donated input, and the executable's code, which libtpu loads into HBM when the program first runs.
       ``peak_bytes_in_use`` does not count XLA's temporaries and constants there: a call's measured peak
       equals arguments + new outputs + code exactly, with 157.5 KiB of temporaries left out (TPU v5e,
-      libtpu 0.0.42.1, benchmarks/results/tpu-check.md);
+      libtpu 0.0.42.1, hardware/results/tpu-check.md);
     - any other backend: the footprint (arguments + outputs + temporaries − aliases + constants): an H200's
-      measured peaks were within 908 B of it, the code not among them (benchmarks/results/gpu-check-h200/).
+      measured peaks were within 908 B of it, the code not among them (hardware/results/gpu-check-h200/).
     """
 
     bytes: int | None

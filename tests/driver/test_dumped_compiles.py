@@ -28,7 +28,7 @@ runner = CliRunner()
 pytestmark = pytest.mark.compile
 
 #: libtpu's words when a program does not fit the chip: recorded on the lent TPU v5e (jax 0.10.2, libtpu 0.0.42.1)
-#: compiling u * 0.5 + f on two 5.5 GiB arrays without donation (benchmarks/results/tpu-check-raw.tgz)
+#: compiling u * 0.5 + f on two 5.5 GiB arrays without donation (hardware/results/tpu-check-raw.tgz)
 LIBTPU_REFUSAL = (
     "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO temporaries (16.50G) exceeds "
     "available HBM (15.75G)."

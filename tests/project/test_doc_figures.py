@@ -1,15 +1,17 @@
 """Every measured figure in the docs comes from a stored result: a check in ``make test``.
 
-The docs checked are README.md, CHANGELOG.md, benchmarks/README.md and
-docs/*.md. A figure carries a marker right after it (units and bold between
+The docs checked are README.md, CHANGELOG.md, benchmarks/README.md,
+hardware/README.md and docs/*.md. A figure carries a marker right after it (units and bold between
 them are fine)::
 
     1.22× <!-- figure: results/levers.json#medians[jobs 2, no cache]/medians[naive] -->
     0.64 s <!-- figure: results/parse.json#rows.1.s_per_10mb -->
     0.61 <!-- figure: results/probe-ci-failure.json#probe.growth -->
+    63 <!-- figure: hardware/results/tpu-check.json#summary.targets -->
 
 ``results/FILE.json`` is a benchmark's current result file under
-benchmarks/results/, written by the script that measured it (with its date).
+benchmarks/results/, written by the script that measured it (with its date);
+``hardware/results/FILE.json`` is a hardware check's, under hardware/results/.
 The docs quote only current figures: a marker into a file's ``history`` (the
 earlier runs ``benchmarks/results_file.py`` keeps there) or into a dated copy
 (a file name with a date) fails, and results/ holds no dated copies. After
@@ -52,10 +54,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks"  # a marker's "results/x.json" is relative to benchmarks/
+HARDWARE = "hardware/"  # ... and "hardware/results/x.json" to the checkout: a hardware check's result
 DOCS = [
     ROOT / "README.md",
     ROOT / "CHANGELOG.md",
     ROOT / "benchmarks" / "README.md",
+    ROOT / "hardware" / "README.md",
     *sorted((ROOT / "docs").glob("*.md")),
 ]
 
@@ -142,8 +146,9 @@ def _term_value(document: Any, path: str, where: str) -> Any:
     return value
 
 
-def stored_value(ref: str, where: str, root: Path = RESULTS) -> float | None:
-    """The value a marker's reference names (None for a ``test:`` reference, which is checked to exist)."""
+def stored_value(ref: str, where: str, root: Path = ROOT) -> float | None:
+    """The value a marker's reference names (None for a ``test:`` reference, which is checked to exist);
+    ``root`` is the checkout that holds benchmarks/ and hardware/."""
     if ref.startswith("test:"):
         file, _, name = ref.removeprefix("test:").partition("::")
         source = ROOT / file
@@ -151,10 +156,13 @@ def stored_value(ref: str, where: str, root: Path = RESULTS) -> float | None:
         assert re.search(rf"^def {re.escape(name)}\(", source.read_text(), re.M), f"{where}: no test {name} in {file}"
         return None
     file, _, expression = ref.partition("#")
-    assert file.startswith("results/") and file.endswith(".json"), f"{where}: {ref!r} is not results/FILE.json#..."
+    folder = root if file.startswith(HARDWARE) else root / RESULTS.name
+    assert file.removeprefix(HARDWARE).startswith("results/") and file.endswith(".json"), (
+        f"{where}: {ref!r} is not results/FILE.json#... (benchmarks/) or hardware/results/FILE.json#..."
+    )
     assert not DATED.search(file), f"{where}: {file} is a dated copy: quote the benchmark's current file"
-    path = root / file
-    assert path.is_file(), f"{where}: {file} is not under benchmarks/"
+    path = folder / file
+    assert path.is_file(), f"{where}: {file} is not under {folder.relative_to(root)}/"
     document = json.loads(path.read_text())
     expression, _, fmt = expression.partition("|")
     assert (fmt or None) in SCALE, f"{where}: unknown format {fmt!r}"
@@ -234,14 +242,19 @@ def test_no_measured_figure_without_a_marker(doc: Path) -> None:
 
 def test_results_hold_no_dated_copies() -> None:
     """One current file per benchmark: earlier runs live in its JSON's history, not in files named by date."""
-    dated = sorted(str(p.relative_to(RESULTS)) for p in (RESULTS / "results").rglob("*") if DATED.search(p.name))
-    assert not dated, f"dated copies under benchmarks/results/ (fold them into their benchmark's history): {dated}"
+    dated = sorted(
+        str(p.relative_to(ROOT))
+        for folder in (RESULTS, ROOT / "hardware")
+        for p in (folder / "results").rglob("*")
+        if DATED.search(p.name)
+    )
+    assert not dated, f"dated copies under results/ (fold them into their benchmark's history): {dated}"
 
 
 def test_a_figure_of_an_earlier_run_is_refused(tmp_path: Path) -> None:
     """A marker into the history, or into a dated copy, fails even where the number is right."""
-    results = tmp_path / "results"
-    results.mkdir()
+    results = tmp_path / "benchmarks" / "results"
+    results.mkdir(parents=True)
     (results / "bench.json").write_text('{"ratio": 0.5, "history": [{"headline": {"ratio": 0.7}}]}')
     (results / "bench-2026-12-05.json").write_text('{"ratio": 0.7}')
     assert stored_value("results/bench.json#ratio", "doc:1", root=tmp_path) == 0.5
@@ -264,11 +277,12 @@ def test_the_check_catches_what_it_must(tmp_path: Path) -> None:
         "wrong 0.60× <!-- figure: results/levers.json#medians[cache warm]/medians[naive] -->\n"
         "parse 0.64 s <!-- figure: results/parse.json#rows.1.s_per_10mb -->, growth **0.61** "
         "<!-- figure: results/probe-ci-failure.json#probe.growth -->\n"
+        "on the chip 63 <!-- figure: hardware/results/tpu-check.json#summary.targets --> targets\n"
         "unmarked 1.22× and 10.4 s and 44% less, `7.5 s in code`\n"
         "```\n9.9 s in a block\n```\n"
     )
     figures = marked_figures(doc)
     values = [stored_value(ref, where) for where, _, ref in figures]
     checks = [round(v or 0, _written(n)[1]) == _written(n)[0] for (_, n, _), v in zip(figures, values)]
-    assert checks == [True, False, True, True]
+    assert checks == [True, False, True, True, True]
     assert [p.split(": ", 1)[1] for p in unmarked_figures(doc)] == ["'1.22×'", "'10.4 s'", "'44% less'"]

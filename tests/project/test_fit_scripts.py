@@ -1,4 +1,4 @@
-"""``benchmarks/fit_chip.py`` (the chip's side, run by whoever has a TPU v5e) and ``benchmarks/fit_verify.py``
+"""``hardware/fit_chip.py`` (the chip's side, run by whoever has a TPU v5e) and ``hardware/fit_verify.py``
 (plain jax against a fit document): which points they take from a document, and what they do without a TPU.
 
 No TPU is lent to these tests: the chip script is held to its plan and to its one line and exit code 2 here.
@@ -28,7 +28,7 @@ GiB = 2**30
 
 
 def _load(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "hardware" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
@@ -95,7 +95,7 @@ def test_without_a_tpu_the_chip_script_says_so_in_one_line(tmp_path: Path) -> No
     out = tmp_path / "chip.json"
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "fit_chip.py"), str(out), "--report", str(report)],
+        [sys.executable, str(ROOT / "hardware" / "fit_chip.py"), str(out), "--report", str(report)],
         capture_output=True,
         text=True,
         env=env,
@@ -109,7 +109,7 @@ def test_without_a_tpu_the_chip_script_says_so_in_one_line(tmp_path: Path) -> No
 
 def test_the_fit_page_and_its_picture_are_what_the_stored_documents_make() -> None:
     """docs/fit.md's blocks (the example's output, the backends' table, the plain-jax compiles) and
-    docs/images/fit-frontier.svg are made from benchmarks/results/fit-block-*.json by docs/make_fit_docs.py:
+    docs/images/fit-frontier.svg are made from hardware/results/fit-block-*.json by docs/make_fit_docs.py:
     a renderer or a document that changed without them fails here (the fix: run the script)."""
     spec = importlib.util.spec_from_file_location("make_fit_docs", ROOT / "docs" / "make_fit_docs.py")
     assert spec is not None and spec.loader is not None

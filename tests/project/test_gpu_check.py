@@ -1,4 +1,4 @@
-"""``make gpu-check`` (benchmarks/gpu_check.py): its no-GPU path, and its table from a recorded fake reading.
+"""``make gpu-check`` (hardware/gpu_check.py): its no-GPU path, and its table from a recorded fake reading.
 
 No GPU is lent to these tests, so the measured side is a real ``--run`` report
 of this machine's CPU whose ``memory_stats()`` peaks (which the CPU does not
@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "gpu_check.py"
+SCRIPT = ROOT / "hardware" / "gpu_check.py"
 
 
 def _load() -> Any:

@@ -410,7 +410,8 @@ def _names_taken_from(package: str, files: list[Path]) -> dict[str, set[str]]:
 
 
 def test_the_driver_exports_every_name_others_import_from_it() -> None:
-    """What the rest of fieldmem, the tests and the benchmarks use of the driver is its declared surface."""
+    """What the rest of fieldmem, the tests, the benchmarks and the hardware checks use of the driver is its
+    declared surface."""
     import fieldmem.driver
 
     root = PACKAGE.parent
@@ -421,6 +422,7 @@ def test_the_driver_exports_every_name_others_import_from_it() -> None:
             *(root / "tests").glob("*.py"),
             *(root / "tests").glob("*/test_*.py"),
             *(root / "benchmarks").glob("*.py"),
+            *(root / "hardware").glob("*.py"),
         ]
         if (PACKAGE / "driver") not in path.parents
     ]

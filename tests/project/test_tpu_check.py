@@ -1,8 +1,8 @@
 """``make tpu-check``'s reading, without a chip: its HLO count on golden text, and its stored results.
 
-The chip's run is recorded (``benchmarks/results/tpu-check-raw.tgz``); what these tests hold is that the
+The chip's run is recorded (``hardware/results/tpu-check-raw.tgz``); what these tests hold is that the
 independent copy count agrees with fieldmem's on the TPU goldens, that the comparison finds a difference
-where there is one, and that the markdown in ``benchmarks/results`` is the one its JSON makes.
+where there is one, and that the markdown in ``hardware/results`` is the one its JSON makes.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from fieldmem.findings.variant import analyze_variant
 from fieldmem.model.readings import CompiledVariant
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCHMARKS = ROOT / "benchmarks"
+HARDWARE = ROOT / "hardware"
 
 
 @pytest.fixture
 def tpu_check(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.syspath_prepend(str(HARDWARE))
     sys.modules.pop("tpu_check", None)
     return importlib.import_module("tpu_check")
 
@@ -90,7 +90,7 @@ def test_the_corpus_comparison_names_what_differs(tpu_check: Any) -> None:
 
 
 def test_the_stored_markdown_is_the_one_its_json_makes(tpu_check: Any) -> None:
-    document = json.loads((BENCHMARKS / "results" / "tpu-check.json").read_text())
-    assert tpu_check.markdown(document) == (BENCHMARKS / "results" / "tpu-check.md").read_text()
+    document = json.loads((HARDWARE / "results" / "tpu-check.json").read_text())
+    assert tpu_check.markdown(document) == (HARDWARE / "results" / "tpu-check.md").read_text()
     summary = document["summary"]
     assert summary["corpus_cases"] >= 30 and summary["same_reports"] == summary["targets"]

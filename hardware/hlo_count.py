@@ -1,7 +1,7 @@
 """Copies counted in optimized HLO text by a pattern of its own, for ``make tpu-check`` (no jax, no fieldmem).
 
-``benchmarks/tpu_truth.py`` counts the copies of the programs plain jax compiles on the chip with it, and
-``benchmarks/tpu_check.py`` sizes fieldmem's copies by the same rule, so the two counts are comparable.
+``hardware/tpu_truth.py`` counts the copies of the programs plain jax compiles on the chip with it, and
+``hardware/tpu_check.py`` sizes fieldmem's copies by the same rule, so the two counts are comparable.
 """
 
 from __future__ import annotations

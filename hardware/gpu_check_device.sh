@@ -3,9 +3,9 @@
 # what fieldmem needs beyond them carried as wheels in .whl/ (msgspec; nvidia-cuda-nvcc 13, whose ptxas the
 # deviceless gpu:KIND compile uses with jax's CUDA 13 plugin). Writes under $OUT (default /tmp/gpu-check):
 # env.txt (machine, versions, one fieldmem check --run of the Field example), gpu_check.log, and
-# gpu-check.{json,md,predicted.json,measured.json} (benchmarks/gpu_check.py), and verdict-backend.json with
+# gpu-check.{json,md,predicted.json,measured.json} (hardware/gpu_check.py), and verdict-backend.json with
 # corpus-gpu.txt: the verdict corpus with jax on the GPU, fieldmem's verdicts against those jax's own facts
-# admit there (benchmarks/verdict_backend.py). Each step has its own time limit
+# admit there (hardware/verdict_backend.py). Each step has its own time limit
 # so that a failing one still leaves the others' files.
 set -u
 out=${OUT:-/tmp/gpu-check}
@@ -24,8 +24,8 @@ export PYTHONPATH="/tmp/site:$PWD"
   timeout 90 python3 -m fieldmem check examples/field.py --backend gpu --run --no-cache -v
   echo "rc=$?"
 } > "$out/env.txt" 2>&1
-timeout 300 python3 benchmarks/gpu_check.py --out "$out" > "$out/gpu_check.log" 2>&1
+timeout 300 python3 hardware/gpu_check.py --out "$out" > "$out/gpu_check.log" 2>&1
 echo "rc=$?" >> "$out/gpu_check.log"
-JAX_PLATFORMS=cuda,cpu timeout 150 python3 benchmarks/verdict_backend.py --out "$out" > "$out/corpus-gpu.txt" 2>&1
+JAX_PLATFORMS=cuda,cpu timeout 150 python3 hardware/verdict_backend.py --out "$out" > "$out/corpus-gpu.txt" 2>&1
 echo "rc=$?" >> "$out/corpus-gpu.txt"
 tail -n 5 "$out/gpu_check.log" "$out/corpus-gpu.txt"

@@ -11,7 +11,7 @@ own process:
   variant run once, its peak read from ``Device.memory_stats()``.
 
 Per example and variant it writes the predicted figures against the ones
-compiled on the GPU and the measured peak into ``benchmarks/results/gpu-check.json``
+compiled on the GPU and the measured peak into ``hardware/results/gpu-check.json``
 and a markdown table ``gpu-check.md`` (dated). Without a GPU it says so in one
 line and exits 2. ``--predicted P.json --measured M.json`` builds the table from
 two reports already written (no compile; the tests use it with a recorded reading).
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = ROOT / "hardware" / "results"
 # the figures compared, in the report's names
 FIGURES = ("footprint_bytes", "live_peak_bytes", "temp_bytes", "peak_bytes")
 # jax's device_kind (a part of it) -> fieldmem's deviceless GPU kind

@@ -3,8 +3,8 @@
 # python3, jax and libtpu, with what fieldmem needs beyond them carried as wheels in .whl-tpu/ (typer, rich,
 # msgspec, protobuf, flax, optax, equinox and what they import). Each step has a time limit of its own, so a
 # failing one still leaves the others' files; every file goes under $DIR (default /tmp/tpu-check), packed into
-# $OUT/tpu-check.tgz after each step, with the log in $OUT/tpu-check.log. `benchmarks/tpu_check.py compare`
-# reads the folder (on any machine) and writes benchmarks/results/tpu-check.{json,md}.
+# $OUT/tpu-check.tgz after each step, with the log in $OUT/tpu-check.log. `hardware/tpu_check.py compare`
+# reads the folder (on any machine) and writes hardware/results/tpu-check.{json,md}.
 set -u
 out=${OUT:-/tmp/tpu-check-out}
 dir=${DIR:-/tmp/tpu-check}
@@ -15,7 +15,7 @@ if ls .whl-tpu/*.whl >/dev/null 2>&1; then
     --upgrade --target /tmp/site .whl-tpu/*.whl || exit 2
   export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/site"
 fi
-export PYTHONPATH="$PWD:${PYTHONPATH}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 log="$out/tpu-check.log"
 : > "$log"
 pack() { tar czf "$out/tpu-check.tgz" -C "$(dirname "$dir")" "$(basename "$dir")" 2>/dev/null; }
@@ -56,18 +56,18 @@ step examples-static 300 $fm check examples/ -f json -o "$dir/examples-static.js
 step examples-run 400 $fm check examples/ --run -f json -o "$dir/examples-run.json" --no-cache
 step examples-run-2 400 $fm check examples/ --run -f json -o "$dir/examples-run-2.json"
 # the corpus: the chip's report, its runs, and the runtime truth of plain jax
-step corpus-static 300 $fm check benchmarks/tpu_corpus.py -f json -o "$dir/corpus-static.json" --no-cache
-step corpus-run 400 $fm check benchmarks/tpu_corpus.py --run -f json -o "$dir/corpus-run.json" --no-cache
-step corpus-truth 300 python3 benchmarks/tpu_truth.py "$dir/corpus-truth.json"
+step corpus-static 300 $fm check hardware/tpu_corpus.py -f json -o "$dir/corpus-static.json" --no-cache
+step corpus-run 400 $fm check hardware/tpu_corpus.py --run -f json -o "$dir/corpus-run.json" --no-cache
+step corpus-truth 300 python3 hardware/tpu_truth.py "$dir/corpus-truth.json"
 # near the chip's memory: libtpu's words, the user's own calls, then fieldmem (static with --expect fits, and runs)
-step capacity-refusal 120 python3 benchmarks/tpu_capacity.py refusal
+step capacity-refusal 120 python3 hardware/tpu_capacity.py refusal
 for call in "fits_with_donation donated" "fits_with_donation plain" "by_a_hair plain" "by_a_hair donated"; do
   set -- $call
-  step "capacity-python-$1-$2" 180 python3 benchmarks/tpu_capacity.py "$1" "$2"
+  step "capacity-python-$1-$2" 180 python3 hardware/tpu_capacity.py "$1" "$2"
 done
-step capacity-fits 180 $fm check benchmarks/tpu_capacity.py:fits_with_donation \
-  benchmarks/tpu_capacity.py:by_a_hair --expect fits -f json -o "$dir/capacity-fits.json" --no-cache
-step capacity-run 300 $fm check benchmarks/tpu_capacity.py:fits_with_donation_run \
-  benchmarks/tpu_capacity.py:by_a_hair_run --run -f json -o "$dir/capacity-run.json" --no-cache
+step capacity-fits 180 $fm check hardware/tpu_capacity.py:fits_with_donation \
+  hardware/tpu_capacity.py:by_a_hair --expect fits -f json -o "$dir/capacity-fits.json" --no-cache
+step capacity-run 300 $fm check hardware/tpu_capacity.py:fits_with_donation_run \
+  hardware/tpu_capacity.py:by_a_hair_run --run -f json -o "$dir/capacity-run.json" --no-cache
 pack
 tail -n 30 "$log"

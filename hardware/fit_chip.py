@@ -1,7 +1,7 @@
 """On a real TPU v5e: does the largest batch ``fieldmem fit`` reported for ``tpu:v5e`` run, and does the next one
 up fail with an out-of-memory error?
 
-    python benchmarks/fit_chip.py OUT.json [--report benchmarks/results/fit-block-tpu-v5e.json]
+    python hardware/fit_chip.py OUT.json [--report hardware/results/fit-block-tpu-v5e.json]
 
 The report is a ``fieldmem fit -f json`` document of ``examples/fit/block.py`` (by default the one the docs
 show, compiled without the chip). For each of its rows (each remat policy) two points are run with plain
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_REPORT = ROOT / "benchmarks" / "results" / "fit-block-tpu-v5e.json"
+DEFAULT_REPORT = ROOT / "hardware" / "results" / "fit-block-tpu-v5e.json"
 OUT_OF_MEMORY = ("RESOURCE_EXHAUSTED", "out of memory", "Out of memory", "exceeds available HBM", "OOM")
 
 
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             return 3
         return 0
     if options.out is None:
-        parser.error("name the file to write, e.g. python benchmarks/fit_chip.py fit-chip.json")
+        parser.error("name the file to write, e.g. python hardware/fit_chip.py fit-chip.json")
     try:
         document = json.loads(Path(options.report).read_text(encoding="utf-8"))
         points = plan_points(document, options.backend)
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     def write() -> bool:
         """Write what was seen so far (a run stopped midway keeps its points); whether all of it agrees."""
         written = {
-            "what": "fieldmem fit's frontier on tpu:v5e against a real chip (benchmarks/fit_chip.py)",
+            "what": "fieldmem fit's frontier on tpu:v5e against a real chip (hardware/fit_chip.py)",
             "report": str(options.report),
             "created": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat(),
             "points": results,

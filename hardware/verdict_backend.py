@@ -24,7 +24,7 @@ KINDS = ("in-place", "not-in-place", "nothing-to-update")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--out", type=Path, default=ROOT / "hardware" / "results")
     args = parser.parse_args(argv)
 
     import jax

@@ -1,15 +1,15 @@
 """``make tpu-check``: fieldmem on a TPU chip against the chip's own truth and against the deviceless report.
 
-On a machine with a TPU chip, ``benchmarks/tpu_check_device.sh`` runs (each in its own process, the chip
+On a machine with a TPU chip, ``hardware/tpu_check_device.sh`` runs (each in its own process, the chip
 opened by each): fieldmem's static check and ``--run`` of the bundled examples and of the corpus
-(``benchmarks/tpu_corpus.py``), the corpus with plain jax (``benchmarks/tpu_truth.py``), and two programs
-near the chip's memory (``benchmarks/tpu_capacity.py``) as the user's own calls and under fieldmem. Then,
+(``hardware/tpu_corpus.py``), the corpus with plain jax (``hardware/tpu_truth.py``), and two programs
+near the chip's memory (``hardware/tpu_capacity.py``) as the user's own calls and under fieldmem. Then,
 on any machine::
 
-    python benchmarks/tpu_check.py compare DIR        # DIR: the device script's folder (or its .tgz)
+    python hardware/tpu_check.py compare DIR        # DIR: the device script's folder (or its .tgz)
 
 compiles the same examples and corpus for ``tpu:v5e`` without the device (here, unless ``--deviceless
-DIR`` has them) and writes ``benchmarks/results/tpu-check.{json,md}``:
+DIR`` has them) and writes ``hardware/results/tpu-check.{json,md}``:
 
 - every corpus case: fieldmem's figures on the chip against ``memory_analysis()`` of the user's own jit,
   its aliases against the buffers the donated call reused (pointers, ``is_deleted()``), the inputs it says
@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "hardware"))
 
 from hlo_count import array_bytes  # noqa: E402
 
-RESULTS = ROOT / "benchmarks" / "results"
+RESULTS = ROOT / "hardware" / "results"
 FIGURES = ("argument_bytes", "output_bytes", "alias_bytes", "temp_bytes", "generated_code_bytes", "peak_bytes")
 COMPARED = (*FIGURES, "footprint_bytes", "live_peak_bytes", "constant_bytes")
 PLAN_TOLERANCE = 0.005  # a measured peak within 0.5% of the plan
@@ -280,7 +280,7 @@ def compare(folder: Path, deviceless_dir: Path | None) -> int:
         ["examples/"], scratch / "examples-deviceless.json"
     )
     corpus_deviceless = _load(scratch / "corpus-deviceless.json") or _deviceless(
-        ["benchmarks/tpu_corpus.py"], scratch / "corpus-deviceless.json"
+        ["hardware/tpu_corpus.py"], scratch / "corpus-deviceless.json"
     )
     truth = _load(folder / "corpus-truth.json")
     corpus = corpus_rows(_load(folder / "corpus-static.json"), _load(folder / "corpus-run.json"), truth)
@@ -352,7 +352,7 @@ def markdown(document: dict[str, Any]) -> str:
         f"# tpu-check: fieldmem on a {env.get('device_kind')} chip",
         "",
         f"- date: {document['date']}; jax {env.get('jax')}, jaxlib {env.get('jaxlib')}, libtpu {env.get('libtpu')}, "
-        f"python {env.get('python')}, {env.get('cpus')} CPUs; `make tpu-check` (benchmarks/tpu_check.py)",
+        f"python {env.get('python')}, {env.get('cpus')} CPUs; `make tpu-check` (hardware/tpu_check.py)",
         f"- the chip's memory for a program (`bytes_limit`): {_bytes((env.get('memory_stats') or {}).get('bytes_limit'))}",
         "",
         "| check | |",

@@ -1,4 +1,4 @@
-"""Runtime truth for ``make tpu-check``: the corpus (``benchmarks/tpu_corpus.py``) run with plain jax.
+"""Runtime truth for ``make tpu-check``: the corpus (``hardware/tpu_corpus.py``) run with plain jax.
 
 For each entry that is a plain function or a ``jax.jit`` object, on whatever device jax runs on (the
 chip), with nothing of fieldmem's: the donated program as the user's own jit builds it (the entry's
@@ -9,7 +9,7 @@ its optimized HLO keeps in device memory (``copy``/``copy-start`` outside fusion
 destination both lie in memory space 0, read from the text with a pattern of its own). Leaves are numbered
 as fieldmem's report numbers them: the positional arguments' leaves in order, static arguments left out.
 
-    python benchmarks/tpu_truth.py OUT.json
+    python hardware/tpu_truth.py OUT.json
 """
 
 from __future__ import annotations

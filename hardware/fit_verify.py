@@ -1,7 +1,7 @@
 """Hold ``fieldmem fit``'s frontier to plain jax: the largest value it reports compiles without "does not fit",
 and the next one up does not. Compiles without the device, as fieldmem did, but through jax alone.
 
-    python benchmarks/fit_verify.py benchmarks/results/fit-block-tpu-v5e.json [OUT.json]
+    python hardware/fit_verify.py hardware/results/fit-block-tpu-v5e.json [OUT.json]
 
 For each search of the ``fieldmem fit -f json`` document (a deviceless backend) and each row, the step is
 compiled with plain jax (``step.trace(...).lower().compile()``; a step that is not a jit is jitted donating
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "hardware"))
 
 from fit_chip import _load, out_of_memory, plan_points  # noqa: E402
 
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(options.out) if options.out else Path(options.report).with_name(Path(options.report).stem + "-verify.json")
     )
     written = {
-        "what": "fieldmem fit's frontier against plain jax compiles (benchmarks/fit_verify.py)",
+        "what": "fieldmem fit's frontier against plain jax compiles (hardware/fit_verify.py)",
         "report": str(options.report),
         "points": results,
         "agrees": all(r["agrees"] for r in results),

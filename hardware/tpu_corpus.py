@@ -2,7 +2,7 @@
 
 Each entry is a function (or a ``jax.jit`` object), its example arguments and the donation its donated
 variant makes, registered here as a ``fieldmem.case`` with that donation, so ``fieldmem check
-benchmarks/tpu_corpus.py`` checks exactly these. ``benchmarks/tpu_truth.py`` runs the same entries
+hardware/tpu_corpus.py`` checks exactly these. ``hardware/tpu_truth.py`` runs the same entries
 with plain jax on the chip, for the facts fieldmem's report is held to; entries whose step a library
 wraps (``flax.nnx.jit``, ``equinox.filter_jit``) are held to ``--run``'s buffer identities instead.
 

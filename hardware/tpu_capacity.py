@@ -5,9 +5,9 @@
 - ``by_a_hair``: the same on two arrays of 5.09 GiB: plain, 15.28 GiB (the arguments and the new output),
   which fits.
 
-Registered as fieldmem cases (``fieldmem check benchmarks/tpu_capacity.py``); the arguments are shapes
+Registered as fieldmem cases (``fieldmem check hardware/tpu_capacity.py``); the arguments are shapes
 for a static check and zeros for a run. Run as a script on the chip, it makes each program's call with
-plain jax in this process, as a user's program does (``python benchmarks/tpu_capacity.py NAME VARIANT``),
+plain jax in this process, as a user's program does (``python hardware/tpu_capacity.py NAME VARIANT``),
 and prints one JSON line: whether the call ran, its error's first line, and the device's memory figures;
 ``refusal`` prints libtpu's words for the plain program of ``fits_with_donation``.
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The wheels `make tpu-check` carries to a TPU machine with no package index (benchmarks/tpu_check_device.sh
+# The wheels `make tpu-check` carries to a TPU machine with no package index (hardware/tpu_check_device.sh
 # installs them with --target): what fieldmem's command and the corpus import beyond the image's python3, jax,
 # jaxlib, libtpu and numpy, at the versions of requirements-test.txt (read from this checkout's .venv), for
 # CPython 3.11 on x86-64 Linux. Writes .whl-tpu/ (ignored by git; about 5 MB).
