@@ -2,14 +2,14 @@
 
 Part 1: for each backend (``cpu``, ``gpu:h100``, ``tpu:v5e``), ``fieldmem check``
 of the bundled examples (5 targets, 10 compiles) against
-``naive_backends.py BACKEND`` doing the same compiles by hand; each
+``naive.py --backend BACKEND`` doing the same compiles by hand; each
 measurement a fresh process, the two alternating, repeated; the ratio of
 medians is what to read (both include starting jax and, for a TPU, libtpu).
 
 Part 2: ``fieldmem check examples/pod/train_step.py --backend tpu:v5e:16x16``
 (a 7B-parameter train step on 256 chips, all ShapeDtypeStructs) with its
 default ``--jobs`` (the two variants compile at once) and with ``--jobs 1`` (one
-after the other), and ``naive_backends.py pod``, alternating, ``--pod-repeat``
+after the other), and ``naive.py --backend pod``, alternating, ``--pod-repeat``
 times: medians of the wall time, the peak resident memory of the largest
 process (``os.wait4``) and of all the run's processes together (sampled from
 ``/proc``), and the per-chip figures fieldmem reported.
@@ -137,7 +137,7 @@ def per_backend(repeat: int, scratch: Path, flags: tuple[str, ...] = ("-j", "1")
     for backend in BACKENDS:
         runs: dict[str, list[float]] = {"naive": [], "fieldmem": []}
         for _ in range(repeat):
-            runs["naive"].append(measured([sys.executable, "benchmarks/naive_backends.py", backend])[0])
+            runs["naive"].append(measured([sys.executable, "benchmarks/naive.py", "--backend", backend])[0])
             command = fieldmem_command(EXAMPLES, backend, str(scratch / "examples.json"), *flags)
             runs["fieldmem"].append(measured(command)[0])
         naive, fieldmem = statistics.median(runs["naive"]), statistics.median(runs["fieldmem"])
@@ -155,7 +155,7 @@ def pod(scratch: Path, devices: int | None, repeat: int = 1) -> dict[str, Any]:
     report_path = scratch / "pod.json"
     extra = ["--devices", str(devices)] if devices else []
     commands = {
-        "naive": [sys.executable, "benchmarks/naive_backends.py", "pod"],
+        "naive": [sys.executable, "benchmarks/naive.py", "--backend", "pod"],
         "fieldmem": fieldmem_command([POD], POD_BACKEND, str(report_path), *extra),
         "fieldmem_jobs1": fieldmem_command([POD], POD_BACKEND, str(scratch / "pod-jobs1.json"), *extra, "-j", "1"),
     }

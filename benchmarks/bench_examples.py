@@ -79,7 +79,7 @@ def main() -> None:
         "1",
         "--no-cache",
     ]
-    naive = [sys.executable, "benchmarks/naive_examples.py"]
+    naive = [sys.executable, "benchmarks/naive.py", "--examples"]
     help_cmd = [sys.executable, "-m", "fieldmem", "--help"]
     runs: dict[str, list[float]] = {"naive": [], "fieldmem": [], "fieldmem --help": []}
     for _ in range(REPEAT):

@@ -31,7 +31,7 @@ Sections (each in fresh processes; naive and fieldmem alternate, naive first):
   the report; ``memory_analysis()`` and ``as_text()`` count as fieldmem's too.
 - ``backends`` (issue 32): ``bench_backends.per_backend`` with fieldmem's default
   ``--jobs``: the bundled examples on ``gpu:h100`` and ``tpu:v5e`` compiled without
-  the device (and ``cpu``) against ``naive_backends.py``, alternating.
+  the device (and ``cpu``) against ``naive.py --backend``, alternating.
 - ``pod`` (issue 32): ``bench_backends.pod``: the 256-chip pod example, fieldmem's
   default and ``--jobs 1`` against the naive script's two compiles, alternating;
   wall time and peak resident memory.
