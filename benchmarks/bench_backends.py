@@ -14,7 +14,7 @@ times: medians of the wall time, the peak resident memory of the largest
 process (``os.wait4``) and of all the run's processes together (sampled from
 ``/proc``), and the per-chip figures fieldmem reported.
 
-Writes ``benchmarks/results/backends.json`` and ``backends.md`` from it, through ``results_file.py``: the run
+Writes ``benchmarks/results/backends.json`` and ``backends.md`` from it, through ``runner.py``: the run
 becomes the current one and the one it replaces joins the JSON's ``history`` (its date, machine and ratios).
 A part measured alone (``--pod-only``, ``--no-pod``) never replaces a complete run: it joins the history.
 """
@@ -37,7 +37,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import results_file  # noqa: E402
 import runner  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -319,7 +318,7 @@ def _pod_table(row: dict[str, Any]) -> list[str]:
     ]
 
 
-BENCHMARK = results_file.Benchmark(
+BENCHMARK = runner.Benchmark(
     "backends",
     lambda document: markdown(document),
     headline,
@@ -353,7 +352,7 @@ def main() -> None:
             document["backends"] = per_backend(args.repeat, Path(scratch))
         if not args.no_pod:
             document["pod"] = pod(Path(scratch), args.pod_devices, args.pod_repeat)
-    results_file.write(RESULTS, BENCHMARK, document)
+    runner.write(RESULTS, BENCHMARK, document)
     print(markdown(document))
     print(f"written: {(RESULTS / 'backends.json').relative_to(ROOT)}, {(RESULTS / 'backends.md').relative_to(ROOT)}")
 

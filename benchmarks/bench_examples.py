@@ -2,7 +2,7 @@
 
 Each measurement is a fresh process (no warm caches), alternating the two
 commands, repeated; the ratio of medians is what to read. Writes ``results/examples.json`` and
-``examples.md`` from it, through ``results_file.py`` (the run replaces the current one, which joins the
+``examples.md`` from it, through ``runner.py`` (the run replaces the current one, which joins the
 JSON's ``history``).
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import results_file  # noqa: E402
+import runner  # noqa: E402
 
 EXAMPLES = ["examples/field.py", "examples/sparse_row.py", "examples/stencil_scan.py", "examples/optimizer.py"]
 REPEAT = 5
@@ -52,7 +52,7 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-BENCHMARK = results_file.Benchmark(
+BENCHMARK = runner.Benchmark(
     "examples",
     markdown,
     lambda document: {
@@ -97,7 +97,7 @@ def main() -> None:
         "runs": runs,
         "medians": {k: statistics.median(v) for k, v in runs.items()},
     }
-    results_file.write(ROOT / "benchmarks" / "results", BENCHMARK, document)
+    runner.write(ROOT / "benchmarks" / "results", BENCHMARK, document)
     print(markdown(document))
 
 

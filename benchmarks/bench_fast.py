@@ -53,7 +53,7 @@ is compiled first (``compileall``), as ``pip install`` does: with
 
 Usage: ``python benchmarks/bench_fast.py [--quick] [--skip SECTION,...] [--out benchmarks/results]``
 (``make bench``; ``make bench-quick`` is ``--quick``). Writes ``fast.json`` and
-``fast.md`` (``fast-quick.*`` with ``--quick``) through ``results_file.py``: the
+``fast.md`` (``fast-quick.*`` with ``--quick``) through ``runner.py``: the
 run becomes the current one and the one it replaces joins the JSON's
 ``history`` (its date, machine, commit and summary figures). A partial run
 (``--skip``, ``--overhead-points``, or one that stopped part way) never
@@ -86,7 +86,6 @@ sys.path.insert(0, str(BENCH))
 sys.path.insert(1, str(ROOT))  # bench_watch.run() imports fieldmem in this process: this tree's
 
 import heavy  # noqa: E402
-import results_file  # noqa: E402
 import runner  # noqa: E402
 from runner import BenchError, environment, median, timed  # noqa: E402
 
@@ -658,9 +657,9 @@ def headline(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def benchmark(name: str = "fast") -> results_file.Benchmark:
+def benchmark(name: str = "fast") -> runner.Benchmark:
     """``make bench``'s result file ``name`` (``fast``; ``fast-quick``; another machine's with ``--name``)."""
-    return results_file.Benchmark(name, markdown, headline, complete, measured_sections)
+    return runner.Benchmark(name, markdown, headline, complete, measured_sections)
 
 
 # ---------------------------------------------------------------- main
@@ -680,7 +679,7 @@ def main() -> int:
     parser.add_argument("--render", type=Path, help="only write the .md of this results JSON")
     ns = parser.parse_args()
     if ns.render:
-        results_file.render(ns.render, benchmark(ns.render.stem))
+        runner.render(ns.render, benchmark(ns.render.stem))
         return 0
     skipped = [s.strip() for s in ns.skip.split(",") if s.strip()]
     unknown = set(skipped) - set(SECTIONS)
@@ -783,7 +782,7 @@ def main() -> int:
     results["summary"] = summary(results)
     # a partial run (skipped sections, some overhead points, stopped) does not replace a complete one
     name = ns.name or ("fast-quick" if ns.quick else "fast")
-    written = results_file.write(ns.out, benchmark(name), results)
+    written = runner.write(ns.out, benchmark(name), results)
     print(markdown(results))  # this run's figures, whether or not it became the file's current run
     if written["meta"]["date"] != results["meta"]["date"]:
         print(f"bench_fast: a partial run: it joins the history of {ns.out / name}.json", file=sys.stderr)

@@ -15,7 +15,7 @@ alternate the naive baseline and each fieldmem setting; medians and ratios to
 the naive baseline's median are taken within this one run.
 
 Usage: ``python benchmarks/bench_levers.py [--functions 20] [--repeat 3] [--out benchmarks/results]``.
-Writes ``levers.json`` and ``levers.md`` from it, through ``results_file.py`` (the run replaces the
+Writes ``levers.json`` and ``levers.md`` from it, through ``runner.py`` (the run replaces the
 current one, which joins the JSON's ``history``).
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import results_file
+import runner
 
 from bench_suite import measure
 from synth import write_module
@@ -65,7 +65,7 @@ def markdown(document: dict[str, Any]) -> str:
     )
 
 
-BENCHMARK = results_file.Benchmark(
+BENCHMARK = runner.Benchmark(
     "levers",
     markdown,
     lambda document: {
@@ -126,7 +126,7 @@ def main() -> None:
         "repeat": str(options.repeat),
     }
     document = {"meta": meta, "walls": walls, "medians": medians}
-    results_file.write(options.out, BENCHMARK, document)
+    runner.write(options.out, BENCHMARK, document)
     text = markdown(document)
     print(text)
 

@@ -8,7 +8,7 @@ copy keeps ``ENTRY`` — into texts of about 1, 10 and 50 MB. Each is parsed
 The time per 10 MB should stay flat as the text grows.
 
 Usage: ``python benchmarks/bench_parse.py [--out benchmarks/results]``. Writes ``parse.json`` and
-``parse.md`` from it, through ``results_file.py`` (the run replaces the current one, which joins the
+``parse.md`` from it, through ``runner.py`` (the run replaces the current one, which joins the
 JSON's ``history``).
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import results_file
+import runner
 
 from synth import write_module
 
@@ -90,7 +90,7 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-BENCHMARK = results_file.Benchmark(
+BENCHMARK = runner.Benchmark(
     "parse",
     markdown,
     lambda document: {f"{r['mb']:.1f} MB: seconds per 10 MB": round(r["s_per_10mb"], 3) for r in document["rows"]},
@@ -144,7 +144,7 @@ def main() -> None:
         "base_kb": round(len(base) / 1e3),
     }
     document = {"meta": meta, "rows": rows}
-    results_file.write(ns.out, BENCHMARK, document)
+    runner.write(ns.out, BENCHMARK, document)
     print(markdown(document))
 
 

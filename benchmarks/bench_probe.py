@@ -11,7 +11,7 @@ Each probe is made ``--rounds`` times; ``--load N`` keeps N busy processes
 copying memory meanwhile (the load a test suite or a CI neighbour puts on the
 cores, under which a probe once misjudged a row write: growth 0.61 for 143
 µs). Writes ``<name>.json`` and ``<name>.md`` from it under ``--out`` (name:
-``probe``, or ``probe-load<N>``), through ``results_file.py``: the run replaces the current one, which
+``probe``, or ``probe-load<N>``), through ``runner.py``: the run replaces the current one, which
 joins the JSON's ``history``.
 
 Usage: ``python benchmarks/bench_probe.py [--rounds 3] [--load N] [--out benchmarks/results]``.
@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import results_file  # noqa: E402
+import runner  # noqa: E402
 
 
 def updates():
@@ -134,9 +134,9 @@ def headline(document: dict[str, Any]) -> dict[str, Any]:
     return figures
 
 
-def benchmark(name: str = "probe") -> results_file.Benchmark:
+def benchmark(name: str = "probe") -> runner.Benchmark:
     """The result file ``name``: ``probe``, or ``probe-loadN`` for a run beside N processes copying memory."""
-    return results_file.Benchmark(name, markdown, headline)
+    return runner.Benchmark(name, markdown, headline)
 
 
 def main() -> None:
@@ -214,7 +214,7 @@ def main() -> None:
         "script": "benchmarks/bench_probe.py",
     }
     document = {"meta": meta, "method": METHOD, "summary": summary, "rows": rows}
-    results_file.write(options.out, benchmark(f"probe-load{options.load}" if options.load else "probe"), document)
+    runner.write(options.out, benchmark(f"probe-load{options.load}" if options.load else "probe"), document)
     text = markdown(document)
     print(text)
 

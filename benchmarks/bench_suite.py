@@ -22,7 +22,7 @@ small). ``bench_fast.py`` measures fieldmem's defaults against the naive script.
 
 Usage: ``python benchmarks/bench_suite.py [--quick] [--out benchmarks/results]``
 (``make bench-more`` runs it). Writes ``suite.json`` and ``suite.md`` from it (``suite-quick.*`` with
-``--quick``) through ``results_file.py`` (the run replaces the current one, which joins the JSON's
+``--quick``) through ``runner.py`` (the run replaces the current one, which joins the JSON's
 ``history``; a run of one dimension, ``--only``, joins the history alone), and ``suite.svg`` (the plot
 of the current run) under ``--out``.
 """
@@ -46,7 +46,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import results_file
+import runner
 
 from synth import write_module
 
@@ -248,9 +248,9 @@ def headline(document: dict[str, Any]) -> dict[str, Any]:
     return {f"{p.dimension} = {p.value}: fieldmem / naive": round(p.ratio, 3) for p in points_of(document)}
 
 
-def benchmark(name: str = "suite") -> results_file.Benchmark:
+def benchmark(name: str = "suite") -> runner.Benchmark:
     """The result file ``name`` (``suite``, ``suite-quick``): a run of one dimension (``--only``) is partial."""
-    return results_file.Benchmark(
+    return runner.Benchmark(
         name,
         document_markdown,
         headline,
@@ -301,8 +301,8 @@ def main() -> None:
         meta["only"] = ns.only
     suffix = "-quick" if ns.quick else ""
     document = {"meta": meta, "seconds": seconds, "import_jax_seconds": floor, "points": [asdict(p) for p in points]}
-    written = results_file.write(ns.out, benchmark(f"suite{suffix}"), document)
-    if results_file.current(written)["meta"] == meta:  # a run of one dimension beside a whole one: history alone
+    written = runner.write(ns.out, benchmark(f"suite{suffix}"), document)
+    if runner.current(written)["meta"] == meta:  # a run of one dimension beside a whole one: history alone
         (ns.out / f"suite{suffix}.svg").write_text(svg_plot(points))
     print(markdown(points, meta, seconds, floor))
 

@@ -28,7 +28,7 @@ same time: a load from elsewhere on the machine reaches both alike.
 
 Writes ``results/watch.json`` (date, machine, jax, raw times, medians, the
 ratio; earlier runs' headline figures in its ``history``) and ``results/watch.md``
-from it, through ``results_file.py``; a quick run (no heavy module) never replaces
+from it, through ``runner.py``; a quick run (no heavy module) never replaces
 a complete one. ``run(repeat=...)`` returns this run's dict for ``make bench``.
 
     python benchmarks/bench_watch.py [--repeat 11] [--quick]
@@ -55,7 +55,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import results_file  # noqa: E402
 import runner  # noqa: E402
 
 from synth import write_module  # noqa: E402
@@ -308,7 +307,7 @@ def run(
         **main_module,
         "heavy": heavy_module,
     }
-    results_file.write(RESULTS, BENCHMARK, result)
+    runner.write(RESULTS, BENCHMARK, result)
     return result
 
 
@@ -352,7 +351,7 @@ def _markdown(result: dict[str, Any]) -> str:
     )
 
 
-BENCHMARK = results_file.Benchmark(
+BENCHMARK = runner.Benchmark(
     "watch",
     lambda result: _markdown(result),
     headline,

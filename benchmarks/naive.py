@@ -11,7 +11,7 @@ Each mode compiles every case without and with donation, one after the other: ji
 ``memory_analysis()`` and ``as_text()``, and prints the seconds it took from the start of the script.
 It is the denominator of every speed ratio the benchmarks report, so each mode does exactly the work
 of the script it was before issue 51 folded them into this one (``naive.py``, ``naive_examples.py``,
-``naive_backends.py`` with ``example_cases.py``; ``git show 2107c80:benchmarks/naive_backends.py``):
+``naive_backends.py`` with ``example_cases.py``; ``git show 0a08d1f:benchmarks/naive_backends.py``):
 
 - ``MODULE.py`` (``bench_fast.py``, ``bench_suite.py``, ``bench_levers.py``): fieldmem is hidden from the
   import (``import fieldmem`` raises ImportError), so the module's registrations are skipped and fieldmem

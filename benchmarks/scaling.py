@@ -18,7 +18,7 @@ weights) and each depth (``heavy.write_module``: 2, 8, 16 and 32 layers unrolled
 It fits own time against instructions (least squares) and reports, per point,
 own time per instruction and the marginal cost between two depths: linear growth
 is a flat marginal cost. Medians over the runs. Writes ``results/scaling.{json,md}``
-through ``results_file.py`` (the run replaces the current one, which joins the JSON's ``history``).
+through ``runner.py`` (the run replaces the current one, which joins the JSON's ``history``).
 
 Unrolled, XLA's own program grows faster than the layers (``results/scaling.md``
 gives the instruction counts), and XLA:CPU could not compile 128 unrolled layers
@@ -48,7 +48,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import results_file
+import runner
 from heavy import write_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -241,10 +241,10 @@ def markdown(document: dict[str, Any], title: bool = True) -> str:
 
 def write(document: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    results_file.write(out, BENCHMARK, document)
+    runner.write(out, BENCHMARK, document)
 
 
-BENCHMARK = results_file.Benchmark(
+BENCHMARK = runner.Benchmark(
     "scaling",
     lambda document: markdown(document),
     lambda document: {f"{name}: deepest / 8 layers": fit["deepest_over_8"] for name, fit in document["fits"].items()},
@@ -264,8 +264,8 @@ def main() -> int:
     if ns.render:
         document = json.loads(ns.render.read_text())
         document["fits"] = fit(document["rows"])  # the same run fitted again: not a new run, its history kept
-        results_file.write_atomically(ns.render, json.dumps(document, indent=1) + "\n")
-        results_file.render(ns.render, BENCHMARK)
+        runner.write_atomically(ns.render, json.dumps(document, indent=1) + "\n")
+        runner.render(ns.render, BENCHMARK)
         return 0
     with tempfile.TemporaryDirectory(prefix="fieldmem-scaling-") as tmp:
         document = sweep(ns.layers, ns.scanned_layers, ns.runs, ns.backends, ns.layouts, Path(tmp))

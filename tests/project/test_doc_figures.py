@@ -13,7 +13,7 @@ them are fine)::
 benchmarks/results/, written by the script that measured it (with its date);
 ``hardware/results/FILE.json`` is a hardware check's, under hardware/results/.
 The docs quote only current figures: a marker into a file's ``history`` (the
-earlier runs ``benchmarks/results_file.py`` keeps there) or into a dated copy
+earlier runs ``benchmarks/runner.py`` keeps there) or into a dated copy
 (a file name with a date) fails, and results/ holds no dated copies. After
 ``#`` comes what to read:
 
