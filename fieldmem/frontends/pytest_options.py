@@ -1,9 +1,14 @@
 """The pytest plugin's options (``--fieldmem-*`` and their ini twins), parsed once at configure time into
 the session (:class:`~fieldmem.frontends.pytest_session._Session`); a bad value is a usage error naming it.
+Each check's limits (:class:`~fieldmem.frontends.pytest_session.Limits`) are the option table's
+(:func:`~fieldmem.request.option_table.limit_options`), read here by :func:`parse_limit`, whether they come
+from an option, its ini twin, ``[tool.fieldmem]``, a marker or the fixture.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +22,65 @@ from fieldmem.frontends.pytest_session import (
 from fieldmem.model.errors import OptionError
 from fieldmem.model.units import parse_bytes
 from fieldmem.model.versions import check_supported
-from fieldmem.request.option_table import Option, option, plugin_options
-from fieldmem.request.options import MIN_BYTES, parse_jax_versions
+from fieldmem.request.option_table import Option, limit_options, option, plugin_options
+from fieldmem.request.options import CheckOptions, parse_backends, parse_jax_versions, parse_new
 from fieldmem.request.tolerance import Tolerances
 
-__all__ = ["pytest_addoption"]
+__all__ = ["parse_limit", "pytest_addoption", "with_limits"]
+
+#: The limits read as sizes (None: no budget, or for min_bytes the default threshold)
+_SIZES = ("max_peak", "max_live_peak", "min_bytes")
 
 
-_SIZE_OPTIONS = tuple(option(name) for name in ("max_peak", "max_live_peak", "min_bytes"))
+def parse_limit(row: Option, value: Any, label: str) -> Any:
+    """``value`` of the limit ``row`` as :class:`~fieldmem.frontends.pytest_session.Limits` keeps it (None:
+    the table's ``marker_default``); ``label`` names it as the user gave it (``--fieldmem-min-bytes``,
+    ``@pytest.mark.fieldmem new=``). A limit this does not name (an option added to the table) is taken as
+    given.
+
+    Raises:
+        OptionError: a value the limit does not take, naming what was given.
+    """
+    if row.name == "in_place":
+        if not isinstance(value, bool):
+            raise OptionError(f"{label}{value!r} is not understood: use True or False")
+        return value
+    if value is None:
+        return row.marker_default
+    if row.name in _SIZES:
+        return parse_bytes(value, label)
+    if row.name == "new":
+        return parse_new(value, label)
+    if row.name == "backend":
+        return parse_backends(value, label)
+    return value
+
+
+def with_limits(limits: Limits, values: Mapping[str, Any]) -> Limits:
+    """``limits`` with ``values`` (parsed, by option name) in: each a field of ``Limits``, or else one of its
+    ``table_options`` (None: left to the check's default).
+
+    Raises:
+        OptionError: a value for an option that no check reads (``CheckOptions`` has no field of its name).
+    """
+    named = {f.name for f in dataclasses.fields(Limits)}
+    held = {f.name for f in dataclasses.fields(CheckOptions)}
+    table = dict(limits.table_options)
+    for name, value in values.items():
+        if name in named:
+            continue
+        if value is None:
+            table.pop(name, None)
+        elif name in held:
+            table[name] = value
+        else:
+            row = option(name)
+            raise OptionError(
+                f"{row.pytest or f'{row.marker}='} is an option of the table that no check reads yet "
+                f"(CheckOptions has no {name})"
+            )
+    changes = {name: value for name, value in values.items() if name in named}
+    return dataclasses.replace(limits, **changes, table_options=tuple(table.items()))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -59,15 +115,69 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _setting(config: pytest.Config, row: Option) -> tuple[str | None, str]:
     """The value of the option ``row`` from the command line, else its ini twin; and how to name it."""
-    assert row.pytest is not None and row.ini is not None
+    assert row.pytest is not None
     value = config.getoption(f"fieldmem_{row.name}")
     if value is not None:
         return value, row.pytest
+    if row.ini is None:
+        return None, row.pytest
     for ini in (row.ini, *((row.pytest_older[1],) if row.pytest_older else ())):
         value = config.getini(ini)
+        if value is True:  # a flag's ini twin
+            return "yes", f"ini {ini}"
         if isinstance(value, str) and value.strip():
             return value.strip(), f"ini {ini}"
     return None, f"ini {row.ini}"
+
+
+def _typed(row: Option, text: Any, label: str) -> Any:
+    """An option's text (or a flag's True) as the table's type of ``row`` says: yes or no for a bool, a
+    number for an int or a float; else as given (sizes, names: :func:`parse_limit` reads them)."""
+    if not isinstance(text, str):
+        return text
+    if row.type in (bool, bool | None):
+        if text.lower() not in ("yes", "no", "true", "false", "1", "0"):
+            raise OptionError(f"{label} {text!r} is not understood: use yes or no")
+        return text.lower() in ("yes", "true", "1")
+    for kind, example in ((int, "8"), (float, "1.5")):
+        if row.type in (kind, kind | None):
+            try:
+                return kind(text)
+            except ValueError:
+                raise OptionError(f"{label} {text!r} is not understood: give a number, e.g. {example}") from None
+    return text
+
+
+def _defaults(config: pytest.Config, project: Any) -> Limits:
+    """Each check's limits where its marker and its call set none: the table's limits
+    (:func:`~fieldmem.request.option_table.limit_options`), each from its option, else its ini twin, else
+    ``[tool.fieldmem]``, else the table's ``marker_default``.
+
+    Raises:
+        OptionError: a value a limit does not take, naming where it was given.
+    """
+    # what [tool.fieldmem] gives a function in hand: the budgets, the threshold and the backends; not a
+    # target's donate, static or new; a limit not named here (an option added to the table), its key's value
+    from_project = {
+        "max_peak": project.options.max_peak,
+        "max_live_peak": project.options.max_live_peak,
+        "min_bytes": project.min_bytes,
+        "backend": project.backends,
+        "in_place": True,
+        "donate": None,
+        "static": None,
+        "new": None,
+    }
+    values: dict[str, Any] = {}
+    for row in limit_options():
+        value, label = _setting(config, row) if row.pytest is not None else (None, "")
+        if value is not None:
+            values[row.name] = parse_limit(row, _typed(row, value, label), label)
+        elif row.name in from_project:
+            values[row.name] = from_project[row.name] if from_project[row.name] is not None else row.marker_default
+        else:
+            values[row.name] = parse_limit(row, project.values.get(row.name), f"[tool.fieldmem] {row.config} =")
+    return with_limits(Limits(), values)
 
 
 def _path(config: pytest.Config, value: str, label: str, flag: str | None) -> Path:
@@ -85,17 +195,7 @@ def _parse_session(config: pytest.Config) -> _Session:
     from fieldmem.request.config import load_config
 
     project = load_config(start=config.invocation_params.dir)  # [tool.fieldmem], as fieldmem check finds it
-    sizes: dict[str, Any] = {}  # int | None each
-    from_project = {
-        "max_peak": project.options.max_peak,
-        "max_live_peak": project.options.max_live_peak,
-        "min_bytes": project.min_bytes,
-    }
-    for row in _SIZE_OPTIONS:
-        value, label = _setting(config, row)
-        sizes[row.name] = parse_bytes(value, label) if value is not None else from_project[row.name]
-    min_bytes = sizes.pop("min_bytes")
-    defaults = Limits(min_bytes=MIN_BYTES if min_bytes is None else min_bytes, backend=project.backends, **sizes)
+    defaults = _defaults(config, project)
     value, label = _setting(config, option("report"))
     report_path = None
     if value is not None:
@@ -114,11 +214,7 @@ def _parse_session(config: pytest.Config) -> _Session:
                 f"{label} {value!r} is not a regular file ({kind}), which fieldmem never replaces: name a file"
             )
     value, label = _setting(config, option("isolate"))
-    isolate = True
-    if value is not None:
-        if value.lower() not in ("yes", "no", "true", "false", "1", "0"):
-            raise OptionError(f"{label} {value!r} is not understood: use yes or no")
-        isolate = value.lower() in ("yes", "true", "1")
+    isolate = bool(_typed(option("isolate"), value, label)) if value is not None else True
     value, label = _setting(config, option("timeout"))
     timeout: float | None = DEFAULT_TIMEOUT
     if value is not None:

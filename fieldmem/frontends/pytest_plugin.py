@@ -27,13 +27,12 @@ report and the baseline.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from fieldmem.frontends.pytest_options import _parse_session, pytest_addoption
+from fieldmem.frontends.pytest_options import _parse_session, parse_limit, pytest_addoption, with_limits
 from fieldmem.frontends.pytest_session import (
     Limits,
     _gate,
@@ -41,8 +40,8 @@ from fieldmem.frontends.pytest_session import (
     _write_report,
 )
 from fieldmem.model.errors import FieldmemError, OptionError
-from fieldmem.model.units import parse_bytes
-from fieldmem.request.options import MIN_BYTES, footprint_budget, parse_backends, parse_new
+from fieldmem.request.option_table import Option, marker_options
+from fieldmem.request.options import footprint_budget
 
 if TYPE_CHECKING:
     from fieldmem.model.report import Report
@@ -63,16 +62,18 @@ __all__ = [
 
 MARKER = "fieldmem"
 FIXTURE = "fieldmem_check"
-_MARKER_HELP = (
-    "fieldmem(in_place=True, max_footprint=None, max_live_peak=None, min_bytes=None, donate=None, static=None, "
-    "new=None, backend=None): "
-    "limits for the fieldmem_check fixture in this test (sizes like '64MiB')"
+
+#: The marker's and the fixture's keywords: the option table's (its ``marker`` column), each with its row
+_KEYWORDS: dict[str, Option] = {
+    keyword: row for row in marker_options() for keyword in (row.marker, row.marker_older) if keyword is not None
+}
+_MARKER_KEYS = tuple(row.marker for row in marker_options() if row.marker is not None)
+_MARKER_TAKES = tuple(_KEYWORDS)  # the older keywords too (max_peak, the footprint budget's): taken, not listed
+# the marker's help: a flag with its default; a value with None (not set: the session's, else the default)
+_MARKER_SHOWN = ", ".join(
+    f"{row.marker}={row.marker_default if isinstance(row.marker_default, bool) else None}" for row in marker_options()
 )
-
-
-# max_footprint is the budget Limits keeps as max_peak (its older name, still taken, not listed)
-_MARKER_KEYS = tuple("max_footprint" if f.name == "max_peak" else f.name for f in dataclasses.fields(Limits))
-_MARKER_TAKES = (*_MARKER_KEYS, "max_peak")
+_MARKER_HELP = f"fieldmem({_MARKER_SHOWN}): limits for the fieldmem_check fixture in this test (sizes like '64MiB')"
 
 
 _SESSION = pytest.StashKey[_Session]()
@@ -103,36 +104,33 @@ def _marker_limits(node: pytest.Item, defaults: Limits) -> Limits:
 
 
 def _override(limits: Limits, values: Mapping[str, Any], label: str) -> Limits:
-    """``limits`` with ``values`` parsed in (a size may be None: no budget); ``max_footprint`` is the budget
-    ``Limits`` keeps as ``max_peak`` (its older name: one of the two)."""
-    values = dict(values)
-    named = "max_footprint" if "max_footprint" in values else "max_peak"  # as the user named the budget
-    if "max_footprint" in values:
-        if "max_peak" in values:
-            footprint_budget(values["max_footprint"], values["max_peak"], label)
-            if values["max_footprint"] is None or values["max_peak"] is None:  # one of them drops the budget
-                raise OptionError(
-                    f"{label.format('max_footprint')} and {label.format('max_peak')} are one budget: give one"
-                )
-        values["max_peak"] = values.pop("max_footprint")
-    changes: dict[str, Any] = {}
-    for key, value in values.items():
-        if key in ("max_peak", "max_live_peak"):
-            shown = named if key == "max_peak" else key
-            changes[key] = None if value is None else parse_bytes(value, label.format(shown))
-        elif key == "min_bytes":
-            changes[key] = MIN_BYTES if value is None else parse_bytes(value, label.format(key))
-        elif key == "new":
-            changes[key] = parse_new(value, label.format(key))
-        elif key == "backend":
-            changes[key] = None if value is None else parse_backends(value, label.format(key))
-        elif key == "in_place":
-            if not isinstance(value, bool):
-                raise OptionError(f"{label.format(key)}{value!r} is not understood: use True or False")
-            changes[key] = value
-        else:
-            changes[key] = value
-    return dataclasses.replace(limits, **changes)
+    """``limits`` with ``values`` (by marker or fixture keyword) parsed in (a size may be None: no budget);
+    ``max_footprint`` is the budget ``Limits`` keeps as ``max_peak`` (its older name: one of the two)."""
+    for row in marker_options():
+        new, old = row.marker or "", row.marker_older or ""
+        if new in values and old in values:  # the footprint budget's two names
+            footprint_budget(values[new], values[old], label)  # both set
+            raise OptionError(f"{label.format(new)} and {label.format(old)} are one budget: give one")  # one None
+    return with_limits(
+        limits,
+        {_KEYWORDS[key].name: parse_limit(_KEYWORDS[key], value, label.format(key)) for key, value in values.items()},
+    )
+
+
+def _given(scope: Mapping[str, Any], chain: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The marker keywords a call of the fixture gave (``scope``: the call's ``locals()``: its parameters, and
+    in ``kwargs`` a keyword of the table that the signature does not name), and ``kwargs`` without them."""
+    kwargs = dict(scope["kwargs"])
+    given: dict[str, Any] = {}
+    for keyword, row in _KEYWORDS.items():
+        if chain and not row.marker_chain:
+            continue
+        if keyword in scope:
+            if scope[keyword] is not _UNSET:
+                given[keyword] = scope[keyword]
+        elif keyword in kwargs:
+            given[keyword] = kwargs.pop(keyword)
+    return given, kwargs
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -181,7 +179,9 @@ class FieldmemCheck:
         never a break of in place. ``backend`` checks on a backend as
         ``--backend`` names it (``"tpu:v5e"``), or on each of several
         (``["cpu", "tpu:v5e", "gpu:h100"]`` or ``"cpu,tpu:v5e"``): the test fails
-        when the check fails on any of them. The remaining keyword arguments go to ``fn``.
+        when the check fails on any of them. A keyword of the option table's marker column that the
+        signature does not name (an option added to the table) is a limit too; the remaining keyword
+        arguments go to ``fn``.
 
         Returns:
             The Report (one result), for further assertions; with several
@@ -192,17 +192,7 @@ class FieldmemCheck:
             NotInPlaceError: a check failed; the message is the CLI's verdict.
         """
         __tracebackhide__ = True
-        given = dict(
-            in_place=in_place,
-            max_footprint=max_footprint,
-            max_peak=max_peak,
-            max_live_peak=max_live_peak,
-            min_bytes=min_bytes,
-            donate=donate,
-            static=static,
-            new=new,
-            backend=backend,
-        )
+        given, kwargs = _given(locals(), chain=False)
         return self._check("function", fn, args, kwargs, given, name)
 
     def chain(
@@ -234,16 +224,7 @@ class FieldmemCheck:
             NotInPlaceError: a check failed; the message names the step, the leaf and the line.
         """
         __tracebackhide__ = True
-        given = dict(
-            in_place=in_place,
-            max_footprint=max_footprint,
-            max_peak=max_peak,
-            max_live_peak=max_live_peak,
-            min_bytes=min_bytes,
-            donate=donate,
-            static=static,
-            backend=backend,
-        )
+        given, kwargs = _given(locals(), chain=True)
         if step_args is not None:
             kwargs = {**kwargs, "step_args": step_args}
         return self._check("chain", steps, args, kwargs, given, name)
@@ -265,7 +246,7 @@ class FieldmemCheck:
         from fieldmem.frontends.api import NotInPlaceError
         from fieldmem.request.in_hand import in_hand_key, in_hand_name
 
-        limits = _override(self.limits, {k: v for k, v in given.items() if v is not _UNSET}, "{}=")
+        limits = _override(self.limits, given, "{}=")
         settings: dict[str, Any] = dict(
             donate=limits.donate,
             static=limits.static,
@@ -283,7 +264,7 @@ class FieldmemCheck:
         failed: NotInPlaceError | None = None
         display, key = in_hand_name(kind, subject, name), in_hand_key(kind, subject, name)
         for backend in limits.backend or (None,):
-            report = self._session.check(kind, subject, args, kwargs, settings, limits.min_bytes, backend)
+            report = self._session.check(kind, subject, args, kwargs, settings, limits, backend)
             several = limits.backend is not None and len(limits.backend) > 1
             self._session.record(report, self._nodeid, backend if several else None, display, key)
             broken = next((r for r in report.results if r.status == "error" and r.error is not None), None)

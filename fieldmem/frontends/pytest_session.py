@@ -14,27 +14,36 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from fieldmem.model.errors import OptionError
+from fieldmem.request.option_table import option
 from fieldmem.request.options import MIN_BYTES
 from fieldmem.request.tolerance import Tolerances
 
 if TYPE_CHECKING:
     from fieldmem.model.report import Report
+    from fieldmem.request.options import CheckOptions
 
-__all__ = ["DEFAULT_TIMEOUT", "FieldmemWarning", "Limits"]
+__all__ = ["DEFAULT_TIMEOUT", "FieldmemWarning", "Limits", "check_options"]
 
 DEFAULT_TIMEOUT = 600.0
 
 
 @dataclass(frozen=True)
 class Limits:
-    """What a fieldmem_check asserts: in place or not, the budgets, the size threshold."""
+    """What a fieldmem_check asserts: in place or not, the budgets, the size threshold.
+
+    A field per keyword of the plugin's marker and fixture (the option table's ``marker`` column,
+    :func:`~fieldmem.request.option_table.marker_options`, in its order and with its defaults:
+    tests/request/test_option_table.py holds them equal); the table's other limits, an option added to the
+    table, are in ``table_options``.
+    """
 
     in_place: bool = True
     max_peak: int | None = None
@@ -44,6 +53,41 @@ class Limits:
     static: Any = None
     new: tuple[str, ...] | None = None  # output paths declared new (single functions; not chains)
     backend: tuple[str, ...] | None = None  # check on each of these backends (None: jax's default)
+    # the option table's limits not named above, by option name (those set): each sets the CheckOptions
+    # field of its name (check_options)
+    table_options: tuple[tuple[str, Any], ...] = ()
+
+
+def check_options(min_bytes: int, backend: str | None, table_options: Iterable[tuple[str, Any]] = ()) -> CheckOptions:
+    """How a fieldmem_check is checked on ``backend`` (None: jax's default) in the supervised worker: as the
+    API checks a function in hand, with fast compiles, and the option table's limits that ``Limits`` does not
+    name (``Limits.table_options``) set in the :class:`~fieldmem.request.options.CheckOptions` field of their
+    name (the plugin's parsing refuses one with no such field)."""
+    # here, not at the top: at the top, these make loading the plugin 1.30 s, not 0.37 s (measured 2026-12-06)
+    from fieldmem.frontends.api import worker_options
+
+    options = worker_options(min_bytes, backend)
+    table = dict(table_options)
+    return dataclasses.replace(options, **table) if table else options
+
+
+def _api_keywords(limits: Limits) -> dict[str, Any]:
+    """The option table's limits that ``Limits`` does not name, as the keywords of the API's checks (in
+    pytest's own process the API builds the check's options from them, as :func:`check_options` does).
+
+    Raises:
+        OptionError: one the API does not take.
+    """
+    keywords: dict[str, Any] = {}
+    for name, value in limits.table_options:
+        row = option(name)
+        if row.api is None:
+            raise OptionError(
+                f"{row.pytest or row.marker} is not taken by a check in pytest's own process (the API has no "
+                "keyword for it): check in the supervised worker (--fieldmem-isolate yes)"
+            )
+        keywords[row.api] = value
+    return keywords
 
 
 @dataclass
@@ -80,12 +124,13 @@ class _Session:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
         settings: dict[str, Any],
-        min_bytes: int,
+        limits: Limits,
         backend: str | None,
     ) -> Report:
         """One check of a function (``kind`` ``"function"``) or chain in hand: in the supervised worker when
         it can be sent there (a function that could not be checked, a worker that died or hung, is an error
-        result of the report), else (and with ``--fieldmem-isolate no``) in this process.
+        result of the report), else (and with ``--fieldmem-isolate no``) in this process. ``settings``: the
+        target's (donation, budgets, ...), ``limits``: the check's options besides (:func:`check_options`).
 
         Raises:
             FieldmemError: in this process, the function could not be checked (as check_function).
@@ -102,17 +147,26 @@ class _Session:
             except NotSendable as exc:
                 _warn_in_process(kind, subject, settings, str(exc))
             else:
-                return self._check_in_worker(kind, subject, call, settings, min_bytes, backend)
+                return self._check_in_worker(
+                    kind, subject, call, settings, limits.min_bytes, backend, limits.table_options
+                )
+        options = dict(settings, min_bytes=limits.min_bytes, backend=backend, **_api_keywords(limits))
         with _forks_end_in_the_child():
             if kind == "function":
-                return check_function(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
-            return check_chain(subject, *args, **settings, min_bytes=min_bytes, backend=backend, **kwargs)
+                return check_function(subject, *args, **options, **kwargs)
+            return check_chain(subject, *args, **options, **kwargs)
 
     def _check_in_worker(
-        self, kind: str, subject: Any, call: bytes, settings: dict[str, Any], min_bytes: int, backend: str | None
+        self,
+        kind: str,
+        subject: Any,
+        call: bytes,
+        settings: dict[str, Any],
+        min_bytes: int,
+        backend: str | None,
+        table_options: tuple[tuple[str, Any], ...] = (),
     ) -> Report:
         # here, not at the top: at the top, these make loading the plugin 1.30 s, not 0.37 s (measured 2026-12-06)
-        from fieldmem.frontends.api import worker_options
         from fieldmem.parent.isolate import CallSession
         from fieldmem.request.in_hand import in_hand_name
 
@@ -126,7 +180,7 @@ class _Session:
             self.held.enter_context(in_use(interpreter))  # not removed while the session's checks run
             worker = self.workers[key] = CallSession(self.timeout, interpreter, environ)
         label = in_hand_name(kind, subject, settings.get("name"))
-        report: Report = worker.check(call, label, worker_options(min_bytes, backend))
+        report: Report = worker.check(call, label, check_options(min_bytes, backend, table_options))
         return report
 
     def close(self) -> None:

@@ -2,11 +2,12 @@
 it (the ``fieldmem check`` command line, ``[tool.fieldmem]``, the Python API, the pytest plugin).
 
 The command line's ``check`` (:mod:`fieldmem.frontends.check_cli`), the config reader
-(:mod:`fieldmem.request.config`), the API's keywords (:mod:`fieldmem.frontends.api`) and the plugin's options
-and ini names (:mod:`fieldmem.frontends.pytest_options`) are built from :data:`OPTIONS`: an option added here
-is on all of them (tests/request/test_option_table.py adds one in a scratch copy). What an option *does* is the code
-that reads it (:mod:`fieldmem.request.build`, :mod:`fieldmem.request.options`); a new option's behaviour is
-written there.
+(:mod:`fieldmem.request.config`), the API's keywords (:mod:`fieldmem.frontends.api`), the plugin's options
+and ini names (:mod:`fieldmem.frontends.pytest_options`) and its marker's and fixture's keywords and defaults
+(:mod:`fieldmem.frontends.pytest_plugin`) are built from :data:`OPTIONS`: an option added here is on all of
+them, and reaches the checks of each (tests/request/test_option_table.py adds one in a scratch copy). What an
+option *does* is the code that reads it (:mod:`fieldmem.request.build`, :mod:`fieldmem.request.options`, the
+plugin's :func:`~fieldmem.frontends.pytest_options.parse_limit`); a new option's behaviour is written there.
 
 Where the front ends disagree on a default or a name, each keeps its own, and :attr:`Option.differs` says so.
 Data only: nothing here imports typer, pytest or jax (nor the report's records: ``fieldmem --help`` reads this
@@ -19,7 +20,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OPTIONS", "Option", "api_options", "cli_options", "config_keys", "option", "plugin_options"]
+__all__ = [
+    "OPTIONS",
+    "Option",
+    "api_options",
+    "cli_options",
+    "config_keys",
+    "limit_options",
+    "marker_options",
+    "option",
+    "plugin_options",
+]
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,13 @@ class Option:
     pytest_older: tuple[str, str] | None = None  # an older (option, ini) pair, still taken
     pytest_flag: bool = False  # the plugin's option takes no value (its ini twin is a boolean)
     pytest_default: Any = None  # the plugin's default, where the session's parsing does not decide it
+    pytest_session: bool = False  # the plugin reads it once for the session (its report, baseline, workers),
+    # not as a limit of each check; a plugin option that is not is each check's, set in the CheckOptions field
+    # of its name where the plugin does not read it itself (an option added to the table)
+    marker: str | None = None  # its keyword on @pytest.mark.fieldmem and the fieldmem_check fixture
+    marker_older: str | None = None  # an older keyword, still taken (one of the two)
+    marker_default: Any = None  # the plugin's limit where nothing sets it (a keyword's None: this default)
+    marker_chain: bool = True  # fieldmem_check.chain takes it too
     api: str | None = None  # the keyword of check_function / check_chain / assert_in_place
     api_older: str | None = None  # an older keyword, still taken (one of the two)
     api_default: Any = None  # the API's default
@@ -98,6 +116,7 @@ OPTIONS: tuple[Option, ...] = (
         config_types=(str, int, list),
         per_target=True,
         api="donate",
+        marker="donate",
     ),
     Option(
         "static",
@@ -110,6 +129,7 @@ OPTIONS: tuple[Option, ...] = (
         config_types=(str, int, list),
         per_target=True,
         api="static",
+        marker="static",
     ),
     Option(
         "expect",
@@ -126,6 +146,15 @@ OPTIONS: tuple[Option, ...] = (
         differs="the API's default is \"any\" (required); the command line's None is [tool.fieldmem]'s, else any",
     ),
     Option(
+        "in_place",
+        None,
+        None,
+        "",
+        marker="in_place",
+        marker_default=True,
+        differs="the plugin's own form of expect: in_place=True is expect in-place (its default), False any",
+    ),
+    Option(
         "new",
         list[str] | None,
         None,
@@ -136,6 +165,8 @@ OPTIONS: tuple[Option, ...] = (
         config_types=(str, list),
         per_target=True,
         api="new",
+        marker="new",
+        marker_chain=False,  # a chain's outputs are its steps'
     ),
     Option(
         "max_peak",
@@ -156,6 +187,8 @@ OPTIONS: tuple[Option, ...] = (
         pytest_older=("--fieldmem-max-peak", "fieldmem_max_peak"),
         api="max_footprint",
         api_older="max_peak",
+        marker="max_footprint",
+        marker_older="max_peak",
     ),
     Option(
         "max_live_peak",
@@ -172,6 +205,7 @@ OPTIONS: tuple[Option, ...] = (
         pytest_metavar="SIZE",
         pytest_help="budget for the donated variant's live_peak_bytes in every fieldmem_check, e.g. 64MiB",
         api="max_live_peak",
+        marker="max_live_peak",
     ),
     Option(
         "min_bytes",
@@ -188,6 +222,8 @@ OPTIONS: tuple[Option, ...] = (
         pytest_help="copies and outputs smaller than this do not decide the verdict (default 1KiB)",
         api="min_bytes",
         api_default=1024,  # MIN_BYTES (tests/request/test_option_table.py holds every API default to the API)
+        marker="min_bytes",
+        marker_default=1024,  # MIN_BYTES, as the API's
     ),
     Option(
         "output_format",
@@ -275,6 +311,7 @@ OPTIONS: tuple[Option, ...] = (
         config_holds='backends to check on, each with its own report, e.g. ["cpu", "tpu:v5e", "gpu:h100"]',
         config_types=(str, list),
         api="backend",
+        marker="backend",
         differs="[tool.fieldmem] names it backends; the API takes one backend per call (the plugin's fixture and marker several, as backend=)",
     ),
     Option(
@@ -288,6 +325,7 @@ OPTIONS: tuple[Option, ...] = (
         config_holds='jax releases to check under, each in its own cached environment, e.g. ["0.9.2", "0.10.2"]',
         config_types=(str, list),
         pytest="--fieldmem-jax",
+        pytest_session=True,
         ini="fieldmem_jax",
         pytest_metavar="VERSION",
         pytest_help="check under this jax release, in a cached environment of its own (fieldmem envs; made on first use), rather than the jax installed here: one release per session",
@@ -321,6 +359,7 @@ OPTIONS: tuple[Option, ...] = (
         config_holds='a file path, e.g. "fieldmem-baseline.json"',
         config_types=(str,),
         pytest="--fieldmem-baseline",
+        pytest_session=True,
         ini="fieldmem_baseline",
         pytest_metavar="PATH",
         pytest_help="compare every fieldmem_check with this baseline (fieldmem check --save-baseline or --fieldmem-save-baseline writes it) and list each regression at the end (default with --fieldmem-compare-fail: the baseline of [tool.fieldmem])",
@@ -340,6 +379,7 @@ OPTIONS: tuple[Option, ...] = (
         "Record this run in this baseline file, after the whole run and only when it passed, or with --accept-current as it is (entries of other targets and backends are kept).",
         cli=("--save-baseline",),
         pytest="--fieldmem-save-baseline",
+        pytest_session=True,
         ini=None,  # no ini twin: a baseline saved by every run would never gate anything
         pytest_metavar="PATH",
         pytest_help="save every fieldmem_check of the session into this baseline (atomically, under its lock; entries of other targets and backends are kept), when every test passed and no check regressed",
@@ -368,6 +408,7 @@ OPTIONS: tuple[Option, ...] = (
         config_holds='e.g. "2%" or "peak:5%,temp:1MiB"',
         config_types=(str,),
         pytest="--fieldmem-tolerance",
+        pytest_session=True,
         ini="fieldmem_tolerance",
         pytest_metavar="TOLERANCE",
         pytest_help="growth the baseline comparison allows, as fieldmem check --tolerance: e.g. 2% or peak:5%,temp:1MiB (default: [tool.fieldmem] tolerance, else exact)",
@@ -402,6 +443,7 @@ OPTIONS: tuple[Option, ...] = (
         "Load, check and run the targets in a worker process, never in the one that writes the report (default): a target that exits, crashes or hangs (--timeout) is that target's error. With --run, a worker per target where the device has memory statistics. --no-isolate checks in this process, for debugging: a target that exits or crashes then ends the run.",
         cli=("--isolate/--no-isolate",),
         pytest="--fieldmem-isolate",
+        pytest_session=True,
         ini="fieldmem_isolate",
         pytest_metavar="yes|no",
         pytest_help="trace and compile each fieldmem_check in fieldmem's supervised worker process, where a crash, os._exit or hang fails that test only (yes, the default), or in pytest's own process (no)",
@@ -414,6 +456,7 @@ OPTIONS: tuple[Option, ...] = (
         "With --run: seconds a target may take in its worker before the worker is killed.",
         cli=("--timeout",),
         pytest="--fieldmem-timeout",
+        pytest_session=True,
         ini="fieldmem_timeout",
         pytest_metavar="SECONDS",
         pytest_help="a fieldmem_check taking longer fails its test, and its worker process is killed (default 600; 0: no limit)",
@@ -440,6 +483,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "",
         pytest="--fieldmem-report",
+        pytest_session=True,
         ini="fieldmem_report",
         pytest_metavar="PATH",
         pytest_help="write the JSON report (fieldmem.report/2) of every fieldmem_check in the session to PATH",
@@ -450,6 +494,7 @@ OPTIONS: tuple[Option, ...] = (
         None,
         "",
         pytest="--fieldmem-compare-fail",
+        pytest_session=True,
         ini="fieldmem_compare_fail",
         pytest_flag=True,
         pytest_help="fail the session when a fieldmem_check regressed against the baseline (every regression listed once, as fieldmem check --baseline fails)",
@@ -518,3 +563,18 @@ def plugin_options() -> tuple[Option, ...]:
 def api_options() -> tuple[Option, ...]:
     """The keywords the Python API's checks take."""
     return tuple(row for row in OPTIONS if row.api is not None)
+
+
+def marker_options() -> tuple[Option, ...]:
+    """The keywords of the pytest plugin's ``fieldmem`` marker and ``fieldmem_check`` fixture, in the order the
+    marker's help lists them: what is asserted (``in_place``), the limits the plugin's options set too (the
+    budgets, the threshold), then the others, each group in the table's order."""
+    marked = [row for row in OPTIONS if row.marker is not None]
+    return tuple(sorted(marked, key=lambda row: (row.name != "in_place", row.pytest is None)))
+
+
+def limit_options() -> tuple[Option, ...]:
+    """What the pytest plugin takes as a limit of each check: its marker's keywords, then its options that are
+    not the session's (each check's default: the option, else its ini twin, else ``[tool.fieldmem]``, else
+    ``marker_default``)."""
+    return marker_options() + tuple(row for row in plugin_options() if row.marker is None and not row.pytest_session)
