@@ -322,3 +322,106 @@ def test_with_the_persistent_cache_on_compiles_run_to_their_end(
     finally:
         early.stop_early(False)
         assert early.wait_abandoned(60)
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes | int) -> bytes:
+    if isinstance(payload, int):
+        return _varint(number << 3) + _varint(payload)
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _shape_proto(element_type: int, dims: tuple[int, ...], layout: bytes | None = None, **extra: bytes) -> bytes:
+    data = _field(2, element_type) + _field(3, b"".join(_varint(d) for d in dims))
+    if layout is not None:
+        data += _field(5, layout)
+    return data + b"".join(extra.values())
+
+
+def _module(parameters: list[bytes], result: bytes) -> bytes:
+    program = b"".join(_field(1, p) for p in parameters) + _field(2, result)
+    return _field(1, b"jit_f") + _field(4, program)
+
+
+def _minor_to_major(*order: int) -> bytes:
+    return _field(1, b"".join(_varint(d) for d in order)) + _field(16, 1)
+
+
+@pytest.mark.parametrize(
+    ("layout", "plain"),
+    [
+        (_minor_to_major(1, 0), True),
+        (_minor_to_major(0, 1), True),  # another dimension order is still only an order
+        (_minor_to_major(1, 0) + _field(8, 1), False),  # a memory space: jax's memory kind would be a guess
+        (_minor_to_major(1, 0) + _field(6, _field(1, b"\x08\x80\x01")), False),  # tiles
+        (_minor_to_major(1, 0) + _field(7, 4), False),  # an element size in bits (int4)
+        (_minor_to_major(1, 0, 1), False),  # not a permutation of the dimensions
+    ],
+)
+def test_entry_shapes_are_read_from_the_proto_and_only_plain_layouts_pass(layout: bytes, plain: bool) -> None:
+    # pure: no compile (the compile test below holds the reading to XLA's own)
+    module = _module([_shape_proto(11, (3, 4), layout)], _shape_proto(11, (3, 4), _minor_to_major(1, 0)))
+    found = dumped.entry_shapes(module)
+    assert found is not None
+    (parameter,), (result,) = found
+    assert (parameter.element_type, parameter.dimensions, parameter.plain) == (11, (3, 4), plain)
+    assert result.plain
+
+
+def test_entry_shapes_refuse_what_the_stand_in_cannot_answer() -> None:
+    array = _shape_proto(11, (2,), _minor_to_major(0))
+    tuple_shape = _field(2, 13) + _field(4, array) + _field(4, array)
+    nested = _field(2, 13) + _field(4, tuple_shape)
+    assert dumped.entry_shapes(_field(1, b"jit_f")) is None  # no program shape
+    assert dumped.entry_shapes(_module([tuple_shape], array)) is None  # a tuple parameter
+    assert dumped.entry_shapes(_module([array], nested)) is None  # a tuple inside the result tuple
+    found = dumped.entry_shapes(_module([array], tuple_shape))
+    assert found is not None and [r.dimensions for r in found[1]] == [(2,), (2,)]
+    token = dumped.entry_shapes(_module([_shape_proto(17, ())], array))
+    assert token is not None and not token[0][0].plain
+    dynamic = _shape_proto(11, (2,), _minor_to_major(0), dyn=_field(6, b"\x01"))
+    found = dumped.entry_shapes(_module([dynamic], array))
+    assert found is not None and not found[0][0].plain
+    with pytest.raises(ValueError):
+        dumped.entry_shapes(b"\x0a\xff")  # a field running past the end
+
+
+def test_the_stand_in_gives_xlas_own_entry_shapes(tmp_path: Path) -> None:
+    """The shapes and layouts read from the dumped proto are those XLA builds from the same module."""
+    import jax
+    import jax.numpy as jnp
+    from jax._src.lib import xla_client
+
+    cases = [
+        (lambda x: x + 1, (jnp.ones((3, 4)),)),
+        (lambda x, y: (x.T, y.astype(jnp.bfloat16), x.sum()), (jnp.ones((3, 4)), jnp.ones((5,), jnp.int8))),
+        (lambda x: x, (jnp.float32(1.0),)),
+        (lambda x, b: (x * 2, b & True), (jnp.ones((2, 3, 4), jnp.int32), jnp.ones((7,), bool))),
+        (lambda x: x + 1, (jnp.ones((4,), jnp.complex64),)),
+        (lambda x: x * 2, (jnp.ones((4,), jnp.int4),)),  # element size in its layout: not plain, awaited
+    ]
+    for n, (function, args) in enumerate(cases):
+        folder = tmp_path / str(n)
+        jax.jit(function).lower(*args).compile(compiler_options=early.dump_options(str(folder)))
+        (dump,) = folder.glob("*" + early.MODULE_SUFFIX)
+        hlo_proto = dump.read_bytes()
+        shape = xla_client.hlo.XlaComputation(dumped.module_of(hlo_proto)).program_shape()
+        result = shape.result_shape()
+        theirs = [
+            str(s) for s in [*shape.parameter_shapes(), *(result.tuple_shapes() if result.is_tuple() else [result])]
+        ]
+        stand_in = early._FromDump(hlo_proto, "", jax.devices())
+        ours = [str(s) for s in [*stand_in._parameters, *stand_in._results]]
+        if stand_in.exact():
+            assert ours == theirs, n
+        else:
+            assert any(":E(" in s for s in theirs), theirs  # only the int4 case leaves the layout's order
