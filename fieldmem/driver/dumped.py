@@ -260,7 +260,7 @@ def _signed(value: int) -> int:
 def _packed(data: bytes) -> list[int]:
     """The varints of a packed repeated field."""
     values: list[int] = []
-    at, value, shift = 0, 0, 0
+    value, shift = 0, 0
     for byte in data:
         value |= (byte & 0x7F) << shift
         shift += 7

@@ -391,7 +391,7 @@ def test_entry_shapes_refuse_what_the_stand_in_cannot_answer() -> None:
     dynamic = _shape_proto(11, (2,), _minor_to_major(0), dyn=_field(6, b"\x01"))
     found = dumped.entry_shapes(_module([dynamic], array))
     assert found is not None and not found[0][0].plain
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="runs past the end"):
         dumped.entry_shapes(b"\x0a\xff")  # a field running past the end
 
 
