@@ -140,12 +140,17 @@ def jobs_said(jobs: int, choice: JobsChoice | None, environ: Mapping[str, str]) 
     return said
 
 
-#: ``FIELDMEM_EARLY_STOP=1`` in the environment: a worker of a static check without the persistent cache stops
-#: each XLA:CPU compile once its reading is dumped (fieldmem.driver.early; the report is the same, timings
-#: aside). Off unless asked: on the 13-core host it was slower than the full compile (the compile-heavy step
-#: 0.83 of the naive script's time against 0.70, benchmarks/results/early-stop-13cores.md); on 2 cores, under
-#: load, faster (0.51-0.60 against 0.65-0.83, benchmarks/results/early-stop.md).
+#: A worker of a static check without the persistent cache stops each XLA:CPU compile once its reading is dumped
+#: (fieldmem.driver.early; the report is the same, timings aside) unless ``FIELDMEM_EARLY_STOP=0`` is in the
+#: environment. Measured on both machines against every compile awaited, same rounds: the compile-heavy step
+#: 0.54 of the naive script's time against 0.70 on the 13-core host, 0.45 against 0.65 on 2 cores under load;
+#: the 20-function cold module 0.62 against 0.59 and 0.87 against 0.93 (benchmarks/results/early-stop*.md).
 EARLY_STOP_ENV = "FIELDMEM_EARLY_STOP"
+
+
+def early_stop_wanted(environ: Mapping[str, str]) -> bool:
+    """Whether a static check's worker may stop its XLA:CPU compiles early: unless ``FIELDMEM_EARLY_STOP=0``."""
+    return environ.get(EARLY_STOP_ENV, "1").strip() != "0"
 
 
 def early_stop_said(
@@ -159,11 +164,8 @@ def early_stop_said(
         return f"every compile runs to its end ({why}: the code generation is needed)"
     if not options.isolate:
         return f"every compile runs to its end in this process (--no-isolate); in a worker, {stops}"
-    if environ.get(EARLY_STOP_ENV) != "1":
-        return (
-            f"every compile runs to its end ({EARLY_STOP_ENV}=1 with --no-cache stops XLA:CPU compiles once their"
-            " reading is dumped: measured faster on 2 cores, slower on 13)"
-        )
+    if not early_stop_wanted(environ):
+        return f"every compile runs to its end ({EARLY_STOP_ENV}=0)"
     if all(b is not None and not b.startswith("cpu") for b in backends):
         return "every compile runs to its end (GPU and TPU compiles do: the dump does not give their figures exactly)"
     if cached:

@@ -163,7 +163,7 @@ class _Worker:
         self, request: dict[str, Any], events: IO[str], requests: queue.Queue[bytes], kept: _Kept | None = None
     ) -> None:
         # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
-        from fieldmem.request.options import CheckOptions
+        from fieldmem.request.options import CheckOptions, early_stop_wanted
 
         self.request = request
         self.events = events
@@ -180,11 +180,12 @@ class _Worker:
         if self.options.jobs == 1:
             fewer_malloc_arenas()
         # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
-        from fieldmem.driver.early import EARLY_STOP_ENV, stop_early
+        from fieldmem.driver.early import stop_early
 
-        # asked for (FIELDMEM_EARLY_STOP=1), a static check's XLA:CPU compiles stop once what it reads is dumped:
-        # the code generation they leave ends with this process, which leaves by os._exit (fieldmem.driver.early)
-        stop_early(self.options.compile_fast and os.environ.get(EARLY_STOP_ENV) == "1")
+        # unless FIELDMEM_EARLY_STOP=0, a static check's XLA:CPU compiles stop once what it reads is dumped (with
+        # the persistent cache off): the code generation they leave ends with this process, which leaves by
+        # os._exit (fieldmem.driver.early)
+        stop_early(self.options.compile_fast and early_stop_wanted(os.environ))
 
     def event(self, what: str, **fields: Any) -> None:
         write_event(self.events, what, **fields)

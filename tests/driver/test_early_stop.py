@@ -258,13 +258,14 @@ def test_memory_analysis_figures_come_from_the_dumped_allocations() -> None:
         dumped.allocations(b"\x1a\xff")  # a field running past the end
 
 
-def test_a_worker_stops_early_only_when_asked_and_for_a_static_check(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_worker_stops_early_for_a_static_check_unless_told_not_to(monkeypatch: pytest.MonkeyPatch) -> None:
     from fieldmem.model.codec import dumps as encode
     from fieldmem.request.options import CheckOptions
     from fieldmem.worker import main as worker
 
     cases = [(CheckOptions(jobs=2), "1", True), (CheckOptions(jobs=2, run=True), "1", False)]
-    cases += [(CheckOptions(jobs=2), None, False), (CheckOptions(jobs=2), "0", False)]  # not asked: the full compile
+    cases += [(CheckOptions(jobs=2), None, True), (CheckOptions(jobs=2), "0", False)]  # "0": the full compile
+    cases += [(CheckOptions(jobs=2, fast_compile=False), None, False)]
     for options, asked, expected in cases:
         if asked is None:
             monkeypatch.delenv("FIELDMEM_EARLY_STOP", raising=False)
@@ -285,9 +286,9 @@ def test_verbose_says_where_compiles_stop_early(monkeypatch: pytest.MonkeyPatch)
     static = CheckOptions(jobs=1)
     asked = {"FIELDMEM_EARLY_STOP": "1"}
     assert early_stop_said(static, asked, (None,)).startswith("XLA:CPU compiles stop once XLA has dumped")
-    for unasked in ({}, {"FIELDMEM_EARLY_STOP": "0"}):
-        said = early_stop_said(static, unasked, (None,))
-        assert said.startswith("every compile runs to its end (FIELDMEM_EARLY_STOP=1 with --no-cache stops"), said
+    assert early_stop_said(static, {}, (None,)) == early_stop_said(static, asked, (None,))  # the default
+    said = early_stop_said(static, {"FIELDMEM_EARLY_STOP": "0"}, (None,))
+    assert said == "every compile runs to its end (FIELDMEM_EARLY_STOP=0)", said
     assert "(--run: the code generation is needed)" in early_stop_said(CheckOptions(jobs=1, run=True), asked, (None,))
     assert "(--no-fast-compile" in early_stop_said(CheckOptions(jobs=1, fast_compile=False), asked, (None,))
     assert "GPU and TPU compiles do" in early_stop_said(static, asked, ("gpu:h100", "tpu:v5e"))
