@@ -25,8 +25,11 @@ from fieldmem.model.collector import collector_paused
 from fieldmem.model.environment import ModuleSettings
 from fieldmem.model.errors import FieldmemError, OptionError, RunError, TargetError
 from fieldmem.model.files import remove_stale_scratch, scratch_folder
+from fieldmem.model.libraries import add_library_folders
+from fieldmem.model.readings import Environment
 from fieldmem.model.report import Report
 from fieldmem.model.target import TargetResult
+from fieldmem.parent.remote_readers import RemoteHands, event_key
 from fieldmem.parent.spawn import Interpreter, prestart
 from fieldmem.parent.worker_process import (
     WorkerFailure,
@@ -37,7 +40,8 @@ from fieldmem.parent.worker_process import (
     remedy_suffix,
     start_process,
 )
-from fieldmem.worker.protocol import PIPE_LOST
+from fieldmem.request.target import described_chain, described_target
+from fieldmem.worker.protocol import PIPE_LOST, decode_value
 from fieldmem.worker.readers import HandsLost
 from fieldmem.worker.results import contained, error_result
 
@@ -354,9 +358,9 @@ class Supervisor:
 
     def serve_target(self, event: dict[str, Any], link: WorkerLink, watch: WorkerSeen) -> None:
         """The brain's check of the target the worker started (``event``), from the readings it sends."""
+        # here, not at the top: the brain loads the findings (+600 ms to ``import fieldmem.parent.supervisor``,
+        # -X importtime, median of 7, 2026-12-06), at the first target a worker starts, not before
         from fieldmem.parent.decide import check_chain, finish_job
-        from fieldmem.parent.remote_readers import RemoteHands, event_key
-        from fieldmem.request.target import described_chain, described_target
 
         self.on_start(event, watch)
         key = event_key(event)
@@ -405,8 +409,6 @@ class Supervisor:
             if isinstance(event.get("files"), list):
                 self.files.setdefault(int(event["spec"]), set()).update(str(f) for f in event["files"])
             if isinstance(event.get("libraries"), list):  # a worker under another interpreter: its stdlib
-                from fieldmem.model.libraries import add_library_folders
-
                 add_library_folders(event["libraries"])
         elif what == "same":
             key = (int(event["b"]), int(event["spec"]), str(event["name"]))
@@ -414,9 +416,9 @@ class Supervisor:
                 self.got[key] = self.previous[key]
                 self.same.add(key)
         elif what == "environment":
-            from fieldmem.model.readings import Environment
+            # here, not at the top: the brain loads the findings (+600 ms to ``import fieldmem.parent.supervisor``,
+            # -X importtime, median of 7, 2026-12-06), at the first target a worker starts, not before
             from fieldmem.parent.decide import report_header
-            from fieldmem.worker.protocol import decode_value
 
             b = int(event["b"])
             with self.lock:  # several workers of one run (modules that set jax otherwise): the first's stands

@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from fieldmem.model.collector import collector_paused
 from fieldmem.model.errors import FieldmemError
+from fieldmem.parent.remote_readers import event_key
 from fieldmem.parent.spawn import Interpreter, end_group, spawn, take_prestarted
 from fieldmem.worker.protocol import PIPE_LOST, read_event
 from fieldmem.worker.readers import HandsLost
@@ -288,8 +289,6 @@ class WorkerLink:
 
     def wait(self, key: tuple[Any, ...], kinds: frozenset[str]) -> dict[str, Any]:
         """The next event of a kind in ``kinds`` about ``key``, for the brain."""
-        from fieldmem.parent.remote_readers import event_key
-
         kept = self.kept.get(key)
         for n, earlier in enumerate(kept or ()):
             if earlier["e"] in kinds:
