@@ -17,7 +17,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from fieldmem.driver.prepare import _has_array_leaves, _positional_names, signature_of, user_jit_info
+from fieldmem.driver.prepare import has_array_leaves, positional_display_names, signature_of, user_jit_info
 from fieldmem.request.spec import DonateSpec
 
 __all__ = ["STEP_ARGS", "compose", "extra_names", "spread", "state_donation", "step_key"]
@@ -60,7 +60,7 @@ def spread(outputs: Any, next_step: Callable[..., Any], extras: int = 0) -> tupl
 def extra_names(fn: Callable[..., Any], state: int, extra_args: int, extra_kwargs: Sequence[str]) -> tuple[str, ...]:
     """The names of ``fn``'s extras when it is called with ``state`` positional state arguments, then
     ``extra_args`` positional extras and the keyword extras ``extra_kwargs``: how its leaves are named."""
-    names = _positional_names(_signature(fn), state + extra_args)
+    names = positional_display_names(_signature(fn), state + extra_args)
     return tuple(names[state:]) + tuple(extra_kwargs)
 
 
@@ -76,7 +76,7 @@ def state_donation(
     ``state`` arguments (positions and keyword names) that hold arrays, never the extras."""
     if donate.mode in ("none", "list") or (donate.mode == "auto" and user_jit_info(fn) is not None):
         return donate
-    items = tuple(slot for slot in state if _has_array_leaves(args[slot] if isinstance(slot, int) else kwargs[slot]))
+    items = tuple(slot for slot in state if has_array_leaves(args[slot] if isinstance(slot, int) else kwargs[slot]))
     return DonateSpec("list", items) if items else DonateSpec("none")
 
 

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from fieldmem.driver.deviceless import Target
 
 __all__ = [
+    "DUMP_ROOT",
     "IN_PROCESS_ASSIGNMENT",
     "XLA_DOUBTS",
     "CompileNotes",
@@ -82,14 +83,14 @@ def dump_options(folder: str) -> dict[str, Any]:
     return {"xla_dump_to": folder, "xla_dump_hlo_as_proto": True, "xla_dump_hlo_as_text": False}
 
 
-_DUMP_ROOT: list[str | None] = [None]  # where dumped compiles dump: the parent's scratch folder
+DUMP_ROOT: list[str | None] = [None]  # where dumped compiles dump: the parent's scratch folder
 
 
 def dump_under(folder: str | None) -> None:
     """Dumped compiles dump under ``folder`` (created when first needed), a folder the parent removes whatever
     happens here (a worker killed in XLA); None: in the temporary directory, removed after each compile
     (in-process checks)."""
-    _DUMP_ROOT[0] = folder
+    DUMP_ROOT[0] = folder
 
 
 def out_of_memory(exc: BaseException) -> str | None:
@@ -234,7 +235,7 @@ def compile_dumped(
     """
 
     name = found.backend.name if found is not None else platform
-    root = _DUMP_ROOT[0]
+    root = DUMP_ROOT[0]
     if root is not None:
         os.makedirs(root, exist_ok=True)
     extra = dict(options or {})

@@ -22,7 +22,17 @@ from fieldmem.driver.shapes import dtype_name, shape_bytes
 from fieldmem.model.errors import CompileError
 from fieldmem.model.readings import InputLeaf, OutputLeaf
 
-__all__ = ["describe_sharding", "flat_order", "out_tree"]
+__all__ = [
+    "compiled_formats",
+    "compiled_outputs",
+    "describe_sharding",
+    "flat_order",
+    "input_leaves",
+    "input_placements",
+    "memory_kinds",
+    "out_tree",
+    "with_device_shapes",
+]
 
 
 def describe_sharding(sharding: Any) -> str | None:
@@ -99,7 +109,7 @@ def _formats(tree: Any) -> list[tuple[str | None, str | None]] | None:
     return result
 
 
-def _compiled_formats(compiled: Any, which: str) -> list[tuple[str | None, str | None]] | None:
+def compiled_formats(compiled: Any, which: str) -> list[tuple[str | None, str | None]] | None:
     for attribute in (f"{which}_formats", f"{which}_shardings"):
         try:
             value = getattr(compiled, attribute)
@@ -111,7 +121,7 @@ def _compiled_formats(compiled: Any, which: str) -> list[tuple[str | None, str |
     return None
 
 
-def _placed(compiled: Any) -> list[Any] | None:
+def input_placements(compiled: Any) -> list[Any] | None:
     """The compiled program's input shardings, flat in jax's order, to say where it takes each argument
     leaf; None for a deviceless compile (its arguments exist only as placed for it) or where jax does not say."""
     from fieldmem.driver.dumps import compile_notes
@@ -123,7 +133,7 @@ def _placed(compiled: Any) -> list[Any] | None:
     return flat_shardings(compiled, "input")
 
 
-def _leaves(
+def input_leaves(
     call: PreparedCall,
     args_info: Any,
     kept: set[int] | None,
@@ -275,7 +285,7 @@ def _value(call: PreparedCall, slot: int | str) -> Any:
     return call.args[slot] if isinstance(slot, int) else call.kwargs[slot]
 
 
-def _outputs(
+def compiled_outputs(
     lowered: Any,
     compiled: Any,
     call: PreparedCall,
@@ -292,7 +302,7 @@ def _outputs(
     """
     import jax
 
-    formats = _compiled_formats(compiled, "output")
+    formats = compiled_formats(compiled, "output")
     tree = out_tree(lowered)
     if (
         like is not None
@@ -304,7 +314,7 @@ def _outputs(
     ):
         outputs = like[0]
     else:
-        outputs = _output_leaves(lowered, call, formats, _memory_kinds(compiled))
+        outputs = _output_leaves(lowered, call, formats, memory_kinds(compiled))
     if not structs:
         return outputs, None
     leaf_names = call.leaf_names
@@ -331,7 +341,7 @@ def _outputs(
     return outputs, returned
 
 
-def _memory_kinds(compiled: Any, which: str = "output") -> list[str | None] | None:
+def memory_kinds(compiled: Any, which: str = "output") -> list[str | None] | None:
     """The memory kind of each output (or input) of ``compiled``, flat, where not the device's own
     (None where jax does not say)."""
     from fieldmem.driver.placement import flat_shardings, other_memory
@@ -386,7 +396,7 @@ def out_tree(lowered: Any) -> Any:
         return None
 
 
-def _with_device_shapes(
+def with_device_shapes(
     call: PreparedCall, compiled: Any, inputs: tuple[InputLeaf, ...], outputs: tuple[OutputLeaf, ...]
 ) -> tuple[tuple[InputLeaf, ...], tuple[OutputLeaf, ...]]:
     """``inputs`` and ``outputs`` with the shape of the piece each device holds of every leaf the compiled

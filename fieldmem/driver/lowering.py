@@ -217,7 +217,7 @@ def _compile_early(lowered: Any, options: dict[str, Any]) -> tuple[Any, float, b
 
     place = contextlib.ExitStack()
     place.enter_context(compile_memory.GATE.compiling())  # left when the compile ends, its code generation included
-    folder, remove = scratch(dumps._DUMP_ROOT[0])
+    folder, remove = scratch(dumps.DUMP_ROOT[0])
     ended = threading.Lock()
 
     def end() -> None:

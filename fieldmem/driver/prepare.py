@@ -29,7 +29,17 @@ from fieldmem.model.errors import ArgumentsError, DonationError, FieldmemError
 from fieldmem.model.readings import CallShape, MadeStatic
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
-__all__ = ["PreparedCall", "Unit", "call_shape", "concretize", "prepare_call", "signature_of", "user_jit_info"]
+__all__ = [
+    "PreparedCall",
+    "Unit",
+    "call_shape",
+    "concretize",
+    "has_array_leaves",
+    "positional_display_names",
+    "prepare_call",
+    "signature_of",
+    "user_jit_info",
+]
 
 
 # A traced Python scalar that fieldmem makes static when tracing needs it concrete: the argument
@@ -125,7 +135,7 @@ def _leaves_of(value: Any) -> list[Any]:
     return jax.tree_util.tree_leaves(value)
 
 
-def _has_array_leaves(value: Any) -> bool:
+def has_array_leaves(value: Any) -> bool:
     import jax
 
     return any(_is_array(leaf) for leaf in jax.tree_util.tree_leaves(value))
@@ -160,7 +170,7 @@ def signature_of(fn: Callable[..., Any]) -> inspect.Signature | None:
         return None
 
 
-def _positional_names(signature: inspect.Signature | None, count: int) -> list[str]:
+def positional_display_names(signature: inspect.Signature | None, count: int) -> list[str]:
     """Display names of positional arguments 0..count-1 (``args[k]`` for ``*args``)."""
     names: list[str] = []
     params = list(signature.parameters.values()) if signature else []
@@ -240,13 +250,13 @@ def prepare_call(
     the jit it compiles through (:func:`_prepare_wrapped`).
     """
     # an array XLA cannot hold aborts the process in the compile: refuse it first
-    check_argument_sizes(args, kwargs, _positional_names(signature_of(getattr(fn, "_fun", fn)), len(args)))
+    check_argument_sizes(args, kwargs, positional_display_names(signature_of(getattr(fn, "_fun", fn)), len(args)))
     wrapped = unwrap_call(fn, args, kwargs)
     if wrapped is not None:
         return _prepare_wrapped(wrapped, donate=donate, static=static)
     info = user_jit_info(fn)
     underlying = getattr(fn, "_fun", fn) if info is not None else fn
-    names = _positional_names(signature_of(underlying), len(args))
+    names = positional_display_names(signature_of(underlying), len(args))
     if info is not None:
         static_positions, static_names = _jit_statics(info, static, names, kwargs)
         held: dict[int | str, tuple[Any, dict[int, Any]]] = {}
@@ -561,8 +571,8 @@ def _donated_arguments(
         donated_positions = set(getattr(info, "donate_argnums", ()) or ())
         donated_names = set(getattr(info, "donate_argnames", ()) or ()) & set(kwargs)
     elif donate.mode in ("all", "auto"):
-        donated_positions = {i for i in range(len(args)) if i not in static_positions and _has_array_leaves(args[i])}
-        donated_names = {k for k in kwargs if k not in static_names and _has_array_leaves(kwargs[k])}
+        donated_positions = {i for i in range(len(args)) if i not in static_positions and has_array_leaves(args[i])}
+        donated_names = {k for k in kwargs if k not in static_names and has_array_leaves(kwargs[k])}
     elif donate.mode == "none":
         donated_positions, donated_names = set(), set()
     else:
@@ -587,7 +597,7 @@ def _check_hashable(value: Any, name: str, *, explicit: bool = False) -> None:
             raise TypeError
     except TypeError:
         if explicit:
-            what = "an array" if _has_array_leaves(value) else f"a {type(value).__name__}"
+            what = "an array" if has_array_leaves(value) else f"a {type(value).__name__}"
             raise ArgumentsError(
                 f"--static names {name!r}, but a static argument must be hashable and {name!r} is {what}: "
                 "leave it out of --static (arrays are traced)"

@@ -16,16 +16,16 @@ from typing import Any
 from fieldmem.model.errors import TargetError
 
 
-def _is_jax_jit(fn: Any) -> bool:
+def is_jax_jit(fn: Any) -> bool:
     return getattr(fn, "_jit_info", None) is not None and hasattr(fn, "lower") and not isinstance(fn, types.MethodType)
 
 
-def _type_name(obj: Any) -> str:
+def type_name(obj: Any) -> str:
     kind = type(obj)
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def _compiles(obj: Any) -> bool:
+def compiles_by_itself(obj: Any) -> bool:
     """Whether ``obj`` is a callable that compiles by itself (has ``lower`` or ``trace``)."""
     return callable(obj) and not isinstance(obj, type) and (hasattr(obj, "lower") or hasattr(obj, "trace"))
 
@@ -37,7 +37,7 @@ def _describe(obj: Any) -> str:
     qualname = getattr(code, "co_qualname", "") or ""
     if "jax/_src/pmap.py" in where.replace("\\", "/") or type(obj).__name__ == "PmapFunction":
         return "jax.pmap"
-    name = _type_name(obj)
+    name = type_name(obj)
     known = {
         "equinox._vmap_pmap._PmapWrapper": "equinox.filter_pmap",
         "flax.nnx.transforms.compilation.SimpleJitWrapped": "flax.nnx.jit(graph=False or graph_updates=False)",
@@ -46,7 +46,7 @@ def _describe(obj: Any) -> str:
     if name in known:
         return known[name]
     if isinstance(obj, types.FunctionType):
-        library = _library_of(where)
+        library = library_of(where)
         if library == "flax" and qualname.endswith("simple_pmap_wrapper"):
             return "flax.nnx.pmap(graph=False or graph_updates=False)"
         if _is_shard_map(obj):
@@ -57,7 +57,7 @@ def _describe(obj: Any) -> str:
     return f"a {name}"
 
 
-def _jax_source(fn: Any, module: str) -> bool:
+def jax_source(fn: Any, module: str) -> bool:
     """Whether ``fn`` is a function defined in ``jax/_src/<module>``."""
     code = getattr(fn, "__code__", None)
     return code is not None and (code.co_filename or "").replace("\\", "/").endswith(f"jax/_src/{module}")
@@ -68,12 +68,12 @@ def _is_shard_map(fn: Any) -> bool:
     ``api_boundary``)."""
     if not isinstance(fn, types.FunctionType):
         return False
-    if _jax_source(fn, "shard_map.py"):
+    if jax_source(fn, "shard_map.py"):
         return True
-    return _jax_source(fn, "traceback_util.py") and _jax_source(_cells(fn).get("fun"), "shard_map.py")
+    return jax_source(fn, "traceback_util.py") and jax_source(closure_values(fn).get("fun"), "shard_map.py")
 
 
-def _cells(fn: Any) -> dict[str, Any]:
+def closure_values(fn: Any) -> dict[str, Any]:
     """The values ``fn`` closes over by name (an empty cell left out)."""
     code = getattr(fn, "__code__", None)
     found: dict[str, Any] = {}
@@ -85,7 +85,7 @@ def _cells(fn: Any) -> dict[str, Any]:
     return found
 
 
-def _library_of(file: str) -> str | None:
+def library_of(file: str) -> str | None:
     """The top-level package of an installed library ``file`` belongs to (None: not an installed library)."""
     parts = file.replace("\\", "/").split("/")
     for marker in ("site-packages", "dist-packages"):
@@ -102,31 +102,31 @@ def _compiling_inside(fn: Any, depth: int = 0, seen: set[int] | None = None) -> 
     if id(fn) in seen or depth > 4:
         return None
     seen.add(id(fn))
-    library = _library_of(getattr(getattr(fn, "__code__", None), "co_filename", "") or "")
+    library = library_of(getattr(getattr(fn, "__code__", None), "co_filename", "") or "")
     for cell in (getattr(fn, "__closure__", None) or ()) if library is not None else ():
         try:
             value = cell.cell_contents
         except ValueError:
             continue
-        if _compiles(value):
+        if compiles_by_itself(value):
             return value
         if isinstance(value, types.FunctionType) and (found := _compiling_inside(value, depth + 1, seen)):
             return found
     wrapped = getattr(fn, "__wrapped__", None)
     if wrapped is not None and not isinstance(wrapped, type):
-        if _compiles(wrapped):
+        if compiles_by_itself(wrapped):
             return wrapped
         return _compiling_inside(wrapped, depth + 1, seen)
     return None
 
 
-def _refuse_hidden_compile(fn: Any, target: Any) -> None:
+def refuse_hidden_compile(fn: Any, target: Any) -> None:
     """Raise when ``fn`` compiles through something fieldmem cannot map; return for a plain function.
 
     Raises:
         TargetError: one line naming the wrapper.
     """
-    if _compiles(fn):
+    if compiles_by_itself(fn):
         raise TargetError(
             f"{_describe(fn)} is a compiled-function wrapper fieldmem cannot analyse faithfully: "
             "point fieldmem at a jax.jit, jax.pmap, flax.nnx.jit or pmap, or equinox.filter_jit or filter_pmap "
@@ -138,14 +138,14 @@ def _refuse_hidden_compile(fn: Any, target: Any) -> None:
             # measured (jax 0.10): shard_map called outside a jit runs its body op by op on copies of the
             # arguments in its per-device layout; the inner jit donates those, the caller's buffers stay
             raise TargetError(
-                f"jax.shard_map around {'a jax.jit' if _is_jax_jit(found) else _describe(found)} never reuses "
+                f"jax.shard_map around {'a jax.jit' if is_jax_jit(found) else _describe(found)} never reuses "
                 "your buffers: called outside a jit, shard_map runs it on copies of the arguments in its "
                 "per-device layout, so the inner donation frees only those copies; jit the shard_map instead "
                 "(jax.jit(jax.shard_map(f, ...), donate_argnums=...)) and point fieldmem at that"
             )
         if found is not None:
             raise TargetError(
-                f"{_describe(target)} wraps {_describe(found) if not _is_jax_jit(found) else 'a jax.jit'}, "
+                f"{_describe(target)} wraps {_describe(found) if not is_jax_jit(found) else 'a jax.jit'}, "
                 "which fieldmem cannot see through (jitting the wrapper would analyse another program): "
                 "point fieldmem at the jitted function itself"
             )

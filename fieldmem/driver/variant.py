@@ -15,12 +15,12 @@ from typing import Any
 
 from fieldmem.driver import dumps
 from fieldmem.driver.leaves import (
-    _compiled_formats,
-    _leaves,
-    _memory_kinds,
-    _outputs,
-    _placed,
-    _with_device_shapes,
+    compiled_formats,
+    compiled_outputs,
+    input_leaves,
+    input_placements,
+    memory_kinds,
+    with_device_shapes,
 )
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.model.collector import collector_paused
@@ -85,16 +85,18 @@ def read_variant(
     # XLA's memory analysis (C++ whose time grows with the program) lets go of the GIL: it runs
     # in a thread while this one reads the outputs, the leaves and the text
     analysis = _MemoryAnalysis(compiled)
-    outputs, output_structs = _outputs(lowered, compiled, call, structs=donated, like=like)  # structs: when asked for
-    inputs = _leaves(
+    outputs, output_structs = compiled_outputs(
+        lowered, compiled, call, structs=donated, like=like
+    )  # structs: when asked for
+    inputs = input_leaves(
         call,
         lowered.args_info,
         kept,
-        _compiled_formats(compiled, "input"),
-        _placed(compiled),
-        _memory_kinds(compiled, "input"),
+        compiled_formats(compiled, "input"),
+        input_placements(compiled),
+        memory_kinds(compiled, "input"),
     )
-    inputs, outputs = _with_device_shapes(call, compiled, inputs, outputs)
+    inputs, outputs = with_device_shapes(call, compiled, inputs, outputs)
     hlo_text = compiled.as_text()
     memory = read_memory(compiled, fast, analysis)
     variant = CompiledVariant(

@@ -54,13 +54,13 @@ from typing import Any
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.paths import path_string
 from fieldmem.driver.refusals import (
-    _cells,
-    _compiles,
-    _is_jax_jit,
-    _jax_source,
-    _library_of,
-    _refuse_hidden_compile,
-    _type_name,
+    closure_values,
+    compiles_by_itself,
+    is_jax_jit,
+    jax_source,
+    library_of,
+    refuse_hidden_compile,
+    type_name,
 )
 from fieldmem.model.errors import ArgumentsError, TargetError
 
@@ -100,15 +100,15 @@ class WrappedCall:
 
 
 def _is_nnx_jit(fn: Any) -> bool:
-    return _type_name(fn) == "flax.nnx.transforms.compilation.JitWrapped"
+    return type_name(fn) == "flax.nnx.transforms.compilation.JitWrapped"
 
 
 def _is_eqx_jit(fn: Any) -> bool:
-    return _type_name(fn) == "equinox._jit._JitWrapper"
+    return type_name(fn) == "equinox._jit._JitWrapper"
 
 
 def _is_partial(fn: Any) -> bool:
-    return isinstance(fn, functools.partial) or _type_name(fn) == "equinox._module._prebuilt.Partial"
+    return isinstance(fn, functools.partial) or type_name(fn) == "equinox._module._prebuilt.Partial"
 
 
 def unwrap_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WrappedCall | None:
@@ -119,7 +119,7 @@ def unwrap_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Wrapp
             function wrapping a jit, ``nnx.pmap(graph=False)``, an unknown class with ``lower``).
         ArgumentsError: a pmap refuses the example arguments (too few devices for its mapped axis).
     """
-    if _is_jax_jit(fn):
+    if is_jax_jit(fn):
         return None
     if _is_partial(fn):
         inner_args = tuple(fn.args) + tuple(args)
@@ -127,11 +127,11 @@ def unwrap_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Wrapp
         inner = unwrap_call(fn.func, inner_args, inner_kwargs)
         if inner is not None:
             return inner
-        if _is_jax_jit(fn.func):
+        if is_jax_jit(fn.func):
             return WrappedCall("functools.partial", fn.func, inner_args, inner_kwargs)
-        _refuse_hidden_compile(fn.func, fn)
+        refuse_hidden_compile(fn.func, fn)
         return None
-    if isinstance(fn, types.MethodType) and _compiles(fn.__func__):
+    if isinstance(fn, types.MethodType) and compiles_by_itself(fn.__func__):
         inner = unwrap_call(fn.__func__, (fn.__self__, *args), kwargs)
         if inner is not None:
             return inner
@@ -147,7 +147,7 @@ def unwrap_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Wrapp
     nnx_pmap = _nnx_pmap_parts(fn)
     if nnx_pmap is not None:
         return _nnx_pmap(fn, nnx_pmap, args, kwargs)
-    _refuse_hidden_compile(fn, fn)
+    refuse_hidden_compile(fn, fn)
     return None
 
 
@@ -369,11 +369,11 @@ def _eqx_jit(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> WrappedC
 
 def _is_jax_pmap(fn: Any) -> bool:
     """What ``jax.pmap(f, ...)`` returns: a function of ``jax/_src/pmap.py`` closing over its ``infer_params``."""
-    return isinstance(fn, types.FunctionType) and _jax_source(fn, "pmap.py") and "infer_params" in _cells(fn)
+    return isinstance(fn, types.FunctionType) and jax_source(fn, "pmap.py") and "infer_params" in closure_values(fn)
 
 
 def _is_eqx_pmap(fn: Any) -> bool:
-    return _type_name(fn) == "equinox._vmap_pmap._PmapWrapper"
+    return type_name(fn) == "equinox._vmap_pmap._PmapWrapper"
 
 
 @dataclass(frozen=True)
@@ -397,8 +397,8 @@ def _pmap_program(pmapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any], k
     import jax
 
     try:
-        infer = _cells(pmapped)["infer_params"]
-        static = tuple(_cells(infer)["static_broadcasted_tuple"])
+        infer = closure_values(pmapped)["infer_params"]
+        static = tuple(closure_values(infer)["static_broadcasted_tuple"])
     except KeyError as exc:
         raise TargetError(
             f"this jax version's pmap keeps no {exc.args[0]}: fieldmem cannot see the program {kind} compiles"
@@ -413,7 +413,7 @@ def _pmap_program(pmapped: Any, args: tuple[Any, ...], kwargs: dict[str, Any], k
         raise TargetError(
             f"this jax version's pmap is built otherwise: fieldmem cannot see the program {kind} compiles"
         ) from None
-    if not _is_jax_jit(jitted):
+    if not is_jax_jit(jitted):
         raise TargetError(f"this jax version's pmap calls no jax.jit: fieldmem cannot see the program {kind} compiles")
     if processes > 1:
         raise TargetError(
@@ -544,13 +544,13 @@ def _nnx_pmap_parts(fn: Any) -> tuple[Any, Any, Any] | None:
     """``flax.nnx.pmap`` in graph mode (flax's default): ``functools.wraps(f)`` of ``update_context('pmap')``
     around its ``vmap_wrapper``, which closes over the ``jax.pmap`` and ``in_axes``. Returns (the update
     context's tag, the jax.pmap, in_axes); None for anything else."""
-    if not isinstance(fn, types.FunctionType) or _library_of(fn.__code__.co_filename) != "flax":
+    if not isinstance(fn, types.FunctionType) or library_of(fn.__code__.co_filename) != "flax":
         return None
-    outer = _cells(fn)
+    outer = closure_values(fn)
     inner, tag = outer.get("f"), getattr(outer.get("self"), "tag", None)
     if not isinstance(inner, types.FunctionType) or tag is None:
         return None
-    cells = _cells(inner)
+    cells = closure_values(inner)
     pmapped = cells.get("pmapped_fn")
     if inner.__code__.co_name != "vmap_wrapper" or not _is_jax_pmap(pmapped) or "in_axes" not in cells:
         return None

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from fieldmem.findings.donation_outcomes import _Argument, _Outcome
+from fieldmem.findings.donation_outcomes import DynamicArgument, LeafOutcome
 from fieldmem.findings.program import ProgramLeaves
 from fieldmem.findings.transfers import given_again
 from fieldmem.model.advice import ArgumentAdvice, LeafAdvice
@@ -26,7 +26,7 @@ _ARGUMENT_REASONS = {
 }
 
 
-def _leaf_advice(leaf: InputLeaf, outcome: _Outcome, program: ProgramLeaves, outputs: dict[int, str]) -> LeafAdvice:
+def _leaf_advice(leaf: InputLeaf, outcome: LeafOutcome, program: ProgramLeaves, outputs: dict[int, str]) -> LeafAdvice:
     return LeafAdvice(
         input=leaf.path,
         input_index=leaf.index,
@@ -38,9 +38,9 @@ def _leaf_advice(leaf: InputLeaf, outcome: _Outcome, program: ProgramLeaves, out
     )
 
 
-def _advice(
-    argument: _Argument,
-    outcomes: dict[int, _Outcome],
+def argument_advice(
+    argument: DynamicArgument,
+    outcomes: dict[int, LeafOutcome],
     program: ProgramLeaves,
     outputs: dict[int, str],
     donate: bool,
@@ -115,20 +115,20 @@ def _blocked_reason(code: ArgumentCode, leaves: Sequence[LeafAdvice]) -> str:
     return f"{head} ({len(leaves)} leaves, e.g. {largest.input}; each leaf says why)"
 
 
-def _spec_text(arguments: Sequence[_Argument]) -> str:
+def spec_text(arguments: Sequence[DynamicArgument]) -> str:
     """The ``--donate`` value for these arguments: names, or numbers for unnamed positions."""
     if not arguments:
         return "none"
     return ",".join(a.name if a.name.isidentifier() else str(a.position) for a in arguments)
 
 
-def _change(plain: Variant, other: Variant | None, figure: str) -> str:
+def figure_change(plain: Variant, other: Variant | None, figure: str) -> str:
     after = getattr(other.memory, figure) if other is not None else None
     return f"{figure} {format_bytes(getattr(plain.memory, figure))} → {format_bytes(after)}"
 
 
-def _refused(
-    chosen: Sequence[_Argument], verification: Variant | None, shared: Mapping[int, tuple[InputLeaf, ...]]
+def refused_words(
+    chosen: Sequence[DynamicArgument], verification: Variant | None, shared: Mapping[int, tuple[InputLeaf, ...]]
 ) -> str:
     """Why jax refuses the suggested donation with the check's arguments (a donated leaf an output reuses, given
     again in the call: one array twice, see ``shared-donation``; ``shared``: the program's
@@ -147,8 +147,8 @@ def _refused(
     return ""
 
 
-def _summary(
-    chosen: Sequence[_Argument],
+def advice_summary(
+    chosen: Sequence[DynamicArgument],
     advice: Sequence[ArgumentAdvice],
     plain: Variant,
     verification: Variant | None,
@@ -187,7 +187,7 @@ def _parameter_names(call: CallShape) -> set[str]:
     return set(call.parameters)
 
 
-def _is_named(call: CallShape, argument: _Argument) -> bool:
+def is_named(call: CallShape, argument: DynamicArgument) -> bool:
     """Whether ``donate_argnames`` can name this argument (a real parameter name, not ``args[1]``)."""
     return argument.position is None or argument.name in _parameter_names(call)
 
@@ -197,7 +197,7 @@ def _tuple(items: Sequence[object]) -> str:
     return f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
 
 
-def _code(call: CallShape, chosen: Sequence[_Argument]) -> tuple[str | None, str | None]:
+def jit_code(call: CallShape, chosen: Sequence[DynamicArgument]) -> tuple[str | None, str | None]:
     """``jax.jit(fn, ...)`` with the suggested donation, by numbers and by names.
 
     jax keeps no trace of which form a jit object was written with (it fills

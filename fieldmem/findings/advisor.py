@@ -33,20 +33,28 @@ import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fieldmem.findings.advice_words import _advice, _change, _code, _is_named, _refused, _spec_text, _summary
+from fieldmem.findings.advice_words import (
+    advice_summary,
+    argument_advice,
+    figure_change,
+    is_named,
+    jit_code,
+    refused_words,
+    spec_text,
+)
 from fieldmem.findings.analysis import savings
 from fieldmem.findings.donation_outcomes import (
-    _Argument,
-    _arguments,
-    _compile_spec,
-    _leaves_of,
-    _observed,
-    _Outcome,
-    _paying,
-    _predict,
-    _saves_nothing,
+    DynamicArgument,
+    LeafOutcome,
+    compile_spec,
+    dynamic_arguments,
+    leaves_of,
+    observed_outcomes,
+    paying,
+    predict,
+    saves_nothing,
 )
-from fieldmem.findings.marginals import MARGINAL_COMPILES, _marginals, _note_interactions
+from fieldmem.findings.marginals import MARGINAL_COMPILES, marginal_footprints, note_interactions
 from fieldmem.findings.program import ProgramLeaves
 from fieldmem.findings.variant import analyze_variant
 from fieldmem.model.advice import MeasuredDonation, Suggestion
@@ -117,31 +125,31 @@ def suggest(
     parser = parser if parser is not None else hlo.HloParser()
     plain_variant, donated_variant = _analysed(plain, donated, result, parser)
     program = ProgramLeaves(plain, hlo.parse_hlo_module(plain.hlo_text, parser))
-    arguments = _arguments(call, plain.inputs)
+    arguments = dynamic_arguments(call, plain.inputs)
     outputs = {o.index: o.path for o in plain.outputs}
-    already = {a.name for a in arguments if any(leaf.donated for leaf in _leaves_of(a, donated))}
+    already = {a.name for a in arguments if any(leaf.donated for leaf in leaves_of(a, donated))}
     lenders = [a for a in arguments if _could_lend(a, program, min_bytes)]
     if 0 < len(lenders) <= EXHAUSTIVE_ARGUMENTS:
         search = _Search(call, plain, donated, plain_variant, donated_variant, program, already, fast, compile_donation)
         return _searched(call, arguments, lenders, outputs, search, min_bytes, parser)
-    observed = _observed(donated, donated_variant, plain_variant, program)
+    observed = observed_outcomes(donated, donated_variant, plain_variant, program)
     tried_first: list[str] = []
     every = {a.name for a in lenders}
     if lenders and already != every:
         # what donating every argument that could lend shows, as a plain function's check shows it: the
         # suggestion must not depend on what the check happened to donate (a jit's own donation)
-        spec = _spec_text(lenders)
+        spec = spec_text(lenders)
         tried_first.append(spec)
         try:
-            compiled_all = _compile_spec(lenders, fast, compile_donation)
+            compiled_all = compile_spec(lenders, fast, compile_donation)
             observed.update(
-                _observed(compiled_all, analyze_variant(compiled_all, parser=parser)[0], plain_variant, program)
+                observed_outcomes(compiled_all, analyze_variant(compiled_all, parser=parser)[0], plain_variant, program)
             )
         except (FieldmemError, hlo.HloParseError):
             pass  # the check's own compile still says what it shows
     observed.update(_measured_alone(arguments, already, observed, plain_variant, donated_variant, min_bytes))
-    outcomes = _predict(arguments, observed, program, outputs)
-    chosen = _paying(arguments, outcomes, min_bytes)
+    outcomes = predict(arguments, observed, program, outputs)
+    chosen = paying(arguments, outcomes, min_bytes)
 
     check = _verify(
         call,
@@ -159,10 +167,10 @@ def suggest(
     chosen, verification, verified_by = check.chosen, check.variant, check.verified_by
     tried, notes = tried_first + check.tried, check.notes
     measured = savings(plain_variant, verification) if verification is not None else {}
-    if chosen and _saves_nothing(measured):
+    if chosen and saves_nothing(measured):
         notes.append(
-            f"the verification compile of {_spec_text(chosen)} saves neither footprint nor live peak "
-            f"({_change(plain_variant, verification, 'footprint_bytes')}), so nothing is suggested"
+            f"the verification compile of {spec_text(chosen)} saves neither footprint nor live peak "
+            f"({figure_change(plain_variant, verification, 'footprint_bytes')}), so nothing is suggested"
         )
         chosen, verification, verified_by = [], plain_variant, "plain"
         measured = savings(plain_variant, verification)
@@ -173,13 +181,13 @@ def suggest(
         if excess is not None:
             # never advise a donation that needs more than the one checked: keep that one, and say why
             notes.append(
-                f"donating {_spec_text(chosen)} would need {excess} than the donation checked "
-                f"({_spec_text(current)}), so that one is suggested: it is the best found"
+                f"donating {spec_text(chosen)} would need {excess} than the donation checked "
+                f"({spec_text(current)}), so that one is suggested: it is the best found"
             )
             chosen, verification, verified_by = current, donated_variant, "donated"
             measured = savings(plain_variant, verification)
     verifying = len(tried)  # the compiles that verified the spec; the marginal ones come next
-    marginals, without = _marginals(
+    marginals, without = marginal_footprints(
         chosen, already, plain_variant, donated_variant, verification, fast, tried, notes, compile_donation, parser
     )
     left_out: dict[str, str] = {}
@@ -191,11 +199,11 @@ def suggest(
             break
         rest = [a for a in chosen if a is not costly]
         left_out[costly.name] = (
-            f"donated with {_spec_text(rest) or 'nothing else'}, it needs {format_bytes(-marginals[costly.name])} "
+            f"donated with {spec_text(rest) or 'nothing else'}, it needs {format_bytes(-marginals[costly.name])} "
             "more footprint than left out (measured): the donations interact"
         )
         notes.append(
-            f"donating {costly.name} with {_spec_text(rest) or 'nothing else'} needs "
+            f"donating {costly.name} with {spec_text(rest) or 'nothing else'} needs "
             f"{format_bytes(-marginals[costly.name])} more footprint than leaving it out (measured), so it is "
             "left out: the donations interact (XLA assigns the buffers of the whole program at once)"
         )
@@ -204,21 +212,21 @@ def suggest(
         verified_by = "plain" if not chosen else "donated" if names == already else "suggested"
         measured = savings(plain_variant, verification)
         verifying = len(tried)  # the compiles that found and verified this spec
-        marginals, without = _marginals(
+        marginals, without = marginal_footprints(
             chosen, already, plain_variant, donated_variant, verification, fast, tried, notes, compile_donation, parser
         )
     advice = tuple(
         dataclasses.replace(
-            _advice(a, outcomes, program, outputs, a in chosen, min_bytes, left_out.get(a.name)),
+            argument_advice(a, outcomes, program, outputs, a in chosen, min_bytes, left_out.get(a.name)),
             marginal_bytes=marginals.get(a.name),
         )
         for a in arguments
     )
-    _note_interactions(chosen, marginals, measured, notes, min_bytes)
-    refused = _refused(chosen, verification, program.shared)
-    code, alternative = _code(call, chosen)
-    nameable = all(_is_named(call, a) for a in chosen)
-    summary = _summary(chosen, advice, plain_variant, verification, measured, verifying, verified_by, notes)
+    note_interactions(chosen, marginals, measured, notes, min_bytes)
+    refused = refused_words(chosen, verification, program.shared)
+    code, alternative = jit_code(call, chosen)
+    nameable = all(is_named(call, a) for a in chosen)
+    summary = advice_summary(chosen, advice, plain_variant, verification, measured, verifying, verified_by, notes)
     summary = f"{_on(plain.backend)}{summary}"
     measurements = {(): plain_variant, tuple(a.name for a in arguments if a.name in already): donated_variant}
     if verification is not None:
@@ -227,7 +235,7 @@ def suggest(
         measurements[tuple(a.name for a in chosen if a.name != name)] = variant
     return Suggestion(
         summary=f"{summary}; {refused}" if refused else summary,
-        spec=_spec_text(chosen),
+        spec=spec_text(chosen),
         donate_argnums=tuple(a.position for a in chosen if a.position is not None),
         donate_argnames=tuple(a.name for a in chosen if nameable or a.position is None),
         code=code,
@@ -259,7 +267,7 @@ def _on(backend: str | None) -> str:
     return f"on {backend}, " if backend else ""
 
 
-def _could_lend(argument: _Argument, program: ProgramLeaves, min_bytes: int) -> bool:
+def _could_lend(argument: DynamicArgument, program: ProgramLeaves, min_bytes: int) -> bool:
     """Whether donating ``argument`` could save anything: leaves of at least ``min_bytes`` in all that the
     program reads and that some output has the per-device size of (XLA aliases by size)."""
     sizes = set(program.output_bytes.values())
@@ -296,8 +304,8 @@ class _Search:
 
 def _searched(
     call: CallShape,
-    arguments: Sequence[_Argument],
-    lenders: Sequence[_Argument],
+    arguments: Sequence[DynamicArgument],
+    lenders: Sequence[DynamicArgument],
     outputs: dict[int, str],
     search: _Search,
     min_bytes: int,
@@ -320,10 +328,10 @@ def _searched(
             key = frozenset(a.name for a in subset)
             if key in known:
                 continue
-            spec = _spec_text(subset)
+            spec = spec_text(subset)
             tried.append(spec)
             try:
-                compiled = _compile_spec(subset, search.fast, search.compile_donation)
+                compiled = compile_spec(subset, search.fast, search.compile_donation)
                 known[key] = (compiled, analyze_variant(compiled, parser=parser)[0])
             except (FieldmemError, hlo.HloParseError) as exc:
                 notes.append(f"the compile of {spec} failed ({exc}): that donation is not measured")
@@ -359,18 +367,18 @@ def _searched(
             sorted(order[n] for n in key),
         ),
     )
-    if chosen_key and _saves_nothing(savings(plain_variant, known[chosen_key][1])):
+    if chosen_key and saves_nothing(savings(plain_variant, known[chosen_key][1])):
         chosen_key = frozenset()
     chosen = [a for a in arguments if a.name in chosen_key]
     compiled, verification = known[chosen_key]
     # what each leaf does: as donating every lender shows it, then as the suggestion's own compile shows it
     everyone = frozenset(a.name for a in lenders)
-    observed: dict[int, _Outcome] = {}
+    observed: dict[int, LeafOutcome] = {}
     if everyone in known:
-        observed.update(_observed(known[everyone][0], known[everyone][1], plain_variant, program))
+        observed.update(observed_outcomes(known[everyone][0], known[everyone][1], plain_variant, program))
     if chosen_key:
-        observed.update(_observed(compiled, verification, plain_variant, program))
-    outcomes = _predict(arguments, observed, program, outputs)
+        observed.update(observed_outcomes(compiled, verification, plain_variant, program))
+    outcomes = predict(arguments, observed, program, outputs)
     marginals = {
         a.name: usable[chosen_key - {a.name}] - usable[chosen_key]
         for a in chosen
@@ -381,20 +389,20 @@ def _searched(
         more = chosen_key | {argument.name}
         if argument not in chosen and more in usable and chosen_key in usable:
             extra = usable[more] - usable[chosen_key]
-            costs[argument.name] = f"donated with {_spec_text(chosen) or 'nothing else'}, it " + (
+            costs[argument.name] = f"donated with {spec_text(chosen) or 'nothing else'}, it " + (
                 f"needs {format_bytes(extra)} more footprint than left out (measured)"
                 if extra > 0
                 else f"saves only {format_bytes(-extra)} of footprint (measured)"
             )
     advice = tuple(
         dataclasses.replace(
-            _advice(a, outcomes, program, outputs, a in chosen, min_bytes, costs.get(a.name)),
+            argument_advice(a, outcomes, program, outputs, a in chosen, min_bytes, costs.get(a.name)),
             marginal_bytes=marginals.get(a.name),
         )
         for a in arguments
     )
     measured = savings(plain_variant, verification)
-    _note_interactions(chosen, marginals, measured, notes, min_bytes)
+    note_interactions(chosen, marginals, measured, notes, min_bytes)
     measured_count = len(known)
     notes.insert(
         0,
@@ -405,15 +413,17 @@ def _searched(
     verified_by: Verification = "plain" if not chosen_key else "donated" if chosen_key == current else "suggested"
     if verified_by == "donated" and search.call.donation_source == "jit":
         notes.append("the target's own jit donation already is this spec")
-    refused = _refused(chosen, verification, program.shared)
-    code, alternative = _code(call, chosen)
-    nameable = all(_is_named(call, a) for a in chosen)
-    lending = _spec_text(lenders).replace(",", ", ")
-    summary = _summary(chosen, advice, plain_variant, verification, measured, len(tried), verified_by, notes, lending)
+    refused = refused_words(chosen, verification, program.shared)
+    code, alternative = jit_code(call, chosen)
+    nameable = all(is_named(call, a) for a in chosen)
+    lending = spec_text(lenders).replace(",", ", ")
+    summary = advice_summary(
+        chosen, advice, plain_variant, verification, measured, len(tried), verified_by, notes, lending
+    )
     summary = f"{_on(search.plain.backend)}{summary}"
     return Suggestion(
         summary=f"{summary}; {refused}" if refused else summary,
-        spec=_spec_text(chosen),
+        spec=spec_text(chosen),
         donate_argnums=tuple(a.position for a in chosen if a.position is not None),
         donate_argnames=tuple(a.name for a in chosen if nameable or a.position is None),
         code=code,
@@ -434,12 +444,12 @@ def _searched(
 
 
 def _costliest(
-    chosen: Sequence[_Argument],
+    chosen: Sequence[DynamicArgument],
     marginals: dict[str, int],
     without: dict[str, Variant],
     verification: Variant | None,
     min_bytes: int,
-) -> _Argument | None:
+) -> DynamicArgument | None:
     """The suggested argument whose donation costs the most footprint given the others' (its marginal saving
     is ``-min_bytes`` or less), when leaving it out needs no more live peak either; None when there is none."""
     if verification is None:
@@ -466,13 +476,13 @@ def _excess(candidate: Variant, current: Variant, min_bytes: int) -> str | None:
 
 
 def _measured_alone(
-    arguments: Sequence[_Argument],
+    arguments: Sequence[DynamicArgument],
     already: set[str],
-    observed: dict[int, _Outcome],
+    observed: dict[int, LeafOutcome],
     plain: Variant,
     donated: Variant,
     min_bytes: int,
-) -> dict[int, _Outcome]:
+) -> dict[int, LeafOutcome]:
     """The outcomes of the one argument the check donated, when the leaf accounting says it saves nothing
     but the two compiles measure a lower footprint (XLA writes the new value through a temporary, yet the
     donated buffer still spares the output's): its largest reused leaf saves what was measured."""
@@ -496,14 +506,14 @@ def _measured_alone(
         f"the donation lowers the footprint by {format_bytes(measured)} (measured: "
         f"{format_bytes(plain.memory.footprint_bytes)} → {format_bytes(donated.memory.footprint_bytes)})"
     )
-    return {leaf.index: _Outcome("reused", reason, outcome.output, measured)}
+    return {leaf.index: LeafOutcome("reused", reason, outcome.output, measured)}
 
 
 @dataclass
 class _Verification:
     """Where the verification loop ended: the spec kept and the compile that shows it."""
 
-    chosen: list[_Argument]
+    chosen: list[DynamicArgument]
     variant: Variant | None  # None: the verification compile failed
     verified_by: Verification
     tried: list[str]
@@ -512,9 +522,9 @@ class _Verification:
 
 def _verify(
     call: CallShape,
-    chosen: list[_Argument],
+    chosen: list[DynamicArgument],
     already: set[str],
-    outcomes: dict[int, _Outcome],
+    outcomes: dict[int, LeafOutcome],
     plain: Variant,
     donated: Variant,
     program: ProgramLeaves,
@@ -537,17 +547,17 @@ def _verify(
             if call.donation_source == "jit":
                 notes.append("the target's own jit donation already is this spec")
             return _Verification(chosen, donated, "donated", tried, notes)
-        spec = _spec_text(chosen)
+        spec = spec_text(chosen)
         tried.append(spec)
         try:
-            compiled = _compile_spec(chosen, fast, compile_donation)
+            compiled = compile_spec(chosen, fast, compile_donation)
             checked, _ = analyze_variant(compiled, parser=parser)
         except (FieldmemError, hlo.HloParseError) as exc:
             # the check's own result stands; only the suggestion is lost
             notes.append(f"the verification compile of {spec} failed ({exc}), so nothing is suggested")
             return _Verification([], None, "none", tried, notes)
-        outcomes.update(_observed(compiled, checked, plain, program))
-        kept = _paying(chosen, outcomes, min_bytes)
+        outcomes.update(observed_outcomes(compiled, checked, plain, program))
+        kept = paying(chosen, outcomes, min_bytes)
         if len(kept) == len(chosen):
             return _Verification(chosen, checked, "suggested", tried, notes)
         dropped = ", ".join(a.name for a in chosen if a not in kept)

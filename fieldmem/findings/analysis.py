@@ -17,20 +17,20 @@ from typing import cast
 
 from fieldmem.findings.capacity import fit_check, fit_findings
 from fieldmem.findings.copy_findings import (
-    _at,
-    _conditional_copy_finding,
-    _constant_findings,
-    _copy_finding,
-    _new_buffer_finding,
-    _old_value_use,
-    _slice_update_copied,
-    _stake,
+    at_source,
+    conditional_copy_finding,
+    constant_findings,
+    copy_finding,
     declared_copy_finding,
+    new_buffer_finding,
+    old_value_use,
+    slice_update_copied,
+    stake_bytes,
 )
-from fieldmem.findings.pairing import _state_donor, declared_new
-from fieldmem.findings.program import ProgramLeaves, _call_site, _display_source, _shape_text
+from fieldmem.findings.pairing import declared_new, state_donor
+from fieldmem.findings.program import ProgramLeaves, display_source, shape_text, user_call_site
 from fieldmem.findings.transfers import shared_buffer_findings, transfer_findings, transfers_of
-from fieldmem.findings.variant import _OWNERS_SHOWN, analyze_variant
+from fieldmem.findings.variant import OWNERS_SHOWN, analyze_variant
 from fieldmem.findings.verdict import expectation_met, expectation_words, judge
 from fieldmem.model.collector import collector_paused
 from fieldmem.model.copies import Alias, UnusableDonation
@@ -64,10 +64,10 @@ def _new_output_finding(
 ) -> Finding:
     """An info finding for an output that needs a buffer of its own by nature (or by the user's word)."""
     location = program.output_location(out.index)
-    source, call_site = _display_source(location), _call_site(location)
+    source, call_site = display_source(location), user_call_site(location)
     head = (
-        f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is a new output"
-        f"{_at(source, call_site)}"
+        f"{out.path} ({shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is a new output"
+        f"{at_source(source, call_site)}"
     )
     if declared:
         why = "declared new (--new / new=), so it is not a break even where a donated input could hold it"
@@ -76,8 +76,8 @@ def _new_output_finding(
         if owners:
             why = (
                 "every donated input of its size is already reused by another output ("
-                + ", ".join(f"{a.input} by {a.output}" for a in owners[:_OWNERS_SHOWN])
-                + ("…" if len(owners) > _OWNERS_SHOWN else "")
+                + ", ".join(f"{a.input} by {a.output}" for a in owners[:OWNERS_SHOWN])
+                + ("…" if len(owners) > OWNERS_SHOWN else "")
                 + "), so it needs a buffer of its own; not a break of in place"
             )
         elif could is not None:
@@ -149,12 +149,12 @@ def _unusable_finding(unusable: UnusableDonation, breaks: bool, by_user: bool) -
 def _grows_finding(out: OutputLeaf, size: int, program: ProgramLeaves, unusable: UnusableDonation) -> Finding:
     """The break of a new output at least as large as a donated input nothing reuses: the state grows."""
     location = program.output_location(out.index)
-    source, call_site = _display_source(location), _call_site(location)
+    source, call_site = display_source(location), user_call_site(location)
     return Finding(
         "error",
         "state-grows",
-        f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer"
-        f"{_at(source, call_site)}, at least as large as the donated {unusable.input} "
+        f"{out.path} ({shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer"
+        f"{at_source(source, call_site)}, at least as large as the donated {unusable.input} "
         f"({format_bytes(unusable.bytes)}), whose buffer is too small to hold it: the state grows, so it cannot "
         "be updated in place",
         output=out.path,
@@ -240,21 +240,21 @@ def _verdict(
         if size >= max(min_bytes, 1) and out.index not in aliased_outputs:
             declared = declared_new(out.path, new)
             donor = (
-                None if declared else _state_donor(out, size, program, donated.aliases, state_bytes, frozenset(claimed))
+                None if declared else state_donor(out, size, program, donated.aliases, state_bytes, frozenset(claimed))
             )
             if donor is not None:
                 claimed.add(donor.index)
             # (a donation jit dropped, the input never read, holds nothing an output outgrows)
             outgrown = None if declared else next((u for u in counted if size >= u.bytes and u.code != "unused"), None)
             if donor is not None:
-                findings.append(_new_buffer_finding(out, size, donor, program, donated.unusable_donations))
+                findings.append(new_buffer_finding(out, size, donor, program, donated.unusable_donations))
             elif outgrown is not None:
                 findings.append(_grows_finding(out, size, program, outgrown))
             else:
                 new_outputs += 1
                 # an input of its shape not donated, passed over only because the output is smaller than the
                 # state: named, so that a state leaf left undonated is not hidden
-                could = None if declared or not state_bytes else _state_donor(out, size, program, donated.aliases)
+                could = None if declared or not state_bytes else state_donor(out, size, program, donated.aliases)
                 could = could if could is not None and not could.donated else None
                 findings.append(_new_output_finding(out, size, program, donated.aliases, declared, could))
     for pattern in new:
@@ -270,15 +270,15 @@ def _verdict(
             and not is_move(copy.kind)
             and (copy.kind in ("parameter", "loop") or copy.output is not None)
         ):
-            update = _slice_update_copied(program.module, copy) if copy.output is not None else None
-            old_use = _old_value_use(program.module, copy, inputs)
-            findings.append(_copy_finding(copy, inputs, once, update, old_use, program.variant.backend))
+            update = slice_update_copied(program.module, copy) if copy.output is not None else None
+            old_use = old_value_use(program.module, copy, inputs)
+            findings.append(copy_finding(copy, inputs, once, update, old_use, program.variant.backend))
     for unusable in donated.unusable_donations:
         if unusable.bytes >= min_bytes:
             findings.append(_unusable_finding(unusable, breaks=by_user and reused, by_user=by_user))
     for copy in donated.copies:
         if copy.kind == "conditional" and copy.bytes >= min_bytes:
-            findings.append(_conditional_copy_finding(copy))
+            findings.append(conditional_copy_finding(copy))
         kind_word = copy_kind_word(copy.kind)
         if kind_word is not None and kind_word.finding is not None and copy.output is None and copy.bytes >= min_bytes:
             findings.append(declared_copy_finding(copy, kind_word, once))  # layout-copy, other-copy
@@ -290,15 +290,15 @@ def _verdict(
                     "info",
                     "plain-copy",
                     f"without donation, {copy.of_parameter} is copied{once} ({format_bytes(copy.bytes)})"
-                    f"{_at(copy.source, copy.call_site)} because {why} and its buffer must stay intact",
+                    f"{at_source(copy.source, copy.call_site)} because {why} and its buffer must stay intact",
                     input=copy.of_parameter,
                     output=copy.output,
                     source=copy.source,
                     call_site=copy.call_site,
-                    bytes=_stake(copy),
+                    bytes=stake_bytes(copy),
                 )
             )
-    findings.extend(_constant_findings(program.module, min_bytes))
+    findings.extend(constant_findings(program.module, min_bytes))
     findings.extend(fit)
     findings.extend(moved)
     return judge(

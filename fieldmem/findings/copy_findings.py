@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import cast
 
-from fieldmem.findings.program import ProgramLeaves, _call_site, _display_source, _shape_text
+from fieldmem.findings.program import ProgramLeaves, display_source, shape_text, user_call_site
 from fieldmem.findings.transfers import given_again
 from fieldmem.model.copies import Copy, UnusableDonation
 from fieldmem.model.readings import InputLeaf, OutputLeaf
@@ -20,22 +20,34 @@ from fieldmem.model.vocabulary import CopyKindWord, finding_word
 from fieldmem.model.word_sets import FindingCode, Severity
 from fieldmem.xla import hlo
 
-__all__ = ["compiler_name", "declared_copy_finding", "hardware_hint"]
+__all__ = [
+    "at_source",
+    "compiler_name",
+    "conditional_copy_finding",
+    "constant_findings",
+    "copy_finding",
+    "declared_copy_finding",
+    "hardware_hint",
+    "new_buffer_finding",
+    "old_value_use",
+    "slice_update_copied",
+    "stake_bytes",
+]
 
 
-def _at(source: str | None, call_site: str | None = None) -> str:
+def at_source(source: str | None, call_site: str | None = None) -> str:
     """ " at FILE:LINE", and the user's line that led there when that line is library code."""
     if not source:
         return ""
     return f" at {source} (called from {call_site})" if call_site else f" at {source}"
 
 
-def _stake(copy: Copy) -> int:
+def stake_bytes(copy: Copy) -> int:
     """The bytes a copy costs per call: a loop copy's bytes times its trip count, when known."""
     return copy.bytes_per_call if copy.bytes_per_call is not None else copy.bytes
 
 
-def _slice_update_copied(module: hlo.HloModule, copy: Copy) -> str | None:
+def slice_update_copied(module: hlo.HloModule, copy: Copy) -> str | None:
     """``dynamic-update-slice`` or ``scatter`` when ``copy`` copies the value of such an update (the user's
     code writes a slice; the compiler chose to write it through a temporary), else None."""
     computation = next((c for c in module.computations if c.name == copy.computation), None)
@@ -58,7 +70,7 @@ def _slice_update_copied(module: hlo.HloModule, copy: Copy) -> str | None:
     return found
 
 
-def _old_value_use(module: hlo.HloModule, copy: Copy, inputs: dict[int, InputLeaf]) -> hlo.OldValueUse | None:
+def old_value_use(module: hlo.HloModule, copy: Copy, inputs: dict[int, InputLeaf]) -> hlo.OldValueUse | None:
     """For a copy of a donated input (kind ``parameter``), why the program keeps its old value (see
     :func:`fieldmem.xla.hlo.queries.old_value_use`); None for other copies or where it cannot be told."""
     leaf = inputs.get(copy.input_index) if copy.input_index is not None else None
@@ -88,7 +100,7 @@ def hardware_hint(backend: str | None) -> str:
     return f"this is what {compiler_name(backend)} does with the code as written; no line of it asks for the copy"
 
 
-def _copy_finding(
+def copy_finding(
     copy: Copy,
     inputs: dict[int, InputLeaf],
     once: str = "",
@@ -102,7 +114,7 @@ def _copy_finding(
     warning); ``old_use``: why the program keeps a donated input's old value (whose choice its copy
     is); ``backend``: the variant's, named in a compiler's-choice copy."""
     size = format_bytes(copy.bytes)
-    where = _at(copy.source, copy.call_site)
+    where = at_source(copy.source, copy.call_site)
     if copy.kind == "loop":
         per_call = (
             f" (x{copy.trip_count} = {format_bytes(copy.bytes_per_call)} per call)"
@@ -122,7 +134,12 @@ def _copy_finding(
             what = f"a loop value {copy.shape} ({size}) is copied every iteration{per_call}{where}"
             why = "the body keeps a second buffer for a value it computes (not the loop carry)"
         return Finding(
-            "error", "loop-copy", f"{what}: {why}", source=copy.source, call_site=copy.call_site, bytes=_stake(copy)
+            "error",
+            "loop-copy",
+            f"{what}: {why}",
+            source=copy.source,
+            call_site=copy.call_site,
+            bytes=stake_bytes(copy),
         )
     if copy.kind != "parameter" and copy.output is not None:
         if slice_update is not None:
@@ -136,7 +153,7 @@ def _copy_finding(
                 output=copy.output,
                 source=copy.source,
                 call_site=copy.call_site,
-                bytes=_stake(copy),
+                bytes=stake_bytes(copy),
             )
         message = (
             f"{copy.output} is not written in place: XLA computes it into a {size} temporary and "
@@ -149,7 +166,7 @@ def _copy_finding(
             output=copy.output,
             source=copy.source,
             call_site=copy.call_site,
-            bytes=_stake(copy),
+            bytes=stake_bytes(copy),
         )
     name = copy.of_parameter or copy.shape
     leaf = inputs.get(copy.input_index) if copy.input_index is not None else None
@@ -179,7 +196,7 @@ def _copy_finding(
             output=copy.output,
             source=copy.source,
             call_site=copy.call_site,
-            bytes=_stake(copy),
+            bytes=stake_bytes(copy),
         )
     else:
         message = (
@@ -194,11 +211,11 @@ def _copy_finding(
         output=copy.output,
         source=copy.source,
         call_site=copy.call_site,
-        bytes=_stake(copy),
+        bytes=stake_bytes(copy),
     )
 
 
-def _new_buffer_finding(
+def new_buffer_finding(
     out: OutputLeaf,
     size: int,
     leaf: InputLeaf,
@@ -208,10 +225,10 @@ def _new_buffer_finding(
     """The error for a state output written to a new buffer although ``leaf`` (see :func:`_state_donor`) could hold it."""
     unusable_by_index = {u.input_index: u for u in unusable}
     location = program.output_location(out.index)
-    source, call_site = _display_source(location), _call_site(location)
+    source, call_site = display_source(location), user_call_site(location)
     head = (
-        f"{out.path} ({_shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer"
-        f"{_at(source, call_site)}"
+        f"{out.path} ({shape_text(out.shape, out.dtype)}, {format_bytes(size)}) is written to a new buffer"
+        f"{at_source(source, call_site)}"
     )
     again = given_again(leaf, program.shared)
     if not leaf.donated and again:
@@ -245,7 +262,7 @@ def _new_buffer_finding(
 _CONSTANTS_SHOWN = 5  # constants named one by one, largest first; the rest in one more finding
 
 
-def _constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
+def constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
     """A warning per array of at least ``min_bytes`` compiled into the program as a constant.
 
     Scalars are left out whatever their size: XLA makes them of Python numbers and
@@ -261,7 +278,7 @@ def _constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
     )
     findings = []
     for site in large[:_CONSTANTS_SHOWN]:
-        source, call_site = _display_source(site.source), _call_site(site.source)
+        source, call_site = display_source(site.source), user_call_site(site.source)
         used = ""
         if source:
             used = f", read at {source}" + (f" (called from {call_site})" if call_site else "")
@@ -296,16 +313,16 @@ def _constant_findings(module: hlo.HloModule, min_bytes: int) -> list[Finding]:
 def declared_copy_finding(copy: Copy, word: CopyKindWord, once: str = "") -> Finding:
     """The finding of a copy whose kind's declaration names it (``layout-copy``, ``other-copy``: see
     :class:`~fieldmem.model.vocabulary.CopyKindWord`): that code, with the severity declared for it, and the
-    kind's words after where the copy is; ``once`` as for :func:`_copy_finding`."""
+    kind's words after where the copy is; ``once`` as for :func:`copy_finding`."""
     assert word.finding is not None
     return Finding(
         cast(Severity, finding_word(word.finding).severities[0]),
         cast(FindingCode, word.finding),
-        f"a {copy.shape} value ({format_bytes(copy.bytes)}) is copied{once}{_at(copy.source, copy.call_site)}"
+        f"a {copy.shape} value ({format_bytes(copy.bytes)}) is copied{once}{at_source(copy.source, copy.call_site)}"
         f"{word.finding_words}",
         source=copy.source,
         call_site=copy.call_site,
-        bytes=_stake(copy),
+        bytes=stake_bytes(copy),
     )
 
 
@@ -319,7 +336,7 @@ def _branch_text(branch: str | None) -> str:
     return f"branch {branch}" if branch is not None else "a branch"
 
 
-def _conditional_copy_finding(copy: Copy) -> Finding:
+def conditional_copy_finding(copy: Copy) -> Finding:
     """A copy in a conditional's branch: made only when that branch runs."""
     size = format_bytes(copy.bytes)
     conditional = f"the conditional at {copy.branch_source}" if copy.branch_source else "a conditional"
@@ -329,9 +346,9 @@ def _conditional_copy_finding(copy: Copy) -> Finding:
         else "only in the calls and iterations that take it"
     )
     message = (
-        f"a {copy.shape} value ({size}) is copied{_at(copy.source, copy.call_site)} when "
+        f"a {copy.shape} value ({size}) is copied{at_source(copy.source, copy.call_site)} when "
         f"{_branch_text(copy.branch)} of {conditional} runs: {how_often}"
     )
     return Finding(
-        "warning", "conditional-copy", message, source=copy.source, call_site=copy.call_site, bytes=_stake(copy)
+        "warning", "conditional-copy", message, source=copy.source, call_site=copy.call_site, bytes=stake_bytes(copy)
     )

@@ -2,7 +2,7 @@
 in a compile that donated it (an output reuses its buffer, the donation is unusable and why, or XLA
 adds a copy that cancels the saving), else predicted by size; and which arguments' donation pays.
 
-JAX donates whole arguments, so the leaves are grouped by argument (:class:`_Argument`). It never
+JAX donates whole arguments, so the leaves are grouped by argument (:class:`DynamicArgument`). It never
 imports jax and never prints.
 """
 
@@ -23,7 +23,7 @@ from fieldmem.model.word_sets import LeafCode
 
 
 @dataclass(frozen=True)
-class _Argument:
+class DynamicArgument:
     """One dynamic argument of the call and its array leaves, in report order."""
 
     name: str
@@ -32,7 +32,7 @@ class _Argument:
 
 
 @dataclass(frozen=True)
-class _Outcome:
+class LeafOutcome:
     """What donating one leaf does: observed in a compile, or predicted by size."""
 
     code: LeafCode
@@ -41,7 +41,7 @@ class _Outcome:
     saved: int = 0
 
 
-def _arguments(call: CallShape, leaves: Sequence[InputLeaf]) -> list[_Argument]:
+def dynamic_arguments(call: CallShape, leaves: Sequence[InputLeaf]) -> list[DynamicArgument]:
     """Dynamic arguments in report order (positional, then keywords as given), with their leaves."""
     by_argument: dict[str, list[InputLeaf]] = {}
     for leaf in leaves:
@@ -49,20 +49,20 @@ def _arguments(call: CallShape, leaves: Sequence[InputLeaf]) -> list[_Argument]:
     result = []
     for position, name in enumerate(call.positional_names):
         if position not in call.static_positions and name in by_argument:
-            result.append(_Argument(name, position, tuple(by_argument[name])))
+            result.append(DynamicArgument(name, position, tuple(by_argument[name])))
     for key in call.keyword_names:
         if key not in call.static_names and key in by_argument:
-            result.append(_Argument(key, None, tuple(by_argument[key])))
+            result.append(DynamicArgument(key, None, tuple(by_argument[key])))
     return result
 
 
-def _leaves_of(argument: _Argument, variant: CompiledVariant) -> list[InputLeaf]:
+def leaves_of(argument: DynamicArgument, variant: CompiledVariant) -> list[InputLeaf]:
     indices = {leaf.index for leaf in argument.leaves}
     return [leaf for leaf in variant.inputs if leaf.index in indices]
 
 
-def _compile_spec(
-    arguments: Sequence[_Argument],
+def compile_spec(
+    arguments: Sequence[DynamicArgument],
     fast: bool,
     compile_donation: Callable[..., CompiledVariant],
 ) -> CompiledVariant:
@@ -99,12 +99,12 @@ def _at(source: str | None) -> str:
     return f" at {source}" if source else ""
 
 
-def _observed(
+def observed_outcomes(
     compiled: CompiledVariant,
     variant: Variant,
     plain: Variant,
     program: ProgramLeaves,
-) -> dict[int, _Outcome]:
+) -> dict[int, LeafOutcome]:
     """The outcome of every leaf ``compiled`` donated, as that compile shows it.
 
     A reused buffer saves its bytes minus the copies the donation added for it:
@@ -114,7 +114,7 @@ def _observed(
     added = _added_copies(plain, variant)
     aliases = {a.input_index: a for a in variant.aliases}
     unusable = {u.input_index: u for u in variant.unusable_donations}
-    result: dict[int, _Outcome] = {}
+    result: dict[int, LeafOutcome] = {}
     for leaf in compiled.inputs:
         if not leaf.donated:
             continue
@@ -122,10 +122,10 @@ def _observed(
         if alias is None:
             found = unusable.get(leaf.index)
             if found is not None:
-                result[leaf.index] = _Outcome(found.code, found.reason)
+                result[leaf.index] = LeafOutcome(found.code, found.reason)
             else:  # pragma: no cover - analysis lists every donated leaf that is not aliased
                 code, reason = donation_obstacle(leaf, program, {})
-                result[leaf.index] = _Outcome(code, reason)
+                result[leaf.index] = LeafOutcome(code, reason)
             continue
         of_input = [c for c in added if c.kind == "parameter" and c.input_index == leaf.index]
         # a staging copy moves a value through another memory space (a TPU's VMEM): it makes
@@ -133,10 +133,10 @@ def _observed(
         into_output = [c for c in added if c.kind not in ("parameter", "staging") and c.output == alias.output]
         saved = alias.bytes - sum(c.bytes for c in of_input + into_output)
         if saved > 0:
-            outcome = _Outcome("reused", f"{alias.output} reuses its buffer", alias.output_index, saved)
+            outcome = LeafOutcome("reused", f"{alias.output} reuses its buffer", alias.output_index, saved)
         elif of_input:
             copy = of_input[0]
-            outcome = _Outcome(
+            outcome = LeafOutcome(
                 "copied",
                 f"it is read after the output is written: XLA would copy it ({format_bytes(copy.bytes)}"
                 f"{_at(copy.source)}), so donating it saves nothing",
@@ -145,7 +145,7 @@ def _observed(
             )
         else:
             copy = into_output[0]
-            outcome = _Outcome(
+            outcome = LeafOutcome(
                 "via-temporary",
                 f"XLA would compute {alias.output} into a {format_bytes(copy.bytes)} temporary and copy it "
                 f"into the donated buffer{_at(copy.source)}, so donating it saves nothing",
@@ -164,12 +164,12 @@ def _observed(
 _FIRM = ("unused", "no-output-of-size", "not-reused")
 
 
-def _predict(
-    arguments: Sequence[_Argument],
-    observed: dict[int, _Outcome],
+def predict(
+    arguments: Sequence[DynamicArgument],
+    observed: dict[int, LeafOutcome],
     program: ProgramLeaves,
     outputs: dict[int, str],
-) -> dict[int, _Outcome]:
+) -> dict[int, LeafOutcome]:
     """An outcome for every leaf: observed where the donated compile settles it, else by size.
 
     XLA pairs a donated buffer with any output of its size, so which argument
@@ -184,7 +184,7 @@ def _predict(
     sources = program.sources
     paths = {leaf.index: leaf.path for a in arguments for leaf in a.leaves}
     taken: dict[int, str] = {}
-    outcomes: dict[int, _Outcome] = {}
+    outcomes: dict[int, LeafOutcome] = {}
 
     def computed_from(leaf: InputLeaf, out: int | None) -> bool:
         return out is not None and leaf.index in sources.get(out, frozenset())
@@ -212,12 +212,12 @@ def _predict(
                 outcomes[leaf.index] = (
                     seen
                     if seen is not None and seen.output == out
-                    else _Outcome("reused", f"{outputs[out]} can reuse its buffer", out, size)
+                    else LeafOutcome("reused", f"{outputs[out]} can reuse its buffer", out, size)
                 )
     for leaf in leaves:
         if leaf.index not in outcomes:
             code, reason = donation_obstacle(leaf, program, taken)
-            outcomes[leaf.index] = _Outcome(code, reason)
+            outcomes[leaf.index] = LeafOutcome(code, reason)
     return outcomes
 
 
@@ -256,16 +256,18 @@ def _free_output(
     return free[0].index
 
 
-def _saved(argument: _Argument, outcomes: dict[int, _Outcome]) -> int:
+def _saved(argument: DynamicArgument, outcomes: dict[int, LeafOutcome]) -> int:
     return sum(outcomes[leaf.index].saved for leaf in argument.leaves if leaf.index in outcomes)
 
 
-def _paying(arguments: Iterable[_Argument], outcomes: dict[int, _Outcome], min_bytes: int) -> list[_Argument]:
+def paying(
+    arguments: Iterable[DynamicArgument], outcomes: dict[int, LeafOutcome], min_bytes: int
+) -> list[DynamicArgument]:
     """The arguments whose donation saves at least ``min_bytes`` (and more than nothing)."""
     return [a for a in arguments if _saved(a, outcomes) >= max(min_bytes, 1)]
 
 
-def _saves_nothing(measured: dict[str, int | None]) -> bool:
+def saves_nothing(measured: dict[str, int | None]) -> bool:
     figures = [measured.get("footprint_bytes"), measured.get("live_peak_bytes")]
     known = [f for f in figures if f is not None]
     return bool(known) and all(f <= 0 for f in known)

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import cast
 
 from fieldmem.findings.peak import peak_breakdown
-from fieldmem.findings.program import ProgramLeaves, _call_site, _display_source
+from fieldmem.findings.program import ProgramLeaves, display_source, user_call_site
 from fieldmem.model.copies import Copy
 from fieldmem.model.memory import LiveBuffer, MemorySpace, PeakBreakdown, Timeline
 from fieldmem.model.readings import NOTHING_DUMPED, CompiledVariant, InputLeaf, OutputLeaf
@@ -20,7 +20,7 @@ from fieldmem.model.word_sets import LiveBufferKind
 from fieldmem.xla import buffers, hlo
 from fieldmem.xla.spaces import device_spaces, space_name
 
-__all__ = ["decimate"]
+__all__ = ["decimate", "decoded_assignment", "variant_liveness"]
 
 _LIVE_AT_PEAK = 10  # buffers kept per variant, largest first
 
@@ -71,7 +71,7 @@ def _peak_source(point: buffers.SchedulePoint, module: hlo.HloModule, definition
     )
     if computation is None or instruction is None:
         return None
-    source = _display_source(instruction.source)
+    source = display_source(instruction.source)
     if source is None and instruction.is_root and computation.is_entry:
         # the peak is where the outputs are gathered: XLA keeps no line for
         # that tuple, and the function returning them is the place to look
@@ -79,7 +79,7 @@ def _peak_source(point: buffers.SchedulePoint, module: hlo.HloModule, definition
     return source
 
 
-def _assignment(variant: CompiledVariant) -> tuple[buffers.BufferAssignment | None, str | None]:
+def decoded_assignment(variant: CompiledVariant) -> tuple[buffers.BufferAssignment | None, str | None]:
     """The decoded buffer assignment, or why there is none."""
     assignment, module_proto = variant.buffer_assignment, variant.hlo_module_proto
     try:
@@ -94,7 +94,7 @@ def _assignment(variant: CompiledVariant) -> tuple[buffers.BufferAssignment | No
         return None, f"the buffer assignment could not be analysed: {exc}"
 
 
-def _liveness(
+def variant_liveness(
     program: ProgramLeaves,
     copied_inputs: dict[str, Copy],
     definition: str | None = None,
@@ -104,7 +104,7 @@ def _liveness(
 ]:
     """``live_peak_bytes``, the buffers live at that peak, the timeline, every memory space's
     figures and the peak by source, or why they are unavailable."""
-    assignment, reason = decoded if decoded is not None else _assignment(program.variant)
+    assignment, reason = decoded if decoded is not None else decoded_assignment(program.variant)
     if assignment is None:
         return None, reason, (), None, (), ()
     platform = program.variant.platform
@@ -146,8 +146,8 @@ def _liveness(
         # a copy of an input is named by the input it copies, and placed at the
         # copy's own source line (or the function's, when XLA kept none for it)
         copied = copied_inputs.get(value.instruction or "")
-        source = _display_source(value.source)
-        call_site = _call_site(value.source)
+        source = display_source(value.source)
+        call_site = user_call_site(value.source)
         if source is None and copied is not None:
             source, call_site = copied.source, copied.call_site
         if source is None and (leaf is not None or owner is not None):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from fieldmem.findings.advice_words import _spec_text
-from fieldmem.findings.donation_outcomes import _Argument, _compile_spec
+from fieldmem.findings.advice_words import spec_text
+from fieldmem.findings.donation_outcomes import DynamicArgument, compile_spec
 from fieldmem.findings.variant import analyze_variant
 from fieldmem.model.errors import FieldmemError
 from fieldmem.model.readings import CompiledVariant
@@ -27,8 +27,8 @@ def _footprint(variant: Variant | None) -> int | None:
     return variant.memory.footprint_bytes if variant is not None else None
 
 
-def _marginals(
-    chosen: list[_Argument],
+def marginal_footprints(
+    chosen: list[DynamicArgument],
     already: set[str],
     plain: Variant,
     donated: Variant,
@@ -69,10 +69,10 @@ def _marginals(
             variants[argument.name] = donated
             without = _footprint(donated)
         else:
-            spec = _spec_text(rest)
+            spec = spec_text(rest)
             tried.append(spec)
             try:
-                compiled = _compile_spec(rest, fast, compile_donation)
+                compiled = compile_spec(rest, fast, compile_donation)
                 variants[argument.name] = analyze_variant(compiled, parser=parser)[0]
                 without = _footprint(variants[argument.name])
             except (FieldmemError, hlo.HloParseError) as exc:
@@ -85,8 +85,8 @@ def _marginals(
     return marginals, variants
 
 
-def _note_interactions(
-    chosen: Sequence[_Argument],
+def note_interactions(
+    chosen: Sequence[DynamicArgument],
     marginals: dict[str, int],
     measured: dict[str, int | None],
     notes: list[str],

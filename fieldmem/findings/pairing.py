@@ -1,5 +1,5 @@
 """Which input an output is the next value of: outputs declared new (``--new``), the inputs of the
-same path, and the donor whose buffer an output could have reused (:func:`_state_donor`).
+same path, and the donor whose buffer an output could have reused (:func:`state_donor`).
 
 Shared by the verdict (:mod:`fieldmem.findings.analysis`) and the advisor. It never imports jax
 and never prints.
@@ -14,7 +14,7 @@ from fieldmem.findings.program import ProgramLeaves
 from fieldmem.model.copies import Alias
 from fieldmem.model.readings import InputLeaf, OutputLeaf
 
-__all__ = ["declared_new", "pairing_key", "same_path_inputs"]
+__all__ = ["declared_new", "pairing_key", "same_path_inputs", "state_donor"]
 
 
 def declared_new(path: str, patterns: Sequence[str]) -> bool:
@@ -68,7 +68,7 @@ def pairing_key(
     )
 
 
-def _state_donor(
+def state_donor(
     out: OutputLeaf,
     size: int,
     program: ProgramLeaves,

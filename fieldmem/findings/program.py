@@ -15,18 +15,18 @@ from fieldmem.model.readings import CompiledVariant, InputLeaf, OutputLeaf
 from fieldmem.request.definitions import display_path
 from fieldmem.xla import hlo
 
-__all__ = ["ProgramLeaves"]
+__all__ = ["ProgramLeaves", "display_source", "shape_text", "user_call_site"]
 
 
-def _display_source(location: hlo.SourceLocation | None) -> str | None:
+def display_source(location: hlo.SourceLocation | None) -> str | None:
     if location is None:
         return None
     return f"{display_path(location.file)}:{location.line}"
 
 
-def _call_site(location: hlo.SourceLocation | None) -> str | None:
+def user_call_site(location: hlo.SourceLocation | None) -> str | None:
     """The user's line that led to ``location`` when that is library code (see fieldmem.xla.hlo.frames)."""
-    return _display_source(hlo.call_site(location, is_library_file))
+    return display_source(hlo.call_site(location, is_library_file))
 
 
 class ProgramLeaves:
@@ -104,5 +104,5 @@ class ProgramLeaves:
         return hlo.view_source(self.output_producers[index], self.entry_by_name)
 
 
-def _shape_text(shape: Sequence[int], dtype: str) -> str:
+def shape_text(shape: Sequence[int], dtype: str) -> str:
     return f"{dtype}[{','.join(str(d) for d in shape)}]"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import cast
 
-from fieldmem.findings.liveness import _assignment, _liveness
-from fieldmem.findings.program import ProgramLeaves, _call_site, _display_source
+from fieldmem.findings.liveness import decoded_assignment, variant_liveness
+from fieldmem.findings.program import ProgramLeaves, display_source, user_call_site
 from fieldmem.findings.transfers import host_figures
 from fieldmem.model.collector import collector_paused
 from fieldmem.model.copies import Alias, Copy, UnusableDonation
@@ -25,7 +25,7 @@ from fieldmem.model.word_sets import CopyCause, CopyKind, DonationCode, SourceRo
 from fieldmem.xla import buffers, hlo
 from fieldmem.xla.spaces import device_spaces
 
-__all__ = ["analyze_variant", "donation_obstacle"]
+__all__ = ["OWNERS_SHOWN", "analyze_variant", "donation_obstacle"]
 
 
 def _constant_bytes(
@@ -125,7 +125,7 @@ def _aliases(program: ProgramLeaves) -> tuple[Alias, ...]:
     return tuple(sorted(aliases, key=lambda a: a.input_index))
 
 
-_OWNERS_SHOWN = 3  # outputs named when every output of a leaf's size is taken (an optimizer has dozens)
+OWNERS_SHOWN = 3  # outputs named when every output of a leaf's size is taken (an optimizer has dozens)
 
 
 def donation_obstacle(leaf: InputLeaf, program: ProgramLeaves, taken: dict[int, str]) -> tuple[DonationCode, str]:
@@ -156,7 +156,7 @@ def donation_obstacle(leaf: InputLeaf, program: ProgramLeaves, taken: dict[int, 
     if not same_size:
         return "no-output-of-size", f"no output has its size ({format_bytes(size)}){dtype_change}"
     if not free:
-        shown = same_size[:_OWNERS_SHOWN]
+        shown = same_size[:OWNERS_SHOWN]
         owners = ", ".join(f"{o.path} (reuses {taken[o.index]})" for o in shown)
         if len(same_size) > len(shown):
             owners += f" and {len(same_size) - len(shown)} more"
@@ -224,7 +224,7 @@ def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
             kind = "layout"
         else:
             kind = "other"
-        source = _display_source(site.source)
+        source = display_source(site.source)
         role = cast("SourceRole | None", site.source_role)  # hlo.find_copies gives copy, operand, user or None
         output = None
         if site.output_indices:
@@ -236,7 +236,7 @@ def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
         # inside a loop at most that often, so its bytes per call are not known
         trip = site.loop.total_trip_count if site.loop is not None else None
         per_call = site.bytes * trip if trip is not None and kind != "conditional" else None
-        branch_source = _display_source(site.branch.source) if site.branch is not None else None
+        branch_source = display_source(site.branch.source) if site.branch is not None else None
         copies.append(
             Copy(
                 bytes=site.bytes,
@@ -252,7 +252,7 @@ def _copies(program: ProgramLeaves, definition: str | None) -> tuple[Copy, ...]:
                 cause=_cause(program.module, site, kind),
                 trip_count=trip,
                 bytes_per_call=per_call,
-                call_site=_call_site(site.source) if role != "definition" else None,
+                call_site=user_call_site(site.source) if role != "definition" else None,
                 branch=site.branch.branch if site.branch is not None else None,
                 branch_source=branch_source,
                 source_memory_space=site.source_memory_space,
@@ -273,8 +273,8 @@ def analyze_variant(
     aliases = _aliases(program)
     copies = _copies(program, definition)
     copied_inputs = {c.instruction: c for c in copies if c.of_parameter is not None}
-    decoded = _assignment(variant)
-    live_peak, live_reason, live_at_peak, timeline, spaces, breakdowns = _liveness(
+    decoded = decoded_assignment(variant)
+    live_peak, live_reason, live_at_peak, timeline, spaces, breakdowns = variant_liveness(
         program, copied_inputs, definition, decoded
     )
     constant_bytes, _ = _constant_bytes(module, decoded[0])

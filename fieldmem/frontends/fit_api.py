@@ -114,7 +114,7 @@ def fit(
     # here, not at the top: at the top, these make importing the API 0.86 s, not 0.12 s (measured 2026-12-06)
     from fieldmem.parent.fit import LocalChecker, search
     from fieldmem.request.fit import fit_plan, parse_budget, parse_floors, parse_knobs
-    from fieldmem.request.in_hand import _callable_name, in_hand
+    from fieldmem.request.in_hand import callable_name, in_hand
     from fieldmem.request.spec import DonateSpec, StaticSpec
     from fieldmem.request.target import Target
 
@@ -131,7 +131,7 @@ def fit(
         raise OptionError(f"backend={backend!r} names {len(backends)} backends: search one per call")
     made = in_hand("function", step, (), {}, donate=donate, static=static, name=name, expect="fits")
     assert isinstance(made, Target)
-    target = dataclasses.replace(made, args_factory=make_args, args_origin=_callable_name(make_args))
+    target = dataclasses.replace(made, args_factory=make_args, args_origin=callable_name(make_args))
     plan = fit_plan(
         target.name,
         knobs,

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from fieldmem.gate.records import (
-    _LARGEST,
-    _OPTIONAL_ENTRY_FIELDS,
+    LARGEST,
     LOCK_TIMEOUT,
+    OPTIONAL_ENTRY_FIELDS,
     SCHEMA,
     SUPPORTED_SCHEMAS,
     VARIANTS,
@@ -47,11 +47,18 @@ from fieldmem.gate.records import (
     DonationRecord,
     SavedBaseline,
     VariantRecord,
-    _device_kind,
     entry_from_result,
+    first_device_kind,
 )
 from fieldmem.gate.regressions import compare_to_baseline
-from fieldmem.gate.target_names import _listed, _migrated, _root, project_name, project_spec, refuse_shared_names
+from fieldmem.gate.target_names import (
+    listed_names,
+    migrated_entries,
+    project_name,
+    project_spec,
+    refuse_shared_names,
+    root_or_default,
+)
 from fieldmem.model.codec import decode
 from fieldmem.model.files import LockTimeout, lock_path, locked, read_json, terminating, write_atomic
 from fieldmem.model.report import Report
@@ -97,7 +104,7 @@ def _refuse_incomplete(report: Report, path: str, accept_current: bool = False) 
     )
     if failed:
         raise BaselineError(
-            f"{where}: the run failed ({_listed(failed)}); a baseline records a passing run, or, with "
+            f"{where}: the run failed ({listed_names(failed)}); a baseline records a passing run, or, with "
             "--accept-current, the run as it is (the gate then fails only when something changes)"
         )
     if report.baseline is not None and report.baseline.regressions:
@@ -161,7 +168,7 @@ def save_baseline(
             exactly as it was.
     """
     shown = os.fspath(path)
-    base = _root(root, path)
+    base = root_or_default(root, path)
     refuse_shared_names(report, base)
     _refuse_incomplete(report, shown, accept_current)
     file = Path(os.path.realpath(path))  # a link is written through: the file it points to is replaced
@@ -189,7 +196,7 @@ def _merge_and_write(
         _check_replaceable(file, shown)
         try:
             old = load_baseline(file)
-            existing = _migrated(old, root)
+            existing = migrated_entries(old, root)
         except BaselineError as exc:
             raise BaselineError(f"not overwriting {shown!r}: {exc.message}") from None
         if old.schema == SCHEMA:
@@ -198,7 +205,7 @@ def _merge_and_write(
             if isinstance(entries, list) and len(entries) == len(existing):
                 raw_entries = {e.key: r for e, r in zip(existing, entries) if isinstance(r, dict)}
     fresh = {entry.key: entry for entry in _entries(report, root, accept_current)}
-    backend, kind = report.backend, _device_kind(report) or ""
+    backend, kind = report.backend, first_device_kind(report) or ""
     kept, pruned = [], []
     merged = dict(fresh)
     for entry in existing:
@@ -217,7 +224,7 @@ def _merge_and_write(
         before = raw_entries.get(key)
         if before is None:
             continue
-        unknown = _unknown_fields(before, written[n], "", skip=_OPTIONAL_ENTRY_FIELDS)
+        unknown = _unknown_fields(before, written[n], "", skip=OPTIONAL_ENTRY_FIELDS)
         if not unknown:
             continue
         if key in fresh:  # measured again: what this fieldmem cannot write is gone, and said so
@@ -259,12 +266,12 @@ def gate_as_recorded(
     the save refuses it.
     """
     shown = os.fspath(path)
-    refuse_shared_names(report, _root(root, path))
+    refuse_shared_names(report, root_or_default(root, path))
     if not report.results or any(
         r.status == "error" or any(v not in r.variants for v in VARIANTS) for r in report.results
     ):
         return report
-    base = _root(root, path)
+    base = root_or_default(root, path)
     recorded = _written_by(report, shown, tuple(_entries(report, base, accept_current=True)))
     gated = compare_to_baseline(report, recorded, root=base)
     assert gated.baseline is not None
@@ -365,7 +372,7 @@ def _bad_size(baseline: Baseline) -> str | None:
     """The first size of ``baseline`` that no run could have measured (negative, or 2**63 and more), named."""
 
     def wrong(value: int | None) -> bool:
-        return value is not None and not 0 <= value < _LARGEST
+        return value is not None and not 0 <= value < LARGEST
 
     for n, entry in enumerate(baseline.entries):
         where = f"entries[{n}] ({entry.name!r})"

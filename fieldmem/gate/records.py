@@ -26,7 +26,7 @@ LEGACY_SCHEMA = "fieldmem.baseline/1"  # file targets named relative to the fold
 SUPPORTED_SCHEMAS = (SCHEMA, LEGACY_SCHEMA)
 VARIANTS = ("plain", "donated")
 LOCK_TIMEOUT = 60.0  # seconds a save waits for another process's save of the same baseline
-_LARGEST = 2**63  # a byte count at or above this is no real size
+LARGEST = 2**63  # a byte count at or above this is no real size
 
 
 class BaselineError(FieldmemError):
@@ -126,14 +126,14 @@ class Baseline:
         data = encode(self)
         del data["path"]
         for entry in data["entries"]:
-            for name in _OPTIONAL_ENTRY_FIELDS:
+            for name in OPTIONAL_ENTRY_FIELDS:
                 if not entry.get(name):
                     del entry[name]  # none: the file stays as a fieldmem before the field wrote it
         return {"schema": data.pop("schema"), **data}
 
 
 #: entry fields written only when they hold something (older files lack them, and mean "none")
-_OPTIONAL_ENTRY_FIELDS = ("accepted_checks",)
+OPTIONAL_ENTRY_FIELDS = ("accepted_checks",)
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class SavedBaseline:
 # From a report
 
 
-def _device_kind(report: Report) -> str | None:
+def first_device_kind(report: Report) -> str | None:
     """The kind of the run's first device (``cpu``, ``NVIDIA H100 80GB HBM3``, ``TPU v5 lite``)."""
     if not report.devices:
         return None
@@ -185,7 +185,7 @@ def entry_from_result(result: TargetResult, report: Report, *, accept_current: b
         name=result.name,
         target=result.target,
         backend=report.backend,
-        device_kind=_device_kind(report),
+        device_kind=first_device_kind(report),
         status=result.status,
         in_place=result.verdict.in_place if result.verdict is not None else None,
         verdict=result.verdict.summary if result.verdict is not None else None,
@@ -201,7 +201,7 @@ def entry_from_result(result: TargetResult, report: Report, *, accept_current: b
     )
 
 
-def _check_name(name: str) -> str:
+def check_name(name: str) -> str:
     """A check's name as this fieldmem names it: ``max-peak`` (the footprint budget before issue 48) is
     ``max-footprint``."""
     return "max-footprint" if name == "max-peak" else name

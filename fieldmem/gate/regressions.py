@@ -25,17 +25,17 @@ from fieldmem.gate.diff import (
     peak_line_source,
     peak_line_text,
 )
-from fieldmem.gate.records import Baseline, BaselineEntry, _check_name, _device_kind
+from fieldmem.gate.records import Baseline, BaselineEntry, check_name, first_device_kind
 from fieldmem.gate.target_names import (
-    _LISTED,
-    _file_of,
-    _legacy_note,
-    _listed,
-    _migrated,
-    _root,
+    LISTED,
+    file_of,
+    legacy_note,
+    listed_names,
+    migrated_entries,
     project_name,
     project_spec,
     refuse_shared_names,
+    root_or_default,
 )
 from fieldmem.model.comparison import Accepted, BaselineComparison, Change
 from fieldmem.model.report import Report
@@ -385,12 +385,12 @@ def compare_to_baseline(
     the run as it does without a baseline.
     """
     found = _Collector()
-    base = _root(root, baseline.path)
+    base = root_or_default(root, baseline.path)
     refuse_shared_names(report, base)
-    backend, kind = report.backend, _device_kind(report)
+    backend, kind = report.backend, first_device_kind(report)
     here: list[BaselineEntry] = []
     elsewhere: list[BaselineEntry] = []
-    for item in _migrated(baseline, base):
+    for item in migrated_entries(baseline, base):
         (here if item.backend == backend and (item.device_kind or None) == kind else elsewhere).append(item)
     by_name = {e.name: e for e in here}
     other_names = {e.name for e in elsewhere}
@@ -427,7 +427,7 @@ def compare_to_baseline(
             continue
         compared.append(entry)
         _classify(entry, result, report.min_bytes, tolerances, found)
-        recorded_in, checked_in = _file_of(entry.target), _file_of(project_spec(result.target, base))
+        recorded_in, checked_in = file_of(entry.target), file_of(project_spec(result.target, base))
         if entry.accepted_checks and recorded_in and checked_in and recorded_in != checked_in:
             # recorded failing from another file: what it accepted is that file's, never this one's
             found.notes.append(
@@ -462,14 +462,16 @@ def compare_to_baseline(
         # one line says it all: the new targets and the entries not checked are the two lists it names
         found.regressions.append(_nothing_compared(baseline, report, [e.name for e in here], base))
         new, unchecked = [], []
-    if len(new) > _LISTED:
-        found.notes.append(f"{len(new)} new targets, not in the baseline (--save-baseline adds them): {_listed(new)}")
+    if len(new) > LISTED:
+        found.notes.append(
+            f"{len(new)} new targets, not in the baseline (--save-baseline adds them): {listed_names(new)}"
+        )
     else:
         found.notes.extend(f"{n}: new target, not in the baseline (--save-baseline adds it)" for n in new)
     if unchecked:
         found.notes.append(
             f"{len(unchecked)} of the baseline's {len(here)} targets on {backend} not checked in this run, "
-            f"so not compared: {_listed(unchecked)}"
+            f"so not compared: {listed_names(unchecked)}"
         )
     groups: dict[tuple[str, str | None], list[str]] = {}
     for entry in elsewhere:
@@ -477,9 +479,9 @@ def compare_to_baseline(
     for (other_backend, other_kind), entry_names in groups.items():
         found.notes.append(
             f"{len(entry_names)} baseline entr{'y' if len(entry_names) == 1 else 'ies'} for {other_backend} "
-            f"({other_kind}) not compared: this run is on {backend} ({kind}): {_listed(entry_names)}"
+            f"({other_kind}) not compared: this run is on {backend} ({kind}): {listed_names(entry_names)}"
         )
-    legacy = _legacy_note(baseline, base)
+    legacy = legacy_note(baseline, base)
     if legacy is not None:
         found.notes.append(legacy)
     _version_notes(compared, report, found)
@@ -509,11 +511,11 @@ def _the_upgrades(change: Change, made_with: dict[str, str], now: str) -> Change
 def _gate_checks(entry: BaselineEntry, result: TargetResult, found: _Collector) -> Accepted:
     """The failed checks of ``result`` that ``entry`` accepts; an accepted check now passing is an
     improvement, one failing with another limit or no longer made is noted."""
-    recorded = {(_check_name(a.name), a.limit) for a in entry.accepted_checks}
-    accepted = tuple(c.name for c in result.failed_checks if (_check_name(c.name), c.limit) in recorded)
-    by_name: dict[str, Check] = {_check_name(c.name): c for c in result.checks}
+    recorded = {(check_name(a.name), a.limit) for a in entry.accepted_checks}
+    accepted = tuple(c.name for c in result.failed_checks if (check_name(c.name), c.limit) in recorded)
+    by_name: dict[str, Check] = {check_name(c.name): c for c in result.checks}
     for was in entry.accepted_checks:
-        check = by_name.get(_check_name(was.name))
+        check = by_name.get(check_name(was.name))
         if check is None:
             found.notes.append(
                 f"{result.name}: {was.name} is no longer checked (the baseline accepted it failing); "
@@ -546,13 +548,13 @@ def _limit(limit: int | None) -> str:
 def _nothing_compared(baseline: Baseline, report: Report, here: Sequence[str], root: str) -> Change:
     """The regression of a gate that compared nothing: the baseline matches none of the run's targets on this
     backend. One line, naming both sides: the gate would otherwise pass on nothing."""
-    checked = _listed([r.name for r in report.results]) or "nothing"
+    checked = listed_names([r.name for r in report.results]) or "nothing"
     return Change(
         target=baseline.path,
         kind="status",
         subject="missing",
         message=f"the baseline {baseline.path!r} matches none of this run's targets, so nothing was gated: it "
-        f"names {_listed(list(here))} on {report.backend}, this run checked {checked} (names are relative to "
+        f"names {listed_names(list(here))} on {report.backend}, this run checked {checked} (names are relative to "
         f"{root!r}); check the targets, refresh the baseline with --save-baseline, or run with --no-baseline",
         before=len(here),
         after=0,

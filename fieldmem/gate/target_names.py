@@ -8,13 +8,13 @@ import dataclasses
 import os
 from pathlib import Path
 
-from fieldmem.gate.records import LEGACY_SCHEMA, Baseline, BaselineEntry, BaselineError, _check_name
+from fieldmem.gate.records import LEGACY_SCHEMA, Baseline, BaselineEntry, BaselineError, check_name
 from fieldmem.model.report import Report
 from fieldmem.model.target import TargetResult
 from fieldmem.request.definitions import is_installed, module_file
 from fieldmem.request.loading import is_file_spec
 
-_LISTED = 10  # names listed in one note before "and N more"
+LISTED = 10  # names listed in one note before "and N more"
 
 
 def project_name(name: str, spec: str, root: str | os.PathLike[str]) -> str:
@@ -68,7 +68,7 @@ def refuse_shared_names(report: Report, root: str | os.PathLike[str] | None = No
         )
 
 
-def _file_of(spec: str) -> str | None:
+def file_of(spec: str) -> str | None:
     """The file a spec as a baseline records it names (``models/step.py``), or None (a module of an
     installed package, a function in hand named by its own name)."""
     module_part = _module_part(spec)
@@ -111,11 +111,11 @@ def default_root(baseline_path: str | os.PathLike[str]) -> Path:
     return Path(os.path.realpath(baseline_path)).parent
 
 
-def _root(root: str | os.PathLike[str] | None, baseline_path: str | os.PathLike[str]) -> str:
+def root_or_default(root: str | os.PathLike[str] | None, baseline_path: str | os.PathLike[str]) -> str:
     return os.fspath(root) if root is not None else os.fspath(default_root(baseline_path))
 
 
-def _migrated(baseline: Baseline, root: str) -> tuple[BaselineEntry, ...]:
+def migrated_entries(baseline: Baseline, root: str) -> tuple[BaselineEntry, ...]:
     """The entries keyed as this fieldmem keys them (:func:`project_name`).
 
     A module target named by its module (``mymodels:rollout``, as fieldmem
@@ -134,8 +134,8 @@ def _migrated(baseline: Baseline, root: str) -> tuple[BaselineEntry, ...]:
     for e in baseline.entries:
         if legacy or not is_file_spec(_module_part(e.target)):
             e = dataclasses.replace(e, name=project_name(e.name, e.target, root), target=project_spec(e.target, root))
-        if any(c.name != _check_name(c.name) for c in e.accepted_checks):  # a budget's name before issue 48
-            renamed = tuple(dataclasses.replace(c, name=_check_name(c.name)) for c in e.accepted_checks)
+        if any(c.name != check_name(c.name) for c in e.accepted_checks):  # a budget's name before issue 48
+            renamed = tuple(dataclasses.replace(c, name=check_name(c.name)) for c in e.accepted_checks)
             e = dataclasses.replace(e, accepted_checks=renamed)
         migrated.append(e)
     return tuple(migrated)
@@ -145,7 +145,7 @@ def _module_part(spec: str) -> str:
     return spec.rpartition(":")[0] if ":" in spec else spec
 
 
-def _legacy_note(baseline: Baseline, root: str) -> str | None:
+def legacy_note(baseline: Baseline, root: str) -> str | None:
     """Say so when a ``fieldmem.baseline/1`` file's names were rebased (they depend on the folder it was saved from)."""
     if baseline.schema != LEGACY_SCHEMA:
         return None
@@ -160,6 +160,6 @@ def _legacy_note(baseline: Baseline, root: str) -> str | None:
     )
 
 
-def _listed(names: list[str]) -> str:
-    shown = ", ".join(names[:_LISTED])
-    return shown + (f" and {len(names) - _LISTED} more" if len(names) > _LISTED else "")
+def listed_names(names: list[str]) -> str:
+    shown = ", ".join(names[:LISTED])
+    return shown + (f" and {len(names) - LISTED} more" if len(names) > LISTED else "")

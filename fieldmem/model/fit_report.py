@@ -24,7 +24,7 @@ from fieldmem.model.codec import decode, encode
 from fieldmem.model.environment import DeviceInfo, Deviceless
 from fieldmem.model.errors import FitReportError, quoted
 from fieldmem.model.memory import PeakLine
-from fieldmem.model.report import _impossible_size
+from fieldmem.model.report import impossible_size
 from fieldmem.model.target import ErrorInfo
 from fieldmem.model.word_sets import PeakSourceKind
 
@@ -411,7 +411,7 @@ class FitReport:
             report: FitReport = decode(cls, data)
         except (TypeError, ValueError, KeyError) as exc:
             raise FitReportError(f"the document does not match {schema}: {exc}") from exc
-        bad = _impossible_size(report, "")
+        bad = impossible_size(report, "")
         if bad is not None:
             raise FitReportError(f"the document does not match {schema}: {bad} is not a byte count (0 to 2**63-1)")
         return report

@@ -32,11 +32,14 @@ from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.verdict import Check
 
 __all__ = [
+    "DIFFERENCES",
     "REPORTS_SCHEMA",
     "SCHEMA",
     "SUPPORTED_SCHEMAS",
     "Report",
     "Reports",
+    "impossible_size",
+    "is_size",
 ]
 
 
@@ -122,7 +125,7 @@ class Report:
                 report = decode(cls, data)
         except (TypeError, ValueError, KeyError) as exc:
             raise ReportError(f"the report does not match {schema}: {exc}") from exc
-        bad = _impossible_size(report, "")
+        bad = impossible_size(report, "")
         if bad is not None:
             raise ReportError(f"the report does not match {schema}: {bad} is not a byte count (0 to 2**63-1)")
         report = _moves_apart(report)
@@ -189,45 +192,45 @@ class Reports:
         return cls(tuple(Report.from_dict(item, unknown) for item in items))
 
 
-_DIFFERENCES = frozenset({"savings", "baseline", "changes"})  # fields of differences, which may be negative
+DIFFERENCES = frozenset({"savings", "baseline", "changes"})  # fields of differences, which may be negative
 
 
-def _is_size(name: str) -> bool:
+def is_size(name: str) -> bool:
     """A field that holds a size or a count of bytes (not a difference, which may be negative)."""
     return ("bytes" in name and not name.startswith(("saved", "marginal", "delta"))) or name == "trip_count"
 
 
-def _impossible_size(value: Any, where: str) -> str | None:
+def impossible_size(value: Any, where: str) -> str | None:
     """The first byte count (a field named ``*bytes*``, a trip count) in ``value`` that no run could have
     measured, negative or 2**63 and more, named by its path; None: none."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         for item in dataclasses.fields(value):
-            if item.name in _DIFFERENCES:
+            if item.name in DIFFERENCES:
                 continue
             inner = getattr(value, item.name)
             at = f"{where}.{item.name}" if where else item.name
             if isinstance(inner, int) and not isinstance(inner, bool):
-                if _is_size(item.name) and not 0 <= inner < 2**63:
+                if is_size(item.name) and not 0 <= inner < 2**63:
                     return (
                         f"{at} = {inner if abs(inner) < 10**30 else 'a ' + str(len(str(abs(inner)))) + '-digit number'}"
                     )
             elif inner is not None and not isinstance(inner, (str, float, bool)):
-                found = _impossible_size(inner, at)
+                found = impossible_size(inner, at)
                 if found is not None:
                     return found
     elif isinstance(value, (tuple, list)):
         for n, inner in enumerate(value):
-            found = _impossible_size(inner, f"{where}[{n}]")
+            found = impossible_size(inner, f"{where}[{n}]")
             if found is not None:
                 return found
     elif isinstance(value, dict):
         for key, inner in value.items():
             at = f"{where}.{key}"
             if isinstance(inner, int) and not isinstance(inner, bool):
-                if _is_size(str(key)) and not 0 <= inner < 2**63:
+                if is_size(str(key)) and not 0 <= inner < 2**63:
                     return f"{at} = {inner}"
             elif inner is not None and not isinstance(inner, (str, float)):
-                found = _impossible_size(inner, at)
+                found = impossible_size(inner, at)
                 if found is not None:
                     return found
     return None

@@ -25,6 +25,7 @@ from fieldmem.model.collector import collector_paused
 from fieldmem.model.errors import FieldmemError
 from fieldmem.model.report import Report
 from fieldmem.model.target import TargetResult
+from fieldmem.parent import isolate
 from fieldmem.parent.decide import check_chain, finish_job, report_header
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, Target, TargetOptions
@@ -98,11 +99,9 @@ def _check_in_workers(
     progress: ProgressCallback | None,
 ) -> dict[int, _Checked]:
     """Check and run ``items[n]`` for each of ``indices`` in worker processes (``--run``, isolated)."""
-    from fieldmem.parent.isolate import check_isolated
-
     if progress is not None:
         progress(f"{len(indices)} target(s) in worker processes", indices[0], len(items))
-    outcomes = check_isolated([items[n] for n in indices], options)
+    outcomes = isolate.check_isolated([items[n] for n in indices], options)
     return dict(zip(indices, outcomes))
 
 

@@ -21,9 +21,17 @@ from pathlib import Path
 from typing import Any
 
 from fieldmem.model.errors import EnvError, listing, quoted
-from fieldmem.parent.env_records import EnvRequest, _normal, _requirement_name, _version_key, env_root
+from fieldmem.parent.env_records import EnvRequest, env_root, normal_name, requirement_name, version_key
 
-__all__ = ["Installer", "choose_installer"]
+__all__ = [
+    "Installer",
+    "choose_installer",
+    "install_command",
+    "install_failure",
+    "installed_distributions",
+    "run_logged",
+    "venv_command",
+]
 
 NETWORK_TIMEOUT = 15  # seconds an installer waits on one connection to the index
 INSTALL_TIMEOUT = 1800.0  # seconds one installer command may run ($FIELDMEM_ENV_TIMEOUT)
@@ -77,7 +85,7 @@ def choose_installer() -> Installer:
         raise EnvError("FIELDMEM_INSTALLER=uv but uv is not on PATH: install uv, or unset it to use pip")
     version = _pip_version()
     # pip --python (pip 22.3 on) installs into another environment; without it the environment's own pip does
-    usable = version and _version_key(version) >= (22, 3)
+    usable = version and version_key(version) >= (22, 3)
     return Installer("pip", (sys.executable, "-m", "pip") if usable else (), version)
 
 
@@ -105,7 +113,7 @@ def _installer_environ() -> dict[str, str]:
     return environ
 
 
-def _venv_command(installer: Installer, folder: Path) -> list[str]:
+def venv_command(installer: Installer, folder: Path) -> list[str]:
     if installer.kind == "uv":  # relocatable: the scripts it installs still work once renamed into place
         return [
             *installer.command,
@@ -120,9 +128,7 @@ def _venv_command(installer: Installer, folder: Path) -> list[str]:
     return [sys.executable, "-m", "venv", *(["--without-pip"] if installer.command else []), str(folder)]
 
 
-def _install_command(
-    installer: Installer, python: Path, lines: tuple[str, ...], requirements: Path | None
-) -> list[str]:
+def install_command(installer: Installer, python: Path, lines: tuple[str, ...], requirements: Path | None) -> list[str]:
     extra = ["-r", str(requirements)] if requirements is not None else []
     if installer.kind == "uv":
         return [
@@ -193,7 +199,7 @@ _PROGRESS = re.compile(
 _PROGRESS_WIDTH = 100  # a long line (pip lists every package) is cut here, with an ellipsis
 
 
-def _run_logged(command: list[str], log: Any, progress: Callable[[str], None] | None, label: str) -> int:
+def run_logged(command: list[str], log: Any, progress: Callable[[str], None] | None, label: str) -> int:
     """Run ``command``, its output into ``log`` (and the lines :data:`_PROGRESS` matches to ``progress``);
     its exit status. Killed with every process it started past ``$FIELDMEM_ENV_TIMEOUT`` seconds (status
     -9), on an interruption, and when fieldmem itself is killed (Linux)."""
@@ -285,8 +291,8 @@ def _conflict(log: str, pinned: set[str]) -> tuple[str, str, str] | None:
     elif "No solution found" in log or "requirements are unsatisfiable" in log:
         for hit in re.finditer(r"\b([A-Za-z0-9][\w.-]*?)([<>=!~][^\s]*)? depends on ([^\s,]+?)[,.]?(?:\s|$)", log):
             found.append((hit.group(1), hit.group(3), hit.group(2) or ""))
-    found = [f for f in found if _requirement_name(f[1]) != "python"]
-    return next((f for f in found if _requirement_name(f[1]) in pinned), found[0] if found else None)
+    found = [f for f in found if requirement_name(f[1]) != "python"]
+    return next((f for f in found if requirement_name(f[1]) in pinned), found[0] if found else None)
 
 
 def _last_error(log: str) -> str:
@@ -312,12 +318,12 @@ def _index_versions(installer: Installer, name: str) -> list[str]:
     return [v.strip() for v in found.group(1).split(",")] if found else []
 
 
-def _failure(request: EnvRequest, installer: Installer, log: str, log_path: Path, status: int) -> EnvError:
+def install_failure(request: EnvRequest, installer: Installer, log: str, log_path: Path, status: int) -> EnvError:
     """The one line that says why the install failed."""
     where = f"the installer's log: {log_path}"
     missing = _not_found(log)
     if missing is not None:
-        name = _requirement_name(missing)
+        name = requirement_name(missing)
         if _OFFLINE.search(log):  # not found because the index did not answer
             return _offline(request, log_path)
         if name in ("jax", "jaxlib"):
@@ -328,16 +334,16 @@ def _failure(request: EnvRequest, installer: Installer, log: str, log_path: Path
                     f"{sys.version.split()[0]}: run fieldmem under a newer Python to check with it ({where})"
                 )
             versions = _versions_listed(log, name) or _index_versions(installer, name)
-            versions = sorted(set(versions), key=_version_key, reverse=True)
+            versions = sorted(set(versions), key=version_key, reverse=True)
             has = f" (it has {listing(versions, 8)})" if versions else ""
             return EnvError(f"{name} {request.version} is not on the package index{has}")
         return EnvError(f"{missing} is not on the package index for jax {request.version} ({where})")
-    pins = {_requirement_name(line): line for line in request.requirement_lines if "==" in line}
+    pins = {requirement_name(line): line for line in request.requirement_lines if "==" in line}
     conflict = _conflict(log, set(pins))
     if conflict is not None:
         package, needs, version = conflict
-        name = _requirement_name(package)
-        other = _requirement_name(needs)
+        name = requirement_name(package)
+        other = requirement_name(needs)
         against = pins.get(other, f"the other requirements of jax {request.version}")
         against = against.replace("==", " ", 1) if "==" in against else against
         what = f"{package} {version}" if version[:1].isdigit() else package + version
@@ -367,7 +373,7 @@ _READ_INSTALLED = (
 )
 
 
-def _installed(python: Path) -> dict[str, str]:
+def installed_distributions(python: Path) -> dict[str, str]:
     """Every distribution installed in the environment of ``python`` (normalized name -> version)."""
     done = subprocess.run(
         [str(python), "-I", "-c", _READ_INSTALLED],
@@ -378,4 +384,4 @@ def _installed(python: Path) -> dict[str, str]:
     )
     if done.returncode != 0:
         raise EnvError(f"the new environment's Python {python} does not start: {_last_error(done.stderr)}")
-    return {_normal(name): version for name, version in json.loads(done.stdout.strip().splitlines()[-1]).items()}
+    return {normal_name(name): version for name, version in json.loads(done.stdout.strip().splitlines()[-1]).items()}

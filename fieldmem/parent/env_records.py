@@ -19,7 +19,23 @@ from typing import Any
 
 from fieldmem.model.errors import EnvError, quoted
 
-__all__ = ["LOG", "MARKER", "EnvRequest", "JaxEnv", "env_problem", "env_root", "expand_plugins"]
+__all__ = [
+    "LOG",
+    "MARKER",
+    "PLUGIN_NAMES",
+    "EnvRequest",
+    "JaxEnv",
+    "check_requirement",
+    "checked_env",
+    "env_problem",
+    "env_root",
+    "expand_plugins",
+    "from_marker",
+    "normal_name",
+    "python_in",
+    "requirement_name",
+    "version_key",
+]
 
 MARKER = "fieldmem-env.json"  # written last: its presence (matching the request) is what makes an environment
 SCHEMA = "fieldmem.env/1"
@@ -32,7 +48,7 @@ _PLUGIN_KINDS: dict[str, Callable[[str], tuple[str, ...]]] = {
     "gpu": lambda v: (f"jax-cuda12-plugin=={v}", f"jax-cuda12-pjrt=={v}", "nvidia-cuda-nvcc-cu12>=12.6.85"),
 }
 # distributions that are accelerator plugins, however they came in (``jax[tpu]`` brings libtpu)
-_PLUGIN_NAMES = re.compile(
+PLUGIN_NAMES = re.compile(
     r"^(libtpu(-nightly)?|jax-cuda\d+-(plugin|pjrt)|jax-rocm\d*-(plugin|pjrt)|nvidia-cuda-nvcc-cu\d+)$"
 )
 
@@ -50,17 +66,17 @@ def env_root() -> Path:
     return Path.home() / ".cache" / "fieldmem" / "envs"
 
 
-def _normal(name: str) -> str:
+def normal_name(name: str) -> str:
     """A distribution name as the index compares them (PEP 503): ``Jax_Cuda12.Plugin`` -> ``jax-cuda12-plugin``."""
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _requirement_name(requirement: str) -> str:
+def requirement_name(requirement: str) -> str:
     found = _NAME.match(requirement)
-    return _normal(found.group(1)) if found else ""
+    return normal_name(found.group(1)) if found else ""
 
 
-def _version_key(version: str) -> tuple[int, ...]:
+def version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
 
 
@@ -73,7 +89,7 @@ def expand_plugins(version: str, plugins: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _check_requirement(text: str, what: str) -> str:
+def check_requirement(text: str, what: str) -> str:
     text = text.strip()
     if not text or text.startswith("-") or not _NAME.match(text) or "\n" in text:
         raise EnvError(f"{what} {quoted(text)} is not a requirement: name a package, e.g. flax or 'optax>=0.2'")
@@ -144,11 +160,11 @@ class JaxEnv:
 # Reading an environment
 
 
-def _python_in(folder: Path) -> Path:
+def python_in(folder: Path) -> Path:
     return folder / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def _from_marker(folder: Path) -> JaxEnv | None:
+def from_marker(folder: Path) -> JaxEnv | None:
     """The environment in ``folder`` as its marker records it; None where there is no readable marker or
     its Python is gone (the interpreter it was made from was removed)."""
     try:
@@ -167,7 +183,7 @@ def _from_marker(folder: Path) -> JaxEnv | None:
         env = JaxEnv(
             version=request.version,
             folder=folder,
-            python=_python_in(folder),
+            python=python_in(folder),
             jax=installed.get("jax", ""),
             jaxlib=installed.get("jaxlib", ""),
             plugins=tuple((n, v) for n, v in data["plugins"]),
@@ -194,7 +210,7 @@ def _distribution(site: Path, name: str) -> tuple[str, list[str]] | None:
     """The version of distribution ``name`` installed in ``site`` and the files its ``RECORD`` lists
     (relative to ``site``); None where it is not installed there (or its metadata cannot be read)."""
     for info in sorted(site.glob("*.dist-info")):
-        if _normal(info.name.removesuffix(".dist-info").rpartition("-")[0]) != name:
+        if normal_name(info.name.removesuffix(".dist-info").rpartition("-")[0]) != name:
             continue
         try:
             metadata = (info / "METADATA").read_text("utf-8", errors="replace")
@@ -244,7 +260,7 @@ def env_problem(env: JaxEnv) -> str | None:
     return None
 
 
-def _checked(env: JaxEnv) -> JaxEnv:
+def checked_env(env: JaxEnv) -> JaxEnv:
     """``env``, where what it holds is what its name says (:func:`env_problem`).
 
     Raises:

@@ -49,30 +49,30 @@ from fieldmem.model.files import LockTimeout, locked, process_alive, terminating
 from fieldmem.model.versions import UnsupportedJaxError, check_supported, is_release, supported_range
 from fieldmem.parent.env_install import (
     Installer,
-    _failure,
-    _install_command,
-    _installed,
-    _run_logged,
-    _venv_command,
     choose_installer,
+    install_command,
+    install_failure,
+    installed_distributions,
+    run_logged,
+    venv_command,
 )
 from fieldmem.parent.env_records import (
-    _PLUGIN_NAMES,
     LOG,
     MARKER,
+    PLUGIN_NAMES,
     SCHEMA,
     EnvRequest,
     JaxEnv,
-    _check_requirement,
-    _checked,
-    _from_marker,
-    _normal,
-    _python_in,
-    _requirement_name,
-    _version_key,
+    check_requirement,
+    checked_env,
     env_problem,
     env_root,
     expand_plugins,
+    from_marker,
+    normal_name,
+    python_in,
+    requirement_name,
+    version_key,
 )
 
 __all__ = [
@@ -115,17 +115,17 @@ def _requirements_names(path: Path) -> set[str]:
         for line in path.read_text(encoding="utf-8").splitlines():
             line = line.split("#", 1)[0].strip()
             if line and not line.startswith("-"):
-                names.add(_requirement_name(line))
+                names.add(requirement_name(line))
     return names
 
 
 def _marker(
     request: EnvRequest, installed: dict[str, str], installer: Installer, extra_names: set[str]
 ) -> dict[str, Any]:
-    plugin_names = {_requirement_name(p) for p in request.plugins} - {"jax", "jaxlib"}
-    plugins = sorted((n, v) for n, v in installed.items() if n in plugin_names or _PLUGIN_NAMES.match(n))
-    package_names = {_requirement_name(p) for p in request.packages} | extra_names
-    packages = sorted((n, v) for n, v in installed.items() if n in package_names and not _PLUGIN_NAMES.match(n))
+    plugin_names = {requirement_name(p) for p in request.plugins} - {"jax", "jaxlib"}
+    plugins = sorted((n, v) for n, v in installed.items() if n in plugin_names or PLUGIN_NAMES.match(n))
+    package_names = {requirement_name(p) for p in request.packages} | extra_names
+    packages = sorted((n, v) for n, v in installed.items() if n in package_names and not PLUGIN_NAMES.match(n))
     return {
         "schema": SCHEMA,
         "request": request.as_json(),
@@ -151,8 +151,8 @@ def _request(
         check_supported(version)
     except UnsupportedJaxError as exc:
         raise EnvError(exc.message) from None
-    plugins = tuple(_check_requirement(p, "plugin") for p in plugins)
-    packages = tuple(_check_requirement(p, "package") for p in packages)
+    plugins = tuple(check_requirement(p, "plugin") for p in plugins)
+    packages = tuple(check_requirement(p, "package") for p in packages)
     digest = ""
     if requirements is not None:
         try:
@@ -269,7 +269,7 @@ def ensure_env(
     left to the installer to resolve against the jax pin) and a ``requirements`` file: the cached one when
     its marker matches (no installer starts), else made now, ``progress`` told what is done.
 
-    A cached environment is used only where what it holds is what its name says (:func:`_checked`).
+    A cached environment is used only where what it holds is what its name says (:func:`checked_env`).
 
     Raises:
         EnvError: one line: a release that is not one or out of the supported range (before anything is
@@ -281,18 +281,18 @@ def ensure_env(
     request = _request(version, tuple(plugins), requirements, tuple(packages))
     root = env_root()
     folder = root / request.folder_name
-    env = _from_marker(folder)
+    env = from_marker(folder)
     if env is not None and env.request == request:
-        return _checked(env)
+        return checked_env(env)
     label = f"jax {request.version}"
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise EnvError(f"cannot make the environments folder {str(root)!r}: {exc.strerror or exc}") from None
     with _env_lock(root, request.folder_name, label, progress):
-        env = _from_marker(folder)  # another fieldmem may have made it while this one waited
+        env = from_marker(folder)  # another fieldmem may have made it while this one waited
         if env is not None and env.request == request:
-            return _checked(env)
+            return checked_env(env)
         _remove_stale(root)
         if folder.exists():  # incomplete, or made for another request: made again
             _discard(folder, root)
@@ -317,11 +317,13 @@ def _create(
         try:
             building.mkdir()
             log_path = building / LOG
-            python = _python_in(building)
+            python = python_in(building)
             with open(log_path, "w", encoding="utf-8") as log:
-                status = _run_logged(_venv_command(installer, building), log, progress, label)
+                status = run_logged(venv_command(installer, building), log, progress, label)
                 if status != 0:
-                    raise _kept(_failure(request, installer, log_path.read_text("utf-8"), log_path, status), log_path)
+                    raise _kept(
+                        install_failure(request, installer, log_path.read_text("utf-8"), log_path, status), log_path
+                    )
                 if progress is not None:
                     progress(f"{label}: installing {' '.join(request.requirement_lines)}")
                 copied = None
@@ -330,10 +332,12 @@ def _create(
                     shutil.copyfile(requirements, copied)
                 given = Path(requirements).resolve() if requirements is not None else None
                 lines = request.requirement_lines
-                status = _run_logged(_install_command(installer, python, lines, given), log, progress, label)
+                status = run_logged(install_command(installer, python, lines, given), log, progress, label)
             if status != 0:
-                raise _kept(_failure(request, installer, log_path.read_text("utf-8"), log_path, status), log_path)
-            installed = _installed(python)
+                raise _kept(
+                    install_failure(request, installer, log_path.read_text("utf-8"), log_path, status), log_path
+                )
+            installed = installed_distributions(python)
             if installed.get("jax") != request.version or installed.get("jaxlib") != request.version:
                 raise _kept(
                     EnvError(
@@ -355,7 +359,7 @@ def _create(
                     f"{exc.strerror or exc} (nothing was left behind)"
                 ) from None
             raise
-    env = _from_marker(folder)
+    env = from_marker(folder)
     if env is None:  # pragma: no cover - its marker was just written
         raise EnvError(f"the environment made in {folder} cannot be read back")
     if progress is not None:
@@ -377,7 +381,7 @@ def _estimate(request: EnvRequest) -> str:
         total += _INSTALLED_MIB["gpu"] * 2**20
     for package in request.packages:
         with contextlib.suppress(metadata.PackageNotFoundError, ValueError):
-            files = metadata.distribution(_requirement_name(package)).files or ()
+            files = metadata.distribution(requirement_name(package)).files or ()
             total += sum(getattr(f, "size", None) or 0 for f in files)
     return f"{total / 2**30:.1f} GiB" if total >= 2**30 else f"{total / 2**20:.0f} MiB"
 
@@ -403,8 +407,8 @@ def list_envs() -> tuple[JaxEnv, ...]:
         names = sorted(entry.name for entry in os.scandir(root) if entry.is_dir() and _FOLDER.match(entry.name))
     except OSError:
         return ()
-    found = [env for env in (_from_marker(root / name) for name in names) if env is not None]
-    return tuple(sorted(found, key=lambda env: (_version_key(env.version), env.folder.name)))
+    found = [env for env in (from_marker(root / name) for name in names) if env is not None]
+    return tuple(sorted(found, key=lambda env: (version_key(env.version), env.folder.name)))
 
 
 def remove_env(version: str) -> tuple[JaxEnv, ...]:
@@ -418,7 +422,7 @@ def remove_env(version: str) -> tuple[JaxEnv, ...]:
     root = env_root()
     found = [env for env in list_envs() if version in (env.version, env.folder.name)]
     if not found:
-        cached = sorted({env.version for env in list_envs()}, key=_version_key)
+        cached = sorted({env.version for env in list_envs()}, key=version_key)
         has = f"cached: {', '.join(cached)}" if cached else "none is cached"
         raise EnvError(f"no environment for jax {quoted(version)} in {root} ({has}): fieldmem envs list shows them")
     for env in found:
@@ -478,7 +482,7 @@ def _requirement_closure(names: tuple[str, ...]) -> list[Any]:
     from importlib import metadata
 
     found: dict[str, Any] = {}
-    todo = [_normal(name) for name in names]
+    todo = [normal_name(name) for name in names]
     while todo:
         name = todo.pop()
         if name in found:
@@ -490,7 +494,7 @@ def _requirement_closure(names: tuple[str, ...]) -> list[Any]:
         found[name] = dist
         for requirement in dist.requires or ():
             if "extra ==" not in requirement.replace('"', "").replace("'", ""):
-                todo.append(_requirement_name(requirement))
+                todo.append(requirement_name(requirement))
     return list(found.values())
 
 
@@ -563,9 +567,9 @@ def user_packages() -> tuple[str, ...]:
 
     names = set()
     for dist in metadata.distributions():
-        name = _normal(dist.metadata["Name"] or "")
+        name = normal_name(dist.metadata["Name"] or "")
         if not name or _NOT_USER.match(name) or dist.read_text("direct_url.json") is not None:
             continue
-        if any(_requirement_name(r) == "jax" and "extra ==" not in r for r in dist.requires or ()):
+        if any(requirement_name(r) == "jax" and "extra ==" not in r for r in dist.requires or ()):
             names.add(name)
     return tuple(sorted(names))

@@ -36,6 +36,7 @@ from fieldmem.model.report import Report
 from fieldmem.model.target import ErrorInfo, TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.parent.checker import check_targets
+from fieldmem.parent.isolate import Unit, WorkerFailure
 from fieldmem.request.backends import device_memory, parse_backend
 from fieldmem.request.fit import TPU_OOM_FIGURES_ENV, FitPlan
 from fieldmem.request.options import CheckOptions
@@ -470,8 +471,6 @@ class WorkerChecker:
     def __call__(
         self, values: dict[str, KnobValue] | None, donate: DonateSpec | None, suggest: bool
     ) -> tuple[Report, TargetResult]:
-        from fieldmem.parent.isolate import Unit, WorkerFailure
-
         plan = self.plan
         options = TargetOptions(
             args=plan.args,

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from fieldmem.model.versions import check_supported
-from fieldmem.parent.envs import JaxEnv, ensure_env, package_folder, user_packages, worker_environment
+from fieldmem.parent.envs import JaxEnv, ensure_env, folder_in_use, package_folder, user_packages, worker_environment
 from fieldmem.parent.spawn import Interpreter
 
 __all__ = [
@@ -110,6 +110,8 @@ def interpreters_for(
     if versions or python is not None or not elsewhere:
         names = [b for b in backends if b is not None] or None
         return [(i, list(backends)) for i in worker_interpreters(versions, python, names, say)]
+    # here, not at the top: importlib.metadata adds 25 ms to ``import fieldmem.parent.interpreters`` (-X importtime,
+    # median of 7, 2026-12-06), needed only when a backend's compiler is elsewhere
     from importlib import metadata
 
     version = metadata.version("jax")
@@ -136,7 +138,5 @@ def in_use(interpreter: Interpreter | None) -> Iterator[None]:
     if interpreter is None or not interpreter.env_folder:
         yield
         return
-    from fieldmem.parent.envs import folder_in_use
-
     with folder_in_use(Path(interpreter.env_folder)):
         yield

@@ -45,8 +45,8 @@ from typing import Any
 
 from fieldmem.model.report import Report
 from fieldmem.parent.spawn import Interpreter
-from fieldmem.parent.supervisor import Supervised, Unit, _Checked, _Supervisor
-from fieldmem.parent.worker_process import WorkerFailure, _Process
+from fieldmem.parent.supervisor import Checked, Supervised, Supervisor, Unit
+from fieldmem.parent.worker_process import WorkerFailure, WorkerProcess
 
 __all__ = [
     "Recheck",
@@ -84,7 +84,7 @@ def supervise(
         WorkerFailure: an error of the whole run (a backend that is not available),
             or a worker that cannot start at all.
     """
-    supervisor = _Supervisor(units, backends, options, check_backends, progress)
+    supervisor = Supervisor(units, backends, options, check_backends, progress)
     supervisor.need_headers = headers
     supervisor.devices = devices
     supervisor.interpreter = interpreter
@@ -138,8 +138,8 @@ class Rechecked:
     (None: a new target)."""
 
     name: str
-    now: _Checked
-    before: _Checked | None
+    now: Checked
+    before: Checked | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +163,7 @@ class Recheck:
     deaths: int = 0
 
 
-def _unloaded(checked: _Checked) -> bool:
+def _unloaded(checked: Checked) -> bool:
     """The result of a spec that could not be loaded (a syntax error): no target of its own."""
     results = checked[0]
     return len(results) == 1 and results[0].status == "error" and results[0].name == results[0].target
@@ -191,7 +191,7 @@ class WatchSession:
         devices: int | None = None,
         interpreter: Interpreter | None = None,
     ) -> None:
-        self._supervisor = _Supervisor(units, backends, options, check_backends, progress)
+        self._supervisor = Supervisor(units, backends, options, check_backends, progress)
         self._supervisor.serve = True
         self._supervisor.devices = devices
         self._supervisor.interpreter = interpreter  # --python: the worker kept, and any restarted, run there
@@ -289,7 +289,7 @@ class CallSession:
         self.timeout = timeout
         self.interpreter = interpreter  # the workers' Python, where not this one (--fieldmem-jax)
         self.environ = dict(environ or {})  # set in the worker's environment (a deviceless backend's)
-        self._kept: _Process | None = None
+        self._kept: WorkerProcess | None = None
 
     def check(self, call: bytes, label: str, options: Any) -> Report:
         """The report (one backend: ``options.backend``) of the function in hand ``call`` names; ``label``:
@@ -297,7 +297,7 @@ class CallSession:
         import base64
 
         unit = Unit(label, None, None, None, base64.b64encode(call).decode("ascii"))
-        supervisor = _Supervisor([unit], [options.backend], dataclasses.replace(options, isolate=True), False, None)
+        supervisor = Supervisor([unit], [options.backend], dataclasses.replace(options, isolate=True), False, None)
         supervisor.serve = True  # the worker waits for the next check
         supervisor.kept = self._kept
         supervisor.interpreter = self.interpreter
@@ -315,7 +315,7 @@ class CallSession:
             self._kept = None
 
 
-def check_isolated(targets: Sequence[Any], options: Any) -> list[_Checked]:
+def check_isolated(targets: Sequence[Any], options: Any) -> list[Checked]:
     """Check and run every resolved target in worker processes (``--run`` from the Python API).
 
     ``targets`` are :class:`~fieldmem.request.target.Target`s or
@@ -348,7 +348,7 @@ class UnitSession:
     def __init__(self, interpreter: Interpreter | None = None, devices: int | None = None) -> None:
         self.interpreter = interpreter  # the workers' Python, where not this one (--jax, --python)
         self.devices = devices  # --devices, or the chips of a multi-chip deviceless backend
-        self._kept: _Process | None = None
+        self._kept: WorkerProcess | None = None
         self._checked: set[str | None] = set()  # the backends a worker said are available
 
     def check(self, unit: Unit, backend: str | None, options: Any) -> Report:
@@ -359,7 +359,7 @@ class UnitSession:
         """
         # a worker about to start (the first, or one after a death) checks the backend first, as the first did
         fresh = backend not in self._checked or self._kept is None or not self._kept.alive()
-        supervisor = _Supervisor([unit], [backend], dataclasses.replace(options, isolate=True), fresh, None)
+        supervisor = Supervisor([unit], [backend], dataclasses.replace(options, isolate=True), fresh, None)
         supervisor.serve = True  # the worker waits for the next point
         supervisor.kept = self._kept
         supervisor.interpreter = self.interpreter

@@ -1,6 +1,6 @@
 """Running units over worker processes: what each worker is asked, following it to its end, charging a death.
 
-:class:`_Supervisor` plans what is left (per backend and spec, the targets not checked yet), shares it among
+:class:`Supervisor` plans what is left (per backend and spec, the targets not checked yet), shares it among
 workers (:func:`most_workers`), has the brain (:mod:`fieldmem.parent.decide`) check each target a worker
 starts from the readings it sends, and, after a worker died or was killed, charges the target it was on
 and goes on with a fresh worker. The entry points (a check, ``--watch``'s session, the plugin's and fit's
@@ -25,26 +25,30 @@ from fieldmem.model.collector import collector_paused
 from fieldmem.model.environment import ModuleSettings
 from fieldmem.model.errors import FieldmemError, OptionError, RunError, TargetError
 from fieldmem.model.files import remove_stale_scratch, scratch_folder
+from fieldmem.model.libraries import add_library_folders
+from fieldmem.model.readings import Environment
 from fieldmem.model.report import Report
 from fieldmem.model.target import TargetResult
+from fieldmem.parent.remote_readers import RemoteHands, event_key
 from fieldmem.parent.spawn import Interpreter, prestart
 from fieldmem.parent.worker_process import (
     WorkerFailure,
-    _death,
-    _Link,
-    _Process,
-    _remedy,
-    _start_process,
-    _Worker,
+    WorkerLink,
+    WorkerProcess,
+    WorkerSeen,
+    death_cause,
+    remedy_suffix,
+    start_process,
 )
-from fieldmem.worker.protocol import PIPE_LOST
+from fieldmem.request.target import described_chain, described_target
+from fieldmem.worker.protocol import PIPE_LOST, decode_value
 from fieldmem.worker.readers import HandsLost
 from fieldmem.worker.results import contained, error_result
 
-__all__ = ["Supervised", "Unit", "most_workers"]
+__all__ = ["Checked", "Supervised", "Supervisor", "Unit", "most_workers"]
 
 
-_Checked = tuple[list[TargetResult], list[Chain]]
+Checked = tuple[list[TargetResult], list[Chain]]
 _GRACE = 10.0  # seconds a worker may take to exit once its answers ended
 # seconds a worker under another interpreter (--python, --jax) may take to say a first word: one that never
 # answers (a program that is no Python with fieldmem's worker, a hung one) ends the run in one line
@@ -67,7 +71,7 @@ class Supervised:
     """What the workers gave back: per backend, its report without results, and per unit its targets' results."""
 
     headers: list[Report | None]
-    outcomes: list[list[list[_Checked]]]  # [backend][unit] -> one (results, chains) per target, in order
+    outcomes: list[list[list[Checked]]]  # [backend][unit] -> one (results, chains) per target, in order
     settings: tuple[ModuleSettings, ...] = ()  # what the units' modules set for jax at import, in unit order
 
 
@@ -85,7 +89,7 @@ _NO_TARGET = {
 _SWEPT: list[list[str]] = []  # the stale scratch folders this process removed, once
 
 
-class _Supervisor:
+class Supervisor:
     def __init__(
         self,
         units: Sequence[Unit],
@@ -99,7 +103,7 @@ class _Supervisor:
         self.progress = progress
         self.names: dict[int, list[str]] = {}
         self.spec_errors: dict[int, TargetResult] = {}
-        self.got: dict[tuple[int, int, str], _Checked] = {}
+        self.got: dict[tuple[int, int, str], Checked] = {}
         self.headers: list[Report | None] = [None] * len(backends)
         self.reported: set[int] = set()  # the backends whose header this run has: the first worker's stands
         self.need_headers = True
@@ -112,16 +116,16 @@ class _Supervisor:
         # --watch: one worker kept between requests (serve), the files to load again, whether unchanged
         # targets may be answered "same", and what each target gave when last checked
         self.serve = False
-        self.kept: _Process | None = None
+        self.kept: WorkerProcess | None = None
         self.reload: list[str] = []
         self.skip_same = False
-        self.previous: dict[tuple[int, int, str], _Checked] = {}
+        self.previous: dict[tuple[int, int, str], Checked] = {}
         self.same: set[tuple[int, int, str]] = set()
         self.files: dict[int, set[str]] = {}
         self.started = 0  # workers started
         self.deaths = 0  # workers that died (or were killed) before answering
         self.lock = threading.Lock()  # what the threads of several workers share: progress, counts
-        self.running: list[_Process] = []  # the workers now running
+        self.running: list[WorkerProcess] = []  # the workers now running
         self.check_timeout: float | None = None  # seconds a target may take, run or not (the pytest plugin)
         self.interpreter: Interpreter | None = None  # the workers' Python, where not this one (--jax, --python)
         # what the workers' environment sets beside this process's: the pytest plugin's deviceless backends
@@ -251,7 +255,7 @@ class _Supervisor:
                     n += 1
         return parts
 
-    def run_workers(self, plan: list[list[list[str] | None]]) -> list[tuple[_Worker, list[list[list[str] | None]]]]:
+    def run_workers(self, plan: list[list[list[str] | None]]) -> list[tuple[WorkerSeen, list[list[list[str] | None]]]]:
         """Do ``plan`` in :meth:`worker_count` workers at once (each followed on a thread of its own, the brain
         answering its targets there): what each saw, with its part of the plan."""
         count = self.worker_count(plan)
@@ -276,15 +280,15 @@ class _Supervisor:
 
     def run_worker(
         self, plan: list[list[list[str] | None]], jobs: int | None = None, report_idle: Sequence[int] | None = None
-    ) -> _Worker:
-        watch = _Worker()
+    ) -> WorkerSeen:
+        watch = WorkerSeen()
         live = self.kept if self.kept is not None and self.kept.alive() else None
         fresh = live is None
         if live is None:
             if self.kept is not None:
                 self.kept.close()
             self.kept = None
-            live = _start_process(self.interpreter)
+            live = start_process(self.interpreter)
             with self.lock:
                 self.started += 1
         with self.lock:
@@ -318,7 +322,7 @@ class _Supervisor:
         timeout = self.check_timeout if self.check_timeout is not None else getattr(self.options, "timeout", None)
         return min(STARTUP_LIMIT, timeout) if timeout else STARTUP_LIMIT
 
-    def follow(self, live: _Process, watch: _Worker, fresh: bool = False) -> None:
+    def follow(self, live: WorkerProcess, watch: WorkerSeen, fresh: bool = False) -> None:
         """Take the worker's events until it ends, the brain answering each target it serves (the worker
         dying, or killed past ``--timeout``, ends it too: :meth:`run` charges what it was on). ``fresh``: it
         was started for this request (under another interpreter, its first word has a limit).
@@ -326,7 +330,7 @@ class _Supervisor:
         Raises:
             WorkerFailure: a fresh worker under another interpreter said nothing within the start-up limit.
         """
-        link = _Link(self, live, watch, fresh)
+        link = WorkerLink(self, live, watch, fresh)
         try:
             while True:
                 event = link.next()
@@ -345,18 +349,18 @@ class _Supervisor:
         except HandsLost:  # it died, or was killed past --timeout, while its targets were on
             return
 
-    def on_start(self, event: dict[str, Any], watch: _Worker) -> None:
+    def on_start(self, event: dict[str, Any], watch: WorkerSeen) -> None:
         """The worker started a target: it is on it until the brain has its result."""
         key = (int(event["b"]), int(event["spec"]), str(event["name"]))
         if key not in watch.in_flight:
             watch.in_flight.append(key)
             self.report_progress(key)
 
-    def serve_target(self, event: dict[str, Any], link: _Link, watch: _Worker) -> None:
+    def serve_target(self, event: dict[str, Any], link: WorkerLink, watch: WorkerSeen) -> None:
         """The brain's check of the target the worker started (``event``), from the readings it sends."""
+        # here, not at the top: the brain loads the findings (+600 ms to ``import fieldmem.parent.supervisor``,
+        # -X importtime, median of 7, 2026-12-06), at the first target a worker starts, not before
         from fieldmem.parent.decide import check_chain, finish_job
-        from fieldmem.parent.remote_readers import RemoteHands, event_key
-        from fieldmem.request.target import described_chain, described_target
 
         self.on_start(event, watch)
         key = event_key(event)
@@ -364,7 +368,7 @@ class _Supervisor:
         options = dataclasses.replace(self.options, backend=self.backends[b], isolate=False)
         if self.one_at_a_time:
             options = dataclasses.replace(options, jobs=1)
-        checked: _Checked
+        checked: Checked
         hands = RemoteHands(link, options, key if event.get("kind") == "chain" else None)
         with collector_paused():  # thousands of records, all kept until the report is written
             try:
@@ -388,7 +392,7 @@ class _Supervisor:
             watch.in_flight.remove(key[:3])
         watch.progressed = True
 
-    def on_event(self, event: dict[str, Any], watch: _Worker) -> None:
+    def on_event(self, event: dict[str, Any], watch: WorkerSeen) -> None:
         what = event["e"]
         if what == "resolve":
             watch.resolving = int(event["spec"])
@@ -405,8 +409,6 @@ class _Supervisor:
             if isinstance(event.get("files"), list):
                 self.files.setdefault(int(event["spec"]), set()).update(str(f) for f in event["files"])
             if isinstance(event.get("libraries"), list):  # a worker under another interpreter: its stdlib
-                from fieldmem.model.libraries import add_library_folders
-
                 add_library_folders(event["libraries"])
         elif what == "same":
             key = (int(event["b"]), int(event["spec"]), str(event["name"]))
@@ -414,9 +416,9 @@ class _Supervisor:
                 self.got[key] = self.previous[key]
                 self.same.add(key)
         elif what == "environment":
-            from fieldmem.model.readings import Environment
+            # here, not at the top: the brain loads the findings (+600 ms to ``import fieldmem.parent.supervisor``,
+            # -X importtime, median of 7, 2026-12-06), at the first target a worker starts, not before
             from fieldmem.parent.decide import report_header
-            from fieldmem.worker.protocol import decode_value
 
             b = int(event["b"])
             with self.lock:  # several workers of one run (modules that set jax otherwise): the first's stands
@@ -458,7 +460,7 @@ class _Supervisor:
 
     # -- after a worker ended -----------------------------------------------------------------------
 
-    def failure(self, watch: _Worker, stage: str) -> RunError:
+    def failure(self, watch: WorkerSeen, stage: str) -> RunError:
         if watch.timed_out:
             limit = self.check_timeout if self.check_timeout is not None else self.options.timeout
             message = (
@@ -472,12 +474,12 @@ class _Supervisor:
                 "descriptor it does not own (os.closerange or os.close?)",
                 kind="crash",
             )
-        message = f"its worker process {_death(watch.returncode)} while {stage}" + (
+        message = f"its worker process {death_cause(watch.returncode)} while {stage}" + (
             f": {watch.why}" if watch.why else ""
         )
         return RunError(message, kind="out-of-memory" if watch.out_of_memory else "crash")
 
-    def charge(self, watch: _Worker, plan: list[list[list[str] | None]]) -> None:
+    def charge(self, watch: WorkerSeen, plan: list[list[list[str] | None]]) -> None:
         """A worker died (or was killed): charge what it was on, so the next worker goes past it."""
         checking = "checking or running it" if self.options.run else "checking it"
         if watch.resolving is not None:
@@ -499,8 +501,8 @@ class _Supervisor:
         if pending is None:  # only the reports' headers were left: the worker cannot start at all
             why = f": {watch.why}" if watch.why else ""
             raise WorkerFailure(
-                f"fieldmem's worker process {_death(watch.returncode)} before checking anything{why}"
-                f"{_remedy(self.interpreter)}"
+                f"fieldmem's worker process {death_cause(watch.returncode)} before checking anything{why}"
+                f"{remedy_suffix(self.interpreter)}"
             )
         b, index, pending_name = pending
         if pending_name is None:
@@ -524,7 +526,7 @@ class _Supervisor:
             ran = self.run_workers(plan)
             fatal = next((watch for watch, _ in ran if watch.last == "fatal"), None)
             if fatal is not None:  # under another interpreter, an environment's failure says what to do
-                remedy = _remedy(self.interpreter) if fatal.fatal_kind == "environment" else ""
+                remedy = remedy_suffix(self.interpreter) if fatal.fatal_kind == "environment" else ""
                 raise WorkerFailure(fatal.fatal + remedy)
             died = [(watch, part) for watch, part in ran if watch.last is None or watch.timed_out]
             for watch, part in died:
@@ -550,9 +552,9 @@ class _Supervisor:
             raise WorkerFailure("fieldmem's worker process did not report the environment it ran in")
 
     def assemble(self) -> Supervised:
-        outcomes: list[list[list[_Checked]]] = []
+        outcomes: list[list[list[Checked]]] = []
         for b in range(len(self.backends)):
-            row: list[list[_Checked]] = []
+            row: list[list[Checked]] = []
             for index, unit in enumerate(self.units):
                 if index in self.spec_errors:
                     row.append([([self.spec_errors[index]], [])])

@@ -1,8 +1,8 @@
 """One worker process as the parent sees it: starting it, relaying its output, reading its events.
 
-:func:`_start_process` starts a worker (or takes the one :func:`~fieldmem.parent.spawn.prestart` started),
+:func:`start_process` starts a worker (or takes the one :func:`~fieldmem.parent.spawn.prestart` started),
 with a thread copying its output to this process's stderr (:class:`_Relay`, keeping its tail for the
-message of a worker that dies) and one reading its answers into a queue. :class:`_Link` reads those events
+message of a worker that dies) and one reading its answers into a queue. :class:`WorkerLink` reads those events
 for the brain and for the supervisor (:mod:`fieldmem.parent.supervisor`), and raises HandsLost when the
 worker dies or runs past ``--timeout``. Like the rest of the parent, this imports no jax.
 """
@@ -23,14 +23,23 @@ from typing import IO, TYPE_CHECKING, Any
 
 from fieldmem.model.collector import collector_paused
 from fieldmem.model.errors import FieldmemError
+from fieldmem.parent.remote_readers import event_key
 from fieldmem.parent.spawn import Interpreter, end_group, spawn, take_prestarted
 from fieldmem.worker.protocol import PIPE_LOST, read_event
 from fieldmem.worker.readers import HandsLost
 
 if TYPE_CHECKING:
-    from fieldmem.parent.supervisor import _Supervisor
+    from fieldmem.parent.supervisor import Supervisor
 
-__all__ = ["WorkerFailure"]
+__all__ = [
+    "WorkerFailure",
+    "WorkerLink",
+    "WorkerProcess",
+    "WorkerSeen",
+    "death_cause",
+    "remedy_suffix",
+    "start_process",
+]
 
 _TAIL = 8192  # characters of the worker's output kept, for the last line of a dying worker
 _HELD = 1 << 20  # bytes of a worker's output held back before its first word (the last of them kept)
@@ -53,7 +62,7 @@ def _still_running(process: subprocess.Popen[bytes], grace: float = 1.0) -> bool
     return process.returncode == PIPE_LOST
 
 
-def _death(returncode: int) -> str:
+def death_cause(returncode: int) -> str:
     if returncode < 0:
         try:
             return f"was killed by {signal.Signals(-returncode).name}"
@@ -120,7 +129,7 @@ def _write_out(chunk: bytes) -> None:
 
 
 @dataclasses.dataclass
-class _Worker:
+class WorkerSeen:
     """What the parent saw of one worker."""
 
     returncode: int = 0
@@ -137,7 +146,7 @@ class _Worker:
 
 
 @dataclasses.dataclass
-class _Process:
+class WorkerProcess:
     """A running worker: its process, the relay of its output and the events read from its answers."""
 
     process: subprocess.Popen[bytes]
@@ -160,7 +169,7 @@ class _Process:
         """End the worker and what it started (its process group), now."""
         end_group(self.process)
 
-    def close(self, watch: _Worker | None = None) -> None:
+    def close(self, watch: WorkerSeen | None = None) -> None:
         end_group(self.process)  # also after the worker ended: a child it left running goes with it
         if watch is not None:
             watch.returncode = self.process.returncode
@@ -174,7 +183,7 @@ class _Process:
                 pass
 
 
-def _start_process(interpreter: Interpreter | None = None) -> _Process:
+def start_process(interpreter: Interpreter | None = None) -> WorkerProcess:
     """A worker: the one :func:`~fieldmem.parent.spawn.prestart` started, if still alive, else a new one;
     under ``interpreter``, always a new one under it.
 
@@ -187,7 +196,7 @@ def _start_process(interpreter: Interpreter | None = None) -> _Process:
         if interpreter is None:
             raise
         raise WorkerFailure(
-            f"{interpreter.python} cannot be started ({exc.strerror or exc}){_remedy(interpreter)}"
+            f"{interpreter.python} cannot be started ({exc.strerror or exc}){remedy_suffix(interpreter)}"
         ) from None
     process = spawned.process
     assert process.stdin is not None and process.stdout is not None
@@ -195,14 +204,14 @@ def _start_process(interpreter: Interpreter | None = None) -> _Process:
     events: queue.Queue[dict[str, Any] | None] = queue.Queue()
     reader = threading.Thread(target=_read_events, args=(spawned.answers, events), daemon=True)
     reader.start()
-    return _Process(process, relay, events, reader)
+    return WorkerProcess(process, relay, events, reader)
 
 
 # the events about one target (or chain step) that its brain waits for; other events go on as they come
 _JOB_EVENTS = frozenset(("plain", "variants", "run", "error", "answer", "step", "chain-end", "done"))
 
 
-class _Link:
+class WorkerLink:
     """One worker's events, read for the brain (fieldmem.parent.remote_readers.Link) and for the supervisor.
 
     The events of a target other than the one the brain asks about are kept until it asks; a ``start``
@@ -211,7 +220,7 @@ class _Link:
     raises HandsLost, after every event it sent before has been read.
     """
 
-    def __init__(self, supervisor: _Supervisor, live: _Process, watch: _Worker, fresh: bool = False) -> None:
+    def __init__(self, supervisor: Supervisor, live: WorkerProcess, watch: WorkerSeen, fresh: bool = False) -> None:
         self.supervisor, self.live, self.watch = supervisor, live, watch
         # a worker just started under another interpreter: its first word must come within the start-up limit
         self.startup: float | None = supervisor.startup_limit() if fresh else None
@@ -269,7 +278,7 @@ class _Link:
                 label = interpreter.label if interpreter is not None else "fieldmem's worker"
                 raise WorkerFailure(
                     f"the worker under {label} did not answer within {self.startup:g} s of its start"
-                    f"{_remedy(interpreter)}"
+                    f"{remedy_suffix(interpreter)}"
                 )
             busy = watch.resolving is not None or bool(watch.in_flight)  # on the user's code, not starting up
             if self.timeout is not None and busy and time.monotonic() - self.clock > self.timeout:
@@ -280,8 +289,6 @@ class _Link:
 
     def wait(self, key: tuple[Any, ...], kinds: frozenset[str]) -> dict[str, Any]:
         """The next event of a kind in ``kinds`` about ``key``, for the brain."""
-        from fieldmem.parent.remote_readers import event_key
-
         kept = self.kept.get(key)
         for n, earlier in enumerate(kept or ()):
             if earlier["e"] in kinds:
@@ -310,7 +317,7 @@ class _Link:
         self.live.send(request)
 
 
-def _remedy(interpreter: Interpreter | None) -> str:
+def remedy_suffix(interpreter: Interpreter | None) -> str:
     """``: what to do`` for a worker under ``interpreter`` that cannot work, or ""."""
     return f": {interpreter.remedy}" if interpreter is not None and interpreter.remedy else ""
 

@@ -29,20 +29,20 @@ from fieldmem.model.target import TargetResult
 from fieldmem.model.units import format_bytes
 from fieldmem.render import RenderOptions, asset
 from fieldmem.render.flame import FLAME_CSS, FLAME_JS, MAX_BUFFERS, MAX_CHILDREN, flame_data, script_json
-from fieldmem.render.html_chart import _chart
+from fieldmem.render.html_chart import target_chart
 from fieldmem.render.html_tables import (
-    _VARIANT_LABEL,
-    _aliases_table,
-    _code,
-    _copies_table,
-    _e,
-    _live_table,
-    _memory_table,
-    _moves_table,
-    _peak_lines_table,
-    _run_tables,
-    _table,
-    _unusable_table,
+    VARIANT_LABEL,
+    aliases_table,
+    code_cell,
+    copies_table,
+    escape,
+    html_table,
+    live_table,
+    memory_table,
+    moves_table,
+    peak_lines_table,
+    run_tables,
+    unusable_table,
 )
 from fieldmem.render.pieces import (
     STATUS_WORDS,
@@ -77,7 +77,7 @@ def _flame(result: TargetResult, anchor: str) -> str:
         name = variant["variant"]
         panels.append(
             f'<div class="flame-panel" data-variant="{name}"><h4><span class="swatch {name}"></span>'
-            f'{_VARIANT_LABEL[name]}: live peak <b class="flame-peak">{_e(format_bytes(variant["peak"]))}</b></h4>'
+            f'{VARIANT_LABEL[name]}: live peak <b class="flame-peak">{escape(format_bytes(variant["peak"]))}</b></h4>'
             f'<div class="icicle" id="{anchor}-icicle-{name}" role="group" '
             f'aria-label="flame graph of the {name} live peak"></div></div>'
         )
@@ -151,14 +151,14 @@ def _summary(report: Report, anchors: list[str], min_bytes: int) -> str:
     rows = []
     for result, anchor in zip(report.results, anchors):
         css, words = _status(result)
-        filter_text = _e(f"{result.name} {words}".lower())
-        name = f'<a href="#{anchor}">{_e(result.name)}</a>'
-        verdict = f'<span class="verdict {css}">{_e(words)}</span>'
+        filter_text = escape(f"{result.name} {words}".lower())
+        name = f'<a href="#{anchor}">{escape(result.name)}</a>'
+        verdict = f'<span class="verdict {css}">{escape(words)}</span>'
         if result.status != "ok" or result.verdict is None:
             message = result.error.message if result.error else "unknown error"
             rows.append(
                 f'<tr data-filter="{filter_text}" data-anchor="{anchor}"><td>{name}</td><td>{verdict}</td>'
-                f'<td colspan="4" class="muted">{_e(message)}</td></tr>'
+                f'<td colspan="4" class="muted">{escape(message)}</td></tr>'
             )
             continue
         plain, donated = result.variants["plain"], result.variants["donated"]
@@ -167,15 +167,15 @@ def _summary(report: Report, anchors: list[str], min_bytes: int) -> str:
         )
         rows.append(
             f'<tr data-filter="{filter_text}" data-anchor="{anchor}"><td>{name}</td><td>{verdict}</td>'
-            f'<td class="num">{_e(pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes))}</td>'
-            f'<td class="num">{_e(pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes))}</td>'
-            f'<td class="num">{_e(format_bytes(result.savings.get("footprint_bytes")))}</td>'
+            f'<td class="num">{escape(pair(plain.memory.footprint_bytes, donated.memory.footprint_bytes))}</td>'
+            f'<td class="num">{escape(pair(plain.memory.live_peak_bytes, donated.memory.live_peak_bytes))}</td>'
+            f'<td class="num">{escape(format_bytes(result.savings.get("footprint_bytes")))}</td>'
             f'<td class="num">{copies}</td></tr>'
         )
     return (
         '<table class="summary" id="summary"><thead><tr><th>target</th><th>verdict</th>'
         '<th class="num">footprint plain → donated</th><th class="num">live peak plain → donated</th>'
-        f'<th class="num">saved</th><th class="num">copies plain / donated (≥ {_e(format_bytes(min_bytes))})</th>'
+        f'<th class="num">saved</th><th class="num">copies plain / donated (≥ {escape(format_bytes(min_bytes))})</th>'
         f"</tr></thead><tbody>{''.join(rows)}</tbody></table>\n"
     )
 
@@ -183,12 +183,12 @@ def _summary(report: Report, anchors: list[str], min_bytes: int) -> str:
 def _findings(result: TargetResult) -> str:
     assert result.verdict is not None
     items = [
-        f'<li class="sev-{_e(f.severity)}"><span class="sev">{_e(f.severity)}</span> {_e(f.message)}</li>'
+        f'<li class="sev-{escape(f.severity)}"><span class="sev">{escape(f.severity)}</span> {escape(f.message)}</li>'
         for f in result.verdict.findings
     ]
     checks = [
         f'<li class="check {"pass" if c.passed else "fail"}">{"✓" if c.passed else "✗"} '
-        f"<b>{_e(c.name)}</b>: {_e(c.message)}</li>"
+        f"<b>{escape(c.name)}</b>: {escape(c.message)}</li>"
         for c in result.checks
     ]
     text = f'<ul class="checks">{"".join(checks)}</ul>\n' if checks else ""
@@ -199,45 +199,45 @@ def _findings(result: TargetResult) -> str:
 
 def _section(result: TargetResult, anchor: str, opened: bool, min_bytes: int) -> str:
     css, words = _status(result)
-    filter_text = _e(f"{result.name} {words}".lower())
+    filter_text = escape(f"{result.name} {words}".lower())
     head = (
         f'<details class="target {css}" id="{anchor}" data-filter="{filter_text}"{" open" if opened else ""}>'
-        f'<summary><span class="name">{_e(result.name)}</span> <span class="verdict {css}">{_e(words)}</span>'
+        f'<summary><span class="name">{escape(result.name)}</span> <span class="verdict {css}">{escape(words)}</span>'
     )
     if result.definition:
-        head += f' <span class="src">{_e(result.definition)}</span>'
+        head += f' <span class="src">{escape(result.definition)}</span>'
     head += "</summary>\n"
     if result.status != "ok" or result.verdict is None:
         error = result.error
-        kind = f"{_e(error.kind)} error" if error else "error"
-        message = _e(error.message) if error else "unknown error"
+        kind = f"{escape(error.kind)} error" if error else "error"
+        message = escape(error.message) if error else "unknown error"
         return head + f'<p class="error-message"><b>{kind}:</b> {message}</p>\n</details>\n'
     plain, donated = result.variants["plain"], result.variants["donated"]
     body = [
-        f'<p class="verdict-words {css}">{_e(result.verdict.summary)}</p>\n',
-        f'<p class="muted">target <code>{_e(result.target)}</code> · donated: '
-        f"{_e(', '.join(donated.donated_arguments) or '(none)')}"
-        + (f" · expect {_e(result.expect)}" if result.expect else "")
+        f'<p class="verdict-words {css}">{escape(result.verdict.summary)}</p>\n',
+        f'<p class="muted">target <code>{escape(result.target)}</code> · donated: '
+        f"{escape(', '.join(donated.donated_arguments) or '(none)')}"
+        + (f" · expect {escape(result.expect)}" if result.expect else "")
         + "</p>\n",
         _findings(result),
         "<h3>Memory over the schedule</h3>\n",
-        _chart(result, anchor),
+        target_chart(result, anchor),
         _flame(result, anchor),
-        _peak_lines_table(result),
-        _live_table(plain),
-        _live_table(donated),
-        _memory_table(result),
-        _aliases_table(donated),
-        _unusable_table(donated),
-        "".join(f'<p class="muted">{_e(line.strip())}</p>\n' for line in transfer_lines(result)),
-        _copies_table(plain, min_bytes),
-        _copies_table(donated, min_bytes),
-        _moves_table(plain, min_bytes),
-        _moves_table(donated, min_bytes),
+        peak_lines_table(result),
+        live_table(plain),
+        live_table(donated),
+        memory_table(result),
+        aliases_table(donated),
+        unusable_table(donated),
+        "".join(f'<p class="muted">{escape(line.strip())}</p>\n' for line in transfer_lines(result)),
+        copies_table(plain, min_bytes),
+        copies_table(donated, min_bytes),
+        moves_table(plain, min_bytes),
+        moves_table(donated, min_bytes),
     ]
-    body.append(_run_tables(result))
+    body.append(run_tables(result))
     warnings = [
-        f"<li>jax warning ({variant.name}): {_e(w.splitlines()[0] if w else '')}</li>"
+        f"<li>jax warning ({variant.name}): {escape(w.splitlines()[0] if w else '')}</li>"
         for variant in (plain, donated)
         for w in variant.jax_warnings
     ]
@@ -245,9 +245,9 @@ def _section(result: TargetResult, anchor: str, opened: bool, min_bytes: int) ->
         body.append(f'<ul class="warnings">{"".join(warnings)}</ul>\n')
     if result.suggestion is not None:
         suggestion = result.suggestion
-        body.append(f'<p class="suggestion"><b>suggestion:</b> {_e(suggestion.summary)}</p>\n')
+        body.append(f'<p class="suggestion"><b>suggestion:</b> {escape(suggestion.summary)}</p>\n')
         if suggestion.code:
-            body.append(f"<pre>{_e(suggestion.code)}</pre>\n")
+            body.append(f"<pre>{escape(suggestion.code)}</pre>\n")
     return head + "".join(body) + "</details>\n"
 
 
@@ -258,15 +258,15 @@ def _section(result: TargetResult, anchor: str, opened: bool, min_bytes: int) ->
 def _baseline(comparison: BaselineComparison) -> str:
     def items(entries: tuple[Change, ...], css: str) -> str:
         return "".join(
-            f'<li class="{css}">{_e(r.message)}'
-            + (f' <span class="src">{_e(r.source)}</span>' if r.source else "")
+            f'<li class="{css}">{escape(r.message)}'
+            + (f' <span class="src">{escape(r.source)}</span>' if r.source else "")
             + "</li>"
             for r in entries
         )
 
-    tolerance = f" (tolerance {_e(comparison.tolerance)})" if comparison.tolerance else ""
+    tolerance = f" (tolerance {escape(comparison.tolerance)})" if comparison.tolerance else ""
     parts = [
-        f'<section class="baseline"><h2>Against the baseline <code>{_e(comparison.path)}</code>{tolerance}</h2>\n',
+        f'<section class="baseline"><h2>Against the baseline <code>{escape(comparison.path)}</code>{tolerance}</h2>\n',
         f"<p>{count(len(comparison.regressions), 'regression')}, "
         f"{count(len(comparison.improvements), 'improvement')}.</p>\n",
     ]
@@ -278,11 +278,13 @@ def _baseline(comparison: BaselineComparison) -> str:
     if accepted:  # failing as recorded (--accept-current): shown, not hidden
         parts.append(
             '<ul class="notes">'
-            + "".join(f"<li>{_e(t)}: {_e(c)} fails as recorded: accepted by the baseline</li>" for t, c in accepted)
+            + "".join(
+                f"<li>{escape(t)}: {escape(c)} fails as recorded: accepted by the baseline</li>" for t, c in accepted
+            )
             + "</ul>\n"
         )
     if comparison.notes:
-        parts.append('<ul class="notes">' + "".join(f"<li>{_e(n)}</li>" for n in comparison.notes) + "</ul>\n")
+        parts.append('<ul class="notes">' + "".join(f"<li>{escape(n)}</li>" for n in comparison.notes) + "</ul>\n")
     parts.append("</section>\n")
     return "".join(parts)
 
@@ -293,21 +295,21 @@ def _chains(report: Report, anchors: dict[str, str]) -> str:
     for chain in report.chains:
         css = "ok" if chain.in_place else "bad"
         parts.append(
-            f'<h3 class="{css}">chain <code>{_e(chain.name)}</code></h3>\n<p class="{css}">{_e(chain.summary)}</p>\n'
+            f'<h3 class="{css}">chain <code>{escape(chain.name)}</code></h3>\n<p class="{css}">{escape(chain.summary)}</p>\n'
         )
         rows = []
         for step in chain.steps:
             words = STATUS_WORDS.get(step.status, (step.status, ""))[0]
             anchor = anchors.get(step.result)
-            name = f'<a href="#{anchor}">{_e(step.function)}</a>' if anchor else _e(step.function)
+            name = f'<a href="#{anchor}">{escape(step.function)}</a>' if anchor else escape(step.function)
             rows.append(
                 (
                     f"{step.index + 1} {name}",
-                    f'<span class="status-{_e(step.status)}">{_e(words)}</span>',
-                    _e(pair(step.footprint.get("plain"), step.footprint.get("donated"))) if step.footprint else "",
-                    _e(format_bytes(step.grows_by)) if step.grows_by is not None else "",
-                    _e(pair(step.live_peak.get("plain"), step.live_peak.get("donated"))) if step.live_peak else "",
-                    ", ".join(_code(k) for k in step.kept_alive),
+                    f'<span class="status-{escape(step.status)}">{escape(words)}</span>',
+                    escape(pair(step.footprint.get("plain"), step.footprint.get("donated"))) if step.footprint else "",
+                    escape(format_bytes(step.grows_by)) if step.grows_by is not None else "",
+                    escape(pair(step.live_peak.get("plain"), step.live_peak.get("donated"))) if step.live_peak else "",
+                    ", ".join(code_cell(k) for k in step.kept_alive),
                 )
             )
         for cost in chain.costs:
@@ -317,16 +319,16 @@ def _chains(report: Report, anchors: dict[str, str]) -> str:
                 (
                     f'<a href="#{anchor}"><em>{label}</em></a>' if anchor else f"<em>{label}</em>",
                     "",
-                    _e(pair(cost.plain_footprint, cost.donated_footprint)),
+                    escape(pair(cost.plain_footprint, cost.donated_footprint)),
                     "",
-                    _e(pair(cost.plain_live_peak, cost.donated_live_peak)),
+                    escape(pair(cost.plain_live_peak, cost.donated_live_peak)),
                     "",
                 )
             )
         curve = footprint_curve(chain.steps)
         parts.append(
-            _table(
-                f"per step (donated footprint {_e(curve)})" if curve else "per step",
+            html_table(
+                f"per step (donated footprint {escape(curve)})" if curve else "per step",
                 ("step", "status", "footprint plain → donated", "Δ donated", "live peak plain → donated", "kept alive"),
                 rows,
                 "chain",
@@ -334,15 +336,15 @@ def _chains(report: Report, anchors: dict[str, str]) -> str:
             )
         )
         if chain.cost_summary:
-            parts.append(f"<p>{_e(chain.cost_summary)}</p>\n")
+            parts.append(f"<p>{escape(chain.cost_summary)}</p>\n")
         moved = chain_transfer_line(chain)
         if moved:
-            parts.append(f'<p class="muted">{_e(moved)}</p>\n')
+            parts.append(f'<p class="muted">{escape(moved)}</p>\n')
         breaking = [h for s in chain.steps for h in s.handoffs if h.breaks]
         if breaking:
             parts.append(
                 '<ul class="findings">'
-                + "".join(f'<li class="error">{_e(h.message)}</li>' for h in breaking)
+                + "".join(f'<li class="error">{escape(h.message)}</li>' for h in breaking)
                 + "</ul>\n"
             )
     parts.append("</section>\n")
@@ -378,7 +380,7 @@ def _header(report: Report) -> str:
         ("created", report.created or "unknown"),
         ("min bytes", format_bytes(report.min_bytes)),
     ]
-    meta = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(v)}</dd></div>" for k, v in facts)
+    meta = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in facts)
     return f'<header><h1>fieldmem report</h1><dl class="meta">{meta}</dl></header>\n'
 
 
@@ -413,7 +415,7 @@ def _attention(results: Sequence[TargetResult], anchors: list[str], shown: int =
     flagged = [(r, a) for r, a in zip(results, anchors) if _needs_a_look(r)]
     if not flagged:
         return f'<p class="attention ok">All {len(results)} targets are in place and pass their checks.</p>\n'
-    links = ", ".join(f'<a href="#{a}">{_e(r.name)}</a>' for r, a in flagged[:shown])
+    links = ", ".join(f'<a href="#{a}">{escape(r.name)}</a>' for r, a in flagged[:shown])
     more = f", … {len(flagged) - shown} more" if len(flagged) > shown else ""
     return (
         f'<p class="attention">Needs a look ({len(flagged)}: not in place, a failed check or an error; '
@@ -430,7 +432,7 @@ def render(report: Report, options: RenderOptions) -> str:
     parts = [
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n',
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
-        f"<title>fieldmem report · {count(len(results), 'target')} · {_e(report.backend)}</title>\n",
+        f"<title>fieldmem report · {count(len(results), 'target')} · {escape(report.backend)}</title>\n",
         f"<style>{_CSS}{FLAME_CSS}</style>\n</head>\n<body>\n",
         _header(report),
         "<main>\n",

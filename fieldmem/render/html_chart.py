@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from fieldmem.model.memory import Timeline
 from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.units import format_bytes
-from fieldmem.render.html_tables import _VARIANT_LABEL, _VARIANTS, _e
+from fieldmem.render.html_tables import VARIANT_LABEL, VARIANTS, escape
 
 # ----------------------------------------------------------------------------
 # The chart: plain vs donated live bytes over schedule progress, one SVG.
@@ -100,8 +100,8 @@ def _peak_words(variant: Variant) -> str:
     )
 
 
-def _chart(result: TargetResult, anchor: str) -> str:
-    variants = {name: result.variants[name] for name in _VARIANTS if name in result.variants}
+def target_chart(result: TargetResult, anchor: str) -> str:
+    variants = {name: result.variants[name] for name in VARIANTS if name in result.variants}
     timelines = {name: v.timeline for name, v in variants.items() if v.timeline is not None and v.timeline.live_bytes}
     if not timelines:
         return '<p class="muted">No memory timeline in this report (it was saved by a fieldmem without one).</p>\n'
@@ -117,7 +117,7 @@ def _chart(result: TargetResult, anchor: str) -> str:
         y = axis.y(tick)
         parts.append(
             f'<g class="ytick" data-bytes="{tick}"><line x1="{_PLOT_X0}" x2="{_PLOT_X1}" y1="{y:.1f}" y2="{y:.1f}"/>'
-            f'<text x="{_PLOT_X0 - 8}" y="{y + 4:.1f}" text-anchor="end">{_e(format_bytes(tick))}</text></g>'
+            f'<text x="{_PLOT_X0 - 8}" y="{y + 4:.1f}" text-anchor="end">{escape(format_bytes(tick))}</text></g>'
         )
     for percent in (0, 25, 50, 75, 100):
         x = _PLOT_X0 + percent / 100 * (_PLOT_X1 - _PLOT_X0)
@@ -133,7 +133,7 @@ def _chart(result: TargetResult, anchor: str) -> str:
     for name, timeline in timelines.items():
         parts.append(
             f'<path class="curve {name}" data-variant="{name}" data-samples="{len(timeline.positions)}" '
-            f'd="{_step_path(timeline, axis)}"><title>{name}: {_e(_peak_words(variants[name]))}</title></path>'
+            f'd="{_step_path(timeline, axis)}"><title>{name}: {escape(_peak_words(variants[name]))}</title></path>'
         )
     marks = {name: (_x(_peak_index(t) + 0.5, t.length), axis.y(peaks[name])) for name, t in timelines.items()}
     for name, (x, y) in marks.items():
@@ -144,9 +144,9 @@ def _chart(result: TargetResult, anchor: str) -> str:
         dy = 20 if below else -10
         parts.append(
             f'<g class="peak {name}" data-variant="{name}" data-bytes="{peaks[name]}">'
-            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5.5"><title>{name}: {_e(_peak_words(variants[name]))}</title></circle>'
+            f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5.5"><title>{name}: {escape(_peak_words(variants[name]))}</title></circle>'
             f'<text x="{x + dx:.1f}" y="{y + dy:.1f}" text-anchor="{anchor_side}">'
-            f"{name} peak {_e(format_bytes(peaks[name]))}</text></g>"
+            f"{name} peak {escape(format_bytes(peaks[name]))}</text></g>"
         )
     parts.append("</svg>")
     return "".join(parts) + "\n" + _chart_legend(variants, timelines)
@@ -157,18 +157,18 @@ def _chart_legend(variants: dict[str, Variant], timelines: dict[str, Timeline]) 
     for name in variants:
         timeline = timelines.get(name)
         if timeline is None:
-            items.append(f'<li><span class="swatch {name}"></span><b>{_VARIANT_LABEL[name]}</b>: no timeline</li>')
+            items.append(f'<li><span class="swatch {name}"></span><b>{VARIANT_LABEL[name]}</b>: no timeline</li>')
             continue
         where = ""
         if timeline.peak_instruction:
-            where += f" at <code>{_e(timeline.peak_instruction)}</code>"
+            where += f" at <code>{escape(timeline.peak_instruction)}</code>"
         if timeline.peak_source:
-            where += f' <span class="src">{_e(timeline.peak_source)}</span>'
+            where += f' <span class="src">{escape(timeline.peak_source)}</span>'
         kept = len(timeline.positions)
         decimated = f", decimated to {kept} points" if kept < timeline.length else ""
         items.append(
-            f'<li><span class="swatch {name}"></span><b>{_VARIANT_LABEL[name]}</b>: peak '
-            f"<b>{_e(format_bytes(_peak_value(timeline)))}</b>{where} — schedule point "
+            f'<li><span class="swatch {name}"></span><b>{VARIANT_LABEL[name]}</b>: peak '
+            f"<b>{escape(format_bytes(_peak_value(timeline)))}</b>{where} — schedule point "
             f"{_peak_index(timeline) + 1} of {timeline.length}{decimated}</li>"
         )
     lengths = [t.length for t in timelines.values()]

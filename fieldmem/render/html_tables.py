@@ -27,11 +27,11 @@ from fieldmem.render.pieces import (
 )
 
 _MAX_ROWS = 200  # rows per copies/live table; the JSON report keeps the rest
-_VARIANTS = ("plain", "donated")
-_VARIANT_LABEL = {"plain": "plain (no donation)", "donated": "donated"}
+VARIANTS = ("plain", "donated")
+VARIANT_LABEL = {"plain": "plain (no donation)", "donated": "donated"}
 
 
-def _e(value: object) -> str:
+def escape(value: object) -> str:
     """Escape anything that came from the user or from XLA for text and attribute use."""
     return html.escape(str(value), quote=True)
 
@@ -40,7 +40,7 @@ def _e(value: object) -> str:
 # Tables.
 
 
-def _table(caption: str, header: Sequence[str], rows: Iterable[Sequence[str]], css: str, numeric: set[int]) -> str:
+def html_table(caption: str, header: Sequence[str], rows: Iterable[Sequence[str]], css: str, numeric: set[int]) -> str:
     """A table whose cells are already escaped HTML; ``numeric`` columns align right."""
     head = "".join(f"<th{' class=num' if i in numeric else ''}>{h}</th>" for i, h in enumerate(header))
     body = []
@@ -59,49 +59,49 @@ def _more(total: int, shown: int, what: str) -> str:
     return f'<p class="muted">… {total - shown} more {what} in the JSON report.</p>\n'
 
 
-def _code(value: str | None) -> str:
-    return f"<code>{_e(value)}</code>" if value else ""
+def code_cell(value: str | None) -> str:
+    return f"<code>{escape(value)}</code>" if value else ""
 
 
 def _src(value: str | None, call_site: str | None = None) -> str:
     """A source cell; with ``call_site``, the user's line that led to a line of library code."""
     if not value:
         return '<span class="muted">—</span>'
-    text = f'<span class="src">{_e(value)}</span>'
+    text = f'<span class="src">{escape(value)}</span>'
     if call_site:
-        text += f' <span class="muted">called from</span> <span class="src">{_e(call_site)}</span>'
+        text += f' <span class="muted">called from</span> <span class="src">{escape(call_site)}</span>'
     return text
 
 
-def _live_table(variant: Variant) -> str:
+def live_table(variant: Variant) -> str:
     rows_all: tuple[LiveBuffer, ...] = variant.live_at_peak
     if not rows_all:
         return ""
     rows = [
         (
-            _e(format_bytes(b.bytes)),
-            f'<span class="kind {_e(b.kind)}">{_e(b.kind)}</span>',
-            _code(slot_input_text(b) or None),
-            _code(slot_value_text(b)),
-            f'<span class="shape">{_e(b.shape or "")}</span>',
+            escape(format_bytes(b.bytes)),
+            f'<span class="kind {escape(b.kind)}">{escape(b.kind)}</span>',
+            code_cell(slot_input_text(b) or None),
+            code_cell(slot_value_text(b)),
+            f'<span class="shape">{escape(b.shape or "")}</span>',
             _src(b.source, b.call_site),
         )
         for b in rows_all[:_MAX_ROWS]
     ]
     caption = (
-        f"live at the {_VARIANT_LABEL[variant.name]} live peak: "
-        f"<b>{_e(format_bytes(variant.memory.live_peak_bytes))}</b> "
+        f"live at the {VARIANT_LABEL[variant.name]} live peak: "
+        f"<b>{escape(format_bytes(variant.memory.live_peak_bytes))}</b> "
         f"({count(len(rows_all), 'buffer')}, largest first)"
     )
     header = ("bytes", "kind", "input", "instruction", "shape", "source")
-    return _table(caption, header, rows, f"live {variant.name}", {0}) + _more(len(rows_all), _MAX_ROWS, "buffers")
+    return html_table(caption, header, rows, f"live {variant.name}", {0}) + _more(len(rows_all), _MAX_ROWS, "buffers")
 
 
-def _peak_lines_table(result: TargetResult) -> str:
+def peak_lines_table(result: TargetResult) -> str:
     """The live peak by the user's line (an argument by its path): each variant's ``peak.lines``, largest
     first at either peak, then one row for the lines beyond the table's length and the peak itself, so each
     column adds up to its variant's live peak."""
-    breakdowns = {name: result.variants[name].peak for name in _VARIANTS if name in result.variants}
+    breakdowns = {name: result.variants[name].peak for name in VARIANTS if name in result.variants}
     if not any(breakdowns.values()):
         return ""
     lines = {name: {line.label: line for line in b.lines} if b else {} for name, b in breakdowns.items()}
@@ -110,63 +110,66 @@ def _peak_lines_table(result: TargetResult) -> str:
 
     def cells(label: str) -> list[str]:
         out = []
-        for name in _VARIANTS:
+        for name in VARIANTS:
             line = lines.get(name, {}).get(label)
-            out += [_e(format_bytes(line.bytes)), _e(f"{100 * line.share:.1f} %")] if line else ["", ""]
+            out += [escape(format_bytes(line.bytes)), escape(f"{100 * line.share:.1f} %")] if line else ["", ""]
         return out
 
     rows = []
     for label in labels[:_MAX_ROWS]:
         line = next(v[label] for v in (lines.get("donated", {}), lines.get("plain", {})) if label in v)
-        where = _code(label) if line.kind == "argument" else _src(label)
-        rows.append((where, f'<span class="kind {_e(line.kind)}">{_e(line.kind)}</span>', *cells(label)))
+        where = code_cell(label) if line.kind == "argument" else _src(label)
+        rows.append((where, f'<span class="kind {escape(line.kind)}">{escape(line.kind)}</span>', *cells(label)))
     rest = labels[_MAX_ROWS:]
     totals: list[str] = []
     others: list[str] = []
-    for name in _VARIANTS:
+    for name in VARIANTS:
         breakdown = breakdowns.get(name)
         if breakdown is None:
             totals += ["—", ""]
             others += ["", ""]
             continue
         size = sum(lines[name][label].bytes for label in rest if label in lines[name])
-        others += [_e(format_bytes(size)), _e(f"{100 * size / breakdown.bytes:.1f} %") if breakdown.bytes else ""]
-        totals += [f"<b>{_e(format_bytes(breakdown.bytes))}</b>", "100.0 %"]
+        others += [
+            escape(format_bytes(size)),
+            escape(f"{100 * size / breakdown.bytes:.1f} %") if breakdown.bytes else "",
+        ]
+        totals += [f"<b>{escape(format_bytes(breakdown.bytes))}</b>", "100.0 %"]
     if rest:
         rows.append((f"<em>{len(rest)} more lines</em>", "", *others))
     rows.append(("<b>live peak</b>", "", *totals))
     peaks = " → ".join(f"{name} {format_bytes(b.bytes)}" for name, b in breakdowns.items() if b is not None)
-    caption = f"live peak by line ({_e(peaks)}; {count(len(labels), 'line')}, largest first)"
+    caption = f"live peak by line ({escape(peaks)}; {count(len(labels), 'line')}, largest first)"
     header = ("line or argument", "kind", "plain", "share", "donated", "share")
-    return _table(caption, header, rows, "peak-lines", {2, 3, 4, 5})
+    return html_table(caption, header, rows, "peak-lines", {2, 3, 4, 5})
 
 
 def _figure(result: TargetResult, name: str) -> str:
     """A figure's name, with what :func:`~fieldmem.render.pieces.host_figure_label` adds to it."""
     label = host_figure_label(result, name)
-    return f"<code>{_e(name)}</code>{_e(label.removeprefix(name))}"
+    return f"<code>{escape(name)}</code>{escape(label.removeprefix(name))}"
 
 
-def _memory_table(result: TargetResult) -> str:
+def memory_table(result: TargetResult) -> str:
     plain, donated = result.variants["plain"], result.variants["donated"]
     rows = [
         (
             _figure(result, name),
-            _e(format_bytes(getattr(plain.memory, name))),
-            _e(format_bytes(getattr(donated.memory, name))),
-            _e(format_bytes(result.savings.get(name))),
+            escape(format_bytes(getattr(plain.memory, name))),
+            escape(format_bytes(getattr(donated.memory, name))),
+            escape(format_bytes(result.savings.get(name))),
         )
         for name in MEMORY_FIGURES
     ] + [
         (
             _figure(result, name),
-            _e(format_bytes(getattr(plain.memory, name))),
-            _e(format_bytes(getattr(donated.memory, name))),
+            escape(format_bytes(getattr(plain.memory, name))),
+            escape(format_bytes(getattr(donated.memory, name))),
             "",
         )
         for name in (HOST_FIGURES if host_figures_shown(result) else ())
     ]
-    text = _table(
+    text = html_table(
         "memory figures",
         ("figure", "plain", "donated", "plain − donated"),  # alias_bytes: negative, what donation reuses
         rows,
@@ -180,82 +183,93 @@ def _memory_table(result: TargetResult) -> str:
     )
     reasons = sorted({**plain.memory.unavailable, **donated.memory.unavailable}.items())
     if reasons:
-        text += "".join(f'<p class="muted">{_e(k)} unavailable: {_e(v)}</p>\n' for k, v in reasons)
+        text += "".join(f'<p class="muted">{escape(k)} unavailable: {escape(v)}</p>\n' for k, v in reasons)
     notes = sorted({**plain.memory.notes, **donated.memory.notes}.items())
-    text += "".join(f'<p class="muted">{_e(k)}: {_e(v)}</p>\n' for k, v in notes)
-    text += "".join(f'<p class="muted">{_e(line)}</p>\n' for line in host_figure_lines(result))
-    text += "".join(f'<p class="muted">{_e(line)}</p>\n' for line in memory_space_lines(plain, donated))
+    text += "".join(f'<p class="muted">{escape(k)}: {escape(v)}</p>\n' for k, v in notes)
+    text += "".join(f'<p class="muted">{escape(line)}</p>\n' for line in host_figure_lines(result))
+    text += "".join(f'<p class="muted">{escape(line)}</p>\n' for line in memory_space_lines(plain, donated))
     return text
 
 
-def _moves_table(variant: Variant, min_bytes: int) -> str:
+def moves_table(variant: Variant, min_bytes: int) -> str:
     """The variant's moves between memory spaces (a TPU's HBM → VMEM prefetches), apart from its copies."""
     moves: list[Copy] = [m for m in variant.moves if m.bytes >= min_bytes]
     if not moves:
         return ""
     rows = [
         (
-            _e(format_bytes(m.bytes)),
-            _e(copy_kind_text(m, variant)),
-            _code(m.of_parameter),
-            f'<span class="shape">{_e(m.shape)}</span>',
+            escape(format_bytes(m.bytes)),
+            escape(copy_kind_text(m, variant)),
+            code_cell(m.of_parameter),
+            f'<span class="shape">{escape(m.shape)}</span>',
             _src(m.source, m.call_site),
-            f"<code>{_e(m.instruction)}</code> in <code>{_e(m.computation)}</code>",
+            f"<code>{escape(m.instruction)}</code> in <code>{escape(m.computation)}</code>",
         )
         for m in moves[:_MAX_ROWS]
     ]
     caption = (
-        f"moves between memory spaces in the {_VARIANT_LABEL[variant.name]} variant (≥ {_e(format_bytes(min_bytes))}): "
+        f"moves between memory spaces in the {VARIANT_LABEL[variant.name]} variant (≥ {escape(format_bytes(min_bytes))}): "
         "no second buffer in device memory, not copies"
     )
     header = ("bytes", "from → to", "of", "shape", "source", "instruction")
-    return _table(caption, header, rows, f"moves {variant.name}", {0}) + _more(len(moves), _MAX_ROWS, "moves")
+    return html_table(caption, header, rows, f"moves {variant.name}", {0}) + _more(len(moves), _MAX_ROWS, "moves")
 
 
-def _copies_table(variant: Variant, min_bytes: int) -> str:
+def copies_table(variant: Variant, min_bytes: int) -> str:
     copies: list[Copy] = [c for c in variant.copies if c.bytes >= min_bytes]
     if not copies:
         return ""
     rows = [
         (
-            _e(format_bytes(c.bytes)),
-            f'<span class="kind {_e(c.kind)}">{_e(copy_kind_text(c))}</span>',
-            _code(c.of_parameter),
-            f'<span class="shape">{_e(c.shape)}</span>',
-            _e(format_bytes(c.bytes_per_call)) if c.bytes_per_call is not None else _e(copy_per_call_text(c) or ""),
-            _e(c.trip_count) if c.trip_count is not None else "",
+            escape(format_bytes(c.bytes)),
+            f'<span class="kind {escape(c.kind)}">{escape(copy_kind_text(c))}</span>',
+            code_cell(c.of_parameter),
+            f'<span class="shape">{escape(c.shape)}</span>',
+            escape(format_bytes(c.bytes_per_call))
+            if c.bytes_per_call is not None
+            else escape(copy_per_call_text(c) or ""),
+            escape(c.trip_count) if c.trip_count is not None else "",
             _src(c.source, c.call_site),
-            _e(c.cause or ""),
-            f"<code>{_e(c.instruction)}</code> in <code>{_e(c.computation)}</code>",
+            escape(c.cause or ""),
+            f"<code>{escape(c.instruction)}</code> in <code>{escape(c.computation)}</code>",
         )
         for c in copies[:_MAX_ROWS]
     ]
-    caption = f"copies in the {_VARIANT_LABEL[variant.name]} variant (≥ {_e(format_bytes(min_bytes))})"
+    caption = f"copies in the {VARIANT_LABEL[variant.name]} variant (≥ {escape(format_bytes(min_bytes))})"
     header = ("bytes", "kind", "of", "shape", "per call", "trips", "source", "cause", "instruction")
-    return _table(caption, header, rows, f"copies {variant.name}", {0, 4, 5}) + _more(len(copies), _MAX_ROWS, "copies")
+    return html_table(caption, header, rows, f"copies {variant.name}", {0, 4, 5}) + _more(
+        len(copies), _MAX_ROWS, "copies"
+    )
 
 
-def _aliases_table(variant: Variant) -> str:
+def aliases_table(variant: Variant) -> str:
     if not variant.aliases:
         return ""
     rows = [
-        (_code(a.input), _e(a.input_index), "→", _code(a.output), _e(a.output_index), _e(format_bytes(a.bytes)))
+        (
+            code_cell(a.input),
+            escape(a.input_index),
+            "→",
+            code_cell(a.output),
+            escape(a.output_index),
+            escape(format_bytes(a.bytes)),
+        )
         for a in variant.aliases[:_MAX_ROWS]
     ]
     header = ("input", "#", "", "output", "#", "bytes")
-    return _table(
+    return html_table(
         "aliases (donated input → the output reusing its buffer)", header, rows, "aliases", {1, 4, 5}
     ) + _more(len(variant.aliases), _MAX_ROWS, "aliases")
 
 
-def _unusable_table(variant: Variant) -> str:
+def unusable_table(variant: Variant) -> str:
     if not variant.unusable_donations:
         return ""
     rows = [
-        (_code(u.input), _e(u.input_index), _e(format_bytes(u.bytes)), _e(u.reason))
+        (code_cell(u.input), escape(u.input_index), escape(format_bytes(u.bytes)), escape(u.reason))
         for u in variant.unusable_donations[:_MAX_ROWS]
     ]
-    return _table(
+    return html_table(
         "unusable donations (donated, but no output reuses the buffer)",
         ("input", "#", "bytes", "reason"),
         rows,
@@ -264,22 +278,22 @@ def _unusable_table(variant: Variant) -> str:
     ) + _more(len(variant.unusable_donations), _MAX_ROWS, "donations")
 
 
-def _run_tables(result: TargetResult) -> str:
+def run_tables(result: TargetResult) -> str:
     """What --run showed (aliases by buffer identity, device memory) and what --probe timed."""
     parts = []
     run = result.variants["donated"].run
     if run is not None:
         parts.append("<h3>At run time</h3>\n")
         parts.append(
-            _table(
+            html_table(
                 "planned aliases checked by buffer identity",
                 ("input", "output", "confirmed", "detail"),
                 [
                     (
-                        _code(a.input),
-                        _code(a.output),
+                        code_cell(a.input),
+                        code_cell(a.output),
                         "✓" if a.confirmed else ("✗" if a.comparable else "–"),
-                        _e(a.detail),
+                        escape(a.detail),
                     )
                     for a in run.aliases + run.unplanned
                 ],
@@ -292,18 +306,18 @@ def _run_tables(result: TargetResult) -> str:
         measured = [d for d in run.devices if d.measured_peak is not None]
         if measured:
             parts.append(
-                _table(
+                html_table(
                     "device memory (Device.memory_stats()) around the donated call",
                     ("device", "in use before", "in use after", "peak", "measured peak", "planned", "difference"),
                     [
                         (
                             str(d.device),
-                            _e(format_bytes(d.in_use_before)),
-                            _e(format_bytes(d.in_use_after)),
-                            _e(format_bytes(d.peak)),
-                            _e(format_bytes(d.measured_peak)),
-                            _e(format_bytes(d.predicted)),
-                            _e(format_bytes(d.difference)),
+                            escape(format_bytes(d.in_use_before)),
+                            escape(format_bytes(d.in_use_after)),
+                            escape(format_bytes(d.peak)),
+                            escape(format_bytes(d.measured_peak)),
+                            escape(format_bytes(d.predicted)),
+                            escape(format_bytes(d.difference)),
                         )
                         for d in measured
                     ],
@@ -312,11 +326,11 @@ def _run_tables(result: TargetResult) -> str:
                 )
             )
         elif run.devices:
-            parts.append(f'<p class="muted">device memory not measured: {_e(run.devices[0].unavailable)}</p>\n')
+            parts.append(f'<p class="muted">device memory not measured: {escape(run.devices[0].unavailable)}</p>\n')
     if result.probes:
         parts.append(
             '<ul class="probes">'
-            + "".join(f"<li><b>probe ({_e(p.code)}):</b> {_e(p.message)}</li>" for p in result.probes)
+            + "".join(f"<li><b>probe ({escape(p.code)}):</b> {escape(p.message)}</li>" for p in result.probes)
             + "</ul>\n"
         )
     return "".join(parts)

@@ -35,7 +35,7 @@ from typing import Any, Literal, Union
 import fieldmem.model.fit_report as _fit
 from fieldmem.gate import baseline as _baseline
 from fieldmem.model.codec import stand_in_for, words_of
-from fieldmem.model.report import _DIFFERENCES, REPORTS_SCHEMA, SUPPORTED_SCHEMAS, Report, Reports, _is_size
+from fieldmem.model.report import DIFFERENCES, REPORTS_SCHEMA, SUPPORTED_SCHEMAS, Report, Reports, is_size
 
 __all__ = ["DOCUMENTS", "SCHEMA_FOLDER", "Document", "document_schema", "main", "schema_text"]
 
@@ -43,7 +43,7 @@ DIALECT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_FOLDER = Path(__file__).resolve().parent.parent / "schemas"
 _INT64 = {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}
 _SIZE = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
-# a dict key that holds a byte count (fieldmem.model.report._is_size, as a pattern; JSON Schema patterns search)
+# a dict key that holds a byte count (fieldmem.model.report.is_size, as a pattern; JSON Schema patterns search)
 _SIZE_KEY = "^(?!saved|marginal|delta).*bytes|^trip_count$"
 
 
@@ -143,8 +143,8 @@ class _Walker:
         for item in dataclasses.fields(cls):
             if item.name in omitted:
                 continue
-            sizes = item.name not in _DIFFERENCES
-            schema = self.hint(hints[item.name], size=sizes and _is_size(item.name), size_keys=sizes)
+            sizes = item.name not in DIFFERENCES
+            schema = self.hint(hints[item.name], size=sizes and is_size(item.name), size_keys=sizes)
             default = _default(item)
             if default is not dataclasses.MISSING:
                 schema = {**schema, "default": default}

@@ -56,6 +56,7 @@ __all__ = [
     "build_request",
     "check_distinct_outputs",
     "check_writable",
+    "file_identity",
     "parse_backends",
 ]
 
@@ -480,7 +481,7 @@ def _check_regular(path: Path, option: str) -> None:
         raise OptionError(f"{option} {str(path)!r} is not a regular file (a FIFO, device or socket): name a JSON file")
 
 
-def _file_identity(path: Path) -> tuple[str, tuple[int, int] | None]:
+def file_identity(path: Path) -> tuple[str, tuple[int, int] | None]:
     """What makes two paths the same file: the path with links resolved, and the inode where it exists."""
     try:
         info = path.stat()
@@ -524,7 +525,7 @@ def check_distinct_outputs(
         named.append(("--baseline", Path(baseline.compare_with), False))
     seen: list[tuple[str, Path, bool, tuple[str, tuple[int, int] | None]]] = []
     for option, path, written in named:
-        real, inode = _file_identity(path)
+        real, inode = file_identity(path)
         for other_option, other_path, other_written, (other_real, other_inode) in seen:
             same = real == other_real or (inode is not None and inode == other_inode)
             if not same or {option, other_option} == {"--baseline", "--save-baseline"}:

@@ -18,9 +18,9 @@ from fieldmem.request.definitions import definition_of, is_installed, jit_defini
 from fieldmem.request.options import parse_new
 from fieldmem.request.registry import step_factories
 from fieldmem.request.spec import DonateSpec, StaticSpec
-from fieldmem.request.target import ChainTarget, Step, Target, _module_of, given_name
+from fieldmem.request.target import ChainTarget, Step, Target, given_name, module_of
 
-__all__ = ["in_hand", "in_hand_key", "in_hand_name"]
+__all__ = ["callable_name", "in_hand", "in_hand_key", "in_hand_name"]
 
 
 def in_hand_key(kind: str, subject: Any, name: str | None) -> str:
@@ -45,7 +45,7 @@ def in_hand_key(kind: str, subject: Any, name: str | None) -> str:
     return f"{shown.replace(os.sep, '/')}:{rest}"
 
 
-def _callable_name(fn: Callable[..., Any]) -> str:
+def callable_name(fn: Callable[..., Any]) -> str:
     """``module:name`` of ``fn``: the module its function is defined in, and the name the user gave ``fn``
     there (:func:`given_name`: a jit alias by its own name, not the function it wraps)."""
     inner = getattr(fn, "_fun", fn)
@@ -82,7 +82,7 @@ def _function_target(
         max_live_peak=None if max_live_peak is None else parse_bytes(max_live_peak, "max_live_peak="),
         definition=definition_of(fn),
         new=parse_new(settings.get("new"), "new=") or (),
-        jit_definition=jit_definition_of(fn, _module_of(fn), given_name(fn)),
+        jit_definition=jit_definition_of(fn, module_of(fn), given_name(fn)),
     )
 
 
@@ -91,12 +91,12 @@ def in_hand_name(kind: str, subject: Any, name: str | None) -> str:
     if name:
         return name
     if kind == "function":
-        return _callable_name(subject)
+        return callable_name(subject)
     steps = list(subject)
     if not steps:
         return "chain"
-    names = [_callable_name(s).rpartition(":")[2] for s in steps]
-    return f"{_callable_name(steps[0]).rpartition(':')[0]}:{','.join(names)}"
+    names = [callable_name(s).rpartition(":")[2] for s in steps]
+    return f"{callable_name(steps[0]).rpartition(':')[0]}:{','.join(names)}"
 
 
 def _extras_in_hand(extras: Any) -> Callable[[], Any] | None:
@@ -126,7 +126,7 @@ def in_hand(
     steps = list(subject)
     if len(steps) < 2 or not all(callable(s) for s in steps):
         raise OptionError("check_chain needs a sequence of at least two functions, then the first one's arguments")
-    names = [_callable_name(s).rpartition(":")[2] for s in steps]
+    names = [callable_name(s).rpartition(":")[2] for s in steps]
     display = in_hand_name(kind, steps, settings.get("name"))
     first = _function_target(steps[0], display, args, kwargs, {**settings, "new": None})
     extras = step_factories(tuple(steps), settings.get("step_args"), "check_chain") or (None,) * len(steps)

@@ -22,7 +22,7 @@ from typing import Any
 
 from fieldmem.model.errors import ArgumentsError, TargetError, quoted
 
-__all__ = ["is_file_spec", "load_module", "resolve_object"]
+__all__ = ["is_file_spec", "load_factory", "load_module", "resolve_object", "with_article"]
 
 
 def is_file_spec(module_part: str) -> bool:
@@ -108,7 +108,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
-def _a(noun: str) -> str:
+def with_article(noun: str) -> str:
     """``int`` -> ``an int``, ``tuple`` -> ``a tuple``."""
     return f"an {noun}" if noun[:1].lower() in "aeiou" else f"a {noun}"
 
@@ -135,7 +135,7 @@ def resolve_object(module: ModuleType, module_part: str, attr_path: str) -> Any:
     return obj
 
 
-def _load_factory(spec: str, module: ModuleType | None = None, module_name: str = "") -> tuple[Callable[[], Any], str]:
+def load_factory(spec: str, module: ModuleType | None = None, module_name: str = "") -> tuple[Callable[[], Any], str]:
     """The ``--args`` factory: ``MODULE:FACTORY``, or a bare ``FACTORY`` in the target's own module."""
     module_part, sep, attr = spec.rpartition(":")
     if not sep and spec.strip() and module is not None:
@@ -151,7 +151,7 @@ def _load_factory(spec: str, module: ModuleType | None = None, module_name: str 
                 ) from exc
             if not callable(factory):
                 raise ArgumentsError(
-                    f"--args {quoted(spec)} is {_a(type(factory).__name__)}, not a callable returning the arguments"
+                    f"--args {quoted(spec)} is {with_article(type(factory).__name__)}, not a callable returning the arguments"
                 )
             return factory, f"{module_name}:{attr}"
     if not sep or not module_part or not attr:
@@ -165,6 +165,6 @@ def _load_factory(spec: str, module: ModuleType | None = None, module_name: str 
         raise ArgumentsError(f"--args {quoted(spec)}: {exc.message}") from exc
     if not callable(factory):
         raise ArgumentsError(
-            f"--args {quoted(spec)} is {_a(type(factory).__name__)}, not a callable returning the arguments"
+            f"--args {quoted(spec)} is {with_article(type(factory).__name__)}, not a callable returning the arguments"
         )
     return factory, spec

@@ -26,7 +26,7 @@ from typing import Any
 from fieldmem.model.errors import ArgumentsError, TargetError, quoted
 from fieldmem.model.word_sets import Expectation
 from fieldmem.request.definitions import definition_of, jit_definition_of
-from fieldmem.request.loading import _a, _load_factory, is_file_spec, load_module, resolve_object
+from fieldmem.request.loading import is_file_spec, load_factory, load_module, resolve_object, with_article
 from fieldmem.request.registry import Case, registered_cases
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
@@ -42,6 +42,7 @@ __all__ = [
     "folder_targets",
     "fused_result_name",
     "given_name",
+    "module_of",
     "resolve_target",
     "step_result_name",
     "with_knobs",
@@ -264,7 +265,7 @@ def _split_arguments(value: Any, origin: str) -> tuple[tuple[Any, ...], dict[str
         value = tuple(value)
     if type(value) is not tuple:
         raise ArgumentsError(
-            f"args factory {origin} returned {_a(type(value).__name__)}, not an argument tuple: "
+            f"args factory {origin} returned {with_article(type(value).__name__)}, not an argument tuple: "
             "return (arg0, arg1, ...) or ((args...), {kwargs...}); for one argument write (x,)"
         )
     return value, {}
@@ -279,7 +280,7 @@ def _from_case(
         origin = f"{module_name}:{getattr(case.args, '__qualname__', 'args')}"
     shapes = None
     if options.args is not None:
-        factory, origin = _load_factory(options.args, module, module_name)
+        factory, origin = load_factory(options.args, module, module_name)
     elif options.shapes is not None:
         shapes = options.shapes
         factory, origin = None, "--shapes"  # abstract arrays, made by the driver from ``shapes``
@@ -301,7 +302,7 @@ def _from_case(
         definition=definition_of(case.function),
         options=options,
         new=options.new if options.new is not None else case.new or (),
-        jit_definition=jit_definition_of(case.function, module or _module_of(case.function), fn_name),
+        jit_definition=jit_definition_of(case.function, module or module_of(case.function), fn_name),
     )
 
 
@@ -409,7 +410,7 @@ def _resolve_chain(
         obj = resolve_object(module, module_part, part)
         if not callable(obj):
             raise TargetError(
-                f"step {quoted(part)} of chain {quoted(spec)} is {_a(type(obj).__name__)}, not a function"
+                f"step {quoted(part)} of chain {quoted(spec)} is {with_article(type(obj).__name__)}, not a function"
             )
         functions.append(obj)
     registered = [c for c in cases if c.is_chain and list(c.steps) == functions]
@@ -523,7 +524,9 @@ def resolve_target(spec: str, options: TargetOptions, *, in_folder: bool = False
 
     obj = resolve_object(module, module_part, attr)
     if not callable(obj):
-        raise TargetError(f"{quoted(spec)} is {_a(type(obj).__name__)}, not a function: point at the update function")
+        raise TargetError(
+            f"{quoted(spec)} is {with_article(type(obj).__name__)}, not a function: point at the update function"
+        )
     matching = [c for c in cases if c.function is obj and not c.is_chain]
     if matching:
         return [_from_case(spec, case, options, module_name, module) for case in matching]
@@ -540,6 +543,6 @@ def resolve_target(spec: str, options: TargetOptions, *, in_folder: bool = False
     return [_from_case(spec, bare, options, module_name, module)]
 
 
-def _module_of(fn: Any) -> ModuleType | None:
+def module_of(fn: Any) -> ModuleType | None:
     """The module the function behind ``fn`` is defined in (None: not imported)."""
     return sys.modules.get(getattr(getattr(fn, "_fun", fn), "__module__", None) or "")

@@ -21,7 +21,9 @@ or a hang here is the parent's to report.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import ctypes
 import dataclasses
 import gc
 import json
@@ -35,14 +37,18 @@ from typing import IO, Any, cast
 
 from fieldmem.model.codec import decode, dumps, unbounded_integers
 from fieldmem.model.collector import collector_paused, collector_resumed, collector_stays_paused
-from fieldmem.model.errors import FieldmemError
+from fieldmem.model.errors import EnvError, FieldmemError, one_line
 from fieldmem.model.libraries import library_folders
 from fieldmem.model.machine import malloc_arenas, usable_cores
 from fieldmem.worker.protocol import PIPE_LOST, write_event
 
 # fieldmem's driver, request and serve modules are imported in the functions that use them, not here: at the top
 # they load before the request is read, in every worker started ahead of one (``fieldmem --help`` starts one too):
-# ``import fieldmem.worker.main`` 40 ms -> 400 ms (python -X importtime, measured 2026-12-06)
+# ``import fieldmem.worker.main`` 40 ms -> 400 ms (python -X importtime, measured 2026-12-06). What each adds to
+# ``import fieldmem.worker.main`` on its own (-X importtime, median of 7, loaded 2-core machine, 2026-12-06):
+# driver (the package) 296 ms, driver.quiet 296, driver.lowering 301, driver.sendable 359, driver.early 197,
+# worker.serve 301, worker.user_modules 331, worker.fingerprint 292, worker.local_readers 167, worker.readers
+# 157, request.target 91, request.options 53, request.in_hand 64, worker.results 65.
 __all__ = ["main"]
 
 _PR_SET_PDEATHSIG = 1
@@ -52,8 +58,6 @@ def _die_with_parent(parent: int) -> None:
     """(Linux) Have the kernel kill this process when the parent dies; exit now if it already has."""
     if sys.platform.startswith("linux"):
         try:
-            import ctypes
-
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         except (OSError, AttributeError):  # pragma: no cover - no prctl: the pipe still watches
             pass
@@ -93,7 +97,7 @@ def _warm_up() -> None:
     """Load what importing jax takes most of (:func:`fieldmem.driver.quiet.preload_jaxlib`) while the
     request is awaited, not from the working directory (``-m`` put it first): a numpy.py of the user's
     must not stand in."""
-    # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
+    # here, not at the top: see the figures above __all__
     from fieldmem.driver.quiet import preload_jaxlib
 
     saved = sys.path[:]
@@ -133,8 +137,6 @@ def fewer_malloc_arenas(environ: Mapping[str, str] | None = None, libc: Any = No
         try:
             if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
                 return 0
-            import ctypes
-
             libc = ctypes.CDLL(None)
         except (AttributeError, ValueError, OSError):  # no confstr name (not Linux), no libc to load
             return 0
@@ -162,7 +164,7 @@ class _Worker:
     def __init__(
         self, request: dict[str, Any], events: IO[str], requests: queue.Queue[bytes], kept: _Kept | None = None
     ) -> None:
-        # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
+        # here, not at the top: see the figures above __all__
         from fieldmem.request.options import CheckOptions, early_stop_wanted
 
         self.request = request
@@ -179,7 +181,7 @@ class _Worker:
             self.options = decode(CheckOptions, request["check_options"])
         if self.options.jobs == 1:
             fewer_malloc_arenas()
-        # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
+        # here, not at the top: see the figures above __all__
         from fieldmem.driver.early import stop_early
 
         # unless FIELDMEM_EARLY_STOP=0, a static check's XLA:CPU compiles stop once what it reads is dumped (with
@@ -192,7 +194,7 @@ class _Worker:
 
     def resolve(self) -> dict[int, list[Any]]:
         """Every spec some backend still needs, loaded: its items (targets, or ``(spec, error)``)."""
-        # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
+        # here, not at the top: see the figures above __all__
         from fieldmem.request.target import TargetOptions
         from fieldmem.worker.local_readers import LocalHands
 
@@ -216,7 +218,7 @@ class _Worker:
                 self.elsewhere = True
             files: dict[str, Any] = {}
             if self.serve and spec.get("call") is None:  # what to watch: its module's file and the local modules
-                # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
+                # here, not at the top: see the figures above __all__
                 from fieldmem.worker.user_modules import spec_files
 
                 files["files"] = spec_files(spec["spec"], _modules(items))
@@ -233,7 +235,7 @@ class _Worker:
     def unchanged(self, b: int, todo: list[Any]) -> tuple[list[Any], dict[int, str]]:
         """``todo`` less the targets whose fingerprint is the one they had when last checked (each
         answered ``same``); and the fingerprints of those left, by their place in what is returned."""
-        # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
+        # here, not at the top: see the figures above __all__
         from fieldmem.worker.fingerprint import target_fingerprint
 
         left, prints = [], {}
@@ -265,7 +267,7 @@ class _Worker:
 
     def run(self) -> str:
         """Serve what the request asks; the last event's name (``end`` or ``yield``)."""
-        # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
+        # here, not at the top: see the figures above __all__
         from fieldmem.driver import backend_devices
         from fieldmem.driver.placement import forget_stand_ins
         from fieldmem.driver.settings import ImportSettings
@@ -278,7 +280,7 @@ class _Worker:
         # arguments), held no longer: those of this request are made from here on
         forget_stand_ins()
         if self.request.get("reload"):  # edited files (--watch): their modules are executed again
-            # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
+            # here, not at the top: see the figures above __all__
             from fieldmem.worker.user_modules import forget
 
             forget(self.request["reload"])
@@ -344,12 +346,11 @@ def _start_jax() -> None:
             the whole run's error, in one line, never jax's traceback.
     """
     try:
+        # here, not at the top: see the figures above __all__
         from fieldmem.driver import start_jax
 
         start_jax()
     except Exception as exc:
-        from fieldmem.model.errors import EnvError, one_line
-
         text = f"{type(exc).__name__}: {exc}".strip()
         raise EnvError(one_line(f"jax cannot be imported under {sys.executable} ({text})")) from None
     _freeze_imports()
@@ -394,9 +395,7 @@ def _modules(items: list[Any]) -> set[str]:
 def _in_hand(spec: Mapping[str, Any]) -> list[Any]:
     """The target of a function in hand that the pytest plugin sent (:mod:`fieldmem.driver.sendable`), or
     why it could not be made here."""
-    import base64
-
-    # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
+    # here, not at the top: see the figures above __all__
     from fieldmem.driver.sendable import apply_tracing_config, loads
     from fieldmem.request.in_hand import in_hand
     from fieldmem.worker.results import contained
@@ -457,7 +456,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # last: what this interpreter's installation lacks and the user's modules import (pytest, for the plugin)
     sys.path.extend(p for p in request.get("fallback_path", ()) if p not in sys.path)
-    # here, not at the top: see the note above __all__ (+360 ms to the worker's start)
+    # here, not at the top: see the figures above __all__
     from fieldmem.driver.lowering import dump_under
 
     dump_under(request.get("scratch"))  # XLA's dumps where the parent removes them, also after a crash

@@ -99,16 +99,16 @@ def test_the_donated_variant_takes_the_plain_ones_output_leaves_only_where_they_
 
     lowered = lowering.lower(call, donated=True)[0]
     compiled = lowered.compile()
-    formats = leaves._compiled_formats(compiled, "output")
+    formats = leaves.compiled_formats(compiled, "output")
     own = leaves._output_leaves(lowered, call, formats)
     assert own == plain.variant.outputs and [o.path for o in own] == [f"out['leaf{i}']" for i in range(7)]
     tree = leaves.out_tree(lowered)
-    assert leaves._outputs(lowered, compiled, call, structs=False, like=(own, tree))[0] is own
+    assert leaves.compiled_outputs(lowered, compiled, call, structs=False, like=(own, tree))[0] is own
     elsewhere = tuple(dataclasses.replace(o, sharding="cpu:1") for o in own)  # compiled otherwise
     for like in ((elsewhere, tree), (own, None), (own, jax.tree_util.tree_structure((1, 2)))):
-        taken = leaves._outputs(lowered, compiled, call, structs=False, like=like)[0]
+        taken = leaves.compiled_outputs(lowered, compiled, call, structs=False, like=like)[0]
         assert taken is not like[0] and taken == own
-    structs = leaves._outputs(lowered, compiled, call, structs=True, like=(own, tree))[1]()
+    structs = leaves.compiled_outputs(lowered, compiled, call, structs=True, like=(own, tree))[1]()
     assert [(s.shape, s.dtype) for s in jax.tree_util.tree_leaves(structs)] == [((2,), jnp.float32)] * 7
 
 

@@ -512,12 +512,12 @@ def test_one_suggested_argument_saves_the_headline_and_costs_no_compile_more() -
 
 
 def test_marginals_that_do_not_add_up_are_explained_in_a_note() -> None:
-    from fieldmem.findings.donation_outcomes import _Argument
-    from fieldmem.findings.marginals import _note_interactions
+    from fieldmem.findings.donation_outcomes import DynamicArgument
+    from fieldmem.findings.marginals import note_interactions
 
-    chosen = [_Argument("params", 0, ()), _Argument("opt_state", 1, ())]
+    chosen = [DynamicArgument("params", 0, ()), DynamicArgument("opt_state", 1, ())]
     notes: list[str] = []
-    _note_interactions(
+    note_interactions(
         chosen, {"params": 5 * 2**20, "opt_state": 7 * 2**20}, {"footprint_bytes": 10 * 2**20}, notes, 1024
     )
     (note,) = notes
@@ -525,10 +525,10 @@ def test_marginals_that_do_not_add_up_are_explained_in_a_note() -> None:
     assert "interact" in note
     # a difference under --min-bytes is not worth a note; neither is a missing marginal
     quiet: list[str] = []
-    _note_interactions(
+    note_interactions(
         chosen, {"params": 5 * 2**20, "opt_state": 5 * 2**20 + 64}, {"footprint_bytes": 10 * 2**20}, quiet, 1024
     )
-    _note_interactions(chosen, {"params": 5 * 2**20}, {"footprint_bytes": 10 * 2**20}, quiet, 1024)
+    note_interactions(chosen, {"params": 5 * 2**20}, {"footprint_bytes": 10 * 2**20}, quiet, 1024)
     assert quiet == []
 
 

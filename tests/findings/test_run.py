@@ -474,19 +474,19 @@ def test_one_worker_runs_every_target_with_memory_stats_or_without(monkeypatch: 
 
     import fieldmem.driver as driver
     from fieldmem.parent import isolate
-    from fieldmem.parent.supervisor import _Supervisor
+    from fieldmem.parent.supervisor import Supervisor
     from fieldmem.request.target import TargetOptions, resolve_target
     from fieldmem.worker import main as worker
     from fieldmem.worker.protocol import read_event
 
-    real = _Supervisor.run_worker
+    real = Supervisor.run_worker
     started: list[int] = []
 
     def counting(self: Any, plan: Any) -> Any:
         started.append(sum(len(todo) for todo in plan[0]))
         return real(self, plan)
 
-    monkeypatch.setattr(_Supervisor, "run_worker", counting)
+    monkeypatch.setattr(Supervisor, "run_worker", counting)
     targets = [t for name in ("fine", "crashes", "fine") for t in resolve_target(f"{FAULTS}:{name}", TargetOptions())]
     options = CheckOptions(run=True)
     outcomes = isolate.check_isolated(targets, options)
@@ -498,7 +498,7 @@ def test_one_worker_runs_every_target_with_memory_stats_or_without(monkeypatch: 
     # and each call is lifted above the high-water mark the calls before it set
     monkeypatch.setattr(driver, "has_memory_stats", lambda backend=None: True)
     units = [isolate.Unit(f"{FAULTS}:fine", TargetOptions(), ("faults:fine",)) for _ in range(2)]
-    supervisor = _Supervisor(units, [None], options, False, None)
+    supervisor = Supervisor(units, [None], options, False, None)
     request = json.loads(json.dumps(supervisor.request(supervisor.todo())))
     channel = io.StringIO()
     assert worker._Worker(request, channel, queue.Queue()).run() == "end"

@@ -147,13 +147,13 @@ def test_a_worse_pick_is_never_advised(monkeypatch: pytest.MonkeyPatch) -> None:
     made to pick the gradients alone instead of the parameters), the suggestion is the donation checked."""
     import fieldmem.findings.advisor as advisor
 
-    real = advisor._paying
+    real = advisor.paying
 
     def wrong(arguments, outcomes, min_bytes):  # type: ignore[no-untyped-def]
         picked = real(arguments, outcomes, min_bytes)
         return [a for a in arguments if a.name == "g"] if picked and picked[0].name == "p" else picked
 
-    monkeypatch.setattr(advisor, "_paying", wrong)
+    monkeypatch.setattr(advisor, "paying", wrong)
     monkeypatch.setattr(advisor, "EXHAUSTIVE_ARGUMENTS", 0)  # the prediction, not the search of every donation
 
     def sgd(p, g):  # no output has the size of g: donating it alone saves nothing

@@ -462,11 +462,11 @@ def _fake_installer(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, script: str
     )
     monkeypatch.setenv("FIELDMEM_INSTALLER", "pip")
     monkeypatch.setattr(
-        envs, "_venv_command", lambda installer, folder: [sys.executable, str(maker), str(folder), "0.9.2"]
+        envs, "venv_command", lambda installer, folder: [sys.executable, str(maker), str(folder), "0.9.2"]
     )
     install = [sys.executable, "-c", script or "pass"]
-    monkeypatch.setattr(envs, "_install_command", lambda *a: install)
-    monkeypatch.setattr(envs, "_installed", lambda python: {"jax": "0.9.2", "jaxlib": "0.9.2"})
+    monkeypatch.setattr(envs, "install_command", lambda *a: install)
+    monkeypatch.setattr(envs, "installed_distributions", lambda python: {"jax": "0.9.2", "jaxlib": "0.9.2"})
 
 
 def test_a_full_or_read_only_environments_folder_is_one_line_and_leaves_nothing(
@@ -498,7 +498,7 @@ def test_a_full_or_read_only_environments_folder_is_one_line_and_leaves_nothing(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with monkeypatch.context() as patch:
-        patch.setattr(envs, "_run_logged", full)
+        patch.setattr(envs, "run_logged", full)
         with pytest.raises(EnvError) as caught:
             envs.ensure_env("0.9.2")
     assert caught.value.message == (
@@ -515,7 +515,7 @@ def test_a_full_or_read_only_environments_folder_is_one_line_and_leaves_nothing(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     with monkeypatch.context() as patch:
-        patch.setattr(envs, "_run_logged", failed)
+        patch.setattr(envs, "run_logged", failed)
         patch.setattr(envs, "write_atomic", no_room)
         with pytest.raises(EnvError) as caught:
             envs.ensure_env("0.9.2")
@@ -642,7 +642,7 @@ def test_fieldmem_jax_workers_can_import_pytest(root: Path, monkeypatch: pytest.
     this_pytest = sys.modules["pytest"]
     from fieldmem.frontends import pytest_plugin
     from fieldmem.parent import interpreters, isolate
-    from fieldmem.parent.supervisor import _Supervisor
+    from fieldmem.parent.supervisor import Supervisor
 
     folder = Path(envs.borrowed_folder(("pytest",)) or "")
     assert folder.parent.parent == root
@@ -650,7 +650,7 @@ def test_fieldmem_jax_workers_can_import_pytest(root: Path, monkeypatch: pytest.
     assert {"_pytest", "pluggy", "iniconfig"} <= {p.name for p in folder.iterdir()}
     # the plugin gives its workers that folder, holds the environment in use, and the worker looks there last
     env = _fake_env(root, "0.9.2")
-    made = envs._from_marker(env)
+    made = envs.from_marker(env)
     assert made is not None
     monkeypatch.setattr(
         interpreters, "worker_interpreters", lambda *a: [interpreters.env_interpreter(made, "jax 0.9.2")]
@@ -676,7 +676,7 @@ def test_fieldmem_jax_workers_can_import_pytest(root: Path, monkeypatch: pytest.
     with pytest.raises(EnvError, match="in use"):
         envs.remove_env("0.9.2")
     session.close()
-    supervisor = _Supervisor([], [None], None, False, None)
+    supervisor = Supervisor([], [None], None, False, None)
     supervisor.interpreter = interpreter
     assert supervisor._paths()["fallback_path"] == [str(folder)]
 
@@ -693,8 +693,8 @@ def test_a_killed_creation_leaves_no_installer_running(root: Path, tmp_path: Pat
         "import sys\n"
         f"sys.path[:0] = [{str(ROOT)!r}]\n"
         "from fieldmem.parent import envs\n"
-        "envs._venv_command = lambda installer, folder: [sys.executable, '-c', 'pass']\n"
-        f"envs._install_command = lambda *a: [sys.executable, {str(tmp_path / 'installer.py')!r}]\n"
+        "envs.venv_command = lambda installer, folder: [sys.executable, '-c', 'pass']\n"
+        f"envs.install_command = lambda *a: [sys.executable, {str(tmp_path / 'installer.py')!r}]\n"
         "envs.ensure_env('0.9.2')\n"
     )
     child = subprocess.Popen(

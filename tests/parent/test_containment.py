@@ -349,12 +349,12 @@ def test_the_worker_writes_an_internal_error_and_goes_on(where: str, monkeypatch
     import queue
 
     from fieldmem.parent import isolate
-    from fieldmem.parent.supervisor import _Supervisor
+    from fieldmem.parent.supervisor import Supervisor
     from fieldmem.worker import main as worker
     from fieldmem.worker.local_readers import LocalHands
     from fieldmem.worker.protocol import decode_value, read_event
 
-    supervisor = _Supervisor([isolate.Unit(spec) for spec in TWO], [None], CheckOptions(run=True), False, None)
+    supervisor = Supervisor([isolate.Unit(spec) for spec in TWO], [None], CheckOptions(run=True), False, None)
     request = json.loads(json.dumps(supervisor.request(supervisor.todo())))
     if where == "check":
         _for_cast(monkeypatch, LocalHands, "variants", lambda self, job: job.target.name == "models:cast")

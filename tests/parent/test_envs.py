@@ -184,7 +184,9 @@ error: Request failed after 1 retry
 
 def _said(log: str, version: str = "0.9.2", packages: tuple[str, ...] = (), status: int = 1) -> str:
     request = EnvRequest(version=version, packages=tuple(sorted(set(packages))))  # any version: as the index names it
-    message = str(env_install._failure(request, Installer("pip", (), "26.0"), log, Path("/envs/jax.log"), status))
+    message = str(
+        env_install.install_failure(request, Installer("pip", (), "26.0"), log, Path("/envs/jax.log"), status)
+    )
     assert "\n" not in message
     return message
 
@@ -266,7 +268,7 @@ def test_a_killed_creation_leaves_no_environment_and_the_next_one_clears_what_it
             "from fieldmem.parent import envs\n"
             "def stuck(command, log, progress, label):\n"
             "    log.write('installing\\n'); log.flush(); time.sleep(60); return 0\n"
-            "envs._run_logged = stuck\n"
+            "envs.run_logged = stuck\n"
             "envs.ensure_env('0.9.2')\n",
         ],
         cwd=ROOT,
@@ -318,7 +320,7 @@ def test_two_creations_at_once_make_one_environment(root: Path, monkeypatch: pyt
         calls.append(threading.current_thread().name)
         time.sleep(0.5)
         _fake_env(folder.parent, request.version)
-        env = envs._from_marker(folder)
+        env = envs.from_marker(folder)
         assert env is not None
         return env
 
@@ -368,7 +370,7 @@ def test_list_and_remove(root: Path) -> None:
 
 def test_a_worker_there_imports_fieldmem_from_here_and_nothing_else_from_here(root: Path) -> None:
     folder = _fake_env(root, "0.9.2")
-    env = envs._from_marker(folder)
+    env = envs.from_marker(folder)
     assert env is not None
     environ = worker_environment(env)
     assert environ["PYTHONPATH"] == str(ROOT)  # the checkout: its folder holds fieldmem and no jax
@@ -385,7 +387,7 @@ def test_an_installed_fieldmem_is_reached_through_a_folder_holding_only_it(
     (site / "fieldmem" / "parent").mkdir(parents=True)
     (site / "jax").mkdir()
     monkeypatch.setattr(envs, "__file__", str(site / "fieldmem" / "parent" / "envs.py"))
-    env = envs._from_marker(_fake_env(root, "0.9.2"))
+    env = envs.from_marker(_fake_env(root, "0.9.2"))
     assert env is not None
     folder = Path(worker_environment(env)["PYTHONPATH"])
     assert folder.parent.parent == root and os.listdir(folder) == ["fieldmem"]
@@ -494,7 +496,7 @@ def test_a_made_environment_is_reused_without_an_installer(
     def no_installer(*args: object, **kwargs: object) -> None:
         raise AssertionError(f"an installer started: {args}")
 
-    monkeypatch.setattr(envs, "_run_logged", no_installer)
+    monkeypatch.setattr(envs, "run_logged", no_installer)
     monkeypatch.setattr(envs, "choose_installer", no_installer)
     monkeypatch.setattr(subprocess, "Popen", no_installer)
     said: list[str] = []
@@ -522,14 +524,14 @@ def test_the_installers_are_told_short_timeouts_and_the_index_asked_for(monkeypa
     monkeypatch.setenv("PIP_INDEX_URL", "http://index.example/simple/")
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", "http://a.example/simple/ http://b.example/simple/")
     python = Path("/envs/jax/bin/python")
-    pip = env_install._install_command(
+    pip = env_install.install_command(
         Installer("pip", (sys.executable, "-m", "pip"), "26.0"), python, ("jax==0.9.2",), None
     )
     assert pip[:5] == [sys.executable, "-m", "pip", "--python", str(python)]
     assert pip[5:10] == ["install", "--timeout", "15", "--retries", "1"] and pip[-1] == "jax==0.9.2"
     assert "index.example" not in " ".join(pip)
     req = Path("/project/requirements-jax.txt")
-    uv = env_install._install_command(Installer("uv", ("/bin/uv",), "0.13.9"), python, ("jax==0.9.2",), req)
+    uv = env_install.install_command(Installer("uv", ("/bin/uv",), "0.13.9"), python, ("jax==0.9.2",), req)
     assert uv[:5] == ["/bin/uv", "pip", "install", "--python", str(python)]
     assert uv[5:11] == [
         "--index-url",

@@ -388,7 +388,7 @@ def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path,
     from fieldmem.parent.checker import check
     from fieldmem.parent.decide import finish_job
     from fieldmem.parent.remote_readers import RemoteHands, event_key
-    from fieldmem.parent.supervisor import _Supervisor
+    from fieldmem.parent.supervisor import Supervisor
     from fieldmem.request.options import CheckOptions
     from fieldmem.request.target import TargetOptions, described_target
     from fieldmem.worker.protocol import read_event
@@ -396,7 +396,7 @@ def test_a_worker_needs_only_the_driver_and_the_standard_library(tmp_path: Path,
     assets = ROOT / "examples"
     options = CheckOptions(cache_dir=None, **extra)
     unit = isolate.Unit("optimizer.py", TargetOptions())
-    supervisor = _Supervisor([unit], [None], options, False, None)
+    supervisor = Supervisor([unit], [None], options, False, None)
     request = {**supervisor.request(supervisor.todo()), "cwd": str(assets), "sys_path": [str(assets), *sys.path]}
     answers, writer = os.pipe()
     worker = subprocess.Popen(
@@ -457,7 +457,7 @@ def test_several_workers_share_the_specs_and_give_the_report_one_gives(monkeypat
     spec), and the reports of one worker, result for result; a bad ``FIELDMEM_WORKERS`` is one line."""
     from fieldmem.model.errors import OptionError
     from fieldmem.parent import isolate
-    from fieldmem.parent.supervisor import _Supervisor
+    from fieldmem.parent.supervisor import Supervisor
     from fieldmem.request.options import CheckOptions
 
     examples = ROOT / "examples"
@@ -467,7 +467,7 @@ def test_several_workers_share_the_specs_and_give_the_report_one_gives(monkeypat
 
     def supervised(workers: str) -> tuple[int, list[Any]]:
         monkeypatch.setenv("FIELDMEM_WORKERS", workers)
-        supervisor = _Supervisor(units, backends, options, False, None)
+        supervisor = Supervisor(units, backends, options, False, None)
         reports = isolate._reports(supervisor.run())
         return supervisor.started, [[r.to_dict()["results"] for r in reports]]
 
@@ -486,4 +486,4 @@ def test_several_workers_share_the_specs_and_give_the_report_one_gives(monkeypat
     assert timeless(one) == timeless(four)
     monkeypatch.setenv("FIELDMEM_WORKERS", "many")
     with pytest.raises(OptionError, match="FIELDMEM_WORKERS='many': give a number of workers of at least 1"):
-        _Supervisor(units, backends, options, False, None).run()
+        Supervisor(units, backends, options, False, None).run()

@@ -260,7 +260,7 @@ def test_the_api_checks_under_each_release_in_the_environments_made_before(
     from fieldmem.parent import envs
 
     monkeypatch.setenv("FIELDMEM_ENVS", two_releases["environ"]["FIELDMEM_ENVS"])
-    monkeypatch.setattr(envs, "_run_logged", lambda *a, **k: pytest.fail("an installer started"))
+    monkeypatch.setattr(envs, "run_logged", lambda *a, **k: pytest.fail("an installer started"))
     reports = fieldmem.check_releases(str(UPGRADE), jax=["0.7.1", "0.7.2"])
     assert [r.jax_version for r in reports] == ["0.7.1", "0.7.2"]
     before, after = (r.results[0].variants["donated"].memory for r in reports)
