@@ -37,7 +37,7 @@ def compile_point(backend: str, target: str, factory: str, values: dict[str, Any
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, SingleDeviceSharding
 
-    from fieldmem.driver.deviceless import _nvcc_folder
+    from fieldmem.driver.deviceless import nvcc_folder
     from fieldmem.driver.deviceless import target as topology
     from fieldmem.request.backends import device_memory, parse_backend
 
@@ -60,7 +60,7 @@ def compile_point(backend: str, target: str, factory: str, values: dict[str, Any
     jitted = step if hasattr(step, "trace") else jax.jit(step, donate_argnums=tuple(range(len(args))))
     lowered = jitted.trace(*args, **kwargs).lower()
     platform = parse_backend(backend).platform
-    options = {"xla_gpu_cuda_data_dir": _nvcc_folder()} if platform == "gpu" else None
+    options = {"xla_gpu_cuda_data_dir": nvcc_folder()} if platform == "gpu" else None
     found: dict[str, Any] = {}
     try:
         compiled = lowered.compile(compiler_options=options) if options else lowered.compile()

@@ -56,6 +56,7 @@ __all__ = [
     "deviceless_scope",
     "gpu_spec",
     "gpu_spec_names",
+    "nvcc_folder",
     "place_call",
     "target",
 ]
@@ -321,10 +322,10 @@ def _remap_shardings(tree: Any, target_mesh: Any, found: Target) -> Any:
 def compile_options(found: Target) -> dict[str, Any]:
     """XLA options for a deviceless compile beside the dump's (:func:`fieldmem.driver.dumps.dump_options`): for a
     GPU, the ptxas and libdevice of the nvidia-cuda-nvcc wheel; none for a TPU."""
-    return {"xla_gpu_cuda_data_dir": _nvcc_folder()} if found.platform == "gpu" else {}
+    return {"xla_gpu_cuda_data_dir": nvcc_folder()} if found.platform == "gpu" else {}
 
 
-def _nvcc_folder() -> str:
+def nvcc_folder() -> str:
     """The folder of the nvidia-cuda-nvcc wheel of an installed CUDA plugin (bin/ptxas, nvvm/libdevice):
     CUDA 12's (fieldmem[gpu]) first, else CUDA 13's."""
     for _, module in cuda_compilers():

@@ -1,5 +1,5 @@
 """The pytest plugin's options (``--fieldmem-*`` and their ini twins), parsed once at configure time into
-the session (:class:`~fieldmem.frontends.pytest_session._Session`); a bad value is a usage error naming it.
+the session (:class:`~fieldmem.frontends.pytest_session.PluginSession`); a bad value is a usage error naming it.
 Each check's limits (:class:`~fieldmem.frontends.pytest_session.Limits`) are the option table's
 (:func:`~fieldmem.request.option_table.limit_options`), read here by :func:`parse_limit`, whether they come
 from an option, its ini twin, ``[tool.fieldmem]``, a marker or the fixture.
@@ -17,7 +17,7 @@ import pytest
 from fieldmem.frontends.pytest_session import (
     DEFAULT_TIMEOUT,
     Limits,
-    _Session,
+    PluginSession,
 )
 from fieldmem.model.errors import OptionError
 from fieldmem.model.units import parse_bytes
@@ -26,7 +26,7 @@ from fieldmem.request.option_table import Option, limit_options, option, plugin_
 from fieldmem.request.options import CheckOptions, parse_backends, parse_jax_versions, parse_new
 from fieldmem.request.tolerance import Tolerances
 
-__all__ = ["parse_limit", "pytest_addoption", "with_limits"]
+__all__ = ["parse_limit", "parse_session", "pytest_addoption", "with_limits"]
 
 #: The limits read as sizes (None: no budget, or for min_bytes the default threshold)
 _SIZES = ("max_peak", "max_live_peak", "min_bytes")
@@ -190,7 +190,7 @@ def _path(config: pytest.Config, value: str, label: str, flag: str | None) -> Pa
     return base / value
 
 
-def _parse_session(config: pytest.Config) -> _Session:
+def parse_session(config: pytest.Config) -> PluginSession:
     # here, not at the top: at the top, these make loading the plugin 1.30 s, not 0.37 s (measured 2026-12-06)
     from fieldmem.request.config import load_config
 
@@ -235,13 +235,15 @@ def _parse_session(config: pytest.Config) -> _Session:
         check_supported(jax_release)
         if not isolate:
             raise OptionError(f"{label} checks in a worker under that release: drop --fieldmem-isolate no")
-    session = _Session(defaults=defaults, report_path=report_path, isolate=isolate, timeout=timeout, jax=jax_release)
+    session = PluginSession(
+        defaults=defaults, report_path=report_path, isolate=isolate, timeout=timeout, jax=jax_release
+    )
     _parse_baseline(config, project, session)
     _refuse_report_on_baseline(session, label=_setting(config, option("report"))[1])
     return session
 
 
-def _refuse_report_on_baseline(session: _Session, label: str) -> None:
+def _refuse_report_on_baseline(session: PluginSession, label: str) -> None:
     """The report must not be the baseline compared with or saved to: written first, it would replace the
     baseline before the gate read it (as ``fieldmem check`` refuses ``-o b.json --baseline b.json``).
 
@@ -262,7 +264,7 @@ def _refuse_report_on_baseline(session: _Session, label: str) -> None:
             )
 
 
-def _parse_baseline(config: pytest.Config, project: Any, session: _Session) -> None:
+def _parse_baseline(config: pytest.Config, project: Any, session: PluginSession) -> None:
     """The baseline options into ``session``: what is compared with, saved to, and how strictly.
 
     Raises:

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from fieldmem.frontends.pytest_options import _parse_session, parse_limit, pytest_addoption, with_limits
+from fieldmem.frontends.pytest_options import parse_limit, parse_session, pytest_addoption, with_limits
 from fieldmem.frontends.pytest_session import (
     Limits,
-    _gate,
-    _Session,
-    _write_report,
+    PluginSession,
+    gate_session,
+    write_session_report,
 )
 from fieldmem.model.errors import FieldmemError, OptionError
 from fieldmem.request.option_table import Option, marker_options
@@ -76,14 +76,14 @@ _MARKER_SHOWN = ", ".join(
 _MARKER_HELP = f"fieldmem({_MARKER_SHOWN}): limits for the fieldmem_check fixture in this test (sizes like '64MiB')"
 
 
-_SESSION = pytest.StashKey[_Session]()
+_SESSION = pytest.StashKey[PluginSession]()
 _UNSET: Any = object()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", _MARKER_HELP)
     try:
-        config.stash[_SESSION] = _parse_session(config)
+        config.stash[_SESSION] = parse_session(config)
     except FieldmemError as exc:
         raise pytest.UsageError(f"fieldmem: error: {exc.message}") from None
 
@@ -148,7 +148,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 class FieldmemCheck:
     """The ``fieldmem_check`` fixture: call it with an update function and its arguments."""
 
-    def __init__(self, limits: Limits, session: _Session, nodeid: str) -> None:
+    def __init__(self, limits: Limits, session: PluginSession, nodeid: str) -> None:
         self.limits = limits
         self._session = session
         self._nodeid = nodeid
@@ -352,9 +352,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state.from_workers:  # in the order the tests are named, not the order the workers ended
         state.reports.sort(key=lambda r: r.results[0].target)
         state.keyed.sort(key=lambda pair: pair[0])
-    _write_report(session, state)
+    write_session_report(session, state)
     if state.baseline is not None or state.save_to is not None:
-        _gate(state, session.testsfailed or exitstatus != pytest.ExitCode.OK)
+        gate_session(state, session.testsfailed or exitstatus != pytest.ExitCode.OK)
         if state.gate_failed and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 

@@ -30,7 +30,15 @@ if TYPE_CHECKING:
     from fieldmem.model.report import Report
     from fieldmem.request.options import CheckOptions
 
-__all__ = ["DEFAULT_TIMEOUT", "FieldmemWarning", "Limits", "check_options"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "FieldmemWarning",
+    "Limits",
+    "PluginSession",
+    "check_options",
+    "gate_session",
+    "write_session_report",
+]
 
 DEFAULT_TIMEOUT = 600.0
 
@@ -91,7 +99,7 @@ def _api_keywords(limits: Limits) -> dict[str, Any]:
 
 
 @dataclass
-class _Session:
+class PluginSession:
     """The parsed options and every report checked in this session."""
 
     defaults: Limits
@@ -319,7 +327,7 @@ def _warn_in_process(kind: str, subject: Any, settings: dict[str, Any], why: str
     )
 
 
-def _write_report(session: pytest.Session, state: _Session) -> None:
+def write_session_report(session: pytest.Session, state: PluginSession) -> None:
     if state.report_path is None:
         return
     # here, not at the top: at the top, these make loading the plugin 1.30 s, not 0.37 s (measured 2026-12-06)
@@ -339,7 +347,7 @@ def _write_report(session: pytest.Session, state: _Session) -> None:
     state.written = f"{len(report.results)} fieldmem check(s) written to {state.report_path}"
 
 
-def _by_backend(state: _Session) -> list[Report]:
+def _by_backend(state: PluginSession) -> list[Report]:
     """The session's checks as one report per backend and device kind (a baseline entry's key), their results
     named by their baseline keys.
 
@@ -372,7 +380,7 @@ def _by_backend(state: _Session) -> list[Report]:
     return [combine_reports(reports, state.defaults.min_bytes) for reports in groups.values()]
 
 
-def _gate(state: _Session, failed: int | bool = 0) -> None:
+def gate_session(state: PluginSession, failed: int | bool = 0) -> None:
     """Compare the session's checks with the baseline (every regression collected, said once) and save them,
     with :mod:`fieldmem.gate.baseline` as ``fieldmem check`` does; what it says goes to the terminal summary.
     ``failed``: the tests that failed (True: the session failed otherwise: an error, an interruption), where

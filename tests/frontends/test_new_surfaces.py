@@ -668,7 +668,7 @@ def test_fieldmem_jax_workers_can_import_pytest(root: Path, monkeypatch: pytest.
             pass
 
     monkeypatch.setattr(isolate, "CallSession", Session)
-    session = pytest_plugin._Session(defaults=pytest_plugin.Limits(), report_path=None, jax="0.9.2")
+    session = pytest_plugin.PluginSession(defaults=pytest_plugin.Limits(), report_path=None, jax="0.9.2")
     with pytest.raises(EnvError):
         session._check_in_worker("function", len, b"", {}, 1024, None)
     (interpreter,) = sessions

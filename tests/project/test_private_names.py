@@ -18,12 +18,7 @@ PACKAGE = Path(fieldmem.__file__).resolve().parent
 
 #: Underscore names the pytest plugin's modules still share (``(module, name)``): their files were being
 #: changed by another branch when the rest of the package made such names public; to be made public with them.
-PENDING = {
-    ("fieldmem.frontends.pytest_options", "_parse_session"),
-    ("fieldmem.frontends.pytest_session", "_Session"),
-    ("fieldmem.frontends.pytest_session", "_gate"),
-    ("fieldmem.frontends.pytest_session", "_write_report"),
-}
+PENDING: set[tuple[str, str]] = set()
 
 
 def _module_name(path: Path, package: Path = PACKAGE) -> str:
