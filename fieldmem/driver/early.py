@@ -54,7 +54,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +69,7 @@ __all__ = [
     "compile_until_assigned",
     "persistent_cache_in_use",
     "stop_early",
+    "user_dumps",
     "wait_abandoned",
 ]
 
@@ -104,8 +105,15 @@ def stop_early(on: bool) -> None:
 
 def can_stop_early() -> bool:
     """Whether compiles of this process may stop early: asked for, on Linux (inotify), with jax's compile
-    reachable."""
-    return _asked[0] and sys.platform.startswith("linux") and _install()
+    reachable, and no dump of the user's own asked for (:func:`user_dumps`)."""
+    return _asked[0] and sys.platform.startswith("linux") and not user_dumps() and _install()
+
+
+def user_dumps(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the user asked XLA to dump (``--xla_dump_to`` in ``XLA_FLAGS``): a compile stopped early dumps to a
+    folder of fieldmem's instead, so theirs would stay empty; their compiles run to their end."""
+    flags = (os.environ if environ is None else environ).get("XLA_FLAGS") or ""
+    return "--xla_dump_to" in flags
 
 
 def persistent_cache_in_use() -> bool:

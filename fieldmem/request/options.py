@@ -166,6 +166,8 @@ def early_stop_said(
         return f"every compile runs to its end in this process (--no-isolate); in a worker, {stops}"
     if not early_stop_wanted(environ):
         return f"every compile runs to its end ({EARLY_STOP_ENV}=0)"
+    if "--xla_dump_to" in (environ.get("XLA_FLAGS") or ""):
+        return "every compile runs to its end (XLA_FLAGS asks XLA to dump: the dump is yours, in full)"
     if all(b is not None and not b.startswith("cpu") for b in backends):
         return "every compile runs to its end (GPU and TPU compiles do: the dump does not give their figures exactly)"
     if cached:
