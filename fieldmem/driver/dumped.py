@@ -25,8 +25,8 @@ compile on every bundled example and on real-library steps
   loops and library fusions again): :func:`executable_text`;
 - the entry's parameter and result shapes, with their layouts, are the module's
   ``host_program_shape`` (:func:`entry_shapes`: read here, so that no XLA object is
-  built from the module while other compiles run, measured at 0.5-0.8 s of the
-  GIL each on 2 cores);
+  built from the module while other compiles run: that holds the GIL,
+  ``benchmarks/results/early-stop-profile.md``);
 - the size of the generated code does not exist yet, and is never given.
 
 Pure (no jax, no protobuf package): the few fields read are taken from the wire format here (field

@@ -54,12 +54,12 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fieldmem.driver import dumped, dumps
-from fieldmem.request.options import EARLY_STOP_ENV
+from fieldmem.request.options import EARLY_STOP_ENV, user_dumps
 
 __all__ = [
     "EARLY_PLATFORMS",
@@ -69,7 +69,6 @@ __all__ = [
     "compile_until_assigned",
     "persistent_cache_in_use",
     "stop_early",
-    "user_dumps",
     "wait_abandoned",
 ]
 
@@ -106,14 +105,7 @@ def stop_early(on: bool) -> None:
 def can_stop_early() -> bool:
     """Whether compiles of this process may stop early: asked for, on Linux (inotify), with jax's compile
     reachable, and no dump of the user's own asked for (:func:`user_dumps`)."""
-    return _asked[0] and sys.platform.startswith("linux") and not user_dumps() and _install()
-
-
-def user_dumps(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the user asked XLA to dump (``--xla_dump_to`` in ``XLA_FLAGS``): a compile stopped early dumps to a
-    folder of fieldmem's instead, so theirs would stay empty; their compiles run to their end."""
-    flags = (os.environ if environ is None else environ).get("XLA_FLAGS") or ""
-    return "--xla_dump_to" in flags
+    return _asked[0] and sys.platform.startswith("linux") and not user_dumps(os.environ) and _install()
 
 
 def persistent_cache_in_use() -> bool:
@@ -371,7 +363,7 @@ class _FromDump:
             raise ValueError("the dump has no module")
         self._module = module
         # read from the proto here, not through an XlaComputation of the module: building one holds the GIL
-        # for 0.5-0.8 s on 2 cores while the other variant compiles (fieldmem.driver.dumped.entry_shapes)
+        # while the other variant compiles (benchmarks/results/early-stop-profile.md)
         shapes = dumped.entry_shapes(module)
         if shapes is None:
             raise ValueError("the dump's entry has a tuple parameter, or no program shape")

@@ -142,15 +142,20 @@ def jobs_said(jobs: int, choice: JobsChoice | None, environ: Mapping[str, str]) 
 
 #: A worker of a static check without the persistent cache stops each XLA:CPU compile once its reading is dumped
 #: (fieldmem.driver.early; the report is the same, timings aside) unless ``FIELDMEM_EARLY_STOP=0`` is in the
-#: environment. Measured on both machines against every compile awaited, same rounds: the compile-heavy step
-#: 0.54 of the naive script's time against 0.70 on the 13-core host, 0.45 against 0.65 on 2 cores under load;
-#: the 20-function cold module 0.62 against 0.59 and 0.87 against 0.93 (benchmarks/results/early-stop*.md).
+#: environment: measured faster than every compile awaited on the compile-heavy step on both machines, and about
+#: as fast on the cold module (benchmarks/results/early-stop.md and early-stop-13cores.md).
 EARLY_STOP_ENV = "FIELDMEM_EARLY_STOP"
 
 
 def early_stop_wanted(environ: Mapping[str, str]) -> bool:
     """Whether a static check's worker may stop its XLA:CPU compiles early: unless ``FIELDMEM_EARLY_STOP=0``."""
     return environ.get(EARLY_STOP_ENV, "1").strip() != "0"
+
+
+def user_dumps(environ: Mapping[str, str]) -> bool:
+    """Whether the user asked XLA to dump (``--xla_dump_to`` in ``XLA_FLAGS``): a compile stopped early dumps to a
+    folder of fieldmem's instead, so theirs would stay empty; their compiles run to their end."""
+    return "--xla_dump_to" in (environ.get("XLA_FLAGS") or "")
 
 
 def early_stop_said(
@@ -166,7 +171,7 @@ def early_stop_said(
         return f"every compile runs to its end in this process (--no-isolate); in a worker, {stops}"
     if not early_stop_wanted(environ):
         return f"every compile runs to its end ({EARLY_STOP_ENV}=0)"
-    if "--xla_dump_to" in (environ.get("XLA_FLAGS") or ""):
+    if user_dumps(environ):
         return "every compile runs to its end (XLA_FLAGS asks XLA to dump: the dump is yours, in full)"
     if all(b is not None and not b.startswith("cpu") for b in backends):
         return "every compile runs to its end (GPU and TPU compiles do: the dump does not give their figures exactly)"
