@@ -142,8 +142,13 @@ def xla_seconds(report: Path) -> tuple[float, int]:
 
 
 def cache_entries(cache: Path) -> int:
-    """jax's persistent cache entries (``KEY-cache`` files) under ``cache``."""
-    return sum(1 for _ in cache.rglob("*-cache")) if cache.exists() else 0
+    """The persistent cache's entries under ``cache``: jax's (``KEY-cache`` files) and the dumps fieldmem keeps
+    under jax's key for a compile it stopped early (``fieldmem-readings/KEY``, fieldmem.driver.kept)."""
+    if not cache.exists():
+        return 0
+    kept = cache / "fieldmem-readings"
+    dumps = sum(1 for p in kept.iterdir() if not p.name.startswith(".")) if kept.is_dir() else 0
+    return sum(1 for _ in cache.rglob("*-cache")) + dumps
 
 
 class Salts:

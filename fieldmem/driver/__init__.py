@@ -22,7 +22,8 @@ Modules, in the order a check uses them:
 - :mod:`~fieldmem.driver.lowering`: lowering and compiling both variants, the advisor's compile.
 - :mod:`~fieldmem.driver.compile_memory`: how many compiles run at once, by the memory left and measured.
 - :mod:`~fieldmem.driver.early`: a worker's static XLA:CPU compile, stopped once XLA has dumped what fieldmem
-  reads; :mod:`~fieldmem.driver.dumped`: the figures and text of the finished compile, from that dump.
+  reads; :mod:`~fieldmem.driver.dumped`: the figures and text of the finished compile, from that dump;
+  :mod:`~fieldmem.driver.kept`: that dump, kept under jax's cache key for a rerun.
 - :mod:`~fieldmem.driver.variant`: a compiled program read into a plain ``CompiledVariant``.
 - :mod:`~fieldmem.driver.leaves`: its argument and output leaves, numbered as the report numbers them.
 - :mod:`~fieldmem.driver.placement`: where each example argument is against where the program takes it.
@@ -43,8 +44,8 @@ prepare), the wrappers' own internals (``JitWrapped.jitted_fn``, ``equinox._jit.
 wrappers), ``Lowered._lowering.compile_args["backend"]`` (the platform a fast
 compile is for, in lowering), ``jax._src.xla_bridge._backends`` (whether jax
 started, for ``--devices``, in backends) and ``Compiled.memory_analysis()``
-(documented as unstable, in variant), ``jax._src.interpreters.pxla._cached_compilation`` (wrapped for the
-compiles a worker stops early, in early); ``Config.update`` is wrapped in the worker to record a module's
+(documented as unstable, in variant), ``jax._src.interpreters.pxla._cached_compilation`` and
+``jax._src.compiler._cache_read`` (wrapped for the compiles a worker stops early, in early); ``Config.update`` is wrapped in the worker to record a module's
 ``jax.config.update`` calls (in settings).
 """
 

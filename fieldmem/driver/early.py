@@ -21,14 +21,19 @@ exist yet, is unavailable, as it already is for a fast compile.
 Where it is done:
 
 - only where it is asked (:func:`stop_early`): a worker process of a static
-  check (no ``--run``, no ``--probe``) on XLA:CPU, with the fast options, and
-  only while jax's persistent compilation cache is off (``--no-cache``): an
-  abandoned compile writes no entry to it, and a rerun is promised to load
-  unchanged functions from it (:func:`persistent_cache_in_use`). A
+  check (no ``--run``, no ``--probe``) on XLA:CPU, with the fast options. A
   compile thread cannot be cancelled: the abandoned code generation goes on at
   the lowest priority (``setpriority`` of its thread, Linux) and ends with the
   worker, which leaves by ``os._exit`` once its answers are sent. In-process
   checks and the API keep the full compile, whose thread would outlive them.
+- with jax's persistent compilation cache on (the default), only where the dump
+  can be kept in its folder for a rerun (:func:`kept_folder`): an abandoned
+  compile writes no entry of jax's, and a rerun is promised to load unchanged
+  functions from the cache. jax's cache read is wrapped for the compile's thread
+  (:class:`_CacheRead`): on a miss of jax's own entry it learns jax's key for the
+  compile, answers from a dump kept under that key without compiling
+  (:mod:`fieldmem.driver.kept`), and otherwise the dump of the compile stopped
+  early is kept under it. A cache folder that is not local keeps the full compile.
 - only where the reading can be had exactly, decided before the dump is read:
   one device, arguments not passed as one tuple, no profile-guided compile,
   Linux (inotify), and no entry parameter or result in another memory space
@@ -40,7 +45,9 @@ until it ends: compiles still generating code count against the memory a new one
 needs, so their number is bounded as that of running compiles is.
 
 Reads ``jax._src.interpreters.pxla._cached_compilation`` (wrapped, for the compiles
-of a thread that asks, while it asks); where jax has none, every compile is full.
+of a thread that asks, while it asks); where jax has none, every compile is full. Reads
+``jax._src.compiler._cache_read(module_name, cache_key, ...)`` (wrapped, for the compile threads
+of those compiles); where jax has none, compiles run to their end while the cache is on.
 """
 
 from __future__ import annotations
@@ -58,7 +65,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fieldmem.driver import dumped, dumps
+from fieldmem.driver import dumped, dumps, kept
 from fieldmem.request.options import EARLY_STOP_ENV, user_dumps
 
 __all__ = [
@@ -67,6 +74,7 @@ __all__ = [
     "abandoned",
     "can_stop_early",
     "compile_until_assigned",
+    "kept_folder",
     "persistent_cache_in_use",
     "stop_early",
     "wait_abandoned",
@@ -89,8 +97,10 @@ _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (t
 _POLL_SECONDS = 0.05  # how often the wait looks whether the compile ended first
 
 _asked = [False]
-_local = threading.local()
+_local = threading.local()  # the request of the thread that asks for a compile
+_compiling = threading.local()  # the request of the thread that compiles for it
 _original: list[Callable[..., Any] | None] = [None]
+_original_read: list[Callable[..., Any] | None] = [None]
 _install_lock = threading.Lock()
 _abandoned: set[threading.Thread] = set()
 _abandoned_lock = threading.Lock()
@@ -110,12 +120,24 @@ def can_stop_early() -> bool:
 
 def persistent_cache_in_use() -> bool:
     """Whether jax's persistent compilation cache is on for this process's compiles (a folder set and the cache
-    enabled). A compile stopped early writes no entry to it unless its code generation ends while the process
-    lives, and a rerun is promised to load unchanged functions from it: with it on, compiles run to their end."""
+    enabled). A compile stopped early writes no entry of jax's to it unless its code generation ends while the
+    process lives; a rerun is promised to load unchanged functions from it, so with it on a compile stops early
+    only where its dump is kept there for that rerun (:func:`kept_folder`)."""
     import jax
 
     enabled = bool(getattr(jax.config, "jax_enable_compilation_cache", True))
     return enabled and bool(getattr(jax.config, "jax_compilation_cache_dir", None))
+
+
+def kept_folder() -> Path | None:
+    """Where this process's compiles stopped early keep their dump under jax's cache key, and look for one
+    before compiling (:mod:`fieldmem.driver.kept`); None: jax's persistent cache is off, not a local folder, or
+    this jax's cache read cannot be wrapped (a compile then runs to its end while the cache is on)."""
+    import jax
+
+    if not persistent_cache_in_use() or not _install_cache_read():
+        return None
+    return kept.folder_of(str(getattr(jax.config, "jax_compilation_cache_dir", None) or ""))
 
 
 def abandoned() -> int:
@@ -152,6 +174,65 @@ def _install() -> bool:
         return True
 
 
+def _install_cache_read() -> bool:
+    """Wrap jax's ``compiler._cache_read`` once (False: this jax has none), so that a compile that may stop
+    early learns its cache key and finds a kept dump (:class:`_CacheRead`)."""
+    with _install_lock:
+        if _original_read[0] is not None:
+            return True
+        try:
+            from jax._src import compiler
+        except ImportError:  # pragma: no cover - jax always has it
+            return False
+        original = getattr(compiler, "_cache_read", None)
+        if original is None or not callable(original):
+            return False
+        _original_read[0] = original
+        setattr(compiler, "_cache_read", _CacheRead(original))  # noqa: B010 - jax's own name, wrapped
+        return True
+
+
+class _Kept(Exception):
+    """Raised inside jax's compile, in the compile's own thread, where a dump kept under its key answers it:
+    the compile does not start (caught by :meth:`_Request.compile`)."""
+
+    def __init__(self, module: bytes, text: str) -> None:
+        super().__init__("a kept dump answers this compile")
+        self.module = module
+        self.text = text
+
+
+class _CacheRead:
+    """jax's ``_cache_read(module_name, cache_key, ...)``, which runs once jax has the compile's key and
+    before it compiles: for a compile that may stop early (its thread's request), a miss of jax's own cache
+    records the key on the request and, where a dump is kept under it, raises :class:`_Kept`."""
+
+    def __init__(self, original: Callable[..., Any]) -> None:
+        self.original = original
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        found = self.original(*args, **kwargs)
+        request: _Request | None = getattr(_compiling, "request", None)
+        if request is None or request.kept is None or _hit(found):
+            return found
+        key = args[1] if len(args) > 1 else kwargs.get("cache_key")
+        if not isinstance(key, str):
+            return found
+        request.key = key
+        dump = kept.load(request.kept, key)
+        if dump is not None:
+            raise _Kept(*dump)
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.original, name)
+
+
+def _hit(found: Any) -> bool:
+    """Whether jax's ``_cache_read`` found an executable (it returns the executable, or None, and a time)."""
+    return isinstance(found, tuple) and bool(found) and found[0] is not None
+
+
 class _Wrapped:
     """jax's ``_cached_compilation``, stopped early for the thread that asks (:func:`compile_until_assigned`);
     its other attributes (``cache_clear``, which ``jax.clear_caches`` calls) are jax's."""
@@ -171,14 +252,19 @@ class _Wrapped:
 
 
 class _Request:
-    """One compile that may stop early: its dump ``folder``, and ``ended`` (called once, when the compile is
-    over: at its end, or when it is abandoned, at the end of its code generation)."""
+    """One compile that may stop early: its dump ``folder``, ``ended`` (called once, when the compile is
+    over: at its end, or when it is abandoned, at the end of its code generation) and where dumps are kept
+    under jax's cache key (``kept``; None: jax's persistent cache is off). :attr:`key` is jax's key for the
+    compile once jax's cache missed; :attr:`answered` says a kept dump answered it."""
 
-    def __init__(self, folder: str, ended: Callable[[], None]) -> None:
+    def __init__(self, folder: str, ended: Callable[[], None], kept_in: Path | None = None) -> None:
         self.folder = folder
         self.ended = ended
+        self.kept = kept_in
+        self.key: str | None = None
         self.started = False
         self.stopped = False
+        self.answered = False
 
     def compile(self, original: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         self.started = True
@@ -201,11 +287,15 @@ class _Request:
         box: dict[str, Any] = {}
 
         def run() -> None:
+            _compiling.request = self
             try:
                 box["executable"] = original(*args)
+            except _Kept as found:
+                box["kept"] = found
             except BaseException as exc:  # SystemExit too: raised again in the caller's thread
                 box["error"] = exc
             finally:
+                _compiling.request = None
                 done.set()
                 self.ended()
 
@@ -223,8 +313,17 @@ class _Request:
                 with _abandoned_lock:
                     _abandoned.difference_update([t for t in _abandoned if not t.is_alive()])
                     _abandoned.add(thread)
+                if self.kept is not None and self.key is not None:  # for a rerun, in place of jax's entry
+                    kept.save(self.kept, self.key, stand_in.hlo_proto, stand_in.text)
                 return stand_in
         done.wait()
+        if "kept" in box:
+            found: _Kept = box["kept"]
+            stand_in = _stand_in(found.module, found.text, devices)
+            if stand_in is not None:
+                self.stopped = self.answered = True
+                return stand_in
+            return original(*args)  # not answerable after all: compiled in full (the request is not this thread's)
         if "error" in box:
             raise box["error"]
         return box["executable"]
@@ -240,7 +339,7 @@ def compile_until_assigned(lowered: Any, options: dict[str, Any], ended: Callabl
     Raises:
         Exception: as ``lowered.compile`` raises.
     """
-    request = _Request(str(options["xla_dump_to"]), ended)
+    request = _Request(str(options["xla_dump_to"]), ended, kept_folder())
     _local.request = request
     try:
         compiled = lowered.compile(compiler_options=options)
@@ -333,7 +432,17 @@ def _from_dump(folder: str, devices: Any) -> _FromDump | None:
     if len(modules) != 1 or len(texts) != 1:
         return None
     try:
-        stand_in = _FromDump(modules[0].read_bytes(), texts[0].read_text(), list(devices))
+        module, text = modules[0].read_bytes(), texts[0].read_text()
+    except OSError:
+        return None
+    return _stand_in(module, text, devices)
+
+
+def _stand_in(module: bytes, text: str, devices: Any) -> _FromDump | None:
+    """The stand-in answering from the optimized ``module`` (a serialized ``HloProto``) and its ``text`` (None:
+    unreadable, or the reading cannot be had exactly from it)."""
+    try:
+        stand_in = _FromDump(module, text, list(devices))
     except Exception:  # unreadable: the finished compile answers instead
         return None
     return stand_in if stand_in.exact() else None
@@ -356,7 +465,7 @@ class _FromDump:
         from jax._src.lib import xla_client
 
         self.hlo_proto = hlo_proto
-        self._text = text
+        self.text = text
         self._devices = devices
         module = dumped.module_of(hlo_proto)
         if not module:
@@ -385,7 +494,7 @@ class _FromDump:
 
     def get_hlo_text(self) -> str:
 
-        return dumped.executable_text(self._text)
+        return dumped.executable_text(self.text)
 
     def hlo_modules(self) -> list[Any]:
         from jax._src.lib import xla_client

@@ -188,11 +188,12 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
     Raises:
         CompileError: XLA raised, or a deviceless compile came out for another platform.
     """
-    from fieldmem.driver.early import EARLY_PLATFORMS, can_stop_early, persistent_cache_in_use
+    from fieldmem.driver.early import EARLY_PLATFORMS, can_stop_early, kept_folder, persistent_cache_in_use
 
     platform = found.platform if found is not None else _platform(lowered)
     early = fast and found is None and platform in EARLY_PLATFORMS and can_stop_early()
-    if early and not persistent_cache_in_use():  # with the cache on, the executable is kept for a rerun
+    # with jax's cache on, only where the dump is kept in it for a rerun (fieldmem.driver.kept)
+    if early and (not persistent_cache_in_use() or kept_folder() is not None):
         return _compile_early(lowered, _fast_options(platform) or {})
     with compile_memory.GATE.compiling():  # waits while the memory left holds no other compile beside those running
         options = _fast_options(platform) if fast else None

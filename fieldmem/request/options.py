@@ -162,7 +162,8 @@ def early_stop_said(
     options: CheckOptions, environ: Mapping[str, str], backends: Sequence[str | None], cached: bool = False
 ) -> str:
     """The ``-v`` line on whether this check's compiles stop once XLA has dumped what fieldmem reads
-    (fieldmem.driver.early), and why not where they do not (``cached``: jax's persistent cache is on)."""
+    (fieldmem.driver.early), and why not where they do not (``cached``: jax's persistent cache is on, where each
+    dump is kept for a rerun, fieldmem.driver.kept)."""
     stops = "XLA:CPU compiles stop once XLA has dumped the optimized module and its buffer assignment"
     if not options.compile_fast:
         why = "--run" if options.run else "--probe" if options.probe else "--no-fast-compile"
@@ -175,15 +176,14 @@ def early_stop_said(
         return "every compile runs to its end (XLA_FLAGS asks XLA to dump: the dump is yours, in full)"
     if all(b is not None and not b.startswith("cpu") for b in backends):
         return "every compile runs to its end (GPU and TPU compiles do: the dump does not give their figures exactly)"
+    where = f"{stops}, in the worker (one device, arguments not in a tuple, the device's default memory); "
     if cached:
         return (
-            "every compile runs to its end, so that the persistent compilation cache keeps its executable for a"
-            f" rerun; with --no-cache, {stops} in the worker"
+            where + "each dump is kept in the persistent cache folder under jax's key, which a rerun reads instead"
+            " of compiling (a cache folder that is not local, such as gs://, keeps the full compile); GPU and TPU"
+            " compiles run to their end"
         )
-    return (
-        f"{stops}, in the worker (one device, arguments not in a tuple, the device's default memory); "
-        "GPU and TPU compiles run to their end"
-    )
+    return where + "GPU and TPU compiles run to their end"
 
 
 def default_jobs() -> int:

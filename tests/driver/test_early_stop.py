@@ -203,16 +203,6 @@ def test_the_executable_prints_each_backend_config_with_sorted_keys() -> None:
     assert dumped.executable_text(odd) == odd
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _message(fields: list[tuple[int, int | bytes]]) -> bytes:
     out = b""
     for number, value in fields:
@@ -312,36 +302,130 @@ def test_verbose_says_where_compiles_stop_early(monkeypatch: pytest.MonkeyPatch)
     assert "(--no-fast-compile" in early_stop_said(CheckOptions(jobs=1, fast_compile=False), asked, (None,))
     assert "GPU and TPU compiles do" in early_stop_said(static, asked, ("gpu:h100", "tpu:v5e"))
     cached = early_stop_said(static, asked, (None,), cached=True)
-    assert cached.startswith("every compile runs to its end, so that the persistent compilation cache keeps")
+    assert cached.startswith("XLA:CPU compiles stop once XLA has dumped"), cached
+    assert "each dump is kept in the persistent cache folder under jax's key" in cached
     monkeypatch.chdir(ROOT)
     result = runner.invoke(app, ["check", "examples/field.py", "--no-isolate", "-j", "1", "--no-cache", "-v"])
     assert result.exit_code in (0, 1), result.output
     assert "every compile runs to its end in this process (--no-isolate)" in result.stderr
 
 
-def test_with_the_persistent_cache_on_compiles_run_to_their_end(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _kept_requests(monkeypatch: pytest.MonkeyPatch) -> list[tuple[bool, bool, str | None]]:
+    """Each early request's (stopped, answered by a kept dump, jax's key), in order, from here on."""
+    seen: list[tuple[bool, bool, str | None]] = []
+    original = early._Request.compile
+
+    def recorded(self: Any, *args: Any) -> Any:
+        try:
+            return original(self, *args)
+        finally:
+            seen.append((self.stopped, self.answered, self.key))
+
+    monkeypatch.setattr(early._Request, "compile", recorded)
+    return seen
+
+
+def _layers(v: Any) -> Any:
+    """A program whose code generation outlasts the dump (so that its compile stops early)."""
     import jax.numpy as jnp
 
-    from fieldmem.driver import compilation_cache
+    for i in range(24):
+        v = jnp.tanh(v) @ v + i
+    return v
+
+
+def test_with_the_persistent_cache_on_a_stopped_compile_keeps_its_dump_for_a_rerun(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from fieldmem.driver import compilation_cache, kept
 
     x = jnp.ones((8, 8))
-    calls: list[object] = []
-    until = early.compile_until_assigned
-    monkeypatch.setattr(early, "compile_until_assigned", lambda *a, **k: calls.append(a) or until(*a, **k))
+    seen = _kept_requests(monkeypatch)
+    cache = tmp_path / "cache"
     early.stop_early(True)
     try:
-        with compilation_cache(str(tmp_path / "cache")):
+        compiled = []
+        with compilation_cache(str(cache)):
             assert early.persistent_cache_in_use()
-            lowering.compile_lowered(_lowered(lambda v: v + 3, x), fast=True)  # kept for a rerun
-            assert calls == []
+            folder = early.kept_folder()
+            assert folder == cache / kept.FOLDER
+            for attempt in range(3):  # one line: one source location, so one key
+                if attempt == 2:  # the kept file, made unreadable: a miss, the compile runs again and keeps it
+                    assert early.wait_abandoned(60)  # the first compile's code generation, ended: jax's entry
+                    for entry in (*cache.glob("*-cache"), *cache.glob("*-atime")):
+                        entry.unlink()  # (jax's entries gone: its cache misses)
+                    (key,) = [p.name for p in folder.iterdir()]
+                    (folder / key).write_bytes(kept.MAGIC + b"not zlib")
+                jax.clear_caches()
+                compiled.append(lowering.compile_lowered(_lowered(_layers, x), fast=True)[0])
         assert not early.persistent_cache_in_use()
-        lowering.compile_lowered(_lowered(lambda v: v + 4, x), fast=True)
-        assert len(calls) == 1
     finally:
         early.stop_early(False)
         assert early.wait_abandoned(60)
+    # stopped early and kept; answered from what was kept, without compiling; the damaged one compiled again
+    assert [(s, a) for s, a, _ in seen[:2]] == [(True, False), (True, True)], seen
+    assert not seen[2][1]  # not answered from the damaged file
+    assert {k for _, _, k in seen} == {key}
+    first, rerun, _ = (c.runtime_executable() for c in compiled)
+    assert rerun.hlo_proto == first.hlo_proto  # what was kept, byte for byte
+    assert compiled[1].as_text() == compiled[0].as_text()
+    assert vars(compiled[1].memory_analysis()) == vars(compiled[0].memory_analysis())
+    stats = compiled[2].memory_analysis()
+    assert stats.temp_size_in_bytes == compiled[0].memory_analysis().temp_size_in_bytes
+
+
+def test_a_kept_dump_is_whole_or_a_miss(tmp_path: Path) -> None:
+    from fieldmem.driver import kept
+
+    assert kept.folder_of(None) is None
+    assert kept.folder_of("gs://bucket/cache") is None  # not local: nothing kept, the compile runs to its end
+    assert kept.folder_of(str(tmp_path)) == tmp_path / kept.FOLDER
+    folder = tmp_path / kept.FOLDER
+    assert kept.load(folder, "jit_f-00") is None  # no folder yet
+    assert kept.save(folder, "jit_f-00", b"\x0a\x01m", "HloModule f")
+    assert kept.load(folder, "jit_f-00") == (b"\x0a\x01m", "HloModule f")
+    assert [p.name for p in folder.iterdir()] == ["jit_f-00"]  # no temporary file left
+    assert not kept.save(folder, "../escape", b"", "")  # not one of jax's keys
+    assert kept.load(folder, "../escape") is None
+    whole = (folder / "jit_f-00").read_bytes()
+    for broken in (whole[:-3], b"other" + whole, kept.MAGIC):
+        (folder / "jit_f-00").write_bytes(broken)
+        assert kept.load(folder, "jit_f-00") is None
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert not kept.save(blocked / kept.FOLDER, "jit_f-00", b"", "")  # cannot be written: not an error
+
+
+def test_a_rerun_reads_the_kept_dumps_and_says_the_same(tmp_path: Path) -> None:
+    """Two checks of flax and equinox steps in workers, the cache on: the second answers every compile the first
+    stopped from what it kept (no compile: no kept file written again, no entry of jax's under those keys) and
+    says the same."""
+    import subprocess
+    import sys
+
+    from fieldmem.driver import kept
+
+    cache = tmp_path / "cache"
+    folder = cache / kept.FOLDER
+    env = {**os.environ, "FIELDMEM_EARLY_STOP": "1"}
+    env.pop("XLA_FLAGS", None)
+    reports, written = [], []
+    for _ in range(2):
+        for entry in (*cache.glob("*-cache"), *cache.glob("*-atime")):
+            entry.unlink()  # jax's entries (an abandoned code generation that ended wrote one): only kept dumps
+        command = [sys.executable, "-m", "fieldmem", "check", *LIBRARY_STEPS, "--cache-dir", str(cache), "-f", "json"]
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode in (0, 1), done.stderr
+        reports.append(json.loads(done.stdout))
+        written.append({p.name: p.stat().st_ino for p in folder.iterdir()})
+    assert written[0], "the first check kept nothing"
+    assert written[1] == written[0]  # nothing kept again: no compile stopped early in the rerun
+    loaded_by_jax = {p.name.removesuffix("-cache") for p in cache.glob("*-cache")}
+    assert not loaded_by_jax & set(written[0])  # nor compiled in full
+    assert _steady(reports[1]) == _steady(reports[0])
 
 
 def _varint(value: int) -> bytes:
