@@ -189,6 +189,9 @@ def _install_cache_read() -> bool:
             return False
         _original_read[0] = original
         setattr(compiler, "_cache_read", _CacheRead(original))  # noqa: B010 - jax's own name, wrapped
+        write = getattr(compiler, "_cache_write", None)
+        if write is not None and callable(write):  # where jax has none, an abandoned compile writes its entry
+            setattr(compiler, "_cache_write", _CacheWrite(write))  # noqa: B010 - jax's own name, wrapped
         return True
 
 
@@ -223,6 +226,25 @@ class _CacheRead:
         if dump is not None:
             raise _Kept(*dump)
         return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.original, name)
+
+
+class _CacheWrite:
+    """jax's ``_cache_write``, which a compile calls once its executable exists: skipped for a compile stopped
+    early whose dump was kept for a rerun (its abandoned code generation ended). Serializing and writing the
+    executable nobody asked for would only take the cores and the GIL from the check still running, and
+    double the entries a static check leaves; ``--run`` compiles (and writes) in full when it needs one."""
+
+    def __init__(self, original: Callable[..., Any]) -> None:
+        self.original = original
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        request: _Request | None = getattr(_compiling, "request", None)
+        if request is not None and request.stopped and request.kept is not None and request.key is not None:
+            return None
+        return self.original(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.original, name)
@@ -427,11 +449,12 @@ class _Watch:
 def _from_dump(folder: str, devices: Any) -> _FromDump | None:
     """The stand-in for the executable whose compile dumped to ``folder`` (None: the dump is not one module
     and its text, or the reading cannot be had exactly from it)."""
-    modules = sorted(Path(folder).glob("*" + MODULE_SUFFIX))
-    texts = sorted(Path(folder).glob("*" + TEXT_SUFFIX))
-    if len(modules) != 1 or len(texts) != 1:
-        return None
+    # the compile may end (and its folder be removed) while it is read here: then the finished compile answers
     try:
+        modules = sorted(Path(folder).glob("*" + MODULE_SUFFIX))
+        texts = sorted(Path(folder).glob("*" + TEXT_SUFFIX))
+        if len(modules) != 1 or len(texts) != 1:
+            return None
         module, text = modules[0].read_bytes(), texts[0].read_text()
     except OSError:
         return None

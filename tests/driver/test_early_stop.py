@@ -163,6 +163,19 @@ def test_a_dump_still_being_written_is_never_read(tmp_path: Path) -> None:
         watch.close()
 
 
+def test_a_dump_removed_while_it_is_read_leaves_the_finished_compile_to_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The compile can end (and its folder go) between the dump being ready and its reading: no error, the
+    finished compile answers (a race seen once in 16 checks of 20 small functions)."""
+
+    def removed(self: Path, pattern: str) -> Any:
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+
+    monkeypatch.setattr(Path, "glob", removed)
+    assert early._from_dump(str(tmp_path), []) is None
+
+
 def test_the_watch_is_not_fooled_by_other_files(tmp_path: Path) -> None:
     watch = early._Watch(str(tmp_path))
     done = threading.Event()
@@ -354,9 +367,8 @@ def test_with_the_persistent_cache_on_a_stopped_compile_keeps_its_dump_for_a_rer
             assert folder == cache / kept.FOLDER
             for attempt in range(3):  # one line: one source location, so one key
                 if attempt == 2:  # the kept file, made unreadable: a miss, the compile runs again and keeps it
-                    assert early.wait_abandoned(60)  # the first compile's code generation, ended: jax's entry
-                    for entry in (*cache.glob("*-cache"), *cache.glob("*-atime")):
-                        entry.unlink()  # (jax's entries gone: its cache misses)
+                    assert early.wait_abandoned(60)  # the first compile's code generation ended, and wrote nothing
+                    assert not list(cache.glob("*-cache"))  # of jax's: the kept dump is the entry
                     (key,) = [p.name for p in folder.iterdir()]
                     (folder / key).write_bytes(kept.MAGIC + b"not zlib")
                 jax.clear_caches()
