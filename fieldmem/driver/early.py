@@ -319,6 +319,7 @@ class _Request:
             finally:
                 _compiling.request = None
                 done.set()
+                watch.wake()  # the wait below returns now, not at its next look
                 self.ended()
 
         thread = threading.Thread(target=run, name="fieldmem-compile", daemon=True)
@@ -416,6 +417,18 @@ class _Watch:
             raise OSError(number, f"inotify_add_watch failed on {folder}")
         self._module = False
         self._text = False
+        # written by :meth:`wake` when the compile ends first, so that the wait returns at once: a small
+        # program's compile ends before its dump is whole, and the look every _POLL_SECONDS would add up to
+        # that much to each
+        self._wake_read, self._wake_write = os.pipe()
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def wake(self) -> None:
+        """End a :meth:`wait` now (the compile ended); nothing once the watch is closed."""
+        with self._lock:
+            if not self._closed:
+                os.write(self._wake_write, b"x")
 
     def wait(self, done: threading.Event) -> bool:
         """Wait until both files are complete (True) or ``done`` is set first (False)."""
@@ -423,8 +436,8 @@ class _Watch:
         while not (self._module and self._text):
             if done.is_set():
                 return False
-            readable, _, _ = select.select([self._fd], [], [], _POLL_SECONDS)
-            if not readable:
+            readable, _, _ = select.select([self._fd, self._wake_read], [], [], _POLL_SECONDS)
+            if self._fd not in readable:
                 continue
             try:
                 pending += os.read(self._fd, 65536)
@@ -443,7 +456,10 @@ class _Watch:
         return True
 
     def close(self) -> None:
-        os.close(self._fd)
+        with self._lock:
+            self._closed = True
+            for fd in (self._fd, self._wake_read, self._wake_write):
+                os.close(fd)
 
 
 def _from_dump(folder: str, devices: Any) -> _FromDump | None:
