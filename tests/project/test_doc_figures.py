@@ -277,7 +277,7 @@ def test_the_check_catches_what_it_must(tmp_path: Path) -> None:
         "wrong 0.60× <!-- figure: results/levers.json#medians[cache warm]/medians[naive] -->\n"
         "parse 0.64 s <!-- figure: results/parse.json#rows.1.s_per_10mb -->, growth **0.61** "
         "<!-- figure: results/probe-ci-failure.json#probe.growth -->\n"
-        "on the chip 63 <!-- figure: hardware/results/tpu-check.json#summary.targets --> targets\n"
+        "on the chip 65 <!-- figure: hardware/results/tpu-check.json#summary.targets --> targets\n"
         "unmarked 1.22× and 10.4 s and 44% less, `7.5 s in code`\n"
         "```\n9.9 s in a block\n```\n"
     )
