@@ -131,11 +131,15 @@ def persistent_cache_in_use() -> bool:
 
 def kept_folder() -> Path | None:
     """Where this process's compiles stopped early keep their dump under jax's cache key, and look for one
-    before compiling (:mod:`fieldmem.driver.kept`); None: jax's persistent cache is off, not a local folder, or
-    this jax's cache read cannot be wrapped (a compile then runs to its end while the cache is on)."""
+    before compiling (:mod:`fieldmem.driver.kept`); None: jax's persistent cache is off, not a local folder, its
+    key leaves the source locations out (a cache folder of the user's own, without
+    ``jax_compilation_cache_include_metadata_in_key``: a kept dump could bring another checkout's lines), or this
+    jax's cache read cannot be wrapped. A compile then runs to its end while the cache is on."""
     import jax
 
-    if not persistent_cache_in_use() or not _install_cache_read():
+    if not persistent_cache_in_use() or not getattr(jax.config, "jax_compilation_cache_include_metadata_in_key", False):
+        return None
+    if not _install_cache_read():
         return None
     return kept.folder_of(str(getattr(jax.config, "jax_compilation_cache_dir", None) or ""))
 

@@ -180,8 +180,8 @@ def early_stop_said(
     if cached:
         return (
             where + "each dump is kept in the persistent cache folder under jax's key, which a rerun reads instead"
-            " of compiling (a cache folder that is not local, such as gs://, keeps the full compile); GPU and TPU"
-            " compiles run to their end"
+            " of compiling (a cache folder that is not local, such as gs://, or a JAX_COMPILATION_CACHE_DIR of yours"
+            " whose key leaves the source lines out, keeps the full compile); GPU and TPU compiles run to their end"
         )
     return where + "GPU and TPU compiles run to their end"
 

@@ -365,6 +365,12 @@ def test_with_the_persistent_cache_on_a_stopped_compile_keeps_its_dump_for_a_rer
             assert early.persistent_cache_in_use()
             folder = early.kept_folder()
             assert folder == cache / kept.FOLDER
+            # a key without the source locations (a cache of the user's own): nothing kept, the full compile
+            jax.config.update("jax_compilation_cache_include_metadata_in_key", False)
+            try:
+                assert early.kept_folder() is None
+            finally:
+                jax.config.update("jax_compilation_cache_include_metadata_in_key", True)
             for attempt in range(3):  # one line: one source location, so one key
                 if attempt == 2:  # the kept file, made unreadable: a miss, the compile runs again and keeps it
                     assert early.wait_abandoned(60)  # the first compile's code generation ended, and wrote nothing
