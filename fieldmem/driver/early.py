@@ -33,7 +33,8 @@ Where it is done:
   (:class:`_CacheRead`): on a miss of jax's own entry it learns jax's key for the
   compile, answers from a dump kept under that key without compiling
   (:mod:`fieldmem.driver.kept`), and otherwise the dump of the compile stopped
-  early is kept under it. A cache folder that is not local keeps the full compile.
+  early is kept under it. A cache folder that is not local, or a key that leaves
+  the source locations out, keeps the full compile.
 - only where the reading can be had exactly, decided before the dump is read:
   one device, arguments not passed as one tuple, no profile-guided compile,
   Linux (inotify), and no entry parameter or result in another memory space
