@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import importlib
 import os
 import select
 import shutil
@@ -100,8 +101,7 @@ _POLL_SECONDS = 0.05  # how often the wait looks whether the compile ended first
 _asked = [False]
 _local = threading.local()  # the request of the thread that asks for a compile
 _compiling = threading.local()  # the request of the thread that compiles for it
-_original: list[Callable[..., Any] | None] = [None]
-_original_read: list[Callable[..., Any] | None] = [None]
+_wrapped: dict[tuple[str, str], Callable[..., Any]] = {}  # jax's functions wrapped here, as jax had them
 _install_lock = threading.Lock()
 _abandoned: set[threading.Thread] = set()
 _abandoned_lock = threading.Lock()
@@ -164,39 +164,33 @@ def wait_abandoned(timeout: float | None = None) -> bool:
 
 def _install() -> bool:
     """Wrap jax's ``_cached_compilation`` once (False: this jax has none)."""
-    with _install_lock:
-        if _original[0] is not None:
-            return True
-        try:
-            from jax._src.interpreters import pxla
-        except ImportError:  # pragma: no cover - jax always has it
-            return False
-        original = getattr(pxla, "_cached_compilation", None)
-        if original is None or not callable(original):
-            return False
-        _original[0] = original
-        setattr(pxla, "_cached_compilation", _Wrapped(original))  # noqa: B010 - jax's own name, wrapped
-        return True
+    return _wrap("jax._src.interpreters.pxla", "_cached_compilation", _Wrapped)
 
 
 def _install_cache_read() -> bool:
     """Wrap jax's ``compiler._cache_read`` once (False: this jax has none), so that a compile that may stop
-    early learns its cache key and finds a kept dump (:class:`_CacheRead`)."""
+    early learns its cache key and finds a kept dump (:class:`_CacheRead`); and ``_cache_write`` where jax has
+    it (where it has not, an abandoned compile writes its entry)."""
+    if not _wrap("jax._src.compiler", "_cache_read", _CacheRead):
+        return False
+    _wrap("jax._src.compiler", "_cache_write", _CacheWrite)
+    return True
+
+
+def _wrap(module: str, name: str, wrapper: Callable[[Callable[..., Any]], Any]) -> bool:
+    """Replace jax's function ``module.name`` by ``wrapper(it)``, once (False: jax has no such function)."""
     with _install_lock:
-        if _original_read[0] is not None:
+        if (module, name) in _wrapped:
             return True
         try:
-            from jax._src import compiler
-        except ImportError:  # pragma: no cover - jax always has it
+            found = importlib.import_module(module)
+        except ImportError:  # pragma: no cover - jax always has them
             return False
-        original = getattr(compiler, "_cache_read", None)
+        original = getattr(found, name, None)
         if original is None or not callable(original):
             return False
-        _original_read[0] = original
-        setattr(compiler, "_cache_read", _CacheRead(original))  # noqa: B010 - jax's own name, wrapped
-        write = getattr(compiler, "_cache_write", None)
-        if write is not None and callable(write):  # where jax has none, an abandoned compile writes its entry
-            setattr(compiler, "_cache_write", _CacheWrite(write))  # noqa: B010 - jax's own name, wrapped
+        _wrapped[(module, name)] = original
+        setattr(found, name, wrapper(original))
         return True
 
 
