@@ -65,9 +65,10 @@ def check(**given: Any) -> None:
         _renderers_installed(request)
         if request.output.verbose:
             # here, not at the top: at the top, these make `fieldmem --help` 1.99 s, not 0.36 s (measured 2026-12-06)
-            from fieldmem.request.options import early_stop_said, jobs_said
+            from fieldmem.request.options import early_stop_said, heap_pad_said, jobs_said
 
             say(jobs_said(request.options.jobs, request.jobs_choice, os.environ))
+            say(heap_pad_said(request.options, os.environ))
             cached = request.options.cache_dir is not None or request.default_cache
             say(early_stop_said(request.options, os.environ, request.backends or (None,), cached))
         reports, baseline_read, session = _check_all(request)

@@ -3,7 +3,8 @@ take. No jax; nothing here prints.
 
 Every rule that depends on the machine reads it here: the default ``--jobs``
 (:func:`fieldmem.request.options.choose_jobs`), the malloc arenas of a worker that compiles one program at a
-time (:func:`malloc_arenas`), and the compiles at once by memory (:mod:`fieldmem.driver.compile_memory`).
+time (:func:`malloc_arenas`), the heap padding of a worker's malloc (:data:`HEAP_PAD`), and the compiles at once
+by memory (:mod:`fieldmem.driver.compile_memory`).
 Each was chosen from measurements on a 2-core machine and on a 13-core one (benchmarks/README.md, "Rules
 that depend on the machine").
 """
@@ -11,9 +12,18 @@ that depend on the machine").
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-__all__ = ["RESERVE", "UNMEASURED", "available_memory", "malloc_arenas", "read_text", "usable_cores"]
+__all__ = [
+    "HEAP_PAD",
+    "RESERVE",
+    "UNMEASURED",
+    "available_memory",
+    "heap_pad_set",
+    "malloc_arenas",
+    "read_text",
+    "usable_cores",
+]
 
 #: memory left to everything beside the compiles (the parent, the analysis, the system)
 RESERVE = 1 << 30
@@ -21,6 +31,20 @@ RESERVE = 1 << 30
 #: what a compile is taken to need before any has ended: the largest measured in
 #: benchmarks/results/compile-memory.md (2572 MiB, the 32-block step on the CPU), rounded up
 UNMEASURED = 2600 << 20
+
+
+#: how far a worker's glibc malloc grows a heap past what it needs each time it grows it (glibc's ``M_TOP_PAD``,
+#: 128 KiB by default). Measured on the compile-heavy step (benchmarks/results/heap-pad.md): on the 13-core host
+#: the default made its first XLA:CPU compile 11 s, of which 5 s in the kernel (the heap grown 128 KiB at a
+#: time, each step a system call and fresh pages; there system calls are dear), and with 512 MiB 2.9 s; on
+#: 2 cores the same within the noise. Pages the padding reserves are not resident until written.
+HEAP_PAD = 512 << 20
+
+
+def heap_pad_set(environ: Mapping[str, str]) -> bool:
+    """Whether the environment sets glibc's heap padding itself (``MALLOC_TOP_PAD_``, or ``glibc.malloc.top_pad``
+    in ``GLIBC_TUNABLES``): the user's choice, which a worker keeps."""
+    return "MALLOC_TOP_PAD_" in environ or "glibc.malloc.top_pad" in environ.get("GLIBC_TUNABLES", "")
 
 
 def usable_cores() -> int:

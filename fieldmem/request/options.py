@@ -7,12 +7,21 @@ reads files, prints or imports jax.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fieldmem.model.errors import OptionError
-from fieldmem.model.machine import RESERVE, UNMEASURED, available_memory, malloc_arenas, usable_cores
+from fieldmem.model.machine import (
+    HEAP_PAD,
+    RESERVE,
+    UNMEASURED,
+    available_memory,
+    heap_pad_set,
+    malloc_arenas,
+    usable_cores,
+)
 from fieldmem.model.versions import is_release
 from fieldmem.model.word_sets import EXPECTATIONS, Expectation
 from fieldmem.request.backends import parse_backend
@@ -28,6 +37,7 @@ __all__ = [
     "choose_jobs",
     "default_jobs",
     "footprint_budget",
+    "heap_pad_said",
     "jobs_said",
     "parse_backends",
     "parse_expect",
@@ -138,6 +148,26 @@ def jobs_said(jobs: int, choice: JobsChoice | None, environ: Mapping[str, str]) 
             cores = choice.cores if choice is not None else usable_cores()
             said += f"; one compile at a time, in at most {malloc_arenas(cores)} malloc arenas (one per core)"
     return said
+
+
+def heap_pad_said(options: CheckOptions, environ: Mapping[str, str], glibc: bool | None = None) -> str:
+    """The ``-v`` line on the heap padding of the worker's malloc (fieldmem.worker.main.pad_malloc_heap; ``glibc``:
+    whether this is glibc's C library, read when None)."""
+    if not options.isolate:
+        return "malloc as this process has it (--no-isolate: nothing is set in your process)"
+    if heap_pad_set(environ):
+        return "the worker's malloc pads its heap as your environment sets (MALLOC_TOP_PAD_ or GLIBC_TUNABLES)"
+    if glibc is None:
+        try:
+            glibc = (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+        except (AttributeError, ValueError, OSError):  # not Linux
+            glibc = False
+    if not glibc:
+        return "malloc as the worker has it (not glibc's)"
+    return (
+        f"the worker's malloc grows its heap {HEAP_PAD >> 20} MiB past its need each time (glibc's M_TOP_PAD;"
+        " MALLOC_TOP_PAD_ sets another)"
+    )
 
 
 #: A worker of a static check without the persistent cache stops each XLA:CPU compile once its reading is dumped

@@ -39,7 +39,7 @@ from fieldmem.model.codec import decode, dumps, unbounded_integers
 from fieldmem.model.collector import collector_paused, collector_resumed, collector_stays_paused
 from fieldmem.model.errors import EnvError, FieldmemError, one_line
 from fieldmem.model.libraries import library_folders
-from fieldmem.model.machine import malloc_arenas, usable_cores
+from fieldmem.model.machine import HEAP_PAD, heap_pad_set, malloc_arenas, usable_cores
 from fieldmem.worker.protocol import PIPE_LOST, write_event
 
 # fieldmem's driver, request and serve modules are imported in the functions that use them, not here: at the top
@@ -109,8 +109,22 @@ def _warm_up() -> None:
         sys.path[:] = saved
 
 
-#: glibc's ``mallopt`` parameter for the most malloc arenas (malloc.h's ``M_ARENA_MAX``)
+#: glibc's ``mallopt`` parameters (malloc.h): the most malloc arenas (``M_ARENA_MAX``), the padding a heap grows by
+#: (``M_TOP_PAD``)
 M_ARENA_MAX = -8
+M_TOP_PAD = -2
+
+
+def _mallopt(libc: Any) -> Any:
+    """glibc's ``mallopt`` (from ``libc``, else this process's C library); None off glibc or where it is missing."""
+    if libc is None:
+        try:
+            if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
+                return None
+            libc = ctypes.CDLL(None)
+        except (AttributeError, ValueError, OSError):  # no confstr name (not Linux), no libc to load
+            return None
+    return getattr(libc, "mallopt", None)
 
 
 def fewer_malloc_arenas(environ: Mapping[str, str] | None = None, libc: Any = None, cores: int | None = None) -> int:
@@ -133,18 +147,31 @@ def fewer_malloc_arenas(environ: Mapping[str, str] | None = None, libc: Any = No
     environ = os.environ if environ is None else environ
     if "MALLOC_ARENA_MAX" in environ:
         return 0
-    if libc is None:
-        try:
-            if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
-                return 0
-            libc = ctypes.CDLL(None)
-        except (AttributeError, ValueError, OSError):  # no confstr name (not Linux), no libc to load
-            return 0
-    mallopt = getattr(libc, "mallopt", None)
+    mallopt = _mallopt(libc)
     if mallopt is None:
         return 0
     arenas = malloc_arenas(usable_cores() if cores is None else cores)
     return arenas if mallopt(M_ARENA_MAX, arenas) else 0
+
+
+def pad_malloc_heap(environ: Mapping[str, str] | None = None, libc: Any = None) -> int:
+    """Have glibc's malloc grow this process's heaps :data:`fieldmem.model.machine.HEAP_PAD` past what it needs
+    each time it grows one (``M_TOP_PAD``, 128 KiB by default); the padding asked for, 0 where nothing was set.
+
+    A compile allocates and frees memory in many small steps as it grows: with the default each step of the
+    heap's growth is a system call, and on a machine where those are dear (the 13-core host: 5 s of the
+    compile-heavy step's first compile were in the kernel) that was most of a compile's time. The padding is
+    address space, resident only once written. Nothing is set where the environment sets it
+    (:func:`fieldmem.model.machine.heap_pad_set`), off glibc, or where ``mallopt`` is missing. Called first in a worker, before
+    anything large is allocated; it holds for the rest of the process.
+    """
+    environ = os.environ if environ is None else environ
+    if heap_pad_set(environ):
+        return 0
+    mallopt = _mallopt(libc)
+    if mallopt is None:
+        return 0
+    return HEAP_PAD if mallopt(M_TOP_PAD, HEAP_PAD) else 0
 
 
 @dataclasses.dataclass
@@ -425,6 +452,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("usage: python -m fieldmem.worker.main FD PARENT (started by fieldmem check)", file=sys.stderr)
         return 2
     _die_with_parent(int(args[1]))
+    pad_malloc_heap()  # first: before importing jaxlib allocates
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it ends this process
     _warm_up()
     # buffered: the parent writes nothing more before this request is answered (a serving worker's next

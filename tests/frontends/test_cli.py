@@ -187,6 +187,8 @@ def test_output_file_and_verbose(in_assets: Path, tmp_path: Path) -> None:
     # -v says how many compiles run at once and from what; without it, nothing
     assert "fieldmem: --jobs " in result.stderr and "(the default): " in result.stderr, result.stderr
     assert "--jobs" not in quiet.stderr
+    # and how the worker's malloc grows its heap (glibc's M_TOP_PAD, unless the environment sets it)
+    assert "fieldmem: the worker's malloc " in result.stderr or "fieldmem: malloc as the worker" in result.stderr
     one = invoke(GOOD, "-j", "1", "-v")
     assert "fieldmem: --jobs 1 (given); one compile at a time, in at most" in one.stderr, one.stderr
 

@@ -1,6 +1,7 @@
 """A worker that compiles one program at a time keeps one glibc malloc arena per usable core, at least two
 (fieldmem.worker.main.fewer_malloc_arenas, fieldmem.model.machine.malloc_arenas); benchmarks/bench_arenas.py
-measures what it saves and what fewer would cost."""
+measures what it saves and what fewer would cost. Every worker grows its heap 512 MiB at a time
+(fieldmem.worker.main.pad_malloc_heap; benchmarks/results/heap-pad.md)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,13 @@ import queue
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
 from fieldmem.model.codec import encode
-from fieldmem.request.options import CheckOptions
+from fieldmem.model.machine import HEAP_PAD
+from fieldmem.request.options import CheckOptions, heap_pad_said
 from fieldmem.worker import main as worker
 
 
@@ -111,3 +114,93 @@ def test_glibc_keeps_to_two_arenas(mode: str, most: int | None) -> None:
         assert 1 <= arenas <= most
     else:  # the control: without the limit, the six threads take more than two
         assert arenas > 2
+
+
+# the heap padding of a worker's malloc (fieldmem.worker.main.pad_malloc_heap, fieldmem.model.machine.HEAP_PAD)
+
+
+def test_the_heap_padding_is_asked_for() -> None:
+    libc = _Libc()
+    assert worker.pad_malloc_heap({}, libc=libc) == HEAP_PAD == 512 << 20
+    assert libc.calls == [(worker.M_TOP_PAD, HEAP_PAD)]
+
+
+@pytest.mark.parametrize(
+    "environ", [{"MALLOC_TOP_PAD_": "0"}, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2:glibc.malloc.top_pad=0"}]
+)
+def test_the_users_heap_padding_is_left_as_it_is(environ: dict[str, str]) -> None:
+    libc = _Libc()
+    assert worker.pad_malloc_heap(environ, libc=libc) == 0
+    assert libc.calls == []
+
+
+def test_other_tunables_of_the_users_do_not_stop_the_padding() -> None:
+    libc = _Libc()
+    assert worker.pad_malloc_heap({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, libc=libc) == HEAP_PAD
+
+
+def test_a_refused_or_missing_mallopt_pads_nothing() -> None:
+    class Refusing(_Libc):
+        def mallopt(self, parameter: int, value: int) -> int:
+            return 0
+
+    assert worker.pad_malloc_heap({}, libc=Refusing()) == 0
+    assert worker.pad_malloc_heap({}, libc=object()) == 0
+
+
+def test_the_verbose_line_says_what_the_worker_does() -> None:
+    said = heap_pad_said(CheckOptions(), {}, glibc=True)
+    assert said.startswith("the worker's malloc grows its heap 512 MiB past its need each time")
+    assert "as your environment sets" in heap_pad_said(CheckOptions(), {"MALLOC_TOP_PAD_": "0"}, glibc=True)
+    assert heap_pad_said(CheckOptions(), {}, glibc=False) == "malloc as the worker has it (not glibc's)"
+    assert "--no-isolate" in heap_pad_said(CheckOptions(isolate=False), {}, glibc=True)
+
+
+def _heap_bytes(pid: int) -> int:
+    """The size of the process's brk heap (its ``[heap]`` mapping), 0 where it has none."""
+    with open(f"/proc/{pid}/maps") as maps:
+        for line in maps:
+            if line.rstrip().endswith("[heap]"):
+                start, end = (int(x, 16) for x in line.split()[0].split("-"))
+                return end - start
+    return 0
+
+
+def _maps_jaxlib(pid: int) -> bool:
+    """Whether the process has loaded jaxlib's native library (the worker's warm-up, before its request)."""
+    with open(f"/proc/{pid}/maps") as maps:
+        return "jaxlib" in maps.read()
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"),
+    reason="glibc's heap",
+)
+@pytest.mark.parametrize(("environ", "padded"), [({}, True), ({"MALLOC_TOP_PAD_": "0"}, False)])
+def test_a_started_worker_grows_its_heap_by_the_padding(environ: dict[str, str], padded: bool) -> None:
+    # a worker started ahead of a request waits for it on stdin, its jaxlib loaded (worker.main._warm_up):
+    # its heap has grown by then, in one padded step (or, with the user's MALLOC_TOP_PAD_=0, in small ones)
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_TOP_PAD_"} | environ
+    read, write = os.pipe()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fieldmem.worker.main", str(write), str(os.getpid())],
+        stdin=subprocess.PIPE,
+        env=env,
+        pass_fds=(write,),
+    )
+    try:
+        deadline, loaded = time.monotonic() + 60, None
+        while time.monotonic() < deadline and process.poll() is None and _heap_bytes(process.pid) < HEAP_PAD:
+            if loaded is None and _maps_jaxlib(process.pid):
+                loaded = time.monotonic()
+            if loaded is not None and time.monotonic() > loaded + 1:  # the control: grown as far as it will
+                break
+            time.sleep(0.05)
+        heap = _heap_bytes(process.pid)
+    finally:
+        process.kill()
+        process.wait()
+        process.stdin.close()
+        os.close(read)
+        os.close(write)
+    assert (heap >= HEAP_PAD) is padded, heap
