@@ -57,6 +57,7 @@ import ctypes
 import errno
 import importlib
 import os
+import queue
 import select
 import shutil
 import struct
@@ -457,8 +458,35 @@ class _Watch:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for fd in (self._fd, self._wake_read, self._wake_write):
-                os.close(fd)
+            os.close(self._wake_read)
+            os.close(self._wake_write)
+        _close_later(self._fd)
+
+
+# inotify instances to close, in a thread of their own: the kernel waits for a grace period of its own before
+# closing one returns (3.8 ms each on 2 cores, 40 of them for a 20-function module, measured 2026-12-07), which
+# the compile's answer need not wait for
+_to_close: queue.SimpleQueue[int] = queue.SimpleQueue()
+_closer: list[threading.Thread] = []
+_closer_lock = threading.Lock()
+
+
+def _close_later(fd: int) -> None:
+    """Have the closing thread close ``fd`` (started with the first)."""
+    with _closer_lock:
+        if not _closer:
+            _closer.append(threading.Thread(target=_close_each, name="fieldmem-inotify-close", daemon=True))
+            _closer[0].start()
+    _to_close.put(fd)
+
+
+def _close_each() -> None:
+    while True:
+        fd = _to_close.get()
+        try:
+            os.close(fd)
+        except OSError:  # pragma: no cover - closed already
+            pass
 
 
 def _from_dump(folder: str, devices: Any) -> _FromDump | None:
