@@ -114,7 +114,7 @@ def measured_tree(command: list[str], root: Path = ROOT) -> tuple[float, float, 
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode not in (0, 1):
         tail = errors.decode(errors="replace").strip().splitlines()[-3:]
-        raise SystemExit(f"{' '.join(command)} failed ({child.returncode}): {' | '.join(tail)}")
+        raise runner.BenchError(f"{' '.join(command)} failed ({child.returncode}): {' | '.join(tail)}")
     return seconds, usage.ru_maxrss / 1024, peak[0] / 2**20  # ru_maxrss is in KiB on Linux
 
 
@@ -173,7 +173,7 @@ def pod(scratch: Path, devices: int | None, repeat: int = 1) -> dict[str, Any]:
     report = json.loads(report_path.read_text())
     [result] = report["results"]
     if result["status"] != "ok":
-        raise SystemExit(f"the pod example could not be checked: {result.get('error')}")
+        raise runner.BenchError(f"the pod example could not be checked: {result.get('error')}")
     figures = {}
     for variant in ("plain", "donated"):
         memory = result["variants"][variant]["memory"]
@@ -347,11 +347,14 @@ def main() -> None:
         "repeat": args.repeat,
         "backends": {},
     }
-    with tempfile.TemporaryDirectory() as scratch:
-        if not args.pod_only:
-            document["backends"] = per_backend(args.repeat, Path(scratch))
-        if not args.no_pod:
-            document["pod"] = pod(Path(scratch), args.pod_devices, args.pod_repeat)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            if not args.pod_only:
+                document["backends"] = per_backend(args.repeat, Path(scratch))
+            if not args.no_pod:
+                document["pod"] = pod(Path(scratch), args.pod_devices, args.pod_repeat)
+    except runner.BenchError as exc:  # nothing written: a run without its figures replaces none
+        raise SystemExit(f"bench_backends: error: {exc}") from None
     runner.write(RESULTS, BENCHMARK, document)
     print(markdown(document))
     print(f"written: {(RESULTS / 'backends.json').relative_to(ROOT)}, {(RESULTS / 'backends.md').relative_to(ROOT)}")
