@@ -205,20 +205,28 @@ def _inotify_instances() -> int:
 
 
 @pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux: /proc/self/fd")
-def test_a_closed_watch_leaves_its_inotify_instance_to_the_closing_thread(tmp_path: Path) -> None:
-    """Closing an inotify instance waits for the kernel (milliseconds): the watch hands it to a thread of its own,
-    which closes each, so that no compile waits for it and none is left open."""
-    before = _inotify_instances()
-    watches = [early._Watch(str(tmp_path / str(n))) for n in range(5)]
-    assert _inotify_instances() == before + 5
-    for watch in watches:
-        watch.close()
-        watch.wake()  # after close: nothing (its pipe is closed)
-    deadline = time.monotonic() + 10
-    while _inotify_instances() > before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _inotify_instances() == before
-    assert [t.name for t in early._closer] == ["fieldmem-inotify-close"]
+def test_every_watch_shares_one_inotify_instance(tmp_path: Path) -> None:
+    """Creating and closing an inotify instance waits for the kernel (milliseconds each): every compile's watch is
+    a watch on the process's one instance, added and removed, and each sees only its own folder's files."""
+    first = early._Watch(str(tmp_path / "first"))
+    instances = _inotify_instances()
+    watches = [first, *(early._Watch(str(tmp_path / str(n))) for n in range(5))]
+    assert _inotify_instances() == instances  # no new instance for the five
+    done = threading.Event()
+    try:
+        for name in (
+            "module_0001.jit_f.cpu_after_optimizations.hlo.pb",
+            "module_0001.jit_f.cpu_after_optimizations.txt",
+        ):
+            (tmp_path / "3" / name).write_bytes(b"x")
+        assert watches[4].wait(done) is True  # folder 3's
+        threading.Timer(0.2, done.set).start()
+        assert watches[3].wait(done) is False  # folder 2's: nothing there
+    finally:
+        for watch in watches:
+            watch.close()
+    assert early._instance[0]._watches == {}  # each removed from the instance
+    assert _inotify_instances() == instances
 
 
 def test_the_executable_prints_each_backend_config_with_sorted_keys() -> None:
