@@ -54,8 +54,10 @@ of those compiles); where jax has none, compiles run to their end while the cach
 from __future__ import annotations
 
 import ctypes
+import errno
 import importlib
 import os
+import select
 import shutil
 import struct
 import sys
@@ -91,6 +93,7 @@ TEXT_SUFFIX = "after_optimizations.txt"
 
 _IN_CLOSE_WRITE = 0x00000008
 _IN_MOVED_TO = 0x00000080
+_IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = 0o2000000
 _EVENT = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len (then the name)
 _POLL_SECONDS = 0.05  # how often the wait looks whether the compile ended first
@@ -397,107 +400,65 @@ def _lowest_priority(thread: threading.Thread) -> None:
         pass
 
 
-class _Inotify:
-    """The process's one inotify instance, and the thread that reads its events and hands each to the watch of
-    its folder (:class:`_Watch`).
+class _Watch:
+    """inotify on a dump folder: :meth:`wait` returns once XLA has closed both the optimized module and its
+    text after writing them (or moved them in)."""
 
-    One instance for every compile, never closed: creating and closing one each waits for the kernel's grace
-    period (a median of 8 ms a close on 2 cores, and a new instance waited as long while another's close was
-    pending: measured 2026-12-07), 200 of each for a 100-function module; a watch is added to it and removed
-    in microseconds."""
-
-    def __init__(self) -> None:
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        self._fd = self._libc.inotify_init1(_IN_CLOEXEC)  # blocking: its reader thread waits in read()
+    def __init__(self, folder: str) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        self._fd = libc.inotify_init1(_IN_NONBLOCK | _IN_CLOEXEC)
         if self._fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        self._watches: dict[int, _Watch] = {}
-        self._lock = threading.Lock()  # held while a watch is added, so that its first event finds it
-        threading.Thread(target=self._read, name="fieldmem-inotify", daemon=True).start()
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        if libc.inotify_add_watch(self._fd, os.fsencode(folder), _IN_CLOSE_WRITE | _IN_MOVED_TO) < 0:
+            number = ctypes.get_errno()
+            os.close(self._fd)
+            raise OSError(number, f"inotify_add_watch failed on {folder}")
+        self._module = False
+        self._text = False
+        # written by :meth:`wake` when the compile ends first, so that the wait returns at once: a small
+        # program's compile ends before its dump is whole, and the look every _POLL_SECONDS would add up to
+        # that much to each
+        self._wake_read, self._wake_write = os.pipe()
+        self._closed = False
+        self._lock = threading.Lock()
 
-    def add(self, folder: str, watch: _Watch) -> int:
-        """Watch ``folder`` for ``watch``; its watch descriptor."""
+    def wake(self) -> None:
+        """End a :meth:`wait` now (the compile ended); nothing once the watch is closed."""
         with self._lock:
-            wd = self._libc.inotify_add_watch(self._fd, os.fsencode(folder), _IN_CLOSE_WRITE | _IN_MOVED_TO)
-            if wd < 0:
-                raise OSError(ctypes.get_errno(), f"inotify_add_watch failed on {folder}")
-            self._watches[wd] = watch
-        return int(wd)
+            if not self._closed:
+                os.write(self._wake_write, b"x")
 
-    def remove(self, wd: int) -> None:
-        """Stop watching ``wd`` (where its folder is gone, the kernel removed the watch with it: nothing to do)."""
-        with self._lock:
-            self._watches.pop(wd, None)
-        self._libc.inotify_rm_watch(self._fd, wd)
-
-    def _read(self) -> None:
+    def wait(self, done: threading.Event) -> bool:
+        """Wait until both files are complete (True) or ``done`` is set first (False)."""
         pending = b""
-        while True:
+        while not (self._module and self._text):
+            if done.is_set():
+                return False
+            readable, _, _ = select.select([self._fd, self._wake_read], [], [], _POLL_SECONDS)
+            if self._fd not in readable:
+                continue
             try:
                 pending += os.read(self._fd, 65536)
-            except InterruptedError:  # pragma: no cover - retried by Python anyway
-                continue
-            except OSError:  # pragma: no cover - the instance is never closed
-                return
+            except OSError as exc:
+                if exc.errno in (errno.EAGAIN, errno.EINTR):
+                    continue
+                return False
             while len(pending) >= _EVENT.size:
-                wd, _, _, length = _EVENT.unpack_from(pending)
+                _, _, _, length = _EVENT.unpack_from(pending)
                 if len(pending) < _EVENT.size + length:
                     break
                 name = pending[_EVENT.size : _EVENT.size + length].rstrip(b"\0").decode(errors="replace")
                 pending = pending[_EVENT.size + length :]
-                with self._lock:
-                    watch = self._watches.get(wd)
-                if watch is not None and name:
-                    watch.saw(name)
-
-
-_instance: list[_Inotify] = []
-_instance_lock = threading.Lock()
-
-
-def _inotify() -> _Inotify:
-    """The process's inotify instance, made on first use (OSError where none can be had)."""
-    with _instance_lock:
-        if not _instance:
-            _instance.append(_Inotify())
-        return _instance[0]
-
-
-class _Watch:
-    """A dump folder watched on the process's one inotify instance (:class:`_Inotify`): :meth:`wait` returns
-    once XLA has closed both the optimized module and its text after writing them (or moved them in)."""
-
-    def __init__(self, folder: str) -> None:
-        Path(folder).mkdir(parents=True, exist_ok=True)
-        self._module = False
-        self._text = False
-        # set once both files are whole, or by :meth:`wake` when the compile ends first, so that the wait returns
-        # at once: a small program's compile ends before its dump is whole, and the look every _POLL_SECONDS
-        # would add up to that much to each
-        self._ready = threading.Event()
-        self._wd = _inotify().add(folder, self)
-
-    def saw(self, name: str) -> None:
-        """A file named ``name`` was closed after writing, or moved in (called by the reading thread)."""
-        self._module |= name.endswith(MODULE_SUFFIX)
-        self._text |= name.endswith(TEXT_SUFFIX)
-        if self._module and self._text:
-            self._ready.set()
-
-    def wake(self) -> None:
-        """End a :meth:`wait` now (the compile ended)."""
-        self._ready.set()
-
-    def wait(self, done: threading.Event) -> bool:
-        """Wait until both files are complete (True) or ``done`` is set first (False)."""
-        while not (self._module and self._text):
-            if done.is_set():
-                return False
-            self._ready.wait(_POLL_SECONDS)
+                self._module |= name.endswith(MODULE_SUFFIX)
+                self._text |= name.endswith(TEXT_SUFFIX)
         return True
 
     def close(self) -> None:
-        _inotify().remove(self._wd)
+        with self._lock:
+            self._closed = True
+            for fd in (self._fd, self._wake_read, self._wake_write):
+                os.close(fd)
 
 
 def _from_dump(folder: str, devices: Any) -> _FromDump | None:

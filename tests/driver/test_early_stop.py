@@ -195,40 +195,6 @@ def test_the_watch_is_not_fooled_by_other_files(tmp_path: Path) -> None:
         watch.close()
 
 
-def _inotify_instances() -> int:
-    """This process's open inotify instances (Linux: /proc/self/fd)."""
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            count += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
-    return count
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux: /proc/self/fd")
-def test_every_watch_shares_one_inotify_instance(tmp_path: Path) -> None:
-    """Creating and closing an inotify instance waits for the kernel (milliseconds each): every compile's watch is
-    a watch on the process's one instance, added and removed, and each sees only its own folder's files."""
-    first = early._Watch(str(tmp_path / "first"))
-    instances = _inotify_instances()
-    watches = [first, *(early._Watch(str(tmp_path / str(n))) for n in range(5))]
-    assert _inotify_instances() == instances  # no new instance for the five
-    done = threading.Event()
-    try:
-        for name in (
-            "module_0001.jit_f.cpu_after_optimizations.hlo.pb",
-            "module_0001.jit_f.cpu_after_optimizations.txt",
-        ):
-            (tmp_path / "3" / name).write_bytes(b"x")
-        assert watches[4].wait(done) is True  # folder 3's
-        threading.Timer(0.2, done.set).start()
-        assert watches[3].wait(done) is False  # folder 2's: nothing there
-    finally:
-        for watch in watches:
-            watch.close()
-    assert early._instance[0]._watches == {}  # each removed from the instance
-    assert _inotify_instances() == instances
-
-
 def test_the_executable_prints_each_backend_config_with_sorted_keys() -> None:
     # recorded from examples/stencil_scan.py (XLA:CPU, jaxlib 0.10.2): the dumped line, then as_text()'s
     dumped_line = (
