@@ -19,6 +19,7 @@ __all__ = [
     "RESERVE",
     "UNMEASURED",
     "available_memory",
+    "glibc",
     "heap_pad_set",
     "malloc_arenas",
     "read_text",
@@ -39,6 +40,14 @@ UNMEASURED = 2600 << 20
 #: time, each step a system call and fresh pages; there system calls are dear), and with 512 MiB 2.9 s; on
 #: 2 cores the same within the noise. Pages the padding reserves are not resident until written.
 HEAP_PAD = 512 << 20
+
+
+def glibc() -> bool:
+    """Whether this process runs on glibc (whose ``mallopt`` fieldmem's workers call): False off Linux, on musl."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (AttributeError, ValueError, OSError):  # no confstr, or no such name (not Linux)
+        return False
 
 
 def heap_pad_set(environ: Mapping[str, str]) -> bool:

@@ -7,7 +7,6 @@ reads files, prints or imports jax.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,6 +17,7 @@ from fieldmem.model.machine import (
     RESERVE,
     UNMEASURED,
     available_memory,
+    glibc,
     heap_pad_set,
     malloc_arenas,
     usable_cores,
@@ -150,19 +150,14 @@ def jobs_said(jobs: int, choice: JobsChoice | None, environ: Mapping[str, str]) 
     return said
 
 
-def heap_pad_said(options: CheckOptions, environ: Mapping[str, str], glibc: bool | None = None) -> str:
-    """The ``-v`` line on the heap padding of the worker's malloc (fieldmem.worker.main.pad_malloc_heap; ``glibc``:
+def heap_pad_said(options: CheckOptions, environ: Mapping[str, str], on_glibc: bool | None = None) -> str:
+    """The ``-v`` line on the heap padding of the worker's malloc (fieldmem.worker.main.pad_malloc_heap; ``on_glibc``:
     whether this is glibc's C library, read when None)."""
     if not options.isolate:
         return "malloc as this process has it (--no-isolate: nothing is set in your process)"
     if heap_pad_set(environ):
         return "the worker's malloc pads its heap as your environment sets (MALLOC_TOP_PAD_ or GLIBC_TUNABLES)"
-    if glibc is None:
-        try:
-            glibc = (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
-        except (AttributeError, ValueError, OSError):  # not Linux
-            glibc = False
-    if not glibc:
+    if not (glibc() if on_glibc is None else on_glibc):
         return "malloc as the worker has it (not glibc's)"
     return (
         f"the worker's malloc grows its heap {HEAP_PAD >> 20} MiB past its need each time (glibc's M_TOP_PAD;"

@@ -39,7 +39,7 @@ from fieldmem.model.codec import decode, dumps, unbounded_integers
 from fieldmem.model.collector import collector_paused, collector_resumed, collector_stays_paused
 from fieldmem.model.errors import EnvError, FieldmemError, one_line
 from fieldmem.model.libraries import library_folders
-from fieldmem.model.machine import HEAP_PAD, heap_pad_set, malloc_arenas, usable_cores
+from fieldmem.model.machine import HEAP_PAD, glibc, heap_pad_set, malloc_arenas, usable_cores
 from fieldmem.worker.protocol import PIPE_LOST, write_event
 
 # fieldmem's driver, request and serve modules are imported in the functions that use them, not here: at the top
@@ -118,11 +118,11 @@ M_TOP_PAD = -2
 def _mallopt(libc: Any) -> Any:
     """glibc's ``mallopt`` (from ``libc``, else this process's C library); None off glibc or where it is missing."""
     if libc is None:
+        if not glibc():
+            return None
         try:
-            if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):
-                return None
             libc = ctypes.CDLL(None)
-        except (AttributeError, ValueError, OSError):  # no confstr name (not Linux), no libc to load
+        except OSError:  # no libc to load
             return None
     return getattr(libc, "mallopt", None)
 

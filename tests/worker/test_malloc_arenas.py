@@ -15,7 +15,7 @@ import time
 import pytest
 
 from fieldmem.model.codec import encode
-from fieldmem.model.machine import HEAP_PAD
+from fieldmem.model.machine import HEAP_PAD, glibc
 from fieldmem.request.options import CheckOptions, heap_pad_said
 from fieldmem.worker import main as worker
 
@@ -100,7 +100,7 @@ _ARENAS = textwrap.dedent(
 
 
 @pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"),
+    not sys.platform.startswith("linux") or not glibc(),
     reason="glibc's malloc arenas",
 )
 @pytest.mark.parametrize(("mode", "most"), [("fewer", 2), ("default", None)])
@@ -149,11 +149,11 @@ def test_a_refused_or_missing_mallopt_pads_nothing() -> None:
 
 
 def test_the_verbose_line_says_what_the_worker_does() -> None:
-    said = heap_pad_said(CheckOptions(), {}, glibc=True)
+    said = heap_pad_said(CheckOptions(), {}, on_glibc=True)
     assert said.startswith("the worker's malloc grows its heap 512 MiB past its need each time")
-    assert "as your environment sets" in heap_pad_said(CheckOptions(), {"MALLOC_TOP_PAD_": "0"}, glibc=True)
-    assert heap_pad_said(CheckOptions(), {}, glibc=False) == "malloc as the worker has it (not glibc's)"
-    assert "--no-isolate" in heap_pad_said(CheckOptions(isolate=False), {}, glibc=True)
+    assert "as your environment sets" in heap_pad_said(CheckOptions(), {"MALLOC_TOP_PAD_": "0"}, on_glibc=True)
+    assert heap_pad_said(CheckOptions(), {}, on_glibc=False) == "malloc as the worker has it (not glibc's)"
+    assert "--no-isolate" in heap_pad_said(CheckOptions(isolate=False), {}, on_glibc=True)
 
 
 def _heap_bytes(pid: int) -> int:
@@ -173,7 +173,7 @@ def _maps_jaxlib(pid: int) -> bool:
 
 
 @pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"),
+    not sys.platform.startswith("linux") or not glibc(),
     reason="glibc's heap",
 )
 @pytest.mark.parametrize(("environ", "padded"), [({}, True), ({"MALLOC_TOP_PAD_": "0"}, False)])
