@@ -36,8 +36,8 @@ UNMEASURED = 2600 << 20
 
 #: how far a worker's glibc malloc grows a heap past what it needs each time it grows it (glibc's ``M_TOP_PAD``,
 #: 128 KiB by default). Measured on the compile-heavy step (benchmarks/results/heap-pad.md): on the 13-core host
-#: the default made its first XLA:CPU compile 11 s, of which 5 s in the kernel (the heap grown 128 KiB at a
-#: time, each step a system call and fresh pages; there system calls are dear), and with 512 MiB 2.9 s; on
+#: the default made its first XLA:CPU compile 11 s, of which 5 s of system CPU (glibc grows the heap 128 KiB
+#: past each need, a system call each time, and system calls are dear there), and with 512 MiB 2.9 s; on
 #: 2 cores the same within the noise. Pages the padding reserves are not resident until written.
 HEAP_PAD = 512 << 20
 
