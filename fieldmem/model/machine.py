@@ -2,8 +2,7 @@
 take. No jax; nothing here prints.
 
 Every rule that depends on the machine reads it here: the default ``--jobs``
-(:func:`fieldmem.request.options.choose_jobs`), the malloc arenas of a worker that compiles one program at a
-time (:func:`malloc_arenas`), the heap padding of a worker's malloc (:data:`HEAP_PAD`), and the compiles at once
+(:func:`fieldmem.request.options.choose_jobs`), the malloc arenas of a worker (:func:`malloc_arenas`), the heap padding of a worker's malloc (:data:`HEAP_PAD`), and the compiles at once
 by memory (:mod:`fieldmem.driver.compile_memory`).
 Each was chosen from measurements on a 2-core machine and on a 13-core one (benchmarks/README.md, "Rules
 that depend on the machine").
@@ -15,6 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 
 __all__ = [
+    "AT_ONCE_ARENAS",
     "HEAP_PAD",
     "RESERVE",
     "UNMEASURED",
@@ -65,16 +65,27 @@ def usable_cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def malloc_arenas(cores: int) -> int:
-    """The glibc malloc arenas a worker compiling one program at a time keeps: one per usable core, at least two.
+#: the fewest malloc arenas a worker compiling programs at once keeps: glibc's own default on 2 cores
+#: (8 per core), where four arenas made the pod's two compiles at once far slower (benchmarks/README.md)
+AT_ONCE_ARENAS = 16
 
-    Measured on the pod example's ``--jobs 1`` check against the naive script's two compiles
-    (benchmarks/bench_arenas.py): on 2 cores two arenas took 1.02 of its time and 0.93 of its memory
-    (glibc's 16: 1.05 and 1.05); on 13 cores two arenas took 3.1 times its time, while 13 took 0.94 of it and
-    0.97 of its memory (glibc's 104: 1.09 and 1.06). A compile's threads (libtpu's code generation, LLVM's)
-    are about as many as the cores: fewer arenas than threads make them wait on each other's locks, more
-    keep memory one compile freed where the next does not reuse it.
+
+def malloc_arenas(cores: int, at_once: bool = False) -> int:
+    """The glibc malloc arenas a worker keeps: compiling one program at a time, one per usable core, at least
+    two; compiling several at once (``at_once``), two per core, at least :data:`AT_ONCE_ARENAS`.
+
+    Measured on the pod example against the naive script's two compiles (benchmarks/bench_arenas.py,
+    benchmarks/study_pod_pad, results in ``arenas-*.md`` and ``pod-arenas.md``). One at a time: on 2 cores two
+    arenas took 1.02 of its time and 0.93 of its memory (glibc's 16: 1.05 and 1.05); on 13 cores two arenas took
+    3.1 times its time, while 13 took 0.94 of it and 0.97 of its memory (glibc's 104: 1.09 and 1.06). Its two
+    variants at once, on 13 cores with the heap padded (:data:`HEAP_PAD`): glibc's 104 arenas took 0.54 of its
+    time and 1.26 of its memory, 26 took 0.58 and 1.19, 16 took 0.68 and 1.07, 8 took 0.93 and 1.03. A compile's
+    threads (libtpu's code generation, LLVM's) are about as many as the cores: fewer arenas than the threads
+    that allocate at once make them wait on each other's locks, more keep memory one compile freed where the
+    next does not reuse it.
     """
+    if at_once:
+        return max(AT_ONCE_ARENAS, 2 * cores)
     return max(2, cores)
 
 

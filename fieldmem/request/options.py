@@ -13,6 +13,7 @@ from typing import Any
 
 from fieldmem.model.errors import OptionError
 from fieldmem.model.machine import (
+    AT_ONCE_ARENAS,
     HEAP_PAD,
     RESERVE,
     UNMEASURED,
@@ -139,14 +140,15 @@ def choose_jobs(
 
 def jobs_said(jobs: int, choice: JobsChoice | None, environ: Mapping[str, str]) -> str:
     """The ``-v`` line on how many compiles run at once: the default's choice and its facts (``choice``), or
-    the number given; with one at a time, the malloc arenas its worker keeps."""
+    the number given; and the malloc arenas its worker keeps."""
     said = choice.describe() if choice is not None else f"--jobs {jobs} (given)"
-    if jobs == 1:
-        if "MALLOC_ARENA_MAX" in environ:
-            said += f"; one compile at a time, MALLOC_ARENA_MAX={environ['MALLOC_ARENA_MAX']} as set"
-        else:
-            cores = choice.cores if choice is not None else usable_cores()
-            said += f"; one compile at a time, in at most {malloc_arenas(cores)} malloc arenas (one per core)"
+    how = "one compile at a time" if jobs == 1 else "compiles at once"
+    if "MALLOC_ARENA_MAX" in environ:
+        said += f"; {how}, MALLOC_ARENA_MAX={environ['MALLOC_ARENA_MAX']} as set"
+    else:
+        cores = choice.cores if choice is not None else usable_cores()
+        per = "one per core" if jobs == 1 else f"two per core, at least {AT_ONCE_ARENAS}"
+        said += f"; {how}, in at most {malloc_arenas(cores, jobs > 1)} malloc arenas ({per})"
     return said
 
 

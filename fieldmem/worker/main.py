@@ -127,17 +127,20 @@ def _mallopt(libc: Any) -> Any:
     return getattr(libc, "mallopt", None)
 
 
-def fewer_malloc_arenas(environ: Mapping[str, str] | None = None, libc: Any = None, cores: int | None = None) -> int:
-    """With ``--jobs 1``, let glibc's malloc keep at most :func:`fieldmem.model.machine.malloc_arenas` arenas in this
-    process (one per usable core, at least two; ``cores``: the usable cores, read when None); the number asked
-    for, 0 where nothing was set.
+def fewer_malloc_arenas(
+    environ: Mapping[str, str] | None = None, libc: Any = None, cores: int | None = None, at_once: bool = False
+) -> int:
+    """Let glibc's malloc keep at most :func:`fieldmem.model.machine.malloc_arenas` arenas in this process: one per
+    usable core, at least two, for a worker that compiles one program at a time; two per core, at least 16, for
+    one that compiles several at once (``at_once``); ``cores``: the usable cores, read when None. The number
+    asked for, 0 where nothing was set.
 
     glibc gives a thread that allocates an arena of its own, up to 8 per core, and keeps the memory freed in
     each for that arena's next use. A compile's threads (libtpu's code generation, LLVM's) spread over many
-    arenas, so the memory the first variant's compile freed is held where the second's does not reuse it;
-    fewer arenas than the compile's threads make them wait on each other's locks (two arenas made the pod
-    example's ``--jobs 1`` check three times slower on 13 cores). benchmarks/bench_arenas.py measures both.
-    Compiles at once are left to glibc's default: few arenas slowed them.
+    arenas, so the memory one compile freed is held where the next does not reuse it, and compiles at once
+    each hold their own; fewer arenas than the threads that allocate at once make them wait on each other's
+    locks (two arenas made the pod example's ``--jobs 1`` check three times slower on 13 cores, eight its
+    two compiles at once 1.7 times slower). benchmarks/bench_arenas.py and benchmarks/study_pod_pad measure both.
 
     Nothing is set where ``MALLOC_ARENA_MAX`` is in the environment (the user's choice, read by glibc at the
     start), off glibc, or where ``mallopt`` is missing. glibc fixes its arena limit once it has made more than
@@ -150,7 +153,7 @@ def fewer_malloc_arenas(environ: Mapping[str, str] | None = None, libc: Any = No
     mallopt = _mallopt(libc)
     if mallopt is None:
         return 0
-    arenas = malloc_arenas(usable_cores() if cores is None else cores)
+    arenas = malloc_arenas(usable_cores() if cores is None else cores, at_once)
     return arenas if mallopt(M_ARENA_MAX, arenas) else 0
 
 
@@ -206,8 +209,7 @@ class _Worker:
         self.libraries_sent = False  # its first resolved event names its interpreter's installation folders
         with unbounded_integers():
             self.options = decode(CheckOptions, request["check_options"])
-        if self.options.jobs == 1:
-            fewer_malloc_arenas()
+        fewer_malloc_arenas(at_once=self.options.jobs > 1)
         # here, not at the top: see the figures above __all__
         from fieldmem.driver.early import stop_early
 

@@ -224,4 +224,7 @@ def test_the_choice_is_said_with_its_facts() -> None:
         "--jobs 1 (the default): 1 core, the memory available unread, at most 8; a compile beside others starts"
         " while the memory left holds it; one compile at a time, in at most 2 malloc arenas (one per core)"
     )
-    assert jobs_said(1, None, {"MALLOC_ARENA_MAX": "4"}).endswith("MALLOC_ARENA_MAX=4 as set")
+    assert jobs_said(1, None, {"MALLOC_ARENA_MAX": "4"}).endswith("one compile at a time, MALLOC_ARENA_MAX=4 as set")
+    assert said.endswith("; compiles at once, in at most 26 malloc arenas (two per core, at least 16)")
+    assert jobs_said(2, choose_jobs(2, None), {}).endswith("in at most 16 malloc arenas (two per core, at least 16)")
+    assert jobs_said(8, None, {"MALLOC_ARENA_MAX": "4"}).endswith("compiles at once, MALLOC_ARENA_MAX=4 as set")

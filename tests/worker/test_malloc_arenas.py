@@ -1,6 +1,7 @@
-"""A worker that compiles one program at a time keeps one glibc malloc arena per usable core, at least two
-(fieldmem.worker.main.fewer_malloc_arenas, fieldmem.model.machine.malloc_arenas); benchmarks/bench_arenas.py
-measures what it saves and what fewer would cost. Every worker grows its heap 512 MiB at a time
+"""A worker that compiles one program at a time keeps one glibc malloc arena per usable core, at least two; one
+that compiles several at once two per core, at least 16 (fieldmem.worker.main.fewer_malloc_arenas,
+fieldmem.model.machine.malloc_arenas); benchmarks/bench_arenas.py and benchmarks/study_pod_pad measure what it
+saves and what fewer would cost. Every worker grows its heap 512 MiB at a time
 (fieldmem.worker.main.pad_malloc_heap; benchmarks/results/heap-pad.md)."""
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ def test_one_arena_per_core_is_asked_for(cores: int, arenas: int) -> None:
     assert libc.calls == [(worker.M_ARENA_MAX, arenas)]
 
 
+@pytest.mark.parametrize(("cores", "arenas"), [(1, 16), (2, 16), (8, 16), (13, 26), (64, 128)])
+def test_compiles_at_once_get_two_arenas_per_core_at_least_sixteen(cores: int, arenas: int) -> None:
+    libc = _Libc()
+    assert worker.fewer_malloc_arenas({}, libc=libc, cores=cores, at_once=True) == arenas
+    assert libc.calls == [(worker.M_ARENA_MAX, arenas)]
+
+
 def test_the_cores_are_the_usable_ones(monkeypatch: pytest.MonkeyPatch) -> None:
     import fieldmem.model.machine as machine
 
@@ -63,15 +71,13 @@ def test_a_libc_without_mallopt_sets_nothing() -> None:
     assert worker.fewer_malloc_arenas({}, libc=object()) == 0
 
 
-@pytest.mark.parametrize(("jobs", "asked"), [(1, True), (2, False)])
-def test_the_worker_asks_only_when_it_compiles_one_at_a_time(
-    monkeypatch: pytest.MonkeyPatch, jobs: int, asked: bool
-) -> None:
+@pytest.mark.parametrize(("jobs", "at_once"), [(1, False), (2, True), (8, True)])
+def test_the_worker_asks_for_the_arenas_of_its_jobs(monkeypatch: pytest.MonkeyPatch, jobs: int, at_once: bool) -> None:
     called: list[bool] = []
-    monkeypatch.setattr(worker, "fewer_malloc_arenas", lambda: called.append(True) or 2)
+    monkeypatch.setattr(worker, "fewer_malloc_arenas", lambda at_once: called.append(at_once) or 2)
     request = {"check_options": encode(CheckOptions(jobs=jobs))}
     worker._Worker(request, sys.stdout, queue.Queue())
-    assert called == ([True] if asked else [])
+    assert called == [at_once]
 
 
 # threads that allocate at once, each kept alive until all have: glibc gives each its own arena up to its
