@@ -78,6 +78,7 @@ __all__ = [
     "compile_until_assigned",
     "kept_folder",
     "persistent_cache_in_use",
+    "stood_in",
     "stop_early",
     "wait_abandoned",
 ]
@@ -484,6 +485,15 @@ def _stand_in(module: bytes, text: str, devices: Any) -> _FromDump | None:
     except Exception:  # unreadable: the finished compile answers instead
         return None
     return stand_in if stand_in.exact() else None
+
+
+def stood_in(compiled: Any) -> bool:
+    """Whether ``compiled`` (jax's ``Compiled``) was stopped early: its executable is a stand-in that answers
+    from its compile's dump, in Python."""
+    try:
+        return isinstance(compiled.runtime_executable(), _FromDump)
+    except Exception:  # not jax's Compiled, or none of its executables
+        return False
 
 
 class _Layout:

@@ -99,6 +99,7 @@ def read_variant(
     inputs, outputs = with_device_shapes(call, compiled, inputs, outputs)
     hlo_text = compiled.as_text()
     memory = read_memory(compiled, fast, analysis)
+    devices = executable_devices(compiled)  # once: it walks the sharding of every leaf
     variant = CompiledVariant(
         name=name,
         donated_arguments=_donated_argument_names(call, lowered, inputs),
@@ -116,46 +117,46 @@ def read_variant(
         hlo_proto=memory.hlo_proto,
         buffers_unavailable=memory.buffers_unavailable,
         donation_dropped=_donation_dropped(call, inputs) if donated else None,
-        devices=tuple(d.id for d in executable_devices(compiled)),
+        devices=tuple(d.id for d in devices),
         made_static=call.made_static,
         fast_compile=fast,
-        device_memory=_device_memory(compiled),
+        device_memory=_device_memory(compiled, devices),
         out_of_memory=_out_of_memory(compiled),
-        platform=_platform(compiled),
-        backend=_backend_of(compiled),
+        platform=_platform(compiled, devices),
+        backend=_backend_of(compiled, devices),
     )
     return variant, output_structs
 
 
-def _backend_of(compiled: Any) -> str | None:
+def _backend_of(compiled: Any, devices: list[Any]) -> str | None:
     """The backend ``compiled`` is for, as ``--backend`` names it: a deviceless kind's name (``tpu:v5e``), else
-    the platform of the devices it runs on (``cpu``); None where jax does not say."""
+    the platform of the devices it runs on (``devices``, :func:`executable_devices`: ``cpu``); None where jax does
+    not say."""
 
     notes = dumps.compile_notes(compiled)
     if notes is not None and notes.target is not None:
         return str(notes.target.backend.name)
-    return _platform(compiled)
+    return _platform(compiled, devices)
 
 
-def _platform(compiled: Any) -> str | None:
+def _platform(compiled: Any, devices: list[Any]) -> str | None:
     """The platform ``compiled`` runs on: a dumped compile's (a deviceless one's is its target's), else that of
-    its devices (None where jax does not say)."""
+    its devices (``devices``; None where jax does not say)."""
 
     notes = dumps.compile_notes(compiled)
     if notes is not None:
         return notes.platform
-    devices = executable_devices(compiled)
     return str(devices[0].platform) if devices else None
 
 
-def _device_memory(compiled: Any) -> DeviceMemory | None:
-    """The memory the program has on each device it runs on: a deviceless kind's
+def _device_memory(compiled: Any, devices: list[Any]) -> DeviceMemory | None:
+    """The memory the program has on each device it runs on (``devices``): a deviceless kind's
     (:func:`fieldmem.request.backends.device_memory`), else that of jax's allocator (:func:`allocator_memory`)."""
 
     notes = dumps.compile_notes(compiled)
     if notes is not None and notes.target is not None:
         return backends.device_memory(notes.target.backend)
-    return allocator_memory(executable_devices(compiled))
+    return allocator_memory(devices)
 
 
 def allocator_memory(devices: list[Any]) -> DeviceMemory | None:
@@ -226,12 +227,20 @@ class _MemoryAnalysis:
     """``compiled.memory_analysis()`` started in a thread of its own: :meth:`result` waits for it.
 
     The call is C++ that releases the GIL, so the thread that started it reads
-    the rest of the variant meanwhile. A call that raised is handed back as the
-    exception, for :func:`read_memory` to say why the figures are missing.
+    the rest of the variant meanwhile. A compile stopped early answers it from its
+    dump in Python (:func:`fieldmem.driver.early.stood_in`): that is called here, as a
+    thread would only add its start to the time. A call that raised is handed back as
+    the exception, for :func:`read_memory` to say why the figures are missing.
     """
 
     def __init__(self, compiled: Any) -> None:
+        from fieldmem.driver.early import stood_in
+
         self._value: Any = None
+        self._thread: threading.Thread | None = None
+        if stood_in(compiled):
+            self._call(compiled)
+            return
         self._thread = threading.Thread(target=self._call, args=(compiled,), name="fieldmem-memory-analysis")
         self._thread.start()
 
@@ -242,7 +251,8 @@ class _MemoryAnalysis:
             self._value = exc
 
     def result(self) -> Any:
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         return self._value
 
 

@@ -322,11 +322,17 @@ def remedy_suffix(interpreter: Interpreter | None) -> str:
     return f": {interpreter.remedy}" if interpreter is not None and interpreter.remedy else ""
 
 
+_READ_BUFFER = 1 << 20
+
+
 def _read_events(answers: int, events: queue.Queue[dict[str, Any] | None]) -> None:
     """Put each event the worker sends on ``events``, then None when its pipe ends."""
     import msgspec.json  # noqa: F401  (loaded here, while the worker starts, not at its answer)
 
-    with open(answers, "rb") as pipe:
+    # read a megabyte at a time where the pipe holds it: each read lets go of the GIL and must take it back
+    # from the brain's analysis (up to the switch interval, 5 ms), so a pipe's default 4 KiB reads held up a
+    # reading of a hundred kilobytes by tens of milliseconds, and the worker with it, waiting to write
+    with open(answers, "rb", buffering=_READ_BUFFER) as pipe:
         for line in pipe:
             with collector_paused():  # a result's thousands of records, all kept until the report is written
                 event = read_event(line)

@@ -226,7 +226,7 @@ def test_fits_never_passes_on_what_is_not_known() -> None:
     )
 
 
-def test_a_local_devices_memory_is_its_allocators_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_local_devices_memory_is_its_allocators_limit() -> None:
     from fieldmem.driver import variant
 
     class Device:
@@ -237,12 +237,10 @@ def test_a_local_devices_memory_is_its_allocators_limit(monkeypatch: pytest.Monk
             return self._stats
 
     devices = [Device(0, {"bytes_limit": 100 * GiB}), Device(1, {"bytes_limit": 90 * GiB})]
-    monkeypatch.setattr(variant, "executable_devices", lambda compiled: devices)
-    found = variant._device_memory(object())
+    found = variant._device_memory(object(), devices)
     assert found is not None and found.bytes == 90 * GiB
     assert found.words() == "jax's allocator on device 1 (NVIDIA H200) has 90.0 GiB"
-    monkeypatch.setattr(variant, "executable_devices", lambda compiled: [Device(0, None)])  # XLA:CPU
-    assert variant._device_memory(object()) is None
+    assert variant._device_memory(object(), [Device(0, None)]) is None  # XLA:CPU
 
 
 # ---- stderr: each compile takes its own XLA lines, from any thread -------------------------
