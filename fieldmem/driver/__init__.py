@@ -58,7 +58,6 @@ from fieldmem.driver.backends import (
     compilation_cache,
     default_cache_folder,
     environment,
-    read_jax_libraries_ahead,
     simulate_cpu_devices,
 )
 from fieldmem.driver.chain import STEP_ARGS, compose, extra_names, spread, state_donation, step_key
@@ -90,7 +89,6 @@ __all__ = [
     "has_memory_stats",
     "prepare_call",
     "probe_update",
-    "read_jax_libraries_ahead",
     "read_memory",
     "run_variant",
     "shape_structs",

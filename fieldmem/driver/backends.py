@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-import threading
 from collections.abc import Iterator
-from concurrent.futures import Future
 from typing import Any
 
 from fieldmem.driver.jaxerrors import first_line
@@ -32,8 +30,6 @@ __all__ = [
     "default_cache_folder",
     "device_count",
     "environment",
-    "jax_libraries",
-    "read_jax_libraries_ahead",
     "simulate_cpu_devices",
     "with_device_count",
 ]
@@ -304,70 +300,24 @@ _REQUIRES_JAX = re.compile(r"^Requires-Dist:[ \t]*jax\b(?![-_.])(?P<rest>[^\n]*)
 def imported_libraries() -> dict[str, str]:
     """The release of each library built on jax (a distribution that requires jax: flax, optax, equinox…)
     that this process imported, by distribution name: what the checked code ran with, whatever else is
-    installed. The installed ones are read once per request (:func:`jax_libraries`), the imported ones now.
+    installed.
+
+    Only each distribution's METADATA is read, as text, and only for those that require jax (outside an
+    extra) are its top-level modules looked up: ``importlib.metadata.packages_distributions()`` reads every
+    installed distribution's module list (a whole RECORD where there is no top_level.txt), 0.45 s of each
+    worker's start on a machine with a large site-packages (benchmarks/results/profile-overhead-13cores.md).
+    Where one name is installed twice, the first on ``sys.path`` is the one imported, as importlib finds it.
     """
     import sys
-
-    imported = {name.partition(".")[0] for name in list(sys.modules)}
-    return dict(sorted((name, version) for name, version, modules in jax_libraries() if modules & imported))
-
-
-_LibraryList = list[tuple[str, str, frozenset[str]]]
-_libraries_lock = threading.Lock()
-_libraries: Future[_LibraryList] | None = None
-
-
-def read_jax_libraries_ahead() -> Future[_LibraryList]:
-    """Start reading the installed libraries built on jax in a thread of its own, for the next
-    :func:`jax_libraries`, and return the reading (the one under way or waiting, if any): a check starts it as
-    its first target's compiles run, when the GIL is free, so that the report's environment does not wait for
-    it at the end (a fifth of a second with a large site-packages)."""
-    global _libraries
-    with _libraries_lock:
-        if _libraries is not None:
-            return _libraries
-        future: Future[_LibraryList] = Future()
-        _libraries = future
-
-    def read() -> None:
-        try:
-            future.set_result(_read_jax_libraries())
-        except BaseException as exc:  # handed to the reader of the list, never lost in the thread
-            future.set_exception(exc)
-
-    threading.Thread(target=read, name="fieldmem-libraries", daemon=True).start()
-    return future
-
-
-def jax_libraries() -> _LibraryList:
-    """Every installed distribution built on jax, as (name, version, top-level modules): the reading
-    :func:`read_jax_libraries_ahead` started (taken: the next check reads afresh), else read now."""
-    global _libraries
-    with _libraries_lock:
-        future, _libraries = _libraries, None
-    if future is None:
-        return _read_jax_libraries()
-    return future.result()
-
-
-def _read_jax_libraries() -> _LibraryList:
-    """Each installed distribution that requires jax (outside an extra), by its normalized name, with its
-    version and top-level modules; where one name is installed twice, the first on ``sys.path``, as importlib
-    finds it (jax's own distributions and fieldmem left out).
-
-    Only each distribution's METADATA is read, as text, and only for those that require jax are its
-    top-level modules looked up: ``importlib.metadata.packages_distributions()`` reads every installed
-    distribution's module list (a whole RECORD where there is no top_level.txt), 0.45 s of each worker's start
-    on a machine with a large site-packages (benchmarks/results/profile-overhead-13cores.md).
-    """
     from importlib import metadata
 
-    found: _LibraryList = []
+    imported = {name.partition(".")[0] for name in list(sys.modules)}
+    found: dict[str, str] = {}
     seen: set[str] = set()
     try:
         distributions = list(metadata.distributions())
     except Exception:  # pragma: no cover - an unreadable path entry
-        return []
+        return {}
     for dist in distributions:
         try:
             text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
@@ -382,9 +332,9 @@ def _read_jax_libraries() -> _LibraryList:
         if name in seen or _NOT_LIBRARIES.match(name):
             continue
         seen.add(name)
-        if dist.version:
-            found.append((name, dist.version, frozenset(_top_level(dist))))
-    return found
+        if _top_level(dist) & imported and dist.version:
+            found[name] = dist.version
+    return dict(sorted(found.items()))
 
 
 def _top_level(dist: Any) -> set[str]:

@@ -381,7 +381,7 @@ def _start(
 ) -> _LocalJob | TargetResult:
     """Prepare and lower ``target`` on ``args`` in this thread; its compiles go to ``pool`` (None: at finish).
     The error result when preparing or lowering failed."""
-    from fieldmem.driver import backend_scope, prepare_call, read_jax_libraries_ahead, start_variants
+    from fieldmem.driver import backend_scope, prepare_call, start_variants
 
     try:
         with collector_resumed(), backend_scope(options.backend):  # the user's code is traced
@@ -389,7 +389,6 @@ def _start(
             # with --jobs 1, one thing at a time: a compile never overlaps a lowering (the XLA seconds
             # a report gives then add up to the wall time they took)
             pending = start_variants(call, pool, fast=options.compile_fast, early=options.jobs > 1)
-            read_jax_libraries_ahead()  # the report's environment, read while the compiles run
             return _LocalJob(target, pending.call, pending, options.backend)  # the call compiled
     except BaseException as exc:  # the user's code may call sys.exit: the target's error (failed() raises Ctrl-C again)
         return failed(target, exc, "preparing and lowering it")

@@ -32,7 +32,7 @@ from fieldmem.model.target import TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, describe_chain, describe_target
 from fieldmem.worker.protocol import encode_error
-from fieldmem.worker.readers import Hands, Item, Job, compile_pool, failed, target_pool
+from fieldmem.worker.readers import Hands, Item, Job, compile_pool, failed
 from fieldmem.worker.results import contained, error_result
 
 __all__ = ["Channel", "serve_items"]
@@ -71,8 +71,7 @@ def serve_items(
     interactive = options.suggest or options.probe
     pipelined = options.jobs > 1 and not options.run and not interactive
     in_flight: deque[tuple[int, Job]] = deque()
-    own_threads = 0 if pipelined else 2 if options.jobs > 1 else 1
-    with compile_pool(options.jobs if pipelined else 0) as pool, target_pool(own_threads) as own:
+    with compile_pool(options.jobs if pipelined else 0) as pool:
         for n, item in enumerate(items):
             if before is not None:
                 before(n)
@@ -109,12 +108,9 @@ def serve_items(
                     done, pending = in_flight.popleft()
                     _after(after, done, _serve_job(pending, keys[done], options, hands, channel, False)[0])
                 continue
-            assert own is not None
-            try:  # one target's compiles at a time: those it started end before the next starts
+            with compile_pool(2 if options.jobs > 1 else 1) as own:
                 job = hands.start(item, options, own)
                 _after(after, n, _serve_job(job, key, options, hands, channel, interactive)[0])
-            finally:
-                own.drain()
         while in_flight:
             done, pending = in_flight.popleft()
             _after(after, done, _serve_job(pending, keys[done], options, hands, channel, False)[0])

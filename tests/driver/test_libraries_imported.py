@@ -76,34 +76,3 @@ def test_a_distribution_without_readable_metadata_is_left_out(site: tuple[Path, 
     (broken / "METADATA").write_bytes(b"\xff\xfe not text")
 
     assert imported_libraries() == {"jaxlike-nn": "1.0"}
-
-
-def test_a_reading_ahead_is_used_once_and_what_is_imported_is_read_at_the_end(
-    site: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from fieldmem.driver import backends
-
-    first, _ = site
-    _dist(first, "jaxlike_nn", "1.0", ["jax"], ["jaxlike_nn"])
-    _dist(first, "jaxlike_opt", "0.9", ["jax"], ["jaxlike_opt"])
-    monkeypatch.delitem(sys.modules, "jaxlike_opt")
-    reading = backends.read_jax_libraries_ahead()
-    assert backends.read_jax_libraries_ahead() is reading  # one reading at a time
-    reading.result(timeout=60)
-    _dist(first, "installed-since", "2.0", ["jax"], ["plainlib"])  # after the reading ahead
-    monkeypatch.setitem(sys.modules, "jaxlike_opt", types.ModuleType("jaxlike_opt"))  # imported since
-    assert imported_libraries() == {"jaxlike-nn": "1.0", "jaxlike-opt": "0.9"}
-    # the reading is taken: the next one is afresh
-    assert imported_libraries() == {"installed-since": "2.0", "jaxlike-nn": "1.0", "jaxlike-opt": "0.9"}
-
-
-def test_a_reading_ahead_that_failed_raises_where_it_is_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fieldmem.driver import backends
-
-    def broken() -> list[tuple[str, str, frozenset[str]]]:
-        raise OSError("unreadable")
-
-    monkeypatch.setattr(backends, "_read_jax_libraries", broken)
-    backends.read_jax_libraries_ahead()
-    with pytest.raises(OSError, match="unreadable"):
-        backends.jax_libraries()
