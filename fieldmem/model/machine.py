@@ -2,8 +2,9 @@
 take. No jax; nothing here prints.
 
 Every rule that depends on the machine reads it here: the default ``--jobs``
-(:func:`fieldmem.request.options.choose_jobs`), the malloc arenas of a worker (:func:`malloc_arenas`), the heap padding of a worker's malloc (:data:`HEAP_PAD`), and the compiles at once
-by memory (:mod:`fieldmem.driver.compile_memory`).
+(:func:`fieldmem.request.options.choose_jobs`), the malloc arenas of a worker (:func:`malloc_arenas`), the heap
+padding of a worker's malloc (:data:`HEAP_PAD`), and the compiles at once by memory
+(:mod:`fieldmem.driver.compile_memory`).
 Each was chosen from measurements on a 2-core machine and on a 13-core one (benchmarks/README.md, "Rules
 that depend on the machine").
 """

@@ -329,9 +329,8 @@ def _read_events(answers: int, events: queue.Queue[dict[str, Any] | None]) -> No
     """Put each event the worker sends on ``events``, then None when its pipe ends."""
     import msgspec.json  # noqa: F401  (loaded here, while the worker starts, not at its answer)
 
-    # read a megabyte at a time where the pipe holds it: each read lets go of the GIL and must take it back
-    # from the brain's analysis (up to the switch interval, 5 ms), so a pipe's default 4 KiB reads held up a
-    # reading of a hundred kilobytes by tens of milliseconds, and the worker with it, waiting to write
+    # up to a megabyte a read where the pipe holds it, not a pipe's default 4 KiB: each read lets go of the GIL
+    # and takes it back from the brain's analysis (no gain measured at 100 functions: results/own-time-ab.md)
     with open(answers, "rb", buffering=_READ_BUFFER) as pipe:
         for line in pipe:
             with collector_paused():  # a result's thousands of records, all kept until the report is written
