@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 from fieldmem.driver import dumps
+from fieldmem.driver.early import stood_in
 from fieldmem.driver.leaves import (
     compiled_formats,
     compiled_outputs,
@@ -234,8 +235,6 @@ class _MemoryAnalysis:
     """
 
     def __init__(self, compiled: Any) -> None:
-        from fieldmem.driver.early import stood_in
-
         self._value: Any = None
         self._thread: threading.Thread | None = None
         if stood_in(compiled):

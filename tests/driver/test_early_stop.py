@@ -547,3 +547,32 @@ def test_the_stand_in_gives_xlas_own_entry_shapes(tmp_path: Path) -> None:
             assert ours == theirs, n
         else:
             assert any(":E(" in s for s in theirs), theirs  # only the int4 case leaves the layout's order
+
+
+class _Compiled:
+    """What ``stood_in`` and ``_MemoryAnalysis`` ask of jax's ``Compiled``: its executable and its analysis."""
+
+    def __init__(self, executable: Any) -> None:
+        self.executable = executable
+        self.threads: list[str] = []
+
+    def runtime_executable(self) -> Any:
+        if isinstance(self.executable, Exception):
+            raise self.executable
+        return self.executable
+
+    def memory_analysis(self) -> str:
+        self.threads.append(threading.current_thread().name)
+        return "figures"
+
+
+def test_a_stopped_compiles_memory_analysis_is_read_in_the_calling_thread() -> None:
+    from fieldmem.driver.variant import _MemoryAnalysis
+
+    stand_in = _Compiled(object.__new__(early._FromDump))  # its answers come from the dump, in Python
+    full = _Compiled(object())  # an executable of XLA's: its analysis is C++, in a thread of its own
+    assert early.stood_in(stand_in) and not early.stood_in(full)
+    assert not early.stood_in(_Compiled(RuntimeError("no executable"))) and not early.stood_in(object())
+    for compiled, thread in ((stand_in, threading.current_thread().name), (full, "fieldmem-memory-analysis")):
+        assert _MemoryAnalysis(compiled).result() == "figures"
+        assert compiled.threads == [thread]
