@@ -80,7 +80,8 @@ def malloc_arenas(cores: int, at_once: bool = False) -> int:
     arenas took 1.02 of its time and 0.93 of its memory (glibc's 16: 1.05 and 1.05); on 13 cores two arenas took
     3.1 times its time, while 13 took 0.94 of it and 0.97 of its memory (glibc's 104: 1.09 and 1.06). Its two
     variants at once, on 13 cores with the heap padded (:data:`HEAP_PAD`): glibc's 104 arenas took 0.54 of its
-    time and 1.26 of its memory, 26 took 0.58 and 1.19, 16 took 0.68 and 1.07, 8 took 0.93 and 1.03. A compile's
+    time and 1.27 of its memory, 26 took 0.58 and 1.19, 16 took 0.69 and 1.07, 8 took 0.93 and 1.03
+    (``pod-arenas.md``: the round with 26; 8 from the round before). A compile's
     threads (libtpu's code generation, LLVM's) are about as many as the cores: fewer arenas than the threads
     that allocate at once make them wait on each other's locks, more keep memory one compile freed where the
     next does not reuse it.
