@@ -511,6 +511,9 @@ def test_a_deviceless_check_uses_no_persistent_cache(tmp_path: Path) -> None:
         "fieldmem.case(bump, args=bump_args, name='bump')\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "JAX_COMPILATION_CACHE_DIR")}
+    # every cpu compile to its end, so that each stores jax's executable: stopped early, a small compile may
+    # or may not end before its dump is whole, and keep a dump instead (a race the counts below would see)
+    env["FIELDMEM_EARLY_STOP"] = "0"
 
     def check(backends: str, cache: Path) -> subprocess.CompletedProcess[str]:
         command = [sys.executable, "-m", "fieldmem", "check", str(module), "--backend", backends,
