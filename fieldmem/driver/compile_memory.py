@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from fieldmem.model.machine import RESERVE, UNMEASURED, available_memory, read_text
@@ -32,6 +33,8 @@ from fieldmem.model.machine import RESERVE, UNMEASURED, available_memory, read_t
 __all__ = ["GATE", "RESERVE", "UNMEASURED", "CompileGate", "admits", "available_memory", "resident_memory"]
 
 SAMPLE_SECONDS = 0.02  # how often the resident memory is read while compiles run
+#: how old a reading of the memory left may be and still admit a compile (where it showed twice the need)
+FRESH_SECONDS = 1.0
 
 
 def admits(available: int | None, per_compile: int | None, running: int, reserve: int = RESERVE) -> bool:
@@ -58,7 +61,15 @@ def resident_memory(read: Callable[[str], str | None] = read_text) -> int | None
 
 
 class CompileGate:
-    """Compiles admitted by :func:`admits`, each one's memory measured as it runs (see the module)."""
+    """Compiles admitted by :func:`admits`, each one's memory measured as it runs (see the module).
+
+    The memory is read outside the gate's lock, and the memory left only where it could decide: a
+    reading of it less than ``fresh_seconds`` old that showed twice what the new compile and those
+    running need admits without another. Reading ``/proc`` while compiles allocate can be slow (5 ms
+    a read on the 13-core host of ``benchmarks/results/gate-reads.md``, under gVisor): read at every
+    compile, under the lock the sampler also held while it read, it had been 5 ms of every compile
+    that started beside an abandoned one (:mod:`fieldmem.driver.early`).
+    """
 
     def __init__(
         self,
@@ -66,16 +77,22 @@ class CompileGate:
         resident: Callable[[], int | None] = resident_memory,
         sample_seconds: float = SAMPLE_SECONDS,
         reserve: int = RESERVE,
+        fresh_seconds: float = FRESH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._available = available
         self._resident = resident
         self._sample_seconds = sample_seconds
         self._reserve = reserve
+        self._fresh_seconds = fresh_seconds
+        self._clock = clock
         self._changed = threading.Condition()
         self._running: dict[object, list[int]] = {}  # each running compile: [resident memory at start, peak]
         self._sampler: threading.Thread | None = None
+        self._left: tuple[float, int] | None = None  # the last reading of the memory left: (when, bytes)
         self.per_compile: int | None = None  # the most one compile took so far (bytes)
         self.waited = 0  # compiles that waited for memory
+        self.reads = 0  # readings of the memory left
 
     @contextlib.contextmanager
     def compiling(self) -> Iterator[None]:
@@ -83,38 +100,53 @@ class CompileGate:
         token = object()
         with self._changed:
             waited = False
-            # the memory left is read only where it could decide (a compile running)
-            while self._running and not admits(self._available(), self.per_compile, len(self._running), self._reserve):
+            while not self._admits():
                 waited = True
                 self._changed.wait()
             self.waited += waited
-            now = self._resident()
-            if now is not None:
-                self._running[token] = [now, now]
+            self._running[token] = []  # running from now on; measured once its first reading is in
+        start = self._resident()
+        with self._changed:
+            if start is not None:
+                self._running[token] = [start, start]
                 if self._sampler is None:
                     self._sampler = threading.Thread(target=self._sample, name="fieldmem-compile-memory", daemon=True)
                     self._sampler.start()
-            else:
-                self._running[token] = []  # nothing to measure: it counts as running
         try:
             yield
         finally:
+            now = self._resident()
             with self._changed:
                 reading = self._running.pop(token)
-                now = self._resident()
                 if reading and now is not None:
                     took = max(reading[1], now) - reading[0]
                     self.per_compile = max(self.per_compile or 0, took)
                 self._changed.notify_all()
 
+    def _admits(self) -> bool:
+        """Whether a compile may start now (under the lock): :func:`admits`, with the memory left read only
+        where a compile runs and no fresh reading already shows twice what is needed."""
+        running = len(self._running)
+        if not running:  # the memory left is read only where it could decide (a compile running)
+            return True
+        need = self._reserve + (UNMEASURED if self.per_compile is None else self.per_compile) * (running + 1)
+        left = self._left
+        if left is not None and self._clock() - left[0] <= self._fresh_seconds and left[1] >= 2 * need:
+            return True
+        available = self._available()
+        self.reads += 1
+        self._left = (self._clock(), available) if available is not None else None
+        return admits(available, self.per_compile, running, self._reserve)
+
     def _sample(self) -> None:
-        """Keep each running compile's peak, until none runs."""
+        """Keep each running compile's peak, until none runs (the memory read outside the lock: a compile
+        that starts or ends meanwhile does not wait for the read)."""
         while True:
+            now = self._resident()
             with self._changed:
                 if not self._running:
                     self._sampler = None
                     return
-                now = self._resident()
                 if now is not None:
                     for reading in self._running.values():
                         if reading:

@@ -169,6 +169,68 @@ def test_compiles_run_at_once_where_memory_holds_them() -> None:
     assert not inside.broken and gate.waited == 0
 
 
+def test_a_fresh_reading_with_twice_the_need_admits_without_another() -> None:
+    """The memory left is read again only where the last reading is stale or does not show twice the need
+    (reading /proc while compiles allocate took 5 ms a read on the 13-core host)."""
+    now = [100.0]
+    left = [64 * GIB]
+    reads: list[int] = []
+
+    def available() -> int:
+        reads.append(left[0])
+        return left[0]
+
+    gate = CompileGate(available, lambda: 1, sample_seconds=0.001, fresh_seconds=1.0, clock=lambda: now[0])
+    with gate.compiling():  # none running: nothing read
+        pass
+    assert reads == [] and gate.per_compile == 0
+    with gate.compiling():
+        with gate.compiling():  # beside one: read
+            pass
+        assert len(reads) == 1
+        now[0] += 0.5
+        with gate.compiling():  # half a second later, 64 GiB >= twice (1 reserve + 2 x 0): not read again
+            pass
+        assert len(reads) == 1
+        now[0] += 0.6  # 1.1 s after the reading: stale, read again
+        with gate.compiling():
+            pass
+        assert len(reads) == 2 and gate.reads == 2
+        gate.per_compile = 20 * GIB  # 1 + 2 x 20 = 41 GiB needed: 64 is less than twice, read again
+        with gate.compiling():
+            pass
+        assert len(reads) == 3
+
+
+def test_the_sampler_reads_outside_the_lock() -> None:
+    """A compile starts and ends while the sampler's reading of the resident memory is held up."""
+    held = threading.Event()
+    reading = threading.Event()
+
+    def resident() -> int:
+        if threading.current_thread().name == "fieldmem-compile-memory":
+            reading.set()
+            held.wait(5)
+        return 1
+
+    gate = CompileGate(lambda: 64 * GIB, resident, sample_seconds=0.001)
+    entered = threading.Event()
+
+    def second() -> None:
+        with gate.compiling():
+            entered.set()
+
+    try:
+        with gate.compiling():
+            assert reading.wait(5)  # the sampler is inside its read
+            thread = threading.Thread(target=second)
+            thread.start()
+            assert entered.wait(2)  # not held up by the sampler's read
+            thread.join(5)
+    finally:
+        held.set()
+
+
 @pytest.mark.compile
 def test_every_compile_of_a_check_goes_through_the_gate(monkeypatch: pytest.MonkeyPatch) -> None:
     import jax
