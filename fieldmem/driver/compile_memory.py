@@ -65,10 +65,10 @@ class CompileGate:
 
     The memory is read outside the gate's lock, and the memory left only where it could decide: a
     reading of it less than ``fresh_seconds`` old that showed twice what the new compile and those
-    running need admits without another. Reading ``/proc`` while compiles allocate can be slow (5 ms
-    a read on the 13-core host of ``benchmarks/results/gate-reads.md``, under gVisor): read at every
-    compile, under the lock the sampler also held while it read, it had been 5 ms of every compile
-    that started beside an abandoned one (:mod:`fieldmem.driver.early`).
+    running need admits without another. Reading ``/proc`` while compiles allocate can be slow (4.7 ms
+    a reading of the memory left on the 13-core host, under gVisor: ``benchmarks/results/gate-reads.md``):
+    read at every compile, under the lock the sampler also held while it read, it had been 5.3 ms of
+    every compile that started beside an abandoned one (:mod:`fieldmem.driver.early`).
     """
 
     def __init__(
@@ -105,23 +105,28 @@ class CompileGate:
                 self._changed.wait()
             self.waited += waited
             self._running[token] = []  # running from now on; measured once its first reading is in
-        start = self._resident()
-        with self._changed:
-            if start is not None:
-                self._running[token] = [start, start]
-                if self._sampler is None:
-                    self._sampler = threading.Thread(target=self._sample, name="fieldmem-compile-memory", daemon=True)
-                    self._sampler.start()
+        now: int | None = None
         try:
+            start = self._resident()
+            with self._changed:
+                if start is not None:
+                    self._running[token] = [start, start]
+                    if self._sampler is None:
+                        self._sampler = threading.Thread(
+                            target=self._sample, name="fieldmem-compile-memory", daemon=True
+                        )
+                        self._sampler.start()
             yield
         finally:
-            now = self._resident()
-            with self._changed:
-                reading = self._running.pop(token)
-                if reading and now is not None:
-                    took = max(reading[1], now) - reading[0]
-                    self.per_compile = max(self.per_compile or 0, took)
-                self._changed.notify_all()
+            try:
+                now = self._resident()
+            finally:  # its place is given back whatever was raised (by the compile, or by a reading)
+                with self._changed:
+                    reading = self._running.pop(token)
+                    if reading and now is not None:
+                        took = max(reading[1], now) - reading[0]
+                        self.per_compile = max(self.per_compile or 0, took)
+                    self._changed.notify_all()
 
     def _admits(self) -> bool:
         """Whether a compile may start now (under the lock): :func:`admits`, with the memory left read only

@@ -202,6 +202,31 @@ def test_a_fresh_reading_with_twice_the_need_admits_without_another() -> None:
         assert len(reads) == 3
 
 
+def test_a_reading_that_raises_gives_the_place_back() -> None:
+    """A compile whose memory reading raises (at its start, or at its end) leaves the gate as it found it."""
+    here = threading.current_thread()
+    fail = {"start": False, "end": False}
+    reads = [0]
+
+    def resident() -> int:
+        if threading.current_thread() is here:  # the compile's own readings, not the sampler's
+            reads[0] += 1
+            if fail["start" if reads[0] % 2 else "end"]:
+                raise RuntimeError("no reading")
+        return 1
+
+    gate = CompileGate(lambda: 64 * GIB, resident, sample_seconds=0.001)
+    for where in ("start", "end"):
+        fail[where] = True
+        with pytest.raises(RuntimeError, match="no reading"), gate.compiling():
+            pass
+        fail[where] = False
+        assert not gate._running
+    with gate.compiling():  # alone again: the memory left is not read
+        pass
+    assert gate.reads == 0 and not gate._running
+
+
 def test_the_sampler_reads_outside_the_lock() -> None:
     """A compile starts and ends while the sampler's reading of the resident memory is held up."""
     held = threading.Event()
