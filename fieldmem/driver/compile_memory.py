@@ -30,7 +30,16 @@ from collections.abc import Callable, Iterator
 
 from fieldmem.model.machine import RESERVE, UNMEASURED, available_memory, read_text
 
-__all__ = ["GATE", "RESERVE", "UNMEASURED", "CompileGate", "admits", "available_memory", "resident_memory"]
+__all__ = [
+    "GATE",
+    "RESERVE",
+    "UNMEASURED",
+    "CompileGate",
+    "admits",
+    "available_memory",
+    "needed",
+    "resident_memory",
+]
 
 SAMPLE_SECONDS = 0.02  # how often the resident memory is read while compiles run
 #: how old a reading of the memory left may be and still admit a compile (where it showed twice the need)
@@ -43,8 +52,13 @@ def admits(available: int | None, per_compile: int | None, running: int, reserve
     is taken to need :data:`UNMEASURED`)."""
     if running == 0 or available is None:
         return True
-    need = UNMEASURED if per_compile is None else per_compile
-    return available >= reserve + need * (running + 1)
+    return available >= needed(per_compile, running, reserve)
+
+
+def needed(per_compile: int | None, running: int, reserve: int = RESERVE) -> int:
+    """The memory a compile starting beside ``running`` others needs left: the reserve, and for it and each
+    of them the most one compile took so far (:data:`UNMEASURED` where none has ended)."""
+    return reserve + (UNMEASURED if per_compile is None else per_compile) * (running + 1)
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -134,9 +148,9 @@ class CompileGate:
         running = len(self._running)
         if not running:  # the memory left is read only where it could decide (a compile running)
             return True
-        need = self._reserve + (UNMEASURED if self.per_compile is None else self.per_compile) * (running + 1)
-        left = self._left
-        if left is not None and self._clock() - left[0] <= self._fresh_seconds and left[1] >= 2 * need:
+        left = self._left  # (when, bytes): fresh, and twice the need, admits without another reading
+        twice = 2 * needed(self.per_compile, running, self._reserve)
+        if left is not None and self._clock() - left[0] <= self._fresh_seconds and left[1] >= twice:
             return True
         available = self._available()
         self.reads += 1
