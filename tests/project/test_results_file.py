@@ -202,6 +202,7 @@ def test_make_bench_runs_that_are_partial() -> None:
     [
         ("fast", lambda: _load("bench_fast").benchmark("fast")),
         ("overhead-13cores", lambda: _load("bench_fast").benchmark("overhead-13cores")),
+        ("overhead-2cores", lambda: _load("bench_fast").benchmark("overhead-2cores")),
         ("fast-13cores", lambda: _load("bench_fast").benchmark("fast-13cores")),
         ("watch", lambda: _load("bench_watch").BENCHMARK),
         ("backends", lambda: _load("bench_backends").BENCHMARK),
