@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Generator, Iterator, Mapping, Sequence
-from concurrent.futures import Executor
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from concurrent.futures import Executor, Future, wait
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,9 +38,12 @@ __all__ = [
     "HandsLost",
     "Item",
     "Job",
+    "TargetPool",
+    "compile_pool",
     "failed",
     "hold",
     "releases_held",
+    "target_pool",
 ]
 
 # what loading a spec gives: a target, a chain, or the spec with the error that stopped it
@@ -207,3 +210,31 @@ def compile_pool(workers: int) -> Iterator[Executor | None]:
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         yield pool
+
+
+class TargetPool(Executor):
+    """One pool of compile threads for every target, each target's compiles awaited by :meth:`drain` before the
+    next starts: as a pool of the target's own, started and joined with it, would have them, without the
+    start and the join of its threads per target (a few milliseconds each on a loaded machine, a third of a
+    second over 100 targets)."""
+
+    def __init__(self, pool: Executor) -> None:
+        self._pool = pool
+        self._submitted: list[Future[Any]] = []
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        future = self._pool.submit(fn, *args, **kwargs)
+        self._submitted.append(future)
+        return future
+
+    def drain(self) -> None:
+        """Wait for every compile submitted since the last drain (those of a target that failed part way too)."""
+        submitted, self._submitted = self._submitted, []
+        wait(submitted)
+
+
+@contextlib.contextmanager
+def target_pool(workers: int) -> Iterator[TargetPool | None]:
+    """A :class:`TargetPool` over a :func:`compile_pool` of ``workers`` threads (None when ``workers`` is 0)."""
+    with compile_pool(workers) as pool:
+        yield None if pool is None else TargetPool(pool)

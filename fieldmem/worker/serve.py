@@ -32,7 +32,7 @@ from fieldmem.model.target import TargetResult
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import ChainTarget, describe_chain, describe_target
 from fieldmem.worker.protocol import encode_error
-from fieldmem.worker.readers import Hands, Item, Job, compile_pool, failed
+from fieldmem.worker.readers import Hands, Item, Job, compile_pool, failed, target_pool
 from fieldmem.worker.results import contained, error_result
 
 __all__ = ["Channel", "serve_items"]
@@ -73,9 +73,9 @@ def serve_items(
     in_flight: deque[tuple[int, Job]] = deque()
     # unpipelined, each target's compiles run in one pool kept across the targets: a pool of its own per target
     # started and joined a thread for each, 4.5 ms a target on the 2-core machine (benchmarks/results/
-    # own-time-pool.md). A target is still served to its end, its compiles awaited, before the next starts
-    own_workers = 0 if pipelined else 2 if options.jobs > 1 else 1
-    with compile_pool(options.jobs if pipelined else 0) as pool, compile_pool(own_workers) as own:
+    # own-time-pool.md). Its compiles are still all awaited (drain) before the next target is lowered
+    own_threads = 0 if pipelined else 2 if options.jobs > 1 else 1
+    with compile_pool(options.jobs if pipelined else 0) as pool, target_pool(own_threads) as own:
         for n, item in enumerate(items):
             if before is not None:
                 before(n)
@@ -112,8 +112,12 @@ def serve_items(
                     done, pending = in_flight.popleft()
                     _after(after, done, _serve_job(pending, keys[done], options, hands, channel, False)[0])
                 continue
-            job = hands.start(item, options, own)
-            _after(after, n, _serve_job(job, key, options, hands, channel, interactive)[0])
+            assert own is not None
+            try:  # one target's compiles at a time: those it started end before the next starts
+                job = hands.start(item, options, own)
+                _after(after, n, _serve_job(job, key, options, hands, channel, interactive)[0])
+            finally:
+                own.drain()
         while in_flight:
             done, pending = in_flight.popleft()
             _after(after, done, _serve_job(pending, keys[done], options, hands, channel, False)[0])
