@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from fieldmem.model.machine import RESERVE, UNMEASURED, available_memory, read_text
+from fieldmem.model.machine import RESERVE, UNMEASURED, available_memory
 
 __all__ = [
     "GATE",
@@ -64,14 +64,45 @@ def needed(per_compile: int | None, running: int, reserve: int = RESERVE) -> int
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
-def resident_memory(read: Callable[[str], str | None] = read_text) -> int | None:
+def resident_memory(read: Callable[[str], str | None] | None = None) -> int | None:
     """This process's resident memory in bytes (``/proc/self/statm``'s second field, in pages: cheaper to
-    read than ``status``, while a compile runs); None where it cannot be read."""
-    statm = read("/proc/self/statm")
+    read than ``status``, while a compile runs); None where it cannot be read. ``read``: the text of a path
+    (None: ``statm`` read again through a descriptor kept open, :class:`_Statm`)."""
+    statm = _STATM() if read is None else read("/proc/self/statm")
     if statm is None:
         return None
     fields = statm.split()
     return int(fields[1]) * _PAGE if len(fields) > 1 and fields[1].isdigit() else None
+
+
+class _Statm:
+    """``/proc/self/statm``'s text, read at offset 0 of a descriptor kept open (the kernel writes it afresh at
+    each such read): one system call a reading, where opening the file is six (open, fstat, ioctl, lseek,
+    read, close), each letting go of the GIL, which the sampler then waits to take back while the worker's
+    main thread runs Python, and each dear under a sandbox's kernel (gVisor, the lent 13-core host: 0.8 ms a
+    reading by the sampler there, where a reading opened afresh had taken 5 ms in an earlier session;
+    ``benchmarks/results/worker-syscalls.md``). Opened again in a child process (a fork keeps the parent's
+    descriptor, whose file is the parent's)."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str | None:
+        try:
+            fd = self._fd
+            if fd is None or self._pid != os.getpid():
+                with self._lock:
+                    if self._fd is None or self._pid != os.getpid():
+                        self._fd, self._pid = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC), os.getpid()
+                    fd = self._fd
+            return os.pread(fd, 256, 0).decode("ascii", "replace")
+        except (OSError, AttributeError):  # not Linux (no /proc, or no os.pread): cannot be read
+            return None
+
+
+_STATM = _Statm()
 
 
 class CompileGate:

@@ -83,6 +83,19 @@ def test_resident_memory_reads_statm() -> None:
         assert abs(here - status) < 64 * page
 
 
+def test_resident_memory_is_read_afresh_through_the_kept_descriptor() -> None:
+    """statm read again at offset 0 of one descriptor gives the memory now, not the first reading's."""
+    before = resident_memory()
+    if before is None:
+        pytest.skip("no /proc/self/statm here")
+    held = bytearray(64 << 20)  # zeroed: its pages touched
+    try:
+        after = resident_memory()
+        assert after is not None and after - before >= 48 << 20
+    finally:
+        del held
+
+
 def _read_status_rss() -> int | None:
     try:
         with open("/proc/self/status") as status:
