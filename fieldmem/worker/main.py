@@ -95,10 +95,12 @@ def _watch_parent(watched: int, requests: queue.Queue[bytes] | None = None) -> N
 
 
 def _warm_up() -> None:
-    """Load what importing jax takes most of (:func:`fieldmem.driver.quiet.preload_jaxlib`) while the
+    """Load what importing jax takes most of (:func:`fieldmem.driver.quiet.preload_jaxlib`), and read which
+    installed libraries require jax (:func:`fieldmem.driver.backends.read_libraries_ahead`), while the
     request is awaited, not from the working directory (``-m`` put it first): a numpy.py of the user's
     must not stand in."""
     # here, not at the top: see the figures above __all__
+    from fieldmem.driver.backends import read_libraries_ahead
     from fieldmem.driver.quiet import preload_jaxlib
 
     saved = sys.path[:]
@@ -106,6 +108,10 @@ def _warm_up() -> None:
     sys.path[:] = [p for p in saved if p and os.path.abspath(p) != here]
     try:
         preload_jaxlib()
+        # the report's libraries read from this interpreter's folders now, not after the last answer: a folder
+        # the request adds (the user's), or one changed since, is read then
+        with contextlib.suppress(Exception):
+            read_libraries_ahead()
     finally:
         sys.path[:] = saved
 

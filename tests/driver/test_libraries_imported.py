@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fieldmem.driver.backends import imported_libraries
+from fieldmem.driver.backends import imported_libraries, read_libraries_ahead
 
 
 def _dist(
@@ -76,3 +76,41 @@ def test_a_distribution_without_readable_metadata_is_left_out(site: tuple[Path, 
     (broken / "METADATA").write_bytes(b"\xff\xfe not text")
 
     assert imported_libraries() == {"jaxlike-nn": "1.0"}
+
+
+def test_a_folder_is_read_once_while_unchanged_and_again_once_changed(
+    site: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from importlib import metadata
+
+    first, second = site
+    _dist(first, "jaxlike_nn", "1.0", ["jax"], ["jaxlike_nn"])
+    reads: list[tuple[str, ...]] = []
+    original = metadata.distributions
+
+    def counted(**kwargs: object):  # type: ignore[no-untyped-def]
+        reads.append(tuple(kwargs.get("path", ())))  # type: ignore[arg-type]
+        return original(**kwargs)
+
+    monkeypatch.setattr(metadata, "distributions", counted)
+    read_libraries_ahead()  # a worker waiting for its request
+    assert sorted(reads) == sorted([(str(first),), (str(second),)])
+    assert imported_libraries() == {"jaxlike-nn": "1.0"}
+    assert len(reads) == 2  # neither folder read again
+    _dist(second, "jaxlike_opt", "2.0", ["jax"], ["jaxlike_opt"])  # installed since: the folder changed
+    assert imported_libraries() == {"jaxlike-nn": "1.0", "jaxlike-opt": "2.0"}
+    assert reads[2:] == [(str(second),)]
+
+
+@pytest.mark.usefixtures("site")
+def test_a_folder_the_request_adds_and_the_working_directory_are_read_at_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read_libraries_ahead()
+    users = tmp_path / "users"
+    _dist(users, "jaxlike_opt", "3.0", ["jax"], ["jaxlike_opt"])
+    here = tmp_path / "here"
+    _dist(here, "jaxlike_nn", "4.0", ["jax"], ["jaxlike_nn"])
+    monkeypatch.chdir(here)
+    monkeypatch.setattr(sys, "path", ["", str(users), *sys.path])  # the parent's path: its folders, then ours
+    assert imported_libraries() == {"jaxlike-nn": "4.0", "jaxlike-opt": "3.0"}
