@@ -546,8 +546,9 @@ class _Answers:
     only when the thread that took it lets go in turn, up to the switch interval (5 ms) where that thread runs
     Python (an abandoned compile's end, the compile gate's sampler). An event's write took 1.4-1.7 ms on
     average over a 100-function check on 2 cores, 0.7-0.9 ms holding the GIL
-    (``benchmarks/results/worker-syscalls.md``); a pipe the parent drains takes the write at once, and where it
-    is full the worker's compiles, in XLA without the GIL, go on meanwhile.
+    (``benchmarks/results/worker-syscalls.md``). A pipe the parent drains takes such a write at once; an
+    answer larger than a pipe holds (:data:`_HOLD_LIMIT`: the reading of thousands of leaves) waits for the
+    parent to read it, and is written letting go of the GIL, as before.
     """
 
     def __init__(self, fd: int) -> None:
@@ -578,15 +579,22 @@ def _libc_write() -> Callable[[int, bytes, int], int] | None:
 _WRITE = _libc_write()
 
 
+#: the most an event written holding the GIL may take: a pipe's default capacity on Linux, so that a write waits
+#: for the parent only where the pipe still holds earlier answers (a larger one, the reading of thousands of
+#: leaves, lets go of the GIL as it waits for the parent to read it)
+_HOLD_LIMIT = 1 << 16
+
+
 def _write_holding_gil(fd: int, data: bytes, write: Callable[[int, bytes, int], int] | None = _WRITE) -> None:
-    """Write all of ``data`` to ``fd``, holding the GIL (``write``: libc's, as :func:`_libc_write` gives it;
-    None: by ``os.write``, which lets go of it). A write a signal interrupted, and the rest of one cut short,
-    go by ``os.write``, which runs Python's signal handlers and tries again.
+    """Write all of ``data`` to ``fd``, holding the GIL where it is at most :data:`_HOLD_LIMIT` bytes
+    (``write``: libc's, as :func:`_libc_write` gives it; None: by ``os.write``, which lets go of it). A write
+    a signal interrupted, and the rest of one cut short, go by ``os.write``, which runs Python's signal
+    handlers and tries again.
 
     Raises:
         OSError: the descriptor refused it.
     """
-    if write is not None and data:
+    if write is not None and 0 < len(data) <= _HOLD_LIMIT:
         written = write(fd, data, len(data))
         if written < 0:
             number = ctypes.get_errno()

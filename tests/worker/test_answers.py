@@ -6,6 +6,7 @@ import ctypes
 import errno
 import os
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -73,4 +74,25 @@ def test_a_write_refused_raises_and_the_answers_say_the_pipe_is_lost() -> None:
     os.close(write)
     with pytest.raises(worker_main._PipeLost):
         worker_main._Answers(write).write("line\n")
+    os.close(read)
+
+
+def test_a_write_larger_than_a_pipe_lets_go_of_the_gil() -> None:
+    """An answer past a pipe's capacity waits for the parent to read it: by os.write, not holding the GIL."""
+    called: list[int] = []
+
+    def held(fd: int, chunk: bytes, size: int) -> int:
+        called.append(size)
+        return os.write(fd, chunk)
+
+    read, end = _pipe()
+    small, large = b"s" * 100 + b"\n", b"l" * (worker_main._HOLD_LIMIT + 1)
+    worker_main._write_holding_gil(end, small, held)
+    received = os.read(read, 1 << 16)
+    with ThreadPoolExecutor(1) as reader:  # the pipe drained while the large write waits
+        drained = reader.submit(_read_all, read)
+        worker_main._write_holding_gil(end, large, held)
+        os.close(end)
+        assert received + drained.result(timeout=10) == small + large
+    assert called == [len(small)]
     os.close(read)
