@@ -70,11 +70,13 @@ def test_a_write_refused_raises_and_the_answers_say_the_pipe_is_lost() -> None:
     with pytest.raises(OSError, match=os.strerror(errno.EBADF)) as raised:
         worker_main._write_holding_gil(1, b"x\n", refused)
     assert raised.value.errno == errno.EBADF
+    # the parent gone: its end of the pipe closed (Python ignores SIGPIPE: libc's write says EPIPE); a descriptor
+    # the user's code closed is held end to end (tests/render/test_hostile_names.py, os.closerange)
     read, write = _pipe()
-    os.close(write)
+    os.close(read)
     with pytest.raises(worker_main._PipeLost):
         worker_main._Answers(write).write("line\n")
-    os.close(read)
+    os.close(write)
 
 
 def test_a_write_larger_than_a_pipe_lets_go_of_the_gil() -> None:
