@@ -235,13 +235,20 @@ def compilation_cache(path: str | None, backend: str | None = None) -> Iterator[
     import os
 
     previous = {name: getattr(jax.config, name) for name in _CACHE_OPTIONS}
-    for name, value in zip(_CACHE_OPTIONS, (os.path.abspath(folder), 0.0, 0, True)):
+    wanted = dict(zip(_CACHE_OPTIONS, (os.path.abspath(folder), 0.0, 0, True)))
+    # jax opens its cache folder once, at the first compile that uses it: another folder is opened anew
+    moved = previous[_CACHE_OPTIONS[0]] != wanted[_CACHE_OPTIONS[0]]
+    for name, value in wanted.items():
         jax.config.update(name, value)
+    if moved:
+        _forget_cache_decision()
     try:
         yield
     finally:
         for name, value in previous.items():
             jax.config.update(name, value)
+        if moved:
+            _forget_cache_decision()
 
 
 def _forget_cache_decision() -> None:

@@ -138,6 +138,15 @@ def module_of(hlo_proto: bytes) -> bytes:
     return _part(hlo_proto, 1)
 
 
+def has_assignment(hlo_proto: bytes) -> bool:
+    """Whether a serialized ``HloProto`` holds a buffer assignment: a compile's dump does; the module XLA:CPU dumps
+    when it loads an executable from jax's persistent cache (``*.after_optimizations.hlo.pb`` too) does not."""
+    try:
+        return bool(_part(hlo_proto, 3))
+    except ValueError:  # not a protobuf message: no assignment to read either
+        return False
+
+
 @dataclass(frozen=True)
 class Allocation:
     """What the figures read of a ``BufferAllocationProto``."""

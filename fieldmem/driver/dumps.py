@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fieldmem.driver import quiet
+from fieldmem.driver.dumped import has_assignment
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.model.errors import CompileError
 from fieldmem.model.readings import DeviceMemory
@@ -175,9 +176,13 @@ def compile_notes(compiled: Any) -> CompileNotes | None:
 
 def read_dump(folder: str) -> bytes | None:
     """The serialized ``HloProto`` (the optimized module and its buffer assignment) that a compile dumped
-    to ``folder``; None when there is none."""
-    found = sorted(Path(folder).glob("*after_optimizations.hlo.pb"))
-    return found[0].read_bytes() if found else None
+    to ``folder``; None when there is none. A module without an assignment is not a compile's: XLA dumps one
+    under the same suffix when it loads an executable from jax's persistent cache."""
+    for path in sorted(Path(folder).glob("*after_optimizations.hlo.pb")):
+        data = path.read_bytes()
+        if has_assignment(data):
+            return data
+    return None
 
 
 def remember_dump(compiled: Any, folder: str) -> None:

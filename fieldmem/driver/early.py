@@ -35,6 +35,10 @@ Where it is done:
   (:mod:`fieldmem.driver.kept`), and otherwise the dump of the compile stopped
   early is kept under it. A cache folder that is not local, or a key that leaves
   the source locations out, keeps the full compile.
+- only from a compile's own dump: one with the buffer assignment. Where jax's
+  cache has the executable, XLA:CPU dumps the module it loads under the same
+  suffix, without an assignment (every figure would read as 0): that is never
+  read, and the loaded executable answers.
 - only where the reading can be had exactly, decided before the dump is read:
   one device, arguments not passed as one tuple, no profile-guided compile,
   Linux (inotify), and no entry parameter or result in another memory space
@@ -216,6 +220,8 @@ class _CacheRead:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         found = self.original(*args, **kwargs)
         request: _Request | None = getattr(_compiling, "request", None)
+        if request is not None and _hit(found):
+            request.loaded = True  # what XLA dumps as it loads the executable is no compile's dump
         if request is None or request.kept is None or _hit(found):
             return found
         key = args[1] if len(args) > 1 else kwargs.get("cache_key")
@@ -277,7 +283,8 @@ class _Request:
     """One compile that may stop early: its dump ``folder``, ``ended`` (called once, when the compile is
     over: at its end, or when it is abandoned, at the end of its code generation) and where dumps are kept
     under jax's cache key (``kept``; None: jax's persistent cache is off). :attr:`key` is jax's key for the
-    compile once jax's cache missed; :attr:`answered` says a kept dump answered it."""
+    compile once jax's cache missed; :attr:`answered` says a kept dump answered it; :attr:`loaded` that jax's
+    cache had the executable (XLA then dumps the module it loads, without a buffer assignment: never read)."""
 
     def __init__(self, folder: str, ended: Callable[[], None], kept_in: Path | None = None) -> None:
         self.folder = folder
@@ -287,6 +294,7 @@ class _Request:
         self.started = False
         self.stopped = False
         self.answered = False
+        self.loaded = False
 
     def compile(self, original: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         self.started = True
@@ -328,7 +336,7 @@ class _Request:
             ready = watch.wait(done)
         finally:
             watch.close()
-        if ready and not done.is_set():
+        if ready and not done.is_set() and not self.loaded:
             stand_in = _from_dump(self.folder, devices)
             if stand_in is not None:
                 self.stopped = True
@@ -518,6 +526,8 @@ class _FromDump:
         module = dumped.module_of(hlo_proto)
         if not module:
             raise ValueError("the dump has no module")
+        if not dumped.has_assignment(hlo_proto):  # not a compile's dump: every figure would read as 0
+            raise ValueError("the dump has no buffer assignment")
         self._module = module
         # read from the proto here, not through an XlaComputation of the module: building one holds the GIL
         # while the other variant compiles (benchmarks/results/early-stop-profile.md)

@@ -74,6 +74,10 @@ class JaxRuntimeError(RuntimeError):
     """What jax raises for an XLA error (its name, as the error message shows it)."""
 
 
+#: an ``HloProto`` as a compile dumps it: a module (field 1) and its buffer assignment (field 3), one allocation
+DUMPED = b"\x0a\x02\x0a\x00" + b"\x1a\x04\x1a\x02\x10\x40"
+
+
 class _Lowered:
     """A stand-in for jax's ``Lowered`` of a TPU program: ``compile`` answers as libtpu does."""
 
@@ -87,7 +91,7 @@ class _Lowered:
             raise JaxRuntimeError(self.refusals.pop(0))
         folder = Path(compiler_options["xla_dump_to"])
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / "module_0001.jit_f.after_optimizations.hlo.pb").write_bytes(b"dumped")
+        (folder / "module_0001.jit_f.after_optimizations.hlo.pb").write_bytes(DUMPED)
         return _Executable()
 
 
@@ -108,7 +112,7 @@ def test_a_program_libtpu_refuses_is_compiled_again_without_the_check(tmp_path: 
     notes = dumps.compile_notes(compiled)
     assert notes is not None and notes.target is None and notes.platform == "tpu"
     assert notes.out_of_memory is not None and notes.out_of_memory.startswith("Ran out of memory on HBM")
-    assert dumps.dumped(compiled) == b"dumped"  # the second compile's dump
+    assert dumps.dumped(compiled) == DUMPED  # the second compile's dump
     assert list(tmp_path.iterdir()) == []  # the scratch folder is left empty
 
 

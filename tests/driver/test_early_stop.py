@@ -395,6 +395,84 @@ def test_with_the_persistent_cache_on_a_stopped_compile_keeps_its_dump_for_a_rer
     assert stats.temp_size_in_bytes == compiled[0].memory_analysis().temp_size_in_bytes
 
 
+def test_the_module_xla_dumps_as_it_loads_jax_cache_entry_is_never_read_as_a_compile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where jax's persistent cache has the executable, XLA:CPU dumps the module it loads under the same suffix,
+    without a buffer assignment. Read as the compile's dump it gave every figure as 0 (a report of zeros, seen in
+    CI when the watch saw that dump before the load returned): the loaded executable answers instead. The load is
+    held back here so that the dump is always seen first."""
+    import jax
+    import jax.numpy as jnp
+
+    from fieldmem.driver import compilation_cache
+
+    x = jnp.ones((8, 8))
+    seen = _kept_requests(monkeypatch)
+    original = early._Request.compile
+
+    def late(self: Any, compile_: Any, args: Any) -> Any:
+        def held_back(*a: Any) -> Any:
+            result = compile_(*a)
+            time.sleep(0.3)  # the dump, written during the load, is whole by now: the watch sees it first
+            return result
+
+        return original(self, held_back, args)
+
+    watch_wait = early._Watch.wait
+
+    def after_the_compile(self: Any, done: threading.Event) -> bool:
+        done.wait()
+        return watch_wait(self, done)
+
+    cache = tmp_path / "cache"
+    early.stop_early(True)
+    try:
+        with compilation_cache(str(cache)):
+            compiled = []
+            for attempt in range(2):  # one line: one source location, so one key
+                with monkeypatch.context() as patch:
+                    # first a compile that ends before its dump is seen (as a small one does): jax writes its
+                    # entry; then jax loads it, and the load is held back
+                    if attempt == 0:
+                        patch.setattr(early._Watch, "wait", after_the_compile)
+                    else:
+                        assert list(cache.glob("*-cache")), "jax wrote no entry"
+                        patch.setattr(early._Request, "compile", late)
+                    jax.clear_caches()
+                    compiled.append(lowering.compile_lowered(_lowered(_layers, x), fast=True)[0])
+            full, loaded = compiled
+    finally:
+        early.stop_early(False)
+        assert early.wait_abandoned(60)
+    assert seen[-1][:2] == (False, False), seen  # not stopped, not answered from a kept dump: jax's entry
+    assert not early.stood_in(loaded)
+
+    def figures(compiled: Any) -> dict[str, int]:
+        stats = compiled.memory_analysis()
+        return {name: getattr(stats, name) for name in dir(stats) if name.endswith("_in_bytes")}
+
+    assert figures(loaded) == figures(full)
+    assert figures(loaded)["argument_size_in_bytes"] == x.nbytes
+
+
+def test_a_dump_without_a_buffer_assignment_is_told_apart(tmp_path: Path) -> None:
+    """What XLA dumps as it loads an executable has the module alone (every figure would read as 0): neither
+    the early stop nor an accelerator compile's reading (``dumps.read_dump``) takes it for the compile's."""
+    from fieldmem.driver import dumps
+
+    module = _message([(1, b"jit_f")])
+    allocation = _message([(2, 64), (5, 1)])  # 64 bytes, an entry parameter
+    compiled = _message([(1, module), (3, _message([(3, allocation)]))])
+    assert dumped.has_assignment(compiled)
+    assert not dumped.has_assignment(_message([(1, module)]))
+    assert not dumped.has_assignment(b"not a message \xff")
+    (tmp_path / "module_0001.jit_f.after_optimizations.hlo.pb").write_bytes(_message([(1, module)]))
+    assert dumps.read_dump(str(tmp_path)) is None
+    (tmp_path / "module_0002.jit_f.tpu_after_optimizations.hlo.pb").write_bytes(compiled)
+    assert dumps.read_dump(str(tmp_path)) == compiled
+
+
 def test_a_kept_dump_is_whole_or_a_miss(tmp_path: Path) -> None:
     from fieldmem.driver import kept
 
