@@ -43,9 +43,19 @@ from fieldmem.request.build import backend_file
 if TYPE_CHECKING:
     from fieldmem.gate.baseline import Baseline
     from fieldmem.model.report import Report
+    from fieldmem.render.table import DetailsAhead
     from fieldmem.request.build import CheckRequest, OutputSettings
 
-__all__ = ["WriteError", "echo_rendered", "emit_reports", "terminal_options", "write_file", "write_files"]
+__all__ = [
+    "WriteError",
+    "echo_rendered",
+    "emit_reports",
+    "stdout_format",
+    "stdout_options",
+    "terminal_options",
+    "write_file",
+    "write_files",
+]
 
 
 class WriteError(FieldmemError):
@@ -55,7 +65,9 @@ class WriteError(FieldmemError):
 
 
 @collector_paused()  # builds only fieldmem's documents and text, from records that all live on: see fieldmem.model.collector
-def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Baseline | None) -> int:
+def emit_reports(
+    reports: Sequence[Report], request: CheckRequest, baseline: Baseline | None, ahead: DetailsAhead | None = None
+) -> int:
     """Gate, print, write and save the reports of one run; return the run's exit code.
 
     Raises:
@@ -77,7 +89,7 @@ def emit_reports(reports: Sequence[Report], request: CheckRequest, baseline: Bas
     _print_errors(reports)
     write_files(reports, request.output, request.options.min_bytes)
     write_job_summary(reports, request.output, request.options.min_bytes)
-    _print_reports(reports, request.output, request.options.min_bytes)
+    _print_reports(reports, request.output, request.options.min_bytes, ahead)
     if settings.save_to is not None:
         refused = _save_baseline(reports, settings.save_to, settings.prune, settings.root, settings.accept_current)
         if refused is not None:
@@ -159,16 +171,30 @@ def write_job_summary(reports: Sequence[Report], output: OutputSettings, min_byt
         raise WriteError(f"cannot write the job summary {summary_file!r}: {exc.strerror or exc}") from None
 
 
-def _print_reports(reports: Sequence[Report], output: OutputSettings, min_bytes: int) -> None:
-    """Each report on stdout (the table when ``-o`` took the format), then several backends side by side."""
-    options = dataclasses.replace(terminal_options(output.verbose, min_bytes), top=output.top)
-    renderer = get_renderer("table" if output.file is not None else output.format)
+def stdout_format(output: OutputSettings) -> str:
+    """The format printed on stdout: the table when ``-o`` took the format."""
+    return "table" if output.file is not None else output.format
+
+
+def stdout_options(output: OutputSettings, min_bytes: int) -> RenderOptions:
+    """How the reports are rendered on stdout (:func:`terminal_options`, with ``--top``)."""
+    return dataclasses.replace(terminal_options(output.verbose, min_bytes), top=output.top)
+
+
+def _print_reports(
+    reports: Sequence[Report], output: OutputSettings, min_bytes: int, ahead: DetailsAhead | None = None
+) -> None:
+    """Each report on stdout (the table when ``-o`` took the format), then several backends side by side;
+    ``ahead``: the table's details rendered while the check ran."""
+    options = stdout_options(output, min_bytes)
+    renderer = get_renderer(stdout_format(output))
     if renderer.name == "json" and len(reports) > 1:
         # one document, which one json.load reads: several backends or jax releases, in the run's order
         echo_rendered(render_many(reports, options), options)
         return
+    render = ahead.render if ahead is not None and renderer.name == "table" else renderer.render
     for report in reports:
-        echo_rendered(renderer.render(report, options), options)
+        echo_rendered(render(report, options), options)
     if len(reports) > 1 and renderer.name == "table":
         side_by_side = compare_reports(list(zip(report_labels(reports), reports)), min_bytes=min_bytes)
         echo_rendered(get_compare_renderer("table").render(side_by_side, options), options)

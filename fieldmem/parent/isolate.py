@@ -44,6 +44,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fieldmem.model.report import Report
+from fieldmem.model.target import TargetResult
 from fieldmem.parent.spawn import Interpreter
 from fieldmem.parent.supervisor import Checked, Supervised, Supervisor, Unit
 from fieldmem.parent.worker_process import WorkerFailure, WorkerProcess
@@ -70,6 +71,7 @@ def supervise(
     headers: bool = True,
     devices: int | None = None,
     interpreter: Interpreter | None = None,
+    on_result: Callable[[TargetResult], None] | None = None,
 ) -> Supervised:
     """Load, check (and run, as ``options`` say) every unit on every backend in worker processes.
 
@@ -78,7 +80,8 @@ def supervise(
     after it imported the first module, whose settings for jax must come before jax starts).
     ``headers``: each backend's report without results is wanted (False: only the results).
     ``devices``: ``--devices``, which wins over a module's own count of CPU devices. ``interpreter``: the
-    Python the workers run under (another venv, with another jax); None: this one.
+    Python the workers run under (another venv, with another jax); None: this one. ``on_result``: called with
+    each target's result as it is made (from the thread that made it; what it raises is not the check's).
 
     Raises:
         WorkerFailure: an error of the whole run (a backend that is not available),
@@ -88,6 +91,7 @@ def supervise(
     supervisor.need_headers = headers
     supervisor.devices = devices
     supervisor.interpreter = interpreter
+    supervisor.on_result = on_result
     return supervisor.run()
 
 
@@ -100,10 +104,11 @@ def check_reports(
     progress: Callable[[str, int, int], None] | None = None,
     devices: int | None = None,
     interpreter: Interpreter | None = None,
+    on_result: Callable[[TargetResult], None] | None = None,
 ) -> tuple[Report, ...]:
     """One report per backend, every target checked in worker processes (``fieldmem check``); ``devices``:
     ``--devices``, which wins over a module's own count of CPU devices; ``interpreter``: the workers'
-    Python, where not this one (``--jax``, ``--python``)."""
+    Python, where not this one (``--jax``, ``--python``); ``on_result``: as :func:`supervise` takes it."""
     supervised = supervise(
         units,
         backends,
@@ -112,6 +117,7 @@ def check_reports(
         progress=progress,
         devices=devices,
         interpreter=interpreter,
+        on_result=on_result,
     )
     reports = _reports(supervised)
     if progress is not None:

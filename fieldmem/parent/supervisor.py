@@ -128,6 +128,8 @@ class Supervisor:
         self.running: list[WorkerProcess] = []  # the workers now running
         self.check_timeout: float | None = None  # seconds a target may take, run or not (the pytest plugin)
         self.interpreter: Interpreter | None = None  # the workers' Python, where not this one (--jax, --python)
+        # called with each result as it is made (the front end renders the table's details meanwhile)
+        self.on_result: Callable[[TargetResult], None] | None = None
         # what the workers' environment sets beside this process's: the pytest plugin's deviceless backends
         # (fieldmem check sets them in its own process before it starts a worker)
         self.extra_environ: dict[str, str] = {}
@@ -391,6 +393,13 @@ class Supervisor:
         if key[:3] in watch.in_flight:
             watch.in_flight.remove(key[:3])
         watch.progressed = True
+        if self.on_result is not None:
+            with collector_paused():
+                for result in checked[0]:
+                    try:
+                        self.on_result(result)
+                    except Exception:  # the front end's own work ahead: never the check's error
+                        pass
 
     def on_event(self, event: dict[str, Any], watch: WorkerSeen) -> None:
         what = event["e"]

@@ -10,6 +10,7 @@ for plain vs donated (resampled from the report's decimated timeline).
 from __future__ import annotations
 
 import io
+import threading
 
 from rich import box
 from rich.console import Console, RenderableType
@@ -55,7 +56,7 @@ from fieldmem.render.pieces import (
 )
 from fieldmem.render.suggest import suggestion_renderables
 
-__all__ = ["render", "render_lines", "sparkline"]
+__all__ = ["DetailsAhead", "render", "render_lines", "sparkline"]
 
 _TOP_COPIES = 3
 SPARK_WIDTH = 56
@@ -553,7 +554,46 @@ def _per_call(c: Copy) -> str:
     return format_bytes(c.bytes_per_call) + f" (×{c.trip_count})" if c.bytes_per_call is not None else ""
 
 
-def render(report: Report, options: RenderOptions) -> str:
+class DetailsAhead:
+    """Each target's details, rendered as its result comes while the check still runs (the parent waits on its
+    worker meanwhile), for the table of the report that holds them: at 100 targets the table took 0.48 s after
+    the last compile on 2 cores (benchmarks/results/own-time-2cores.md), most of it these details.
+
+    :meth:`take` gives a result's text only for that very result, rendered with equal options and with no
+    failure the baseline accepts (its details then say so): anything else is rendered at the end, as before.
+    A result with text that must be escaped is left to the end too (the report is escaped whole there). Safe to
+    call from the threads of several workers.
+    """
+
+    def __init__(self, options: RenderOptions) -> None:
+        self.options = options
+        self._texts: dict[int, tuple[TargetResult, str]] = {}
+        self._lock = threading.Lock()
+
+    def add(self, result: TargetResult) -> None:
+        """Render ``result``'s details now."""
+        if visible_strings(result) is not result:
+            return
+        buffer = io.StringIO()
+        _details(text_console(buffer, self.options), result, self.options)
+        with self._lock:
+            self._texts[id(result)] = (result, buffer.getvalue())
+
+    def render(self, report: Report, options: RenderOptions) -> str:
+        """The table of ``report`` (:func:`render`), with the details rendered here ahead."""
+        return render(report, options, self)
+
+    def take(self, result: TargetResult, options: RenderOptions, accepted: tuple[Check, ...]) -> str | None:
+        """The details of ``result`` rendered ahead for ``options`` (None: render them now)."""
+        with self._lock:
+            kept = self._texts.pop(id(result), None)
+        if kept is None or kept[0] is not result or options != self.options or accepted:
+            return None
+        return kept[1]
+
+
+def render(report: Report, options: RenderOptions, ahead: DetailsAhead | None = None) -> str:
+    """The table of ``report``; ``ahead``: details rendered while the check ran (:class:`DetailsAhead`)."""
     report = visible_strings(report)  # every name, path and message as fieldmem shows user text
     buffer = io.StringIO()
     console = text_console(buffer, options)
@@ -578,7 +618,12 @@ def render(report: Report, options: RenderOptions) -> str:
         return _trimmed(buffer.getvalue(), options.color)
     console.print(_summary_table(report, options, console))
     for result in report.results:
-        _details(console, result, options, report.accepted_failures(result))
+        accepted = report.accepted_failures(result)
+        text = ahead.take(result, options, accepted) if ahead is not None else None
+        if text is None:
+            _details(console, result, options, accepted)
+        else:  # the console writes each print to the buffer at once: this text sits where _details would print
+            buffer.write(text)
     if report.chains:
         for chain in report.chains:
             for item in chain_renderables(chain, verbose=options.verbose, width=options.width):

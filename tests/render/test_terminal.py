@@ -17,6 +17,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -30,8 +31,11 @@ from fieldmem.parent.checker import check, check_targets
 from fieldmem.render import RenderOptions, get_renderer
 from fieldmem.render.layout import Column, fitted_table, hanging
 from fieldmem.render.suggest import named_code
+from fieldmem.render.table import DetailsAhead
 from fieldmem.request.options import CheckOptions
 from fieldmem.request.target import TargetOptions, resolve_target
+
+from factories import make_report, make_result
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WIDTHS = (80, 120)
@@ -298,6 +302,81 @@ def test_no_progress_and_nothing_written_when_stderr_is_not_a_terminal(monkeypat
     with progress_display(_stderr_console()) as progress:
         assert progress is None
     assert piped.getvalue() == ""
+
+
+# ---- the details rendered while the check runs ---------------------------------------------------------
+
+
+class _Counted(DetailsAhead):
+    """:class:`DetailsAhead` counting the details it gave."""
+
+    taken = 0
+
+    def take(self, *args: Any) -> str | None:
+        text = super().take(*args)
+        self.taken += text is not None
+        return text
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("width", WIDTHS)
+@pytest.mark.parametrize("name", ["optimizer", "advisor", "chain"])
+def test_details_rendered_ahead_are_the_table_s_own(reports: dict[str, Report], name: str, width: int) -> None:
+    report = reports[name]
+    for verbose in (False, True):
+        options = RenderOptions(verbose=verbose, width=width)
+        ahead = _Counted(options)
+        for result in report.results:
+            ahead.add(result)
+        assert ahead.render(report, options) == table(report, width, verbose)
+        assert ahead.taken == len(report.results)
+
+
+def test_details_rendered_for_other_options_or_needing_escapes_are_rendered_at_the_end() -> None:
+    """A terminal resized during the check (another width), and a name that must be escaped: rendered at the
+    end, the same table."""
+    plain, hostile = make_result("model:step"), make_result("model:\x1b[31mstep")
+    report = make_report((plain, hostile))
+    ahead = _Counted(RenderOptions(width=80))
+    for result in report.results:
+        ahead.add(result)
+    wide = RenderOptions(width=120)
+    assert ahead.render(report, wide) == get_renderer("table").render(report, wide)
+    assert ahead.taken == 0
+    ahead = _Counted(RenderOptions(width=80))
+    for result in report.results:
+        ahead.add(result)
+    assert ahead.render(report, RenderOptions(width=80)) == get_renderer("table").render(
+        report, RenderOptions(width=80)
+    )
+    assert ahead.taken == 1  # the plain one; the escaped name is rendered from the escaped report
+    assert "\\x1b" in get_renderer("table").render(report, RenderOptions(width=80))
+
+
+@pytest.mark.compile
+def test_the_cli_renders_each_target_s_details_while_the_worker_checks(
+    in_assets: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    added: list[str] = []
+    taken: list[bool] = []
+    add, take = DetailsAhead.add, DetailsAhead.take
+
+    def counted_add(self: DetailsAhead, result: Any) -> None:
+        added.append(result.name)
+        add(self, result)
+
+    def counted_take(self: DetailsAhead, *args: Any) -> str | None:
+        text = take(self, *args)
+        taken.append(text is not None)
+        return text
+
+    monkeypatch.setattr(DetailsAhead, "add", counted_add)
+    monkeypatch.setattr(DetailsAhead, "take", counted_take)
+    args = ["check", "models.py:step", "models.py:scale", "--args", "models:make_args", "--no-cache"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code in (0, 1), result.output
+    assert added == ["models.py:step", "models.py:scale"] and taken == [True, True]
+    assert "models.py:step" in result.stdout and "models.py:scale" in result.stdout
 
 
 def test_the_progress_shows_the_target_and_the_elapsed_time() -> None:
