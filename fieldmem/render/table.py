@@ -556,8 +556,8 @@ def _per_call(c: Copy) -> str:
 
 class DetailsAhead:
     """Each target's details, rendered as its result comes while the check still runs (the parent waits on its
-    worker meanwhile), for the table of the report that holds them: at 100 targets the table took 0.48 s after
-    the last compile on 2 cores (benchmarks/results/own-time-2cores.md), most of it these details.
+    worker meanwhile), for the table of the report that holds them: at 100 targets these details were most of
+    the table printed after the last compile (benchmarks/results/own-time-2cores.md).
 
     :meth:`take` gives a result's text only for that very result, rendered with equal options and with no
     failure the baseline accepts (its details then say so): anything else is rendered at the end, as before.
