@@ -1,4 +1,4 @@
-"""What a finished XLA:CPU compile would tell, read from what XLA dumped before its code generation.
+"""What a finished XLA:CPU or XLA:GPU compile would tell, read from what XLA dumped before its code generation.
 
 XLA writes the optimized module, its text and its buffer assignment
 (``*after_optimizations.hlo.pb`` and ``*after_optimizations.txt``) once its
@@ -7,7 +7,8 @@ check reads nothing that code generation makes, so it can stop there
 (:mod:`fieldmem.driver.early`) if every figure of the finished compile can be
 had, exactly, from the dump. These are the rules, each held to the finished
 compile on every bundled example and on real-library steps
-(``tests/driver/test_early_stop.py``; measured with jaxlib 0.10.2, XLA:CPU):
+(``tests/driver/test_early_stop.py``; measured with jaxlib 0.10.2, XLA:CPU and
+XLA:GPU for an H100 compiled without the device):
 
 - the sizes of ``memory_analysis()`` are XLA's
   ``CompiledMemoryStats::PopulateBufferStatsFromAllocations`` over the
@@ -19,10 +20,19 @@ compile on every bundled example and on real-library steps
 - XLA:CPU's ``peak_memory_in_bytes`` is the sum of every allocation that is
   not a temporary or thread-local (arguments, outputs, constants): its temporaries
   are left out (:func:`cpu_peak`);
-- ``Compiled.as_text()`` is the dumped text, but for the ``backend_config`` of
+- XLA:GPU's is XLA's ``ComputePeakMemorySizes`` (the memory viewer's padded
+  peak): the allocations of the default memory that are arguments, outputs or
+  constants, plus the highest point of the heap simulator's trace of its
+  temporaries, replayed event by event (:func:`gpu_peak`; None where that rule
+  would depend on which of several traces XLA's hash map gives first);
+- XLA:CPU's ``Compiled.as_text()`` is the dumped text, but for the ``backend_config`` of
   each instruction, which the finished executable prints as compact JSON with
   its keys sorted (XLA:CPU's code generation writes the configs of ``while``
-  loops and library fusions again): :func:`executable_text`;
+  loops and library fusions again): :func:`executable_text`. XLA:GPU's is the
+  module its executable keeps, built again from its proto, whose source tables
+  keep only what is used, in another order: the dumped first line, then the rest
+  as XLA prints the dumped module built from its proto
+  (:func:`fieldmem.driver.early` builds it);
 - the entry's parameter and result shapes, with their layouts, are the module's
   ``host_program_shape`` (:func:`entry_shapes`: read here, so that no XLA object is
   built from the module while other compiles run: that holds the GIL,
@@ -49,6 +59,7 @@ __all__ = [
     "dumped_stats",
     "entry_shapes",
     "executable_text",
+    "gpu_peak",
     "module_of",
 ]
 
@@ -206,12 +217,13 @@ def cpu_peak(found: list[Allocation]) -> int:
     return sum(a.size for a in found if not (_is_temp(a) or a.is_thread_local))
 
 
-def dumped_stats(hlo_proto: bytes) -> DumpedStats:
-    """The ``memory_analysis()`` figures of the XLA:CPU compile that dumped ``hlo_proto`` (a serialized
-    ``HloProto``: the optimized module and its buffer assignment).
+def dumped_stats(hlo_proto: bytes, platform: str = "cpu") -> DumpedStats:
+    """The ``memory_analysis()`` figures of the XLA:CPU (or, ``platform`` ``gpu``, XLA:GPU) compile that dumped
+    ``hlo_proto`` (a serialized ``HloProto``: the optimized module and its buffer assignment).
 
     Raises:
-        ValueError: ``hlo_proto`` is not a protobuf message.
+        ValueError: ``hlo_proto`` is not a protobuf message, or (XLA:GPU) its peak is not had exactly
+            (:func:`gpu_peak`).
     """
     found = allocations(hlo_proto)
     figures = dict.fromkeys(
@@ -227,8 +239,132 @@ def dumped_stats(hlo_proto: bytes) -> DumpedStats:
             figures[where + "output"] += allocation.size
         if _is_temp(allocation):
             figures[where + "temp"] += allocation.size
-    figures["peak"] = cpu_peak(found)
+    if platform == "gpu":
+        peak = gpu_peak(hlo_proto)
+        if peak is None:
+            raise ValueError("XLA:GPU's peak is not had exactly from this dump")
+        figures["peak"] = peak
+    else:
+        figures["peak"] = cpu_peak(found)
     return DumpedStats(figures)
+
+
+# LogicalBufferProto: id=1, size=2, color=4; BufferAllocationProto: index=1, assigned=9 (its
+# logical_buffer_id=1); HeapSimulatorTrace: events=1; an Event: kind=1 (ALLOC=0, FREE=1, SHARE_WITH=2),
+# buffer_id=2, share_with_canonical_id=5
+_ALLOC, _FREE, _SHARE_WITH = 0, 1, 2
+
+
+def gpu_peak(hlo_proto: bytes) -> int | None:
+    """XLA:GPU's ``peak_memory_in_bytes`` (``ComputePeakMemorySizes``, padded) from a serialized ``HloProto``,
+    in the default memory (colour 0): every allocation that is an entry parameter, may be live out, or is a
+    constant (thread-local ones are not counted), plus the highest point of the heap simulator's trace of the
+    temporaries, replayed with the trace's shared buffers counted once. None where the rule is not decided
+    exactly: two temporary allocations with traces of their own (XLA takes one of them in a hash map's
+    order), or a trace XLA itself would refuse (a buffer freed twice, a heap below zero, events of more than
+    one allocation).
+
+    Raises:
+        ValueError: ``hlo_proto`` is not a protobuf message.
+    """
+    assignment = _fields(_part(hlo_proto, 3))
+    sizes: dict[int, int] = {}
+    colors: dict[int, int] = {}
+    for number, wire, value in assignment:
+        if number == 1 and wire == 2 and isinstance(value, bytes):
+            read = {f: v for f, k, v in _fields(value) if k == 0 and isinstance(v, int)}
+            buffer = _signed(read.get(1, 0))
+            sizes[buffer] = _signed(read.get(2, 0))
+            colors[buffer] = _signed(read.get(4, 0))
+    allocation_of: dict[int, int] = {}  # logical buffer -> its allocation's place in the list
+    lasting = 0
+    temporaries: list[int] = []  # the places of the default memory's allocations the heap simulator traces
+    place = 0
+    for number, wire, value in assignment:
+        if number != 3 or wire != 2 or not isinstance(value, bytes):
+            continue
+        fields = _fields(value)
+        flags = {f: v for f, k, v in fields if k == 0 and isinstance(v, int)}
+        held = [
+            _signed(int(b))
+            for f, k, v in fields
+            if f == 9 and k == 2 and isinstance(v, bytes)
+            for n, kk, b in _fields(v)
+            if n == 1 and kk == 0
+        ]
+        for buffer in held:
+            allocation_of[buffer] = place
+        if _signed(flags.get(8, 0)) == 0:
+            if flags.get(5) or flags.get(7) or flags.get(12):  # parameter, maybe live out, constant
+                if any(b in sizes for b in held):
+                    lasting += _signed(flags.get(2, 0))
+            else:
+                temporaries.append(place)
+        place += 1
+    traces = [v for n, w, v in assignment if n == 4 and w == 2 and isinstance(v, bytes)]
+    events = [[_event(e) for f, k, e in _fields(t) if f == 1 and k == 2 and isinstance(e, bytes)] for t in traces]
+    traced: dict[int, int] = {}  # allocation -> its trace (the trace's first buffer's allocation)
+    for index, found in enumerate(events):
+        if found and found[0][1] in allocation_of and found[0][1] in sizes:
+            traced[allocation_of[found[0][1]]] = index
+    chosen = {traced[p] for p in temporaries if p in traced}
+    if len(chosen) > 1:
+        return None
+    if chosen:
+        trace = chosen.pop()
+    else:  # the trace with the most events of the default memory's buffers (the first of equals)
+        counts = [sum(1 for _, b, _ in found if b in colors and colors[b] == 0) for found in events]
+        trace = next((i for i, c in enumerate(counts) if c == max(counts) and c > 0), -1) if counts else -1
+    if trace < 0:
+        return lasting
+    heap = top = 0
+    count: dict[int, int] = {}
+    canonical: dict[int, int] = {}
+    seen: set[int] = set()
+
+    def root(buffer: int) -> int:
+        while buffer in canonical:
+            buffer = canonical[buffer]
+        return buffer
+
+    for kind, buffer, shared in events[trace]:
+        if buffer not in sizes:
+            continue
+        seen.add(allocation_of.get(buffer, -1))
+        if kind == _ALLOC:
+            owner = root(buffer)
+            count[owner] = count.get(owner, 0) + 1
+            heap += sizes[owner]
+            top = max(top, heap)
+        elif kind == _FREE:
+            owner = root(buffer)
+            count[owner] = count.get(owner, 0) - 1
+            if count[owner] < 0:
+                return None
+            if count[owner] == 0:
+                heap -= sizes[owner]
+                if heap < 0:
+                    return None
+        elif kind == _SHARE_WITH:
+            if shared not in sizes:
+                continue
+            canonical[buffer] = shared
+            owner = root(shared)
+            count[owner] = count.get(owner, 0) + 1
+            if count[owner] == 1:  # shared after its canonical buffer was freed: its memory is taken again
+                heap += sizes[owner]
+                top = max(top, heap)
+        else:
+            return None
+    if len(seen) != 1:
+        return None
+    return lasting + top
+
+
+def _event(data: bytes) -> tuple[int, int, int]:
+    """A heap simulator trace's event: its kind, buffer and the buffer it shares with."""
+    read = {f: v for f, k, v in _fields(data) if k == 0 and isinstance(v, int)}
+    return read.get(1, _ALLOC), _signed(read.get(2, 0)), _signed(read.get(5, 0))
 
 
 #: XLA's ``PrimitiveType`` values that are no array: ``PRIMITIVE_TYPE_INVALID``, ``TUPLE``, ``OPAQUE_TYPE``,

@@ -1,11 +1,17 @@
-"""A static check's XLA:CPU compile, stopped where what fieldmem reads is ready.
+"""A static check's XLA:CPU compile, and its XLA:GPU compile without the device, stopped where what fieldmem
+reads is ready.
 
 fieldmem reads a compile's optimized module, its text and its buffer
 assignment, and ``memory_analysis()``, which XLA:CPU derives from that
 assignment. XLA dumps all of them when its HLO passes and buffer assignment
 are done (``*after_optimizations.hlo.pb`` and ``*after_optimizations.txt``),
-after 45-50% of the compile-heavy step's compile; the rest is code generation
-(``benchmarks/results/compile-stages.md``), which a static check never reads.
+after 45-50% of the compile-heavy step's compile on XLA:CPU, after 4-21% of an
+H100's compile made without the device; the rest is code generation
+(``benchmarks/results/compile-stages.md``, ``early-stop-gpu.md``), which a
+static check never reads. On XLA:GPU ``memory_analysis()`` is derived from the
+same assignment by another rule, and its text from the module rebuilt from its
+proto (:mod:`fieldmem.driver.dumped`); on a TPU the temporaries are not those of
+the dump, so TPU compiles run to their end.
 
 Here the compile runs in a thread of its own with the dump on; inotify says
 when XLA has closed both files after writing them (a file still being written
@@ -21,7 +27,9 @@ exist yet, is unavailable, as it already is for a fast compile.
 Where it is done:
 
 - only where it is asked (:func:`stop_early`): a worker process of a static
-  check (no ``--run``, no ``--probe``) on XLA:CPU, with the fast options. A
+  check (no ``--run``, no ``--probe``) on XLA:CPU, with the fast options, or for
+  a GPU compiled without the device (a GPU of this machine keeps the full
+  compile: nothing here was measured on one). A
   compile thread cannot be cancelled: the abandoned code generation goes on at
   the lowest priority (``setpriority`` of its thread, Linux) and ends with the
   worker, which leaves by ``os._exit`` once its answers are sent. In-process
@@ -75,6 +83,7 @@ from fieldmem.driver import dumped, dumps, kept
 from fieldmem.request.options import EARLY_STOP_ENV, user_dumps
 
 __all__ = [
+    "DEVICELESS_EARLY_PLATFORMS",
     "EARLY_PLATFORMS",
     "EARLY_STOP_ENV",
     "abandoned",
@@ -87,9 +96,12 @@ __all__ = [
     "wait_abandoned",
 ]
 
-#: the platforms whose compiles may stop once the buffer assignment is dumped: XLA:CPU, where every figure is
-#: had exactly from the dump (on a GPU the executable's text and peak are not, measured; a TPU's temp is not)
+#: the platforms whose compiles on this machine's devices may stop once the buffer assignment is dumped: XLA:CPU,
+#: where every figure is had exactly from the dump (a TPU's temp is not; a GPU of this machine was never measured)
 EARLY_PLATFORMS: frozenset[str] = frozenset({"cpu"})
+#: the platforms whose compiles without the device may stop so: XLA:GPU, every figure had exactly from the dump
+#: (:mod:`fieldmem.driver.dumped`; a TPU's temp is not, so a TPU compile runs to its end)
+DEVICELESS_EARLY_PLATFORMS: frozenset[str] = frozenset({"gpu"})
 
 
 #: what XLA writes once its HLO passes and buffer assignment are done (``cpu_after_optimizations.hlo.pb``)
@@ -286,10 +298,19 @@ class _Request:
     compile once jax's cache missed; :attr:`answered` says a kept dump answered it; :attr:`loaded` that jax's
     cache had the executable (XLA then dumps the module it loads, without a buffer assignment: never read)."""
 
-    def __init__(self, folder: str, ended: Callable[[], None], kept_in: Path | None = None) -> None:
+    def __init__(
+        self,
+        folder: str,
+        ended: Callable[[], None],
+        kept_in: Path | None = None,
+        platform: str = "cpu",
+        started: Callable[[int], None] | None = None,
+    ) -> None:
         self.folder = folder
         self.ended = ended
         self.kept = kept_in
+        self.platform = platform
+        self.thread_started = started
         self.key: str | None = None
         self.started = False
         self.stopped = False
@@ -318,6 +339,8 @@ class _Request:
 
         def run() -> None:
             _compiling.request = self
+            if self.thread_started is not None:
+                self.thread_started(threading.get_native_id())
             try:
                 box["executable"] = original(*args)
             except _Kept as found:
@@ -337,7 +360,7 @@ class _Request:
         finally:
             watch.close()
         if ready and not done.is_set() and not self.loaded:
-            stand_in = _from_dump(self.folder, devices)
+            stand_in = _from_dump(self.folder, devices, self.platform)
             if stand_in is not None:
                 self.stopped = True
                 _lowest_priority(thread)
@@ -350,7 +373,7 @@ class _Request:
         done.wait()
         if "kept" in box:
             found: _Kept = box["kept"]
-            stand_in = _stand_in(found.module, found.text, devices)
+            stand_in = _stand_in(found.module, found.text, devices, self.platform)
             if stand_in is not None:
                 self.stopped = self.answered = True
                 return stand_in
@@ -360,17 +383,25 @@ class _Request:
         return box["executable"]
 
 
-def compile_until_assigned(lowered: Any, options: dict[str, Any], ended: Callable[[], None]) -> tuple[Any, bool]:
-    """Compile ``lowered`` with ``options`` (which dump to a folder of its own, as :func:`dump_options` asks),
-    stopping once the reading is dumped where that is exact (see the module). ``ended`` is called once the
-    compile is over: at once when it was awaited, at the end of its code generation when it was abandoned.
+def compile_until_assigned(
+    lowered: Any,
+    options: dict[str, Any],
+    ended: Callable[[], None],
+    platform: str = "cpu",
+    started: Callable[[int], None] | None = None,
+) -> tuple[Any, bool]:
+    """Compile ``lowered`` for ``platform`` with ``options`` (which dump to a folder of its own, as
+    :func:`dump_options` asks), stopping once the reading is dumped where that is exact (see the module).
+    ``ended`` is called once the compile is over: at once when it was awaited, at the end of its code
+    generation when it was abandoned; ``started`` with the native id of the thread the compile runs in (what
+    XLA logs there is the compile's).
 
     Returns jax's ``Compiled`` and whether the compile was stopped early.
 
     Raises:
         Exception: as ``lowered.compile`` raises.
     """
-    request = _Request(str(options["xla_dump_to"]), ended, kept_folder())
+    request = _Request(str(options["xla_dump_to"]), ended, kept_folder(), platform, started)
     _local.request = request
     try:
         compiled = lowered.compile(compiler_options=options)
@@ -470,7 +501,7 @@ class _Watch:
                 os.close(fd)
 
 
-def _from_dump(folder: str, devices: Any) -> _FromDump | None:
+def _from_dump(folder: str, devices: Any, platform: str = "cpu") -> _FromDump | None:
     """The stand-in for the executable whose compile dumped to ``folder`` (None: the dump is not one module
     and its text, or the reading cannot be had exactly from it)."""
     # the compile may end (and its folder be removed) while it is read here: then the finished compile answers
@@ -482,14 +513,14 @@ def _from_dump(folder: str, devices: Any) -> _FromDump | None:
         module, text = modules[0].read_bytes(), texts[0].read_text()
     except OSError:
         return None
-    return _stand_in(module, text, devices)
+    return _stand_in(module, text, devices, platform)
 
 
-def _stand_in(module: bytes, text: str, devices: Any) -> _FromDump | None:
+def _stand_in(module: bytes, text: str, devices: Any, platform: str = "cpu") -> _FromDump | None:
     """The stand-in answering from the optimized ``module`` (a serialized ``HloProto``) and its ``text`` (None:
     unreadable, or the reading cannot be had exactly from it)."""
     try:
-        stand_in = _FromDump(module, text, list(devices))
+        stand_in = _FromDump(module, text, list(devices), platform)
     except Exception:  # unreadable: the finished compile answers instead
         return None
     return stand_in if stand_in.exact() else None
@@ -514,14 +545,21 @@ class _Layout:
         return self._layout
 
 
-class _FromDump:
-    """What jax and fieldmem ask of an XLA:CPU executable, answered from its compile's dump (see the module)."""
+#: the memory kind of an output in the default memory, where the device cannot say (a GPU without the device:
+#: its topology's device has no ``default_memory()``; the finished executable says ``device``)
+_DEFAULT_KINDS = {"gpu": "device"}
 
-    def __init__(self, hlo_proto: bytes, text: str, devices: list[Any]) -> None:
+
+class _FromDump:
+    """What jax and fieldmem ask of an XLA:CPU executable, or of an XLA:GPU one compiled without the device,
+    answered from its compile's dump (see the module)."""
+
+    def __init__(self, hlo_proto: bytes, text: str, devices: list[Any], platform: str = "cpu") -> None:
         from jax._src.lib import xla_client
 
         self.hlo_proto = hlo_proto
         self.text = text
+        self.platform = platform
         self._devices = devices
         module = dumped.module_of(hlo_proto)
         if not module:
@@ -543,16 +581,26 @@ class _FromDump:
 
         self._parameters = [built(s) for s in parameters] if self._plain else []
         self._results = [built(s) for s in results] if self._plain else []
+        self._stats = dumped.dumped_stats(hlo_proto, platform) if self._plain else None  # raises: not exact
 
     def exact(self) -> bool:
         """Whether every answer is the finished executable's: arrays only, each with a layout that is its
         dimension order alone, in the default memory space (one that names another, ``S(n)``, would make jax's
-        memory kinds a guess)."""
+        memory kinds a guess); and, on XLA:GPU, a peak the dump decides (:func:`fieldmem.driver.dumped.gpu_peak`:
+        a stand-in whose peak it does not is never made)."""
         return self._plain
 
     def get_hlo_text(self) -> str:
+        if self.platform != "gpu":
+            return dumped.executable_text(self.text)
+        # XLA:GPU's executable prints the module it keeps, built again from its proto (its source tables keep
+        # only what is used, in another order), under the first line the compile dumped (the module's settings)
+        from jax._src.lib import xla_client
 
-        return dumped.executable_text(self.text)
+        rebuilt = xla_client.hlo.HloModule.from_serialized_hlo_module_proto(self._module).to_string()
+        first = self.text.split("\n", 1)[0]
+        rest = rebuilt.split("\n", 1)[1] if "\n" in rebuilt else ""
+        return first + "\n" + rest
 
     def hlo_modules(self) -> list[Any]:
         from jax._src.lib import xla_client
@@ -560,8 +608,7 @@ class _FromDump:
         return [xla_client.hlo.HloModule.from_serialized_hlo_module_proto(self._module)]
 
     def get_compiled_memory_stats(self) -> Any:
-
-        return dumped.dumped_stats(self.hlo_proto)
+        return self._stats if self._stats is not None else dumped.dumped_stats(self.hlo_proto, self.platform)
 
     def get_parameter_layouts(self) -> list[_Layout]:
         return [_Layout(s.layout()) for s in self._parameters]
@@ -570,7 +617,12 @@ class _FromDump:
         return [_Layout(s.layout()) for s in self._results]
 
     def get_output_memory_kinds(self) -> list[list[str]]:
-        kind = self._devices[0].default_memory().kind
+        try:
+            kind = self._devices[0].default_memory().kind
+        except Exception:  # a device of a topology (no device here): the executable's own word
+            if self.platform not in _DEFAULT_KINDS:
+                raise
+            kind = _DEFAULT_KINDS[self.platform]
         return [[kind] * len(self._results)]
 
     def local_devices(self) -> list[Any]:

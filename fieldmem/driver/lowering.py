@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from fieldmem.driver import compile_memory, deviceless, dumps, variant
+from fieldmem.driver import compile_memory, deviceless, dumps, quiet, variant
 from fieldmem.driver.deviceless import Target
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.leaves import out_tree
@@ -188,12 +188,21 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
     Raises:
         CompileError: XLA raised, or a deviceless compile came out for another platform.
     """
-    from fieldmem.driver.early import EARLY_PLATFORMS, can_stop_early, kept_folder, persistent_cache_in_use
+    from fieldmem.driver.early import (
+        DEVICELESS_EARLY_PLATFORMS,
+        EARLY_PLATFORMS,
+        can_stop_early,
+        kept_folder,
+        persistent_cache_in_use,
+    )
 
     platform = found.platform if found is not None else _platform(lowered)
-    early = fast and found is None and platform in EARLY_PLATFORMS and can_stop_early()
+    stops = DEVICELESS_EARLY_PLATFORMS if found is not None else EARLY_PLATFORMS
+    early = fast and platform in stops and can_stop_early()
     # with jax's cache on, only where the dump is kept in it for a rerun (fieldmem.driver.kept)
     if early and (not persistent_cache_in_use() or kept_folder() is not None):
+        if found is not None:
+            return _compile_deviceless_early(lowered, found)
         return _compile_early(lowered, _fast_options(platform) or {})
     with compile_memory.GATE.compiling():  # waits while the memory left holds no other compile beside those running
         options = _fast_options(platform) if fast else None
@@ -214,28 +223,82 @@ def _compile_early(lowered: Any, options: dict[str, Any]) -> tuple[Any, float, b
     """Compile ``lowered`` with the fast ``options``, stopped once XLA has dumped what fieldmem reads
     (:mod:`fieldmem.driver.early`). The compile keeps its place at the memory gate until it ends, its code
     generation included; the seconds are those until its reading was ready."""
+
+    try:
+        compiled, seconds, _ = _until_assigned(lowered, options, "cpu")
+    except Exception as exc:
+        raise CompileError(f"XLA compilation failed: {first_line(exc)}") from exc
+    return compiled, seconds, True
+
+
+def _compile_deviceless_early(lowered: Any, found: Target) -> tuple[Any, float, bool]:
+    """Compile ``lowered`` for ``found``'s chips (an XLA:GPU), stopped once XLA has dumped what fieldmem reads
+    (:mod:`fieldmem.driver.early`), else to its end; either way its buffer assignment is read from its dump and
+    what it said beside its program kept, as :func:`fieldmem.driver.dumps.compile_dumped` does. A program jax
+    compiled for another platform is refused."""
+    with quiet.quiet_stderr(take=dumps.XLA_DOUBTS) as log:
+        try:
+            compiled, seconds, _ = _until_assigned(
+                lowered, deviceless.compile_options(found), found.platform, log.also_thread, keep_dump=True
+            )
+        except Exception as exc:
+            raise CompileError(f"XLA compilation for {found.backend.name} failed: {first_line(exc)}") from exc
+    dumps.remember_notes(compiled, dumps.CompileNotes(found, found.platform, None, tuple(log.taken)))
+    deviceless.check_platform(compiled, found, variant.executable_devices(compiled))
+    return compiled, seconds, False
+
+
+def _until_assigned(
+    lowered: Any,
+    options: dict[str, Any],
+    platform: str,
+    started: Callable[[int], None] | None = None,
+    keep_dump: bool = False,
+) -> tuple[Any, float, bool]:
+    """:func:`fieldmem.driver.early.compile_until_assigned` in a dump folder of its own under the dump root, at
+    its place at the memory gate until the compile ends, its code generation included (and the folder removed
+    then). ``keep_dump``: a compile awaited to its end keeps what it dumped, for its buffer assignment
+    (:func:`fieldmem.driver.dumps.remember_dump`). Returns the executable, the seconds until its reading was
+    ready and whether it stopped early."""
     from fieldmem.driver.early import compile_until_assigned, dump_options, scratch
 
     place = contextlib.ExitStack()
     place.enter_context(compile_memory.GATE.compiling())  # left when the compile ends, its code generation included
     folder, remove = scratch(dumps.DUMP_ROOT[0])
-    ended = threading.Lock()
+    lock = threading.Lock()
+    state = {"ended": False, "returned": False}
 
-    def end() -> None:
-        if ended.acquire(blocking=False):  # once
-            remove()
+    def end() -> None:  # the compile is over: at once when awaited, at the end of its code generation if not
+        with lock:
+            if state["ended"]:
+                return
+            state["ended"] = True
             place.close()
+            if state["returned"]:  # else removed once the caller has read what it needs
+                remove()
+
+    def returned() -> None:
+        with lock:
+            state["returned"] = True
+            if state["ended"]:
+                remove()
 
     start = time.perf_counter()
     try:
-        compiled, early = compile_until_assigned(lowered, {**dump_options(folder), **options}, end)
-    except Exception as exc:
+        compiled, early = compile_until_assigned(lowered, {**dump_options(folder), **options}, end, platform, started)
+    except BaseException:
         end()
-        raise CompileError(f"XLA compilation failed: {first_line(exc)}") from exc
+        returned()
+        raise
     seconds = time.perf_counter() - start
-    if early:
-        dumps.remember_dumped(compiled, compiled.runtime_executable().hlo_proto)
-    return compiled, seconds, True
+    try:
+        if early:
+            dumps.remember_dumped(compiled, compiled.runtime_executable().hlo_proto)
+        elif keep_dump:
+            dumps.remember_dump(compiled, folder)
+    finally:
+        returned()
+    return compiled, seconds, early
 
 
 def _capacity(lowered: Any) -> Any:

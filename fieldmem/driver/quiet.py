@@ -167,13 +167,19 @@ class quiet_stderr:
     def __init__(self, take: re.Pattern[str] | None = None) -> None:
         self._take = take
         self.taken: list[str] = []
+        self._threads: set[int] = set()
+
+    def also_thread(self, native_id: int) -> None:
+        """Take the matching lines that thread ``native_id`` logs as this thread's too (a compile this thread
+        waits on runs there)."""
+        self._threads.add(native_id)
 
     def take_also(self, pattern: re.Pattern[str]) -> None:
         """Take the lines this thread logged that match ``pattern`` as well (called inside the block)."""
         self._take = pattern if self._take is None else re.compile(f"(?:{self._take.pattern})|(?:{pattern.pattern})")
 
     def __enter__(self) -> quiet_stderr:
-        self._thread = threading.get_native_id()
+        self._threads.add(threading.get_native_id())
         state = _redirect
         with state.lock:
             _flush_stderr()
@@ -213,7 +219,7 @@ class quiet_stderr:
         text = os.pread(fd, os.fstat(fd).st_size - self._start, self._start).decode("utf-8", "replace")
         for line in text.splitlines():
             logged = _LOGGED_BY.match(line)
-            if logged and int(logged.group(1)) == self._thread and self._take.search(line):
+            if logged and int(logged.group(1)) in self._threads and self._take.search(line):
                 self.taken.append(line)
                 state.taken.add(line)
 

@@ -29,6 +29,7 @@ from fieldmem.model.readings import NOTHING_DUMPED, CompiledVariant, DeviceMemor
 from fieldmem.request import backends
 
 __all__ = [
+    "DEVICELESS_GPU_UNAVAILABLE",
     "FAST_COMPILE_UNAVAILABLE",
     "MEMORY_FIELDS",
     "allocator_memory",
@@ -56,6 +57,13 @@ MEMORY_FIELDS: dict[str, str] = {
 FAST_COMPILE_UNAVAILABLE: dict[str, str] = {
     "generated_code_bytes": "--fast-compile generates the code without LLVM optimisation, "
     "so its size is not that of a default compile",
+}
+
+
+# the figures XLA does not give for a GPU compiled without the device: reported as unavailable, with the reason
+DEVICELESS_GPU_UNAVAILABLE: dict[str, str] = {
+    "generated_code_bytes": "XLA gives no size of the code it generates for a GPU compiled without the device "
+    "(its memory_analysis() reads 0)",
 }
 
 
@@ -286,6 +294,11 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
             figures[name] = int(value)
     if fast:
         for name, why in FAST_COMPILE_UNAVAILABLE.items():
+            figures[name] = None
+            unavailable[name] = why
+    notes = dumps.compile_notes(compiled)
+    if notes is not None and notes.target is not None and notes.platform == "gpu":
+        for name, why in DEVICELESS_GPU_UNAVAILABLE.items():
             figures[name] = None
             unavailable[name] = why
     doubted = _doubted(compiled)

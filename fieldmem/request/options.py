@@ -175,7 +175,8 @@ EARLY_STOP_ENV = "FIELDMEM_EARLY_STOP"
 
 
 def early_stop_wanted(environ: Mapping[str, str]) -> bool:
-    """Whether a static check's worker may stop its XLA:CPU compiles early: unless ``FIELDMEM_EARLY_STOP=0``."""
+    """Whether a static check's worker may stop its XLA:CPU compiles, and its GPU compiles without the device,
+    early: unless ``FIELDMEM_EARLY_STOP=0``."""
     return environ.get(EARLY_STOP_ENV, "1").strip() != "0"
 
 
@@ -191,7 +192,10 @@ def early_stop_said(
     """The ``-v`` line on whether this check's compiles stop once XLA has dumped what fieldmem reads
     (fieldmem.driver.early), and why not where they do not (``cached``: jax's persistent cache is on, where each
     dump is kept for a rerun, fieldmem.driver.kept)."""
-    stops = "XLA:CPU compiles stop once XLA has dumped the optimized module and its buffer assignment"
+    stops = (
+        "XLA:CPU compiles, and GPU compiles without the device, stop once XLA has dumped the optimized module and"
+        " its buffer assignment"
+    )
     if not options.compile_fast:
         why = "--run" if options.run else "--probe" if options.probe else "--no-fast-compile"
         return f"every compile runs to its end ({why}: the code generation is needed)"
@@ -201,16 +205,17 @@ def early_stop_said(
         return f"every compile runs to its end ({EARLY_STOP_ENV}=0)"
     if user_dumps(environ):
         return "every compile runs to its end (XLA_FLAGS asks XLA to dump: the dump is yours, in full)"
-    if all(b is not None and not b.startswith("cpu") for b in backends):
-        return "every compile runs to its end (GPU and TPU compiles do: the dump does not give their figures exactly)"
+    if all(b is not None and b.split(":")[0] == "tpu" for b in backends):
+        return "every compile runs to its end (TPU compiles do: the dump does not give their temporaries exactly)"
     where = f"{stops}, in the worker (one device, arguments not in a tuple, the device's default memory); "
+    rest = "TPU compiles, and those of a GPU of this machine, run to their end"
     if cached:
         return (
             where + "each dump is kept in the persistent cache folder under jax's key, which a rerun reads instead"
             " of compiling (a cache folder that is not local, such as gs://, or a JAX_COMPILATION_CACHE_DIR of yours"
-            " whose key leaves the source lines out, keeps the full compile); GPU and TPU compiles run to their end"
+            f" whose key leaves the source lines out, keeps the full compile); {rest}"
         )
-    return where + "GPU and TPU compiles run to their end"
+    return where + rest
 
 
 def default_jobs() -> int:
