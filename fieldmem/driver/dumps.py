@@ -152,6 +152,7 @@ class CompileNotes:
     platform: str
     out_of_memory: str | None = None
     doubts: tuple[str, ...] = ()
+    loaded: bool = False  # jax's persistent cache held the executable: XLA compiled (and dumped) nothing
 
 
 _notes: weakref.WeakKeyDictionary[Any, CompileNotes] = weakref.WeakKeyDictionary()
@@ -193,9 +194,10 @@ def remember_dump(compiled: Any, folder: str) -> None:
         _dumps[compiled] = None
 
 
-def remember_dumped(compiled: Any, hlo_proto: bytes) -> None:
+def remember_dumped(compiled: Any, hlo_proto: bytes | None) -> None:
     """Keep ``hlo_proto``, already read, as what ``compiled``'s compile dumped (a compile stopped once it was
-    dumped: :mod:`fieldmem.driver.early`), for :func:`dumped`."""
+    dumped: :mod:`fieldmem.driver.early`; or the dump kept when jax's cache answered it: None where none was
+    kept), for :func:`dumped`."""
     try:
         _dumps[compiled] = hlo_proto
     except TypeError:  # pragma: no cover - jax's executables take weak references
@@ -239,6 +241,8 @@ def compile_dumped(
             out-of-memory check).
     """
 
+    from fieldmem.driver.early import CacheKey
+
     name = found.backend.name if found is not None else platform
     root = DUMP_ROOT[0]
     if root is not None:
@@ -248,7 +252,7 @@ def compile_dumped(
         start = time.perf_counter()
         said = None
         dumps = folder
-        with quiet.quiet_stderr(take=XLA_DOUBTS) as log:
+        with quiet.quiet_stderr(take=XLA_DOUBTS) as log, CacheKey() as cached:
             try:
                 compiled = lowered.compile(compiler_options={**dump_options(folder), **extra})
             except Exception as exc:
@@ -263,6 +267,12 @@ def compile_dumped(
                 except Exception as again:
                     raise does_not_fit(capacity, name, said, again) from exc
         seconds = time.perf_counter() - start
-        remember_dump(compiled, dumps)
-        remember_notes(compiled, CompileNotes(found, platform, said, tuple(log.taken)))
+        if cached.loaded:  # XLA dumps no assignment of a program it loads: the one kept by the run that compiled it
+            remember_dumped(compiled, cached.load())
+        else:
+            remember_dump(compiled, dumps)
+            proto = dumped(compiled)
+            if proto is not None and said is None:
+                cached.save(proto)
+        remember_notes(compiled, CompileNotes(found, platform, said, tuple(log.taken), cached.loaded))
     return compiled, seconds

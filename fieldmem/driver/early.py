@@ -86,6 +86,7 @@ __all__ = [
     "DEVICELESS_EARLY_PLATFORMS",
     "EARLY_PLATFORMS",
     "EARLY_STOP_ENV",
+    "CacheKey",
     "abandoned",
     "can_stop_early",
     "compile_until_assigned",
@@ -231,13 +232,16 @@ class _CacheRead:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         found = self.original(*args, **kwargs)
-        request: _Request | None = getattr(_compiling, "request", None)
-        if request is not None and _hit(found):
-            request.loaded = True  # what XLA dumps as it loads the executable is no compile's dump
-        if request is None or request.kept is None or _hit(found):
+        request: _Request | CacheKey | None = getattr(_compiling, "request", None)
+        if request is None:
             return found
         key = args[1] if len(args) > 1 else kwargs.get("cache_key")
-        if not isinstance(key, str):
+        if _hit(found):
+            request.loaded = True  # what XLA dumps as it loads the executable is no compile's dump
+        if isinstance(request, CacheKey):  # a compile awaited to its end: its key, hit or miss
+            request.key = key if isinstance(key, str) else None
+            return found
+        if _hit(found) or request.kept is None or not isinstance(key, str):
             return found
         request.key = key
         dump = kept.load(request.kept, key)
@@ -247,6 +251,46 @@ class _CacheRead:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.original, name)
+
+
+class CacheKey:
+    """jax's persistent-cache key of the one compile this thread makes inside the block, and whether jax's cache
+    held its executable (:attr:`loaded`): a compile whose buffer assignment comes from XLA's dump (a TPU or GPU
+    of this machine, :func:`fieldmem.driver.dumps.compile_dumped`) keeps that dump under the key
+    (:mod:`fieldmem.driver.kept`), for a rerun whose executable jax loads from its cache, of which XLA dumps no
+    assignment. Where nothing is kept (:func:`kept_folder` is None: the cache off, not a local folder, a key
+    without the source lines), the block does nothing and :attr:`folder` is None."""
+
+    kept = None  # never answers a compile in place of XLA (that is the early stop's :class:`_Request`)
+    stopped = False
+
+    def __init__(self) -> None:
+        self.folder = kept_folder()
+        self.key: str | None = None
+        self.loaded = False
+        self._before: Any = None
+
+    def __enter__(self) -> CacheKey:
+        self._before = getattr(_compiling, "request", None)
+        if self.folder is not None:
+            _compiling.request = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _compiling.request = self._before
+
+    def load(self) -> bytes | None:
+        """The dump kept under this compile's key (None: none was kept, or nothing is)."""
+        if self.folder is None or self.key is None:
+            return None
+        found = kept.load(self.folder, self.key)
+        return found[0] if found is not None else None
+
+    def save(self, hlo_proto: bytes) -> bool:
+        """Keep ``hlo_proto`` (what this compile dumped) under its key, for a rerun; whether it was kept."""
+        if self.folder is None or self.key is None:
+            return False
+        return kept.save(self.folder, self.key, hlo_proto, "")
 
 
 class _CacheWrite:

@@ -25,7 +25,15 @@ from fieldmem.driver.leaves import (
 )
 from fieldmem.driver.prepare import PreparedCall
 from fieldmem.model.collector import collector_paused
-from fieldmem.model.readings import NOTHING_DUMPED, CompiledVariant, DeviceMemory, InputLeaf, MemoryReading, OutputLeaf
+from fieldmem.model.readings import (
+    CACHE_LOADED,
+    NOTHING_DUMPED,
+    CompiledVariant,
+    DeviceMemory,
+    InputLeaf,
+    MemoryReading,
+    OutputLeaf,
+)
 from fieldmem.request import backends
 
 __all__ = [
@@ -314,7 +322,9 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
             dump = dumps.dumped(compiled)
             if dump:
                 return MemoryReading(figures, unavailable, None, None, None, hlo_proto=dump)
-            return MemoryReading(figures, unavailable, None, None, NOTHING_DUMPED)
+            notes = dumps.compile_notes(compiled)
+            why = CACHE_LOADED if notes is not None and notes.loaded else NOTHING_DUMPED
+            return MemoryReading(figures, unavailable, None, None, why)
         missing = (
             reason if analysis is None else "memory_analysis() has no serialized_buffer_assignment_proto in this jaxlib"
         )

@@ -196,8 +196,14 @@ class OutputLeaf:
     device_shape: tuple[int, ...] | None = None  # the piece each device holds, where the program splits it
 
 
-#: why a deviceless compile has no buffer assignment: its dump holds none
-NOTHING_DUMPED = "XLA dumped no buffer assignment for this deviceless compile"
+#: why a compile read through XLA's dump (a TPU or GPU, with or without the device) has no buffer assignment
+NOTHING_DUMPED = "XLA dumped no buffer assignment for this compile"
+#: why one whose executable jax loaded from its persistent cache has none: XLA dumps none of a program it loads,
+#: and no run that compiled it kept its dump there (fieldmem.driver.kept)
+CACHE_LOADED = (
+    "jax loaded this executable from its persistent cache, and XLA dumps no buffer assignment of a program it"
+    " loads (no earlier check kept one in the cache folder): check once with --no-cache"
+)
 
 
 @dataclass(frozen=True)
