@@ -36,7 +36,7 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from fieldmem.driver import quiet
 from fieldmem.driver.dumped import has_assignment
@@ -52,6 +52,7 @@ __all__ = [
     "DUMP_ROOT",
     "IN_PROCESS_ASSIGNMENT",
     "XLA_DOUBTS",
+    "CacheKeyed",
     "CompileNotes",
     "compile_dumped",
     "compile_notes",
@@ -142,6 +143,39 @@ def does_not_fit(memory: DeviceMemory | None, backend: str, said: str, again: Ba
     return error
 
 
+class CacheKeyed(Protocol):
+    """What :func:`compile_dumped` asks of jax's cache key of its compile (:class:`fieldmem.driver.early.CacheKey`:
+    that module imports this one)."""
+
+    loaded: bool
+
+    def __enter__(self) -> CacheKeyed: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+    def load(self) -> bytes | None: ...
+
+    def save(self, hlo_proto: bytes) -> bool: ...
+
+
+class _NoKey:
+    """No key learnt, nothing kept: jax's cache off, or not asked."""
+
+    loaded = False
+
+    def __enter__(self) -> _NoKey:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def load(self) -> bytes | None:
+        return None
+
+    def save(self, hlo_proto: bytes) -> bool:
+        return False
+
+
 @dataclass(frozen=True)
 class CompileNotes:
     """What a dumped compile said beside its program: ``target``, the deviceless backend it was compiled for
@@ -226,13 +260,16 @@ def compile_dumped(
     found: Target | None = None,
     options: dict[str, Any] | None = None,
     capacity: DeviceMemory | None = None,
+    keyed: CacheKeyed | None = None,
 ) -> tuple[Any, float]:
     """Compile ``lowered`` for ``platform`` with XLA's dump on, keeping the buffer assignment it dumps and what
     the compile said beside it (:class:`CompileNotes`): a program libtpu refuses because it does not fit the
     chip's HBM is compiled again without that check, so that its figures can say by how much; a line where XLA
     doubts its own figures is kept (and not printed). ``found``: the deviceless backend compiled for (None: a
     device of this machine); ``options``: XLA options beside the dump's; ``capacity``: the device's memory, for
-    the words of a program that cannot be compiled at all.
+    the words of a program that cannot be compiled at all; ``keyed``: jax's cache key of the compile, learnt
+    inside it (:class:`fieldmem.driver.early.CacheKey`): the dump is kept under it, and where jax's cache held
+    the executable (XLA then dumps no assignment) the dump kept by the run that compiled it is read.
 
     Returns the executable and the seconds the compile (both, when it was compiled again) took.
 
@@ -240,8 +277,6 @@ def compile_dumped(
         CompileError: XLA raised (kind ``out-of-memory`` when the program cannot be compiled even without the
             out-of-memory check).
     """
-
-    from fieldmem.driver.early import CacheKey
 
     name = found.backend.name if found is not None else platform
     root = DUMP_ROOT[0]
@@ -252,7 +287,7 @@ def compile_dumped(
         start = time.perf_counter()
         said = None
         dumps = folder
-        with quiet.quiet_stderr(take=XLA_DOUBTS) as log, CacheKey() as cached:
+        with quiet.quiet_stderr(take=XLA_DOUBTS) as log, keyed or _NoKey() as cached:
             try:
                 compiled = lowered.compile(compiler_options={**dump_options(folder), **extra})
             except Exception as exc:

@@ -191,6 +191,7 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
     from fieldmem.driver.early import (
         DEVICELESS_EARLY_PLATFORMS,
         EARLY_PLATFORMS,
+        CacheKey,
         can_stop_early,
         kept_folder,
         persistent_cache_in_use,
@@ -209,7 +210,9 @@ def compile_lowered(lowered: Any, fast: bool = False, found: Target | None = Non
         if found is not None:
             return _compile_deviceless(lowered, found)
         if platform is not None and platform not in dumps.IN_PROCESS_ASSIGNMENT:
-            compiled, seconds = dumps.compile_dumped(lowered, platform, options=options, capacity=_capacity(lowered))
+            compiled, seconds = dumps.compile_dumped(
+                lowered, platform, options=options, capacity=_capacity(lowered), keyed=CacheKey()
+            )
             return compiled, seconds, options is not None
         start = time.perf_counter()
         try:
