@@ -43,7 +43,7 @@ from fieldmem.driver.dumped import has_assignment
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.model.errors import CompileError
 from fieldmem.model.readings import DeviceMemory
-from fieldmem.request.fit import TPU_OOM_FIGURES_ENV
+from fieldmem.request.options import TPU_OOM_FIGURES_ENV
 
 if TYPE_CHECKING:
     from fieldmem.driver.deviceless import Target

@@ -25,7 +25,7 @@ from fieldmem.model.errors import OptionError, quoted
 from fieldmem.model.fit_report import Knob, KnobValue, knob_text
 from fieldmem.model.units import parse_bytes
 from fieldmem.model.versions import check_supported
-from fieldmem.request.options import MIN_BYTES, parse_backends, parse_jax_versions
+from fieldmem.request.options import MIN_BYTES, TPU_OOM_FIGURES_ENV, parse_backends, parse_jax_versions
 from fieldmem.request.spec import DonateSpec, StaticSpec
 
 __all__ = [
@@ -57,11 +57,6 @@ TOP_LINES = 5
 
 #: The most values a range may hold: 2**62 (bisection takes at most 64 compiles per row).
 MAX_RANGE = 2**62
-
-#: ``0`` in a worker's environment: a program libtpu refuses for not fitting is not compiled again without that
-#: check to tell its figures (the driver reads it). ``fieldmem fit`` sets it for a point whose compile without
-#: the check crashed the worker (libtpu 0.0.42.1 does for some rematerialised programs), and checks it again.
-TPU_OOM_FIGURES_ENV = "FIELDMEM_TPU_OOM_FIGURES"
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*(?::\s*(\d+)\s*)?$")

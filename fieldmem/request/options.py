@@ -173,6 +173,12 @@ def heap_pad_said(options: CheckOptions, environ: Mapping[str, str], on_glibc: b
 #: as fast on the cold module (benchmarks/results/early-stop.md and early-stop-13cores.md).
 EARLY_STOP_ENV = "FIELDMEM_EARLY_STOP"
 
+#: ``0`` in a worker's environment: a program libtpu refuses for not fitting is not compiled again without that
+#: check to tell its figures (the driver reads it; here, not in fieldmem.request.fit, so that the
+#: worker does not import the fit's records for one name). ``fieldmem fit`` sets it for a point whose compile without
+#: the check crashed the worker (libtpu 0.0.42.1 does for some rematerialised programs), and checks it again.
+TPU_OOM_FIGURES_ENV = "FIELDMEM_TPU_OOM_FIGURES"
+
 
 def early_stop_wanted(environ: Mapping[str, str]) -> bool:
     """Whether a static check's worker may stop its XLA:CPU compiles, and its GPU compiles without the device,

@@ -113,3 +113,14 @@ def test_the_package_loads_nothing_so_the_command_starts_its_worker_first() -> N
     assert _heavy(modules) == ["fieldmem.parent", "fieldmem.parent.spawn"]  # the spawner only: standard library
     names = _modules_after("import fieldmem\nfrom fieldmem import FieldmemError, case\nfieldmem.Case")
     assert "fieldmem.request.registry" in names and "fieldmem.model.errors" in names
+
+
+def test_the_worker_loads_no_record_it_never_builds() -> None:
+    """The worker imports its modules before jax, one after the other, while the check waits: ``fieldmem fit``'s
+    plan and document and the report's records (built by the parent) are not among them (they were, for one
+    environment variable's name, about 60 ms a check)."""
+    modules = _modules_after(
+        "import fieldmem.worker.main, fieldmem.worker.serve, fieldmem.worker.local_readers, fieldmem.driver"
+    )
+    unwanted = ("fieldmem.request.fit", "fieldmem.model.fit_report", "fieldmem.model.report", "fieldmem.parent")
+    assert [m for m in modules if m.startswith(unwanted)] == []
