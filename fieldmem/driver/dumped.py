@@ -168,6 +168,7 @@ class Allocation:
     maybe_live_out: bool = False
     color: int = 0
     is_constant: bool = False
+    held: tuple[int, ...] = ()  # the logical buffers assigned to it (read for XLA:GPU's peak only)
 
 
 # BufferAllocationProto's fields read: size=2, is_thread_local=3, is_entry_computation_parameter=5,
@@ -182,23 +183,38 @@ _ALLOCATION_FIELDS = {
 }
 
 
-def allocations(hlo_proto: bytes) -> list[Allocation]:
+_Fields = list[tuple[int, int, "int | bytes"]]
+
+
+def _assignment(hlo_proto: bytes) -> _Fields:
+    """The fields of the ``BufferAssignmentProto`` in a serialized ``HloProto``, read once for every figure."""
+    return _fields(_part(hlo_proto, 3))
+
+
+def allocations(hlo_proto: bytes, held: bool = False) -> list[Allocation]:
     """The buffer allocations of the assignment in a serialized ``HloProto`` (``buffer_allocations`` = 3 of
-    its ``BufferAssignmentProto``).
+    its ``BufferAssignmentProto``); ``held``: with the logical buffers assigned to each.
 
     Raises:
         ValueError: not a protobuf message.
     """
+    return _allocations(_assignment(hlo_proto), held)
+
+
+def _allocations(assignment: _Fields, held: bool = False) -> list[Allocation]:
     found = []
-    for number, wire, value in _fields(_part(hlo_proto, 3)):
+    for number, wire, value in assignment:
         if number != 3 or wire != 2 or not isinstance(value, bytes):
             continue
         read: dict[str, int | bool] = {}
+        buffers: list[int] = []
         for field, kind, item in _fields(value):
             name = _ALLOCATION_FIELDS.get(field)
             if name is not None and kind == 0 and isinstance(item, int):
                 read[name] = item if name in ("size", "color") else bool(item)
-        found.append(Allocation(**read))  # type: ignore[arg-type]
+            elif held and field == _ASSIGNED and kind == 2 and isinstance(item, bytes):
+                buffers.extend(_signed(b) for n, k, b in _fields(item) if n == 1 and k == 0 and isinstance(b, int))
+        found.append(Allocation(**read, held=tuple(buffers)))  # type: ignore[arg-type]
     return found
 
 
@@ -225,7 +241,8 @@ def dumped_stats(hlo_proto: bytes, platform: str = "cpu") -> DumpedStats:
         ValueError: ``hlo_proto`` is not a protobuf message, or (XLA:GPU) its peak is not had exactly
             (:func:`gpu_peak`).
     """
-    found = allocations(hlo_proto)
+    assignment = _assignment(hlo_proto)
+    found = _allocations(assignment, held=platform == "gpu")
     figures = dict.fromkeys(
         ("argument", "output", "alias", "temp", "host_argument", "host_output", "host_alias", "host_temp"), 0
     )
@@ -240,7 +257,7 @@ def dumped_stats(hlo_proto: bytes, platform: str = "cpu") -> DumpedStats:
         if _is_temp(allocation):
             figures[where + "temp"] += allocation.size
     if platform == "gpu":
-        peak = gpu_peak(hlo_proto)
+        peak = _gpu_peak(assignment, found)
         if peak is None:
             raise ValueError("XLA:GPU's peak is not had exactly from this dump")
         figures["peak"] = peak
@@ -249,9 +266,10 @@ def dumped_stats(hlo_proto: bytes, platform: str = "cpu") -> DumpedStats:
     return DumpedStats(figures)
 
 
-# LogicalBufferProto: id=1, size=2, color=4; BufferAllocationProto: index=1, assigned=9 (its
-# logical_buffer_id=1); HeapSimulatorTrace: events=1; an Event: kind=1 (ALLOC=0, FREE=1, SHARE_WITH=2),
-# buffer_id=2, share_with_canonical_id=5
+# LogicalBufferProto: id=1, size=2, color=4; BufferAllocationProto: assigned=9 (its logical_buffer_id=1);
+# HeapSimulatorTrace: events=1; an Event: kind=1 (ALLOC=0, FREE=1, SHARE_WITH=2), buffer_id=2,
+# share_with_canonical_id=5
+_ASSIGNED = 9
 _ALLOC, _FREE, _SHARE_WITH = 0, 1, 2
 
 
@@ -267,7 +285,11 @@ def gpu_peak(hlo_proto: bytes) -> int | None:
     Raises:
         ValueError: ``hlo_proto`` is not a protobuf message.
     """
-    assignment = _fields(_part(hlo_proto, 3))
+    assignment = _assignment(hlo_proto)
+    return _gpu_peak(assignment, _allocations(assignment, held=True))
+
+
+def _gpu_peak(assignment: _Fields, found: list[Allocation]) -> int | None:
     sizes: dict[int, int] = {}
     colors: dict[int, int] = {}
     for number, wire, value in assignment:
@@ -279,42 +301,31 @@ def gpu_peak(hlo_proto: bytes) -> int | None:
     allocation_of: dict[int, int] = {}  # logical buffer -> its allocation's place in the list
     lasting = 0
     temporaries: list[int] = []  # the places of the default memory's allocations the heap simulator traces
-    place = 0
-    for number, wire, value in assignment:
-        if number != 3 or wire != 2 or not isinstance(value, bytes):
-            continue
-        fields = _fields(value)
-        flags = {f: v for f, k, v in fields if k == 0 and isinstance(v, int)}
-        held = [
-            _signed(int(b))
-            for f, k, v in fields
-            if f == 9 and k == 2 and isinstance(v, bytes)
-            for n, kk, b in _fields(v)
-            if n == 1 and kk == 0
-        ]
-        for buffer in held:
+    for place, allocation in enumerate(found):
+        for buffer in allocation.held:
             allocation_of[buffer] = place
-        if _signed(flags.get(8, 0)) == 0:
-            if flags.get(5) or flags.get(7) or flags.get(12):  # parameter, maybe live out, constant
-                if any(b in sizes for b in held):
-                    lasting += _signed(flags.get(2, 0))
-            else:
-                temporaries.append(place)
-        place += 1
+        if allocation.color != 0:
+            continue
+        if allocation.is_entry_computation_parameter or allocation.maybe_live_out or allocation.is_constant:
+            if any(b in sizes for b in allocation.held):
+                lasting += allocation.size
+        else:
+            temporaries.append(place)
     traces = [v for n, w, v in assignment if n == 4 and w == 2 and isinstance(v, bytes)]
     events = [[_event(e) for f, k, e in _fields(t) if f == 1 and k == 2 and isinstance(e, bytes)] for t in traces]
     traced: dict[int, int] = {}  # allocation -> its trace (the trace's first buffer's allocation)
-    for index, found in enumerate(events):
-        if found and found[0][1] in allocation_of and found[0][1] in sizes:
-            traced[allocation_of[found[0][1]]] = index
+    for index, trace_events in enumerate(events):
+        if trace_events and trace_events[0][1] in allocation_of and trace_events[0][1] in sizes:
+            traced[allocation_of[trace_events[0][1]]] = index
     chosen = {traced[p] for p in temporaries if p in traced}
     if len(chosen) > 1:
         return None
     if chosen:
         trace = chosen.pop()
     else:  # the trace with the most events of the default memory's buffers (the first of equals)
-        counts = [sum(1 for _, b, _ in found if b in colors and colors[b] == 0) for found in events]
-        trace = next((i for i, c in enumerate(counts) if c == max(counts) and c > 0), -1) if counts else -1
+        counts = [sum(1 for _, b, _ in trace_events if colors.get(b) == 0) for trace_events in events]
+        most = max(counts, default=0)
+        trace = counts.index(most) if most > 0 else -1
     if trace < 0:
         return lasting
     heap = top = 0

@@ -322,7 +322,6 @@ def read_memory(compiled: Any, fast: bool = False, started: _MemoryAnalysis | No
             dump = dumps.dumped(compiled)
             if dump:
                 return MemoryReading(figures, unavailable, None, None, None, hlo_proto=dump)
-            notes = dumps.compile_notes(compiled)
             why = CACHE_LOADED if notes is not None and notes.loaded else NOTHING_DUMPED
             return MemoryReading(figures, unavailable, None, None, why)
         missing = (
