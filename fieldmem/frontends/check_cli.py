@@ -14,6 +14,7 @@ import contextlib
 import dataclasses
 import inspect
 import os
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -26,6 +27,7 @@ from fieldmem.request.option_table import Option, cli_options
 if TYPE_CHECKING:
     from fieldmem.gate.baseline import Baseline
     from fieldmem.model.report import Report
+    from fieldmem.model.target import TargetResult
     from fieldmem.parent.isolate import WatchSession
     from fieldmem.render.table import DetailsAhead
     from fieldmem.request.build import CheckRequest
@@ -38,7 +40,6 @@ __all__ = ["check"]
 def check(**given: Any) -> None:
     """Compile each target with and without donation and report whether it is in place."""
     # here, not at the top: at the top, these make `fieldmem --help` 1.99 s, not 0.36 s (measured 2026-12-06)
-    from fieldmem.frontends.output import emit_reports
     from fieldmem.request.build import CheckFlags, build_request, pair_args
     from fieldmem.request.config import load_config
 
@@ -72,9 +73,13 @@ def check(**given: Any) -> None:
             say(heap_pad_said(request.options, os.environ))
             cached = request.options.cache_dir is not None or request.default_cache
             say(early_stop_said(request.options, os.environ, request.backends or (None,), cached))
-        ahead = _details_ahead(request)
-        reports, baseline_read, session = _check_all(request, ahead)
-        code = emit_reports(reports, request, baseline_read, ahead)
+        later = _Later(request)
+        reports, baseline_read, session = _check_all(request, later)
+        later.load()
+        # here, not at the top: loaded by now (later.load), while the worker loaded jax
+        from fieldmem.frontends.output import emit_reports
+
+        code = emit_reports(reports, request, baseline_read, later.details)
     except FieldmemError as exc:
         if session is not None:
             session.close()
@@ -133,6 +138,41 @@ def _renderers_installed(request: CheckRequest) -> None:
         get_renderer("html")
 
 
+class _Later:
+    """What the output needs once the results are in: its modules and renderers, and the holder of each target's
+    details rendered as its result comes (:func:`_details_ahead`). A check in workers loads them right after it
+    sends the first request (the supervisor's ``meanwhile``), while the worker loads jax: before the request,
+    the worker waited for them (on 13 cores it loads numpy and jaxlib sooner than this process loads these); after
+    the answers, the output did. :meth:`add` is the supervisor's ``on_result`` (safe from several workers'
+    threads)."""
+
+    def __init__(self, request: CheckRequest) -> None:
+        self.request = request
+        self.details: DetailsAhead | None = None
+        self._loaded = False
+        self._lock = threading.Lock()
+
+    def load(self) -> None:
+        """Load the output's modules and renderers, and make the details' holder (once)."""
+        with self._lock:
+            if self._loaded:
+                return
+            # here, not at the top: at the top, these make `fieldmem --help` 1.99 s, not 0.36 s (2026-12-06)
+            import fieldmem.frontends.output  # noqa: F401
+            from fieldmem.render import preload
+
+            output = self.request.output
+            preload({"table", output.format, *(["html"] if output.html is not None else [])})
+            self.details = _details_ahead(self.request)
+            self._loaded = True
+
+    def add(self, result: TargetResult) -> None:
+        """Render ``result``'s details now, where the table will show them."""
+        self.load()
+        if self.details is not None:
+            self.details.add(result)
+
+
 def _details_ahead(request: CheckRequest) -> DetailsAhead | None:
     """Where the table goes to stdout after a check in workers (not ``--watch``), the holder of each target's
     details rendered while the check runs (:class:`~fieldmem.render.table.DetailsAhead`); None elsewhere."""
@@ -148,7 +188,7 @@ def _details_ahead(request: CheckRequest) -> DetailsAhead | None:
 
 
 def _check_all(
-    request: CheckRequest, ahead: DetailsAhead | None = None
+    request: CheckRequest, later: _Later | None = None
 ) -> tuple[tuple[Report, ...], Baseline | None, WatchSession | None]:
     """Check every target of ``request`` (on each backend), and the baseline it is compared with.
 
@@ -160,12 +200,12 @@ def _check_all(
     decides the exit code, and this process never imports jax.
     ``--no-isolate`` checks here instead, for debugging (a target that calls
     ``os._exit`` or crashes then ends the whole run). With ``--watch``, the
-    worker is kept, in the session returned (None otherwise). ``ahead``: what
-    renders each result's details as it comes.
+    worker is kept, in the session returned (None otherwise). ``later``: what the
+    output needs, loaded while the worker starts, and what renders each result's
+    details as it comes.
     """
     # here, not at the top: at the top, these make `fieldmem --help` 1.99 s, not 0.36 s (measured 2026-12-06)
     from fieldmem.driver import simulate_cpu_devices
-    from fieldmem.gate.baseline import load_baseline
     from fieldmem.request.backends import deviceless_environment, extra_installed, parse_backend, require_extra
 
     # this process is fieldmem's own: a deviceless backend's environment is set here, before jax starts
@@ -187,17 +227,18 @@ def _check_all(
             simulate_cpu_devices(request.implied_devices)
     options = dataclasses.replace(request.options, cache_dir=_cache_folder(request))
     compare_with = request.baseline.compare_with
-    baseline = load_baseline(compare_with) if compare_with is not None else None
+    baseline = None
+    if compare_with is not None:
+        # here, not at the top: at the top, these make `fieldmem --help` 1.99 s, not 0.36 s (2026-12-06)
+        from fieldmem.gate.baseline import load_baseline
+
+        baseline = load_baseline(compare_with)
     with progress_display(stderr_console()) as progress:
         if not options.isolate:
             return _check_here(request, options, progress), baseline, None
         # here, not at the top: at the top, these make `fieldmem --help` 1.99 s, not 0.36 s (measured 2026-12-06)
         from fieldmem.parent.isolate import Unit, WatchSession, check_reports
-        from fieldmem.render import preload
 
-        # the worker, started ahead, is still loading jax: the renderers are loaded meanwhile
-        output = request.output
-        preload({"table", output.format, *(["html"] if output.html is not None else [])})
         units = [Unit(spec, request.per_target.get(spec, request.target_options)) for spec in request.targets]
         backends: list[str | None] = list(request.backends) if request.backends is not None else [None]
         check_backends = request.backends is not None
@@ -235,7 +276,8 @@ def _check_all(
                     progress=progress,
                     devices=request.devices,
                     interpreter=interpreter,
-                    on_result=ahead.add if ahead is not None else None,
+                    on_result=later.add if later is not None else None,
+                    meanwhile=later.load if later is not None else None,
                 )
             reports += done
         # in the order the backends were asked for, each release's in turn

@@ -72,6 +72,7 @@ def supervise(
     devices: int | None = None,
     interpreter: Interpreter | None = None,
     on_result: Callable[[TargetResult], None] | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> Supervised:
     """Load, check (and run, as ``options`` say) every unit on every backend in worker processes.
 
@@ -82,6 +83,8 @@ def supervise(
     ``devices``: ``--devices``, which wins over a module's own count of CPU devices. ``interpreter``: the
     Python the workers run under (another venv, with another jax); None: this one. ``on_result``: called with
     each target's result as it is made (from the thread that made it; what it raises is not the check's).
+    ``meanwhile``: called once, right after the first request is sent, while the worker loads jax (what the
+    caller needs only once the results are in: its output's modules).
 
     Raises:
         WorkerFailure: an error of the whole run (a backend that is not available),
@@ -92,6 +95,7 @@ def supervise(
     supervisor.devices = devices
     supervisor.interpreter = interpreter
     supervisor.on_result = on_result
+    supervisor.meanwhile = meanwhile
     return supervisor.run()
 
 
@@ -105,10 +109,12 @@ def check_reports(
     devices: int | None = None,
     interpreter: Interpreter | None = None,
     on_result: Callable[[TargetResult], None] | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> tuple[Report, ...]:
     """One report per backend, every target checked in worker processes (``fieldmem check``); ``devices``:
     ``--devices``, which wins over a module's own count of CPU devices; ``interpreter``: the workers'
-    Python, where not this one (``--jax``, ``--python``); ``on_result``: as :func:`supervise` takes it."""
+    Python, where not this one (``--jax``, ``--python``); ``on_result``, ``meanwhile``: as :func:`supervise`
+    takes them."""
     supervised = supervise(
         units,
         backends,
@@ -118,6 +124,7 @@ def check_reports(
         devices=devices,
         interpreter=interpreter,
         on_result=on_result,
+        meanwhile=meanwhile,
     )
     reports = _reports(supervised)
     if progress is not None:

@@ -130,6 +130,11 @@ class Supervisor:
         self.interpreter: Interpreter | None = None  # the workers' Python, where not this one (--jax, --python)
         # called with each result as it is made (the front end renders the table's details meanwhile)
         self.on_result: Callable[[TargetResult], None] | None = None
+        # called once, right after the first request is sent: what the front end needs only later (its output's
+        # modules), loaded while the worker loads jax (:meth:`while_worker_starts`)
+        self.meanwhile: Callable[[], None] | None = None
+        self._meanwhile_done = False
+        self._meanwhile_lock = threading.Lock()
         # what the workers' environment sets beside this process's: the pytest plugin's deviceless backends
         # (fieldmem check sets them in its own process before it starts a worker)
         self.extra_environ: dict[str, str] = {}
@@ -298,6 +303,7 @@ class Supervisor:
         keep = False
         try:
             live.send(self.request(plan, jobs, report_idle))
+            self.while_worker_starts()
             self.follow(live, watch, fresh)
             keep = self.serve and watch.last == "end" and live.alive()
         finally:
@@ -309,6 +315,23 @@ class Supervisor:
                 self.kept = None
                 live.close(watch)
         return watch
+
+    def while_worker_starts(self) -> None:
+        """Once a run, right after the first request is sent: load the brain's findings and what the front end
+        needs later (:attr:`meanwhile`). A fresh worker says nothing before it has loaded jax and the user's
+        module (0.8 s and more), so this costs the run nothing; before the request, the worker waited for it,
+        and at the first target (or the last answer), the answer waited for it. The workers' other threads
+        wait here until it is done (their first targets need the findings)."""
+        with self._meanwhile_lock:
+            if self._meanwhile_done:
+                return
+            self._meanwhile_done = True
+            # here, not at the top: the findings cost +600 ms to ``import fieldmem.parent.supervisor`` (-X
+            # importtime, median of 7, 2026-12-06), which a run that checks nothing (a usage error) never needs
+            import fieldmem.parent.decide  # noqa: F401
+
+            if self.meanwhile is not None:
+                self.meanwhile()
 
     def close(self) -> None:
         """End the worker kept between requests, if any."""
@@ -360,8 +383,7 @@ class Supervisor:
 
     def serve_target(self, event: dict[str, Any], link: WorkerLink, watch: WorkerSeen) -> None:
         """The brain's check of the target the worker started (``event``), from the readings it sends."""
-        # here, not at the top: the brain loads the findings (+600 ms to ``import fieldmem.parent.supervisor``,
-        # -X importtime, median of 7, 2026-12-06), at the first target a worker starts, not before
+        # here, not at the top: loaded while the first worker starts (:meth:`while_worker_starts`)
         from fieldmem.parent.decide import check_chain, finish_job
 
         self.on_start(event, watch)

@@ -27,6 +27,7 @@ import ctypes
 import dataclasses
 import errno
 import gc
+import importlib
 import json
 import os
 import queue
@@ -43,9 +44,9 @@ from fieldmem.model.libraries import library_folders
 from fieldmem.model.machine import HEAP_PAD, glibc, heap_pad_set, malloc_arenas, usable_cores
 from fieldmem.worker.protocol import PIPE_LOST, write_event
 
-# fieldmem's driver, request and serve modules are imported in the functions that use them, not here: at the top
-# they load before the request is read, in every worker started ahead of one (``fieldmem --help`` starts one too):
-# ``import fieldmem.worker.main`` 40 ms -> 400 ms (python -X importtime, measured 2026-12-06). What each adds to
+# fieldmem's driver, request and serve modules are imported in the functions that use them, not here (those every
+# check needs are loaded ahead by _warm_up, after numpy and jaxlib: AHEAD): at the top they load before the heap
+# is padded and jaxlib loaded, ``import fieldmem.worker.main`` 40 ms -> 400 ms (python -X importtime, measured 2026-12-06). What each adds to
 # ``import fieldmem.worker.main`` on its own (-X importtime, median of 7, loaded 2-core machine, 2026-12-06):
 # driver (the package) 296 ms, driver.quiet 296, driver.lowering 301, driver.sendable 359, driver.early 197,
 # worker.serve 301, worker.user_modules 331, worker.fingerprint 292, worker.local_readers 167, worker.readers
@@ -95,10 +96,10 @@ def _watch_parent(watched: int, requests: queue.Queue[bytes] | None = None) -> N
 
 
 def _warm_up() -> None:
-    """Load what importing jax takes most of (:func:`fieldmem.driver.quiet.preload_jaxlib`), and read which
-    installed libraries require jax (:func:`fieldmem.driver.backends.read_libraries_ahead`), while the
-    request is awaited, not from the working directory (``-m`` put it first): a numpy.py of the user's
-    must not stand in."""
+    """Load what importing jax takes most of (:func:`fieldmem.driver.quiet.preload_jaxlib`), read which
+    installed libraries require jax (:func:`fieldmem.driver.backends.read_libraries_ahead`) and load the
+    modules of fieldmem's own that every check runs (:data:`AHEAD`), while the request is awaited, not from
+    the working directory (``-m`` put it first): a numpy.py of the user's must not stand in."""
     # here, not at the top: see the figures above __all__
     from fieldmem.driver.backends import read_libraries_ahead
     from fieldmem.driver.quiet import preload_jaxlib
@@ -112,9 +113,29 @@ def _warm_up() -> None:
         # the request adds (the user's), or one changed since, is read then
         with contextlib.suppress(Exception):
             read_libraries_ahead()
+        for name in AHEAD:  # none imports jax, nor reads the environment as it loads (tests/worker)
+            importlib.import_module(name)
     finally:
         sys.path[:] = saved
 
+
+#: fieldmem's modules every check imports once it has its request (the user's module first: none of them imports
+#: jax), loaded while the worker waits for it (:func:`_warm_up`): 55 ms after jaxlib on the 2-core machine, spent
+#: while a 13-core host's worker waits for its parent, and before the request is read on 2 cores, where it comes
+#: before the warm-up ends (benchmarks/results/overhead-2cores.md)
+AHEAD = (
+    "fieldmem.request.options",
+    "fieldmem.request.target",
+    "fieldmem.driver",
+    "fieldmem.driver.early",
+    "fieldmem.driver.lowering",
+    "fieldmem.driver.placement",
+    "fieldmem.driver.settings",
+    "fieldmem.driver.traced",
+    "fieldmem.worker.local_readers",
+    "fieldmem.worker.readers",
+    "fieldmem.worker.serve",
+)
 
 #: glibc's ``mallopt`` parameters (malloc.h): the most malloc arenas (``M_ARENA_MAX``), the padding a heap grows by
 #: (``M_TOP_PAD``)

@@ -124,3 +124,26 @@ def test_the_worker_loads_no_record_it_never_builds() -> None:
     )
     unwanted = ("fieldmem.request.fit", "fieldmem.model.fit_report", "fieldmem.model.report", "fieldmem.parent")
     assert [m for m in modules if m.startswith(unwanted)] == []
+
+
+def test_the_worker_loads_what_every_check_needs_while_it_waits_and_no_jax() -> None:
+    """While it waits for its request, the worker loads numpy and jaxlib and fieldmem's modules every check runs
+    (``AHEAD``), not jax: the user's module is imported before jax starts. Each name is one it imports later."""
+    modules = _modules_after("import fieldmem.worker.main as m\nm._warm_up()")
+    from fieldmem.worker.main import AHEAD
+
+    assert [m for m in AHEAD if m not in modules] == []
+    assert "jaxlib.xla_client" in modules and [m for m in modules if m == "jax" or m.startswith("jax.")] == []
+    unwanted = ("fieldmem.request.fit", "fieldmem.model.fit_report", "fieldmem.model.report", "fieldmem.parent")
+    assert [m for m in modules if m.startswith(unwanted)] == []
+
+
+def test_the_command_sends_its_request_before_it_loads_its_output() -> None:
+    """The parent's modules up to the request it sends: not the output's (the gate, the baselines, the renderers)
+    nor the brain's findings: those load once the request is sent, while the worker loads jax."""
+    modules = _modules_after(
+        "import fieldmem.frontends.cli, fieldmem.frontends.check_cli, fieldmem.request.build, fieldmem.request.config,"
+        " fieldmem.parent.isolate, fieldmem.driver"
+    )
+    later = ("fieldmem.frontends.output", "fieldmem.gate", "fieldmem.render.jsonout", "fieldmem.parent.decide")
+    assert [m for m in modules if m.startswith(later)] == []

@@ -487,3 +487,35 @@ def test_several_workers_share_the_specs_and_give_the_report_one_gives(monkeypat
     monkeypatch.setenv("FIELDMEM_WORKERS", "many")
     with pytest.raises(OptionError, match="FIELDMEM_WORKERS='many': give a number of workers of at least 1"):
         Supervisor(units, backends, options, False, None).run()
+
+
+@pytest.mark.compile
+def test_meanwhile_runs_once_after_the_request_is_sent_before_any_result() -> None:
+    """``meanwhile`` (the command's output modules) runs once, once the worker has its request and before the
+    first result reaches ``on_result``: while the worker loads jax, not before the request or after the answers."""
+    from fieldmem.parent import isolate
+    from fieldmem.parent.worker_process import WorkerProcess
+    from fieldmem.request.options import CheckOptions
+    from fieldmem.request.target import TargetOptions
+
+    seen: list[str] = []
+    send = WorkerProcess.send
+
+    def sending(self: WorkerProcess, request: Any) -> None:
+        seen.append("sent")
+        send(self, request)
+
+    units = [isolate.Unit(str(ROOT / "examples" / name), TargetOptions()) for name in ("field.py", "optimizer.py")]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(WorkerProcess, "send", sending)
+        reports = isolate.check_reports(
+            units,
+            [None],
+            CheckOptions(cache_dir=None),
+            check_backends=False,
+            on_result=lambda result: seen.append("result"),
+            meanwhile=lambda: seen.append("meanwhile"),
+        )
+    assert all(r.status == "ok" for r in reports[0].results)
+    assert seen[:2] == ["sent", "meanwhile"] and seen.count("meanwhile") == 1
+    assert seen.count("result") == len(reports[0].results) >= 2
