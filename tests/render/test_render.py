@@ -7,12 +7,13 @@ import json
 
 import pytest
 
+from fieldmem.model.codec import builtins
 from fieldmem.model.copies import Alias, Copy, UnusableDonation
 from fieldmem.model.errors import OptionError
 from fieldmem.model.memory import Timeline
 from fieldmem.model.target import TargetResult, Variant
 from fieldmem.model.verdict import Check, Finding, Verdict
-from fieldmem.render import RENDERERS, RenderOptions, get_renderer
+from fieldmem.render import RENDERERS, RenderOptions, get_renderer, jsonout
 from fieldmem.render.table import sparkline
 
 from factories import MIB, make_error_result, make_memory, make_report, make_timeline
@@ -120,6 +121,29 @@ def test_every_renderer_renders(name: str, results: tuple[TargetResult, ...], ve
 def test_json_renderer_is_the_report_dict() -> None:
     report = make_report((GOOD, BAD))
     assert json.loads(get_renderer("json").render(report, RenderOptions())) == report.to_dict()
+
+
+@pytest.mark.parametrize("name", ["model:step", "modèle→\U0001d535:step"], ids=["ascii", "beyond-ascii"])
+def test_json_written_by_msgspec_is_the_text_pythons_json_writes(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The records written straight by msgspec: the very text of the builtins written by Python's json (ASCII,
+    every other character its escape, a surrogate pair beyond the basic plane), one result per line."""
+    report = make_report((dataclasses.replace(GOOD, name=name), BAD))
+    expected = jsonout.document_text(builtins(report))
+
+    def refused(document: object) -> str:
+        raise AssertionError("Python's json wrote it")
+
+    monkeypatch.setattr(jsonout, "document_text", refused)
+    text = get_renderer("json").render(report, RenderOptions())
+    assert text == expected and text.isascii()
+    assert json.loads(text)["results"][0]["name"] == name
+
+
+def test_json_of_a_name_msgspec_refuses_is_written_by_pythons_json() -> None:
+    """A lone surrogate (UTF-8 cannot hold it): msgspec refuses the report, Python's json writes it, escaped."""
+    report = make_report((dataclasses.replace(GOOD, name="bad\udcff:step"),))
+    text = get_renderer("json").render(report, RenderOptions())
+    assert text == jsonout.document_text(builtins(report)) and "\\udcff" in text
 
 
 def test_table_shows_verdicts_sizes_and_sources() -> None:
