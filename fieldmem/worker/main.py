@@ -113,8 +113,9 @@ def _warm_up() -> None:
         # the request adds (the user's), or one changed since, is read then
         with contextlib.suppress(Exception):
             read_libraries_ahead()
-        for name in AHEAD:  # none imports jax, nor reads the environment as it loads (tests/worker)
-            importlib.import_module(name)
+        for name in AHEAD:  # none imports jax, nor reads the environment as it loads (tests/frontends)
+            with contextlib.suppress(Exception):  # a failure is left for the import after the request to report
+                importlib.import_module(name)
     finally:
         sys.path[:] = saved
 
