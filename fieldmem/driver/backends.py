@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -318,6 +319,8 @@ def imported_libraries() -> dict[str, str]:
     """
     import sys
 
+    for reading in _READING:  # what a compile's wait began (read_libraries_meanwhile): done, not read twice
+        reading.join()
     imported = {name.partition(".")[0] for name in list(sys.modules)}
     found: dict[str, str] = {}
     seen: set[str] = set()
@@ -341,6 +344,29 @@ def read_libraries_ahead() -> None:
 
     for entry in list(sys.path):
         _requiring_jax(entry)
+
+
+def read_libraries_meanwhile() -> None:
+    """:func:`read_libraries_ahead` in a thread of its own, once a process: started where a thread is about to
+    wait for a compile (which holds no GIL), so that the reading costs the check nothing there; the
+    report's :func:`imported_libraries` waits for it. A worker whose request came before it could read them
+    while waiting (its parent sent it before the worker had loaded jaxlib) reads them so, not on its way to
+    the first compile: 0.11 s there on the 13-core host (``benchmarks/results/timeline-13cores.txt``)."""
+    with _READING_LOCK:
+        if _READING:
+            return
+
+        def read() -> None:
+            with contextlib.suppress(Exception):  # a folder that cannot be read is read again, and said, at the end
+                read_libraries_ahead()
+
+        reading = threading.Thread(target=read, name="fieldmem-libraries", daemon=True)
+        _READING.append(reading)
+        reading.start()
+
+
+_READING: list[threading.Thread] = []  # the thread read_libraries_meanwhile started (none yet)
+_READING_LOCK = threading.Lock()
 
 
 #: by ``sys.path`` folder: (its modification time, its distributions that require jax as

@@ -25,6 +25,7 @@ from functools import cached_property
 from typing import Any
 
 from fieldmem.driver import compile_memory, deviceless, dumps, quiet, variant
+from fieldmem.driver.backends import read_libraries_meanwhile
 from fieldmem.driver.deviceless import Target
 from fieldmem.driver.jaxerrors import first_line
 from fieldmem.driver.leaves import out_tree
@@ -390,7 +391,10 @@ class PendingVariants:
 
     def _compile(self, lowering: tuple[Any, tuple[str, ...], float], index: int) -> tuple[Any, float, bool]:
         if self._futures is not None:
-            return self._futures[index].result()
+            future = self._futures[index]
+            if not future.done():  # this thread waits: the installed libraries are read meanwhile (once)
+                read_libraries_meanwhile()
+            return future.result()
         return compile_lowered(lowering[0], self.fast, self.found)
 
     def plain(self) -> Compiled:

@@ -110,14 +110,26 @@ def _warm_up() -> None:
     try:
         preload_jaxlib()
         # the report's libraries read from this interpreter's folders now, not after the last answer: a folder
-        # the request adds (the user's), or one changed since, is read then
-        with contextlib.suppress(Exception):
-            read_libraries_ahead()
+        # the request adds (the user's), or one changed since, is read then. Only while the request is awaited:
+        # where it came first, they are read while the first compile is waited for (read_libraries_meanwhile)
+        if not _request_waiting():
+            with contextlib.suppress(Exception):
+                read_libraries_ahead()
         for name in AHEAD:  # none imports jax, nor reads the environment as it loads (tests/frontends)
             with contextlib.suppress(Exception):  # a failure is left for the import after the request to report
                 importlib.import_module(name)
     finally:
         sys.path[:] = saved
+
+
+def _request_waiting() -> bool:
+    """Whether the parent's request is on stdin already (it is read after the warm-up)."""
+    import select
+
+    try:
+        return bool(select.select([0], [], [], 0)[0])
+    except (OSError, ValueError):  # pragma: no cover - no descriptor 0 to ask (it is read, and refused, later)
+        return False
 
 
 #: fieldmem's modules every check imports once it has its request (the user's module first: none of them imports

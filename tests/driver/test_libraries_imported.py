@@ -116,3 +116,56 @@ def test_a_folder_the_request_adds_and_the_working_directory_are_read_at_the_rep
     monkeypatch.chdir(here)
     monkeypatch.setattr(sys, "path", ["", str(users), *sys.path])  # the parent's path: its folders, then ours
     assert imported_libraries() == {"jaxlike-nn": "4.0", "jaxlike-opt": "3.0"}
+
+
+def test_the_reading_a_compile_wait_starts_is_made_once_and_awaited_by_the_report(
+    site: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thread about to wait for a compile starts the reading in a thread of its own (once a process); the
+    report's list waits for it and reads no folder twice."""
+    import threading
+    from importlib import metadata
+
+    from fieldmem.driver import backends
+
+    first, _ = site
+    _dist(first, "jaxlike_nn", "1.0", ["jax"], ["jaxlike_nn"])
+    monkeypatch.setattr(backends, "_READING", [])
+    release = threading.Event()
+    reads: list[object] = []
+    original = metadata.distributions
+
+    def held(**kwargs: object):  # type: ignore[no-untyped-def]
+        release.wait(10)
+        reads.append(kwargs.get("path"))
+        return original(**kwargs)
+
+    monkeypatch.setattr(metadata, "distributions", held)
+    backends.read_libraries_meanwhile()
+    backends.read_libraries_meanwhile()
+    assert len(backends._READING) == 1 and backends._READING[0].is_alive()
+    threading.Timer(0.2, release.set).start()
+    assert imported_libraries() == {"jaxlike-nn": "1.0"}
+    assert len(reads) == 2 and not backends._READING[0].is_alive()
+
+
+@pytest.mark.parametrize("sent", [True, False], ids=["request-waiting", "none-yet"])
+def test_a_worker_reads_the_libraries_ahead_only_while_no_request_waits(sent: bool) -> None:
+    """Where the parent's request is on stdin when numpy and jaxlib are loaded, the libraries are left for the
+    first compile's wait (they would delay the request's check); else they are read while it is awaited."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    code = "import fieldmem.worker.main as m; print(m._request_waiting(), flush=True)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+    assert process.stdin is not None and process.stdout is not None
+    if sent:
+        process.stdin.write(b'{"a request": 1}\n')
+        process.stdin.flush()
+    try:
+        assert process.stdout.readline().decode().strip() == str(sent)
+    finally:
+        process.stdin.close()
+        process.stdout.close()
+        process.wait(timeout=30)
