@@ -349,9 +349,9 @@ def read_libraries_ahead() -> None:
 def read_libraries_meanwhile() -> None:
     """:func:`read_libraries_ahead` in a thread of its own, once a process: started where a thread is about to
     wait for a compile (which holds no GIL), so that the reading costs the check nothing there; the
-    report's :func:`imported_libraries` waits for it. A worker whose request came before it could read them
-    while waiting (its parent sent it before the worker had loaded jaxlib) reads them so, not on its way to
-    the first compile: 0.11 s there on the 13-core host (``benchmarks/results/timeline-13cores.txt``)."""
+    report's :func:`imported_libraries` waits for it. A worker reads them while it waits for its request; where
+    the request came first (sent before the worker had loaded jaxlib), it reads them here instead, not on its way
+    to the first compile: 0.11 s on the 13-core host (``benchmarks/results/timeline-13cores.txt``)."""
     with _READING_LOCK:
         if _READING:
             return

@@ -319,7 +319,7 @@ class Supervisor:
     def while_worker_starts(self) -> None:
         """Once a run, right after the first request is sent: load the brain's findings and what the front end
         needs later (:attr:`meanwhile`). A fresh worker says nothing before it has loaded jax and the user's
-        module (0.8 s and more), so this costs the run nothing; before the request, the worker waited for it,
+        module, which takes longer, so this costs the run nothing; before the request, the worker waited for it,
         and at the first target (or the last answer), the answer waited for it. The workers' other threads
         wait here until it is done (their first targets need the findings)."""
         with self._meanwhile_lock:

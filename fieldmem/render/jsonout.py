@@ -45,9 +45,10 @@ def render_many(reports: Sequence[Report], options: RenderOptions) -> str:
 
 def _encoded_text(report: Report) -> str:
     """:func:`document_text` of ``report``, written by msgspec straight from the records, in one pass of C per
-    line: 25 ms for a report of 5,000 leaves against 0.35 s through builtins and Python's json (2-core machine,
-    2026-12-07). The values are the same; a float in exponent form is written ``1e16``, not ``1e+16``. As Python's
-    json writes it by default, the text is ASCII: every other character is written as its ``\\uNNNN`` escape."""
+    line: several times faster than through builtins and Python's json for a report of thousands of leaves (the
+    CHANGELOG's issue-47 entry). The values are the same; a float in exponent form is written ``1e16``, not
+    ``1e+16``. As Python's json writes it by default, the text is ASCII: every other character is written as its
+    ``\\uNNNN`` escape."""
     import msgspec.json
 
     encode = msgspec.json.Encoder().encode

@@ -133,9 +133,8 @@ def _request_waiting() -> bool:
 
 
 #: fieldmem's modules every check imports once it has its request (the user's module first: none of them imports
-#: jax), loaded while the worker waits for it (:func:`_warm_up`): 55 ms after jaxlib on the 2-core machine, spent
-#: while a 13-core host's worker waits for its parent, and before the request is read on 2 cores, where it comes
-#: before the warm-up ends (benchmarks/results/overhead-2cores.md)
+#: jax), loaded while the worker waits for it (:func:`_warm_up`), after numpy and jaxlib (which most of them use):
+#: where the request comes first (on 2 cores it always does), they cost what they cost after it
 AHEAD = (
     "fieldmem.request.options",
     "fieldmem.request.target",
