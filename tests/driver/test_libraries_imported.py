@@ -151,12 +151,16 @@ def test_the_reading_a_compile_wait_starts_is_made_once_and_awaited_by_the_repor
 
 @pytest.mark.parametrize("sent", [True, False], ids=["request-waiting", "none-yet"])
 def test_a_worker_reads_the_libraries_ahead_only_while_no_request_waits(sent: bool) -> None:
-    """Where the parent's request is on stdin when numpy and jaxlib are loaded, the libraries are left for the
-    first compile's wait (they would delay the request's check); else they are read while it is awaited."""
+    """Where the parent's request is on stdin when numpy and jaxlib are loaded, the warm-up leaves the libraries
+    for the first compile's wait (they would delay the request's check); else it reads them while it waits."""
     import subprocess
 
     root = Path(__file__).resolve().parents[2]
-    code = "import fieldmem.worker.main as m; print(m._request_waiting(), flush=True)"
+    code = (
+        "import sys; import fieldmem.worker.main as m; m._warm_up()\n"
+        "from fieldmem.driver import backends\n"
+        "print(m._request_waiting(), bool(backends._REQUIRING_JAX), flush=True)"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
     process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     assert process.stdin is not None and process.stdout is not None
@@ -164,8 +168,10 @@ def test_a_worker_reads_the_libraries_ahead_only_while_no_request_waits(sent: bo
         process.stdin.write(b'{"a request": 1}\n')
         process.stdin.flush()
     try:
-        assert process.stdout.readline().decode().strip() == str(sent)
+        waiting, read = process.stdout.readline().decode().split()
     finally:
         process.stdin.close()
         process.stdout.close()
-        process.wait(timeout=30)
+        process.wait(timeout=60)
+    assert waiting == str(sent)
+    assert read == str(not sent)  # read in the warm-up only where no request waited

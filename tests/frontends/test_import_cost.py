@@ -115,6 +115,10 @@ def test_the_package_loads_nothing_so_the_command_starts_its_worker_first() -> N
     assert "fieldmem.request.registry" in names and "fieldmem.model.errors" in names
 
 
+# what a worker never loads: fieldmem fit's plan and document, the report's records (built by the parent), the parent
+NOT_IN_WORKER = ("fieldmem.request.fit", "fieldmem.model.fit_report", "fieldmem.model.report", "fieldmem.parent")
+
+
 def test_the_worker_loads_no_record_it_never_builds() -> None:
     """The worker imports its modules before jax, one after the other, while the check waits: ``fieldmem fit``'s
     plan and document and the report's records (built by the parent) are not among them (they were, for one
@@ -122,8 +126,7 @@ def test_the_worker_loads_no_record_it_never_builds() -> None:
     modules = _modules_after(
         "import fieldmem.worker.main, fieldmem.worker.serve, fieldmem.worker.local_readers, fieldmem.driver"
     )
-    unwanted = ("fieldmem.request.fit", "fieldmem.model.fit_report", "fieldmem.model.report", "fieldmem.parent")
-    assert [m for m in modules if m.startswith(unwanted)] == []
+    assert [m for m in modules if m.startswith(NOT_IN_WORKER)] == []
 
 
 def test_the_worker_loads_what_every_check_needs_while_it_waits_and_no_jax() -> None:
@@ -134,16 +137,40 @@ def test_the_worker_loads_what_every_check_needs_while_it_waits_and_no_jax() -> 
 
     assert [m for m in AHEAD if m not in modules] == []
     assert "jaxlib.xla_client" in modules and [m for m in modules if m == "jax" or m.startswith("jax.")] == []
-    unwanted = ("fieldmem.request.fit", "fieldmem.model.fit_report", "fieldmem.model.report", "fieldmem.parent")
-    assert [m for m in modules if m.startswith(unwanted)] == []
+    assert [m for m in modules if m.startswith(NOT_IN_WORKER)] == []
 
 
-def test_the_command_sends_its_request_before_it_loads_its_output() -> None:
-    """The parent's modules up to the request it sends: not the output's (the gate, the baselines, the renderers)
-    nor the brain's findings: those load once the request is sent, while the worker loads jax."""
-    modules = _modules_after(
-        "import fieldmem.frontends.cli, fieldmem.frontends.check_cli, fieldmem.request.build, fieldmem.request.config,"
-        " fieldmem.parent.isolate, fieldmem.driver"
+SENT = """
+import json, sys
+from fieldmem.parent.worker_process import WorkerProcess
+LATER = ("fieldmem.frontends.output", "fieldmem.gate.baseline", "fieldmem.render.jsonout", "fieldmem.parent.decide")
+seen = []
+send = WorkerProcess.send
+def sending(self, request):
+    seen.append([m for m in LATER if m in sys.modules])
+    send(self, request)
+WorkerProcess.send = sending
+from fieldmem.frontends.cli import main
+code = main(["check", "examples/field.py", "--no-cache", "-f", "json", "-o", sys.argv[1]])
+print(json.dumps({"code": code, "at_send": seen, "after": [m for m in LATER if m in sys.modules]}))
+"""
+
+
+@pytest.mark.compile
+def test_the_command_sends_its_request_before_it_loads_its_output(tmp_path: Path) -> None:
+    """A real ``fieldmem check``: when its request goes to the worker, the parent has not loaded its output (the
+    gate, the baselines, the renderers) nor the brain's findings; they load after it, while the worker loads jax."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", SENT, str(tmp_path / "report.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
     )
-    later = ("fieldmem.frontends.output", "fieldmem.gate", "fieldmem.render.jsonout", "fieldmem.parent.decide")
-    assert [m for m in modules if m.startswith(later)] == []
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["code"] == 0 and (tmp_path / "report.json").is_file()
+    assert seen["at_send"] == [[]]  # one request, sent before any of them loaded
+    assert len(seen["after"]) == 4  # and all of them loaded by the end of the check
