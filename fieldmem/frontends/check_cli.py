@@ -142,8 +142,8 @@ class _Later:
     """What the output needs once the results are in: its modules and renderers, and the holder of each target's
     details rendered as its result comes (:func:`_details_ahead`). A check in workers loads them right after it
     sends the first request (the supervisor's ``meanwhile``), while the worker loads jax: before the request,
-    the worker waited for them (on 13 cores it loads numpy and jaxlib sooner than this process loads these); after
-    the answers, the output did. :meth:`add` is the supervisor's ``on_result`` (safe from several workers'
+    the worker waited for them (on the 13-core host it has loaded numpy and jaxlib before the request reaches it,
+    benchmarks/results/timeline-13cores.txt); after the answers, the output did. :meth:`add` is the supervisor's ``on_result`` (safe from several workers'
     threads)."""
 
     def __init__(self, request: CheckRequest) -> None:

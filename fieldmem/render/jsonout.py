@@ -19,6 +19,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+import msgspec.json
+
 from fieldmem.model.codec import builtins
 from fieldmem.model.escaping import json_defused
 from fieldmem.model.report import REPORTS_SCHEMA, Report
@@ -32,7 +34,7 @@ _ITEMS_ON_LINES = ("results", "chains")  # lists of records: one per line
 def render(report: Report, options: RenderOptions) -> str:
     try:
         return _encoded_text(report)
-    except (ImportError, TypeError, ValueError):  # no msgspec, or what it refuses (a lone surrogate in a name)
+    except (TypeError, ValueError):  # what msgspec refuses (a lone surrogate in a name): by Python's json
         return document_text(builtins(report))  # the text of report.to_dict(), by a walk in C
 
 
@@ -49,8 +51,6 @@ def _encoded_text(report: Report) -> str:
     CHANGELOG's issue-47 entry). The values are the same; a float in exponent form is written ``1e16``, not
     ``1e+16``. As Python's json writes it by default, the text is ASCII: every other character is written as its
     ``\\uNNNN`` escape."""
-    import msgspec.json
-
     encode = msgspec.json.Encoder().encode
     lines = []
     for field in dataclasses.fields(report):

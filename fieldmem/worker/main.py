@@ -115,7 +115,7 @@ def _warm_up() -> None:
         if not _request_waiting():
             with contextlib.suppress(Exception):
                 read_libraries_ahead()
-        for name in AHEAD:  # none imports jax, nor reads the environment as it loads (tests/frontends)
+        for name in AHEAD:  # none imports jax (tests/frontends/test_import_cost.py)
             with contextlib.suppress(Exception):  # a failure is left for the import after the request to report
                 importlib.import_module(name)
     finally:
