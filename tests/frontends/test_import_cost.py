@@ -55,10 +55,14 @@ fieldmem.chain(update, double, args=lambda: ((),))
 """
 
 
+def _env() -> dict[str, str]:
+    """This environment, with this checkout first on the path."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+
+
 def _modules_after(code: str) -> list[str]:
     script = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=_env(), cwd=ROOT)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -160,12 +164,11 @@ print(json.dumps({"code": code, "at_send": seen, "after": [m for m in LATER if m
 def test_the_command_sends_its_request_before_it_loads_its_output(tmp_path: Path) -> None:
     """A real ``fieldmem check``: when its request goes to the worker, the parent has not loaded its output (the
     gate, the baselines, the renderers) nor the brain's findings; they load after it, while the worker loads jax."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, "-c", SENT, str(tmp_path / "report.json")],
         capture_output=True,
         text=True,
-        env=env,
+        env=_env(),
         cwd=ROOT,
         timeout=300,
     )
